@@ -1,0 +1,37 @@
+"""cytearc_vfs: the virtual filesystem and store-adapter layer of CyteArc.
+
+Public names are re-exported here; see ``docs/`` for the concepts.
+"""
+
+from __future__ import annotations
+
+import cytearc_vfs_adapters as _adapters
+
+from .errors import (
+    IdentityMismatchError,
+    IncompleteStoreError,
+    NonFiniteArtifactError,
+    RecordShapeError,
+    UnsupportedSourceError,
+    VfsError,
+)
+from .layout import LayoutPolicy
+from .opening import counts_fingerprint, dataset_fingerprint, open_store
+from .writer import WriteInfo, write_counts
+
+_adapters.register_all()
+
+__all__ = [
+    "IdentityMismatchError",
+    "IncompleteStoreError",
+    "LayoutPolicy",
+    "NonFiniteArtifactError",
+    "RecordShapeError",
+    "UnsupportedSourceError",
+    "VfsError",
+    "WriteInfo",
+    "counts_fingerprint",
+    "dataset_fingerprint",
+    "open_store",
+    "write_counts",
+]

@@ -1,0 +1,50 @@
+"""The package's own errors.
+
+Each co-inherits the builtin a caller would naturally catch (``ValueError``),
+so ``except ValueError`` keeps working for code that does not know this
+package, while ``except VfsError`` catches only ours.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IdentityMismatchError",
+    "IncompleteStoreError",
+    "NonFiniteArtifactError",
+    "RecordShapeError",
+    "UnsupportedSourceError",
+    "VfsError",
+]
+
+
+class VfsError(Exception):
+    """Base of every error raised by cytearc_vfs itself."""
+
+
+class IdentityMismatchError(VfsError, ValueError):
+    """A source's or a mapping's fingerprint differs from the persisted record."""
+
+
+class IncompleteStoreError(VfsError, ValueError):
+    """A composite, an artifact, an assay or an array is not marked complete."""
+
+
+class RecordShapeError(VfsError, ValueError):
+    """A persisted record has a missing or unknown field, or a field of the wrong type."""
+
+
+class UnsupportedSourceError(VfsError, ValueError):
+    """A source this layer cannot bind: a composite, a mount, or a pending assay."""
+
+
+class NonFiniteArtifactError(VfsError, ValueError):
+    """A finite-only artifact array received NaN or infinity.
+
+    Attributes name the refusal so callers need not parse the message.
+    """
+
+    def __init__(self, message: str, *, operation: str, array: str, row: int) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.array = array
+        self.row = row

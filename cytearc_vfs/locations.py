@@ -1,0 +1,122 @@
+"""From a location (path, URL or Store) to a zarr Store.
+
+The core defines the registry; ``cytearc_vfs_adapters`` fills it with local,
+memory, fsspec and obstore backends. A location string finds its backend by
+URL scheme; a path without a scheme is local.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from zarr.abc.store import Store
+
+__all__ = [
+    "Location",
+    "StoreOpener",
+    "describe_location",
+    "local_path",
+    "open_location",
+    "register_backend",
+]
+
+Location = str | os.PathLike[str] | Store
+#: ``opener(url, read_only, storage_options) -> Store``
+StoreOpener = Callable[[str, bool, Mapping[str, Any] | None], Store]
+
+
+@dataclass(frozen=True, slots=True)
+class _Backend:
+    opener: StoreOpener
+    priority: int
+
+
+_BACKENDS: dict[str, list[_Backend]] = {}
+
+
+def register_backend(scheme: str, opener: StoreOpener, *, priority: int = 0) -> None:
+    """Register ``opener`` for URLs of ``scheme`` (highest priority wins)."""
+    entries = _BACKENDS.setdefault(scheme, [])
+    entries.append(_Backend(opener, priority))
+    entries.sort(key=lambda entry: -entry.priority)
+
+
+def _scheme(location: str) -> str:
+    scheme = urlsplit(location).scheme
+    # "C:\\data" on Windows parses as scheme "c"
+    return scheme if len(scheme) > 1 else ""
+
+
+def local_path(location: Location) -> Path | None:
+    """The local directory of ``location``, or ``None`` when it is not local."""
+    if isinstance(location, Store):
+        root = getattr(location, "root", None)
+        from zarr.storage import LocalStore
+
+        return Path(root) if isinstance(location, LocalStore) and root is not None else None
+    text = os.fspath(location)
+    if isinstance(location, os.PathLike):
+        return Path(text)
+    scheme = _scheme(text)
+    if scheme == "":
+        return Path(text)
+    if scheme == "file":
+        return Path(urlsplit(text).path)
+    return None
+
+
+def describe_location(location: Location) -> str:
+    """A printable form of a location, for messages and records."""
+    if isinstance(location, Store):
+        return str(location)
+    path = local_path(location)
+    if path is not None:
+        return str(path.absolute())
+    return os.fspath(location)
+
+
+def canonical_location(location: Location) -> str:
+    """An absolute path or URI for records; a Store gives its own description."""
+    path = local_path(location)
+    if path is not None:
+        return str(path.resolve())
+    return describe_location(location)
+
+
+def open_location(
+    location: Location,
+    *,
+    read_only: bool,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Store:
+    """Return a Store for ``location`` (a Store is returned as given, or read-only)."""
+    if isinstance(location, Store):
+        if storage_options:
+            raise ValueError("storage_options apply to URLs, not to a Store that is already open")
+        if read_only and not location.read_only:
+            return location.with_read_only(True)
+        return location
+    if not isinstance(location, (str, os.PathLike)):
+        raise TypeError(
+            f"location must be a path, a URL or a zarr Store, not {type(location).__name__}"
+        )
+    text = os.fspath(location)
+    scheme = "file" if local_path(location) is not None else _scheme(text)
+    entries = _BACKENDS.get(scheme)
+    if not entries:
+        known = ", ".join(sorted(f"{s}://" for s in _BACKENDS)) or "none"
+        raise ValueError(
+            f"no backend opens {text!r} (scheme {scheme!r}); known schemes: {known}. "
+            "Remote schemes need an extra: pip install 'cytearc-vfs[obstore]' or "
+            "'cytearc-vfs[fsspec]'"
+        )
+    if scheme == "file":
+        path = local_path(location)
+        assert path is not None
+        text = str(path)
+    return entries[0].opener(text, read_only, storage_options)

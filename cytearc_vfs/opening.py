@@ -1,0 +1,65 @@
+"""``open_store`` and the fingerprint accessors: one entry point for every store kind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from zarr.abc.store import Store
+
+from .errors import UnsupportedSourceError
+from .locations import Location, describe_location, open_location
+from .paths import AssayPaths
+from .source_store import AssayInfo, read_contents, verify_assay, verify_store
+
+__all__ = ["counts_fingerprint", "dataset_fingerprint", "open_store", "verified_assay"]
+
+Mode = Literal["r", "r+", "a"]
+
+
+def open_store(
+    location: Location,
+    *,
+    mode: Mode = "r",
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Store:
+    """Open a CyteArc store after verifying it.
+
+    Returns the plain backend store for an ordinary store. Verification
+    reads metadata only; a read-only open writes nothing.
+    """
+    if mode not in ("r", "r+", "a"):
+        raise ValueError(f"mode must be 'r', 'r+' or 'a', not {mode!r}")
+    where = describe_location(location)
+    store = open_location(location, read_only=mode == "r", storage_options=storage_options)
+    contents = read_contents(store, where=where)
+    if "composite" in contents.root_attrs or "matrixSource" in contents.root_attrs:
+        kind = "composite" if "composite" in contents.root_attrs else "mount"
+        raise UnsupportedSourceError(
+            f"{where} is a {kind}; this release of cytearc_vfs opens ordinary stores only"
+        )
+    if source_storage_options:
+        raise ValueError(
+            f"{where} is an ordinary store; source_storage_options apply to composites and "
+            "mounts only (use storage_options for the store itself)"
+        )
+    verify_store(store, where=where)
+    return store
+
+
+def verified_assay(store: Location, assay: str = "RNA", workspace: str | None = None) -> AssayInfo:
+    """Verify one assay of an ordinary store and return what it records."""
+    where = describe_location(store)
+    backend = open_location(store, read_only=True)
+    return verify_assay(backend, AssayPaths(assay, workspace), where=where)
+
+
+def dataset_fingerprint(store: Location, assay: str = "RNA", workspace: str | None = None) -> str:
+    """Identity of an assay's counts with its ordered cell and feature ids."""
+    return verified_assay(store, assay, workspace).dataset_fingerprint
+
+
+def counts_fingerprint(store: Location, assay: str = "RNA", workspace: str | None = None) -> str:
+    """Identity of an assay's stored count values."""
+    return verified_assay(store, assay, workspace).counts_fingerprint

@@ -1,0 +1,160 @@
+"""Cell and feature tables: one 1-D Zarr array per column, all of one length.
+
+Every table has ``ids`` (unique, from the DataFrame index), ``names`` and
+``I`` (bool, the live selection), then the DataFrame's own columns. A
+categorical column is stored as its values
+(text as fixed-width ``<U`` strings, which the DataStore above requires) (what plain readers expect) with
+``categories`` and ``ordered`` attributes so :func:`read_table` restores it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import zarr
+
+__all__ = ["RESERVED_COLUMNS", "column_values", "read_table", "write_table"]
+
+RESERVED_COLUMNS = ("ids", "names", "I")
+CATEGORICAL_ATTR = "cytearc:categorical"
+
+
+def _check_column_name(name: object, *, table: str) -> str:
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(
+            f"{table} column {name!r} cannot be a Zarr array name; rename it to a non-empty "
+            "string without '/', '\\' or a leading '.'"
+        )
+    return name
+
+
+def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], dict[str, Any]]:
+    """The numpy values and attributes that store ``series`` as a column."""
+    name = str(series.name)
+    attrs: dict[str, Any] = {}
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        if series.isna().any():
+            raise ValueError(
+                f"{table} column {name!r} is categorical with missing values; fill them "
+                "(e.g. add an 'unknown' category) before writing"
+            )
+        categories = dtype.categories
+        attrs[CATEGORICAL_ATTR] = {
+            "categories": [_json_scalar(v) for v in categories],
+            "ordered": bool(dtype.ordered),
+        }
+        series = series.astype(categories.dtype)
+        dtype = series.dtype
+    if dtype.kind in "biuf" and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
+        return np.asarray(series.to_numpy()), attrs
+    if dtype.kind == "M" and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
+        return np.asarray(series.to_numpy(dtype="datetime64[ns]")), attrs
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "biuf":
+        if series.isna().any():
+            if dtype.kind == "f":
+                return series.to_numpy(dtype=np.float64, na_value=np.nan), attrs
+            raise ValueError(
+                f"{table} column {name!r} ({dtype}) holds missing values, which a "
+                "Zarr column cannot mark; fill them or convert the column to float"
+            )
+        return series.to_numpy(dtype=dtype.numpy_dtype), attrs
+    # strings (object, pandas string dtypes)
+    values = series.to_numpy(dtype=object)
+    bad = [v for v in values if not isinstance(v, str)]
+    if bad:
+        raise ValueError(
+            f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
+            "strings; convert it with .astype(str) or fill missing values first"
+        )
+    return values.astype(str) if len(values) else np.array([], dtype=str), attrs
+
+
+def _json_scalar(value: object) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _create_column(group: zarr.Group, name: str, values: npt.NDArray[Any], attrs: dict[str, Any]) -> None:
+    if values.dtype.kind in "UO":
+        # Fixed-width UTF-32, as CyteArc's and scarf's own writers store text:
+        # the DataStore's string fingerprints cannot cast variable-length strings.
+        values = np.asarray(values, dtype=str)
+        if values.dtype.itemsize == 0:
+            values = values.astype("<U1")
+    array = group.create_array(
+        name,
+        shape=values.shape,
+        dtype=values.dtype,
+        chunks=(max(1, min(len(values), 262_144)),),
+        attributes=attrs,
+    )
+    if len(values):
+        array[:] = values
+
+
+def write_table(
+    group: zarr.Group,
+    frame: pd.DataFrame,
+    *,
+    table: str,
+    names: npt.NDArray[Any] | None = None,
+    extra: dict[str, tuple[npt.NDArray[Any], dict[str, Any]]] | None = None,
+) -> str:
+    """Write ``frame`` into ``group``; returns the ids fingerprint of its index.
+
+    ``frame.index`` gives the ids, which must be unique strings.
+    """
+    from .fingerprints import ids_fingerprint
+
+    ids = np.asarray([str(v) for v in frame.index], dtype=str)
+    if len(ids) != len(set(ids.tolist())):
+        duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
+        raise ValueError(
+            f"{table} ids must be unique; {duplicated} repeat. Make the index unique "
+            "(e.g. DataFrame.index = make_index_unique) before writing"
+        )
+    columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
+    for name in frame.columns:
+        key = _check_column_name(name, table=table)
+        if key in RESERVED_COLUMNS and not (key == "names"):
+            raise ValueError(
+                f"{table} column {key!r} is reserved (ids come from the index, I is the live "
+                "selection); rename the column"
+            )
+        values, attrs = column_values(frame[name], table=table)
+        columns.append((key, values, attrs))
+    given = {key for key, _, _ in columns}
+    fingerprint = ids_fingerprint(ids)
+    _create_column(group, "ids", ids, {"fingerprint": fingerprint})
+    if "names" not in given:
+        _create_column(group, "names", ids if names is None else np.asarray(names, dtype=str), {})
+    _create_column(group, "I", np.ones(len(ids), dtype=bool), {})
+    for key, values, attrs in columns:
+        _create_column(group, key, values, attrs)
+    for key, (values, attrs) in (extra or {}).items():
+        if key in given or key in RESERVED_COLUMNS:
+            raise ValueError(f"{table} column {key!r} is written by this layer; rename yours")
+        _create_column(group, key, values, attrs)
+    return fingerprint
+
+
+def read_table(group: zarr.Group) -> pd.DataFrame:
+    """Read a table group back into a DataFrame indexed by ``ids``."""
+    data: dict[str, Any] = {}
+    ids = None
+    for name, array in sorted(group.arrays(), key=lambda item: item[0]):
+        values = array[:]
+        if name == "ids":
+            ids = values
+            continue
+        spec = array.attrs.get(CATEGORICAL_ATTR)
+        if isinstance(spec, dict):
+            values = pd.Categorical(values, categories=spec["categories"], ordered=spec["ordered"])
+        data[name] = values
+    frame = pd.DataFrame(data, index=pd.Index(ids if ids is not None else [], dtype=object))
+    return frame

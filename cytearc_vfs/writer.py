@@ -1,0 +1,365 @@
+"""``write_counts``: write a CyteArc source store from a count matrix.
+
+One pass over the input finds the value range (and refuses NaN/inf) before
+the destination exists. The write pass streams row bands: each band is cast
+through a checked cast, hashed into ``content_fingerprint``, summarised and
+written as one ``counts`` shard; its non-zeros are kept, per feature group
+that fits the memory budget, to build ``countsT`` without densifying more
+than one shard at a time. The assay is pending until one attribute write at
+the end declares it, so a crash never leaves a store that reads as valid.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import scipy.sparse as sp
+import zarr
+from zarr.codecs import ZstdCodec
+
+from .count_dtype import checked_cast, resolve_count_dtype
+from .count_source import CountSource, as_count_source, iter_bands, scan_source
+from .destinations import create_destination
+from .fingerprints import ContentHasher, dataset_fingerprint_of
+from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
+from .locations import Location, canonical_location, describe_location
+from .paths import AssayPaths
+from .records import (
+    COUNT_LAYOUT_ATTR,
+    PENDING_ASSAY_ATTR,
+    CountLayout,
+    dump_assay_types,
+    requires_transpose,
+    resolve_assay_type,
+)
+from .sizes import parse_size
+from .tables import write_table
+
+__all__ = ["WriteInfo", "write_counts"]
+
+logger = logging.getLogger(__name__)
+
+COUNT_COMPRESSOR = ZstdCodec(level=1)
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteInfo:
+    """What :func:`write_counts` wrote."""
+
+    location: str
+    """Where the store is (absolute path or URI)."""
+    assay: str
+    """Assay name."""
+    assay_type: str
+    """Assay type preset."""
+    workspace: str | None
+    """Workspace, or ``None`` for the root layout."""
+    shape: tuple[int, int]
+    """(cells, features)."""
+    dtype: np.dtype
+    """Storage dtype of the counts."""
+    layout: CountLayout
+    """The layout record written."""
+    content_fingerprint: str
+    """Identity of the stored values."""
+    counts_fingerprint: str
+    """Identity of the counts (equal to the content fingerprint)."""
+    dataset_fingerprint: str
+    """Identity of the counts with their ordered cell and feature ids."""
+    seconds: float
+    """Wall time of the write."""
+
+
+def _table(frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | None, n: int, what: str) -> pd.DataFrame:
+    if given is not None:
+        frame = given if isinstance(given, pd.DataFrame) else pd.DataFrame(index=pd.Index(list(given)))
+    if frame is None:
+        prefix = "cell" if what == "cells" else "feature"
+        frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
+    if len(frame) != n:
+        raise ValueError(
+            f"{what} has {len(frame)} rows but the counts have {n} {what}; pass a table whose "
+            "index holds one id per row of the matrix"
+        )
+    return frame
+
+
+def _summary_dtype(dtype: np.dtype) -> np.dtype:
+    if dtype.kind == "u":
+        return np.dtype(np.uint64)
+    if dtype.kind == "i":
+        return np.dtype(np.int64)
+    return np.dtype(np.float64)
+
+
+class _ShardWriter:
+    """Writes dense bands with at most one write in flight beside the band being built."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cytearc-write")
+        self._pending: Future[None] | None = None
+
+    def submit(self, array: zarr.Array, start: int, dense: npt.NDArray[Any]) -> None:
+        self.wait()
+        self._pending = self._pool.submit(array.__setitem__, slice(start, start + len(dense)), dense)
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _create_count_array(group: zarr.Group, name: str, shape: tuple[int, int], dtype: np.dtype,
+                        chunks: tuple[int, int], shards: tuple[int, int], attrs: dict[str, Any]) -> zarr.Array:
+    return group.create_array(
+        name,
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        compressors=COUNT_COMPRESSOR,
+        fill_value=0,
+        attributes=attrs,
+    )
+
+
+def _feature_groups(layout: CountLayout, itemsize: int, nnz: int, mem_budget: int) -> list[tuple[int, int]]:
+    """Feature ranges whose transposed non-zeros fit the budget beside the band writes."""
+    assert layout.counts_t is not None
+    n_cells, n_features = layout.shape
+    band_rows = layout.counts_t.shards[0]
+    dense = 3 * band_rows * layout.counts_t.shards[1] * itemsize
+    per_feature = 3 * (nnz / max(1, n_features)) * (itemsize + 8) + 16
+    capacity = max(band_rows, int(max(0, mem_budget - dense) / per_feature))
+    capacity = max(band_rows, capacity // band_rows * band_rows)
+    return [(start, min(n_features, start + capacity)) for start in range(0, n_features, capacity)] or [(0, 0)]
+
+
+def write_counts(
+    destination: Location,
+    counts: Any,
+    *,
+    assay: str = "RNA",
+    assay_type: str | None = None,
+    cells: pd.DataFrame | Sequence[str] | None = None,
+    features: pd.DataFrame | Sequence[str] | None = None,
+    workspace: str | None = None,
+    layout: LayoutPolicy | tuple[int | str, int | str] | None = None,
+    mem_budget: int | str | None = None,
+    overwrite: bool = False,
+    layer: str | None = None,
+    progress: Progress | None = None,
+) -> WriteInfo:
+    """Write ``counts`` as a CyteArc store at ``destination``.
+
+    Parameters
+    ----------
+    destination
+        Local path, URL or zarr Store. Must be empty unless ``overwrite``
+        (which replaces only a store this layer could have written).
+    counts
+        ``scipy.sparse`` matrix (CSR, CSC, COO with duplicates), ``numpy``
+        array or ``anndata.AnnData`` (its ``X`` or ``layer``), cells x features.
+    assay, assay_type
+        Assay name and preset; RNA-like presets also get ``countsT``.
+    cells, features
+        Tables (index = ids) or sequences of ids; taken from the AnnData
+        when not given; generated ids otherwise.
+    workspace
+        Write the workspace layout (``{workspace}/cellData``,
+        ``matrices/{assay}``) instead of the root layout.
+    layout
+        Layout policy; the default is used exactly unless given. A policy
+        whose write does not fit ``mem_budget`` is refused, naming the
+        largest halving that fits.
+    mem_budget
+        Working-memory bound of the write (bytes or ``"2G"``); 2 GiB default.
+    progress
+        ``progress(phase, done, total)`` callback.
+
+    Returns
+    -------
+    WriteInfo
+    """
+    started = time.perf_counter()
+    paths = AssayPaths(assay, workspace)
+    resolved_type = resolve_assay_type(assay, assay_type)
+    transpose = requires_transpose(resolved_type)
+    budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
+    policy = LayoutPolicy.parse(layout)
+
+    source, obs, var = as_count_source(counts, layer=layer)
+    cell_table = _table(obs, cells, source.shape[0], "cells")
+    feature_table = _table(var, features, source.shape[1], "features")
+
+    # Everything that can refuse runs before the destination exists.
+    scan_rows = max(1, min(source.shape[0], 1 + 64 * 1024**2 // max(1, 8 * source.shape[1])))
+    value_range = scan_source(source, scan_rows)
+    dtype = resolve_count_dtype(value_range)
+    count_layout = require_fit(
+        policy, source.shape, dtype.name, dtype.itemsize, value_range.nnz, budget, transpose=transpose
+    )
+    root = create_destination(destination, overwrite=overwrite)
+    location = canonical_location(destination)
+    logger.info("writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination))
+
+    try:
+        info = _write_store(
+            root, paths, source, cell_table, feature_table, resolved_type, dtype, count_layout,
+            value_range.nnz, budget, progress,
+        )
+    except BaseException:
+        logger.warning("write to %s failed; the assay stays pending and will not open", location)
+        raise
+    content, cells_fp, features_fp = info
+    return WriteInfo(
+        location=location,
+        assay=assay,
+        assay_type=resolved_type,
+        workspace=workspace,
+        shape=source.shape,
+        dtype=dtype,
+        layout=count_layout,
+        content_fingerprint=content,
+        counts_fingerprint=content,
+        dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _write_store(
+    root: zarr.Group,
+    paths: AssayPaths,
+    source: CountSource,
+    cell_table: pd.DataFrame,
+    feature_table: pd.DataFrame,
+    assay_type: str,
+    dtype: np.dtype,
+    layout: CountLayout,
+    nnz: int,
+    budget: int,
+    progress: Progress | None,
+) -> tuple[str, str, str]:
+    workspace_group = root if paths.workspace is None else root.create_group(paths.workspace)
+    cells_fp = write_table(workspace_group.create_group("cellData"), cell_table, table="cellData")
+    assay_group = root.create_group(paths.assay_group, attributes={PENDING_ASSAY_ATTR: "write_counts"})
+    features_fp = write_table(assay_group.create_group("featureData"), feature_table, table="featureData")
+    matrix_group = assay_group if paths.workspace is None else root.create_group(paths.matrix_group)
+
+    layout_json = layout.to_json()
+    counts = _create_count_array(
+        matrix_group, "counts", layout.shape, dtype, layout.counts.chunks, layout.counts.shards,
+        {COUNT_LAYOUT_ATTR: layout_json},
+    )
+    counts_t = None
+    if layout.counts_t is not None:
+        counts_t = _create_count_array(
+            matrix_group, "countsT", (layout.shape[1], layout.shape[0]), dtype,
+            layout.counts_t.chunks, layout.counts_t.shards,
+            {COUNT_LAYOUT_ATTR: layout_json, "complete": False},
+        )
+    groups = _feature_groups(layout, dtype.itemsize, nnz, budget) if counts_t is not None else []
+
+    hasher = ContentHasher(layout.shape, dtype)
+    n_cells, n_features = layout.shape
+    sum_dtype = _summary_dtype(dtype)
+    row_sums = np.zeros(n_cells, dtype=sum_dtype)
+    row_positive = np.zeros(n_cells, dtype=np.int64)
+    column_positive = np.zeros(n_features, dtype=np.int64)
+    band_rows = layout.counts.shards[0]
+    writer = _ShardWriter()
+    try:
+        first_group: list[sp.csr_array] = []
+        for start, stop, band in iter_bands(source, band_rows):
+            stored = sp.csr_array(
+                (checked_cast(band.data, dtype, where=f"rows {start}:{stop}"), band.indices, band.indptr),
+                shape=band.shape,
+            )
+            hasher.update(stored)
+            row_sums[start:stop] = stored.sum(axis=1, dtype=sum_dtype)
+            positive = stored.data > 0
+            row_of = np.repeat(np.arange(stop - start), np.diff(stored.indptr))
+            row_positive[start:stop] = np.bincount(row_of[positive], minlength=stop - start)
+            column_positive += np.bincount(stored.indices[positive], minlength=n_features)
+            if groups:
+                g0, g1 = groups[0]
+                first_group.append(stored[:, g0:g1] if (g0, g1) != (0, n_features) else stored)
+            writer.submit(counts, start, stored.toarray())
+            if progress:
+                progress("counts", stop, n_cells)
+        writer.wait()
+        content = hasher.hexdigest()
+        counts.attrs.update({"content_fingerprint": content})
+
+        if counts_t is not None:
+            for index, (g0, g1) in enumerate(groups):
+                pieces = first_group if index == 0 else [
+                    sp.csr_array(
+                        (checked_cast(band.data, dtype, where=f"rows {s}:{e}"), band.indices, band.indptr),
+                        shape=band.shape,
+                    )[:, g0:g1]
+                    for s, e, band in iter_bands(source, band_rows)
+                ]
+                _write_transposed_group(counts_t, pieces, g0, g1, n_cells, writer, progress, n_features)
+                first_group = []
+            writer.wait()
+    finally:
+        writer.close()
+
+    summaries = matrix_group.create_group("countSummaries", attributes={"source_fingerprint": content})
+    for name, values in (("rowSums", row_sums), ("rowPositive", row_positive), ("columnPositive", column_positive)):
+        summaries.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
+    if counts_t is not None:
+        counts_t.attrs.update({"content_fingerprint": content, "complete": True})
+    matrix_group.attrs.update({COUNT_LAYOUT_ATTR: layout_json})
+
+    root_attrs = workspace_group.attrs.asdict()
+    types = dict(root_attrs.get("assayTypes", {}) or {})
+    types[paths.assay] = assay_type
+    workspace_group.attrs.update(
+        {"assayTypes": dump_assay_types(types), "defaultAssay": root_attrs.get("defaultAssay", paths.assay)}
+    )
+    # One attribute write publishes the assay (replacing the pending marker).
+    attrs = {k: v for k, v in assay_group.attrs.asdict().items() if k != PENDING_ASSAY_ATTR}
+    attrs["is_assay"] = True
+    assay_group.attrs.put(attrs)
+    return content, cells_fp, features_fp
+
+
+def _write_transposed_group(
+    counts_t: zarr.Array,
+    pieces: list[sp.csr_array],
+    g0: int,
+    g1: int,
+    n_cells: int,
+    writer: _ShardWriter,
+    progress: Progress | None,
+    n_features: int,
+) -> None:
+    # vstack of CSR row bands is scipy's fast path; its transpose is a free
+    # CSC view whose tocsr() is one linear pass.
+    stacked = sp.vstack(pieces, format="csr") if pieces else sp.csr_array((n_cells, g1 - g0))
+    pieces.clear()
+    transposed = sp.csr_array(stacked.T)
+    del stacked
+    band_rows = counts_t.shards[0] if counts_t.shards else counts_t.chunks[0]
+    for start in range(0, g1 - g0, band_rows):
+        stop = min(g1 - g0, start + band_rows)
+        writer.submit(counts_t, g0 + start, transposed[start:stop].toarray())
+        if progress:
+            progress("countsT", g0 + stop, n_features)
