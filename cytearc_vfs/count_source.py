@@ -71,6 +71,14 @@ class _SparseSource:
         return self._csr[start:stop]
 
 
+def _dense_band(values: npt.NDArray[Any]) -> sp.csr_array:
+    # scipy.sparse has no float16; it widens exactly to float32, the storage
+    # dtype the count rule gives float16 anyway.
+    if values.dtype == np.float16:
+        values = values.astype(np.float32)
+    return sp.csr_array(values)
+
+
 class _DenseSource:
     def __init__(self, matrix: npt.NDArray[Any]) -> None:
         if matrix.ndim != 2:
@@ -83,7 +91,7 @@ class _DenseSource:
         self.nnz_estimate = int(density * matrix.size)
 
     def band(self, start: int, stop: int) -> sp.csr_array:
-        return sp.csr_array(np.asarray(self._dense[start:stop]))
+        return _dense_band(np.asarray(self._dense[start:stop]))
 
 
 class _BandedSource:
@@ -100,7 +108,7 @@ class _BandedSource:
         piece = self._matrix[start:stop]
         if sp.issparse(piece):
             return canonical_csr(piece)
-        return sp.csr_array(np.asarray(piece))
+        return _dense_band(np.asarray(piece))
 
 
 def as_count_source(
@@ -123,6 +131,12 @@ def as_count_source(
 
 
 def _source_of(matrix: Any) -> CountSource:
+    dtype = getattr(matrix, "dtype", None)
+    if dtype is not None and np.dtype(dtype).kind not in "biuf":
+        raise TypeError(
+            f"counts must be numeric, found dtype {np.dtype(dtype)}; convert them to integers "
+            "or floats first. Nothing was written"
+        )
     if sp.issparse(matrix):
         if matrix.ndim != 2:
             raise ValueError(f"counts must be 2-D (cells x features), got shape {matrix.shape}")

@@ -171,8 +171,9 @@ def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[s
             return True
         if nested:
             return False
-        children = {p.split("/")[1] for p in nodes if p.startswith(member + "/") and p.count("/") >= 1}
-        return all(allowed(f"{member}/{child}", True) for child in children)
+        children = {p.split("/")[1] for p in nodes if p.startswith(member + "/")}
+        # a workspace is a group with its own cell table and only writer members
+        return "cellData" in children and all(allowed(f"{member}/{child}", True) for child in children)
 
     for member in top_level:
         if not allowed(member, False):

@@ -209,6 +209,16 @@ def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
 
 def verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None = None) -> AssayInfo:
     """Verify one assay; raises the package's errors naming the remedy."""
+    try:
+        return _verify_assay(store, paths, where=where, assay_types=assay_types)
+    except RecordShapeError as exc:
+        if REPAIR in str(exc):
+            raise
+        # record parsers know the field, not the store: add where and the remedy
+        raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc
+
+
+def _verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None) -> AssayInfo:
     label = f"{where}: assay {paths.assay!r}" + (f" of workspace {paths.workspace!r}" if paths.workspace else "")
     root = zarr.open_group(store, mode="r")
     if _node_attrs(store, join(paths.assay_group, "state"))[0] is not None or _get_json(

@@ -9,6 +9,7 @@ categorical column is stored as its values
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 import zarr
 
-__all__ = ["RESERVED_COLUMNS", "column_values", "read_table", "write_table"]
+__all__ = ["RESERVED_COLUMNS", "PreparedTable", "column_values", "prepare_table", "read_table", "write_table"]
 
 RESERVED_COLUMNS = ("ids", "names", "I")
 CATEGORICAL_ATTR = "cytearc:categorical"
@@ -97,18 +98,23 @@ def _create_column(group: zarr.Group, name: str, values: npt.NDArray[Any], attrs
         array[:] = values
 
 
-def write_table(
-    group: zarr.Group,
-    frame: pd.DataFrame,
-    *,
-    table: str,
-    names: npt.NDArray[Any] | None = None,
-    extra: dict[str, tuple[npt.NDArray[Any], dict[str, Any]]] | None = None,
-) -> str:
-    """Write ``frame`` into ``group``; returns the ids fingerprint of its index.
+@dataclass(frozen=True, slots=True)
+class PreparedTable:
+    """A table checked and converted, ready to write (so refusals come first)."""
 
-    ``frame.index`` gives the ids, which must be unique strings.
-    """
+    columns: tuple[tuple[str, npt.NDArray[Any], dict[str, Any]], ...]
+    """(name, values, attributes) in write order, ``ids``, ``names`` and ``I`` first."""
+    ids_fingerprint: str
+    """Identity of the ordered ids."""
+
+    @property
+    def length(self) -> int:
+        """Number of rows."""
+        return len(self.columns[0][1])
+
+
+def prepare_table(frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | None = None) -> PreparedTable:
+    """Check and convert ``frame`` (index = ids); raises before anything is written."""
     from .fingerprints import ids_fingerprint
 
     ids = np.asarray([str(v) for v in frame.index], dtype=str)
@@ -116,31 +122,32 @@ def write_table(
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
         raise ValueError(
             f"{table} ids must be unique; {duplicated} repeat. Make the index unique "
-            "(e.g. DataFrame.index = make_index_unique) before writing"
+            "(e.g. AnnData.obs_names_make_unique()) before writing. Nothing was written"
         )
-    columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
+    own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
     for name in frame.columns:
         key = _check_column_name(name, table=table)
-        if key in RESERVED_COLUMNS and not (key == "names"):
+        if key in ("ids", "I"):
             raise ValueError(
                 f"{table} column {key!r} is reserved (ids come from the index, I is the live "
-                "selection); rename the column"
+                "selection); rename the column. Nothing was written"
             )
         values, attrs = column_values(frame[name], table=table)
-        columns.append((key, values, attrs))
-    given = {key for key, _, _ in columns}
+        own.append((key, values, attrs))
     fingerprint = ids_fingerprint(ids)
-    _create_column(group, "ids", ids, {"fingerprint": fingerprint})
-    if "names" not in given:
-        _create_column(group, "names", ids if names is None else np.asarray(names, dtype=str), {})
-    _create_column(group, "I", np.ones(len(ids), dtype=bool), {})
-    for key, values, attrs in columns:
+    columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [("ids", ids, {"fingerprint": fingerprint})]
+    if not any(key == "names" for key, _, _ in own):
+        columns.append(("names", ids if names is None else np.asarray(names, dtype=str), {}))
+    columns.append(("I", np.ones(len(ids), dtype=bool), {}))
+    columns.extend(own)
+    return PreparedTable(tuple(columns), fingerprint)
+
+
+def write_table(group: zarr.Group, prepared: PreparedTable) -> str:
+    """Write a prepared table into ``group``; returns its ids fingerprint."""
+    for key, values, attrs in prepared.columns:
         _create_column(group, key, values, attrs)
-    for key, (values, attrs) in (extra or {}).items():
-        if key in given or key in RESERVED_COLUMNS:
-            raise ValueError(f"{table} column {key!r} is written by this layer; rename yours")
-        _create_column(group, key, values, attrs)
-    return fingerprint
+    return prepared.ids_fingerprint
 
 
 def read_table(group: zarr.Group) -> pd.DataFrame:

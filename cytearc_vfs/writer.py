@@ -41,7 +41,7 @@ from .records import (
     resolve_assay_type,
 )
 from .sizes import parse_size
-from .tables import write_table
+from .tables import PreparedTable, prepare_table, write_table
 
 __all__ = ["WriteInfo", "write_counts"]
 
@@ -204,8 +204,8 @@ def write_counts(
     policy = LayoutPolicy.parse(layout)
 
     source, obs, var = as_count_source(counts, layer=layer)
-    cell_table = _table(obs, cells, source.shape[0], "cells")
-    feature_table = _table(var, features, source.shape[1], "features")
+    cell_table = prepare_table(_table(obs, cells, source.shape[0], "cells"), table="cellData")
+    feature_table = prepare_table(_table(var, features, source.shape[1], "features"), table="featureData")
 
     # Everything that can refuse runs before the destination exists.
     scan_rows = max(1, min(source.shape[0], 1 + 64 * 1024**2 // max(1, 8 * source.shape[1])))
@@ -246,8 +246,8 @@ def _write_store(
     root: zarr.Group,
     paths: AssayPaths,
     source: CountSource,
-    cell_table: pd.DataFrame,
-    feature_table: pd.DataFrame,
+    cell_table: PreparedTable,
+    feature_table: PreparedTable,
     assay_type: str,
     dtype: np.dtype,
     layout: CountLayout,
@@ -256,9 +256,9 @@ def _write_store(
     progress: Progress | None,
 ) -> tuple[str, str, str]:
     workspace_group = root if paths.workspace is None else root.create_group(paths.workspace)
-    cells_fp = write_table(workspace_group.create_group("cellData"), cell_table, table="cellData")
+    cells_fp = write_table(workspace_group.create_group("cellData"), cell_table)
     assay_group = root.create_group(paths.assay_group, attributes={PENDING_ASSAY_ATTR: "write_counts"})
-    features_fp = write_table(assay_group.create_group("featureData"), feature_table, table="featureData")
+    features_fp = write_table(assay_group.create_group("featureData"), feature_table)
     matrix_group = assay_group if paths.workspace is None else root.create_group(paths.matrix_group)
 
     layout_json = layout.to_json()

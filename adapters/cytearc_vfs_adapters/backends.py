@@ -18,7 +18,7 @@ from zarr.storage import LocalStore, ManagedMemoryStore
 
 from cytearc_vfs.locations import register_backend
 
-__all__ = ["open_fsspec", "open_local", "open_memory", "open_obstore", "register_all"]
+__all__ = ["forget_memory", "open_fsspec", "open_local", "open_memory", "open_obstore", "register_all"]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https")
 
@@ -30,12 +30,26 @@ def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | 
     return LocalStore(Path(path), read_only=read_only)
 
 
+# zarr drops a ManagedMemoryStore's dict once no instance refers to it; a
+# ``memory://name`` location must outlive the writer that created it, so the
+# first instance of each name is kept for the life of the process.
+_MEMORY_STORES: dict[str, ManagedMemoryStore] = {}
+
+
 def open_memory(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
-    """The process-local ``memory://name`` store (created on first use)."""
+    """The process-local ``memory://name`` store (created on first use, kept until exit)."""
     if storage_options:
         raise ValueError(f"storage_options do not apply to {url!r}")
     parts = urlsplit(url)
-    return ManagedMemoryStore(name=parts.netloc or None, path=parts.path.strip("/"), read_only=read_only)
+    if not parts.netloc:
+        raise ValueError(f"{url!r} names no memory store; write memory://NAME")
+    keeper = _MEMORY_STORES.setdefault(parts.netloc, ManagedMemoryStore(name=parts.netloc))
+    return ManagedMemoryStore(name=keeper.name, path=parts.path.strip("/"), read_only=read_only)
+
+
+def forget_memory(name: str) -> None:
+    """Release the ``memory://name`` store so its contents can be freed."""
+    _MEMORY_STORES.pop(name, None)
 
 
 def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:

@@ -1,0 +1,59 @@
+"""Shared fixtures: real local directories, small generated count matrices."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev",
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def realistic_counts(
+    n_cells: int, n_features: int, *, density: float = 0.05, seed: int = 0, dtype: str = "float32"
+) -> sp.csr_array:
+    """Sparse counts of realistic shape: mostly 1-3 with a long tail."""
+    rng = np.random.default_rng(seed)
+    nnz = int(n_cells * n_features * density)
+    rows = rng.integers(0, n_cells, nnz)
+    cols = rng.integers(0, n_features, nnz)
+    values = rng.geometric(0.45, nnz).astype(dtype)
+    matrix = sp.coo_array((values, (rows, cols)), shape=(n_cells, n_features)).tocsr()
+    matrix.sum_duplicates()
+    return sp.csr_array(matrix)
+
+
+@pytest.fixture
+def counts() -> sp.csr_array:
+    """A 300 x 120 realistic sparse matrix."""
+    return realistic_counts(300, 120, density=0.08)
+
+
+@pytest.fixture
+def snapshot_tree():
+    """Return a function listing every file under a directory with its bytes."""
+
+    def snapshot(root: Path) -> dict[str, bytes]:
+        if not root.exists():
+            return {}
+        return {
+            str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        }
+
+    return snapshot

@@ -1,0 +1,177 @@
+"""Every refusal of write_counts: right error, names the problem, nothing created or changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+
+import cytearc_vfs as cv
+from cytearc_vfs.layout import LayoutTooLargeError
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_refused_before_destination_exists(tmp_path: Path, bad: float) -> None:
+    values = np.ones((3, 3), dtype=np.float32)
+    values[2, 1] = bad
+    with pytest.raises(ValueError, match=r"non-finite.*rows 0:3"):
+        cv.write_counts(tmp_path / "s.zarr", values)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_non_numeric_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="numeric"):
+        cv.write_counts(tmp_path / "s.zarr", np.array([["a"]]))
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_existing_store_needs_overwrite(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        cv.write_counts(tmp_path / "s.zarr", counts * 2)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+    info = cv.write_counts(tmp_path / "s.zarr", counts * 2, overwrite=True)
+    stored = zarr.open_array(cv.open_store(tmp_path / "s.zarr"), path="RNA/counts", mode="r")
+    np.testing.assert_array_equal(stored[:], (counts * 2).toarray())
+    assert info.location == str((tmp_path / "s.zarr").resolve())
+
+
+@pytest.mark.parametrize(
+    ("plant", "message"),
+    [
+        (lambda root: (root / ".DS_Store").write_bytes(b"x"), r"\.DS_Store"),
+        (lambda root: (root / "RNA" / "notes.txt").write_text("mine"), r"notes\.txt"),
+        (lambda root: (root / "cellData" / "ids" / "README").write_text("mine"), r"README"),
+    ],
+)
+def test_overwrite_refuses_foreign_keys(tmp_path: Path, counts: sp.csr_array, snapshot_tree, plant, message) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    plant(tmp_path / "s.zarr")
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match=message):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
+def test_overwrite_refuses_root_array(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+    zarr.create_array(tmp_path / "s.zarr", shape=(2,), dtype="int8")
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="no root group"):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
+def test_overwrite_refuses_unknown_member_group(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    zarr.open_group(tmp_path / "s.zarr", mode="a").create_group("my_results")
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="my_results"):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
+def test_overwrite_refuses_prepared_assay(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    root = zarr.open_group(tmp_path / "s.zarr", mode="a")
+    root["cellData"].create_array("RNA_nCounts", shape=(counts.shape[0],), dtype="float64")
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="prepared assay"):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
+def test_overwrite_refuses_mount_target(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+    root = zarr.open_group(tmp_path / "s.zarr", mode="w")
+    root.attrs["matrixSource"] = {"location": "/x", "workspace": None, "assays": {}}
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="matrixSource"):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
+def test_overwrite_refuses_plain_files_without_group(tmp_path: Path, counts: sp.csr_array) -> None:
+    (tmp_path / "s.zarr").mkdir()
+    (tmp_path / "s.zarr" / "data.csv").write_text("1,2")
+    with pytest.raises(FileExistsError, match="no root group"):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert (tmp_path / "s.zarr" / "data.csv").read_text() == "1,2"
+
+
+@pytest.mark.parametrize("marker", ["zarr.json", ".zgroup", ".zarray"])
+def test_destination_below_zarr_node_refused(tmp_path: Path, counts: sp.csr_array, marker: str) -> None:
+    outer = tmp_path / "outer.zarr"
+    outer.mkdir()
+    (outer / marker).write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    with pytest.raises(ValueError, match="below the Zarr node"):
+        cv.write_counts(outer / "inner" / "s.zarr", counts)
+    assert not (outer / "inner").exists()
+
+
+def test_destination_that_is_an_assay_refused(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+    root = zarr.open_group(tmp_path / "a.zarr", mode="w")
+    root.attrs["is_assay"] = True
+    before = snapshot_tree(tmp_path / "a.zarr")
+    with pytest.raises(ValueError, match="is itself an assay"):
+        cv.write_counts(tmp_path / "a.zarr", counts, overwrite=True)
+    assert snapshot_tree(tmp_path / "a.zarr") == before
+
+
+def test_explicit_layout_that_does_not_fit_names_largest_halving(tmp_path: Path) -> None:
+    matrix = sp.random(4000, 2000, density=0.01, format="csr", random_state=0, dtype=np.float32)
+    matrix.data[:] = 1
+    with pytest.raises(LayoutTooLargeError, match=r"largest halving that fits is layout=LayoutPolicy\(") as info:
+        cv.write_counts(tmp_path / "s.zarr", matrix, layout=cv.LayoutPolicy(8 * 1024**2, 128 * 1024), mem_budget="4M")
+    assert not (tmp_path / "s.zarr").exists()
+    # the named halving is accepted as given
+    text = str(info.value)
+    named = text.split("layout=LayoutPolicy(")[1].split(")")[0]
+    fields = dict(part.split("=") for part in named.split(", "))
+    policy = cv.LayoutPolicy(int(fields["unit_bytes"]), int(fields["chunk_bytes"]))
+    halvings = (8 * 1024**2) // policy.unit_bytes
+    assert halvings > 1 and halvings & (halvings - 1) == 0  # a power-of-two halving
+    assert policy.unit_bytes // policy.chunk_bytes == 64  # chunks per shard kept
+    cv.write_counts(tmp_path / "s.zarr", matrix, layout=policy, mem_budget="4M")
+
+
+def test_budget_too_small_for_any_halving(tmp_path: Path) -> None:
+    matrix = sp.random(100, 200_000, density=0.001, format="csr", random_state=0, dtype=np.float32)
+    matrix.data[:] = 1
+    with pytest.raises(LayoutTooLargeError, match="raise mem_budget"):
+        cv.write_counts(tmp_path / "s.zarr", matrix, mem_budget="64K")
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_unknown_assay_type_refused(tmp_path: Path, counts: sp.csr_array) -> None:
+    with pytest.raises(ValueError, match="not a preset"):
+        cv.write_counts(tmp_path / "s.zarr", counts, assay_type="rna-seq")
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_unknown_assay_name_warns_and_is_generic(tmp_path: Path, counts: sp.csr_array) -> None:
+    with pytest.warns(UserWarning, match="generic 'Assay'"):
+        info = cv.write_counts(tmp_path / "s.zarr", counts, assay="peaks")
+    assert info.assay_type == "Assay" and info.layout.counts_t is None
+
+
+@pytest.mark.parametrize("name", ["", "../x", "a/b", "cellData", ".hidden"])
+def test_bad_assay_names_refused(tmp_path: Path, counts: sp.csr_array, name: str) -> None:
+    with pytest.raises(ValueError, match="name"):
+        cv.write_counts(tmp_path / "s.zarr", counts, assay=name)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_table_length_mismatch_refused(tmp_path: Path, counts: sp.csr_array) -> None:
+    with pytest.raises(ValueError, match="cells has 3 rows"):
+        cv.write_counts(tmp_path / "s.zarr", counts, cells=["a", "b", "c"])
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_duplicate_ids_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unique"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2)), cells=["a", "a"])
+    assert not (tmp_path / "s.zarr").exists()
