@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import cytearc_vfs_adapters as _adapters
 
+from .artifacts import find_artifact, list_artifacts, publish_artifact, read_artifact
 from .errors import (
     IdentityMismatchError,
     IncompleteStoreError,
@@ -16,12 +17,14 @@ from .errors import (
     VfsError,
 )
 from .layout import LayoutPolicy
+from .moments import ColumnMoments
 from .opening import counts_fingerprint, dataset_fingerprint, open_store
 from .writer import WriteInfo, write_counts
 
 _adapters.register_all()
 
 __all__ = [
+    "ColumnMoments",
     "IdentityMismatchError",
     "IncompleteStoreError",
     "LayoutPolicy",
@@ -32,6 +35,10 @@ __all__ = [
     "WriteInfo",
     "counts_fingerprint",
     "dataset_fingerprint",
+    "find_artifact",
+    "list_artifacts",
     "open_store",
+    "publish_artifact",
+    "read_artifact",
     "write_counts",
 ]

@@ -10,6 +10,7 @@ and every cast into the storage dtype is checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +21,7 @@ __all__ = [
     "merge_dtype",
     "resolve_count_dtype",
     "scan_values",
+    "summary_dtype",
 ]
 
 _UNSIGNED = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64))
@@ -108,6 +110,10 @@ def resolve_count_dtype(value_range: ValueRange) -> np.dtype:
     if source.kind == "u":
         # unsigned sources are never negative; unreachable unless integral is wrong
         raise AssertionError("unsigned counts resolved as negative")
+    info = np.iinfo(source)
+    if value_range.minimum < info.min or value_range.maximum > info.max:
+        # duplicates summed (exactly, in 64 bits) past the source's own range
+        return np.dtype(np.int64)
     return source
 
 
@@ -143,7 +149,11 @@ def merge_dtype(dtypes: list[np.dtype], *, summed_terms: int = 1) -> np.dtype:
     if summed_terms > 1 and common.kind in "ui":
         bound = np.iinfo(common).max
         needed = bound * summed_terms
-        ladder = [d for d in (_UNSIGNED if common.kind == "u" else _SIGNED) if d.itemsize >= common.itemsize]
+        ladder = [
+            d
+            for d in (_UNSIGNED if common.kind == "u" else _SIGNED)
+            if d.itemsize >= common.itemsize
+        ]
         for candidate in ladder:
             if needed <= np.iinfo(candidate).max:
                 return candidate
@@ -157,7 +167,7 @@ def merge_dtype(dtypes: list[np.dtype], *, summed_terms: int = 1) -> np.dtype:
 _SIGNED = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
 
-def checked_cast(values: npt.NDArray[np.generic], dtype: np.dtype, *, where: str) -> npt.NDArray[np.generic]:
+def checked_cast(values: npt.NDArray[Any], dtype: np.dtype, *, where: str) -> npt.NDArray[Any]:
     """``values`` as ``dtype``, raising instead of wrapping or rounding."""
     if values.dtype == dtype:
         return values
@@ -169,3 +179,16 @@ def checked_cast(values: npt.NDArray[np.generic], dtype: np.dtype, *, where: str
             f"{dtype}; it would be stored as {cast.flat[mismatch]!r}. Nothing was written"
         )
     return cast
+
+
+def summary_dtype(dtype: np.dtype) -> np.dtype:
+    """dtype of per-cell sums of counts stored as ``dtype`` (exact for integers).
+
+    >>> summary_dtype(np.dtype("uint16"))
+    dtype('uint64')
+    """
+    if dtype.kind == "u":
+        return np.dtype(np.uint64)
+    if dtype.kind == "i":
+        return np.dtype(np.int64)
+    return np.dtype(np.float64)

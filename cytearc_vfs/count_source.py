@@ -10,7 +10,8 @@ index order.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +43,9 @@ def canonical_csr(matrix: Any) -> sp.csr_array:
         if not matrix.has_canonical_format:
             # Integer duplicates are summed exactly in 64 bits before any narrowing.
             wide = np.int64 if data.dtype.kind in "bi" or data.dtype.itemsize < 8 else np.uint64
-            matrix = sp.csr_array((data.astype(wide), matrix.indices, matrix.indptr), shape=matrix.shape)
+            matrix = sp.csr_array(
+                (data.astype(wide), matrix.indices, matrix.indptr), shape=matrix.shape
+            )
             matrix.sum_duplicates()
     elif not matrix.has_canonical_format:
         matrix = matrix.copy()
@@ -50,11 +53,14 @@ def canonical_csr(matrix: Any) -> sp.csr_array:
     if matrix.nnz and not np.all(matrix.data != 0):
         matrix = matrix.copy()  # never edit the caller's arrays in place
         matrix.eliminate_zeros()
-    return matrix
+    return cast("sp.csr_array", matrix)
 
 
 class _SparseSource:
     def __init__(self, matrix: Any) -> None:
+        # The dtype the caller holds, before integer widening for exact sums:
+        # the count rule keeps a signed source's own dtype when it fits.
+        input_dtype = np.dtype(matrix.dtype)
         if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
             # COO's own conversion sums duplicates in the source dtype; widen
             # integers first so the sum is exact.
@@ -64,7 +70,7 @@ class _SparseSource:
                 matrix = sp.coo_array((data.astype(wide), matrix.coords), shape=matrix.shape)
         self._csr = canonical_csr(matrix)
         self.shape = (int(self._csr.shape[0]), int(self._csr.shape[1]))
-        self.dtype = self._csr.dtype
+        self.dtype = input_dtype
         self.nnz_estimate = int(self._csr.nnz)
 
     def band(self, start: int, stop: int) -> sp.csr_array:
@@ -115,16 +121,14 @@ def as_count_source(
     counts: Any, *, layer: str | None = None
 ) -> tuple[CountSource, pd.DataFrame | None, pd.DataFrame | None]:
     """A :class:`CountSource` for ``counts``, plus cell and feature tables when it carries them."""
-    try:
-        import anndata
-    except ImportError:  # pragma: no cover
-        anndata = None
-    if anndata is not None and isinstance(counts, anndata.AnnData):
+    import anndata
+
+    if isinstance(counts, anndata.AnnData):
         matrix = counts.X if layer is None else counts.layers[layer]
         if matrix is None:
             raise ValueError("the AnnData has no X; pass layer= naming the layer with counts")
         source = _source_of(matrix)
-        return source, counts.obs, counts.var
+        return source, cast("pd.DataFrame", counts.obs), cast("pd.DataFrame", counts.var)
     if layer is not None:
         raise ValueError("layer= applies only to AnnData input")
     return _source_of(counts), None, None
@@ -138,8 +142,9 @@ def _source_of(matrix: Any) -> CountSource:
             "or floats first. Nothing was written"
         )
     if sp.issparse(matrix):
-        if matrix.ndim != 2:
-            raise ValueError(f"counts must be 2-D (cells x features), got shape {matrix.shape}")
+        shape = getattr(matrix, "shape", ())
+        if len(shape) != 2:
+            raise ValueError(f"counts must be 2-D (cells x features), got shape {shape}")
         return _SparseSource(matrix)
     if isinstance(matrix, np.ndarray):
         return _DenseSource(matrix)
@@ -161,7 +166,12 @@ def iter_bands(source: CountSource, rows: int) -> Iterator[tuple[int, int, sp.cs
 
 def scan_source(source: CountSource, rows: int) -> ValueRange:
     """Range of every canonical value; raises for NaN or infinity before anything is written."""
-    result = empty_range(source.dtype if source.dtype != np.bool_ else np.dtype(np.uint8))
+    declared = source.dtype if source.dtype != np.bool_ else np.dtype(np.uint8)
+    result = empty_range(declared)
     for start, stop, band in iter_bands(source, rows):
         result = result.merge(scan_values(band.data, where=f"rows {start}:{stop}"))
+    # Bands may arrive widened (exact integer sums); the rule speaks of the
+    # source's dtype, so report that one.
+    if declared.kind in "bui":
+        return replace(result, source_dtype=declared)
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Literal
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def _refuse_below_zarr_node(path: Path) -> None:
                 )
 
 
-def destination_is_prepared(attrs: dict[str, object], cell_columns: Iterable[str], assay: str) -> bool:
+def destination_is_prepared(
+    attrs: dict[str, object], cell_columns: Iterable[str], assay: str
+) -> bool:
     """Whether ``assay`` has been prepared by a DataStore (its QC columns exist)."""
     return f"{assay}_nCounts" in set(cell_columns)
 
@@ -94,7 +97,7 @@ def _check_keys(where: str, keys: list[str], nodes: dict[str, dict[str, object]]
         )
 
 
-def check_destination(location: Location, *, overwrite: bool) -> str:
+def check_destination(location: Location, *, overwrite: bool) -> Literal["w", "w-"]:
     """Check ``location`` may be written; returns the mode to create it with.
 
     Raises ``ValueError`` for a destination below a Zarr node or whose root is
@@ -105,7 +108,9 @@ def check_destination(location: Location, *, overwrite: bool) -> str:
     if path is not None:
         _refuse_below_zarr_node(path)
         if path.exists() and not path.is_dir():
-            raise FileExistsError(f"destination {where} is a file, not a directory; choose another path")
+            raise FileExistsError(
+                f"destination {where} is a file, not a directory; choose another path"
+            )
         if path is not None and not path.exists():
             return "w-"
     store = open_location(location, read_only=True)
@@ -173,7 +178,9 @@ def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[s
             return False
         children = {p.split("/")[1] for p in nodes if p.startswith(member + "/")}
         # a workspace is a group with its own cell table and only writer members
-        return "cellData" in children and all(allowed(f"{member}/{child}", True) for child in children)
+        return "cellData" in children and all(
+            allowed(f"{member}/{child}", True) for child in children
+        )
 
     for member in top_level:
         if not allowed(member, False):

@@ -110,4 +110,6 @@ def layout_fingerprint(layout_json: dict[str, Any]) -> str:
 
 def dataset_fingerprint_of(counts_fp: str, cells_fp: str, features_fp: str) -> str:
     """The dataset fingerprint: counts plus the ordered identities of both axes."""
-    return combine("cytearc:dataset", {"counts": counts_fp, "cells": cells_fp, "features": features_fp})
+    return combine(
+        "cytearc:dataset", {"counts": counts_fp, "cells": cells_fp, "features": features_fp}
+    )

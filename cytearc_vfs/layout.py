@@ -62,7 +62,9 @@ class LayoutPolicy:
         if isinstance(value, LayoutPolicy):
             return value
         if isinstance(value, tuple) and len(value) == 2:
-            return cls(parse_size(value[0], what="unitBytes"), parse_size(value[1], what="chunkBytes"))
+            return cls(
+                parse_size(value[0], what="unitBytes"), parse_size(value[1], what="chunkBytes")
+            )
         raise TypeError(
             "layout must be a LayoutPolicy or a (unitBytes, chunkBytes) pair such as "
             f"('64M', '1M'), not {value!r}"

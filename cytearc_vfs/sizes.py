@@ -45,8 +45,7 @@ def parse_size(value: int | str, *, what: str = "size") -> int:
         return value
     if not isinstance(value, str):
         raise TypeError(
-            f"{what} must be a byte count or a size string such as '2G', "
-            f"not {type(value).__name__}"
+            f"{what} must be a byte count or a size string such as '2G', not {type(value).__name__}"
         )
     match = _SIZE.match(value)
     unit = match.group(2).lower() if match else None

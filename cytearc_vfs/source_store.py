@@ -19,8 +19,14 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from .errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, UnsupportedSourceError
+from .errors import (
+    IdentityMismatchError,
+    IncompleteStoreError,
+    RecordShapeError,
+    UnsupportedSourceError,
+)
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
+from .nodes import array_at, group_at
 from .paths import AssayPaths, join
 from .records import (
     ASSAY_TYPE_PRESETS,
@@ -35,9 +41,7 @@ from .records import (
 
 __all__ = ["AssayInfo", "StoreContents", "read_contents", "verify_assay", "verify_store"]
 
-REPAIR = (
-    "re-import the dataset, or rewrite it with `cytearc-vfs repack --data-only SOURCE DEST`"
-)
+REPAIR = "re-import the dataset, or rewrite it with `cytearc-vfs repack --data-only SOURCE DEST`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,16 +176,30 @@ def _layout_of(attrs: Mapping[str, Any], *, where: str) -> CountLayout:
     return CountLayout.from_json(attrs[COUNT_LAYOUT_ATTR], where=where)
 
 
-def _check_live(array: zarr.Array, geometry: ArrayGeometry, shape: tuple[int, int], dtype: str, *, where: str) -> None:
+def _check_live(
+    array: zarr.Array[Any],
+    geometry: ArrayGeometry,
+    shape: tuple[int, int],
+    dtype: str,
+    *,
+    where: str,
+) -> None:
     if array.metadata.zarr_format != 3:
-        raise RecordShapeError(f"{where} is a Zarr v2 array; RNA assays need sharded Zarr v3 counts. {REPAIR}")
+        raise RecordShapeError(
+            f"{where} is a Zarr v2 array; RNA assays need sharded Zarr v3 counts. {REPAIR}"
+        )
     live = {
         "shape": tuple(array.shape),
         "dtype": str(array.dtype),
         "chunks": tuple(array.chunks),
         "shards": tuple(array.shards) if array.shards is not None else None,
     }
-    recorded = {"shape": shape, "dtype": dtype, "chunks": geometry.chunks, "shards": geometry.shards}
+    recorded = {
+        "shape": shape,
+        "dtype": dtype,
+        "chunks": geometry.chunks,
+        "shards": geometry.shards,
+    }
     wrong = {k: (recorded[k], live[k]) for k in recorded if recorded[k] != live[k]}
     if wrong:
         details = "; ".join(f"{k}: record {r} but array {v}" for k, (r, v) in wrong.items())
@@ -194,8 +212,7 @@ def _check_live(array: zarr.Array, geometry: ArrayGeometry, shape: tuple[int, in
 def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
     if "ids" not in group:
         raise RecordShapeError(f"{where} has no ids column; {REPAIR}")
-    ids = group["ids"]
-    assert isinstance(ids, zarr.Array)
+    ids = array_at(group, "ids")
     if ids.shape != (expected_len,):
         raise RecordShapeError(
             f"{where}/ids has {ids.shape[0] if ids.shape else 0} entries but the counts have "
@@ -207,7 +224,9 @@ def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
     return ids_fingerprint(np.asarray(ids[:]))
 
 
-def verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None = None) -> AssayInfo:
+def verify_assay(
+    store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None = None
+) -> AssayInfo:
     """Verify one assay; raises the package's errors naming the remedy."""
     try:
         return _verify_assay(store, paths, where=where, assay_types=assay_types)
@@ -218,8 +237,12 @@ def verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: Ma
         raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc
 
 
-def _verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None) -> AssayInfo:
-    label = f"{where}: assay {paths.assay!r}" + (f" of workspace {paths.workspace!r}" if paths.workspace else "")
+def _verify_assay(
+    store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None
+) -> AssayInfo:
+    label = f"{where}: assay {paths.assay!r}" + (
+        f" of workspace {paths.workspace!r}" if paths.workspace else ""
+    )
     root = zarr.open_group(store, mode="r")
     if _node_attrs(store, join(paths.assay_group, "state"))[0] is not None or _get_json(
         store, join(paths.assay_group, "state", ".zgroup")
@@ -240,19 +263,20 @@ def _verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: M
         raise ValueError(f"{label}: {paths.assay_group!r} is not an assay group (no is_assay)")
     if assay_types is None:
         container_attrs = _node_attrs(store, paths.root)[1]
-        assay_types = parse_assay_types(container_attrs.get("assayTypes", {}), where=paths.root or "/")
+        assay_types = parse_assay_types(
+            container_attrs.get("assayTypes", {}), where=paths.root or "/"
+        )
     assay_type = assay_types.get(paths.assay) or (
         paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
     )
 
-    matrix_kind, matrix_attrs = _node_attrs(store, paths.matrix_group)
+    _, matrix_attrs = _node_attrs(store, paths.matrix_group)
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
     if _node_attrs(store, paths.counts)[0] != "array":
         if _get_json(store, join(paths.counts, ".zarray")) is not None:
             raise RecordShapeError(f"{label}: counts is a Zarr v2 array; {REPAIR}")
         raise IncompleteStoreError(f"{label} has no counts array at {paths.counts!r}; {REPAIR}")
-    counts = root[paths.counts]
-    assert isinstance(counts, zarr.Array)
+    counts = array_at(root, paths.counts)
     counts_layout = _layout_of(counts.attrs, where=f"{label} counts")
     if counts_layout != layout:
         raise RecordShapeError(
@@ -264,11 +288,15 @@ def _verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: M
         raise IncompleteStoreError(
             f"{label}: counts carry no content_fingerprint, so their write never finished; {REPAIR}"
         )
-    content = parse_fingerprint(counts.attrs["content_fingerprint"], record="content_fingerprint", where=paths.counts)
+    content = parse_fingerprint(
+        counts.attrs["content_fingerprint"], record="content_fingerprint", where=paths.counts
+    )
 
     if requires_transpose(assay_type):
         if layout.counts_t is None:
-            raise RecordShapeError(f"{label} is {assay_type} but its layout records no countsT; {REPAIR}")
+            raise RecordShapeError(
+                f"{label} is {assay_type} but its layout records no countsT; {REPAIR}"
+            )
         kind_t = _node_attrs(store, paths.counts_t)[0]
         if kind_t != "array":
             v2 = _get_json(store, join(paths.counts_t, ".zarray")) is not None
@@ -276,27 +304,46 @@ def _verify_assay(store: Store, paths: AssayPaths, *, where: str, assay_types: M
                 f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT, but "
                 f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
             )
-        counts_t = root[paths.counts_t]
-        assert isinstance(counts_t, zarr.Array)
+        counts_t = array_at(root, paths.counts_t)
         if counts_t.attrs.get("complete") is not True:
             raise IncompleteStoreError(
                 f"{label}: countsT is not complete (its write never finished); {REPAIR}"
             )
         if _layout_of(counts_t.attrs, where=f"{label} countsT") != layout:
-            raise RecordShapeError(f"{label}: the layout records of countsT and counts differ; {REPAIR}")
-        _check_live(counts_t, layout.counts_t, (layout.shape[1], layout.shape[0]), layout.dtype, where=f"{label} countsT")
+            raise RecordShapeError(
+                f"{label}: the layout records of countsT and counts differ; {REPAIR}"
+            )
+        _check_live(
+            counts_t,
+            layout.counts_t,
+            (layout.shape[1], layout.shape[0]),
+            layout.dtype,
+            where=f"{label} countsT",
+        )
         if counts_t.attrs.get("content_fingerprint") != content:
             raise IdentityMismatchError(
                 f"{label}: countsT is bound to content {counts_t.attrs.get('content_fingerprint')!r} "
                 f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
             )
     _check_summaries(store, root, paths, content, layout.shape, label=label)
-    cells_fp = _ids_fp(root[paths.cell_data], layout.shape[0], where=f"{label} {paths.cell_data}")  # type: ignore[arg-type]
-    features_fp = _ids_fp(root[paths.feature_data], layout.shape[1], where=f"{label} {paths.feature_data}")  # type: ignore[arg-type]
+    cells_fp = _ids_fp(
+        group_at(root, paths.cell_data), layout.shape[0], where=f"{label} {paths.cell_data}"
+    )
+    features_fp = _ids_fp(
+        group_at(root, paths.feature_data), layout.shape[1], where=f"{label} {paths.feature_data}"
+    )
     return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp)
 
 
-def _check_summaries(store: Store, root: zarr.Group, paths: AssayPaths, content: str, shape: tuple[int, int], *, label: str) -> None:
+def _check_summaries(
+    store: Store,
+    root: zarr.Group,
+    paths: AssayPaths,
+    content: str,
+    shape: tuple[int, int],
+    *,
+    label: str,
+) -> None:
     kind, attrs = _node_attrs(store, paths.summaries)
     if kind != "group":
         raise IncompleteStoreError(
@@ -309,11 +356,15 @@ def _check_summaries(store: Store, root: zarr.Group, paths: AssayPaths, content:
             f"{label}: countSummaries describe counts {bound!r}, but the counts are {content}; "
             f"the summaries are bound to other counts. {REPAIR}"
         )
-    for name, length in (("rowSums", shape[0]), ("rowPositive", shape[0]), ("columnPositive", shape[1])):
+    for name, length in (
+        ("rowSums", shape[0]),
+        ("rowPositive", shape[0]),
+        ("columnPositive", shape[1]),
+    ):
         key = join(paths.summaries, name)
         if _node_attrs(store, key)[0] != "array":
             raise RecordShapeError(f"{label}: countSummaries lacks {name}; {REPAIR}")
-        array = root[key]
+        array = array_at(root, key)
         if tuple(array.shape) != (length,):
             raise RecordShapeError(
                 f"{label}: countSummaries/{name} has shape {tuple(array.shape)}, expected ({length},); {REPAIR}"
@@ -333,6 +384,8 @@ def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[Assay
     for paths in contents.assays:
         if paths.root not in types_by_root:
             attrs = _node_attrs(store, paths.root)[1]
-            types_by_root[paths.root] = parse_assay_types(attrs.get("assayTypes", {}), where=paths.root or "/")
+            types_by_root[paths.root] = parse_assay_types(
+                attrs.get("assayTypes", {}), where=paths.root or "/"
+            )
         infos.append(verify_assay(store, paths, where=where, assay_types=types_by_root[paths.root]))
     return contents, infos

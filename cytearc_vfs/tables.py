@@ -17,7 +17,14 @@ import numpy.typing as npt
 import pandas as pd
 import zarr
 
-__all__ = ["RESERVED_COLUMNS", "PreparedTable", "column_values", "prepare_table", "read_table", "write_table"]
+__all__ = [
+    "RESERVED_COLUMNS",
+    "PreparedTable",
+    "column_values",
+    "prepare_table",
+    "read_table",
+    "write_table",
+]
 
 RESERVED_COLUMNS = ("ids", "names", "I")
 CATEGORICAL_ATTR = "cytearc:categorical"
@@ -62,7 +69,7 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
                 f"{table} column {name!r} ({dtype}) holds missing values, which a "
                 "Zarr column cannot mark; fill them or convert the column to float"
             )
-        return series.to_numpy(dtype=dtype.numpy_dtype), attrs
+        return series.to_numpy(dtype=getattr(dtype, "numpy_dtype", None)), attrs
     # strings (object, pandas string dtypes)
     values = series.to_numpy(dtype=object)
     bad = [v for v in values if not isinstance(v, str)]
@@ -80,7 +87,9 @@ def _json_scalar(value: object) -> Any:
     return value
 
 
-def _create_column(group: zarr.Group, name: str, values: npt.NDArray[Any], attrs: dict[str, Any]) -> None:
+def _create_column(
+    group: zarr.Group, name: str, values: npt.NDArray[Any], attrs: dict[str, Any]
+) -> None:
     if values.dtype.kind in "UO":
         # Fixed-width UTF-32, as CyteArc's and scarf's own writers store text:
         # the DataStore's string fingerprints cannot cast variable-length strings.
@@ -113,7 +122,9 @@ class PreparedTable:
         return len(self.columns[0][1])
 
 
-def prepare_table(frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | None = None) -> PreparedTable:
+def prepare_table(
+    frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | None = None
+) -> PreparedTable:
     """Check and convert ``frame`` (index = ids); raises before anything is written."""
     from .fingerprints import ids_fingerprint
 
@@ -135,7 +146,9 @@ def prepare_table(frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | 
         values, attrs = column_values(frame[name], table=table)
         own.append((key, values, attrs))
     fingerprint = ids_fingerprint(ids)
-    columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [("ids", ids, {"fingerprint": fingerprint})]
+    columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [
+        ("ids", ids, {"fingerprint": fingerprint})
+    ]
     if not any(key == "names" for key, _, _ in own):
         columns.append(("names", ids if names is None else np.asarray(names, dtype=str), {}))
     columns.append(("I", np.ones(len(ids), dtype=bool), {}))
@@ -153,9 +166,9 @@ def write_table(group: zarr.Group, prepared: PreparedTable) -> str:
 def read_table(group: zarr.Group) -> pd.DataFrame:
     """Read a table group back into a DataFrame indexed by ``ids``."""
     data: dict[str, Any] = {}
-    ids = None
+    ids: Any = None
     for name, array in sorted(group.arrays(), key=lambda item: item[0]):
-        values = array[:]
+        values: Any = array[:]
         if name == "ids":
             ids = values
             continue
@@ -163,5 +176,5 @@ def read_table(group: zarr.Group) -> pd.DataFrame:
         if isinstance(spec, dict):
             values = pd.Categorical(values, categories=spec["categories"], ordered=spec["ordered"])
         data[name] = values
-    frame = pd.DataFrame(data, index=pd.Index(ids if ids is not None else [], dtype=object))
-    return frame
+    index = pd.Index(list(ids) if ids is not None else [], dtype=object)
+    return pd.DataFrame(data, index=index)

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 import zarr
 from zarr.codecs import ZstdCodec
 
-from .count_dtype import checked_cast, resolve_count_dtype
+from .count_dtype import checked_cast, resolve_count_dtype, summary_dtype
 from .count_source import CountSource, as_count_source, iter_bands, scan_source
 from .destinations import create_destination
 from .fingerprints import ContentHasher, dataset_fingerprint_of
@@ -79,9 +79,13 @@ class WriteInfo:
     """Wall time of the write."""
 
 
-def _table(frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | None, n: int, what: str) -> pd.DataFrame:
+def _table(
+    frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | None, n: int, what: str
+) -> pd.DataFrame:
     if given is not None:
-        frame = given if isinstance(given, pd.DataFrame) else pd.DataFrame(index=pd.Index(list(given)))
+        frame = (
+            given if isinstance(given, pd.DataFrame) else pd.DataFrame(index=pd.Index(list(given)))
+        )
     if frame is None:
         prefix = "cell" if what == "cells" else "feature"
         frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
@@ -93,14 +97,6 @@ def _table(frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | Non
     return frame
 
 
-def _summary_dtype(dtype: np.dtype) -> np.dtype:
-    if dtype.kind == "u":
-        return np.dtype(np.uint64)
-    if dtype.kind == "i":
-        return np.dtype(np.int64)
-    return np.dtype(np.float64)
-
-
 class _ShardWriter:
     """Writes dense bands with at most one write in flight beside the band being built."""
 
@@ -108,9 +104,11 @@ class _ShardWriter:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cytearc-write")
         self._pending: Future[None] | None = None
 
-    def submit(self, array: zarr.Array, start: int, dense: npt.NDArray[Any]) -> None:
+    def submit(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
         self.wait()
-        self._pending = self._pool.submit(array.__setitem__, slice(start, start + len(dense)), dense)
+        self._pending = self._pool.submit(
+            array.__setitem__, slice(start, start + len(dense)), dense
+        )
 
     def wait(self) -> None:
         if self._pending is not None:
@@ -124,8 +122,21 @@ class _ShardWriter:
             self._pool.shutdown(wait=True)
 
 
-def _create_count_array(group: zarr.Group, name: str, shape: tuple[int, int], dtype: np.dtype,
-                        chunks: tuple[int, int], shards: tuple[int, int], attrs: dict[str, Any]) -> zarr.Array:
+def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
+    """``band`` in the storage dtype, through the checked cast."""
+    data = checked_cast(band.data, dtype, where=f"rows {start}:{stop}")
+    return sp.csr_array((data, band.indices, band.indptr), shape=band.shape)
+
+
+def _create_count_array(
+    group: zarr.Group,
+    name: str,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    chunks: tuple[int, int],
+    shards: tuple[int, int],
+    attrs: dict[str, Any],
+) -> zarr.Array[Any]:
     return group.create_array(
         name,
         shape=shape,
@@ -138,16 +149,20 @@ def _create_count_array(group: zarr.Group, name: str, shape: tuple[int, int], dt
     )
 
 
-def _feature_groups(layout: CountLayout, itemsize: int, nnz: int, mem_budget: int) -> list[tuple[int, int]]:
+def _feature_groups(
+    layout: CountLayout, itemsize: int, nnz: int, mem_budget: int
+) -> list[tuple[int, int]]:
     """Feature ranges whose transposed non-zeros fit the budget beside the band writes."""
     assert layout.counts_t is not None
-    n_cells, n_features = layout.shape
+    n_features = layout.shape[1]
     band_rows = layout.counts_t.shards[0]
     dense = 3 * band_rows * layout.counts_t.shards[1] * itemsize
     per_feature = 3 * (nnz / max(1, n_features)) * (itemsize + 8) + 16
     capacity = max(band_rows, int(max(0, mem_budget - dense) / per_feature))
     capacity = max(band_rows, capacity // band_rows * band_rows)
-    return [(start, min(n_features, start + capacity)) for start in range(0, n_features, capacity)] or [(0, 0)]
+    return [
+        (start, min(n_features, start + capacity)) for start in range(0, n_features, capacity)
+    ] or [(0, 0)]
 
 
 def write_counts(
@@ -205,23 +220,42 @@ def write_counts(
 
     source, obs, var = as_count_source(counts, layer=layer)
     cell_table = prepare_table(_table(obs, cells, source.shape[0], "cells"), table="cellData")
-    feature_table = prepare_table(_table(var, features, source.shape[1], "features"), table="featureData")
+    feature_table = prepare_table(
+        _table(var, features, source.shape[1], "features"), table="featureData"
+    )
 
     # Everything that can refuse runs before the destination exists.
     scan_rows = max(1, min(source.shape[0], 1 + 64 * 1024**2 // max(1, 8 * source.shape[1])))
     value_range = scan_source(source, scan_rows)
     dtype = resolve_count_dtype(value_range)
     count_layout = require_fit(
-        policy, source.shape, dtype.name, dtype.itemsize, value_range.nnz, budget, transpose=transpose
+        policy,
+        source.shape,
+        dtype.name,
+        dtype.itemsize,
+        value_range.nnz,
+        budget,
+        transpose=transpose,
     )
     root = create_destination(destination, overwrite=overwrite)
     location = canonical_location(destination)
-    logger.info("writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination))
+    logger.info(
+        "writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination)
+    )
 
     try:
         info = _write_store(
-            root, paths, source, cell_table, feature_table, resolved_type, dtype, count_layout,
-            value_range.nnz, budget, progress,
+            root,
+            paths,
+            source,
+            cell_table,
+            feature_table,
+            resolved_type,
+            dtype,
+            count_layout,
+            value_range.nnz,
+            budget,
+            progress,
         )
     except BaseException:
         logger.warning("write to %s failed; the assay stays pending and will not open", location)
@@ -257,27 +291,38 @@ def _write_store(
 ) -> tuple[str, str, str]:
     workspace_group = root if paths.workspace is None else root.create_group(paths.workspace)
     cells_fp = write_table(workspace_group.create_group("cellData"), cell_table)
-    assay_group = root.create_group(paths.assay_group, attributes={PENDING_ASSAY_ATTR: "write_counts"})
+    assay_group = root.create_group(
+        paths.assay_group, attributes={PENDING_ASSAY_ATTR: "write_counts"}
+    )
     features_fp = write_table(assay_group.create_group("featureData"), feature_table)
     matrix_group = assay_group if paths.workspace is None else root.create_group(paths.matrix_group)
 
     layout_json = layout.to_json()
     counts = _create_count_array(
-        matrix_group, "counts", layout.shape, dtype, layout.counts.chunks, layout.counts.shards,
+        matrix_group,
+        "counts",
+        layout.shape,
+        dtype,
+        layout.counts.chunks,
+        layout.counts.shards,
         {COUNT_LAYOUT_ATTR: layout_json},
     )
     counts_t = None
     if layout.counts_t is not None:
         counts_t = _create_count_array(
-            matrix_group, "countsT", (layout.shape[1], layout.shape[0]), dtype,
-            layout.counts_t.chunks, layout.counts_t.shards,
+            matrix_group,
+            "countsT",
+            (layout.shape[1], layout.shape[0]),
+            dtype,
+            layout.counts_t.chunks,
+            layout.counts_t.shards,
             {COUNT_LAYOUT_ATTR: layout_json, "complete": False},
         )
     groups = _feature_groups(layout, dtype.itemsize, nnz, budget) if counts_t is not None else []
 
     hasher = ContentHasher(layout.shape, dtype)
     n_cells, n_features = layout.shape
-    sum_dtype = _summary_dtype(dtype)
+    sum_dtype = summary_dtype(dtype)
     row_sums = np.zeros(n_cells, dtype=sum_dtype)
     row_positive = np.zeros(n_cells, dtype=np.int64)
     column_positive = np.zeros(n_features, dtype=np.int64)
@@ -286,10 +331,7 @@ def _write_store(
     try:
         first_group: list[sp.csr_array] = []
         for start, stop, band in iter_bands(source, band_rows):
-            stored = sp.csr_array(
-                (checked_cast(band.data, dtype, where=f"rows {start}:{stop}"), band.indices, band.indptr),
-                shape=band.shape,
-            )
+            stored = _stored_band(band, dtype, start, stop)
             hasher.update(stored)
             row_sums[start:stop] = stored.sum(axis=1, dtype=sum_dtype)
             positive = stored.data > 0
@@ -308,31 +350,44 @@ def _write_store(
 
         if counts_t is not None:
             for index, (g0, g1) in enumerate(groups):
-                pieces = first_group if index == 0 else [
-                    sp.csr_array(
-                        (checked_cast(band.data, dtype, where=f"rows {s}:{e}"), band.indices, band.indptr),
-                        shape=band.shape,
-                    )[:, g0:g1]
-                    for s, e, band in iter_bands(source, band_rows)
-                ]
-                _write_transposed_group(counts_t, pieces, g0, g1, n_cells, writer, progress, n_features)
+                pieces = (
+                    first_group
+                    if index == 0
+                    else [
+                        _stored_band(band, dtype, s, e)[:, g0:g1]
+                        for s, e, band in iter_bands(source, band_rows)
+                    ]
+                )
+                _write_transposed_group(
+                    counts_t, pieces, g0, g1, n_cells, writer, progress, n_features
+                )
                 first_group = []
             writer.wait()
     finally:
         writer.close()
 
-    summaries = matrix_group.create_group("countSummaries", attributes={"source_fingerprint": content})
-    for name, values in (("rowSums", row_sums), ("rowPositive", row_positive), ("columnPositive", column_positive)):
+    summaries = matrix_group.create_group(
+        "countSummaries", attributes={"source_fingerprint": content}
+    )
+    for name, values in (
+        ("rowSums", row_sums),
+        ("rowPositive", row_positive),
+        ("columnPositive", column_positive),
+    ):
         summaries.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
     if counts_t is not None:
         counts_t.attrs.update({"content_fingerprint": content, "complete": True})
     matrix_group.attrs.update({COUNT_LAYOUT_ATTR: layout_json})
 
     root_attrs = workspace_group.attrs.asdict()
-    types = dict(root_attrs.get("assayTypes", {}) or {})
+    recorded = root_attrs.get("assayTypes", {})
+    types = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
     types[paths.assay] = assay_type
     workspace_group.attrs.update(
-        {"assayTypes": dump_assay_types(types), "defaultAssay": root_attrs.get("defaultAssay", paths.assay)}
+        {
+            "assayTypes": dump_assay_types(types),
+            "defaultAssay": root_attrs.get("defaultAssay", paths.assay),
+        }
     )
     # One attribute write publishes the assay (replacing the pending marker).
     attrs = {k: v for k, v in assay_group.attrs.asdict().items() if k != PENDING_ASSAY_ATTR}
@@ -342,7 +397,7 @@ def _write_store(
 
 
 def _write_transposed_group(
-    counts_t: zarr.Array,
+    counts_t: zarr.Array[Any],
     pieces: list[sp.csr_array],
     g0: int,
     g1: int,

@@ -37,8 +37,13 @@ def recreate_counts_t(path: Path, shape: tuple[int, int], *, sharded: bool = Tru
     attrs = old.attrs.asdict()
     del root["RNA/countsT"]
     root["RNA"].create_array(
-        "countsT", shape=shape, dtype=old.dtype, chunks=old.chunks,
-        shards=old.shards if sharded else None, attributes=attrs, fill_value=0,
+        "countsT",
+        shape=shape,
+        dtype=old.dtype,
+        chunks=old.chunks,
+        shards=old.shards if sharded else None,
+        attributes=attrs,
+        fill_value=0,
     )
 
 
@@ -59,26 +64,88 @@ def test_open_by_file_url_and_by_store(store_path: Path) -> None:
 def test_open_memory_url(counts: sp.csr_array) -> None:
     info = cv.write_counts("memory://open-memory-test", counts)
     store = cv.open_store("memory://open-memory-test")
-    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/counts", mode="r")[:], counts.toarray())
+    np.testing.assert_array_equal(
+        zarr.open_array(store, path="RNA/counts", mode="r")[:], counts.toarray()
+    )
     assert info.location == "memory://open-memory-test"
 
 
 @pytest.mark.parametrize(
     ("node", "change", "error", "message"),
     [
-        ("RNA/counts", lambda a: a.pop(COUNT_LAYOUT_ATTR), cv.RecordShapeError, "no cytearc:countMatrixLayout"),
-        ("RNA", lambda a: a.pop(COUNT_LAYOUT_ATTR), cv.RecordShapeError, "no cytearc:countMatrixLayout"),
-        ("RNA/counts", lambda a: a[COUNT_LAYOUT_ATTR].update(unitBytes=999), cv.RecordShapeError, "differ"),
-        ("RNA/countsT", lambda a: a[COUNT_LAYOUT_ATTR].update(chunkBytes=7), cv.RecordShapeError, "differ"),
-        ("RNA/counts", lambda a: a[COUNT_LAYOUT_ATTR].update(extra=1), cv.RecordShapeError, "unknown field"),
+        (
+            "RNA/counts",
+            lambda a: a.pop(COUNT_LAYOUT_ATTR),
+            cv.RecordShapeError,
+            "no cytearc:countMatrixLayout",
+        ),
+        (
+            "RNA",
+            lambda a: a.pop(COUNT_LAYOUT_ATTR),
+            cv.RecordShapeError,
+            "no cytearc:countMatrixLayout",
+        ),
+        (
+            "RNA/counts",
+            lambda a: a[COUNT_LAYOUT_ATTR].update(unitBytes=999),
+            cv.RecordShapeError,
+            "differ",
+        ),
+        (
+            "RNA/countsT",
+            lambda a: a[COUNT_LAYOUT_ATTR].update(chunkBytes=7),
+            cv.RecordShapeError,
+            "differ",
+        ),
+        (
+            "RNA/counts",
+            lambda a: a[COUNT_LAYOUT_ATTR].update(extra=1),
+            cv.RecordShapeError,
+            "unknown field",
+        ),
         ("RNA", lambda a: a[COUNT_LAYOUT_ATTR].pop("dtype"), cv.RecordShapeError, "missing field"),
-        ("RNA", lambda a: a[COUNT_LAYOUT_ATTR].update(unitBytes=True), cv.RecordShapeError, "unitBytes"),
-        ("RNA/countSummaries", lambda a: a.update(source_fingerprint="sha256:" + "0" * 64), cv.IdentityMismatchError, "bound to other counts"),
-        ("RNA/countsT", lambda a: a.update(complete=False), cv.IncompleteStoreError, "not complete"),
-        ("RNA/countsT", lambda a: a.update(content_fingerprint="sha256:" + "1" * 64), cv.IdentityMismatchError, "not one matrix"),
-        ("RNA/counts", lambda a: a.pop("content_fingerprint"), cv.IncompleteStoreError, "never finished"),
-        ("RNA/counts", lambda a: a.update(content_fingerprint="abc"), cv.RecordShapeError, "not a fingerprint"),
-        ("RNA", lambda a: a.update(**{"cytearc:pending_assay": "x"}), cv.UnsupportedSourceError, "pending"),
+        (
+            "RNA",
+            lambda a: a[COUNT_LAYOUT_ATTR].update(unitBytes=True),
+            cv.RecordShapeError,
+            "unitBytes",
+        ),
+        (
+            "RNA/countSummaries",
+            lambda a: a.update(source_fingerprint="sha256:" + "0" * 64),
+            cv.IdentityMismatchError,
+            "bound to other counts",
+        ),
+        (
+            "RNA/countsT",
+            lambda a: a.update(complete=False),
+            cv.IncompleteStoreError,
+            "not complete",
+        ),
+        (
+            "RNA/countsT",
+            lambda a: a.update(content_fingerprint="sha256:" + "1" * 64),
+            cv.IdentityMismatchError,
+            "not one matrix",
+        ),
+        (
+            "RNA/counts",
+            lambda a: a.pop("content_fingerprint"),
+            cv.IncompleteStoreError,
+            "never finished",
+        ),
+        (
+            "RNA/counts",
+            lambda a: a.update(content_fingerprint="abc"),
+            cv.RecordShapeError,
+            "not a fingerprint",
+        ),
+        (
+            "RNA",
+            lambda a: a.update(**{"cytearc:pending_assay": "x"}),
+            cv.UnsupportedSourceError,
+            "pending",
+        ),
         ("", lambda a: a.update(assayTypes=["RNA"]), ValueError, "not a mapping"),
         ("", lambda a: a.update(assayTypes={"RNA": "rna"}), ValueError, "not a preset"),
     ],
@@ -87,7 +154,10 @@ def test_tampered_records_fail_closed(store_path: Path, node, change, error, mes
     edit_attrs(store_path, node, change)
     with pytest.raises(error, match=message) as info:
         cv.open_store(store_path)
-    assert "repack --data-only" in str(info.value) or error in (cv.UnsupportedSourceError, ValueError)
+    assert "repack --data-only" in str(info.value) or error in (
+        cv.UnsupportedSourceError,
+        ValueError,
+    )
 
 
 def test_countsT_shape_changed(store_path: Path) -> None:
@@ -133,14 +203,14 @@ def test_cell_ids_of_wrong_length(store_path: Path) -> None:
 
 def test_retired_state_group(store_path: Path) -> None:
     zarr.open_group(store_path, mode="a")["RNA"].create_group("state")
-    with pytest.raises(cv.UnsupportedSourceError, match="retired RNA/state.*omits it"):
+    with pytest.raises(cv.UnsupportedSourceError, match=r"retired RNA/state.*omits it"):
         cv.open_store(store_path)
 
 
 def test_zarr_v2_store(tmp_path: Path) -> None:
     root = zarr.open_group(tmp_path / "v2.zarr", mode="w", zarr_format=2)
     root.create_group("RNA").attrs["is_assay"] = True
-    with pytest.raises(cv.RecordShapeError, match="Zarr v2.*repack --data-only"):
+    with pytest.raises(cv.RecordShapeError, match=r"Zarr v2.*repack --data-only"):
         cv.open_store(tmp_path / "v2.zarr")
 
 

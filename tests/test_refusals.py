@@ -29,7 +29,9 @@ def test_non_numeric_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "s.zarr").exists()
 
 
-def test_existing_store_needs_overwrite(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+def test_existing_store_needs_overwrite(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
     cv.write_counts(tmp_path / "s.zarr", counts)
     before = snapshot_tree(tmp_path / "s.zarr")
     with pytest.raises(FileExistsError, match="overwrite=True"):
@@ -49,7 +51,9 @@ def test_existing_store_needs_overwrite(tmp_path: Path, counts: sp.csr_array, sn
         (lambda root: (root / "cellData" / "ids" / "README").write_text("mine"), r"README"),
     ],
 )
-def test_overwrite_refuses_foreign_keys(tmp_path: Path, counts: sp.csr_array, snapshot_tree, plant, message) -> None:
+def test_overwrite_refuses_foreign_keys(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree, plant, message
+) -> None:
     cv.write_counts(tmp_path / "s.zarr", counts)
     plant(tmp_path / "s.zarr")
     before = snapshot_tree(tmp_path / "s.zarr")
@@ -66,7 +70,9 @@ def test_overwrite_refuses_root_array(tmp_path: Path, counts: sp.csr_array, snap
     assert snapshot_tree(tmp_path / "s.zarr") == before
 
 
-def test_overwrite_refuses_unknown_member_group(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+def test_overwrite_refuses_unknown_member_group(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
     cv.write_counts(tmp_path / "s.zarr", counts)
     zarr.open_group(tmp_path / "s.zarr", mode="a").create_group("my_results")
     before = snapshot_tree(tmp_path / "s.zarr")
@@ -75,7 +81,9 @@ def test_overwrite_refuses_unknown_member_group(tmp_path: Path, counts: sp.csr_a
     assert snapshot_tree(tmp_path / "s.zarr") == before
 
 
-def test_overwrite_refuses_prepared_assay(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+def test_overwrite_refuses_prepared_assay(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
     cv.write_counts(tmp_path / "s.zarr", counts)
     root = zarr.open_group(tmp_path / "s.zarr", mode="a")
     root["cellData"].create_array("RNA_nCounts", shape=(counts.shape[0],), dtype="float64")
@@ -85,7 +93,9 @@ def test_overwrite_refuses_prepared_assay(tmp_path: Path, counts: sp.csr_array, 
     assert snapshot_tree(tmp_path / "s.zarr") == before
 
 
-def test_overwrite_refuses_mount_target(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+def test_overwrite_refuses_mount_target(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
     root = zarr.open_group(tmp_path / "s.zarr", mode="w")
     root.attrs["matrixSource"] = {"location": "/x", "workspace": None, "assays": {}}
     before = snapshot_tree(tmp_path / "s.zarr")
@@ -103,7 +113,9 @@ def test_overwrite_refuses_plain_files_without_group(tmp_path: Path, counts: sp.
 
 
 @pytest.mark.parametrize("marker", ["zarr.json", ".zgroup", ".zarray"])
-def test_destination_below_zarr_node_refused(tmp_path: Path, counts: sp.csr_array, marker: str) -> None:
+def test_destination_below_zarr_node_refused(
+    tmp_path: Path, counts: sp.csr_array, marker: str
+) -> None:
     outer = tmp_path / "outer.zarr"
     outer.mkdir()
     (outer / marker).write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
@@ -112,7 +124,9 @@ def test_destination_below_zarr_node_refused(tmp_path: Path, counts: sp.csr_arra
     assert not (outer / "inner").exists()
 
 
-def test_destination_that_is_an_assay_refused(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
+def test_destination_that_is_an_assay_refused(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
     root = zarr.open_group(tmp_path / "a.zarr", mode="w")
     root.attrs["is_assay"] = True
     before = snapshot_tree(tmp_path / "a.zarr")
@@ -124,8 +138,15 @@ def test_destination_that_is_an_assay_refused(tmp_path: Path, counts: sp.csr_arr
 def test_explicit_layout_that_does_not_fit_names_largest_halving(tmp_path: Path) -> None:
     matrix = sp.random(4000, 2000, density=0.01, format="csr", random_state=0, dtype=np.float32)
     matrix.data[:] = 1
-    with pytest.raises(LayoutTooLargeError, match=r"largest halving that fits is layout=LayoutPolicy\(") as info:
-        cv.write_counts(tmp_path / "s.zarr", matrix, layout=cv.LayoutPolicy(8 * 1024**2, 128 * 1024), mem_budget="4M")
+    with pytest.raises(
+        LayoutTooLargeError, match=r"largest halving that fits is layout=LayoutPolicy\("
+    ) as info:
+        cv.write_counts(
+            tmp_path / "s.zarr",
+            matrix,
+            layout=cv.LayoutPolicy(8 * 1024**2, 128 * 1024),
+            mem_budget="4M",
+        )
     assert not (tmp_path / "s.zarr").exists()
     # the named halving is accepted as given
     text = str(info.value)

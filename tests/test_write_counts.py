@@ -25,7 +25,7 @@ def read_counts(location: Path | str, assay: str = "RNA", workspace: str | None 
     counts = zarr.open_array(store, path=f"{base}/counts", mode="r")
     counts_t = (
         zarr.open_array(store, path=f"{base}/countsT", mode="r")
-        if f"countsT" in zarr.open_group(store, path=base, mode="r")
+        if "countsT" in zarr.open_group(store, path=base, mode="r")
         else None
     )
     return store, counts, counts_t
@@ -73,8 +73,11 @@ def test_round_trip_all_orientations_and_summaries(tmp_path: Path, counts: sp.cs
 def test_layout_records_on_group_counts_and_countsT(tmp_path: Path, counts: sp.csr_array) -> None:
     info = cv.write_counts(tmp_path / "s.zarr", counts, layout=SMALL)
     root = zarr.open_group(tmp_path / "s.zarr", mode="r")
-    records = [root["RNA"].attrs[COUNT_LAYOUT_ATTR], root["RNA/counts"].attrs[COUNT_LAYOUT_ATTR],
-               root["RNA/countsT"].attrs[COUNT_LAYOUT_ATTR]]
+    records = [
+        root["RNA"].attrs[COUNT_LAYOUT_ATTR],
+        root["RNA/counts"].attrs[COUNT_LAYOUT_ATTR],
+        root["RNA/countsT"].attrs[COUNT_LAYOUT_ATTR],
+    ]
     assert records[0] == records[1] == records[2] == info.layout.to_json()
     assert root["RNA/countsT"].attrs["complete"] is True
     assert root["RNA"].attrs["is_assay"] is True
@@ -107,8 +110,13 @@ def test_same_values_same_identity_whatever_the_form(tmp_path: Path) -> None:
     layouts = [None, SMALL, cv.LayoutPolicy(4096, 256)]
     seen = set()
     for i, (name, value) in enumerate(forms.items()):
-        info = cv.write_counts(tmp_path / f"{name}.zarr", value, layout=layouts[i % 3],
-                               cells=[f"c{i}" for i in range(120)], features=[f"g{j}" for j in range(50)])
+        info = cv.write_counts(
+            tmp_path / f"{name}.zarr",
+            value,
+            layout=layouts[i % 3],
+            cells=[f"c{i}" for i in range(120)],
+            features=[f"g{j}" for j in range(50)],
+        )
         seen.add((info.content_fingerprint, info.dataset_fingerprint, str(info.dtype)))
         _, stored, _ = read_counts(tmp_path / f"{name}.zarr")
         np.testing.assert_array_equal(stored[:], dense)
@@ -187,13 +195,17 @@ def test_tables_from_anndata_keep_columns_and_categoricals(tmp_path: Path) -> No
         },
         index=[f"AAAC-{i}" for i in range(40)],
     )
-    var = pd.DataFrame({"names": [f"GENE{i}" for i in range(12)]}, index=[f"ENSG{i:05d}" for i in range(12)])
+    var = pd.DataFrame(
+        {"names": [f"GENE{i}" for i in range(12)]}, index=[f"ENSG{i:05d}" for i in range(12)]
+    )
     cv.write_counts(tmp_path / "s.zarr", anndata.AnnData(matrix, obs=obs, var=var))
     root = zarr.open_group(tmp_path / "s.zarr", mode="r")
     cells = read_table(root["cellData"])
     assert list(cells.index) == list(obs.index)
     for column in obs.columns:
-        pd.testing.assert_series_equal(cells[column], obs[column], check_names=False, check_index=False)
+        pd.testing.assert_series_equal(
+            cells[column], obs[column], check_names=False, check_index=False
+        )
     assert root["cellData/ids"].dtype.kind == "U"  # fixed width: the DataStore fingerprints need it
     assert root["cellData/I"][:].all()
     features = read_table(root["RNA/featureData"])

@@ -18,7 +18,14 @@ from zarr.storage import LocalStore, ManagedMemoryStore
 
 from cytearc_vfs.locations import register_backend
 
-__all__ = ["forget_memory", "open_fsspec", "open_local", "open_memory", "open_obstore", "register_all"]
+__all__ = [
+    "forget_memory",
+    "open_fsspec",
+    "open_local",
+    "open_memory",
+    "open_obstore",
+    "register_all",
+]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https")
 
@@ -72,8 +79,12 @@ def open_fsspec(url: str, read_only: bool, storage_options: Mapping[str, Any] | 
     try:
         from zarr.storage import FsspecStore
     except ImportError as exc:  # pragma: no cover
-        raise ImportError(f"reading {url!r} needs fsspec: pip install 'cytearc-vfs[fsspec]'") from exc
-    return FsspecStore.from_url(url, storage_options=dict(storage_options or {}), read_only=read_only)
+        raise ImportError(
+            f"reading {url!r} needs fsspec: pip install 'cytearc-vfs[fsspec]'"
+        ) from exc
+    return FsspecStore.from_url(
+        url, storage_options=dict(storage_options or {}), read_only=read_only
+    )
 
 
 def _obstore_available() -> bool:

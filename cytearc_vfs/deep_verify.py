@@ -1,0 +1,132 @@
+"""Deep verification: re-read the counts and check them against their records.
+
+``open_store`` checks metadata only. This reads every value once, in shard
+bands, and checks what the records promise: the content fingerprint, the
+summaries, that ``countsT`` holds the transpose, and the ids fingerprints.
+It is what ``cytearc-vfs verify`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from zarr.abc.store import Store
+
+from .count_dtype import summary_dtype
+from .fingerprints import ContentHasher, ids_fingerprint
+from .nodes import array_at, group_at
+from .paths import join
+from .source_store import AssayInfo, verify_store
+
+__all__ = ["AssayReport", "deep_verify"]
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(slots=True)
+class AssayReport:
+    """What deep verification found for one assay."""
+
+    label: str
+    """``workspace/assay`` or ``assay``."""
+    problems: list[str] = field(default_factory=list)
+    """Human-readable findings; empty when the assay is sound."""
+    checked_values: int = 0
+    """Number of count values read."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing was found."""
+        return not self.problems
+
+
+def _column_checksums(values: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    # Sum and an index-weighted sum per column: a transposed copy must agree on
+    # both, so a moved or changed value is caught without holding either matrix.
+    as_float = values.astype(np.float64)
+    weights = np.arange(offset, offset + values.shape[0], dtype=np.float64) + 1.0
+    return as_float.sum(axis=0), weights @ as_float
+
+
+def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> AssayReport:
+    paths = info.paths
+    report = AssayReport(f"{paths.workspace}/{paths.assay}" if paths.workspace else paths.assay)
+    root = zarr.open_group(store, mode="r")
+    counts = array_at(root, paths.counts)
+    n_cells, n_features = info.shape
+    hasher = ContentHasher(info.shape, info.dtype)
+    sum_dtype = summary_dtype(info.dtype)
+    row_sums = np.zeros(n_cells, dtype=sum_dtype)
+    row_positive = np.zeros(n_cells, dtype=np.int64)
+    column_positive = np.zeros(n_features, dtype=np.int64)
+    col_sum = np.zeros(n_features)
+    col_weighted = np.zeros(n_features)
+    band = info.layout.counts.shards[0]
+    for start in range(0, n_cells, band):
+        stop = min(n_cells, start + band)
+        dense = np.asarray(counts[start:stop])
+        hasher.update(sp.csr_array(dense))
+        row_sums[start:stop] = dense.sum(axis=1, dtype=sum_dtype)
+        row_positive[start:stop] = (dense > 0).sum(axis=1)
+        column_positive += (dense > 0).sum(axis=0)
+        s, w = _column_checksums(dense, start)
+        col_sum += s
+        col_weighted += w
+        report.checked_values += dense.size
+        if progress:
+            progress(f"verify {report.label} counts", stop, n_cells)
+    if hasher.hexdigest() != info.content_fingerprint:
+        report.problems.append(
+            f"counts hold content {hasher.hexdigest()}, but the record says "
+            f"{info.content_fingerprint}: the values changed after writing"
+        )
+    summaries = group_at(root, paths.summaries)
+    for name, expected in (
+        ("rowSums", row_sums),
+        ("rowPositive", row_positive),
+        ("columnPositive", column_positive),
+    ):
+        stored = np.asarray(array_at(summaries, name)[:])
+        if not np.array_equal(stored, expected):
+            report.problems.append(f"countSummaries/{name} does not match the counts")
+    if info.has_counts_t:
+        counts_t = array_at(root, paths.counts_t)
+        band_t = info.layout.counts_t.shards[0] if info.layout.counts_t else 1
+        for start in range(0, n_features, band_t):
+            stop = min(n_features, start + band_t)
+            dense_t = np.asarray(counts_t[start:stop]).T  # cells x features slice
+            s, w = _column_checksums(dense_t, 0)
+            if not (
+                np.allclose(s, col_sum[start:stop]) and np.allclose(w, col_weighted[start:stop])
+            ):
+                bad = start + int(
+                    np.flatnonzero(
+                        ~np.isclose(s, col_sum[start:stop])
+                        | ~np.isclose(w, col_weighted[start:stop])
+                    )[0]
+                )
+                report.problems.append(
+                    f"countsT is not the transpose of counts (first at feature {bad})"
+                )
+                break
+            report.checked_values += dense_t.size
+            if progress:
+                progress(f"verify {report.label} countsT", stop, n_features)
+    for table, fingerprint in (
+        (paths.cell_data, info.cells_fingerprint),
+        (paths.feature_data, info.features_fingerprint),
+    ):
+        ids = np.asarray(array_at(root, join(table, "ids"))[:])
+        if ids_fingerprint(ids) != fingerprint:
+            report.problems.append(f"{table}/ids changed after writing (fingerprint differs)")
+    return report
+
+
+def deep_verify(store: Store, *, where: str, progress: Progress | None = None) -> list[AssayReport]:
+    """Verify metadata (as ``open_store`` does), then every value of every assay."""
+    _, infos = verify_store(store, where=where)
+    return [_verify_one(store, info, progress) for info in infos]

@@ -1,0 +1,39 @@
+"""A JSON-ready description of a store: what ``cytearc-vfs info`` prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zarr.abc.store import Store
+
+from .source_store import verify_store
+
+__all__ = ["describe_store"]
+
+
+def describe_store(store: Store, *, where: str) -> dict[str, Any]:
+    """Kind, assays, shapes, dtypes, layouts and fingerprints of a verified store."""
+    contents, infos = verify_store(store, where=where)
+    assays = []
+    for info in infos:
+        assays.append(
+            {
+                "assay": info.paths.assay,
+                "workspace": info.paths.workspace,
+                "assayType": info.assay_type,
+                "shape": list(info.shape),
+                "dtype": info.layout.dtype,
+                "countsT": info.has_counts_t,
+                "layout": info.layout.to_json(),
+                "contentFingerprint": info.content_fingerprint,
+                "countsFingerprint": info.counts_fingerprint,
+                "datasetFingerprint": info.dataset_fingerprint,
+            }
+        )
+    return {
+        "location": where,
+        "kind": "ordinary",
+        "zarrFormat": contents.zarr_format,
+        "assays": assays,
+        "pendingAssays": [p.assay_group for p in contents.pending],
+    }
