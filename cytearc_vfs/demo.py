@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -79,7 +79,7 @@ def run_demo(
                 counts_t = zarr.open_array(store, path="RNA/countsT", mode="r")
                 cells = np.sort(rng.choice(adata.n_obs, size=min(50, adata.n_obs), replace=False))
                 features = np.sort(rng.choice(adata.n_vars, size=20, replace=False))
-                matrix = sp.csr_array(adata.X)
+                matrix = sp.csr_array(cast("sp.csr_array", adata.X))
                 expected = matrix[cells].toarray()
                 expected_t = matrix[:, features].toarray().T
                 got = counts.oindex[cells, :]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 import zarr
 from zarr.abc.store import Store
