@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import zarr
 from zarr.abc.store import Store
@@ -97,7 +97,9 @@ def _check_keys(where: str, keys: list[str], nodes: dict[str, dict[str, object]]
         )
 
 
-def check_destination(location: Location, *, overwrite: bool) -> Literal["w", "w-"]:
+def check_destination(
+    location: Location, *, overwrite: bool, storage_options: Mapping[str, Any] | None = None
+) -> Literal["w", "w-"]:
     """Check ``location`` may be written; returns the mode to create it with.
 
     Raises ``ValueError`` for a destination below a Zarr node or whose root is
@@ -113,7 +115,7 @@ def check_destination(location: Location, *, overwrite: bool) -> Literal["w", "w
             )
         if path is not None and not path.exists():
             return "w-"
-    store = open_location(location, read_only=True)
+    store = open_location(location, read_only=True, storage_options=storage_options)
     keys = _list(store)
     if not keys:
         return "w-"
@@ -191,8 +193,10 @@ def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[s
             )
 
 
-def create_destination(location: Location, *, overwrite: bool) -> zarr.Group:
+def create_destination(
+    location: Location, *, overwrite: bool, storage_options: Mapping[str, Any] | None = None
+) -> zarr.Group:
     """Check and create the destination; returns its writable root group."""
-    mode = check_destination(location, overwrite=overwrite)
-    store = open_location(location, read_only=False)
+    mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
+    store = open_location(location, read_only=False, storage_options=storage_options)
     return zarr.open_group(store, mode=mode, zarr_format=3)

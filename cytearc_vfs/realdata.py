@@ -8,15 +8,14 @@ extracts only the member, verifies it, and caches it. Nothing is installed and
 nothing is copied into the repository, so the licence notices live here and in
 ``docs/data.md``:
 
-=====================  ==================  ==============  =========================
-dataset                archive             licence         data from
-=====================  ==================  ==============  =========================
-``wu2020``             scirpy 0.25.1 whl   BSD-3-Clause    Wu et al., Nature 2020
-``celltypist_sample``  celltypist 1.7.1    MIT             Dominguez Conde et al. 2022
-``pbmc68k_reduced``    scanpy 1.12.4 whl   BSD-3-Clause    Zheng et al., Nat Commun 2017
-``mouse_10k_subset``   scanpy 1.12.4 sdist BSD-3-Clause    10x Genomics (mouse brain)
-``chr21_10x``          scanpy 1.12.4 sdist BSD-3-Clause    10x Genomics Cell Ranger 3
-=====================  ==================  ==============  =========================
+- ``wu2020``: scirpy 0.25.1 wheel, BSD-3-Clause; Wu et al., Nature 2020.
+- ``celltypist_sample``: celltypist 1.7.1 wheel, MIT; Dominguez Conde et al.,
+  Science 2022.
+- ``pbmc68k_reduced``: scanpy 1.12.4 wheel, BSD-3-Clause; Zheng et al.,
+  Nat Commun 2017.
+- ``mouse_10k_subset``: scanpy 1.12.4 sdist, BSD-3-Clause; 10x Genomics mouse
+  brain cells.
+- ``chr21_10x``: scanpy 1.12.4 sdist, BSD-3-Clause; 10x Genomics Cell Ranger 3.
 
 Cache
 -----
@@ -70,6 +69,8 @@ if sys.platform != "win32":
 
 __all__ = [
     "DATASETS",
+    "DATA_DIR_ENV",
+    "PIP_ENV",
     "SPECS",
     "ChecksumMismatchError",
     "CountsError",
@@ -388,7 +389,9 @@ def _verified(spec: DatasetSpec, root: Path) -> Path | None:
         if target.exists():
             _log.warning("cached %s at %s has the wrong type; fetching again", spec.name, target)
         return None
-    actual = sha256_path(target)
+    actual = _digest_or_none(target)
+    if actual is None:
+        return None
     if actual != spec.sha256:
         _log.warning(
             "cached %s at %s has sha256 %s, pinned %s; fetching again",
@@ -399,6 +402,15 @@ def _verified(spec: DatasetSpec, root: Path) -> Path | None:
         )
         return None
     return target
+
+
+def _digest_or_none(target: Path) -> str | None:
+    # Lock-free readers may race a repair that renames a bad entry away
+    # mid-hash; that reads as "not cached", and the caller takes the lock.
+    try:
+        return sha256_path(target)
+    except FileNotFoundError:
+        return None
 
 
 @contextlib.contextmanager
@@ -1073,7 +1085,11 @@ def available(*, cached_only: bool = False, cache_dir: PathLike | None = None) -
 def _quiet_verified(spec: DatasetSpec, root: Path) -> bool:
     # A listing should not log repair warnings; fetch() will do that.
     target = _target(spec, root)
-    return target.exists() and target.is_dir() == spec.is_dir and sha256_path(target) == spec.sha256
+    return (
+        target.exists()
+        and target.is_dir() == spec.is_dir
+        and _digest_or_none(target) == spec.sha256
+    )
 
 
 def describe(*, cache_dir: PathLike | None = None) -> str:

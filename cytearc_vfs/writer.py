@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -178,6 +178,7 @@ def write_counts(
     mem_budget: int | str | None = None,
     overwrite: bool = False,
     layer: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> WriteInfo:
     """Write ``counts`` as a CyteArc store at ``destination``.
@@ -204,6 +205,11 @@ def write_counts(
         largest halving that fits.
     mem_budget
         Working-memory bound of the write (bytes or ``"2G"``); 2 GiB default.
+    layer
+        AnnData layer holding the counts (default: ``X``).
+    storage_options
+        Backend options for a URL destination (endpoint, credentials);
+        never written into the store.
     progress
         ``progress(phase, done, total)`` callback.
 
@@ -237,7 +243,7 @@ def write_counts(
         budget,
         transpose=transpose,
     )
-    root = create_destination(destination, overwrite=overwrite)
+    root = create_destination(destination, overwrite=overwrite, storage_options=storage_options)
     location = canonical_location(destination)
     logger.info(
         "writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination)

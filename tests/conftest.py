@@ -57,3 +57,6 @@ def snapshot_tree():
         }
 
     return snapshot
+
+
+from s3_server import s3_server  # noqa: E402,F401  (fixture re-export)
