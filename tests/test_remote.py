@@ -22,8 +22,12 @@ def test_write_open_and_read_back_over_s3(s3_server: S3Server, counts: sp.csr_ar
     info = cv.write_counts(url, counts, storage_options=options)
     assert info.location == url
     store = cv.open_store(url, storage_options=options)
-    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/counts", mode="r")[:], counts.toarray())
-    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/countsT", mode="r")[:], counts.toarray().T)
+    np.testing.assert_array_equal(
+        zarr.open_array(store, path="RNA/counts", mode="r")[:], counts.toarray()
+    )
+    np.testing.assert_array_equal(
+        zarr.open_array(store, path="RNA/countsT", mode="r")[:], counts.toarray().T
+    )
     reports = deep_verify(store, where=url)
     assert all(report.ok for report in reports)
 
@@ -37,7 +41,9 @@ def test_remote_overwrite_and_refusals(s3_server: S3Server, counts: sp.csr_array
         cv.write_counts(url, counts, storage_options=options)
     cv.write_counts(url, counts * 3, storage_options=options, overwrite=True)
     store = cv.open_store(url, storage_options=options)
-    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/counts", mode="r")[:], (counts * 3).toarray())
+    np.testing.assert_array_equal(
+        zarr.open_array(store, path="RNA/counts", mode="r")[:], (counts * 3).toarray()
+    )
 
 
 def test_remote_tampered_summaries_fail_closed(s3_server: S3Server, counts: sp.csr_array) -> None:

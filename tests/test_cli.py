@@ -1,0 +1,69 @@
+"""The cytearc-vfs command line: info, verify, demo; text and --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import scipy.sparse as sp
+import zarr
+
+import cytearc_vfs as cv
+from cytearc_vfs.cli import main
+
+
+def test_info_text_and_json(
+    tmp_path: Path, counts: sp.csr_array, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = cv.write_counts(tmp_path / "s.zarr", counts)
+    assert main(["info", str(tmp_path / "s.zarr")]) == 0
+    text = capsys.readouterr().out
+    assert "300 cells x 120 features" in text
+    assert info.dataset_fingerprint in text
+    assert main(["info", str(tmp_path / "s.zarr"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["assays"][0]["datasetFingerprint"] == info.dataset_fingerprint
+    assert payload["assays"][0]["layout"] == info.layout.to_json()
+
+
+def test_verify_ok_and_tampered(
+    tmp_path: Path, counts: sp.csr_array, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    assert main(["verify", str(tmp_path / "s.zarr"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    summaries = zarr.open_array(tmp_path / "s.zarr", path="RNA/countSummaries/rowSums", mode="r+")
+    summaries[0] = summaries[0] + 5
+    assert main(["verify", str(tmp_path / "s.zarr")]) == 1
+    assert "rowSums does not match" in capsys.readouterr().out
+
+
+def test_errors_exit_2_with_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(tmp_path / "missing.zarr")]) == 2
+    assert "missing.zarr does not exist" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "ValueError"
+
+
+def test_installed_entry_point(tmp_path: Path, counts: sp.csr_array) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    result = subprocess.run(
+        [sys.executable, "-m", "cytearc_vfs.cli", "info", str(tmp_path / "s.zarr")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RNA (RNA)" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_on_real_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--directory", str(tmp_path), "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)
+    assert any(step["step"].startswith("write_counts wu2020") for step in steps)
+    assert all(step.get("equal", True) for step in steps)
+    assert cv.open_store(tmp_path / "wu2020.zarr")
