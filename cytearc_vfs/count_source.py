@@ -76,6 +76,18 @@ class _SparseSource:
     def band(self, start: int, stop: int) -> sp.csr_array:
         return self._csr[start:stop]
 
+    def scan(self, max_bytes: int) -> ValueRange:
+        """Range of the canonical values, scanned through views of the data."""
+        data, indptr = self._csr.data, self._csr.indptr
+        step = max(1, max_bytes // (4 * max(1, data.itemsize)))
+        result = empty_range(data.dtype if data.dtype != np.bool_ else np.dtype(np.uint8))
+        for start in range(0, len(data), step):
+            stop = min(len(data), start + step)
+            first = int(np.searchsorted(indptr, start, side="right")) - 1
+            last = int(np.searchsorted(indptr, stop - 1, side="right"))
+            result = result.merge(scan_values(data[start:stop], where=f"rows {first}:{last}"))
+        return result
+
 
 def _dense_band(values: npt.NDArray[Any]) -> sp.csr_array:
     # scipy.sparse has no float16; it widens exactly to float32, the storage
@@ -164,12 +176,22 @@ def iter_bands(source: CountSource, rows: int) -> Iterator[tuple[int, int, sp.cs
         yield start, stop, source.band(start, stop)
 
 
-def scan_source(source: CountSource, rows: int) -> ValueRange:
-    """Range of every canonical value; raises for NaN or infinity before anything is written."""
+def scan_source(source: CountSource, max_bytes: int) -> ValueRange:
+    """Range of every canonical value; raises for NaN or infinity before anything is written.
+
+    Works in pieces of about ``max_bytes``: an in-memory sparse matrix is
+    scanned through views of its values (no copies); other sources in row
+    bands whose dense form fits.
+    """
     declared = source.dtype if source.dtype != np.bool_ else np.dtype(np.uint8)
     result = empty_range(declared)
-    for start, stop, band in iter_bands(source, rows):
-        result = result.merge(scan_values(band.data, where=f"rows {start}:{stop}"))
+    if isinstance(source, _SparseSource):
+        result = source.scan(max_bytes)
+    else:
+        row_bytes = 8 * max(1, source.shape[1])
+        rows = max(1, min(source.shape[0], max_bytes // row_bytes))
+        for start, stop, band in iter_bands(source, rows):
+            result = result.merge(scan_values(band.data, where=f"rows {start}:{stop}"))
     # Bands may arrive widened (exact integer sums); the rule speaks of the
     # source's dtype, so report that one.
     if declared.kind in "bui":

@@ -124,7 +124,8 @@ def count_layout(
 def write_cost(layout: CountLayout, itemsize: int, nnz: int) -> int:
     """Peak working bytes of writing ``layout``: the larger of its two band writes.
 
-    A counts band holds its dense shard twice (values and encoded bytes) plus
+    A counts band holds its dense shard three times (the band being built, the
+    band being written, its encoded bytes) plus
     the sparse rows it came from; a countsT band the same for its feature
     band, plus the transposed non-zeros of at least one band.
     """
@@ -135,7 +136,7 @@ def write_cost(layout: CountLayout, itemsize: int, nnz: int) -> int:
         rows = min(geometry.shards[0], max(n_rows, 1))
         dense = rows * geometry.shards[1] * itemsize
         sparse = int(rows * n_cols * density * _SPARSE_BYTES_PER_NONZERO)
-        return 2 * dense + sparse
+        return 3 * dense + sparse
 
     cost = band(layout.counts, n_cells, n_features)
     if layout.counts_t is not None:

@@ -156,7 +156,7 @@ def _feature_groups(
     assert layout.counts_t is not None
     n_features = layout.shape[1]
     band_rows = layout.counts_t.shards[0]
-    dense = 3 * band_rows * layout.counts_t.shards[1] * itemsize
+    dense = 4 * band_rows * layout.counts_t.shards[1] * itemsize
     per_feature = 3 * (nnz / max(1, n_features)) * (itemsize + 8) + 16
     capacity = max(band_rows, int(max(0, mem_budget - dense) / per_feature))
     capacity = max(band_rows, capacity // band_rows * band_rows)
@@ -231,8 +231,7 @@ def write_counts(
     )
 
     # Everything that can refuse runs before the destination exists.
-    scan_rows = max(1, min(source.shape[0], 1 + 64 * 1024**2 // max(1, 8 * source.shape[1])))
-    value_range = scan_source(source, scan_rows)
+    value_range = scan_source(source, max(1 << 20, min(budget // 4, 64 << 20)))
     dtype = resolve_count_dtype(value_range)
     count_layout = require_fit(
         policy,

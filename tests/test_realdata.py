@@ -30,6 +30,9 @@ import pytest
 import scipy.sparse as sp
 
 from cytearc_vfs import realdata as rd
+from cytearc_vfs.realdata import cache as rd_cache
+from cytearc_vfs.realdata import fetching as rd_fetching
+from cytearc_vfs.realdata import loaders as rd_loaders
 
 ALL = list(rd.SPECS)
 
@@ -148,7 +151,7 @@ def test_celltypist_rounds_noise_but_refuses_non_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     csv_path = tmp_path / "sample.csv"
-    monkeypatch.setattr(rd, "fetch", lambda name, cache_dir=None: csv_path)
+    monkeypatch.setattr(rd_loaders, "fetch", lambda name, cache_dir=None: csv_path)
     csv_path.write_text(",A,B\nCell_1,0.999999999999,0\nCell_2,3.00000000001,2\n")
     adata = rd.celltypist_sample()
     assert adata.X.toarray().tolist() == [[1, 0], [3, 2]]
@@ -280,7 +283,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def wheel_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[rd.DatasetSpec, FakePip]:
     archive = _wheel(tmp_path / "pkg-1.0-py3-none-any.whl")
     pip = FakePip(archive)
-    monkeypatch.setattr(rd, "_download_archive", pip)
+    monkeypatch.setattr(rd_fetching, "_download_archive", pip)
     return _spec(archive, kind="wheel"), pip
 
 
@@ -308,7 +311,7 @@ def test_fetch_directory_member(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = _sdist(tmp_path / "pkg-1.0.tar.gz")
-    monkeypatch.setattr(rd, "_download_archive", FakePip(archive))
+    monkeypatch.setattr(rd_fetching, "_download_archive", FakePip(archive))
     path = rd.fetch_spec(_spec(archive, kind="sdist"))
     assert path.is_dir()
     assert path.name == "store.zarr"
@@ -339,7 +342,7 @@ def test_tampered_cache_is_fetched_again(
 ) -> None:
     archive = _sdist(tmp_path / "pkg-1.0.tar.gz")
     pip = FakePip(archive)
-    monkeypatch.setattr(rd, "_download_archive", pip)
+    monkeypatch.setattr(rd_fetching, "_download_archive", pip)
     spec = _spec(archive, kind="sdist")
     path = rd.fetch_spec(spec)
     if tamper == "edit":
@@ -405,18 +408,18 @@ def test_interrupted_extraction_leaves_no_entry(
     cache: Path, wheel_case: tuple[rd.DatasetSpec, FakePip], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec, pip = wheel_case
-    real_write: Callable[..., None] = rd._write_stream
+    real_write: Callable[..., None] = rd_cache._write_stream
 
     def write_half_then_die(source: io.BufferedIOBase, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(source.read(3))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rd, "_write_stream", write_half_then_die)
+    monkeypatch.setattr(rd_cache, "_write_stream", write_half_then_die)
     with pytest.raises(KeyboardInterrupt):
         rd.fetch_spec(spec)
     assert not (cache / "fake_wheel").exists()
-    monkeypatch.setattr(rd, "_write_stream", real_write)
+    monkeypatch.setattr(rd_cache, "_write_stream", real_write)
     assert rd.fetch_spec(spec).read_bytes() == _FILE_BYTES
     assert pip.calls == 2
 
@@ -439,7 +442,7 @@ def test_concurrent_threads_download_once(
 ) -> None:
     archive = _wheel(tmp_path / "pkg-1.0-py3-none-any.whl")
     pip = FakePip(archive, delay=0.3)
-    monkeypatch.setattr(rd, "_download_archive", pip)
+    monkeypatch.setattr(rd_fetching, "_download_archive", pip)
     spec = _spec(archive, kind="wheel")
     results: list[Path] = []
     errors: list[BaseException] = []
@@ -479,7 +482,7 @@ def test_concurrent_processes_real_fetch(tmp_path: Path) -> None:
 
 def test_pip_override_goes_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(rd.PIP_ENV, "/opt/my pip --isolated")
-    assert rd._pip_candidates()[0] == ["/opt/my", "pip", "--isolated"]
+    assert rd_fetching._pip_candidates()[0] == ["/opt/my", "pip", "--isolated"]
 
 
 def test_no_working_pip_is_a_clear_error(
@@ -487,8 +490,8 @@ def test_no_working_pip_is_a_clear_error(
 ) -> None:
     # The real _download_archive, with a "pip" that always fails.
     spec = _spec(_wheel(tmp_path / "pkg-1.0-py3-none-any.whl"), kind="wheel")
-    monkeypatch.setattr(rd, "_pip_candidates", lambda: [[sys.executable, "-c", "exit(3)"]])
-    monkeypatch.setattr(rd, "_pip_cache", None)
+    monkeypatch.setattr(rd_fetching, "_pip_candidates", lambda: [[sys.executable, "-c", "exit(3)"]])
+    monkeypatch.setattr(rd_fetching, "_pip_cache", None)
     with pytest.raises(rd.DataFetchError, match="exited 3"):
         rd.fetch_spec(spec)
     assert _leftovers(cache) == []
