@@ -22,10 +22,14 @@ def test_real_dataset_round_trip(tmp_path: Path, name: str) -> None:
     adata = realdata.DATASETS[name]()
     matrix = sp.csr_array(adata.X)
     # a small policy, so every dataset spans several shards in both orientations
-    info = cv.write_counts(tmp_path / "s.zarr", adata, layout=cv.LayoutPolicy(256 * 1024, 16 * 1024))
+    info = cv.write_counts(
+        tmp_path / "s.zarr", adata, layout=cv.LayoutPolicy(256 * 1024, 16 * 1024)
+    )
     assert info.dtype.kind == "u"  # whole non-negative counts are stored unsigned
     assert info.dtype.itemsize == min(
-        d.itemsize for d in map(np.dtype, ("uint8", "uint16", "uint32")) if matrix.max() <= np.iinfo(d).max
+        d.itemsize
+        for d in map(np.dtype, ("uint8", "uint16", "uint32"))
+        if matrix.max() <= np.iinfo(d).max
     )
     store = cv.open_store(tmp_path / "s.zarr")
     counts = zarr.open_array(store, path="RNA/counts", mode="r")
@@ -40,7 +44,9 @@ def test_real_dataset_round_trip(tmp_path: Path, name: str) -> None:
     cell_ids = zarr.open_array(store, path="cellData/ids", mode="r")[:]
     assert list(cell_ids) == [str(i) for i in adata.obs_names]
     # the identity of the same values does not depend on the input form or layout
-    again = cv.write_counts(tmp_path / "dense.zarr", dense, cells=adata.obs_names, features=adata.var_names)
+    again = cv.write_counts(
+        tmp_path / "dense.zarr", dense, cells=adata.obs_names, features=adata.var_names
+    )
     assert again.dataset_fingerprint == info.dataset_fingerprint
 
 
@@ -51,7 +57,12 @@ def test_writer_working_memory_stays_inside_the_budget(tmp_path: Path) -> None:
     try:
         baseline, _ = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        cv.write_counts(tmp_path / "s.zarr", matrix, layout=cv.LayoutPolicy(2 * 1024**2, 64 * 1024), mem_budget=budget)
+        cv.write_counts(
+            tmp_path / "s.zarr",
+            matrix,
+            layout=cv.LayoutPolicy(2 * 1024**2, 64 * 1024),
+            mem_budget=budget,
+        )
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
