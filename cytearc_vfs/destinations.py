@@ -11,7 +11,6 @@ byte changes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -19,11 +18,12 @@ from typing import Any, Literal
 
 import zarr
 from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from .errors import RecordShapeError
 from .locations import Location, describe_location, local_path, open_location
 from .records import PENDING_ASSAY_ATTR
+from .store_io import get_json
 
 __all__ = ["check_destination", "create_destination", "destination_is_prepared"]
 
@@ -33,12 +33,11 @@ _V2_CHUNK = re.compile(r"^\d+(?:[./]\d+)*$")
 
 
 def _read_json(store: Store, key: str) -> dict[str, object] | None:
-    buffer = sync(store.get(key, prototype=default_buffer_prototype()))
-    if buffer is None:
-        return None
+    # A document that is not JSON is not ours, so it must not be replaced:
+    # read it as "no document", which the member checks then refuse.
     try:
-        value = json.loads(buffer.to_bytes())
-    except ValueError:
+        value = get_json(store, key)
+    except RecordShapeError:
         return None
     return value if isinstance(value, dict) else None
 

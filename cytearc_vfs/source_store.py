@@ -8,7 +8,6 @@ markers, and the binding of ``countSummaries`` to the counts it describes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +15,6 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
 from .errors import (
     IdentityMismatchError,
@@ -38,6 +35,7 @@ from .records import (
     parse_fingerprint,
     requires_transpose,
 )
+from .store_io import get_json, list_dir
 
 __all__ = ["AssayInfo", "StoreContents", "read_contents", "verify_assay", "verify_store"]
 
@@ -104,23 +102,10 @@ class StoreContents:
 
 
 def _get_json(store: Store, key: str) -> dict[str, Any] | None:
-    buffer = sync(store.get(key, prototype=default_buffer_prototype()))
-    if buffer is None:
-        return None
-    try:
-        value = json.loads(buffer.to_bytes())
-    except ValueError as exc:
-        raise RecordShapeError(f"{key!r} is not valid JSON ({exc}); {REPAIR}") from exc
-    if not isinstance(value, dict):
+    value = get_json(store, key, remedy=REPAIR)
+    if value is not None and not isinstance(value, dict):
         raise RecordShapeError(f"{key!r} is not a JSON object; {REPAIR}")
     return value
-
-
-def _list_dir(store: Store, prefix: str) -> list[str]:
-    async def collect() -> list[str]:
-        return [name async for name in store.list_dir(prefix)]
-
-    return sorted(sync(collect()))
 
 
 def _node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
@@ -147,7 +132,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     root_attrs = root.get("attributes", {}) or {}
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
-    for child in _list_dir(store, ""):
+    for child in list_dir(store, ""):
         kind, attrs = _node_attrs(store, child)
         if kind != "group" or child in {"matrices", "artifacts", "pipeline", "_composite"}:
             continue
@@ -156,7 +141,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
         elif PENDING_ASSAY_ATTR in attrs:
             pending.append(AssayPaths(child))
         elif child != "cellData" and _node_attrs(store, join(child, "cellData"))[0] == "group":
-            for grandchild in _list_dir(store, child):
+            for grandchild in list_dir(store, child):
                 kind2, attrs2 = _node_attrs(store, join(child, grandchild))
                 if kind2 != "group":
                     continue
