@@ -1,0 +1,80 @@
+"""Gathering a selection of one count matrix: orientation choice and chunk arithmetic.
+
+Pure functions over chunk grids. Given the sorted unique rows and columns a
+read needs from one source, :func:`touched_chunks` counts the inner chunks
+each orientation would decode, and :func:`choose_orientation` picks the one
+that touches fewer chunk bytes (``counts`` on a tie).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .records import ArrayGeometry, CountLayout
+
+__all__ = ["Orientation", "OrientationChoice", "as_slice", "choose_orientation", "touched_chunks"]
+
+Orientation = Literal["counts", "countsT"]
+Indices = npt.NDArray[np.int64]
+
+
+def touched_chunks(rows: Indices, cols: Indices, geometry: ArrayGeometry) -> int:
+    """Inner chunks an orthogonal read of ``rows`` x ``cols`` decodes.
+
+    >>> from cytearc_vfs.records import ArrayGeometry
+    >>> g = ArrayGeometry((10, 5), (20, 10))
+    >>> touched_chunks(np.array([0, 1, 25]), np.array([0, 7]), g)
+    4
+    """
+    if len(rows) == 0 or len(cols) == 0:
+        return 0
+    row_chunks = len(np.unique(rows // geometry.chunks[0]))
+    col_chunks = len(np.unique(cols // geometry.chunks[1]))
+    return row_chunks * col_chunks
+
+
+@dataclass(frozen=True, slots=True)
+class OrientationChoice:
+    """Which array a read uses and what each would have cost."""
+
+    orientation: Orientation
+    """The chosen array."""
+    chunks: int
+    """Inner chunks the chosen array decodes."""
+    counts_bytes: int
+    """Uncompressed chunk bytes through ``counts``."""
+    counts_t_bytes: int | None
+    """Uncompressed chunk bytes through ``countsT`` (``None`` without one)."""
+
+
+def choose_orientation(rows: Indices, cols: Indices, layout: CountLayout, itemsize: int) -> OrientationChoice:
+    """The orientation that touches fewer chunk bytes for ``rows`` x ``cols``.
+
+    ``rows`` are cells and ``cols`` features of the source, sorted and unique.
+    """
+    counts_chunks = touched_chunks(rows, cols, layout.counts)
+    counts_bytes = counts_chunks * layout.counts.chunks[0] * layout.counts.chunks[1] * itemsize
+    if layout.counts_t is None:
+        return OrientationChoice("counts", counts_chunks, counts_bytes, None)
+    t_chunks = touched_chunks(cols, rows, layout.counts_t)
+    t_bytes = t_chunks * layout.counts_t.chunks[0] * layout.counts_t.chunks[1] * itemsize
+    if t_bytes < counts_bytes:
+        return OrientationChoice("countsT", t_chunks, counts_bytes, t_bytes)
+    return OrientationChoice("counts", counts_chunks, counts_bytes, t_bytes)
+
+
+def as_slice(indices: Indices) -> slice | Indices:
+    """A slice when sorted unique ``indices`` are contiguous (zarr reads those fastest).
+
+    >>> as_slice(np.array([3, 4, 5]))
+    slice(3, 6, None)
+    >>> as_slice(np.array([3, 5]))
+    array([3, 5])
+    """
+    if len(indices) and int(indices[-1]) - int(indices[0]) + 1 == len(indices):
+        return slice(int(indices[0]), int(indices[-1]) + 1)
+    return indices

@@ -1,0 +1,230 @@
+"""``VirtualArrayReader``: read only the selected values of any CyteArc count matrix.
+
+One code path for ordinary stores and composites. A read resolves the
+selected output cells to (source, row) pairs and the selected features to
+source columns, reading only the mapping windows it needs. Then, per source
+and concurrently, it reads the sorted unique rows and columns from whichever
+of ``counts`` and ``countsT`` touches fewer chunk bytes, in one orthogonal
+read (so each touched chunk is decoded once), and scatters the block into
+the output in the requested order, repeats included. A feature a source
+lacks stays zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import zarr
+from zarr.abc.store import Store
+from zarr.core.sync import sync
+
+from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
+from .gather import as_slice, choose_orientation
+from .layout import DEFAULT_MEM_BUDGET
+from .locations import Location, describe_location, open_location
+from .read_stats import ReadCounters, ReaderStats
+from .sizes import parse_size
+from .sources import BoundSource, bind_source
+
+__all__ = ["Selection", "VirtualArrayReader", "normalize_selection"]
+
+Selection = slice | npt.ArrayLike | None
+Indices = npt.NDArray[np.int64]
+
+
+def normalize_selection(selection: Selection, length: int, *, axis: str) -> Indices:
+    """Integer positions of a selection: ``None``, a slice, integers (any order,
+    repeats, negatives) or a boolean mask.
+
+    >>> normalize_selection(slice(1, 4), 10, axis="cells").tolist()
+    [1, 2, 3]
+    >>> normalize_selection([3, -1, 3], 5, axis="cells").tolist()
+    [3, 4, 3]
+    """
+    if selection is None:
+        return np.arange(length, dtype=np.int64)
+    if isinstance(selection, slice):
+        return np.arange(length, dtype=np.int64)[selection]
+    values = np.asarray(selection)
+    if values.ndim == 0:
+        values = values.reshape(1)
+    if values.dtype == np.bool_:
+        if values.shape != (length,):
+            raise IndexError(f"boolean {axis} mask has length {len(values)}, expected {length}")
+        return np.flatnonzero(values).astype(np.int64)
+    if values.size and values.dtype.kind not in "iu":
+        raise IndexError(f"{axis} must be a slice, integers or a boolean mask, not {values.dtype}")
+    positions = values.astype(np.int64, copy=False).ravel()
+    if positions.size and (positions.min() < -length or positions.max() >= length):
+        bad = positions[(positions < -length) | (positions >= length)][0]
+        raise IndexError(f"{axis} index {bad} is out of range for {length} {axis}")
+    return np.where(positions < 0, positions + length, positions)
+
+
+class VirtualArrayReader:
+    """Reads selections of an assay's counts, composite or ordinary.
+
+    Parameters
+    ----------
+    store
+        A location or Store of an ordinary store, or a composite store.
+    assay
+        The assay to read.
+    workspace
+        Workspace of an ordinary store's assay.
+    storage_options
+        Backend options when ``store`` is a URL of an ordinary store.
+    """
+
+    def __init__(
+        self,
+        store: Location | Store | ProvidesCountMapping,
+        assay: str = "RNA",
+        *,
+        workspace: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._counters = ReadCounters()
+        if isinstance(store, ProvidesCountMapping):
+            self._mapping: CountMapping = store.count_mapping(assay, self._counters)
+        else:
+            backend = open_location(store, read_only=True, storage_options=storage_options)
+            source = bind_source(
+                "store", backend, assay, workspace=workspace, counters=self._counters
+            )
+            root = zarr.open_group(backend, mode="r")
+            cells = root[source.info.paths.cell_data + "/ids"]
+            features = root[source.info.paths.feature_data + "/ids"]
+            assert isinstance(cells, zarr.Array) and isinstance(features, zarr.Array)
+            self._mapping = IdentityMapping(source, cells, features)
+        self.assay = assay
+        self._where = describe_location(store) if not isinstance(store, ProvidesCountMapping) else str(store)
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(cells, features) of the matrix."""
+        return self._mapping.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the values read."""
+        return self._mapping.dtype
+
+    @property
+    def cell_ids(self) -> pd.Index:
+        """Cell ids in output order (read when asked)."""
+        return self._mapping.cell_ids()
+
+    @property
+    def feature_ids(self) -> pd.Index:
+        """Feature ids in output order (read when asked)."""
+        return self._mapping.feature_ids()
+
+    @property
+    def stats(self) -> ReaderStats:
+        """Source chunks decoded, bytes read and requests issued since creation or reset."""
+        return self._counters.snapshot()
+
+    def reset_stats(self) -> None:
+        """Zero the counters."""
+        self._counters.reset()
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, cells: Selection = None, features: Selection = None) -> npt.NDArray[Any]:
+        """The dense block of the selected cells x features, in requested order."""
+        return sync(self.read_async(cells, features))
+
+    async def read_async(self, cells: Selection = None, features: Selection = None) -> npt.NDArray[Any]:
+        """:meth:`read` for callers already on an event loop (composite chunks)."""
+        cell_positions = normalize_selection(cells, self.shape[0], axis="cells")
+        feature_positions = normalize_selection(features, self.shape[1], axis="features")
+        return await self._gather(cell_positions, feature_positions)
+
+    async def _gather(self, cells: Indices, features: Indices) -> npt.NDArray[Any]:
+        out = np.zeros((len(cells), len(features)), dtype=self.dtype)
+        self._counters.add(reads=1)
+        if out.size == 0:
+            return out
+        codes, rows = await self._mapping.cells(cells)
+        columns = await self._mapping.features(features)
+        tasks = []
+        for index, source in enumerate(self._mapping.sources):
+            out_rows = np.flatnonzero(codes == index)
+            out_cols = np.flatnonzero(columns[index] >= 0)
+            if len(out_rows) and len(out_cols):
+                tasks.append(
+                    self._read_source(source, rows[out_rows], columns[index][out_cols], out, out_rows, out_cols)
+                )
+        await asyncio.gather(*tasks)
+        return out
+
+    async def _read_source(
+        self,
+        source: BoundSource,
+        rows: Indices,
+        cols: Indices,
+        out: npt.NDArray[Any],
+        out_rows: Indices,
+        out_cols: Indices,
+    ) -> None:
+        unique_rows, row_inverse = np.unique(rows, return_inverse=True)
+        unique_cols, col_inverse = np.unique(cols, return_inverse=True)
+        choice = choose_orientation(unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize)
+        if choice.orientation == "countsT":
+            assert source.counts_t is not None
+            block = np.asarray(
+                await source.counts_t.get_orthogonal_selection((as_slice(unique_cols), as_slice(unique_rows)))
+            ).T
+        else:
+            block = np.asarray(
+                await source.counts.get_orthogonal_selection((as_slice(unique_rows), as_slice(unique_cols)))
+            )
+        self._counters.add(chunks=choice.chunks)
+        out[np.ix_(out_rows, out_cols)] = block[np.ix_(row_inverse, col_inverse)]
+
+    # ---------------------------------------------------------------- streams
+
+    def _batch(self, batch: int | None, mem_budget: int | str | None, other_axis: int) -> int:
+        if batch is not None:
+            if batch < 1:
+                raise ValueError(f"batch must be at least 1, got {batch}")
+            return batch
+        budget = DEFAULT_MEM_BUDGET // 4 if mem_budget is None else parse_size(mem_budget, what="mem_budget")
+        # the output block, the gathered source block, and its scatter copy
+        per_item = 3 * max(1, other_axis) * self.dtype.itemsize
+        return max(1, budget // per_item)
+
+    def iter_features(
+        self, batch: int | None = None, *, cells: Selection = None, mem_budget: int | str | None = None
+    ) -> Iterator[tuple[slice, npt.NDArray[Any]]]:
+        """Yield ``(feature_slice, block[n_cells, k])`` in feature order.
+
+        Adjacent features are batched into one read as far as ``mem_budget``
+        allows, so a source chunk is decoded once per batch.
+        """
+        cell_positions = normalize_selection(cells, self.shape[0], axis="cells")
+        size = self._batch(batch, mem_budget, len(cell_positions))
+        for start in range(0, self.shape[1], size):
+            stop = min(self.shape[1], start + size)
+            yield slice(start, stop), sync(self._gather(cell_positions, np.arange(start, stop, dtype=np.int64)))
+
+    def iter_cells(
+        self, batch: int | None = None, *, features: Selection = None, mem_budget: int | str | None = None
+    ) -> Iterator[tuple[slice, npt.NDArray[Any]]]:
+        """Yield ``(cell_slice, block[k, n_features])`` in cell order."""
+        feature_positions = normalize_selection(features, self.shape[1], axis="features")
+        size = self._batch(batch, mem_budget, len(feature_positions))
+        for start in range(0, self.shape[0], size):
+            stop = min(self.shape[0], start + size)
+            yield slice(start, stop), sync(self._gather(np.arange(start, stop, dtype=np.int64), feature_positions))
+
+    def __repr__(self) -> str:
+        return f"VirtualArrayReader({self._where!r}, assay={self.assay!r}, shape={self.shape}, dtype={self.dtype})"

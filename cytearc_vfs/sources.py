@@ -1,0 +1,111 @@
+"""Binding a source store for reading: open, verify, and check its identity.
+
+Composites (and, later, mounts) read counts from other stores. A bound
+source is opened read-only through a :class:`CountingStore`, verified like
+any ordinary store, and compared with the identities recorded when the
+composite was created, so a changed source fails closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import zarr
+from zarr.core.array import AsyncArray
+
+from .errors import IdentityMismatchError, UnsupportedSourceError
+from .locations import Location, describe_location, open_location
+from .paths import AssayPaths
+from .read_stats import CountingStore, ReadCounters
+from .source_store import AssayInfo, read_contents, verify_assay
+
+__all__ = ["BoundSource", "bind_source", "refuse_unsupported"]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundSource:
+    """A verified source assay, ready to read."""
+
+    name: str
+    """Source name."""
+    location: str
+    """Where it is (for messages)."""
+    store: CountingStore
+    """The counting, read-only store it is read through."""
+    info: AssayInfo
+    """Its verified records."""
+    counts: AsyncArray[Any]
+    """Cell-major counts."""
+    counts_t: AsyncArray[Any] | None
+    """Feature-major countsT, when the assay has one."""
+
+
+def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
+    """Refuse composites, mounts and stores with a pending assay as sources."""
+    contents = read_contents(store, where=where)
+    attrs = contents.root_attrs
+    if "composite" in attrs:
+        raise UnsupportedSourceError(
+            f"source {name!r} at {where} is itself a composite; composites do not nest. "
+            "Use its own sources instead, or materialize it into an ordinary store first"
+        )
+    if "matrixSource" in attrs:
+        raise UnsupportedSourceError(
+            f"source {name!r} at {where} is a mounted target whose counts live in another "
+            "store; use that source store, or repack the mount into an ordinary store first"
+        )
+    if contents.pending:
+        pending = ", ".join(p.assay_group for p in contents.pending)
+        raise UnsupportedSourceError(
+            f"source {name!r} at {where} holds a pending derived assay ({pending}); finish or "
+            "discard it before using the store as a source"
+        )
+
+
+def bind_source(
+    name: str,
+    location: Location,
+    assay: str,
+    *,
+    workspace: str | None,
+    counters: ReadCounters,
+    storage_options: Mapping[str, Any] | None = None,
+    expected_dataset: str | None = None,
+    expected_counts: str | None = None,
+) -> BoundSource:
+    """Open and verify ``assay`` of the source at ``location``.
+
+    With ``expected_*`` fingerprints, a source whose identity changed raises
+    :class:`IdentityMismatchError` naming the source, location, expected and
+    found values.
+    """
+    where = describe_location(location)
+    backend = open_location(location, read_only=True, storage_options=storage_options)
+    refuse_unsupported(backend, where=where, name=name)
+    info = verify_assay(backend, AssayPaths(assay, workspace), where=where)
+    for what, expected, found in (
+        ("dataset", expected_dataset, info.dataset_fingerprint),
+        ("counts", expected_counts, info.counts_fingerprint),
+    ):
+        if expected is not None and expected != found:
+            raise IdentityMismatchError(
+                f"source {name!r} at {where}: {what} fingerprint {found} does not match the "
+                f"composite record {expected}; the source changed after the composite was "
+                "created. Restore the source, or recreate the composite"
+            )
+    counting = CountingStore(backend, counters)
+    root = zarr.open_group(counting, mode="r")
+    counts = root[info.paths.counts]
+    counts_t = root[info.paths.counts_t] if info.has_counts_t else None
+    assert isinstance(counts, zarr.Array)
+    assert counts_t is None or isinstance(counts_t, zarr.Array)
+    return BoundSource(
+        name=name,
+        location=where,
+        store=counting,
+        info=info,
+        counts=counts.async_array,
+        counts_t=None if counts_t is None else counts_t.async_array,
+    )
