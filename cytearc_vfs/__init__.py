@@ -8,6 +8,8 @@ from __future__ import annotations
 import cytearc_vfs_adapters as _adapters
 
 from .artifacts import find_artifact, list_artifacts, publish_artifact, read_artifact
+from .composite import create_composite
+from .composite_store import CompositeStore
 from .errors import (
     IdentityMismatchError,
     IncompleteStoreError,
@@ -19,12 +21,14 @@ from .errors import (
 from .layout import LayoutPolicy
 from .moments import ColumnMoments
 from .opening import counts_fingerprint, dataset_fingerprint, open_store
+from .reader import VirtualArrayReader
 from .writer import WriteInfo, write_counts
 
 _adapters.register_all()
 
 __all__ = [
     "ColumnMoments",
+    "CompositeStore",
     "IdentityMismatchError",
     "IncompleteStoreError",
     "LayoutPolicy",
@@ -32,8 +36,10 @@ __all__ = [
     "RecordShapeError",
     "UnsupportedSourceError",
     "VfsError",
+    "VirtualArrayReader",
     "WriteInfo",
     "counts_fingerprint",
+    "create_composite",
     "dataset_fingerprint",
     "find_artifact",
     "list_artifacts",

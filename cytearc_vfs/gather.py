@@ -51,7 +51,9 @@ class OrientationChoice:
     """Uncompressed chunk bytes through ``countsT`` (``None`` without one)."""
 
 
-def choose_orientation(rows: Indices, cols: Indices, layout: CountLayout, itemsize: int) -> OrientationChoice:
+def choose_orientation(
+    rows: Indices, cols: Indices, layout: CountLayout, itemsize: int
+) -> OrientationChoice:
     """The orientation that touches fewer chunk bytes for ``rows`` x ``cols``.
 
     ``rows`` are cells and ``cols`` features of the source, sorted and unique.

@@ -34,10 +34,13 @@ def open_store(
     where = describe_location(location)
     store = open_location(location, read_only=mode == "r", storage_options=storage_options)
     contents = read_contents(store, where=where)
-    if "composite" in contents.root_attrs or "matrixSource" in contents.root_attrs:
-        kind = "composite" if "composite" in contents.root_attrs else "mount"
+    if "composite" in contents.root_attrs:
+        from .composite_store import CompositeStore
+
+        return CompositeStore._verified(store, where, source_storage_options)
+    if "matrixSource" in contents.root_attrs:
         raise UnsupportedSourceError(
-            f"{where} is a {kind}; this release of cytearc_vfs opens ordinary stores only"
+            f"{where} is a mounted target; this release of cytearc_vfs does not open mounts yet"
         )
     if source_storage_options:
         raise ValueError(

@@ -68,6 +68,11 @@ class CountingStore(WrapperStore[Store]):
         super().__init__(store.with_read_only(True) if not store.read_only else store)
         self.counters = counters
 
+    @property
+    def wrapped(self) -> Store:
+        """The store being counted."""
+        return self._store
+
     def _with_store(self, store: Store) -> CountingStore:
         return type(self)(store, self.counters)
 
@@ -100,7 +105,11 @@ class CountingStore(WrapperStore[Store]):
             yield batch
 
     def get_sync(
-        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         buffer = super().get_sync(key, prototype=prototype, byte_range=byte_range)
         self.counters.add(nbytes=len(buffer) if buffer is not None else 0, requests=1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -103,7 +103,21 @@ class VirtualArrayReader:
             assert isinstance(cells, zarr.Array) and isinstance(features, zarr.Array)
             self._mapping = IdentityMapping(source, cells, features)
         self.assay = assay
-        self._where = describe_location(store) if not isinstance(store, ProvidesCountMapping) else str(store)
+        self._where = (
+            describe_location(store) if not isinstance(store, ProvidesCountMapping) else str(store)
+        )
+
+    @classmethod
+    def from_mapping(
+        cls, mapping: CountMapping, counters: ReadCounters, where: str, assay: str = "RNA"
+    ) -> Self:
+        """A reader over an already-bound mapping (used by stores that serve chunks)."""
+        reader = cls.__new__(cls)
+        reader._counters = counters
+        reader._mapping = mapping
+        reader.assay = assay
+        reader._where = where
+        return reader
 
     # ------------------------------------------------------------------ facts
 
@@ -142,7 +156,9 @@ class VirtualArrayReader:
         """The dense block of the selected cells x features, in requested order."""
         return sync(self.read_async(cells, features))
 
-    async def read_async(self, cells: Selection = None, features: Selection = None) -> npt.NDArray[Any]:
+    async def read_async(
+        self, cells: Selection = None, features: Selection = None
+    ) -> npt.NDArray[Any]:
         """:meth:`read` for callers already on an event loop (composite chunks)."""
         cell_positions = normalize_selection(cells, self.shape[0], axis="cells")
         feature_positions = normalize_selection(features, self.shape[1], axis="features")
@@ -161,7 +177,9 @@ class VirtualArrayReader:
             out_cols = np.flatnonzero(columns[index] >= 0)
             if len(out_rows) and len(out_cols):
                 tasks.append(
-                    self._read_source(source, rows[out_rows], columns[index][out_cols], out, out_rows, out_cols)
+                    self._read_source(
+                        source, rows[out_rows], columns[index][out_cols], out, out_rows, out_cols
+                    )
                 )
         await asyncio.gather(*tasks)
         return out
@@ -177,15 +195,21 @@ class VirtualArrayReader:
     ) -> None:
         unique_rows, row_inverse = np.unique(rows, return_inverse=True)
         unique_cols, col_inverse = np.unique(cols, return_inverse=True)
-        choice = choose_orientation(unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize)
+        choice = choose_orientation(
+            unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize
+        )
         if choice.orientation == "countsT":
             assert source.counts_t is not None
             block = np.asarray(
-                await source.counts_t.get_orthogonal_selection((as_slice(unique_cols), as_slice(unique_rows)))
+                await source.counts_t.get_orthogonal_selection(
+                    (as_slice(unique_cols), as_slice(unique_rows))
+                )
             ).T
         else:
             block = np.asarray(
-                await source.counts.get_orthogonal_selection((as_slice(unique_rows), as_slice(unique_cols)))
+                await source.counts.get_orthogonal_selection(
+                    (as_slice(unique_rows), as_slice(unique_cols))
+                )
             )
         self._counters.add(chunks=choice.chunks)
         out[np.ix_(out_rows, out_cols)] = block[np.ix_(row_inverse, col_inverse)]
@@ -197,13 +221,21 @@ class VirtualArrayReader:
             if batch < 1:
                 raise ValueError(f"batch must be at least 1, got {batch}")
             return batch
-        budget = DEFAULT_MEM_BUDGET // 4 if mem_budget is None else parse_size(mem_budget, what="mem_budget")
+        budget = (
+            DEFAULT_MEM_BUDGET // 4
+            if mem_budget is None
+            else parse_size(mem_budget, what="mem_budget")
+        )
         # the output block, the gathered source block, and its scatter copy
         per_item = 3 * max(1, other_axis) * self.dtype.itemsize
         return max(1, budget // per_item)
 
     def iter_features(
-        self, batch: int | None = None, *, cells: Selection = None, mem_budget: int | str | None = None
+        self,
+        batch: int | None = None,
+        *,
+        cells: Selection = None,
+        mem_budget: int | str | None = None,
     ) -> Iterator[tuple[slice, npt.NDArray[Any]]]:
         """Yield ``(feature_slice, block[n_cells, k])`` in feature order.
 
@@ -214,17 +246,27 @@ class VirtualArrayReader:
         size = self._batch(batch, mem_budget, len(cell_positions))
         for start in range(0, self.shape[1], size):
             stop = min(self.shape[1], start + size)
-            yield slice(start, stop), sync(self._gather(cell_positions, np.arange(start, stop, dtype=np.int64)))
+            yield (
+                slice(start, stop),
+                sync(self._gather(cell_positions, np.arange(start, stop, dtype=np.int64))),
+            )
 
     def iter_cells(
-        self, batch: int | None = None, *, features: Selection = None, mem_budget: int | str | None = None
+        self,
+        batch: int | None = None,
+        *,
+        features: Selection = None,
+        mem_budget: int | str | None = None,
     ) -> Iterator[tuple[slice, npt.NDArray[Any]]]:
         """Yield ``(cell_slice, block[k, n_features])`` in cell order."""
         feature_positions = normalize_selection(features, self.shape[1], axis="features")
         size = self._batch(batch, mem_budget, len(feature_positions))
         for start in range(0, self.shape[0], size):
             stop = min(self.shape[0], start + size)
-            yield slice(start, stop), sync(self._gather(np.arange(start, stop, dtype=np.int64), feature_positions))
+            yield (
+                slice(start, stop),
+                sync(self._gather(np.arange(start, stop, dtype=np.int64), feature_positions)),
+            )
 
     def __repr__(self) -> str:
         return f"VirtualArrayReader({self._where!r}, assay={self.assay!r}, shape={self.shape}, dtype={self.dtype})"

@@ -21,7 +21,7 @@ from .paths import AssayPaths
 from .read_stats import CountingStore, ReadCounters
 from .source_store import AssayInfo, read_contents, verify_assay
 
-__all__ = ["BoundSource", "bind_source", "refuse_unsupported"]
+__all__ = ["BoundSource", "bind_source", "rebind", "refuse_unsupported"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +106,24 @@ def bind_source(
         location=where,
         store=counting,
         info=info,
+        counts=counts.async_array,
+        counts_t=None if counts_t is None else counts_t.async_array,
+    )
+
+
+def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
+    """The same verified source, counted into ``counters`` (no re-verification)."""
+    counting = CountingStore(source.store.wrapped, counters)
+    root = zarr.open_group(counting, mode="r")
+    counts = root[source.info.paths.counts]
+    counts_t = root[source.info.paths.counts_t] if source.info.has_counts_t else None
+    assert isinstance(counts, zarr.Array)
+    assert counts_t is None or isinstance(counts_t, zarr.Array)
+    return BoundSource(
+        name=source.name,
+        location=source.location,
+        store=counting,
+        info=source.info,
         counts=counts.async_array,
         counts_t=None if counts_t is None else counts_t.async_array,
     )

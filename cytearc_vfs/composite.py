@@ -1,0 +1,296 @@
+"""``create_composite``: one virtual count matrix over many source stores.
+
+Nothing of the sources' counts is copied. The composite's own store holds
+the root ``composite`` record (sources, virtual array documents, mapping
+manifest, ``complete``), the ``_composite`` mapping arrays, ordinary cell
+and feature tables, and preparation summaries. The record is written first
+with ``complete=False`` and flipped by one attribute write at the end, so a
+failed creation never opens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import MemoryStore
+
+from .composite_maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
+from .composite_records import COMPOSITE_ATTR, MAPS_GROUP, CompositeRecord, MapRecord, SourceBinding
+from .count_dtype import summary_dtype
+from .destinations import create_destination
+from .fingerprints import combine
+from .locations import Location, canonical_location, describe_location, local_path
+from .nodes import array_at, group_at
+from .paths import check_name, join
+from .read_stats import ReadCounters
+from .reader import VirtualArrayReader
+from .records import dump_assay_types, requires_transpose
+from .sizes import parse_size
+from .sources import BoundSource, bind_source
+from .store_io import get_json
+from .tables import prepare_table, write_table
+
+__all__ = ["create_composite", "virtual_array_document"]
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]
+
+# A computed chunk spans whole rows of the virtual array (so it needs one
+# source chunk band per source) and holds about this many bytes.
+VIRTUAL_CHUNK_BYTES = 2 * 1024**2
+
+
+def virtual_array_document(
+    shape: tuple[int, int], dtype: np.dtype, attributes: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``zarr.json`` of a computed count array: unsharded, ``bytes`` codec only.
+
+    Only the ``bytes`` codec, so a computed chunk is the little-endian values
+    and costs no compression. Chunks span every column.
+    """
+    rows = max(1, min(max(shape[0], 1), VIRTUAL_CHUNK_BYTES // max(1, shape[1] * dtype.itemsize)))
+    scratch = MemoryStore()
+    zarr.create_array(
+        scratch,
+        shape=shape,
+        dtype=dtype,
+        chunks=(rows, max(shape[1], 1)),
+        compressors=None,
+        fill_value=0,
+        attributes=attributes,
+    )
+    document = get_json(scratch, "zarr.json")
+    assert isinstance(document, dict)
+    return document
+
+
+def _check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
+    target = local_path(destination)
+    for name, location in sources.items():
+        source = local_path(location)
+        if target is not None and source is not None:
+            a, b = target.resolve(), source.resolve()
+            if a == b or a in b.parents or b in a.parents:
+                raise ValueError(
+                    f"destination {str(a)!r} overlaps source {name!r} at {str(b)!r}; a composite "
+                    "must not be written inside, over or around one of its sources"
+                )
+        elif target is None and source is None and not isinstance(destination, Store):
+            d, s = str(destination).rstrip("/") + "/", str(location).rstrip("/") + "/"
+            if d.startswith(s) or s.startswith(d):
+                raise ValueError(
+                    f"destination {destination!r} overlaps source {name!r} at {location!r}"
+                )
+
+
+def _summaries(
+    plan: CompositePlan, sources: list[BoundSource], mem_budget: int, progress: Progress | None
+) -> dict[str, npt.NDArray[Any]]:
+    """countSummaries of the composite, from source summaries where they apply, else by reading."""
+    n_cells, n_features = len(plan.row_sources), len(plan.feature_ids)
+    dtype = summary_dtype(plan.dtype)
+    row_sums = np.zeros(n_cells, dtype=dtype)
+    row_positive = np.zeros(n_cells, dtype=np.int64)
+    column_positive = np.zeros(n_features, dtype=np.int64)
+    for index, source in enumerate(sources):
+        out_rows = np.flatnonzero(plan.row_sources == index)
+        rows = plan.source_rows[out_rows]
+        mapped = np.flatnonzero(plan.feature_columns[index] >= 0)
+        columns = plan.feature_columns[index][mapped]
+        root = zarr.open_group(source.store, mode="r")
+        summaries = group_at(root, source.info.paths.summaries)
+        all_features = len(columns) == source.info.shape[1]
+        all_cells = len(rows) == source.info.shape[0]
+        if all_features:
+            row_sums[out_rows] = np.asarray(array_at(summaries, "rowSums")[:])[rows]
+            row_positive[out_rows] = np.asarray(array_at(summaries, "rowPositive")[:])[rows]
+        if all_features and all_cells:
+            column_positive[mapped] += np.asarray(array_at(summaries, "columnPositive")[:])[columns]
+            continue
+        # Part of the source is used: read exactly that part once, in row bands.
+        reader = VirtualArrayReader(
+            source.store, source.info.paths.assay, workspace=source.info.paths.workspace
+        )
+        band = max(1, mem_budget // (3 * max(1, len(columns)) * max(8, plan.dtype.itemsize)))
+        for start in range(0, len(rows), band):
+            block = reader.read(rows[start : start + band], columns)
+            positive = block > 0
+            if not all_features:
+                row_sums[out_rows[start : start + band]] = block.sum(axis=1, dtype=dtype)
+                row_positive[out_rows[start : start + band]] = positive.sum(axis=1)
+            column_positive[mapped] += positive.sum(axis=0)
+            if progress:
+                progress(f"summaries {source.name}", min(len(rows), start + band), len(rows))
+    return {"rowSums": row_sums, "rowPositive": row_positive, "columnPositive": column_positive}
+
+
+def create_composite(
+    destination: Location,
+    sources: Mapping[str, Location],
+    *,
+    assay: str = "RNA",
+    features: FeatureChoice = "union",
+    cells: Mapping[str, Any] | None = None,
+    source_workspaces: Mapping[str, str] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    mem_budget: int | str | None = None,
+    progress: Progress | None = None,
+) -> Any:
+    """Create a composite of ``sources`` at ``destination`` and return it opened.
+
+    Parameters
+    ----------
+    destination
+        Where the composite's own (small) store goes: path, URL or Store; must be empty.
+    sources
+        Source name -> location (or Store), in output cell order.
+    assay
+        The assay composed; every source must hold it, with one assay type.
+    features
+        ``"union"``, ``"intersection"`` or an explicit sequence of feature ids.
+        A feature a source lacks reads as zeros.
+    cells
+        Per source, a boolean mask or integer rows to keep (all cells by default).
+    source_workspaces
+        Per source, the workspace holding the assay (root layout by default).
+    source_storage_options
+        Per source, backend options (credentials); used, never written.
+    mem_budget
+        Working-memory bound of reading partial sources for the summaries.
+
+    Returns
+    -------
+    CompositeStore
+    """
+    from .composite_store import CompositeStore
+
+    if not sources:
+        raise ValueError("a composite needs at least one source")
+    for name in sources:
+        check_name(name, what="source name")
+    unknown = sorted(set(source_workspaces or {}) - set(sources)) + sorted(
+        set(source_storage_options or {}) - set(sources)
+    )
+    if unknown:
+        raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
+    check_name(assay, what="assay")
+    budget = parse_size(mem_budget, what="mem_budget") if mem_budget is not None else 512 * 1024**2
+    _check_no_overlap(destination, sources)
+
+    counters = ReadCounters()
+    bound = [
+        bind_source(
+            name,
+            location,
+            assay,
+            workspace=(source_workspaces or {}).get(name),
+            counters=counters,
+            storage_options=(source_storage_options or {}).get(name),
+        )
+        for name, location in sources.items()
+    ]
+    plan = plan_composite(bound, features=features, cells=cells)
+    bindings = tuple(
+        SourceBinding(
+            name=source.name,
+            location=canonical_location(sources[source.name]),
+            workspace=source.info.paths.workspace,
+            dataset_fingerprint=source.info.dataset_fingerprint,
+            counts_fingerprint=source.info.counts_fingerprint,
+        )
+        for source in bound
+    )
+    maps: dict[str, npt.NDArray[Any]] = {
+        "rowSources": plan.row_sources,
+        "sourceRows": plan.source_rows,
+        "featureColumns": plan.feature_columns,
+    }
+    map_records = {
+        name: MapRecord(
+            join(MAPS_GROUP, name),
+            tuple(values.shape),
+            values.dtype.name,
+            array_fingerprint(values),
+        )
+        for name, values in maps.items()
+    }
+    shape = (len(plan.row_sources), len(plan.feature_ids))
+    content = combine(
+        "cytearc:composite-counts",
+        {
+            "dtype": plan.dtype.name,
+            "shape": list(shape),
+            "sources": [[b.name, b.counts_fingerprint] for b in bindings],
+            "maps": {name: record.fingerprint for name, record in map_records.items()},
+        },
+    )
+    arrays = {
+        join(assay, "counts"): virtual_array_document(
+            shape, plan.dtype, {"content_fingerprint": content}
+        )
+    }
+    if requires_transpose(plan.assay_type):
+        arrays[join(assay, "countsT")] = virtual_array_document(
+            (shape[1], shape[0]), plan.dtype, {"content_fingerprint": content, "complete": True}
+        )
+    record = CompositeRecord(
+        assay=assay, sources=bindings, arrays=arrays, maps=map_records, complete=False
+    )
+    cell_table = prepare_table(
+        _frame(plan.cell_ids, {"source": plan.cell_sources, "sourceId": plan.source_cell_ids}),
+        table="cellData",
+    )
+    feature_table = prepare_table(
+        _frame(plan.feature_ids, {}), table="featureData", names=plan.feature_names
+    )
+    summaries = _summaries(plan, bound, budget, progress)
+
+    root = create_destination(destination, overwrite=False, storage_options=storage_options)
+    where = describe_location(destination)
+    logger.info("creating composite of %d sources (%d x %d) at %s", len(bound), *shape, where)
+    root.attrs.put(
+        {
+            COMPOSITE_ATTR: record.to_json(),
+            "assayTypes": dump_assay_types({assay: plan.assay_type}),
+            "defaultAssay": assay,
+        }
+    )
+    maps_group = root.create_group(MAPS_GROUP)
+    for name, values in maps.items():
+        chunk = (
+            (max(1, min(values.shape[0], 1 << 20)),)
+            if values.ndim == 1
+            else (values.shape[0], max(1, min(values.shape[1], 1 << 18)))
+        )
+        maps_group.create_array(name, data=values, chunks=chunk)
+    write_table(root.create_group("cellData"), cell_table)
+    assay_group = root.create_group(assay, attributes={"is_assay": True})
+    write_table(assay_group.create_group("featureData"), feature_table)
+    summary_group = assay_group.create_group(
+        "countSummaries", attributes={"source_fingerprint": content}
+    )
+    for name, values in summaries.items():
+        summary_group.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
+    final = record.to_json()
+    final["complete"] = True
+    attrs = root.attrs.asdict()
+    attrs[COMPOSITE_ATTR] = final
+    root.attrs.put(attrs)  # one metadata write publishes the composite
+    return CompositeStore.open(
+        destination, storage_options=storage_options, source_storage_options=source_storage_options
+    )
+
+
+def _frame(ids: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {k: v for k, v in columns.items()}, index=pd.Index(ids.tolist(), dtype=object)
+    )

@@ -1,0 +1,407 @@
+"""``CompositeStore``: a zarr Store that serves a composite's virtual counts.
+
+Keys of the virtual count arrays (``{assay}/counts``, and ``{assay}/countsT``
+when the assay type needs it) are computed: their ``zarr.json`` comes from the
+composite record and each chunk is gathered from the sources through a
+:class:`VirtualArrayReader`. Every other key is the composite's own backing
+store, where analyses write as usual. Mappings, count metadata and the
+composite record are immutable (``PermissionError``). Opening verifies the
+record shape, completeness, every mapping fingerprint and every source's
+identity, and fails closed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype
+
+from .composite_records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
+from .count_mapping import ArrayMapping, CountMapping
+from .errors import IdentityMismatchError, IncompleteStoreError
+from .fingerprints import combine
+from .locations import Location, describe_location, open_location
+from .nodes import array_at
+from .paths import join
+from .read_stats import ReadCounters, ReaderStats
+from .sources import BoundSource, bind_source, rebind
+from .store_io import get_json
+
+__all__ = ["CompositeStore"]
+
+
+def _apply_range(data: bytes, byte_range: ByteRequest | None) -> bytes:
+    if byte_range is None:
+        return data
+    if isinstance(byte_range, RangeByteRequest):
+        return data[byte_range.start : byte_range.end]
+    if isinstance(byte_range, OffsetByteRequest):
+        return data[byte_range.offset :]
+    if isinstance(byte_range, SuffixByteRequest):
+        return data[len(data) - byte_range.suffix :]
+    raise TypeError(f"unsupported byte range {byte_range!r}")
+
+
+def _streamed_fingerprint(array: zarr.Array[Any]) -> str:
+    """:func:`array_fingerprint` computed window by window (memory stays flat)."""
+    digest = hashlib.sha256()
+    step = max(1, (16 << 20) // max(1, array.dtype.itemsize * int(np.prod(array.shape[1:]) or 1)))
+    for start in range(0, array.shape[0], step):
+        block = np.ascontiguousarray(array[start : start + step])
+        digest.update(block.view(np.uint8).tobytes())
+    return combine(
+        "cytearc:map",
+        {"dtype": array.dtype.str, "shape": list(array.shape), "values": digest.hexdigest()},
+    )
+
+
+class CompositeStore(Store):
+    """A composite's store: computed count arrays over the sources, the rest local.
+
+    Use :meth:`open` (or ``cv.open_store``) rather than the constructor.
+    """
+
+    supports_consolidated_metadata = False
+
+    def __init__(
+        self,
+        backing: Store,
+        record: CompositeRecord,
+        sources: list[BoundSource],
+        *,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(read_only=backing.read_only)
+        self._backing = backing
+        self._record = record
+        self._sources = sources
+        self._source_options = dict(source_storage_options or {})
+        self._virtual = {path: json.dumps(doc).encode() for path, doc in record.arrays.items()}
+        self._is_open = True
+        # Built now, in sync context: computed chunks are served from inside
+        # zarr's event loop, where opening arrays (a sync call) is not allowed.
+        from .reader import VirtualArrayReader
+
+        self._chunk_counters = ReadCounters()
+        self._chunk_reader = VirtualArrayReader.from_mapping(
+            self.count_mapping(record.assay, self._chunk_counters),
+            self._chunk_counters,
+            str(self),
+            record.assay,
+        )
+
+    # ------------------------------------------------------------- opening
+
+    @classmethod
+    def open(  # type: ignore[override]
+        cls,
+        location: Location,
+        *,
+        mode: str = "r",
+        storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CompositeStore:
+        """Open and verify the composite at ``location``."""
+        where = describe_location(location)
+        backing = open_location(location, read_only=mode == "r", storage_options=storage_options)
+        return cls._verified(backing, where, source_storage_options)
+
+    @classmethod
+    def _verified(
+        cls,
+        backing: Store,
+        where: str,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None,
+    ) -> CompositeStore:
+        root_doc = get_json(backing, "zarr.json", where=where)
+        attrs = root_doc.get("attributes", {}) if isinstance(root_doc, dict) else {}
+        if COMPOSITE_ATTR not in attrs:
+            raise ValueError(f"{where} is not a composite (its root has no composite record)")
+        record = CompositeRecord.from_json(attrs[COMPOSITE_ATTR], where=f"{where} composite")
+        if not record.complete:
+            raise IncompleteStoreError(
+                f"composite at {where} is not complete (complete=false): its creation failed or is "
+                "still running. Delete it and create the composite again"
+            )
+        unknown = sorted(set(source_storage_options or {}) - {s.name for s in record.sources})
+        if unknown:
+            raise ValueError(
+                f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
+            )
+        root = zarr.open_group(backing, mode="r")
+        for name in MAP_NAMES:
+            expected = record.maps[name]
+            if expected.path != join(MAPS_GROUP, name) or expected.path not in root:
+                raise IncompleteStoreError(
+                    f"composite at {where}: mapping {expected.path!r} is missing"
+                )
+            array = array_at(root, expected.path)
+            found = _streamed_fingerprint(array)
+            if found != expected.fingerprint or tuple(array.shape) != expected.shape:
+                raise IdentityMismatchError(
+                    f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
+                    f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
+                )
+        counters = ReadCounters()
+
+        def bind(index: int) -> BoundSource:
+            binding = record.sources[index]
+            return bind_source(
+                binding.name,
+                binding.location,
+                record.assay,
+                workspace=binding.workspace,
+                counters=counters,
+                storage_options=(source_storage_options or {}).get(binding.name),
+                expected_dataset=binding.dataset_fingerprint,
+                expected_counts=binding.counts_fingerprint,
+            )
+
+        # Sources are verified concurrently: each is a few metadata reads.
+        with ThreadPoolExecutor(max_workers=min(8, len(record.sources))) as pool:
+            sources = list(pool.map(bind, range(len(record.sources))))
+        return cls(backing, record, sources, source_storage_options=source_storage_options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled for dask workers: the backing store and the in-memory source
+        # options travel; nothing is written anywhere. The worker re-verifies.
+        return (_restore, (self._backing, self._source_options))
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def record(self) -> CompositeRecord:
+        """The verified composite record."""
+        return self._record
+
+    @property
+    def backing(self) -> Store:
+        """The composite's own store (no counts in it)."""
+        return self._backing
+
+    def with_read_only(self, read_only: bool = False) -> CompositeStore:
+        """The same composite over a read-only (or writable) backing store."""
+        return type(self)(
+            self._backing.with_read_only(read_only),
+            self._record,
+            self._sources,
+            source_storage_options=self._source_options,
+        )
+
+    def __eq__(self, value: object) -> bool:
+        return (
+            isinstance(value, CompositeStore)
+            and self._backing == value._backing
+            and self._record == value._record
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), str(self._backing)))
+
+    def __str__(self) -> str:
+        return f"composite+{self._backing}"
+
+    def __repr__(self) -> str:
+        return f"CompositeStore({self._backing!r}, assay={self._record.assay!r}, sources={len(self._sources)})"
+
+    # --------------------------------------------------------- count access
+
+    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
+        """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
+        if assay != self._record.assay:
+            raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
+        root = zarr.open_group(self._backing, mode="r")
+        counts_doc = self._record.arrays[join(assay, "counts")]
+        shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
+        return ArrayMapping(
+            shape=shape,
+            dtype=np.dtype(counts_doc["data_type"]),
+            sources=[rebind(source, counters) for source in self._sources],
+            row_sources=array_at(root, join(MAPS_GROUP, "rowSources")).async_array,
+            source_rows=array_at(root, join(MAPS_GROUP, "sourceRows")).async_array,
+            feature_columns=array_at(root, join(MAPS_GROUP, "featureColumns")).async_array,
+            cell_id_array=array_at(root, "cellData/ids"),
+            feature_id_array=array_at(root, join(assay, "featureData", "ids")),
+        )
+
+    def reader(self, assay: str | None = None) -> Any:
+        """A :class:`VirtualArrayReader` of this composite."""
+        from .reader import VirtualArrayReader
+
+        return VirtualArrayReader(self, assay or self._record.assay)
+
+    @property
+    def chunk_stats(self) -> ReaderStats:
+        """What serving computed chunks has read from the sources."""
+        return self._chunk_counters.snapshot()
+
+    # ---------------------------------------------------------- key routing
+
+    def _virtual_array(self, key: str) -> tuple[str, str] | None:
+        """(array path, rest of key) when ``key`` is inside a virtual array."""
+        for path in self._virtual:
+            if key == path or key.startswith(path + "/"):
+                return path, key[len(path) + 1 :]
+        return None
+
+    def _protected(self, key: str) -> str | None:
+        """Why ``key`` may not be written, or ``None``."""
+        if self._virtual_array(key) is not None:
+            return "the virtual count arrays are computed from the sources"
+        if key == MAPS_GROUP or key.startswith(MAPS_GROUP + "/"):
+            return "the composite's mappings are published and immutable"
+        summaries = join(self._record.assay, "countSummaries")
+        if key.startswith(summaries + "/") or key == summaries:
+            return "the composite's count summaries describe its published counts"
+        return None
+
+    async def _compute_chunk(self, path: str, rest: str) -> bytes | None:
+        document = self._record.arrays[path]
+        parts = rest.split("/")
+        if len(parts) != 3 or parts[0] != "c" or not all(p.isdigit() for p in parts[1:]):
+            return None
+        row_chunk, col_chunk = int(parts[1]), int(parts[2])
+        shape = document["shape"]
+        rows, cols = document["chunk_grid"]["configuration"]["chunk_shape"]
+        if col_chunk != 0 or row_chunk * rows >= max(shape[0], 1):
+            return None
+        dtype = np.dtype(document["data_type"]).newbyteorder("<")
+        start, stop = row_chunk * rows, min(shape[0], (row_chunk + 1) * rows)
+        reader = self._chunk_reader
+        if path.endswith("/countsT"):
+            block = (await reader.read_async(None, slice(start, stop))).T
+        else:
+            block = await reader.read_async(slice(start, stop), None)
+        chunk = np.zeros((rows, cols), dtype=dtype)  # edge chunks are served at full size
+        chunk[: block.shape[0], : block.shape[1]] = block
+        return chunk.tobytes()
+
+    # -------------------------------------------------------------- reading
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        virtual = self._virtual_array(key)
+        if virtual is None:
+            return await self._backing.get(key, prototype, byte_range)
+        path, rest = virtual
+        if rest == "zarr.json":
+            data: bytes | None = self._virtual[path]
+        else:
+            data = await self._compute_chunk(path, rest)
+        if data is None:
+            return None
+        return prototype.buffer.from_bytes(_apply_range(data, byte_range))
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+    async def exists(self, key: str) -> bool:
+        virtual = self._virtual_array(key)
+        if virtual is None:
+            return await self._backing.exists(key)
+        path, rest = virtual
+        return rest == "zarr.json" or rest in self._chunk_keys(path)
+
+    def _chunk_keys(self, path: str) -> list[str]:
+        document = self._record.arrays[path]
+        rows = document["chunk_grid"]["configuration"]["chunk_shape"][0]
+        n_chunks = -(-max(document["shape"][0], 0) // rows) if document["shape"][1] else 0
+        return [f"c/{i}/0" for i in range(n_chunks)]
+
+    # -------------------------------------------------------------- writing
+
+    @property
+    def supports_writes(self) -> bool:
+        return self._backing.supports_writes
+
+    @property
+    def supports_deletes(self) -> bool:
+        return self._backing.supports_deletes
+
+    @property
+    def supports_listing(self) -> bool:
+        return self._backing.supports_listing
+
+    def _check_protected(self, key: str, action: str) -> None:
+        reason = self._protected(key)
+        if reason is not None:
+            raise PermissionError(
+                f"cannot {action} {key!r} in the composite at {self._backing}: {reason}. "
+                "Write analysis results elsewhere (artifacts, cell or feature columns)"
+            )
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        self._check_protected(key, "write")
+        if key == "zarr.json":
+            document = json.loads(value.to_bytes())
+            if document.get("attributes", {}).get(COMPOSITE_ATTR) != self._record.to_json():
+                raise PermissionError(
+                    f"cannot change the composite record of {self._backing}: published mappings "
+                    "and count metadata are immutable; other root attributes may change"
+                )
+        await self._backing.set(key, value)
+
+    async def delete(self, key: str) -> None:
+        self._check_writable()
+        self._check_protected(key, "delete")
+        if key == "zarr.json":
+            raise PermissionError(f"cannot delete the root of the composite at {self._backing}")
+        await self._backing.delete(key)
+
+    # -------------------------------------------------------------- listing
+
+    def _virtual_keys(self) -> list[str]:
+        keys = []
+        for path in self._virtual:
+            keys.append(join(path, "zarr.json"))
+            keys.extend(join(path, chunk) for chunk in self._chunk_keys(path))
+        return keys
+
+    async def list(self) -> AsyncIterator[str]:
+        async for key in self._backing.list():
+            yield key
+        for key in self._virtual_keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self._backing.list_prefix(prefix):
+            yield key
+        directory = prefix.rstrip("/")
+        for key in self._virtual_keys():
+            if not directory or key == directory or key.startswith(directory + "/"):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        seen: set[str] = set()
+        async for name in self._backing.list_dir(prefix):
+            seen.add(name)
+            yield name
+        directory = prefix.rstrip("/")
+        for key in self._virtual_keys():
+            if directory and not key.startswith(directory + "/"):
+                continue
+            child = (key[len(directory) + 1 :] if directory else key).split("/", 1)[0]
+            if child not in seen:
+                seen.add(child)
+                yield child
+
+
+def _restore(backing: Store, options: Mapping[str, Mapping[str, Any]]) -> CompositeStore:
+    return CompositeStore._verified(backing, str(backing), options)
