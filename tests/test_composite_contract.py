@@ -1,0 +1,312 @@
+"""Composite refusals, fail-closed opens, immutability, credentials and pickling."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import realistic_counts
+from s3_server import S3Server
+
+import cytearc_vfs as cv
+
+SMALL = cv.LayoutPolicy(64 * 1024, 4096)
+
+
+@pytest.fixture
+def two_sources(tmp_path: Path) -> dict[str, Path]:
+    a = realistic_counts(120, 30, density=0.1, seed=1)
+    b = realistic_counts(80, 25, density=0.1, seed=2)
+    cv.write_counts(tmp_path / "a.zarr", a, features=[f"g{i}" for i in range(30)], layout=SMALL)
+    cv.write_counts(tmp_path / "b.zarr", b, features=[f"g{i}" for i in range(10, 35)], layout=SMALL)
+    return {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
+
+
+def edit_root_attrs(path: Path, change) -> None:
+    document_path = path / "zarr.json"
+    document = json.loads(document_path.read_text())
+    change(document["attributes"])
+    document_path.write_text(json.dumps(document))
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def test_composite_as_source_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    with pytest.raises(cv.UnsupportedSourceError, match="composites do not nest"):
+        cv.create_composite(tmp_path / "d.zarr", {"c": tmp_path / "c.zarr"})
+    assert not (tmp_path / "d.zarr").exists()
+
+
+def test_mount_as_source_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    edit_root_attrs(
+        two_sources["b"],
+        lambda a: a.update(matrixSource={"location": "/x", "workspace": None, "assays": {}}),
+    )
+    with pytest.raises(cv.UnsupportedSourceError, match="mounted target"):
+        cv.create_composite(tmp_path / "d.zarr", two_sources)
+    assert not (tmp_path / "d.zarr").exists()
+
+
+def test_pending_assay_source_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    zarr.open_group(two_sources["a"], mode="a").create_group(
+        "GS", attributes={"cytearc:pending_assay": "add_grouped_assay"}
+    )
+    with pytest.raises(cv.UnsupportedSourceError, match="pending derived assay"):
+        cv.create_composite(tmp_path / "d.zarr", two_sources)
+    assert not (tmp_path / "d.zarr").exists()
+
+
+def test_missing_assay_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="'ADT' does not exist"):
+        cv.create_composite(tmp_path / "d.zarr", two_sources, assay="ADT")
+    assert not (tmp_path / "d.zarr").exists()
+
+
+def test_different_assay_types_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.write_counts(
+        tmp_path / "ga.zarr",
+        realistic_counts(10, 30, seed=3),
+        assay="RNA",
+        assay_type="GeneActivity",
+    )
+    with pytest.raises(ValueError, match="different assay types"):
+        cv.create_composite(tmp_path / "d.zarr", {"a": two_sources["a"], "g": tmp_path / "ga.zarr"})
+    assert not (tmp_path / "d.zarr").exists()
+
+
+@pytest.mark.parametrize("where", ["inside", "same", "around"])
+def test_destination_overlapping_a_source_refused(
+    tmp_path: Path, two_sources: dict[str, Path], where: str
+) -> None:
+    destination = {
+        "inside": two_sources["a"] / "composite",
+        "same": two_sources["a"],
+        "around": tmp_path,
+    }[where]
+    before = sorted(p.name for p in two_sources["a"].rglob("*"))
+    with pytest.raises(ValueError, match="overlaps source"):
+        cv.create_composite(destination, two_sources)
+    assert sorted(p.name for p in two_sources["a"].rglob("*")) == before
+
+
+def test_integer_sources_without_common_integer_dtype_refused(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "u64.zarr", np.array([[2**63 + 5, 0]], dtype=np.uint64))
+    cv.write_counts(tmp_path / "neg.zarr", np.array([[-1, 3]], dtype=np.int32))
+    with pytest.raises(ValueError, match="no common integer dtype"):
+        cv.create_composite(
+            tmp_path / "d.zarr", {"u": tmp_path / "u64.zarr", "n": tmp_path / "neg.zarr"}
+        )
+    assert not (tmp_path / "d.zarr").exists()
+
+
+def test_mixed_integer_and_float_sources_take_float(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "i.zarr", np.array([[1, 2]], dtype=np.int64))
+    cv.write_counts(tmp_path / "f.zarr", np.array([[0.5, 2]], dtype=np.float32))
+    comp = cv.create_composite(
+        tmp_path / "d.zarr", {"i": tmp_path / "i.zarr", "f": tmp_path / "f.zarr"}
+    )
+    assert comp.reader().dtype == np.float32
+
+
+def test_non_empty_destination_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    with pytest.raises(FileExistsError):
+        cv.create_composite(tmp_path / "c.zarr", two_sources)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"features": "outer"}, "'union', 'intersection'"),
+        ({"features": ["g0", "g0"]}, "repeats ids"),
+        ({"features": ["nope"]}, "in no source"),
+        ({"cells": {"z": [0]}}, "unknown source"),
+        ({"cells": {"a": np.ones(3, dtype=bool)}}, "mask of length 3"),
+        ({"cells": {"a": [0, 0]}}, "repeats rows"),
+        ({"cells": {"a": [500]}}, "outside"),
+        ({"source_storage_options": {"zz": {}}}, "unknown source"),
+    ],
+)
+def test_bad_arguments_refused(
+    tmp_path: Path, two_sources: dict[str, Path], kwargs, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        cv.create_composite(tmp_path / "d.zarr", two_sources, **kwargs)
+    assert not (tmp_path / "d.zarr").exists()
+
+
+# ------------------------------------------------------------ fail-closed opens
+
+
+def test_incomplete_composite_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    edit_root_attrs(tmp_path / "c.zarr", lambda a: a["composite"].update(complete=False))
+    with pytest.raises(cv.IncompleteStoreError, match="not complete"):
+        cv.open_store(tmp_path / "c.zarr")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c.pop("maps"),
+        lambda c: c.update(extra=1),
+        lambda c: c["sources"][0].update(credentials="x"),
+        lambda c: c["sources"][0].pop("countsFingerprint"),
+        lambda c: c["maps"]["rowSources"].update(compression="zstd"),
+        lambda c: c["maps"].pop("featureColumns"),
+        lambda c: c.update(complete="yes"),
+    ],
+)
+def test_record_shape_is_strict(tmp_path: Path, two_sources: dict[str, Path], change) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    edit_root_attrs(tmp_path / "c.zarr", lambda a: change(a["composite"]))
+    with pytest.raises(cv.RecordShapeError):
+        cv.open_store(tmp_path / "c.zarr")
+
+
+def test_changed_source_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    cv.write_counts(
+        two_sources["b"],
+        realistic_counts(80, 25, seed=9),
+        features=[f"g{i}" for i in range(10, 35)],
+        overwrite=True,
+    )
+    with pytest.raises(cv.IdentityMismatchError) as info:
+        cv.open_store(tmp_path / "c.zarr")
+    message = str(info.value)
+    assert "source 'b'" in message and str(two_sources["b"].resolve()) in message
+    assert "does not match the composite record" in message and "recreate the composite" in message
+
+
+def test_changed_mapping_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    rows = zarr.open_array(tmp_path / "c.zarr", path="_composite/sourceRows", mode="r+")
+    rows[0] = rows[1]
+    with pytest.raises(cv.IdentityMismatchError, match="mapping sourceRows"):
+        cv.open_store(tmp_path / "c.zarr")
+
+
+def test_missing_source_names_its_location(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    shutil.rmtree(two_sources["a"])
+    with pytest.raises((ValueError, FileNotFoundError), match=str(two_sources["a"].resolve())):
+        cv.open_store(tmp_path / "c.zarr")
+
+
+# -------------------------------------------------------------- immutability
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "RNA/counts/zarr.json",
+        "RNA/counts/c/0/0",
+        "RNA/countsT/zarr.json",
+        "_composite/rowSources/zarr.json",
+        "_composite/sourceRows/c/0",
+        "RNA/countSummaries/rowSums/c/0",
+    ],
+)
+async def test_count_metadata_and_mappings_are_immutable(
+    tmp_path: Path, two_sources: dict[str, Path], key: str
+) -> None:
+    from zarr.core.buffer import default_buffer_prototype
+
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    store = cv.open_store(tmp_path / "c.zarr", mode="r+")
+    before = sorted(str(p) for p in (tmp_path / "c.zarr").rglob("*"))
+    with pytest.raises(PermissionError, match="cannot write"):
+        await store.set(key, default_buffer_prototype().buffer.from_bytes(b"{}"))
+    with pytest.raises(PermissionError, match="cannot delete"):
+        await store.delete(key)
+    assert sorted(str(p) for p in (tmp_path / "c.zarr").rglob("*")) == before
+
+
+def test_composite_record_is_immutable_but_other_root_attrs_are_not(
+    tmp_path: Path, two_sources: dict[str, Path]
+) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    store = cv.open_store(tmp_path / "c.zarr", mode="r+")
+    group = zarr.open_group(store, mode="r+")
+    group.attrs["note"] = "analysis ran"
+    with pytest.raises(PermissionError, match="composite record"):
+        group.attrs["composite"] = {"assay": "RNA"}
+    assert zarr.open_group(tmp_path / "c.zarr", mode="r").attrs["note"] == "analysis ran"
+    cv.open_store(tmp_path / "c.zarr")
+
+
+def test_analyses_stay_writable(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    store = cv.open_store(tmp_path / "c.zarr", mode="r+")
+    provenance = {"operation": "test.hvg", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(store, "RNA/artifacts", "hvg", provenance=provenance) as art:
+        art.write_array("scores", np.arange(35, dtype=np.float64))
+    assert [a.artifact_id for a in cv.list_artifacts(store, "RNA/artifacts")] == [art.artifact_id]
+    cells = zarr.open_group(store, path="cellData", mode="r+")
+    cells.create_array("RNA_nCounts", data=np.zeros(200))
+    assert (tmp_path / "c.zarr" / "cellData" / "RNA_nCounts" / "zarr.json").is_file()
+
+
+def test_bare_zarr_finds_no_counts(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    group = zarr.open_group(tmp_path / "c.zarr", mode="r")
+    assert "counts" not in group["RNA"]
+    assert "countsT" not in group["RNA"]
+    assert not (tmp_path / "c.zarr" / "RNA" / "counts").exists()
+    via_store = zarr.open_group(cv.open_store(tmp_path / "c.zarr"), mode="r")
+    assert set(via_store["RNA"].keys()) >= {"counts", "countsT", "featureData", "countSummaries"}
+
+
+def test_pickles_and_reads_the_same(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    comp = cv.create_composite(tmp_path / "c.zarr", two_sources)
+    clone = pickle.loads(pickle.dumps(comp))
+    assert clone == comp
+    expected = comp.reader().read()
+    np.testing.assert_array_equal(clone.reader().read(), expected)
+    np.testing.assert_array_equal(zarr.open_array(clone, path="RNA/counts", mode="r")[:], expected)
+
+
+def test_list_dir_shows_virtual_children(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    from zarr.core.sync import sync
+
+    comp = cv.create_composite(tmp_path / "c.zarr", two_sources)
+
+    async def children(prefix: str) -> list[str]:
+        return sorted([name async for name in comp.list_dir(prefix)])
+
+    assert {"counts", "countsT", "featureData"} <= set(sync(children("RNA")))
+    assert sync(children("RNA/counts")) == ["c", "zarr.json"]
+
+
+# ------------------------------------------------------------- credentials
+
+
+@pytest.mark.remote
+def test_credentials_are_never_written(tmp_path: Path, s3_server: S3Server) -> None:
+    options = s3_server.storage_options()
+    options["secret_access_key"] = "planted-secret-9f3e1c"
+    bucket = s3_server.new_bucket()
+    matrix = realistic_counts(60, 20, density=0.2, seed=4)
+    for name in ("a", "b"):
+        cv.write_counts(f"s3://{bucket}/{name}.zarr", matrix, storage_options=options)
+    sources = {name: f"s3://{bucket}/{name}.zarr" for name in ("a", "b")}
+    per_source = {name: options for name in sources}
+    comp = cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=per_source)
+    np.testing.assert_array_equal(comp.reader().read()[:60], matrix.toarray())
+    reopened = cv.open_store(tmp_path / "c.zarr", mode="r+", source_storage_options=per_source)
+    zarr.open_group(reopened, mode="r+").attrs["touched"] = True
+    for path in (tmp_path / "c.zarr").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert b"planted-secret-9f3e1c" not in data, path
+            assert b"testing-key" not in data, path
+    with pytest.raises(Exception, match="(?i)credential|access|forbidden|signature|denied|error"):
+        cv.open_store(tmp_path / "c.zarr")  # without the options the sources cannot be read
