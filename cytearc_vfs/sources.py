@@ -15,7 +15,7 @@ from typing import Any
 import zarr
 from zarr.core.array import AsyncArray
 
-from .errors import IdentityMismatchError, UnsupportedSourceError
+from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from .locations import Location, describe_location, open_location
 from .paths import AssayPaths
 from .read_stats import CountingStore, ReadCounters
@@ -82,9 +82,21 @@ def bind_source(
     found values.
     """
     where = describe_location(location)
-    backend = open_location(location, read_only=True, storage_options=storage_options)
-    refuse_unsupported(backend, where=where, name=name)
-    info = verify_assay(backend, AssayPaths(assay, workspace), where=where)
+    try:
+        backend = open_location(location, read_only=True, storage_options=storage_options)
+        refuse_unsupported(backend, where=where, name=name)
+        info = verify_assay(backend, AssayPaths(assay, workspace), where=where)
+    except (VfsError, ValueError, TypeError):
+        raise
+    except Exception as exc:
+        # Backend errors (missing files, refused credentials, network) are
+        # translated once, here, into one that names the source and the fix.
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OSError(
+            f"source {name!r} at {where} cannot be read ({type(exc).__name__}: {first_line}); "
+            f"check that it exists, and pass its endpoint and credentials as "
+            f"source_storage_options={{{name!r}: {{...}}}}"
+        ) from exc
     for what, expected, found in (
         ("dataset", expected_dataset, info.dataset_fingerprint),
         ("counts", expected_counts, info.counts_fingerprint),
