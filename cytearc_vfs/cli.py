@@ -1,11 +1,13 @@
-"""The ``cytearc-vfs`` command line: demo, info, verify."""
+"""The ``cytearc-vfs`` command line: demo, info, verify, composite."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .errors import VfsError
@@ -29,6 +31,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
     where = describe_location(args.location)
     store = open_location(args.location, read_only=True)
     description = describe_store(store, where=where)
+    if description["kind"] == "composite":
+        lines = [
+            f"{where}: composite of {len(description['sources'])} sources, assay {description['assay']}: "
+            f"{description['shape'][0]} cells x {description['shape'][1]} features ({description['dtype']}), "
+            f"virtual arrays {', '.join(description['arrays'])}"
+        ]
+        lines += [f"  source {s['name']}: {s['location']}" for s in description["sources"]]
+        _print(description, as_json=args.json, text="\n".join(lines))
+        return 0
     lines = [f"{where}: {description['kind']} CyteArc store (Zarr v{description['zarrFormat']})"]
     for assay in description["assays"]:
         scope = f"{assay['workspace']}/" if assay["workspace"] else ""
@@ -80,6 +91,55 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _parse_sources(values: list[str]) -> dict[str, str]:
+    sources: dict[str, str] = {}
+    for value in values:
+        name, sep, location = value.partition("=")
+        if not sep:
+            location = value
+            name = Path(value.rstrip("/")).name.split(".")[0] or "source"
+        if name in sources:
+            raise ValueError(
+                f"source name {name!r} is given twice; write NAME=LOCATION to name sources"
+            )
+        sources[name] = location
+    return sources
+
+
+def _cmd_composite(args: argparse.Namespace) -> int:
+    from .composite import create_composite
+
+    sources = _parse_sources(args.sources)
+    features: str | list[str] = args.features
+    if args.features_file:
+        features = [
+            line.strip()
+            for line in Path(args.features_file).read_text().splitlines()
+            if line.strip()
+        ]
+    with progress_bars(enabled=None if not args.json else False) as bars:
+        started = time.perf_counter()
+        store = create_composite(
+            args.destination, sources, assay=args.assay, features=features, progress=bars
+        )
+        seconds = time.perf_counter() - started
+    reader = store.reader()
+    payload = {
+        "location": describe_location(args.destination),
+        "assay": args.assay,
+        "sources": list(sources),
+        "shape": list(reader.shape),
+        "dtype": str(reader.dtype),
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"composite of {len(sources)} sources at {payload['location']}: {reader.shape[0]} cells x "
+        f"{reader.shape[1]} features ({reader.dtype}), created in {seconds:.2f} s; no counts copied"
+    )
+    _print(payload, as_json=args.json, text=text)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -104,7 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("location")
     verify = sub.add_parser("verify", help="re-read every value and check it against the records")
     verify.add_argument("location")
-    for command in (demo, info, verify):
+    composite = sub.add_parser(
+        "composite", help="create a composite (virtual counts) of source stores"
+    )
+    composite.add_argument("destination")
+    composite.add_argument("sources", nargs="+", metavar="[NAME=]SOURCE")
+    composite.add_argument("--assay", default="RNA")
+    composite.add_argument("--features", default="union", choices=["union", "intersection"])
+    composite.add_argument(
+        "--features-file", help="explicit feature ids, one per line (overrides --features)"
+    )
+    composite.set_defaults(run=_cmd_composite)
+    for command in (demo, info, verify, composite):
         command.add_argument("--json", action="store_true", help="machine-readable output")
     demo.set_defaults(run=_cmd_demo)
     info.set_defaults(run=_cmd_info)

@@ -6,13 +6,34 @@ from typing import Any
 
 from zarr.abc.store import Store
 
-from .source_store import verify_store
+from .source_store import read_contents, verify_store
 
 __all__ = ["describe_store"]
 
 
+def describe_composite(store: Store, *, where: str) -> dict[str, Any]:
+    """Sources, shape and dtype of a verified composite."""
+    from .composite_store import CompositeStore
+
+    composite = CompositeStore._verified(store, where, None)
+    reader = composite.reader()
+    record = composite.record
+    return {
+        "location": where,
+        "kind": "composite",
+        "zarrFormat": 3,
+        "assay": record.assay,
+        "shape": list(reader.shape),
+        "dtype": str(reader.dtype),
+        "arrays": sorted(record.arrays),
+        "sources": [binding.to_json() for binding in record.sources],
+    }
+
+
 def describe_store(store: Store, *, where: str) -> dict[str, Any]:
     """Kind, assays, shapes, dtypes, layouts and fingerprints of a verified store."""
+    if "composite" in read_contents(store, where=where).root_attrs:
+        return describe_composite(store, where=where)
     contents, infos = verify_store(store, where=where)
     assays = []
     for info in infos:

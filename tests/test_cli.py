@@ -67,3 +67,54 @@ def test_demo_runs_on_real_data(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert any(step["step"].startswith("write_counts wu2020") for step in steps)
     assert all(step.get("equal", True) for step in steps)
     assert cv.open_store(tmp_path / "wu2020.zarr")
+
+
+def test_composite_info_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import realistic_counts
+
+    cv.write_counts(
+        tmp_path / "a.zarr", realistic_counts(40, 10, seed=1), features=[f"g{i}" for i in range(10)]
+    )
+    cv.write_counts(
+        tmp_path / "b.zarr",
+        realistic_counts(30, 10, seed=2),
+        features=[f"g{i}" for i in range(5, 15)],
+    )
+    composite = str(tmp_path / "c.zarr")
+    assert (
+        main(
+            [
+                "composite",
+                composite,
+                str(tmp_path / "a.zarr"),
+                f"second={tmp_path / 'b.zarr'}",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    created = json.loads(capsys.readouterr().out)
+    assert created["shape"] == [70, 15]
+    assert created["sources"] == ["a", "second"]
+    assert main(["info", composite, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "composite"
+    assert main(["verify", composite]) == 0
+    assert "OK" in capsys.readouterr().out
+    features_file = tmp_path / "features.txt"
+    features_file.write_text("g7\ng1\n")
+    assert (
+        main(
+            [
+                "composite",
+                str(tmp_path / "d.zarr"),
+                str(tmp_path / "a.zarr"),
+                "--features-file",
+                str(features_file),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["shape"] == [40, 2]
+    assert main(["composite", str(tmp_path / "e.zarr"), composite]) == 2
+    assert "do not nest" in capsys.readouterr().err
