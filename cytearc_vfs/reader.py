@@ -106,6 +106,8 @@ class VirtualArrayReader:
         self._where = (
             describe_location(store) if not isinstance(store, ProvidesCountMapping) else str(store)
         )
+        # What a worker process needs to rebuild this reader (see to_dask).
+        self._recipe: tuple[Any, ...] = (store, assay, workspace, dict(storage_options or {}))
 
     @classmethod
     def from_mapping(
@@ -117,6 +119,7 @@ class VirtualArrayReader:
         reader._mapping = mapping
         reader.assay = assay
         reader._where = where
+        reader._recipe = ()
         return reader
 
     # ------------------------------------------------------------------ facts
@@ -268,5 +271,71 @@ class VirtualArrayReader:
                 sync(self._gather(np.arange(start, stop, dtype=np.int64), feature_positions)),
             )
 
+    # ------------------------------------------------------------------ dask
+
+    def to_dask(self, chunks: tuple[int, int] | None = None) -> Any:
+        """A lazy ``dask.array`` of the matrix; each block is one gather read.
+
+        Blocks run anywhere, including worker processes of a
+        ``dask.distributed`` cluster: they carry the store (a composite
+        pickles without writing credentials anywhere) and rebuild one reader
+        per process. Needs ``dask[array]``.
+        """
+        try:
+            import dask.array as da
+        except ImportError as exc:  # pragma: no cover - optional dependency
+            raise ImportError("to_dask needs dask: pip install 'dask[array]'") from exc
+        if not self._recipe:
+            raise ValueError(
+                "this reader was built from a bound mapping; make one from a store to use dask"
+            )
+        if chunks is None:
+            rows = max(1, (64 << 20) // max(1, self.shape[1] * self.dtype.itemsize))
+            chunks = (min(max(self.shape[0], 1), rows), max(self.shape[1], 1))
+        row_blocks = tuple(_split(self.shape[0], chunks[0]))
+        col_blocks = tuple(_split(self.shape[1], chunks[1]))
+        name = f"cytearc-read-{id(self):x}"
+        graph: dict[Any, Any] = {}
+        row_start = 0
+        for i, n_rows in enumerate(row_blocks):
+            col_start = 0
+            for j, n_cols in enumerate(col_blocks):
+                graph[(name, i, j)] = (
+                    _read_block,
+                    self._recipe,
+                    (row_start, row_start + n_rows),
+                    (col_start, col_start + n_cols),
+                )
+                col_start += n_cols
+            row_start += n_rows
+        return da.Array(graph, name, chunks=(row_blocks, col_blocks), dtype=self.dtype)  # type: ignore[no-untyped-call]
+
     def __repr__(self) -> str:
         return f"VirtualArrayReader({self._where!r}, assay={self.assay!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _split(length: int, size: int) -> list[int]:
+    sizes = [size] * (length // size)
+    if length % size or not sizes:
+        sizes.append(length % size)
+    return sizes
+
+
+_PROCESS_READERS: dict[str, VirtualArrayReader] = {}
+
+
+def _read_block(
+    recipe: tuple[Any, ...], rows: tuple[int, int], cols: tuple[int, int]
+) -> npt.NDArray[Any]:
+    """One dask block: reuse this process's reader of the recipe, or build it once."""
+    import pickle
+
+    key = pickle.dumps(recipe).hex()
+    reader = _PROCESS_READERS.get(key)
+    if reader is None:
+        store, assay, workspace, options = recipe
+        reader = VirtualArrayReader(
+            store, assay, workspace=workspace, storage_options=options or None
+        )
+        _PROCESS_READERS[key] = reader
+    return reader.read(slice(*rows), slice(*cols))
