@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -65,9 +66,21 @@ class ContentHasher:
         """Add the next row band (canonical CSR, storage dtype)."""
         if band.shape[1] != self._shape[1]:
             raise ValueError(f"band has {band.shape[1]} columns, expected {self._shape[1]}")
-        self._row_nnz.update(np.diff(band.indptr).astype("<u8").tobytes())
-        self._indices.update(band.indices.astype(self._index_dtype, copy=False).tobytes())
-        self._values.update(np.asarray(band.data).astype(self._dtype, copy=False).tobytes())
+        self._row_nnz.update(np.diff(band.indptr).astype("<u8").data)
+        indices = band.indices
+        if (
+            indices.dtype.itemsize == self._index_dtype.itemsize
+            and indices.dtype.isnative
+            and sys.byteorder == "little"
+        ):
+            # non-negative int32 column indices are their own little-endian u4 bytes
+            indices = indices.view(self._index_dtype)
+        else:
+            indices = indices.astype(self._index_dtype)
+        self._indices.update(np.ascontiguousarray(indices).data)
+        self._values.update(
+            np.ascontiguousarray(np.asarray(band.data).astype(self._dtype, copy=False)).data
+        )
         self._rows += band.shape[0]
 
     def hexdigest(self) -> str:

@@ -157,7 +157,10 @@ def _feature_groups(
     n_features = layout.shape[1]
     band_rows = layout.counts_t.shards[0]
     dense = 4 * band_rows * layout.counts_t.shards[1] * itemsize
-    per_feature = 3 * (nnz / max(1, n_features)) * (itemsize + 8) + 16
+    # A group holds one CSC copy of its non-zeros (value + int32 row index)
+    # plus, per counts band, an index pointer entry per feature.
+    counts_bands = -(-layout.shape[0] // max(1, layout.counts.shards[0]))
+    per_feature = 1.25 * (nnz / max(1, n_features)) * (itemsize + 4) + 8 * counts_bands + 16
     capacity = max(band_rows, int(max(0, mem_budget - dense) / per_feature))
     capacity = max(band_rows, capacity // band_rows * band_rows)
     return [
@@ -334,18 +337,13 @@ def _write_store(
     band_rows = layout.counts.shards[0]
     writer = _ShardWriter()
     try:
-        first_group: list[sp.csr_array] = []
+        first_group: list[tuple[int, sp.csc_array]] = []
         for start, stop, band in iter_bands(source, band_rows):
             stored = _stored_band(band, dtype, start, stop)
             hasher.update(stored)
-            row_sums[start:stop] = stored.sum(axis=1, dtype=sum_dtype)
-            positive = stored.data > 0
-            row_of = np.repeat(np.arange(stop - start), np.diff(stored.indptr))
-            row_positive[start:stop] = np.bincount(row_of[positive], minlength=stop - start)
-            column_positive += np.bincount(stored.indices[positive], minlength=n_features)
+            _summarise(stored, start, row_sums, row_positive, column_positive)
             if groups:
-                g0, g1 = groups[0]
-                first_group.append(stored[:, g0:g1] if (g0, g1) != (0, n_features) else stored)
+                first_group.append((start, _group_piece(stored, *groups[0], n_features)))
             writer.submit(counts, start, stored.toarray())
             if progress:
                 progress("counts", stop, n_cells)
@@ -359,7 +357,7 @@ def _write_store(
                     first_group
                     if index == 0
                     else [
-                        _stored_band(band, dtype, s, e)[:, g0:g1]
+                        (s, _group_piece(_stored_band(band, dtype, s, e), g0, g1, n_features))
                         for s, e, band in iter_bands(source, band_rows)
                     ]
                 )
@@ -401,9 +399,44 @@ def _write_store(
     return content, cells_fp, features_fp
 
 
+def _summarise(
+    stored: sp.csr_array,
+    start: int,
+    row_sums: npt.NDArray[Any],
+    row_positive: npt.NDArray[np.int64],
+    column_positive: npt.NDArray[np.int64],
+) -> None:
+    """Add one canonical band to the count summaries."""
+    lengths = np.diff(stored.indptr)
+    stop = start + len(lengths)
+    filled = lengths > 0
+    sums = np.zeros(len(lengths), dtype=row_sums.dtype)
+    if stored.nnz:
+        # segments of empty rows are skipped, so each sum runs to the next start
+        sums[filled] = np.add.reduceat(
+            stored.data.astype(row_sums.dtype), stored.indptr[:-1][filled]
+        )
+    row_sums[start:stop] = sums
+    if stored.dtype.kind == "u":
+        # canonical bands hold no explicit zeros: every stored value is positive
+        row_positive[start:stop] = lengths
+        column_positive += np.bincount(stored.indices, minlength=len(column_positive))
+    else:
+        positive = stored.data > 0
+        row_of = np.repeat(np.arange(len(lengths)), lengths)
+        row_positive[start:stop] = np.bincount(row_of[positive], minlength=len(lengths))
+        column_positive += np.bincount(stored.indices[positive], minlength=len(column_positive))
+
+
+def _group_piece(stored: sp.csr_array, g0: int, g1: int, n_features: int) -> sp.csc_array:
+    """The band's non-zeros of features ``g0:g1``, by feature (one linear pass)."""
+    part = stored if (g0, g1) == (0, n_features) else stored[:, g0:g1]
+    return sp.csc_array(part)
+
+
 def _write_transposed_group(
     counts_t: zarr.Array[Any],
-    pieces: list[sp.csr_array],
+    pieces: list[tuple[int, sp.csc_array]],
     g0: int,
     g1: int,
     n_cells: int,
@@ -411,15 +444,28 @@ def _write_transposed_group(
     progress: Progress | None,
     n_features: int,
 ) -> None:
-    # vstack of CSR row bands is scipy's fast path; its transpose is a free
-    # CSC view whose tocsr() is one linear pass.
-    stacked = sp.vstack(pieces, format="csr") if pieces else sp.csr_array((n_cells, g1 - g0))
-    pieces.clear()
-    transposed = sp.csr_array(stacked.T)
-    del stacked
+    """Write countsT shards of features ``g0:g1`` from per-band CSC pieces.
+
+    Each shard is filled straight from the pieces into one of two reused
+    dense buffers (the other may still be in flight), with no stacked or
+    transposed copy of the group.
+    """
     band_rows = counts_t.shards[0] if counts_t.shards else counts_t.chunks[0]
-    for start in range(0, g1 - g0, band_rows):
+    buffers = [np.zeros(min(band_rows, g1 - g0) * n_cells, dtype=counts_t.dtype) for _ in range(2)]
+    for number, start in enumerate(range(0, g1 - g0, band_rows)):
         stop = min(g1 - g0, start + band_rows)
-        writer.submit(counts_t, g0 + start, transposed[start:stop].toarray())
+        flat = buffers[number % 2][: (stop - start) * n_cells]
+        flat[:] = 0
+        for offset, piece in pieces:
+            lo, hi = piece.indptr[start], piece.indptr[stop]
+            if hi == lo:
+                continue
+            feature_of = np.repeat(
+                np.arange(stop - start, dtype=np.int64) * n_cells,
+                np.diff(piece.indptr[start : stop + 1]),
+            )
+            flat[feature_of + piece.indices[lo:hi] + offset] = piece.data[lo:hi]
+        writer.submit(counts_t, g0 + start, flat.reshape(stop - start, n_cells))
         if progress:
             progress("countsT", g0 + stop, n_features)
+    pieces.clear()
