@@ -49,6 +49,7 @@ import scipy.sparse as sp
 
 CONTENDERS = ("cytearc", "anndata", "cytearc-fused")
 DEFAULT_CONTENDERS = ("cytearc", "anndata")
+STORE_NAMES = {"cytearc": "cv.zarr", "anndata": "ad.zarr", "cytearc-fused": "cv-fused.zarr"}
 GiB = 1024**3
 MiB = 1024**2
 
@@ -94,49 +95,50 @@ def _geometric(
 
 
 def _bernoulli_rows(
-    n_rows: int, rates: npt.NDArray[np.float64], rng: np.random.Generator
+    n_rows: int, rates: npt.NDArray[np.float64], rng: np.random.Generator, sigmas: float = 4.0
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
     """For each feature j, the sorted rows < n_rows that are non-zero with probability rates[j].
 
     Geometric skip sampling, O(non-zeros) and never a dense band: each
-    feature gets enough gaps to pass ``n_rows`` with overwhelming probability,
-    and the rare feature whose gaps fall short is drawn again. Returns the
-    per-feature counts and the row positions, feature-major.
+    feature gets enough gaps to pass ``n_rows`` with overwhelming probability;
+    the rare feature whose gaps fall short continues from its last success
+    (gaps are memoryless, so the result stays exact). Returns the per-feature
+    counts and the row positions, feature-major.
     """
     n = len(rates)
     counts = np.zeros(n, dtype=np.int64)
     parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
     todo = np.flatnonzero(rates > 0)
-    sigmas = 4.0
+    offset = np.zeros(len(todo), dtype=np.int64)  # first row each feature still has to cover
     while len(todo):
         p = rates[todo]
-        mean = n_rows * p
+        mean = (n_rows - offset) * p
         draws = np.ceil(mean + sigmas * np.sqrt(mean * (1 - p)) + 4).astype(np.int64)
         gaps = _geometric((-1.0 / np.log1p(-p)).astype(np.float32), draws, rng)
         starts = np.zeros(len(todo), dtype=np.int64)
         np.cumsum(draws[:-1], out=starts[1:])
         totals = np.add.reduceat(gaps, starts)
-        gaps[starts[1:]] -= totals[:-1]  # so one cumsum restarts at every feature
+        gaps[starts] += offset
+        gaps[starts[1:]] -= (offset + totals)[:-1]  # so one cumsum restarts at every feature
         np.cumsum(gaps, out=gaps)
         gaps -= 1  # 0-based row of each success
-        covered = totals >= n_rows + 1  # the last success lies past the band: none cut off
+        reached = offset + totals  # one past each feature's last success
         inside = gaps < n_rows
         kept = np.add.reduceat(inside.view(np.int8), starts, dtype=np.int64)
-        rows = gaps[inside]
+        parts.append((todo, kept, gaps[inside].astype(np.int32)))
         del gaps, inside
-        if not covered.all():
-            rows = rows[np.repeat(covered, kept)]
-        parts.append((todo[covered], kept[covered], rows.astype(np.int32)))
-        counts[todo[covered]] = kept[covered]
-        todo = todo[~covered]
-        sigmas *= 2
+        counts[todo] += kept
+        short = reached <= n_rows  # every draw landed inside: rows past the last one are unknown
+        todo, offset = todo[short], reached[short]
+        sigmas = max(4.0, 2 * sigmas)
     if not parts:
         return counts, np.zeros(0, dtype=np.int32)
     if len(parts) == 1:
         return counts, parts[0][2]
     owners = np.concatenate([np.repeat(features, k) for features, k, _ in parts])
-    rows = np.concatenate([r for _, _, r in parts])
-    return counts, rows[np.argsort(owners, kind="stable")]
+    merged = np.concatenate([r for _, _, r in parts])
+    # Stable: a feature's rows from later rounds follow its earlier (smaller) ones.
+    return counts, merged[np.argsort(owners, kind="stable")]
 
 
 def realistic_band(
@@ -259,7 +261,7 @@ class PeakRss:
 
 
 def disk_usage(path: Path) -> tuple[int, int]:
-    """(apparent bytes, allocated bytes as ``du`` counts them, files)."""
+    """(apparent bytes, allocated bytes as ``du`` counts them) of every file under ``path``."""
     apparent = allocated = 0
     for root, _, files in os.walk(path):
         for name in files:
@@ -267,6 +269,18 @@ def disk_usage(path: Path) -> tuple[int, int]:
             apparent += stat.st_size
             allocated += stat.st_blocks * 512
     return apparent, allocated
+
+
+def system_busy_seconds() -> float | None:
+    """CPU seconds all processes have been busy since boot (``/proc/stat``), if readable."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait
+    ticks = [int(x) for x in fields[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def count_files(path: Path) -> int:
@@ -365,7 +379,7 @@ def run_child(contender: str, npz: Path, out: Path, mem_budget: str) -> dict[str
         "load_seconds": load_seconds,
         "baseline_rss": baseline,
     }
-    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
     peak = PeakRss()
     timeline = Timeline()
     if contender.startswith("cytearc"):
@@ -407,7 +421,10 @@ def run_child(contender: str, npz: Path, out: Path, mem_budget: str) -> dict[str
     result["peak_method"] = peak.method
     result["working_memory"] = result["peak_rss"] - baseline
     # ru_maxrss is not used: after fork+exec it starts from the parent's peak.
-    result["minor_faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["minor_faults"] = usage.ru_minflt - usage_before.ru_minflt
+    result["cpu_user"] = usage.ru_utime - usage_before.ru_utime
+    result["cpu_system"] = usage.ru_stime - usage_before.ru_stime
     return result
 
 
@@ -437,6 +454,8 @@ def spawn(
         "--mem-budget",
         mem_budget,
     ]
+    busy_before = system_busy_seconds()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(
         command, capture_output=True, text=True, check=False, env={**os.environ, **env}
@@ -445,7 +464,15 @@ def spawn(
         sys.stderr.write(done.stderr)
         raise SystemExit(f"{contender} child failed with exit code {done.returncode}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    result["process_seconds"] = time.perf_counter() - started
+    result["process_seconds"] = elapsed = time.perf_counter() - started
+    busy_after = system_busy_seconds()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if busy_before is not None and busy_after is not None:
+        own = (children.ru_utime - children_before.ru_utime) + (
+            children.ru_stime - children_before.ru_stime
+        )
+        # Cores other processes kept busy while the child ran: a noisy machine shows here.
+        result["others_cpu_cores"] = max(0.0, (busy_after - busy_before - own) / elapsed)
     result["disk_apparent"], result["disk_allocated"] = disk_usage(out)
     result["files"] = count_files(out)
     return result
@@ -473,20 +500,26 @@ def print_report(report: dict[str, Any]) -> None:
     )
     print(f"mem_budget {report['mem_budget']} ({fmt_bytes(budget)}), repeat {report['repeat']}\n")
     header = (
-        f"{'contender':<14} {'wall s':>8} {'baseline':>10} {'peak RSS':>10} {'working':>10} "
-        f"{'<budget':>7} {'disk du':>10} {'apparent':>10} {'files':>6}"
+        f"{'contender':<14} {'wall s':>7} {'CPU s':>6} {'baseline':>10} {'peak RSS':>10} "
+        f"{'working':>10} {'<budget':>7} {'disk du':>10} {'files':>6} {'others':>6}"
     )
     print(header)
     print("-" * len(header))
     results = report["results"]
     for name, r in results.items():
         under = "yes" if r["working_memory"] <= budget else "NO"
+        others = r.get("others_cpu_cores")
         print(
-            f"{name:<14} {r['seconds']:>8.1f} {fmt_bytes(r['baseline_rss']):>10} "
-            f"{fmt_bytes(r['peak_rss']):>10} {fmt_bytes(r['working_memory']):>10} {under:>7} "
-            f"{fmt_bytes(r['disk_allocated']):>10} {fmt_bytes(r['disk_apparent']):>10} "
-            f"{r['files']:>6}"
+            f"{name:<14} {r['seconds']:>7.1f} {r['cpu_user'] + r['cpu_system']:>6.1f} "
+            f"{fmt_bytes(r['baseline_rss']):>10} {fmt_bytes(r['peak_rss']):>10} "
+            f"{fmt_bytes(r['working_memory']):>10} {under:>7} "
+            f"{fmt_bytes(r['disk_allocated']):>10} {r['files']:>6} "
+            f"{'?' if others is None else f'{others:.2f}':>6}"
         )
+    print(
+        "(CPU s: user+system seconds of the write; working = peak RSS - baseline; others: "
+        "cores other processes kept busy meanwhile, >0.2 means a noisy run)"
+    )
     for name, ratio in report["ratios"].items():
         print(
             f"\n{name}: time x{ratio['time']:.2f}, working memory x{ratio['working_memory']:.2f}, "
@@ -583,10 +616,18 @@ def main(argv: list[str] | None = None) -> int:
         log(f"built in {build_seconds:.1f} s: nnz {counts.nnz:,}, {fmt_bytes(matrix['bytes'])}")
         del counts
 
+        busy = system_busy_seconds()
+        time.sleep(1.0)
+        after = system_busy_seconds()
+        if busy is not None and after is not None and after - busy > 0.3:
+            log(
+                f"warning: other processes keep {after - busy:.1f} cores busy; "
+                "timings will be noisy (see the 'others' column)"
+            )
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
         for repeat in range(args.repeat):
             for contender in contenders:
-                out = scratch / f"{contender}.zarr"
+                out = scratch / STORE_NAMES[contender]
                 log(f"[{repeat + 1}/{args.repeat}] {contender} ...")
                 result = spawn(contender, npz, out, args.mem_budget, child_env)
                 log(

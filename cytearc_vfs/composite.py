@@ -41,9 +41,12 @@ __all__ = ["create_composite", "virtual_array_document"]
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 
-# A computed chunk spans whole rows of the virtual array (so it needs one
-# source chunk band per source) and holds about this many bytes.
-VIRTUAL_CHUNK_BYTES = 2 * 1024**2
+# A computed chunk spans whole rows of the virtual array and holds about this
+# many bytes: large enough that misaligned source chunk bands at its edges
+# (decoded by both neighbours) cost little, small enough to compute quickly.
+VIRTUAL_CHUNK_BYTES = 8 * 1024**2
+# Entries per chunk of a mapping array (64 Ki int64 = 512 KiB).
+MAP_CHUNK_ENTRIES = 1 << 16
 
 
 def virtual_array_document(
@@ -264,10 +267,14 @@ def create_composite(
     )
     maps_group = root.create_group(MAPS_GROUP)
     for name, values in maps.items():
+        # Small chunks: a read loads only the mapping windows it selects.
         chunk = (
-            (max(1, min(values.shape[0], 1 << 20)),)
+            (max(1, min(values.shape[0], MAP_CHUNK_ENTRIES)),)
             if values.ndim == 1
-            else (values.shape[0], max(1, min(values.shape[1], 1 << 18)))
+            else (
+                values.shape[0],
+                max(1, min(values.shape[1], MAP_CHUNK_ENTRIES // max(1, values.shape[0]))),
+            )
         )
         maps_group.create_array(name, data=values, chunks=chunk)
     write_table(root.create_group("cellData"), cell_table)

@@ -43,7 +43,7 @@ from .store_io import get_json
 __all__ = ["CompositeStore"]
 
 
-def _apply_range(data: bytes, byte_range: ByteRequest | None) -> bytes:
+def _apply_range(data: bytes | memoryview, byte_range: ByteRequest | None) -> bytes | memoryview:
     if byte_range is None:
         return data
     if isinstance(byte_range, RangeByteRequest):
@@ -268,7 +268,7 @@ class CompositeStore(Store):
             return "the composite's count summaries describe its published counts"
         return None
 
-    async def _compute_chunk(self, path: str, rest: str) -> bytes | None:
+    async def _compute_chunk(self, path: str, rest: str) -> bytes | memoryview | None:
         document = self._record.arrays[path]
         parts = rest.split("/")
         if len(parts) != 3 or parts[0] != "c" or not all(p.isdigit() for p in parts[1:]):
@@ -285,9 +285,11 @@ class CompositeStore(Store):
             block = (await reader.read_async(None, slice(start, stop))).T
         else:
             block = await reader.read_async(slice(start, stop), None)
+        if block.shape == (rows, cols) and block.dtype == dtype and block.flags.c_contiguous:
+            return memoryview(block.reshape(-1).view(np.uint8))
         chunk = np.zeros((rows, cols), dtype=dtype)  # edge chunks are served at full size
         chunk[: block.shape[0], : block.shape[1]] = block
-        return chunk.tobytes()
+        return memoryview(chunk.reshape(-1).view(np.uint8))
 
     # -------------------------------------------------------------- reading
 
@@ -299,7 +301,7 @@ class CompositeStore(Store):
             return await self._backing.get(key, prototype, byte_range)
         path, rest = virtual
         if rest == "zarr.json":
-            data: bytes | None = self._virtual[path]
+            data: bytes | memoryview | None = self._virtual[path]
         else:
             data = await self._compute_chunk(path, rest)
         if data is None:

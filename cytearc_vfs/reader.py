@@ -37,6 +37,46 @@ Selection = slice | npt.ArrayLike | None
 Indices = npt.NDArray[np.int64]
 
 
+def _identity(inverse: Indices) -> bool:
+    return bool(
+        len(inverse) == 0
+        or (inverse[0] == 0 and inverse[-1] == len(inverse) - 1 and np.all(np.diff(inverse) == 1))
+    )
+
+
+def _as_range(positions: Indices) -> slice | Indices:
+    if (
+        len(positions)
+        and int(positions[-1]) - int(positions[0]) + 1 == len(positions)
+        and np.all(np.diff(positions) == 1)
+    ):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
+
+
+def _scatter(
+    out: npt.NDArray[Any],
+    block: npt.NDArray[Any],
+    out_rows: Indices,
+    row_inverse: Indices,
+    out_cols: Indices,
+    col_inverse: Indices,
+) -> None:
+    """``out[out_rows, out_cols] = block[row_inverse][:, col_inverse]``, without the
+    fancy-index copies when rows or columns are already in order and contiguous
+    (the common case: a band of one source, or the first source of a union)."""
+    if not _identity(row_inverse):
+        block = np.take(block, row_inverse, axis=0)
+    if not _identity(col_inverse):
+        block = np.take(block, col_inverse, axis=1)
+    rows = _as_range(out_rows)
+    cols = _as_range(out_cols)
+    if isinstance(rows, slice) or isinstance(cols, slice):
+        out[rows, cols] = block
+    else:
+        out[np.ix_(rows, cols)] = block
+
+
 def normalize_selection(selection: Selection, length: int, *, axis: str) -> Indices:
     """Integer positions of a selection: ``None``, a slice, integers (any order,
     repeats, negatives) or a boolean mask.
@@ -215,7 +255,7 @@ class VirtualArrayReader:
                 )
             )
         self._counters.add(chunks=choice.chunks)
-        out[np.ix_(out_rows, out_cols)] = block[np.ix_(row_inverse, col_inverse)]
+        _scatter(out, block, out_rows, row_inverse, out_cols, col_inverse)
 
     # ---------------------------------------------------------------- streams
 
