@@ -270,14 +270,11 @@ class CompositeStore(Store):
 
     async def _compute_chunk(self, path: str, rest: str) -> bytes | memoryview | None:
         document = self._record.arrays[path]
-        parts = rest.split("/")
-        if len(parts) != 3 or parts[0] != "c" or not all(p.isdigit() for p in parts[1:]):
+        row_chunk = self._chunk_index(path, rest)
+        if row_chunk is None:
             return None
-        row_chunk, col_chunk = int(parts[1]), int(parts[2])
         shape = document["shape"]
         rows, cols = document["chunk_grid"]["configuration"]["chunk_shape"]
-        if col_chunk != 0 or row_chunk * rows >= max(shape[0], 1):
-            return None
         dtype = np.dtype(document["data_type"]).newbyteorder("<")
         start, stop = row_chunk * rows, min(shape[0], (row_chunk + 1) * rows)
         reader = self._chunk_reader
@@ -318,13 +315,23 @@ class CompositeStore(Store):
         if virtual is None:
             return await self._backing.exists(key)
         path, rest = virtual
-        return rest == "zarr.json" or rest in self._chunk_keys(path)
+        return rest == "zarr.json" or self._chunk_index(path, rest) is not None
 
-    def _chunk_keys(self, path: str) -> list[str]:
+    def _n_chunks(self, path: str) -> int:
         document = self._record.arrays[path]
         rows = document["chunk_grid"]["configuration"]["chunk_shape"][0]
-        n_chunks = -(-max(document["shape"][0], 0) // rows) if document["shape"][1] else 0
-        return [f"c/{i}/0" for i in range(n_chunks)]
+        return -(-max(document["shape"][0], 0) // rows) if document["shape"][1] else 0
+
+    def _chunk_index(self, path: str, rest: str) -> int | None:
+        """The row-chunk index of a chunk key ``c/{i}/0`` of ``path``, or ``None``."""
+        parts = rest.split("/")
+        if len(parts) != 3 or parts[0] != "c" or parts[2] != "0" or not parts[1].isdigit():
+            return None
+        index = int(parts[1])
+        return index if index < self._n_chunks(path) else None
+
+    def _chunk_keys(self, path: str) -> list[str]:
+        return [f"c/{i}/0" for i in range(self._n_chunks(path))]
 
     # -------------------------------------------------------------- writing
 
