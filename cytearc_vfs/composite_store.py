@@ -193,13 +193,29 @@ class CompositeStore(Store):
         return self._backing
 
     def with_read_only(self, read_only: bool = False) -> CompositeStore:
-        """The same composite over a read-only (or writable) backing store."""
-        return type(self)(
-            self._backing.with_read_only(read_only),
-            self._record,
-            self._sources,
-            source_storage_options=self._source_options,
-        )
+        """The same composite over a read-only (or writable) backing store.
+
+        zarr calls this from inside its event loop (opening a writable store
+        with ``mode="r"``), so it does no I/O: the verified record, sources
+        and chunk reader are shared; only the backing store changes.
+        """
+        return self._derive(self._backing.with_read_only(read_only))
+
+    def __copy__(self) -> CompositeStore:
+        return self._derive(self._backing)
+
+    def _derive(self, backing: Store) -> CompositeStore:
+        clone = object.__new__(type(self))
+        Store.__init__(clone, read_only=backing.read_only)
+        clone._backing = backing
+        clone._record = self._record
+        clone._sources = self._sources
+        clone._source_options = self._source_options
+        clone._virtual = self._virtual
+        clone._chunk_counters = self._chunk_counters
+        clone._chunk_reader = self._chunk_reader
+        clone._is_open = True
+        return clone
 
     def __eq__(self, value: object) -> bool:
         return (

@@ -197,7 +197,9 @@ def test_changed_mapping_refused(tmp_path: Path, two_sources: dict[str, Path]) -
 def test_missing_source_names_its_location(tmp_path: Path, two_sources: dict[str, Path]) -> None:
     cv.create_composite(tmp_path / "c.zarr", two_sources)
     shutil.rmtree(two_sources["a"])
-    with pytest.raises(OSError, match=r"source .a. at .* cannot be read.*source_storage_options") as info:
+    with pytest.raises(
+        OSError, match=r"source .a. at .* cannot be read.*source_storage_options"
+    ) as info:
         cv.open_store(tmp_path / "c.zarr")
     assert str(two_sources["a"].resolve()) in str(info.value)
 
@@ -309,3 +311,19 @@ def test_credentials_are_never_written(tmp_path: Path, s3_server: S3Server) -> N
             data = path.read_bytes()
             assert b"planted-secret-9f3e1c" not in data, path
             assert b"testing-key" not in data, path
+
+
+def test_plain_zarr_read_only_open_of_a_writable_composite(
+    tmp_path: Path, two_sources: dict[str, Path]
+) -> None:
+    # zarr calls with_read_only() from inside its event loop here
+    expected = cv.create_composite(tmp_path / "c.zarr", two_sources).reader().read()
+    writable = cv.open_store(tmp_path / "c.zarr", mode="r+")
+    np.testing.assert_array_equal(
+        zarr.open_array(writable, path="RNA/counts", mode="r")[:], expected
+    )
+    group = zarr.open_group(writable, mode="r")
+    np.testing.assert_array_equal(group["RNA/countsT"][:], expected.T)
+    import copy
+
+    assert copy.copy(writable) == writable
