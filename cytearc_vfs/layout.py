@@ -44,7 +44,7 @@ class LayoutPolicy:
 
     unit_bytes: int = 64 * 1024**2
     """Target uncompressed bytes of one shard."""
-    chunk_bytes: int = 1024**2
+    chunk_bytes: int = 256 * 1024
     """Target uncompressed bytes of one inner chunk."""
 
     def __post_init__(self) -> None:
