@@ -20,6 +20,8 @@ from .errors import (
 )
 from .layout import LayoutPolicy
 from .moments import ColumnMoments
+from .mount import mount_datastore
+from .mount_store import MountStore
 from .opening import counts_fingerprint, dataset_fingerprint, open_store
 from .reader import VirtualArrayReader
 from .writer import WriteInfo, write_counts
@@ -32,6 +34,7 @@ __all__ = [
     "IdentityMismatchError",
     "IncompleteStoreError",
     "LayoutPolicy",
+    "MountStore",
     "NonFiniteArtifactError",
     "RecordShapeError",
     "UnsupportedSourceError",
@@ -43,6 +46,7 @@ __all__ = [
     "dataset_fingerprint",
     "find_artifact",
     "list_artifacts",
+    "mount_datastore",
     "open_store",
     "publish_artifact",
     "read_artifact",

@@ -73,7 +73,8 @@ def virtual_array_document(
     return document
 
 
-def _check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
+def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
+    """Refuse a destination inside, equal to, or around any of ``sources``."""
     target = local_path(destination)
     for name, location in sources.items():
         source = local_path(location)
@@ -185,7 +186,7 @@ def create_composite(
         raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
     check_name(assay, what="assay")
     budget = parse_size(mem_budget, what="mem_budget") if mem_budget is not None else 512 * 1024**2
-    _check_no_overlap(destination, sources)
+    check_no_overlap(destination, sources)
 
     counters = ReadCounters()
     bound = [

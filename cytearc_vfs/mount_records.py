@@ -58,8 +58,12 @@ class MountedAssay:
             where=where,
         )
         return cls(
-            dataset_fingerprint=parse_fingerprint(fields["datasetFingerprint"], record=record, where=where),
-            counts_fingerprint=parse_fingerprint(fields["countsFingerprint"], record=record, where=where),
+            dataset_fingerprint=parse_fingerprint(
+                fields["datasetFingerprint"], record=record, where=where
+            ),
+            counts_fingerprint=parse_fingerprint(
+                fields["countsFingerprint"], record=record, where=where
+            ),
             requires_transpose=fields["requiresTranspose"],
         )
 

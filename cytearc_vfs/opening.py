@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from zarr.abc.store import Store
 
-from .errors import UnsupportedSourceError
 from .locations import Location, describe_location, open_location
 from .paths import AssayPaths
 from .source_store import AssayInfo, read_contents, verify_assay, verify_store
@@ -39,9 +38,11 @@ def open_store(
 
         return CompositeStore._verified(store, where, source_storage_options)
     if "matrixSource" in contents.root_attrs:
-        raise UnsupportedSourceError(
-            f"{where} is a mounted target; this release of cytearc_vfs does not open mounts yet"
-        )
+        from .mount_store import MountStore
+
+        if source_storage_options is not None and not isinstance(source_storage_options, Mapping):
+            raise TypeError("source_storage_options of a mount is one mapping of backend options")
+        return MountStore._verified(store, where, source_storage_options)
     if source_storage_options:
         raise ValueError(
             f"{where} is an ordinary store; source_storage_options apply to composites and "

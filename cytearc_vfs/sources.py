@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zarr
+from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
 
 from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
@@ -21,7 +22,7 @@ from .paths import AssayPaths
 from .read_stats import CountingStore, ReadCounters
 from .source_store import AssayInfo, read_contents, verify_assay
 
-__all__ = ["BoundSource", "bind_source", "rebind", "refuse_unsupported"]
+__all__ = ["BoundSource", "bind_source", "bound_from_verified", "rebind", "refuse_unsupported"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,20 @@ def bind_source(
                 f"composite record {expected}; the source changed after the composite was "
                 "created. Restore the source, or recreate the composite"
             )
+    return bound_from_verified(name, where, backend, info, counters)
+
+
+def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
+    """The same verified source, counted into ``counters`` (no re-verification)."""
+    return bound_from_verified(
+        source.name, source.location, source.store.wrapped, source.info, counters
+    )
+
+
+def bound_from_verified(
+    name: str, location: str, backend: Store, info: AssayInfo, counters: ReadCounters
+) -> BoundSource:
+    """A bound source for an assay that was already verified (opens its arrays only)."""
     counting = CountingStore(backend, counters)
     root = zarr.open_group(counting, mode="r")
     counts = root[info.paths.counts]
@@ -115,27 +130,9 @@ def bind_source(
     assert counts_t is None or isinstance(counts_t, zarr.Array)
     return BoundSource(
         name=name,
-        location=where,
+        location=location,
         store=counting,
         info=info,
-        counts=counts.async_array,
-        counts_t=None if counts_t is None else counts_t.async_array,
-    )
-
-
-def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
-    """The same verified source, counted into ``counters`` (no re-verification)."""
-    counting = CountingStore(source.store.wrapped, counters)
-    root = zarr.open_group(counting, mode="r")
-    counts = root[source.info.paths.counts]
-    counts_t = root[source.info.paths.counts_t] if source.info.has_counts_t else None
-    assert isinstance(counts, zarr.Array)
-    assert counts_t is None or isinstance(counts_t, zarr.Array)
-    return BoundSource(
-        name=source.name,
-        location=source.location,
-        store=counting,
-        info=source.info,
         counts=counts.async_array,
         counts_t=None if counts_t is None else counts_t.async_array,
     )

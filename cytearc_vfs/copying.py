@@ -1,0 +1,85 @@
+"""Copying zarr nodes between stores, values and attributes, in bounded bands.
+
+Used by mounts (cell and feature tables) and repack (whole stores). Arrays
+keep their dtype, shape, chunking, sharding, codecs, fill value and
+attributes; values move in row bands of about ``band_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zarr
+
+__all__ = ["copy_array", "copy_group"]
+
+Skip = Callable[[str], bool]
+
+
+def copy_array(
+    source: zarr.Array[Any], parent: zarr.Group, name: str, *, band_bytes: int = 64 << 20
+) -> zarr.Array[Any]:
+    """Copy ``source`` to ``parent[name]`` with its metadata and values."""
+    metadata = source.metadata
+    kwargs: dict[str, Any] = {
+        "shape": source.shape,
+        "dtype": source.dtype,
+        "attributes": source.attrs.asdict(),
+        "fill_value": source.fill_value,
+    }
+    if metadata.zarr_format == 3:
+        kwargs.update(
+            chunks=source.chunks,
+            shards=source.shards,
+            serializer=source.serializer,
+            compressors=source.compressors,
+            filters=source.filters,
+        )
+    else:
+        kwargs.update(chunks=source.chunks)
+    target = parent.create_array(name, **kwargs)
+    if source.ndim == 0:
+        target[...] = source[...]
+        return target
+    if not source.size:
+        return target
+    # Whole shards (or chunks) per band, so no band rewrites another's shard.
+    unit = (source.shards or source.chunks)[0]
+    row_bytes = max(1, int(np.prod(source.shape[1:])) * source.dtype.itemsize)
+    rows = max(unit, (band_bytes // (row_bytes * unit)) * unit)
+    for start in range(0, source.shape[0], rows):
+        target[start : start + rows] = source[start : start + rows]
+    return target
+
+
+def copy_group(
+    source: zarr.Group,
+    parent: zarr.Group,
+    name: str,
+    *,
+    skip: Skip | None = None,
+    band_bytes: int = 64 << 20,
+) -> zarr.Group:
+    """Copy ``source`` to ``parent[name]`` recursively; ``skip(path)`` leaves members out.
+
+    ``path`` is the member's path relative to ``source``.
+    """
+    target = parent.create_group(name, attributes=source.attrs.asdict())
+    _copy_members(source, target, "", skip, band_bytes)
+    return target
+
+
+def _copy_members(
+    source: zarr.Group, target: zarr.Group, prefix: str, skip: Skip | None, band_bytes: int
+) -> None:
+    for member, node in sorted(source.members(), key=lambda item: item[0]):
+        path = f"{prefix}{member}"
+        if skip is not None and skip(path):
+            continue
+        if isinstance(node, zarr.Array):
+            copy_array(node, target, member, band_bytes=band_bytes)
+        else:
+            child = target.create_group(member, attributes=node.attrs.asdict())
+            _copy_members(node, child, path + "/", skip, band_bytes)

@@ -1,0 +1,364 @@
+"""``MountStore``: a writable target that sees a read-only source's artifacts.
+
+Resolution (spec, "Mounted targets"): keys outside the artifact roots are the
+target's alone; a key inside an artifact group ``{root}/{kind}/{id}`` is read
+from the target when the target holds the group's ``zarr.json``, else from the
+source when the source holds it; listings of an artifact root and of its kind
+directories are the union of both stores, and a directory document the
+target lacks is read from the source. Every write goes to the target;
+writing or deleting inside a source group raises ``PermissionError``, so the
+source is never modified. Keys that try to escape a store are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Literal
+
+import zarr
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+
+from .count_mapping import CountMapping, IdentityMapping
+from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
+from .locations import Location, describe_location, open_location
+from .mount_records import MATRIX_SOURCE_ATTR, MountRecord
+from .mount_resolution import artifact_roots, check_key, listing_is_union, place_of
+from .nodes import array_at
+from .paths import AssayPaths, join
+from .read_stats import ReadCounters
+from .source_store import AssayInfo, read_contents, verify_assay
+from .sources import bound_from_verified
+from .store_io import get_json
+
+__all__ = ["MountStore"]
+
+Owner = Literal["target", "source"]
+
+
+class MountStore(Store):
+    """A mounted target: its own keys, plus the source's artifacts read through.
+
+    Use :meth:`open` (or ``cv.open_store``) rather than the constructor.
+    """
+
+    supports_consolidated_metadata = False
+
+    def __init__(
+        self,
+        target: Store,
+        source: Store,
+        record: MountRecord,
+        infos: Mapping[str, AssayInfo],
+        *,
+        source_storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(read_only=target.read_only)
+        self._target = target
+        self._source = source if source.read_only else source.with_read_only(True)
+        self._record = record
+        self._infos = dict(infos)
+        self._roots = artifact_roots(record.workspace, record.assays)
+        self._source_options = dict(source_storage_options or {})
+        # Which store holds each artifact group seen so far. Only positive
+        # answers are kept: a group no store holds may be created later.
+        self._owners: dict[str, Owner] = {}
+        self._is_open = True
+
+    # ------------------------------------------------------------- opening
+
+    @classmethod
+    def open(  # type: ignore[override]
+        cls,
+        location: Location,
+        *,
+        mode: str = "r",
+        storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Any] | None = None,
+    ) -> MountStore:
+        """Open and verify the mounted target at ``location``."""
+        where = describe_location(location)
+        target = open_location(location, read_only=mode == "r", storage_options=storage_options)
+        return cls._verified(target, where, source_storage_options)
+
+    @classmethod
+    def _verified(
+        cls, target: Store, where: str, source_storage_options: Mapping[str, Any] | None
+    ) -> MountStore:
+        document = get_json(target, "zarr.json", where=where)
+        attrs = document.get("attributes", {}) if isinstance(document, dict) else {}
+        if MATRIX_SOURCE_ATTR not in attrs:
+            raise ValueError(f"{where} is not a mounted target (no matrixSource record)")
+        record = MountRecord.from_json(attrs[MATRIX_SOURCE_ATTR], where=f"{where} matrixSource")
+        source_where = record.location
+        try:
+            source = open_location(
+                record.location, read_only=True, storage_options=source_storage_options
+            )
+            contents = read_contents(source, where=source_where)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            raise OSError(
+                f"the source of the mount at {where}, {record.location}, cannot be read "
+                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+                "restore it, or pass its credentials as source_storage_options"
+            ) from exc
+        if MATRIX_SOURCE_ATTR in contents.root_attrs:
+            raise UnsupportedSourceError(
+                f"the source of the mount at {where}, {record.location}, is itself a mount; "
+                "mounts do not chain. Mount the store that owns the counts"
+            )
+        infos: dict[str, AssayInfo] = {}
+        for name, expected in record.assays.items():
+            info = verify_assay(source, AssayPaths(name, record.workspace), where=source_where)
+            for what, wanted, found in (
+                ("dataset", expected.dataset_fingerprint, info.dataset_fingerprint),
+                ("counts", expected.counts_fingerprint, info.counts_fingerprint),
+            ):
+                if wanted != found:
+                    raise IdentityMismatchError(
+                        f"mount at {where}: assay {name!r} of source {record.location} has {what} "
+                        f"fingerprint {found}, but the mount records {wanted}; the source changed "
+                        "after it was mounted. Restore the source, or mount it again"
+                    )
+            if expected.requires_transpose and not info.has_counts_t:
+                raise IncompleteStoreError(
+                    f"mount at {where}: assay {name!r} opens as RNA and needs the source's countsT, "
+                    f"which {record.location} lacks; re-import the source"
+                )
+            infos[name] = info
+        return cls(target, source, record, infos, source_storage_options=source_storage_options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The target store and in-memory options travel; nothing is written.
+        return (_restore, (self._target, self._source_options))
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def record(self) -> MountRecord:
+        """The verified ``matrixSource`` record."""
+        return self._record
+
+    @property
+    def target(self) -> Store:
+        """The target's own store."""
+        return self._target
+
+    @property
+    def source(self) -> Store:
+        """The (read-only) source store."""
+        return self._source
+
+    def with_read_only(self, read_only: bool = False) -> MountStore:
+        """The same mount over a read-only (or writable) target; no I/O."""
+        clone = type(self)(
+            self._target.with_read_only(read_only),
+            self._source,
+            self._record,
+            self._infos,
+            source_storage_options=self._source_options,
+        )
+        clone._owners = self._owners
+        return clone
+
+    def __eq__(self, value: object) -> bool:
+        return (
+            isinstance(value, MountStore)
+            and self._target == value._target
+            and self._source == value._source
+            and self._record == value._record
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), str(self._target)))
+
+    def __str__(self) -> str:
+        return f"mount+{self._target}"
+
+    def __repr__(self) -> str:
+        return f"MountStore(target={self._target!r}, source={self._record.location!r})"
+
+    # ------------------------------------------------------------ counts
+
+    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
+        """The source's counts of ``assay``, verified at open."""
+        info = self._infos.get(assay)
+        if info is None:
+            raise ValueError(f"assay {assay!r} is not mounted; mounted: {sorted(self._infos)}")
+        bound = bound_from_verified("source", self._record.location, self._source, info, counters)
+        root = zarr.open_group(self._source, mode="r")
+        return IdentityMapping(
+            bound,
+            array_at(root, join(info.paths.cell_data, "ids")),
+            array_at(root, join(info.paths.feature_data, "ids")),
+        )
+
+    def reader(self, assay: str = "RNA") -> Any:
+        """A :class:`VirtualArrayReader` of a mounted assay's (source) counts."""
+        from .reader import VirtualArrayReader
+
+        return VirtualArrayReader(self, assay)
+
+    # ---------------------------------------------------------- resolution
+
+    async def _owner(self, group: str) -> Owner | None:
+        owner = self._owners.get(group)
+        if owner is not None:
+            return owner
+        document = join(group, "zarr.json")
+        if await self._target.exists(document):
+            owner = "target"
+        elif await self._source.exists(document):
+            owner = "source"
+        else:
+            return None
+        self._owners[group] = owner
+        return owner
+
+    async def _store_for(self, key: str) -> Store:
+        place = place_of(check_key(key), self._roots)
+        if place.kind == "target":
+            return self._target
+        if place.kind in ("root_doc", "kind_doc"):
+            return self._target if await self._target.exists(key) else self._source
+        assert place.group is not None
+        return self._source if await self._owner(place.group) == "source" else self._target
+
+    # -------------------------------------------------------------- reading
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        store = await self._store_for(key)
+        return await store.get(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+    async def exists(self, key: str) -> bool:
+        store = await self._store_for(key)
+        return await store.exists(key)
+
+    # -------------------------------------------------------------- writing
+
+    @property
+    def supports_writes(self) -> bool:
+        return self._target.supports_writes
+
+    @property
+    def supports_deletes(self) -> bool:
+        return self._target.supports_deletes
+
+    @property
+    def supports_listing(self) -> bool:
+        return self._target.supports_listing and self._source.supports_listing
+
+    async def _check_target_key(self, key: str, action: str) -> None:
+        place = place_of(check_key(key), self._roots)
+        if place.kind == "group":
+            assert place.group is not None
+            if await self._owner(place.group) == "source":
+                raise PermissionError(
+                    f"cannot {action} {key!r}: the artifact group {place.group!r} belongs to the "
+                    f"mounted source {self._record.location}, which a mount never modifies. "
+                    "Publish a new artifact in the target instead"
+                )
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        await self._check_target_key(key, "write")
+        if key == "zarr.json":
+            document = json.loads(value.to_bytes())
+            if document.get("attributes", {}).get(MATRIX_SOURCE_ATTR) != self._record.to_json():
+                raise PermissionError(
+                    f"cannot change or remove the matrixSource record of {self._target}: it binds "
+                    "the target to its source. Mount again to bind another source"
+                )
+        await self._target.set(key, value)
+        place = place_of(key, self._roots)
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and key == join(place.group, "zarr.json")
+        ):
+            self._owners[place.group] = "target"
+
+    async def delete(self, key: str) -> None:
+        self._check_writable()
+        await self._check_target_key(key, "delete")
+        if key == "zarr.json":
+            raise PermissionError(f"cannot delete the root of the mounted target {self._target}")
+        await self._target.delete(key)
+        place = place_of(key, self._roots)
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and key == join(place.group, "zarr.json")
+        ):
+            self._owners.pop(place.group, None)
+
+    # -------------------------------------------------------------- listing
+
+    async def _source_visible(self, key: str) -> bool:
+        """Whether a source key shows through the mount."""
+        place = place_of(key, self._roots)
+        if place.kind == "target":
+            return False
+        if place.kind in ("root_doc", "kind_doc"):
+            return not await self._target.exists(key)
+        assert place.group is not None
+        return await self._owner(place.group) == "source"
+
+    async def list(self) -> AsyncIterator[str]:
+        async for key in self.list_prefix(""):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self._target.list_prefix(prefix):
+            yield key
+        for root in self._roots:
+            directory = prefix.rstrip("/")
+            if directory and not (
+                root.startswith(directory + "/")
+                or root == directory
+                or directory.startswith(root + "/")
+            ):
+                continue
+            scan = directory if directory.startswith(root + "/") or directory == root else root
+            async for key in self._source.list_prefix(scan):
+                if await self._source_visible(key):
+                    yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        directory = prefix.rstrip("/")
+        if directory:
+            check_key(directory)
+        if listing_is_union(directory, self._roots):
+            seen: set[str] = set()
+            async for name in self._target.list_dir(directory):
+                seen.add(name)
+                yield name
+            async for name in self._source.list_dir(directory):
+                if name not in seen:
+                    seen.add(name)
+                    yield name
+            return
+        place = place_of(join(directory, "x"), self._roots)
+        store = self._target
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and await self._owner(place.group) == "source"
+        ):
+            store = self._source
+        async for name in store.list_dir(directory):
+            yield name
+
+
+def _restore(target: Store, options: Mapping[str, Any]) -> MountStore:
+    return MountStore._verified(target, str(target), options or None)
