@@ -291,7 +291,7 @@ def create_composite(
     attrs = root.attrs.asdict()
     attrs[COMPOSITE_ATTR] = final
     root.attrs.put(attrs)  # one metadata write publishes the composite
-    return CompositeStore.open(
+    return CompositeStore.from_location(
         destination, storage_options=storage_options, source_storage_options=source_storage_options
     )
 

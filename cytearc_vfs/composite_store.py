@@ -71,7 +71,7 @@ def _streamed_fingerprint(array: zarr.Array[Any]) -> str:
 class CompositeStore(Store):
     """A composite's store: computed count arrays over the sources, the rest local.
 
-    Use :meth:`open` (or ``cv.open_store``) rather than the constructor.
+    Use :meth:`from_location` (or ``cv.open_store``) rather than the constructor.
     """
 
     supports_consolidated_metadata = False
@@ -90,7 +90,6 @@ class CompositeStore(Store):
         self._sources = sources
         self._source_options = dict(source_storage_options or {})
         self._virtual = {path: json.dumps(doc).encode() for path, doc in record.arrays.items()}
-        self._is_open = True
         # Built now, in sync context: computed chunks are served from inside
         # zarr's event loop, where opening arrays (a sync call) is not allowed.
         from .reader import VirtualArrayReader
@@ -106,7 +105,7 @@ class CompositeStore(Store):
     # ------------------------------------------------------------- opening
 
     @classmethod
-    def open(  # type: ignore[override]
+    def from_location(
         cls,
         location: Location,
         *,
@@ -214,7 +213,6 @@ class CompositeStore(Store):
         clone._virtual = self._virtual
         clone._chunk_counters = self._chunk_counters
         clone._chunk_reader = self._chunk_reader
-        clone._is_open = True
         return clone
 
     def __eq__(self, value: object) -> bool:
@@ -375,8 +373,11 @@ class CompositeStore(Store):
         self._check_writable()
         self._check_protected(key, "write")
         if key == "zarr.json":
-            document = json.loads(value.to_bytes())
-            if document.get("attributes", {}).get(COMPOSITE_ATTR) != self._record.to_json():
+            try:
+                document = json.loads(value.to_bytes())
+            except ValueError:
+                document = {}
+            if not isinstance(document, dict) or document.get("attributes", {}).get(COMPOSITE_ATTR) != self._record.to_json():
                 raise PermissionError(
                     f"cannot change the composite record of {self._backing}: published mappings "
                     "and count metadata are immutable; other root attributes may change"

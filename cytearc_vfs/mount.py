@@ -151,7 +151,7 @@ def mount_datastore(
     attrs = root.attrs.asdict()
     attrs[MATRIX_SOURCE_ATTR] = record.to_json()
     root.attrs.put(attrs)  # the record, written last, makes it a mount
-    return MountStore.open(
+    return MountStore.from_location(
         destination,
         mode="r+",
         storage_options=storage_options,

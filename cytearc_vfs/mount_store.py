@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
@@ -40,7 +40,7 @@ Owner = Literal["target", "source"]
 class MountStore(Store):
     """A mounted target: its own keys, plus the source's artifacts read through.
 
-    Use :meth:`open` (or ``cv.open_store``) rather than the constructor.
+    Use :meth:`from_location` (or ``cv.open_store``) rather than the constructor.
     """
 
     supports_consolidated_metadata = False
@@ -53,7 +53,10 @@ class MountStore(Store):
         infos: Mapping[str, AssayInfo],
         *,
         source_storage_options: Mapping[str, Any] | None = None,
+        read_only: bool | None = None,
     ) -> None:
+        if read_only is not None and read_only != target.read_only:
+            target = target.with_read_only(read_only)
         super().__init__(read_only=target.read_only)
         self._target = target
         self._source = source if source.read_only else source.with_read_only(True)
@@ -64,12 +67,11 @@ class MountStore(Store):
         # Which store holds each artifact group seen so far. Only positive
         # answers are kept: a group no store holds may be created later.
         self._owners: dict[str, Owner] = {}
-        self._is_open = True
 
     # ------------------------------------------------------------- opening
 
     @classmethod
-    def open(  # type: ignore[override]
+    def from_location(
         cls,
         location: Location,
         *,
@@ -132,8 +134,12 @@ class MountStore(Store):
         return cls(target, source, record, infos, source_storage_options=source_storage_options)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The target store and in-memory options travel; nothing is written.
-        return (_restore, (self._target, self._source_options))
+        # The verified state and in-memory options travel (for dask workers);
+        # nothing is written anywhere.
+        return (
+            _restore,
+            (self._target, self._source, self._record, self._infos, self._source_options),
+        )
 
     # ------------------------------------------------------------ identity
 
@@ -269,12 +275,25 @@ class MountStore(Store):
                     "Publish a new artifact in the target instead"
                 )
 
+    async def _root_holds_record(self) -> bool:
+        document = await self._target.get("zarr.json", prototype=default_buffer_prototype())
+        if document is None:
+            return False
+        try:
+            parsed = json.loads(document.to_bytes())
+        except ValueError:
+            return False
+        return isinstance(parsed, dict) and MATRIX_SOURCE_ATTR in parsed.get("attributes", {})
+
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
         await self._check_target_key(key, "write")
-        if key == "zarr.json":
-            document = json.loads(value.to_bytes())
-            if document.get("attributes", {}).get(MATRIX_SOURCE_ATTR) != self._record.to_json():
+        if key == "zarr.json" and await self._root_holds_record():
+            try:
+                document = json.loads(value.to_bytes())
+            except ValueError:
+                document = {}
+            if not isinstance(document, dict) or document.get("attributes", {}).get(MATRIX_SOURCE_ATTR) != self._record.to_json():
                 raise PermissionError(
                     f"cannot change or remove the matrixSource record of {self._target}: it binds "
                     "the target to its source. Mount again to bind another source"
@@ -291,7 +310,7 @@ class MountStore(Store):
     async def delete(self, key: str) -> None:
         self._check_writable()
         await self._check_target_key(key, "delete")
-        if key == "zarr.json":
+        if key == "zarr.json" and await self._root_holds_record():
             raise PermissionError(f"cannot delete the root of the mounted target {self._target}")
         await self._target.delete(key)
         place = place_of(key, self._roots)
@@ -360,5 +379,11 @@ class MountStore(Store):
             yield name
 
 
-def _restore(target: Store, options: Mapping[str, Any]) -> MountStore:
-    return MountStore._verified(target, str(target), options or None)
+def _restore(
+    target: Store,
+    source: Store,
+    record: MountRecord,
+    infos: Mapping[str, AssayInfo],
+    options: Mapping[str, Any],
+) -> MountStore:
+    return MountStore(target, source, record, infos, source_storage_options=options or None)
