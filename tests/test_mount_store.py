@@ -17,8 +17,8 @@ from zarr.testing.store import StoreTests
 
 import cytearc_vfs as cv
 from cytearc_vfs.mount_records import MountRecord
-from cytearc_vfs.source_store import verify_assay
 from cytearc_vfs.paths import AssayPaths
+from cytearc_vfs.source_store import verify_assay
 
 PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
 
@@ -173,7 +173,7 @@ async def test_matrix_source_record_is_protected(mounted) -> None:
     ],
 )
 async def test_escaping_keys_never_reach_outside(mounted, key: str, tmp_path: Path) -> None:
-    mount, source, target, _ = mounted
+    mount, _, _, _ = mounted
     outside_before = sorted(p.name for p in tmp_path.iterdir())
     buffer = default_buffer_prototype().buffer.from_bytes(b"escaped")
     with pytest.raises(ValueError, match="key"):
