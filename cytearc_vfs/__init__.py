@@ -24,6 +24,7 @@ from .mount import mount_datastore
 from .mount_store import MountStore
 from .opening import counts_fingerprint, dataset_fingerprint, open_store
 from .reader import VirtualArrayReader
+from .repack import repack
 from .writer import WriteInfo, write_counts
 
 _adapters.register_all()
@@ -50,5 +51,6 @@ __all__ = [
     "open_store",
     "publish_artifact",
     "read_artifact",
+    "repack",
     "write_counts",
 ]

@@ -377,7 +377,10 @@ class CompositeStore(Store):
                 document = json.loads(value.to_bytes())
             except ValueError:
                 document = {}
-            if not isinstance(document, dict) or document.get("attributes", {}).get(COMPOSITE_ATTR) != self._record.to_json():
+            if (
+                not isinstance(document, dict)
+                or document.get("attributes", {}).get(COMPOSITE_ATTR) != self._record.to_json()
+            ):
                 raise PermissionError(
                     f"cannot change the composite record of {self._backing}: published mappings "
                     "and count metadata are immutable; other root attributes may change"

@@ -293,7 +293,10 @@ class MountStore(Store):
                 document = json.loads(value.to_bytes())
             except ValueError:
                 document = {}
-            if not isinstance(document, dict) or document.get("attributes", {}).get(MATRIX_SOURCE_ATTR) != self._record.to_json():
+            if (
+                not isinstance(document, dict)
+                or document.get("attributes", {}).get(MATRIX_SOURCE_ATTR) != self._record.to_json()
+            ):
                 raise PermissionError(
                     f"cannot change or remove the matrixSource record of {self._target}: it binds "
                     "the target to its source. Mount again to bind another source"
