@@ -1,4 +1,4 @@
-"""The ``cytearc-vfs`` command line: demo, info, verify, composite."""
+"""The ``cytearc-vfs`` command line: demo, info, verify, composite, mount, repack."""
 
 from __future__ import annotations
 
@@ -38,6 +38,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
             f"virtual arrays {', '.join(description['arrays'])}"
         ]
         lines += [f"  source {s['name']}: {s['location']}" for s in description["sources"]]
+        _print(description, as_json=args.json, text="\n".join(lines))
+        return 0
+    if description["kind"] == "mount":
+        record = description["matrixSource"]
+        lines = [
+            f"{where}: mounted target of {record['location']}"
+            + (f" (workspace {record['workspace']})" if record["workspace"] else "")
+        ]
+        lines += [
+            f"  {name}: dataset {entry['datasetFingerprint']}, countsT required: {entry['requiresTranspose']}"
+            for name, entry in record["assays"].items()
+        ]
         _print(description, as_json=args.json, text="\n".join(lines))
         return 0
     lines = [f"{where}: {description['kind']} CyteArc store (Zarr v{description['zarrFormat']})"]
@@ -140,6 +152,47 @@ def _cmd_composite(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mount(args: argparse.Namespace) -> int:
+    from .mount import mount_datastore
+
+    started = time.perf_counter()
+    store = mount_datastore(
+        args.source, args.destination, workspace=args.workspace, assays=args.assay or None
+    )
+    seconds = time.perf_counter() - started
+    record = store.record
+    payload = {
+        "location": describe_location(args.destination),
+        "source": record.location,
+        "workspace": record.workspace,
+        "assays": sorted(record.assays),
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"mounted {record.location} at {payload['location']} (assays {', '.join(payload['assays'])}) in "
+        f"{seconds:.2f} s; analyses write to the target, source artifacts read through"
+    )
+    _print(payload, as_json=args.json, text=text)
+    return 0
+
+
+def _cmd_repack(args: argparse.Namespace) -> int:
+    from .repack import repack
+
+    started = time.perf_counter()
+    repack(args.source, args.destination, data_only=args.data_only, mem_budget=args.mem_budget)
+    seconds = time.perf_counter() - started
+    payload = {
+        "source": describe_location(args.source),
+        "location": describe_location(args.destination),
+        "dataOnly": args.data_only,
+        "seconds": round(seconds, 3),
+    }
+    text = f"repacked {payload['source']} into {payload['location']} in {seconds:.2f} s (standalone, verified)"
+    _print(payload, as_json=args.json, text=text)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -175,7 +228,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--features-file", help="explicit feature ids, one per line (overrides --features)"
     )
     composite.set_defaults(run=_cmd_composite)
-    for command in (demo, info, verify, composite):
+    mount = sub.add_parser("mount", help="mount a read-only source under a writable target")
+    mount.add_argument("source")
+    mount.add_argument("destination")
+    mount.add_argument("--workspace")
+    mount.add_argument("--assay", action="append", help="mount only this assay (repeatable)")
+    mount.set_defaults(run=_cmd_mount)
+    repack_parser = sub.add_parser(
+        "repack", help="rewrite a store or a mount as a standalone store"
+    )
+    repack_parser.add_argument("source")
+    repack_parser.add_argument("destination")
+    repack_parser.add_argument(
+        "--data-only",
+        action="store_true",
+        help="rewrite counts and tables of a store that does not open",
+    )
+    repack_parser.add_argument("--mem-budget", default=None)
+    repack_parser.set_defaults(run=_cmd_repack)
+    for command in (demo, info, verify, composite, mount, repack_parser):
         command.add_argument("--json", action="store_true", help="machine-readable output")
     demo.set_defaults(run=_cmd_demo)
     info.set_defaults(run=_cmd_info)

@@ -159,7 +159,14 @@ def _verify_composite(store: Store, *, where: str, progress: Progress | None) ->
 
 def deep_verify(store: Store, *, where: str, progress: Progress | None = None) -> list[AssayReport]:
     """Verify metadata (as ``open_store`` does), then every value of every assay."""
-    if "composite" in read_contents(store, where=where).root_attrs:
+    root_attrs = read_contents(store, where=where).root_attrs
+    if "composite" in root_attrs:
         return _verify_composite(store, where=where, progress=progress)
+    if "matrixSource" in root_attrs:
+        # A mount's counts are its source's: verify the binding, then the source.
+        from .mount_store import MountStore
+
+        mount = MountStore._verified(store, where, None)
+        return deep_verify(mount.source, where=mount.record.location, progress=progress)
     _, infos = verify_store(store, where=where)
     return [_verify_one(store, info, progress) for info in infos]

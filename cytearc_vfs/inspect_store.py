@@ -30,10 +30,26 @@ def describe_composite(store: Store, *, where: str) -> dict[str, Any]:
     }
 
 
+def describe_mount(store: Store, *, where: str) -> dict[str, Any]:
+    """Source, workspace and mounted assays of a verified mount."""
+    from .mount_store import MountStore
+
+    mount = MountStore._verified(store, where, None)
+    return {
+        "location": where,
+        "kind": "mount",
+        "zarrFormat": 3,
+        "matrixSource": mount.record.to_json(),
+    }
+
+
 def describe_store(store: Store, *, where: str) -> dict[str, Any]:
     """Kind, assays, shapes, dtypes, layouts and fingerprints of a verified store."""
-    if "composite" in read_contents(store, where=where).root_attrs:
+    root_attrs = read_contents(store, where=where).root_attrs
+    if "composite" in root_attrs:
         return describe_composite(store, where=where)
+    if "matrixSource" in root_attrs:
+        return describe_mount(store, where=where)
     contents, infos = verify_store(store, where=where)
     assays = []
     for info in infos:

@@ -200,10 +200,9 @@ def _repack_data_only(source: Store, destination: Location, budget: int, where: 
         )
     paths = candidates[0]
     counts = array_at(raw, paths.counts)
-    cells = read_table(group_at(raw, paths.cell_data))
-    features = read_table(group_at(raw, paths.feature_data))
-    for table in (cells, features):
-        table.drop(columns=[c for c in ("I",) if c in table.columns], inplace=True)
+    # I is the live selection, rewritten as all-true like any new store
+    cells = read_table(group_at(raw, paths.cell_data)).drop(columns=["I"], errors="ignore")
+    features = read_table(group_at(raw, paths.feature_data)).drop(columns=["I"], errors="ignore")
     container = raw if paths.workspace is None else group_at(raw, paths.workspace)
     declared = container.attrs.get("assayTypes", {})
     assay_type = declared.get(paths.assay) if isinstance(declared, dict) else None
