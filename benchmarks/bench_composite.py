@@ -46,7 +46,9 @@ import zarr
 import cytearc_vfs as cv
 
 
-def realistic(n_cells: int, n_features: int, density: float, rng: np.random.Generator) -> sp.csr_array:
+def realistic(
+    n_cells: int, n_features: int, density: float, rng: np.random.Generator
+) -> sp.csr_array:
     """Counts mostly 1-3 with a long tail, ``density`` non-zero, built band by band."""
     bands = []
     for start in range(0, n_cells, 5000):
@@ -82,7 +84,11 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     matrices, gene_sets = [], []
     started = time.perf_counter()
     for index in range(args.sources):
-        keep = np.sort(rng.choice(args.features, size=int(args.features * rng.uniform(0.8, 0.95)), replace=False))
+        keep = np.sort(
+            rng.choice(
+                args.features, size=int(args.features * rng.uniform(0.8, 0.95)), replace=False
+            )
+        )
         genes = [pool[i] for i in keep]
         matrix = realistic(per_source, len(genes), args.density, rng)
         cells = [f"s{index}_c{j}" for j in range(per_source)]
@@ -101,7 +107,11 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     for matrix, genes in zip(matrices, gene_sets, strict=True):
         columns = np.array([lookup[g] for g in genes])
         coo = matrix.tocoo()
-        pieces.append(sp.csr_array((coo.data, (coo.row, columns[coo.col])), shape=(matrix.shape[0], len(union))))
+        pieces.append(
+            sp.csr_array(
+                (coo.data, (coo.row, columns[coo.col])), shape=(matrix.shape[0], len(union))
+            )
+        )
     full = sp.csr_array(sp.vstack(pieces, format="csr"))
     materialize_seconds, _ = timed(
         lambda: cv.write_counts(root / "materialized.zarr", full, features=union, overwrite=True), 1
@@ -122,13 +132,19 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "materialize_seconds": round(materialize_seconds, 2),
     }
     checks = {}
-    for label, selection in (("1000 cells x all features", (cells, None)), ("50 features x all cells", (None, features))):
+    for label, selection in (
+        ("1000 cells x all features", (cells, None)),
+        ("50 features x all cells", (None, features)),
+    ):
         t_comp, a = timed(lambda s=selection: composite_reader.read(*s), args.repeat)
         composite_reader.reset_stats()
         composite_reader.read(*selection)
         stats = composite_reader.stats
         t_mat, b = timed(lambda s=selection: materialized_reader.read(*s), args.repeat)
-        t_ad, c = timed(lambda s=selection: _anndata_route(root, args.sources, union, *s, per_source), args.repeat)
+        t_ad, c = timed(
+            lambda s=selection: _anndata_route(root, args.sources, union, *s, per_source),
+            args.repeat,
+        )
         checks[label] = bool(np.array_equal(a, b) and np.array_equal(a, c))
         results[label] = {
             "composite_reader_s": round(t_comp, 4),
@@ -139,8 +155,12 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "composite_chunks_decoded": stats.chunks_decoded,
             "composite_bytes_read": stats.bytes_read,
         }
-    plain_comp = zarr.open_array(cv.open_store(root / "composite.zarr"), path="RNA/counts", mode="r")
-    plain_mat = zarr.open_array(cv.open_store(root / "materialized.zarr"), path="RNA/counts", mode="r")
+    plain_comp = zarr.open_array(
+        cv.open_store(root / "composite.zarr"), path="RNA/counts", mode="r"
+    )
+    plain_mat = zarr.open_array(
+        cv.open_store(root / "materialized.zarr"), path="RNA/counts", mode="r"
+    )
     t_pc, a = timed(lambda: plain_comp[band], args.repeat)
     t_pm, b = timed(lambda: plain_mat[band], args.repeat)
     checks["plain zarr band"] = bool(np.array_equal(a, b))
@@ -182,7 +202,8 @@ def _anndata_route(
         rows = (
             np.arange(per_source)
             if cells is None
-            else cells[(cells >= index * per_source) & (cells < (index + 1) * per_source)] - index * per_source
+            else cells[(cells >= index * per_source) & (cells < (index + 1) * per_source)]
+            - index * per_source
         )
         block = matrix[rows] if len(rows) else sp.csr_matrix((0, len(genes)), dtype=np.float32)
         parts.append(anndata.AnnData(block, var=pd.DataFrame(index=pd.Index(genes))))
@@ -225,7 +246,9 @@ def scale(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sources", type=int, default=8)
     parser.add_argument("--cells", type=int, default=80_000, help="total cells over the sources")
     parser.add_argument("--features", type=int, default=20_000, help="size of the shared gene pool")
@@ -258,8 +281,12 @@ def main(argv: list[str] | None = None) -> int:
 def _report(results: dict[str, Any]) -> None:
     compare_results = results.get("compare")
     if compare_results:
-        print(f"composite of {compare_results['sources']} sources, {compare_results['shape'][0]} x {compare_results['shape'][1]} (union)")
-        print(f"  create_composite {compare_results['create_composite_seconds']} s; materializing with write_counts {compare_results['materialize_seconds']} s")
+        print(
+            f"composite of {compare_results['sources']} sources, {compare_results['shape'][0]} x {compare_results['shape'][1]} (union)"
+        )
+        print(
+            f"  create_composite {compare_results['create_composite_seconds']} s; materializing with write_counts {compare_results['materialize_seconds']} s"
+        )
         for label in ("1000 cells x all features", "50 features x all cells"):
             r = compare_results[label]
             print(
@@ -268,7 +295,9 @@ def _report(results: dict[str, Any]) -> None:
                 f"anndata/composite {r['anndata_over_composite']:.1f}x  ({r['composite_chunks_decoded']} chunks decoded)"
             )
         r = compare_results["10000-row band, plain zarr"]
-        print(f"  10,000-row band, plain zarr  composite {r['composite_s']:.4f} s  materialized {r['materialized_s']:.4f} s  | {r['composite_over_materialized']:.2f}x")
+        print(
+            f"  10,000-row band, plain zarr  composite {r['composite_s']:.4f} s  materialized {r['materialized_s']:.4f} s  | {r['composite_over_materialized']:.2f}x"
+        )
         print(f"  values equal: {compare_results['values_equal']}")
     scale_results = results.get("scale")
     if scale_results:

@@ -5,7 +5,7 @@ Public names are re-exported here; see ``docs/`` for the concepts.
 
 from __future__ import annotations
 
-import cytearc_vfs_adapters as _adapters
+import cytearc_vfs_adapters.backends  # noqa: F401  (fills the backend registry)
 
 from .artifacts import find_artifact, list_artifacts, publish_artifact, read_artifact
 from .composite import create_composite
@@ -26,8 +26,6 @@ from .opening import counts_fingerprint, dataset_fingerprint, open_store
 from .reader import VirtualArrayReader
 from .repack import repack
 from .writer import WriteInfo, write_counts
-
-_adapters.register_all()
 
 __all__ = [
     "ColumnMoments",

@@ -25,7 +25,7 @@ from .composite_records import COMPOSITE_ATTR, MAPS_GROUP, CompositeRecord, MapR
 from .count_dtype import summary_dtype
 from .destinations import create_destination
 from .fingerprints import combine
-from .locations import Location, canonical_location, describe_location, local_path
+from .locations import Location, describe_location, local_path, reopenable_location
 from .nodes import array_at, group_at
 from .paths import check_name, join
 from .read_stats import ReadCounters
@@ -187,6 +187,10 @@ def create_composite(
     check_name(assay, what="assay")
     budget = parse_size(mem_budget, what="mem_budget") if mem_budget is not None else 512 * 1024**2
     check_no_overlap(destination, sources)
+    locations = {
+        name: reopenable_location(location, what=f"source {name!r}")
+        for name, location in sources.items()
+    }
 
     counters = ReadCounters()
     bound = [
@@ -204,7 +208,7 @@ def create_composite(
     bindings = tuple(
         SourceBinding(
             name=source.name,
-            location=canonical_location(sources[source.name]),
+            location=locations[source.name],
             workspace=source.info.paths.workspace,
             dataset_fingerprint=source.info.dataset_fingerprint,
             counts_fingerprint=source.info.counts_fingerprint,

@@ -71,6 +71,8 @@ def _cell_rows(name: str, selection: Any, n_cells: int) -> npt.NDArray[np.int64]
     if selection is None:
         return np.arange(n_cells, dtype=np.int64)
     values = np.asarray(selection)
+    if values.size == 0 and values.dtype != np.bool_:
+        return np.zeros(0, dtype=np.int64)  # no rows of this source
     if values.dtype == np.bool_:
         if values.shape != (n_cells,):
             raise ValueError(

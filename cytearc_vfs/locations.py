@@ -42,6 +42,8 @@ _BACKENDS: dict[str, list[_Backend]] = {}
 def register_backend(scheme: str, opener: StoreOpener, *, priority: int = 0) -> None:
     """Register ``opener`` for URLs of ``scheme`` (highest priority wins)."""
     entries = _BACKENDS.setdefault(scheme, [])
+    if any(entry.opener is opener for entry in entries):
+        return
     entries.append(_Backend(opener, priority))
     entries.sort(key=lambda entry: -entry.priority)
 
@@ -78,6 +80,26 @@ def describe_location(location: Location) -> str:
     if path is not None:
         return str(path.absolute())
     return os.fspath(location)
+
+
+def reopenable_location(location: Location, *, what: str) -> str:
+    """The absolute path or URI a record can reopen ``location`` from.
+
+    A Store object qualifies when it is a local directory or a named
+    ``memory://`` store; any other Store (an anonymous MemoryStore, an
+    object-store client) cannot be found again from a record, so it is refused
+    with the remedy: pass its URL and options instead.
+    """
+    if not isinstance(location, Store) or local_path(location) is not None:
+        return canonical_location(location)
+    from zarr.storage import ManagedMemoryStore
+
+    if isinstance(location, ManagedMemoryStore):
+        return str(location)
+    raise ValueError(
+        f"{what} is a {type(location).__name__} object, which a record cannot reopen; pass its "
+        "path or URL (with storage options) instead, or a named memory://NAME store"
+    )
 
 
 def canonical_location(location: Location) -> str:

@@ -18,7 +18,7 @@ from .composite import check_no_overlap
 from .copying import copy_group
 from .destinations import create_destination
 from .errors import UnsupportedSourceError
-from .locations import Location, canonical_location, describe_location, open_location
+from .locations import Location, describe_location, open_location, reopenable_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
 from .nodes import group_at
 from .paths import AssayPaths, check_name
@@ -115,7 +115,7 @@ def mount_datastore(
         infos[name] = info
         types[name] = opens_as
     record = MountRecord(
-        location=canonical_location(source),
+        location=reopenable_location(source, what="the source"),
         workspace=workspace,
         assays={
             name: MountedAssay(

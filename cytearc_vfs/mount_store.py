@@ -238,6 +238,21 @@ class MountStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        place = place_of(check_key(key), self._roots)
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and place.group not in self._owners
+            and key == join(place.group, "zarr.json")
+        ):
+            # Reading a group's own document settles its owner in one or two
+            # reads instead of two existence checks and a read.
+            for owner, store in (("target", self._target), ("source", self._source)):
+                value = await store.get(key, prototype, byte_range)
+                if value is not None:
+                    self._owners[place.group] = owner  # type: ignore[assignment]
+                    return value
+            return None
         store = await self._store_for(key)
         return await store.get(key, prototype, byte_range)
 

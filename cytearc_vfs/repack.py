@@ -14,15 +14,18 @@ overlap the source; the dataset identity of the output is verified.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import zarr
 from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 from .composite import check_no_overlap
-from .copying import copy_array, copy_group
 from .destinations import create_destination
 from .errors import IdentityMismatchError, UnsupportedSourceError
 from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy
@@ -36,10 +39,6 @@ from .source_store import AssayInfo, read_contents, verify_assay, verify_store
 from .tables import read_table
 
 __all__ = ["repack"]
-
-
-def _is_state(path: str) -> bool:
-    return path.rsplit("/", 1)[-1] == "state"
 
 
 def _refuse(store: Store, where: str) -> None:
@@ -79,16 +78,15 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
 def _copy_counts(
     source_root: zarr.Group, info: AssayInfo, matrix: zarr.Group, layout: CountLayout
 ) -> None:
-    """Copy counts (and countsT) into ``matrix`` with ``layout``, band by band."""
+    """Rewrite counts (and countsT) into ``matrix`` with a new ``layout``, band by band."""
     for name, geometry in (("counts", layout.counts), ("countsT", layout.counts_t)):
         if geometry is None:
             continue
         source = array_at(source_root, join(info.paths.matrix_group, name))
-        if geometry == (info.layout.counts if name == "counts" else info.layout.counts_t):
-            copy_array(source, matrix, name)
-            continue
-        attrs = source.attrs.asdict()
+        attrs = {k: v for k, v in source.attrs.asdict().items() if k != "complete"}
         attrs[COUNT_LAYOUT_ATTR] = layout.to_json()
+        if name == "countsT":
+            attrs["complete"] = False
         target = matrix.create_array(
             name,
             shape=source.shape,
@@ -97,8 +95,7 @@ def _copy_counts(
             shards=geometry.shards,
             compressors=source.compressors,
             fill_value=0,
-            attributes={k: v for k, v in attrs.items() if k != "complete"}
-            | ({"complete": False} if name == "countsT" else {}),
+            attributes=attrs,
         )
         for start in range(0, source.shape[0], geometry.shards[0]):
             target[start : start + geometry.shards[0]] = source[start : start + geometry.shards[0]]
@@ -106,79 +103,133 @@ def _copy_counts(
             target.attrs["complete"] = True
 
 
+class _KeyCopier:
+    """Copies keys between stores as bytes, a bounded number at a time."""
+
+    def __init__(self, target: Store, budget: int, unit_bytes: int) -> None:
+        self._target = target
+        # each copy in flight holds one value: at most a shard of unitBytes
+        self._limit = max(1, min(32, budget // max(1, 2 * unit_bytes)))
+
+    def copy(
+        self, source: Store, keys: list[str], rename: Callable[[str, bytes], bytes] | None = None
+    ) -> int:
+        async def one(key: str, gate: asyncio.Semaphore) -> None:
+            async with gate:
+                value = await source.get(key, prototype=default_buffer_prototype())
+                if value is None:
+                    return
+                data = value.to_bytes()
+                if rename is not None:
+                    data = rename(key, data)
+                await self._target.set(key, default_buffer_prototype().buffer.from_bytes(data))
+
+        async def run() -> None:
+            gate = asyncio.Semaphore(self._limit)
+            await asyncio.gather(*(one(key, gate) for key in keys))
+
+        sync(run())
+        return len(keys)
+
+
+def _list(store: Store) -> list[str]:
+    async def collect() -> list[str]:
+        return [key async for key in store.list()]
+
+    return sorted(sync(collect()))
+
+
+def _under(key: str, prefix: str) -> bool:
+    return key == prefix or key.startswith(prefix + "/")
+
+
+def _with_layout(layout: CountLayout) -> Callable[[str, bytes], bytes]:
+    def rename(key: str, data: bytes) -> bytes:
+        document = json.loads(data)
+        document.setdefault("attributes", {})[COUNT_LAYOUT_ATTR] = layout.to_json()
+        return json.dumps(document).encode()
+
+    return rename
+
+
+def _copy_assays(
+    source: Store,
+    root: zarr.Group,
+    infos: list[AssayInfo],
+    keys: list[str],
+    copier: _KeyCopier,
+    budget: int,
+    documents: Store | None = None,
+) -> list[str]:
+    """Re-lay-out each assay whose layout does not fit; returns the keys left for a plain copy.
+
+    ``documents`` is where the matrix group's own document is read (a mount's
+    namespace holds the target's copy of a root-layout assay group).
+    """
+    remaining = keys
+    source_root = zarr.open_group(source, mode="r")
+    for info in infos:
+        layout = _fitted(info, budget)
+        if layout == info.layout:
+            continue
+        counts_keys = [
+            join(info.paths.matrix_group, "counts"),
+            join(info.paths.matrix_group, "countsT"),
+        ]
+        remaining = [k for k in remaining if not any(_under(k, p) for p in counts_keys)]
+        document = join(info.paths.matrix_group, "zarr.json")
+        holder = documents if documents is not None and info.paths.workspace is None else source
+        copier.copy(holder, [document], _with_layout(layout))
+        remaining = [k for k in remaining if k != document]
+        _copy_counts(
+            source_root,
+            info,
+            zarr.open_group(root.store, path=info.paths.matrix_group, mode="r+"),
+            layout,
+        )
+    return remaining
+
+
 def _repack_ordinary(source: Store, root: zarr.Group, budget: int, where: str) -> list[AssayInfo]:
     _, infos = verify_store(source, where=where)
-    source_root = zarr.open_group(source, mode="r")
-    matrix_paths = {info.paths.matrix_group: info for info in infos}
-    root.attrs.put(source_root.attrs.asdict())
-    for member, node in sorted(source_root.members(), key=lambda item: item[0]):
-        _copy_member(source_root, root, member, node, matrix_paths, budget)
+    copier = _KeyCopier(root.store, budget, max((i.layout.unit_bytes for i in infos), default=1))
+    retired = [join(info.paths.assay_group, "state") for info in infos]
+    keys = [k for k in _list(source) if not any(_under(k, r) for r in retired)]
+    keys = _copy_assays(source, root, infos, keys, copier, budget)
+    copier.copy(source, keys)
     return infos
 
 
-def _copy_member(
-    source_root: zarr.Group,
-    parent: zarr.Group,
-    path: str,
-    node: zarr.Array[Any] | zarr.Group,
-    matrix_paths: Mapping[str, AssayInfo],
-    budget: int,
-) -> None:
-    name = path.rsplit("/", 1)[-1]
-    if isinstance(node, zarr.Array):
-        copy_array(node, parent, name)
-        return
-    if _is_state(path) and path.rsplit("/", 1)[0] in {
-        p.assay_group for p in (i.paths for i in matrix_paths.values())
-    }:
-        return  # retired {assay}/state groups are never carried over
-    info = matrix_paths.get(path)
-    if info is not None:
-        layout = _fitted(info, budget)
-        attrs = node.attrs.asdict()
-        attrs[COUNT_LAYOUT_ATTR] = layout.to_json()
-        group = parent.create_group(name, attributes=attrs)
-        _copy_counts(source_root, info, group, layout)
-        for member, child in sorted(node.members(), key=lambda item: item[0]):
-            if member in ("counts", "countsT"):
-                continue
-            _copy_member(source_root, group, f"{path}/{member}", child, matrix_paths, budget)
-        return
-    group = parent.create_group(name, attributes=node.attrs.asdict())
-    for member, child in sorted(node.members(), key=lambda item: item[0]):
-        _copy_member(source_root, group, f"{path}/{member}", child, matrix_paths, budget)
-
-
 def _repack_mount(mount: Any, root: zarr.Group, budget: int) -> list[AssayInfo]:
-    namespace = zarr.open_group(mount, mode="r")
-    attrs = namespace.attrs.asdict()
-    attrs.pop(MATRIX_SOURCE_ATTR, None)
-    root.attrs.put(attrs)
-    infos = [mount._infos[name] for name in sorted(mount.record.assays)]
-    matrix_paths = {info.paths.matrix_group: info for info in infos}
-    for member, node in sorted(namespace.members(), key=lambda item: item[0]):
-        if member in matrix_paths:
-            continue  # the root layout's assay groups are rebuilt below
-        _copy_member(namespace, root, member, node, {}, budget)
-    source_root = zarr.open_group(mount.source, mode="r")
-    for info in infos:
-        matrix_source = group_at(source_root, info.paths.matrix_group)
-        layout = _fitted(info, budget)
-        if info.paths.workspace is None:
-            target_assay = group_at(namespace, info.paths.assay_group)
-            group = root.create_group(
-                info.paths.assay_group,
-                attributes=target_assay.attrs.asdict() | {COUNT_LAYOUT_ATTR: layout.to_json()},
-            )
-            for member, child in sorted(target_assay.members(), key=lambda item: item[0]):
-                _copy_member(
-                    namespace, group, f"{info.paths.assay_group}/{member}", child, {}, budget
-                )
-        else:
-            group = root.require_group(info.paths.matrix_group)
-            group.attrs.put(matrix_source.attrs.asdict() | {COUNT_LAYOUT_ATTR: layout.to_json()})
-        _copy_counts(source_root, info, group, layout)
-        copy_group(group_at(matrix_source, "countSummaries"), group, "countSummaries")
+    infos: list[AssayInfo] = [mount._infos[name] for name in sorted(mount.record.assays)]
+    copier = _KeyCopier(root.store, budget, max(i.layout.unit_bytes for i in infos))
+
+    def without_record(key: str, data: bytes) -> bytes:
+        document = json.loads(data)
+        document.get("attributes", {}).pop(MATRIX_SOURCE_ATTR, None)
+        return json.dumps(document).encode()
+
+    # the mount's namespace: the target's keys and the source artifacts it shows
+    namespace = [k for k in _list(mount) if k != "zarr.json"]
+    copier.copy(mount, ["zarr.json"], without_record)
+    copier.copy(mount, namespace)
+    # the counts, which only the source holds
+    source_keys = _list(mount.source)
+    counts_keys = [
+        k
+        for k in source_keys
+        for info in infos
+        if any(
+            _under(k, join(info.paths.matrix_group, part))
+            for part in ("counts", "countsT", "countSummaries")
+        )
+        or (info.paths.workspace is not None and k == join(info.paths.matrix_group, "zarr.json"))
+        or (info.paths.workspace is not None and k == "matrices/zarr.json")
+    ]
+    counts_keys = _copy_assays(
+        mount.source, root, infos, sorted(set(counts_keys)), copier, budget, documents=mount
+    )
+    copier.copy(mount.source, counts_keys)
     return infos
 
 

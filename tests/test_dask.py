@@ -19,10 +19,14 @@ def test_to_dask_on_a_process_cluster(tmp_path: Path) -> None:
     b = realistic_counts(200, 30, density=0.1, seed=2)
     cv.write_counts(tmp_path / "a.zarr", a, features=[f"g{i}" for i in range(40)])
     cv.write_counts(tmp_path / "b.zarr", b, features=[f"g{i}" for i in range(20, 50)])
-    comp = cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"})
+    comp = cv.create_composite(
+        tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
+    )
     expected = comp.reader().read()
     with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
         distributed.Client(cluster) as client,
     ):
         lazy = comp.reader().to_dask(chunks=(128, 25))

@@ -96,7 +96,7 @@ def _obstore_available() -> bool:
 
 
 def register_all() -> None:
-    """Fill the core's backend registry."""
+    """Fill the core's backend registry (idempotent; runs when this module is imported)."""
     register_backend("file", open_local)
     register_backend("memory", open_memory)
     remote_default = open_obstore if _obstore_available() else open_fsspec
@@ -104,3 +104,8 @@ def register_all() -> None:
         register_backend(scheme, remote_default, priority=1)
         if remote_default is not open_fsspec:
             register_backend(scheme, open_fsspec)
+
+
+# Registering at import, whichever of cytearc_vfs and cytearc_vfs_adapters is
+# imported first, breaks the import cycle between the face and its adapters.
+register_all()
