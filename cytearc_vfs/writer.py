@@ -24,6 +24,8 @@ import pandas as pd
 import scipy.sparse as sp
 import zarr
 from zarr.codecs import ZstdCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 from .count_dtype import checked_cast, resolve_count_dtype, summary_dtype
 from .count_source import CountSource, as_count_source, iter_bands, scan_source
@@ -40,6 +42,7 @@ from .records import (
     requires_transpose,
     resolve_assay_type,
 )
+from .shard_encoding import ShardEncoder
 from .sizes import parse_size
 from .tables import PreparedTable, prepare_table, write_table
 
@@ -47,7 +50,8 @@ __all__ = ["WriteInfo", "write_counts"]
 
 logger = logging.getLogger(__name__)
 
-COUNT_COMPRESSOR = ZstdCodec(level=1)
+COUNT_ZSTD_LEVEL = 1
+COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL)
 Progress = Callable[[str, int, int], None]
 
 
@@ -98,17 +102,45 @@ def _table(
 
 
 class _ShardWriter:
-    """Writes dense bands with at most one write in flight beside the band being built."""
+    """Encodes and stores whole shards, one in flight beside the band being built.
 
-    def __init__(self) -> None:
+    Shards are encoded by :class:`ShardEncoder` (the sharding codec's format,
+    without zarr's per-chunk overhead) with compression spread over
+    ``threads`` and stored with one ``set`` each.
+    """
+
+    def __init__(self, threads: int = 2) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cytearc-write")
+        self._compress = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cytearc-zstd")
+        self._encoders: dict[str, ShardEncoder] = {}
         self._pending: Future[None] | None = None
+
+    def _encoder(self, array: zarr.Array[Any]) -> ShardEncoder:
+        encoder = self._encoders.get(array.path)
+        if encoder is None:
+            assert array.shards is not None
+            encoder = ShardEncoder(
+                (array.chunks[0], array.chunks[1]),
+                (array.shards[0], array.shards[1]),
+                array.dtype,
+                level=COUNT_ZSTD_LEVEL,
+                pool=self._compress,
+            )
+            self._encoders[array.path] = encoder
+        return encoder
+
+    def _write(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
+        assert array.shards is not None
+        shard = self._encoder(array).encode(dense)
+        if shard is None:
+            return  # an all-zero shard is not stored; zarr reads the fill value
+        key = f"{array.path}/c/{start // array.shards[0]}/0"
+        store = array.store_path.store
+        sync(store.set(key, default_buffer_prototype().buffer.from_bytes(shard)))
 
     def submit(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
         self.wait()
-        self._pending = self._pool.submit(
-            array.__setitem__, slice(start, start + len(dense)), dense
-        )
+        self._pending = self._pool.submit(self._write, array, start, dense)
 
     def wait(self) -> None:
         if self._pending is not None:
@@ -120,6 +152,7 @@ class _ShardWriter:
             self.wait()
         finally:
             self._pool.shutdown(wait=True)
+            self._compress.shutdown(wait=True)
 
 
 def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
