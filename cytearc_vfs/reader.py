@@ -241,20 +241,29 @@ class VirtualArrayReader:
         choice = choose_orientation(
             unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize
         )
-        if choice.orientation == "countsT":
+        fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
+        if fast is not None:
+            if choice.orientation == "countsT":
+                transposed, decoded = await fast.read(unique_cols, unique_rows)
+                block = transposed.T
+            else:
+                block, decoded = await fast.read(unique_rows, unique_cols)
+            self._counters.add(chunks=decoded)
+        elif choice.orientation == "countsT":
             assert source.counts_t is not None
             block = np.asarray(
                 await source.counts_t.get_orthogonal_selection(
                     (as_slice(unique_cols), as_slice(unique_rows))
                 )
             ).T
+            self._counters.add(chunks=choice.chunks)
         else:
             block = np.asarray(
                 await source.counts.get_orthogonal_selection(
                     (as_slice(unique_rows), as_slice(unique_cols))
                 )
             )
-        self._counters.add(chunks=choice.chunks)
+            self._counters.add(chunks=choice.chunks)
         _scatter(out, block, out_rows, row_inverse, out_cols, col_inverse)
 
     # ---------------------------------------------------------------- streams

@@ -20,6 +20,7 @@ from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from .locations import Location, describe_location, open_location
 from .paths import AssayPaths
 from .read_stats import CountingStore, ReadCounters
+from .shard_reader import ShardedReader, fast_reader_for
 from .source_store import AssayInfo, read_contents, verify_assay
 
 __all__ = ["BoundSource", "bind_source", "bound_from_verified", "rebind", "refuse_unsupported"]
@@ -41,6 +42,10 @@ class BoundSource:
     """Cell-major counts."""
     counts_t: AsyncArray[Any] | None
     """Feature-major countsT, when the assay has one."""
+    counts_fast: ShardedReader | None = None
+    """Direct shard reader of counts, when its codecs allow one."""
+    counts_t_fast: ShardedReader | None = None
+    """Direct shard reader of countsT, when its codecs allow one."""
 
 
 def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
@@ -135,4 +140,6 @@ def bound_from_verified(
         info=info,
         counts=counts.async_array,
         counts_t=None if counts_t is None else counts_t.async_array,
+        counts_fast=fast_reader_for(counts),
+        counts_t_fast=None if counts_t is None else fast_reader_for(counts_t),
     )
