@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,7 @@ from .layout import DEFAULT_MEM_BUDGET
 from .locations import Location, describe_location, open_location
 from .read_stats import ReadCounters, ReaderStats
 from .sizes import parse_size
+from .source_store import read_contents
 from .sources import BoundSource, bind_source
 
 __all__ = ["Selection", "VirtualArrayReader", "normalize_selection"]
@@ -130,10 +131,17 @@ class VirtualArrayReader:
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._counters = ReadCounters()
+        if not isinstance(store, ProvidesCountMapping):
+            backend = open_location(store, read_only=True, storage_options=storage_options)
+            attrs = read_contents(backend, where=describe_location(store)).root_attrs
+            if "composite" in attrs or "matrixSource" in attrs:
+                # a composite or mount given by location: open it verified
+                from .opening import open_store
+
+                store = cast("ProvidesCountMapping", open_store(backend))
         if isinstance(store, ProvidesCountMapping):
             self._mapping: CountMapping = store.count_mapping(assay, self._counters)
         else:
-            backend = open_location(store, read_only=True, storage_options=storage_options)
             source = bind_source(
                 "store", backend, assay, workspace=workspace, counters=self._counters
             )

@@ -327,3 +327,15 @@ def test_plain_zarr_read_only_open_of_a_writable_composite(
     import copy
 
     assert copy.copy(writable) == writable
+
+
+def test_reader_accepts_a_composite_or_mount_location(
+    tmp_path: Path, two_sources: dict[str, Path]
+) -> None:
+    expected = cv.create_composite(tmp_path / "c.zarr", two_sources).reader().read()
+    np.testing.assert_array_equal(cv.VirtualArrayReader(tmp_path / "c.zarr").read(), expected)
+    cv.mount_datastore(two_sources["a"], tmp_path / "m.zarr")
+    np.testing.assert_array_equal(
+        cv.VirtualArrayReader(tmp_path / "m.zarr").read(),
+        cv.VirtualArrayReader(two_sources["a"]).read(),
+    )
