@@ -271,3 +271,21 @@ def test_missing_source_named(mounted) -> None:
 def test_record_round_trip(mounted) -> None:
     mount, _, _, _ = mounted
     assert MountRecord.from_json(mount.record.to_json(), where="x") == mount.record
+
+
+def test_membership_columns_and_assay_types_are_copied(tmp_path: Path) -> None:
+    make_source(tmp_path / "src.zarr", with_artifact=False)
+    cells = zarr.open_group(tmp_path / "src.zarr", path="cellData", mode="a")
+    cells.create_array(
+        "RNA_I",
+        data=np.arange(60) % 2 == 0,
+        attributes={"role": "assay_membership", "assay": "RNA", "note": "kept"},
+    )
+    mount = cv.mount_datastore(tmp_path / "src.zarr", tmp_path / "tgt.zarr")
+    copied = zarr.open_array(tmp_path / "tgt.zarr", path="cellData/RNA_I", mode="r")
+    assert copied.attrs.asdict() == {"role": "assay_membership", "assay": "RNA", "note": "kept"}
+    np.testing.assert_array_equal(copied[:], np.arange(60) % 2 == 0)
+    root = zarr.open_group(mount, mode="r")
+    assert root.attrs["assayTypes"] == {"RNA": "RNA"}
+    assert root.attrs["defaultAssay"] == "RNA"
+    assert mount.record.assays["RNA"].requires_transpose is True
