@@ -38,7 +38,7 @@ from .nodes import array_at
 from .paths import join
 from .read_stats import ReadCounters, ReaderStats
 from .sources import BoundSource, bind_source, rebind
-from .store_io import get_json
+from .store_io import document_attribute, get_json
 
 __all__ = ["CompositeStore"]
 
@@ -372,19 +372,14 @@ class CompositeStore(Store):
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
         self._check_protected(key, "write")
-        if key == "zarr.json":
-            try:
-                document = json.loads(value.to_bytes())
-            except ValueError:
-                document = {}
-            if (
-                not isinstance(document, dict)
-                or document.get("attributes", {}).get(COMPOSITE_ATTR) != self._record.to_json()
-            ):
-                raise PermissionError(
-                    f"cannot change the composite record of {self._backing}: published mappings "
-                    "and count metadata are immutable; other root attributes may change"
-                )
+        if (
+            key == "zarr.json"
+            and document_attribute(value.to_bytes(), COMPOSITE_ATTR) != self._record.to_json()
+        ):
+            raise PermissionError(
+                f"cannot change the composite record of {self._backing}: published mappings "
+                "and count metadata are immutable; other root attributes may change"
+            )
         await self._backing.set(key, value)
 
     async def delete(self, key: str) -> None:

@@ -12,7 +12,6 @@ source is never modified. Keys that try to escape a store are refused.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Literal
 
@@ -30,7 +29,7 @@ from .paths import AssayPaths, join
 from .read_stats import ReadCounters
 from .source_store import AssayInfo, read_contents, verify_assay
 from .sources import bound_from_verified
-from .store_io import get_json
+from .store_io import document_attribute, get_json
 
 __all__ = ["MountStore"]
 
@@ -292,30 +291,23 @@ class MountStore(Store):
 
     async def _root_holds_record(self) -> bool:
         document = await self._target.get("zarr.json", prototype=default_buffer_prototype())
-        if document is None:
-            return False
-        try:
-            parsed = json.loads(document.to_bytes())
-        except ValueError:
-            return False
-        return isinstance(parsed, dict) and MATRIX_SOURCE_ATTR in parsed.get("attributes", {})
+        return (
+            document is not None
+            and document_attribute(document.to_bytes(), MATRIX_SOURCE_ATTR) is not None
+        )
 
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
         await self._check_target_key(key, "write")
-        if key == "zarr.json" and await self._root_holds_record():
-            try:
-                document = json.loads(value.to_bytes())
-            except ValueError:
-                document = {}
-            if (
-                not isinstance(document, dict)
-                or document.get("attributes", {}).get(MATRIX_SOURCE_ATTR) != self._record.to_json()
-            ):
-                raise PermissionError(
-                    f"cannot change or remove the matrixSource record of {self._target}: it binds "
-                    "the target to its source. Mount again to bind another source"
-                )
+        if (
+            key == "zarr.json"
+            and await self._root_holds_record()
+            and document_attribute(value.to_bytes(), MATRIX_SOURCE_ATTR) != self._record.to_json()
+        ):
+            raise PermissionError(
+                f"cannot change or remove the matrixSource record of {self._target}: it binds "
+                "the target to its source. Mount again to bind another source"
+            )
         await self._target.set(key, value)
         place = place_of(key, self._roots)
         if (

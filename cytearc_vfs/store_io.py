@@ -17,7 +17,7 @@ from zarr.core.sync import sync
 
 from .errors import RecordShapeError
 
-__all__ = ["get_json", "list_dir"]
+__all__ = ["document_attribute", "get_json", "list_dir"]
 
 
 def get_json(
@@ -82,3 +82,23 @@ def list_dir(store: Store, prefix: str) -> list[str]:
         return [name async for name in store.list_dir(prefix)]
 
     return sorted(sync(collect()))
+
+
+def document_attribute(data: bytes, name: str) -> object:
+    """Attribute ``name`` of the Zarr document ``data``, or ``None`` (also for non-JSON bytes).
+
+    Stores that protect a record in their root document compare what a
+    write would leave there with the record they verified.
+
+    >>> document_attribute(b'{"attributes": {"a": 1}}', "a")
+    1
+    >>> document_attribute(b"not json", "a") is None
+    True
+    """
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("attributes"), dict):
+        return None
+    return document["attributes"].get(name)
