@@ -10,7 +10,7 @@ selects, so memory does not grow with the total cell count.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -25,6 +25,8 @@ from .sources import BoundSource
 __all__ = ["ArrayMapping", "CountMapping", "IdentityMapping", "ProvidesCountMapping", "read_ids"]
 
 Indices = npt.NDArray[np.int64]
+# Feature maps up to this size are kept in memory after their first read.
+FEATURE_MAP_CACHE_BYTES = 64 << 20
 
 
 class CountMapping(Protocol):
@@ -138,6 +140,7 @@ class ArrayMapping:
     feature_columns: AsyncArray[Any]
     cell_id_array: zarr.Array[Any]
     feature_id_array: zarr.Array[Any]
+    _feature_cache: Indices | None = field(default=None, repr=False)
 
     async def cells(self, cells: Indices) -> tuple[Indices, Indices]:
         codes = await _window(self.row_sources, cells)
@@ -145,6 +148,14 @@ class ArrayMapping:
         return codes.astype(np.int64, copy=False), rows.astype(np.int64, copy=False)
 
     async def features(self, features: Indices) -> Indices:
+        # The feature map grows with sources x features, never with cells:
+        # small ones are read once and kept, large ones read in windows.
+        if self._feature_cache is None and self.feature_columns.nbytes <= FEATURE_MAP_CACHE_BYTES:
+            self._feature_cache = np.asarray(await self.feature_columns.getitem(())).astype(
+                np.int64
+            )
+        if self._feature_cache is not None:
+            return self._feature_cache[:, features]
         return (await _window(self.feature_columns, features, axis=1)).astype(np.int64, copy=False)
 
     def cell_ids(self) -> pd.Index:

@@ -38,6 +38,14 @@ Selection = slice | npt.ArrayLike | None
 Indices = npt.NDArray[np.int64]
 
 
+def _unique(values: Indices) -> tuple[Indices, Indices]:
+    """Sorted unique values and the inverse, skipping the sort when already sorted unique."""
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values, np.arange(len(values), dtype=np.int64)
+    unique, inverse = np.unique(values, return_inverse=True)
+    return unique, inverse.astype(np.int64, copy=False)
+
+
 def _identity(inverse: Indices) -> bool:
     return bool(
         len(inverse) == 0
@@ -244,8 +252,8 @@ class VirtualArrayReader:
         out_rows: Indices,
         out_cols: Indices,
     ) -> None:
-        unique_rows, row_inverse = np.unique(rows, return_inverse=True)
-        unique_cols, col_inverse = np.unique(cols, return_inverse=True)
+        unique_rows, row_inverse = _unique(rows)
+        unique_cols, col_inverse = _unique(cols)
         choice = choose_orientation(
             unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize
         )
