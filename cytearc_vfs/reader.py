@@ -71,19 +71,30 @@ def _scatter(
     out_cols: Indices,
     col_inverse: Indices,
 ) -> None:
-    """``out[out_rows, out_cols] = block[row_inverse][:, col_inverse]``, without the
-    fancy-index copies when rows or columns are already in order and contiguous
-    (the common case: a band of one source, or the first source of a union)."""
+    """``out[out_rows, out_cols] = block[row_inverse][:, col_inverse]``.
+
+    Every output row comes from exactly one source, so the rows of ``out_rows``
+    are this source's alone: instead of scattering into scattered columns
+    (numpy's slowest assignment), whole output rows are *gathered* with one
+    ``np.take`` over a column map in which the columns this source lacks point
+    at an appended zero column. Rows and columns already in order and
+    contiguous are copied as slices.
+    """
     if not _identity(row_inverse):
         block = np.take(block, row_inverse, axis=0)
-    if not _identity(col_inverse):
-        block = np.take(block, col_inverse, axis=1)
     rows = _as_range(out_rows)
     cols = _as_range(out_cols)
-    if isinstance(rows, slice) or isinstance(cols, slice):
+    if isinstance(cols, slice) and _identity(col_inverse):
         out[rows, cols] = block
+        return
+    width = out.shape[1]
+    column_map = np.full(width, block.shape[1], dtype=np.int64)
+    column_map[out_cols] = col_inverse
+    padded = np.concatenate([block, np.zeros((block.shape[0], 1), dtype=block.dtype)], axis=1)
+    if isinstance(rows, slice):
+        np.take(padded, column_map, axis=1, out=out[rows])
     else:
-        out[np.ix_(rows, cols)] = block
+        out[rows] = np.take(padded, column_map, axis=1)
 
 
 def normalize_selection(selection: Selection, length: int, *, axis: str) -> Indices:
