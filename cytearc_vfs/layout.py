@@ -28,6 +28,10 @@ __all__ = [
 ]
 
 DEFAULT_MEM_BUDGET = 2 * 1024**3
+# Features per countsT inner chunk at most. Stores of more than ~65,000 cells
+# already hold fewer at the default chunkBytes; smaller ones would otherwise
+# hold dozens, which a random-gene read decodes for nothing.
+COUNTS_T_MAX_CHUNK_ROWS = 4
 # Bytes of working memory a sparse band costs per non-zero beyond its dense
 # form: a CSR copy (value + int32 index), a COO piece while transposing
 # (value + two int64 coordinates) and scipy's sort buffer.
@@ -82,7 +86,14 @@ class LayoutPolicy:
 DEFAULT_POLICY = LayoutPolicy()
 
 
-def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy) -> ArrayGeometry:
+def array_geometry(
+    n_rows: int,
+    n_cols: int,
+    itemsize: int,
+    policy: LayoutPolicy,
+    *,
+    max_chunk_rows: int | None = None,
+) -> ArrayGeometry:
     """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``.
 
     A shard is a band of whole rows across every column, so a band write
@@ -99,6 +110,8 @@ def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
     cols = max(n_cols, 1)
     chunk_cols = min(cols, max(1, policy.chunk_bytes // itemsize))
     chunk_rows = min(rows, max(1, policy.chunk_bytes // (chunk_cols * itemsize)))
+    if max_chunk_rows is not None:
+        chunk_rows = min(chunk_rows, max_chunk_rows)
     shard_cols = chunk_cols * -(-cols // chunk_cols)
     chunks_per_shard_rows = max(1, policy.unit_bytes // (chunk_rows * shard_cols * itemsize))
     chunk_bands = -(-rows // chunk_rows)
@@ -117,7 +130,13 @@ def count_layout(
         shape=(n_cells, n_features),
         dtype=dtype,
         counts=array_geometry(n_cells, n_features, itemsize, policy),
-        counts_t=array_geometry(n_features, n_cells, itemsize, policy) if transpose else None,
+        # countsT serves feature reads: at most a few features per inner chunk,
+        # so a random gene of a small store does not decode dozens of others
+        counts_t=array_geometry(
+            n_features, n_cells, itemsize, policy, max_chunk_rows=COUNTS_T_MAX_CHUNK_ROWS
+        )
+        if transpose
+        else None,
     )
 
 
