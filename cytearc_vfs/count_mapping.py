@@ -19,6 +19,7 @@ import pandas as pd
 import zarr
 from zarr.core.array import AsyncArray
 
+from .gather import as_slice, sorted_unique
 from .read_stats import ReadCounters
 from .sources import BoundSource
 
@@ -118,13 +119,12 @@ async def _window(array: AsyncArray[Any], indices: Indices, *, axis: int = 0) ->
         shape = list(array.shape)
         shape[axis] = 0
         return np.zeros(shape, dtype=array.dtype)
-    unique, inverse = np.unique(indices, return_inverse=True)
+    unique, inverse = sorted_unique(indices)
     selection: list[Any] = [slice(None)] * len(array.shape)
-    if int(unique[-1]) - int(unique[0]) + 1 == len(unique):
-        selection[axis] = slice(int(unique[0]), int(unique[-1]) + 1)
-    else:
-        selection[axis] = unique
+    selection[axis] = as_slice(unique)
     values = np.asarray(await array.get_orthogonal_selection(tuple(selection)))
+    if unique is indices:  # already sorted unique: values are in the requested order
+        return values
     return np.take(values, inverse, axis=axis)
 
 

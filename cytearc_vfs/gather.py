@@ -16,7 +16,14 @@ import numpy.typing as npt
 
 from .records import ArrayGeometry, CountLayout
 
-__all__ = ["Orientation", "OrientationChoice", "as_slice", "choose_orientation", "touched_chunks"]
+__all__ = [
+    "Orientation",
+    "OrientationChoice",
+    "as_slice",
+    "choose_orientation",
+    "sorted_unique",
+    "touched_chunks",
+]
 
 Orientation = Literal["counts", "countsT"]
 Indices = npt.NDArray[np.int64]
@@ -67,6 +74,20 @@ def choose_orientation(
     if t_bytes < counts_bytes:
         return OrientationChoice("countsT", t_chunks, counts_bytes, t_bytes)
     return OrientationChoice("counts", counts_chunks, counts_bytes, t_bytes)
+
+
+def sorted_unique(values: Indices) -> tuple[Indices, Indices]:
+    """Sorted unique ``values`` and the inverse; no sort when already sorted unique.
+
+    >>> sorted_unique(np.array([4, 2, 4]))[0].tolist(), sorted_unique(np.array([4, 2, 4]))[1].tolist()
+    ([2, 4], [1, 0, 1])
+    >>> sorted_unique(np.array([1, 5]))[1].tolist()
+    [0, 1]
+    """
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values, np.arange(len(values), dtype=np.int64)
+    unique, inverse = np.unique(values, return_inverse=True)
+    return unique, inverse.astype(np.int64, copy=False)
 
 
 def as_slice(indices: Indices) -> slice | Indices:

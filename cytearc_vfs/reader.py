@@ -24,7 +24,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
-from .gather import as_slice, choose_orientation
+from .gather import as_slice, choose_orientation, sorted_unique
 from .layout import DEFAULT_MEM_BUDGET
 from .locations import Location, describe_location, open_location
 from .read_stats import ReadCounters, ReaderStats
@@ -36,14 +36,6 @@ __all__ = ["Selection", "VirtualArrayReader", "normalize_selection"]
 
 Selection = slice | npt.ArrayLike | None
 Indices = npt.NDArray[np.int64]
-
-
-def _unique(values: Indices) -> tuple[Indices, Indices]:
-    """Sorted unique values and the inverse, skipping the sort when already sorted unique."""
-    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
-        return values, np.arange(len(values), dtype=np.int64)
-    unique, inverse = np.unique(values, return_inverse=True)
-    return unique, inverse.astype(np.int64, copy=False)
 
 
 def _identity(inverse: Indices) -> bool:
@@ -263,8 +255,8 @@ class VirtualArrayReader:
         out_rows: Indices,
         out_cols: Indices,
     ) -> None:
-        unique_rows, row_inverse = _unique(rows)
-        unique_cols, col_inverse = _unique(cols)
+        unique_rows, row_inverse = sorted_unique(rows)
+        unique_cols, col_inverse = sorted_unique(cols)
         choice = choose_orientation(
             unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize
         )
