@@ -24,9 +24,16 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
-from .gather import as_slice, choose_orientation, sorted_unique
+from .gather import (
+    OrientationChoice,
+    as_slice,
+    choose_orientation,
+    distinct_chunks,
+    sorted_unique,
+)
 from .layout import DEFAULT_MEM_BUDGET
 from .locations import Location, describe_location, open_location
+from .placement import ColumnPlacement, Placement, RowPlacement, contiguous, first_positions
 from .read_stats import ReadCounters, ReaderStats
 from .sizes import parse_size
 from .source_store import read_contents
@@ -233,14 +240,14 @@ class VirtualArrayReader:
             return out
         codes, rows = await self._mapping.cells(cells)
         columns = await self._mapping.features(features)
+        single = len(self._mapping.sources) == 1
         tasks = []
         for index, source in enumerate(self._mapping.sources):
-            out_rows = np.flatnonzero(codes == index)
-            out_cols = np.flatnonzero(columns[index] >= 0)
-            if len(out_rows) and len(out_cols):
+            out_rows = np.arange(len(cells)) if single else np.flatnonzero(codes == index)
+            if len(out_rows) and bool(np.any(columns[index] >= 0)):
                 tasks.append(
                     self._read_source(
-                        source, rows[out_rows], columns[index][out_cols], out, out_rows, out_cols
+                        source, out, out_rows, rows if single else rows[out_rows], columns[index]
                     )
                 )
         await asyncio.gather(*tasks)
@@ -249,40 +256,81 @@ class VirtualArrayReader:
     async def _read_source(
         self,
         source: BoundSource,
-        rows: Indices,
-        cols: Indices,
         out: npt.NDArray[Any],
         out_rows: Indices,
-        out_cols: Indices,
+        rows: Indices,
+        columns: Indices,
     ) -> None:
+        """Fill ``out[out_rows]`` from ``source``'s ``rows``; ``columns`` maps each output
+        column to a source column (-1: the source lacks it, zero)."""
+        out_cols = np.flatnonzero(columns >= 0)
+        cols = columns[out_cols]
+        choice = choose_orientation(rows, cols, source.info.layout, source.info.dtype.itemsize)
+        fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
+        if fast is None:
+            await self._read_through_zarr(source, choice, out, out_rows, rows, out_cols, cols)
+            return
+        unique_rows, first_rows, repeated_rows = first_positions(rows, out_rows)
+        if choice.orientation == "counts":
+            in_order = contiguous(columns)
+            placement: Placement = RowPlacement(
+                out,
+                first_rows,
+                in_order
+                if in_order is not None and len(out_cols) == len(columns)
+                else np.where(columns >= 0, columns, fast.zero_column),
+            )
+            decoded = await fast.read_into(
+                unique_rows, distinct_chunks(cols, fast.chunks[1]), placement
+            )
+        else:
+            unique_cols, first_cols, repeated_cols = first_positions(cols, out_cols)
+            cells = contiguous(unique_rows)
+            targets = contiguous(first_rows)
+            placement = ColumnPlacement(
+                out,
+                first_cols,
+                unique_rows if cells is None else cells,
+                first_rows if targets is None else targets,
+            )
+            decoded = await fast.read_into(
+                unique_cols, distinct_chunks(unique_rows, fast.chunks[1]), placement
+            )
+            if len(repeated_cols):
+                out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
+                    np.ix_(first_rows, repeated_cols[:, 1])
+                ]
+        if len(repeated_rows):
+            out[repeated_rows[:, 0]] = out[repeated_rows[:, 1]]
+        self._counters.add(chunks=decoded)
+
+    async def _read_through_zarr(
+        self,
+        source: BoundSource,
+        choice: OrientationChoice,
+        out: npt.NDArray[Any],
+        out_rows: Indices,
+        rows: Indices,
+        out_cols: Indices,
+        cols: Indices,
+    ) -> None:
+        """A source whose codecs the shard reader does not know: zarr reads the block."""
         unique_rows, row_inverse = sorted_unique(rows)
         unique_cols, col_inverse = sorted_unique(cols)
-        choice = choose_orientation(
-            unique_rows, unique_cols, source.info.layout, source.info.dtype.itemsize
-        )
-        fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
-        if fast is not None:
-            if choice.orientation == "countsT":
-                transposed, decoded = await fast.read(unique_cols, unique_rows)
-                block = transposed.T
-            else:
-                block, decoded = await fast.read(unique_rows, unique_cols)
-            self._counters.add(chunks=decoded)
-        elif choice.orientation == "countsT":
+        if choice.orientation == "countsT":
             assert source.counts_t is not None
             block = np.asarray(
                 await source.counts_t.get_orthogonal_selection(
                     (as_slice(unique_cols), as_slice(unique_rows))
                 )
             ).T
-            self._counters.add(chunks=choice.chunks)
         else:
             block = np.asarray(
                 await source.counts.get_orthogonal_selection(
                     (as_slice(unique_rows), as_slice(unique_cols))
                 )
             )
-            self._counters.add(chunks=choice.chunks)
+        self._counters.add(chunks=choice.chunks)
         _scatter(out, block, out_rows, row_inverse, out_cols, col_inverse)
 
     # ---------------------------------------------------------------- streams

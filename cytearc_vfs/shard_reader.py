@@ -1,20 +1,27 @@
-"""Reading selected rows and columns of a sharded count array without zarr's pipeline.
+"""Reading selected rows of a sharded count array without zarr's pipeline.
 
 For arrays in the layout this package writes (``sharding_indexed`` with the
-index at the end, inner codecs ``bytes`` + ``zstd``, index codecs ``bytes`` +
-``crc32c``), a gather can locate and decode inner chunks itself: the shard
-index is read once per shard and kept, only the touched chunks' byte ranges
-are fetched (coalesced by the store's ``get_ranges``, or the whole shard when
-most of it is needed), each touched chunk is decoded exactly once by zstd on
-worker threads, and its selected rows and columns are copied into the output.
-zarr's per-chunk overhead (a few hundred microseconds of Python) disappears,
-which matters when a read touches hundreds of small chunks.
+index at the end, shards spanning every column, inner codecs ``bytes`` +
+``zstd``, index codecs ``bytes`` + ``crc32c``), a gather can locate and
+decode inner chunks itself: the shard index is read once per shard and kept,
+only the touched chunks' byte ranges are fetched (coalesced by the store's
+``get_ranges``, or the whole shard when most of it is needed), and each
+touched chunk is decoded exactly once by zstd on a worker thread.
+
+The selected rows of each row chunk are handed, as one *strip*, to a
+:class:`~cytearc_vfs.placement.Placement` on that same worker thread, which
+writes them straight into the caller's output. So a read makes no
+intermediate block, and the copies into the output run in parallel with
+other chunks' decoding. zarr's per-chunk overhead (a few hundred
+microseconds of Python) disappears too, which matters when a read touches
+hundreds of small chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import google_crc32c
@@ -27,6 +34,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 
 from .errors import RecordShapeError
+from .placement import BlockPlacement, Placement, chunk_runs
 
 __all__ = ["ShardedReader", "fast_reader_for"]
 
@@ -55,6 +63,8 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
     ):
         return None
     assert array.shards is not None
+    if array.shards[1] < array.shape[1]:
+        return None  # a row chunk would span shards; zarr's pipeline reads those
     return ShardedReader(
         array.store_path.store,
         array.path,
@@ -66,7 +76,7 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
 
 
 class ShardedReader:
-    """Orthogonal reads of one sharded 2-D array, each touched chunk decoded once."""
+    """Reads of selected rows of one sharded 2-D array, each touched chunk decoded once."""
 
     def __init__(
         self,
@@ -84,19 +94,22 @@ class ShardedReader:
         self._per_shard = (shards[0] // chunks[0], shards[1] // chunks[1])
         self.dtype = np.dtype(dtype)
         self._wire = self.dtype.newbyteorder("<")
-        self._indexes: dict[tuple[int, int], npt.NDArray[np.uint64] | None] = {}
+        self._indexes: dict[int, npt.NDArray[np.uint64] | None] = {}
         self._codec = Zstd()
+        self.col_chunks = -(-shape[1] // chunks[1])
+        self.zero_column = self.col_chunks * chunks[1]
+        """Index of the all-zero column appended to every strip (column maps point there)."""
 
-    def _key(self, shard: tuple[int, int]) -> str:
-        return f"{self._path}/c/{shard[0]}/{shard[1]}"
+    def _key(self, shard_row: int) -> str:
+        return f"{self._path}/c/{shard_row}/0"
 
-    async def _index(self, shard: tuple[int, int]) -> npt.NDArray[np.uint64] | None:
-        if shard in self._indexes:
-            return self._indexes[shard]
+    async def _index(self, shard_row: int) -> npt.NDArray[np.uint64] | None:
+        if shard_row in self._indexes:
+            return self._indexes[shard_row]
         n = self._per_shard[0] * self._per_shard[1]
         size = 16 * n + 4
         raw = await self._store.get(
-            self._key(shard), default_buffer_prototype(), SuffixByteRequest(size)
+            self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(size)
         )
         if raw is None:
             index = None  # a shard never written holds only the fill value
@@ -105,97 +118,128 @@ class ShardedReader:
             body, checksum = data[:-4], data[-4:]
             if np.frombuffer(checksum, dtype="<u4")[0] != google_crc32c.value(body):
                 raise RecordShapeError(
-                    f"shard {self._key(shard)} has an index whose crc32c does not match; the array "
-                    "is damaged. Re-import the dataset"
+                    f"shard {self._key(shard_row)} has an index whose crc32c does not match; the "
+                    "array is damaged. Re-import the dataset"
                 )
             index = np.frombuffer(body, dtype="<u8").reshape(*self._per_shard, 2)
-        self._indexes[shard] = index
+        self._indexes[shard_row] = index
         return index
 
-    def _decode(self, data: bytes) -> npt.NDArray[Any]:
+    def _decode(self, data: Any) -> npt.NDArray[Any]:
         values = np.frombuffer(self._codec.decode(data), dtype=self._wire)
         return values.reshape(self.chunks)
 
     async def read(self, rows: Indices, cols: Indices) -> tuple[npt.NDArray[Any], int]:
         """``array[rows][:, cols]`` for sorted unique ``rows`` and ``cols``; also the chunks decoded."""
-        out = np.zeros((len(rows), len(cols)), dtype=self.dtype)
-        if not len(rows) or not len(cols):
-            return out, 0
-        r, c = self.chunks
-        row_chunks, row_starts = np.unique(rows // r, return_index=True)
-        col_chunks, col_starts = np.unique(cols // c, return_index=True)
-        row_bounds = [*row_starts.tolist(), len(rows)]
-        col_bounds = [*col_starts.tolist(), len(cols)]
-        # chunk coordinates grouped by shard
-        by_shard: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for a, ci in enumerate(row_chunks.tolist()):
-            for b, cj in enumerate(col_chunks.tolist()):
-                shard = (ci // self._per_shard[0], cj // self._per_shard[1])
-                by_shard.setdefault(shard, []).append((a, b))
+        placement = BlockPlacement(len(rows), cols, self.dtype)
+        decoded = await self.read_into(rows, np.unique(cols // self.chunks[1]), placement)
+        return placement.block, decoded
+
+    async def read_into(self, rows: Indices, col_chunks: Indices, placement: Placement) -> int:
+        """Hand the selected ``rows`` (sorted unique), strip by strip, to ``placement``.
+
+        Only ``col_chunks`` (sorted unique column-chunk indices) are decoded;
+        a strip's other columns read as zero. Returns the chunks decoded.
+        """
+        if not len(rows) or not len(col_chunks):
+            return 0
+        row_chunks, bounds = chunk_runs(rows, self.chunks[0])
+        shard_of = row_chunks // self._per_shard[0]
+        shard_starts = np.flatnonzero(np.diff(shard_of)) + 1
+        edges = [0, *shard_starts.tolist(), len(row_chunks)]
         counts = await asyncio.gather(
             *(
                 self._read_shard(
-                    shard, cells, out, rows, cols, row_chunks, col_chunks, row_bounds, col_bounds
+                    int(shard_of[a]),
+                    rows,
+                    row_chunks[a:b],
+                    bounds[a : b + 1],
+                    col_chunks,
+                    placement,
                 )
-                for shard, cells in by_shard.items()
+                for a, b in pairwise(edges)
             )
         )
-        return out, sum(counts)
+        return sum(counts)
 
     async def _read_shard(
         self,
-        shard: tuple[int, int],
-        cells: Sequence[tuple[int, int]],
-        out: npt.NDArray[Any],
+        shard_row: int,
         rows: Indices,
-        cols: Indices,
         row_chunks: Indices,
+        bounds: Indices,
         col_chunks: Indices,
-        row_bounds: list[int],
-        col_bounds: list[int],
+        placement: Placement,
     ) -> int:
-        index = await self._index(shard)
+        index = await self._index(shard_row)
+        local = row_chunks - shard_row * self._per_shard[0]
         if index is None:
-            return 0
-        wanted: list[tuple[int, int, int, int]] = []  # (a, b, offset, nbytes)
-        for a, b in cells:
-            li = int(row_chunks[a]) % self._per_shard[0]
-            lj = int(col_chunks[b]) % self._per_shard[1]
-            offset, nbytes = (int(v) for v in index[li, lj])
-            if offset != MISSING:
-                wanted.append((a, b, offset, nbytes))
-        if not wanted:
-            return 0
-        touched = sum(w[3] for w in wanted)
-        present = index[..., 1][index[..., 0] != MISSING]
-        key = self._key(shard)
-        prototype = default_buffer_prototype()
-        blobs: list[bytes] = [b""] * len(wanted)
-        if touched >= WHOLE_SHARD_SHARE * int(present.sum()):
-            whole = await self._store.get(key, prototype)
-            assert whole is not None
-            data = whole.to_bytes()
-            blobs = [data[o : o + n] for _, _, o, n in wanted]
+            entries = np.full((len(local), len(col_chunks), 2), MISSING, dtype=np.uint64)
         else:
-            requests = [RangeByteRequest(o, o + n) for _, _, o, n in wanted]
-            async for batch in self._store.get_ranges(key, requests, prototype=prototype):
-                for position, buffer in batch:
-                    assert buffer is not None
-                    blobs[position] = buffer.to_bytes()
-
-        def decode_and_place() -> None:
-            r, c = self.chunks
-            for (a, b, _, _), blob in zip(wanted, blobs, strict=True):
-                chunk = self._decode(blob)
-                r0, r1 = row_bounds[a], row_bounds[a + 1]
-                c0, c1 = col_bounds[b], col_bounds[b + 1]
-                local_rows = rows[r0:r1] - int(row_chunks[a]) * r
-                local_cols = cols[c0:c1] - int(col_chunks[b]) * c
-                block = chunk[local_rows] if len(local_rows) != r else chunk
-                if len(local_cols) != c:
-                    block = block[:, local_cols]
-                out[r0:r1, c0:c1] = block
-
-        # zstd releases the GIL: decoding off the event loop keeps other reads flowing
-        await asyncio.to_thread(decode_and_place)
+            entries = index[local][:, col_chunks]
+        present = entries[..., 0] != MISSING
+        wanted = np.flatnonzero(present.ravel())
+        offsets = entries[..., 0].ravel()[wanted].astype(np.int64)
+        sizes = entries[..., 1].ravel()[wanted].astype(np.int64)
+        blobs: list[Any] = [None] * len(wanted)
+        if len(wanted):
+            assert index is not None
+            key = self._key(shard_row)
+            prototype = default_buffer_prototype()
+            stored = index[..., 1][index[..., 0] != MISSING]
+            if int(sizes.sum()) >= WHOLE_SHARD_SHARE * int(stored.sum()):
+                whole = await self._store.get(key, prototype)
+                assert whole is not None
+                data = whole.as_numpy_array()
+                blobs = [
+                    data[o : o + n] for o, n in zip(offsets.tolist(), sizes.tolist(), strict=True)
+                ]
+            else:
+                requests = [
+                    RangeByteRequest(o, o + n)
+                    for o, n in zip(offsets.tolist(), sizes.tolist(), strict=True)
+                ]
+                async for batch in self._store.get_ranges(key, requests, prototype=prototype):
+                    for position, buffer in batch:
+                        assert buffer is not None
+                        blobs[position] = buffer.as_numpy_array()
+        # zstd and numpy's copies release the GIL: decoding and placing off the
+        # event loop keeps other shards' fetches and decodes flowing
+        await asyncio.to_thread(
+            self._decode_and_place, rows, row_chunks, bounds, col_chunks, present, blobs, placement
+        )
         return len(wanted)
+
+    def _decode_and_place(
+        self,
+        rows: Indices,
+        row_chunks: Indices,
+        bounds: Indices,
+        col_chunks: Indices,
+        present: npt.NDArray[np.bool_],
+        blobs: Sequence[Any],
+        placement: Placement,
+    ) -> None:
+        r, c = self.chunks
+        width = self.zero_column + 1
+        single = len(col_chunks) == 1 and self.col_chunks == 1
+        blob_iter = iter(blobs)
+        for a, chunk_row in enumerate(row_chunks.tolist()):
+            start, stop = int(bounds[a]), int(bounds[a + 1])
+            local_rows = rows[start:stop] - chunk_row * r
+            strip = np.empty((stop - start, width), dtype=self.dtype)
+            if single:
+                if present[a, 0]:
+                    chunk = self._decode(next(blob_iter))
+                    strip[:, :c] = chunk if stop - start == r else chunk[local_rows]
+                else:
+                    strip[:, :c] = 0
+            else:
+                strip[:] = 0
+                for b, col_chunk in enumerate(col_chunks.tolist()):
+                    if present[a, b]:
+                        chunk = self._decode(next(blob_iter))
+                        block = chunk if stop - start == r else chunk[local_rows]
+                        strip[:, col_chunk * c : (col_chunk + 1) * c] = block
+            strip[:, -1] = 0
+            placement.place(start, strip)

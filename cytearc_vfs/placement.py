@@ -1,0 +1,195 @@
+"""Where the strips a shard reader decodes land in a read's output.
+
+A :class:`~cytearc_vfs.shard_reader.ShardedReader` decodes the selected rows
+of one row chunk at a time into a *strip*: those rows across every column of
+the array, plus one all-zero column at the end (``zero_column``). A
+placement writes each strip straight into the output of the read, on the
+worker thread that decoded it:
+
+* :class:`RowPlacement` (cell-major ``counts``): strip rows are output rows;
+  output columns come from a *column map* (a source column per output
+  column, the zero column where the source lacks the feature), applied with
+  one ``np.take`` per strip, or a plain slice when the columns are already in
+  order.
+* :class:`ColumnPlacement` (feature-major ``countsT``): strip rows are
+  output columns and the selected strip columns are output rows.
+* :class:`BlockPlacement`: the selected rows and columns as one block.
+
+Each output row of a read comes from exactly one source, so placements of
+different sources write disjoint memory and run concurrently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "BlockPlacement",
+    "ColumnPlacement",
+    "Placement",
+    "RowPlacement",
+    "chunk_runs",
+    "contiguous",
+    "first_positions",
+]
+
+Indices = npt.NDArray[np.int64]
+
+
+class Placement(Protocol):
+    """Receives the strips of one read."""
+
+    def place(self, start: int, strip: npt.NDArray[Any]) -> None:
+        """Write ``strip``, the selected rows ``start : start + len(strip)``."""
+        ...
+
+
+def chunk_runs(values: Indices, size: int) -> tuple[Indices, Indices]:
+    """Chunk index of each run of sorted ``values`` in chunks of ``size``, and run bounds.
+
+    >>> ids, bounds = chunk_runs(np.array([0, 3, 4, 9]), 4)
+    >>> ids.tolist(), bounds.tolist()
+    ([0, 1, 2], [0, 2, 3, 4])
+    """
+    chunks = values // size
+    starts = np.flatnonzero(chunks[1:] != chunks[:-1]) + 1
+    bounds = np.concatenate(([0], starts, [len(values)])).astype(np.int64)
+    return chunks[bounds[:-1]], bounds
+
+
+def contiguous(positions: Indices) -> slice | None:
+    """``positions`` as a slice when they are consecutive ascending integers.
+
+    >>> contiguous(np.array([4, 5, 6]))
+    slice(4, 7, None)
+    >>> contiguous(np.array([4, 6])) is None
+    True
+    """
+    if not len(positions):
+        return slice(0, 0)
+    first, last = int(positions[0]), int(positions[-1])
+    if last - first + 1 == len(positions) and (
+        len(positions) < 3 or bool(np.all(positions[1:] - positions[:-1] == 1))
+    ):
+        return slice(first, last + 1)
+    return None
+
+
+def first_positions(values: Indices, positions: Indices) -> tuple[Indices, Indices, Indices]:
+    """Sorted unique ``values``, the output position of each one's first occurrence,
+    and the repeats as pairs of rows ``[[repeat position, first position], ...]``.
+
+    ``positions[i]`` is where ``values[i]`` goes in the output. A read fills the
+    first positions and then copies them to the repeats.
+
+    >>> unique, first, repeats = first_positions(np.array([7, 2, 7]), np.array([10, 11, 12]))
+    >>> unique.tolist(), first.tolist(), repeats.tolist()
+    ([2, 7], [11, 10], [[12, 10]])
+    """
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values, positions, np.zeros((0, 2), dtype=np.int64)
+    unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    first_pos = positions[first]
+    is_repeat = np.ones(len(values), dtype=bool)
+    is_repeat[first] = False
+    repeats = np.stack([positions[is_repeat], first_pos[inverse[is_repeat]]], axis=1)
+    return unique, first_pos, repeats.astype(np.int64, copy=False)
+
+
+class RowPlacement:
+    """Strip rows become output rows; columns through a map or a slice.
+
+    Parameters
+    ----------
+    out
+        The read's output.
+    out_rows
+        Output row of each selected strip row.
+    columns
+        A slice of strip columns that *is* the output's columns in order, or
+        a column map: the strip column of each output column (the strip's
+        zero column where the source lacks the feature).
+    """
+
+    def __init__(self, out: npt.NDArray[Any], out_rows: Indices, columns: slice | Indices) -> None:
+        self._out = out
+        self._rows = out_rows
+        self._rows_slice = contiguous(out_rows)
+        self._columns = columns
+
+    def place(self, start: int, strip: npt.NDArray[Any]) -> None:
+        stop = start + len(strip)
+        if self._rows_slice is not None:
+            first = self._rows_slice.start
+            target: slice | Indices | None = slice(first + start, first + stop)
+        else:
+            target = contiguous(self._rows[start:stop])
+        columns = self._columns
+        if target is not None:
+            if isinstance(columns, slice):
+                self._out[target] = strip[:, columns]
+            else:
+                np.take(strip, columns, axis=1, out=self._out[target])
+            return
+        rows = self._rows[start:stop]
+        if isinstance(columns, slice):
+            self._out[rows] = strip[:, columns]
+        else:
+            self._out[rows] = np.take(strip, columns, axis=1)
+
+
+class ColumnPlacement:
+    """Strip rows become output columns; the selected strip columns, output rows.
+
+    Parameters
+    ----------
+    out
+        The read's output.
+    out_cols
+        Output column of each selected strip row.
+    cells
+        The strip columns to read (a slice, or sorted positions).
+    out_rows
+        The output rows they go to (a slice, or positions), in the same order.
+    """
+
+    def __init__(
+        self,
+        out: npt.NDArray[Any],
+        out_cols: Indices,
+        cells: slice | Indices,
+        out_rows: slice | Indices,
+    ) -> None:
+        self._out = out
+        self._cols = out_cols
+        self._cells = cells
+        self._rows = out_rows
+
+    def place(self, start: int, strip: npt.NDArray[Any]) -> None:
+        stop = start + len(strip)
+        values = strip[:, self._cells]
+        targets = contiguous(self._cols[start:stop])
+        if targets is not None:
+            self._out[self._rows, targets] = values.T
+            return
+        for offset, column in enumerate(self._cols[start:stop].tolist()):
+            self._out[self._rows, column] = values[offset]
+
+
+class BlockPlacement:
+    """The selected rows x ``cols`` (sorted unique strip columns) as one block."""
+
+    def __init__(self, n_rows: int, cols: Indices, dtype: np.dtype) -> None:
+        self.block: npt.NDArray[Any] = np.empty((n_rows, len(cols)), dtype=dtype)
+        as_range = contiguous(cols)
+        self._columns: slice | Indices = as_range if as_range is not None else cols
+
+    def place(self, start: int, strip: npt.NDArray[Any]) -> None:
+        target = self.block[start : start + len(strip)]
+        if isinstance(self._columns, slice):
+            target[:] = strip[:, self._columns]
+        else:
+            np.take(strip, self._columns, axis=1, out=target)
