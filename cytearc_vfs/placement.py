@@ -170,13 +170,13 @@ class ColumnPlacement:
 
     def place(self, start: int, strip: npt.NDArray[Any]) -> None:
         stop = start + len(strip)
-        values = strip[:, self._cells]
-        targets = contiguous(self._cols[start:stop])
-        if targets is not None:
-            self._out[self._rows, targets] = values.T
-            return
-        for offset, column in enumerate(self._cols[start:stop].tolist()):
-            self._out[self._rows, column] = values[offset]
+        values = strip[:, self._cells].T
+        columns = self._cols[start:stop]
+        targets: slice | Indices = contiguous(columns) or columns
+        if isinstance(self._rows, slice) or isinstance(targets, slice):
+            self._out[self._rows, targets] = values
+        else:
+            self._out[np.ix_(self._rows, targets)] = values
 
 
 class BlockPlacement:

@@ -20,8 +20,11 @@ hundreds of small chunks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import google_crc32c
@@ -32,9 +35,11 @@ from numcodecs import Zstd
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import LocalStore
 
 from .errors import RecordShapeError
 from .placement import BlockPlacement, Placement, chunk_runs
+from .read_stats import CountingStore, ReadCounters
 
 __all__ = ["ShardedReader", "fast_reader_for"]
 
@@ -42,6 +47,10 @@ Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
 # Fetch the whole shard when the touched chunks hold at least this share of it.
 WHOLE_SHARD_SHARE = 0.5
+# Decoded bytes placed at once: the selected rows of many small chunks go into
+# the output in one numpy call rather than one per chunk, and a decoding
+# thread never holds more than this.
+STRIP_BATCH_BYTES = 8 << 20
 
 
 def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
@@ -65,14 +74,60 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
     assert array.shards is not None
     if array.shards[1] < array.shape[1]:
         return None  # a row chunk would span shards; zarr's pipeline reads those
+    store = array.store_path.store
     return ShardedReader(
-        array.store_path.store,
+        store,
         array.path,
         (int(array.shape[0]), int(array.shape[1])),
         (int(sharding.chunk_shape[0]), int(sharding.chunk_shape[1])),
         (int(array.shards[0]), int(array.shards[1])),
         array.dtype,
+        local_files=_local_files(store),
     )
+
+
+def _local_files(store: Store) -> tuple[Path, ReadCounters | None] | None:
+    """The directory of a plain local store (and its counters), whose files are read directly.
+
+    Only an unwrapped :class:`LocalStore` (or one inside a :class:`CountingStore`)
+    qualifies: any other wrapper (latency, faults, caching) must see every fetch.
+    """
+    counters = None
+    if isinstance(store, CountingStore):
+        counters = store.counters
+        store = store.wrapped
+    if type(store) is LocalStore:
+        return Path(store.root), counters
+    return None
+
+
+def _read_local_ranges(path: Path, offsets: Sequence[int], sizes: Sequence[int]) -> list[Any]:
+    """The byte ranges of one file; ranges that follow each other are read as one."""
+    blobs: list[Any] = []
+    with open(path, "rb", buffering=0) as file:
+        descriptor = file.fileno()
+        i = 0
+        while i < len(offsets):
+            j = i + 1
+            while j < len(offsets) and offsets[j] == offsets[j - 1] + sizes[j - 1]:
+                j += 1
+            start, length = offsets[i], offsets[j - 1] + sizes[j - 1] - offsets[i]
+            data = memoryview(os.pread(descriptor, length, start))
+            if len(data) != length:
+                raise OSError(f"{path} ends before byte {start + length}; the shard is truncated")
+            for k in range(i, j):
+                blobs.append(data[offsets[k] - start : offsets[k] - start + sizes[k]])
+            i = j
+    return blobs
+
+
+# Decoding runs on as many threads as there are cores, no more: the GIL-bound
+# parts of more threads would only queue for each other.
+_DECODERS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="cytearc-decode")
+
+
+async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
+    await asyncio.get_running_loop().run_in_executor(_DECODERS, function, *args)
 
 
 class ShardedReader:
@@ -86,8 +141,14 @@ class ShardedReader:
         chunks: tuple[int, int],
         shards: tuple[int, int],
         dtype: np.dtype,
+        *,
+        local_files: tuple[Path, ReadCounters | None] | None = None,
     ) -> None:
         self._store = store
+        # A local store's shard files are read with pread, only the touched
+        # chunks, on the thread that decodes them: one thread hop per shard,
+        # and no coalescing across gaps (which pays off only on object stores).
+        self._local = local_files
         self._path = path
         self.shape = shape
         self.chunks = chunks
@@ -125,9 +186,9 @@ class ShardedReader:
         self._indexes[shard_row] = index
         return index
 
-    def _decode(self, data: Any) -> npt.NDArray[Any]:
-        values = np.frombuffer(self._codec.decode(data), dtype=self._wire)
-        return values.reshape(self.chunks)
+    def _decode(self, data: Any, out: npt.NDArray[Any]) -> None:
+        """Decode one inner chunk into ``out`` (a contiguous chunk-shaped array)."""
+        self._codec.decode(data, out=out)
 
     async def read(self, rows: Indices, cols: Indices) -> tuple[npt.NDArray[Any], int]:
         """``array[rows][:, cols]`` for sorted unique ``rows`` and ``cols``; also the chunks decoded."""
@@ -182,6 +243,16 @@ class ShardedReader:
         offsets = entries[..., 0].ravel()[wanted].astype(np.int64)
         sizes = entries[..., 1].ravel()[wanted].astype(np.int64)
         blobs: list[Any] = [None] * len(wanted)
+        args = (rows, row_chunks, bounds, col_chunks, present, placement)
+        if self._local is not None and len(wanted):
+            root, counters = self._local
+            path = root / self._key(shard_row)
+            # pread and zstd release the GIL: reading, decoding and placing off
+            # the event loop keeps other shards flowing
+            await _on_decoders(
+                self._read_local, path, offsets.tolist(), sizes.tolist(), counters, args
+            )
+            return len(wanted)
         if len(wanted):
             assert index is not None
             key = self._key(shard_row)
@@ -203,12 +274,22 @@ class ShardedReader:
                     for position, buffer in batch:
                         assert buffer is not None
                         blobs[position] = buffer.as_numpy_array()
-        # zstd and numpy's copies release the GIL: decoding and placing off the
-        # event loop keeps other shards' fetches and decodes flowing
-        await asyncio.to_thread(
-            self._decode_and_place, rows, row_chunks, bounds, col_chunks, present, blobs, placement
-        )
+        await _on_decoders(self._decode_and_place, *args[:5], blobs, placement)
         return len(wanted)
+
+    def _read_local(
+        self,
+        path: Path,
+        offsets: list[int],
+        sizes: list[int],
+        counters: ReadCounters | None,
+        args: tuple[Any, ...],
+    ) -> None:
+        blobs = _read_local_ranges(path, offsets, sizes)
+        if counters is not None:
+            counters.add(nbytes=sum(sizes), requests=1)
+        rows, row_chunks, bounds, col_chunks, present, placement = args
+        self._decode_and_place(rows, row_chunks, bounds, col_chunks, present, blobs, placement)
 
     def _decode_and_place(
         self,
@@ -221,25 +302,32 @@ class ShardedReader:
         placement: Placement,
     ) -> None:
         r, c = self.chunks
-        width = self.zero_column + 1
-        single = len(col_chunks) == 1 and self.col_chunks == 1
+        width = self.zero_column
+        batch = max(1, STRIP_BATCH_BYTES // (r * width * self.dtype.itemsize))
         blob_iter = iter(blobs)
-        for a, chunk_row in enumerate(row_chunks.tolist()):
-            start, stop = int(bounds[a]), int(bounds[a + 1])
-            local_rows = rows[start:stop] - chunk_row * r
-            strip = np.empty((stop - start, width), dtype=self.dtype)
-            if single:
-                if present[a, 0]:
-                    chunk = self._decode(next(blob_iter))
-                    strip[:, :c] = chunk if stop - start == r else chunk[local_rows]
-                else:
-                    strip[:, :c] = 0
-            else:
-                strip[:] = 0
+        for first in range(0, len(row_chunks), batch):
+            last = min(len(row_chunks), first + batch)
+            n = last - first
+            # the batch's row chunks side by side, every column (untouched column chunks zero)
+            decoded = np.empty((n, r, width), dtype=self._wire)
+            for i in range(n):
+                if self.col_chunks == 1:
+                    if present[first + i, 0]:
+                        self._decode(next(blob_iter), decoded[i])
+                    else:
+                        decoded[i] = 0
+                    continue
+                decoded[i] = 0
                 for b, col_chunk in enumerate(col_chunks.tolist()):
-                    if present[a, b]:
-                        chunk = self._decode(next(blob_iter))
-                        block = chunk if stop - start == r else chunk[local_rows]
-                        strip[:, col_chunk * c : (col_chunk + 1) * c] = block
-            strip[:, -1] = 0
+                    if present[first + i, b]:
+                        chunk = np.empty((r, c), dtype=self._wire)
+                        self._decode(next(blob_iter), chunk)
+                        decoded[i, :, col_chunk * c : (col_chunk + 1) * c] = chunk
+            start, stop = int(bounds[first]), int(bounds[last])
+            selected = rows[start:stop]
+            flat = selected % r + r * np.repeat(np.arange(n), np.diff(bounds[first : last + 1]))
+            strip = np.empty((stop - start, width + 1), dtype=self.dtype)
+            all_rows = decoded.reshape(n * r, width)
+            strip[:, :width] = all_rows if len(flat) == n * r else all_rows[flat]
+            strip[:, width] = 0
             placement.place(start, strip)

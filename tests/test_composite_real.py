@@ -199,12 +199,12 @@ def count_decodes(shapes: set[tuple[int, ...]]) -> Iterator[Counter[tuple[int, .
 
     original_direct = ShardedReader._decode
 
-    def counting_direct(self: ShardedReader, data: bytes) -> Any:
+    def counting_direct(self: ShardedReader, data: bytes, out: Any) -> Any:
         # the gather reader decodes the chunks of its own layout without zarr
         if tuple(self.chunks) in shapes:
             with lock:
                 decoded[tuple(self.chunks)] += 1
-        return original_direct(self, data)
+        return original_direct(self, data, out)
 
     with (
         mock.patch.object(ZstdCodec, "_decode_sync", counting),
