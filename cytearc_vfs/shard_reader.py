@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
@@ -31,7 +32,7 @@ import google_crc32c
 import numpy as np
 import numpy.typing as npt
 import zarr
-from numcodecs import Zstd
+import zstandard
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
@@ -126,6 +127,17 @@ def _read_local_ranges(path: Path, offsets: Sequence[int], sizes: Sequence[int])
 _DECODERS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="cytearc-decode")
 
 
+_THREAD = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's zstd decompressor (one context, reused: they are not thread-safe)."""
+    decompressor: zstandard.ZstdDecompressor | None = getattr(_THREAD, "zstd", None)
+    if decompressor is None:
+        decompressor = _THREAD.zstd = zstandard.ZstdDecompressor()
+    return decompressor
+
+
 async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
     await asyncio.get_running_loop().run_in_executor(_DECODERS, function, *args)
 
@@ -156,7 +168,6 @@ class ShardedReader:
         self.dtype = np.dtype(dtype)
         self._wire = self.dtype.newbyteorder("<")
         self._indexes: dict[int, npt.NDArray[np.uint64] | None] = {}
-        self._codec = Zstd()
         self.col_chunks = -(-shape[1] // chunks[1])
         self.zero_column = self.col_chunks * chunks[1]
         """Index of the all-zero column appended to every strip (column maps point there)."""
@@ -186,9 +197,29 @@ class ShardedReader:
         self._indexes[shard_row] = index
         return index
 
-    def _decode(self, data: Any, out: npt.NDArray[Any]) -> None:
-        """Decode one inner chunk into ``out`` (a contiguous chunk-shaped array)."""
-        self._codec.decode(data, out=out)
+    def _decode(self, data: Any, out: npt.NDArray[Any], nbytes: int | None = None) -> None:
+        """Decode one inner chunk into ``out`` (a contiguous chunk-shaped array).
+
+        With ``nbytes``, decoding stops once the first ``nbytes`` are out: the
+        rows a read needs come first, and zstd decodes in 128 KiB blocks, so
+        a read of a chunk's first rows skips the blocks after them.
+        """
+        target = memoryview(out.reshape(-1).view(np.uint8))
+        if nbytes is not None:
+            target = target[:nbytes]
+        try:
+            with _decompressor().stream_reader(data) as reader:
+                filled = 0
+                while filled < len(target):
+                    n = reader.readinto(target[filled:])
+                    if n == 0:
+                        raise zstandard.ZstdError(f"the chunk ends after {filled} bytes")
+                    filled += n
+        except zstandard.ZstdError as exc:
+            raise RecordShapeError(
+                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
+                "Re-import the dataset"
+            ) from exc
 
     async def read(self, rows: Indices, cols: Indices) -> tuple[npt.NDArray[Any], int]:
         """``array[rows][:, cols]`` for sorted unique ``rows`` and ``cols``; also the chunks decoded."""
@@ -305,6 +336,8 @@ class ShardedReader:
         width = self.zero_column
         batch = max(1, STRIP_BATCH_BYTES // (r * width * self.dtype.itemsize))
         blob_iter = iter(blobs)
+        # bytes of each row chunk up to its last selected row (rows are sorted)
+        needed = (rows[bounds[1:] - 1] % r + 1) * width * self.dtype.itemsize
         for first in range(0, len(row_chunks), batch):
             last = min(len(row_chunks), first + batch)
             n = last - first
@@ -313,7 +346,7 @@ class ShardedReader:
             for i in range(n):
                 if self.col_chunks == 1:
                     if present[first + i, 0]:
-                        self._decode(next(blob_iter), decoded[i])
+                        self._decode(next(blob_iter), decoded[i], int(needed[first + i]))
                     else:
                         decoded[i] = 0
                     continue

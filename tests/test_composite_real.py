@@ -199,12 +199,12 @@ def count_decodes(shapes: set[tuple[int, ...]]) -> Iterator[Counter[tuple[int, .
 
     original_direct = ShardedReader._decode
 
-    def counting_direct(self: ShardedReader, data: bytes, out: Any) -> Any:
+    def counting_direct(self: ShardedReader, data: bytes, *args: Any) -> Any:
         # the gather reader decodes the chunks of its own layout without zarr
         if tuple(self.chunks) in shapes:
             with lock:
                 decoded[tuple(self.chunks)] += 1
-        return original_direct(self, data, out)
+        return original_direct(self, data, *args)
 
     with (
         mock.patch.object(ZstdCodec, "_decode_sync", counting),
