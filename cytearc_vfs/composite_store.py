@@ -29,6 +29,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from .cell_runs import CellRuns, RunCollector, merge_runs
 from .composite_records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
 from .count_mapping import ArrayMapping, CountMapping
 from .errors import IdentityMismatchError, IncompleteStoreError
@@ -55,13 +56,16 @@ def _apply_range(data: bytes | memoryview, byte_range: ByteRequest | None) -> by
     raise TypeError(f"unsupported byte range {byte_range!r}")
 
 
-def _streamed_fingerprint(array: zarr.Array[Any]) -> str:
-    """:func:`array_fingerprint` computed window by window (memory stays flat)."""
+def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = None) -> str:
+    """:func:`array_fingerprint` computed window by window (memory stays flat);
+    ``runs`` sees every window too."""
     digest = hashlib.sha256()
     step = max(1, (16 << 20) // max(1, array.dtype.itemsize * int(np.prod(array.shape[1:]) or 1)))
     for start in range(0, array.shape[0], step):
         block = np.ascontiguousarray(array[start : start + step])
         digest.update(block.view(np.uint8).tobytes())
+        if runs is not None:
+            runs.observe(start, block)
     return combine(
         "cytearc:map",
         {"dtype": array.dtype.str, "shape": list(array.shape), "values": digest.hexdigest()},
@@ -83,8 +87,10 @@ class CompositeStore(Store):
         sources: list[BoundSource],
         *,
         source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        cell_runs: CellRuns | None = None,
     ) -> None:
         super().__init__(read_only=backing.read_only)
+        self._cell_runs = cell_runs
         self._backing = backing
         self._record = record
         self._sources = sources
@@ -141,6 +147,8 @@ class CompositeStore(Store):
                 f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
             )
         root = zarr.open_group(backing, mode="r")
+        # the cell mappings are summarized as runs on the way (see cell_runs)
+        collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
         for name in MAP_NAMES:
             expected = record.maps[name]
             if expected.path != join(MAPS_GROUP, name) or expected.path not in root:
@@ -148,7 +156,7 @@ class CompositeStore(Store):
                     f"composite at {where}: mapping {expected.path!r} is missing"
                 )
             array = array_at(root, expected.path)
-            found = _streamed_fingerprint(array)
+            found = _streamed_fingerprint(array, collectors.get(name))
             if found != expected.fingerprint or tuple(array.shape) != expected.shape:
                 raise IdentityMismatchError(
                     f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
@@ -172,7 +180,13 @@ class CompositeStore(Store):
         # Sources are verified concurrently: each is a few metadata reads.
         with ThreadPoolExecutor(max_workers=min(8, len(record.sources))) as pool:
             sources = list(pool.map(bind, range(len(record.sources))))
-        return cls(backing, record, sources, source_storage_options=source_storage_options)
+        return cls(
+            backing,
+            record,
+            sources,
+            source_storage_options=source_storage_options,
+            cell_runs=merge_runs(collectors["rowSources"], collectors["sourceRows"]),
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled for dask workers: the backing store and the in-memory source
@@ -210,6 +224,7 @@ class CompositeStore(Store):
         clone._record = self._record
         clone._sources = self._sources
         clone._source_options = self._source_options
+        clone._cell_runs = self._cell_runs
         clone._virtual = self._virtual
         clone._chunk_counters = self._chunk_counters
         clone._chunk_reader = self._chunk_reader
@@ -247,6 +262,7 @@ class CompositeStore(Store):
             row_sources=array_at(root, join(MAPS_GROUP, "rowSources")).async_array,
             source_rows=array_at(root, join(MAPS_GROUP, "sourceRows")).async_array,
             feature_columns=array_at(root, join(MAPS_GROUP, "featureColumns")).async_array,
+            cell_runs=self._cell_runs,
             cell_id_array=array_at(root, "cellData/ids"),
             feature_id_array=array_at(root, join(assay, "featureData", "ids")),
         )

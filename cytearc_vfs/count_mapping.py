@@ -19,6 +19,7 @@ import pandas as pd
 import zarr
 from zarr.core.array import AsyncArray
 
+from .cell_runs import CellRuns
 from .gather import as_slice, sorted_unique
 from .read_stats import ReadCounters
 from .sources import BoundSource
@@ -140,9 +141,13 @@ class ArrayMapping:
     feature_columns: AsyncArray[Any]
     cell_id_array: zarr.Array[Any]
     feature_id_array: zarr.Array[Any]
+    cell_runs: CellRuns | None = None
+    """The cell mappings as runs, when they were summarized at open."""
     _feature_cache: Indices | None = field(default=None, repr=False)
 
     async def cells(self, cells: Indices) -> tuple[Indices, Indices]:
+        if self.cell_runs is not None:
+            return self.cell_runs.lookup(cells)
         codes = await _window(self.row_sources, cells)
         rows = await _window(self.source_rows, cells)
         return codes.astype(np.int64, copy=False), rows.astype(np.int64, copy=False)
