@@ -1,0 +1,204 @@
+"""The direct shard reader: placements, layouts it meets, damage, and what it fetches.
+
+Every read is compared with numpy on the dense matrix. Selections are chosen
+so that each orientation is used (a few features x all cells reads countsT,
+a few cells x all features reads counts), with repeats and any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from zarr.abc.store import ByteRequest
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import LocalStore, WrapperStore
+
+import cytearc_vfs as cv
+import cytearc_vfs.shard_reader as shard_reader
+from cytearc_vfs.errors import RecordShapeError
+from cytearc_vfs.gather import choose_orientation
+
+N_CELLS, N_FEATURES = 600, 300
+
+
+@pytest.fixture
+def dense() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    values = rng.geometric(0.4, size=(N_CELLS, N_FEATURES)).astype(np.uint16)
+    values[rng.random((N_CELLS, N_FEATURES)) > 0.1] = 0
+    return values
+
+
+def _store(tmp_path: Path, dense: np.ndarray, name: str = "s.zarr", **kwargs: Any) -> Path:
+    path = tmp_path / name
+    cv.write_counts(path, sp.csr_array(dense), **kwargs)
+    return path
+
+
+SELECTIONS = {
+    "features, repeated and unsorted (countsT)": (None, np.array([250, 3, 3, 77, 299, 0, 77])),
+    "cells, repeated and unsorted (counts)": (np.array([599, 10, 10, 300, 0, 42]), None),
+    "both, repeated": (np.array([5, 5, 400, 3]), np.array([9, 1, 9, 200])),
+    "band": (slice(100, 400), slice(None)),
+    "mask": (np.arange(N_CELLS) % 7 == 0, np.arange(N_FEATURES) % 5 == 1),
+}
+
+
+def _expected(dense: np.ndarray, cells: Any, features: Any) -> np.ndarray:
+    rows = dense if cells is None else dense[cells]
+    return rows if features is None else rows[:, features]
+
+
+@pytest.mark.parametrize("selection", list(SELECTIONS))
+def test_reads_equal_numpy_in_both_orientations(
+    tmp_path: Path, dense: np.ndarray, selection: str
+) -> None:
+    reader = cv.VirtualArrayReader(_store(tmp_path, dense))
+    cells, features = SELECTIONS[selection]
+    np.testing.assert_array_equal(reader.read(cells, features), _expected(dense, cells, features))
+
+
+def test_selections_pick_the_orientation_they_are_meant_to(
+    dense: np.ndarray, tmp_path: Path
+) -> None:
+    reader = cv.VirtualArrayReader(_store(tmp_path, dense))
+    source = reader._mapping.sources[0]
+    all_cells, all_features = np.arange(N_CELLS), np.arange(N_FEATURES)
+    few = np.array([0, 3, 77])
+    assert choose_orientation(all_cells, few, source.info.layout, 2).orientation == "countsT"
+    assert choose_orientation(few, all_features, source.info.layout, 2).orientation == "counts"
+
+
+def test_rows_split_into_column_chunks(tmp_path: Path, dense: np.ndarray) -> None:
+    # 256-byte chunks: a row of 300 features spans two or more column chunks
+    path = _store(tmp_path, dense, layout=("64KiB", "256B"))
+    reader = cv.VirtualArrayReader(path)
+    source = reader._mapping.sources[0]
+    assert source.counts_fast is not None and source.counts_fast.col_chunks >= 2
+    width = source.counts_fast.chunks[1]
+    second = np.array([width + 2, width + 3])  # both in the second column chunk
+    for cells, features in [*SELECTIONS.values(), (np.array([4]), second)]:
+        np.testing.assert_array_equal(
+            reader.read(cells, features), _expected(dense, cells, features)
+        )
+    reader.reset_stats()
+    reader.read(np.array([4]), second)  # one row chunk, one column chunk
+    assert reader.stats.chunks_decoded == 1
+
+
+def test_strips_placed_in_small_batches(
+    tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _store(tmp_path, dense, layout=("64KiB", "2KiB"))
+    monkeypatch.setattr(shard_reader, "STRIP_BATCH_BYTES", 1)  # one row chunk per batch
+    reader = cv.VirtualArrayReader(path)
+    for cells, features in SELECTIONS.values():
+        np.testing.assert_array_equal(
+            reader.read(cells, features), _expected(dense, cells, features)
+        )
+
+
+def test_composite_reads_through_placements(tmp_path: Path, dense: np.ndarray) -> None:
+    ids = [f"g{i}" for i in range(N_FEATURES)]
+    a = _store(tmp_path, dense[:250, :200], "a.zarr", features=ids[:200])
+    b = _store(tmp_path, dense[250:, 100:], "b.zarr", features=ids[100:])
+    comp = cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    expected = np.zeros((N_CELLS, N_FEATURES), dtype=dense.dtype)
+    expected[:250, :200] = dense[:250, :200]
+    expected[250:, 100:] = dense[250:, 100:]
+    reader = comp.reader()
+    for cells, features in SELECTIONS.values():
+        np.testing.assert_array_equal(
+            reader.read(cells, features), _expected(expected, cells, features)
+        )
+
+
+def _shard_file(path: Path, array: str = "RNA/counts") -> Path:
+    return path / array / "c" / "0" / "0"
+
+
+def test_local_reads_fetch_only_touched_chunks(tmp_path: Path, dense: np.ndarray) -> None:
+    path = _store(tmp_path, dense, layout=("64KiB", "2KiB"))
+    reader = cv.VirtualArrayReader(path)
+    cells = np.array([0, 1, 200, 599])
+    reader.read(cells, None)  # warms the shard index cache
+    reader.reset_stats()
+    reader.read(cells, None)
+    array = zarr.open_array(path, path="RNA/counts", mode="r")
+    chunk_rows = array.metadata.codecs[0].chunk_shape[0]
+    shard_rows = array.shards[0]
+    expected_bytes = 0
+    shards = set()
+    for row_chunk in sorted({int(c) // chunk_rows for c in cells}):
+        shard = row_chunk * chunk_rows // shard_rows
+        shards.add(shard)
+        raw = (path / "RNA/counts/c" / str(shard) / "0").read_bytes()
+        per_shard = shard_rows // chunk_rows
+        index = np.frombuffer(raw[-(16 * per_shard + 4) : -4], dtype="<u8").reshape(-1, 2)
+        expected_bytes += int(index[row_chunk - shard * per_shard, 1])
+    stats = reader.stats
+    assert stats.bytes_read == expected_bytes
+    assert stats.requests == len(shards)
+    assert stats.chunks_decoded == len({int(c) // chunk_rows for c in cells})
+
+
+class SeeingStore(WrapperStore[LocalStore]):
+    """A wrapper (as a latency or fault injector would be) that records chunk fetches."""
+
+    seen: list[str]
+
+    def __init__(self, store: LocalStore) -> None:
+        super().__init__(store)
+        self.seen = []
+
+    def _with_store(self, store: LocalStore) -> SeeingStore:
+        clone = type(self)(store)
+        clone.seen = self.seen
+        return clone
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self.seen.append(key)
+        return await self._store.get(key, prototype, byte_range)
+
+    async def get_ranges(  # type: ignore[override]
+        self, key: str, byte_ranges: Sequence[ByteRequest | None], **options: Any
+    ) -> Any:
+        self.seen.append(key)
+        async for batch in self._store.get_ranges(key, byte_ranges, **options):
+            yield batch
+
+
+def test_wrapped_local_store_sees_every_fetch(tmp_path: Path, dense: np.ndarray) -> None:
+    path = _store(tmp_path, dense)
+    seeing = SeeingStore(LocalStore(path, read_only=True))
+    reader = cv.VirtualArrayReader(seeing)
+    np.testing.assert_array_equal(reader.read(np.array([3, 500]), None), dense[[3, 500]])
+    assert any(key.startswith("RNA/counts/c/") for key in seeing.seen)
+
+
+def test_damaged_chunk_fails_with_a_clear_error(tmp_path: Path, dense: np.ndarray) -> None:
+    path = _store(tmp_path, dense)
+    shard = _shard_file(path)
+    raw = bytearray(shard.read_bytes())
+    raw[0:16] = b"\xff" * 16  # the first chunk's zstd frame header
+    shard.write_bytes(bytes(raw))
+    reader = cv.VirtualArrayReader(path)
+    with pytest.raises(RecordShapeError, match=r"RNA/counts does not decode.*Re-import"):
+        reader.read(np.array([0]), None)
+
+
+def test_truncated_shard_fails_with_a_clear_error(tmp_path: Path, dense: np.ndarray) -> None:
+    path = _store(tmp_path, dense)
+    shard = _shard_file(path)
+    shard.write_bytes(shard.read_bytes()[:-100])
+    reader = cv.VirtualArrayReader(path)
+    with pytest.raises(RecordShapeError, match=r"crc32c does not match.*Re-import"):
+        reader.read(np.array([0]), None)
