@@ -123,8 +123,19 @@ def _read_local_ranges(path: Path, offsets: Sequence[int], sizes: Sequence[int])
 
 
 # Decoding runs on as many threads as there are cores, no more: the GIL-bound
-# parts of more threads would only queue for each other.
-_DECODERS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="cytearc-decode")
+# parts of more threads would only queue for each other. One pool per process:
+# a forked child must not inherit a pool whose threads stayed in the parent.
+_DECODERS: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _decoder_pool() -> ThreadPoolExecutor:
+    global _DECODERS
+    if _DECODERS is None or _DECODERS[0] != os.getpid():
+        pool = ThreadPoolExecutor(
+            max_workers=os.cpu_count() or 1, thread_name_prefix="cytearc-decode"
+        )
+        _DECODERS = (os.getpid(), pool)
+    return _DECODERS[1]
 
 
 _THREAD = threading.local()
@@ -139,7 +150,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 
 async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
-    await asyncio.get_running_loop().run_in_executor(_DECODERS, function, *args)
+    await asyncio.get_running_loop().run_in_executor(_decoder_pool(), function, *args)
 
 
 class ShardedReader:

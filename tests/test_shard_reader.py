@@ -7,6 +7,8 @@ a few cells x all features reads counts), with repeats and any order.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -202,3 +204,20 @@ def test_truncated_shard_fails_with_a_clear_error(tmp_path: Path, dense: np.ndar
     reader = cv.VirtualArrayReader(path)
     with pytest.raises(RecordShapeError, match=r"crc32c does not match.*Re-import"):
         reader.read(np.array([0]), None)
+
+
+def _read_in_child(path: str, expected: np.ndarray) -> None:
+    reader = cv.VirtualArrayReader(path)
+    os._exit(0 if np.array_equal(reader.read(np.array([3, 500]), None), expected) else 1)
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_forked_child_reads_after_parent(tmp_path: Path, dense: np.ndarray) -> None:
+    path = _store(tmp_path, dense)
+    cv.VirtualArrayReader(path).read(np.array([1]), None)  # the parent's decoding pool is up
+    child = multiprocessing.get_context("fork").Process(
+        target=_read_in_child, args=(str(path), dense[[3, 500]])
+    )
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0  # a forked child gets its own decoding threads
