@@ -15,10 +15,13 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import StorePath
 
 from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from .locations import Location, describe_location, open_location
-from .paths import AssayPaths
+from .paths import AssayPaths, join
+from .prefetch import PrefetchedStore, assay_documents, prefetched
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
 from .source_store import AssayInfo, read_contents, verify_assay
@@ -90,8 +93,11 @@ def bind_source(
     where = describe_location(location)
     try:
         backend = open_location(location, read_only=True, storage_options=storage_options)
-        refuse_unsupported(backend, where=where, name=name)
-        info = verify_assay(backend, AssayPaths(assay, workspace), where=where)
+        paths = AssayPaths(assay, workspace)
+        # the documents verification reads are fetched in one concurrent round
+        documents = prefetched(backend, assay_documents(paths))
+        refuse_unsupported(documents, where=where, name=name)
+        info = verify_assay(documents, paths, where=where)
     except (VfsError, ValueError, TypeError):
         raise
     except Exception as exc:
@@ -113,26 +119,58 @@ def bind_source(
                 f"composite record {expected}; the source changed after the composite was "
                 "created. Restore the source, or recreate the composite"
             )
-    return bound_from_verified(name, where, backend, info, counters)
+    return bound_from_verified(name, where, documents, info, counters)
 
 
 def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
-    """The same verified source, counted into ``counters`` (no re-verification)."""
-    return bound_from_verified(
-        source.name, source.location, source.store.wrapped, source.info, counters
+    """The same verified source, counted into ``counters`` (no I/O: its arrays'
+    metadata is reused)."""
+    counting = CountingStore(source.store.wrapped, counters)
+    counts = _array_on(counting, source.counts.metadata, source.counts.store_path.path)
+    counts_t = (
+        None
+        if source.counts_t is None
+        else _array_on(counting, source.counts_t.metadata, source.counts_t.store_path.path)
     )
+    return _bound(source.name, source.location, counting, source.info, counts, counts_t)
 
 
 def bound_from_verified(
     name: str, location: str, backend: Store, info: AssayInfo, counters: ReadCounters
 ) -> BoundSource:
-    """A bound source for an assay that was already verified (opens its arrays only)."""
-    counting = CountingStore(backend, counters)
-    root = zarr.open_group(counting, mode="r")
-    counts = root[info.paths.counts]
-    counts_t = root[info.paths.counts_t] if info.has_counts_t else None
-    assert isinstance(counts, zarr.Array)
-    assert counts_t is None or isinstance(counts_t, zarr.Array)
+    """A bound source for an assay that was already verified (opens its arrays only).
+
+    When ``backend`` is a :class:`PrefetchedStore`, the arrays are built from the
+    documents it already holds, and the source reads the store underneath.
+    """
+    documents = backend if isinstance(backend, PrefetchedStore) else None
+    counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
+
+    def open_array(path: str) -> zarr.Array[Any]:
+        document = documents.document(join(path, "zarr.json")) if documents else None
+        if document is not None:
+            return _array_on(counting, ArrayV3Metadata.from_dict(document), path)
+        array = zarr.open_array(counting, path=path, mode="r")
+        assert isinstance(array, zarr.Array)
+        return array
+
+    counts = open_array(info.paths.counts)
+    counts_t = open_array(info.paths.counts_t) if info.has_counts_t else None
+    return _bound(name, location, counting, info, counts, counts_t)
+
+
+def _array_on(store: Store, metadata: Any, path: str) -> zarr.Array[Any]:
+    return zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, path)))
+
+
+def _bound(
+    name: str,
+    location: str,
+    counting: CountingStore,
+    info: AssayInfo,
+    counts: zarr.Array[Any],
+    counts_t: zarr.Array[Any] | None,
+) -> BoundSource:
     return BoundSource(
         name=name,
         location=location,
