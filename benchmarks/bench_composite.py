@@ -16,8 +16,10 @@ features:
                      for on-disk sources with different genes.
 
 Selections: 1,000 random cells x all features; 50 random features x all
-cells; a 10,000-row band through plain zarr. Each timing is the median of
-``--repeat`` runs. ``--scale`` adds the 50-source test: one generated
+cells; a 10,000-row band through plain zarr. The readers are compared on
+``--reads`` fresh random selections, each read by both in alternating order
+(medians reported); the anndata route (seconds per selection) and the band
+are the median of ``--repeat`` runs. ``--scale`` adds the 50-source test: one generated
 source copied to 50 stores (so >= 1,000,000 cells; the output says so),
 timing create, open and a 1,000-cell read, with peak RSS.
 
@@ -120,8 +122,6 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     composite_reader = cv.VirtualArrayReader(cv.open_store(root / "composite.zarr"))
     materialized_reader = cv.VirtualArrayReader(root / "materialized.zarr")
     n_cells, n_features = composite_reader.shape
-    cells = np.sort(rng.choice(n_cells, size=min(1000, n_cells), replace=False))
-    features = np.sort(rng.choice(n_features, size=min(50, n_features), replace=False))
     band = slice(n_cells // 3, min(n_cells, n_cells // 3 + 10_000))
 
     results: dict[str, Any] = {
@@ -132,26 +132,49 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "materialize_seconds": round(materialize_seconds, 2),
     }
     checks = {}
-    for label, selection in (
-        ("1000 cells x all features", (cells, None)),
-        ("50 features x all cells", (None, features)),
-    ):
-        t_comp, a = timed(lambda s=selection: composite_reader.read(*s), args.repeat)
+    draws: dict[str, Callable[[], tuple[Any, Any]]] = {
+        "1000 cells x all features": lambda: (
+            np.sort(rng.choice(n_cells, size=min(1000, n_cells), replace=False)),
+            None,
+        ),
+        "50 features x all cells": lambda: (
+            None,
+            np.sort(rng.choice(n_features, size=min(50, n_features), replace=False)),
+        ),
+    }
+    for label, draw in draws.items():
+        # A fresh random selection per round, both readers on the same one, in
+        # alternating order: the median compares like with like.
+        selections = [draw() for _ in range(args.reads)]
+        for selection in selections[:2]:  # warm both (shard indexes, page cache)
+            composite_reader.read(*selection)
+            materialized_reader.read(*selection)
+        t_comp, t_mat = [], []
+        equal = True
+        for round_, selection in enumerate(selections):
+            pair = [(composite_reader, t_comp), (materialized_reader, t_mat)]
+            outputs = []
+            for reader, times in pair if round_ % 2 == 0 else pair[::-1]:
+                started = time.perf_counter()
+                outputs.append(reader.read(*selection))
+                times.append(time.perf_counter() - started)
+            equal &= bool(np.array_equal(outputs[0], outputs[1]))
         composite_reader.reset_stats()
-        composite_reader.read(*selection)
+        a = composite_reader.read(*selections[0])
         stats = composite_reader.stats
-        t_mat, b = timed(lambda s=selection: materialized_reader.read(*s), args.repeat)
         t_ad, c = timed(
-            lambda s=selection: _anndata_route(root, args.sources, union, *s, per_source),
+            lambda s=selections[0]: _anndata_route(root, args.sources, union, *s, per_source),
             args.repeat,
         )
-        checks[label] = bool(np.array_equal(a, b) and np.array_equal(a, c))
+        checks[label] = equal and bool(np.array_equal(a, c))
+        median_comp, median_mat = statistics.median(t_comp), statistics.median(t_mat)
         results[label] = {
-            "composite_reader_s": round(t_comp, 4),
-            "materialized_reader_s": round(t_mat, 4),
+            "rounds": len(selections),
+            "composite_reader_s": round(median_comp, 4),
+            "materialized_reader_s": round(median_mat, 4),
             "anndata_route_s": round(t_ad, 4),
-            "composite_over_materialized": round(t_comp / t_mat, 3),
-            "anndata_over_composite": round(t_ad / t_comp, 2),
+            "composite_over_materialized": round(median_comp / median_mat, 3),
+            "anndata_over_composite": round(t_ad / median_comp, 2),
             "composite_chunks_decoded": stats.chunks_decoded,
             "composite_bytes_read": stats.bytes_read,
         }
@@ -253,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", type=int, default=80_000, help="total cells over the sources")
     parser.add_argument("--features", type=int, default=20_000, help="size of the shared gene pool")
     parser.add_argument("--density", type=float, default=0.05)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each timed step")
+    parser.add_argument(
+        "--reads", type=int, default=31, help="random selections per reader comparison"
+    )
     parser.add_argument("--scale", action="store_true", help="also run the 50-source scale test")
     parser.add_argument("--scale-cells", type=int, default=1_000_000)
     parser.add_argument("--scale-features", type=int, default=2_000)

@@ -40,6 +40,9 @@ def distinct_chunks(values: Indices, size: int) -> Indices:
     """
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
+    first, last = int(values[0]), int(values[-1])
+    if last - first + 1 == len(values) and bool(np.all(values[1:] - values[:-1] == 1)):
+        return np.arange(first // size, last // size + 1, dtype=np.int64)  # a range
     chunks = values // size
     marks = np.zeros(int(chunks.max()) + 1, dtype=bool)
     marks[chunks] = True

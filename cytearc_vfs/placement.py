@@ -132,13 +132,13 @@ class RowPlacement:
             if isinstance(columns, slice):
                 self._out[target] = strip[:, columns]
             else:
-                np.take(strip, columns, axis=1, out=self._out[target])
+                np.take(strip, columns, axis=1, out=self._out[target], mode="clip")
             return
         rows = self._rows[start:stop]
         if isinstance(columns, slice):
             self._out[rows] = strip[:, columns]
         else:
-            self._out[rows] = np.take(strip, columns, axis=1)
+            self._out[rows] = np.take(strip, columns, axis=1, mode="clip")
 
 
 class ColumnPlacement:

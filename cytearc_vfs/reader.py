@@ -13,6 +13,7 @@ lacks stays zero.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any, Self, cast
 
@@ -94,6 +95,28 @@ def _scatter(
         np.take(padded, column_map, axis=1, out=out[rows])
     else:
         out[rows] = np.take(padded, column_map, axis=1)
+
+
+def _by_source(codes: Indices, rows: Indices, n_sources: int) -> list[tuple[Indices, Indices]]:
+    """(output positions, source rows) of each source's share of a read.
+
+    Output cells are in source order, so a sorted selection has
+    non-decreasing codes and each source's share is one stretch: found by
+    binary search instead of one pass over the codes per source.
+    """
+    if n_sources == 1:
+        return [(np.arange(len(codes), dtype=np.int64), rows)]
+    if len(codes) < 2 or bool(np.all(codes[1:] >= codes[:-1])):
+        bounds = np.searchsorted(codes, np.arange(n_sources + 1), side="left").tolist()
+        return [
+            (np.arange(start, stop, dtype=np.int64), rows[start:stop])
+            for start, stop in itertools.pairwise(bounds)
+        ]
+    shares = []
+    for index in range(n_sources):
+        positions = np.flatnonzero(codes == index)
+        shares.append((positions, rows[positions]))
+    return shares
 
 
 def normalize_selection(selection: Selection, length: int, *, axis: str) -> Indices:
@@ -240,14 +263,14 @@ class VirtualArrayReader:
             return out
         codes, rows = await self._mapping.cells(cells)
         columns = await self._mapping.features(features)
-        single = len(self._mapping.sources) == 1
         tasks = []
-        for index, source in enumerate(self._mapping.sources):
-            out_rows = np.arange(len(cells)) if single else np.flatnonzero(codes == index)
+        for index, (out_rows, source_rows) in enumerate(
+            _by_source(codes, rows, len(self._mapping.sources))
+        ):
             if len(out_rows) and bool(np.any(columns[index] >= 0)):
                 tasks.append(
                     self._read_source(
-                        source, out, out_rows, rows if single else rows[out_rows], columns[index]
+                        self._mapping.sources[index], out, out_rows, source_rows, columns[index]
                     )
                 )
         await asyncio.gather(*tasks)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,37 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return decompressor
 
 
+# Jobs handed over during one turn of the event loop, per loop, not yet started.
+_PENDING: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop,
+    list[tuple[Callable[..., None], tuple[Any, ...], asyncio.Future[Future[None]]]],
+] = weakref.WeakKeyDictionary()
+
+
 async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
-    await asyncio.get_running_loop().run_in_executor(_decoder_pool(), function, *args)
+    """Run ``function(*args)`` on the decoding pool.
+
+    Jobs handed over in the same turn of the event loop start together, at
+    the end of that turn. Started one by one, the first job's thread would
+    take the GIL between its many short GIL-free calls (pread, zstd) while
+    the event loop still plans the other shards: the loop then waits for the
+    interpreter's 5 ms switch interval before each next hand-over.
+    """
+    loop = asyncio.get_running_loop()
+    slot: asyncio.Future[Future[None]] = loop.create_future()
+    batch = _PENDING.get(loop)
+    if batch is None:
+        batch = _PENDING[loop] = []
+        loop.call_soon(_start_pending, loop)
+    batch.append((function, args, slot))
+    await asyncio.wrap_future(await slot)
+
+
+def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
+    pool = _decoder_pool()
+    for function, args, slot in _PENDING.pop(loop, []):
+        if not slot.cancelled():
+            slot.set_result(pool.submit(function, *args))
 
 
 class ShardedReader:
