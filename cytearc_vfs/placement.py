@@ -33,10 +33,13 @@ __all__ = [
     "RowPlacement",
     "chunk_runs",
     "contiguous",
+    "copy_runs",
     "first_positions",
 ]
 
 Indices = npt.NDArray[np.int64]
+# A column map of at most this many stretches is placed by slice copies.
+MAX_COPY_RUNS = 64
 
 
 class Placement(Protocol):
@@ -99,26 +102,60 @@ def first_positions(values: Indices, positions: Indices) -> tuple[Indices, Indic
     return unique, first_pos, repeats.astype(np.int64, copy=False)
 
 
+def copy_runs(columns: Indices, zero_column: int) -> list[tuple[int, int, int]] | None:
+    """``(output column, strip column, width)`` of each stretch of a column map
+    that copies consecutive strip columns, or ``None`` when there are more than
+    :data:`MAX_COPY_RUNS`. Output columns that map to the zero column are left out.
+
+    >>> copy_runs(np.array([0, 1, 2, 9, 9, 5, 6]), 9)
+    [(0, 0, 3), (5, 5, 2)]
+    """
+    present = columns != zero_column
+    follows = np.zeros(len(columns), dtype=bool)
+    follows[1:] = present[1:] & present[:-1] & (columns[1:] == columns[:-1] + 1)
+    starts = np.flatnonzero(present & ~follows)
+    if len(starts) > MAX_COPY_RUNS:
+        return None
+    breaks = np.append(np.flatnonzero(~follows), len(columns))
+    ends = breaks[np.searchsorted(breaks, starts, side="right")]
+    return [
+        (start, int(columns[start]), end - start)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+
+
 class RowPlacement:
     """Strip rows become output rows; columns through a map or a slice.
 
     Parameters
     ----------
     out
-        The read's output.
+        The read's output, zero where nothing is placed.
     out_rows
         Output row of each selected strip row.
     columns
         A slice of strip columns that *is* the output's columns in order, or
-        a column map: the strip column of each output column (the strip's
-        zero column where the source lacks the feature).
+        a column map: the strip column of each output column (``zero_column``
+        where the source lacks the feature).
+    zero_column
+        The strip's all-zero column.
     """
 
-    def __init__(self, out: npt.NDArray[Any], out_rows: Indices, columns: slice | Indices) -> None:
+    def __init__(
+        self,
+        out: npt.NDArray[Any],
+        out_rows: Indices,
+        columns: slice | Indices,
+        zero_column: int,
+    ) -> None:
         self._out = out
         self._rows = out_rows
         self._rows_slice = contiguous(out_rows)
         self._columns = columns
+        # Sources that share most features in the same order (one reference
+        # annotation) map in a few long stretches: slice copies beat a
+        # per-element gather. The zero stretches are already zero in ``out``.
+        self._runs = None if isinstance(columns, slice) else copy_runs(columns, zero_column)
 
     def place(self, start: int, strip: npt.NDArray[Any]) -> None:
         stop = start + len(strip)
@@ -131,14 +168,20 @@ class RowPlacement:
         if target is not None:
             if isinstance(columns, slice):
                 self._out[target] = strip[:, columns]
+            elif self._runs is not None:
+                rows = self._out[target]
+                for out_start, strip_start, width in self._runs:
+                    rows[:, out_start : out_start + width] = strip[
+                        :, strip_start : strip_start + width
+                    ]
             else:
                 np.take(strip, columns, axis=1, out=self._out[target], mode="clip")
             return
-        rows = self._rows[start:stop]
+        rows_at = self._rows[start:stop]
         if isinstance(columns, slice):
-            self._out[rows] = strip[:, columns]
+            self._out[rows_at] = strip[:, columns]
         else:
-            self._out[rows] = np.take(strip, columns, axis=1, mode="clip")
+            self._out[rows_at] = np.take(strip, columns, axis=1, mode="clip")
 
 
 class ColumnPlacement:

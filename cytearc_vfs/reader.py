@@ -302,6 +302,7 @@ class VirtualArrayReader:
                 in_order
                 if in_order is not None and len(out_cols) == len(columns)
                 else np.where(columns >= 0, columns, fast.zero_column),
+                fast.zero_column,
             )
             decoded = await fast.read_into(
                 unique_rows, distinct_chunks(cols, fast.chunks[1]), placement

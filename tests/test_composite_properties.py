@@ -31,6 +31,8 @@ from zarr.storage import MemoryStore
 
 import cytearc_vfs as cv
 import cytearc_vfs.composite as composite_module
+import cytearc_vfs.placement as placement
+import cytearc_vfs.shard_reader as shard_reader
 from cytearc_vfs.count_dtype import summary_dtype
 
 #: Kinds of source values: whole counts in float32, uint8, ints of the uint16
@@ -390,7 +392,15 @@ def test_composite_reads_equal_the_numpy_reference(
     case: CompositeCase, data: st.DataObject
 ) -> None:
     expected, cell_ids, feature_ids = reference(case)
-    with locations() as location:
+    # how the shard reader places values: column maps by slice copies or by one
+    # gather, strips of a few chunks or of one
+    copy_runs = data.draw(st.sampled_from([placement.MAX_COPY_RUNS, 0]), label="copy runs")
+    strip_bytes = data.draw(st.sampled_from([shard_reader.STRIP_BATCH_BYTES, 1]), label="strip")
+    with (
+        locations() as location,
+        mock.patch.object(placement, "MAX_COPY_RUNS", copy_runs),
+        mock.patch.object(shard_reader, "STRIP_BATCH_BYTES", strip_bytes),
+    ):
         comp, destination = build(case, location)
         reader = comp.reader()
         assert reader.shape == expected.shape

@@ -22,6 +22,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
+import cytearc_vfs.placement as placement
 import cytearc_vfs.shard_reader as shard_reader
 from cytearc_vfs.errors import RecordShapeError
 from cytearc_vfs.gather import choose_orientation
@@ -106,7 +107,12 @@ def test_strips_placed_in_small_batches(
         )
 
 
-def test_composite_reads_through_placements(tmp_path: Path, dense: np.ndarray) -> None:
+@pytest.mark.parametrize("copy_runs", [0, placement.MAX_COPY_RUNS], ids=["gather", "slices"])
+def test_composite_reads_through_placements(
+    tmp_path: Path, dense: np.ndarray, copy_runs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # column maps placed by one gather (np.take) or by slice copies of their stretches
+    monkeypatch.setattr(placement, "MAX_COPY_RUNS", copy_runs)
     ids = [f"g{i}" for i in range(N_FEATURES)]
     a = _store(tmp_path, dense[:250, :200], "a.zarr", features=ids[:200])
     b = _store(tmp_path, dense[250:, 100:], "b.zarr", features=ids[100:])
