@@ -157,6 +157,15 @@ _PENDING: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
+def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
+    """This thread's decode buffer, at least ``nbytes`` long (reused: fresh
+    memory costs page faults, which threads of one process take in turn)."""
+    buffer: npt.NDArray[np.uint8] | None = getattr(_THREAD, "scratch", None)
+    if buffer is None or len(buffer) < nbytes:
+        buffer = _THREAD.scratch = np.empty(max(nbytes, 1 << 20), dtype=np.uint8)
+    return buffer[:nbytes]
+
+
 async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
     """Run ``function(*args)`` on the decoding pool.
 
@@ -383,7 +392,8 @@ class ShardedReader:
             last = min(len(row_chunks), first + batch)
             n = last - first
             # the batch's row chunks side by side, every column (untouched column chunks zero)
-            decoded = np.empty((n, r, width), dtype=self._wire)
+            decoded = _scratch(n * r * width * self.dtype.itemsize).view(self._wire)
+            decoded = decoded.reshape(n, r, width)
             for i in range(n):
                 if self.col_chunks == 1:
                     if present[first + i, 0]:
