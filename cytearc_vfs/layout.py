@@ -28,10 +28,16 @@ __all__ = [
 ]
 
 DEFAULT_MEM_BUDGET = 2 * 1024**3
-# Features per countsT inner chunk at most. Stores of more than ~65,000 cells
-# already hold fewer at the default chunkBytes; smaller ones would otherwise
-# hold dozens, which a random-gene read decodes for nothing.
-COUNTS_T_MAX_CHUNK_ROWS = 4
+# Features per countsT inner chunk: at most COUNTS_T_MAX_CHUNK_ROWS, unless
+# that leaves a chunk under COUNTS_T_MIN_CHUNK_BYTES. Small stores would
+# otherwise hold dozens of features per chunk, which a random-gene read
+# decodes for nothing; but every inner chunk costs zarr ~0.25 ms of Python on
+# a plain read, so tiny chunks make the DataStore's feature-batch scans of
+# countsT slow (4 features of a 1,000-cell store: a full scan 28x slower).
+# Stores of more than ~16,000 cells hold fewer features at the default
+# chunkBytes anyway.
+COUNTS_T_MAX_CHUNK_ROWS = 16
+COUNTS_T_MIN_CHUNK_BYTES = 64 * 1024
 # Bytes of working memory a sparse band costs per non-zero beyond its dense
 # form: a CSR copy (value + int32 index), a COO piece while transposing
 # (value + two int64 coordinates) and scipy's sort buffer.
@@ -130,10 +136,18 @@ def count_layout(
         shape=(n_cells, n_features),
         dtype=dtype,
         counts=array_geometry(n_cells, n_features, itemsize, policy),
-        # countsT serves feature reads: at most a few features per inner chunk,
-        # so a random gene of a small store does not decode dozens of others
+        # countsT serves feature reads: few features per inner chunk, so a
+        # random gene of a small store does not decode dozens of others, but
+        # chunks not so small that plain zarr scans pay per chunk
         counts_t=array_geometry(
-            n_features, n_cells, itemsize, policy, max_chunk_rows=COUNTS_T_MAX_CHUNK_ROWS
+            n_features,
+            n_cells,
+            itemsize,
+            policy,
+            max_chunk_rows=max(
+                COUNTS_T_MAX_CHUNK_ROWS,
+                -(-COUNTS_T_MIN_CHUNK_BYTES // max(1, n_cells * itemsize)),
+            ),
         )
         if transpose
         else None,

@@ -13,6 +13,7 @@ import zarr
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
+from cytearc_vfs.layout import DEFAULT_POLICY, count_layout
 from cytearc_vfs.records import COUNT_LAYOUT_ATTR
 from cytearc_vfs.tables import read_table
 
@@ -252,3 +253,20 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
     assert info.dtype == np.uint8
     _, stored, _ = read_counts(tmp_path / "s.zarr")
     assert not stored[:].any()
+
+
+@pytest.mark.parametrize(
+    ("n_cells", "itemsize", "rows"),
+    [
+        (1_000, 1, 66),  # 16 features would be 16 KB: as many as make 64 KiB
+        (759, 2, 44),
+        (10_000, 1, 16),  # at most 16 features
+        (100_000, 1, 2),  # chunkBytes allows fewer
+    ],
+)
+def test_countsT_chunks_hold_few_features_but_not_tiny_chunks(
+    n_cells: int, itemsize: int, rows: int
+) -> None:
+    layout = count_layout((n_cells, 20_000), "uint8", itemsize, DEFAULT_POLICY, transpose=True)
+    assert layout.counts_t is not None
+    assert layout.counts_t.chunks == (rows, n_cells)
