@@ -37,7 +37,7 @@ DEFAULT_MEM_BUDGET = 2 * 1024**3
 # Stores of more than ~16,000 cells hold fewer features at the default
 # chunkBytes anyway.
 COUNTS_T_MAX_CHUNK_ROWS = 16
-COUNTS_T_MIN_CHUNK_BYTES = 64 * 1024
+COUNTS_T_MIN_CHUNK_BYTES = 128 * 1024
 # Bytes of working memory a sparse band costs per non-zero beyond its dense
 # form: a CSR copy (value + int32 index), a COO piece while transposing
 # (value + two int64 coordinates) and scipy's sort buffer.

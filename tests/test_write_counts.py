@@ -258,8 +258,8 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("n_cells", "itemsize", "rows"),
     [
-        (1_000, 1, 66),  # 16 features would be 16 KB: as many as make 64 KiB
-        (759, 2, 44),
+        (1_000, 1, 132),  # 16 features would be 16 KB: as many as make 128 KiB
+        (759, 2, 87),
         (10_000, 1, 16),  # at most 16 features
         (100_000, 1, 2),  # chunkBytes allows fewer
     ],
