@@ -1,19 +1,18 @@
 """Where the strips a shard reader decodes land in a read's output.
 
-A :class:`~cytearc_vfs.shard_reader.ShardedReader` decodes the selected rows
-of one row chunk at a time into a *strip*: those rows across every column of
-the array, plus one all-zero column at the end (``zero_column``). A
-placement writes each strip straight into the output of the read, on the
-worker thread that decoded it:
+A :class:`~cytearc_vfs.shard_reader.ShardedReader` decodes a batch of row
+chunks at a time and gathers their selected rows into a *strip*: those rows
+across every column of the array, plus one all-zero column at the end
+(``zero_column``). A placement writes each strip straight into the output of
+the read, on the worker thread that decoded it:
 
 * :class:`RowPlacement` (cell-major ``counts``): strip rows are output rows;
   output columns come from a *column map* (a source column per output
-  column, the zero column where the source lacks the feature), applied with
-  one ``np.take`` per strip, or a plain slice when the columns are already in
-  order.
+  column, the zero column where the source lacks the feature), applied by
+  slice copies when the map is a few stretches, else one ``np.take`` per
+  strip; or a plain slice when the columns are already in order.
 * :class:`ColumnPlacement` (feature-major ``countsT``): strip rows are
   output columns and the selected strip columns are output rows.
-* :class:`BlockPlacement`: the selected rows and columns as one block.
 
 Each output row of a read comes from exactly one source, so placements of
 different sources write disjoint memory and run concurrently.
@@ -27,7 +26,6 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "BlockPlacement",
     "ColumnPlacement",
     "Placement",
     "RowPlacement",
@@ -220,19 +218,3 @@ class ColumnPlacement:
             self._out[self._rows, targets] = values
         else:
             self._out[np.ix_(self._rows, targets)] = values
-
-
-class BlockPlacement:
-    """The selected rows x ``cols`` (sorted unique strip columns) as one block."""
-
-    def __init__(self, n_rows: int, cols: Indices, dtype: np.dtype) -> None:
-        self.block: npt.NDArray[Any] = np.empty((n_rows, len(cols)), dtype=dtype)
-        as_range = contiguous(cols)
-        self._columns: slice | Indices = as_range if as_range is not None else cols
-
-    def place(self, start: int, strip: npt.NDArray[Any]) -> None:
-        target = self.block[start : start + len(strip)]
-        if isinstance(self._columns, slice):
-            target[:] = strip[:, self._columns]
-        else:
-            np.take(strip, self._columns, axis=1, out=target)

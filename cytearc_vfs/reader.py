@@ -1,13 +1,15 @@
 """``VirtualArrayReader``: read only the selected values of any CyteArc count matrix.
 
 One code path for ordinary stores and composites. A read resolves the
-selected output cells to (source, row) pairs and the selected features to
-source columns, reading only the mapping windows it needs. Then, per source
-and concurrently, it reads the sorted unique rows and columns from whichever
-of ``counts`` and ``countsT`` touches fewer chunk bytes, in one orthogonal
-read (so each touched chunk is decoded once), and scatters the block into
-the output in the requested order, repeats included. A feature a source
-lacks stays zero.
+selected output cells to (source, row) pairs (from the composite's cell runs,
+or the mapping windows it needs) and the selected features to source
+columns. Then, per source and concurrently, it reads the unique rows it
+needs from whichever of ``counts`` and ``countsT`` touches fewer chunk
+bytes; the shard reader decodes each touched chunk once and a placement
+(``placement.py``) writes the selected values straight into the output, in
+the requested order; repeats are copied from their first occurrence. A
+feature a source lacks stays zero. Sources whose codecs the shard reader
+does not know are read through zarr's orthogonal indexing and scattered.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from .errors import RecordShapeError
-from .placement import BlockPlacement, Placement, chunk_runs
+from .placement import Placement, chunk_runs
 from .read_stats import CountingStore, ReadCounters
 
 __all__ = ["ShardedReader", "fast_reader_for"]
@@ -150,13 +150,6 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return decompressor
 
 
-# Jobs handed over during one turn of the event loop, per loop, not yet started.
-_PENDING: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop,
-    list[tuple[Callable[..., None], tuple[Any, ...], asyncio.Future[Future[None]]]],
-] = weakref.WeakKeyDictionary()
-
-
 def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
     """This thread's decode buffer, at least ``nbytes`` long (reused: fresh
     memory costs page faults, which threads of one process take in turn)."""
@@ -164,6 +157,13 @@ def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
     if buffer is None or len(buffer) < nbytes:
         buffer = _THREAD.scratch = np.empty(max(nbytes, 1 << 20), dtype=np.uint8)
     return buffer[:nbytes]
+
+
+# Jobs handed over during one turn of the event loop, per loop, not yet started.
+_PENDING: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop,
+    list[tuple[Callable[..., None], tuple[Any, ...], asyncio.Future[Future[None]]]],
+] = weakref.WeakKeyDictionary()
 
 
 async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
@@ -270,12 +270,6 @@ class ShardedReader:
                 f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
                 "Re-import the dataset"
             ) from exc
-
-    async def read(self, rows: Indices, cols: Indices) -> tuple[npt.NDArray[Any], int]:
-        """``array[rows][:, cols]`` for sorted unique ``rows`` and ``cols``; also the chunks decoded."""
-        placement = BlockPlacement(len(rows), cols, self.dtype)
-        decoded = await self.read_into(rows, np.unique(cols // self.chunks[1]), placement)
-        return placement.block, decoded
 
     async def read_into(self, rows: Indices, col_chunks: Indices, placement: Placement) -> int:
         """Hand the selected ``rows`` (sorted unique), strip by strip, to ``placement``.
