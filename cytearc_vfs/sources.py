@@ -147,7 +147,7 @@ def bound_from_verified(
     counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
 
     def open_array(path: str) -> zarr.Array[Any]:
-        document = documents.document(join(path, "zarr.json")) if documents else None
+        document = documents.document(join(path, "zarr.json")) if documents is not None else None
         if document is not None:
             return _array_on(counting, ArrayV3Metadata.from_dict(document), path)
         array = zarr.open_array(counting, path=path, mode="r")
