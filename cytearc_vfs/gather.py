@@ -8,7 +8,9 @@ that touches fewer chunk bytes (``counts`` on a tie).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -79,18 +81,45 @@ class OrientationChoice:
 
 
 def choose_orientation(
-    rows: Indices, cols: Indices, layout: CountLayout, itemsize: int
+    rows: Indices,
+    cols: Indices,
+    layout: CountLayout,
+    itemsize: int,
+    *,
+    count_cols: Callable[[int], int] | None = None,
 ) -> OrientationChoice:
     """The orientation that touches fewer chunk bytes for ``rows`` x ``cols``.
 
     ``rows`` are cells and ``cols`` features of the source, in any order.
+    ``count_cols(size)``, when given, says how many chunks of ``size`` the
+    columns touch (a caller that kept the answer from an earlier read).
     """
-    counts_chunks = touched_chunks(rows, cols, layout.counts)
-    counts_bytes = counts_chunks * layout.counts.chunks[0] * layout.counts.chunks[1] * itemsize
+    return _choose(
+        partial(_count, rows),
+        count_cols if count_cols is not None else partial(_count, cols),
+        layout,
+        itemsize,
+    )
+
+
+def _count(values: Indices, size: int) -> int:
+    return len(distinct_chunks(values, size))
+
+
+def _choose(
+    count_rows: Callable[[int], int],
+    count_cols: Callable[[int], int],
+    layout: CountLayout,
+    itemsize: int,
+) -> OrientationChoice:
+    counts = layout.counts
+    counts_chunks = count_rows(counts.chunks[0]) * count_cols(counts.chunks[1])
+    counts_bytes = counts_chunks * counts.chunks[0] * counts.chunks[1] * itemsize
     if layout.counts_t is None:
         return OrientationChoice("counts", counts_chunks, counts_bytes, None)
-    t_chunks = touched_chunks(cols, rows, layout.counts_t)
-    t_bytes = t_chunks * layout.counts_t.chunks[0] * layout.counts_t.chunks[1] * itemsize
+    transposed = layout.counts_t
+    t_chunks = count_cols(transposed.chunks[0]) * count_rows(transposed.chunks[1])
+    t_bytes = t_chunks * transposed.chunks[0] * transposed.chunks[1] * itemsize
     if t_bytes < counts_bytes:
         return OrientationChoice("countsT", t_chunks, counts_bytes, t_bytes)
     return OrientationChoice("counts", counts_chunks, counts_bytes, t_bytes)

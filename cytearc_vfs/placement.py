@@ -20,16 +20,19 @@ different sources write disjoint memory and run concurrently.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ColumnMap",
     "ColumnPlacement",
     "Placement",
     "RowPlacement",
     "chunk_runs",
+    "column_map",
     "contiguous",
     "copy_runs",
     "first_positions",
@@ -122,8 +125,35 @@ def copy_runs(columns: Indices, zero_column: int) -> list[tuple[int, int, int]] 
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class ColumnMap:
+    """How the columns of a cell-major strip land in the output's columns."""
+
+    in_order: slice | None
+    """Strip columns that *are* the output's columns, in order (else ``None``)."""
+    indices: Indices | None
+    """Strip column of each output column (the zero column where the source lacks it)."""
+    runs: list[tuple[int, int, int]] | None
+    """The stretches of ``indices`` as slice copies, when there are few (:func:`copy_runs`)."""
+
+
+def column_map(columns: Indices, zero_column: int) -> ColumnMap:
+    """The :class:`ColumnMap` of ``columns`` (a source column per output column, -1: absent).
+
+    >>> column_map(np.array([3, 4, 5]), 9).in_order
+    slice(3, 6, None)
+    >>> column_map(np.array([-1, 0, 1]), 9).runs
+    [(1, 0, 2)]
+    """
+    in_order = contiguous(columns)
+    if in_order is not None and (len(columns) == 0 or int(columns[0]) >= 0):
+        return ColumnMap(in_order, None, None)
+    indices = np.where(columns >= 0, columns, zero_column)
+    return ColumnMap(None, indices, copy_runs(indices, zero_column))
+
+
 class RowPlacement:
-    """Strip rows become output rows; columns through a map or a slice.
+    """Strip rows become output rows, their columns placed through a :class:`ColumnMap`.
 
     Parameters
     ----------
@@ -132,28 +162,17 @@ class RowPlacement:
     out_rows
         Output row of each selected strip row.
     columns
-        A slice of strip columns that *is* the output's columns in order, or
-        a column map: the strip column of each output column (``zero_column``
-        where the source lacks the feature).
-    zero_column
-        The strip's all-zero column.
+        How strip columns land in output columns. Sources that share most
+        features in the same order (one reference annotation) map in a few
+        long stretches: slice copies beat a per-element gather. The zero
+        stretches are already zero in ``out``.
     """
 
-    def __init__(
-        self,
-        out: npt.NDArray[Any],
-        out_rows: Indices,
-        columns: slice | Indices,
-        zero_column: int,
-    ) -> None:
+    def __init__(self, out: npt.NDArray[Any], out_rows: Indices, columns: ColumnMap) -> None:
         self._out = out
         self._rows = out_rows
         self._rows_slice = contiguous(out_rows)
         self._columns = columns
-        # Sources that share most features in the same order (one reference
-        # annotation) map in a few long stretches: slice copies beat a
-        # per-element gather. The zero stretches are already zero in ``out``.
-        self._runs = None if isinstance(columns, slice) else copy_runs(columns, zero_column)
 
     def place(self, start: int, strip: npt.NDArray[Any]) -> None:
         stop = start + len(strip)
@@ -163,23 +182,22 @@ class RowPlacement:
         else:
             target = contiguous(self._rows[start:stop])
         columns = self._columns
-        if target is not None:
-            if isinstance(columns, slice):
-                self._out[target] = strip[:, columns]
-            elif self._runs is not None:
-                rows = self._out[target]
-                for out_start, strip_start, width in self._runs:
-                    rows[:, out_start : out_start + width] = strip[
-                        :, strip_start : strip_start + width
-                    ]
+        if target is None:
+            rows_at = self._rows[start:stop]
+            if columns.in_order is not None:
+                self._out[rows_at] = strip[:, columns.in_order]
             else:
-                np.take(strip, columns, axis=1, out=self._out[target], mode="clip")
-            return
-        rows_at = self._rows[start:stop]
-        if isinstance(columns, slice):
-            self._out[rows_at] = strip[:, columns]
+                assert columns.indices is not None
+                self._out[rows_at] = np.take(strip, columns.indices, axis=1, mode="clip")
+        elif columns.in_order is not None:
+            self._out[target] = strip[:, columns.in_order]
+        elif columns.runs is not None:
+            rows = self._out[target]
+            for out_start, strip_start, width in columns.runs:
+                rows[:, out_start : out_start + width] = strip[:, strip_start : strip_start + width]
         else:
-            self._out[rows_at] = np.take(strip, columns, axis=1, mode="clip")
+            assert columns.indices is not None
+            np.take(strip, columns.indices, axis=1, out=self._out[target], mode="clip")
 
 
 class ColumnPlacement:

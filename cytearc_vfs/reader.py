@@ -27,6 +27,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
+from .feature_plan import FeaturePlan
 from .gather import (
     OrientationChoice,
     as_slice,
@@ -46,6 +47,9 @@ __all__ = ["Selection", "VirtualArrayReader", "normalize_selection"]
 
 Selection = slice | npt.ArrayLike | None
 Indices = npt.NDArray[np.int64]
+# A reader keeps its last feature selection's plans up to this many
+# (source, feature) entries.
+FEATURE_PLAN_KEEP_ENTRIES = 1 << 22
 
 
 def _identity(inverse: Indices) -> bool:
@@ -174,6 +178,7 @@ class VirtualArrayReader:
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._counters = ReadCounters()
+        self._kept_plans: tuple[Indices, list[FeaturePlan]] | None = None
         if not isinstance(store, ProvidesCountMapping):
             backend = open_location(store, read_only=True, storage_options=storage_options)
             attrs = read_contents(backend, where=describe_location(store)).root_attrs
@@ -207,6 +212,7 @@ class VirtualArrayReader:
         """A reader over an already-bound mapping (used by stores that serve chunks)."""
         reader = cls.__new__(cls)
         reader._counters = counters
+        reader._kept_plans = None
         reader._mapping = mapping
         reader.assay = assay
         reader._where = where
@@ -264,19 +270,31 @@ class VirtualArrayReader:
         if out.size == 0:
             return out
         codes, rows = await self._mapping.cells(cells)
-        columns = await self._mapping.features(features)
+        plans = await self._feature_plans(features)
         tasks = []
         for index, (out_rows, source_rows) in enumerate(
             _by_source(codes, rows, len(self._mapping.sources))
         ):
-            if len(out_rows) and bool(np.any(columns[index] >= 0)):
+            if len(out_rows) and not plans[index].empty:
                 tasks.append(
                     self._read_source(
-                        self._mapping.sources[index], out, out_rows, source_rows, columns[index]
+                        self._mapping.sources[index], out, out_rows, source_rows, plans[index]
                     )
                 )
         await asyncio.gather(*tasks)
         return out
+
+    async def _feature_plans(self, features: Indices) -> list[FeaturePlan]:
+        """Each source's plan for ``features``; the last selection's are kept for reuse."""
+        kept = self._kept_plans
+        if kept is not None and np.array_equal(kept[0], features):
+            return kept[1]
+        columns = await self._mapping.features(features)
+        plans = [FeaturePlan(columns[index]) for index in range(len(self._mapping.sources))]
+        # kept while small: they hold a few arrays of sources x selected features
+        if columns.size <= FEATURE_PLAN_KEEP_ENTRIES:
+            self._kept_plans = (features.copy(), plans)
+        return plans
 
     async def _read_source(
         self,
@@ -284,33 +302,28 @@ class VirtualArrayReader:
         out: npt.NDArray[Any],
         out_rows: Indices,
         rows: Indices,
-        columns: Indices,
+        plan: FeaturePlan,
     ) -> None:
-        """Fill ``out[out_rows]`` from ``source``'s ``rows``; ``columns`` maps each output
-        column to a source column (-1: the source lacks it, zero)."""
-        out_cols = np.flatnonzero(columns >= 0)
-        cols = columns[out_cols]
-        choice = choose_orientation(rows, cols, source.info.layout, source.info.dtype.itemsize)
+        """Fill ``out[out_rows]`` from ``source``'s ``rows``, columns as ``plan`` says."""
+        choice = choose_orientation(
+            rows,
+            plan.cols,
+            source.info.layout,
+            source.info.dtype.itemsize,
+            count_cols=plan.chunk_count,
+        )
         fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
         if fast is None:
-            await self._read_through_zarr(source, choice, out, out_rows, rows, out_cols, cols)
+            await self._read_through_zarr(
+                source, choice, out, out_rows, rows, plan.out_cols, plan.cols
+            )
             return
         unique_rows, first_rows, repeated_rows = first_positions(rows, out_rows)
         if choice.orientation == "counts":
-            in_order = contiguous(columns)
-            placement: Placement = RowPlacement(
-                out,
-                first_rows,
-                in_order
-                if in_order is not None and len(out_cols) == len(columns)
-                else np.where(columns >= 0, columns, fast.zero_column),
-                fast.zero_column,
-            )
-            decoded = await fast.read_into(
-                unique_rows, distinct_chunks(cols, fast.chunks[1]), placement
-            )
+            placement: Placement = RowPlacement(out, first_rows, plan.cell_major(fast.zero_column))
+            decoded = await fast.read_into(unique_rows, plan.chunks(fast.chunks[1]), placement)
         else:
-            unique_cols, first_cols, repeated_cols = first_positions(cols, out_cols)
+            unique_cols, first_cols, repeated_cols = plan.feature_major()
             cells = contiguous(unique_rows)
             targets = contiguous(first_rows)
             placement = ColumnPlacement(

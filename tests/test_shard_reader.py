@@ -227,3 +227,18 @@ def test_forked_child_reads_after_parent(tmp_path: Path, dense: np.ndarray) -> N
     child.start()
     child.join(timeout=120)
     assert child.exitcode == 0  # a forked child gets its own decoding threads
+
+
+def test_feature_plans_are_kept_for_a_repeated_selection(tmp_path: Path, dense: np.ndarray) -> None:
+    reader = cv.VirtualArrayReader(_store(tmp_path, dense))
+    features = np.array([7, 3, 3, 250])
+    first = reader.read(np.array([1, 2]), features)
+    kept = reader._kept_plans
+    assert kept is not None
+    again = reader.read(np.array([500, 1]), features.copy())  # equal values, another array
+    assert reader._kept_plans is kept
+    np.testing.assert_array_equal(first, dense[[1, 2]][:, features])
+    np.testing.assert_array_equal(again, dense[[500, 1]][:, features])
+    other = reader.read(np.array([1, 2]), np.array([0, 1]))
+    assert reader._kept_plans is not kept
+    np.testing.assert_array_equal(other, dense[[1, 2]][:, [0, 1]])
