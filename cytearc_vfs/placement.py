@@ -1,9 +1,9 @@
 """Where the strips a shard reader decodes land in a read's output.
 
-A :class:`~cytearc_vfs.shard_reader.ShardedReader` decodes a batch of row
-chunks at a time and gathers their selected rows into a *strip*: those rows
-across every column of the array, plus one all-zero column at the end
-(``zero_column``). A placement writes each strip straight into the output of
+A :class:`~cytearc_vfs.shard_reader.ShardedReader` decodes the row chunks a
+read touches one by one and gathers their selected rows, a batch of chunks
+at a time, into a *strip*: those rows across every column of the array, plus
+one all-zero column at the end (``zero_column``). A placement writes each strip straight into the output of
 the read, on the worker thread that decoded it:
 
 * :class:`RowPlacement` (cell-major ``counts``): strip rows are output rows;

@@ -49,9 +49,9 @@ Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
 # Fetch the whole shard when the touched chunks hold at least this share of it.
 WHOLE_SHARD_SHARE = 0.5
-# Decoded bytes placed at once: the selected rows of many small chunks go into
+# Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
-# thread never holds more than this.
+# thread never holds a strip larger than this.
 STRIP_BATCH_BYTES = 8 << 20
 
 
@@ -151,11 +151,12 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 
 def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
-    """This thread's decode buffer, at least ``nbytes`` long (reused: fresh
-    memory costs page faults, which threads of one process take in turn)."""
+    """This thread's decode buffer, at least ``nbytes`` long (reused: it stays
+    in the core's cache, and fresh memory costs page faults, which threads of
+    one process take in turn)."""
     buffer: npt.NDArray[np.uint8] | None = getattr(_THREAD, "scratch", None)
     if buffer is None or len(buffer) < nbytes:
-        buffer = _THREAD.scratch = np.empty(max(nbytes, 1 << 20), dtype=np.uint8)
+        buffer = _THREAD.scratch = np.empty(max(nbytes, 256 << 10), dtype=np.uint8)
     return buffer[:nbytes]
 
 
@@ -378,34 +379,31 @@ class ShardedReader:
     ) -> None:
         r, c = self.chunks
         width = self.zero_column
-        batch = max(1, STRIP_BATCH_BYTES // (r * width * self.dtype.itemsize))
+        itemsize = self.dtype.itemsize
+        batch = max(1, STRIP_BATCH_BYTES // (r * (width + 1) * itemsize))
         blob_iter = iter(blobs)
-        # bytes of each row chunk up to its last selected row (rows are sorted)
-        needed = (rows[bounds[1:] - 1] % r + 1) * width * self.dtype.itemsize
+        # Each chunk is decoded into one small reused buffer (it stays in the
+        # core's cache) up to its last selected row (rows are sorted), and its
+        # selected rows are copied into the strip at once.
+        chunk = _scratch(r * c * itemsize).view(self._wire).reshape(r, c)
+        last_rows = (rows[bounds[1:] - 1] % r).tolist()
+        edges = bounds.tolist()
+        touched = col_chunks.tolist()
         for first in range(0, len(row_chunks), batch):
             last = min(len(row_chunks), first + batch)
-            n = last - first
-            # the batch's row chunks side by side, every column (untouched column chunks zero)
-            decoded = _scratch(n * r * width * self.dtype.itemsize).view(self._wire)
-            decoded = decoded.reshape(n, r, width)
-            for i in range(n):
-                if self.col_chunks == 1:
-                    if present[first + i, 0]:
-                        self._decode(next(blob_iter), decoded[i], int(needed[first + i]))
-                    else:
-                        decoded[i] = 0
-                    continue
-                decoded[i] = 0
-                for b, col_chunk in enumerate(col_chunks.tolist()):
-                    if present[first + i, b]:
-                        chunk = np.empty((r, c), dtype=self._wire)
-                        self._decode(next(blob_iter), chunk)
-                        decoded[i, :, col_chunk * c : (col_chunk + 1) * c] = chunk
-            start, stop = int(bounds[first]), int(bounds[last])
-            selected = rows[start:stop]
-            flat = selected % r + r * np.repeat(np.arange(n), np.diff(bounds[first : last + 1]))
+            start, stop = edges[first], edges[last]
             strip = np.empty((stop - start, width + 1), dtype=self.dtype)
-            all_rows = decoded.reshape(n * r, width)
-            strip[:, :width] = all_rows if len(flat) == n * r else all_rows[flat]
+            if len(touched) < self.col_chunks:
+                strip[:] = 0  # untouched column chunks read as zero
+            for i in range(first, last):
+                lo, hi = edges[i] - start, edges[i + 1] - start
+                local = rows[edges[i] : edges[i + 1]] - int(row_chunks[i]) * r
+                for b, col_chunk in enumerate(touched):
+                    target = strip[lo:hi, col_chunk * c : (col_chunk + 1) * c]
+                    if not present[i, b]:
+                        target[:] = 0  # a chunk never written holds the fill value
+                        continue
+                    self._decode(next(blob_iter), chunk, (last_rows[i] + 1) * c * itemsize)
+                    target[:] = chunk[: hi - lo] if hi - lo == r else chunk[local]
             strip[:, width] = 0
             placement.place(start, strip)
