@@ -187,10 +187,16 @@ async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
 
 
 def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
-    pool = _decoder_pool()
-    for function, args, slot in _PENDING.pop(loop, []):
-        if not slot.cancelled():
-            slot.set_result(pool.submit(function, *args))
+    jobs = _PENDING.pop(loop, [])
+    for function, args, slot in jobs:
+        if slot.cancelled():
+            continue
+        try:
+            slot.set_result(_decoder_pool().submit(function, *args))
+        except Exception as exc:  # e.g. the pool was shut down at exit
+            # every waiting read gets the error: a job that never starts must
+            # not leave its read waiting forever
+            slot.set_exception(exc)
 
 
 class ShardedReader:

@@ -242,3 +242,16 @@ def test_feature_plans_are_kept_for_a_repeated_selection(tmp_path: Path, dense: 
     other = reader.read(np.array([1, 2]), np.array([0, 1]))
     assert reader._kept_plans is not kept
     np.testing.assert_array_equal(other, dense[[1, 2]][:, [0, 1]])
+
+
+def test_a_job_that_cannot_start_fails_the_read(
+    tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = cv.VirtualArrayReader(_store(tmp_path, dense))
+
+    def no_pool() -> None:
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(shard_reader, "_decoder_pool", no_pool)
+    with pytest.raises(RuntimeError, match="cannot schedule"):
+        reader.read(np.array([0, 1]), None)  # fails; does not wait forever
