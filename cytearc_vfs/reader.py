@@ -9,7 +9,7 @@ bytes; the shard reader decodes each touched chunk once and a placement
 (``placement.py``) writes the selected values straight into the output, in
 the requested order; repeats are copied from their first occurrence. A
 feature a source lacks stays zero. Sources whose codecs the shard reader
-does not know are read through zarr's orthogonal indexing and scattered.
+does not know are read through zarr's orthogonal indexing and placed the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +37,14 @@ from .gather import (
 )
 from .layout import DEFAULT_MEM_BUDGET
 from .locations import Location, describe_location, open_location
-from .placement import ColumnPlacement, Placement, RowPlacement, contiguous, first_positions
+from .placement import (
+    ColumnPlacement,
+    Placement,
+    RowPlacement,
+    column_map,
+    contiguous,
+    first_positions,
+)
 from .read_stats import ReadCounters, ReaderStats
 from .sizes import parse_size
 from .source_store import read_contents
@@ -50,57 +57,6 @@ Indices = npt.NDArray[np.int64]
 # A reader keeps its last feature selection's plans up to this many
 # (source, feature) entries.
 FEATURE_PLAN_KEEP_ENTRIES = 1 << 22
-
-
-def _identity(inverse: Indices) -> bool:
-    return bool(
-        len(inverse) == 0
-        or (inverse[0] == 0 and inverse[-1] == len(inverse) - 1 and np.all(np.diff(inverse) == 1))
-    )
-
-
-def _as_range(positions: Indices) -> slice | Indices:
-    if (
-        len(positions)
-        and int(positions[-1]) - int(positions[0]) + 1 == len(positions)
-        and np.all(np.diff(positions) == 1)
-    ):
-        return slice(int(positions[0]), int(positions[-1]) + 1)
-    return positions
-
-
-def _scatter(
-    out: npt.NDArray[Any],
-    block: npt.NDArray[Any],
-    out_rows: Indices,
-    row_inverse: Indices,
-    out_cols: Indices,
-    col_inverse: Indices,
-) -> None:
-    """``out[out_rows, out_cols] = block[row_inverse][:, col_inverse]``.
-
-    Every output row comes from exactly one source, so the rows of ``out_rows``
-    are this source's alone: instead of scattering into scattered columns
-    (numpy's slowest assignment), whole output rows are *gathered* with one
-    ``np.take`` over a column map in which the columns this source lacks point
-    at an appended zero column. Rows and columns already in order and
-    contiguous are copied as slices.
-    """
-    if not _identity(row_inverse):
-        block = np.take(block, row_inverse, axis=0)
-    rows = _as_range(out_rows)
-    cols = _as_range(out_cols)
-    if isinstance(cols, slice) and _identity(col_inverse):
-        out[rows, cols] = block
-        return
-    width = out.shape[1]
-    column_map = np.full(width, block.shape[1], dtype=np.int64)
-    column_map[out_cols] = col_inverse
-    padded = np.concatenate([block, np.zeros((block.shape[0], 1), dtype=block.dtype)], axis=1)
-    if isinstance(rows, slice):
-        np.take(padded, column_map, axis=1, out=out[rows])
-    else:
-        out[rows] = np.take(padded, column_map, axis=1)
 
 
 def _by_source(codes: Indices, rows: Indices, n_sources: int) -> list[tuple[Indices, Indices]]:
@@ -313,13 +269,12 @@ class VirtualArrayReader:
             count_cols=plan.chunk_count,
         )
         fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
-        if fast is None:
-            await self._read_through_zarr(
-                source, choice, out, out_rows, rows, plan.out_cols, plan.cols
-            )
-            return
         unique_rows, first_rows, repeated_rows = first_positions(rows, out_rows)
-        if choice.orientation == "counts":
+        if fast is None:
+            decoded = await self._read_through_zarr(
+                source, choice, out, unique_rows, first_rows, plan
+            )
+        elif choice.orientation == "counts":
             placement: Placement = RowPlacement(out, first_rows, plan.cell_major(fast.zero_column))
             decoded = await fast.read_into(unique_rows, plan.chunks(fast.chunks[1]), placement)
         else:
@@ -348,14 +303,14 @@ class VirtualArrayReader:
         source: BoundSource,
         choice: OrientationChoice,
         out: npt.NDArray[Any],
-        out_rows: Indices,
-        rows: Indices,
-        out_cols: Indices,
-        cols: Indices,
-    ) -> None:
-        """A source whose codecs the shard reader does not know: zarr reads the block."""
-        unique_rows, row_inverse = sorted_unique(rows)
-        unique_cols, col_inverse = sorted_unique(cols)
+        unique_rows: Indices,
+        first_rows: Indices,
+        plan: FeaturePlan,
+    ) -> int:
+        """A source whose codecs the shard reader does not know: zarr reads the block
+        of unique rows and columns, which is placed as one strip. Returns the chunks
+        zarr decoded."""
+        unique_cols, inverse = sorted_unique(plan.cols)
         if choice.orientation == "countsT":
             assert source.counts_t is not None
             block = np.asarray(
@@ -369,8 +324,12 @@ class VirtualArrayReader:
                     (as_slice(unique_rows), as_slice(unique_cols))
                 )
             )
-        self._counters.add(chunks=choice.chunks)
-        _scatter(out, block, out_rows, row_inverse, out_cols, col_inverse)
+        strip = np.zeros((len(unique_rows), len(unique_cols) + 1), dtype=block.dtype)
+        strip[:, :-1] = block
+        columns = np.full(len(plan.columns), -1, dtype=np.int64)
+        columns[plan.out_cols] = inverse
+        RowPlacement(out, first_rows, column_map(columns, len(unique_cols))).place(0, strip)
+        return choice.chunks
 
     # ---------------------------------------------------------------- streams
 

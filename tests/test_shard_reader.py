@@ -255,3 +255,25 @@ def test_a_job_that_cannot_start_fails_the_read(
     monkeypatch.setattr(shard_reader, "_decoder_pool", no_pool)
     with pytest.raises(RuntimeError, match="cannot schedule"):
         reader.read(np.array([0, 1]), None)  # fails; does not wait forever
+
+
+def test_sources_zarr_reads_place_the_same_values(
+    tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a layout the shard reader does not know is read through zarr's indexing
+    import cytearc_vfs.sources as sources
+
+    monkeypatch.setattr(sources, "fast_reader_for", lambda array: None)
+    ids = [f"g{i}" for i in range(N_FEATURES)]
+    a = _store(tmp_path, dense[:250, :200], "a.zarr", features=ids[:200])
+    b = _store(tmp_path, dense[250:, 100:], "b.zarr", features=ids[100:])
+    comp = cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    expected = np.zeros((N_CELLS, N_FEATURES), dtype=dense.dtype)
+    expected[:250, :200] = dense[:250, :200]
+    expected[250:, 100:] = dense[250:, 100:]
+    reader = comp.reader()
+    assert reader._mapping.sources[0].counts_fast is None
+    for cells, features in SELECTIONS.values():
+        np.testing.assert_array_equal(
+            reader.read(cells, features), _expected(expected, cells, features)
+        )
