@@ -11,9 +11,7 @@ of the store that serves them from memory; any other key goes to the store.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
@@ -64,17 +62,6 @@ class PrefetchedStore(WrapperStore[Store]):
     def wrapped(self) -> Store:
         """The store underneath."""
         return self._store
-
-    def document(self, key: str) -> dict[str, Any] | None:
-        """The prefetched JSON object at ``key``, or ``None`` (absent, not fetched, not an object)."""
-        data = self._documents.get(key)
-        if data is None:
-            return None
-        try:
-            value = json.loads(data)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None

@@ -25,6 +25,7 @@ from .prefetch import PrefetchedStore, assay_documents, prefetched
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
 from .source_store import AssayInfo, read_contents, verify_assay
+from .store_io import get_json
 
 __all__ = ["BoundSource", "bind_source", "bound_from_verified", "rebind", "refuse_unsupported"]
 
@@ -147,8 +148,9 @@ def bound_from_verified(
     counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
 
     def open_array(path: str) -> zarr.Array[Any]:
-        document = documents.document(join(path, "zarr.json")) if documents is not None else None
-        if document is not None:
+        # served from memory: verification already fetched and checked it
+        document = None if documents is None else get_json(documents, join(path, "zarr.json"))
+        if isinstance(document, dict):
             return _array_on(counting, ArrayV3Metadata.from_dict(document), path)
         array = zarr.open_array(counting, path=path, mode="r")
         assert isinstance(array, zarr.Array)

@@ -15,6 +15,7 @@ from cytearc_vfs.paths import AssayPaths
 from cytearc_vfs.prefetch import assay_documents, prefetched
 from cytearc_vfs.read_stats import CountingStore, ReadCounters
 from cytearc_vfs.source_store import verify_assay
+from cytearc_vfs.store_io import get_json
 
 
 def test_verification_reads_only_prefetched_documents(tmp_path: Path) -> None:
@@ -38,7 +39,7 @@ def test_absent_and_other_keys(tmp_path: Path) -> None:
     prototype = default_buffer_prototype()
     assert sync(documents.get("nothing/zarr.json", prototype)) is None
     assert not sync(documents.exists("nothing/zarr.json"))
-    assert documents.document("zarr.json") is not None
+    assert get_json(documents, "zarr.json") is not None
     # keys that were not prefetched come from the store itself
     counts_doc = sync(documents.get("RNA/counts/zarr.json", prototype))
     assert counts_doc is not None and b'"node_type"' in counts_doc.to_bytes()
