@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import google_crc32c
 import numpy as np
@@ -199,6 +199,22 @@ def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
             slot.set_exception(exc)
 
 
+class _ShardWork(NamedTuple):
+    """What decoding one shard's touched chunks needs besides their bytes."""
+
+    rows: Indices
+    """The read's sorted unique rows."""
+    row_chunks: Indices
+    """The shard's touched row chunks."""
+    bounds: Indices
+    """Where each row chunk's rows start in ``rows`` (and where the last ends)."""
+    col_chunks: Indices
+    """Touched column chunks."""
+    present: npt.NDArray[np.bool_]
+    """Which (row chunk, column chunk) pairs are stored (the rest hold zeros)."""
+    placement: Placement
+
+
 class ShardedReader:
     """Reads of selected rows of one sharded 2-D array, each touched chunk decoded once."""
 
@@ -325,14 +341,14 @@ class ShardedReader:
         offsets = entries[..., 0].ravel()[wanted].astype(np.int64)
         sizes = entries[..., 1].ravel()[wanted].astype(np.int64)
         blobs: list[Any] = [None] * len(wanted)
-        args = (rows, row_chunks, bounds, col_chunks, present, placement)
+        work = _ShardWork(rows, row_chunks, bounds, col_chunks, present, placement)
         if self._local is not None and len(wanted):
             root, counters = self._local
             path = root / self._key(shard_row)
             # pread and zstd release the GIL: reading, decoding and placing off
             # the event loop keeps other shards flowing
             await _on_decoders(
-                self._read_local, path, offsets.tolist(), sizes.tolist(), counters, args
+                self._read_local, path, offsets.tolist(), sizes.tolist(), counters, work
             )
             return len(wanted)
         if len(wanted):
@@ -356,7 +372,7 @@ class ShardedReader:
                     for position, buffer in batch:
                         assert buffer is not None
                         blobs[position] = buffer.as_numpy_array()
-        await _on_decoders(self._decode_and_place, *args[:5], blobs, placement)
+        await _on_decoders(self._decode_and_place, work, blobs)
         return len(wanted)
 
     def _read_local(
@@ -365,24 +381,15 @@ class ShardedReader:
         offsets: list[int],
         sizes: list[int],
         counters: ReadCounters | None,
-        args: tuple[Any, ...],
+        work: _ShardWork,
     ) -> None:
         blobs = _read_local_ranges(path, offsets, sizes)
         if counters is not None:
             counters.add(nbytes=sum(sizes), requests=1)
-        rows, row_chunks, bounds, col_chunks, present, placement = args
-        self._decode_and_place(rows, row_chunks, bounds, col_chunks, present, blobs, placement)
+        self._decode_and_place(work, blobs)
 
-    def _decode_and_place(
-        self,
-        rows: Indices,
-        row_chunks: Indices,
-        bounds: Indices,
-        col_chunks: Indices,
-        present: npt.NDArray[np.bool_],
-        blobs: Sequence[Any],
-        placement: Placement,
-    ) -> None:
+    def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:
+        rows, row_chunks, bounds, col_chunks, present, placement = work
         r, c = self.chunks
         width = self.zero_column
         itemsize = self.dtype.itemsize
