@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 import zarr
+from timing import median_time
 
 import cytearc_vfs as cv
 
@@ -63,15 +64,6 @@ def realistic(
         band.sum_duplicates()
         bands.append(band)
     return sp.csr_array(sp.vstack(bands, format="csr"))
-
-
-def timed(function: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
 
 
 def peak_rss_mib() -> float:
@@ -102,7 +94,7 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         gene_sets.append(genes)
     build_seconds = time.perf_counter() - started
 
-    create_seconds, comp = timed(lambda: _fresh_composite(root, sources), 1)
+    create_seconds, comp = median_time(lambda: _fresh_composite(root, sources), 1)
     union = list(comp.reader().feature_ids)
     lookup = {g: i for i, g in enumerate(union)}
     pieces = []
@@ -115,7 +107,7 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             )
         )
     full = sp.csr_array(sp.vstack(pieces, format="csr"))
-    materialize_seconds, _ = timed(
+    materialize_seconds, _ = median_time(
         lambda: cv.write_counts(root / "materialized.zarr", full, features=union, overwrite=True), 1
     )
 
@@ -162,7 +154,7 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         composite_reader.reset_stats()
         a = composite_reader.read(*selections[0])
         stats = composite_reader.stats
-        t_ad, c = timed(
+        t_ad, c = median_time(
             lambda s=selections[0]: _anndata_route(root, args.sources, union, *s, per_source),
             args.repeat,
         )
@@ -184,8 +176,8 @@ def compare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     plain_mat = zarr.open_array(
         cv.open_store(root / "materialized.zarr"), path="RNA/counts", mode="r"
     )
-    t_pc, a = timed(lambda: plain_comp[band], args.repeat)
-    t_pm, b = timed(lambda: plain_mat[band], args.repeat)
+    t_pc, a = median_time(lambda: plain_comp[band], args.repeat)
+    t_pm, b = median_time(lambda: plain_mat[band], args.repeat)
     checks["plain zarr band"] = bool(np.array_equal(a, b))
     results["10000-row band, plain zarr"] = {
         "composite_s": round(t_pc, 4),
@@ -251,11 +243,11 @@ def scale(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         shutil.copytree(template, path)
         sources[f"t{index}"] = path
     rss_before = peak_rss_mib()
-    create_seconds, _ = timed(lambda: cv.create_composite(root / "scale.zarr", sources), 1)
-    open_seconds, store = timed(lambda: cv.open_store(root / "scale.zarr"), 3)
+    create_seconds, _ = median_time(lambda: cv.create_composite(root / "scale.zarr", sources), 1)
+    open_seconds, store = median_time(lambda: cv.open_store(root / "scale.zarr"), 3)
     reader = cv.VirtualArrayReader(store)
     cells = np.sort(rng.choice(reader.shape[0], size=1000, replace=False))
-    read_seconds, block = timed(lambda: reader.read(cells, None), 3)
+    read_seconds, block = median_time(lambda: reader.read(cells, None), 3)
     return {
         "note": "50 stores are copies of one generated source (tiled), so the total passes 1,000,000 cells",
         "shape": list(reader.shape),

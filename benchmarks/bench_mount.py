@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import zarr
+from timing import median_time
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
@@ -38,15 +38,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_composite import realistic
 
 PCA = {"operation": "bench.pca", "parameters": {}, "inputs": {}}
-
-
-def median_time(function: Any, repeat: int) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
 
 
 def fake_artifacts(root: Path, group: str, count: int) -> None:
