@@ -90,6 +90,9 @@ def choose_orientation(
 ) -> OrientationChoice:
     """The orientation that touches fewer chunk bytes for ``rows`` x ``cols``.
 
+    On a tie, the orientation whose selected rows are the smaller share of
+    its rows: it decodes fewer row frames.
+
     ``rows`` are cells and ``cols`` features of the source, in any order.
     ``count_cols(size)``, when given, says how many chunks of ``size`` the
     columns touch (a caller that kept the answer from an earlier read).
@@ -120,7 +123,13 @@ def _choose(
     transposed = layout.counts_t
     t_chunks = count_cols(transposed.chunks[0]) * count_rows(transposed.chunks[1])
     t_bytes = t_chunks * transposed.chunks[0] * transposed.chunks[1] * itemsize
-    if t_bytes < counts_bytes:
+    # On a tie (a small store is often one chunk each way) the orientation
+    # whose rows are the smaller share of the selection wins: row frames
+    # (row_frames.py) decode only the selected rows of a chunk.
+    n_cells, n_features = layout.shape
+    if t_bytes < counts_bytes or (
+        t_bytes == counts_bytes and count_cols(1) * n_cells < count_rows(1) * n_features
+    ):
         return OrientationChoice("countsT", t_chunks, counts_bytes, t_bytes)
     return OrientationChoice("counts", counts_chunks, counts_bytes, t_bytes)
 

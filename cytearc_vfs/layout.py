@@ -28,16 +28,6 @@ __all__ = [
 ]
 
 DEFAULT_MEM_BUDGET = 2 * 1024**3
-# Features per countsT inner chunk: at most COUNTS_T_MAX_CHUNK_ROWS, unless
-# that leaves a chunk under COUNTS_T_MIN_CHUNK_BYTES. Small stores would
-# otherwise hold dozens of features per chunk, which a random-gene read
-# decodes for nothing; but every inner chunk costs zarr ~0.25 ms of Python on
-# a plain read, so tiny chunks make the DataStore's feature-batch scans of
-# countsT slow (4 features of a 1,000-cell store: a full scan 28x slower).
-# Stores of more than ~16,000 cells hold fewer features at the default
-# chunkBytes anyway.
-COUNTS_T_MAX_CHUNK_ROWS = 16
-COUNTS_T_MIN_CHUNK_BYTES = 128 * 1024
 # Bytes of working memory a sparse band costs per non-zero beyond its dense
 # form: a CSR copy (value + int32 index), a COO piece while transposing
 # (value + two int64 coordinates) and scipy's sort buffer.
@@ -97,8 +87,6 @@ def array_geometry(
     n_cols: int,
     itemsize: int,
     policy: LayoutPolicy,
-    *,
-    max_chunk_rows: int | None = None,
 ) -> ArrayGeometry:
     """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``.
 
@@ -116,8 +104,6 @@ def array_geometry(
     cols = max(n_cols, 1)
     chunk_cols = min(cols, max(1, policy.chunk_bytes // itemsize))
     chunk_rows = min(rows, max(1, policy.chunk_bytes // (chunk_cols * itemsize)))
-    if max_chunk_rows is not None:
-        chunk_rows = min(chunk_rows, max_chunk_rows)
     shard_cols = chunk_cols * -(-cols // chunk_cols)
     chunks_per_shard_rows = max(1, policy.unit_bytes // (chunk_rows * shard_cols * itemsize))
     chunk_bands = -(-rows // chunk_rows)
@@ -136,21 +122,9 @@ def count_layout(
         shape=(n_cells, n_features),
         dtype=dtype,
         counts=array_geometry(n_cells, n_features, itemsize, policy),
-        # countsT serves feature reads: few features per inner chunk, so a
-        # random gene of a small store does not decode dozens of others, but
-        # chunks not so small that plain zarr scans pay per chunk
-        counts_t=array_geometry(
-            n_features,
-            n_cells,
-            itemsize,
-            policy,
-            max_chunk_rows=max(
-                COUNTS_T_MAX_CHUNK_ROWS,
-                -(-COUNTS_T_MIN_CHUNK_BYTES // max(1, n_cells * itemsize)),
-            ),
-        )
-        if transpose
-        else None,
+        # countsT chunks are as large as counts chunks: their row frames
+        # (row_frames.py) let a feature read decode one feature, not the chunk
+        counts_t=array_geometry(n_features, n_cells, itemsize, policy) if transpose else None,
     )
 
 

@@ -4,12 +4,13 @@ zarr's sharding codec spends a few hundred microseconds of Python per inner
 chunk when it writes, which dominates a count write with hundreds of chunks
 per shard. A writer that holds a complete shard band can encode it itself:
 each inner chunk is the little-endian ``bytes`` of its values compressed by
-zstd (exactly what ``ZstdCodec`` decodes), all-zero chunks are left out (as
+zstd as row frames (:mod:`~cytearc_vfs.row_frames`; what ``ZstdCodec``
+decodes), all-zero chunks are left out (as
 zarr does when ``write_empty_chunks`` is off), and the shard ends with the
 index of ``(offset, nbytes)`` pairs, ``uint64`` little-endian, ``2**64-1`` for
 a missing chunk, followed by its crc32c (the format of the Zarr v3
 ``sharding_indexed`` codec with ``index_location="end"``). Compression runs on
-a thread pool: numcodecs' zstd releases the GIL.
+a thread pool: zstd releases the GIL.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 import google_crc32c
 import numpy as np
 import numpy.typing as npt
-from numcodecs import Zstd
+
+from .row_frames import RowFrameEncoder, rows_per_frame
 
 __all__ = ["ShardEncoder"]
 
@@ -42,7 +44,8 @@ class ShardEncoder:
         self._chunks = chunks
         self._shards = shards
         self._dtype = np.dtype(dtype).newbyteorder("<")
-        self._codec = Zstd(level=level)
+        self._encoder = RowFrameEncoder(level=level)
+        self._rows_per_frame = rows_per_frame(chunks, self._dtype.itemsize)
         self._pool = pool
         self._grid = (shards[0] // chunks[0], shards[1] // chunks[1])
 
@@ -56,7 +59,7 @@ class ShardEncoder:
             padded[: block.shape[0], : block.shape[1]] = block
             block = padded
         data = np.ascontiguousarray(block, dtype=self._dtype)
-        return bytes(self._codec.encode(data))
+        return self._encoder.encode(data, rows_per_frame=self._rows_per_frame)
 
     def encode(self, band: npt.NDArray[Any]) -> bytes | None:
         """The shard bytes of ``band`` (at most one shard of rows), or ``None`` if all zero."""

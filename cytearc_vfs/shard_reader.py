@@ -42,6 +42,7 @@ from zarr.storage import LocalStore
 from .errors import RecordShapeError
 from .placement import Placement, chunk_runs
 from .read_stats import CountingStore, ReadCounters
+from .row_frames import frame_index
 
 __all__ = ["ShardedReader", "fast_reader_for"]
 
@@ -270,18 +271,61 @@ class ShardedReader:
         self._indexes[shard_row] = index
         return index
 
-    def _decode(self, data: Any, out: npt.NDArray[Any], nbytes: int | None = None) -> None:
-        """Decode one inner chunk into ``out`` (a contiguous chunk-shaped array).
+    def _decode(
+        self,
+        data: Any,
+        rows: list[int] | None,
+        dest: npt.NDArray[Any],
+        scratch: npt.NDArray[Any],
+    ) -> None:
+        """Decode the ``rows`` (sorted local indices, ``None``: all) of one inner chunk into ``dest``.
 
-        With ``nbytes``, decoding stops once the first ``nbytes`` are out: the
-        rows a read needs come first, and zstd decodes in 128 KiB blocks, so
-        a read of a chunk's first rows skips the blocks after them.
+        ``dest`` has one row per selected row; ``scratch`` is a chunk-shaped
+        buffer. A row-framed chunk (:mod:`~cytearc_vfs.row_frames`) decodes
+        only the frames that hold ``rows``, straight into ``dest`` when a
+        frame is one row; a single-frame chunk stops once the last of
+        ``rows`` is out (zstd decodes in 128 KiB blocks, so the blocks after
+        it are skipped).
         """
-        target = memoryview(out.reshape(-1).view(np.uint8))
-        if nbytes is not None:
-            target = target[:nbytes]
+        r = scratch.shape[0]
+        flat = memoryview(scratch.reshape(-1).view(np.uint8))
+        row_bytes = flat.nbytes // r
+        frames = frame_index(data)
+        if frames is None:
+            stop = r if rows is None else rows[-1] + 1
+            self._inflate(data, flat[: stop * row_bytes])
+        elif rows is None:
+            self._inflate(data, flat)
+        elif frames.rows_per_frame == 1 and dest.dtype == scratch.dtype:
+            offsets = frames.offsets
+            for position, row in enumerate(rows):
+                self._inflate(
+                    data[offsets[row] : offsets[row + 1]],
+                    memoryview(dest[position].view(np.uint8)),
+                )
+            return
+        else:
+            per_frame, offsets = frames
+            wanted = dict.fromkeys(row // per_frame for row in rows)
+            # consecutive frames decode as one stream
+            run_start = previous = -2
+            for frame in [*wanted, -1]:
+                if frame == previous + 1:
+                    previous = frame
+                    continue
+                if run_start >= 0:
+                    first, stop = run_start * per_frame, min(r, (previous + 1) * per_frame)
+                    self._inflate(
+                        data[offsets[run_start] : offsets[previous + 1]],
+                        flat[first * row_bytes : stop * row_bytes],
+                    )
+                run_start = previous = frame
+        dest[:] = scratch[: len(dest)] if rows is None else scratch[rows]
+
+    def _inflate(self, data: Any, target: memoryview) -> None:
+        """Decompress the zstd frames ``data`` until ``target`` is full."""
         try:
-            with _decompressor().stream_reader(data) as reader:
+            with _decompressor().stream_reader(data, read_across_frames=True) as reader:
                 filled = 0
                 while filled < len(target):
                     n = reader.readinto(target[filled:])
@@ -396,11 +440,12 @@ class ShardedReader:
         batch = max(1, STRIP_BATCH_BYTES // (r * (width + 1) * itemsize))
         blob_iter = iter(blobs)
         # Each chunk is decoded into one small reused buffer (it stays in the
-        # core's cache) up to its last selected row (rows are sorted), and its
-        # selected rows are copied into the strip at once.
+        # core's cache), only as far as its selected rows need, and those rows
+        # are copied into the strip at once.
         chunk = _scratch(r * c * itemsize).view(self._wire).reshape(r, c)
-        last_rows = (rows[bounds[1:] - 1] % r).tolist()
         edges = bounds.tolist()
+        first_row = edges[0]
+        local = (rows[first_row : edges[-1]] % r).tolist()
         touched = col_chunks.tolist()
         for first in range(0, len(row_chunks), batch):
             last = min(len(row_chunks), first + batch)
@@ -410,13 +455,14 @@ class ShardedReader:
                 strip[:] = 0  # untouched column chunks read as zero
             for i in range(first, last):
                 lo, hi = edges[i] - start, edges[i + 1] - start
-                local = rows[edges[i] : edges[i + 1]] - int(row_chunks[i]) * r
+                selected = (
+                    None if hi - lo == r else local[edges[i] - first_row : edges[i + 1] - first_row]
+                )
                 for b, col_chunk in enumerate(touched):
                     target = strip[lo:hi, col_chunk * c : (col_chunk + 1) * c]
-                    if not present[i, b]:
+                    if present[i, b]:
+                        self._decode(next(blob_iter), selected, target, chunk)
+                    else:
                         target[:] = 0  # a chunk never written holds the fill value
-                        continue
-                    self._decode(next(blob_iter), chunk, (last_rows[i] + 1) * c * itemsize)
-                    target[:] = chunk[: hi - lo] if hi - lo == r else chunk[local]
             strip[:, width] = 0
             placement.place(start, strip)

@@ -258,15 +258,14 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("n_cells", "itemsize", "rows"),
     [
-        (1_000, 1, 132),  # 16 features would be 16 KB: as many as make 128 KiB
-        (759, 2, 87),
-        (10_000, 1, 16),  # at most 16 features
-        (100_000, 1, 2),  # chunkBytes allows fewer
+        (1_000, 1, 262),  # as many features as fill chunkBytes (256 KiB)
+        (759, 2, 172),
+        (10_000, 1, 26),
+        (100_000, 1, 2),
     ],
 )
-def test_countsT_chunks_hold_few_features_but_not_tiny_chunks(
-    n_cells: int, itemsize: int, rows: int
-) -> None:
+def test_countsT_chunks_fill_chunk_bytes(n_cells: int, itemsize: int, rows: int) -> None:
+    # row frames (row_frames.py), not small chunks, make single features cheap to read
     layout = count_layout((n_cells, 20_000), "uint8", itemsize, DEFAULT_POLICY, transpose=True)
     assert layout.counts_t is not None
     assert layout.counts_t.chunks == (rows, n_cells)
