@@ -40,9 +40,27 @@ class CellRuns:
         >>> runs = CellRuns(np.array([0, 3]), np.array([0, 1]), np.array([5, 0]))
         >>> [v.tolist() for v in runs.lookup(np.array([4, 0, 2]))]
         [[1, 0, 0], [1, 5, 7]]
+        >>> [v.tolist() for v in runs.lookup(np.array([2, 3, 4]))]
+        [[0, 1, 1], [7, 0, 1]]
         """
-        run = np.searchsorted(self.starts, cells, side="right") - 1
+        run = self._runs_of_range(cells)
+        if run is None:
+            run = np.searchsorted(self.starts, cells, side="right") - 1
         return self.codes[run], self.rows[run] + (cells - self.starts[run])
+
+    def _runs_of_range(self, cells: Indices) -> Indices | None:
+        """The run of each cell when ``cells`` count up by one (a band, or all
+        cells), found by repeating run numbers instead of a search per cell;
+        else ``None``."""
+        if len(cells) < 2:
+            return None
+        first, last = int(cells[0]), int(cells[-1])
+        if last - first + 1 != len(cells) or not bool(np.all(cells[1:] - cells[:-1] == 1)):
+            return None
+        lo, hi = (np.searchsorted(self.starts, [first, last], side="right") - 1).tolist()
+        bounds = np.clip(self.starts[lo + 1 : hi + 1], first, last + 1)
+        lengths = np.diff(np.concatenate(([first], bounds, [last + 1])))
+        return np.repeat(np.arange(lo, hi + 1), lengths)
 
 
 class RunCollector:

@@ -24,9 +24,9 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from itertools import pairwise
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import google_crc32c
@@ -89,7 +89,7 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
     )
 
 
-def _local_files(store: Store) -> tuple[Path, ReadCounters | None] | None:
+def _local_files(store: Store) -> tuple[str, ReadCounters | None] | None:
     """The directory of a plain local store (and its counters), whose files are read directly.
 
     Only an unwrapped :class:`LocalStore` (or one inside a :class:`CountingStore`)
@@ -100,15 +100,17 @@ def _local_files(store: Store) -> tuple[Path, ReadCounters | None] | None:
         counters = store.counters
         store = store.wrapped
     if type(store) is LocalStore:
-        return Path(store.root), counters
+        return str(store.root), counters
     return None
 
 
-def _read_local_ranges(path: Path, offsets: Sequence[int], sizes: Sequence[int]) -> list[Any]:
+def _read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[Any]:
     """The byte ranges of one file; ranges that follow each other are read as one."""
     blobs: list[Any] = []
-    with open(path, "rb", buffering=0) as file:
-        descriptor = file.fileno()
+    # a raw descriptor: a Python file object costs more than the reads of a
+    # few chunks
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
         i = 0
         while i < len(offsets):
             j = i + 1
@@ -121,6 +123,8 @@ def _read_local_ranges(path: Path, offsets: Sequence[int], sizes: Sequence[int])
             for k in range(i, j):
                 blobs.append(data[offsets[k] - start : offsets[k] - start + sizes[k]])
             i = j
+    finally:
+        os.close(descriptor)
     return blobs
 
 
@@ -164,7 +168,7 @@ def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
 # Jobs handed over during one turn of the event loop, per loop, not yet started.
 _PENDING: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop,
-    list[tuple[Callable[..., None], tuple[Any, ...], asyncio.Future[Future[None]]]],
+    list[tuple[Callable[..., None], tuple[Any, ...], asyncio.Future[None]]],
 ] = weakref.WeakKeyDictionary()
 
 
@@ -172,32 +176,62 @@ async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
     """Run ``function(*args)`` on the decoding pool.
 
     Jobs handed over in the same turn of the event loop start together, at
-    the end of that turn. Started one by one, the first job's thread would
-    take the GIL between its many short GIL-free calls (pread, zstd) while
-    the event loop still plans the other shards: the loop then waits for the
-    interpreter's 5 ms switch interval before each next hand-over.
+    the end of that turn, and wake the loop once, when the last of them has
+    ended (each wake-up from a thread costs the loop a self-pipe round).
+    Started one by one, the first job's thread would take the GIL between
+    its many short GIL-free calls (pread, zstd) while the event loop still
+    plans the other shards: the loop then waits for the interpreter's 5 ms
+    switch interval before each next hand-over.
     """
     loop = asyncio.get_running_loop()
-    slot: asyncio.Future[Future[None]] = loop.create_future()
+    waiter: asyncio.Future[None] = loop.create_future()
     batch = _PENDING.get(loop)
     if batch is None:
         batch = _PENDING[loop] = []
         loop.call_soon(_start_pending, loop)
-    batch.append((function, args, slot))
-    await asyncio.wrap_future(await slot)
+    batch.append((function, args, waiter))
+    await waiter
 
 
 def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
-    jobs = _PENDING.pop(loop, [])
-    for function, args, slot in jobs:
-        if slot.cancelled():
-            continue
+    jobs = [job for job in _PENDING.pop(loop, []) if not job[2].cancelled()]
+    errors: list[BaseException | None] = [None] * len(jobs)
+    remaining = [len(jobs)]
+    lock = threading.Lock()
+
+    def wake_waiters() -> None:  # on the loop
+        for (_, _, waiter), error in zip(jobs, errors, strict=True):
+            if waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
+
+    def ended() -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            with suppress(RuntimeError):  # the loop was closed meanwhile
+                loop.call_soon_threadsafe(wake_waiters)
+
+    def run(position: int, function: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
-            slot.set_result(_decoder_pool().submit(function, *args))
+            function(*args)
+        except BaseException as exc:
+            errors[position] = exc
+        finally:
+            ended()
+
+    for position, (function, args, _) in enumerate(jobs):
+        try:
+            _decoder_pool().submit(run, position, function, args)
         except Exception as exc:  # e.g. the pool was shut down at exit
-            # every waiting read gets the error: a job that never starts must
-            # not leave its read waiting forever
-            slot.set_exception(exc)
+            # the read gets the error: a job that never starts must not
+            # leave its read waiting forever
+            errors[position] = exc
+            ended()
 
 
 class _ShardWork(NamedTuple):
@@ -228,7 +262,7 @@ class ShardedReader:
         shards: tuple[int, int],
         dtype: np.dtype,
         *,
-        local_files: tuple[Path, ReadCounters | None] | None = None,
+        local_files: tuple[str, ReadCounters | None] | None = None,
     ) -> None:
         self._store = store
         # A local store's shard files are read with pread, only the touched
@@ -277,6 +311,7 @@ class ShardedReader:
         rows: list[int] | None,
         dest: npt.NDArray[Any],
         scratch: npt.NDArray[Any],
+        deferred: list[tuple[Any, npt.NDArray[Any]]] | None = None,
     ) -> None:
         """Decode the ``rows`` (sorted local indices, ``None``: all) of one inner chunk into ``dest``.
 
@@ -298,6 +333,12 @@ class ShardedReader:
             self._inflate(data, flat)
         elif frames.rows_per_frame == 1 and dest.dtype == scratch.dtype:
             offsets = frames.offsets
+            if deferred is not None:
+                deferred.extend(
+                    (data[offsets[row] : offsets[row + 1]], dest[position])
+                    for position, row in enumerate(rows)
+                )
+                return
             for position, row in enumerate(rows):
                 self._inflate(
                     data[offsets[row] : offsets[row + 1]],
@@ -321,6 +362,19 @@ class ShardedReader:
                     )
                 run_start = previous = frame
         dest[:] = scratch[: len(dest)] if rows is None else scratch[rows]
+
+    def _inflate_rows(self, frames: list[tuple[Any, npt.NDArray[Any]]]) -> None:
+        """Decompress one-row frames into their rows, all in one call (one GIL release)."""
+        try:
+            decoded = _decompressor().multi_decompress_to_buffer([frame for frame, _ in frames])
+        except (zstandard.ZstdError, ValueError) as exc:  # ValueError: not a zstd frame
+            raise RecordShapeError(
+                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
+                "Re-import the dataset"
+            ) from exc
+        for index, (_, row) in enumerate(frames):
+            segment: Any = decoded[index]  # a BufferSegment: supports the buffer protocol
+            row[:] = np.frombuffer(segment, dtype=row.dtype)
 
     def _inflate(self, data: Any, target: memoryview) -> None:
         """Decompress the zstd frames ``data`` until ``target`` is full."""
@@ -388,7 +442,7 @@ class ShardedReader:
         work = _ShardWork(rows, row_chunks, bounds, col_chunks, present, placement)
         if self._local is not None and len(wanted):
             root, counters = self._local
-            path = root / self._key(shard_row)
+            path = f"{root}/{self._key(shard_row)}"
             # pread and zstd release the GIL: reading, decoding and placing off
             # the event loop keeps other shards flowing
             await _on_decoders(
@@ -421,7 +475,7 @@ class ShardedReader:
 
     def _read_local(
         self,
-        path: Path,
+        path: str,
         offsets: list[int],
         sizes: list[int],
         counters: ReadCounters | None,
@@ -447,6 +501,7 @@ class ShardedReader:
         first_row = edges[0]
         local = (rows[first_row : edges[-1]] % r).tolist()
         touched = col_chunks.tolist()
+        deferred: list[tuple[Any, npt.NDArray[Any]]] = []
         for first in range(0, len(row_chunks), batch):
             last = min(len(row_chunks), first + batch)
             start, stop = edges[first], edges[last]
@@ -461,8 +516,11 @@ class ShardedReader:
                 for b, col_chunk in enumerate(touched):
                     target = strip[lo:hi, col_chunk * c : (col_chunk + 1) * c]
                     if present[i, b]:
-                        self._decode(next(blob_iter), selected, target, chunk)
+                        self._decode(next(blob_iter), selected, target, chunk, deferred)
                     else:
                         target[:] = 0  # a chunk never written holds the fill value
+            if deferred:
+                self._inflate_rows(deferred)
+                deferred.clear()
             strip[:, width] = 0
             placement.place(start, strip)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -113,15 +114,27 @@ def test_written_chunks_are_row_frames(tmp_path: Path, wide: np.ndarray) -> None
 
 
 def _inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.ndarray, int]:
+    """The block read, and the bytes zstd decompressed for it (both decode paths)."""
     inflated = 0
-    original = ShardedReader._inflate
+    lock = threading.Lock()
+    original, original_rows = ShardedReader._inflate, ShardedReader._inflate_rows
 
     def counting(self: ShardedReader, data: Any, target: memoryview) -> None:
         nonlocal inflated
-        inflated += target.nbytes
+        with lock:
+            inflated += target.nbytes
         original(self, data, target)
 
-    with mock.patch.object(ShardedReader, "_inflate", counting):
+    def counting_rows(self: ShardedReader, frames: list[tuple[Any, np.ndarray]]) -> None:
+        nonlocal inflated
+        with lock:
+            inflated += sum(row.nbytes for _, row in frames)
+        original_rows(self, frames)
+
+    with (
+        mock.patch.object(ShardedReader, "_inflate", counting),
+        mock.patch.object(ShardedReader, "_inflate_rows", counting_rows),
+    ):
         block = reader.read(*selection)
     return block, inflated
 
