@@ -23,10 +23,9 @@ import asyncio
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from itertools import pairwise
 from typing import Any, NamedTuple
 
 import google_crc32c
@@ -155,13 +154,14 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return decompressor
 
 
-def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
-    """This thread's decode buffer, at least ``nbytes`` long (reused: it stays
-    in the core's cache, and fresh memory costs page faults, which threads of
-    one process take in turn)."""
-    buffer: npt.NDArray[np.uint8] | None = getattr(_THREAD, "scratch", None)
+def _scratch(nbytes: int, name: str = "chunk") -> npt.NDArray[np.uint8]:
+    """This thread's decode buffer ``name``, at least ``nbytes`` long (reused:
+    it stays in the core's cache, and fresh memory costs page faults, which
+    threads of one process take in turn)."""
+    buffers: dict[str, npt.NDArray[np.uint8]] = _THREAD.__dict__.setdefault("scratch", {})
+    buffer = buffers.get(name)
     if buffer is None or len(buffer) < nbytes:
-        buffer = _THREAD.scratch = np.empty(max(nbytes, 256 << 10), dtype=np.uint8)
+        buffer = buffers[name] = np.empty(max(nbytes, 256 << 10), dtype=np.uint8)
     return buffer[:nbytes]
 
 
@@ -172,8 +172,8 @@ _PENDING: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
-    """Run ``function(*args)`` on the decoding pool.
+def _hand_over(function: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+    """Run ``function(*args)`` on the decoding pool; the returned future ends with it.
 
     Jobs handed over in the same turn of the event loop start together, at
     the end of that turn, and wake the loop once, when the last of them has
@@ -190,7 +190,7 @@ async def _on_decoders(function: Callable[..., None], *args: Any) -> None:
         batch = _PENDING[loop] = []
         loop.call_soon(_start_pending, loop)
     batch.append((function, args, waiter))
-    await waiter
+    return waiter
 
 
 def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
@@ -234,6 +234,32 @@ def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
             ended()
 
 
+class _PendingRows(NamedTuple):
+    """One-row frames of a strip, waiting to be decoded together."""
+
+    pieces: list[Any]
+    """Each frame's bytes."""
+    rows: list[int]
+    """The strip row of each."""
+    cols: list[tuple[int, int]]
+    """(first strip column, number of frames) of each run of frames, in order."""
+
+
+def _column_groups(cols: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Consecutive runs of ``cols`` with the same first column, merged.
+
+    >>> _column_groups([(0, 2), (0, 1), (8, 3), (0, 1)])
+    [(0, 3), (8, 3), (0, 1)]
+    """
+    groups: list[tuple[int, int]] = []
+    for col0, n in cols:
+        if groups and groups[-1][0] == col0:
+            groups[-1] = (col0, groups[-1][1] + n)
+        else:
+            groups.append((col0, n))
+    return groups
+
+
 class _ShardWork(NamedTuple):
     """What decoding one shard's touched chunks needs besides their bytes."""
 
@@ -274,6 +300,8 @@ class ShardedReader:
         self.chunks = chunks
         self._per_shard = (shards[0] // chunks[0], shards[1] // chunks[1])
         self.dtype = np.dtype(dtype)
+        # one-row frames decode straight into strip rows when no byte swap is needed
+        self._native = self.dtype == self.dtype.newbyteorder("<")
         self._wire = self.dtype.newbyteorder("<")
         self._indexes: dict[int, npt.NDArray[np.uint64] | None] = {}
         self.col_chunks = -(-shape[1] // chunks[1])
@@ -309,20 +337,23 @@ class ShardedReader:
         self,
         data: Any,
         rows: list[int] | None,
-        dest: npt.NDArray[Any],
+        strip: npt.NDArray[Any],
+        lo: int,
+        col0: int,
         scratch: npt.NDArray[Any],
-        deferred: list[tuple[Any, npt.NDArray[Any]]] | None = None,
+        pending: _PendingRows,
     ) -> None:
-        """Decode the ``rows`` (sorted local indices, ``None``: all) of one inner chunk into ``dest``.
+        """Decode the ``rows`` (sorted local indices, ``None``: all) of one inner chunk
+        into ``strip``, from row ``lo`` and column ``col0`` on.
 
-        ``dest`` has one row per selected row; ``scratch`` is a chunk-shaped
-        buffer. A row-framed chunk (:mod:`~cytearc_vfs.row_frames`) decodes
-        only the frames that hold ``rows``, straight into ``dest`` when a
-        frame is one row; a single-frame chunk stops once the last of
-        ``rows`` is out (zstd decodes in 128 KiB blocks, so the blocks after
-        it are skipped).
+        ``scratch`` is a chunk-shaped buffer. A row-framed chunk
+        (:mod:`~cytearc_vfs.row_frames`) decodes only the frames that hold
+        ``rows``; one-row frames are added to ``pending``, to be decoded with
+        the strip's other one-row frames in one call (:meth:`_inflate_pending`).
+        A single-frame chunk stops once the last of ``rows`` is out (zstd
+        decodes in 128 KiB blocks, so the blocks after it are skipped).
         """
-        r = scratch.shape[0]
+        r, c = scratch.shape
         flat = memoryview(scratch.reshape(-1).view(np.uint8))
         row_bytes = flat.nbytes // r
         frames = frame_index(data)
@@ -331,19 +362,11 @@ class ShardedReader:
             self._inflate(data, flat[: stop * row_bytes])
         elif rows is None:
             self._inflate(data, flat)
-        elif frames.rows_per_frame == 1 and dest.dtype == scratch.dtype:
+        elif frames.rows_per_frame == 1 and self._native:
             offsets = frames.offsets
-            if deferred is not None:
-                deferred.extend(
-                    (data[offsets[row] : offsets[row + 1]], dest[position])
-                    for position, row in enumerate(rows)
-                )
-                return
-            for position, row in enumerate(rows):
-                self._inflate(
-                    data[offsets[row] : offsets[row + 1]],
-                    memoryview(dest[position].view(np.uint8)),
-                )
+            pending.pieces.extend(data[offsets[row] : offsets[row + 1]] for row in rows)
+            pending.rows.extend(range(lo, lo + len(rows)))
+            pending.cols.append((col0, len(rows)))
             return
         else:
             per_frame, offsets = frames
@@ -361,23 +384,36 @@ class ShardedReader:
                         flat[first * row_bytes : stop * row_bytes],
                     )
                 run_start = previous = frame
-        dest[:] = scratch[: len(dest)] if rows is None else scratch[rows]
+        n = r if rows is None else len(rows)
+        strip[lo : lo + n, col0 : col0 + c] = scratch[:n] if rows is None else scratch[rows]
 
-    def _inflate_rows(self, frames: list[tuple[Any, npt.NDArray[Any]]]) -> None:
-        """Decompress one-row frames into their rows, all in one call (one GIL release)."""
-        try:
-            decoded = _decompressor().multi_decompress_to_buffer([frame for frame, _ in frames])
-        except (zstandard.ZstdError, ValueError) as exc:  # ValueError: not a zstd frame
-            raise RecordShapeError(
-                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
-                "Re-import the dataset"
-            ) from exc
-        for index, (_, row) in enumerate(frames):
-            segment: Any = decoded[index]  # a BufferSegment: supports the buffer protocol
-            row[:] = np.frombuffer(segment, dtype=row.dtype)
+    def _inflate_pending(self, pending: _PendingRows, strip: npt.NDArray[Any]) -> None:
+        """Decode ``pending`` one-row frames into their strip rows.
 
-    def _inflate(self, data: Any, target: memoryview) -> None:
-        """Decompress the zstd frames ``data`` until ``target`` is full."""
+        The frames are joined and decoded as one zstd stream: one call, which
+        releases the GIL once, into one buffer, placed with one copy per
+        column chunk.
+        """
+        c = self.chunks[1]
+        count = len(pending.pieces)
+        values = _scratch(count * c * self.dtype.itemsize, name="pending")
+        self._inflate(b"".join(pending.pieces), memoryview(values), exact=True)
+        values_2d = values.view(self._wire).reshape(count, c)
+        rows = np.asarray(pending.rows, dtype=np.intp)
+        taken = 0
+        for col0, n in _column_groups(pending.cols):
+            strip[rows[taken : taken + n], col0 : col0 + c] = values_2d[taken : taken + n]
+            taken += n
+        pending.pieces.clear()
+        pending.rows.clear()
+        pending.cols.clear()
+
+    def _inflate(self, data: Any, target: memoryview, *, exact: bool = False) -> None:
+        """Decompress the zstd frames ``data`` until ``target`` is full.
+
+        With ``exact``, ``data`` must hold exactly ``target``'s bytes: frames
+        joined from several chunks must not shift each other's rows.
+        """
         try:
             with _decompressor().stream_reader(data, read_across_frames=True) as reader:
                 filled = 0
@@ -386,6 +422,8 @@ class ShardedReader:
                     if n == 0:
                         raise zstandard.ZstdError(f"the chunk ends after {filled} bytes")
                     filled += n
+                if exact and reader.read(1):
+                    raise zstandard.ZstdError(f"the frames hold more than {filled} bytes")
         except zstandard.ZstdError as exc:
             raise RecordShapeError(
                 f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
@@ -402,76 +440,68 @@ class ShardedReader:
             return 0
         row_chunks, bounds = chunk_runs(rows, self.chunks[0])
         shard_of = row_chunks // self._per_shard[0]
-        shard_starts = np.flatnonzero(np.diff(shard_of)) + 1
-        edges = [0, *shard_starts.tolist(), len(row_chunks)]
-        counts = await asyncio.gather(
-            *(
-                self._read_shard(
-                    int(shard_of[a]),
-                    rows,
-                    row_chunks[a:b],
-                    bounds[a : b + 1],
-                    col_chunks,
-                    placement,
-                )
-                for a, b in pairwise(edges)
+        edges = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), len(row_chunks)]
+        shards = shard_of[edges[:-1]].tolist()
+        missing = [shard for shard in shards if shard not in self._indexes]
+        if missing:  # fetched together: on an object store each is a round trip
+            await asyncio.gather(*(self._index(shard) for shard in missing))
+        # Shards are planned here, without a task each: once the indexes are
+        # known a read's planning is pure computation.
+        jobs: list[Awaitable[None]] = []
+        decoded = 0
+        for shard_row, a, b in zip(shards, edges[:-1], edges[1:], strict=True):
+            index = self._indexes[shard_row]
+            local = row_chunks[a:b] - shard_row * self._per_shard[0]
+            if index is None:
+                entries = np.full((len(local), len(col_chunks), 2), MISSING, dtype=np.uint64)
+            else:
+                entries = index[local][:, col_chunks]
+            present = entries[..., 0] != MISSING
+            wanted = np.flatnonzero(present.ravel())
+            offsets = entries[..., 0].ravel()[wanted].astype(np.int64).tolist()
+            sizes = entries[..., 1].ravel()[wanted].astype(np.int64).tolist()
+            work = _ShardWork(
+                rows, row_chunks[a:b], bounds[a : b + 1], col_chunks, present, placement
             )
-        )
-        return sum(counts)
+            decoded += len(offsets)
+            if self._local is not None and offsets:
+                root, counters = self._local
+                # pread and zstd release the GIL: reading, decoding and placing
+                # off the event loop keeps other shards flowing
+                path = f"{root}/{self._key(shard_row)}"
+                jobs.append(_hand_over(self._read_local, path, offsets, sizes, counters, work))
+            else:
+                jobs.append(self._fetch_and_decode(shard_row, index, offsets, sizes, work))
+        await asyncio.gather(*jobs)
+        return decoded
 
-    async def _read_shard(
+    async def _fetch_and_decode(
         self,
         shard_row: int,
-        rows: Indices,
-        row_chunks: Indices,
-        bounds: Indices,
-        col_chunks: Indices,
-        placement: Placement,
-    ) -> int:
-        index = await self._index(shard_row)
-        local = row_chunks - shard_row * self._per_shard[0]
-        if index is None:
-            entries = np.full((len(local), len(col_chunks), 2), MISSING, dtype=np.uint64)
-        else:
-            entries = index[local][:, col_chunks]
-        present = entries[..., 0] != MISSING
-        wanted = np.flatnonzero(present.ravel())
-        offsets = entries[..., 0].ravel()[wanted].astype(np.int64)
-        sizes = entries[..., 1].ravel()[wanted].astype(np.int64)
-        blobs: list[Any] = [None] * len(wanted)
-        work = _ShardWork(rows, row_chunks, bounds, col_chunks, present, placement)
-        if self._local is not None and len(wanted):
-            root, counters = self._local
-            path = f"{root}/{self._key(shard_row)}"
-            # pread and zstd release the GIL: reading, decoding and placing off
-            # the event loop keeps other shards flowing
-            await _on_decoders(
-                self._read_local, path, offsets.tolist(), sizes.tolist(), counters, work
-            )
-            return len(wanted)
-        if len(wanted):
+        index: npt.NDArray[np.uint64] | None,
+        offsets: list[int],
+        sizes: list[int],
+        work: _ShardWork,
+    ) -> None:
+        """Fetch a shard's touched chunks from the store, then decode and place them."""
+        blobs: list[Any] = [None] * len(offsets)
+        if offsets:
             assert index is not None
             key = self._key(shard_row)
             prototype = default_buffer_prototype()
             stored = index[..., 1][index[..., 0] != MISSING]
-            if int(sizes.sum()) >= WHOLE_SHARD_SHARE * int(stored.sum()):
+            if sum(sizes) >= WHOLE_SHARD_SHARE * int(stored.sum()):
                 whole = await self._store.get(key, prototype)
                 assert whole is not None
                 data = whole.as_numpy_array()
-                blobs = [
-                    data[o : o + n] for o, n in zip(offsets.tolist(), sizes.tolist(), strict=True)
-                ]
+                blobs = [data[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
             else:
-                requests = [
-                    RangeByteRequest(o, o + n)
-                    for o, n in zip(offsets.tolist(), sizes.tolist(), strict=True)
-                ]
+                requests = [RangeByteRequest(o, o + n) for o, n in zip(offsets, sizes, strict=True)]
                 async for batch in self._store.get_ranges(key, requests, prototype=prototype):
                     for position, buffer in batch:
                         assert buffer is not None
                         blobs[position] = buffer.as_numpy_array()
-        await _on_decoders(self._decode_and_place, work, blobs)
-        return len(wanted)
+        await _hand_over(self._decode_and_place, work, blobs)
 
     def _read_local(
         self,
@@ -501,7 +531,8 @@ class ShardedReader:
         first_row = edges[0]
         local = (rows[first_row : edges[-1]] % r).tolist()
         touched = col_chunks.tolist()
-        deferred: list[tuple[Any, npt.NDArray[Any]]] = []
+        present_list = present.tolist()
+        pending = _PendingRows([], [], [])
         for first in range(0, len(row_chunks), batch):
             last = min(len(row_chunks), first + batch)
             start, stop = edges[first], edges[last]
@@ -514,13 +545,13 @@ class ShardedReader:
                     None if hi - lo == r else local[edges[i] - first_row : edges[i + 1] - first_row]
                 )
                 for b, col_chunk in enumerate(touched):
-                    target = strip[lo:hi, col_chunk * c : (col_chunk + 1) * c]
-                    if present[i, b]:
-                        self._decode(next(blob_iter), selected, target, chunk, deferred)
-                    else:
-                        target[:] = 0  # a chunk never written holds the fill value
-            if deferred:
-                self._inflate_rows(deferred)
-                deferred.clear()
+                    if present_list[i][b]:
+                        self._decode(
+                            next(blob_iter), selected, strip, lo, col_chunk * c, chunk, pending
+                        )
+                    else:  # a chunk never written holds the fill value
+                        strip[lo:hi, col_chunk * c : (col_chunk + 1) * c] = 0
+            if pending.pieces:
+                self._inflate_pending(pending, strip)
             strip[:, width] = 0
             placement.place(start, strip)

@@ -117,24 +117,15 @@ def _inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.
     """The block read, and the bytes zstd decompressed for it (both decode paths)."""
     inflated = 0
     lock = threading.Lock()
-    original, original_rows = ShardedReader._inflate, ShardedReader._inflate_rows
+    original = ShardedReader._inflate
 
-    def counting(self: ShardedReader, data: Any, target: memoryview) -> None:
+    def counting(self: ShardedReader, data: Any, target: memoryview, **options: Any) -> None:
         nonlocal inflated
         with lock:
             inflated += target.nbytes
-        original(self, data, target)
+        original(self, data, target, **options)
 
-    def counting_rows(self: ShardedReader, frames: list[tuple[Any, np.ndarray]]) -> None:
-        nonlocal inflated
-        with lock:
-            inflated += sum(row.nbytes for _, row in frames)
-        original_rows(self, frames)
-
-    with (
-        mock.patch.object(ShardedReader, "_inflate", counting),
-        mock.patch.object(ShardedReader, "_inflate_rows", counting_rows),
-    ):
+    with mock.patch.object(ShardedReader, "_inflate", counting):
         block = reader.read(*selection)
     return block, inflated
 
