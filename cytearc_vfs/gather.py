@@ -86,6 +86,7 @@ def choose_orientation(
     layout: CountLayout,
     itemsize: int,
     *,
+    count_rows: Callable[[int], int] | None = None,
     count_cols: Callable[[int], int] | None = None,
 ) -> OrientationChoice:
     """The orientation that touches fewer chunk bytes for ``rows`` x ``cols``.
@@ -94,11 +95,12 @@ def choose_orientation(
     its rows: it decodes fewer row frames.
 
     ``rows`` are cells and ``cols`` features of the source, in any order.
-    ``count_cols(size)``, when given, says how many chunks of ``size`` the
-    columns touch (a caller that kept the answer from an earlier read).
+    ``count_rows(size)`` and ``count_cols(size)``, when given, say how many
+    chunks of ``size`` the rows and columns touch (a caller that kept the
+    answers from an earlier read).
     """
     return _choose(
-        partial(_count, rows),
+        count_rows if count_rows is not None else partial(_count, rows),
         count_cols if count_cols is not None else partial(_count, cols),
         layout,
         itemsize,

@@ -26,13 +26,13 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
 from .feature_plan import FeaturePlan
 from .gather import (
     OrientationChoice,
     as_slice,
     choose_orientation,
-    distinct_chunks,
     sorted_unique,
 )
 from .layout import DEFAULT_MEM_BUDGET
@@ -42,8 +42,6 @@ from .placement import (
     Placement,
     RowPlacement,
     column_map,
-    contiguous,
-    first_positions,
 )
 from .read_stats import ReadCounters, ReaderStats
 from .sizes import parse_size
@@ -57,6 +55,8 @@ Indices = npt.NDArray[np.int64]
 # A reader keeps its last feature selection's plans up to this many
 # (source, feature) entries.
 FEATURE_PLAN_KEEP_ENTRIES = 1 << 22
+# Cell selections up to this many cells keep their per-source plans.
+CELL_PLAN_KEEP_CELLS = 1 << 21
 
 
 def _by_source(codes: Indices, rows: Indices, n_sources: int) -> list[tuple[Indices, Indices]]:
@@ -135,6 +135,7 @@ class VirtualArrayReader:
     ) -> None:
         self._counters = ReadCounters()
         self._kept_plans: tuple[Indices, list[FeaturePlan]] | None = None
+        self._kept_cells: tuple[Indices, list[CellPlan | None]] | None = None
         if not isinstance(store, ProvidesCountMapping):
             backend = open_location(store, read_only=True, storage_options=storage_options)
             attrs = read_contents(backend, where=describe_location(store)).root_attrs
@@ -169,6 +170,7 @@ class VirtualArrayReader:
         reader = cls.__new__(cls)
         reader._counters = counters
         reader._kept_plans = None
+        reader._kept_cells = None
         reader._mapping = mapping
         reader.assay = assay
         reader._where = where
@@ -225,20 +227,31 @@ class VirtualArrayReader:
         self._counters.add(reads=1)
         if out.size == 0:
             return out
-        codes, rows = await self._mapping.cells(cells)
+        cell_plans = await self._cell_plans(cells)
         plans = await self._feature_plans(features)
-        tasks = []
-        for index, (out_rows, source_rows) in enumerate(
-            _by_source(codes, rows, len(self._mapping.sources))
-        ):
-            if len(out_rows) and not plans[index].empty:
-                tasks.append(
-                    self._read_source(
-                        self._mapping.sources[index], out, out_rows, source_rows, plans[index]
-                    )
-                )
+        tasks = [
+            self._read_source(self._mapping.sources[index], out, cell_plan, plans[index])
+            for index, cell_plan in enumerate(cell_plans)
+            if cell_plan is not None and not plans[index].empty
+        ]
         await asyncio.gather(*tasks)
         return out
+
+    async def _cell_plans(self, cells: Indices) -> list[CellPlan | None]:
+        """Each source's plan for ``cells`` (``None``: no cells of it); the last
+        selection's are kept for reuse."""
+        kept = self._kept_cells
+        if kept is not None and np.array_equal(kept[0], cells):
+            return kept[1]
+        codes, rows = await self._mapping.cells(cells)
+        plans = [
+            CellPlan(out_rows, source_rows) if len(out_rows) else None
+            for out_rows, source_rows in _by_source(codes, rows, len(self._mapping.sources))
+        ]
+        # kept while small: they hold a few arrays of the selected cells
+        if len(cells) <= CELL_PLAN_KEEP_CELLS:
+            self._kept_cells = (cells.copy(), plans)
+        return plans
 
     async def _feature_plans(self, features: Indices) -> list[FeaturePlan]:
         """Each source's plan for ``features``; the last selection's are kept for reuse."""
@@ -256,20 +269,20 @@ class VirtualArrayReader:
         self,
         source: BoundSource,
         out: npt.NDArray[Any],
-        out_rows: Indices,
-        rows: Indices,
+        cells: CellPlan,
         plan: FeaturePlan,
     ) -> None:
-        """Fill ``out[out_rows]`` from ``source``'s ``rows``, columns as ``plan`` says."""
+        """Fill ``out`` from ``source``: rows as ``cells``, columns as ``plan`` say."""
         choice = choose_orientation(
-            rows,
+            cells.rows,
             plan.cols,
             source.info.layout,
             source.info.dtype.itemsize,
+            count_rows=cells.chunk_count,
             count_cols=plan.chunk_count,
         )
         fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
-        unique_rows, first_rows, repeated_rows = first_positions(rows, out_rows)
+        unique_rows, first_rows, repeated_rows = cells.firsts()
         if fast is None:
             decoded = await self._read_through_zarr(
                 source, choice, out, unique_rows, first_rows, plan
@@ -279,17 +292,9 @@ class VirtualArrayReader:
             decoded = await fast.read_into(unique_rows, plan.chunks(fast.chunks[1]), placement)
         else:
             unique_cols, first_cols, repeated_cols = plan.feature_major()
-            cells = contiguous(unique_rows)
-            targets = contiguous(first_rows)
-            placement = ColumnPlacement(
-                out,
-                first_cols,
-                unique_rows if cells is None else cells,
-                first_rows if targets is None else targets,
-            )
-            decoded = await fast.read_into(
-                unique_cols, distinct_chunks(unique_rows, fast.chunks[1]), placement
-            )
+            placement = ColumnPlacement(out, first_cols, *cells.axes())
+            # the unique rows touch the same chunks as the rows
+            decoded = await fast.read_into(unique_cols, cells.chunks(fast.chunks[1]), placement)
             if len(repeated_cols):
                 out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                     np.ix_(first_rows, repeated_cols[:, 1])

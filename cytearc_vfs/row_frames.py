@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from functools import cache
 from itertools import accumulate
 from typing import Any, NamedTuple
 
@@ -85,21 +86,28 @@ def frame_index(chunk: Any) -> FrameIndex | None:
     True
     """
     # struct and plain ints: this runs once per chunk a read touches
-    size = memoryview(chunk).nbytes
-    if size < _HEADER_BYTES + _END_BYTES or _END.unpack_from(chunk, size - _END_BYTES)[2] != _TAG:
+    size = len(chunk) if isinstance(chunk, bytes) else memoryview(chunk).nbytes
+    if size < _HEADER_BYTES + _END_BYTES:
         return None
-    rows, n_frames, _ = _END.unpack_from(chunk, size - _END_BYTES)
+    rows, n_frames, tag = _END.unpack_from(chunk, size - _END_BYTES)
+    if tag != _TAG:
+        return None
     payload = 4 * n_frames + _END_BYTES
     start = size - payload - _HEADER_BYTES
     if n_frames < 2 or rows < 1 or start < 0:
         return None
     if _HEADER.unpack_from(chunk, start) != (_MAGIC, payload):
         return None
-    sizes = struct.unpack_from(f"<{n_frames}I", chunk, start + _HEADER_BYTES)
+    sizes = _sizes_format(n_frames).unpack_from(chunk, start + _HEADER_BYTES)
     offsets = list(accumulate(sizes, initial=0))
     if offsets[-1] != start:
         return None
     return FrameIndex(rows, offsets)
+
+
+@cache
+def _sizes_format(n_frames: int) -> struct.Struct:
+    return struct.Struct(f"<{n_frames}I")
 
 
 _THREAD = threading.local()

@@ -353,21 +353,23 @@ class ShardedReader:
         A single-frame chunk stops once the last of ``rows`` is out (zstd
         decodes in 128 KiB blocks, so the blocks after it are skipped).
         """
+        frames = frame_index(data)
+        if frames is not None and rows is not None and frames.rows_per_frame == 1 and self._native:
+            # the common case first, with as little work as possible: this
+            # runs once per chunk a read touches
+            offsets = frames.offsets
+            pending.pieces.extend([data[offsets[row] : offsets[row + 1]] for row in rows])
+            pending.rows.extend(range(lo, lo + len(rows)))
+            pending.cols.append((col0, len(rows)))
+            return
         r, c = scratch.shape
         flat = memoryview(scratch.reshape(-1).view(np.uint8))
         row_bytes = flat.nbytes // r
-        frames = frame_index(data)
         if frames is None:
             stop = r if rows is None else rows[-1] + 1
             self._inflate(data, flat[: stop * row_bytes])
         elif rows is None:
             self._inflate(data, flat)
-        elif frames.rows_per_frame == 1 and self._native:
-            offsets = frames.offsets
-            pending.pieces.extend(data[offsets[row] : offsets[row + 1]] for row in rows)
-            pending.rows.extend(range(lo, lo + len(rows)))
-            pending.cols.append((col0, len(rows)))
-            return
         else:
             per_frame, offsets = frames
             wanted = dict.fromkeys(row // per_frame for row in rows)

@@ -244,6 +244,25 @@ def test_feature_plans_are_kept_for_a_repeated_selection(tmp_path: Path, dense: 
     np.testing.assert_array_equal(other, dense[[1, 2]][:, [0, 1]])
 
 
+def test_cell_plans_are_kept_for_a_repeated_selection(tmp_path: Path, dense: np.ndarray) -> None:
+    sources = {
+        "a": _store(tmp_path, dense[:250], "a.zarr"),
+        "b": _store(tmp_path, dense[250:], "b.zarr"),
+    }
+    reader = cv.create_composite(tmp_path / "c.zarr", sources).reader()
+    cells = np.array([300, 2, 2, 599])  # both sources, a repeat
+    first = reader.read(cells, np.array([4, 9]))
+    kept = reader._kept_cells
+    assert kept is not None and all(plan is not None for plan in kept[1])
+    again = reader.read(cells.copy(), np.array([0, 299, 4]))  # all cells' plans reused
+    assert reader._kept_cells is kept
+    np.testing.assert_array_equal(first, dense[cells][:, [4, 9]])
+    np.testing.assert_array_equal(again, dense[cells][:, [0, 299, 4]])
+    only_a = reader.read(np.array([0, 1]), None)
+    assert reader._kept_cells is not kept and reader._kept_cells[1][1] is None
+    np.testing.assert_array_equal(only_a, dense[[0, 1]])
+
+
 def test_a_job_that_cannot_start_fails_the_read(
     tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
