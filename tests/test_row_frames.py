@@ -15,6 +15,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numcodecs import Zstd
+from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.errors import RecordShapeError
@@ -179,3 +180,22 @@ def test_a_damaged_frame_fails_with_a_clear_error(tmp_path: Path, wide: np.ndarr
     np.testing.assert_array_equal(reader.read(None, np.array([2])), wide[:, [2]])
     with pytest.raises(RecordShapeError, match=r"does not decode.*Re-import"):
         reader.read(None, np.array([3]))
+
+
+class _Wrapped(WrapperStore[LocalStore]):
+    """Any wrapper (latency, faults) sends reads through the store's fetches, not pread."""
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [(None, np.array([150, 7, 7, 28])), (np.array([8_999, 5, 6, 4_000]), None)],
+    ids=["features", "cells"],
+)
+def test_frames_read_through_a_wrapped_store(
+    tmp_path: Path, wide: np.ndarray, selection: tuple[Any, Any]
+) -> None:
+    path = _store(tmp_path, wide)
+    reader = cv.VirtualArrayReader(_Wrapped(LocalStore(path, read_only=True)))
+    cells, features = selection
+    expected = (wide if cells is None else wide[cells]) if features is None else wide[:, features]
+    np.testing.assert_array_equal(reader.read(cells, features), expected)
