@@ -30,18 +30,30 @@ payload size and the frame sizes all agree with the chunk's length.
 
 from __future__ import annotations
 
+import re
 import struct
 import threading
 from functools import cache
 from itertools import accumulate
 from typing import Any, NamedTuple
 
+import numcodecs
 import numpy.typing as npt
 import zstandard
 
-__all__ = ["FRAME_MIN_BYTES", "FrameIndex", "RowFrameEncoder", "frame_index", "rows_per_frame"]
+__all__ = [
+    "FRAME_MIN_BYTES",
+    "MIN_NUMCODECS",
+    "FrameIndex",
+    "RowFrameEncoder",
+    "frame_index",
+    "require_multi_frame_zstd",
+    "rows_per_frame",
+]
 
 FRAME_MIN_BYTES = 8 * 1024
+# numcodecs decodes concatenated zstd frames from this release on (its pull request 757)
+MIN_NUMCODECS = (0, 16, 4)
 _MAGIC = 0x184D2A5E  # one of the sixteen skippable-frame magic numbers
 _TAG = b"CRF1"
 _END = struct.Struct("<II4s")  # rows per frame, number of frames, tag
@@ -109,6 +121,30 @@ def frame_index(chunk: Any) -> FrameIndex | None:
 def _sizes_format(n_frames: int) -> struct.Struct:
     return struct.Struct(f"<{n_frames}I")
 
+
+def require_multi_frame_zstd(installed: str) -> None:
+    """Refuse a numcodecs that cannot decode row-framed chunks (before 0.16.4).
+
+    Every zarr reader of this package's stores decodes zstd through
+    numcodecs; an older one fails on the first row-framed chunk with
+    "Destination buffer is too small". Failing at import names the remedy.
+
+    >>> require_multi_frame_zstd("0.17.1")
+    >>> require_multi_frame_zstd("0.15.1")
+    Traceback (most recent call last):
+    ...
+    ImportError: numcodecs 0.15.1 cannot decode zstd chunks of several frames, which this package writes (docs/layout.md, "Inner chunks: row frames"); install numcodecs>=0.16.4
+    """
+    parts = [int(part) for part in re.findall(r"\d+", installed)[:3]]
+    if tuple(parts) < MIN_NUMCODECS:
+        raise ImportError(
+            f"numcodecs {installed} cannot decode zstd chunks of several frames, which this "
+            'package writes (docs/layout.md, "Inner chunks: row frames"); install '
+            "numcodecs>=" + ".".join(map(str, MIN_NUMCODECS))
+        )
+
+
+require_multi_frame_zstd(numcodecs.__version__)
 
 _THREAD = threading.local()
 
