@@ -199,3 +199,43 @@ def test_frames_read_through_a_wrapped_store(
     cells, features = selection
     expected = (wide if cells is None else wide[cells]) if features is None else wide[:, features]
     np.testing.assert_array_equal(reader.read(cells, features), expected)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n_cells=st.integers(1, 400),
+    n_features=st.sampled_from([3, 700, 5_000, 9_000]),
+    wide_values=st.booleans(),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_framed_stores_read_like_numpy(
+    tmp_path_factory: pytest.TempPathFactory,
+    n_cells: int,
+    n_features: int,
+    wide_values: bool,
+    seed: int,
+    data: st.DataObject,
+) -> None:
+    # rows of 3 B to 18 KB: one-row frames, several rows per frame, plain chunks
+    rng = np.random.default_rng(seed)
+    values = rng.geometric(0.3, size=(n_cells, n_features)) * (300 if wide_values else 1)
+    values[rng.random(values.shape) > 0.1] = 0
+    path = tmp_path_factory.mktemp("framed") / "s.zarr"
+    cv.write_counts(path, sp.csr_array(values))
+    reader = cv.VirtualArrayReader(path)
+    index = st.lists(st.integers(0, n_cells - 1), min_size=1, max_size=12)
+    cells = np.array(data.draw(index | st.just(list(range(n_cells)))))
+    features = np.array(
+        data.draw(st.lists(st.integers(0, n_features - 1), min_size=1, max_size=12))
+    )
+    for selection, expected in [
+        ((cells, None), values[cells]),
+        ((None, features), values[:, features]),
+        ((cells, features), values[cells][:, features]),
+    ]:
+        np.testing.assert_array_equal(reader.read(*selection), expected)
+    counts_t = zarr.open_array(path, path="RNA/countsT", mode="r")
+    np.testing.assert_array_equal(
+        counts_t.get_orthogonal_selection((features, cells)), values[cells][:, features].T
+    )
