@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from .placement import contiguous
+
 __all__ = ["MAX_RUNS", "CellRuns", "RunCollector", "merge_runs"]
 
 Indices = npt.NDArray[np.int64]
@@ -52,11 +54,10 @@ class CellRuns:
         """The run of each cell when ``cells`` count up by one (a band, or all
         cells), found by repeating run numbers instead of a search per cell;
         else ``None``."""
-        if len(cells) < 2:
+        span = contiguous(cells) if len(cells) >= 2 else None
+        if span is None:
             return None
-        first, last = int(cells[0]), int(cells[-1])
-        if last - first + 1 != len(cells) or not bool(np.all(cells[1:] - cells[:-1] == 1)):
-            return None
+        first, last = span.start, span.stop - 1
         lo, hi = (np.searchsorted(self.starts, [first, last], side="right") - 1).tolist()
         bounds = np.clip(self.starts[lo + 1 : hi + 1], first, last + 1)
         lengths = np.diff(np.concatenate(([first], bounds, [last + 1])))
