@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .gather import distinct_chunks
+from .gather import TouchedChunks
 from .placement import contiguous, first_positions
 
 __all__ = ["CellPlan"]
@@ -31,7 +31,7 @@ class CellPlan:
     """One source's rows for one cell selection; parts computed when first asked.
 
     >>> plan = CellPlan(np.array([0, 1, 2]), np.array([5, 6, 6]))
-    >>> plan.chunk_count(4)
+    >>> plan.touched.count(4)
     1
     >>> [part.tolist() for part in plan.firsts()]  # output row 2 repeats output row 1
     [[5, 6], [0, 1], [[2, 1]]]
@@ -43,21 +43,15 @@ class CellPlan:
     """Output rows the source fills."""
     rows: Indices
     """The source row of each."""
-    _chunks: dict[int, Indices] = field(default_factory=dict, init=False, repr=False)
+    touched: TouchedChunks = field(init=False, repr=False)
+    """The chunks of each size that the source rows touch."""
     _firsts: tuple[Indices, Indices, Indices] | None = field(default=None, init=False, repr=False)
     _axes: tuple[slice | Indices, slice | Indices] | None = field(
         default=None, init=False, repr=False
     )
 
-    def chunks(self, size: int) -> Indices:
-        """Sorted chunks of ``size`` rows that the source rows touch."""
-        if size not in self._chunks:
-            self._chunks[size] = distinct_chunks(self.rows, size)
-        return self._chunks[size]
-
-    def chunk_count(self, size: int) -> int:
-        """How many chunks of ``size`` rows the source rows touch."""
-        return len(self.chunks(size))
+    def __post_init__(self) -> None:
+        self.touched = TouchedChunks(self.rows)
 
     def firsts(self) -> tuple[Indices, Indices, Indices]:
         """Sorted unique source rows, the output row of each, and repeats (see

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .gather import distinct_chunks
+from .gather import TouchedChunks
 from .placement import ColumnMap, column_map, first_positions
 
 __all__ = ["FeaturePlan"]
@@ -34,28 +34,20 @@ class FeaturePlan:
     """Output columns the source fills."""
     cols: Indices = field(init=False)
     """Their source columns."""
-    _chunks: dict[int, Indices] = field(default_factory=dict, init=False, repr=False)
+    touched: TouchedChunks = field(init=False, repr=False)
+    """The chunks of each size that the source columns touch."""
     _maps: dict[int, ColumnMap] = field(default_factory=dict, init=False, repr=False)
     _firsts: tuple[Indices, Indices, Indices] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.out_cols = np.flatnonzero(self.columns >= 0)
         self.cols = self.columns[self.out_cols]
+        self.touched = TouchedChunks(self.cols)
 
     @property
     def empty(self) -> bool:
         """The source holds none of the selected features."""
         return len(self.out_cols) == 0
-
-    def chunks(self, size: int) -> Indices:
-        """Sorted chunks of ``size`` columns that the source columns touch."""
-        if size not in self._chunks:
-            self._chunks[size] = distinct_chunks(self.cols, size)
-        return self._chunks[size]
-
-    def chunk_count(self, size: int) -> int:
-        """How many chunks of ``size`` the source columns touch."""
-        return len(self.chunks(size))
 
     def cell_major(self, zero_column: int) -> ColumnMap:
         """How a cell-major strip (zero column at ``zero_column``) maps onto the output."""

@@ -26,6 +26,7 @@ __all__ = [
     "distinct_chunks",
     "sorted_unique",
     "touched_chunks",
+    "TouchedChunks",
 ]
 
 Orientation = Literal["counts", "countsT"]
@@ -49,6 +50,32 @@ def distinct_chunks(values: Indices, size: int) -> Indices:
     marks = np.zeros(int(chunks.max()) + 1, dtype=bool)
     marks[chunks] = True
     return np.flatnonzero(marks)
+
+
+class TouchedChunks:
+    """The sorted chunks of each size that fixed ``values`` touch, each size worked out once
+    (plans keep them across the reads of a stream).
+
+    >>> touched = TouchedChunks(np.array([9, 0, 3]))
+    >>> touched.chunks(4).tolist(), touched.count(4)
+    ([0, 2], 2)
+    """
+
+    __slots__ = ("_by_size", "_values")
+
+    def __init__(self, values: Indices) -> None:
+        self._values = values
+        self._by_size: dict[int, Indices] = {}
+
+    def chunks(self, size: int) -> Indices:
+        """Sorted chunks of ``size`` that the values touch (:func:`distinct_chunks`)."""
+        if size not in self._by_size:
+            self._by_size[size] = distinct_chunks(self._values, size)
+        return self._by_size[size]
+
+    def count(self, size: int) -> int:
+        """How many chunks of ``size`` the values touch."""
+        return len(self.chunks(size))
 
 
 def touched_chunks(rows: Indices, cols: Indices, geometry: ArrayGeometry) -> int:

@@ -278,8 +278,8 @@ class VirtualArrayReader:
             plan.cols,
             source.info.layout,
             source.info.dtype.itemsize,
-            count_rows=cells.chunk_count,
-            count_cols=plan.chunk_count,
+            count_rows=cells.touched.count,
+            count_cols=plan.touched.count,
         )
         fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
         unique_rows, first_rows, repeated_rows = cells.firsts()
@@ -289,12 +289,16 @@ class VirtualArrayReader:
             )
         elif choice.orientation == "counts":
             placement: Placement = RowPlacement(out, first_rows, plan.cell_major(fast.zero_column))
-            decoded = await fast.read_into(unique_rows, plan.chunks(fast.chunks[1]), placement)
+            decoded = await fast.read_into(
+                unique_rows, plan.touched.chunks(fast.chunks[1]), placement
+            )
         else:
             unique_cols, first_cols, repeated_cols = plan.feature_major()
             placement = ColumnPlacement(out, first_cols, *cells.axes())
             # the unique rows touch the same chunks as the rows
-            decoded = await fast.read_into(unique_cols, cells.chunks(fast.chunks[1]), placement)
+            decoded = await fast.read_into(
+                unique_cols, cells.touched.chunks(fast.chunks[1]), placement
+            )
             if len(repeated_cols):
                 out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                     np.ix_(first_rows, repeated_cols[:, 1])
