@@ -107,12 +107,10 @@ def test_strips_placed_in_small_batches(
         )
 
 
-@pytest.mark.parametrize("copy_runs", [0, placement.MAX_COPY_RUNS], ids=["gather", "slices"])
-def test_composite_reads_through_placements(
-    tmp_path: Path, dense: np.ndarray, copy_runs: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # column maps placed by one gather (np.take) or by slice copies of their stretches
-    monkeypatch.setattr(placement, "MAX_COPY_RUNS", copy_runs)
+def _overlapping_composite(
+    tmp_path: Path, dense: np.ndarray
+) -> tuple[cv.VirtualArrayReader, np.ndarray]:
+    """A reader of two sources sharing features 100-199, and the matrix it reads."""
     ids = [f"g{i}" for i in range(N_FEATURES)]
     a = _store(tmp_path, dense[:250, :200], "a.zarr", features=ids[:200])
     b = _store(tmp_path, dense[250:, 100:], "b.zarr", features=ids[100:])
@@ -120,7 +118,16 @@ def test_composite_reads_through_placements(
     expected = np.zeros((N_CELLS, N_FEATURES), dtype=dense.dtype)
     expected[:250, :200] = dense[:250, :200]
     expected[250:, 100:] = dense[250:, 100:]
-    reader = comp.reader()
+    return comp.reader(), expected
+
+
+@pytest.mark.parametrize("copy_runs", [0, placement.MAX_COPY_RUNS], ids=["gather", "slices"])
+def test_composite_reads_through_placements(
+    tmp_path: Path, dense: np.ndarray, copy_runs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # column maps placed by one gather (np.take) or by slice copies of their stretches
+    monkeypatch.setattr(placement, "MAX_COPY_RUNS", copy_runs)
+    reader, expected = _overlapping_composite(tmp_path, dense)
     for cells, features in SELECTIONS.values():
         np.testing.assert_array_equal(
             reader.read(cells, features), _expected(expected, cells, features)
@@ -283,14 +290,7 @@ def test_sources_zarr_reads_place_the_same_values(
     import cytearc_vfs.sources as sources
 
     monkeypatch.setattr(sources, "fast_reader_for", lambda array: None)
-    ids = [f"g{i}" for i in range(N_FEATURES)]
-    a = _store(tmp_path, dense[:250, :200], "a.zarr", features=ids[:200])
-    b = _store(tmp_path, dense[250:, 100:], "b.zarr", features=ids[100:])
-    comp = cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
-    expected = np.zeros((N_CELLS, N_FEATURES), dtype=dense.dtype)
-    expected[:250, :200] = dense[:250, :200]
-    expected[250:, 100:] = dense[250:, 100:]
-    reader = comp.reader()
+    reader, expected = _overlapping_composite(tmp_path, dense)
     assert reader._mapping.sources[0].counts_fast is None
     for cells, features in SELECTIONS.values():
         np.testing.assert_array_equal(
