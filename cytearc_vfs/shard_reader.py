@@ -242,22 +242,8 @@ class _PendingRows(NamedTuple):
     rows: list[int]
     """The strip row of each."""
     cols: list[tuple[int, int]]
-    """(first strip column, number of frames) of each run of frames, in order."""
-
-
-def _column_groups(cols: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Consecutive runs of ``cols`` with the same first column, merged.
-
-    >>> _column_groups([(0, 2), (0, 1), (8, 3), (0, 1)])
-    [(0, 3), (8, 3), (0, 1)]
-    """
-    groups: list[tuple[int, int]] = []
-    for col0, n in cols:
-        if groups and groups[-1][0] == col0:
-            groups[-1] = (col0, groups[-1][1] + n)
-        else:
-            groups.append((col0, n))
-    return groups
+    """(first strip column, number of frames) of each run of frames with one
+    first column, in order."""
 
 
 class _ShardWork(NamedTuple):
@@ -300,9 +286,9 @@ class ShardedReader:
         self.chunks = chunks
         self._per_shard = (shards[0] // chunks[0], shards[1] // chunks[1])
         self.dtype = np.dtype(dtype)
-        # one-row frames decode straight into strip rows when no byte swap is needed
-        self._native = self.dtype == self.dtype.newbyteorder("<")
         self._wire = self.dtype.newbyteorder("<")
+        # one-row frames decode straight into strip rows when no byte swap is needed
+        self._native = self.dtype == self._wire
         self._indexes: dict[int, npt.NDArray[np.uint64] | None] = {}
         self.col_chunks = -(-shape[1] // chunks[1])
         self.zero_column = self.col_chunks * chunks[1]
@@ -360,7 +346,10 @@ class ShardedReader:
             offsets = frames.offsets
             pending.pieces.extend([data[offsets[row] : offsets[row + 1]] for row in rows])
             pending.rows.extend(range(lo, lo + len(rows)))
-            pending.cols.append((col0, len(rows)))
+            if pending.cols and pending.cols[-1][0] == col0:  # the run continues
+                pending.cols[-1] = (col0, pending.cols[-1][1] + len(rows))
+            else:
+                pending.cols.append((col0, len(rows)))
             return
         r, c = scratch.shape
         flat = memoryview(scratch.reshape(-1).view(np.uint8))
@@ -403,7 +392,7 @@ class ShardedReader:
         values_2d = values.view(self._wire).reshape(count, c)
         rows = np.asarray(pending.rows, dtype=np.intp)
         taken = 0
-        for col0, n in _column_groups(pending.cols):
+        for col0, n in pending.cols:
             strip[rows[taken : taken + n], col0 : col0 + c] = values_2d[taken : taken + n]
             taken += n
         pending.pieces.clear()
