@@ -9,8 +9,10 @@ the read, on the worker thread that decoded it:
 * :class:`RowPlacement` (cell-major ``counts``): strip rows are output rows;
   output columns come from a *column map* (a source column per output
   column, the zero column where the source lacks the feature), applied by
-  slice copies when the map is a few stretches, else one ``np.take`` per
-  strip; or a plain slice when the columns are already in order.
+  slice copies when the map is a few stretches, else one gather per strip
+  (the compiled ``_kernels.gather_columns``, or ``np.take`` where the
+  package was installed without a C compiler); or a plain slice when the
+  columns are already in order.
 * :class:`ColumnPlacement` (feature-major ``countsT``): strip rows are
   output columns and the selected strip columns are output rows.
 
@@ -20,11 +22,19 @@ different sources write disjoint memory and run concurrently.
 
 from __future__ import annotations
 
+from collections.abc import Buffer, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+GatherColumns = Callable[[Buffer, int, int, Buffer, Buffer], None]
+gather_columns: GatherColumns | None
+try:
+    from ._kernels import gather_columns
+except ImportError:  # installed without a C compiler: numpy's take does the same, slower
+    gather_columns = None
 
 __all__ = [
     "ColumnMap",
@@ -148,7 +158,7 @@ def column_map(columns: Indices, zero_column: int) -> ColumnMap:
     in_order = contiguous(columns)
     if in_order is not None and (len(columns) == 0 or int(columns[0]) >= 0):
         return ColumnMap(in_order, None, None)
-    indices = np.where(columns >= 0, columns, zero_column)
+    indices = np.where(columns >= 0, columns, zero_column).astype(np.int64, copy=False)
     return ColumnMap(None, indices, copy_runs(indices, zero_column))
 
 
@@ -197,7 +207,24 @@ class RowPlacement:
                 rows[:, out_start : out_start + width] = strip[:, strip_start : strip_start + width]
         else:
             assert columns.indices is not None
-            np.take(strip, columns.indices, axis=1, out=self._out[target], mode="clip")
+            _gather(strip, columns.indices, self._out[target])
+
+
+def _gather(strip: npt.NDArray[Any], columns: Indices, out: npt.NDArray[Any]) -> None:
+    """``out[i, j] = strip[i, columns[j]]``: the compiled loop when it is there
+    and the arrays allow it (~1.6x faster than ``np.take`` for 1- and 2-byte
+    counts, and it runs without the GIL)."""
+    if (
+        gather_columns is not None
+        and strip.flags.c_contiguous
+        and out.flags.c_contiguous
+        and strip.dtype == out.dtype
+        and strip.dtype.itemsize in (1, 2, 4, 8)
+        and columns.dtype == np.int64
+    ):
+        gather_columns(strip, strip.shape[1], strip.dtype.itemsize, columns, out)
+    else:
+        np.take(strip, columns, axis=1, out=out, mode="clip")
 
 
 class ColumnPlacement:
