@@ -159,6 +159,9 @@ def column_map(columns: Indices, zero_column: int) -> ColumnMap:
     if in_order is not None and (len(columns) == 0 or int(columns[0]) >= 0):
         return ColumnMap(in_order, None, None)
     indices = np.where(columns >= 0, columns, zero_column).astype(np.int64, copy=False)
+    # read-only: the compiled gather checks the indices once, then reads them
+    # without the GIL
+    indices.flags.writeable = False
     return ColumnMap(None, indices, copy_runs(indices, zero_column))
 
 
