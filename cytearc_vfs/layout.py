@@ -82,12 +82,7 @@ class LayoutPolicy:
 DEFAULT_POLICY = LayoutPolicy()
 
 
-def array_geometry(
-    n_rows: int,
-    n_cols: int,
-    itemsize: int,
-    policy: LayoutPolicy,
-) -> ArrayGeometry:
+def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy) -> ArrayGeometry:
     """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``.
 
     A shard is a band of whole rows across every column, so a band write

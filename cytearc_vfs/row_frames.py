@@ -178,7 +178,7 @@ class RowFrameEncoder:
             compressor.compress(data[start * row_bytes : (start + rows_per_frame) * row_bytes])
             for start in range(0, rows, rows_per_frame)
         ]
-        payload = struct.pack(f"<{len(frames)}I", *map(len, frames)) + _END.pack(
+        payload = _sizes_format(len(frames)).pack(*map(len, frames)) + _END.pack(
             rows_per_frame, len(frames), _TAG
         )
         return b"".join([*frames, _HEADER.pack(_MAGIC, len(payload)), payload])
