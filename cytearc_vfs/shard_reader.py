@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from collections.abc import Awaitable, Sequence
 from typing import Any, NamedTuple
 
 import google_crc32c
@@ -38,6 +34,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
+from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .errors import RecordShapeError
 from .placement import Placement, chunk_runs
 from .read_stats import CountingStore, ReadCounters
@@ -125,113 +122,6 @@ def _read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) 
     finally:
         os.close(descriptor)
     return blobs
-
-
-# Decoding runs on as many threads as there are cores, no more: the GIL-bound
-# parts of more threads would only queue for each other. One pool per process:
-# a forked child must not inherit a pool whose threads stayed in the parent.
-_DECODERS: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _decoder_pool() -> ThreadPoolExecutor:
-    global _DECODERS
-    if _DECODERS is None or _DECODERS[0] != os.getpid():
-        pool = ThreadPoolExecutor(
-            max_workers=os.cpu_count() or 1, thread_name_prefix="cytearc-decode"
-        )
-        _DECODERS = (os.getpid(), pool)
-    return _DECODERS[1]
-
-
-_THREAD = threading.local()
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    """This thread's zstd decompressor (one context, reused: they are not thread-safe)."""
-    decompressor: zstandard.ZstdDecompressor | None = getattr(_THREAD, "zstd", None)
-    if decompressor is None:
-        decompressor = _THREAD.zstd = zstandard.ZstdDecompressor()
-    return decompressor
-
-
-def _scratch(nbytes: int, name: str = "chunk") -> npt.NDArray[np.uint8]:
-    """This thread's decode buffer ``name``, at least ``nbytes`` long (reused:
-    it stays in the core's cache, and fresh memory costs page faults, which
-    threads of one process take in turn)."""
-    buffers: dict[str, npt.NDArray[np.uint8]] = _THREAD.__dict__.setdefault("scratch", {})
-    buffer = buffers.get(name)
-    if buffer is None or len(buffer) < nbytes:
-        buffer = buffers[name] = np.empty(max(nbytes, 256 << 10), dtype=np.uint8)
-    return buffer[:nbytes]
-
-
-# Jobs handed over during one turn of the event loop, per loop, not yet started.
-_PENDING: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop,
-    list[tuple[Callable[..., None], tuple[Any, ...], asyncio.Future[None]]],
-] = weakref.WeakKeyDictionary()
-
-
-def _hand_over(function: Callable[..., None], *args: Any) -> asyncio.Future[None]:
-    """Run ``function(*args)`` on the decoding pool; the returned future ends with it.
-
-    Jobs handed over in the same turn of the event loop start together, at
-    the end of that turn, and wake the loop once, when the last of them has
-    ended (each wake-up from a thread costs the loop a self-pipe round).
-    Started one by one, the first job's thread would take the GIL between
-    its many short GIL-free calls (pread, zstd) while the event loop still
-    plans the other shards: the loop then waits for the interpreter's 5 ms
-    switch interval before each next hand-over.
-    """
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-    batch = _PENDING.get(loop)
-    if batch is None:
-        batch = _PENDING[loop] = []
-        loop.call_soon(_start_pending, loop)
-    batch.append((function, args, waiter))
-    return waiter
-
-
-def _start_pending(loop: asyncio.AbstractEventLoop) -> None:
-    jobs = [job for job in _PENDING.pop(loop, []) if not job[2].cancelled()]
-    errors: list[BaseException | None] = [None] * len(jobs)
-    remaining = [len(jobs)]
-    lock = threading.Lock()
-
-    def wake_waiters() -> None:  # on the loop
-        for (_, _, waiter), error in zip(jobs, errors, strict=True):
-            if waiter.done():
-                continue
-            if error is None:
-                waiter.set_result(None)
-            else:
-                waiter.set_exception(error)
-
-    def ended() -> None:
-        with lock:
-            remaining[0] -= 1
-            last = remaining[0] == 0
-        if last:
-            with suppress(RuntimeError):  # the loop was closed meanwhile
-                loop.call_soon_threadsafe(wake_waiters)
-
-    def run(position: int, function: Callable[..., None], args: tuple[Any, ...]) -> None:
-        try:
-            function(*args)
-        except BaseException as exc:
-            errors[position] = exc
-        finally:
-            ended()
-
-    for position, (function, args, _) in enumerate(jobs):
-        try:
-            _decoder_pool().submit(run, position, function, args)
-        except Exception as exc:  # e.g. the pool was shut down at exit
-            # the read gets the error: a job that never starts must not
-            # leave its read waiting forever
-            errors[position] = exc
-            ended()
 
 
 class _PendingRows(NamedTuple):
@@ -387,7 +277,7 @@ class ShardedReader:
         """
         c = self.chunks[1]
         count = len(pending.pieces)
-        values = _scratch(count * c * self.dtype.itemsize, name="pending")
+        values = thread_scratch(count * c * self.dtype.itemsize, name="pending")
         self._inflate(b"".join(pending.pieces), memoryview(values), exact=True)
         values_2d = values.view(self._wire).reshape(count, c)
         rows = np.asarray(pending.rows, dtype=np.intp)
@@ -406,7 +296,7 @@ class ShardedReader:
         joined from several chunks must not shift each other's rows.
         """
         try:
-            with _decompressor().stream_reader(data, read_across_frames=True) as reader:
+            with thread_decompressor().stream_reader(data, read_across_frames=True) as reader:
                 filled = 0
                 while filled < len(target):
                     n = reader.readinto(target[filled:])
@@ -460,7 +350,7 @@ class ShardedReader:
                 # pread and zstd release the GIL: reading, decoding and placing
                 # off the event loop keeps other shards flowing
                 path = f"{root}/{self._key(shard_row)}"
-                jobs.append(_hand_over(self._read_local, path, offsets, sizes, counters, work))
+                jobs.append(hand_over(self._read_local, path, offsets, sizes, counters, work))
             else:
                 jobs.append(self._fetch_and_decode(shard_row, index, offsets, sizes, work))
         await asyncio.gather(*jobs)
@@ -492,7 +382,7 @@ class ShardedReader:
                     for position, buffer in batch:
                         assert buffer is not None
                         blobs[position] = buffer.as_numpy_array()
-        await _hand_over(self._decode_and_place, work, blobs)
+        await hand_over(self._decode_and_place, work, blobs)
 
     def _read_local(
         self,
@@ -517,7 +407,7 @@ class ShardedReader:
         # Each chunk is decoded into one small reused buffer (it stays in the
         # core's cache), only as far as its selected rows need, and those rows
         # are copied into the strip at once.
-        chunk = _scratch(r * c * itemsize).view(self._wire).reshape(r, c)
+        chunk = thread_scratch(r * c * itemsize).view(self._wire).reshape(r, c)
         edges = bounds.tolist()
         first_row = edges[0]
         local = (rows[first_row : edges[-1]] % r).tolist()

@@ -22,6 +22,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
+import cytearc_vfs.decode_threads as decode_threads
 import cytearc_vfs.placement as placement
 import cytearc_vfs.shard_reader as shard_reader
 from cytearc_vfs.errors import RecordShapeError
@@ -278,7 +279,7 @@ def test_a_job_that_cannot_start_fails_the_read(
     def no_pool() -> None:
         raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
-    monkeypatch.setattr(shard_reader, "_decoder_pool", no_pool)
+    monkeypatch.setattr(decode_threads, "decoder_pool", no_pool)
     with pytest.raises(RuntimeError, match="cannot schedule"):
         reader.read(np.array([0, 1]), None)  # fails; does not wait forever
 
