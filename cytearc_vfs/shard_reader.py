@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Buffer, Callable, Sequence
 from typing import Any, NamedTuple
 
 import google_crc32c
@@ -38,7 +38,14 @@ from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .errors import RecordShapeError
 from .placement import Placement, chunk_runs
 from .read_stats import CountingStore, ReadCounters
-from .row_frames import frame_index
+from .row_frames import frame_index, rows_per_frame
+
+ReadRowFrames = Callable[[int, int, Buffer, Buffer, Buffer, Buffer, Buffer], tuple[int, int] | None]
+read_row_frames: ReadRowFrames | None
+try:
+    from ._kernels import read_row_frames
+except ImportError:  # installed without a C compiler: chunks are read whole, in Python
+    read_row_frames = None
 
 __all__ = ["ShardedReader", "fast_reader_for"]
 
@@ -183,6 +190,16 @@ class ShardedReader:
         self.col_chunks = -(-shape[1] // chunks[1])
         self.zero_column = self.col_chunks * chunks[1]
         """Index of the all-zero column appended to every strip (column maps point there)."""
+        # Local chunks of one frame per row across every column are read by the
+        # compiled loop: only the wanted frames, without the GIL.
+        self._frame_reads = (
+            read_row_frames is not None
+            and local_files is not None
+            and self._native
+            and self.col_chunks == 1
+            and chunks[0] >= 2
+            and rows_per_frame(chunks, self.dtype.itemsize) == 1
+        )
 
     def _key(self, shard_row: int) -> str:
         return f"{self._path}/c/{shard_row}/0"
@@ -392,10 +409,88 @@ class ShardedReader:
         counters: ReadCounters | None,
         work: _ShardWork,
     ) -> None:
-        blobs = _read_local_ranges(path, offsets, sizes)
+        read_bytes = 0
+        if self._frame_reads:
+            done, done_chunks, read_bytes = self._read_local_frames(path, offsets, sizes, work)
+            # a chunk that is not one frame per row (zarr rewrote it): the
+            # rest of the job reads whole chunks
+            rows, row_chunks, bounds, col_chunks, present, placement = work
+            work = _ShardWork(
+                rows, row_chunks[done:], bounds[done:], col_chunks, present[done:], placement
+            )
+            offsets, sizes = offsets[done_chunks:], sizes[done_chunks:]
+        if len(work.row_chunks):
+            self._decode_and_place(work, _read_local_ranges(path, offsets, sizes))
         if counters is not None:
-            counters.add(nbytes=sum(sizes), requests=1)
-        self._decode_and_place(work, blobs)
+            counters.add(nbytes=read_bytes + sum(sizes), requests=1)
+
+    def _read_local_frames(
+        self, path: str, offsets: list[int], sizes: list[int], work: _ShardWork
+    ) -> tuple[int, int, int]:
+        """Read, decode and place the wanted one-row frames of a job's chunks, strip by
+        strip, with the compiled ``read_row_frames`` (no GIL, only the frames read).
+
+        Returns how many of the job's row chunks and of ``offsets`` it placed (all,
+        unless a strip holds a chunk that is not one frame per row), and the bytes
+        it read.
+        """
+        assert read_row_frames is not None
+        rows, row_chunks, bounds, _, present, placement = work
+        r, c = self.chunks
+        stored = present[:, 0]
+        # where each row chunk's entries start in offsets (missing chunks have none)
+        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
+        chunk_offsets = np.asarray(offsets, dtype=np.int64)
+        chunk_sizes = np.asarray(sizes, dtype=np.int64)
+        per_chunk = np.diff(bounds)
+        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        read_bytes = done = 0
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            for first in range(0, len(row_chunks), batch):
+                last = min(len(row_chunks), first + batch)
+                start, stop = int(bounds[first]), int(bounds[last])
+                kept = np.repeat(stored[first:last], per_chunk[first:last])
+                local = rows[start:stop][kept] % r
+                a, b = entry_of[first], entry_of[last]
+                frames = thread_scratch(int(chunk_sizes[a:b].sum()), "frames")
+                try:
+                    got = read_row_frames(
+                        descriptor,
+                        r,
+                        chunk_offsets[a:b],
+                        chunk_sizes[a:b],
+                        per_chunk[first:last][stored[first:last]],
+                        local,
+                        frames,
+                    )
+                except EOFError as exc:
+                    raise OSError(f"{path}: {exc}; the shard is truncated") from None
+                except OSError as exc:
+                    raise OSError(exc.errno, exc.strerror, path) from None
+                if got is None:
+                    break
+                read_bytes += got[1]
+                values = thread_scratch(len(local) * c * self.dtype.itemsize, "pending")
+                self._decode_frames(frames[: got[0]], b - a, values)
+                strip = np.empty((stop - start, c + 1), dtype=self.dtype)
+                block = values.view(self._wire).reshape(len(local), c)
+                if len(local) == len(strip):
+                    strip[:, :c] = block
+                else:  # chunks never written hold the fill value
+                    strip[:, :c] = 0
+                    strip[kept, :c] = block
+                strip[:, c] = 0
+                placement.place(start, strip)
+                done = last
+        finally:
+            os.close(descriptor)
+        return done, entry_of[done], read_bytes
+
+    def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
+        """Decode the joined one-row frames of ``n_chunks`` chunks into ``values``
+        (exactly: each chunk's rows are decoded once, none shifted)."""
+        self._inflate(frames, memoryview(values), exact=True)
 
     def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:
         rows, row_chunks, bounds, col_chunks, present, placement = work

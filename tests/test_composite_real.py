@@ -206,9 +206,19 @@ def count_decodes(shapes: set[tuple[int, ...]]) -> Iterator[Counter[tuple[int, .
                 decoded[tuple(self.chunks)] += 1
         return original_direct(self, data, *args)
 
+    original_frames = ShardedReader._decode_frames
+
+    def counting_frames(self: ShardedReader, frames: Any, n_chunks: int, *args: Any) -> Any:
+        # the wanted one-row frames of n_chunks chunks, read by the compiled loop
+        if tuple(self.chunks) in shapes:
+            with lock:
+                decoded[tuple(self.chunks)] += n_chunks
+        return original_frames(self, frames, n_chunks, *args)
+
     with (
         mock.patch.object(ZstdCodec, "_decode_sync", counting),
         mock.patch.object(ShardedReader, "_decode", counting_direct),
+        mock.patch.object(ShardedReader, "_decode_frames", counting_frames),
     ):
         yield decoded
 
