@@ -9,11 +9,33 @@
  *     source columns, each in [0, src_cols): a composite's column map, whose
  *     absent features point at an all-zero source column.
  *
+ * gather_columns(src, src_cols, itemsize, index, out, zero_column, plan)
+ * plan_gather(index, src_cols, itemsize, zero_column)
+ *
+ *     The same, where src column zero_column is known to hold only zeros
+ *     (the all-zero column of a strip: its items are written as zero), with
+ *     the shuffle plan that plan_gather made for the same arguments.
+ *
  * numpy's np.take does the same through a generic per-item loop that checks
- * and clips every index; this loop, with the indices checked once per call,
- * is ~1.6x faster for 1- and 2-byte counts and runs without the GIL, so the
- * placements of two sources go on in parallel. The module needs no numpy
- * headers: all three arrays come in through the buffer protocol.
+ * and clips every index; the item loop here, with the indices checked once
+ * per call, is ~1.6x faster for 1- and 2-byte counts and runs without the
+ * GIL, so the placements of two sources go on in parallel. The module needs
+ * no numpy headers: the arrays come in through the buffer protocol.
+ *
+ * With a plan, on x86-64 (SSSE3, every x86-64 CPU since 2006), 4-5x faster
+ * than the item loop for 1- and 2-byte counts (1.7x for 4-byte; none is
+ * made for 8-byte items): a source that holds a subset
+ * of the union's features, in the union's order, fills each 16 output bytes
+ * from one or two 16-byte windows of its row (its features are nearly
+ * consecutive there; the absent ones are zeros). The plan holds, per 16-byte
+ * output block, its window starts and byte shuffles (pshufb; 0x80 writes a
+ * zero byte), so a block is a load and a shuffle per window and one store,
+ * not 16 (uint8) or 8 (uint16) item copies. It is made once per column map
+ * (it costs about one row's gather) and checked on every call: a plan that
+ * does not match the arguments is refused, one made on a machine without
+ * SSSE3 is not made at all (None). Blocks whose columns need more windows
+ * (features in another order) and the row's last partial block are copied
+ * item by item.
  *
  * read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out)
  *
@@ -45,24 +67,150 @@
 #include <unistd.h>
 #endif
 
+#define GATHER_ITEMS(T, from_row, to_row, first, stop)                        \
+    do {                                                                     \
+        const T *from_ = (const T *)(from_row);                              \
+        T *to_ = (T *)(to_row);                                              \
+        for (Py_ssize_t j_ = (first); j_ < (stop); j_++) {                   \
+            to_[j_] = from_[columns[j_]];                                    \
+        }                                                                    \
+    } while (0)
+
+/* Items [first, stop) of one row, item by item. */
+static void
+gather_items(const char *from, char *to, const int64_t *columns, Py_ssize_t itemsize,
+             Py_ssize_t first, Py_ssize_t stop)
+{
+    switch (itemsize) {
+    case 1:
+        GATHER_ITEMS(uint8_t, from, to, first, stop);
+        break;
+    case 2:
+        GATHER_ITEMS(uint16_t, from, to, first, stop);
+        break;
+    case 4:
+        GATHER_ITEMS(uint32_t, from, to, first, stop);
+        break;
+    default:
+        GATHER_ITEMS(uint64_t, from, to, first, stop);
+        break;
+    }
+}
+
 #define GATHER_ROWS(T)                                                       \
     for (Py_ssize_t i = 0; i < rows; i++) {                                  \
-        const T *from = (const T *)(src_bytes + i * src_row);                \
-        T *to = (T *)(out_bytes + i * out_row);                              \
-        for (Py_ssize_t j = 0; j < width; j++) {                             \
-            to[j] = from[columns[j]];                                        \
-        }                                                                    \
+        GATHER_ITEMS(T, src_bytes + i * src_row, out_bytes + i * out_row, 0, width); \
     }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <tmmintrin.h>
+#define SHUFFLE_BLOCKS 1
+#define BLOCK 16
+
+/*
+ * A shuffle plan (plan_gather): a header of PLAN_HEADER int64 (PLAN_MAGIC,
+ * width, src_cols, itemsize, zero_column, blocks), then for each full
+ * 16-byte output block the byte offsets of its at most two 16-byte source
+ * windows in a row (window_at[2b], window_at[2b+1]; -1: no second window;
+ * -1 first: copy the block item by item), then one 16-byte shuffle per
+ * window, 0x80 where the other window (or a zero) fills the byte. Blocks
+ * take two windows where a source has a few features of its own between
+ * the union's (a union lists the first source's features first).
+ */
+#define PLAN_MAGIC 0x43565346504C414ELL
+#define PLAN_HEADER 6
+
+static void
+plan_block(const int64_t *block, Py_ssize_t per_block, Py_ssize_t src_cols, Py_ssize_t itemsize,
+           int64_t zero_column, int64_t *starts, unsigned char *shuffle)
+{
+    int window_of[BLOCK]; /* 0 or 1 for each item; -1 for a zero */
+    int64_t low[2] = {INT64_MAX, INT64_MAX};
+    for (Py_ssize_t t = 0; t < per_block; t++) {
+        window_of[t] = -1;
+        if (block[t] != zero_column && block[t] < low[0]) {
+            low[0] = block[t];
+        }
+    }
+    for (Py_ssize_t t = 0; t < per_block; t++) {
+        if (block[t] != zero_column) {
+            if (block[t] - low[0] < per_block) {
+                window_of[t] = 0;
+            } else if (block[t] < low[1]) {
+                low[1] = block[t];
+            }
+        }
+    }
+    for (Py_ssize_t t = 0; t < per_block; t++) {
+        if (block[t] != zero_column && window_of[t] < 0) {
+            if (block[t] - low[1] >= per_block) {
+                starts[0] = starts[1] = -1; /* three windows or more */
+                return;
+            }
+            window_of[t] = 1;
+        }
+    }
+    memset(shuffle, 0x80, 2 * BLOCK);
+    starts[0] = 0; /* a block of zeros: window 0 shuffles in none */
+    starts[1] = -1;
+    for (int w = 0; w < 2; w++) {
+        if (low[w] == INT64_MAX) {
+            continue;
+        }
+        /* a window must end inside the row: start it earlier near the end */
+        const int64_t start = low[w] < src_cols - per_block ? low[w] : src_cols - per_block;
+        starts[w] = start * itemsize;
+        for (Py_ssize_t t = 0; t < per_block; t++) {
+            for (Py_ssize_t q = 0; window_of[t] == w && q < itemsize; q++) {
+                shuffle[w * BLOCK + t * itemsize + q] =
+                    (unsigned char)((block[t] - start) * itemsize + q);
+            }
+        }
+    }
+}
+
+__attribute__((target("ssse3"))) static void
+shuffle_rows(const char *src_bytes, Py_ssize_t src_row, char *out_bytes, Py_ssize_t out_row,
+             Py_ssize_t rows, const int64_t *columns, Py_ssize_t width, Py_ssize_t itemsize,
+             Py_ssize_t blocks, const int64_t *window_at, const unsigned char *shuffles)
+{
+    const Py_ssize_t per_block = BLOCK / itemsize;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        const char *from = src_bytes + i * src_row;
+        char *to = out_bytes + i * out_row;
+        for (Py_ssize_t b = 0; b < blocks; b++) {
+            const int64_t first = window_at[2 * b], second = window_at[2 * b + 1];
+            if (first < 0) {
+                gather_items(from, to, columns, itemsize, b * per_block, (b + 1) * per_block);
+                continue;
+            }
+            const __m128i *shuffle = (const __m128i *)(shuffles + 2 * b * BLOCK);
+            __m128i items = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(from + first)),
+                                             _mm_loadu_si128(shuffle));
+            if (second >= 0) {
+                items = _mm_or_si128(
+                    items, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(from + second)),
+                                            _mm_loadu_si128(shuffle + 1)));
+            }
+            _mm_storeu_si128((__m128i *)(to + b * BLOCK), items);
+        }
+        gather_items(from, to, columns, itemsize, blocks * per_block, width);
+    }
+}
+#endif
 
 static PyObject *
 gather_columns(PyObject *self, PyObject *args)
 {
     Py_buffer src, index, out;
     Py_ssize_t src_cols, itemsize;
+    long long zero_column = -1;
+    PyObject *plan_object = Py_None;
     PyObject *result = NULL;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nny*w*", &src, &src_cols, &itemsize, &index, &out)) {
+    if (!PyArg_ParseTuple(args, "y*nny*w*|LO", &src, &src_cols, &itemsize, &index, &out,
+                          &zero_column, &plan_object)) {
         return NULL;
     }
     if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) {
@@ -84,7 +232,7 @@ gather_columns(PyObject *self, PyObject *args)
         const char *src_bytes = (const char *)src.buf;
         char *out_bytes = (char *)out.buf;
 
-        if (rows * src_row != src.len || out.len != rows * out_row) {
+        if (rows * src_row != src.len || out.len != rows * out_row || src_row < 0) {
             PyErr_Format(PyExc_ValueError,
                          "gather_columns: %zd source bytes and %zd output bytes are not the "
                          "same rows of %zd and %zd items",
@@ -99,20 +247,64 @@ gather_columns(PyObject *self, PyObject *args)
                 goto done;
             }
         }
+        Py_ssize_t blocks = 0;
+        const int64_t *window_at = NULL;
+        const unsigned char *shuffles = NULL;
+        if (plan_object != Py_None) {
+#ifdef SHUFFLE_BLOCKS
+            if (!PyBytes_Check(plan_object)) {
+                PyErr_SetString(PyExc_TypeError, "gather_columns: plan must come from plan_gather");
+                goto done;
+            }
+            const int64_t *plan = (const int64_t *)PyBytes_AS_STRING(plan_object);
+            const Py_ssize_t plan_len = PyBytes_GET_SIZE(plan_object);
+            if (plan_len < PLAN_HEADER * 8 || plan[0] != PLAN_MAGIC || plan[1] != width ||
+                plan[2] != src_cols || plan[3] != itemsize || plan[4] != zero_column ||
+                plan[5] != width / (BLOCK / itemsize) ||
+                plan_len != PLAN_HEADER * 8 + plan[5] * (2 * 8 + 2 * BLOCK)) {
+                PyErr_SetString(PyExc_ValueError,
+                                "gather_columns: the plan is for another index, source width, "
+                                "itemsize or zero column");
+                goto done;
+            }
+            window_at = plan + PLAN_HEADER;
+            shuffles = (const unsigned char *)(window_at + 2 * plan[5]);
+            for (int64_t w = 0; w < 2 * plan[5]; w++) {
+                if (window_at[w] < -1 || window_at[w] > src_row - BLOCK) {
+                    PyErr_SetString(PyExc_ValueError,
+                                    "gather_columns: the plan has a window outside the rows");
+                    goto done;
+                }
+            }
+            /* a plan made on another machine: copy item by item */
+            blocks = __builtin_cpu_supports("ssse3") ? (Py_ssize_t)plan[5] : 0;
+#else
+            PyErr_SetString(PyExc_ValueError, "gather_columns: plans exist only on x86-64");
+            goto done;
+#endif
+        }
         Py_BEGIN_ALLOW_THREADS
-        switch (itemsize) {
-        case 1:
-            GATHER_ROWS(uint8_t)
-            break;
-        case 2:
-            GATHER_ROWS(uint16_t)
-            break;
-        case 4:
-            GATHER_ROWS(uint32_t)
-            break;
-        default:
-            GATHER_ROWS(uint64_t)
-            break;
+#ifdef SHUFFLE_BLOCKS
+        if (blocks > 0) {
+            shuffle_rows(src_bytes, src_row, out_bytes, out_row, rows, columns, width, itemsize,
+                         blocks, window_at, shuffles);
+        } else
+#endif
+        {
+            switch (itemsize) {
+            case 1:
+                GATHER_ROWS(uint8_t)
+                break;
+            case 2:
+                GATHER_ROWS(uint16_t)
+                break;
+            case 4:
+                GATHER_ROWS(uint32_t)
+                break;
+            default:
+                GATHER_ROWS(uint64_t)
+                break;
+            }
         }
         Py_END_ALLOW_THREADS
     }
@@ -310,9 +502,76 @@ done:
 }
 #endif
 
+static PyObject *
+plan_gather(PyObject *self, PyObject *args)
+{
+    Py_buffer index;
+    Py_ssize_t src_cols, itemsize;
+    long long zero_column = -1;
+    PyObject *result = NULL;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nn|L", &index, &src_cols, &itemsize, &zero_column)) {
+        return NULL;
+    }
+    if ((itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) ||
+        index.len % (Py_ssize_t)sizeof(int64_t) != 0 || src_cols < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "plan_gather: index must be int64, src_cols positive and itemsize 1, 2, "
+                        "4 or 8");
+        goto done;
+    }
+#ifdef SHUFFLE_BLOCKS
+    {
+        const int64_t *columns = (const int64_t *)index.buf;
+        const Py_ssize_t width = index.len / (Py_ssize_t)sizeof(int64_t);
+        const Py_ssize_t per_block = BLOCK / itemsize;
+        const Py_ssize_t blocks = width / per_block;
+        for (Py_ssize_t j = 0; j < width; j++) {
+            if (columns[j] < 0 || columns[j] >= src_cols) {
+                PyErr_Format(PyExc_IndexError,
+                             "plan_gather: column %lld is outside the %zd source columns",
+                             (long long)columns[j], src_cols);
+                goto done;
+            }
+        }
+        /* 8-byte items: two per block, no faster than the item loop */
+        if (itemsize == 8 || blocks == 0 || src_cols < per_block ||
+            !__builtin_cpu_supports("ssse3")) {
+            result = Py_NewRef(Py_None); /* shuffles cannot help */
+            goto done;
+        }
+        result = PyBytes_FromStringAndSize(NULL, (PLAN_HEADER * 8) + blocks * (2 * 8 + 2 * BLOCK));
+        if (result == NULL) {
+            goto done;
+        }
+        int64_t *plan = (int64_t *)PyBytes_AS_STRING(result);
+        const int64_t header[PLAN_HEADER] = {PLAN_MAGIC, width, src_cols, itemsize,
+                                             zero_column, blocks};
+        memcpy(plan, header, sizeof(header));
+        int64_t *window_at = plan + PLAN_HEADER;
+        unsigned char *shuffles = (unsigned char *)(window_at + 2 * blocks);
+        for (Py_ssize_t b = 0; b < blocks; b++) {
+            plan_block(columns + b * per_block, per_block, src_cols, itemsize, zero_column,
+                       window_at + 2 * b, shuffles + 2 * b * BLOCK);
+        }
+    }
+#else
+    result = Py_NewRef(Py_None);
+#endif
+done:
+    PyBuffer_Release(&index);
+    return result;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"gather_columns", gather_columns, METH_VARARGS,
-     "gather_columns(src, src_cols, itemsize, index, out): out[i, j] = src[i, index[j]]."},
+     "gather_columns(src, src_cols, itemsize, index, out, zero_column=-1, plan=None): "
+     "out[i, j] = src[i, index[j]] (zero where index[j] is zero_column, an all-zero column); "
+     "plan: plan_gather's for the same arguments."},
+    {"plan_gather", plan_gather, METH_VARARGS,
+     "plan_gather(index, src_cols, itemsize, zero_column=-1): a shuffle plan for "
+     "gather_columns, or None where shuffles cannot help."},
 #ifndef _WIN32
     {"read_row_frames", read_row_frames, METH_VARARGS,
      "read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out): the wanted one-row "

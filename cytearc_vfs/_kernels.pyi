@@ -1,8 +1,18 @@
 from collections.abc import Buffer
 
 def gather_columns(
-    src: Buffer, src_cols: int, itemsize: int, index: Buffer, out: Buffer, /
+    src: Buffer,
+    src_cols: int,
+    itemsize: int,
+    index: Buffer,
+    out: Buffer,
+    zero_column: int = -1,
+    plan: bytes | None = None,
+    /,
 ) -> None: ...
+def plan_gather(
+    index: Buffer, src_cols: int, itemsize: int, zero_column: int = -1, /
+) -> bytes | None: ...
 def read_row_frames(
     fd: int,
     chunk_rows: int,

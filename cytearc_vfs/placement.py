@@ -23,18 +23,20 @@ different sources write disjoint memory and run concurrently.
 from __future__ import annotations
 
 from collections.abc import Buffer, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-GatherColumns = Callable[[Buffer, int, int, Buffer, Buffer], None]
+GatherColumns = Callable[[Buffer, int, int, Buffer, Buffer, int, bytes | None], None]
+PlanGather = Callable[[Buffer, int, int, int], bytes | None]
 gather_columns: GatherColumns | None
+plan_gather: PlanGather | None
 try:
-    from ._kernels import gather_columns
+    from ._kernels import gather_columns, plan_gather
 except ImportError:  # installed without a C compiler: numpy's take does the same, slower
-    gather_columns = None
+    gather_columns = plan_gather = None
 
 __all__ = [
     "ColumnMap",
@@ -145,6 +147,20 @@ class ColumnMap:
     """Strip column of each output column (the zero column where the source lacks it)."""
     runs: list[tuple[int, int, int]] | None
     """The stretches of ``indices`` as slice copies, when there are few (:func:`copy_runs`)."""
+    zero_column: int = -1
+    """The strip's all-zero column (its last)."""
+    _plans: dict[int, bytes | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def gather_plan(self, itemsize: int) -> bytes | None:
+        """The compiled gather's shuffle plan for strips of ``itemsize``-byte items,
+        made when first asked (``None`` where there is no compiled gather or a
+        plan cannot help). Two threads asking at once make the same plan."""
+        if itemsize not in self._plans:
+            plan = None
+            if plan_gather is not None and self.indices is not None:
+                plan = plan_gather(self.indices, self.zero_column + 1, itemsize, self.zero_column)
+            self._plans[itemsize] = plan
+        return self._plans[itemsize]
 
 
 def column_map(columns: Indices, zero_column: int) -> ColumnMap:
@@ -157,12 +173,12 @@ def column_map(columns: Indices, zero_column: int) -> ColumnMap:
     """
     in_order = contiguous(columns)
     if in_order is not None and (len(columns) == 0 or int(columns[0]) >= 0):
-        return ColumnMap(in_order, None, None)
+        return ColumnMap(in_order, None, None, zero_column)
     indices = np.where(columns >= 0, columns, zero_column).astype(np.int64, copy=False)
     # read-only: the compiled gather checks the indices once, then reads them
     # without the GIL
     indices.flags.writeable = False
-    return ColumnMap(None, indices, copy_runs(indices, zero_column))
+    return ColumnMap(None, indices, copy_runs(indices, zero_column), zero_column)
 
 
 class RowPlacement:
@@ -209,25 +225,29 @@ class RowPlacement:
             for out_start, strip_start, width in columns.runs:
                 rows[:, out_start : out_start + width] = strip[:, strip_start : strip_start + width]
         else:
-            assert columns.indices is not None
-            _gather(strip, columns.indices, self._out[target])
+            _gather(strip, columns, self._out[target])
 
 
-def _gather(strip: npt.NDArray[Any], columns: Indices, out: npt.NDArray[Any]) -> None:
-    """``out[i, j] = strip[i, columns[j]]``: the compiled loop when it is there
-    and the arrays allow it (~1.6x faster than ``np.take`` for 1- and 2-byte
-    counts, and it runs without the GIL)."""
+def _gather(strip: npt.NDArray[Any], columns: ColumnMap, out: npt.NDArray[Any]) -> None:
+    """``out[i, j] = strip[i, columns.indices[j]]``: the compiled loop when it is
+    there and the arrays allow it (with its shuffle plan, 4-7x faster than
+    ``np.take`` for 1- and 2-byte counts of features in the union's order; it
+    runs without the GIL)."""
+    indices = columns.indices
+    assert indices is not None
+    itemsize = strip.dtype.itemsize
     if (
         gather_columns is not None
         and strip.flags.c_contiguous
         and out.flags.c_contiguous
         and strip.dtype == out.dtype
-        and strip.dtype.itemsize in (1, 2, 4, 8)
-        and columns.dtype == np.int64
+        and itemsize in (1, 2, 4, 8)
+        and strip.shape[1] == columns.zero_column + 1
     ):
-        gather_columns(strip, strip.shape[1], strip.dtype.itemsize, columns, out)
+        plan = columns.gather_plan(itemsize)
+        gather_columns(strip, strip.shape[1], itemsize, indices, out, columns.zero_column, plan)
     else:
-        np.take(strip, columns, axis=1, out=out, mode="clip")
+        np.take(strip, indices, axis=1, out=out, mode="clip")
 
 
 class ColumnPlacement:

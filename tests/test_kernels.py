@@ -6,6 +6,7 @@ import os
 from types import ModuleType
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,6 +78,78 @@ def test_shapes_and_sizes_that_do_not_agree_are_refused() -> None:
         kernels.gather_columns(src[:, ::2], 3, 2, index, np.zeros((2, 2), dtype=np.uint16))
 
 
+def union_order_map(rng: np.random.Generator, src_cols: int, width: int) -> npt.NDArray[np.int64]:
+    """A column map like a composite's: the source's features in the union's order with
+    absent ones (the zero column, ``src_cols``) between them, some of its own features
+    moved (a union lists the first source's features first), a few columns repeated."""
+    width = max(width, src_cols)
+    columns = np.full(width, src_cols, dtype=np.int64)
+    columns[np.sort(rng.choice(width, src_cols, replace=False))] = np.arange(src_cols)
+    moved = rng.random(width) < 0.05
+    columns[moved] = rng.integers(0, src_cols + 1, int(moved.sum()))
+    return columns
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int32", "float32"])
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 7),
+    src_cols=st.integers(1, 90),
+    width=st.integers(0, 160),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_planned_gather_equals_numpy_take(
+    dtype: str, rows: int, src_cols: int, width: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 200, size=(rows, src_cols + 1)).astype(dtype)
+    src[:, src_cols] = 0  # the zero column
+    index = union_order_map(rng, src_cols, width)
+    plan = kernels.plan_gather(index, src_cols + 1, src.itemsize, src_cols)
+    out = np.full((rows, len(index)), 7, dtype=dtype)
+    kernels.gather_columns(src, src_cols + 1, src.itemsize, index, out, src_cols, plan)
+    np.testing.assert_array_equal(out, np.take(src, index, axis=1))
+
+
+@needs_kernels
+def test_no_plan_where_shuffles_cannot_help() -> None:
+    index = np.arange(40, dtype=np.int64)
+    assert kernels.plan_gather(index, 40, 8, -1) is None  # two 8-byte items a block
+    assert kernels.plan_gather(index[:7], 7, 2, -1) is None  # narrower than a block
+    assert kernels.plan_gather(np.arange(3, dtype=np.int64), 40, 1, -1) is None
+    with pytest.raises(IndexError, match="column 40 is outside the 40 source columns"):
+        kernels.plan_gather(np.array([0, 40], dtype=np.int64), 40, 1, -1)
+
+
+@needs_kernels
+def test_a_plan_for_other_arguments_is_refused_before_anything_is_written() -> None:
+    src = np.arange(2 * 41, dtype=np.uint8).reshape(2, 41)
+    src[:, 40] = 0
+    index = np.array([*range(20), 40, *range(20, 40)], dtype=np.int64)
+    plan = kernels.plan_gather(index, 41, 1, 40)
+    assert plan is not None
+    out = np.zeros((2, len(index)), dtype=np.uint8)
+    for wrong in (
+        (src, 41, 1, index[:-1], np.zeros((2, len(index) - 1), np.uint8), 40, plan),  # width
+        (src, 41, 1, index, out, 39, plan),  # another zero column
+        (src.astype(np.uint16), 41, 2, index, out.astype(np.uint16), 40, plan),  # itemsize
+    ):
+        with pytest.raises(ValueError, match="the plan is for another"):
+            kernels.gather_columns(*wrong)
+    # a window that would read past a row: the plan's bytes were changed
+    header = 6 * 8
+    forged = bytearray(plan)
+    forged[header : header + 8] = (10_000).to_bytes(8, "little", signed=True)
+    with pytest.raises(ValueError, match="window outside the rows"):
+        kernels.gather_columns(src, 41, 1, index, out, 40, bytes(forged))
+    with pytest.raises(TypeError, match="plan must come from plan_gather"):
+        kernels.gather_columns(src, 41, 1, index, out, 40, bytearray(plan))
+    assert not out.any()
+    kernels.gather_columns(src, 41, 1, index, out, 40, plan)
+    np.testing.assert_array_equal(out, np.take(src, index, axis=1))
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_row_placement_through_a_column_map_is_the_same_either_way(
     compiled: bool, monkeypatch: pytest.MonkeyPatch
@@ -100,3 +173,8 @@ def test_row_placement_through_a_column_map_is_the_same_either_way(
     expected = np.zeros_like(out)
     expected[2:8, present] = strip[:, :n_src]
     np.testing.assert_array_equal(out, expected)
+    if compiled:  # the shuffle plan is made once per map and dtype, then kept
+        plan = mapping.gather_plan(2)
+        assert plan is not None and mapping.gather_plan(2) is plan
+        RowPlacement(out, np.arange(0, 6, dtype=np.int64), mapping).place(0, strip)
+        np.testing.assert_array_equal(out[:6], expected[2:8])
