@@ -13,6 +13,17 @@ def gather_columns(
 def plan_gather(
     index: Buffer, src_cols: int, itemsize: int, zero_column: int = -1, /
 ) -> bytes | None: ...
+def scatter_columns(
+    src: Buffer,
+    src_cols: int,
+    itemsize: int,
+    cells: Buffer,
+    out: Buffer,
+    out_cols: int,
+    rows: Buffer,
+    targets: Buffer,
+    /,
+) -> None: ...
 def read_row_frames(
     fd: int,
     chunk_rows: int,

@@ -31,12 +31,14 @@ import numpy.typing as npt
 
 GatherColumns = Callable[[Buffer, int, int, Buffer, Buffer, int, bytes | None], None]
 PlanGather = Callable[[Buffer, int, int, int], bytes | None]
+ScatterColumns = Callable[[Buffer, int, int, Buffer, Buffer, int, Buffer, Buffer], None]
 gather_columns: GatherColumns | None
 plan_gather: PlanGather | None
+scatter_columns: ScatterColumns | None
 try:
-    from ._kernels import gather_columns, plan_gather
-except ImportError:  # installed without a C compiler: numpy's take does the same, slower
-    gather_columns = plan_gather = None
+    from ._kernels import gather_columns, plan_gather, scatter_columns
+except ImportError:  # installed without a C compiler: numpy does the same, slower
+    gather_columns = plan_gather = scatter_columns = None
 
 __all__ = [
     "ColumnMap",
@@ -105,8 +107,14 @@ def first_positions(values: Indices, positions: Indices) -> tuple[Indices, Indic
     >>> unique.tolist(), first.tolist(), repeats.tolist()
     ([2, 7], [11, 10], [[12, 10]])
     """
+    no_repeats = np.zeros((0, 2), dtype=np.int64)
     if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
-        return values, positions, np.zeros((0, 2), dtype=np.int64)
+        return values, positions, no_repeats
+    # a composite's source columns in union order: out of order, rarely repeated
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    if bool(np.all(ordered[1:] > ordered[:-1])):
+        return ordered, positions[order], no_repeats
     unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
     first_pos = positions[first]
     is_repeat = np.ones(len(values), dtype=bool)
@@ -276,13 +284,40 @@ class ColumnPlacement:
         self._cols = out_cols
         self._cells = cells
         self._rows = out_rows
+        # the compiled scatter takes positions, worked out once per read
+        self._positions: tuple[Indices, Indices] | None = None
 
     def place(self, start: int, strip: npt.NDArray[Any]) -> None:
         stop = start + len(strip)
-        values = strip[:, self._cells].T
         columns = self._cols[start:stop]
-        targets: slice | Indices = contiguous(columns) or columns
-        if isinstance(self._rows, slice) or isinstance(targets, slice):
-            self._out[self._rows, targets] = values
+        out = self._out
+        if (
+            scatter_columns is not None
+            and strip.flags.c_contiguous
+            and out.flags.c_contiguous
+            and strip.dtype == out.dtype
+            and strip.dtype.itemsize in (1, 2, 4, 8)
+            and out.ndim == 2
+        ):
+            if self._positions is None:
+                self._positions = (_positions(self._cells), _positions(self._rows))
+            cells, rows = self._positions
+            itemsize = strip.dtype.itemsize
+            targets = np.ascontiguousarray(columns, dtype=np.int64)
+            scatter_columns(
+                strip, strip.shape[1], itemsize, cells, out, out.shape[1], rows, targets
+            )
+            return
+        values = strip[:, self._cells].T
+        targets_at: slice | Indices = contiguous(columns) or columns
+        if isinstance(self._rows, slice) or isinstance(targets_at, slice):
+            out[self._rows, targets_at] = values
         else:
-            self._out[np.ix_(self._rows, targets)] = values
+            out[np.ix_(self._rows, targets_at)] = values
+
+
+def _positions(selection: slice | Indices) -> Indices:
+    """A slice (of a known stop) or positions as contiguous int64 positions."""
+    if isinstance(selection, slice):
+        return np.arange(selection.start or 0, selection.stop, selection.step or 1, dtype=np.int64)
+    return np.ascontiguousarray(selection, dtype=np.int64)

@@ -351,18 +351,19 @@ class ShardedReader:
             index = self._indexes[shard_row]
             local = row_chunks[a:b] - shard_row * self._per_shard[0]
             if index is None:
-                entries = np.full((len(local), len(col_chunks), 2), MISSING, dtype=np.uint64)
+                present = np.zeros((len(local), len(col_chunks)), dtype=bool)
+                stored = np.zeros((2, 0), dtype=np.int64)
             else:
-                entries = index[local][:, col_chunks]
-            present = entries[..., 0] != MISSING
-            wanted = np.flatnonzero(present.ravel())
-            offsets = entries[..., 0].ravel()[wanted].astype(np.int64).tolist()
-            sizes = entries[..., 1].ravel()[wanted].astype(np.int64).tolist()
+                entries = index[local[:, None], col_chunks]
+                present = entries[..., 0] != MISSING
+                # offsets and sizes, each contiguous, chunks row-major as decoded
+                stored = np.array(entries[present].T, dtype=np.int64, order="C")
+            offsets, sizes = stored
             work = _ShardWork(
                 rows, row_chunks[a:b], bounds[a : b + 1], col_chunks, present, placement
             )
             decoded += len(offsets)
-            if self._local is not None and offsets:
+            if self._local is not None and len(offsets):
                 root, counters = self._local
                 # pread and zstd release the GIL: reading, decoding and placing
                 # off the event loop keeps other shards flowing
@@ -377,11 +378,12 @@ class ShardedReader:
         self,
         shard_row: int,
         index: npt.NDArray[np.uint64] | None,
-        offsets: list[int],
-        sizes: list[int],
+        chunk_offsets: Indices,
+        chunk_sizes: Indices,
         work: _ShardWork,
     ) -> None:
         """Fetch a shard's touched chunks from the store, then decode and place them."""
+        offsets, sizes = chunk_offsets.tolist(), chunk_sizes.tolist()
         blobs: list[Any] = [None] * len(offsets)
         if offsets:
             assert index is not None
@@ -404,8 +406,8 @@ class ShardedReader:
     def _read_local(
         self,
         path: str,
-        offsets: list[int],
-        sizes: list[int],
+        offsets: Indices,
+        sizes: Indices,
         counters: ReadCounters | None,
         work: _ShardWork,
     ) -> None:
@@ -420,12 +422,13 @@ class ShardedReader:
             )
             offsets, sizes = offsets[done_chunks:], sizes[done_chunks:]
         if len(work.row_chunks):
-            self._decode_and_place(work, _read_local_ranges(path, offsets, sizes))
+            blobs = _read_local_ranges(path, offsets.tolist(), sizes.tolist())
+            self._decode_and_place(work, blobs)
         if counters is not None:
-            counters.add(nbytes=read_bytes + sum(sizes), requests=1)
+            counters.add(nbytes=read_bytes + int(sizes.sum()), requests=1)
 
     def _read_local_frames(
-        self, path: str, offsets: list[int], sizes: list[int], work: _ShardWork
+        self, path: str, chunk_offsets: Indices, chunk_sizes: Indices, work: _ShardWork
     ) -> tuple[int, int, int]:
         """Read, decode and place the wanted one-row frames of a job's chunks, strip by
         strip, with the compiled ``read_row_frames`` (no GIL, only the frames read).
@@ -440,8 +443,6 @@ class ShardedReader:
         stored = present[:, 0]
         # where each row chunk's entries start in offsets (missing chunks have none)
         entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
-        chunk_offsets = np.asarray(offsets, dtype=np.int64)
-        chunk_sizes = np.asarray(sizes, dtype=np.int64)
         per_chunk = np.diff(bounds)
         batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
         read_bytes = done = 0

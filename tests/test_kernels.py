@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cytearc_vfs import placement
-from cytearc_vfs.placement import RowPlacement, column_map
+from cytearc_vfs.placement import ColumnPlacement, RowPlacement, column_map
 
 kernels: ModuleType | None
 try:
@@ -178,3 +178,79 @@ def test_row_placement_through_a_column_map_is_the_same_either_way(
         assert plan is not None and mapping.gather_plan(2) is plan
         RowPlacement(out, np.arange(0, 6, dtype=np.int64), mapping).place(0, strip)
         np.testing.assert_array_equal(out[:6], expected[2:8])
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "float32", "float64"])
+@settings(max_examples=25, deadline=None)
+@given(
+    k=st.integers(0, 5),
+    src_cols=st.integers(1, 60),
+    n=st.integers(0, 40),
+    out_cols=st.integers(1, 9),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_scatter_columns_equals_numpy(
+    dtype: str, k: int, src_cols: int, n: int, out_cols: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 200, size=(k, src_cols)).astype(dtype)
+    cells = rng.integers(0, src_cols, size=n).astype(np.int64)
+    rows = rng.choice(n + 5, size=n, replace=False).astype(np.int64)
+    targets = rng.choice(out_cols, size=min(k, out_cols), replace=False).astype(np.int64)
+    src = np.ascontiguousarray(src[: len(targets)])
+    out = np.zeros((n + 5, out_cols), dtype=dtype)
+    kernels.scatter_columns(src, src_cols, src.itemsize, cells, out, out_cols, rows, targets)
+    expected = np.zeros_like(out)
+    expected[np.ix_(rows, targets)] = src[:, cells].T
+    np.testing.assert_array_equal(out, expected)
+
+
+@needs_kernels
+def test_scatter_positions_outside_the_arrays_are_refused_before_anything_is_written() -> None:
+    src = np.ones((2, 5), dtype=np.uint8)
+    out = np.zeros((4, 3), dtype=np.uint8)
+    cells, rows, targets = (np.array(v, dtype=np.int64) for v in ([0, 4], [0, 3], [0, 2]))
+    for bad_cells, bad_rows, bad_targets, message in (
+        ([0, 5], rows, targets, "cell 5 or row 3 is outside the 5 source columns or 4"),
+        (cells, [0, 4], targets, "cell 4 or row 4 is outside"),
+        (cells, rows, [0, 3], "target 3 is outside the 3 output columns"),
+        (cells, rows, [-1, 0], "target -1 is outside"),
+    ):
+        with pytest.raises(IndexError, match=message):
+            kernels.scatter_columns(
+                src,
+                5,
+                1,
+                np.asarray(bad_cells, dtype=np.int64),
+                out,
+                3,
+                np.asarray(bad_rows, dtype=np.int64),
+                np.asarray(bad_targets, dtype=np.int64),
+            )
+    with pytest.raises(ValueError, match="of one length"):
+        kernels.scatter_columns(src, 5, 1, cells, out, 3, rows[:1], targets)
+    with pytest.raises(ValueError, match="of one length"):
+        kernels.scatter_columns(src, 5, 1, cells, out, 3, rows, targets[:1])  # 2 src rows
+    assert not out.any()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("as_slices", [True, False])
+def test_column_placement_is_the_same_either_way(
+    compiled: bool, as_slices: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if compiled and kernels is None:
+        pytest.skip("built without a C compiler")
+    if not compiled:
+        monkeypatch.setattr(placement, "scatter_columns", None)
+    rng = np.random.default_rng(4)
+    strip = rng.integers(1, 9, size=(3, 21)).astype(np.uint16)  # 3 features x 20 cells + zero
+    out_cols = np.array([5, 0, 2, 7], dtype=np.int64)  # output column of each strip row
+    cells: slice | npt.NDArray[np.int64] = slice(4, 14) if as_slices else np.arange(4, 14)
+    rows: slice | npt.NDArray[np.int64] = slice(1, 11) if as_slices else np.arange(1, 11)
+    out = np.zeros((12, 8), dtype=np.uint16)
+    ColumnPlacement(out, out_cols, cells, rows).place(1, strip)
+    expected = np.zeros_like(out)
+    expected[1:11][:, [0, 2, 7]] = strip[:, 4:14].T
+    np.testing.assert_array_equal(out, expected)
