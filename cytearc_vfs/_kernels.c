@@ -37,6 +37,11 @@
  * (features in another order) and the row's last partial block are copied
  * item by item.
  *
+ * scatter_columns(src, src_cols, itemsize, cells, out, out_cols, rows, targets)
+ *
+ *     out[rows[i], targets[j]] = src[j, cells[i]]: a feature-major strip's
+ *     selected cells become output rows (below, where it is defined).
+ *
  * read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out)
  *
  *     Reads the wanted one-row frames of row-framed inner chunks

@@ -3,18 +3,21 @@
 A :class:`~cytearc_vfs.shard_reader.ShardedReader` decodes the row chunks a
 read touches one by one and gathers their selected rows, a batch of chunks
 at a time, into a *strip*: those rows across every column of the array, plus
-one all-zero column at the end (``zero_column``). A placement writes each strip straight into the output of
-the read, on the worker thread that decoded it:
+one all-zero column at the end (``zero_column``). A placement writes each
+strip straight into the output of the read, on the worker thread that
+decoded it:
 
 * :class:`RowPlacement` (cell-major ``counts``): strip rows are output rows;
   output columns come from a *column map* (a source column per output
   column, the zero column where the source lacks the feature), applied by
   slice copies when the map is a few stretches, else one gather per strip
-  (the compiled ``_kernels.gather_columns``, or ``np.take`` where the
-  package was installed without a C compiler); or a plain slice when the
-  columns are already in order.
+  (the compiled ``_kernels.gather_columns`` with the map's shuffle plan, or
+  ``np.take`` where the package was installed without a C compiler); or a
+  plain slice when the columns are already in order.
 * :class:`ColumnPlacement` (feature-major ``countsT``): strip rows are
-  output columns and the selected strip columns are output rows.
+  output columns and the selected strip columns are output rows (the
+  compiled ``_kernels.scatter_columns``, which unlike numpy's fancy
+  assignment lets the other decoding thread run meanwhile).
 
 Each output row of a read comes from exactly one source, so placements of
 different sources write disjoint memory and run concurrently.
@@ -55,6 +58,8 @@ __all__ = [
 Indices = npt.NDArray[np.int64]
 # A column map of at most this many stretches is placed by slice copies.
 MAX_COPY_RUNS = 64
+# Strips of fewer rows are gathered without making a shuffle plan.
+PLAN_ROWS = 16
 
 
 class Placement(Protocol):
@@ -159,11 +164,14 @@ class ColumnMap:
     """The strip's all-zero column (its last)."""
     _plans: dict[int, bytes | None] = field(default_factory=dict, compare=False, repr=False)
 
-    def gather_plan(self, itemsize: int) -> bytes | None:
+    def gather_plan(self, itemsize: int, *, make: bool = True) -> bytes | None:
         """The compiled gather's shuffle plan for strips of ``itemsize``-byte items,
-        made when first asked (``None`` where there is no compiled gather or a
-        plan cannot help). Two threads asking at once make the same plan."""
+        made when first asked with ``make`` (``None`` where there is no compiled
+        gather or a plan cannot help, or not made yet). Two threads asking at
+        once make the same plan."""
         if itemsize not in self._plans:
+            if not make:
+                return None
             plan = None
             if plan_gather is not None and self.indices is not None:
                 plan = plan_gather(self.indices, self.zero_column + 1, itemsize, self.zero_column)
@@ -252,7 +260,9 @@ def _gather(strip: npt.NDArray[Any], columns: ColumnMap, out: npt.NDArray[Any]) 
         and itemsize in (1, 2, 4, 8)
         and strip.shape[1] == columns.zero_column + 1
     ):
-        plan = columns.gather_plan(itemsize)
+        # a plan costs about the gather of PLAN_ROWS rows without one; it is
+        # kept with the map, for the next strips and reads of these features
+        plan = columns.gather_plan(itemsize, make=len(strip) >= PLAN_ROWS)
         gather_columns(strip, strip.shape[1], itemsize, indices, out, columns.zero_column, plan)
     else:
         np.take(strip, indices, axis=1, out=out, mode="clip")

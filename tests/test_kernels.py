@@ -164,20 +164,22 @@ def test_row_placement_through_a_column_map_is_the_same_either_way(
     columns = np.full(width, -1, dtype=np.int64)
     present = np.sort(rng.choice(width, n_src, replace=False))
     columns[present] = np.arange(n_src)
-    strip = np.zeros((6, n_src + 1), dtype=np.uint16)  # + the zero column
-    strip[:, :n_src] = rng.integers(1, 9, size=(6, n_src))
-    out = np.zeros((10, width), dtype=np.uint16)
+    strip = np.zeros((30, n_src + 1), dtype=np.uint16)  # + the zero column
+    strip[:, :n_src] = rng.integers(1, 9, size=(30, n_src))
     mapping = column_map(columns, n_src)
     assert mapping.indices is not None and mapping.runs is None  # the gather path
-    RowPlacement(out, np.arange(2, 8, dtype=np.int64), mapping).place(0, strip)
-    expected = np.zeros_like(out)
-    expected[2:8, present] = strip[:, :n_src]
-    np.testing.assert_array_equal(out, expected)
-    if compiled:  # the shuffle plan is made once per map and dtype, then kept
-        plan = mapping.gather_plan(2)
-        assert plan is not None and mapping.gather_plan(2) is plan
-        RowPlacement(out, np.arange(0, 6, dtype=np.int64), mapping).place(0, strip)
-        np.testing.assert_array_equal(out[:6], expected[2:8])
+    expected = np.zeros((40, width), dtype=np.uint16)
+    expected[5:35, present] = strip[:, :n_src]
+    # a strip of a few rows, gathered without a plan; then one of more rows
+    for rows in (6, 30):
+        out = np.zeros((40, width), dtype=np.uint16)
+        RowPlacement(out, np.arange(5, 5 + rows, dtype=np.int64), mapping).place(0, strip[:rows])
+        np.testing.assert_array_equal(out[: 5 + rows], expected[: 5 + rows])
+        if compiled:  # the shuffle plan is made for many rows, once per map and dtype
+            plan = mapping.gather_plan(2, make=False)
+            assert (plan is None) == (rows < placement.PLAN_ROWS)
+    if compiled:
+        assert mapping.gather_plan(2) is mapping.gather_plan(2, make=False) is not None
 
 
 @needs_kernels
