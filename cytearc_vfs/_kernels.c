@@ -42,16 +42,18 @@
  *     out[rows[i], targets[j]] = src[j, cells[i]]: a feature-major strip's
  *     selected cells become output rows (below, where it is defined).
  *
- * read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out)
+ * read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out, rows_per_frame)
  *
- *     Reads the wanted one-row frames of row-framed inner chunks
+ *     Reads the frames of the wanted rows of row-framed inner chunks
  *     (row_frames.py) of one shard file into out, one after another: for
  *     each chunk i (offsets[i], sizes[i]: its bytes in the file), the frame
- *     index at its end, then only the frames of its counts[i] wanted rows
- *     (the next counts[i] entries of rows, sorted, local to the chunk;
- *     consecutive rows in one pread). Returns (frame bytes written, bytes
- *     read), or None when a chunk is not one frame per row with
- *     chunk_rows frames: the caller then reads whole chunks.
+ *     index at its end, then only the frames that hold its counts[i] wanted
+ *     rows (the next counts[i] entries of rows, sorted, local to the chunk;
+ *     consecutive frames in one pread). Frames hold rows_per_frame rows
+ *     (default 1; the last frame of a chunk may hold fewer). Returns (frame
+ *     bytes written, bytes read), or None when a chunk is not framed so
+ *     (e.g. rewritten by zarr as one frame): the caller then reads whole
+ *     chunks.
  *
  * The Python reader did the same with one pread per chunk (the whole chunk,
  * ~26x the frames it needs for a gene of a 26-gene countsT chunk) and some
@@ -420,7 +422,7 @@ done:
 #define FRAME_MAGIC 0x184D2A5Eu
 #define INDEX_FIXED_BYTES 20
 
-enum frame_status { FRAMES_OK, FRAMES_NOT_ONE_ROW, FRAMES_IO, FRAMES_SHORT, FRAMES_FULL, FRAMES_ROW };
+enum frame_status { FRAMES_OK, FRAMES_OTHER_FRAMING, FRAMES_IO, FRAMES_SHORT, FRAMES_FULL, FRAMES_ROW };
 
 static uint32_t
 little_u32(const unsigned char *p)
@@ -455,15 +457,15 @@ static PyObject *
 read_row_frames(PyObject *self, PyObject *args)
 {
     int fd;
-    Py_ssize_t chunk_rows;
+    Py_ssize_t chunk_rows, per_frame = 1;
     Py_buffer offsets_buf, sizes_buf, counts_buf, rows_buf, out;
     PyObject *result = NULL;
     unsigned char *index = NULL;
     int64_t *starts = NULL;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "iny*y*y*y*w*", &fd, &chunk_rows, &offsets_buf, &sizes_buf,
-                          &counts_buf, &rows_buf, &out)) {
+    if (!PyArg_ParseTuple(args, "iny*y*y*y*w*|n", &fd, &chunk_rows, &offsets_buf, &sizes_buf,
+                          &counts_buf, &rows_buf, &out, &per_frame)) {
         return NULL;
     }
     const Py_ssize_t n_chunks = offsets_buf.len / 8;
@@ -473,12 +475,16 @@ read_row_frames(PyObject *self, PyObject *args)
     const int64_t *counts = (const int64_t *)counts_buf.buf;
     const int64_t *rows = (const int64_t *)rows_buf.buf;
     if (chunk_rows < 2 || chunk_rows > (1 << 24) || offsets_buf.len % 8 || rows_buf.len % 8 ||
-        sizes_buf.len != offsets_buf.len || counts_buf.len != offsets_buf.len) {
+        sizes_buf.len != offsets_buf.len || counts_buf.len != offsets_buf.len || per_frame < 1 ||
+        per_frame >= chunk_rows) {
         PyErr_SetString(PyExc_ValueError,
                         "read_row_frames: offsets, sizes and counts must be int64 arrays of one "
-                        "length, rows int64, and chunk_rows at least 2");
+                        "length, rows int64, chunk_rows at least 2 and rows_per_frame from 1 to "
+                        "chunk_rows - 1");
         goto done;
     }
+    /* frames of per_frame rows; the last may hold fewer */
+    const Py_ssize_t n_frames = (chunk_rows + per_frame - 1) / per_frame;
     {
         int64_t wanted = 0;
         for (Py_ssize_t i = 0; i < n_chunks; i++) {
@@ -493,9 +499,9 @@ read_row_frames(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    const int64_t index_bytes = INDEX_FIXED_BYTES + 4 * (int64_t)chunk_rows;
+    const int64_t index_bytes = INDEX_FIXED_BYTES + 4 * (int64_t)n_frames;
     index = malloc((size_t)index_bytes);
-    starts = malloc(sizeof(int64_t) * (size_t)(chunk_rows + 1));
+    starts = malloc(sizeof(int64_t) * (size_t)(n_frames + 1));
     if (index == NULL || starts == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -509,7 +515,7 @@ read_row_frames(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n_chunks && status == FRAMES_OK; i++) {
         const int64_t chunk_start = offsets[i], chunk_size = sizes[i];
         if (chunk_size < index_bytes) {
-            status = FRAMES_NOT_ONE_ROW; /* a single frame, or frames of several rows */
+            status = FRAMES_OTHER_FRAMING; /* a single frame (no index) */
             break;
         }
         status = read_exactly(fd, (char *)index, index_bytes, chunk_start + chunk_size - index_bytes,
@@ -520,29 +526,38 @@ read_row_frames(PyObject *self, PyObject *args)
         read_bytes += index_bytes;
         const unsigned char *end = index + index_bytes - 12;
         if (little_u32(index) != FRAME_MAGIC ||
-            little_u32(index + 4) != (uint32_t)(index_bytes - 8) || little_u32(end) != 1 ||
-            little_u32(end + 4) != (uint32_t)chunk_rows || memcmp(end + 8, "CRF1", 4) != 0) {
-            status = FRAMES_NOT_ONE_ROW;
+            little_u32(index + 4) != (uint32_t)(index_bytes - 8) ||
+            little_u32(end) != (uint32_t)per_frame || little_u32(end + 4) != (uint32_t)n_frames ||
+            memcmp(end + 8, "CRF1", 4) != 0) {
+            status = FRAMES_OTHER_FRAMING;
             break;
         }
         starts[0] = 0;
-        for (Py_ssize_t row = 0; row < chunk_rows; row++) {
-            starts[row + 1] = starts[row] + little_u32(index + 8 + 4 * row);
+        for (Py_ssize_t frame = 0; frame < n_frames; frame++) {
+            starts[frame + 1] = starts[frame] + little_u32(index + 8 + 4 * frame);
         }
-        if (starts[chunk_rows] != chunk_size - index_bytes) {
-            status = FRAMES_NOT_ONE_ROW; /* sizes that do not add up: not an index */
+        if (starts[n_frames] != chunk_size - index_bytes) {
+            status = FRAMES_OTHER_FRAMING; /* sizes that do not add up: not an index */
             break;
         }
         const Py_ssize_t stop = next_row + (Py_ssize_t)counts[i];
-        int64_t previous = -1; /* the last row read of this chunk */
+        int64_t previous = -1, previous_row = -1; /* the last frame and row read of this chunk */
         while (next_row < stop) {
-            const int64_t first = rows[next_row];
-            Py_ssize_t last_at = next_row;
-            while (last_at + 1 < stop && rows[last_at + 1] == rows[last_at] + 1) {
-                last_at++;
+            if (rows[next_row] <= previous_row || rows[next_row] >= chunk_rows) {
+                status = FRAMES_ROW;
+                break;
             }
-            const int64_t last = rows[last_at];
-            if (first <= previous || last >= chunk_rows) {
+            /* the wanted rows' frames, consecutive ones in one pread */
+            const int64_t first = rows[next_row] / per_frame;
+            int64_t last = first;
+            Py_ssize_t last_at = next_row;
+            while (last_at + 1 < stop && rows[last_at + 1] > rows[last_at] &&
+                   rows[last_at + 1] < chunk_rows && rows[last_at + 1] / per_frame <= last + 1) {
+                last_at++;
+                last = rows[last_at] / per_frame;
+            }
+            previous_row = rows[last_at];
+            if (first <= previous) {
                 status = FRAMES_ROW;
                 break;
             }
@@ -569,7 +584,7 @@ read_row_frames(PyObject *self, PyObject *args)
     case FRAMES_OK:
         result = Py_BuildValue("LL", (long long)written, (long long)read_bytes);
         break;
-    case FRAMES_NOT_ONE_ROW:
+    case FRAMES_OTHER_FRAMING:
         result = Py_NewRef(Py_None);
         break;
     case FRAMES_IO:
@@ -675,8 +690,9 @@ static PyMethodDef kernel_methods[] = {
      "gather_columns, or None where shuffles cannot help."},
 #ifndef _WIN32
     {"read_row_frames", read_row_frames, METH_VARARGS,
-     "read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out): the wanted one-row "
-     "frames of row-framed chunks, read into out; (frame bytes, bytes read) or None."},
+     "read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out, rows_per_frame=1): "
+     "the frames of the wanted rows of row-framed chunks, read into out; (frame bytes, bytes "
+     "read) or None."},
 #endif
     {NULL, NULL, 0, NULL},
 };

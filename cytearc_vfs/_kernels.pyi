@@ -32,5 +32,6 @@ def read_row_frames(
     counts: Buffer,
     rows: Buffer,
     out: Buffer,
+    rows_per_frame: int = 1,
     /,
 ) -> tuple[int, int] | None: ...

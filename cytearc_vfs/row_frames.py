@@ -38,6 +38,7 @@ from itertools import accumulate
 from typing import Any, NamedTuple
 
 import numcodecs
+import numpy as np
 import numpy.typing as npt
 import zstandard
 
@@ -47,6 +48,7 @@ __all__ = [
     "FrameIndex",
     "RowFrameEncoder",
     "frame_index",
+    "frame_rows",
     "require_multi_frame_zstd",
     "rows_per_frame",
 ]
@@ -83,6 +85,35 @@ def rows_per_frame(chunk_shape: tuple[int, int], itemsize: int) -> int:
     rows, cols = chunk_shape
     row_bytes = max(1, cols * itemsize)
     return min(max(1, rows), -(-FRAME_MIN_BYTES // row_bytes))
+
+
+def frame_rows(
+    rows: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], chunk_rows: int, per_frame: int
+) -> tuple[int, npt.NDArray[np.intp] | None]:
+    """Where the wanted rows are once their frames are decoded one after another.
+
+    ``rows`` are the wanted rows of consecutive chunks (local to their chunk,
+    sorted in each), ``counts`` how many belong to each chunk. Decoding the
+    frames that hold them, in order, gives the first returned number of rows;
+    the array says which of those is each wanted row (``None``: all, in order,
+    as with one row per frame).
+
+    >>> decoded, picks = frame_rows(np.array([1, 2, 7, 0]), np.array([3, 1]), 8, 3)
+    >>> decoded, picks.tolist()  # frames 0 and 2 (2 rows) of chunk 0, frame 0 of chunk 1
+    (8, [1, 2, 4, 5])
+    """
+    if per_frame == 1:
+        return len(rows), None
+    n_frames = -(-chunk_rows // per_frame)
+    frame = rows // per_frame
+    key = np.repeat(np.arange(len(counts), dtype=np.int64), counts) * n_frames + frame
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    last_rows = chunk_rows - (n_frames - 1) * per_frame
+    sizes = np.where(frame[first] == n_frames - 1, last_rows, per_frame)
+    starts = np.cumsum(sizes) - sizes
+    picks = starts[np.cumsum(first) - 1] + rows % per_frame
+    return int(sizes.sum()), picks.astype(np.intp, copy=False)
 
 
 def frame_index(chunk: Any) -> FrameIndex | None:

@@ -38,9 +38,11 @@ from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .errors import RecordShapeError
 from .placement import Placement, chunk_runs
 from .read_stats import CountingStore, ReadCounters
-from .row_frames import frame_index, rows_per_frame
+from .row_frames import frame_index, frame_rows, rows_per_frame
 
-ReadRowFrames = Callable[[int, int, Buffer, Buffer, Buffer, Buffer, Buffer], tuple[int, int] | None]
+ReadRowFrames = Callable[
+    [int, int, Buffer, Buffer, Buffer, Buffer, Buffer, int], tuple[int, int] | None
+]
 read_row_frames: ReadRowFrames | None
 try:
     from ._kernels import read_row_frames
@@ -190,15 +192,16 @@ class ShardedReader:
         self.col_chunks = -(-shape[1] // chunks[1])
         self.zero_column = self.col_chunks * chunks[1]
         """Index of the all-zero column appended to every strip (column maps point there)."""
-        # Local chunks of one frame per row across every column are read by the
-        # compiled loop: only the wanted frames, without the GIL.
+        # Local row-framed chunks across every column are read by the compiled
+        # loop: only the frames of the wanted rows, without the GIL.
+        self._rows_per_frame = rows_per_frame(chunks, self.dtype.itemsize)
         self._frame_reads = (
             read_row_frames is not None
             and local_files is not None
             and self._native
             and self.col_chunks == 1
             and chunks[0] >= 2
-            and rows_per_frame(chunks, self.dtype.itemsize) == 1
+            and self._rows_per_frame < chunks[0]  # else one plain frame, no index
         )
 
     def _key(self, shard_row: int) -> str:
@@ -414,8 +417,8 @@ class ShardedReader:
         read_bytes = 0
         if self._frame_reads:
             done, done_chunks, read_bytes = self._read_local_frames(path, offsets, sizes, work)
-            # a chunk that is not one frame per row (zarr rewrote it): the
-            # rest of the job reads whole chunks
+            # a chunk not framed as expected (zarr rewrote it as one frame):
+            # the rest of the job reads whole chunks
             rows, row_chunks, bounds, col_chunks, present, placement = work
             work = _ShardWork(
                 rows, row_chunks[done:], bounds[done:], col_chunks, present[done:], placement
@@ -430,12 +433,11 @@ class ShardedReader:
     def _read_local_frames(
         self, path: str, chunk_offsets: Indices, chunk_sizes: Indices, work: _ShardWork
     ) -> tuple[int, int, int]:
-        """Read, decode and place the wanted one-row frames of a job's chunks, strip by
-        strip, with the compiled ``read_row_frames`` (no GIL, only the frames read).
+        """Read, decode and place the frames of the wanted rows of a job's chunks, strip
+        by strip, with the compiled ``read_row_frames`` (no GIL, only the frames read).
 
         Returns how many of the job's row chunks and of ``offsets`` it placed (all,
-        unless a strip holds a chunk that is not one frame per row), and the bytes
-        it read.
+        unless a strip holds a chunk not framed as expected), and the bytes it read.
         """
         assert read_row_frames is not None
         rows, row_chunks, bounds, _, present, placement = work
@@ -454,6 +456,7 @@ class ShardedReader:
                 kept = np.repeat(stored[first:last], per_chunk[first:last])
                 local = rows[start:stop][kept] % r
                 a, b = entry_of[first], entry_of[last]
+                counts = per_chunk[first:last][stored[first:last]]
                 frames = thread_scratch(int(chunk_sizes[a:b].sum()), "frames")
                 try:
                     got = read_row_frames(
@@ -461,9 +464,10 @@ class ShardedReader:
                         r,
                         chunk_offsets[a:b],
                         chunk_sizes[a:b],
-                        per_chunk[first:last][stored[first:last]],
+                        counts,
                         local,
                         frames,
+                        self._rows_per_frame,
                     )
                 except EOFError as exc:
                     raise OSError(f"{path}: {exc}; the shard is truncated") from None
@@ -472,10 +476,13 @@ class ShardedReader:
                 if got is None:
                     break
                 read_bytes += got[1]
-                values = thread_scratch(len(local) * c * self.dtype.itemsize, "pending")
+                decoded, picks = frame_rows(local, counts, r, self._rows_per_frame)
+                values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
                 self._decode_frames(frames[: got[0]], b - a, values)
                 strip = np.empty((stop - start, c + 1), dtype=self.dtype)
-                block = values.view(self._wire).reshape(len(local), c)
+                block = values.view(self._wire).reshape(decoded, c)
+                if picks is not None:  # the frames' other rows were decoded too
+                    block = block[picks]
                 if len(local) == len(strip):
                     strip[:, :c] = block
                 else:  # chunks never written hold the fill value
@@ -489,8 +496,8 @@ class ShardedReader:
         return done, entry_of[done], read_bytes
 
     def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
-        """Decode the joined one-row frames of ``n_chunks`` chunks into ``values``
-        (exactly: each chunk's rows are decoded once, none shifted)."""
+        """Decode the joined frames of ``n_chunks`` chunks into ``values`` (exactly:
+        each frame's rows are decoded once, none shifted)."""
         self._inflate(frames, memoryview(values), exact=True)
 
     def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:

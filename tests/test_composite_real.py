@@ -209,7 +209,7 @@ def count_decodes(shapes: set[tuple[int, ...]]) -> Iterator[Counter[tuple[int, .
     original_frames = ShardedReader._decode_frames
 
     def counting_frames(self: ShardedReader, frames: Any, n_chunks: int, *args: Any) -> Any:
-        # the wanted one-row frames of n_chunks chunks, read by the compiled loop
+        # the wanted rows' frames of n_chunks chunks, read by the compiled loop
         if tuple(self.chunks) in shapes:
             with lock:
                 decoded[tuple(self.chunks)] += n_chunks
@@ -319,8 +319,10 @@ def test_feature_read_decodes_the_minimum_chunks(real: RealComposites, name: str
         reader.stats.chunks_decoded == _stored_touched(source, rows, cols, orientation) <= minimum
     )
     assert sum(decoded.values()) == _stored_touched(source, rows, cols, orientation)
-    # it read countsT: exactly the bytes a plain zarr read of that selection fetches
-    assert reader.stats.bytes_read == _direct_bytes(source, "countsT", (cols, slice(None)))
+    # it read countsT: at most the bytes a plain zarr read of that selection
+    # fetches (whole chunks), fewer where it reads only the wanted rows' frames
+    # (tests/test_frame_reads.py counts those exactly)
+    assert 0 < reader.stats.bytes_read <= _direct_bytes(source, "countsT", (cols, slice(None)))
     assert reader.stats.bytes_read < _direct_bytes(source, "counts", (slice(None), cols))
 
 

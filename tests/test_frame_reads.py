@@ -1,8 +1,9 @@
-"""Local one-row frames read by the compiled loop: only the wanted frames, the same values."""
+"""Local row frames read by the compiled loop: only the wanted rows' frames, the same values."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import zarr
 
 import cytearc_vfs as cv
 import cytearc_vfs.shard_reader as shard_reader
-from cytearc_vfs.row_frames import frame_index
+from cytearc_vfs.row_frames import frame_index, frame_rows
 
 kernels = pytest.importorskip("cytearc_vfs._kernels")
 if not hasattr(kernels, "read_row_frames"):
@@ -37,6 +38,29 @@ def wide(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return path, values
 
 
+# rows of 2,000 bytes: frames of 5 rows; chunks of 32 rows (6 frames of 5, one of 2)
+NARROW_CELLS, NARROW_FEATURES = 300, 1000
+
+
+@pytest.fixture
+def narrow(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    rng = np.random.default_rng(12)
+    values = rng.geometric(0.4, size=(NARROW_CELLS, NARROW_FEATURES)).astype(np.uint16)
+    values[rng.random(values.shape) > 0.1] = 0
+    values[64:96] = 0  # a whole chunk never written
+    values[1, 1] = 1000
+    path = tmp_path / "narrow.zarr"
+    cv.write_counts(path, sp.csr_array(values), layout=LAYOUT)
+    return path, values
+
+
+@pytest.fixture(params=["wide", "narrow"])
+def store(request: pytest.FixtureRequest) -> tuple[Path, np.ndarray]:
+    """A store of one row per frame, and one of several rows per frame."""
+    stored: tuple[Path, np.ndarray] = request.getfixturevalue(request.param)
+    return stored
+
+
 def _fast(reader: cv.VirtualArrayReader) -> shard_reader.ShardedReader:
     fast = reader._mapping.sources[0].counts_fast
     assert fast is not None
@@ -50,7 +74,6 @@ def _frame_bytes(path: Path, cells: list[int]) -> tuple[int, int]:
     chunk_rows = array.metadata.codecs[0].chunk_shape[0]
     assert array.shards is not None
     per_shard = array.shards[0] // chunk_rows
-    index_bytes = 20 + 4 * chunk_rows
     total = stored = 0
     for chunk in sorted({cell // chunk_rows for cell in cells}):
         shard, local = divmod(chunk, per_shard)
@@ -60,19 +83,26 @@ def _frame_bytes(path: Path, cells: list[int]) -> tuple[int, int]:
         if offset == 2**64 - 1:
             continue
         frames = frame_index(raw[offset : offset + size])
-        assert frames is not None and frames.rows_per_frame == 1
+        assert frames is not None
         stored += 1
-        total += index_bytes
-        for row in {cell % chunk_rows for cell in cells if cell // chunk_rows == chunk}:
-            total += frames.offsets[row + 1] - frames.offsets[row]
+        total += 20 + 4 * (len(frames.offsets) - 1)  # the frame index
+        per_frame = frames.rows_per_frame
+        for frame in {
+            cell % chunk_rows // per_frame for cell in cells if cell // chunk_rows == chunk
+        }:
+            total += frames.offsets[frame + 1] - frames.offsets[frame]
     return total, stored
 
 
-def test_only_the_wanted_frames_are_read(wide: tuple[Path, np.ndarray]) -> None:
-    path, values = wide
+def test_only_the_wanted_frames_are_read(store: tuple[Path, np.ndarray]) -> None:
+    path, values = store
     reader = cv.VirtualArrayReader(path)
-    assert _fast(reader)._frame_reads
-    cells = [0, 3, 15, 50, 51, 52, 200, 239]  # 15: a chunk never written
+    fast = _fast(reader)
+    assert fast._frame_reads
+    # the narrow store's chunks end in a short frame
+    assert (fast.chunks, fast._rows_per_frame) in {((7, 4500), 1), ((32, 1000), 5)}
+    # 15 and 70: chunks never written; 50-52 and 200-203 share frames
+    cells = [0, 3, 15, 50, 51, 52, 70, 200, 203, 239]
     reader.read(cells, None)  # warms the shard index cache
     reader.reset_stats()
     block = reader.read(cells, None)
@@ -82,28 +112,32 @@ def test_only_the_wanted_frames_are_read(wide: tuple[Path, np.ndarray]) -> None:
     assert reader.stats.chunks_decoded == stored
 
 
-SELECTIONS: dict[str, tuple[Any, Any]] = {
-    "cells, repeated and unsorted": (np.array([239, 10, 10, 120, 0, 42, 17]), None),
-    "band across a missing chunk": (slice(5, 40), slice(None)),
-    "every cell": (None, np.array([4499, 0, 7])),
-    "mask": (np.arange(N_CELLS) % 5 == 0, np.arange(N_FEATURES) % 3 == 1),
+# selections of a store of (cells, features)
+SELECTIONS: dict[str, Callable[[int, int], tuple[Any, Any]]] = {
+    "cells, repeated and unsorted": lambda n, m: (
+        np.array([239, 10, 10, 120, 0, 42, 17, 66]),
+        None,
+    ),
+    "band across a missing chunk": lambda n, m: (slice(5, 100), slice(None)),
+    "every cell": lambda n, m: (None, np.array([m - 1, 0, 7])),
+    "mask": lambda n, m: (np.arange(n) % 5 == 0, np.arange(m) % 3 == 1),
 }
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 @pytest.mark.parametrize("selection", SELECTIONS.values(), ids=SELECTIONS.keys())
 def test_compiled_and_python_reads_place_the_same_values(
-    wide: tuple[Path, np.ndarray],
+    store: tuple[Path, np.ndarray],
     compiled: bool,
-    selection: tuple[Any, Any],
+    selection: Callable[[int, int], tuple[Any, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    path, values = wide
+    path, values = store
     if not compiled:
         monkeypatch.setattr(shard_reader, "read_row_frames", None)
     reader = cv.VirtualArrayReader(path)
     assert _fast(reader)._frame_reads is compiled
-    cells, features = selection
+    cells, features = selection(*values.shape)
     expected = values if cells is None else values[cells]
     expected = expected if features is None else expected[:, features]
     np.testing.assert_array_equal(reader.read(cells, features), expected)
@@ -196,3 +230,69 @@ def test_the_kernel_reads_frames_and_refuses_what_does_not_fit(tmp_path: Path) -
         os.close(fd)
     with pytest.raises(OSError):
         kernels.read_row_frames(fd, 4, *args, i64([1, 3]), out)  # a closed descriptor
+
+
+def test_the_kernel_reads_the_frames_of_several_rows_that_hold_the_wanted_rows(
+    tmp_path: Path,
+) -> None:
+    from cytearc_vfs.row_frames import RowFrameEncoder
+
+    block = np.arange(5 * 5000, dtype=np.uint16).reshape(5, 5000) % 251
+    framed = RowFrameEncoder(level=1).encode(block, rows_per_frame=2)  # frames of 2, 2, 1 rows
+    frames = frame_index(framed)
+    assert frames is not None and frames.rows_per_frame == 2
+    fd, offsets, sizes = _chunk_file(tmp_path, [framed])
+    i64 = np.asarray
+    out = np.empty(len(framed), dtype=np.uint8)
+    index_bytes = 20 + 4 * 3
+
+    def read(rows: list[int], per_frame: int = 2) -> Any:
+        return kernels.read_row_frames(
+            fd, 5, i64(offsets), i64(sizes), i64([len(rows)]), i64(rows), out, per_frame
+        )
+
+    def frames_bytes(first: int, last: int) -> bytes:
+        return framed[frames.offsets[first] : frames.offsets[last + 1]]
+
+    try:
+        for rows, wanted in (
+            ([1, 4], frames_bytes(0, 0) + frames_bytes(2, 2)),  # two preads
+            ([2, 3], frames_bytes(1, 1)),  # two rows of one frame
+            ([1, 2], frames_bytes(0, 1)),  # consecutive frames: one pread
+            ([4], frames_bytes(2, 2)),  # the short last frame
+        ):
+            got = read(rows)
+            assert got == (len(wanted), len(wanted) + index_bytes), rows
+            assert bytes(out[: got[0]]) == wanted
+        assert read([1], per_frame=1) is None  # framed otherwise: the caller reads it whole
+        with pytest.raises(IndexError, match="sorted, unique and below 5"):
+            read([3, 2])
+        with pytest.raises(ValueError, match="rows_per_frame from 1 to chunk_rows - 1"):
+            read([1], per_frame=5)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("per_frame", [1, 2, 3, 7])
+def test_frame_rows_finds_each_wanted_row_among_the_decoded_frames(per_frame: int) -> None:
+    rng = np.random.default_rng(per_frame)
+    chunk_rows = 10
+    for _ in range(50):
+        counts = rng.integers(0, 6, size=rng.integers(1, 5))
+        rows = np.concatenate(
+            [np.sort(rng.choice(chunk_rows, int(k), replace=False)) for k in counts]
+        ).astype(np.int64)
+        # decoding the frames that hold the rows, chunk by chunk, in order
+        decoded = []
+        at = 0
+        for chunk, k in enumerate(counts.tolist()):
+            for frame in sorted({int(r) // per_frame for r in rows[at : at + k]}):
+                last = min(chunk_rows, (frame + 1) * per_frame)
+                decoded.extend((chunk, r) for r in range(frame * per_frame, last))
+            at += k
+        total, picks = frame_rows(rows, counts.astype(np.int64), chunk_rows, per_frame)
+        assert total == len(decoded)
+        chunk_of = np.repeat(np.arange(len(counts)), counts)
+        wanted = list(zip(chunk_of.tolist(), rows.tolist(), strict=True))
+        positions = range(len(rows)) if picks is None else picks.tolist()
+        assert [decoded[p] for p in positions] == wanted
