@@ -22,20 +22,21 @@
  * GIL, so the placements of two sources go on in parallel. The module needs
  * no numpy headers: the arrays come in through the buffer protocol.
  *
- * With a plan, on x86-64 (SSSE3, every x86-64 CPU since 2006), 4-5x faster
- * than the item loop for 1- and 2-byte counts (1.7x for 4-byte; none is
- * made for 8-byte items): a source that holds a subset
- * of the union's features, in the union's order, fills each 16 output bytes
- * from one or two 16-byte windows of its row (its features are nearly
- * consecutive there; the absent ones are zeros). The plan holds, per 16-byte
- * output block, its window starts and byte shuffles (pshufb; 0x80 writes a
- * zero byte), so a block is a load and a shuffle per window and one store,
- * not 16 (uint8) or 8 (uint16) item copies. It is made once per column map
- * (it costs about one row's gather) and checked on every call: a plan that
- * does not match the arguments is refused, one made on a machine without
- * SSSE3 is not made at all (None). Blocks whose columns need more windows
- * (features in another order) and the row's last partial block are copied
- * item by item.
+ * With a plan, on x86-64 (SSSE3, every x86-64 CPU since 2006), ~4x faster
+ * than the item loop for 1- and 2-byte counts of a composite's column maps
+ * (1.7x for 4-byte; none is made for 8-byte items): a source that holds a
+ * subset of the union's features, in the union's order, fills each 16
+ * output bytes from one or two 16-byte windows of its row (its features are
+ * nearly consecutive there; the absent ones are zeros). The plan holds, per
+ * 16-byte output block, its window starts and byte shuffles (pshufb; 0x80
+ * writes a zero byte), so a block is a load and a shuffle per window and
+ * one store, not 16 (uint8) or 8 (uint16) item copies. It is made once per
+ * column map (it costs about the item loop's gather of 11 rows) and checked
+ * on every call: a plan that does not match the arguments is refused; on a
+ * machine without SSSE3 none is made (None). Blocks whose columns need more
+ * windows (features in another order, or the end of a union, where later
+ * sources' own features are listed) and the row's last partial block are
+ * copied item by item.
  *
  * scatter_columns(src, src_cols, itemsize, cells, out, out_cols, rows, targets)
  *
