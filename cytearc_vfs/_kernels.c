@@ -106,7 +106,7 @@ gather_items(const char *from, char *to, const int64_t *columns, Py_ssize_t item
 }
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(CYTEARC_NO_SHUFFLES)
 #include <tmmintrin.h>
 #define SHUFFLE_BLOCKS 1
 #define BLOCK 16
@@ -279,9 +279,11 @@ gather_columns(PyObject *self, PyObject *args)
                 goto done;
             }
         }
+#ifdef SHUFFLE_BLOCKS
         Py_ssize_t blocks = 0;
         const int64_t *window_at = NULL;
         const unsigned char *shuffles = NULL;
+#endif
         if (plan_object != Py_None) {
 #ifdef SHUFFLE_BLOCKS
             if (!PyBytes_Check(plan_object)) {
@@ -311,8 +313,8 @@ gather_columns(PyObject *self, PyObject *args)
             /* a plan made on another machine: copy item by item */
             blocks = __builtin_cpu_supports("ssse3") ? (Py_ssize_t)plan[5] : 0;
 #else
-            PyErr_SetString(PyExc_ValueError, "gather_columns: plans exist only on x86-64");
-            goto done;
+            /* a plan made on an x86-64 machine (a pickled reader): item by item */
+            (void)plan_object;
 #endif
         }
         Py_BEGIN_ALLOW_THREADS
