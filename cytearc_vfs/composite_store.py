@@ -38,6 +38,7 @@ from .locations import Location, describe_location, open_location
 from .nodes import array_at
 from .paths import join
 from .read_stats import ReadCounters, ReaderStats
+from .source_cache import CacheInfo, SourceCache
 from .sources import BoundSource, bind_source, rebind
 from .store_io import document_attribute, get_json
 
@@ -88,8 +89,10 @@ class CompositeStore(Store):
         *,
         source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
         cell_runs: CellRuns | None = None,
+        cache: SourceCache | None = None,
     ) -> None:
         super().__init__(read_only=backing.read_only)
+        self._cache = SourceCache() if cache is None else cache
         self._cell_runs = cell_runs
         self._backing = backing
         self._record = record
@@ -163,6 +166,8 @@ class CompositeStore(Store):
                     f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
                 )
         counters = ReadCounters()
+        # remote sources read through one bounded cache per open composite
+        cache = SourceCache()
 
         def bind(index: int) -> BoundSource:
             binding = record.sources[index]
@@ -175,6 +180,7 @@ class CompositeStore(Store):
                 storage_options=(source_storage_options or {}).get(binding.name),
                 expected_dataset=binding.dataset_fingerprint,
                 expected_counts=binding.counts_fingerprint,
+                cache=cache,
             )
 
         # Sources are verified concurrently: each is a few metadata reads.
@@ -186,6 +192,7 @@ class CompositeStore(Store):
             sources,
             source_storage_options=source_storage_options,
             cell_runs=merge_runs(collectors["rowSources"], collectors["sourceRows"]),
+            cache=cache,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -228,7 +235,17 @@ class CompositeStore(Store):
         clone._virtual = self._virtual
         clone._chunk_counters = self._chunk_counters
         clone._chunk_reader = self._chunk_reader
+        clone._cache = self._cache
         return clone
+
+    def cache_info(self) -> CacheInfo:
+        """The remote source cache of this open composite (see ``docs/composite.md``)."""
+        return self._cache.info()
+
+    def close(self) -> None:
+        """Close the store; the remote source cache's directory is removed."""
+        self._cache.close()
+        super().close()
 
     def __eq__(self, value: object) -> bool:
         return (

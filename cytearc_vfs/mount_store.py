@@ -19,6 +19,7 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
+from .cached_store import CachedSourceStore, cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
 from .locations import Location, describe_location, open_location
@@ -27,6 +28,7 @@ from .mount_resolution import artifact_roots, check_key, listing_is_union, place
 from .nodes import array_at
 from .paths import AssayPaths, join
 from .read_stats import ReadCounters
+from .source_cache import CacheInfo, SourceCache
 from .source_store import AssayInfo, read_contents, verify_assay
 from .sources import bound_from_verified
 from .store_io import document_attribute, get_json
@@ -58,7 +60,12 @@ class MountStore(Store):
             target = target.with_read_only(read_only)
         super().__init__(read_only=target.read_only)
         self._target = target
-        self._source = source if source.read_only else source.with_read_only(True)
+        source = source if source.read_only else source.with_read_only(True)
+        # a remote source reads through a bounded cache (shared by the stores
+        # with_read_only derives, made anew where the store is unpickled)
+        self._source = cached_source(
+            source, None if isinstance(source, CachedSourceStore) else SourceCache(), "source"
+        )
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
@@ -141,6 +148,20 @@ class MountStore(Store):
         )
 
     # ------------------------------------------------------------ identity
+
+    def cache_info(self) -> CacheInfo:
+        """The remote source cache of this open mount (disabled for a local source)."""
+        cache = source_cache_of(self._source)
+        if cache is None:
+            return CacheInfo(0, 0, 0, 0, 0, False, None)
+        return cache.info()
+
+    def close(self) -> None:
+        """Close the store; the remote source cache's directory is removed."""
+        cache = source_cache_of(self._source)
+        if cache is not None:
+            cache.close()
+        super().close()
 
     @property
     def record(self) -> MountRecord:

@@ -18,12 +18,14 @@ from zarr.core.array import AsyncArray
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import StorePath
 
+from .cached_store import cached_source
 from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from .locations import Location, describe_location, open_location
 from .paths import AssayPaths, join
 from .prefetch import PrefetchedStore, assay_documents, prefetched
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
+from .source_cache import SourceCache
 from .source_store import AssayInfo, read_contents, verify_assay
 from .store_io import get_json
 
@@ -84,16 +86,19 @@ def bind_source(
     storage_options: Mapping[str, Any] | None = None,
     expected_dataset: str | None = None,
     expected_counts: str | None = None,
+    cache: SourceCache | None = None,
 ) -> BoundSource:
     """Open and verify ``assay`` of the source at ``location``.
 
     With ``expected_*`` fingerprints, a source whose identity changed raises
     :class:`IdentityMismatchError` naming the source, location, expected and
-    found values.
+    found values. A remote source is read through ``cache`` when one is given.
     """
     where = describe_location(location)
     try:
-        backend = open_location(location, read_only=True, storage_options=storage_options)
+        backend = cached_source(
+            open_location(location, read_only=True, storage_options=storage_options), cache, name
+        )
         paths = AssayPaths(assay, workspace)
         # the documents verification reads are fetched in one concurrent round
         documents = prefetched(backend, assay_documents(paths))

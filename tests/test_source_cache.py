@@ -1,0 +1,295 @@
+"""The remote source cache: budget, eviction, faults, cleanup, and composites and
+mounts over a real S3 API server on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import realistic_counts
+from s3_server import S3Server
+
+import cytearc_vfs as cv
+from cytearc_vfs.source_cache import (
+    CACHE_ENV,
+    DEFAULT_CACHE_BYTES,
+    SourceCache,
+    cache_bytes_from_env,
+    parse_cache_bytes,
+)
+
+SMALL = cv.LayoutPolicy(64 * 1024, 4096)
+
+
+# ------------------------------------------------------------------ budget
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", 0),
+        ("1048576", 1 << 20),
+        ("512M", 512 << 20),
+        ("2G", 2 << 30),
+        ("2 GiB", 2 << 30),
+        ("1.5g", 3 << 29),
+        ("64kB", 64 << 10),
+    ],
+)
+def test_cache_sizes(text: str, expected: int) -> None:
+    assert parse_cache_bytes(text) == expected
+    assert cache_bytes_from_env({CACHE_ENV: text}) == expected
+
+
+def test_an_unset_or_empty_budget_is_2_gib() -> None:
+    assert cache_bytes_from_env({}) == cache_bytes_from_env({CACHE_ENV: " "}) == DEFAULT_CACHE_BYTES
+    assert DEFAULT_CACHE_BYTES == 2 << 30
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", "5X", "2 G B", "1e9"])
+def test_a_bad_budget_names_the_variable_and_the_remedy(bad: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"CYTEARC_SOURCE_CACHE_BYTES='{bad}' is not a size.*512M"
+    ):
+        cache_bytes_from_env({CACHE_ENV: bad})
+
+
+# ------------------------------------------------------------------- cache
+
+
+def test_least_recently_used_entries_go_first_within_the_budget() -> None:
+    cache = SourceCache(100)
+    info = cache.info()
+    assert info.enabled and info.directory is None  # made by the first fetch only
+    cache.put("a", b"a" * 40)
+    cache.put("b", b"b" * 40)
+    assert cache.get("a") == b"a" * 40  # a is now the most recently used
+    cache.put("c", b"c" * 40)  # b goes
+    assert cache.get("b") is None
+    assert cache.get_range("c", 38, 45) == b"cc"
+    cache.put("huge", b"h" * 101)  # larger than the budget: not kept, nothing evicted
+    info = cache.info()
+    assert (info.hits, info.misses, info.evictions, info.bytes_cached) == (2, 1, 1, 80)
+    assert info.directory is not None
+    assert sorted(os.listdir(info.directory)) == sorted(
+        [name for name in os.listdir(info.directory) if not name.startswith(".")]
+    )  # no half-written entries left behind
+    assert len(os.listdir(info.directory)) == 2
+    cache.close()
+    assert not os.path.exists(info.directory)
+    assert cache.info().bytes_cached == 0
+
+
+def test_a_budget_of_zero_caches_nothing() -> None:
+    cache = SourceCache(0)
+    cache.put("a", b"x")
+    assert cache.get("a") is None
+    info = cache.info()
+    assert not info.enabled and info.directory is None and info.misses == 0
+
+
+def test_the_directory_is_in_tmpdir_and_gone_when_the_process_exits(tmp_path: Path) -> None:
+    script = (
+        "from cytearc_vfs.source_cache import SourceCache\n"
+        "cache = SourceCache(1000)\n"
+        "cache.put('k', b'v' * 10)\n"
+        "print(cache.info().directory)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    directory = Path(run.stdout.strip())
+    assert directory.parent == tmp_path
+    assert not directory.exists()
+
+
+def test_a_fault_of_the_directory_turns_the_cache_off() -> None:
+    cache = SourceCache(1000)
+    cache.put("a", b"a" * 10)
+    directory = cache.info().directory
+    assert directory is not None
+    shutil.rmtree(directory)  # e.g. a tmp cleaner, or a full or failed disk
+    assert cache.get("a") is None
+    cache.put("b", b"b")
+    info = cache.info()
+    assert not info.enabled and info.bytes_cached == 0 and info.directory is None
+    assert cache.get("b") is None
+
+
+def test_an_entry_changed_on_disk_is_not_served() -> None:
+    cache = SourceCache(1000)
+    cache.put("a", b"a" * 10)
+    directory = cache.info().directory
+    assert directory is not None
+    (entry,) = os.listdir(directory)
+    Path(directory, entry).write_bytes(b"tampered")
+    assert cache.get("a") is None
+    assert not cache.info().enabled
+
+
+# ------------------------------------------------------- remote composites
+
+
+@pytest.fixture
+def remote_sources(s3_server: S3Server) -> tuple[dict[str, str], dict[str, object], np.ndarray]:
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    a = realistic_counts(300, 40, density=0.2, seed=11)
+    b = realistic_counts(200, 30, density=0.2, seed=12)
+    cv.write_counts(
+        f"s3://{bucket}/a.zarr",
+        a,
+        features=[f"g{i}" for i in range(40)],
+        layout=SMALL,
+        storage_options=options,
+    )
+    cv.write_counts(
+        f"s3://{bucket}/b.zarr",
+        b,
+        features=[f"g{i}" for i in range(10, 40)],
+        layout=SMALL,
+        storage_options=options,
+    )
+    expected = np.zeros((500, 40), dtype=np.float64)
+    expected[:300] = a.toarray()
+    expected[300:, 10:40] = b.toarray()
+    sources = {"a": f"s3://{bucket}/a.zarr", "b": f"s3://{bucket}/b.zarr"}
+    return sources, {name: options for name in sources}, expected
+
+
+def _open(
+    tmp_path: Path, remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray]
+) -> cv.CompositeStore:
+    sources, options, _ = remote_sources
+    if not (tmp_path / "c.zarr").exists():
+        cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=options)
+    store = cv.open_store(tmp_path / "c.zarr", source_storage_options=options)
+    assert isinstance(store, cv.CompositeStore)
+    return store
+
+
+@pytest.mark.remote
+def test_a_second_read_of_a_remote_composite_comes_from_the_cache(
+    tmp_path: Path,
+    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+) -> None:
+    _, _, expected = remote_sources
+    store = _open(tmp_path, remote_sources)
+    assert store.cache_info().directory is None  # nothing fetched yet
+    reader = store.reader()
+    np.testing.assert_array_equal(reader.read(), expected)
+    first = store.cache_info()
+    assert first.enabled and first.misses > 0 and first.bytes_cached > 0
+    assert first.directory is not None and Path(first.directory).is_dir()
+    # the same read again, through a fresh reader (its shard indexes not kept)
+    again = store.reader()
+    np.testing.assert_array_equal(again.read(), expected)
+    second = store.cache_info()
+    assert second.misses == first.misses  # nothing fetched again
+    assert second.hits >= first.misses
+    # plain zarr reads the computed chunks through the same sources and cache
+    counts = zarr.open_array(store, path="RNA/counts", mode="r")
+    np.testing.assert_array_equal(counts[:], expected)
+    assert store.cache_info().misses == first.misses
+    store.close()
+    assert not Path(first.directory).exists()
+
+
+@pytest.mark.remote
+def test_the_budget_bounds_the_cache(
+    tmp_path: Path,
+    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, _, expected = remote_sources
+    unbounded = _open(tmp_path, remote_sources)
+    np.testing.assert_array_equal(unbounded.reader().read(), expected)
+    directory = unbounded.cache_info().directory
+    assert directory is not None
+    sizes = [entry.stat().st_size for entry in Path(directory).iterdir()]
+    unbounded.close()
+    # room for the largest entry, not for all of them
+    budget = max(max(sizes), sum(sizes) // 2) + 1
+    assert budget < sum(sizes)
+    monkeypatch.setenv(CACHE_ENV, str(budget))
+    store = _open(tmp_path, remote_sources)
+    for _ in range(2):
+        np.testing.assert_array_equal(store.reader().read(), expected)
+    info = store.cache_info()
+    assert info.max_bytes == budget
+    assert 0 < info.bytes_cached <= budget
+    assert info.evictions > 0
+    store.close()
+
+
+@pytest.mark.remote
+def test_no_cache_with_a_budget_of_zero(
+    tmp_path: Path,
+    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, _, expected = remote_sources
+    monkeypatch.setenv(CACHE_ENV, "0")
+    store = _open(tmp_path, remote_sources)
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    info = store.cache_info()
+    assert not info.enabled and info.directory is None and info.bytes_cached == 0
+
+
+@pytest.mark.remote
+def test_reads_go_on_from_the_sources_when_the_cache_directory_fails(
+    tmp_path: Path,
+    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+) -> None:
+    _, _, expected = remote_sources
+    store = _open(tmp_path, remote_sources)
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    directory = store.cache_info().directory
+    assert directory is not None
+    shutil.rmtree(directory)
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    assert not store.cache_info().enabled
+
+
+def test_local_sources_are_not_cached(tmp_path: Path) -> None:
+    a = realistic_counts(50, 20, density=0.2, seed=3)
+    cv.write_counts(tmp_path / "a.zarr", a, layout=SMALL)
+    cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr"})
+    store = cv.open_store(tmp_path / "c.zarr")
+    assert isinstance(store, cv.CompositeStore)
+    np.testing.assert_array_equal(store.reader().read(), a.toarray())
+    info = store.cache_info()
+    assert info.directory is None and info.hits == info.misses == 0
+
+
+@pytest.mark.remote
+def test_a_mount_of_a_remote_source_reads_through_its_cache(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    matrix = realistic_counts(200, 30, density=0.2, seed=5)
+    url = f"s3://{bucket}/s.zarr"
+    cv.write_counts(url, matrix, layout=SMALL, storage_options=options)
+    mount = cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
+    assert isinstance(mount, cv.MountStore)
+    np.testing.assert_array_equal(mount.reader().read(), matrix.toarray())
+    first = mount.cache_info()
+    assert first.enabled and first.misses > 0 and first.bytes_cached > 0
+    np.testing.assert_array_equal(mount.reader().read(), matrix.toarray())
+    assert mount.cache_info().misses == first.misses
+    assert mount.cache_info().hits > first.hits
+    directory = first.directory
+    assert directory is not None
+    mount.close()
+    assert not Path(directory).exists()
