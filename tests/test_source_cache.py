@@ -4,6 +4,7 @@ mounts over a real S3 API server on loopback."""
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -293,3 +294,46 @@ def test_a_mount_of_a_remote_source_reads_through_its_cache(
     assert directory is not None
     mount.close()
     assert not Path(directory).exists()
+
+
+def test_a_full_disk_turns_the_cache_off(tmp_path: Path) -> None:
+    # RLIMIT_FSIZE makes writes past a size fail with "File too large", as a
+    # full disk would (running as root, chmod cannot make a directory unwritable)
+    script = (
+        "import resource, signal\n"
+        "from cytearc_vfs.source_cache import SourceCache\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+        "cache = SourceCache(1 << 20)\n"
+        "cache.put('small', b's' * 10)\n"
+        "assert cache.get('small') == b's' * 10\n"
+        "cache.put('large', b'l' * 5000)\n"
+        "info = cache.info()\n"
+        "assert not info.enabled and info.bytes_cached == 0 and info.directory is None, info\n"
+        "assert cache.get('small') is None\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+    assert list(tmp_path.iterdir()) == []  # the fault removed the directory
+
+
+@pytest.mark.remote
+def test_an_unpickled_composite_makes_its_own_cache(
+    tmp_path: Path,
+    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+) -> None:
+    _, _, expected = remote_sources
+    store = _open(tmp_path, remote_sources)
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.cache_info().directory is None and copy.cache_info().hits == 0
+    np.testing.assert_array_equal(copy.reader().read(), expected)
+    assert copy.cache_info().directory not in (None, store.cache_info().directory)
+    copy.close()
+    store.close()
