@@ -19,7 +19,7 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
-from .cached_store import CachedSourceStore, cached_source, source_cache_of
+from .cached_store import cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
 from .locations import Location, describe_location, open_location
@@ -63,9 +63,8 @@ class MountStore(Store):
         source = source if source.read_only else source.with_read_only(True)
         # a remote source reads through a bounded cache (shared by the stores
         # with_read_only derives, made anew where the store is unpickled)
-        self._source = cached_source(
-            source, None if isinstance(source, CachedSourceStore) else SourceCache(), "source"
-        )
+        self._cache = source_cache_of(source) or SourceCache()
+        self._source = cached_source(source, self._cache, "source")
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
@@ -150,17 +149,12 @@ class MountStore(Store):
     # ------------------------------------------------------------ identity
 
     def cache_info(self) -> CacheInfo:
-        """The remote source cache of this open mount (disabled for a local source)."""
-        cache = source_cache_of(self._source)
-        if cache is None:
-            return CacheInfo(0, 0, 0, 0, 0, False, None)
-        return cache.info()
+        """The remote source cache of this open mount (a local source never fills it)."""
+        return self._cache.info()
 
     def close(self) -> None:
         """Close the store; the remote source cache's directory is removed."""
-        cache = source_cache_of(self._source)
-        if cache is not None:
-            cache.close()
+        self._cache.close()
         super().close()
 
     @property

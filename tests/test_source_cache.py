@@ -28,6 +28,12 @@ from cytearc_vfs.source_cache import (
 SMALL = cv.LayoutPolicy(64 * 1024, 4096)
 
 
+@pytest.fixture(autouse=True)
+def default_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from the default budget, whatever the environment says."""
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+
+
 # ------------------------------------------------------------------ budget
 
 
@@ -337,3 +343,15 @@ def test_an_unpickled_composite_makes_its_own_cache(
     assert copy.cache_info().directory not in (None, store.cache_info().directory)
     copy.close()
     store.close()
+
+
+def test_a_mount_of_a_local_source_reports_an_unused_cache(tmp_path: Path) -> None:
+    matrix = realistic_counts(40, 10, density=0.3, seed=6)
+    cv.write_counts(tmp_path / "s.zarr", matrix, layout=SMALL)
+    mount = cv.mount_datastore(tmp_path / "s.zarr", tmp_path / "m.zarr")
+    assert isinstance(mount, cv.MountStore)
+    np.testing.assert_array_equal(mount.reader().read(), matrix.toarray())
+    info = mount.cache_info()
+    assert info.directory is None and info.hits == info.misses == info.bytes_cached == 0
+    assert info.max_bytes == cache_bytes_from_env()
+    assert mount.with_read_only(True).cache_info() == info  # derived stores share it
