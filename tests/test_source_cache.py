@@ -355,3 +355,25 @@ def test_a_mount_of_a_local_source_reports_an_unused_cache(tmp_path: Path) -> No
     assert info.directory is None and info.hits == info.misses == info.bytes_cached == 0
     assert info.max_bytes == cache_bytes_from_env()
     assert mount.with_read_only(True).cache_info() == info  # derived stores share it
+
+
+@pytest.mark.remote
+def test_a_sparse_read_caches_only_the_shard_index(tmp_path: Path, s3_server: S3Server) -> None:
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    matrix = realistic_counts(2000, 40, density=0.3, seed=8)
+    cv.write_counts(f"s3://{bucket}/s.zarr", matrix, layout=SMALL, storage_options=options)
+    sources = {"s": f"s3://{bucket}/s.zarr"}
+    cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options={"s": options})
+    store = cv.open_store(tmp_path / "c.zarr", source_storage_options={"s": options})
+    assert isinstance(store, cv.CompositeStore)
+    cells = [1000]  # one chunk of a shard of many: read by range, not whole
+    np.testing.assert_array_equal(store.reader().read(cells, None), matrix[cells].toarray())
+    first = store.cache_info()
+    assert first.misses == 1 and first.hits == 0  # the shard index
+    assert 0 < first.bytes_cached < 2000  # an index, not a shard
+    np.testing.assert_array_equal(store.reader().read(cells, None), matrix[cells].toarray())
+    second = store.cache_info()
+    assert (second.misses, second.hits) == (1, 1)  # the index again, from the cache
+    assert second.bytes_cached == first.bytes_cached  # the chunk's range is not cached
+    store.close()
