@@ -134,6 +134,9 @@ class CompositeStore(Store):
         where: str,
         source_storage_options: Mapping[str, Mapping[str, Any]] | None,
     ) -> CompositeStore:
+        # remote sources read through one bounded cache per open composite; a
+        # bad CYTEARC_SOURCE_CACHE_BYTES is refused before any mapping is read
+        cache = SourceCache()
         root_doc = get_json(backing, "zarr.json", where=where)
         attrs = root_doc.get("attributes", {}) if isinstance(root_doc, dict) else {}
         if COMPOSITE_ATTR not in attrs:
@@ -166,8 +169,6 @@ class CompositeStore(Store):
                     f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
                 )
         counters = ReadCounters()
-        # remote sources read through one bounded cache per open composite
-        cache = SourceCache()
 
         def bind(index: int) -> BoundSource:
             binding = record.sources[index]

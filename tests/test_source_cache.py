@@ -26,6 +26,8 @@ from cytearc_vfs.source_cache import (
 )
 
 SMALL = cv.LayoutPolicy(64 * 1024, 4096)
+# source URLs, their storage options, and the composite's expected values
+RemoteSources = tuple[dict[str, str], dict[str, object], np.ndarray]
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +72,16 @@ def test_a_bad_budget_names_the_variable_and_the_remedy(bad: str) -> None:
 # ------------------------------------------------------------------- cache
 
 
+def _in_subprocess(script: str, *, tmpdir: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter whose TMPDIR is ``tmpdir``."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        capture_output=True,
+        text=True,
+    )
+
+
 def test_least_recently_used_entries_go_first_within_the_budget() -> None:
     cache = SourceCache(100)
     info = cache.info()
@@ -108,13 +120,8 @@ def test_the_directory_is_in_tmpdir_and_gone_when_the_process_exits(tmp_path: Pa
         "cache.put('k', b'v' * 10)\n"
         "print(cache.info().directory)\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    run = _in_subprocess(script, tmpdir=tmp_path)
+    assert run.returncode == 0, run.stderr
     directory = Path(run.stdout.strip())
     assert directory.parent == tmp_path
     assert not directory.exists()
@@ -148,7 +155,7 @@ def test_an_entry_changed_on_disk_is_not_served() -> None:
 
 
 @pytest.fixture
-def remote_sources(s3_server: S3Server) -> tuple[dict[str, str], dict[str, object], np.ndarray]:
+def remote_sources(s3_server: S3Server) -> RemoteSources:
     bucket = s3_server.new_bucket()
     options = s3_server.storage_options()
     a = realistic_counts(300, 40, density=0.2, seed=11)
@@ -174,9 +181,7 @@ def remote_sources(s3_server: S3Server) -> tuple[dict[str, str], dict[str, objec
     return sources, {name: options for name in sources}, expected
 
 
-def _open(
-    tmp_path: Path, remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray]
-) -> cv.CompositeStore:
+def _open(tmp_path: Path, remote_sources: RemoteSources) -> cv.CompositeStore:
     sources, options, _ = remote_sources
     if not (tmp_path / "c.zarr").exists():
         cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=options)
@@ -188,7 +193,7 @@ def _open(
 @pytest.mark.remote
 def test_a_second_read_of_a_remote_composite_comes_from_the_cache(
     tmp_path: Path,
-    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    remote_sources: RemoteSources,
 ) -> None:
     _, _, expected = remote_sources
     store = _open(tmp_path, remote_sources)
@@ -215,7 +220,7 @@ def test_a_second_read_of_a_remote_composite_comes_from_the_cache(
 @pytest.mark.remote
 def test_the_budget_bounds_the_cache(
     tmp_path: Path,
-    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    remote_sources: RemoteSources,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, _, expected = remote_sources
@@ -242,7 +247,7 @@ def test_the_budget_bounds_the_cache(
 @pytest.mark.remote
 def test_no_cache_with_a_budget_of_zero(
     tmp_path: Path,
-    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    remote_sources: RemoteSources,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, _, expected = remote_sources
@@ -256,7 +261,7 @@ def test_no_cache_with_a_budget_of_zero(
 @pytest.mark.remote
 def test_reads_go_on_from_the_sources_when_the_cache_directory_fails(
     tmp_path: Path,
-    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    remote_sources: RemoteSources,
 ) -> None:
     _, _, expected = remote_sources
     store = _open(tmp_path, remote_sources)
@@ -319,12 +324,7 @@ def test_a_full_disk_turns_the_cache_off(tmp_path: Path) -> None:
         "assert cache.get('small') is None\n"
         "print('ok')\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-    )
+    run = _in_subprocess(script, tmpdir=tmp_path)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
     assert list(tmp_path.iterdir()) == []  # the fault removed the directory
 
@@ -332,7 +332,7 @@ def test_a_full_disk_turns_the_cache_off(tmp_path: Path) -> None:
 @pytest.mark.remote
 def test_an_unpickled_composite_makes_its_own_cache(
     tmp_path: Path,
-    remote_sources: tuple[dict[str, str], dict[str, object], np.ndarray],
+    remote_sources: RemoteSources,
 ) -> None:
     _, _, expected = remote_sources
     store = _open(tmp_path, remote_sources)
