@@ -47,9 +47,18 @@ class AssayReport:
 def _column_checksums(values: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
     # Sum and an index-weighted sum per column: a transposed copy must agree on
     # both, so a moved or changed value is caught without holding either matrix.
-    as_float = values.astype(np.float64)
-    weights = np.arange(offset, offset + values.shape[0], dtype=np.float64) + 1.0
-    return as_float.sum(axis=0), weights @ as_float
+    # Integer arithmetic modulo 2**64 is exact (floats would round a +1 away);
+    # both orientations wrap identically, so equality still means agreement.
+    as_int = values.astype(np.uint64, copy=False)
+    weights = np.arange(offset + 1, offset + 1 + values.shape[0], dtype=np.uint64)
+    return as_int.sum(axis=0, dtype=np.uint64), weights @ as_int
+
+
+def _unreadable(what: str, start: int, stop: int, exc: Exception) -> str:
+    return (
+        f"{what} rows {start}-{stop - 1} could not be read ({type(exc).__name__}: {exc}); "
+        "the stored data is damaged: restore the store from a copy or write it again"
+    )
 
 
 def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> AssayReport:
@@ -63,12 +72,16 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
     row_sums = np.zeros(n_cells, dtype=sum_dtype)
     row_positive = np.zeros(n_cells, dtype=np.int64)
     column_positive = np.zeros(n_features, dtype=np.int64)
-    col_sum = np.zeros(n_features)
-    col_weighted = np.zeros(n_features)
+    col_sum = np.zeros(n_features, dtype=np.uint64)
+    col_weighted = np.zeros(n_features, dtype=np.uint64)
     band = info.layout.counts.shards[0]
     for start in range(0, n_cells, band):
         stop = min(n_cells, start + band)
-        dense = np.asarray(counts[start:stop])
+        try:
+            dense = np.asarray(counts[start:stop])
+        except Exception as exc:  # any decoding failure is a finding, not a crash
+            report.problems.append(_unreadable("counts", start, stop, exc))
+            return report
         hasher.update(sp.csr_array(dense))
         row_sums[start:stop] = dense.sum(axis=1, dtype=sum_dtype)
         row_positive[start:stop] = (dense > 0).sum(axis=1)
@@ -98,17 +111,15 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
         band_t = info.layout.counts_t.shards[0] if info.layout.counts_t else 1
         for start in range(0, n_features, band_t):
             stop = min(n_features, start + band_t)
-            dense_t = np.asarray(counts_t[start:stop]).T  # cells x features slice
+            try:
+                dense_t = np.asarray(counts_t[start:stop]).T  # cells x features slice
+            except Exception as exc:  # any decoding failure is a finding, not a crash
+                report.problems.append(_unreadable("countsT", start, stop, exc))
+                break
             s, w = _column_checksums(dense_t, 0)
-            if not (
-                np.allclose(s, col_sum[start:stop]) and np.allclose(w, col_weighted[start:stop])
-            ):
-                bad = start + int(
-                    np.flatnonzero(
-                        ~np.isclose(s, col_sum[start:stop])
-                        | ~np.isclose(w, col_weighted[start:stop])
-                    )[0]
-                )
+            differs = (s != col_sum[start:stop]) | (w != col_weighted[start:stop])
+            if differs.any():
+                bad = start + int(np.flatnonzero(differs)[0])
                 report.problems.append(
                     f"countsT is not the transpose of counts (first at feature {bad})"
                 )
@@ -139,13 +150,20 @@ def _verify_composite(store: Store, *, where: str, progress: Progress | None) ->
     row_sums = np.zeros(n_cells, dtype=sum_dtype)
     row_positive = np.zeros(n_cells, dtype=np.int64)
     column_positive = np.zeros(n_features, dtype=np.int64)
-    for rows, block in reader.iter_cells(mem_budget="256M"):
-        row_sums[rows] = block.sum(axis=1, dtype=sum_dtype)
-        row_positive[rows] = (block > 0).sum(axis=1)
-        column_positive += (block > 0).sum(axis=0)
-        report.checked_values += block.size
-        if progress:
-            progress(f"verify {report.label}", rows.stop, n_cells)
+    try:
+        for rows, block in reader.iter_cells(mem_budget="256M"):
+            row_sums[rows] = block.sum(axis=1, dtype=sum_dtype)
+            row_positive[rows] = (block > 0).sum(axis=1)
+            column_positive += (block > 0).sum(axis=0)
+            report.checked_values += block.size
+            if progress:
+                progress(f"verify {report.label}", rows.stop, n_cells)
+    except Exception as exc:  # a damaged source is a finding, not a crash
+        report.problems.append(
+            f"the virtual counts could not be read ({type(exc).__name__}: {exc}); a source is "
+            "damaged: run cytearc-vfs verify on each source"
+        )
+        return [report]
     summaries = group_at(zarr.open_group(store, mode="r"), join(report.label, "countSummaries"))
     for name, expected in (
         ("rowSums", row_sums),

@@ -127,8 +127,9 @@ def check_destination(
         )
     if not overwrite:
         raise FileExistsError(
-            f"destination {where} already holds {len(keys)} key(s); pass overwrite=True to "
-            "replace a store this layer wrote, or choose an empty destination"
+            f"destination {where} already holds {len(keys)} key(s); pass overwrite=True "
+            "(--overwrite on the command line) to replace a store this layer wrote, or choose "
+            "an empty destination"
         )
     if root is None or root.get("node_type") != "group":
         raise FileExistsError(

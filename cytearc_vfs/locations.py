@@ -37,6 +37,27 @@ class _Backend:
 
 
 _BACKENDS: dict[str, list[_Backend]] = {}
+#: Entry-point group through which installed packages register backends.
+BACKEND_ENTRY_POINTS = "cytearc_vfs.backends"
+_plugins_loaded = False
+
+
+def _load_backend_plugins() -> None:
+    """Call every installed ``cytearc_vfs.backends`` entry point once.
+
+    The core never imports its adapters: ``cytearc_vfs_adapters`` (and any
+    other package) announces a registration function in its metadata, and
+    the first location opened calls it.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=BACKEND_ENTRY_POINTS):
+        register = entry.load()
+        register()
 
 
 def register_backend(scheme: str, opener: StoreOpener, *, priority: int = 0) -> None:
@@ -129,6 +150,7 @@ def open_location(
         )
     text = os.fspath(location)
     scheme = "file" if local_path(location) is not None else _scheme(text)
+    _load_backend_plugins()
     entries = _BACKENDS.get(scheme)
     if not entries:
         known = ", ".join(sorted(f"{s}://" for s in _BACKENDS)) or "none"

@@ -94,12 +94,16 @@ def mount_datastore(
     if not available:
         raise ValueError(
             f"{where} has no assay in {'workspace ' + repr(workspace) if workspace else 'its root layout'}; "
-            "check workspace="
+            "name the workspace that holds the assays (workspace in Python, --workspace on the "
+            "command line), or check the location"
         )
     chosen = list(assays) if assays is not None else available
     unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
     if unknown:
-        raise ValueError(f"assays {unknown} are not in {where} (it holds {available})")
+        raise ValueError(
+            f"assay(s) {', '.join(unknown)} are not in {where} (it holds "
+            f"{', '.join(available)}); choose among those"
+        )
     container_attrs = zarr.open_group(backend, path=workspace or "", mode="r").attrs.asdict()
     declared = parse_assay_types(container_attrs.get("assayTypes", {}), where=workspace or "/")
     types = {name: (assay_types or {}).get(name) or declared.get(name) for name in chosen}

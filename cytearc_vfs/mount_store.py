@@ -22,7 +22,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from .cached_store import cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
-from .locations import Location, describe_location, open_location
+from .locations import Location, describe_location, local_path, open_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountRecord
 from .mount_resolution import artifact_roots, check_key, listing_is_union, place_of
 from .nodes import array_at
@@ -110,7 +110,11 @@ class MountStore(Store):
             raise OSError(
                 f"the source of the mount at {where}, {record.location}, cannot be read "
                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
-                "restore it, or pass its credentials as source_storage_options"
+                + (
+                    "restore it at that path"
+                    if local_path(record.location) is not None
+                    else "restore it, or pass its credentials as source_storage_options"
+                )
             ) from exc
         if MATRIX_SOURCE_ATTR in contents.root_attrs:
             raise UnsupportedSourceError(

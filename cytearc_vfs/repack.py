@@ -28,17 +28,22 @@ from zarr.core.sync import sync
 from .composite import check_no_overlap
 from .destinations import create_destination
 from .errors import IdentityMismatchError, UnsupportedSourceError
-from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy
+from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy, write_cost
 from .locations import Location, describe_location, open_location
 from .mount_records import MATRIX_SOURCE_ATTR
 from .nodes import array_at, group_at
 from .paths import AssayPaths, join
 from .records import COUNT_LAYOUT_ATTR, CountLayout
-from .sizes import parse_size
+from .sizes import format_size, parse_size
 from .source_store import AssayInfo, read_contents, verify_assay, verify_store
 from .tables import read_table
 
-__all__ = ["repack"]
+__all__ = ["MIN_REPACK_SHARD_ROWS", "repack"]
+
+Progress = Callable[[str, int, int], None]
+#: A budget that would halve count shards below this many rows is refused:
+#: thousands of tiny shards make the rewrite and every later read slow.
+MIN_REPACK_SHARD_ROWS = 8
 
 
 def _refuse(store: Store, where: str) -> None:
@@ -68,15 +73,52 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
         budget,
         transpose=layout.counts_t is not None,
     )
-    if fitted is None or fitted == policy:
+    if fitted == policy:
         return layout
-    return count_layout(
-        layout.shape, layout.dtype, itemsize, fitted, transpose=layout.counts_t is not None
-    )
+    transpose = layout.counts_t is not None
+    if fitted is None:
+        smallest = count_layout(
+            layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
+        )
+        raise ValueError(
+            f"mem_budget {format_size(budget)} is below what rewriting {info.paths.assay}'s "
+            f"{layout.shape[0]} x {layout.shape[1]} counts needs even in one-row shards "
+            f"(about {format_size(write_cost(smallest, itemsize, 0))}); give a larger mem_budget "
+            f"(the store's own layout needs about {format_size(write_cost(layout, itemsize, 0))})"
+        )
+    fitted_layout = count_layout(layout.shape, layout.dtype, itemsize, fitted, transpose=transpose)
+    if fitted_layout.counts.shards[0] < MIN_REPACK_SHARD_ROWS:
+        raise ValueError(
+            f"mem_budget {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
+            f"shards of {fitted_layout.counts.shards[0]} row(s) "
+            f"({-(-layout.shape[0] // fitted_layout.counts.shards[0]):,} shard files), which is "
+            "very slow to write and to read; give a mem_budget of at least "
+            f"{format_size(_budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS))}"
+        )
+    return fitted_layout
+
+
+def _budget_for_rows(layout: CountLayout, itemsize: int, policy: LayoutPolicy, rows: int) -> int:
+    """The write cost of the largest halving of ``policy`` whose count shards still hold ``rows``."""
+    transpose = layout.counts_t is not None
+    current = policy
+    cost = write_cost(layout, itemsize, 0)
+    while True:
+        candidate = count_layout(layout.shape, layout.dtype, itemsize, current, transpose=transpose)
+        if candidate.counts.shards[0] < rows:
+            return cost
+        cost = write_cost(candidate, itemsize, 0)
+        if current == current.halved():
+            return cost
+        current = current.halved()
 
 
 def _copy_counts(
-    source_root: zarr.Group, info: AssayInfo, matrix: zarr.Group, layout: CountLayout
+    source_root: zarr.Group,
+    info: AssayInfo,
+    matrix: zarr.Group,
+    layout: CountLayout,
+    progress: Progress | None = None,
 ) -> None:
     """Rewrite counts (and countsT) into ``matrix`` with a new ``layout``, band by band."""
     for name, geometry in (("counts", layout.counts), ("countsT", layout.counts_t)):
@@ -99,6 +141,9 @@ def _copy_counts(
         )
         for start in range(0, source.shape[0], geometry.shards[0]):
             target[start : start + geometry.shards[0]] = source[start : start + geometry.shards[0]]
+            if progress:
+                phase = f"rewrite {info.paths.assay} {name}"
+                progress(phase, min(source.shape[0], start + geometry.shards[0]), source.shape[0])
         if name == "countsT":
             target.attrs["complete"] = True
 
@@ -106,23 +151,36 @@ def _copy_counts(
 class _KeyCopier:
     """Copies keys between stores as bytes, a bounded number at a time."""
 
-    def __init__(self, target: Store, budget: int, unit_bytes: int) -> None:
+    def __init__(
+        self, target: Store, budget: int, unit_bytes: int, progress: Progress | None = None
+    ) -> None:
         self._target = target
+        self._progress = progress
         # each copy in flight holds one value: at most a shard of unitBytes
         self._limit = max(1, min(32, budget // max(1, 2 * unit_bytes)))
+
+    @property
+    def progress(self) -> Progress | None:
+        """The progress callback copies report to."""
+        return self._progress
 
     def copy(
         self, source: Store, keys: list[str], rename: Callable[[str, bytes], bytes] | None = None
     ) -> int:
+        done = 0
+
         async def one(key: str, gate: asyncio.Semaphore) -> None:
+            nonlocal done
             async with gate:
                 value = await source.get(key, prototype=default_buffer_prototype())
-                if value is None:
-                    return
-                data = value.to_bytes()
-                if rename is not None:
-                    data = rename(key, data)
-                await self._target.set(key, default_buffer_prototype().buffer.from_bytes(data))
+                if value is not None:
+                    data = value.to_bytes()
+                    if rename is not None:
+                        data = rename(key, data)
+                    await self._target.set(key, default_buffer_prototype().buffer.from_bytes(data))
+                done += 1
+                if self._progress and len(keys) > 1:
+                    self._progress("copy keys", done, len(keys))
 
         async def run() -> None:
             gate = asyncio.Semaphore(self._limit)
@@ -186,13 +244,18 @@ def _copy_assays(
             info,
             zarr.open_group(root.store, path=info.paths.matrix_group, mode="r+"),
             layout,
+            copier.progress,
         )
     return remaining
 
 
-def _repack_ordinary(source: Store, root: zarr.Group, budget: int, where: str) -> list[AssayInfo]:
+def _repack_ordinary(
+    source: Store, root: zarr.Group, budget: int, where: str, progress: Progress | None
+) -> list[AssayInfo]:
     _, infos = verify_store(source, where=where)
-    copier = _KeyCopier(root.store, budget, max((i.layout.unit_bytes for i in infos), default=1))
+    copier = _KeyCopier(
+        root.store, budget, max((i.layout.unit_bytes for i in infos), default=1), progress
+    )
     retired = [join(info.paths.assay_group, "state") for info in infos]
     keys = [k for k in _list(source) if not any(_under(k, r) for r in retired)]
     keys = _copy_assays(source, root, infos, keys, copier, budget)
@@ -200,9 +263,11 @@ def _repack_ordinary(source: Store, root: zarr.Group, budget: int, where: str) -
     return infos
 
 
-def _repack_mount(mount: Any, root: zarr.Group, budget: int) -> list[AssayInfo]:
+def _repack_mount(
+    mount: Any, root: zarr.Group, budget: int, progress: Progress | None
+) -> list[AssayInfo]:
     infos: list[AssayInfo] = [mount._infos[name] for name in sorted(mount.record.assays)]
-    copier = _KeyCopier(root.store, budget, max(i.layout.unit_bytes for i in infos))
+    copier = _KeyCopier(root.store, budget, max(i.layout.unit_bytes for i in infos), progress)
 
     def without_record(key: str, data: bytes) -> bytes:
         document = json.loads(data)
@@ -233,7 +298,9 @@ def _repack_mount(mount: Any, root: zarr.Group, budget: int) -> list[AssayInfo]:
     return infos
 
 
-def _repack_data_only(source: Store, destination: Location, budget: int, where: str) -> None:
+def _repack_data_only(
+    source: Store, destination: Location, budget: int, where: str, progress: Progress | None
+) -> None:
     from .writer import write_counts
 
     contents = read_contents(source, where=where)
@@ -246,8 +313,9 @@ def _repack_data_only(source: Store, destination: Location, budget: int, where: 
         candidates = list(contents.assays)
     if len(candidates) != 1:
         raise ValueError(
-            f"{where}: data-only repack rewrites one assay and found {[p.assay_group for p in candidates]}; "
-            "repack the assays one at a time"
+            f"{where}: data-only repack rewrites one assay and found "
+            f"{len(candidates)} ({', '.join(p.assay_group for p in candidates) or 'none'}); "
+            "repack a store with exactly one assay"
         )
     paths = candidates[0]
     counts = array_at(raw, paths.counts)
@@ -266,6 +334,7 @@ def _repack_data_only(source: Store, destination: Location, budget: int, where: 
         features=features,
         workspace=paths.workspace,
         mem_budget=budget,
+        progress=progress,
     )
 
 
@@ -290,10 +359,15 @@ def repack(
     mem_budget: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> Store:
     """Rewrite ``location`` (an ordinary store or a mount) as a standalone store at ``destination``.
 
-    Returns the opened, verified destination store.
+    ``mem_budget`` bounds the working memory; a budget that no layout fits,
+    or that would halve count shards below :data:`MIN_REPACK_SHARD_ROWS`
+    rows, is refused before anything is written. ``progress(phase, done,
+    total)`` is called as keys and count bands are copied. Returns the
+    opened, verified destination store.
     """
     from .mount_store import MountStore
     from .opening import open_store
@@ -309,15 +383,19 @@ def repack(
             raise ValueError(
                 f"{where} is a mount; data-only repack reads raw stores, repack the mount without it"
             )
-        _repack_data_only(source, destination, budget, where)
+        _repack_data_only(source, destination, budget, where, progress)
         return open_store(destination)
     if is_mount:
         mount = MountStore._verified(source, where, source_storage_options)
+        for name in mount.record.assays:
+            _fitted(mount._infos[name], budget)  # refuses a budget before anything is written
         root = create_destination(destination, overwrite=False)
-        infos = _repack_mount(mount, root, budget)
+        infos = _repack_mount(mount, root, budget, progress)
     else:
+        for info in verify_store(source, where=where)[1]:
+            _fitted(info, budget)  # refuses a budget before anything is written
         root = create_destination(destination, overwrite=False)
-        infos = _repack_ordinary(source, root, budget, where)
+        infos = _repack_ordinary(source, root, budget, where, progress)
     written = open_location(destination, read_only=True)
     for info in infos:
         again = verify_assay(written, info.paths, where=describe_location(destination))

@@ -20,7 +20,7 @@ from zarr.storage import StorePath
 
 from .cached_store import cached_source
 from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
-from .locations import Location, describe_location, open_location
+from .locations import Location, describe_location, local_path, open_location
 from .paths import AssayPaths, join
 from .prefetch import PrefetchedStore, assay_documents, prefetched
 from .read_stats import CountingStore, ReadCounters
@@ -110,10 +110,16 @@ def bind_source(
         # Backend errors (missing files, refused credentials, network) are
         # translated once, here, into one that names the source and the fix.
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        remedy = (
+            "check that it exists (a source moved or deleted after the composite was made "
+            "must be restored at that path)"
+            if local_path(location) is not None
+            else "check that it exists, and pass its endpoint and credentials as "
+            f"source_storage_options={{{name!r}: {{...}}}}"
+        )
         raise OSError(
             f"source {name!r} at {where} cannot be read ({type(exc).__name__}: {first_line}); "
-            f"check that it exists, and pass its endpoint and credentials as "
-            f"source_storage_options={{{name!r}: {{...}}}}"
+            f"{remedy}"
         ) from exc
     for what, expected, found in (
         ("dataset", expected_dataset, info.dataset_fingerprint),

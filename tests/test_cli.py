@@ -45,7 +45,10 @@ def test_errors_exit_2_with_message(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["info", str(tmp_path / "missing.zarr")]) == 2
     assert "missing.zarr does not exist" in capsys.readouterr().err
     assert main(["verify", str(tmp_path), "--json"]) == 2
-    assert json.loads(capsys.readouterr().out)["error"] == "ValueError"
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["ok"] is False
+    assert payload["category"] == "refused"
+    assert "empty directory" in payload["message"]
 
 
 def test_installed_entry_point(tmp_path: Path, counts: sp.csr_array) -> None:
@@ -63,7 +66,9 @@ def test_installed_entry_point(tmp_path: Path, counts: sp.csr_array) -> None:
 @pytest.mark.slow
 def test_demo_runs_on_real_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--directory", str(tmp_path), "--json"]) == 0
-    steps = json.loads(capsys.readouterr().out)
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["kept"] is True
+    steps = payload["steps"]
     assert any(step["step"].startswith("write_counts wu2020") for step in steps)
     assert all(step.get("equal", True) for step in steps)
     assert cv.open_store(tmp_path / "wu2020.zarr")
@@ -117,4 +122,4 @@ def test_composite_info_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert json.loads(capsys.readouterr().out)["shape"] == [40, 2]
     assert main(["composite", str(tmp_path / "e.zarr"), composite]) == 2
-    assert "do not nest" in capsys.readouterr().err
+    assert "composites do not nest" in capsys.readouterr().err

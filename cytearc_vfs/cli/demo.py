@@ -8,6 +8,7 @@ publishes an artifact and deep-verifies a store.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -38,10 +39,20 @@ def _step(steps: list[dict[str, Any]], say: Say, what: str) -> Iterator[dict[str
         say(f"[{record['seconds']:7.2f} s] {what}" + (f" ({details})" if details else ""))
 
 
+def _remove_own_composite(path: Path) -> None:
+    # A kept demo directory is the demo's own: a rerun replaces its composite
+    # (write_counts replaces the source stores itself). Anything else there
+    # is not ours and is refused by create_composite as usual.
+    from ..store_kind import classify_location
+
+    if path.exists() and classify_location(path).kind == "composite":
+        shutil.rmtree(path)
+
+
 def run_demo(
     directory: str | None, *, progress: ProgressBars | None, say: Say
-) -> list[dict[str, Any]]:
-    """Run the demo; returns one record per step (also printed through ``say``)."""
+) -> tuple[str, list[dict[str, Any]]]:
+    """Run the demo; returns the folder used and one record per step (printed through ``say``)."""
     import cytearc_vfs as cv
     from cytearc_vfs import realdata
 
@@ -90,6 +101,7 @@ def run_demo(
         with _step(
             steps, say, "create_composite wu2020 + celltypist, union of genes (no counts copied)"
         ) as rec:
+            _remove_own_composite(root / "composite.zarr")
             comp = cv.create_composite(
                 root / "composite.zarr",
                 {"wu2020": root / "wu2020.zarr", "celltypist": root / "celltypist.zarr"},
@@ -123,8 +135,8 @@ def run_demo(
         with _step(
             steps, say, "publish an artifact (feature means/std via the moments rule)"
         ) as rec:
-            from .artifacts import list_artifacts, publish_artifact
-            from .moments import ColumnMoments
+            from ..artifacts import list_artifacts, publish_artifact
+            from ..moments import ColumnMoments
 
             store = cv.open_store(root / "wu2020.zarr", mode="r+")
             counts = zarr.open_array(store, path="RNA/counts", mode="r")
@@ -146,7 +158,7 @@ def run_demo(
                 listed=len(list_artifacts(store, "RNA/artifacts")),
             )
         with _step(steps, say, "cytearc-vfs verify wu2020 (re-read every value)") as rec:
-            from .deep_verify import deep_verify
+            from ..deep_verify import deep_verify
 
             reports = deep_verify(
                 cv.open_store(root / "wu2020.zarr"), where="wu2020.zarr", progress=progress
@@ -156,4 +168,6 @@ def run_demo(
                 raise AssertionError(f"deep verification failed: {reports}")
         if say:
             say(f"done: {len(steps)} steps, {sum(s['seconds'] for s in steps):.2f} s in all")
-    return steps
+            if directory is None:
+                say("(the temporary folder is removed; give --directory DIR to keep the stores)")
+    return str(root), steps

@@ -1,0 +1,494 @@
+"""What each ``cytearc-vfs`` command does once its arguments are parsed.
+
+Each command first checks what its locations hold (:mod:`cytearc_vfs.store_kind`)
+and refuses anything that is not the kind of store it needs, naming what it
+found and what to run instead. Commands return a JSON-able payload and the
+text printed for people; :mod:`cytearc_vfs.cli.main` prints one or the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .failures import ExitCode, InputRefusedError
+from .progress import ProgressBars
+
+__all__ = ["COMMANDS", "Outcome", "parse_sources"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a command did: the JSON payload, the text, and the exit code."""
+
+    payload: dict[str, Any]
+    text: str
+    code: ExitCode = ExitCode.OK
+    destination: str | None = field(default=None)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+_IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
+
+
+def require_store(location: str, *, command: str, kinds: Sequence[str]) -> Any:
+    """Classify ``location`` and refuse it unless it is one of ``kinds``."""
+    from ..store_kind import classify_location
+
+    found = classify_location(location)
+    if found.kind in kinds:
+        return found
+    wanted = {
+        ("ordinary",): "an ordinary CyteArc store",
+        ("ordinary", "mount"): "an ordinary CyteArc store or a mount",
+        ("ordinary", "composite", "mount"): "a CyteArc store (ordinary, composite or mount)",
+    }[tuple(kinds)]
+    remedy = {
+        "missing": "check the path",
+        "h5ad": _IMPORT_HINT.format(where=location),
+        "anndata": _IMPORT_HINT.format(where=location),
+        "file": "give the directory of a CyteArc store",
+        "empty": "give the directory of a CyteArc store, or write one there",
+        "directory": "give the directory of a CyteArc store (it holds zarr.json)",
+        "zarr-array": "give the store's root directory, not one of its arrays",
+        "zarr-group": "write counts into a store with cytearc-vfs write or cytearc_vfs.write_counts",
+        "ordinary": "give one of those instead",
+        "composite": "composites do not nest, and a composite's counts live in its sources; "
+        "give the sources themselves",
+        "mount": "mounts do not chain; make it standalone first with: "
+        f"cytearc-vfs repack {location} OUT.zarr",
+    }[found.kind]
+    raise InputRefusedError(f"{found.words}; {command} needs {wanted}: {remedy}")
+
+
+def _clear_for_overwrite(args: argparse.Namespace) -> None:
+    """Make room at ``args.destination`` for a writer that has no overwrite of its own.
+
+    An empty or absent destination needs nothing. With ``overwrite`` a
+    composite, an unfinished destination, or a store the writers may replace
+    (spec, "Writer destinations") is removed; a mount target is refused,
+    because analyses depend on it.
+    """
+    from ..destinations import check_destination
+    from ..store_kind import classify_location
+    from .interrupts import DestinationGuard
+
+    destination = args.destination
+    guard: DestinationGuard = args.destination_guard
+    if not guard.existed:
+        return
+    if not args.overwrite:
+        raise FileExistsError(
+            f"destination {guard.where} already holds a store or files; give --overwrite to "
+            "replace a CyteArc store this layer wrote, or choose another destination"
+        )
+    found = classify_location(destination)
+    if found.kind == "mount":
+        raise FileExistsError(
+            f"{found.words}; its analyses depend on it, so --overwrite does not replace it. "
+            "Delete it yourself if you mean to"
+        )
+    if found.kind != "composite":
+        check_destination(destination, overwrite=True)
+    # from here on the destination is this command's: an interrupt removes it
+    guard.existed = False
+    guard.discard()
+
+
+def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
+    from ..locations import canonical_location
+
+    target = canonical_location(destination)
+    for name, location in sources.items():
+        if canonical_location(location) == target:
+            raise InputRefusedError(
+                f"source {name!r} is the destination {target}; choose another destination"
+            )
+
+
+def parse_sources(values: Sequence[str]) -> dict[str, str]:
+    """``NAME=LOCATION`` or ``LOCATION`` arguments as an ordered name -> location mapping."""
+    sources: dict[str, str] = {}
+    for value in values:
+        name, sep, location = value.partition("=")
+        if not sep or "/" in name or "://" in value.split("=", 1)[0]:
+            location = value
+            name = Path(value.rstrip("/")).name.split(".")[0] or "source"
+        if name in sources:
+            raise InputRefusedError(
+                f"two sources are named {name!r}; name them with NAME=LOCATION "
+                f"(e.g. {name}_1={location})"
+            )
+        sources[name] = location
+    return sources
+
+
+def _read_lines(path: str, *, what: str) -> list[str]:
+    file = Path(path)
+    if not file.is_file():
+        raise InputRefusedError(
+            f"{what} file {path} does not exist; give a text file with one id per line"
+        )
+    return [line.strip() for line in file.read_text().splitlines() if line.strip()]
+
+
+def _cell_masks(
+    entries: Sequence[str], sources: Mapping[str, str], assay: str
+) -> dict[str, Any] | None:
+    if not entries:
+        return None
+    import numpy as np
+    import pandas as pd
+
+    from ..reader import VirtualArrayReader
+
+    masks: dict[str, Any] = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        if not sep or name not in sources:
+            raise InputRefusedError(
+                f"--cells {entry!r} must be NAME=FILE with NAME one of the sources "
+                f"({', '.join(sources)})"
+            )
+        wanted = _read_lines(path, what="--cells")
+        ids = VirtualArrayReader(sources[name], assay=assay).cell_ids
+        positions = ids.get_indexer(pd.Index(wanted))
+        missing = [cell for cell, at in zip(wanted, positions, strict=True) if at < 0]
+        if missing:
+            raise InputRefusedError(
+                f"--cells {name}: {_plural(len(missing), 'cell id')} of {path} are not cells of "
+                f"{sources[name]} (first: {missing[0]!r}); list ids of that source"
+            )
+        mask = np.zeros(len(ids), dtype=bool)
+        mask[positions] = True
+        masks[name] = mask
+    return masks
+
+
+def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``info LOCATION``."""
+    from ..inspect_store import describe_store
+    from ..locations import describe_location, open_location
+
+    require_store(args.location, command="info", kinds=("ordinary", "composite", "mount"))
+    where = describe_location(args.location)
+    description = describe_store(open_location(args.location, read_only=True), where=where)
+    if description["kind"] == "composite":
+        shape = description["shape"]
+        lines = [
+            f"{where}: composite of {_plural(len(description['sources']), 'source')}, assay "
+            f"{description['assay']}: {shape[0]} cells x {shape[1]} features "
+            f"({description['dtype']}), virtual arrays {', '.join(description['arrays'])}"
+        ]
+        lines += [f"  source {s['name']}: {s['location']}" for s in description["sources"]]
+        return Outcome(description, "\n".join(lines))
+    if description["kind"] == "mount":
+        record = description["matrixSource"]
+        lines = [
+            f"{where}: mounted target of {record['location']}"
+            + (f" (workspace {record['workspace']})" if record["workspace"] else "")
+        ]
+        lines += [
+            f"  {name}: dataset {entry['datasetFingerprint']}, "
+            + ("needs the source's countsT" if entry["requiresTranspose"] else "counts only")
+            for name, entry in record["assays"].items()
+        ]
+        return Outcome(description, "\n".join(lines))
+    lines = [f"{where}: ordinary CyteArc store (Zarr v{description['zarrFormat']})"]
+    for assay in description["assays"]:
+        scope = f"{assay['workspace']}/" if assay["workspace"] else ""
+        layout = assay["layout"]
+        lines.append(
+            f"  {scope}{assay['assay']} ({assay['assayType']}): {assay['shape'][0]} cells x "
+            f"{assay['shape'][1]} features, {assay['dtype']}, countsT: "
+            f"{'yes' if assay['countsT'] else 'no'}"
+        )
+        lines.append(
+            f"    layout unitBytes={layout['unitBytes']} chunkBytes={layout['chunkBytes']} "
+            f"counts chunks {layout['counts']['chunks']} shards {layout['counts']['shards']}"
+        )
+        lines.append(f"    dataset {assay['datasetFingerprint']}")
+        lines.append(f"    counts  {assay['countsFingerprint']}")
+    for pending in description["pendingAssays"]:
+        lines.append(
+            f"  unfinished assay at {pending} (its write did not finish; it does not open). "
+            "Write the store again with --overwrite"
+        )
+    if not description["assays"] and not description["pendingAssays"]:
+        lines.append("  no assays")
+    return Outcome(description, "\n".join(lines))
+
+
+def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``verify LOCATION``."""
+    from ..deep_verify import deep_verify
+    from ..locations import describe_location, open_location
+
+    require_store(args.location, command="verify", kinds=("ordinary", "composite", "mount"))
+    where = describe_location(args.location)
+    store = open_location(args.location, read_only=True)
+    reports = deep_verify(store, where=where, progress=bars)
+    ok = all(report.ok for report in reports)
+    payload = {
+        "location": where,
+        "ok": ok,
+        "assays": [
+            {
+                "assay": r.label,
+                "ok": r.ok,
+                "problems": r.problems,
+                "checkedValues": r.checked_values,
+            }
+            for r in reports
+        ],
+    }
+    lines = [f"{where}: {'OK' if ok else 'PROBLEMS FOUND'}"]
+    if not reports:
+        lines.append("  no assays to verify")
+    for report in reports:
+        lines.append(
+            f"  {report.label}: {'ok' if report.ok else 'FAILED'} "
+            f"({report.checked_values:,} values read)"
+        )
+        lines.extend(f"    - {problem}" for problem in report.problems)
+    return Outcome(payload, "\n".join(lines), ExitCode.OK if ok else ExitCode.PROBLEMS)
+
+
+def _load_anndata(location: str, layer: str | None) -> Any:
+    from ..store_kind import classify_location
+
+    found = classify_location(location)
+    if found.kind not in ("h5ad", "anndata"):
+        remedy = (
+            "it already is one: copy it with cytearc-vfs repack"
+            if found.is_cytearc
+            else "give an .h5ad file or an AnnData Zarr store"
+        )
+        raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
+    try:
+        import anndata
+    except ImportError as exc:
+        raise InputRefusedError(
+            "reading AnnData needs the anndata package: pip install 'cytearc-vfs[anndata]'"
+        ) from exc
+    adata = anndata.read_h5ad(location) if found.kind == "h5ad" else anndata.read_zarr(location)
+    if layer is not None and layer not in adata.layers:
+        raise InputRefusedError(
+            f"{found.where} has no layer {layer!r}; its layers are: "
+            f"{', '.join(map(str, adata.layers)) or 'none'} (leave out --layer to use X)"
+        )
+    return adata
+
+
+def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``write INPUT DEST``."""
+    from ..writer import write_counts
+
+    adata = _load_anndata(args.input, args.layer)
+    started = time.perf_counter()
+    info = write_counts(
+        args.destination,
+        adata,
+        assay=args.assay,
+        assay_type=args.assay_type,
+        workspace=args.workspace,
+        layer=args.layer,
+        mem_budget=args.mem_budget,
+        overwrite=args.overwrite,
+        progress=bars,
+    )
+    seconds = time.perf_counter() - started
+    payload = {
+        "location": str(info.location),
+        "assay": info.assay,
+        "shape": list(info.shape),
+        "dtype": str(info.dtype),
+        "datasetFingerprint": info.dataset_fingerprint,
+        "countsFingerprint": info.counts_fingerprint,
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of "
+        f"{args.input} to {info.location} in {seconds:.2f} s; dataset "
+        f"{info.dataset_fingerprint}"
+    )
+    return Outcome(payload, text)
+
+
+def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``composite DEST [NAME=]SOURCE...``."""
+    from ..composite import create_composite
+    from ..locations import describe_location
+
+    sources = parse_sources(args.sources)
+    for name, location in sources.items():
+        require_store(location, command=f"composite (source {name})", kinds=("ordinary",))
+    _check_sources_differ(args.destination, sources)
+    choice: str = args.features
+    features: str | list[str] = choice
+    if args.features_file:
+        features = _read_lines(args.features_file, what="--features-file")
+    elif choice.startswith("@"):
+        features = _read_lines(choice[1:], what="--features")
+    elif choice not in ("union", "intersection"):
+        raise InputRefusedError(
+            f"--features {choice!r} is not union, intersection or @FILE (a file of "
+            "feature ids, one per line)"
+        )
+    cells = _cell_masks(args.cells, sources, args.assay)
+    _clear_for_overwrite(args)
+    started = time.perf_counter()
+    store = create_composite(
+        args.destination,
+        sources,
+        assay=args.assay,
+        features=features,
+        cells=cells,
+        mem_budget=args.mem_budget,
+        progress=bars,
+    )
+    seconds = time.perf_counter() - started
+    reader = store.reader()
+    payload = {
+        "location": describe_location(args.destination),
+        "assay": args.assay,
+        "sources": list(sources),
+        "shape": list(reader.shape),
+        "dtype": str(reader.dtype),
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"composite of {_plural(len(sources), 'source')} at {payload['location']}: "
+        f"{reader.shape[0]} cells x {reader.shape[1]} features ({reader.dtype}), created in "
+        f"{seconds:.2f} s; no counts copied"
+    )
+    return Outcome(payload, text)
+
+
+def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``mount SOURCE DEST``."""
+    from ..locations import describe_location
+    from ..mount import mount_datastore
+
+    require_store(args.source, command="mount (source)", kinds=("ordinary",))
+    _check_sources_differ(args.destination, {"source": args.source})
+    _clear_for_overwrite(args)
+    started = time.perf_counter()
+    store = mount_datastore(
+        args.source, args.destination, workspace=args.workspace, assays=args.assay or None
+    )
+    seconds = time.perf_counter() - started
+    record = store.record
+    payload = {
+        "location": describe_location(args.destination),
+        "source": record.location,
+        "workspace": record.workspace,
+        "assays": sorted(record.assays),
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"mounted {record.location} at {payload['location']} (assays "
+        f"{', '.join(payload['assays'])}) in {seconds:.2f} s; analyses write to the target, "
+        "source artifacts read through"
+    )
+    return Outcome(payload, text)
+
+
+def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``repack SOURCE DEST``."""
+    from ..locations import describe_location
+    from ..repack import repack
+
+    if args.data_only:
+        from ..store_kind import classify_location
+
+        found = classify_location(args.source)
+        if found.kind in ("missing", "h5ad", "file", "empty", "directory", "zarr-array", "anndata"):
+            raise InputRefusedError(
+                f"{found.words}; repack --data-only rewrites a CyteArc store that does not "
+                "open (its counts and tables must be there)"
+            )
+    else:
+        require_store(args.source, command="repack", kinds=("ordinary", "mount"))
+    _check_sources_differ(args.destination, {"source": args.source})
+    _clear_for_overwrite(args)
+    started = time.perf_counter()
+    repack(
+        args.source,
+        args.destination,
+        data_only=args.data_only,
+        mem_budget=args.mem_budget,
+        progress=bars,
+    )
+    seconds = time.perf_counter() - started
+    payload = {
+        "source": describe_location(args.source),
+        "location": describe_location(args.destination),
+        "dataOnly": args.data_only,
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"repacked {payload['source']} into {payload['location']} in {seconds:.2f} s "
+        "(standalone, verified)"
+    )
+    return Outcome(payload, text)
+
+
+def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``artifacts LOCATION``."""
+    from ..artifacts import describe_artifacts
+    from ..locations import describe_location
+    from ..opening import open_store
+
+    require_store(args.location, command="artifacts", kinds=("ordinary", "composite", "mount"))
+    where = describe_location(args.location)
+    found = describe_artifacts(open_store(args.location))
+    if args.kind:
+        found = [entry for entry in found if entry["kind"] == args.kind]
+    lines = [
+        f"{where}: {_plural(len(found), 'artifact')}"
+        + (f" of kind {args.kind}" if args.kind else "")
+    ]
+    for entry in found:
+        arrays = ", ".join(
+            f"{a['name']} {'x'.join(map(str, a['shape']))} {a['dtype']}" for a in entry["arrays"]
+        )
+        lines.append(f"  {entry['path']} ({entry['kind']}): {arrays or 'no arrays'}")
+    return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
+
+
+def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``demo [--directory DIR]``."""
+    from .demo import run_demo
+
+    say = None if args.json else print
+    started = time.perf_counter()
+    location, steps = run_demo(args.directory, progress=bars, say=say)
+    payload = {
+        "directory": location,
+        "kept": args.directory is not None,
+        "steps": steps,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    # the steps were printed as they ran
+    return Outcome(payload, "")
+
+
+#: Command name -> (function, names of the arguments that are destinations it creates).
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome], str | None]] = {
+    "demo": (cmd_demo, None),
+    "info": (cmd_info, None),
+    "verify": (cmd_verify, None),
+    "write": (cmd_write, "destination"),
+    "composite": (cmd_composite, "destination"),
+    "mount": (cmd_mount, "destination"),
+    "repack": (cmd_repack, "destination"),
+    "artifacts": (cmd_artifacts, None),
+}

@@ -1,0 +1,99 @@
+"""How the command line fails: exit codes, and one clear line per error.
+
+Every error a user can cause ends in one line on stderr, ``cytearc-vfs
+COMMAND: message``, and a documented exit code (``docs/cli.md``); with
+``--json`` the same is printed as a JSON object on stdout. A traceback is
+shown only for ``--debug`` (or ``CYTEARC_VFS_DEBUG=1``), and for errors that
+are bugs the line says so and how to report them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import IntEnum
+
+from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
+
+__all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure"]
+
+
+class ExitCode(IntEnum):
+    """The exit status of ``cytearc-vfs``."""
+
+    OK = 0
+    """The command did what it was asked."""
+    PROBLEMS = 1
+    """``verify`` read the store and found problems (listed in its output)."""
+    REFUSED = 2
+    """The command line or its input was refused; nothing was changed."""
+    DAMAGED = 3
+    """A store failed closed: incomplete, changed identity, malformed record, unreadable data."""
+    ENVIRONMENT = 4
+    """The system failed: disk full, permission denied, network or backend error, memory."""
+    INTERNAL = 70
+    """A bug in cytearc-vfs; rerun with ``--debug`` and report the traceback."""
+    SIGINT = 130
+    """Interrupted by Ctrl-C (SIGINT); an unfinished destination was removed."""
+    SIGTERM = 143
+    """Terminated (SIGTERM); an unfinished destination was removed."""
+
+
+class InputRefusedError(VfsError, ValueError):
+    """The command refuses its input (wrong kind of location, bad option)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An exception as the command line reports it."""
+
+    code: ExitCode
+    """Exit status."""
+    category: str
+    """``refused``, ``damaged``, ``environment`` or ``internal``."""
+    message: str
+    """One line: what went wrong, where, and the remedy."""
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
+
+
+_DECODE_ERROR = re.compile(r"decompress|codec|checksum|crc32c|corrupt", re.IGNORECASE)
+
+
+def classify_failure(exc: BaseException) -> Failure:
+    """The exit code, category and one-line message of ``exc``."""
+    message = _one_line(str(exc))
+    if isinstance(exc, (IncompleteStoreError, IdentityMismatchError, RecordShapeError)):
+        return Failure(ExitCode.DAMAGED, "damaged", message)
+    if isinstance(exc, (FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return Failure(ExitCode.REFUSED, "refused", message)
+    if isinstance(exc, PermissionError) and exc.errno is None:
+        # raised by this layer (a protected group), not by the operating system
+        return Failure(ExitCode.REFUSED, "refused", message)
+    if isinstance(exc, (OSError, MemoryError)):
+        detail = message if not isinstance(exc, MemoryError) else "out of memory"
+        return Failure(
+            ExitCode.ENVIRONMENT,
+            "environment",
+            f"{detail} ({type(exc).__name__}); fix the cause (space, permissions, network) "
+            "and run the command again",
+        )
+    if isinstance(exc, (VfsError, ValueError, TypeError, KeyError, IndexError)):
+        if isinstance(exc, KeyError) and exc.args:
+            message = _one_line(str(exc.args[0]))
+        return Failure(ExitCode.REFUSED, "refused", message)
+    if isinstance(exc, RuntimeError) and _DECODE_ERROR.search(message):
+        return Failure(
+            ExitCode.DAMAGED,
+            "damaged",
+            f"stored data could not be decoded ({message}); the store is damaged. Run "
+            "cytearc-vfs verify on it, and restore it from a copy or write it again",
+        )
+    return Failure(
+        ExitCode.INTERNAL,
+        "internal",
+        f"internal error {type(exc).__name__}: {message}. This is a bug in cytearc-vfs; "
+        "rerun with --debug and report the traceback",
+    )

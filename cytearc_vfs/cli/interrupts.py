@@ -1,0 +1,162 @@
+"""Stopping cleanly on SIGINT and SIGTERM.
+
+A command that writes a destination runs inside :func:`interruptible`: both
+signals raise :class:`Interrupted` in the main thread (as Ctrl-C raises
+``KeyboardInterrupt``). Before the command reports, :func:`stop_background_io`
+cancels the work zarr still runs on its event-loop thread and waits for the
+file operations already handed to threads, so nothing is written after the
+cleanup; then :class:`DestinationGuard` removes a destination that this
+command created. A destination that existed before (``--overwrite``) is left
+for ``info`` to name and a rerun with ``--overwrite`` to replace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..locations import Location
+
+__all__ = ["DestinationGuard", "Interrupted", "interruptible", "stop_background_io"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived while a command ran.
+
+    A ``BaseException`` like ``KeyboardInterrupt``, so library code that
+    catches ``Exception`` does not swallow it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    # One interrupt is enough: further ones would cut the cleanup short.
+    for each in _SIGNALS:
+        signal.signal(each, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block."""
+    previous = {each: signal.getsignal(each) for each in _SIGNALS}
+    for each in _SIGNALS:
+        signal.signal(each, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+
+
+def stop_background_io(timeout: float = 10.0) -> None:
+    """Cancel zarr's pending store operations and wait for those already running.
+
+    zarr runs store I/O on its own event-loop thread; an interrupt of the main
+    thread leaves those tasks running (and, at exit, "Task was destroyed but
+    it is pending!"). Cancelling them and shutting the loop's default executor
+    down waits for file writes already in a thread, so a removed destination
+    stays removed. zarr makes a new loop on its next call.
+    """
+    zarr_sync = sys.modules.get("zarr.core.sync")
+    if zarr_sync is None:
+        # zarr was never (or only partly) imported: no I/O ran, and importing
+        # it now could meet a module the interrupt left half-initialised
+        return
+    loop = zarr_sync.loop[0]
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+
+    async def cancel_all() -> None:
+        current = asyncio.current_task()
+        tasks = [task for task in asyncio.all_tasks() if task is not current]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        await loop.shutdown_default_executor()
+
+    future = asyncio.run_coroutine_threadsafe(cancel_all(), loop)
+    with suppress(TimeoutError, asyncio.CancelledError, RuntimeError):
+        future.result(timeout + 5)
+    # The loop's executor is shut down for good: let zarr start a fresh loop
+    # on its next call, so a process that goes on (a test, a notebook) can.
+    zarr_sync.cleanup_resources()
+
+
+def _has_keys(location: Location, storage_options: Mapping[str, Any] | None) -> bool:
+    from ..locations import local_path, open_location
+
+    path = local_path(location)
+    if path is not None:
+        return path.exists() and (not path.is_dir() or any(path.iterdir()))
+    from zarr.core.sync import sync
+
+    store = open_location(location, read_only=True, storage_options=storage_options)
+
+    async def first() -> bool:
+        async for _ in store.list():
+            return True
+        return False
+
+    return sync(first())
+
+
+class DestinationGuard:
+    """Remembers whether a destination existed, to remove it if this command created it.
+
+    Parameters
+    ----------
+    location
+        The destination the command will create.
+    storage_options
+        Backend options for a URL destination.
+    """
+
+    def __init__(
+        self, location: Location, *, storage_options: Mapping[str, Any] | None = None
+    ) -> None:
+        from ..locations import describe_location
+
+        self._location = location
+        self._storage_options = storage_options
+        self.existed = _has_keys(location, storage_options)
+        self.where = describe_location(location)
+
+    def discard(self) -> str:
+        """Remove the destination if this command created it; returns what was done."""
+        from ..locations import local_path, open_location
+
+        if self.existed:
+            return (
+                f"{self.where} existed before and was left as it is; if it was being "
+                "replaced, 'cytearc-vfs info' names its state and the same command with "
+                "--overwrite replaces it"
+            )
+        path = local_path(self._location)
+        if path is not None:
+            if not path.exists():
+                return "nothing was written"
+            shutil.rmtree(path, ignore_errors=True)
+            if path.exists():
+                return f"{self.where} could not be removed completely; delete it yourself"
+            return f"removed the unfinished destination {self.where}"
+        from zarr.core.sync import sync
+
+        store = open_location(
+            self._location, read_only=False, storage_options=self._storage_options
+        )
+        sync(store.delete_dir(""))
+        return f"removed the unfinished destination {self.where}"

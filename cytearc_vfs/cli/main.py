@@ -1,0 +1,143 @@
+"""``cytearc-vfs``: parse, run one command, report once, exit with a documented code.
+
+Errors never end in a traceback unless ``--debug`` asks for it: each is
+translated once (:func:`cytearc_vfs.cli.failures.classify_failure`) into one
+line on stderr and, with ``--json``, one JSON object on stdout. Commands that
+create a destination run under :func:`~cytearc_vfs.cli.interrupts.interruptible`:
+SIGINT or SIGTERM stops background I/O, removes a destination this command
+created, and exits 130 or 143.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .failures import ExitCode, classify_failure
+from .interrupts import Interrupted, interruptible, stop_background_io
+from .parser import _Parser, build_parser
+
+__all__ = ["main"]
+
+
+def _emit(payload: dict[str, Any], *, as_json: bool, text: str) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    elif text:
+        print(text)
+    sys.stdout.flush()
+
+
+def _report_failure(command: str, exc: BaseException, *, as_json: bool, debug: bool) -> ExitCode:
+    failure = classify_failure(exc)
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    _emit(
+        {
+            "ok": False,
+            "command": command,
+            "error": type(exc).__name__,
+            "category": failure.category,
+            "exitCode": int(failure.code),
+            "message": failure.message,
+        },
+        as_json=as_json,
+        text="",
+    )
+    print(f"cytearc-vfs {command}: {failure.message}", file=sys.stderr)
+    return failure.code
+
+
+def _report_interrupt(command: str, signum: int, done: str, *, as_json: bool) -> ExitCode:
+    import signal
+
+    name = signal.Signals(signum).name
+    code = ExitCode.SIGINT if signum == signal.SIGINT else ExitCode.SIGTERM
+    message = f"interrupted ({name}); {done}"
+    _emit(
+        {
+            "ok": False,
+            "command": command,
+            "error": "Interrupted",
+            "category": "interrupted",
+            "exitCode": int(code),
+            "message": message,
+        },
+        as_json=as_json,
+        text="",
+    )
+    print(f"cytearc-vfs {command}: {message}", file=sys.stderr)
+    return code
+
+
+def _quiet_library_logs() -> None:
+    # The command prints its own one-line outcome; library warnings about the
+    # same failure would be a second, contradicting account of it.
+    logging.getLogger("cytearc_vfs").setLevel(logging.ERROR)
+
+
+@dataclass(slots=True)
+class _RunState:
+    """What the interrupt handler needs to know about the command that was running."""
+
+    command: str
+    as_json: bool
+    guard: Any = None
+
+
+def _run(arguments: list[str], state: _RunState) -> int:
+    _Parser.json_errors = state.as_json
+    args = build_parser().parse_args(arguments)
+    state.command = args.command
+    debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
+    if not debug:
+        _quiet_library_logs()
+
+    from .commands import COMMANDS
+    from .interrupts import DestinationGuard
+    from .progress import progress_bars
+
+    run, destination_argument = COMMANDS[args.command]
+    args.destination_guard = None
+    try:
+        with progress_bars(enabled=None if not state.as_json else False) as bars:
+            try:
+                if destination_argument is not None:
+                    state.guard = DestinationGuard(getattr(args, destination_argument))
+                    args.destination_guard = state.guard
+                outcome = run(args, bars)
+            except Exception:
+                bars.close()
+                if state.guard is not None and not state.guard.existed:
+                    state.guard.discard()
+                raise
+    except Exception as exc:
+        return _report_failure(args.command, exc, as_json=state.as_json, debug=debug)
+    _emit(outcome.payload, as_json=state.as_json, text=outcome.text)
+    return int(outcome.code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cytearc-vfs``; returns the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    first_word = next((word for word in arguments if not word.startswith("-")), "")
+    state = _RunState(command=first_word, as_json="--json" in arguments)
+    # Signals raise Interrupted from the first moment: before the imports a
+    # command needs, during its work, and (ignored by then) during cleanup.
+    with interruptible():
+        try:
+            return _run(arguments, state)
+        except Interrupted as interrupt:
+            try:
+                stop_background_io()
+                done = state.guard.discard() if state.guard is not None else "nothing was written"
+            except Exception as exc:  # the report must come out whatever cleanup met
+                where = state.guard.where if state.guard is not None else "the destination"
+                done = f"cleaning up failed ({type(exc).__name__}: {exc}); delete {where} yourself"
+            return _report_interrupt(state.command, interrupt.signum, done, as_json=state.as_json)

@@ -1,0 +1,186 @@
+"""Wrong inputs to every command: documented exit code, one line, no traceback, JSON that parses.
+
+One table: each row is a command line a user could type by mistake, the
+exit code ``docs/cli.md`` documents for it, and words the one-line message
+must hold. Every row also runs with ``--json`` (one JSON object on stdout),
+and the destinations involved must be exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_harness import tree_digest, write_h5ad
+from conftest import realistic_counts
+
+import cytearc_vfs as cv
+from cytearc_vfs.cli import main
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One of each kind of location a user may point a command at."""
+    root = tmp_path_factory.mktemp("places")
+    counts = realistic_counts(120, 40, seed=7)
+    cv.write_counts(root / "store.zarr", counts)
+    cv.write_counts(root / "existing.zarr", counts)
+    adata = write_h5ad(root / "data.h5ad", counts)
+    adata.write_zarr(root / "anndata.zarr")
+    (root / "plain").mkdir()
+    (root / "plain" / "notes.txt").write_text("not a store")
+    (root / "empty").mkdir()
+    (root / "file.txt").write_text("not a store")
+    cv.write_counts(root / "corrupt.zarr", counts)
+    shard = root / "corrupt.zarr" / "RNA" / "counts" / "c" / "0" / "0"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    cv.create_composite(root / "composite.zarr", {"a": root / "store.zarr"})
+    cv.mount_datastore(root / "store.zarr", root / "mount.zarr")
+    (root / "ids.txt").write_text("no-such-cell\n")
+    return {
+        "STORE": root / "store.zarr",
+        "EXISTING": root / "existing.zarr",
+        "H5AD": root / "data.h5ad",
+        "ANNDATA": root / "anndata.zarr",
+        "PLAIN": root / "plain",
+        "EMPTY": root / "empty",
+        "FILE": root / "file.txt",
+        "MISSING": root / "missing.zarr",
+        "CORRUPT": root / "corrupt.zarr",
+        "COMPOSITE": root / "composite.zarr",
+        "MOUNT": root / "mount.zarr",
+        "NEW": root / "new.zarr",
+        "IDS": root / "ids.txt",
+    }
+
+
+NOT_STORES = ("MISSING", "PLAIN", "EMPTY", "FILE", "ANNDATA", "H5AD")
+WORDS = {
+    "MISSING": "does not exist",
+    "PLAIN": "no zarr.json",
+    "EMPTY": "empty directory",
+    "FILE": "a file, not a Zarr store",
+    "ANNDATA": "cytearc-vfs write",
+    "H5AD": "cytearc-vfs write",
+}
+
+CASES: list[tuple[str, int, str]] = [
+    *[(f"info {kind}", 2, WORDS[kind]) for kind in NOT_STORES],
+    *[(f"verify {kind}", 2, WORDS[kind]) for kind in NOT_STORES],
+    *[(f"artifacts {kind}", 2, WORDS[kind]) for kind in NOT_STORES],
+    *[(f"composite NEW {kind}", 2, WORDS[kind]) for kind in NOT_STORES],
+    *[(f"mount {kind} NEW", 2, WORDS[kind]) for kind in NOT_STORES],
+    *[(f"repack {kind} NEW", 2, WORDS[kind]) for kind in NOT_STORES],
+    ("write MISSING NEW", 2, "does not exist"),
+    ("write PLAIN NEW", 2, "give an .h5ad file or an AnnData Zarr store"),
+    ("write STORE NEW", 2, "cytearc-vfs repack"),
+    ("write H5AD EXISTING", 2, "--overwrite"),
+    ("write H5AD NEW --layer nope", 2, "has no layer 'nope'"),
+    ("composite EXISTING STORE", 2, "--overwrite"),
+    ("composite NEW COMPOSITE", 2, "composites do not nest"),
+    ("composite NEW MOUNT", 2, "mounts do not chain"),
+    ("composite NEW STORE STORE", 2, "two sources are named 'store'"),
+    ("composite NEW STORE --features bogus", 2, "union, intersection or @FILE"),
+    ("composite NEW STORE --features @MISSING", 2, "does not exist"),
+    ("composite NEW STORE --cells other=IDS", 2, "NAME one of the sources"),
+    ("composite NEW STORE --cells store=IDS", 2, "are not cells of"),
+    ("composite STORE STORE --overwrite", 2, "is the destination"),
+    ("mount STORE EXISTING", 2, "--overwrite"),
+    ("mount COMPOSITE NEW", 2, "composites do not nest"),
+    ("mount STORE MOUNT --overwrite", 2, "analyses depend on it"),
+    ("repack STORE EXISTING", 2, "--overwrite"),
+    ("repack COMPOSITE NEW", 2, "composites do not nest"),
+    ("repack STORE NEW --mem-budget 10", 2, "give a larger mem_budget"),
+    ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
+    ("verify CORRUPT", 1, "could not be read"),
+    ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    ("repack STORE", 2, "the following arguments are required"),
+    ("frobnicate STORE", 2, "invalid choice"),
+]
+
+
+def _argv(case: str, places: dict[str, Path]) -> list[str]:
+    words = []
+    for word in case.split():
+        prefix = "@" if word.startswith("@") else ""
+        name = word.removeprefix("@")
+        if name in places:
+            words.append(prefix + str(places[name]))
+        elif "=" in name and name.split("=", 1)[1] in places:
+            key, value = name.split("=", 1)
+            words.append(f"{key}={places[value]}")
+        else:
+            words.append(word)
+    return words
+
+
+@pytest.mark.parametrize(("case", "code", "words"), CASES, ids=[c for c, _, _ in CASES])
+def test_wrong_input(
+    case: str,
+    code: int,
+    words: str,
+    places: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = {name: tree_digest(path) for name, path in places.items() if path.suffix != ".txt"}
+    argv = _argv(case, places)
+    status = _run(argv)
+    captured = capsys.readouterr()
+    assert status == code, captured
+    assert "Traceback" not in captured.err
+    if code == 1:
+        assert words in captured.out
+    else:
+        lines = [line for line in captured.err.splitlines() if line.strip()]
+        assert len(lines) == 1, captured.err
+        assert words in lines[0], lines[0]
+    after = {name: tree_digest(path) for name, path in places.items() if path.suffix != ".txt"}
+    assert after == before, "a refused command changed a location"
+
+    # the same with --json: one JSON object on stdout
+    assert _run([*argv, "--json"]) == code
+    payload = json.loads(capsys.readouterr().out)
+    assert isinstance(payload, dict)
+    assert payload["ok"] is False
+    if code == 2:
+        assert payload["exitCode"] == 2
+        assert words in payload["message"]
+
+
+def _run(argv: list[str]) -> int:
+    """``main``'s status; argparse's usage errors exit through SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as exited:
+        return int(exited.code or 0)
+
+
+def test_damaged_store_exit_code(
+    places: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store that fails closed on open exits 3 (damaged), with the spec's error named."""
+    import shutil
+
+    broken = places["STORE"].parent / "broken.zarr"
+    shutil.copytree(places["STORE"], broken)
+    summary = broken / "RNA" / "countSummaries" / "zarr.json"
+    summary.write_text(summary.read_text().replace('"source_fingerprint"', '"tampered"'))
+    status = main(["info", str(broken), "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert status == 3, payload
+    assert payload["category"] == "damaged"
+
+
+def test_debug_shows_the_traceback(
+    places: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            ["repack", str(places["STORE"]), str(places["NEW"]), "--mem-budget", "lots", "--debug"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")

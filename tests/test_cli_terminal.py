@@ -1,0 +1,128 @@
+"""Every long command run in a real pseudo-terminal: progress bars drawn, no traceback.
+
+The README's first command once crashed in any terminal (the progress bars)
+while CI, which has none, stayed green. These tests run the installed entry
+point on a pty with a window size, as a person's terminal does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_harness import run_in_terminal, write_h5ad
+from conftest import realistic_counts
+
+import cytearc_vfs as cv
+
+
+def _clean(run_output: str) -> None:
+    assert "Traceback" not in run_output, run_output
+    assert "Task was destroyed" not in run_output, run_output
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(2000, 300, seed=3))
+    return tmp_path / "a.zarr"
+
+
+def test_write_draws_bars_in_a_terminal(tmp_path: Path) -> None:
+    write_h5ad(tmp_path / "in.h5ad", realistic_counts(3000, 200, seed=1))
+    run = run_in_terminal(["write", str(tmp_path / "in.h5ad"), str(tmp_path / "out.zarr")])
+    assert run.returncode == 0, run.output
+    _clean(run.output)
+    assert "%|" in run.output  # a bar with its percentage
+    assert "row/s" in run.output or "?row/s" in run.output  # its rate (the ETA's basis)
+    assert "wrote 3000 cells x 200 features" in run.output
+    assert cv.open_store(tmp_path / "out.zarr")
+
+
+def test_verify_composite_and_repack_draw_bars(tmp_path: Path, store: Path) -> None:
+    verify = run_in_terminal(["verify", str(store)])
+    assert verify.returncode == 0, verify.output
+    _clean(verify.output)
+    assert "verify RNA counts" in verify.output and "%|" in verify.output
+
+    cv.write_counts(tmp_path / "b.zarr", realistic_counts(500, 300, seed=4))
+    composite = run_in_terminal(
+        [
+            "composite",
+            str(tmp_path / "c.zarr"),
+            str(store),
+            str(tmp_path / "b.zarr"),
+            "--features",
+            "intersection",
+        ]
+    )
+    assert composite.returncode == 0, composite.output
+    _clean(composite.output)
+    assert "composite of 2 sources" in composite.output
+
+    repack = run_in_terminal(["repack", str(store), str(tmp_path / "r.zarr")])
+    assert repack.returncode == 0, repack.output
+    _clean(repack.output)
+    assert "copy keys" in repack.output and "%|" in repack.output
+
+
+def test_a_terminal_without_a_size_still_gets_bars(tmp_path: Path, store: Path) -> None:
+    # A fresh pty (script(1), some CI consoles) reports 0 columns; bars must not vanish.
+    run = run_in_terminal(["verify", str(store)], columns=0)
+    assert run.returncode == 0, run.output
+    assert "%|" in run.output
+
+
+def test_errors_in_a_terminal_are_one_line(tmp_path: Path) -> None:
+    run = run_in_terminal(["info", str(tmp_path / "missing.zarr")])
+    assert run.returncode == 2
+    lines = [line for line in run.output.splitlines() if line.strip()]
+    assert len(lines) == 1, run.output
+    assert "does not exist" in lines[0]
+
+
+@pytest.mark.slow
+def test_readme_demo_in_a_terminal(tmp_path: Path) -> None:
+    """The README's first command, as a person runs it."""
+    run = run_in_terminal(["demo", "--directory", str(tmp_path / "demo")])
+    assert run.returncode == 0, run.output
+    _clean(run.output)
+    assert "done: 10 steps" in run.output
+    assert "%|" in run.output
+    # a second run into the same directory replaces the demo's own stores
+    again = run_in_terminal(["demo", "--directory", str(tmp_path / "demo")])
+    assert again.returncode == 0, again.output
+    _clean(again.output)
+
+
+def test_pipe_gets_no_bars(tmp_path: Path, store: Path) -> None:
+    import subprocess
+
+    from cli_harness import cli_executable
+
+    result = subprocess.run(
+        [cli_executable(), "verify", str(store)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert "\r" not in result.stderr and "%|" not in result.stderr
+    assert "OK" in result.stdout
+
+
+def test_help_and_version_are_plain_text() -> None:
+    run = run_in_terminal(["--help"])
+    assert run.returncode == 0
+    assert "``" not in run.output  # no reStructuredText markup
+    for command in ("demo", "info", "verify", "write", "composite", "mount", "repack", "artifacts"):
+        assert command in run.output
+    version = run_in_terminal(["--version"])
+    assert version.output.strip() == f"cytearc-vfs {cv.__version__}"
+
+
+def test_every_argument_has_help() -> None:
+    from cytearc_vfs.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    assert subparsers.choices is not None
+    for name, command in subparsers.choices.items():
+        for action in command._actions:
+            assert action.help, f"{name}: argument {action.dest} has no help"
