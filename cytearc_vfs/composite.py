@@ -11,8 +11,11 @@ failed creation never opens.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +23,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import MemoryStore
 
+from .composite_columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .composite_maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
 from .composite_records import COMPOSITE_ATTR, MAPS_GROUP, CompositeRecord, MapRecord, SourceBinding
 from .count_dtype import summary_dtype
@@ -36,10 +40,18 @@ from .sources import BoundSource, bind_source
 from .store_io import get_json
 from .tables import prepare_table, write_table
 
-__all__ = ["create_composite", "virtual_array_document"]
+__all__ = [
+    "Sources",
+    "create_composite",
+    "source_name_of",
+    "source_names_from_locations",
+    "virtual_array_document",
+]
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
+#: A mapping of source name -> location, a sequence of locations, or one location.
+Sources = Mapping[str, Location] | Sequence[Location] | Location
 
 # A computed chunk spans whole rows of the virtual array and holds about this
 # many bytes: large enough that misaligned source chunk bands at its edges
@@ -93,6 +105,64 @@ def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> 
                 )
 
 
+def source_name_of(location: str | os.PathLike[str]) -> str:
+    """The source name a location gives: its final path component without suffixes.
+
+    The command line and :func:`create_composite` name unnamed sources this
+    way. An empty result (a bare ``/``) gives ``"source"``.
+
+    Examples
+    --------
+    >>> source_name_of("data/wu2020.zarr")
+    'wu2020'
+    >>> source_name_of("s3://bucket/atlas/pbmc.v2.zarr/")
+    'pbmc'
+    """
+    text = os.fspath(location)
+    # a URL's query or fragment is not part of its last path component
+    path = urlsplit(text).path if "://" in text else text
+    return Path(path.rstrip("/")).name.split(".")[0] or "source"
+
+
+def source_names_from_locations(locations: Sequence[Location]) -> dict[str, Location]:
+    """Name each of ``locations`` as :func:`source_name_of` does, in order.
+
+    A Store object has no path to name it by, so it is named by its position:
+    ``source0``, ``source1``, ...
+
+    Raises
+    ------
+    ValueError
+        Two locations give the same name; the message suggests a mapping.
+
+    Examples
+    --------
+    >>> source_names_from_locations(["a/wu.zarr", "b/ct.zarr"])
+    {'wu': 'a/wu.zarr', 'ct': 'b/ct.zarr'}
+    """
+    named: dict[str, Location] = {}
+    for index, location in enumerate(locations):
+        name = f"source{index}" if isinstance(location, Store) else source_name_of(location)
+        if name in named:
+            first = describe_location(named[name])
+            raise ValueError(
+                f"sources {first!r} and {describe_location(location)!r} are both named "
+                f"{name!r} (a source is named by its last path component without suffixes); "
+                f"pass a mapping {{name: location}} instead, e.g. "
+                f"{{{name + '_1'!r}: {first!r}, {name + '_2'!r}: {describe_location(location)!r}}}"
+            )
+        named[name] = location
+    return named
+
+
+def _named_sources(sources: Sources) -> Mapping[str, Location]:
+    if isinstance(sources, Mapping):
+        return sources
+    if isinstance(sources, str | os.PathLike | Store):
+        return source_names_from_locations([sources])  # one source
+    return source_names_from_locations(list(sources))
+
+
 def _summaries(
     plan: CompositePlan, sources: list[BoundSource], mem_budget: int, progress: Progress | None
 ) -> dict[str, npt.NDArray[Any]]:
@@ -136,7 +206,7 @@ def _summaries(
 
 def create_composite(
     destination: Location,
-    sources: Mapping[str, Location],
+    sources: Sources,
     *,
     assay: str = "RNA",
     features: FeatureChoice = "union",
@@ -154,7 +224,10 @@ def create_composite(
     destination
         Where the composite's own (small) store goes: path, URL or Store; must be empty.
     sources
-        Source name -> location (or Store), in output cell order.
+        Source name -> location (or Store), in output cell order. A sequence of
+        locations is named by :func:`source_names_from_locations` (the last
+        path component without suffixes, ``source0``, ``source1``, ... for
+        Store objects); one location is a composite of one source.
     assay
         The assay composed; every source must hold it, with one assay type.
     features
@@ -172,9 +245,15 @@ def create_composite(
     Returns
     -------
     CompositeStore
+        Its cell table holds ``ids``, ``names``, ``I``, ``source`` (the source
+        name of each cell), ``sourceId`` and every cell column of the sources;
+        its feature table ``ids``, ``names``, ``I`` and the sources' feature
+        columns, merged as ``docs/composite.md`` ("Cell and feature columns")
+        describes.
     """
     from .composite_store import CompositeStore
 
+    sources = _named_sources(sources)
     if not sources:
         raise ValueError("a composite needs at least one source")
     for name in sources:
@@ -204,7 +283,8 @@ def create_composite(
         )
         for name, location in sources.items()
     ]
-    plan = plan_composite(bound, features=features, cells=cells)
+    tables = read_source_tables(bound)
+    plan = plan_composite(bound, tables, features=features, cells=cells)
     bindings = tuple(
         SourceBinding(
             name=source.name,
@@ -254,9 +334,15 @@ def create_composite(
     cell_table = prepare_table(
         _frame(plan.cell_ids, {"source": plan.cell_sources, "sourceId": plan.source_cell_ids}),
         table="cellData",
+    ).with_columns(
+        merge_cell_columns(tables, plan.row_sources, plan.source_rows, assay=assay),
+        table="cellData",
     )
     feature_table = prepare_table(
         _frame(plan.feature_ids, {}), table="featureData", names=plan.feature_names
+    ).with_columns(
+        merge_feature_columns(tables, plan.feature_columns, feature_ids=plan.feature_ids),
+        table="featureData",
     )
     summaries = _summaries(plan, bound, budget, progress)
 

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-import zarr
 
+from .composite_columns import SourceTables
 from .count_dtype import merge_dtype
 from .fingerprints import combine
-from .nodes import array_at
 from .sources import BoundSource
+from .tables import StoredColumn
 
 __all__ = ["CompositePlan", "array_fingerprint", "plan_composite"]
 
@@ -62,9 +62,9 @@ class CompositePlan:
     """The one assay type every source declares."""
 
 
-def _ids(source: BoundSource, path: str) -> npt.NDArray[Any]:
-    root = zarr.open_group(source.store, mode="r")
-    return np.asarray(array_at(root, path)[:]).astype(str)
+def _text(table: Mapping[str, StoredColumn], name: str, fallback: str = "ids") -> npt.NDArray[Any]:
+    column = table.get(name) or table[fallback]
+    return np.asarray(column.values).astype(str)
 
 
 def _cell_rows(name: str, selection: Any, n_cells: int) -> npt.NDArray[np.int64]:
@@ -128,11 +128,12 @@ def _choose_features(
 
 def plan_composite(
     sources: Sequence[BoundSource],
+    tables: Sequence[SourceTables],
     *,
     features: FeatureChoice,
     cells: Mapping[str, Any] | None,
 ) -> CompositePlan:
-    """Plan a composite of ``sources`` (in output order)."""
+    """Plan a composite of ``sources`` (in output order) from their ``tables``."""
     types = {source.name: source.info.assay_type for source in sources}
     if len(set(types.values())) > 1:
         raise ValueError(
@@ -143,19 +144,17 @@ def plan_composite(
     if unknown:
         raise ValueError(f"cells= names unknown source(s) {unknown}")
     dtype = merge_dtype([source.info.dtype for source in sources])
-    feature_ids_per_source = [
-        _ids(source, source.info.paths.feature_data + "/ids") for source in sources
-    ]
+    feature_ids_per_source = [_text(table.features, "ids") for table in tables]
     output_features = _choose_features(feature_ids_per_source, features)
     lookup = pd.Index(output_features)
     feature_columns = np.full((len(sources), len(output_features)), -1, dtype=np.int64)
     names = np.asarray(output_features, dtype=object)
     named = np.zeros(len(output_features), dtype=bool)
-    for index, (source, ids) in enumerate(zip(sources, feature_ids_per_source, strict=True)):
+    for index, (table, ids) in enumerate(zip(tables, feature_ids_per_source, strict=True)):
         positions = lookup.get_indexer(ids)
         present = positions >= 0
         feature_columns[index, positions[present]] = np.flatnonzero(present)
-        source_names = _ids(source, source.info.paths.feature_data + "/names")
+        source_names = _text(table.features, "names")
         fresh = present.copy()
         fresh[present] = ~named[positions[present]]
         names[positions[fresh]] = source_names[fresh]
@@ -164,9 +163,9 @@ def plan_composite(
     row_sources: list[npt.NDArray[np.int32]] = []
     source_rows: list[npt.NDArray[np.int64]] = []
     source_ids: list[npt.NDArray[Any]] = []
-    for index, source in enumerate(sources):
+    for index, (source, table) in enumerate(zip(sources, tables, strict=True)):
         rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0])
-        ids = _ids(source, source.info.paths.cell_data + "/ids")
+        ids = _text(table.cells, "ids")
         row_sources.append(np.full(len(rows), index, dtype=np.int32))
         source_rows.append(rows)
         source_ids.append(ids[rows])

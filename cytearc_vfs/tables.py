@@ -9,6 +9,8 @@ categorical column is stored as its values
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +18,18 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import zarr
+from zarr.abc.store import Store
+from zarr.api.asynchronous import open_group as open_group_async
+from zarr.core.array import AsyncArray
 
 __all__ = [
+    "CATEGORICAL_ATTR",
     "RESERVED_COLUMNS",
     "PreparedTable",
+    "StoredColumn",
     "column_values",
     "prepare_table",
+    "read_columns",
     "read_table",
     "write_table",
 ]
@@ -121,6 +129,27 @@ class PreparedTable:
         """Number of rows."""
         return len(self.columns[0][1])
 
+    def with_columns(
+        self, columns: Sequence[tuple[str, npt.NDArray[Any], dict[str, Any]]], *, table: str
+    ) -> PreparedTable:
+        """This table with ``columns`` (converted values and attributes) after its own.
+
+        Raises ``ValueError`` for a name the table already has, an invalid
+        name, or a column that is not 1-D of the table's length.
+        """
+        names = {name for name, _, _ in self.columns}
+        for name, values, _ in columns:
+            _check_column_name(name, table=table)
+            if name in names:
+                raise ValueError(f"{table} already has a column {name!r}")
+            if values.shape != (self.length,):
+                raise ValueError(
+                    f"{table} column {name!r} has shape {values.shape}; every column of the "
+                    f"table is 1-D of its {self.length} rows"
+                )
+            names.add(name)
+        return PreparedTable((*self.columns, *columns), self.ids_fingerprint)
+
 
 def prepare_table(
     frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | None = None
@@ -178,3 +207,50 @@ def read_table(group: zarr.Group) -> pd.DataFrame:
         data[name] = values
     index = pd.Index(list(ids) if ids is not None else [], dtype=object)
     return pd.DataFrame(data, index=index)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredColumn:
+    """One stored column of a table, as read: its values and its array attributes."""
+
+    values: npt.NDArray[Any]
+    """The stored values (a categorical column's values, not codes)."""
+    attrs: Mapping[str, Any]
+    """The array's attributes (``cytearc:categorical``, membership ``role`` ...)."""
+
+    @property
+    def categorical(self) -> dict[str, Any] | None:
+        """The column's ``{"categories", "ordered"}`` record, or ``None``."""
+        spec = self.attrs.get(CATEGORICAL_ATTR)
+        return spec if isinstance(spec, dict) else None
+
+
+async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
+    """Every array of the table group at ``path``, read concurrently.
+
+    One listing, one concurrent round of array documents and one of chunks,
+    however many columns the table has: on object storage a table costs a
+    few round trips, not one per column. Sub-groups are skipped.
+
+    Parameters
+    ----------
+    store
+        The store holding the table (read only).
+    path
+        Key of the table group, such as ``"cellData"``.
+
+    Returns
+    -------
+    dict of str to StoredColumn
+        By column name, sorted by name.
+    """
+    group = await open_group_async(store=store, path=path, mode="r", zarr_format=3)
+    arrays = sorted(
+        [(name, node) async for name, node in group.members() if isinstance(node, AsyncArray)],
+        key=lambda item: item[0],
+    )
+    values = await asyncio.gather(*(array.getitem(...) for _, array in arrays))
+    return {
+        name: StoredColumn(np.asarray(value), dict(array.metadata.attributes))
+        for (name, array), value in zip(arrays, values, strict=True)
+    }

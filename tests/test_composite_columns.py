@@ -1,0 +1,369 @@
+"""A composite's cell and feature columns: the sources' columns, merged by one rule.
+
+On real data (Wu 2020 with cell columns ``patient``, ``source``, ``sample`` and
+feature columns ``gene_ids``, ``feature_types``; the CellTypist sample with
+none) the composite's tables equal ``anndata.concat(join="outer",
+merge="first")`` except where the documented rule differs, and those
+differences are asserted one by one. Small written sources cover the rest of
+the rule: type promotion, missing values, feature conflicts, reserved names,
+membership columns, and naming sources given as a list.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import zarr
+from conftest import realistic_counts
+from zarr.storage import LocalStore
+
+import cytearc_vfs as cv
+from cytearc_vfs import realdata
+from cytearc_vfs.composite import source_name_of, source_names_from_locations
+from cytearc_vfs.tables import read_table
+
+#: Columns a composite writes itself, and the source structure it carries under ``orig_``.
+OWN_CELL_COLUMNS = {"ids", "names", "I", "source", "sourceId"}
+OWN_FEATURE_COLUMNS = {"ids", "names", "I"}
+
+
+def _tables(location: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The composite's cell and feature tables, read with plain zarr on its opened store."""
+    group = zarr.open_group(cv.open_store(location), mode="r")
+    cells = group["cellData"]
+    features = group["RNA/featureData"]
+    assert isinstance(cells, zarr.Group) and isinstance(features, zarr.Group)
+    return read_table(cells), read_table(features)
+
+
+# ------------------------------------------------------------------ real data
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("composite-columns")
+    wu, ct = realdata.wu2020(), realdata.celltypist_sample()
+    cv.write_counts(folder / "wu2020.zarr", wu)
+    cv.write_counts(folder / "celltypist.zarr", ct)
+    # a list: the sources are named "wu2020" and "celltypist"
+    cv.create_composite(folder / "union.zarr", [folder / "wu2020.zarr", folder / "celltypist.zarr"])
+    return {"folder": folder, "wu": wu, "ct": ct}
+
+
+def _reference(real: dict[str, Any]) -> ad.AnnData:
+    """The anndata reference, with the rule's one renaming applied to its input."""
+    wu = real["wu"].copy()
+    # the rule: a source column named like the composite's own ``source`` is ``orig_source``
+    wu.obs = wu.obs.rename(columns={"source": "orig_source"})
+    return ad.concat(
+        {"wu2020": wu, "celltypist": real["ct"]}, join="outer", label="source", merge="first"
+    )
+
+
+def test_real_cell_columns_match_anndata_outer_concat(real: dict[str, Any]) -> None:
+    cells, _ = _tables(real["folder"] / "union.zarr")
+    reference = _reference(real)
+    # documented differences: the composite also writes names, I, sourceId, and
+    # carries each source's own names and I as orig_names / orig_I
+    assert set(cells.columns) == (
+        set(reference.obs.columns) | OWN_CELL_COLUMNS | {"orig_names", "orig_I"}
+    ) - {"ids"}
+    assert cells.index.tolist() == reference.obs_names.tolist()
+    assert cells["source"].tolist() == reference.obs["source"].astype(str).tolist()
+    assert cells["sourceId"].tolist() == reference.obs_names.tolist()
+    assert cells["orig_names"].tolist() == reference.obs_names.tolist()
+    assert cells["orig_I"].all()
+    for column in ("patient", "orig_source", "sample"):
+        ours, theirs = cells[column], reference.obs[column]
+        assert isinstance(ours.dtype, pd.CategoricalDtype)
+        # documented difference: a missing text value is "" (a last category), not NaN
+        assert ours.cat.categories.tolist() == [*theirs.cat.categories.tolist(), ""]
+        assert ours.astype(str).tolist() == theirs.astype(object).fillna("").tolist()
+    wu_rows = cells["source"] == "wu2020"
+    assert (cells.loc[wu_rows, "orig_source"] != "").all()
+    assert (cells.loc[~wu_rows, ["patient", "orig_source", "sample"]] == "").all().all()
+
+
+def test_real_feature_columns_match_anndata_outer_concat(real: dict[str, Any]) -> None:
+    _, features = _tables(real["folder"] / "union.zarr")
+    reference = _reference(real).var.reindex(features.index)
+    assert reference.index.notna().all()
+    # documented difference: each source's feature I is carried as orig_I
+    assert set(features.columns) == set(reference.columns) | (OWN_FEATURE_COLUMNS - {"ids"}) | {
+        "orig_I"
+    }
+    assert features["gene_ids"].tolist() == reference["gene_ids"].astype(object).fillna("").tolist()
+    types = features["feature_types"]
+    assert isinstance(types.dtype, pd.CategoricalDtype)
+    assert types.cat.categories.tolist() == ["Gene Expression", ""]
+    assert (
+        types.astype(str).tolist() == reference["feature_types"].astype(object).fillna("").tolist()
+    )
+    only_ct = ~features.index.isin(real["wu"].var_names)
+    assert only_ct.sum() == len(features) - real["wu"].n_vars
+    assert (features.loc[only_ct, "gene_ids"] == "").all()
+
+
+def test_real_selected_cells_carry_their_columns_in_output_order(
+    real: dict[str, Any], tmp_path: Path
+) -> None:
+    folder = real["folder"]
+    rows = np.array([17, 3, 150, 42])
+    cv.create_composite(
+        tmp_path / "some.zarr",
+        {"ct": folder / "celltypist.zarr", "wu": folder / "wu2020.zarr"},
+        features="intersection",
+        cells={"wu": rows, "ct": np.zeros(real["ct"].n_obs, dtype=bool)},
+    )
+    cells, features = _tables(tmp_path / "some.zarr")
+    obs = real["wu"].obs.iloc[rows]
+    assert cells.index.tolist() == obs.index.tolist()
+    assert cells["source"].tolist() == ["wu"] * len(rows)
+    # no kept cell lacks a column, so nothing is missing and no "" category is added
+    assert cells["patient"].tolist() == obs["patient"].tolist()
+    assert cells["patient"].cat.categories.tolist() == obs["patient"].cat.categories.tolist()
+    assert cells["orig_source"].tolist() == obs["source"].tolist()
+    # the intersection's features all come from Wu (the second source), with its values
+    var = real["wu"].var.reindex(features.index)
+    assert features["gene_ids"].tolist() == var["gene_ids"].tolist()
+
+
+def test_real_composite_reopens_and_deep_verifies(real: dict[str, Any]) -> None:
+    from cytearc_vfs.deep_verify import deep_verify
+
+    location = real["folder"] / "union.zarr"
+    store = cv.open_store(location)
+    reports = deep_verify(store, where=str(location))
+    assert all(not report.problems for report in reports)
+    # a bare zarr open of the composite's own directory lists the columns too
+    group = zarr.open_group(LocalStore(location, read_only=True), mode="r")
+    names = {name for name, _ in group["cellData"].arrays()}  # type: ignore[union-attr]
+    assert {"patient", "sample", "orig_source", "source"} <= names
+    lengths = {array.shape for _, array in group["cellData"].arrays()}  # type: ignore[union-attr]
+    assert lengths == {(200 + 559,)}
+
+
+# ------------------------------------------------------------------ the rule on small sources
+
+
+def _source(
+    path: Path,
+    n_cells: int,
+    features: list[str],
+    cells: dict[str, Any],
+    feature_columns: dict[str, Any],
+    seed: int,
+) -> Path:
+    counts = realistic_counts(n_cells, len(features), density=0.3, seed=seed, dtype="uint16")
+    cv.write_counts(
+        path,
+        sp.csr_array(counts),
+        cells=pd.DataFrame(cells, index=[f"{path.stem}-c{i}" for i in range(n_cells)]),
+        features=pd.DataFrame(feature_columns, index=features),
+    )
+    return path
+
+
+def test_disagreeing_columns_follow_the_rule(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = _source(
+        tmp_path / "a.zarr",
+        3,
+        ["f0", "f1", "f2", "f3"],
+        {
+            "score": np.array([1, 2, 3], dtype=np.int64),
+            "flag": np.array([True, False, True]),
+            "label": ["x", "y", "z"],
+            "batch": pd.Categorical(["b1", "b2", "b1"], categories=["b2", "b1"]),
+            "count": np.array([1, 2, 3], dtype=np.uint8),
+            "when": pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-03"]),
+        },
+        {"symbol": ["S0", "S1", "S2", "S3"], "length": np.array([10, 11, 12, 13], dtype=np.int32)},
+        seed=1,
+    )
+    b = _source(
+        tmp_path / "b.zarr",
+        2,
+        ["f3", "f4", "f2"],
+        {
+            "score": np.array([0.5, 1.5], dtype=np.float32),
+            "label": np.array([7, 8], dtype=np.int64),
+            "batch": pd.Categorical(["b3", "b1"], categories=["b1", "b3"]),
+            "count": np.array([300, 4], dtype=np.int16),
+            "extra": ["e0", "e1"],
+        },
+        {"symbol": ["S3-other", "S4", "S2"], "chrom": ["1", "2", "3"]},
+        seed=2,
+    )
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.composite_columns"):
+        cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    cells, features = _tables(tmp_path / "c.zarr")
+
+    # numbers: numpy's common type (int64 with float32 -> float64), no missing rows
+    assert cells["score"].dtype == np.float64
+    assert cells["score"].tolist() == [1.0, 2.0, 3.0, 0.5, 1.5]
+    assert cells["count"].dtype == np.int16  # uint8 with int16
+    assert cells["count"].tolist() == [1, 2, 3, 300, 4]
+    # a boolean that b lacks: float with NaN
+    assert cells["flag"].dtype == np.float64
+    np.testing.assert_array_equal(cells["flag"], [1.0, 0.0, 1.0, np.nan, np.nan])
+    # text with numbers: text
+    assert cells["label"].tolist() == ["x", "y", "z", "7", "8"]
+    # categorical everywhere: the categories in order of first appearance
+    assert cells["batch"].cat.categories.tolist() == ["b2", "b1", "b3"]
+    assert cells["batch"].astype(str).tolist() == ["b1", "b2", "b1", "b3", "b1"]
+    # text that a lacks: ""
+    assert cells["extra"].tolist() == ["", "", "", "e0", "e1"]
+    # a datetime that b lacks: NaT
+    assert cells["when"].dtype.kind == "M"
+    assert pd.isna(cells["when"].iloc[3:]).all()
+    assert cells["when"].iloc[0] == pd.Timestamp("2020-01-01")
+
+    # features: the union f0..f4; each value from the first source holding it
+    assert features.index.tolist() == ["f0", "f1", "f2", "f3", "f4"]
+    assert features["symbol"].tolist() == ["S0", "S1", "S2", "S3", "S4"]
+    assert features["chrom"].tolist() == ["", "", "3", "1", "2"]
+    np.testing.assert_array_equal(features["length"], [10, 11, 12, 13, np.nan])
+    # f3 disagrees (S3 in a, S3-other in b); f2 agrees
+    group = zarr.open_group(cv.open_store(tmp_path / "c.zarr"), mode="r")
+    symbol = group["RNA/featureData/symbol"]
+    assert symbol.attrs["cytearc:valueConflicts"] == {"features": 1, "example": "f3"}
+    assert "cytearc:valueConflicts" not in group["RNA/featureData/chrom"].attrs
+    assert any("'symbol'" in record.getMessage() for record in caplog.records)
+
+
+def test_reserved_names_are_prefixed_orig(tmp_path: Path) -> None:
+    a = _source(
+        tmp_path / "a.zarr",
+        2,
+        ["f0", "f1"],
+        {
+            "source": ["lab1", "lab2"],
+            "orig_source": ["old1", "old2"],
+            "sourceId": ["s1", "s2"],
+            "RNA_nCounts": np.array([5.0, 6.0]),
+            "RNA_I": np.array([True, False]),  # no membership role: an ordinary column
+        },
+        {},
+        seed=3,
+    )
+    b = _source(tmp_path / "b.zarr", 2, ["f0", "f1"], {"source": ["lab3", "lab4"]}, {}, seed=4)
+    cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    cells, _ = _tables(tmp_path / "c.zarr")
+    assert cells["source"].tolist() == ["a", "a", "b", "b"]  # the composite's own
+    assert cells["sourceId"].tolist() == ["a-c0", "a-c1", "b-c0", "b-c1"]
+    assert cells["orig_source"].tolist() == [
+        "old1",
+        "old2",
+        "",
+        "",
+    ]  # a's own column keeps its name
+    assert cells["orig_orig_source"].tolist() == ["lab1", "lab2", "lab3", "lab4"]
+    assert cells["orig_sourceId"].tolist() == ["s1", "s2", "", ""]
+    # preparation metrics describe a source's counts: not the composite's
+    assert "RNA_nCounts" not in cells
+    np.testing.assert_array_equal(cells["orig_RNA_nCounts"], [5.0, 6.0, np.nan, np.nan])
+    assert "RNA_I" not in cells
+    np.testing.assert_array_equal(cells["orig_RNA_I"], [1.0, 0.0, np.nan, np.nan])
+
+
+def _add_cell_column(path: Path, name: str, values: np.ndarray, attrs: dict[str, Any]) -> None:
+    group = zarr.open_group(LocalStore(path), mode="r+")
+    group.create_array(f"cellData/{name}", data=values, attributes=attrs)
+
+
+def test_membership_column_is_merged_as_membership(tmp_path: Path) -> None:
+    a = _source(tmp_path / "a.zarr", 3, ["f0", "f1"], {}, {}, seed=5)
+    b = _source(tmp_path / "b.zarr", 2, ["f0", "f1"], {}, {}, seed=6)
+    role = {"role": "assay_membership"}
+    _add_cell_column(a, "RNA_I", np.array([True, False, True]), {**role, "assay": "RNA"})
+    _add_cell_column(a, "ADT_I", np.array([True, True, False]), {**role, "assay": "ADT"})
+    cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    group = zarr.open_group(cv.open_store(tmp_path / "c.zarr"), mode="r")
+    membership = group["cellData/RNA_I"]
+    assert isinstance(membership, zarr.Array)
+    # b has no membership column: it measured every one of its cells
+    assert membership[:].tolist() == [True, False, True, True, True]
+    assert membership.attrs["role"] == "assay_membership" and membership.attrs["assay"] == "RNA"
+    names = {name for name, _ in group["cellData"].arrays()}  # type: ignore[union-attr]
+    # another assay's membership is not carried, under any name
+    assert not {"ADT_I", "orig_ADT_I", "orig_RNA_I"} & names
+
+
+def test_broken_membership_column_is_refused_before_writing(tmp_path: Path) -> None:
+    a = _source(tmp_path / "a.zarr", 3, ["f0", "f1"], {}, {}, seed=7)
+    _add_cell_column(
+        a, "RNA_I", np.array([1, 0, 1], dtype=np.int8), {"role": "assay_membership", "assay": "RNA"}
+    )
+    with pytest.raises(ValueError, match=r"source 'a': cell column RNA_I has role"):
+        cv.create_composite(tmp_path / "c.zarr", {"a": a})
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_column_of_another_shape_is_not_carried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = _source(tmp_path / "a.zarr", 3, ["f0", "f1"], {"kept": ["p", "q", "r"]}, {}, seed=8)
+    _add_cell_column(a, "embedding", np.zeros((3, 2)), {})
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.composite_columns"):
+        cv.create_composite(tmp_path / "c.zarr", [a])
+    cells, _ = _tables(tmp_path / "c.zarr")
+    assert "embedding" not in cells and cells["kept"].tolist() == ["p", "q", "r"]
+    assert any("'embedding'" in record.getMessage() for record in caplog.records)
+
+
+# ------------------------------------------------------------------ sources as a list
+
+
+def test_list_sources_are_named_like_the_command_line(tmp_path: Path) -> None:
+    a = _source(tmp_path / "first.v1.zarr", 2, ["f0"], {}, {}, seed=9)
+    b = _source(tmp_path / "second.zarr", 2, ["f0"], {}, {}, seed=10)
+    store = cv.create_composite(tmp_path / "c.zarr", (str(a), b))
+    assert [source.name for source in store.record.sources] == ["first", "second"]
+    cells, _ = _tables(tmp_path / "c.zarr")
+    assert cells["source"].tolist() == ["first", "first", "second", "second"]
+    # one location: a composite of one source
+    one = cv.create_composite(tmp_path / "one.zarr", b)
+    assert [source.name for source in one.record.sources] == ["second"]
+
+
+def test_store_objects_in_a_list_are_named_by_position(tmp_path: Path) -> None:
+    a = _source(tmp_path / "a.zarr", 2, ["f0"], {}, {}, seed=11)
+    b = _source(tmp_path / "b.zarr", 2, ["f0"], {}, {}, seed=12)
+    store = cv.create_composite(tmp_path / "c.zarr", [LocalStore(a, read_only=True), b])
+    assert [source.name for source in store.record.sources] == ["source0", "b"]
+
+
+def test_duplicate_derived_names_suggest_a_mapping(tmp_path: Path) -> None:
+    a = _source(tmp_path / "x" / "data.zarr", 2, ["f0"], {}, {}, seed=13)
+    b = _source(tmp_path / "y" / "data.zarr", 2, ["f0"], {}, {}, seed=14)
+    with pytest.raises(ValueError, match=r"both named 'data'.*pass a mapping \{name: location\}"):
+        cv.create_composite(tmp_path / "c.zarr", [a, b])
+    assert not (tmp_path / "c.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("location", "name"),
+    [
+        ("wu2020.zarr", "wu2020"),
+        ("data/pbmc.v2.zarr/", "pbmc"),
+        ("s3://bucket/atlas/lung.zarr", "lung"),
+        ("file:///tmp/x/blood.zarr", "blood"),
+        (Path("a/b/c"), "c"),
+        ("/", "source"),
+    ],
+)
+def test_source_name_of(location: Any, name: str) -> None:
+    assert source_name_of(location) == name
+
+
+def test_source_names_from_locations_keeps_order() -> None:
+    assert list(source_names_from_locations(["b.zarr", "a.zarr", "c"])) == ["b", "a", "c"]
