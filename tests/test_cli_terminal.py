@@ -126,3 +126,21 @@ def test_every_argument_has_help() -> None:
     for name, command in subparsers.choices.items():
         for action in command._actions:
             assert action.help, f"{name}: argument {action.dest} has no help"
+
+
+def test_bars_are_drawn_inside_a_jupyter_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a notebook stderr is no terminal, yet a person watches: bars go on."""
+    import sys
+    import types
+
+    from cytearc_vfs.cli.progress import progress_bars, watched
+
+    monkeypatch.setattr(sys, "stderr", __import__("io").StringIO())
+    assert not watched()
+    shell = types.ModuleType("IPython")
+    shell.get_ipython = lambda: object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", shell)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    assert watched()
+    with progress_bars() as bars:
+        assert bars.enabled

@@ -115,12 +115,15 @@ def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
 
 def parse_sources(values: Sequence[str]) -> dict[str, str]:
     """``NAME=LOCATION`` or ``LOCATION`` arguments as an ordered name -> location mapping."""
+    from ..composite import source_name_of
+
     sources: dict[str, str] = {}
     for value in values:
         name, sep, location = value.partition("=")
-        if not sep or "/" in name or "://" in value.split("=", 1)[0]:
+        if not sep or "/" in name or ":" in name:
+            # no NAME= (an "=" inside a path or URL is part of it)
             location = value
-            name = Path(value.rstrip("/")).name.split(".")[0] or "source"
+            name = source_name_of(value)
         if name in sources:
             raise InputRefusedError(
                 f"two sources are named {name!r}; name them with NAME=LOCATION "
