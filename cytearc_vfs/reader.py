@@ -44,13 +44,13 @@ from .placement import (
     column_map,
 )
 from .read_stats import ReadCounters, ReaderStats
+from .selection import Selection, UnknownIdError, normalize_selection, split_key
 from .sizes import parse_size
 from .source_store import read_contents
 from .sources import BoundSource, bind_source
 
-__all__ = ["Selection", "VirtualArrayReader", "normalize_selection"]
+__all__ = ["Selection", "UnknownIdError", "VirtualArrayReader", "normalize_selection"]
 
-Selection = slice | npt.ArrayLike | None
 Indices = npt.NDArray[np.int64]
 # A reader keeps its last feature selection's plans up to this many
 # (source, feature) entries.
@@ -81,37 +81,12 @@ def _by_source(codes: Indices, rows: Indices, n_sources: int) -> list[tuple[Indi
     return shares
 
 
-def normalize_selection(selection: Selection, length: int, *, axis: str) -> Indices:
-    """Integer positions of a selection: ``None``, a slice, integers (any order,
-    repeats, negatives) or a boolean mask.
-
-    >>> normalize_selection(slice(1, 4), 10, axis="cells").tolist()
-    [1, 2, 3]
-    >>> normalize_selection([3, -1, 3], 5, axis="cells").tolist()
-    [3, 4, 3]
-    """
-    if selection is None:
-        return np.arange(length, dtype=np.int64)
-    if isinstance(selection, slice):
-        return np.arange(length, dtype=np.int64)[selection]
-    values = np.asarray(selection)
-    if values.ndim == 0:
-        values = values.reshape(1)
-    if values.dtype == np.bool_:
-        if values.shape != (length,):
-            raise IndexError(f"boolean {axis} mask has length {len(values)}, expected {length}")
-        return np.flatnonzero(values).astype(np.int64)
-    if values.size and values.dtype.kind not in "iu":
-        raise IndexError(f"{axis} must be a slice, integers or a boolean mask, not {values.dtype}")
-    positions = values.astype(np.int64, copy=False).ravel()
-    if positions.size and (positions.min() < -length or positions.max() >= length):
-        bad = positions[(positions < -length) | (positions >= length)][0]
-        raise IndexError(f"{axis} index {bad} is out of range for {length} {axis}")
-    return np.where(positions < 0, positions + length, positions)
-
-
 class VirtualArrayReader:
     """Reads selections of an assay's counts, composite or ordinary.
+
+    Cells and features are selected by slices, integer positions (any order,
+    repeats kept), boolean masks or ids (see :meth:`read`); ``reader[rows,
+    cols]`` indexes like a numpy array (see :meth:`__getitem__`).
 
     Parameters
     ----------
@@ -136,6 +111,7 @@ class VirtualArrayReader:
         self._counters = ReadCounters()
         self._kept_plans: tuple[Indices, list[FeaturePlan]] | None = None
         self._kept_cells: tuple[Indices, list[CellPlan | None]] | None = None
+        self._ids: dict[str, pd.Index] = {}
         if not isinstance(store, ProvidesCountMapping):
             backend = open_location(store, read_only=True, storage_options=storage_options)
             attrs = read_contents(backend, where=describe_location(store)).root_attrs
@@ -171,6 +147,7 @@ class VirtualArrayReader:
         reader._counters = counters
         reader._kept_plans = None
         reader._kept_cells = None
+        reader._ids = {}
         reader._mapping = mapping
         reader.assay = assay
         reader._where = where
@@ -190,14 +167,28 @@ class VirtualArrayReader:
         return self._mapping.dtype
 
     @property
+    def ndim(self) -> int:
+        """2: cells and features."""
+        return 2
+
+    def __len__(self) -> int:
+        """The number of cells, as ``len`` of a numpy array counts rows."""
+        return self.shape[0]
+
+    @property
     def cell_ids(self) -> pd.Index:
-        """Cell ids in output order (read when asked)."""
-        return self._mapping.cell_ids()
+        """Cell ids in output order (read when first asked, then kept)."""
+        # one Index per reader: pandas keeps its id lookup table with the object
+        if "cells" not in self._ids:
+            self._ids["cells"] = self._mapping.cell_ids()
+        return self._ids["cells"]
 
     @property
     def feature_ids(self) -> pd.Index:
-        """Feature ids in output order (read when asked)."""
-        return self._mapping.feature_ids()
+        """Feature ids in output order (read when first asked, then kept)."""
+        if "features" not in self._ids:
+            self._ids["features"] = self._mapping.feature_ids()
+        return self._ids["features"]
 
     @property
     def stats(self) -> ReaderStats:
@@ -211,16 +202,112 @@ class VirtualArrayReader:
     # ------------------------------------------------------------------ reads
 
     def read(self, cells: Selection = None, features: Selection = None) -> npt.NDArray[Any]:
-        """The dense block of the selected cells x features, in requested order."""
-        return sync(self.read_async(cells, features))
+        """The dense block of the selected cells x features, in requested order.
+
+        Parameters
+        ----------
+        cells, features
+            ``None`` (all), a slice (any step), integer positions (any
+            order, repeats and negatives allowed), a boolean mask (numpy, or
+            a pandas Series or Index of bools, taken by position), or ids:
+            a sequence of strings (list, numpy array of str or object dtype,
+            ``pandas.Index``), looked up in :attr:`cell_ids` /
+            :attr:`feature_ids`. A single string is one id. Ids and
+            positions cannot be mixed in one selection.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n_cells, n_features)`` of :attr:`dtype`, rows and columns in
+            the requested order; always 2-D.
+
+        Raises
+        ------
+        UnknownIdError
+            A ``KeyError``: ids not on the axis; the message names the
+            first few and how many there are.
+        IndexError
+            Positions out of range, a mask of the wrong length, or a
+            selection of another kind.
+
+        Examples
+        --------
+        ``reader.read(["c7", "c2"], ["CD3E", "MS4A1"])`` is the same block as
+        ``reader.read([7, 2], [10, 4])`` when those are their positions.
+        """
+        return sync(
+            self._gather(self._positions(cells, "cells"), self._positions(features, "features"))
+        )
 
     async def read_async(
         self, cells: Selection = None, features: Selection = None
     ) -> npt.NDArray[Any]:
         """:meth:`read` for callers already on an event loop (composite chunks)."""
-        cell_positions = normalize_selection(cells, self.shape[0], axis="cells")
-        feature_positions = normalize_selection(features, self.shape[1], axis="features")
+        if _whole_or_slice(cells) and _whole_or_slice(features):
+            return await self._gather(
+                self._positions(cells, "cells"), self._positions(features, "features")
+            )
+        # ids may have to be read first, with zarr's blocking calls, which
+        # must not run on the event loop that serves them
+        cell_positions, feature_positions = await asyncio.to_thread(
+            lambda: (self._positions(cells, "cells"), self._positions(features, "features"))
+        )
         return await self._gather(cell_positions, feature_positions)
+
+    def _positions(self, selection: Selection, axis: str) -> Indices:
+        """Positions of ``selection`` on ``axis`` (``"cells"`` or ``"features"``)."""
+        if axis == "cells":
+            length, ids = self.shape[0], lambda: self.cell_ids
+        else:
+            length, ids = self.shape[1], lambda: self.feature_ids
+        owner = "store" if isinstance(self._mapping, IdentityMapping) else "composite"
+        return normalize_selection(selection, length, axis=axis, ids=ids, owner=owner)
+
+    def __getitem__(self, key: Any) -> Any:
+        """``reader[rows, cols]``: numpy indexing, read at once.
+
+        Each axis takes what :meth:`read` takes, and an integer (a single
+        id) selects one cell or feature and drops that axis, so the result
+        has numpy's shape for the same key on the dense matrix:
+        ``reader[0]`` is a row, ``reader[5, 3]`` a scalar of :attr:`dtype`,
+        ``reader[:, ["CD3E", "MS4A1"]]`` a ``(n_cells, 2)`` block and
+        ``reader[..., 3]`` a column (and ``reader[5, ..., 3]`` a 0-d array,
+        as numpy gives with an ellipsis). Negative steps and negative
+        positions work as in numpy.
+
+        Two arrays select **orthogonally** (every listed cell x every listed
+        feature, as zarr's ``oindex`` and AnnData do): ``reader[[1, 2],
+        [3, 4]]`` has shape ``(2, 2)``, where numpy's fancy indexing would
+        pair the positions into 2 values.
+
+        Raises
+        ------
+        IndexError
+            An integer out of range (naming the axis), more than two
+            indices, ``None`` (``numpy.newaxis``) or a bool scalar.
+        UnknownIdError
+            Ids not on the axis.
+        """
+        rows, cols = split_key(key, ("cells", "features"))
+        block = self.read(rows.selection, cols.selection)
+        # an integer or single id gave a length-1 axis: index it away, as numpy
+        # would; with an ellipsis in the key numpy gives a 0-d array, not a scalar
+        ellipsis = (...,) if isinstance(key, tuple) and any(p is Ellipsis for p in key) else ()
+        return block[
+            (0 if rows.scalar else slice(None), 0 if cols.scalar else slice(None), *ellipsis)
+        ]
+
+    def __iter__(self) -> Iterator[npt.NDArray[Any]]:
+        """Rows (cells) in order, as iterating a numpy array does, read in batches."""
+        for _, block in self.iter_cells():
+            yield from block
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        """The whole matrix in one read, so ``numpy.asarray(reader)`` does not read row by row."""
+        if copy is False:
+            raise ValueError("a reader cannot give its values without copying them")
+        values = self.read()
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     async def _gather(self, cells: Indices, features: Indices) -> npt.NDArray[Any]:
         out = np.zeros((len(cells), len(features)), dtype=self.dtype)
@@ -366,9 +453,10 @@ class VirtualArrayReader:
         """Yield ``(feature_slice, block[n_cells, k])`` in feature order.
 
         Adjacent features are batched into one read as far as ``mem_budget``
-        allows, so a source chunk is decoded once per batch.
+        allows, so a source chunk is decoded once per batch. ``cells`` takes
+        what :meth:`read` takes, ids included.
         """
-        cell_positions = normalize_selection(cells, self.shape[0], axis="cells")
+        cell_positions = self._positions(cells, "cells")
         size = self._batch(batch, mem_budget, len(cell_positions))
         for start in range(0, self.shape[1], size):
             stop = min(self.shape[1], start + size)
@@ -384,8 +472,11 @@ class VirtualArrayReader:
         features: Selection = None,
         mem_budget: int | str | None = None,
     ) -> Iterator[tuple[slice, npt.NDArray[Any]]]:
-        """Yield ``(cell_slice, block[k, n_features])`` in cell order."""
-        feature_positions = normalize_selection(features, self.shape[1], axis="features")
+        """Yield ``(cell_slice, block[k, n_features])`` in cell order.
+
+        ``features`` takes what :meth:`read` takes, ids included.
+        """
+        feature_positions = self._positions(features, "features")
         size = self._batch(batch, mem_budget, len(feature_positions))
         for start in range(0, self.shape[0], size):
             stop = min(self.shape[0], start + size)
@@ -435,6 +526,10 @@ class VirtualArrayReader:
 
     def __repr__(self) -> str:
         return f"VirtualArrayReader({self._where!r}, assay={self.assay!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _whole_or_slice(selection: Selection) -> bool:
+    return selection is None or isinstance(selection, slice)
 
 
 def _split(length: int, size: int) -> list[int]:
