@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .mount_store import MountStore
     from .opening import counts_fingerprint, dataset_fingerprint, open_store
     from .reader import VirtualArrayReader
+    from .selection import UnknownIdError
     from .repack import repack
     from .writer import WriteInfo, write_counts
 
@@ -39,6 +40,7 @@ _LAZY: dict[str, str] = {
     "CompositeStore": ".composite_store",
     "LayoutPolicy": ".layout",
     "MountStore": ".mount_store",
+    "UnknownIdError": ".selection",
     "VirtualArrayReader": ".reader",
     "WriteInfo": ".writer",
     "counts_fingerprint": ".opening",
@@ -64,6 +66,7 @@ __all__ = [
     "NonFiniteArtifactError",
     "RecordShapeError",
     "UnsupportedSourceError",
+    "UnknownIdError",
     "VfsError",
     "VirtualArrayReader",
     "WriteInfo",
