@@ -198,7 +198,7 @@ def test_missing_source_names_its_location(tmp_path: Path, two_sources: dict[str
     cv.create_composite(tmp_path / "c.zarr", two_sources)
     shutil.rmtree(two_sources["a"])
     with pytest.raises(
-        OSError, match=r"source .a. at .* cannot be read.*source_storage_options"
+        OSError, match=r"source .a. at .* cannot be read.*restored at that path"
     ) as info:
         cv.open_store(tmp_path / "c.zarr")
     assert str(two_sources["a"].resolve()) in str(info.value)
