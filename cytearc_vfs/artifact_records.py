@@ -81,8 +81,18 @@ def _json_value(value: object, where: str) -> Any:
         return {key: _json_value(value[key], f"{where}[{key!r}]") for key in sorted(value)}
     if isinstance(value, (list, tuple)):
         return [_json_value(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, np.ndarray):
+        # A common slip; its repr could be megabytes, so name its shape instead.
+        raise TypeError(
+            f"{where} is a numpy array of shape {value.shape}, which is not a JSON value; pass "
+            "value.tolist() for a few numbers, or record a reference (an artifact path) for "
+            "data"
+        )
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
     raise TypeError(
-        f"{where} is a {type(value).__name__} ({value!r}), which is not a JSON value; use "
+        f"{where} is a {type(value).__name__} ({shown}), which is not a JSON value; use "
         "None, bool, int, finite float, str, list, tuple or a mapping with string keys"
     )
 
@@ -148,10 +158,11 @@ def check_provenance(provenance: object) -> dict[str, Any]:
     missing = [name for name in _PROVENANCE_FIELDS if name not in provenance]
     unknown = [name for name in provenance if name not in allowed]
     if missing or unknown:
+        parts = [f"missing field(s) {missing}"] if missing else []
+        parts += [f"unknown field(s) {unknown}"] if unknown else []
         raise ValueError(
-            f"provenance has missing field(s) {missing} and unknown field(s) {unknown}; it "
-            "holds exactly operation, parameters and inputs, and revision only when the "
-            "operation revision is 2 or more"
+            f"provenance has {' and '.join(parts)}; it holds exactly operation, parameters "
+            "and inputs, and revision only when the operation revision is 2 or more"
         )
     operation = provenance["operation"]
     if not isinstance(operation, str) or not operation:

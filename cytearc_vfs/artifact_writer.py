@@ -161,6 +161,16 @@ class ArtifactWriter:
         self._state = "new"
 
     @property
+    def _state_text(self) -> str:
+        return {
+            "new": "its with-block has not started",
+            "open": "it is being written",
+            "published": "it is published and immutable",
+            "publish-failed": "its publishing write failed",
+            "discarded": "it was deleted after a failure",
+        }[self._state]
+
+    @property
     def operation(self) -> str:
         """The provenance operation, named by errors."""
         operation: str = self._record["provenance"]["operation"]
@@ -181,12 +191,15 @@ class ArtifactWriter:
     def group(self) -> zarr.Group:
         """The artifact group, while the block runs and after publication."""
         if self._group is None or self._state in ("new", "discarded"):
-            raise RuntimeError(f"artifact {self.path!r} has no group ({self._state})")
+            raise RuntimeError(f"artifact {self.path!r} has no group: {self._state_text}")
         return self._group
 
     def __enter__(self) -> Self:
         if self._state != "new":
-            raise RuntimeError(f"artifact {self.path!r} was already entered; publish a new one")
+            raise RuntimeError(
+                f"artifact {self.path!r} was already entered ({self._state_text}); call "
+                "publish_artifact again for a new artifact"
+            )
         self._record["created_at_ns"] = time.time_ns()
         self._state = "open"
         try:
@@ -223,8 +236,9 @@ class ArtifactWriter:
         if self._failure is not None:
             raise IncompleteStoreError(
                 f"artifact {self.path!r} of {self.operation} was not published: a write failed "
-                f"inside the block ({self._failure}); the group was deleted; fix the values "
-                "and publish again"
+                f"inside the block ({type(self._failure).__name__}: {self._failure}) even "
+                "though the producer caught it, so nothing is published; fix the values and "
+                "publish again"
             ) from self._failure
         partial = [
             f"{w.name!r} ({w.rows_written} of {w.rows} rows)"
@@ -259,26 +273,55 @@ class ArtifactWriter:
     def _discard(self, error: BaseException) -> None:
         self._state = "discarded"
         store = self._store
-        full = join(self._key_prefix, self.path)
+        written = self._anything_written()
+        if written is False:
+            # The failure came before the first write: there is nothing to delete, and
+            # claiming that an incomplete group stays would send the reader looking for it.
+            logger.debug(
+                "artifact %s in %s failed before any of its keys was written; nothing to delete",
+                self.path,
+                self._where,
+            )
+            return
+        stays = "stays" if written else "may stay"
         if not store.supports_deletes:
             note = (
                 f"{self._where} cannot delete keys, so the incomplete artifact {self.path!r} "
-                "stays with complete=False; it is never listed or reused"
+                f"{stays} with complete=False; it is never listed or reused"
             )
             logger.warning("%s", note)
             error.add_note(note)
             return
         try:
-            sync(store.delete_dir(full))
+            sync(store.delete_dir(join(self._key_prefix, self.path)))
         except Exception as cleanup:
             note = (
                 f"deleting the incomplete artifact {self.path!r} in {self._where} failed "
-                f"({cleanup!r}); it stays with complete=False and is never listed or reused"
+                f"({type(cleanup).__name__}: {cleanup}); it {stays} with complete=False and "
+                "is never listed or reused"
             )
             logger.warning("%s", note)
             error.add_note(note)
         else:
             logger.debug("deleted incomplete artifact %s in %s", self.path, self._where)
+
+    def _anything_written(self) -> bool | None:
+        """Whether any key of the group exists; ``None`` when the store cannot tell."""
+        store = self._store
+        prefix = join(self._key_prefix, self.path)
+
+        async def any_key() -> bool:
+            async for _ in store.list_prefix(f"{prefix}/"):
+                return True
+            return False
+
+        try:
+            if store.supports_listing:
+                return sync(any_key())
+            return sync(store.exists(join(prefix, "zarr.json")))
+        except Exception as exc:
+            logger.debug("cannot tell whether artifact %s was written: %s", self.path, exc)
+            return None
 
     def _poison(self, error: BaseException) -> None:
         if self._failure is None:
@@ -297,8 +340,8 @@ class ArtifactWriter:
     def _open_group(self) -> zarr.Group:
         if self._state != "open":
             raise RuntimeError(
-                f"artifact {self.path!r} is not being written ({self._state}); write arrays "
-                "inside the with-block of publish_artifact"
+                f"artifact {self.path!r} is not being written ({self._state_text}); write "
+                "arrays inside the with-block of publish_artifact"
             )
         return self.group
 

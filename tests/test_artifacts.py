@@ -19,6 +19,7 @@ from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore, WrapperStore
 
 from cytearc_vfs.artifacts import (
+    Artifact,
     ArtifactRecord,
     canonical_json,
     check_provenance,
@@ -448,7 +449,7 @@ def test_list_skips_incomplete_and_malformed_groups(
     with caplog.at_level(logging.WARNING, logger="cytearc_vfs.artifacts"):
         records = list_artifacts(store_dir, ROOT)
     assert [r.path for r in records] == [first, third, second]
-    assert all(isinstance(r, ArtifactRecord) for r in records)
+    assert all(isinstance(r, Artifact) and isinstance(r.record, ArtifactRecord) for r in records)
     assert [r.path for r in list_artifacts(store_dir, ROOT, "reduction")] == [second]
     warned = caplog.text
     for bad in (malformed, missing, misnamed):
@@ -468,7 +469,25 @@ def test_list_skips_incomplete_and_malformed_groups(
 
 
 def test_list_of_a_missing_root_is_empty(store_dir: Path) -> None:
+    zarr.open_group(LocalStore(store_dir), mode="a")
     assert list_artifacts(store_dir, "artifacts") == []
+
+
+def test_a_location_without_a_group_is_named_not_listed_empty(tmp_path: Path) -> None:
+    mistyped = tmp_path / "dta.zarr"
+    with pytest.raises(
+        FileNotFoundError, match=r"dta\.zarr holds no Zarr group.*check the location"
+    ):
+        list_artifacts(mistyped, ROOT)
+    # A local backend refuses to open the missing directory itself, which is as plain.
+    with pytest.raises(FileNotFoundError, match=r"does not exist|check the location"):
+        read_artifact(mistyped, f"{ROOT}/{KIND}/{'a' * 64}")
+    with pytest.raises(FileNotFoundError, match=r"does not exist|check the location"):
+        find_artifact(mistyped, ROOT, KIND, provenance())
+    (tmp_path / "empty.zarr").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no Zarr group"):
+        read_artifact(tmp_path / "empty.zarr", f"{ROOT}/{KIND}/{'a' * 64}")
+    assert not mistyped.exists()
 
 
 def test_records_order_is_deterministic(store: LocalStore) -> None:
