@@ -21,7 +21,15 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .artifacts import find_artifact, list_artifacts, publish_artifact, read_artifact
+    from .artifact_arrays import Artifact
+    from .artifact_records import ArtifactRecord
+    from .artifacts import (
+        describe_artifacts,
+        find_artifact,
+        list_artifacts,
+        publish_artifact,
+        read_artifact,
+    )
     from .composite import create_composite
     from .composite_store import CompositeStore
     from .layout import LayoutPolicy
@@ -30,12 +38,15 @@ if TYPE_CHECKING:
     from .mount_store import MountStore
     from .opening import counts_fingerprint, dataset_fingerprint, open_store
     from .reader import VirtualArrayReader
-    from .selection import UnknownIdError
     from .repack import repack
+    from .selection import UnknownIdError
     from .writer import WriteInfo, write_counts
 
 #: Public name -> the module that defines it, imported on first access.
 _LAZY: dict[str, str] = {
+    "Artifact": ".artifact_arrays",
+    "ArtifactRecord": ".artifact_records",
+    "describe_artifacts": ".artifacts",
     "ColumnMoments": ".moments",
     "CompositeStore": ".composite_store",
     "LayoutPolicy": ".layout",
@@ -57,6 +68,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "Artifact",
+    "ArtifactRecord",
     "ColumnMoments",
     "CompositeStore",
     "IdentityMismatchError",
@@ -74,6 +87,7 @@ __all__ = [
     "counts_fingerprint",
     "create_composite",
     "dataset_fingerprint",
+    "describe_artifacts",
     "find_artifact",
     "list_artifacts",
     "mount_datastore",

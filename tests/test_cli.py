@@ -123,3 +123,27 @@ def test_composite_info_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture
     assert json.loads(capsys.readouterr().out)["shape"] == [40, 2]
     assert main(["composite", str(tmp_path / "e.zarr"), composite]) == 2
     assert "composites do not nest" in capsys.readouterr().err
+
+
+def test_artifacts_lists_what_was_published(
+    tmp_path: Path, counts: sp.csr_array, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    info = cv.write_counts(tmp_path / "s.zarr", counts)
+    store = cv.open_store(tmp_path / "s.zarr", mode="r+")
+    provenance = {
+        "operation": "test.means",
+        "parameters": {},
+        "inputs": {"counts": info.counts_fingerprint},
+    }
+    with cv.publish_artifact(store, "RNA/artifacts", "means", provenance=provenance) as art:
+        art.write_array("mean", np.arange(counts.shape[1], dtype=np.float64))
+    assert main(["artifacts", str(tmp_path / "s.zarr")]) == 0
+    text = capsys.readouterr().out
+    assert "1 complete artifact" in text and f"mean {counts.shape[1]} float64" in text
+    assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "other", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["artifacts"] == []
+    assert main(["artifacts", str(tmp_path / "s.zarr"), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["artifacts"]
+    assert listed["artifact_id"] == art.artifact_id

@@ -448,22 +448,28 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``artifacts LOCATION``."""
     from ..artifacts import describe_artifacts
     from ..locations import describe_location
-    from ..opening import open_store
 
     require_store(args.location, command="artifacts", kinds=("ordinary", "composite", "mount"))
     where = describe_location(args.location)
-    found = describe_artifacts(open_store(args.location))
+    found = describe_artifacts(args.location)
     if args.kind:
         found = [entry for entry in found if entry["kind"] == args.kind]
     lines = [
-        f"{where}: {_plural(len(found), 'artifact')}"
+        f"{where}: {_plural(len(found), 'complete artifact')}"
         + (f" of kind {args.kind}" if args.kind else "")
     ]
     for entry in found:
-        arrays = ", ".join(
-            f"{a['name']} {'x'.join(map(str, a['shape']))} {a['dtype']}" for a in entry["arrays"]
-        )
-        lines.append(f"  {entry['path']} ({entry['kind']}): {arrays or 'no arrays'}")
+        if entry["arrays"] is None:
+            arrays = f"arrays unreadable ({entry['error']})"
+        else:
+            arrays = (
+                ", ".join(
+                    f"{a['name']} {'x'.join(map(str, a['shape']))} {a['dtype']}"
+                    for a in entry["arrays"]
+                )
+                or "no arrays"
+            )
+        lines.append(f"  {entry['path']} ({entry['kind']}, {entry['created_at']}): {arrays}")
     return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
 
 
