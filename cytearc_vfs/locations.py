@@ -8,6 +8,7 @@ URL scheme; a path without a scheme is local.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ _BACKENDS: dict[str, list[_Backend]] = {}
 #: Entry-point group through which installed packages register backends.
 BACKEND_ENTRY_POINTS = "cytearc_vfs.backends"
 _plugins_loaded = False
+_plugins_lock = threading.Lock()
 
 
 def _load_backend_plugins() -> None:
@@ -52,12 +54,17 @@ def _load_backend_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
-    _plugins_loaded = True
-    from importlib.metadata import entry_points
+    # Locations are opened from several threads at once (sources bind
+    # concurrently): the others wait until the registry is filled.
+    with _plugins_lock:
+        if _plugins_loaded:
+            return
+        from importlib.metadata import entry_points
 
-    for entry in entry_points(group=BACKEND_ENTRY_POINTS):
-        register = entry.load()
-        register()
+        for entry in entry_points(group=BACKEND_ENTRY_POINTS):
+            register = entry.load()
+            register()
+        _plugins_loaded = True
 
 
 def register_backend(scheme: str, opener: StoreOpener, *, priority: int = 0) -> None:
