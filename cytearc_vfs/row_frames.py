@@ -178,6 +178,10 @@ def require_multi_frame_zstd(installed: str) -> None:
 require_multi_frame_zstd(numcodecs.__version__)
 
 _THREAD = threading.local()
+#: Every row frame carries zstd's content checksum (XXH64 of its rows), which
+#: every zstd decoder checks: a flipped byte is a decoding error in zarr,
+#: zarrs, tensorstore and the gather reader alike, never a wrong value.
+FRAME_CHECKSUMS = True
 
 
 class RowFrameEncoder:
@@ -193,7 +197,7 @@ class RowFrameEncoder:
         compressor = compressors.get(self._level)
         if compressor is None:
             compressor = compressors[self._level] = zstandard.ZstdCompressor(
-                level=self._level, write_content_size=True
+                level=self._level, write_content_size=True, write_checksum=FRAME_CHECKSUMS
             )
         return compressor
 

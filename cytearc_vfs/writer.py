@@ -51,7 +51,9 @@ __all__ = ["WriteInfo", "write_counts"]
 logger = logging.getLogger(__name__)
 
 COUNT_ZSTD_LEVEL = 1
-COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL)
+# checksum=True: zarr writes (and every reader verifies) zstd's content
+# checksum in each frame, as the row frames of row_frames.py do
+COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL, checksum=True)
 Progress = Callable[[str, int, int], None]
 
 
