@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .mount_store import MountStore
     from .opening import counts_fingerprint, dataset_fingerprint, open_store
     from .reader import VirtualArrayReader
-    from .repack import repack
+    from .repacking import repack
     from .selection import UnknownIdError
     from .writer import WriteInfo, write_counts
 
@@ -63,7 +63,7 @@ _LAZY: dict[str, str] = {
     "open_store": ".opening",
     "publish_artifact": ".artifacts",
     "read_artifact": ".artifacts",
-    "repack": ".repack",
+    "repack": ".repacking",
     "write_counts": ".writer",
 }
 

@@ -39,3 +39,19 @@ def test_importing_the_package_loads_neither_zarr_nor_anndata() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_public_names_are_what_they_say_whatever_was_imported_first() -> None:
+    """A submodule named like a public function must not shadow it on the package."""
+    script = (
+        "import importlib, pkgutil, types, cytearc_vfs as cv\n"
+        "for info in pkgutil.walk_packages(cv.__path__, 'cytearc_vfs.'):\n"
+        "    if not info.name.endswith('__main__'):\n"
+        "        importlib.import_module(info.name)\n"
+        "bad = [n for n in cv.__all__ if isinstance(getattr(cv, n), types.ModuleType)]\n"
+        "print(bad)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

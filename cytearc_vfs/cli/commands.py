@@ -407,7 +407,7 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``repack SOURCE DEST``."""
     from ..locations import describe_location
-    from ..repack import repack
+    from ..repacking import repack
 
     if args.data_only:
         from ..store_kind import classify_location
