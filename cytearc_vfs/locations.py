@@ -40,7 +40,7 @@ class _Backend:
 _BACKENDS: dict[str, list[_Backend]] = {}
 #: Entry-point group through which installed packages register backends.
 BACKEND_ENTRY_POINTS = "cytearc_vfs.backends"
-_plugins_loaded = False
+_plugins_loaded = threading.Event()
 _plugins_lock = threading.Lock()
 
 
@@ -51,20 +51,19 @@ def _load_backend_plugins() -> None:
     other package) announces a registration function in its metadata, and
     the first location opened calls it.
     """
-    global _plugins_loaded
-    if _plugins_loaded:
+    if _plugins_loaded.is_set():
         return
     # Locations are opened from several threads at once (sources bind
     # concurrently): the others wait until the registry is filled.
     with _plugins_lock:
-        if _plugins_loaded:
+        if _plugins_loaded.is_set():
             return
         from importlib.metadata import entry_points
 
         for entry in entry_points(group=BACKEND_ENTRY_POINTS):
             register = entry.load()
             register()
-        _plugins_loaded = True
+        _plugins_loaded.set()
 
 
 def register_backend(scheme: str, opener: StoreOpener, *, priority: int = 0) -> None:
