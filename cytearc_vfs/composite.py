@@ -234,7 +234,8 @@ def create_composite(
         ``"union"``, ``"intersection"`` or an explicit sequence of feature ids.
         A feature a source lacks reads as zeros.
     cells
-        Per source, a boolean mask or integer rows to keep (all cells by default).
+        Per source, a boolean mask, integer rows or cell ids (strings of the
+        source's ``cellData/ids``) to keep, in that order (all cells by default).
     source_workspaces
         Per source, the workspace holding the assay (root layout by default).
     source_storage_options

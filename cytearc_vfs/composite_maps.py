@@ -67,12 +67,25 @@ def _text(table: Mapping[str, StoredColumn], name: str, fallback: str = "ids") -
     return np.asarray(column.values).astype(str)
 
 
-def _cell_rows(name: str, selection: Any, n_cells: int) -> npt.NDArray[np.int64]:
+def _cell_rows(
+    name: str, selection: Any, n_cells: int, ids: npt.NDArray[Any]
+) -> npt.NDArray[np.int64]:
     if selection is None:
         return np.arange(n_cells, dtype=np.int64)
     values = np.asarray(selection)
     if values.size == 0 and values.dtype != np.bool_:
         return np.zeros(0, dtype=np.int64)  # no rows of this source
+    if values.dtype.kind in "UO" and all(isinstance(v, str) for v in values.ravel()):
+        # cell ids of the source, in the order given
+        positions = pd.Index(ids).get_indexer(pd.Index(values.ravel()))
+        missing = values.ravel()[positions < 0]
+        if missing.size:
+            shown = ", ".join(repr(str(v)) for v in missing[:3])
+            raise ValueError(
+                f"cells[{name!r}]: {missing.size} id(s) are not cells of that source "
+                f"(first: {shown}); give ids of its cellData/ids, a boolean mask or integer rows"
+            )
+        values = positions
     if values.dtype == np.bool_:
         if values.shape != (n_cells,):
             raise ValueError(
@@ -82,7 +95,7 @@ def _cell_rows(name: str, selection: Any, n_cells: int) -> npt.NDArray[np.int64]
         return np.flatnonzero(values).astype(np.int64)
     if values.dtype.kind not in "iu":
         raise ValueError(
-            f"cells[{name!r}] must be a boolean mask or integer rows, not {values.dtype}"
+            f"cells[{name!r}] must be a boolean mask, integer rows or cell ids, not {values.dtype}"
         )
     rows = values.astype(np.int64).ravel()
     if rows.size and (rows.min() < 0 or rows.max() >= n_cells):
@@ -164,8 +177,8 @@ def plan_composite(
     source_rows: list[npt.NDArray[np.int64]] = []
     source_ids: list[npt.NDArray[Any]] = []
     for index, (source, table) in enumerate(zip(sources, tables, strict=True)):
-        rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0])
         ids = _text(table.cells, "ids")
+        rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0], ids)
         row_sources.append(np.full(len(rows), index, dtype=np.int32))
         source_rows.append(rows)
         source_ids.append(ids[rows])

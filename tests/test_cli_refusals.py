@@ -84,7 +84,7 @@ CASES: list[tuple[str, int, str]] = [
     ("composite NEW STORE --features bogus", 2, "union, intersection or @FILE"),
     ("composite NEW STORE --features @MISSING", 2, "does not exist"),
     ("composite NEW STORE --cells other=IDS", 2, "NAME one of the sources"),
-    ("composite NEW STORE --cells store=IDS", 2, "are not cells of"),
+    ("composite NEW STORE --cells store=IDS", 2, "are not cells of that source"),
     ("composite STORE STORE --overwrite", 2, "is the destination"),
     ("mount STORE EXISTING", 2, "--overwrite"),
     ("mount COMPOSITE NEW", 2, "composites do not nest"),

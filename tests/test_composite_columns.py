@@ -367,3 +367,22 @@ def test_source_name_of(location: Any, name: str) -> None:
 
 def test_source_names_from_locations_keeps_order() -> None:
     assert list(source_names_from_locations(["b.zarr", "a.zarr", "c"])) == ["b", "a", "c"]
+
+
+def test_cells_by_id_keep_the_given_order(tmp_path: Path) -> None:
+    """``cells=`` takes cell ids wherever it takes rows, in the order given."""
+    from conftest import realistic_counts
+
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(30, 8, seed=3))
+    ids = cv.VirtualArrayReader(tmp_path / "a.zarr").cell_ids
+    wanted = [ids[7], ids[2], ids[20]]
+    by_id = cv.create_composite(
+        tmp_path / "c.zarr", {"a": tmp_path / "a.zarr"}, cells={"a": wanted}
+    )
+    by_row = cv.create_composite(
+        tmp_path / "d.zarr", {"a": tmp_path / "a.zarr"}, cells={"a": [7, 2, 20]}
+    )
+    assert list(by_id.reader().cell_ids) == wanted
+    np.testing.assert_array_equal(by_id.reader().read(), by_row.reader().read())
+    with pytest.raises(ValueError, match="1 id\\(s\\) are not cells of that source"):
+        cv.create_composite(tmp_path / "e.zarr", {"a": tmp_path / "a.zarr"}, cells={"a": ["nope"]})

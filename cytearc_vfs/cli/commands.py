@@ -142,17 +142,11 @@ def _read_lines(path: str, *, what: str) -> list[str]:
     return [line.strip() for line in file.read_text().splitlines() if line.strip()]
 
 
-def _cell_masks(
-    entries: Sequence[str], sources: Mapping[str, str], assay: str
-) -> dict[str, Any] | None:
+def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, list[str]] | None:
+    """``--cells NAME=FILE`` arguments as the cell ids to keep, per source."""
     if not entries:
         return None
-    import numpy as np
-    import pandas as pd
-
-    from ..reader import VirtualArrayReader
-
-    masks: dict[str, Any] = {}
+    chosen: dict[str, list[str]] = {}
     for entry in entries:
         name, sep, path = entry.partition("=")
         if not sep or name not in sources:
@@ -160,19 +154,8 @@ def _cell_masks(
                 f"--cells {entry!r} must be NAME=FILE with NAME one of the sources "
                 f"({', '.join(sources)})"
             )
-        wanted = _read_lines(path, what="--cells")
-        ids = VirtualArrayReader(sources[name], assay=assay).cell_ids
-        positions = ids.get_indexer(pd.Index(wanted))
-        missing = [cell for cell, at in zip(wanted, positions, strict=True) if at < 0]
-        if missing:
-            raise InputRefusedError(
-                f"--cells {name}: {_plural(len(missing), 'cell id')} of {path} are not cells of "
-                f"{sources[name]} (first: {missing[0]!r}); list ids of that source"
-            )
-        mask = np.zeros(len(ids), dtype=bool)
-        mask[positions] = True
-        masks[name] = mask
-    return masks
+        chosen[name] = _read_lines(path, what="--cells")
+    return chosen
 
 
 def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
@@ -345,7 +328,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             f"--features {choice!r} is not union, intersection or @FILE (a file of "
             "feature ids, one per line)"
         )
-    cells = _cell_masks(args.cells, sources, args.assay)
+    cells = _cell_ids(args.cells, sources)
     _clear_for_overwrite(args)
     started = time.perf_counter()
     store = create_composite(
