@@ -23,8 +23,9 @@ import zarr
 from conftest import realistic_counts
 from hypothesis import given
 from zarr.abc.store import RangeByteRequest, Store
-from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.storage import LocalStore
+from zarr.testing.store import StoreTests
 
 import cytearc_vfs as cv
 from cytearc_vfs.cached_store import CachedSourceStore
@@ -580,3 +581,65 @@ def test_protected_by_matches_path_segments(key: str, path: str) -> None:
         key, [path], deleting=True
     )
     assert protected_by("", [path], deleting=True) == path
+
+
+# ------------------------------------------- nothing zarr sends is refused
+
+
+class LocalChecked(KeyCheckedWrapperStore):
+    """The checked wrapper over a LocalStore, built from what StoreTests passes."""
+
+    def __init__(self, root: Path, read_only: bool = False) -> None:
+        super().__init__(LocalStore(root, read_only=read_only))
+        self.root = root
+
+    def _with_store(self, store: Store) -> LocalChecked:
+        # the same (possibly opened) LocalStore, as zarr's wrappers do
+        clone = object.__new__(type(self))
+        KeyCheckedWrapperStore.__init__(clone, store)
+        clone.root = self.root
+        return clone
+
+    @classmethod
+    async def open(cls, root: Path, read_only: bool = False) -> LocalChecked:  # type: ignore[override]
+        store = cls(root, read_only=read_only)
+        await store._open()
+        return store
+
+
+class TestKeyCheckedWrapperContract(StoreTests[LocalChecked, cpu.Buffer]):
+    """zarr's own store test-suite through the key checks: every key and
+    prefix it sends (with and without trailing '/', the root) passes."""
+
+    store_cls = LocalChecked
+    buffer_cls = cpu.Buffer
+
+    async def set(self, store: LocalChecked, key: str, value: Buffer) -> None:
+        await LocalStore(store.root).set(key, value)
+
+    async def get(self, store: LocalChecked, key: str) -> Buffer:
+        value = await LocalStore(store.root).get(key, prototype=PROTO)
+        assert value is not None
+        return value
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
+        # made first: the suite also opens it read-only, which needs it to exist
+        (tmp_path / "inner").mkdir(exist_ok=True)
+        return {"root": tmp_path / "inner"}
+
+    def test_store_repr(self, store: LocalChecked) -> None:
+        assert "WrapperStore" in repr(store)
+
+    def test_store_supports_writes(self, store: LocalChecked) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store: LocalChecked) -> None:
+        assert store.supports_listing
+
+    async def test_clear(self, store: LocalChecked) -> None:
+        # clear() is delete_dir(""): refused by every store of the package
+        await self.set(store, "key", self.buffer_cls.from_bytes(b"something"))
+        with pytest.raises(ValueError, match="deleting the whole store"):
+            await store.clear()
+        assert await store.exists("key")
