@@ -17,8 +17,9 @@ from typing import Any
 
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import LocalStore, MemoryStore, WrapperStore
+from zarr.storage import LocalStore, MemoryStore
 
+from .key_checked import KeyCheckedWrapperStore
 from .source_cache import SourceCache
 
 __all__ = ["CachedSourceStore", "cached_source", "source_cache_of"]
@@ -44,7 +45,7 @@ def _is_chunk(key: str) -> bool:
     return key.startswith("c/") or "/c/" in key
 
 
-class CachedSourceStore(WrapperStore[Store]):
+class CachedSourceStore(KeyCheckedWrapperStore):
     """A read-only remote store whose shards and shard indexes go through a cache."""
 
     def __init__(self, store: Store, cache: SourceCache, name: str) -> None:
@@ -82,6 +83,7 @@ class CachedSourceStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        self._check_key(key, "get")
         if not _is_chunk(key):
             return await self._store.get(key, prototype, byte_range)
         if byte_range is None:
@@ -129,9 +131,9 @@ class CachedSourceStore(WrapperStore[Store]):
         prototype: BufferPrototype,
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
-        return list(
-            await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in key_ranges))
-        )
+        # every key is checked before any is fetched
+        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
+        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
 
     async def get_ranges(
         self,
@@ -139,24 +141,16 @@ class CachedSourceStore(WrapperStore[Store]):
         byte_ranges: Sequence[ByteRequest | None],
         *,
         prototype: BufferPrototype,
-        max_concurrency: int | None = None,
-        max_gap_bytes: int | None = None,
-        max_coalesced_bytes: int | None = None,
+        **options: Any,
     ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
+        self._check_key(key, "get_ranges")
         if _is_chunk(key) and self._cache.size(self._key(key)) is not None:
             # the shard is cached whole: every range from it, one batch
             served = [(i, await self.get(key, prototype, rng)) for i, rng in enumerate(byte_ranges)]
             if all(buffer is not None for _, buffer in served):
                 yield served
                 return
-        async for batch in super().get_ranges(
-            key,
-            byte_ranges,
-            prototype=prototype,
-            max_concurrency=max_concurrency,
-            max_gap_bytes=max_gap_bytes,
-            max_coalesced_bytes=max_coalesced_bytes,
-        ):
+        async for batch in super().get_ranges(key, byte_ranges, prototype=prototype, **options):
             yield batch
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +34,7 @@ from .composite_records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeR
 from .count_mapping import ArrayMapping, CountMapping
 from .errors import IdentityMismatchError, IncompleteStoreError
 from .fingerprints import combine
+from .key_checked import KeyCheckedStore
 from .locations import Location, describe_location, open_location
 from .nodes import array_at
 from .paths import join
@@ -41,6 +42,7 @@ from .read_stats import ReadCounters, ReaderStats
 from .source_cache import CacheInfo, SourceCache
 from .sources import BoundSource, bind_source, rebind
 from .store_io import document_attribute, get_json
+from .store_keys import protected_by
 
 __all__ = ["CompositeStore"]
 
@@ -73,7 +75,7 @@ def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = No
     )
 
 
-class CompositeStore(Store):
+class CompositeStore(KeyCheckedStore):
     """A composite's store: computed count arrays over the sources, the rest local.
 
     Use :meth:`from_location` (or ``cv.open_store``) rather than the constructor.
@@ -305,16 +307,27 @@ class CompositeStore(Store):
                 return path, key[len(path) + 1 :]
         return None
 
-    def _protected(self, key: str) -> str | None:
-        """Why ``key`` may not be written, or ``None``."""
-        if self._virtual_array(key) is not None:
-            return "the virtual count arrays are computed from the sources"
-        if key == MAPS_GROUP or key.startswith(MAPS_GROUP + "/"):
-            return "the composite's mappings are published and immutable"
-        summaries = join(self._record.assay, "countSummaries")
-        if key.startswith(summaries + "/") or key == summaries:
-            return "the composite's count summaries describe its published counts"
-        return None
+    def _protections(self) -> dict[str, str]:
+        """Protected path -> why it may not be written or deleted."""
+        reasons = dict.fromkeys(
+            self._virtual, "the virtual count arrays are computed from the sources"
+        )
+        reasons[MAPS_GROUP] = "the composite's mappings are published and immutable"
+        reasons[join(self._record.assay, "countSummaries")] = (
+            "the composite's count summaries describe its published counts"
+        )
+        return reasons
+
+    def _protected(self, key: str, *, deleting: bool) -> str | None:
+        """Why ``key`` (a checked key or prefix) may not be written or deleted, or ``None``."""
+        reasons = self._protections()
+        path = protected_by(key, reasons, deleting=deleting)
+        if path is None:
+            return None
+        bare = key.removesuffix("/")
+        if bare == path or bare.startswith(path + "/"):
+            return reasons[path]
+        return f"it holds {path!r}, and {reasons[path]}"
 
     async def _compute_chunk(self, path: str, rest: str) -> bytes | memoryview | None:
         document = self._record.arrays[path]
@@ -341,7 +354,7 @@ class CompositeStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        virtual = self._virtual_array(key)
+        virtual = self._virtual_array(self._check_key(key, "get"))
         if virtual is None:
             return await self._backing.get(key, prototype, byte_range)
         path, rest = virtual
@@ -353,13 +366,8 @@ class CompositeStore(Store):
             return None
         return prototype.buffer.from_bytes(_apply_range(data, byte_range))
 
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
-    ) -> list[Buffer | None]:
-        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
-
     async def exists(self, key: str) -> bool:
-        virtual = self._virtual_array(key)
+        virtual = self._virtual_array(self._check_key(key, "exists"))
         if virtual is None:
             return await self._backing.exists(key)
         path, rest = virtual
@@ -396,7 +404,7 @@ class CompositeStore(Store):
         return self._backing.supports_listing
 
     def _check_protected(self, key: str, action: str) -> None:
-        reason = self._protected(key)
+        reason = self._protected(key, deleting=action == "delete")
         if reason is not None:
             raise PermissionError(
                 f"cannot {action} {key!r} in the composite at {self._backing}: {reason}. "
@@ -404,6 +412,7 @@ class CompositeStore(Store):
             )
 
     async def set(self, key: str, value: Buffer) -> None:
+        self._check_key(key, "set")
         self._check_writable()
         self._check_protected(key, "write")
         if (
@@ -417,11 +426,20 @@ class CompositeStore(Store):
         await self._backing.set(key, value)
 
     async def delete(self, key: str) -> None:
+        self._check_key(key, "delete")
         self._check_writable()
         self._check_protected(key, "delete")
         if key == "zarr.json":
             raise PermissionError(f"cannot delete the root of the composite at {self._backing}")
         await self._backing.delete(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        # Checked as a whole before anything is deleted: the default (list,
+        # then delete key by key) would stop half-way at the first protected key.
+        self._check_prefix(prefix, "delete_dir")
+        self._check_writable()
+        self._check_protected(prefix, "delete")
+        await self._backing.delete_dir(prefix)
 
     # -------------------------------------------------------------- listing
 
@@ -439,6 +457,7 @@ class CompositeStore(Store):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_prefix")
         async for key in self._backing.list_prefix(prefix):
             yield key
         directory = prefix.rstrip("/")
@@ -447,6 +466,7 @@ class CompositeStore(Store):
                 yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_dir")
         seen: set[str] = set()
         async for name in self._backing.list_dir(prefix):
             seen.add(name)

@@ -9,47 +9,13 @@ documents. Every other key belongs to the target alone.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import unquote
 
 from .paths import join
 
-__all__ = ["KeyPlace", "artifact_roots", "check_key", "place_of"]
-
-_SEGMENT = re.compile(r"^[^/\\\x00]+$")
-
-
-def check_key(key: str) -> str:
-    """Return ``key`` if it is a safe relative store key, else raise ``ValueError``.
-
-    Refused: absolute keys, empty segments, ``.`` and ``..`` (also
-    percent-encoded, in any case), backslashes and NUL bytes, so no key
-    can reach a file outside either store.
-
-    >>> check_key("RNA/artifacts/pca/x/zarr.json")
-    'RNA/artifacts/pca/x/zarr.json'
-    >>> check_key("RNA/../../etc")
-    Traceback (most recent call last):
-    ...
-    ValueError: key 'RNA/../../etc' has the segment '..'; keys are relative paths without '.', '..', empty segments or backslashes
-    """
-    if key == "":
-        return key
-    if key.startswith("/") or "\\" in key or "\x00" in key:
-        raise ValueError(
-            f"key {key!r} is absolute or holds a backslash or NUL; keys are relative paths"
-        )
-    for segment in key.split("/"):
-        decoded = unquote(unquote(segment))
-        if not segment or decoded in (".", "..") or not _SEGMENT.match(decoded):
-            raise ValueError(
-                f"key {key!r} has the segment {segment!r}; keys are relative paths without '.', "
-                "'..', empty segments or backslashes"
-            )
-    return key
+__all__ = ["KeyPlace", "artifact_roots", "listing_is_union", "place_of"]
 
 
 def artifact_roots(workspace: str | None, assays: Iterable[str]) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ source is never modified. Keys that try to escape a store are refused.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 import zarr
@@ -22,9 +22,10 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from .cached_store import cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
+from .key_checked import KeyCheckedStore
 from .locations import Location, describe_location, local_path, open_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountRecord
-from .mount_resolution import artifact_roots, check_key, listing_is_union, place_of
+from .mount_resolution import artifact_roots, listing_is_union, place_of
 from .nodes import array_at
 from .paths import AssayPaths, join
 from .read_stats import ReadCounters
@@ -38,7 +39,7 @@ __all__ = ["MountStore"]
 Owner = Literal["target", "source"]
 
 
-class MountStore(Store):
+class MountStore(KeyCheckedStore):
     """A mounted target: its own keys, plus the source's artifacts read through.
 
     Use :meth:`from_location` (or ``cv.open_store``) rather than the constructor.
@@ -242,8 +243,14 @@ class MountStore(Store):
         self._owners[group] = owner
         return owner
 
+    def _forget_owners(self, directory: str) -> None:
+        """Drop the cached owners of groups at or under a deleted ``directory``."""
+        for group in [g for g in self._owners if g == directory or g.startswith(directory + "/")]:
+            self._owners.pop(group, None)
+
     async def _store_for(self, key: str) -> Store:
-        place = place_of(check_key(key), self._roots)
+        """The store that serves ``key`` (a checked key)."""
+        place = place_of(key, self._roots)
         if place.kind == "target":
             return self._target
         if place.kind in ("root_doc", "kind_doc"):
@@ -256,7 +263,7 @@ class MountStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        place = place_of(check_key(key), self._roots)
+        place = place_of(self._check_key(key, "get"), self._roots)
         if (
             place.kind == "group"
             and place.group is not None
@@ -274,13 +281,8 @@ class MountStore(Store):
         store = await self._store_for(key)
         return await store.get(key, prototype, byte_range)
 
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
-    ) -> list[Buffer | None]:
-        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
-
     async def exists(self, key: str) -> bool:
-        store = await self._store_for(key)
+        store = await self._store_for(self._check_key(key, "exists"))
         return await store.exists(key)
 
     # -------------------------------------------------------------- writing
@@ -298,7 +300,7 @@ class MountStore(Store):
         return self._target.supports_listing and self._source.supports_listing
 
     async def _check_target_key(self, key: str, action: str) -> None:
-        place = place_of(check_key(key), self._roots)
+        place = place_of(key, self._roots)
         if place.kind == "group":
             assert place.group is not None
             if await self._owner(place.group) == "source":
@@ -316,6 +318,7 @@ class MountStore(Store):
         )
 
     async def set(self, key: str, value: Buffer) -> None:
+        self._check_key(key, "set")
         self._check_writable()
         await self._check_target_key(key, "write")
         if (
@@ -337,6 +340,7 @@ class MountStore(Store):
             self._owners[place.group] = "target"
 
     async def delete(self, key: str) -> None:
+        self._check_key(key, "delete")
         self._check_writable()
         await self._check_target_key(key, "delete")
         if key == "zarr.json" and await self._root_holds_record():
@@ -349,6 +353,19 @@ class MountStore(Store):
             and key == join(place.group, "zarr.json")
         ):
             self._owners.pop(place.group, None)
+        # a backend may delete a whole directory named by the key
+        self._forget_owners(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        self._check_prefix(prefix, "delete_dir")
+        self._check_writable()
+        directory = prefix.removesuffix("/")
+        # Every key is checked before anything is deleted: the default (list,
+        # then delete key by key) would stop half-way at a source group.
+        async for key in self.list_prefix(directory + "/"):
+            await self._check_target_key(key, "delete")
+        await self._target.delete_dir(prefix)
+        self._forget_owners(directory)
 
     # -------------------------------------------------------------- listing
 
@@ -367,6 +384,7 @@ class MountStore(Store):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_prefix")
         async for key in self._target.list_prefix(prefix):
             yield key
         for root in self._roots:
@@ -383,9 +401,7 @@ class MountStore(Store):
                     yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        directory = prefix.rstrip("/")
-        if directory:
-            check_key(directory)
+        directory = self._check_prefix(prefix, "list_dir").removesuffix("/")
         if listing_is_union(directory, self._roots):
             seen: set[str] = set()
             async for name in self._target.list_dir(directory):

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
-from zarr.storage import WrapperStore
 
+from .key_checked import KeyCheckedWrapperStore
 from .paths import AssayPaths, join
 
 __all__ = ["PrefetchedStore", "assay_documents", "prefetched"]
@@ -47,7 +47,7 @@ def assay_documents(paths: AssayPaths) -> list[str]:
     return list(dict.fromkeys(documents))
 
 
-class PrefetchedStore(WrapperStore[Store]):
+class PrefetchedStore(KeyCheckedWrapperStore):
     """A read-only view of ``store`` that serves ``documents`` (key: bytes, or
     ``None`` for an absent key) from memory."""
 
@@ -66,12 +66,14 @@ class PrefetchedStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        self._check_key(key, "get")
         if byte_range is None and key in self._documents:
             data = self._documents[key]
             return None if data is None else prototype.buffer.from_bytes(data)
         return await self._store.get(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
+        self._check_key(key, "exists")
         if key in self._documents:
             return self._documents[key] is not None
         return await self._store.exists(key)

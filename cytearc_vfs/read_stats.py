@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import WrapperStore
+
+from .key_checked import KeyCheckedWrapperStore
 
 __all__ = ["CountingStore", "ReadCounters", "ReaderStats"]
 
@@ -61,7 +62,7 @@ class ReadCounters:
             self._chunks = self._bytes = self._requests = self._reads = 0
 
 
-class CountingStore(WrapperStore[Store]):
+class CountingStore(KeyCheckedWrapperStore):
     """A read-only view of a store that counts fetches and bytes into ``counters``."""
 
     def __init__(self, store: Store, counters: ReadCounters) -> None:
@@ -85,7 +86,7 @@ class CountingStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        buffer = await self._store.get(key, prototype, byte_range)
+        buffer = await self._store.get(self._check_key(key, "get"), prototype, byte_range)
         self.counters.add(nbytes=len(buffer) if buffer is not None else 0, requests=1)
         return buffer
 
@@ -98,6 +99,7 @@ class CountingStore(WrapperStore[Store]):
         **options: Any,
     ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
         # Each yielded batch is one underlying fetch (the coalescer's unit).
+        self._check_key(key, "get_ranges")
         async for batch in self._store.get_ranges(key, byte_ranges, prototype=prototype, **options):
             self.counters.add(
                 nbytes=sum(len(buffer) for _, buffer in batch if buffer is not None), requests=1
@@ -125,4 +127,5 @@ class CountingStore(WrapperStore[Store]):
     ) -> Sequence[tuple[int, Buffer | None]]:
         # The base implementation plans coalesced groups over our get_sync,
         # which counts each merged fetch once.
+        self._check_key(key, "get_ranges_sync")
         return Store.get_ranges_sync(self, key, byte_ranges, prototype=prototype, **options)
