@@ -159,20 +159,45 @@ def canonical_csr(matrix: Any, *, row_offset: int = 0) -> sp.csr_array:
     :class:`DuplicateSumOverflowError` naming the first such position (its row
     counted from ``row_offset``).
     """
-    if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
-        matrix = _csr_keeping_duplicates(matrix)
+    integer = matrix.dtype == np.bool_ or matrix.dtype.kind in "iu"
+    if integer and not matrix.has_canonical_format and not _cannot_wrap(matrix.data):
+        # values near the 64-bit limits: scipy would sum (and wrap) them in place
+        if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
+            matrix = _csr_keeping_duplicates(matrix)
+        return canonical_csr(_summed_exactly(sp.csr_array(matrix), row_offset))
+    if integer and not matrix.has_canonical_format:
+        # no sum can leave 64 bits: scipy's own summation in them is exact
+        wide = np.uint64 if matrix.dtype == np.uint64 else np.int64
+        if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
+            matrix = sp.coo_array((matrix.data.astype(wide), matrix.coords), shape=matrix.shape)
+        else:
+            matrix = sp.csr_array(matrix)
+            matrix = sp.csr_array(
+                (matrix.data.astype(wide), matrix.indices, matrix.indptr), shape=matrix.shape
+            )
     matrix = sp.csr_array(matrix) if not isinstance(matrix, sp.csr_array) else matrix
-    data = matrix.data
-    if data.dtype == np.bool_ or data.dtype.kind in "iu":
-        if not matrix.has_canonical_format:
-            matrix = _summed_exactly(matrix, row_offset)
-    elif not matrix.has_canonical_format:
-        matrix = matrix.copy()
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()  # never edit the caller's arrays in place
         matrix.sum_duplicates()
     if matrix.nnz and not np.all(matrix.data != 0):
-        matrix = matrix.copy()  # never edit the caller's arrays in place
+        matrix = matrix.copy()
         matrix.eliminate_zeros()
     return cast("sp.csr_array", matrix)
+
+
+def _cannot_wrap(values: npt.NDArray[Any]) -> bool:
+    """Whether no sum of any of ``values`` can leave 64 bits (true of any real counts).
+
+    >>> _cannot_wrap(np.array([3, -7], dtype=np.int64))
+    True
+    >>> _cannot_wrap(np.array([2**62, 2**62], dtype=np.int64))
+    False
+    """
+    if not len(values):
+        return True
+    largest = max(int(values.max()), -int(values.min()))
+    limit = int(np.iinfo(np.uint64).max) if values.dtype == np.uint64 else (1 << 63) - 1
+    return largest * len(values) <= limit
 
 
 def _csr_keeping_duplicates(matrix: Any) -> sp.csr_array:
