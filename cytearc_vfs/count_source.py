@@ -19,8 +19,15 @@ import pandas as pd
 import scipy.sparse as sp
 
 from .count_dtype import ValueRange, empty_range, scan_values
+from .errors import VfsError
 
-__all__ = ["CountSource", "as_count_source", "canonical_csr", "scan_source"]
+__all__ = [
+    "CountSource",
+    "DuplicateSumOverflowError",
+    "as_count_source",
+    "canonical_csr",
+    "scan_source",
+]
 
 
 class CountSource(Protocol):
@@ -35,43 +42,193 @@ class CountSource(Protocol):
         ...
 
 
-def canonical_csr(matrix: Any) -> sp.csr_array:
-    """Canonical CSR of any scipy sparse matrix or array (copying only when needed)."""
-    matrix = sp.csr_array(matrix) if not isinstance(matrix, sp.csr_array) else matrix
-    data = matrix.data
-    if data.dtype == np.bool_ or data.dtype.kind in "iu":
-        if not matrix.has_canonical_format:
-            # Integer duplicates are summed exactly in 64 bits before any narrowing.
-            wide = np.int64 if data.dtype.kind in "bi" or data.dtype.itemsize < 8 else np.uint64
+class DuplicateSumOverflowError(VfsError, OverflowError):
+    """Duplicate entries of one matrix position sum past the 64-bit integer range.
+
+    Integer duplicates are summed exactly (signed and narrow inputs in
+    int64, uint64 inputs in uint64); a sum that does not fit is refused
+    rather than stored wrapped. Attributes name the first such position.
+    """
+
+    def __init__(
+        self,
+        *,
+        row: int,
+        column: int,
+        total: int,
+        dtype: np.dtype,
+        cell: str | None = None,
+        feature: str | None = None,
+    ) -> None:
+        self.row = row
+        self.column = column
+        self.total = total
+        self.dtype = np.dtype(dtype)
+        cell_text = f"cell {cell!r} (row {row})" if cell is not None else f"row {row}"
+        feature_text = (
+            f"feature {feature!r} (column {column})" if feature is not None else f"column {column}"
+        )
+        super().__init__(
+            f"duplicate count entries of {cell_text} and {feature_text} sum to {total}, which "
+            f"{self.dtype} cannot hold (integer duplicates are summed exactly in 64 bits, never "
+            "wrapped); check the input for corrupt values, or sum the duplicates yourself into "
+            "values that fit (e.g. float64) before writing. Nothing was written"
+        )
+
+    def naming(self, cell: str, feature: str) -> DuplicateSumOverflowError:
+        """The same refusal, naming the cell and feature by their ids."""
+        return type(self)(
+            row=self.row,
+            column=self.column,
+            total=self.total,
+            dtype=self.dtype,
+            cell=cell,
+            feature=feature,
+        )
+
+
+_LOW = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+
+
+def _exact_group_sums(
+    values: npt.NDArray[Any], starts: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[Any], int | None, int]:
+    """Sums of ``values`` over the groups beginning at ``starts``, exactly.
+
+    ``values`` are int64 or uint64. Each value is split into a high and a
+    low 32-bit half; the halves are summed separately (exact for groups of
+    fewer than 2**31 entries, far beyond any real matrix), the low sums'
+    carries are moved into the high sums, and a group fits its dtype exactly
+    when its high sum fits 32 bits. Returns the sums (wrapped where a group
+    overflows), the first overflowing group (or ``None``) and its exact total.
+    """
+    signed = values.dtype == np.int64
+    low = np.add.reduceat(values.view(np.uint64) & _LOW, starts)
+    high = np.add.reduceat(values >> (32 if signed else _SHIFT), starts)
+    if signed:
+        high = high + (low >> _SHIFT).astype(np.int64)
+        fits = (high >= -(1 << 31)) & (high < (1 << 31))
+    else:
+        high = high + (low >> _SHIFT)
+        fits = high < np.uint64(1 << 32)
+    low &= _LOW
+    if fits.all():
+        sums = (high.view(np.uint64) << _SHIFT) | low
+        return sums.view(values.dtype), None, 0
+    bad = int(np.flatnonzero(~fits)[0])
+    return values[:0], bad, int(high[bad]) * (1 << 32) + int(low[bad])
+
+
+def _summed_exactly(matrix: sp.csr_array, row_offset: int) -> sp.csr_array:
+    """Canonical CSR of an integer CSR with duplicates, summed without wrapping."""
+    wide = np.uint64 if matrix.data.dtype == np.uint64 else np.int64
+    matrix = sp.csr_array(
+        (matrix.data.astype(wide), matrix.indices.copy(), matrix.indptr.copy()),
+        shape=matrix.shape,
+    )
+    matrix.sort_indices()
+    indptr, indices, data = matrix.indptr, matrix.indices, matrix.data
+    if not len(data):
+        return matrix
+    # a group of equal coordinates starts at every new column and every new row
+    first = np.empty(len(data), dtype=bool)
+    first[0] = True
+    np.not_equal(indices[1:], indices[:-1], out=first[1:])
+    row_starts = indptr[1:-1]
+    first[row_starts[row_starts < len(data)]] = True
+    starts = np.flatnonzero(first)
+    sums, bad, total = _exact_group_sums(data, starts)
+    if bad is not None:
+        position = int(starts[bad])
+        row = int(np.searchsorted(indptr, position, side="right")) - 1
+        raise DuplicateSumOverflowError(
+            row=row_offset + row, column=int(indices[position]), total=total, dtype=np.dtype(wide)
+        )
+    summed = sp.csr_array(
+        (sums, indices[starts], np.searchsorted(starts, indptr)), shape=matrix.shape
+    )
+    summed.has_canonical_format = True
+    return summed
+
+
+def canonical_csr(matrix: Any, *, row_offset: int = 0) -> sp.csr_array:
+    """Canonical CSR of any scipy sparse matrix or array (copying only when needed).
+
+    Integer duplicates are summed exactly in 64 bits; a sum beyond them raises
+    :class:`DuplicateSumOverflowError` naming the first such position (its row
+    counted from ``row_offset``).
+    """
+    integer = matrix.dtype == np.bool_ or matrix.dtype.kind in "iu"
+    if integer and not matrix.has_canonical_format and not _cannot_wrap(matrix.data):
+        # values near the 64-bit limits: scipy would sum (and wrap) them in place
+        if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
+            matrix = _csr_keeping_duplicates(matrix)
+        return canonical_csr(_summed_exactly(sp.csr_array(matrix), row_offset))
+    if integer and not matrix.has_canonical_format:
+        # no sum can leave 64 bits: scipy's own summation in them is exact
+        wide = np.uint64 if matrix.dtype == np.uint64 else np.int64
+        if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
+            matrix = sp.coo_array((matrix.data.astype(wide), matrix.coords), shape=matrix.shape)
+        else:
+            matrix = sp.csr_array(matrix)
             matrix = sp.csr_array(
-                (data.astype(wide), matrix.indices, matrix.indptr), shape=matrix.shape
+                (matrix.data.astype(wide), matrix.indices, matrix.indptr), shape=matrix.shape
             )
-            matrix.sum_duplicates()
-    elif not matrix.has_canonical_format:
-        matrix = matrix.copy()
+    matrix = sp.csr_array(matrix) if not isinstance(matrix, sp.csr_array) else matrix
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()  # never edit the caller's arrays in place
         matrix.sum_duplicates()
     if matrix.nnz and not np.all(matrix.data != 0):
-        matrix = matrix.copy()  # never edit the caller's arrays in place
+        matrix = matrix.copy()
         matrix.eliminate_zeros()
     return cast("sp.csr_array", matrix)
+
+
+def _cannot_wrap(values: npt.NDArray[Any]) -> bool:
+    """Whether no sum of any of ``values`` can leave 64 bits (true of any real counts).
+
+    >>> _cannot_wrap(np.array([3, -7], dtype=np.int64))
+    True
+    >>> _cannot_wrap(np.array([2**62, 2**62], dtype=np.int64))
+    False
+    """
+    if not len(values):
+        return True
+    largest = max(int(values.max()), -int(values.min()))
+    limit = int(np.iinfo(np.uint64).max) if values.dtype == np.uint64 else (1 << 63) - 1
+    return largest * len(values) <= limit
+
+
+def _csr_keeping_duplicates(matrix: Any) -> sp.csr_array:
+    # scipy's own COO to CSR conversion sums duplicates in the values' dtype,
+    # which wraps integers; this one only reorders them by row.
+    rows, columns = (np.asarray(axis) for axis in matrix.coords)
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(matrix.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=matrix.shape[0]), out=indptr[1:])
+    return sp.csr_array((matrix.data[order], columns[order], indptr), shape=matrix.shape)
 
 
 class _SparseSource:
     def __init__(self, matrix: Any) -> None:
         # The dtype the caller holds, before integer widening for exact sums:
         # the count rule keeps a signed source's own dtype when it fits.
-        input_dtype = np.dtype(matrix.dtype)
-        if isinstance(matrix, (sp.coo_array, sp.coo_matrix)):
-            # COO's own conversion sums duplicates in the source dtype; widen
-            # integers first so the sum is exact.
-            data = matrix.data
-            if data.dtype == np.bool_ or data.dtype.kind in "iu":
-                wide = np.uint64 if data.dtype == np.uint64 else np.int64
-                matrix = sp.coo_array((data.astype(wide), matrix.coords), shape=matrix.shape)
-        self._csr = canonical_csr(matrix)
-        self.shape = (int(self._csr.shape[0]), int(self._csr.shape[1]))
-        self.dtype = input_dtype
-        self.nnz_estimate = int(self._csr.nnz)
+        self.dtype = np.dtype(matrix.dtype)
+        self.shape = (int(matrix.shape[0]), int(matrix.shape[1]))
+        self.nnz_estimate = int(matrix.nnz)
+        # made canonical on first use, so the writer checks ids (cheap) before
+        # a sum of duplicates can refuse (a pass over every value)
+        self._matrix: Any = matrix
+        self._canonical: sp.csr_array | None = None
+
+    @property
+    def _csr(self) -> sp.csr_array:
+        if self._canonical is None:
+            self._canonical = canonical_csr(self._matrix)
+            self._matrix = None
+            self.nnz_estimate = int(self._canonical.nnz)
+        return self._canonical
 
     def band(self, start: int, stop: int) -> sp.csr_array:
         return self._csr[start:stop]
@@ -125,7 +282,7 @@ class _BandedSource:
     def band(self, start: int, stop: int) -> sp.csr_array:
         piece = self._matrix[start:stop]
         if sp.issparse(piece):
-            return canonical_csr(piece)
+            return canonical_csr(piece, row_offset=start)
         return _dense_band(np.asarray(piece))
 
 

@@ -8,8 +8,9 @@ It is what ``cytearc-vfs verify`` runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -137,12 +138,24 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
     return report
 
 
-def _verify_composite(store: Store, *, where: str, progress: Progress | None) -> list[AssayReport]:
+def _verify_composite(
+    store: Store,
+    *,
+    where: str,
+    progress: Progress | None,
+    source_storage_options: Mapping[str, Any] | None,
+) -> list[AssayReport]:
     # Opening verified the record, every mapping and every source identity;
     # what is left is that the preparation summaries describe the counts.
     from .composite_store import CompositeStore
 
-    composite = CompositeStore._verified(store, where, None)
+    # An open composite already holds its sources, opened with their
+    # credentials; reopening its backing store would drop them.
+    composite = (
+        store
+        if isinstance(store, CompositeStore)
+        else CompositeStore._verified(store, where, source_storage_options)
+    )
     reader = composite.reader()
     report = AssayReport(composite.record.assay)
     n_cells, n_features = reader.shape
@@ -175,16 +188,50 @@ def _verify_composite(store: Store, *, where: str, progress: Progress | None) ->
     return [report]
 
 
-def deep_verify(store: Store, *, where: str, progress: Progress | None = None) -> list[AssayReport]:
-    """Verify metadata (as ``open_store`` does), then every value of every assay."""
+def deep_verify(
+    store: Store,
+    *,
+    where: str,
+    progress: Progress | None = None,
+    source_storage_options: Mapping[str, Any] | None = None,
+) -> list[AssayReport]:
+    """Verify metadata (as ``open_store`` does), then every value of every assay.
+
+    Parameters
+    ----------
+    store
+        An ordinary store, or a composite or mount: either open (a
+        :class:`~cytearc_vfs.CompositeStore` or :class:`~cytearc_vfs.MountStore`,
+        whose sources are read with the credentials it was opened with) or
+        its plain backing store.
+    where
+        How to name the store in findings.
+    progress
+        ``progress(phase, done, total)`` callback.
+    source_storage_options
+        For a plain backing store of a composite or mount: the options of its
+        sources, as ``open_store`` takes them (unused for an open one).
+
+    Returns
+    -------
+    list of AssayReport
+        One per assay.
+    """
+    from .composite_store import CompositeStore
+    from .mount_store import MountStore
+
+    if isinstance(store, CompositeStore):
+        return _verify_composite(store, where=where, progress=progress, source_storage_options=None)
+    if isinstance(store, MountStore):
+        return deep_verify(store.source, where=store.record.location, progress=progress)
     root_attrs = read_contents(store, where=where).root_attrs
     if "composite" in root_attrs:
-        return _verify_composite(store, where=where, progress=progress)
+        return _verify_composite(
+            store, where=where, progress=progress, source_storage_options=source_storage_options
+        )
     if "matrixSource" in root_attrs:
         # A mount's counts are its source's: verify the binding, then the source.
-        from .mount_store import MountStore
-
-        mount = MountStore._verified(store, where, None)
+        mount = MountStore._verified(store, where, source_storage_options)
         return deep_verify(mount.source, where=mount.record.location, progress=progress)
     _, infos = verify_store(store, where=where)
     return [_verify_one(store, info, progress) for info in infos]

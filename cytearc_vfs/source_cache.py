@@ -14,12 +14,20 @@ One :class:`SourceCache` belongs to one open store. Entries are files named
 by a hash of their key, written whole to a temporary name and renamed, so a
 reader never sees a half-written entry; the index of entries (least recently
 used first) lives in memory, so nothing on disk is ever trusted beyond the
-open store that wrote it.
+open store that wrote it. The index records each entry's size and a crc32c
+per 64 KiB block; every read checks the blocks it returns, so a truncated or
+altered file is never served: it turns the cache off (one warning naming the
+file) and the read goes to the source.
+
+The directory holds an owner record (:mod:`cytearc_vfs.cache_owners`), and
+making it first removes the directories of processes that died without
+cleaning up (killed with SIGKILL, say).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -29,6 +37,10 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import NamedTuple
+
+import google_crc32c
+
+from .cache_owners import CACHE_PREFIX, sweep_orphans, write_owner
 
 __all__ = [
     "CACHE_ENV",
@@ -43,6 +55,10 @@ CACHE_ENV = "CYTEARC_SOURCE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 2 << 30
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+BLOCK_BYTES = 64 << 10
+"""Bytes covered by one checksum: a range read checks (and reads) whole blocks."""
+
+logger = logging.getLogger(__name__)
 
 
 class CacheInfo(NamedTuple):
@@ -91,11 +107,30 @@ def _remove(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def block_checksums(data: bytes | memoryview) -> bytes:
+    """crc32c of each :data:`BLOCK_BYTES` block of ``data``, 4 bytes each.
+
+    >>> len(block_checksums(b"x" * (BLOCK_BYTES + 1)))
+    8
+    """
+    whole = bytes(data)  # the C extension takes bytes, not views
+    return b"".join(
+        google_crc32c.value(whole[start : start + BLOCK_BYTES]).to_bytes(4, "little")
+        for start in range(0, len(whole), BLOCK_BYTES)
+    )
+
+
+class _Entry(NamedTuple):
+    size: int
+    checksums: bytes  # block_checksums of the bytes written
+
+
 class SourceCache:
     """A byte-budgeted, least-recently-used cache of source bytes in files.
 
     Thread-safe. Every operation that touches the directory turns the cache
-    off on an ``OSError`` (a full disk, a removed or unwritable directory):
+    off on an ``OSError`` (a full disk, a removed or unwritable directory)
+    or on an entry whose size or checksums differ from what was written:
     :meth:`get` then misses and :meth:`put` does nothing, so reads go to
     the sources.
     """
@@ -106,10 +141,11 @@ class SourceCache:
             raise ValueError(f"a cache budget must be 0 or more bytes, not {self.max_bytes}")
         self._enabled = self.max_bytes > 0
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, int] = OrderedDict()  # file name -> size, LRU first
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # by file name, LRU first
         self._bytes = self._hits = self._misses = self._evictions = 0
         self._directory: str | None = None
         self._finalizer: weakref.finalize[[str], SourceCache] | None = None
+        self._swept = False
 
     # ------------------------------------------------------------------ use
 
@@ -123,15 +159,16 @@ class SourceCache:
                 self._misses += 1
                 return None
             self._entries.move_to_end(name)
+            entry = self._entries[name]
             path = os.path.join(self._directory, name)
             try:
                 with open(path, "rb") as file:
                     data = file.read()
-            except OSError:
-                self._fault()
+            except OSError as exc:
+                self._fault(f"cannot read {path} ({exc})")
                 return None
-            if len(data) != self._entries[name]:  # changed under us: not ours to trust
-                self._fault()
+            if len(data) != entry.size or block_checksums(data) != entry.checksums:
+                self._fault(_damaged(path, len(data), entry.size))
                 return None
             self._hits += 1
             return data
@@ -143,45 +180,55 @@ class SourceCache:
         with self._lock:
             if not self._enabled or self._directory is None or name not in self._entries:
                 return None
-            size = self._entries[name]
-            stop = min(stop, size)
+            entry = self._entries[name]
+            stop = min(stop, entry.size)
             if not 0 <= start <= stop:
                 return None
             self._entries.move_to_end(name)
+            # whole checksummed blocks around the range are read and checked
+            first_block, end_block = start // BLOCK_BYTES, -(-stop // BLOCK_BYTES)
+            low = first_block * BLOCK_BYTES
+            high = min(entry.size, end_block * BLOCK_BYTES)
+            path = os.path.join(self._directory, name)
             try:
-                descriptor = os.open(os.path.join(self._directory, name), os.O_RDONLY)
+                descriptor = os.open(path, os.O_RDONLY)
                 try:
-                    data = os.pread(descriptor, stop - start, start)
+                    blocks = os.pread(descriptor, high - low, low)
+                    actual = os.fstat(descriptor).st_size
                 finally:
                     os.close(descriptor)
-            except OSError:
-                self._fault()
+            except OSError as exc:
+                self._fault(f"cannot read {path} ({exc})")
                 return None
-            if len(data) != stop - start:
-                self._fault()
+            expected = entry.checksums[4 * first_block : 4 * end_block]
+            if actual != entry.size or block_checksums(blocks) != expected:
+                self._fault(_damaged(path, actual, entry.size))
                 return None
             self._hits += 1
-            return data
+            return blocks[start - low : stop - low]
 
     def size(self, key: str) -> int | None:
         """The size of the entry ``key``, or ``None`` when it is not cached (no
         counters change)."""
         with self._lock:
-            return self._entries.get(_name(key)) if self._enabled else None
+            entry = self._entries.get(_name(key)) if self._enabled else None
+            return None if entry is None else entry.size
 
     def put(self, key: str, data: bytes) -> None:
         """Keep ``data`` under ``key``, evicting the least recently used entries to
         stay within the budget (an entry larger than the budget is not kept)."""
         size = len(data)
         name = _name(key)
+        self._sweep_once()
+        checksums = block_checksums(data)
         with self._lock:
             if not self._enabled or size > self.max_bytes or name in self._entries:
                 return
             try:
                 directory = self._open_directory()
                 while self._bytes + size > self.max_bytes and self._entries:
-                    victim, victim_size = self._entries.popitem(last=False)
-                    self._bytes -= victim_size
+                    victim, victim_entry = self._entries.popitem(last=False)
+                    self._bytes -= victim_entry.size
                     self._evictions += 1
                     os.unlink(os.path.join(directory, victim))
                 # whole or not at all: a half-written file never has the entry's name
@@ -189,10 +236,10 @@ class SourceCache:
                 with open(partial, "wb") as file:
                     file.write(data)
                 os.replace(partial, os.path.join(directory, name))
-            except OSError:
-                self._fault()
+            except OSError as exc:
+                self._fault(f"cannot write to {self._directory or tempfile.gettempdir()} ({exc})")
                 return
-            self._entries[name] = size
+            self._entries[name] = _Entry(size, checksums)
             self._bytes += size
 
     def info(self) -> CacheInfo:
@@ -216,12 +263,23 @@ class SourceCache:
 
     # ------------------------------------------------------------ internals
 
+    def _sweep_once(self) -> None:
+        # Before this cache makes its directory, remove those of dead
+        # processes; outside the lock, since it may delete gigabytes.
+        with self._lock:
+            claim = self._enabled and not self._swept
+            self._swept = True
+        if claim:
+            sweep_orphans()
+
     def _open_directory(self) -> str:
         if self._directory is None:
             # tempfile honours TMPDIR; the name says whose it is
-            self._directory = tempfile.mkdtemp(prefix="cytearc-source-cache-")
+            directory = tempfile.mkdtemp(prefix=CACHE_PREFIX)
             # removed at garbage collection or interpreter exit at the latest
-            self._finalizer = weakref.finalize(self, _remove, self._directory)
+            self._finalizer = weakref.finalize(self, _remove, directory)
+            self._directory = directory
+            write_owner(directory)
         return self._directory
 
     def _drop(self) -> None:
@@ -232,10 +290,18 @@ class SourceCache:
         self._entries.clear()
         self._bytes = 0
 
-    def _fault(self) -> None:
+    def _fault(self, reason: str) -> None:
         # the local directory failed: the sources stay readable without it
+        if self._enabled:
+            logger.warning("source cache turned off, reads continue from the sources: %s", reason)
         self._enabled = False
         self._drop()
+
+
+def _damaged(path: str, size: int, expected: int) -> str:
+    if size != expected:
+        return f"cache file {path} holds {size} bytes, not the {expected} written"
+    return f"cache file {path} does not match the checksums recorded when it was written"
 
 
 def _name(key: str) -> str:

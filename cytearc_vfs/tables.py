@@ -1,10 +1,14 @@
 """Cell and feature tables: one 1-D Zarr array per column, all of one length.
 
 Every table has ``ids`` (unique, from the DataFrame index), ``names`` and
-``I`` (bool, the live selection), then the DataFrame's own columns. A
-categorical column is stored as its values
-(text as fixed-width ``<U`` strings, which the DataStore above requires) (what plain readers expect) with
+``I`` (bool, the live selection), then the DataFrame's own columns. Text is
+stored as fixed-width ``<U`` strings, which the DataStore above requires. A
+categorical column is stored as its values (what plain readers expect) with
 ``categories`` and ``ordered`` attributes so :func:`read_table` restores it.
+
+Ids are strings, or integers converted with ``str()``; every other value,
+the empty string, a NUL character and ids longer than :data:`MAX_ID_LENGTH`
+are refused (see ``docs/writing.md``).
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from zarr.core.array import AsyncArray
 
 __all__ = [
     "CATEGORICAL_ATTR",
+    "MAX_ID_LENGTH",
     "RESERVED_COLUMNS",
     "PreparedTable",
     "StoredColumn",
+    "checked_ids",
     "column_values",
     "prepare_table",
     "read_columns",
@@ -36,6 +42,17 @@ __all__ = [
 
 RESERVED_COLUMNS = ("ids", "names", "I")
 CATEGORICAL_ATTR = "cytearc:categorical"
+MAX_ID_LENGTH = 1024
+"""Longest id accepted, in characters.
+
+Ids are stored as fixed-width UTF-32, so the longest id sets the width of
+every row: at 1,024 characters an id column costs at most 4 KiB per row,
+while real ids (barcodes, sample-prefixed barcodes, Ensembl ids, gene
+symbols) stay under a hundred characters.
+"""
+# Target size of one chunk of a text column: wide strings get fewer rows per
+# chunk, so neither a chunk nor its in-memory conversion grows with the width.
+_TEXT_CHUNK_BYTES = 4 << 20
 
 
 def _check_column_name(name: object, *, table: str) -> str:
@@ -86,7 +103,9 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
             "strings; convert it with .astype(str) or fill missing values first"
         )
-    return values.astype(str) if len(values) else np.array([], dtype=str), attrs
+    # kept as Python strings: written chunk by chunk at the column's width, so a
+    # long string costs its own length, not the width times every row
+    return values, attrs
 
 
 def _json_scalar(value: object) -> Any:
@@ -98,21 +117,36 @@ def _json_scalar(value: object) -> Any:
 def _create_column(
     group: zarr.Group, name: str, values: npt.NDArray[Any], attrs: dict[str, Any]
 ) -> None:
-    if values.dtype.kind in "UO":
+    text = values.dtype.kind in "UO"
+    if text:
         # Fixed-width UTF-32, as CyteArc's and scarf's own writers store text:
         # the DataStore's string fingerprints cannot cast variable-length strings.
-        values = np.asarray(values, dtype=str)
-        if values.dtype.itemsize == 0:
-            values = values.astype("<U1")
+        width = max(1, _text_width(values))
+        dtype = np.dtype(f"<U{width}")
+        rows = max(1, min(262_144, _TEXT_CHUNK_BYTES // dtype.itemsize))
+    else:
+        dtype = values.dtype
+        rows = 262_144
     array = group.create_array(
         name,
         shape=values.shape,
-        dtype=values.dtype,
-        chunks=(max(1, min(len(values), 262_144)),),
+        dtype=dtype,
+        chunks=(max(1, min(len(values), rows)),),
         attributes=attrs,
     )
-    if len(values):
-        array[:] = values
+    if not text:
+        if len(values):
+            array[:] = values
+        return
+    for start in range(0, len(values), rows):
+        stop = min(len(values), start + rows)
+        array[start:stop] = np.asarray(values[start:stop], dtype=dtype)
+
+
+def _text_width(values: npt.NDArray[Any]) -> int:
+    if values.dtype.kind == "U":
+        return values.dtype.itemsize // 4
+    return max(map(len, values), default=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +162,11 @@ class PreparedTable:
     def length(self) -> int:
         """Number of rows."""
         return len(self.columns[0][1])
+
+    @property
+    def ids(self) -> npt.NDArray[np.str_]:
+        """The checked ids, in row order."""
+        return self.columns[0][1]
 
     def with_columns(
         self, columns: Sequence[tuple[str, npt.NDArray[Any], dict[str, Any]]], *, table: str
@@ -151,13 +190,77 @@ class PreparedTable:
         return PreparedTable((*self.columns, *columns), self.ids_fingerprint)
 
 
+def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[np.str_]:
+    """``index`` as an array of id strings; raises ``ValueError`` for ids it cannot store.
+
+    Strings are kept and integers converted with ``str()``. Anything else
+    (bool, float, NaN, ``None``, bytes, other objects), the empty string, a
+    NUL character (fixed-width text drops trailing NULs, so the id would
+    change) and ids longer than :data:`MAX_ID_LENGTH` are refused, naming
+    ``table``, the position and the value. Unique ids are not checked here.
+
+    >>> checked_ids(pd.Index([3, 10]), table="cellData").tolist()
+    ['3', '10']
+    """
+    values = np.asarray(index, dtype=object) if not isinstance(index, pd.Index) else index
+    if isinstance(values, pd.Index) and values.dtype.kind in "iu":
+        texts: list[str] = [str(v) for v in values.tolist()]
+    else:
+        texts = []
+        for position, value in enumerate(np.asarray(values, dtype=object).tolist()):
+            if isinstance(value, str):
+                texts.append(value)
+            elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                texts.append(str(value))
+            else:
+                raise ValueError(
+                    f"{table} ids must be strings (integers are converted with str()), but "
+                    f"position {position} holds {value!r} ({type(value).__name__}); convert "
+                    "the ids yourself (e.g. decode bytes, replace missing ids) before "
+                    "writing. Nothing was written"
+                )
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    if len(texts) and (lengths.min() == 0 or lengths.max() > MAX_ID_LENGTH):
+        empty = lengths == 0
+        position = int(np.flatnonzero(empty | (lengths > MAX_ID_LENGTH))[0])
+        if empty[position]:
+            raise ValueError(
+                f"{table} id at position {position} is the empty string, which reads like a "
+                "missing value; give every row a non-empty id. Nothing was written"
+            )
+        raise ValueError(
+            f"{table} id at position {position} is {lengths[position]:,} characters long "
+            f"(starting {texts[position][:40]!r}); ids may have at most {MAX_ID_LENGTH:,} "
+            "characters, because the id column is stored at the width of its longest id. "
+            "Shorten the ids (keep long text in a column). Nothing was written"
+        )
+    for position, text in enumerate(texts):
+        if "\0" in text:
+            raise ValueError(
+                f"{table} id at position {position} ({text[:40]!r}) holds a NUL character, "
+                "which fixed-width text cannot keep; remove it. Nothing was written"
+            )
+    return np.array(texts, dtype=str) if texts else np.array([], dtype="<U1")
+
+
 def prepare_table(
     frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | None = None
 ) -> PreparedTable:
-    """Check and convert ``frame`` (index = ids); raises before anything is written."""
+    """Check and convert ``frame`` (index = ids); raises before anything is written.
+
+    Ids follow :func:`checked_ids` and must be unique; column names must be
+    unique, valid Zarr array names and not reserved.
+    """
     from .fingerprints import ids_fingerprint
 
-    ids = np.asarray([str(v) for v in frame.index], dtype=str)
+    repeated = frame.columns[frame.columns.duplicated()].unique().tolist()
+    if repeated:
+        raise ValueError(
+            f"{table} has more than one column named {repeated}; give every column its own "
+            "name (e.g. frame.loc[:, ~frame.columns.duplicated()] keeps the first). "
+            "Nothing was written"
+        )
+    ids = checked_ids(frame.index, table=table)
     if len(ids) != len(set(ids.tolist())):
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
         raise ValueError(
@@ -165,14 +268,14 @@ def prepare_table(
             "(e.g. AnnData.obs_names_make_unique()) before writing. Nothing was written"
         )
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
-    for name in frame.columns:
+    for position, name in enumerate(frame.columns):
         key = _check_column_name(name, table=table)
         if key in ("ids", "I"):
             raise ValueError(
                 f"{table} column {key!r} is reserved (ids come from the index, I is the live "
                 "selection); rename the column. Nothing was written"
             )
-        values, attrs = column_values(frame[name], table=table)
+        values, attrs = column_values(frame.iloc[:, position], table=table)
         own.append((key, values, attrs))
     fingerprint = ids_fingerprint(ids)
     columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [

@@ -28,7 +28,13 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from .count_dtype import checked_cast, resolve_count_dtype, summary_dtype
-from .count_source import CountSource, as_count_source, iter_bands, scan_source
+from .count_source import (
+    CountSource,
+    DuplicateSumOverflowError,
+    as_count_source,
+    iter_bands,
+    scan_source,
+)
 from .destinations import create_destination
 from .fingerprints import ContentHasher, dataset_fingerprint_of
 from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
@@ -88,9 +94,17 @@ class WriteInfo:
 def _table(
     frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | None, n: int, what: str
 ) -> pd.DataFrame:
+    if isinstance(given, (str, bytes)):
+        raise ValueError(
+            f"{what}= is one string ({given[:40]!r}); pass a DataFrame indexed by the ids or a "
+            "sequence of ids, one per row of the matrix. Nothing was written"
+        )
     if given is not None:
         frame = (
-            given if isinstance(given, pd.DataFrame) else pd.DataFrame(index=pd.Index(list(given)))
+            given
+            if isinstance(given, pd.DataFrame)
+            # object dtype keeps each id as given (pandas would turn None into NaN)
+            else pd.DataFrame(index=pd.Index(list(given), dtype=object))
         )
     if frame is None:
         prefix = "cell" if what == "cells" else "feature"
@@ -269,7 +283,11 @@ def write_counts(
     )
 
     # Everything that can refuse runs before the destination exists.
-    value_range = scan_source(source, max(1 << 20, min(budget // 4, 64 << 20)))
+    try:
+        value_range = scan_source(source, max(1 << 20, min(budget // 4, 64 << 20)))
+    except DuplicateSumOverflowError as exc:
+        cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
+        raise exc.naming(str(cell), str(feature)) from None
     dtype = resolve_count_dtype(value_range)
     count_layout = require_fit(
         policy,

@@ -3,21 +3,28 @@ mounts over a real S3 API server on loopback."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import zarr
 from conftest import realistic_counts
 from s3_server import S3Server
 
 import cytearc_vfs as cv
+from cytearc_vfs.cache_owners import OWNER_FILE, owner_is_gone, sweep_orphans
+from cytearc_vfs.deep_verify import deep_verify
 from cytearc_vfs.source_cache import (
+    BLOCK_BYTES,
     CACHE_ENV,
     DEFAULT_CACHE_BYTES,
     SourceCache,
@@ -96,10 +103,11 @@ def test_least_recently_used_entries_go_first_within_the_budget() -> None:
     info = cache.info()
     assert (info.hits, info.misses, info.evictions, info.bytes_cached) == (2, 1, 1, 80)
     assert info.directory is not None
+    # no half-written entries left behind; beside the entries only the owner record
     assert sorted(os.listdir(info.directory)) == sorted(
-        [name for name in os.listdir(info.directory) if not name.startswith(".")]
-    )  # no half-written entries left behind
-    assert len(os.listdir(info.directory)) == 2
+        [name for name in os.listdir(info.directory) if not name.startswith(".")] + [OWNER_FILE]
+    )
+    assert len(os.listdir(info.directory)) == 3
     cache.close()
     assert not os.path.exists(info.directory)
     assert cache.info().bytes_cached == 0
@@ -113,14 +121,17 @@ def test_a_budget_of_zero_caches_nothing() -> None:
     assert not info.enabled and info.directory is None and info.misses == 0
 
 
+# a process that makes a cache with one entry and prints its directory
+ONE_ENTRY = (
+    "from cytearc_vfs.source_cache import SourceCache\n"
+    "cache = SourceCache(1000)\n"
+    "cache.put('k', b'v' * 10)\n"
+    "print(cache.info().directory, flush=True)\n"
+)
+
+
 def test_the_directory_is_in_tmpdir_and_gone_when_the_process_exits(tmp_path: Path) -> None:
-    script = (
-        "from cytearc_vfs.source_cache import SourceCache\n"
-        "cache = SourceCache(1000)\n"
-        "cache.put('k', b'v' * 10)\n"
-        "print(cache.info().directory)\n"
-    )
-    run = _in_subprocess(script, tmpdir=tmp_path)
+    run = _in_subprocess(ONE_ENTRY, tmpdir=tmp_path)
     assert run.returncode == 0, run.stderr
     directory = Path(run.stdout.strip())
     assert directory.parent == tmp_path
@@ -145,10 +156,122 @@ def test_an_entry_changed_on_disk_is_not_served() -> None:
     cache.put("a", b"a" * 10)
     directory = cache.info().directory
     assert directory is not None
-    (entry,) = os.listdir(directory)
+    (entry,) = [name for name in os.listdir(directory) if name != OWNER_FILE]
     Path(directory, entry).write_bytes(b"tampered")
     assert cache.get("a") is None
     assert not cache.info().enabled
+
+
+def _entry_file(cache: SourceCache) -> Path:
+    directory = cache.info().directory
+    assert directory is not None
+    (entry,) = [name for name in os.listdir(directory) if name != OWNER_FILE]
+    return Path(directory, entry)
+
+
+def test_an_entry_altered_in_place_is_not_served_and_turns_the_cache_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = SourceCache(1 << 20)
+    data = bytes(range(256)) * 1024  # four checksummed blocks
+    cache.put("a", data)
+    path = _entry_file(cache)
+    damaged = bytearray(data)
+    damaged[100_000] ^= 1  # one bit, same size: only a checksum sees it
+    path.write_bytes(bytes(damaged))
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.source_cache"):
+        assert cache.get("a") is None
+        assert cache.get("a") is None
+    assert not cache.info().enabled and cache.info().directory is None
+    (record,) = caplog.records  # one warning, naming the file
+    assert str(path) in record.getMessage() and "checksums" in record.getMessage()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_range_of_a_damaged_entry_is_not_served(
+    caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    cache = SourceCache(1 << 20)
+    data = os.urandom(3 * BLOCK_BYTES + 10)
+    cache.put("a", data)
+    assert cache.get_range("a", BLOCK_BYTES + 5, BLOCK_BYTES + 9) == data[BLOCK_BYTES + 5 :][:4]
+    path = _entry_file(cache)
+    if damage == "flip":
+        damaged = bytearray(data)
+        damaged[BLOCK_BYTES + 1000] ^= 0x80  # in the block the range reads, not in the range
+        path.write_bytes(bytes(damaged))
+    else:
+        path.write_bytes(data[: 3 * BLOCK_BYTES])  # the range itself is intact
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.source_cache"):
+        assert cache.get_range("a", BLOCK_BYTES + 5, BLOCK_BYTES + 9) is None
+    assert not cache.info().enabled
+    assert len(caplog.records) == 1 and str(path) in caplog.records[0].getMessage()
+
+
+# ---------------------------------------------------------------- sweeping
+
+
+def _owned_cache_process(tmpdir: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A process that fills a cache in ``tmpdir`` and then waits; and its directory."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", ONE_ENTRY + "import time\ntime.sleep(120)\n"],
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    directory = Path(process.stdout.readline().strip())
+    assert directory.is_dir() and directory.parent == tmpdir
+    return process, directory
+
+
+def test_caches_of_killed_processes_are_swept_and_live_ones_kept(tmp_path: Path) -> None:
+    killed, orphan = _owned_cache_process(tmp_path)
+    alive, kept = _owned_cache_process(tmp_path)
+    try:
+        killed.send_signal(signal.SIGKILL)  # no cleanup runs
+        killed.wait(timeout=30)
+        assert orphan.is_dir()
+        unowned = tmp_path / "cytearc-source-cache-unowned"  # no record: never ours to judge
+        unowned.mkdir()
+        # a new cache in the same TMPDIR sweeps when it makes its directory
+        run = _in_subprocess(ONE_ENTRY, tmpdir=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert not orphan.exists()
+        assert kept.is_dir() and (kept / OWNER_FILE).is_file()
+        assert unowned.is_dir()
+    finally:
+        for process in (alive, killed):
+            process.kill()
+            process.wait(timeout=30)
+            assert process.stdout is not None
+            process.stdout.close()
+
+
+def test_a_cache_of_a_process_being_killed_is_swept_once_reaped_or_zombie(tmp_path: Path) -> None:
+    process, directory = _owned_cache_process(tmp_path)
+    process.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while directory.is_dir() and time.monotonic() < deadline:
+        # a zombie (killed, not yet reaped) owns nothing any more
+        sweep_orphans(str(tmp_path))
+        time.sleep(0.05)
+    process.wait(timeout=30)
+    assert process.stdout is not None
+    process.stdout.close()
+    assert not directory.exists()
+
+
+def test_owner_records_guard_against_reused_pids_and_reboots() -> None:
+    stat_fields = Path(f"/proc/{os.getpid()}/stat").read_text()
+    started = stat_fields[stat_fields.rfind(")") + 2 :].split()[19]
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    me = {"pid": os.getpid(), "boot_id": boot, "start_time": started}
+    assert not owner_is_gone(me)
+    assert owner_is_gone({**me, "start_time": str(int(started) + 1)})  # the pid was reused
+    assert owner_is_gone({**me, "boot_id": "another-boot"})  # recorded before a restart
+    assert not owner_is_gone({**me, "start_time": None})  # unknown: kept
+    assert not owner_is_gone({"pid": "12"}) and not owner_is_gone(None)
 
 
 # ------------------------------------------------------- remote composites
@@ -190,6 +313,19 @@ def _open(tmp_path: Path, remote_sources: RemoteSources) -> cv.CompositeStore:
     return store
 
 
+def _read_once(
+    tmp_path: Path, remote_sources: RemoteSources
+) -> tuple[cv.CompositeStore, np.ndarray, str]:
+    """The opened composite after one whole read (checked), its expected
+    values, and its cache directory."""
+    _, _, expected = remote_sources
+    store = _open(tmp_path, remote_sources)
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    directory = store.cache_info().directory
+    assert directory is not None
+    return store, expected, directory
+
+
 @pytest.mark.remote
 def test_a_second_read_of_a_remote_composite_comes_from_the_cache(
     tmp_path: Path,
@@ -223,11 +359,7 @@ def test_the_budget_bounds_the_cache(
     remote_sources: RemoteSources,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _, _, expected = remote_sources
-    unbounded = _open(tmp_path, remote_sources)
-    np.testing.assert_array_equal(unbounded.reader().read(), expected)
-    directory = unbounded.cache_info().directory
-    assert directory is not None
+    unbounded, expected, directory = _read_once(tmp_path, remote_sources)
     sizes = [entry.stat().st_size for entry in Path(directory).iterdir()]
     unbounded.close()
     # room for the largest entry, not for all of them
@@ -263,11 +395,7 @@ def test_reads_go_on_from_the_sources_when_the_cache_directory_fails(
     tmp_path: Path,
     remote_sources: RemoteSources,
 ) -> None:
-    _, _, expected = remote_sources
-    store = _open(tmp_path, remote_sources)
-    np.testing.assert_array_equal(store.reader().read(), expected)
-    directory = store.cache_info().directory
-    assert directory is not None
+    store, expected, directory = _read_once(tmp_path, remote_sources)
     shutil.rmtree(directory)
     np.testing.assert_array_equal(store.reader().read(), expected)
     assert not store.cache_info().enabled
@@ -284,17 +412,26 @@ def test_local_sources_are_not_cached(tmp_path: Path) -> None:
     assert info.directory is None and info.hits == info.misses == 0
 
 
-@pytest.mark.remote
-def test_a_mount_of_a_remote_source_reads_through_its_cache(
-    tmp_path: Path, s3_server: S3Server
-) -> None:
+def _remote_mount(
+    tmp_path: Path, s3_server: S3Server, *, seed: int
+) -> tuple[cv.MountStore, sp.csr_array, dict[str, object]]:
+    """A mount (opened as mounted) of a new source on the S3 server; its counts
+    and the source's storage options."""
     bucket = s3_server.new_bucket()
     options = s3_server.storage_options()
-    matrix = realistic_counts(200, 30, density=0.2, seed=5)
+    matrix = realistic_counts(200, 30, density=0.2, seed=seed)
     url = f"s3://{bucket}/s.zarr"
     cv.write_counts(url, matrix, layout=SMALL, storage_options=options)
     mount = cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
     assert isinstance(mount, cv.MountStore)
+    return mount, matrix, options
+
+
+@pytest.mark.remote
+def test_a_mount_of_a_remote_source_reads_through_its_cache(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    mount, matrix, _ = _remote_mount(tmp_path, s3_server, seed=5)
     np.testing.assert_array_equal(mount.reader().read(), matrix.toarray())
     first = mount.cache_info()
     assert first.enabled and first.misses > 0 and first.bytes_cached > 0
@@ -377,3 +514,64 @@ def test_a_sparse_read_caches_only_the_shard_index(tmp_path: Path, s3_server: S3
     assert (second.misses, second.hits) == (1, 1)  # the index again, from the cache
     assert second.bytes_cached == first.bytes_cached  # the chunk's range is not cached
     store.close()
+
+
+# ------------------------------------------------------ damage, verification
+
+
+@pytest.mark.remote
+def test_a_damaged_cache_file_falls_back_to_the_source_with_one_warning(
+    tmp_path: Path,
+    remote_sources: RemoteSources,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, expected, directory = _read_once(tmp_path, remote_sources)
+    for entry in Path(directory).iterdir():
+        if entry.name != OWNER_FILE:  # same size, other bytes: only checksums tell
+            data = bytearray(entry.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            entry.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        # the right values, from the source: no error blaming the dataset
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        counts = zarr.open_array(store, path="RNA/counts", mode="r")
+        np.testing.assert_array_equal(counts[:], expected)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and directory in warnings[0].getMessage()
+    assert "cache" in warnings[0].getMessage()
+    assert not store.cache_info().enabled and not Path(directory).exists()
+    store.close()
+
+
+@pytest.mark.remote
+def test_deep_verify_of_an_open_remote_composite_keeps_its_credentials(
+    tmp_path: Path, remote_sources: RemoteSources
+) -> None:
+    _, options, _ = remote_sources
+    store = _open(tmp_path, remote_sources)
+    # the sources cannot be read without their options (endpoint and keys)
+    with pytest.raises(OSError, match="source_storage_options"):
+        cv.open_store(tmp_path / "c.zarr")
+    reports = deep_verify(store, where=str(tmp_path / "c.zarr"))
+    assert [r.ok for r in reports] == [True] and reports[0].checked_values == 500 * 40
+    # a plain backing store verifies with the options given
+    backing = zarr.storage.LocalStore(tmp_path / "c.zarr", read_only=True)
+    reports = deep_verify(backing, where="c.zarr", source_storage_options=options)
+    assert [r.ok for r in reports] == [True]
+    store.close()
+
+
+@pytest.mark.remote
+def test_deep_verify_of_an_open_remote_mount_keeps_its_credentials(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    created, _, options = _remote_mount(tmp_path, s3_server, seed=9)
+    created.close()
+    mount = cv.open_store(tmp_path / "m.zarr", source_storage_options=options)
+    assert isinstance(mount, cv.MountStore)
+    reports = deep_verify(mount, where=str(tmp_path / "m.zarr"))
+    assert reports and all(r.ok for r in reports)
+    backing = zarr.storage.LocalStore(tmp_path / "m.zarr", read_only=True)
+    reports = deep_verify(backing, where="m.zarr", source_storage_options=options)
+    assert reports and all(r.ok for r in reports)
+    mount.close()

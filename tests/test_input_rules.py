@@ -1,0 +1,277 @@
+"""What write_counts accepts: duplicate sums that never wrap, ids it can store
+faithfully, unique column names, and long text without giant arrays. Every
+refusal happens before the destination exists."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anndata
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cytearc_vfs as cv
+from cytearc_vfs.count_source import DuplicateSumOverflowError, canonical_csr
+from cytearc_vfs.tables import MAX_ID_LENGTH, read_table
+
+I64 = np.iinfo(np.int64)
+U64 = np.iinfo(np.uint64)
+
+
+def _duplicates(values: list[int], dtype: Any, *, row: int = 2, column: int = 1) -> sp.coo_array:
+    """A 4 x 3 COO matrix whose entries ``values`` all sit at (row, column)."""
+    n = len(values)
+    return sp.coo_array((np.array(values, dtype=dtype), ([row] * n, [column] * n)), shape=(4, 3))
+
+
+def _stored(path: Path, name: str = "RNA/counts") -> np.ndarray:
+    return np.asarray(zarr.open_array(cv.open_store(path), path=name, mode="r")[:])
+
+
+# ---------------------------------------------------------------- overflow
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "total", "limit"),
+    [
+        ([1 << 62, 1 << 62], np.int64, 1 << 63, "int64"),
+        ([-(1 << 62), -(1 << 62), -1], np.int64, -(1 << 63) - 1, "int64"),
+        ([int(U64.max), 1], np.uint64, 1 << 64, "uint64"),
+    ],
+)
+def test_duplicates_that_overflow_are_refused_naming_cell_and_feature(
+    tmp_path: Path, values: list[int], dtype: Any, total: int, limit: str
+) -> None:
+    cells = [f"c{i}" for i in range(4)]
+    features = ["g0", "g1", "g2"]
+    with pytest.raises(OverflowError) as caught:
+        cv.write_counts(
+            tmp_path / "s.zarr", _duplicates(values, dtype), cells=cells, features=features
+        )
+    error = caught.value
+    assert isinstance(error, DuplicateSumOverflowError) and isinstance(error, cv.VfsError)
+    message = str(error)
+    assert "cell 'c2' (row 2)" in message and "feature 'g1' (column 1)" in message
+    assert str(total) in message and limit in message
+    assert "sum the duplicates yourself" in message and "Nothing was written" in message
+    assert (error.row, error.column, error.total) == (2, 1, total)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_duplicates_in_a_csr_input_are_summed_exactly_too(tmp_path: Path) -> None:
+    # a CSR with repeated column indices in one row (not canonical)
+    matrix = sp.csr_array(
+        (np.array([1 << 62, 1 << 62], dtype=np.int64), np.array([0, 0]), np.array([0, 0, 2])),
+        shape=(2, 1),
+    )
+    with pytest.raises(OverflowError, match=r"cell 'cell_1' \(row 1\).*feature_0"):
+        cv.write_counts(tmp_path / "s.zarr", matrix)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+class _RowBands:
+    """A matrix readable only in row bands (as a backed AnnData's X)."""
+
+    def __init__(self, matrix: sp.csr_array) -> None:
+        self._matrix = matrix
+        self.shape = matrix.shape
+        self.dtype = matrix.dtype
+        self.nnz = matrix.nnz
+
+    def __getitem__(self, rows: slice) -> sp.csr_array:
+        part = self._matrix[rows]
+        # keep the duplicates a file could hold (slicing would sum them)
+        return sp.csr_array((part.data, part.indices, part.indptr), shape=part.shape)
+
+
+def test_a_banded_source_names_the_row_of_the_whole_matrix(tmp_path: Path) -> None:
+    n = 5000  # several bands of rows
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr[4321 + 1 :] = 2
+    matrix = sp.csr_array(
+        (np.array([I64.max, 1], dtype=np.int64), np.array([2, 2]), indptr), shape=(n, 3)
+    )
+    with pytest.raises(OverflowError, match=r"cell 'cell_4321' \(row 4321\)"):
+        cv.write_counts(
+            tmp_path / "s.zarr", _RowBands(matrix), layout=cv.LayoutPolicy(16 * 1024, 1024)
+        )
+    assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "expected", "stored_dtype"),
+    [
+        ([I64.max, -5, 3], np.int64, I64.max - 2, "uint64"),  # wraps midway, fits at the end
+        ([int(U64.max) - 1, 1], np.uint64, int(U64.max), "uint64"),
+        ([I64.min + 1, -1], np.int64, I64.min, "int64"),
+        ([200, 100], np.uint8, 300, "uint16"),
+    ],
+)
+def test_sums_at_the_edge_of_64_bits_are_stored_exactly(
+    tmp_path: Path, values: list[int], dtype: Any, expected: int, stored_dtype: str
+) -> None:
+    info = cv.write_counts(tmp_path / "s.zarr", _duplicates(values, dtype))
+    assert info.dtype == np.dtype(stored_dtype)
+    stored = _stored(tmp_path / "s.zarr")
+    assert int(stored[2, 1]) == expected
+    assert np.count_nonzero(stored) == 1
+
+
+_EDGES = st.sampled_from([0, 1, -1, 1 << 31, 1 << 32, 1 << 62, I64.max, I64.min, I64.min + 1])
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 2), st.one_of(_EDGES, st.integers())),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_exact_sums_match_python_integers(entries: list[tuple[int, int, int]]) -> None:
+    values = [max(I64.min, min(I64.max, v)) for _, _, v in entries]
+    rows = [r for r, _, _ in entries]
+    columns = [c for _, c, _ in entries]
+    matrix = sp.coo_array((np.array(values, dtype=np.int64), (rows, columns)), shape=(3, 3))
+    totals: dict[tuple[int, int], int] = {}
+    for r, c, v in zip(rows, columns, values, strict=True):
+        totals[(r, c)] = totals.get((r, c), 0) + v
+    overflowing = [key for key, v in sorted(totals.items()) if not I64.min <= v <= I64.max]
+    if overflowing:
+        with pytest.raises(DuplicateSumOverflowError) as caught:
+            canonical_csr(matrix)
+        assert (caught.value.row, caught.value.column) == overflowing[0]
+        assert caught.value.total == totals[overflowing[0]]
+        return
+    canonical = canonical_csr(matrix)
+    assert canonical.has_canonical_format and canonical.data.dtype == np.int64
+    dense = canonical.toarray()
+    for (r, c), v in totals.items():
+        assert int(dense[r, c]) == v
+
+
+# --------------------------------------------------------------------- ids
+
+
+BAD_IDS = [
+    (None, "None"),
+    (np.nan, "nan"),
+    (b"a", "b'a'"),
+    (1.5, "1.5"),
+    (True, "True"),
+    (object(), "object"),
+]
+
+
+@pytest.mark.parametrize(("bad", "shown"), BAD_IDS, ids=[s for _, s in BAD_IDS])
+@pytest.mark.parametrize("axis", ["cells", "features"])
+def test_ids_that_are_not_strings_or_integers_are_refused(
+    tmp_path: Path, bad: object, shown: str, axis: str
+) -> None:
+    ids: list[object] = ["a", "b", bad]
+    table = "cellData" if axis == "cells" else "featureData"
+    with pytest.raises(ValueError, match=rf"{table} ids must be strings.*position 2") as caught:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((3, 3), dtype=np.uint8), **{axis: ids})
+    assert shown in str(caught.value) and "convert the ids yourself" in str(caught.value)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_dataframe_index_is_checked_like_a_sequence(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"n": [1, 2, 3]}, index=pd.Index(["x", None, "z"], dtype=object))
+    with pytest.raises(ValueError, match=r"cellData ids must be strings.*position 1 holds None"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells=frame)
+    floats = pd.DataFrame(index=pd.Index([0.5, 1.5]))
+    with pytest.raises(ValueError, match=r"featureData ids must be strings.*position 0 holds 0.5"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), features=floats)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_anndata_names_are_checked(tmp_path: Path) -> None:
+    adata = anndata.AnnData(np.ones((3, 2), dtype=np.float32))
+    adata.obs_names = pd.Index(["a", "b", "c"])
+    adata.var_names = pd.Index(["g", ""])
+    with pytest.raises(ValueError, match=r"featureData id at position 1 is the empty string"):
+        cv.write_counts(tmp_path / "s.zarr", adata)
+    # a missing obs name reaches us as NaN
+    adata = anndata.AnnData(np.ones((2, 2), dtype=np.float32), obs=pd.DataFrame(index=[None, "b"]))
+    with pytest.raises(ValueError, match=r"cellData ids must be strings.*position 0 holds nan"):
+        cv.write_counts(tmp_path / "s.zarr", adata)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_integer_ids_are_converted_with_str(tmp_path: Path) -> None:
+    cells = pd.DataFrame(index=pd.Index(np.array([7, 10, -3], dtype=np.int64)))
+    cv.write_counts(
+        tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells=cells, features=[5, "g"]
+    )
+    store = cv.open_store(tmp_path / "s.zarr")
+    root = zarr.open_group(store, mode="r")
+    assert read_table(root["cellData"]).index.tolist() == ["7", "10", "-3"]
+    assert read_table(root["RNA/featureData"]).index.tolist() == ["5", "g"]
+
+
+def test_integer_and_string_ids_that_collide_are_duplicates(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"cellData ids must be unique; \['1'\] repeat"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=[1, "1"])
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_ids_longer_than_the_maximum_are_refused(tmp_path: Path) -> None:
+    assert MAX_ID_LENGTH == 1024
+    longest = "x" * MAX_ID_LENGTH
+    cv.write_counts(tmp_path / "ok.zarr", np.ones((2, 2), dtype=np.uint8), cells=[longest, "b"])
+    ids = zarr.open_array(cv.open_store(tmp_path / "ok.zarr"), path="cellData/ids", mode="r")
+    assert ids.dtype == np.dtype(f"<U{MAX_ID_LENGTH}") and ids[0] == longest
+    features = ["g0", "g" * 50_000]
+    with pytest.raises(
+        ValueError, match=r"featureData id at position 1 is 50,000 characters long.*at most 1,024"
+    ):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), features=features)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_nul_in_an_id_is_refused(tmp_path: Path) -> None:
+    # fixed-width text would drop the trailing NUL: "a\0" would be stored as "a"
+    with pytest.raises(ValueError, match=r"cellData id at position 0 .* NUL character"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=["a\0", "a"])
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_one_string_is_not_a_sequence_of_ids(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"cells= is one string"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells="abc")
+    assert not (tmp_path / "s.zarr").exists()
+
+
+# ----------------------------------------------------------------- columns
+
+
+def test_duplicate_column_names_are_refused(tmp_path: Path) -> None:
+    cells = pd.DataFrame([[1, 2, 3], [4, 5, 6]], index=["a", "b"], columns=["n", "batch", "n"])
+    with pytest.raises(ValueError, match=r"cellData has more than one column named \['n'\]"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=cells)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_column_of_long_text_is_written_without_a_giant_array(tmp_path: Path) -> None:
+    n = 2000
+    notes = ["short"] * n
+    notes[17] = "n" * 20_000  # at <U20000 for every row, 160 MB
+    cells = pd.DataFrame({"notes": notes}, index=[f"c{i}" for i in range(n)])
+    tracemalloc.start()
+    try:
+        cv.write_counts(tmp_path / "s.zarr", sp.csr_array((n, 3), dtype=np.uint8), cells=cells)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 << 20, f"peak {peak / 2**20:.0f} MiB"
+    column = zarr.open_array(cv.open_store(tmp_path / "s.zarr"), path="cellData/notes", mode="r")
+    assert column.dtype == np.dtype("<U20000")
+    assert column.chunks[0] * column.dtype.itemsize <= 4 << 20  # chunks bounded too
+    assert column[17] == notes[17] and column[18] == "short"
