@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from .mount_store import MountStore
     from .opening import counts_fingerprint, dataset_fingerprint, open_store
     from .reader import VirtualArrayReader
-    from .selection import UnknownIdError
     from .repack import repack
+    from .selection import UnknownIdError
     from .writer import WriteInfo, write_counts
 
 #: Public name -> the module that defines it, imported on first access.
