@@ -3,9 +3,10 @@
 Nothing of the sources' counts is copied. The composite's own store holds
 the root ``composite`` record (sources, virtual array documents, mapping
 manifest, ``complete``), the ``_composite`` mapping arrays, ordinary cell
-and feature tables, and preparation summaries. The record is written first
-with ``complete=False`` and flipped by one attribute write at the end, so a
-failed creation never opens.
+and feature tables, and preparation summaries. The root's first document
+names the writer (``cytearc:pending_store``); the record follows with
+``complete=False``, and one attribute write at the end sets ``complete`` and
+removes the marker, so a creation that dies at any instant never opens.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .composite_columns import merge_cell_columns, merge_feature_columns, read_s
 from .composite_maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
 from .composite_records import COMPOSITE_ATTR, MAPS_GROUP, CompositeRecord, MapRecord, SourceBinding
 from .count_dtype import summary_dtype
-from .destinations import create_destination
+from .destinations import create_destination, finish_destination
 from .fingerprints import combine
 from .locations import Location, describe_location, local_path, reopenable_location
 from .nodes import array_at, group_at
@@ -216,6 +217,7 @@ def create_composite(
     storage_options: Mapping[str, Any] | None = None,
     mem_budget: int | str | None = None,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> Any:
     """Create a composite of ``sources`` at ``destination`` and return it opened.
 
@@ -242,6 +244,11 @@ def create_composite(
         Per source, backend options (credentials); used, never written.
     mem_budget
         Working-memory bound of reading partial sources for the summaries.
+    overwrite
+        Replace a destination that a writer left unfinished, or a store the
+        writers may replace (spec, "Writer destinations"); a complete
+        composite is not replaced (the command line's ``--overwrite`` removes
+        it first).
 
     Returns
     -------
@@ -347,10 +354,15 @@ def create_composite(
     )
     summaries = _summaries(plan, bound, budget, progress)
 
-    root = create_destination(destination, overwrite=False, storage_options=storage_options)
+    root = create_destination(
+        destination,
+        overwrite=overwrite,
+        writer="create_composite",
+        storage_options=storage_options,
+    )
     where = describe_location(destination)
     logger.info("creating composite of %d sources (%d x %d) at %s", len(bound), *shape, where)
-    root.attrs.put(
+    root.attrs.update(  # keeps the in-progress marker of the root's first document
         {
             COMPOSITE_ATTR: record.to_json(),
             "assayTypes": dump_assay_types({assay: plan.assay_type}),
@@ -379,9 +391,8 @@ def create_composite(
         summary_group.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
     final = record.to_json()
     final["complete"] = True
-    attrs = root.attrs.asdict()
-    attrs[COMPOSITE_ATTR] = final
-    root.attrs.put(attrs)  # one metadata write publishes the composite
+    # one metadata write publishes the composite and removes the marker
+    finish_destination(root, {COMPOSITE_ATTR: final})
     return CompositeStore.from_location(
         destination, storage_options=storage_options, source_storage_options=source_storage_options
     )

@@ -7,10 +7,19 @@ a root group with no prepared assay and no ``matrixSource``, whose top-level
 members are all groups CyteArc writes and whose keys are all Zarr metadata or
 array chunks. Everything else is refused with ``FileExistsError`` before a
 byte changes.
+
+Crash safety: :func:`create_destination` writes the root's first document
+with ``cytearc:pending_store`` naming the writer, and the writer's last root
+write (:func:`finish_destination`) removes it; every open refuses a root that
+still carries it. Such an unfinished destination is always replaceable with
+``overwrite=True``, whatever it holds from its writer (a half-written mount,
+composite, or prepared tables copied from a source), because nothing can
+depend on a store that never opened.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,18 +27,38 @@ from typing import Any, Literal
 
 import zarr
 from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from .errors import RecordShapeError
 from .locations import Location, describe_location, local_path, open_location
-from .records import PENDING_ASSAY_ATTR
+from .records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from .store_io import get_json
 
-__all__ = ["check_destination", "create_destination", "destination_is_prepared"]
+__all__ = [
+    "check_destination",
+    "create_destination",
+    "destination_is_prepared",
+    "finish_destination",
+]
 
 WRITER_GROUPS = frozenset({"cellData", "matrices", "artifacts", "pipeline", "agent_results"})
 _METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 _V2_CHUNK = re.compile(r"^\d+(?:[./]\d+)*$")
+_V3_CHUNK = re.compile(r"(?:^|/)c(?:/\d+)+$")
+#: What zarr's LocalStore leaves of a write that a crash interrupted: it writes
+#: ``name.{uuid4 hex}.partial`` and renames it (``zarr.json`` -> ``zarr.{hex}.partial``).
+_PARTIAL_WRITE = re.compile(r"^(?P<stem>.+)\.[0-9a-f]{32}\.partial$")
+
+
+def _intended_key(key: str) -> str:
+    """The key an interrupted LocalStore write was writing, or ``key`` itself."""
+    head, _, name = key.rpartition("/")
+    match = _PARTIAL_WRITE.match(name)
+    if match is None:
+        return key
+    stem = "zarr.json" if match["stem"] == "zarr" else match["stem"]
+    return f"{head}/{stem}" if head else stem
 
 
 def _read_json(store: Store, key: str) -> dict[str, object] | None:
@@ -79,9 +108,18 @@ def _nodes(store: Store, keys: list[str]) -> dict[str, dict[str, object]]:
     return nodes
 
 
-def _check_keys(where: str, keys: list[str], nodes: dict[str, dict[str, object]]) -> None:
+def _zarr_shaped(key: str) -> bool:
+    """Whether ``key`` is named as Zarr names documents and (default v3) chunk keys."""
+    intended = _intended_key(key)
+    return intended.rsplit("/", 1)[-1] in _METADATA_NAMES or bool(_V3_CHUNK.search(intended))
+
+
+def _check_keys(
+    where: str, keys: list[str], nodes: dict[str, dict[str, object]], *, unfinished: bool
+) -> None:
     arrays = sorted((path for path, node in nodes.items() if node["kind"] == "array"), key=len)
-    for key in keys:
+    for found in keys:
+        key = _intended_key(found)
         name = key.rsplit("/", 1)[-1]
         if name in _METADATA_NAMES:
             continue
@@ -89,8 +127,10 @@ def _check_keys(where: str, keys: list[str], nodes: dict[str, dict[str, object]]
         rest = key[len(owner) + 1 :] if owner is not None else None
         if rest is not None and (rest.startswith("c/") or rest == "c" or _V2_CHUNK.match(rest)):
             continue
+        if unfinished and _V3_CHUNK.search(key):
+            continue  # a chunk whose array document the writer had not written yet
         raise FileExistsError(
-            f"destination {where} holds {key!r}, which is neither Zarr metadata nor an array "
+            f"destination {where} holds {found!r}, which is neither Zarr metadata nor an array "
             "chunk, so this layer did not write it; overwrite replaces only what CyteArc "
             "writes. Move or delete that key yourself, or choose another destination"
         )
@@ -131,26 +171,37 @@ def check_destination(
             "(--overwrite on the command line) to replace a store this layer wrote, or choose "
             "an empty destination"
         )
+    if root is None and all(_intended_key(key) == "zarr.json" for key in keys):
+        return "w"  # a writer died writing its very first document
     if root is None or root.get("node_type") != "group":
         raise FileExistsError(
             f"destination {where} holds keys but no root group (first: {sorted(keys)[0]!r}); "
             "it is not a CyteArc store, so it is not replaced"
         )
     assert isinstance(root_attrs, dict)
-    if "matrixSource" in root_attrs:
+    unfinished = PENDING_STORE_ATTR in root_attrs
+    if "matrixSource" in root_attrs and not unfinished:
         raise FileExistsError(
             f"destination {where} is a mounted target (matrixSource); its analyses depend on "
             "it. Delete it yourself if you mean to replace it"
         )
     nodes = _nodes(store, keys)
-    _check_members(where, nodes, keys)
-    _check_keys(where, keys, nodes)
+    _check_members(where, nodes, keys, unfinished=unfinished)
+    _check_keys(where, keys, nodes, unfinished=unfinished)
     return "w"
 
 
-def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[str]) -> None:
+def _check_members(
+    where: str, nodes: dict[str, dict[str, object]], keys: list[str], *, unfinished: bool
+) -> None:
+    """Refuse top-level members CyteArc does not write.
+
+    An ``unfinished`` store (its root still names its writer) may also hold
+    what a composite writes (``_composite``) and assays whose copied tables
+    look prepared: it never opened, so no analysis depends on it.
+    """
     top_level = sorted({key.split("/", 1)[0] for key in keys if "/" in key})
-    loose = [key for key in keys if "/" not in key and key not in _METADATA_NAMES]
+    loose = [key for key in keys if "/" not in key and _intended_key(key) not in _METADATA_NAMES]
     if loose:
         raise FileExistsError(
             f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write; "
@@ -160,6 +211,10 @@ def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[s
 
     def allowed(member: str, nested: bool) -> bool:
         node = nodes.get(member)
+        if node is None and unfinished:
+            # The writer died before the member's document: repack writes
+            # documents after the values they describe.
+            return all(_zarr_shaped(key) for key in keys if key.startswith(member + "/"))
         if node is None or node["kind"] != "group":
             return False
         attrs = node["attrs"]
@@ -167,8 +222,10 @@ def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[s
         name = member.rsplit("/", 1)[-1]
         if name in WRITER_GROUPS and not (nested and name == "matrices"):
             return True
+        if unfinished and not nested and name == "_composite":
+            return True
         if attrs.get("is_assay"):
-            if destination_is_prepared(attrs, cell_columns, name):
+            if not unfinished and destination_is_prepared(attrs, cell_columns, name):
                 raise FileExistsError(
                     f"destination {where} holds the prepared assay {member!r}; replacing it "
                     "would discard its analyses. Delete the store yourself if you mean it"
@@ -194,9 +251,69 @@ def _check_members(where: str, nodes: dict[str, dict[str, object]], keys: list[s
 
 
 def create_destination(
-    location: Location, *, overwrite: bool, storage_options: Mapping[str, Any] | None = None
+    location: Location,
+    *,
+    overwrite: bool,
+    writer: str,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> zarr.Group:
-    """Check and create the destination; returns its writable root group."""
+    """Check and create the destination; returns its writable root group.
+
+    Parameters
+    ----------
+    location
+        Path, URL or Store of the destination.
+    overwrite
+        Replace a destination that :func:`check_destination` accepts.
+    writer
+        The writer's name (``write_counts``, ``repack``...). The root's first
+        document records it as ``cytearc:pending_store``, which the writer's
+        last root write removes (:func:`finish_destination`); until then
+        every open refuses the store, naming the writer.
+    storage_options
+        Backend options of a URL destination.
+    """
     mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
     store = open_location(location, read_only=False, storage_options=storage_options)
-    return zarr.open_group(store, mode=mode, zarr_format=3)
+    marker: dict[str, Any] = {PENDING_STORE_ATTR: writer}
+    if mode == "w":
+        _replace_with_marker(store, marker)
+        return zarr.open_group(store, mode="r+", zarr_format=3)
+    return zarr.open_group(store, mode="w-", zarr_format=3, attributes=marker)
+
+
+def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
+    """Empty ``store`` down to a root document that carries ``marker``.
+
+    The root document is replaced first and deleted never: a crash while the
+    old keys go leaves a root that is refused as unfinished, never the old
+    store with some of its chunks gone (which zarr would read as zeros).
+    """
+    document = {"zarr_format": 3, "node_type": "group", "attributes": marker}
+
+    async def replace() -> None:
+        await store.set(
+            "zarr.json", default_buffer_prototype().buffer.from_bytes(json.dumps(document).encode())
+        )
+        names = [name async for name in store.list_dir("")]
+        for name in names:
+            if name == "zarr.json":
+                continue
+            if await store.exists(name):  # a file at the root (a partial write)
+                await store.delete(name)
+            else:
+                await store.delete_dir(name)
+
+    sync(replace())
+
+
+def finish_destination(root: zarr.Group, attributes: Mapping[str, Any] | None = None) -> None:
+    """The writer's last root write: add ``attributes`` and remove the in-progress marker.
+
+    Everything else the writer writes must already be stored: this one
+    document write is what makes the store open.
+    """
+    attrs = root.attrs.asdict()
+    attrs.pop(PENDING_STORE_ATTR, None)
+    attrs.update(attributes or {})
+    root.attrs.put(attrs)

@@ -2,8 +2,11 @@
 
 The target holds copies of the source's cell and feature tables (membership
 columns with their attributes), its assay declarations, empty artifact roots,
-and the root ``matrixSource`` record, written last: a failed mount never
-opens as one.
+and the root ``matrixSource`` record. The root's first document names the
+writer (``cytearc:pending_store``) and one last root write replaces that
+marker with the record, so a mount that dies at any instant is refused by
+every open (never read as an ordinary store) and ``overwrite=True`` replaces
+it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from zarr.abc.store import Store
 
 from .composite import check_no_overlap
 from .copying import copy_group
-from .destinations import create_destination
+from .destinations import create_destination, finish_destination
 from .errors import UnsupportedSourceError
 from .locations import Location, describe_location, open_location, reopenable_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
@@ -57,6 +60,7 @@ def mount_datastore(
     assay_types: Mapping[str, str] | None = None,
     source_storage_options: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Any:
     """Create a mounted target of ``source`` at ``destination`` and return it opened.
 
@@ -76,6 +80,12 @@ def mount_datastore(
         by default); an RNA-like type requires the source's countsT.
     source_storage_options
         Backend options of the source (credentials); used, never written.
+    storage_options
+        Backend options of the destination.
+    overwrite
+        Replace a destination that a writer left unfinished, or a store the
+        writers may replace (spec, "Writer destinations"). A complete mount
+        is never replaced: analyses depend on it.
 
     Returns
     -------
@@ -131,7 +141,12 @@ def mount_datastore(
         },
     )
 
-    root = create_destination(destination, overwrite=False, storage_options=storage_options)
+    root = create_destination(
+        destination,
+        overwrite=overwrite,
+        writer="mount_datastore",
+        storage_options=storage_options,
+    )
     source_root = zarr.open_group(backend, mode="r")
     container = root if workspace is None else root.create_group(workspace)
     container.attrs.update(
@@ -152,9 +167,8 @@ def mount_datastore(
         copy_group(group_at(source_root, paths.feature_data), assay_group, "featureData")
         assay_group.create_group("artifacts")
     container.create_group("artifacts")
-    attrs = root.attrs.asdict()
-    attrs[MATRIX_SOURCE_ATTR] = record.to_json()
-    root.attrs.put(attrs)  # the record, written last, makes it a mount
+    # the record, written last with the marker removed, makes it a mount
+    finish_destination(root, {MATRIX_SOURCE_ATTR: record.to_json()})
     return MountStore.from_location(
         destination,
         mode="r+",

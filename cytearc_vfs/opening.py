@@ -9,7 +9,13 @@ from zarr.abc.store import Store
 
 from .locations import Location, describe_location, open_location
 from .paths import AssayPaths
-from .source_store import AssayInfo, read_contents, verify_assay, verify_store
+from .source_store import (
+    AssayInfo,
+    read_contents,
+    refuse_pending_assays,
+    verify_assay,
+    verify_store,
+)
 
 __all__ = ["counts_fingerprint", "dataset_fingerprint", "open_store", "verified_assay"]
 
@@ -26,13 +32,17 @@ def open_store(
     """Open a CyteArc store after verifying it.
 
     Returns the plain backend store for an ordinary store. Verification
-    reads metadata only; a read-only open writes nothing.
+    reads metadata only; a read-only open writes nothing. A store whose
+    writer never finished (its root or one of its assays still carries a
+    pending marker) raises :class:`~cytearc_vfs.IncompleteStoreError`.
     """
     if mode not in ("r", "r+", "a"):
         raise ValueError(f"mode must be 'r', 'r+' or 'a', not {mode!r}")
     where = describe_location(location)
     store = open_location(location, read_only=mode == "r", storage_options=storage_options)
+    # refuses a store whose writer never finished (root marker)
     contents = read_contents(store, where=where)
+    refuse_pending_assays(store, contents, where=where)
     if "composite" in contents.root_attrs:
         from .composite_store import CompositeStore
 

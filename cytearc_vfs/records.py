@@ -22,6 +22,8 @@ __all__ = [
     "ASSAY_TYPE_PRESETS",
     "COUNT_LAYOUT_ATTR",
     "FINGERPRINT_PATTERN",
+    "PENDING_ASSAY_ATTR",
+    "PENDING_STORE_ATTR",
     "RNA_LIKE_TYPES",
     "ArrayGeometry",
     "CountLayout",
@@ -35,6 +37,10 @@ __all__ = [
 
 COUNT_LAYOUT_ATTR = "cytearc:countMatrixLayout"
 PENDING_ASSAY_ATTR = "cytearc:pending_assay"
+#: Root attribute of a store being written: the writer's name. The writer puts
+#: it in the root's first document and its last root write removes it, so a
+#: store whose writer died, at any instant, is refused instead of read.
+PENDING_STORE_ATTR = "cytearc:pending_store"
 
 #: Assay presets of the spec ("Assay types").
 ASSAY_TYPE_PRESETS: tuple[str, ...] = (

@@ -10,6 +10,14 @@ runs and label claims, and copied counts, and no longer needs the source.
 open (a missing or stale layout record or summaries, no countsT, Zarr v2) and
 writes them anew. The destination is created with mode ``"w-"`` and must not
 overlap the source; the dataset identity of the output is verified.
+
+Crash safety: the destination's root names the writer
+(``cytearc:pending_store``) from its first document on. Values are copied
+before documents, documents deepest first (an array's chunks before its
+``zarr.json``, a group's members before the group), the copy's identity is
+verified, and only then is the root document written, which clears the
+marker: a repack that dies at any instant leaves a destination every open
+refuses, and ``overwrite=True`` replaces it.
 """
 
 from __future__ import annotations
@@ -249,9 +257,46 @@ def _copy_assays(
     return remaining
 
 
+_DOCUMENTS = frozenset({"zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"})
+#: A copy in flight: the store read, its keys, and how a value is rewritten.
+CopyPart = tuple[Store, list[str], Callable[[str, bytes], bytes] | None]
+
+
+def _phases(keys: list[str]) -> list[list[str]]:
+    """``keys`` in an order in which no document is written before what it describes.
+
+    Values (chunks) first, then documents deepest first, so an array's
+    ``zarr.json`` follows its chunks and an assay group's ``is_assay`` its
+    arrays. Root documents are left out: the caller writes the root last.
+
+    Examples
+    --------
+    >>> _phases(["zarr.json", "A/zarr.json", "A/x/zarr.json", "A/x/c/0"])
+    [['A/x/c/0'], ['A/x/zarr.json'], ['A/zarr.json']]
+    """
+    values = [k for k in keys if k.rsplit("/", 1)[-1] not in _DOCUMENTS]
+    by_depth: dict[int, list[str]] = {}
+    for key in keys:
+        if "/" in key and key.rsplit("/", 1)[-1] in _DOCUMENTS:
+            by_depth.setdefault(key.count("/"), []).append(key)
+    return [values, *(by_depth[depth] for depth in sorted(by_depth, reverse=True))]
+
+
+def _copy_in_phases(copier: _KeyCopier, parts: list[CopyPart]) -> None:
+    """Copy every part's keys, phase by phase (see :func:`_phases`)."""
+    every = sorted({key for _, keys, _ in parts for key in keys})
+    for phase in _phases(every):
+        wanted = set(phase)
+        for store, keys, rename in parts:
+            chosen = [key for key in keys if key in wanted]
+            if chosen:
+                copier.copy(store, chosen, rename)
+
+
 def _repack_ordinary(
     source: Store, root: zarr.Group, budget: int, where: str, progress: Progress | None
-) -> list[AssayInfo]:
+) -> tuple[list[AssayInfo], CopyPart]:
+    """Copy everything but the root document; returns the assays and the root's copy."""
     _, infos = verify_store(source, where=where)
     copier = _KeyCopier(
         root.store, budget, max((i.layout.unit_bytes for i in infos), default=1), progress
@@ -259,13 +304,14 @@ def _repack_ordinary(
     retired = [join(info.paths.assay_group, "state") for info in infos]
     keys = [k for k in _list(source) if not any(_under(k, r) for r in retired)]
     keys = _copy_assays(source, root, infos, keys, copier, budget)
-    copier.copy(source, keys)
-    return infos
+    _copy_in_phases(copier, [(source, keys, None)])
+    return infos, (source, ["zarr.json"], None)
 
 
 def _repack_mount(
     mount: Any, root: zarr.Group, budget: int, progress: Progress | None
-) -> list[AssayInfo]:
+) -> tuple[list[AssayInfo], CopyPart]:
+    """Copy everything but the root document; returns the assays and the root's copy."""
     infos: list[AssayInfo] = [mount._infos[name] for name in sorted(mount.record.assays)]
     copier = _KeyCopier(root.store, budget, max(i.layout.unit_bytes for i in infos), progress)
 
@@ -276,8 +322,6 @@ def _repack_mount(
 
     # the mount's namespace: the target's keys and the source artifacts it shows
     namespace = [k for k in _list(mount) if k != "zarr.json"]
-    copier.copy(mount, ["zarr.json"], without_record)
-    copier.copy(mount, namespace)
     # the counts, which only the source holds
     source_keys = _list(mount.source)
     counts_keys = [
@@ -294,12 +338,17 @@ def _repack_mount(
     counts_keys = _copy_assays(
         mount.source, root, infos, sorted(set(counts_keys)), copier, budget, documents=mount
     )
-    copier.copy(mount.source, counts_keys)
-    return infos
+    _copy_in_phases(copier, [(mount, namespace, None), (mount.source, counts_keys, None)])
+    return infos, (mount, ["zarr.json"], without_record)
 
 
 def _repack_data_only(
-    source: Store, destination: Location, budget: int, where: str, progress: Progress | None
+    source: Store,
+    destination: Location,
+    budget: int,
+    where: str,
+    progress: Progress | None,
+    overwrite: bool,
 ) -> None:
     from .writer import write_counts
 
@@ -335,6 +384,7 @@ def _repack_data_only(
         workspace=paths.workspace,
         mem_budget=budget,
         progress=progress,
+        overwrite=overwrite,
     )
 
 
@@ -360,14 +410,17 @@ def repack(
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> Store:
     """Rewrite ``location`` (an ordinary store or a mount) as a standalone store at ``destination``.
 
     ``mem_budget`` bounds the working memory; a budget that no layout fits,
     or that would halve count shards below :data:`MIN_REPACK_SHARD_ROWS`
     rows, is refused before anything is written. ``progress(phase, done,
-    total)`` is called as keys and count bands are copied. Returns the
-    opened, verified destination store.
+    total)`` is called as keys and count bands are copied. ``overwrite``
+    replaces a destination a writer left unfinished or a store the writers
+    may replace (spec, "Writer destinations"). Returns the opened, verified
+    destination store.
     """
     from .mount_store import MountStore
     from .opening import open_store
@@ -383,26 +436,36 @@ def repack(
             raise ValueError(
                 f"{where} is a mount; data-only repack reads raw stores, repack the mount without it"
             )
-        _repack_data_only(source, destination, budget, where, progress)
+        _repack_data_only(source, destination, budget, where, progress, overwrite)
         return open_store(destination)
     if is_mount:
         mount = MountStore._verified(source, where, source_storage_options)
         for name in mount.record.assays:
             _fitted(mount._infos[name], budget)  # refuses a budget before anything is written
-        root = create_destination(destination, overwrite=False)
-        infos = _repack_mount(mount, root, budget, progress)
+        root = create_destination(destination, overwrite=overwrite, writer="repack")
+        infos, root_copy = _repack_mount(mount, root, budget, progress)
     else:
         for info in verify_store(source, where=where)[1]:
             _fitted(info, budget)  # refuses a budget before anything is written
-        root = create_destination(destination, overwrite=False)
-        infos = _repack_ordinary(source, root, budget, where, progress)
+        root = create_destination(destination, overwrite=overwrite, writer="repack")
+        infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
     written = open_location(destination, read_only=True)
     for info in infos:
-        again = verify_assay(written, info.paths, where=describe_location(destination))
+        # the root (with assayTypes) is not copied yet: give each assay its type
+        again = verify_assay(
+            written,
+            info.paths,
+            where=describe_location(destination),
+            assay_types={info.paths.assay: info.assay_type},
+        )
         if again.dataset_fingerprint != info.dataset_fingerprint:
             raise IdentityMismatchError(
                 f"repack of {where} to {describe_location(destination)}: assay {info.paths.assay!r} "
                 f"has dataset fingerprint {again.dataset_fingerprint}, not {info.dataset_fingerprint}; "
-                "the destination is not a faithful copy. Delete it and repack again"
+                "the destination is not a faithful copy and does not open; repack again with "
+                "overwrite=True (--overwrite on the command line)"
             )
+    # The last write: the source's root document, which carries no in-progress marker.
+    store, keys, rename = root_copy
+    _KeyCopier(root.store, budget, 1).copy(store, keys, rename)
     return open_store(destination)

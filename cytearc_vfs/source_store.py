@@ -4,6 +4,13 @@ Verification reads only metadata and small attributes (never the counts),
 so it is cheap enough for every open: record shapes, the agreement of the
 three layout records with each other and with the live arrays, completeness
 markers, and the binding of ``countSummaries`` to the counts it describes.
+
+Completeness markers are checked on everything, not only on what looks
+published: a root that still names its writer (``cytearc:pending_store``)
+is refused by :func:`read_contents`, which every open, verify and source
+binding goes through, and a pending assay (``cytearc:pending_assay``) by
+:func:`verify_store`. Stores written before the root marker existed simply
+lack it and open as before.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from .records import (
     ASSAY_TYPE_PRESETS,
     COUNT_LAYOUT_ATTR,
     PENDING_ASSAY_ATTR,
+    PENDING_STORE_ATTR,
     ArrayGeometry,
     CountLayout,
     parse_assay_types,
@@ -37,9 +45,26 @@ from .records import (
 )
 from .store_io import get_json, list_dir
 
-__all__ = ["AssayInfo", "StoreContents", "read_contents", "verify_assay", "verify_store"]
+__all__ = [
+    "AssayInfo",
+    "StoreContents",
+    "read_contents",
+    "refuse_pending_assays",
+    "unfinished_message",
+    "verify_assay",
+    "verify_store",
+]
 
 REPAIR = "re-import the dataset, or rewrite it with `cytearc-vfs repack --data-only SOURCE DEST`"
+
+
+def unfinished_message(where: str, writer: object, what: str = "the store") -> str:
+    """The refusal of something a writer began and never finished, with the remedy."""
+    return (
+        f"{where}: {what} is unfinished: {writer!s} began writing it and never finished (it "
+        "was interrupted or failed), so it does not open. Write it again with "
+        "overwrite=True (--overwrite on the command line), which replaces it"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +155,11 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     if root.get("node_type") != "group":
         raise ValueError(f"{where} is a Zarr {root.get('node_type')}, not a store group")
     root_attrs = root.get("attributes", {}) or {}
+    if isinstance(root_attrs, dict) and PENDING_STORE_ATTR in root_attrs:
+        raise IncompleteStoreError(
+            unfinished_message(where, root_attrs[PENDING_STORE_ATTR])
+            + f" (its root still carries {PENDING_STORE_ATTR})"
+        )
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
     for child in list_dir(store, ""):
@@ -356,6 +386,21 @@ def _check_summaries(
             )
 
 
+def refuse_pending_assays(store: Store, contents: StoreContents, *, where: str) -> None:
+    """Refuse a store that holds a pending assay, naming the writer that never finished it.
+
+    Assay scans skip a pending assay, but its arrays can still be read
+    directly, and its counts may hold chunks not yet written (read as zeros).
+    """
+    for paths in contents.pending:
+        writer = _node_attrs(store, paths.assay_group)[1].get(PENDING_ASSAY_ATTR)
+        scope = f" of workspace {paths.workspace!r}" if paths.workspace else ""
+        raise IncompleteStoreError(
+            unfinished_message(where, writer, f"assay {paths.assay!r}{scope}")
+            + f" ({paths.assay_group!r} carries {PENDING_ASSAY_ATTR})"
+        )
+
+
 def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[AssayInfo]]:
     """Verify every assay of an ordinary store."""
     contents = read_contents(store, where=where)
@@ -364,6 +409,7 @@ def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[Assay
             f"{where} is a Zarr v2 store; RNA assays need sharded Zarr v3 countsT, so it will "
             f"not open. {REPAIR}"
         )
+    refuse_pending_assays(store, contents, where=where)
     infos: list[AssayInfo] = []
     types_by_root: dict[str, dict[str, str]] = {}
     for paths in contents.assays:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .locations import Location, describe_location, local_path, open_location
+from .records import PENDING_STORE_ATTR
 
 __all__ = ["KIND_WORDS", "StoreKind", "classify_location"]
 
@@ -158,6 +159,10 @@ def classify_location(
         return StoreKind("composite", where, 3)
     if "matrixSource" in attrs:
         return StoreKind("mount", where, 3)
+    if PENDING_STORE_ATTR in attrs:
+        # an unfinished store of any writer: opening it names the writer and
+        # the remedy, and --overwrite may replace it
+        return StoreKind("ordinary", where, 3)
     contents = read_contents(store, where=where)
     if contents.assays or contents.pending:
         return StoreKind("ordinary", where, 3)

@@ -6,7 +6,8 @@ through a checked cast, hashed into ``content_fingerprint``, summarised and
 written as one ``counts`` shard; its non-zeros are kept, per feature group
 that fits the memory budget, to build ``countsT`` without densifying more
 than one shard at a time. The assay is pending until one attribute write at
-the end declares it, so a crash never leaves a store that reads as valid.
+the end declares it, and the root names its writer until one last root
+write, so a crash at any instant leaves a store that every open refuses.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .count_source import (
     iter_bands,
     scan_source,
 )
-from .destinations import create_destination
+from .destinations import create_destination, finish_destination
 from .fingerprints import ContentHasher, dataset_fingerprint_of
 from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
 from .locations import Location, canonical_location, describe_location
@@ -298,7 +299,9 @@ def write_counts(
         budget,
         transpose=transpose,
     )
-    root = create_destination(destination, overwrite=overwrite, storage_options=storage_options)
+    root = create_destination(
+        destination, overwrite=overwrite, writer="write_counts", storage_options=storage_options
+    )
     location = canonical_location(destination)
     logger.info(
         "writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination)
@@ -449,6 +452,8 @@ def _write_store(
     attrs = {k: v for k, v in assay_group.attrs.asdict().items() if k != PENDING_ASSAY_ATTR}
     attrs["is_assay"] = True
     assay_group.attrs.put(attrs)
+    # The last write of all: the root stops naming its writer, and the store opens.
+    finish_destination(root)
     return content, cells_fp, features_fp
 
 

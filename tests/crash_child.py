@@ -1,0 +1,176 @@
+"""Run one writer and kill the process right after its n-th store write.
+
+Used by ``test_crash_sweep.py``: ``python crash_child.py CONFIG.json``. The
+config names the writer, its inputs, a destination folder and the kill
+points. This script imports the package once and forks one child per kill
+point (before any zarr call, so no event-loop thread is forked); the child
+counts every file write and delete that zarr's ``LocalStore`` makes and
+sends itself SIGKILL right after the n-th. Writes still in flight on other
+threads stay half-done, as they would in a real crash. A point past the
+writer's last write lets the writer finish: the child exits 0 and the
+script reports ``finished``.
+
+Each point prints one JSON line: ``{"point": n, "outcome": "killed" |
+"finished", "writes": count}`` (the count is known only for a finished run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+import cytearc_vfs as cv
+
+#: Exit status of a child whose writer returned before the kill point.
+FINISHED = 0
+#: Exit status of a child whose writer raised (a bug the sweep reports).
+RAISED = 3
+
+
+def _install_kill_hook(point: int) -> list[int]:
+    """Count LocalStore's file writes and deletes; SIGKILL right after the ``point``-th."""
+    from zarr.storage import _local
+
+    lock = threading.Lock()
+    count = [0]
+
+    def counted(function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            with lock:
+                count[0] += 1
+                if count[0] == point:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        return wrapper
+
+    # LocalStore's async methods look these helpers up at call time
+    for name in ("_put", "_delete", "_delete_dir"):
+        setattr(_local, name, counted(getattr(_local, name)))
+    return count
+
+
+def _counts(work: Path) -> sp.csr_array:
+    return sp.csr_array(sp.load_npz(work / "counts.npz"))
+
+
+def _ids(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i:04d}" for i in range(n)]
+
+
+def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -> None:
+    """Run ``writer`` on the inputs in ``work``, writing ``destination``."""
+    # the first run passes no overwrite, as a user would; a rerun passes it
+    again: dict[str, Any] = {"overwrite": True} if overwrite else {}
+    if writer in ("write_counts", "write_counts_overwrite"):
+        counts = _counts(work)
+        cv.write_counts(
+            destination,
+            counts,
+            cells=_ids("cell", counts.shape[0]),
+            features=_ids("gene", counts.shape[1]),
+            layout=(8192, 2048),
+            overwrite=True if writer == "write_counts_overwrite" else overwrite,
+        )
+    elif writer == "repack":
+        cv.repack(work / "src_a.zarr", destination, **again)
+    elif writer == "repack_mount":
+        cv.repack(work / "mount.zarr", destination, **again)
+    elif writer == "create_composite":
+        cv.create_composite(
+            destination,
+            {"a": work / "src_a.zarr", "b": work / "src_b.zarr"},
+            **again,
+        )
+    elif writer == "mount_datastore":
+        cv.mount_datastore(work / "src_a.zarr", destination, **again)
+    elif writer == "publish_artifact":
+        store = cv.open_store(destination, mode="r+")
+        values = np.load(work / "artifact.npy")
+        with cv.publish_artifact(
+            store, "RNA/artifacts", "reduction", provenance=json.loads(ARTIFACT_PROVENANCE)
+        ) as art:
+            art.write_array("embedding", values)
+            art.write_array("loadings", values[: values.shape[0] // 2] * 2)
+    else:
+        raise ValueError(f"unknown writer {writer!r}")
+
+
+ARTIFACT_PROVENANCE = json.dumps(
+    {"operation": "test.crash_sweep", "parameters": {"k": 3}, "inputs": {}}
+)
+
+
+def _prepare(writer: str, work: Path, destination: Path) -> None:
+    """Give writers that add to an existing store their starting store."""
+    template = {
+        "write_counts_overwrite": work / "existing.zarr",
+        "publish_artifact": work / "src_a.zarr",
+    }.get(writer)
+    if template is not None:
+        shutil.copytree(template, destination)
+
+
+def _preload() -> None:
+    """Import everything the writers import lazily, once, before forking.
+
+    No zarr call is made here: zarr starts its event-loop thread on first
+    use, and a thread does not survive a fork.
+    """
+    import anndata  # noqa: F401  (the writers check for AnnData input)
+
+    for name in (
+        "write_counts",
+        "repack",
+        "create_composite",
+        "mount_datastore",
+        "publish_artifact",
+        "CompositeStore",
+        "MountStore",
+        "VirtualArrayReader",
+    ):
+        getattr(cv, name)
+
+
+def main() -> int:
+    _preload()
+    config = json.loads(Path(sys.argv[1]).read_text())
+    writer, work, out = config["writer"], Path(config["work"]), Path(config["out"])
+    for point in config["points"]:
+        destination = out / f"{point:04d}.zarr"
+        _prepare(writer, work, destination)
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: run the writer, die at the point
+            count = _install_kill_hook(point)
+            try:
+                run_writer(writer, work, destination, overwrite=False)
+            except BaseException as exc:
+                print(json.dumps({"point": point, "error": repr(exc)}), flush=True)
+                os._exit(RAISED)
+            print(json.dumps({"point": point, "outcome": "finished", "writes": count[0]}))
+            sys.stdout.flush()
+            os._exit(FINISHED)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            print(json.dumps({"point": point, "outcome": "killed"}), flush=True)
+        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == FINISHED:
+            break  # past the last write: later points would finish too
+        else:
+            print(json.dumps({"point": point, "outcome": "failed", "status": status}), flush=True)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""Crash safety of every writer, by a real crash at every store write.
+
+Each writer runs in a child process (``crash_child.py``) that sends itself
+SIGKILL right after its n-th file write or delete, for every n from 1 to the
+writer's total. Then, in this process, the destination must either open
+complete and correct (values read through the gather reader and through
+plain zarr equal the input, and ``deep_verify`` finds nothing) or be refused
+with :class:`cytearc_vfs.IncompleteStoreError` naming the writer and the
+remedy, by ``open_store`` and ``deep_verify`` alike;
+``check_destination(overwrite=True)`` accepts every refused destination,
+and rerunning the writer with ``overwrite=True`` gives a correct store. The
+sources stay byte-identical. No point may read wrong values.
+
+The figures (points, refused, opened correct, wrong values) are printed and,
+when ``CYTEARC_CONFORMANCE_REPORT`` names a file (or a directory, which then
+gets ``crash_sweep.json``), merged into that JSON file under
+``"crash_sweep"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from cli_harness import cli_executable, tree_digest
+from conftest import realistic_counts
+from crash_child import run_writer
+
+import cytearc_vfs as cv
+from cytearc_vfs.deep_verify import deep_verify
+from cytearc_vfs.destinations import check_destination
+from cytearc_vfs.locations import open_location
+
+CHILD = Path(__file__).with_name("crash_child.py")
+SHAPE = (240, 90)
+#: The writer name each refusal must carry, per swept writer.
+WRITER_NAMES = {
+    "write_counts": "write_counts",
+    "write_counts_overwrite": "write_counts",
+    "repack": "repack",
+    "repack_mount": "repack",
+    "create_composite": "create_composite",
+    "mount_datastore": "mount_datastore",
+    "publish_artifact": "publish_artifact",
+}
+
+
+@dataclass(slots=True)
+class Figures:
+    """What one writer's sweep found."""
+
+    writes: int = 0
+    """Store writes (files written or deleted) of a complete run."""
+    points: int = 0
+    """Kill points tried (one per write)."""
+    refused: int = 0
+    """Points whose destination every open refused with the documented error."""
+    opened_correct: int = 0
+    """Points whose destination opened and read exactly the input."""
+    wrong_values: int = 0
+    """Points whose destination opened and read something else (must be 0)."""
+    reruns: int = 0
+    """Refused points rewritten by a rerun with overwrite, then read correctly."""
+    failures: list[str] = field(default_factory=list)
+    """Anything else: unexpected errors, wrong messages (must be empty)."""
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def _ids(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i:04d}" for i in range(n)]
+
+
+def _publish(store: Any, kind: str, values: np.ndarray) -> None:
+    provenance = {"operation": kind, "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(store, "RNA/artifacts", kind, provenance=provenance) as art:
+        art.write_array("data", values.reshape(SHAPE[0], -1))
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Inputs every writer reads, and what each should produce."""
+    root = tmp_path_factory.mktemp("crash")
+    a = realistic_counts(*SHAPE, density=0.08, seed=11)
+    b = realistic_counts(SHAPE[0] // 2, SHAPE[1], density=0.08, seed=12)
+    sp.save_npz(root / "counts.npz", sp.csr_matrix(a))
+    layout = (8192, 2048)
+    genes = _ids("gene", SHAPE[1])
+    cv.write_counts(
+        root / "src_a.zarr", a, cells=_ids("cell", SHAPE[0]), features=genes, layout=layout
+    )
+    cv.write_counts(
+        root / "src_b.zarr", b, cells=_ids("bcell", b.shape[0]), features=genes, layout=layout
+    )
+    cv.write_counts(root / "existing.zarr", realistic_counts(50, 20, seed=13))
+    # artifacts in the source and in the mount, which a repack of the mount gathers
+    _publish(cv.open_store(root / "src_a.zarr", mode="r+"), "pca", np.arange(SHAPE[0] * 2.0))
+    _publish(cv.mount_datastore(root / "src_a.zarr", root / "mount.zarr"), "umap", np.ones(480))
+    artifact = np.random.default_rng(3).normal(size=(SHAPE[0], 3))
+    np.save(root / "artifact.npy", artifact)
+    return {
+        "root": root,
+        "a": a.toarray(),
+        "composite": np.vstack([a.toarray(), b.toarray()]),
+        "artifact": artifact,
+        "sources": ("src_a.zarr", "src_b.zarr", "mount.zarr"),
+    }
+
+
+def _source_digests(work: dict[str, Any]) -> dict[str, str]:
+    return {name: tree_digest(work["root"] / name) for name in work["sources"]}
+
+
+# ------------------------------------------------------------------ running
+
+
+def _run_child(
+    writer: str, work: dict[str, Any], out: Path, points: list[int]
+) -> Iterator[dict[str, Any]]:
+    """Run the crash script over ``points``; yields each point's line as it is reported.
+
+    The script kills its next child while this process checks the last
+    destination, so the two cores share the sweep.
+    """
+    config = out.with_suffix(".json")
+    config.write_text(
+        json.dumps({"writer": writer, "work": str(work["root"]), "out": str(out), "points": points})
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    with subprocess.Popen(
+        [sys.executable, str(CHILD), str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        for line in child.stdout:
+            if line.startswith("{"):
+                yield json.loads(line)
+        errors = child.stderr.read()
+    assert child.returncode == 0, errors
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _expect_refused(where: Path, writer: str, exc: Exception) -> None:
+    message = str(exc)
+    assert WRITER_NAMES[writer] in message, message
+    assert "overwrite=True" in message and "--overwrite" in message, message
+    with pytest.raises(cv.IncompleteStoreError):
+        deep_verify(open_location(where, read_only=True), where=str(where))
+    assert check_destination(where, overwrite=True) == "w"
+
+
+def _read_correct(store: Any, expected: np.ndarray, *, plain: bool) -> bool:
+    """Whether the counts read exactly ``expected``, through the reader and plain zarr."""
+    reader = cv.VirtualArrayReader(store, "RNA")
+    if reader.shape != expected.shape or not np.array_equal(reader.read(), expected):
+        return False
+    if plain:
+        counts = zarr.open_array(store, path="RNA/counts", mode="r")
+        counts_t = zarr.open_array(store, path="RNA/countsT", mode="r")
+        if not np.array_equal(counts[:], expected) or not np.array_equal(counts_t[:], expected.T):
+            return False
+    return True
+
+
+def _check_store(where: Path, writer: str, expected: np.ndarray, figures: Figures) -> str:
+    """Classify one crashed destination of a writer of counts."""
+    try:
+        store = cv.open_store(where)
+    except cv.IncompleteStoreError as exc:
+        _expect_refused(where, writer, exc)
+        figures.refused += 1
+        return "refused"
+    plain = writer != "mount_datastore"  # a mount's counts are its source's
+    correct = _read_correct(store, expected, plain=plain)
+    reports = deep_verify(open_location(where, read_only=True), where=str(where))
+    if not correct or not all(report.ok for report in reports):
+        figures.wrong_values += 1
+        return "wrong"
+    if writer in ("mount_datastore", "create_composite"):
+        # complete mounts and composites are not the writers' to replace
+        with pytest.raises(FileExistsError):
+            check_destination(where, overwrite=True)
+    figures.opened_correct += 1
+    return "opened"
+
+
+def _artifact_correct(store: Any, path: str, expected: np.ndarray) -> bool:
+    embedding = zarr.open_array(store, path=f"{path}/embedding", mode="r")[:]
+    loadings = zarr.open_array(store, path=f"{path}/loadings", mode="r")[:]
+    return np.array_equal(embedding, expected) and np.array_equal(
+        loadings, expected[: len(expected) // 2] * 2
+    )
+
+
+def _check_artifact(where: Path, expected: np.ndarray, figures: Figures) -> str:
+    """Classify one crashed artifact publication into an existing store."""
+    store = cv.open_store(where)  # the store itself stays sound whatever the artifact
+    kind_dir = where / "RNA" / "artifacts" / "reduction"
+    paths = (
+        [f"RNA/artifacts/reduction/{p.name}" for p in kind_dir.iterdir() if p.is_dir()]
+        if (kind_dir.is_dir())
+        else []
+    )
+    listed = {record.path for record in cv.list_artifacts(store, "RNA/artifacts", "reduction")}
+    outcome = "refused"
+    for path in paths:
+        try:
+            cv.read_artifact(store, path)
+        except (cv.IncompleteStoreError, FileNotFoundError):
+            assert path not in listed
+            continue
+        assert path in listed
+        if not _artifact_correct(store, path, expected):
+            figures.wrong_values += 1
+            return "wrong"
+        outcome = "opened"
+    if outcome == "opened":
+        figures.opened_correct += 1
+    else:
+        figures.refused += 1
+    return outcome
+
+
+def _rerun(writer: str, work: dict[str, Any], where: Path, expected: np.ndarray) -> None:
+    """Run the writer again with overwrite over a refused destination; it must come out right."""
+    run_writer(writer, work["root"], where, overwrite=True)
+    if writer == "publish_artifact":
+        store = cv.open_store(where)
+        published = cv.list_artifacts(store, "RNA/artifacts", "reduction")
+        assert published and _artifact_correct(store, published[-1].path, expected)
+        return
+    assert _read_correct(cv.open_store(where), expected, plain=writer != "mount_datastore")
+
+
+# ------------------------------------------------------------------ the sweep
+
+REPORT: dict[str, Figures] = {}
+
+
+def _expected(writer: str, work: dict[str, Any]) -> np.ndarray:
+    return {
+        "create_composite": work["composite"],
+        "publish_artifact": work["artifact"],
+    }.get(writer, work["a"])
+
+
+def sweep(writer: str, work: dict[str, Any], tmp_path: Path) -> Figures:
+    """Kill ``writer`` after each of its writes and check every destination."""
+    before = _source_digests(work)
+    figures = Figures()
+    expected = _expected(writer, work)
+    # points 1, 2, ... until the writer finishes before its kill point
+    for line in _run_child(writer, work, tmp_path / "points", list(range(1, 100_000))):
+        if line.get("outcome") == "finished":
+            figures.writes = line["writes"]
+            continue
+        if line.get("outcome") != "killed":
+            figures.failures.append(f"point {line.get('point')}: {line}")
+            continue
+        figures.points += 1
+        where = tmp_path / "points" / f"{line['point']:04d}.zarr"
+        try:
+            if writer == "publish_artifact":
+                outcome = _check_artifact(where, expected, figures)
+            else:
+                outcome = _check_store(where, writer, expected, figures)
+            if outcome == "refused":
+                _rerun(writer, work, where, expected)
+                figures.reruns += 1
+        except Exception as exc:  # every other outcome is a finding to report
+            figures.failures.append(f"point {line['point']}: {type(exc).__name__}: {exc}")
+    assert _source_digests(work) == before, "a writer changed one of its sources"
+    REPORT[writer] = figures
+    _publish_figures(writer, figures)
+    return figures
+
+
+def _publish_figures(writer: str, figures: Figures) -> None:
+    print(
+        f"\ncrash sweep {writer}: {figures.points} points of {figures.writes} writes, "
+        f"{figures.refused} refused, {figures.opened_correct} opened correct, "
+        f"{figures.wrong_values} wrong values, {figures.reruns} reruns with overwrite"
+    )
+    target = os.environ.get("CYTEARC_CONFORMANCE_REPORT")
+    if not target:
+        return
+    path = Path(target)
+    if path.is_dir():
+        path = path / "crash_sweep.json"
+    report = json.loads(path.read_text()) if path.is_file() else {}
+    entry = asdict(figures)
+    report.setdefault("crash_sweep", {})[writer] = entry
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+def _assert_sound(figures: Figures) -> None:
+    assert not figures.failures, "\n".join(figures.failures[:10])
+    assert figures.wrong_values == 0
+    assert figures.points == figures.writes
+    assert figures.refused + figures.opened_correct == figures.points
+    assert figures.reruns == figures.refused
+    # the last write publishes: killing right after it leaves a complete store
+    assert figures.opened_correct >= 1
+
+
+WRITERS = [
+    pytest.param("write_counts", id="write_counts"),
+    pytest.param("write_counts_overwrite", id="write_counts-overwrite", marks=pytest.mark.slow),
+    pytest.param("repack", id="repack"),
+    pytest.param("repack_mount", id="repack-mount", marks=pytest.mark.slow),
+    pytest.param("create_composite", id="create_composite"),
+    pytest.param("mount_datastore", id="mount_datastore"),
+    pytest.param("publish_artifact", id="publish_artifact"),
+]
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_crash_at_every_write(writer: str, work: dict[str, Any], tmp_path: Path) -> None:
+    figures = sweep(writer, work, tmp_path)
+    _assert_sound(figures)
+
+
+def test_cli_verify_refuses_an_unfinished_store(work: dict[str, Any], tmp_path: Path) -> None:
+    """``cytearc-vfs verify`` goes through the same checks: exit 3, the writer and remedy named."""
+    lines = list(_run_child("mount_datastore", work, tmp_path / "points", [5]))
+    assert lines == [{"point": 5, "outcome": "killed"}]
+    done = subprocess.run(
+        [cli_executable(), "verify", str(tmp_path / "points" / "0005.zarr")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "mount_datastore" in done.stderr and "--overwrite" in done.stderr
