@@ -22,6 +22,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from .cached_store import cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
+from .identity_checks import verify_mount_tables
 from .locations import Location, describe_location, local_path, open_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountRecord
 from .mount_resolution import artifact_roots, check_key, listing_is_union, place_of
@@ -140,6 +141,7 @@ class MountStore(Store):
                     f"which {record.location} lacks; re-import the source"
                 )
             infos[name] = info
+        verify_mount_tables(target, record.workspace, infos, where=where)
         return cls(target, source, record, infos, source_storage_options=source_storage_options)
 
     def __reduce__(self) -> tuple[Any, ...]:
