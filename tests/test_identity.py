@@ -9,7 +9,9 @@ remote source objects are pinned for the life of an open store.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,14 @@ import pandas as pd
 import pytest
 import zarr
 from conftest import realistic_counts
+from loopback_proxy import LoopbackProxy
+from s3_server import S3Server
 
 import cytearc_vfs as cv
 from cytearc_vfs.deep_verify import deep_verify
 from cytearc_vfs.locations import open_location
+from cytearc_vfs.source_cache import CACHE_ENV
+from cytearc_vfs.timeouts import DEFAULT_TIMEOUT, TIMEOUT_ENV, timeouts
 
 SMALL = cv.LayoutPolicy(64 * 1024, 4096)
 
@@ -235,3 +241,192 @@ def test_intact_stores_still_open_and_read(
     np.testing.assert_array_equal(reader.read(cells=slice(200, 450)), expected)
     assert isinstance(cv.open_store(mount), cv.MountStore)
     assert all(report.ok for report in deep_verify(comp.backing, where=str(composite)))
+
+
+# --------------------------------------------------- remote sources, pinned
+
+REMOTE_CELLS = 3000
+ROWS = np.arange(0, REMOTE_CELLS, 3)  # a 1,000-cell read
+
+
+@dataclass
+class RemoteComposite:
+    """A local composite over one S3 source ``b``, read through a counting proxy."""
+
+    location: Path
+    bucket: str
+    url: str
+    options: dict[str, Any]
+    expected: np.ndarray
+    proxy: LoopbackProxy
+    server: S3Server
+
+    def open(self) -> cv.CompositeStore:
+        store = cv.open_store(self.location, source_storage_options={"b": self.options})
+        assert isinstance(store, cv.CompositeStore)
+        return store
+
+    def open_reader(
+        self, monkeypatch: pytest.MonkeyPatch, cache: str
+    ) -> tuple[cv.CompositeStore, cv.VirtualArrayReader]:
+        """The composite opened with a cache budget of ``cache``, and a reader of it."""
+        monkeypatch.setenv(CACHE_ENV, cache)
+        store = self.open()
+        return store, cv.VirtualArrayReader(store)
+
+    def bucket_store(self) -> Any:
+        from obstore.store import from_url
+
+        options = dict(self.server.storage_options())
+        return from_url(f"s3://{self.bucket}", **options)
+
+    def chunk_keys(self, prefix: str) -> list[str]:
+        import obstore
+
+        listed = obstore.list(self.bucket_store(), prefix=prefix).collect()
+        return sorted(item["path"] for item in listed if "/c/" in item["path"])
+
+    def replace_shards(self) -> int:
+        """Overwrite b's shard objects with those of another store of the same shape."""
+        import obstore
+
+        bucket = self.bucket_store()
+        replaced = 0
+        for key in self.chunk_keys("other.zarr/RNA/"):
+            target = key.replace("other.zarr/", "b.zarr/", 1)
+            obstore.put(bucket, target, obstore.get(bucket, key).bytes())
+            replaced += 1
+        return replaced
+
+    def delete_source(self) -> None:
+        import obstore
+
+        bucket = self.bucket_store()
+        listed = obstore.list(bucket, prefix="b.zarr/").collect()
+        obstore.delete(bucket, [item["path"] for item in listed])
+
+
+@pytest.fixture
+def proxy(s3_server: S3Server) -> Iterator[LoopbackProxy]:
+    """A counting proxy in front of the session's S3 server."""
+    running = LoopbackProxy(s3_server.endpoint)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def remote(
+    tmp_path: Path,
+    s3_server: S3Server,
+    proxy: LoopbackProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> RemoteComposite:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    bucket = s3_server.new_bucket()
+    direct = s3_server.storage_options()
+    b = realistic_counts(REMOTE_CELLS, 80, density=0.2, seed=21)
+    other = realistic_counts(REMOTE_CELLS, 80, density=0.2, seed=22)
+    for name, counts in (("b", b), ("other", other)):
+        cv.write_counts(
+            f"s3://{bucket}/{name}.zarr",
+            counts,
+            features=[f"g{i}" for i in range(80)],
+            layout=SMALL,
+            storage_options=direct,
+        )
+    options = {**direct, "endpoint": proxy.endpoint}
+    url = f"s3://{bucket}/b.zarr"
+    location = tmp_path / "remote-comp.zarr"
+    cv.create_composite(location, {"b": url}, source_storage_options={"b": options}).close()
+    return RemoteComposite(location, bucket, url, options, b.toarray(), proxy, s3_server)
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("cache", ["0", "64M"])
+def test_a_replaced_source_object_is_refused_not_read(
+    remote: RemoteComposite, monkeypatch: pytest.MonkeyPatch, cache: str
+) -> None:
+    store, reader = remote.open_reader(monkeypatch, cache)
+    # a few cells first: pins the shards they touch (and caches their indexes)
+    np.testing.assert_array_equal(reader.read(cells=ROWS[:5]), remote.expected[ROWS[:5]])
+    assert remote.replace_shards() > 0
+    with pytest.raises(
+        cv.IdentityMismatchError,
+        match=r"source 'b' at s3://.*/b\.zarr: RNA/counts(T)?/c/\d+/0 changed while this store "
+        r"was open.*recreate the composite",
+    ):
+        reader.read(cells=ROWS)
+    with pytest.raises(cv.IdentityMismatchError):  # a new reader of the same open store too
+        cv.VirtualArrayReader(store).read(cells=ROWS)
+    store.close()
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("cache", ["0", "64M"])
+@pytest.mark.parametrize("read_first", [True, False])
+def test_a_deleted_source_is_an_os_error_not_zeros(
+    remote: RemoteComposite, monkeypatch: pytest.MonkeyPatch, cache: str, read_first: bool
+) -> None:
+    store, reader = remote.open_reader(monkeypatch, cache)
+    if read_first:
+        reader.read(cells=ROWS[:5])
+    remote.delete_source()
+    with pytest.raises(
+        OSError, match=r"source 'b' at s3://.*/b\.zarr: .* no longer exists"
+    ) as info:
+        reader.read(cells=ROWS)
+    assert not isinstance(info.value, cv.VfsError)
+    store.close()
+
+
+@pytest.mark.remote
+def test_pins_ride_on_the_reads_themselves(
+    remote: RemoteComposite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, reader = remote.open_reader(monkeypatch, "0")
+    remote.proxy.take()
+    np.testing.assert_array_equal(reader.read(cells=ROWS), remote.expected[ROWS])
+    first = remote.proxy.take()
+    assert len(first) == reader.stats.requests  # one HTTP request per fetch, no HEAD
+    assert {seen.method for seen in first} == {"GET"}
+    before = reader.stats.requests
+    np.testing.assert_array_equal(reader.read(cells=ROWS), remote.expected[ROWS])
+    second = remote.proxy.take()
+    assert len(second) == reader.stats.requests - before
+    # every later read of a pinned object is conditional
+    assert second and all(seen.if_match for seen in second)
+    store.close()
+
+
+@pytest.mark.remote
+def test_a_hung_server_is_an_os_error_within_the_timeout(
+    remote: RemoteComposite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TIMEOUT_ENV, "1.5")
+    store, reader = remote.open_reader(monkeypatch, "0")
+    remote.proxy.hang = True
+    started = time.monotonic()
+    with pytest.raises(
+        OSError,
+        match=r"source 'b' at s3://.*/b\.zarr: reading RNA/counts(T)?/c/\d+/0 failed "
+        r"\(GenericError: .*CYTEARC_SOURCE_TIMEOUT",
+    ) as info:
+        reader.read(cells=ROWS)
+    assert info.value.__cause__ is not None  # chained to the backend's error
+    assert time.monotonic() - started < 10
+    started = time.monotonic()
+    with pytest.raises(OSError, match=r"source 'b' at .* cannot be read"):
+        remote.open()
+    assert time.monotonic() - started < 10
+    store.close()
+
+
+def test_timeouts_come_from_the_environment() -> None:
+    assert timeouts({}) == (DEFAULT_TIMEOUT, 5.0)
+    assert timeouts({TIMEOUT_ENV: "120"}) == (120.0, 5.0)
+    for bad in ("soon", "0", "-3", "inf"):
+        with pytest.raises(ValueError, match=rf"{TIMEOUT_ENV}='{bad}' is not a number of seconds"):
+            timeouts({TIMEOUT_ENV: bad})
