@@ -7,32 +7,40 @@ whole shard only when most of it is needed). Range reads of a shard that is
 cached whole are served from it; other range reads and every metadata
 document go to the source. Local and in-memory stores are never wrapped:
 their reads cost less than a cache's.
+
+Below the cache, a :class:`~cytearc_vfs.pinned_store.PinnedSourceStore` pins
+each object's version at its first read, and the version is part of the
+cache key, so an entry is only ever served for the version this open store
+pinned.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore
 
-from .key_checked import KeyCheckedWrapperStore
+from .pinned_store import Batches, PinnedSourceStore, Ranges, SourceReadWrapper, is_chunk_key
 from .source_cache import SourceCache
 
 __all__ = ["CachedSourceStore", "cached_source", "source_cache_of"]
 
 
-def cached_source(store: Store, cache: SourceCache | None, name: str) -> Store:
+def cached_source(
+    store: Store, cache: SourceCache | None, name: str, *, where: str | None = None
+) -> Store:
     """``store`` read through ``cache`` when it is remote (else ``store`` itself).
 
-    ``name`` keeps the keys of the open store's sources apart.
+    ``name`` keeps the keys of the open store's sources apart; ``name`` and
+    ``where`` (the source's location) name the source in errors. A remote
+    store is pinned (:class:`PinnedSourceStore`) whether or not there is a cache.
     """
-    if cache is None or isinstance(store, LocalStore | MemoryStore | CachedSourceStore):
+    if isinstance(store, LocalStore | MemoryStore | CachedSourceStore | PinnedSourceStore):
         return store
-    return CachedSourceStore(store, cache, name)
+    pinned = PinnedSourceStore(store, name=name, where=where or str(store))
+    return pinned if cache is None else CachedSourceStore(pinned, cache, name)
 
 
 def source_cache_of(store: Store) -> SourceCache | None:
@@ -40,12 +48,7 @@ def source_cache_of(store: Store) -> SourceCache | None:
     return store.cache if isinstance(store, CachedSourceStore) else None
 
 
-def _is_chunk(key: str) -> bool:
-    # chunk keys of zarr v3's default encoding: <array>/c/<i>/<j>
-    return key.startswith("c/") or "/c/" in key
-
-
-class CachedSourceStore(KeyCheckedWrapperStore):
+class CachedSourceStore(SourceReadWrapper):
     """A read-only remote store whose shards and shard indexes go through a cache."""
 
     def __init__(self, store: Store, cache: SourceCache, name: str) -> None:
@@ -58,11 +61,6 @@ class CachedSourceStore(KeyCheckedWrapperStore):
         """The cache it reads through."""
         return self._cache
 
-    @property
-    def wrapped(self) -> Store:
-        """The source store underneath."""
-        return self._store
-
     def _with_store(self, store: Store) -> CachedSourceStore:
         return type(self)(store, self._cache, self._name)
 
@@ -71,30 +69,26 @@ class CachedSourceStore(KeyCheckedWrapperStore):
         # worker) reads the source, and its own store makes its own cache.
         return (_plain, (self._store,))
 
-    @property
-    def _supports_sync_io(self) -> bool:
-        # zarr's synchronous paths would go around the cache
-        return False
-
     def _key(self, key: str, suffix: int | None = None) -> str:
-        whole = f"{self._name}\0{key}"
+        # the pinned version is part of the key: a replaced object never finds
+        # the entry of the version read before
+        token = self._store.token(key) if isinstance(self._store, PinnedSourceStore) else None
+        whole = f"{self._name}\0{key}\0{token}"
         return whole if suffix is None else f"{whole}\0suffix={suffix}"
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         self._check_key(key, "get")
-        if not _is_chunk(key):
+        if not is_chunk_key(key):
             return await self._store.get(key, prototype, byte_range)
         if byte_range is None:
-            return await self._through(self._key(key), key, prototype, None)
+            return await self._through(key, None, prototype, None)
         if isinstance(byte_range, SuffixByteRequest):
             served = self._from_whole(key, -byte_range.suffix, None, prototype)
             if served is not None:
                 return served
-            return await self._through(
-                self._key(key, byte_range.suffix), key, prototype, byte_range
-            )
+            return await self._through(key, byte_range.suffix, prototype, byte_range)
         if isinstance(byte_range, RangeByteRequest):
             served = self._from_whole(key, byte_range.start, byte_range.end, prototype)
         else:
@@ -104,14 +98,19 @@ class CachedSourceStore(KeyCheckedWrapperStore):
         return await self._store.get(key, prototype, byte_range)
 
     async def _through(
-        self, cache_key: str, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+        self,
+        key: str,
+        suffix: int | None,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None,
     ) -> Buffer | None:
-        data = self._cache.get(cache_key)
+        data = self._cache.get(self._key(key, suffix))
         if data is not None:
             return prototype.buffer.from_bytes(data)
         buffer = await self._store.get(key, prototype, byte_range)
         if buffer is not None:
-            self._cache.put(cache_key, buffer.to_bytes())
+            # keyed after the fetch: a first read has just pinned the version
+            self._cache.put(self._key(key, suffix), buffer.to_bytes())
         return buffer
 
     def _from_whole(
@@ -126,31 +125,16 @@ class CachedSourceStore(KeyCheckedWrapperStore):
         data = self._cache.get_range(whole, first, size if stop is None else stop)
         return None if data is None else prototype.buffer.from_bytes(data)
 
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        # every key is checked before any is fetched
-        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
-        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
-
-    async def get_ranges(
-        self,
-        key: str,
-        byte_ranges: Sequence[ByteRequest | None],
-        *,
-        prototype: BufferPrototype,
-        **options: Any,
-    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        self._check_key(key, "get_ranges")
-        if _is_chunk(key) and self._cache.size(self._key(key)) is not None:
+    async def _get_ranges(
+        self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
+    ) -> Batches:
+        if is_chunk_key(key) and self._cache.size(self._key(key)) is not None:
             # the shard is cached whole: every range from it, one batch
             served = [(i, await self.get(key, prototype, rng)) for i, rng in enumerate(byte_ranges)]
             if all(buffer is not None for _, buffer in served):
                 yield served
                 return
-        async for batch in super().get_ranges(key, byte_ranges, prototype=prototype, **options):
+        async for batch in self._store.get_ranges(key, byte_ranges, prototype=prototype, **limits):
             yield batch
 
 

@@ -26,7 +26,14 @@ from zarr.storage import MemoryStore
 
 from .composite_columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .composite_maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
-from .composite_records import COMPOSITE_ATTR, MAPS_GROUP, CompositeRecord, MapRecord, SourceBinding
+from .composite_records import (
+    COMPOSITE_ATTR,
+    MAPS_GROUP,
+    AxisIds,
+    CompositeRecord,
+    MapRecord,
+    SourceBinding,
+)
 from .count_dtype import summary_dtype
 from .destinations import create_destination, finish_destination
 from .fingerprints import combine
@@ -336,9 +343,6 @@ def create_composite(
         arrays[join(assay, "countsT")] = virtual_array_document(
             (shape[1], shape[0]), plan.dtype, {"content_fingerprint": content, "complete": True}
         )
-    record = CompositeRecord(
-        assay=assay, sources=bindings, arrays=arrays, maps=map_records, complete=False
-    )
     cell_table = prepare_table(
         _frame(plan.cell_ids, {"source": plan.cell_sources, "sourceId": plan.source_cell_ids}),
         table="cellData",
@@ -353,6 +357,15 @@ def create_composite(
         table="featureData",
     )
     summaries = _summaries(plan, bound, budget, progress)
+    record = CompositeRecord(
+        assay=assay,
+        sources=bindings,
+        arrays=arrays,
+        maps=map_records,
+        complete=False,
+        # the ids are fingerprinted as the tables are prepared; every open checks them
+        ids=AxisIds(cell_table.ids_fingerprint, feature_table.ids_fingerprint),
+    )
 
     root = create_destination(
         destination,

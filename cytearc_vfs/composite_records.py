@@ -8,12 +8,19 @@ Shape (strict, unversioned, spec "Composite sources and virtual counts")::
       "arrays": {"RNA/counts": <zarr.json document>, "RNA/countsT": <zarr.json document>},
       "maps": {"rowSources": {...}, "sourceRows": {...}, "featureColumns": {...}},
       "complete": false | true,
+      "ids": {"cells": "sha256:...", "features": "sha256:..."},   # optional, see below
     }
 
 Each ``maps`` entry is ``{"path": "_composite/<name>", "shape": [...], "dtype": str,
 "fingerprint": "sha256:..."}``; the fingerprint is of the mapping's values,
 and reopening verifies it. Missing or unknown fields anywhere fail closed
 with :class:`RecordShapeError`.
+
+``ids`` holds the fingerprints of the output cell and feature ids, written by
+every composite created since they were recorded; a composite written before
+has no ``ids`` and still opens (its ids arrays' own ``fingerprint`` attributes
+are checked instead). It is the one optional field: absent is accepted,
+anything else in it is strict.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from .records import check_fields, parse_fingerprint
 __all__ = [
     "COMPOSITE_ATTR",
     "MAP_NAMES",
+    "AxisIds",
     "CompositeRecord",
     "MapRecord",
     "SourceBinding",
@@ -141,6 +149,30 @@ class MapRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class AxisIds:
+    """Fingerprints of a composite's ordered output ids, recorded at creation."""
+
+    cells: str
+    """Fingerprint of ``cellData/ids``."""
+    features: str
+    """Fingerprint of ``{assay}/featureData/ids``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Serialise to the persisted JSON shape."""
+        return {"cells": self.cells, "features": self.features}
+
+    @classmethod
+    def from_json(cls, value: object, *, where: str) -> AxisIds:
+        """Parse strictly."""
+        record = "composite ids"
+        fields = check_fields(value, {"cells": str, "features": str}, record=record, where=where)
+        return cls(
+            cells=parse_fingerprint(fields["cells"], record=record, where=where),
+            features=parse_fingerprint(fields["features"], record=record, where=where),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CompositeRecord:
     """The root ``composite`` attribute."""
 
@@ -154,16 +186,22 @@ class CompositeRecord:
     """Mapping arrays by name (``rowSources``, ``sourceRows``, ``featureColumns``)."""
     complete: bool
     """Whether creation finished; an incomplete composite never opens."""
+    ids: AxisIds | None = None
+    """Fingerprints of the output ids; ``None`` in composites written before they
+    were recorded."""
 
     def to_json(self) -> dict[str, Any]:
         """Serialise to the persisted JSON shape."""
-        return {
+        value: dict[str, Any] = {
             "assay": self.assay,
             "sources": [source.to_json() for source in self.sources],
             "arrays": {path: dict(document) for path, document in self.arrays.items()},
             "maps": {name: self.maps[name].to_json() for name in MAP_NAMES if name in self.maps},
             "complete": self.complete,
         }
+        if self.ids is not None:
+            value["ids"] = self.ids.to_json()
+        return value
 
     def source(self, name: str) -> SourceBinding:
         """The binding named ``name``."""
@@ -176,12 +214,16 @@ class CompositeRecord:
     def from_json(cls, value: object, *, where: str) -> CompositeRecord:
         """Parse strictly."""
         record = "composite record"
-        fields = check_fields(
-            value,
-            {"assay": str, "sources": list, "arrays": dict, "maps": dict, "complete": bool},
-            record=record,
-            where=where,
-        )
+        required: dict[str, type] = {
+            "assay": str,
+            "sources": list,
+            "arrays": dict,
+            "maps": dict,
+            "complete": bool,
+        }
+        if isinstance(value, Mapping) and "ids" in value:
+            required["ids"] = dict  # written since ids are fingerprinted; older records lack it
+        fields = check_fields(value, required, record=record, where=where)
         sources = tuple(
             SourceBinding.from_json(item, where=f"{where} sources[{index}]")
             for index, item in enumerate(fields["sources"])
@@ -210,4 +252,5 @@ class CompositeRecord:
             arrays=arrays,
             maps=maps,
             complete=fields["complete"],
+            ids=AxisIds.from_json(fields["ids"], where=f"{where} ids") if "ids" in fields else None,
         )

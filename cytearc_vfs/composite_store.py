@@ -34,6 +34,7 @@ from .composite_records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeR
 from .count_mapping import ArrayMapping, CountMapping
 from .errors import IdentityMismatchError, IncompleteStoreError
 from .fingerprints import combine
+from .identity_checks import verify_composite_tables
 from .key_checked import KeyCheckedStore
 from .locations import Location, describe_location, open_location
 from .nodes import array_at
@@ -170,6 +171,7 @@ class CompositeStore(KeyCheckedStore):
                     f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
                     f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
                 )
+        verify_composite_tables(backing, record, attrs, where=where)
         counters = ReadCounters()
 
         def bind(index: int) -> BoundSource:

@@ -22,12 +22,14 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from .cached_store import cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
+from .identity_checks import verify_mount_tables
 from .key_checked import KeyCheckedStore
 from .locations import Location, describe_location, local_path, open_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountRecord
 from .mount_resolution import artifact_roots, listing_is_union, place_of
 from .nodes import array_at
 from .paths import AssayPaths, join
+from .pinned_store import pin_arrays
 from .read_stats import ReadCounters
 from .source_cache import CacheInfo, SourceCache
 from .source_store import AssayInfo, read_contents, verify_assay
@@ -65,7 +67,7 @@ class MountStore(KeyCheckedStore):
         # a remote source reads through a bounded cache (shared by the stores
         # with_read_only derives, made anew where the store is unpickled)
         self._cache = source_cache_of(source) or SourceCache()
-        self._source = cached_source(source, self._cache, "source")
+        self._source = cached_source(source, self._cache, "source", where=record.location)
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
@@ -141,7 +143,14 @@ class MountStore(KeyCheckedStore):
                     f"which {record.location} lacks; re-import the source"
                 )
             infos[name] = info
-        return cls(target, source, record, infos, source_storage_options=source_storage_options)
+        verify_mount_tables(target, record.workspace, infos, where=where)
+        mount = cls(target, source, record, infos, source_storage_options=source_storage_options)
+        # the source's shards are pinned as they are now (see pinned_store)
+        pin_arrays(
+            mount._source,
+            [path for info in infos.values() for path in (info.paths.counts, info.paths.counts_t)],
+        )
+        return mount
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The verified state and in-memory options travel (for dask workers);

@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedSourceError,
 )
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
+from .identity_checks import check_declared_assays, check_fill_value
 from .nodes import array_at, group_at
 from .paths import AssayPaths, join
 from .records import (
@@ -222,6 +223,7 @@ def _check_live(
             f"{where} does not agree with its {COUNT_LAYOUT_ATTR} record ({details}); the array "
             f"was changed after it was written. {REPAIR}"
         )
+    check_fill_value(array.metadata.fill_value, where=where, remedy=REPAIR)
 
 
 def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
@@ -412,11 +414,26 @@ def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[Assay
     refuse_pending_assays(store, contents, where=where)
     infos: list[AssayInfo] = []
     types_by_root: dict[str, dict[str, str]] = {}
+    # every container that declares or holds assays: the root always (its
+    # declarations must not name an assay that lost its group), and each workspace
+    for container in dict.fromkeys(["", *(p.root for p in (*contents.assays, *contents.pending))]):
+        attrs = contents.root_attrs if container == "" else _node_attrs(store, container)[1]
+        check_declared_assays(
+            attrs,
+            [p.assay for p in contents.assays if p.root == container],
+            pending=[p.assay for p in contents.pending if p.root == container],
+            container=container,
+            where=where,
+            remedy=REPAIR,
+        )
+        types_by_root[container] = parse_assay_types(
+            attrs.get("assayTypes", {}), where=container or "/"
+        )
+    if not contents.assays and not contents.pending:
+        raise IncompleteStoreError(
+            f"{where} holds no assay (no group carries is_assay: true); it is not a CyteArc "
+            f"store, or its assay group lost its is_assay attribute. {REPAIR}"
+        )
     for paths in contents.assays:
-        if paths.root not in types_by_root:
-            attrs = _node_attrs(store, paths.root)[1]
-            types_by_root[paths.root] = parse_assay_types(
-                attrs.get("assayTypes", {}), where=paths.root or "/"
-            )
         infos.append(verify_assay(store, paths, where=where, assay_types=types_by_root[paths.root]))
     return contents, infos

@@ -22,6 +22,7 @@ from .cached_store import cached_source
 from .errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from .locations import Location, describe_location, local_path, open_location
 from .paths import AssayPaths, join
+from .pinned_store import pin_arrays
 from .prefetch import PrefetchedStore, assay_documents, prefetched
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
@@ -97,13 +98,19 @@ def bind_source(
     where = describe_location(location)
     try:
         backend = cached_source(
-            open_location(location, read_only=True, storage_options=storage_options), cache, name
+            open_location(location, read_only=True, storage_options=storage_options),
+            cache,
+            name,
+            where=where,
         )
         paths = AssayPaths(assay, workspace)
         # the documents verification reads are fetched in one concurrent round
         documents = prefetched(backend, assay_documents(paths))
         refuse_unsupported(documents, where=where, name=name)
         info = verify_assay(documents, paths, where=where)
+        # a remote source's shards are pinned as they are now (one listing per
+        # array); every later read of one is checked against its pin
+        pin_arrays(backend, [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t])
     except (VfsError, ValueError, TypeError):
         raise
     except Exception as exc:

@@ -3,12 +3,15 @@
 Local paths reach zarr as :class:`pathlib.Path`, because zarr reads a string
 as a URL and would cut a directory named ``a#b;c?`` at ``#``. Remote URLs
 prefer obstore (fewer copies, native async) and fall back to fsspec; each is
-imported lazily, with an error naming the extra to install.
+imported lazily, with an error naming the extra to install. Remote stores get
+the request timeouts of :mod:`cytearc_vfs.timeouts` unless their options set
+their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +20,7 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore, ManagedMemoryStore
 
 from cytearc_vfs.locations import register_backend
+from cytearc_vfs.timeouts import timeouts
 
 __all__ = [
     "forget_memory",
@@ -68,9 +72,19 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
         raise ImportError(
             f"reading {url!r} needs obstore: pip install 'cytearc-vfs[obstore]'"
         ) from exc
-    options = dict(storage_options or {})
-    client_options = options.pop("client_options", None)
-    backend = from_url(url, client_options=client_options, **options)
+    options: dict[str, Any] = dict(storage_options or {})
+    limits = timeouts()
+    # bounded by default (obstore would retry a hung server for minutes);
+    # options given explicitly win
+    options["client_options"] = {
+        "timeout": timedelta(seconds=limits.total),
+        "connect_timeout": timedelta(seconds=limits.connect),
+        **(options.get("client_options") or {}),
+    }
+    options["retry_config"] = options.get("retry_config") or {
+        "retry_timeout": timedelta(seconds=limits.total)
+    }
+    backend = from_url(url, **options)
     return ObjectStore(backend, read_only=read_only)
 
 
@@ -82,9 +96,16 @@ def open_fsspec(url: str, read_only: bool, storage_options: Mapping[str, Any] | 
         raise ImportError(
             f"reading {url!r} needs fsspec: pip install 'cytearc-vfs[fsspec]'"
         ) from exc
-    return FsspecStore.from_url(
-        url, storage_options=dict(storage_options or {}), read_only=read_only
-    )
+    options = dict(storage_options or {})
+    if urlsplit(url).scheme == "s3":
+        # s3fs passes these to botocore; options given explicitly win
+        limits = timeouts()
+        options["config_kwargs"] = {
+            "connect_timeout": limits.connect,
+            "read_timeout": limits.total,
+            **(options.get("config_kwargs") or {}),
+        }
+    return FsspecStore.from_url(url, storage_options=options, read_only=read_only)
 
 
 def _obstore_available() -> bool:

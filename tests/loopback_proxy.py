@@ -1,0 +1,107 @@
+"""A loopback HTTP proxy in front of the S3 server that counts requests and can hang.
+
+Requests pass through unchanged (headers, body, signature), so clients talk
+real S3 to a real server; the proxy records each request's method, path and
+conditional and range headers, and when ``hang`` is set it accepts requests
+and never answers, as a stalled server does.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the proxy saw it."""
+
+    method: str
+    path: str
+    range: str | None
+    if_match: str | None
+
+
+class LoopbackProxy:
+    """Forwards to ``upstream`` (``http://host:port``); see the module docstring."""
+
+    def __init__(self, upstream: str) -> None:
+        parts = urlsplit(upstream)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.seen: list[Seen] = []
+        self.hang = False
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:  # quiet
+                pass
+
+            def _forward(self) -> None:
+                proxy._record(self)
+                if proxy.hang:
+                    proxy._release.wait()  # accept, never answer
+                    self.close_connection = True
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                upstream = http.client.HTTPConnection(*proxy._upstream, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream.getresponse()
+                    payload = response.read()
+                    self.send_response(response.status, response.reason)
+                    for name, value in response.getheaders():
+                        if name.lower() not in _HOP_BY_HOP:
+                            self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
+                finally:
+                    upstream.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """The proxy's URL."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _record(self, handler: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.seen.append(
+                Seen(
+                    handler.command,
+                    handler.path,
+                    handler.headers.get("Range"),
+                    handler.headers.get("If-Match"),
+                )
+            )
+
+    def take(self) -> list[Seen]:
+        """The requests seen since the last call."""
+        with self._lock:
+            seen, self.seen = self.seen, []
+        return seen
+
+    def close(self) -> None:
+        """Stop serving; hung requests are released."""
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
