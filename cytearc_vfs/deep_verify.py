@@ -8,6 +8,7 @@ It is what ``cytearc-vfs verify`` runs.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,14 +46,21 @@ class AssayReport:
         return not self.problems
 
 
-def _column_checksums(values: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
-    # Sum and an index-weighted sum per column: a transposed copy must agree on
+def _column_checksums(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # Sum and a weighted sum per column: a transposed copy must agree on
     # both, so a moved or changed value is caught without holding either matrix.
     # Integer arithmetic modulo 2**64 is exact (floats would round a +1 away);
     # both orientations wrap identically, so equality still means agreement.
     as_int = values.astype(np.uint64, copy=False)
-    weights = np.arange(offset + 1, offset + 1 + values.shape[0], dtype=np.uint64)
     return as_int.sum(axis=0, dtype=np.uint64), weights @ as_int
+
+
+def _random_weights(n: int) -> np.ndarray:
+    # Drawn anew for every verification. With fixed weights (the row index)
+    # two moves could cancel: v from cell c to c+1 and v from c+2 to c+1 keep
+    # every sum and index-weighted sum. A change passes random weights only
+    # if its weighted sum is 0 modulo 2**64: about 2**-64 per feature.
+    return np.frombuffer(secrets.token_bytes(8 * n), dtype=np.uint64)
 
 
 def _unreadable(what: str, start: int, stop: int, exc: Exception) -> str:
@@ -75,6 +83,7 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
     column_positive = np.zeros(n_features, dtype=np.int64)
     col_sum = np.zeros(n_features, dtype=np.uint64)
     col_weighted = np.zeros(n_features, dtype=np.uint64)
+    weights = _random_weights(n_cells)
     band = info.layout.counts.shards[0]
     for start in range(0, n_cells, band):
         stop = min(n_cells, start + band)
@@ -87,7 +96,7 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
         row_sums[start:stop] = dense.sum(axis=1, dtype=sum_dtype)
         row_positive[start:stop] = (dense > 0).sum(axis=1)
         column_positive += (dense > 0).sum(axis=0)
-        s, w = _column_checksums(dense, start)
+        s, w = _column_checksums(dense, weights[start:stop])
         col_sum += s
         col_weighted += w
         report.checked_values += dense.size
@@ -117,7 +126,7 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
             except Exception as exc:  # any decoding failure is a finding, not a crash
                 report.problems.append(_unreadable("countsT", start, stop, exc))
                 break
-            s, w = _column_checksums(dense_t, 0)
+            s, w = _column_checksums(dense_t, weights)
             differs = (s != col_sum[start:stop]) | (w != col_weighted[start:stop])
             if differs.any():
                 bad = start + int(np.flatnonzero(differs)[0])

@@ -60,3 +60,6 @@ def snapshot_tree():
 
 
 from s3_server import s3_server  # noqa: E402,F401  (fixture re-export)
+
+# rule / pending markers and the outcomes the conformance report reads
+pytest_plugins = ["cytearc_vfs_conformance.pytest_plugin"]
