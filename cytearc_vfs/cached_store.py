@@ -18,11 +18,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.abc.store import (
+    ByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore
 
-from .pinned_store import Batches, PinnedSourceStore, Ranges, SourceReadWrapper, is_chunk_key
+from .pinned_store import (
+    Batches,
+    PinnedSourceStore,
+    Ranges,
+    SourceReadWrapper,
+    check_byte_range,
+    is_chunk_key,
+)
 from .source_cache import SourceCache
 
 __all__ = ["CachedSourceStore", "cached_source", "source_cache_of"]
@@ -82,6 +94,7 @@ class CachedSourceStore(SourceReadWrapper):
         self._check_key(key, "get")
         if not is_chunk_key(key):
             return await self._store.get(key, prototype, byte_range)
+        check_byte_range(byte_range)
         if byte_range is None:
             return await self._through(key, None, prototype, None)
         if isinstance(byte_range, SuffixByteRequest):

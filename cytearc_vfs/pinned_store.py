@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from zarr.abc.store import (
     ByteRequest,
@@ -119,6 +119,14 @@ def _obstore_range(byte_range: ByteRequest | None) -> Any:
     raise TypeError(f"unsupported byte range {byte_range!r}")
 
 
+def check_byte_range(byte_range: object) -> None:
+    """Refuse what is not a zarr byte request, in zarr's own words (its store contract checks them)."""
+    if byte_range is not None and not isinstance(
+        byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
+    ):
+        raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -142,6 +150,16 @@ class SourceReadWrapper(KeyCheckedWrapperStore):
     @property
     def _supports_sync_io(self) -> bool:
         return False
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        """The same view; a writable form is refused (writes would go around the read path)."""
+        if not read_only:
+            raise NotImplementedError(
+                f"with_read_only is not implemented for the {type(self)} store type. A "
+                "source's read path is read-only (writes would go around its pins and "
+                "cache); open the source itself to write to it"
+            )
+        return self
 
     async def get_partial_values(
         self,
@@ -263,6 +281,7 @@ class PinnedSourceStore(SourceReadWrapper):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         self._check_key(key, "get")
+        check_byte_range(byte_range)
         try:
             if is_chunk_key(key) and isinstance(self._store, ObjectStore):
                 return await self._get_pinned(key, prototype, byte_range)

@@ -43,6 +43,23 @@ class ReadCounters:
         self._requests = 0
         self._reads = 0
 
+    def __getstate__(self) -> dict[str, int]:
+        # a lock does not pickle: a copy (a dask worker's) counts on its own
+        with self._lock:
+            return {
+                "chunks": self._chunks,
+                "bytes": self._bytes,
+                "requests": self._requests,
+                "reads": self._reads,
+            }
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        self._lock = threading.Lock()
+        self._chunks = state["chunks"]
+        self._bytes = state["bytes"]
+        self._requests = state["requests"]
+        self._reads = state["reads"]
+
     def add(self, *, chunks: int = 0, nbytes: int = 0, requests: int = 0, reads: int = 0) -> None:
         """Add to the counters (called after the I/O, never around it)."""
         with self._lock:

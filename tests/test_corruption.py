@@ -258,7 +258,7 @@ def test_corruption_catalogue(written: tuple[Path, np.ndarray], tmp_path: Path) 
     assert {kind: wrong[kind] for kind in ASSERTED if wrong[kind]} == {}
 
 
-# ------------------------------------------- checks whose fix is in flight
+# ------------------------------------------- identity of the tables a composite or mount uses
 
 
 def _reorder_ids(root: Path, table: str) -> None:
@@ -266,9 +266,6 @@ def _reorder_ids(root: Path, table: str) -> None:
     ids[:] = np.asarray(ids[:])[::-1]
 
 
-@pytest.mark.pending(
-    "identity branch: open checks the ids fingerprints of composite and mount tables"
-)
 def test_reordered_mount_cell_ids_fail_closed(
     written: tuple[Path, np.ndarray], tmp_path: Path
 ) -> None:
@@ -281,9 +278,6 @@ def test_reordered_mount_cell_ids_fail_closed(
         cv.open_store(tmp_path / "tgt.zarr")
 
 
-@pytest.mark.pending(
-    "identity branch: open checks the ids fingerprints of composite and mount tables"
-)
 def test_edited_composite_feature_ids_fail_closed(
     written: tuple[Path, np.ndarray], tmp_path: Path
 ) -> None:

@@ -20,7 +20,6 @@ gets ``crash_sweep.json``), merged into that JSON file under
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ import zarr
 from cli_harness import cli_executable, tree_digest
 from conftest import realistic_counts
 from crash_child import run_writer
+from cytearc_vfs_conformance.families import record_family
 
 import cytearc_vfs as cv
 from cytearc_vfs.deep_verify import deep_verify
@@ -296,16 +296,14 @@ def _publish_figures(writer: str, figures: Figures) -> None:
         f"{figures.refused} refused, {figures.opened_correct} opened correct, "
         f"{figures.wrong_values} wrong values, {figures.reruns} reruns with overwrite"
     )
-    target = os.environ.get("CYTEARC_CONFORMANCE_REPORT")
-    if not target:
-        return
-    path = Path(target)
-    if path.is_dir():
-        path = path / "crash_sweep.json"
-    report = json.loads(path.read_text()) if path.is_file() else {}
-    entry = asdict(figures)
-    report.setdefault("crash_sweep", {})[writer] = entry
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    # picked up by the conformance report (python -m cytearc_vfs_conformance report)
+    record_family(
+        f"crash_sweep_{writer}",
+        tried=figures.points,
+        handled=figures.refused + figures.opened_correct,
+        wrong_values=figures.wrong_values,
+        details=asdict(figures),
+    )
 
 
 def _assert_sound(figures: Figures) -> None:
