@@ -130,3 +130,29 @@ def test_interrupt_of_an_overwrite_leaves_a_named_state(
         check=False,
     )
     assert rerun.returncode == 0, rerun.stderr
+
+
+def test_an_interrupt_swallowed_by_a_callback_is_delivered_again() -> None:
+    """A signal handled inside a weakref callback or __del__ is printed as
+    "Exception ignored" and lost; the command must still stop."""
+    import sys
+    import types
+
+    from cytearc_vfs.cli.interrupts import Interrupted, interruptible
+
+    swallowed = types.SimpleNamespace(
+        exc_type=Interrupted,
+        exc_value=Interrupted(signal.SIGTERM),
+        exc_traceback=None,
+        err_msg=None,
+        object=None,
+    )
+
+    def swallow_then_work() -> None:
+        sys.unraisablehook(swallowed)  # what Python does with it
+        for _ in range(1000):  # the re-delivered signal lands between bytecodes
+            time.sleep(0.001)
+
+    with interruptible(), pytest.raises(Interrupted) as caught:
+        swallow_then_work()
+    assert caught.value.signum == signal.SIGTERM

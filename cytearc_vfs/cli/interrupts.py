@@ -12,6 +12,7 @@ for ``info`` to name and a rerun with ``--overwrite`` to replace.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import shutil
 import signal
@@ -24,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..locations import Location
 
-__all__ = ["DestinationGuard", "Interrupted", "interruptible", "stop_background_io"]
+__all__ = [
+    "DestinationGuard",
+    "Interrupted",
+    "begin_cleanup",
+    "interruptible",
+    "stop_background_io",
+]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -41,17 +48,47 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+class _Delivery:
+    """Whether an interrupt has been taken: cleanup must not be cut short by another."""
+
+    cleaning = False
+
+
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    # One interrupt is enough: further ones would cut the cleanup short.
-    for each in _SIGNALS:
-        signal.signal(each, signal.SIG_IGN)
+    if _Delivery.cleaning:
+        return  # one interrupt is enough: a second would cut the cleanup short
     raise Interrupted(signum)
+
+
+def _redeliver_swallowed(unraisable: Any) -> None:
+    # A signal handler runs between any two bytecodes, also inside a weakref
+    # callback or __del__, where Python prints the exception as "Exception
+    # ignored" and goes on. Deliver the interrupt again to the main thread,
+    # where it stops the command as it should.
+    exc = unraisable.exc_value
+    if isinstance(exc, Interrupted):
+        if not _Delivery.cleaning:
+            _thread.interrupt_main(signal.Signals(exc.signum))
+        return
+    _previous_hook(unraisable)
+
+
+_previous_hook = sys.unraisablehook
+
+
+def begin_cleanup() -> None:
+    """From now on further SIGINT/SIGTERM are ignored until the command reports."""
+    _Delivery.cleaning = True
 
 
 @contextmanager
 def interruptible() -> Iterator[None]:
     """SIGINT and SIGTERM raise :class:`Interrupted` inside the block."""
+    global _previous_hook
     previous = {each: signal.getsignal(each) for each in _SIGNALS}
+    _previous_hook = sys.unraisablehook
+    _Delivery.cleaning = False
+    sys.unraisablehook = _redeliver_swallowed
     for each in _SIGNALS:
         signal.signal(each, _raise_interrupted)
     try:
@@ -59,6 +96,8 @@ def interruptible() -> Iterator[None]:
     finally:
         for each, handler in previous.items():
             signal.signal(each, handler)
+        sys.unraisablehook = _previous_hook
+        _Delivery.cleaning = False
 
 
 def stop_background_io(timeout: float = 10.0) -> None:

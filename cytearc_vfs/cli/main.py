@@ -15,12 +15,13 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from .failures import ExitCode, classify_failure
-from .interrupts import Interrupted, interruptible, stop_background_io
+from .interrupts import Interrupted, begin_cleanup, interruptible, stop_background_io
 from .parser import _Parser, build_parser
 
 __all__ = ["main"]
@@ -76,10 +77,19 @@ def _report_interrupt(command: str, signum: int, done: str, *, as_json: bool) ->
     return code
 
 
-def _quiet_library_logs() -> None:
+@contextmanager
+def _quiet_library_logs(quiet: bool) -> Iterator[None]:
     # The command prints its own one-line outcome; library warnings about the
-    # same failure would be a second, contradicting account of it.
-    logging.getLogger("cytearc_vfs").setLevel(logging.ERROR)
+    # same failure would be a second, contradicting account of it. Restored
+    # afterwards: main() also runs inside other programs (and tests).
+    logger = logging.getLogger("cytearc_vfs")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @dataclass(slots=True)
@@ -96,9 +106,11 @@ def _run(arguments: list[str], state: _RunState) -> int:
     args = build_parser().parse_args(arguments)
     state.command = args.command
     debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
-    if not debug:
-        _quiet_library_logs()
+    with _quiet_library_logs(not debug):
+        return _run_command(args, state, debug)
 
+
+def _run_command(args: Any, state: _RunState, debug: bool) -> int:
     from .commands import COMMANDS
     from .interrupts import DestinationGuard
     from .progress import progress_bars
@@ -134,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _run(arguments, state)
         except Interrupted as interrupt:
+            begin_cleanup()
             try:
                 stop_background_io()
                 done = state.guard.discard() if state.guard is not None else "nothing was written"
