@@ -362,7 +362,7 @@ def test_destination_created_with_w_minus(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(destinations, "check_destination", check_then_race)
     with pytest.raises((FileExistsError, zarr.errors.ContainsGroupError)):
-        destinations.create_destination(tmp_path / "d.zarr", overwrite=False)
+        destinations.create_destination(tmp_path / "d.zarr", overwrite=False, writer="test")
 
 
 @pytest.mark.rule("destination.foreign-keys-refused")
