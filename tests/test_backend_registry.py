@@ -55,3 +55,11 @@ def test_public_names_are_what_they_say_whatever_was_imported_first() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_packages_ship_py_typed() -> None:
+    """A user's mypy sees the package's types (PEP 561)."""
+    from importlib.resources import files
+
+    for package in ("cytearc_vfs", "cytearc_vfs_adapters", "cytearc_vfs_conformance"):
+        assert files(package).joinpath("py.typed").is_file(), package
