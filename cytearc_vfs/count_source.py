@@ -9,6 +9,7 @@ index order.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Protocol, cast
@@ -290,9 +291,10 @@ def as_count_source(
     counts: Any, *, layer: str | None = None
 ) -> tuple[CountSource, pd.DataFrame | None, pd.DataFrame | None]:
     """A :class:`CountSource` for ``counts``, plus cell and feature tables when it carries them."""
-    import anndata
-
-    if isinstance(counts, anndata.AnnData):
+    # An AnnData can only exist where anndata was imported: scipy and numpy
+    # input never pays for importing it (it is the optional extra "anndata").
+    anndata = sys.modules.get("anndata")
+    if anndata is not None and isinstance(counts, anndata.AnnData):
         matrix = counts.X if layer is None else counts.layers[layer]
         if matrix is None:
             raise ValueError("the AnnData has no X; pass layer= naming the layer with counts")

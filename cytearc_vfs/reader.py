@@ -498,7 +498,9 @@ class VirtualArrayReader:
         try:
             import dask.array as da
         except ImportError as exc:  # pragma: no cover - optional dependency
-            raise ImportError("to_dask needs dask: pip install 'dask[array]'") from exc
+            raise ImportError(
+                "to_dask needs dask, an optional extra: pip install 'cytearc-vfs[dask]'"
+            ) from exc
         if not self._recipe:
             raise ValueError(
                 "this reader was built from a bound mapping; make one from a store to use dask"

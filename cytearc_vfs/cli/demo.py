@@ -54,6 +54,14 @@ def run_demo(
 ) -> tuple[str, list[dict[str, Any]]]:
     """Run the demo; returns the folder used and one record per step (printed through ``say``)."""
     import cytearc_vfs as cv
+
+    try:
+        import anndata  # noqa: F401  (the real datasets are AnnData files)
+    except ImportError as exc:
+        raise ImportError(
+            "the demo reads real datasets shipped as AnnData files; install the extra: "
+            "pip install 'cytearc-vfs[anndata]'"
+        ) from exc
     from cytearc_vfs import realdata
 
     steps: list[dict[str, Any]] = []

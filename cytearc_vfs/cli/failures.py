@@ -72,6 +72,9 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, PermissionError) and exc.errno is None:
         # raised by this layer (a protected group), not by the operating system
         return Failure(ExitCode.REFUSED, "refused", message)
+    if isinstance(exc, ImportError) and "pip install" in message:
+        # an optional extra that is not installed: the message names it
+        return Failure(ExitCode.ENVIRONMENT, "environment", message)
     if isinstance(exc, (OSError, MemoryError)):
         detail = message if not isinstance(exc, MemoryError) else "out of memory"
         return Failure(
