@@ -34,7 +34,6 @@ from .composite_records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeR
 from .count_mapping import ArrayMapping, CountMapping
 from .errors import IdentityMismatchError, IncompleteStoreError
 from .fingerprints import combine
-from .identity_checks import verify_composite_tables
 from .key_checked import KeyCheckedStore
 from .locations import Location, describe_location, open_location
 from .nodes import array_at
@@ -44,6 +43,7 @@ from .source_cache import CacheInfo, SourceCache
 from .sources import BoundSource, bind_source, rebind
 from .store_io import document_attribute, get_json
 from .store_keys import protected_by
+from .table_checks import verify_composite_tables
 
 __all__ = ["CompositeStore"]
 
@@ -485,3 +485,8 @@ class CompositeStore(KeyCheckedStore):
 
 def _restore(backing: Store, options: Mapping[str, Mapping[str, Any]]) -> CompositeStore:
     return CompositeStore._verified(backing, str(backing), options)
+
+
+def open_verified(store: Store, where: str) -> CompositeStore:
+    """Open ``store`` as a verified CompositeStore (the reader's ``cytearc_vfs.count_mappings`` entry point)."""
+    return CompositeStore._verified(store, where, None)

@@ -22,7 +22,6 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from .cached_store import cached_source, source_cache_of
 from .count_mapping import CountMapping, IdentityMapping
 from .errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
-from .identity_checks import verify_mount_tables
 from .key_checked import KeyCheckedStore
 from .locations import Location, describe_location, local_path, open_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountRecord
@@ -35,6 +34,7 @@ from .source_cache import CacheInfo, SourceCache
 from .source_store import AssayInfo, read_contents, verify_assay
 from .sources import bound_from_verified
 from .store_io import document_attribute, get_json
+from .table_checks import verify_mount_tables
 
 __all__ = ["MountStore"]
 
@@ -441,3 +441,8 @@ def _restore(
     options: Mapping[str, Any],
 ) -> MountStore:
     return MountStore(target, source, record, infos, source_storage_options=options or None)
+
+
+def open_verified(store: Store, where: str) -> MountStore:
+    """Open ``store`` as a verified MountStore (the reader's ``cytearc_vfs.count_mappings`` entry point)."""
+    return MountStore._verified(store, where, None)

@@ -37,6 +37,7 @@ from .gather import (
 )
 from .layout import DEFAULT_MEM_BUDGET
 from .locations import Location, describe_location, open_location
+from .mapping_providers import mapping_provider_for
 from .placement import (
     ColumnPlacement,
     Placement,
@@ -46,7 +47,7 @@ from .placement import (
 from .read_stats import ReadCounters, ReaderStats
 from .selection import Selection, UnknownIdError, normalize_selection, split_key
 from .sizes import parse_size
-from .source_store import read_contents
+from .source_store import read_contents, refuse_pending_assays
 from .sources import BoundSource, bind_source
 
 __all__ = ["Selection", "UnknownIdError", "VirtualArrayReader", "normalize_selection"]
@@ -114,12 +115,13 @@ class VirtualArrayReader:
         self._ids: dict[str, pd.Index] = {}
         if not isinstance(store, ProvidesCountMapping):
             backend = open_location(store, read_only=True, storage_options=storage_options)
-            attrs = read_contents(backend, where=describe_location(store)).root_attrs
-            if "composite" in attrs or "matrixSource" in attrs:
+            where = describe_location(store)
+            contents = read_contents(backend, where=where)
+            opener = mapping_provider_for(contents.root_attrs)
+            if opener is not None:
                 # a composite or mount given by location: open it verified
-                from .opening import open_store
-
-                store = cast("ProvidesCountMapping", open_store(backend))
+                refuse_pending_assays(backend, contents, where=where)
+                store = cast("ProvidesCountMapping", opener(backend, where))
         if isinstance(store, ProvidesCountMapping):
             self._mapping: CountMapping = store.count_mapping(assay, self._counters)
         else:
