@@ -35,9 +35,9 @@ from .composite_records import (
     SourceBinding,
 )
 from .count_dtype import summary_dtype
-from .destinations import create_destination, finish_destination
+from .destinations import check_no_overlap, create_destination, finish_destination
 from .fingerprints import combine
-from .locations import Location, describe_location, local_path, reopenable_location
+from .locations import Location, describe_location, reopenable_location
 from .nodes import array_at, group_at
 from .paths import check_name, join
 from .read_stats import ReadCounters
@@ -91,26 +91,6 @@ def virtual_array_document(
     document = get_json(scratch, "zarr.json")
     assert isinstance(document, dict)
     return document
-
-
-def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
-    """Refuse a destination inside, equal to, or around any of ``sources``."""
-    target = local_path(destination)
-    for name, location in sources.items():
-        source = local_path(location)
-        if target is not None and source is not None:
-            a, b = target.resolve(), source.resolve()
-            if a == b or a in b.parents or b in a.parents:
-                raise ValueError(
-                    f"destination {str(a)!r} overlaps source {name!r} at {str(b)!r}; a composite "
-                    "must not be written inside, over or around one of its sources"
-                )
-        elif target is None and source is None and not isinstance(destination, Store):
-            d, s = str(destination).rstrip("/") + "/", str(location).rstrip("/") + "/"
-            if d.startswith(s) or s.startswith(d):
-                raise ValueError(
-                    f"destination {destination!r} overlaps source {name!r} at {location!r}"
-                )
 
 
 def source_name_of(location: str | os.PathLike[str]) -> str:

@@ -37,6 +37,7 @@ from .store_io import get_json
 
 __all__ = [
     "check_destination",
+    "check_no_overlap",
     "create_destination",
     "destination_is_prepared",
     "finish_destination",
@@ -317,3 +318,23 @@ def finish_destination(root: zarr.Group, attributes: Mapping[str, Any] | None = 
     attrs.pop(PENDING_STORE_ATTR, None)
     attrs.update(attributes or {})
     root.attrs.put(attrs)
+
+
+def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
+    """Refuse a destination inside, equal to, or around any of ``sources``."""
+    target = local_path(destination)
+    for name, location in sources.items():
+        source = local_path(location)
+        if target is not None and source is not None:
+            a, b = target.resolve(), source.resolve()
+            if a == b or a in b.parents or b in a.parents:
+                raise ValueError(
+                    f"destination {str(a)!r} overlaps source {name!r} at {str(b)!r}; a writer "
+                    "must not write inside, over or around one of its sources"
+                )
+        elif target is None and source is None and not isinstance(destination, Store):
+            d, s = str(destination).rstrip("/") + "/", str(location).rstrip("/") + "/"
+            if d.startswith(s) or s.startswith(d):
+                raise ValueError(
+                    f"destination {destination!r} overlaps source {name!r} at {location!r}"
+                )

@@ -17,9 +17,8 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 
-from .composite import check_no_overlap
 from .copying import copy_group
-from .destinations import create_destination, finish_destination
+from .destinations import check_no_overlap, create_destination, finish_destination
 from .errors import UnsupportedSourceError
 from .locations import Location, describe_location, open_location, reopenable_location
 from .mount_records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord

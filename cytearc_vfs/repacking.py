@@ -33,8 +33,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from .composite import check_no_overlap
-from .destinations import create_destination
+from .destinations import check_no_overlap, create_destination
 from .errors import IdentityMismatchError, UnsupportedSourceError
 from .layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy, write_cost
 from .locations import Location, describe_location, open_location
