@@ -314,8 +314,14 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..locations import describe_location
 
     sources = parse_sources(args.sources)
+    from ..locations import local_path
+
     for name, location in sources.items():
-        require_store(location, command=f"composite (source {name})", kinds=("ordinary",))
+        # Local sources are classified up front (a few file reads) for a
+        # refusal in the user's terms; a remote source would pay its round
+        # trips twice, so create_composite's own binding refuses it instead.
+        if local_path(location) is not None:
+            require_store(location, command=f"composite (source {name})", kinds=("ordinary",))
     _check_sources_differ(args.destination, sources)
     choice: str = args.features
     features: str | list[str] = choice
