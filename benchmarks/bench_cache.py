@@ -43,7 +43,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.locations import open_location, register_backend
+from cytearc_vfs.remote.locations import open_location, register_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_composite import realistic

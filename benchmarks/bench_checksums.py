@@ -21,8 +21,8 @@ import scipy.sparse as sp
 from zarr.codecs import ZstdCodec
 
 import cytearc_vfs as cv
-import cytearc_vfs.row_frames as row_frames
-import cytearc_vfs.writer as writer
+import cytearc_vfs.encoding.row_frames as row_frames
+import cytearc_vfs.write.writer as writer
 
 
 def generated_counts(n_cells: int, n_genes: int, seed: int = 1) -> sp.csr_array:

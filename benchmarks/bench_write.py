@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_child(args.child, args.npz, args.out, args.mem_budget)))
         return 0
 
-    from cytearc_vfs.sizes import parse_size
+    from cytearc_vfs.format.sizes import parse_size
 
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     unknown = sorted(set(contenders) - set(CONTENDERS))

@@ -21,50 +21,50 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .artifact_arrays import Artifact
-    from .artifact_records import ArtifactRecord
-    from .artifacts import (
+    from .artifacts.arrays import Artifact
+    from .artifacts.catalog import (
         describe_artifacts,
         find_artifact,
         list_artifacts,
         publish_artifact,
         read_artifact,
     )
-    from .composite import create_composite
-    from .composite_store import CompositeStore
-    from .layout import LayoutPolicy
-    from .moments import ColumnMoments
-    from .mount import mount_datastore
-    from .mount_store import MountStore
-    from .opening import counts_fingerprint, dataset_fingerprint, open_store
-    from .reader import VirtualArrayReader
-    from .repacking import repack
-    from .selection import UnknownIdError
-    from .writer import WriteInfo, write_counts
+    from .artifacts.moments import ColumnMoments
+    from .artifacts.records import ArtifactRecord
+    from .composite.create import create_composite
+    from .composite.store import CompositeStore
+    from .format.layout import LayoutPolicy
+    from .mount.create import mount_datastore
+    from .mount.repack import repack
+    from .mount.store import MountStore
+    from .read.opening import counts_fingerprint, dataset_fingerprint, open_store
+    from .read.reader import VirtualArrayReader
+    from .read.selection import UnknownIdError
+    from .write.writer import WriteInfo, write_counts
 
 #: Public name -> the module that defines it, imported on first access.
 _LAZY: dict[str, str] = {
-    "Artifact": ".artifact_arrays",
-    "ArtifactRecord": ".artifact_records",
-    "describe_artifacts": ".artifacts",
-    "ColumnMoments": ".moments",
-    "CompositeStore": ".composite_store",
-    "LayoutPolicy": ".layout",
-    "MountStore": ".mount_store",
-    "UnknownIdError": ".selection",
-    "VirtualArrayReader": ".reader",
-    "WriteInfo": ".writer",
-    "counts_fingerprint": ".opening",
-    "create_composite": ".composite",
-    "dataset_fingerprint": ".opening",
-    "find_artifact": ".artifacts",
-    "list_artifacts": ".artifacts",
-    "mount_datastore": ".mount",
-    "open_store": ".opening",
-    "publish_artifact": ".artifacts",
-    "read_artifact": ".artifacts",
-    "repack": ".repacking",
-    "write_counts": ".writer",
+    "Artifact": ".artifacts.arrays",
+    "ArtifactRecord": ".artifacts.records",
+    "describe_artifacts": ".artifacts.catalog",
+    "ColumnMoments": ".artifacts.moments",
+    "CompositeStore": ".composite.store",
+    "LayoutPolicy": ".format.layout",
+    "MountStore": ".mount.store",
+    "UnknownIdError": ".read.selection",
+    "VirtualArrayReader": ".read.reader",
+    "WriteInfo": ".write.writer",
+    "counts_fingerprint": ".read.opening",
+    "create_composite": ".composite.create",
+    "dataset_fingerprint": ".read.opening",
+    "find_artifact": ".artifacts.catalog",
+    "list_artifacts": ".artifacts.catalog",
+    "mount_datastore": ".mount.create",
+    "open_store": ".read.opening",
+    "publish_artifact": ".artifacts.catalog",
+    "read_artifact": ".artifacts.catalog",
+    "repack": ".mount.repack",
+    "write_counts": ".write.writer",
 }
 
 __all__ = [

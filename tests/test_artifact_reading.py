@@ -17,8 +17,8 @@ from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.artifact_arrays import Artifact
-from cytearc_vfs.artifacts import (
+from cytearc_vfs.artifacts.arrays import Artifact
+from cytearc_vfs.artifacts.catalog import (
     describe_artifacts,
     find_artifact,
     list_artifacts,

@@ -18,7 +18,7 @@ from zarr.core.attributes import Attributes
 from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore, WrapperStore
 
-from cytearc_vfs.artifacts import (
+from cytearc_vfs.artifacts.catalog import (
     Artifact,
     ArtifactRecord,
     canonical_json,
@@ -446,7 +446,7 @@ def test_list_skips_incomplete_and_malformed_groups(
     misnamed = forge(store_dir, "reduction", {"artifact_id": "0" * 64}, name="f" * 64)
     (store_dir / ROOT / "normalized" / "stray.txt").write_text("not a group")
 
-    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.artifacts"):
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.artifacts.catalog"):
         records = list_artifacts(store_dir, ROOT)
     assert [r.path for r in records] == [first, third, second]
     assert all(isinstance(r, Artifact) and isinstance(r.record, ArtifactRecord) for r in records)

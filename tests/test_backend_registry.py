@@ -17,7 +17,7 @@ def test_concurrent_first_opens_all_find_the_backends(tmp_path: Path, counts: sp
     script = textwrap.dedent(
         f"""
         from concurrent.futures import ThreadPoolExecutor
-        from cytearc_vfs.locations import open_location
+        from cytearc_vfs.remote.locations import open_location
         with ThreadPoolExecutor(16) as pool:
             stores = list(pool.map(lambda _: open_location({str(tmp_path / "s.zarr")!r}, read_only=True), range(64)))
         print(len(stores))

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cytearc_vfs as cv
-import cytearc_vfs.cell_runs as cell_runs
-from cytearc_vfs.cell_runs import RunCollector, merge_runs
-from cytearc_vfs.read_stats import ReadCounters
+import cytearc_vfs.read.cell_runs as cell_runs
+from cytearc_vfs.read.cell_runs import RunCollector, merge_runs
+from cytearc_vfs.read.read_stats import ReadCounters
 
 
 @st.composite

@@ -26,8 +26,8 @@ from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs import realdata
-from cytearc_vfs.composite import source_name_of, source_names_from_locations
-from cytearc_vfs.tables import read_table
+from cytearc_vfs.composite.create import source_name_of, source_names_from_locations
+from cytearc_vfs.format.tables import read_table
 
 #: Columns a composite writes itself, and the source structure it carries under ``orig_``.
 OWN_CELL_COLUMNS = {"ids", "names", "I", "source", "sourceId"}
@@ -136,7 +136,7 @@ def test_real_selected_cells_carry_their_columns_in_output_order(
 
 
 def test_real_composite_reopens_and_deep_verifies(real: dict[str, Any]) -> None:
-    from cytearc_vfs.deep_verify import deep_verify
+    from cytearc_vfs.inspection.deep_verify import deep_verify
 
     location = real["folder"] / "union.zarr"
     store = cv.open_store(location)
@@ -203,7 +203,7 @@ def test_disagreeing_columns_follow_the_rule(
         {"symbol": ["S3-other", "S4", "S2"], "chrom": ["1", "2", "3"]},
         seed=2,
     )
-    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.composite_columns"):
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.composite.columns"):
         cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
     cells, features = _tables(tmp_path / "c.zarr")
 
@@ -313,7 +313,7 @@ def test_column_of_another_shape_is_not_carried(
 ) -> None:
     a = _source(tmp_path / "a.zarr", 3, ["f0", "f1"], {"kept": ["p", "q", "r"]}, {}, seed=8)
     _add_cell_column(a, "embedding", np.zeros((3, 2)), {})
-    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.composite_columns"):
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.composite.columns"):
         cv.create_composite(tmp_path / "c.zarr", [a])
     cells, _ = _tables(tmp_path / "c.zarr")
     assert "embedding" not in cells and cells["kept"].tolist() == ["p", "q", "r"]

@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import cytearc_vfs as cv
-import cytearc_vfs.composite as composite_module
-import cytearc_vfs.placement as placement
-import cytearc_vfs.shard_reader as shard_reader
-from cytearc_vfs.count_dtype import summary_dtype
+import cytearc_vfs.composite.create as composite_module
+import cytearc_vfs.read.placement as placement
+import cytearc_vfs.read.shard_reader as shard_reader
+from cytearc_vfs.format.count_dtype import summary_dtype
 
 #: Kinds of source values: whole counts in float32, uint8, ints of the uint16
 #: range, and float64 fractions.

@@ -34,10 +34,10 @@ from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs import realdata
-from cytearc_vfs.gather import touched_chunks
-from cytearc_vfs.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.records import COUNT_LAYOUT_ATTR, ArrayGeometry, CountLayout
-from cytearc_vfs.shard_reader import ShardedReader
+from cytearc_vfs.format.records import COUNT_LAYOUT_ATTR, ArrayGeometry, CountLayout
+from cytearc_vfs.read.gather import touched_chunks
+from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
+from cytearc_vfs.read.shard_reader import ShardedReader
 
 #: A small policy, so both sources span many shards and inner chunks in both orientations.
 LAYOUT = cv.LayoutPolicy(256 * 1024, 16 * 1024)

@@ -40,7 +40,7 @@ from conftest import realistic_counts
 from cytearc_vfs_conformance.families import record_family
 
 import cytearc_vfs as cv
-from cytearc_vfs.deep_verify import deep_verify
+from cytearc_vfs.inspection.deep_verify import deep_verify
 
 FLIPS = 48
 ASSERTED = {"byte flip", "truncated shard", "empty shard", "edited record"}

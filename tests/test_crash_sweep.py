@@ -37,9 +37,9 @@ from crash_child import run_writer
 from cytearc_vfs_conformance.families import record_family
 
 import cytearc_vfs as cv
-from cytearc_vfs.deep_verify import deep_verify
-from cytearc_vfs.destinations import check_destination
-from cytearc_vfs.locations import open_location
+from cytearc_vfs.inspection.deep_verify import deep_verify
+from cytearc_vfs.remote.locations import open_location
+from cytearc_vfs.write.destinations import check_destination
 
 CHILD = Path(__file__).with_name("crash_child.py")
 SHAPE = (240, 90)

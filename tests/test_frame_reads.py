@@ -13,10 +13,10 @@ import scipy.sparse as sp
 import zarr
 
 import cytearc_vfs as cv
-import cytearc_vfs.shard_reader as shard_reader
-from cytearc_vfs.row_frames import frame_index, frame_rows
+import cytearc_vfs.read.shard_reader as shard_reader
+from cytearc_vfs.encoding.row_frames import frame_index, frame_rows
 
-kernels = pytest.importorskip("cytearc_vfs._kernels")
+kernels = pytest.importorskip("cytearc_vfs.encoding._kernels")
 if not hasattr(kernels, "read_row_frames"):
     pytest.skip("no pread on this platform", allow_module_level=True)
 
@@ -188,7 +188,7 @@ def _chunk_file(tmp_path: Path, chunks: list[bytes]) -> tuple[int, list[int], li
 
 
 def test_the_kernel_reads_frames_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
-    from cytearc_vfs.row_frames import RowFrameEncoder
+    from cytearc_vfs.encoding.row_frames import RowFrameEncoder
 
     block = np.arange(4 * 5000, dtype=np.uint16).reshape(4, 5000) % 251
     encoder = RowFrameEncoder(level=1)
@@ -235,7 +235,7 @@ def test_the_kernel_reads_frames_and_refuses_what_does_not_fit(tmp_path: Path) -
 def test_the_kernel_reads_the_frames_of_several_rows_that_hold_the_wanted_rows(
     tmp_path: Path,
 ) -> None:
-    from cytearc_vfs.row_frames import RowFrameEncoder
+    from cytearc_vfs.encoding.row_frames import RowFrameEncoder
 
     block = np.arange(5 * 5000, dtype=np.uint16).reshape(5, 5000) % 251
     framed = RowFrameEncoder(level=1).encode(block, rows_per_frame=2)  # frames of 2, 2, 1 rows

@@ -24,10 +24,10 @@ from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 
 import cytearc_vfs as cv
-from cytearc_vfs.deep_verify import deep_verify
-from cytearc_vfs.locations import open_location
-from cytearc_vfs.source_cache import CACHE_ENV
-from cytearc_vfs.timeouts import DEFAULT_TIMEOUT, TIMEOUT_ENV, timeouts
+from cytearc_vfs.inspection.deep_verify import deep_verify
+from cytearc_vfs.remote.locations import open_location
+from cytearc_vfs.remote.source_cache import CACHE_ENV
+from cytearc_vfs.remote.timeouts import DEFAULT_TIMEOUT, TIMEOUT_ENV, timeouts
 
 SMALL = cv.LayoutPolicy(64 * 1024, 4096)
 
@@ -77,7 +77,7 @@ def test_a_composite_records_its_ids_fingerprints(composite: Path) -> None:
     ids = store.record.ids
     assert ids is not None
     root = zarr.open_group(store, mode="r")
-    from cytearc_vfs.fingerprints import ids_fingerprint
+    from cytearc_vfs.format.fingerprints import ids_fingerprint
 
     assert ids.cells == ids_fingerprint(np.asarray(root["cellData/ids"][:]))
     assert ids.features == ids_fingerprint(np.asarray(root["RNA/featureData/ids"][:]))
@@ -98,7 +98,7 @@ def test_ids_rewritten_through_the_store_are_refused_at_open(composite: Path, ta
 def test_ids_and_their_attribute_rewritten_together_are_refused(composite: Path) -> None:
     writable = cv.open_store(composite, mode="r+")
     ids = zarr.open_array(writable, path="cellData/ids", mode="r+")
-    from cytearc_vfs.fingerprints import ids_fingerprint
+    from cytearc_vfs.format.fingerprints import ids_fingerprint
 
     fresh = np.asarray([f"x{i}" for i in range(ids.shape[0])])
     ids[:] = fresh

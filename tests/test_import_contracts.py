@@ -53,8 +53,10 @@ def test_contracts_hold() -> None:
 
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     copy = _copy(tmp_path)
-    with (copy / "cytearc_vfs" / "paths.py").open("a") as module:
-        module.write("\nfrom . import reader  # planted: the format layer importing the reader\n")
+    with (copy / "cytearc_vfs" / "format" / "paths.py").open("a") as module:
+        module.write(
+            "\nfrom ..read import reader  # planted: the format layer importing the reader\n"
+        )
     result = _lint(copy)
     assert result.returncode != 0
     assert "Layers of the core" in result.stdout and "BROKEN" in result.stdout
@@ -62,8 +64,32 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
 
 def test_the_core_importing_an_adapter_breaks_the_contract(tmp_path: Path) -> None:
     copy = _copy(tmp_path)
-    with (copy / "cytearc_vfs" / "sizes.py").open("a") as module:
+    with (copy / "cytearc_vfs" / "format" / "sizes.py").open("a") as module:
         module.write("\nimport cytearc_vfs_adapters  # planted\n")
     result = _lint(copy)
     assert result.returncode != 0
     assert "never imports its adapters" in result.stdout
+
+
+def _layers() -> list[str]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    return [name.strip() for layer in contract["layers"] for name in layer.split("|")]
+
+
+def test_the_layers_name_every_subpackage_and_nothing_else() -> None:
+    subpackages = {path.parent.name for path in (ROOT / "cytearc_vfs").glob("*/__init__.py")}
+    loose = {path.stem for path in (ROOT / "cytearc_vfs").glob("*.py") if path.stem != "__init__"}
+    assert loose == {"errors"}, "a module outside the subpackages: give it its concept's room"
+    assert sorted(_layers()) == sorted(subpackages)
+
+
+def test_a_sideways_import_breaks_the_layers(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    with (copy / "cytearc_vfs" / "read" / "gather.py").open("a") as module:
+        module.write("\nfrom ..write import writer  # planted: the reader importing a writer\n")
+    result = _lint(copy)
+    assert result.returncode != 0
+    assert "Layers of the core" in result.stdout and "BROKEN" in result.stdout

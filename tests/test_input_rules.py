@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cytearc_vfs as cv
-from cytearc_vfs.count_source import DuplicateSumOverflowError, canonical_csr
-from cytearc_vfs.tables import MAX_ID_LENGTH, read_table
+from cytearc_vfs.format.tables import MAX_ID_LENGTH, read_table
+from cytearc_vfs.write.count_source import DuplicateSumOverflowError, canonical_csr
 
 I64 = np.iinfo(np.int64)
 U64 = np.iinfo(np.uint64)

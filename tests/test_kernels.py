@@ -1,4 +1,4 @@
-"""The compiled gather loop (``cytearc_vfs._kernels``) and numpy's fallback for it."""
+"""The compiled gather loop (``cytearc_vfs.encoding._kernels``) and numpy's fallback for it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cytearc_vfs import placement
-from cytearc_vfs.placement import ColumnPlacement, RowPlacement, column_map
+from cytearc_vfs.read import placement
+from cytearc_vfs.read.placement import ColumnPlacement, RowPlacement, column_map
 
 kernels: ModuleType | None
 try:
-    from cytearc_vfs import _kernels as kernels
+    from cytearc_vfs.encoding import _kernels as kernels
 except ImportError:
     kernels = None
 needs_kernels = pytest.mark.skipif(kernels is None, reason="built without a C compiler")
@@ -28,7 +28,7 @@ def test_the_compiled_loop_is_built_and_used() -> None:
     if os.environ.get("CYTEARC_VFS_ALLOW_NO_KERNELS") == "1":
         pytest.skip("CYTEARC_VFS_ALLOW_NO_KERNELS=1: an install without a C compiler")
     assert kernels is not None, (
-        "cytearc_vfs._kernels was not built: install a C compiler (e.g. gcc) and run "
+        "cytearc_vfs.encoding._kernels was not built: install a C compiler (e.g. gcc) and run "
         "`uv sync --reinstall-package cytearc-vfs`, or set CYTEARC_VFS_ALLOW_NO_KERNELS=1"
     )
     assert placement.gather_columns is kernels.gather_columns

@@ -23,10 +23,10 @@ from zarr.core.sync import _collect_aiterator, sync
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.cached_store import CachedSourceStore
-from cytearc_vfs.prefetch import PrefetchedStore
-from cytearc_vfs.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.source_cache import SourceCache
+from cytearc_vfs.read.prefetch import PrefetchedStore
+from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
+from cytearc_vfs.remote.cached_store import CachedSourceStore
+from cytearc_vfs.remote.source_cache import SourceCache
 
 PROTO = default_buffer_prototype()
 SPELLINGS = (

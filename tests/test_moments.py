@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cytearc_vfs.moments import ColumnMoments
+from cytearc_vfs.artifacts.moments import ColumnMoments
 
 
 def split_rows(values: npt.NDArray[np.float64], cuts: list[int]) -> list[npt.NDArray[np.float64]]:

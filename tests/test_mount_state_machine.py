@@ -12,8 +12,8 @@ from zarr.core.sync import sync
 from zarr.storage import MemoryStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.mount_records import MountedAssay, MountRecord
-from cytearc_vfs.mount_resolution import place_of
+from cytearc_vfs.mount.records import MountedAssay, MountRecord
+from cytearc_vfs.mount.resolution import place_of
 
 ROOTS = ("artifacts", "RNA/artifacts")
 KINDS = ("pca", "umap")

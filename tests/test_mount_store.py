@@ -16,9 +16,9 @@ from zarr.storage import LocalStore
 from zarr.testing.store import StoreTests
 
 import cytearc_vfs as cv
-from cytearc_vfs.mount_records import MountRecord
-from cytearc_vfs.paths import AssayPaths
-from cytearc_vfs.source_store import verify_assay
+from cytearc_vfs.format.paths import AssayPaths
+from cytearc_vfs.format.source_store import verify_assay
+from cytearc_vfs.mount.records import MountRecord
 
 PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
 

@@ -13,7 +13,7 @@ import zarr
 from zarr.abc.store import Store
 
 import cytearc_vfs as cv
-from cytearc_vfs.records import COUNT_LAYOUT_ATTR
+from cytearc_vfs.format.records import COUNT_LAYOUT_ATTR
 
 SMALL = cv.LayoutPolicy(unit_bytes=16 * 1024, chunk_bytes=2 * 1024)
 

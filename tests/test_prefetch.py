@@ -11,11 +11,11 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.paths import AssayPaths
-from cytearc_vfs.prefetch import assay_documents, prefetched
-from cytearc_vfs.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.source_store import verify_assay
-from cytearc_vfs.store_io import get_json
+from cytearc_vfs.format.paths import AssayPaths
+from cytearc_vfs.format.source_store import verify_assay
+from cytearc_vfs.format.store_io import get_json
+from cytearc_vfs.read.prefetch import assay_documents, prefetched
+from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
 
 
 def test_verification_reads_only_prefetched_documents(tmp_path: Path) -> None:

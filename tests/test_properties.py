@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.count_dtype import resolve_count_dtype, scan_values, summary_dtype
+from cytearc_vfs.format.count_dtype import resolve_count_dtype, scan_values, summary_dtype
 
 KINDS = ["counts_float32", "counts_int64", "uint8", "float64_fraction", "int32_negative", "bool"]
 

@@ -30,7 +30,7 @@ from zarr.core.sync import sync
 
 import cytearc_vfs as cv
 from cytearc_vfs import realdata
-from cytearc_vfs.reader import UnknownIdError
+from cytearc_vfs.read.reader import UnknownIdError
 
 #: Small chunks, so a few dozen cells span several shards and inner chunks.
 LAYOUT = cv.LayoutPolicy(1024, 128)

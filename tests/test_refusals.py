@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import zarr
 
 import cytearc_vfs as cv
-from cytearc_vfs.layout import LayoutTooLargeError
+from cytearc_vfs.format.layout import LayoutTooLargeError
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -9,8 +9,8 @@ import zarr
 from s3_server import S3Server
 
 import cytearc_vfs as cv
-from cytearc_vfs.deep_verify import deep_verify
-from cytearc_vfs.locations import open_location
+from cytearc_vfs.inspection.deep_verify import deep_verify
+from cytearc_vfs.remote.locations import open_location
 
 pytestmark = pytest.mark.remote
 

@@ -18,9 +18,14 @@ from numcodecs import Zstd
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
+from cytearc_vfs.encoding.row_frames import (
+    FRAME_MIN_BYTES,
+    RowFrameEncoder,
+    frame_index,
+    rows_per_frame,
+)
 from cytearc_vfs.errors import RecordShapeError
-from cytearc_vfs.row_frames import FRAME_MIN_BYTES, RowFrameEncoder, frame_index, rows_per_frame
-from cytearc_vfs.shard_reader import ShardedReader
+from cytearc_vfs.read.shard_reader import ShardedReader
 
 ENCODER = RowFrameEncoder(level=1)
 

@@ -28,7 +28,7 @@ from s3_server import S3Server
 from zarr.core.buffer import default_buffer_prototype
 
 import cytearc_vfs as cv
-from cytearc_vfs import destinations
+from cytearc_vfs.write import destinations
 
 PROVENANCE: dict[str, Any] = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
 PROTO = default_buffer_prototype()

@@ -22,11 +22,11 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
-import cytearc_vfs.decode_threads as decode_threads
-import cytearc_vfs.placement as placement
-import cytearc_vfs.shard_reader as shard_reader
+import cytearc_vfs.read.decode_threads as decode_threads
+import cytearc_vfs.read.placement as placement
+import cytearc_vfs.read.shard_reader as shard_reader
 from cytearc_vfs.errors import RecordShapeError
-from cytearc_vfs.gather import choose_orientation
+from cytearc_vfs.read.gather import choose_orientation
 
 N_CELLS, N_FEATURES = 600, 300
 
@@ -288,7 +288,7 @@ def test_sources_zarr_reads_place_the_same_values(
     tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a layout the shard reader does not know is read through zarr's indexing
-    import cytearc_vfs.sources as sources
+    import cytearc_vfs.read.sources as sources
 
     monkeypatch.setattr(sources, "fast_reader_for", lambda array: None)
     reader, expected = _overlapping_composite(tmp_path, dense)

@@ -21,9 +21,9 @@ from conftest import realistic_counts
 from s3_server import S3Server
 
 import cytearc_vfs as cv
-from cytearc_vfs.cache_owners import OWNER_FILE, owner_is_gone, sweep_orphans
-from cytearc_vfs.deep_verify import deep_verify
-from cytearc_vfs.source_cache import (
+from cytearc_vfs.inspection.deep_verify import deep_verify
+from cytearc_vfs.remote.cache_owners import OWNER_FILE, owner_is_gone, sweep_orphans
+from cytearc_vfs.remote.source_cache import (
     BLOCK_BYTES,
     CACHE_ENV,
     DEFAULT_CACHE_BYTES,
@@ -123,7 +123,7 @@ def test_a_budget_of_zero_caches_nothing() -> None:
 
 # a process that makes a cache with one entry and prints its directory
 ONE_ENTRY = (
-    "from cytearc_vfs.source_cache import SourceCache\n"
+    "from cytearc_vfs.remote.source_cache import SourceCache\n"
     "cache = SourceCache(1000)\n"
     "cache.put('k', b'v' * 10)\n"
     "print(cache.info().directory, flush=True)\n"
@@ -179,7 +179,7 @@ def test_an_entry_altered_in_place_is_not_served_and_turns_the_cache_off(
     damaged = bytearray(data)
     damaged[100_000] ^= 1  # one bit, same size: only a checksum sees it
     path.write_bytes(bytes(damaged))
-    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.source_cache"):
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.remote.source_cache"):
         assert cache.get("a") is None
         assert cache.get("a") is None
     assert not cache.info().enabled and cache.info().directory is None
@@ -202,7 +202,7 @@ def test_a_range_of_a_damaged_entry_is_not_served(
         path.write_bytes(bytes(damaged))
     else:
         path.write_bytes(data[: 3 * BLOCK_BYTES])  # the range itself is intact
-    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.source_cache"):
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs.remote.source_cache"):
         assert cache.get_range("a", BLOCK_BYTES + 5, BLOCK_BYTES + 9) is None
     assert not cache.info().enabled
     assert len(caplog.records) == 1 and str(path) in caplog.records[0].getMessage()
@@ -449,7 +449,7 @@ def test_a_full_disk_turns_the_cache_off(tmp_path: Path) -> None:
     # full disk would (running as root, chmod cannot make a directory unwritable)
     script = (
         "import resource, signal\n"
-        "from cytearc_vfs.source_cache import SourceCache\n"
+        "from cytearc_vfs.remote.source_cache import SourceCache\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
         "cache = SourceCache(1 << 20)\n"

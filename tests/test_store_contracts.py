@@ -24,14 +24,14 @@ from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.cached_store import CachedSourceStore
-from cytearc_vfs.locations import open_location
-from cytearc_vfs.paths import AssayPaths
-from cytearc_vfs.pinned_store import PinnedSourceStore
-from cytearc_vfs.prefetch import PrefetchedStore
-from cytearc_vfs.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.source_cache import SourceCache
-from cytearc_vfs.source_store import verify_assay
+from cytearc_vfs.format.paths import AssayPaths
+from cytearc_vfs.format.source_store import verify_assay
+from cytearc_vfs.read.prefetch import PrefetchedStore
+from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
+from cytearc_vfs.remote.cached_store import CachedSourceStore
+from cytearc_vfs.remote.locations import open_location
+from cytearc_vfs.remote.pinned_store import PinnedSourceStore
+from cytearc_vfs.remote.source_cache import SourceCache
 
 PROTO = default_buffer_prototype()
 PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}

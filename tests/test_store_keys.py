@@ -4,7 +4,7 @@ A wide table of escape spellings runs against every store class and every
 method that takes a key or prefix, on real directories with a sibling
 "victim" directory (and the composite's own sources) that must stay
 byte-identical. Then the bypasses an adversarial review found, each by name,
-and property tests of the pure functions in ``cytearc_vfs.store_keys``.
+and property tests of the pure functions in ``cytearc_vfs.format.store_keys``.
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from zarr.storage import LocalStore
 from zarr.testing.store import StoreTests
 
 import cytearc_vfs as cv
-from cytearc_vfs.cached_store import CachedSourceStore
-from cytearc_vfs.key_checked import KeyCheckedWrapperStore
-from cytearc_vfs.prefetch import PrefetchedStore
-from cytearc_vfs.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.source_cache import SourceCache
-from cytearc_vfs.store_keys import (
+from cytearc_vfs.format.key_checked import KeyCheckedWrapperStore
+from cytearc_vfs.format.store_keys import (
     KEY_REMEDY,
     check_key,
     check_prefix,
     key_problem,
     protected_by,
 )
+from cytearc_vfs.read.prefetch import PrefetchedStore
+from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
+from cytearc_vfs.remote.cached_store import CachedSourceStore
+from cytearc_vfs.remote.source_cache import SourceCache
 
 PROTO = default_buffer_prototype()
 VICTIM = "victim"

@@ -22,8 +22,8 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.paths import AssayPaths
-from cytearc_vfs.source_store import verify_assay
+from cytearc_vfs.format.paths import AssayPaths
+from cytearc_vfs.format.source_store import verify_assay
 
 PROTO = default_buffer_prototype()
 PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}

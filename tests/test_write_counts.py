@@ -13,9 +13,9 @@ import zarr
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
-from cytearc_vfs.layout import DEFAULT_POLICY, count_layout
-from cytearc_vfs.records import COUNT_LAYOUT_ATTR
-from cytearc_vfs.tables import read_table
+from cytearc_vfs.format.layout import DEFAULT_POLICY, count_layout
+from cytearc_vfs.format.records import COUNT_LAYOUT_ATTR
+from cytearc_vfs.format.tables import read_table
 
 SMALL = cv.LayoutPolicy(unit_bytes=16 * 1024, chunk_bytes=2 * 1024)
 

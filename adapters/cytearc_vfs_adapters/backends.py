@@ -4,7 +4,7 @@ Local paths reach zarr as :class:`pathlib.Path`, because zarr reads a string
 as a URL and would cut a directory named ``a#b;c?`` at ``#``. Remote URLs
 prefer obstore (fewer copies, native async) and fall back to fsspec; each is
 imported lazily, with an error naming the extra to install. Remote stores get
-the request timeouts of :mod:`cytearc_vfs.timeouts` unless their options set
+the request timeouts of :mod:`cytearc_vfs.remote.timeouts` unless their options set
 their own.
 """
 
@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, ManagedMemoryStore
 
-from cytearc_vfs.locations import register_backend
-from cytearc_vfs.timeouts import timeouts
+from cytearc_vfs.remote.locations import register_backend
+from cytearc_vfs.remote.timeouts import timeouts
 
 __all__ = [
     "forget_memory",

@@ -19,11 +19,11 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import cytearc_vfs as cv
-from cytearc_vfs.deep_verify import deep_verify
-from cytearc_vfs.locations import Location, describe_location, open_location
-from cytearc_vfs.nodes import array_at, group_at
-from cytearc_vfs.paths import join
-from cytearc_vfs.source_store import AssayInfo, verify_store
+from cytearc_vfs.format.nodes import array_at, group_at
+from cytearc_vfs.format.paths import join
+from cytearc_vfs.format.source_store import AssayInfo, verify_store
+from cytearc_vfs.inspection.deep_verify import deep_verify
+from cytearc_vfs.remote.locations import Location, describe_location, open_location
 
 __all__ = ["Finding", "check_source_store"]
 

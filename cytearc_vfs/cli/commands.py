@@ -1,6 +1,6 @@
 """What each ``cytearc-vfs`` command does once its arguments are parsed.
 
-Each command first checks what its locations hold (:mod:`cytearc_vfs.store_kind`)
+Each command first checks what its locations hold (:mod:`cytearc_vfs.inspection.store_kind`)
 and refuses anything that is not the kind of store it needs, naming what it
 found and what to run instead. Commands return a JSON-able payload and the
 text printed for people; :mod:`cytearc_vfs.cli.main` prints one or the other.
@@ -40,7 +40,7 @@ _IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
 
 def require_store(location: str, *, command: str, kinds: Sequence[str]) -> Any:
     """Classify ``location`` and refuse it unless it is one of ``kinds``."""
-    from ..store_kind import classify_location
+    from ..inspection.store_kind import classify_location
 
     found = classify_location(location)
     if found.kind in kinds:
@@ -76,8 +76,8 @@ def _clear_for_overwrite(args: argparse.Namespace) -> None:
     (spec, "Writer destinations") is removed; a mount target is refused,
     because analyses depend on it.
     """
-    from ..destinations import check_destination
-    from ..store_kind import classify_location
+    from ..inspection.store_kind import classify_location
+    from ..write.destinations import check_destination
     from .interrupts import DestinationGuard
 
     destination = args.destination
@@ -103,7 +103,7 @@ def _clear_for_overwrite(args: argparse.Namespace) -> None:
 
 
 def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
-    from ..locations import canonical_location
+    from ..remote.locations import canonical_location
 
     target = canonical_location(destination)
     for name, location in sources.items():
@@ -115,7 +115,7 @@ def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
 
 def parse_sources(values: Sequence[str]) -> dict[str, str]:
     """``NAME=LOCATION`` or ``LOCATION`` arguments as an ordered name -> location mapping."""
-    from ..composite import source_name_of
+    from ..composite.create import source_name_of
 
     sources: dict[str, str] = {}
     for value in values:
@@ -160,8 +160,8 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
 
 def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``info LOCATION``."""
-    from ..inspect_store import describe_store
-    from ..locations import describe_location, open_location
+    from ..inspection.describe import describe_store
+    from ..remote.locations import describe_location, open_location
 
     require_store(args.location, command="info", kinds=("ordinary", "composite", "mount"))
     where = describe_location(args.location)
@@ -214,8 +214,8 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``verify LOCATION``."""
-    from ..deep_verify import deep_verify
-    from ..locations import describe_location, open_location
+    from ..inspection.deep_verify import deep_verify
+    from ..remote.locations import describe_location, open_location
 
     require_store(args.location, command="verify", kinds=("ordinary", "composite", "mount"))
     where = describe_location(args.location)
@@ -248,7 +248,7 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 
 def _load_anndata(location: str, layer: str | None) -> Any:
-    from ..store_kind import classify_location
+    from ..inspection.store_kind import classify_location
 
     found = classify_location(location)
     if found.kind not in ("h5ad", "anndata"):
@@ -275,7 +275,7 @@ def _load_anndata(location: str, layer: str | None) -> Any:
 
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
-    from ..writer import write_counts
+    from ..write.writer import write_counts
 
     adata = _load_anndata(args.input, args.layer)
     started = time.perf_counter()
@@ -310,11 +310,11 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``composite DEST [NAME=]SOURCE...``."""
-    from ..composite import create_composite
-    from ..locations import describe_location
+    from ..composite.create import create_composite
+    from ..remote.locations import describe_location
 
     sources = parse_sources(args.sources)
-    from ..locations import local_path
+    from ..remote.locations import local_path
 
     for name, location in sources.items():
         # Local sources are classified up front (a few file reads) for a
@@ -366,8 +366,8 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``mount SOURCE DEST``."""
-    from ..locations import describe_location
-    from ..mount import mount_datastore
+    from ..mount.create import mount_datastore
+    from ..remote.locations import describe_location
 
     require_store(args.source, command="mount (source)", kinds=("ordinary",))
     _check_sources_differ(args.destination, {"source": args.source})
@@ -395,11 +395,11 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``repack SOURCE DEST``."""
-    from ..locations import describe_location
-    from ..repacking import repack
+    from ..mount.repack import repack
+    from ..remote.locations import describe_location
 
     if args.data_only:
-        from ..store_kind import classify_location
+        from ..inspection.store_kind import classify_location
 
         found = classify_location(args.source)
         if found.kind in ("missing", "h5ad", "file", "empty", "directory", "zarr-array", "anndata"):
@@ -435,8 +435,8 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``artifacts LOCATION``."""
-    from ..artifacts import describe_artifacts
-    from ..locations import describe_location
+    from ..artifacts.catalog import describe_artifacts
+    from ..remote.locations import describe_location
 
     require_store(args.location, command="artifacts", kinds=("ordinary", "composite", "mount"))
     where = describe_location(args.location)

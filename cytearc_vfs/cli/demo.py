@@ -43,7 +43,7 @@ def _remove_own_composite(path: Path) -> None:
     # A kept demo directory is the demo's own: a rerun replaces its composite
     # (write_counts replaces the source stores itself). Anything else there
     # is not ours and is refused by create_composite as usual.
-    from ..store_kind import classify_location
+    from ..inspection.store_kind import classify_location
 
     if path.exists() and classify_location(path).kind == "composite":
         shutil.rmtree(path)
@@ -143,8 +143,8 @@ def run_demo(
         with _step(
             steps, say, "publish an artifact (feature means/std via the moments rule)"
         ) as rec:
-            from ..artifacts import list_artifacts, publish_artifact
-            from ..moments import ColumnMoments
+            from ..artifacts.catalog import list_artifacts, publish_artifact
+            from ..artifacts.moments import ColumnMoments
 
             store = cv.open_store(root / "wu2020.zarr", mode="r+")
             counts = zarr.open_array(store, path="RNA/counts", mode="r")
@@ -166,7 +166,7 @@ def run_demo(
                 listed=len(list_artifacts(store, "RNA/artifacts")),
             )
         with _step(steps, say, "cytearc-vfs verify wu2020 (re-read every value)") as rec:
-            from ..deep_verify import deep_verify
+            from ..inspection.deep_verify import deep_verify
 
             reports = deep_verify(
                 cv.open_store(root / "wu2020.zarr"), where="wu2020.zarr", progress=progress

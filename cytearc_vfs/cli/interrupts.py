@@ -23,7 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..locations import Location
+    from ..remote.locations import Location
 
 __all__ = [
     "DestinationGuard",
@@ -136,7 +136,7 @@ def stop_background_io(timeout: float = 10.0) -> None:
 
 
 def _has_keys(location: Location, storage_options: Mapping[str, Any] | None) -> bool:
-    from ..locations import local_path, open_location
+    from ..remote.locations import local_path, open_location
 
     path = local_path(location)
     if path is not None:
@@ -167,7 +167,7 @@ class DestinationGuard:
     def __init__(
         self, location: Location, *, storage_options: Mapping[str, Any] | None = None
     ) -> None:
-        from ..locations import describe_location
+        from ..remote.locations import describe_location
 
         self._location = location
         self._storage_options = storage_options
@@ -176,7 +176,7 @@ class DestinationGuard:
 
     def discard(self) -> str:
         """Remove the destination if this command created it; returns what was done."""
-        from ..locations import local_path, open_location
+        from ..remote.locations import local_path, open_location
 
         if self.existed:
             return (

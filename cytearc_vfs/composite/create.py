@@ -1,0 +1,399 @@
+"""``create_composite``: one virtual count matrix over many source stores.
+
+Nothing of the sources' counts is copied. The composite's own store holds
+the root ``composite`` record (sources, virtual array documents, mapping
+manifest, ``complete``), the ``_composite`` mapping arrays, ordinary cell
+and feature tables, and preparation summaries. The root's first document
+names the writer (``cytearc:pending_store``); the record follows with
+``complete=False``, and one attribute write at the end sets ``complete`` and
+removes the marker, so a creation that dies at any instant never opens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import MemoryStore
+
+from ..format.count_dtype import summary_dtype
+from ..format.fingerprints import combine
+from ..format.nodes import array_at, group_at
+from ..format.paths import check_name, join
+from ..format.records import dump_assay_types, requires_transpose
+from ..format.sizes import parse_size
+from ..format.store_io import get_json
+from ..format.tables import prepare_table, write_table
+from ..read.read_stats import ReadCounters
+from ..read.reader import VirtualArrayReader
+from ..read.sources import BoundSource, bind_source
+from ..remote.locations import Location, describe_location, reopenable_location
+from ..write.destinations import check_no_overlap, create_destination, finish_destination
+from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
+from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
+from .records import (
+    COMPOSITE_ATTR,
+    MAPS_GROUP,
+    AxisIds,
+    CompositeRecord,
+    MapRecord,
+    SourceBinding,
+)
+
+__all__ = [
+    "Sources",
+    "create_composite",
+    "source_name_of",
+    "source_names_from_locations",
+    "virtual_array_document",
+]
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]
+#: A mapping of source name -> location, a sequence of locations, or one location.
+Sources = Mapping[str, Location] | Sequence[Location] | Location
+
+# A computed chunk spans whole rows of the virtual array and holds about this
+# many bytes: large enough that misaligned source chunk bands at its edges
+# (decoded by both neighbours) cost little, small enough to compute quickly.
+VIRTUAL_CHUNK_BYTES = 8 * 1024**2
+# Entries per chunk of a mapping array (64 Ki int64 = 512 KiB).
+MAP_CHUNK_ENTRIES = 1 << 16
+
+
+def virtual_array_document(
+    shape: tuple[int, int], dtype: np.dtype, attributes: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``zarr.json`` of a computed count array: unsharded, ``bytes`` codec only.
+
+    Only the ``bytes`` codec, so a computed chunk is the little-endian values
+    and costs no compression. Chunks span every column.
+    """
+    rows = max(1, min(max(shape[0], 1), VIRTUAL_CHUNK_BYTES // max(1, shape[1] * dtype.itemsize)))
+    scratch = MemoryStore()
+    zarr.create_array(
+        scratch,
+        shape=shape,
+        dtype=dtype,
+        chunks=(rows, max(shape[1], 1)),
+        compressors=None,
+        fill_value=0,
+        attributes=attributes,
+    )
+    document = get_json(scratch, "zarr.json")
+    assert isinstance(document, dict)
+    return document
+
+
+def source_name_of(location: str | os.PathLike[str]) -> str:
+    """The source name a location gives: its final path component without suffixes.
+
+    The command line and :func:`create_composite` name unnamed sources this
+    way. An empty result (a bare ``/``) gives ``"source"``.
+
+    Examples
+    --------
+    >>> source_name_of("data/wu2020.zarr")
+    'wu2020'
+    >>> source_name_of("s3://bucket/atlas/pbmc.v2.zarr/")
+    'pbmc'
+    """
+    text = os.fspath(location)
+    # a URL's query or fragment is not part of its last path component
+    path = urlsplit(text).path if "://" in text else text
+    return Path(path.rstrip("/")).name.split(".")[0] or "source"
+
+
+def source_names_from_locations(locations: Sequence[Location]) -> dict[str, Location]:
+    """Name each of ``locations`` as :func:`source_name_of` does, in order.
+
+    A Store object has no path to name it by, so it is named by its position:
+    ``source0``, ``source1``, ...
+
+    Raises
+    ------
+    ValueError
+        Two locations give the same name; the message suggests a mapping.
+
+    Examples
+    --------
+    >>> source_names_from_locations(["a/wu.zarr", "b/ct.zarr"])
+    {'wu': 'a/wu.zarr', 'ct': 'b/ct.zarr'}
+    """
+    named: dict[str, Location] = {}
+    for index, location in enumerate(locations):
+        name = f"source{index}" if isinstance(location, Store) else source_name_of(location)
+        if name in named:
+            first = describe_location(named[name])
+            raise ValueError(
+                f"sources {first!r} and {describe_location(location)!r} are both named "
+                f"{name!r} (a source is named by its last path component without suffixes); "
+                f"pass a mapping {{name: location}} instead, e.g. "
+                f"{{{name + '_1'!r}: {first!r}, {name + '_2'!r}: {describe_location(location)!r}}}"
+            )
+        named[name] = location
+    return named
+
+
+def _named_sources(sources: Sources) -> Mapping[str, Location]:
+    if isinstance(sources, Mapping):
+        return sources
+    if isinstance(sources, str | os.PathLike | Store):
+        return source_names_from_locations([sources])  # one source
+    return source_names_from_locations(list(sources))
+
+
+def _summaries(
+    plan: CompositePlan, sources: list[BoundSource], mem_budget: int, progress: Progress | None
+) -> dict[str, npt.NDArray[Any]]:
+    """countSummaries of the composite, from source summaries where they apply, else by reading."""
+    n_cells, n_features = len(plan.row_sources), len(plan.feature_ids)
+    dtype = summary_dtype(plan.dtype)
+    row_sums = np.zeros(n_cells, dtype=dtype)
+    row_positive = np.zeros(n_cells, dtype=np.int64)
+    column_positive = np.zeros(n_features, dtype=np.int64)
+    for index, source in enumerate(sources):
+        out_rows = np.flatnonzero(plan.row_sources == index)
+        rows = plan.source_rows[out_rows]
+        mapped = np.flatnonzero(plan.feature_columns[index] >= 0)
+        columns = plan.feature_columns[index][mapped]
+        root = zarr.open_group(source.store, mode="r")
+        summaries = group_at(root, source.info.paths.summaries)
+        all_features = len(columns) == source.info.shape[1]
+        all_cells = len(rows) == source.info.shape[0]
+        if all_features:
+            row_sums[out_rows] = np.asarray(array_at(summaries, "rowSums")[:])[rows]
+            row_positive[out_rows] = np.asarray(array_at(summaries, "rowPositive")[:])[rows]
+        if all_features and all_cells:
+            column_positive[mapped] += np.asarray(array_at(summaries, "columnPositive")[:])[columns]
+            continue
+        # Part of the source is used: read exactly that part once, in row bands.
+        reader = VirtualArrayReader(
+            source.store, source.info.paths.assay, workspace=source.info.paths.workspace
+        )
+        band = max(1, mem_budget // (3 * max(1, len(columns)) * max(8, plan.dtype.itemsize)))
+        for start in range(0, len(rows), band):
+            block = reader.read(rows[start : start + band], columns)
+            positive = block > 0
+            if not all_features:
+                row_sums[out_rows[start : start + band]] = block.sum(axis=1, dtype=dtype)
+                row_positive[out_rows[start : start + band]] = positive.sum(axis=1)
+            column_positive[mapped] += positive.sum(axis=0)
+            if progress:
+                progress(f"summaries {source.name}", min(len(rows), start + band), len(rows))
+    return {"rowSums": row_sums, "rowPositive": row_positive, "columnPositive": column_positive}
+
+
+def create_composite(
+    destination: Location,
+    sources: Sources,
+    *,
+    assay: str = "RNA",
+    features: FeatureChoice = "union",
+    cells: Mapping[str, Any] | None = None,
+    source_workspaces: Mapping[str, str] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    mem_budget: int | str | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> Any:
+    """Create a composite of ``sources`` at ``destination`` and return it opened.
+
+    Parameters
+    ----------
+    destination
+        Where the composite's own (small) store goes: path, URL or Store; must be empty.
+    sources
+        Source name -> location (or Store), in output cell order. A sequence of
+        locations is named by :func:`source_names_from_locations` (the last
+        path component without suffixes, ``source0``, ``source1``, ... for
+        Store objects); one location is a composite of one source.
+    assay
+        The assay composed; every source must hold it, with one assay type.
+    features
+        ``"union"``, ``"intersection"`` or an explicit sequence of feature ids.
+        A feature a source lacks reads as zeros.
+    cells
+        Per source, a boolean mask, integer rows or cell ids (strings of the
+        source's ``cellData/ids``) to keep, in that order (all cells by default).
+    source_workspaces
+        Per source, the workspace holding the assay (root layout by default).
+    source_storage_options
+        Per source, backend options (credentials); used, never written.
+    mem_budget
+        Working-memory bound of reading partial sources for the summaries.
+    overwrite
+        Replace a destination that a writer left unfinished, or a store the
+        writers may replace (spec, "Writer destinations"); a complete
+        composite is not replaced (the command line's ``--overwrite`` removes
+        it first).
+
+    Returns
+    -------
+    CompositeStore
+        Its cell table holds ``ids``, ``names``, ``I``, ``source`` (the source
+        name of each cell), ``sourceId`` and every cell column of the sources;
+        its feature table ``ids``, ``names``, ``I`` and the sources' feature
+        columns, merged as ``docs/composite.md`` ("Cell and feature columns")
+        describes.
+    """
+    from .store import CompositeStore
+
+    sources = _named_sources(sources)
+    if not sources:
+        raise ValueError("a composite needs at least one source")
+    for name in sources:
+        check_name(name, what="source name")
+    unknown = sorted(set(source_workspaces or {}) - set(sources)) + sorted(
+        set(source_storage_options or {}) - set(sources)
+    )
+    if unknown:
+        raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
+    check_name(assay, what="assay")
+    budget = parse_size(mem_budget, what="mem_budget") if mem_budget is not None else 512 * 1024**2
+    check_no_overlap(destination, sources)
+    locations = {
+        name: reopenable_location(location, what=f"source {name!r}")
+        for name, location in sources.items()
+    }
+
+    counters = ReadCounters()
+    bound = [
+        bind_source(
+            name,
+            location,
+            assay,
+            workspace=(source_workspaces or {}).get(name),
+            counters=counters,
+            storage_options=(source_storage_options or {}).get(name),
+        )
+        for name, location in sources.items()
+    ]
+    tables = read_source_tables(bound)
+    plan = plan_composite(bound, tables, features=features, cells=cells)
+    bindings = tuple(
+        SourceBinding(
+            name=source.name,
+            location=locations[source.name],
+            workspace=source.info.paths.workspace,
+            dataset_fingerprint=source.info.dataset_fingerprint,
+            counts_fingerprint=source.info.counts_fingerprint,
+        )
+        for source in bound
+    )
+    maps: dict[str, npt.NDArray[Any]] = {
+        "rowSources": plan.row_sources,
+        "sourceRows": plan.source_rows,
+        "featureColumns": plan.feature_columns,
+    }
+    map_records = {
+        name: MapRecord(
+            join(MAPS_GROUP, name),
+            tuple(values.shape),
+            values.dtype.name,
+            array_fingerprint(values),
+        )
+        for name, values in maps.items()
+    }
+    shape = (len(plan.row_sources), len(plan.feature_ids))
+    content = combine(
+        "cytearc:composite-counts",
+        {
+            "dtype": plan.dtype.name,
+            "shape": list(shape),
+            "sources": [[b.name, b.counts_fingerprint] for b in bindings],
+            "maps": {name: record.fingerprint for name, record in map_records.items()},
+        },
+    )
+    arrays = {
+        join(assay, "counts"): virtual_array_document(
+            shape, plan.dtype, {"content_fingerprint": content}
+        )
+    }
+    if requires_transpose(plan.assay_type):
+        arrays[join(assay, "countsT")] = virtual_array_document(
+            (shape[1], shape[0]), plan.dtype, {"content_fingerprint": content, "complete": True}
+        )
+    cell_table = prepare_table(
+        _frame(plan.cell_ids, {"source": plan.cell_sources, "sourceId": plan.source_cell_ids}),
+        table="cellData",
+    ).with_columns(
+        merge_cell_columns(tables, plan.row_sources, plan.source_rows, assay=assay),
+        table="cellData",
+    )
+    feature_table = prepare_table(
+        _frame(plan.feature_ids, {}), table="featureData", names=plan.feature_names
+    ).with_columns(
+        merge_feature_columns(tables, plan.feature_columns, feature_ids=plan.feature_ids),
+        table="featureData",
+    )
+    summaries = _summaries(plan, bound, budget, progress)
+    record = CompositeRecord(
+        assay=assay,
+        sources=bindings,
+        arrays=arrays,
+        maps=map_records,
+        complete=False,
+        # the ids are fingerprinted as the tables are prepared; every open checks them
+        ids=AxisIds(cell_table.ids_fingerprint, feature_table.ids_fingerprint),
+    )
+
+    root = create_destination(
+        destination,
+        overwrite=overwrite,
+        writer="create_composite",
+        storage_options=storage_options,
+    )
+    where = describe_location(destination)
+    logger.info("creating composite of %d sources (%d x %d) at %s", len(bound), *shape, where)
+    root.attrs.update(  # keeps the in-progress marker of the root's first document
+        {
+            COMPOSITE_ATTR: record.to_json(),
+            "assayTypes": dump_assay_types({assay: plan.assay_type}),
+            "defaultAssay": assay,
+        }
+    )
+    maps_group = root.create_group(MAPS_GROUP)
+    for name, values in maps.items():
+        # Small chunks: a read loads only the mapping windows it selects.
+        chunk = (
+            (max(1, min(values.shape[0], MAP_CHUNK_ENTRIES)),)
+            if values.ndim == 1
+            else (
+                values.shape[0],
+                max(1, min(values.shape[1], MAP_CHUNK_ENTRIES // max(1, values.shape[0]))),
+            )
+        )
+        maps_group.create_array(name, data=values, chunks=chunk)
+    write_table(root.create_group("cellData"), cell_table)
+    assay_group = root.create_group(assay, attributes={"is_assay": True})
+    write_table(assay_group.create_group("featureData"), feature_table)
+    summary_group = assay_group.create_group(
+        "countSummaries", attributes={"source_fingerprint": content}
+    )
+    for name, values in summaries.items():
+        summary_group.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
+    final = record.to_json()
+    final["complete"] = True
+    # one metadata write publishes the composite and removes the marker
+    finish_destination(root, {COMPOSITE_ATTR: final})
+    return CompositeStore.from_location(
+        destination, storage_options=storage_options, source_storage_options=source_storage_options
+    )
+
+
+def _frame(ids: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {k: v for k, v in columns.items()}, index=pd.Index(ids.tolist(), dtype=object)
+    )

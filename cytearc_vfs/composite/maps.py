@@ -1,0 +1,212 @@
+"""Building a composite's mappings and tables from its bound sources.
+
+Pure planning: which output cells come from which source rows, which
+source columns feed each output feature (-1 for zeros), the output tables,
+and the dtype. Nothing here writes; :mod:`cytearc_vfs.composite.create` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from ..format.count_dtype import merge_dtype
+from ..format.fingerprints import combine
+from ..format.tables import StoredColumn
+from ..read.sources import BoundSource
+from .columns import SourceTables
+
+__all__ = ["CompositePlan", "array_fingerprint", "plan_composite"]
+
+FeatureChoice = str | Sequence[str]
+
+
+def array_fingerprint(values: npt.NDArray[Any]) -> str:
+    """Fingerprint of a mapping array's dtype, shape and values."""
+    import hashlib
+
+    digest = hashlib.sha256(np.ascontiguousarray(values).view(np.uint8).tobytes()).hexdigest()
+    return combine(
+        "cytearc:map", {"dtype": values.dtype.str, "shape": list(values.shape), "values": digest}
+    )
+
+
+@dataclass(frozen=True)
+class CompositePlan:
+    """Everything a composite records, computed before anything is written."""
+
+    row_sources: npt.NDArray[np.int32]
+    """Source index of each output cell."""
+    source_rows: npt.NDArray[np.int64]
+    """Row in its source of each output cell."""
+    feature_columns: npt.NDArray[np.int64]
+    """(n_sources, n_features): column of each output feature in each source, -1 = zeros."""
+    cell_ids: npt.NDArray[Any]
+    """Output cell ids (unique)."""
+    cell_sources: npt.NDArray[Any]
+    """Source name of each output cell."""
+    source_cell_ids: npt.NDArray[Any]
+    """Id of each output cell in its source."""
+    feature_ids: npt.NDArray[Any]
+    """Output feature ids."""
+    feature_names: npt.NDArray[Any]
+    """Output feature names (from the first source holding each feature)."""
+    dtype: np.dtype
+    """Storage dtype of the virtual counts."""
+    assay_type: str
+    """The one assay type every source declares."""
+
+
+def _text(table: Mapping[str, StoredColumn], name: str, fallback: str = "ids") -> npt.NDArray[Any]:
+    column = table.get(name) or table[fallback]
+    return np.asarray(column.values).astype(str)
+
+
+def _cell_rows(
+    name: str, selection: Any, n_cells: int, ids: npt.NDArray[Any]
+) -> npt.NDArray[np.int64]:
+    if selection is None:
+        return np.arange(n_cells, dtype=np.int64)
+    values = np.asarray(selection)
+    if values.size == 0 and values.dtype != np.bool_:
+        return np.zeros(0, dtype=np.int64)  # no rows of this source
+    if values.dtype.kind in "UO" and all(isinstance(v, str) for v in values.ravel()):
+        # cell ids of the source, in the order given
+        positions = pd.Index(ids).get_indexer(pd.Index(values.ravel()))
+        missing = values.ravel()[positions < 0]
+        if missing.size:
+            shown = ", ".join(repr(str(v)) for v in missing[:3])
+            raise ValueError(
+                f"cells[{name!r}]: {missing.size} id(s) are not cells of that source "
+                f"(first: {shown}); give ids of its cellData/ids, a boolean mask or integer rows"
+            )
+        values = positions
+    if values.dtype == np.bool_:
+        if values.shape != (n_cells,):
+            raise ValueError(
+                f"cells[{name!r}] is a boolean mask of length {len(values)}, but the source has "
+                f"{n_cells} cells; pass one flag per source cell"
+            )
+        return np.flatnonzero(values).astype(np.int64)
+    if values.dtype.kind not in "iu":
+        raise ValueError(
+            f"cells[{name!r}] must be a boolean mask, integer rows or cell ids, not {values.dtype}"
+        )
+    rows = values.astype(np.int64).ravel()
+    if rows.size and (rows.min() < 0 or rows.max() >= n_cells):
+        raise ValueError(f"cells[{name!r}] holds rows outside 0..{n_cells - 1}")
+    if len(np.unique(rows)) != len(rows):
+        raise ValueError(
+            f"cells[{name!r}] repeats rows; a composite holds each source cell at most once"
+        )
+    return rows
+
+
+def _choose_features(
+    per_source: Sequence[npt.NDArray[Any]], features: FeatureChoice
+) -> npt.NDArray[Any]:
+    if isinstance(features, str):
+        if features == "union":
+            seen: dict[str, None] = {}
+            for ids in per_source:
+                seen.update(dict.fromkeys(ids.tolist()))
+            return np.asarray(list(seen), dtype=str)
+        if features == "intersection":
+            common = set(per_source[0].tolist())
+            for ids in per_source[1:]:
+                common &= set(ids.tolist())
+            return np.asarray([i for i in per_source[0].tolist() if i in common], dtype=str)
+        raise ValueError(
+            f"features must be 'union', 'intersection' or a list of feature ids, not {features!r}"
+        )
+    chosen = [str(f) for f in features]
+    if len(set(chosen)) != len(chosen):
+        raise ValueError("the explicit feature list repeats ids; give each feature once")
+    known: set[str] = set()
+    for ids in per_source:
+        known.update(ids.tolist())
+    missing = [f for f in chosen if f not in known]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} requested feature(s) are in no source, e.g. {missing[:5]}; check the ids "
+            "(features are matched by feature id, not by name)"
+        )
+    return np.asarray(chosen, dtype=str)
+
+
+def plan_composite(
+    sources: Sequence[BoundSource],
+    tables: Sequence[SourceTables],
+    *,
+    features: FeatureChoice,
+    cells: Mapping[str, Any] | None,
+) -> CompositePlan:
+    """Plan a composite of ``sources`` (in output order) from their ``tables``."""
+    types = {source.name: source.info.assay_type for source in sources}
+    if len(set(types.values())) > 1:
+        raise ValueError(
+            f"sources declare different assay types {types}; a composite has one assay type. "
+            "Re-declare the sources' assayTypes or compose only sources of one type"
+        )
+    unknown = sorted(set(cells or {}) - {source.name for source in sources})
+    if unknown:
+        raise ValueError(f"cells= names unknown source(s) {unknown}")
+    dtype = merge_dtype([source.info.dtype for source in sources])
+    feature_ids_per_source = [_text(table.features, "ids") for table in tables]
+    output_features = _choose_features(feature_ids_per_source, features)
+    lookup = pd.Index(output_features)
+    feature_columns = np.full((len(sources), len(output_features)), -1, dtype=np.int64)
+    names = np.asarray(output_features, dtype=object)
+    named = np.zeros(len(output_features), dtype=bool)
+    for index, (table, ids) in enumerate(zip(tables, feature_ids_per_source, strict=True)):
+        positions = lookup.get_indexer(ids)
+        present = positions >= 0
+        feature_columns[index, positions[present]] = np.flatnonzero(present)
+        source_names = _text(table.features, "names")
+        fresh = present.copy()
+        fresh[present] = ~named[positions[present]]
+        names[positions[fresh]] = source_names[fresh]
+        named[positions[present]] = True
+
+    row_sources: list[npt.NDArray[np.int32]] = []
+    source_rows: list[npt.NDArray[np.int64]] = []
+    source_ids: list[npt.NDArray[Any]] = []
+    for index, (source, table) in enumerate(zip(sources, tables, strict=True)):
+        ids = _text(table.cells, "ids")
+        rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0], ids)
+        row_sources.append(np.full(len(rows), index, dtype=np.int32))
+        source_rows.append(rows)
+        source_ids.append(ids[rows])
+    all_ids = np.concatenate(source_ids) if source_ids else np.array([], dtype=str)
+    cell_sources = np.concatenate(
+        [
+            np.full(len(ids), source.name, dtype=object)
+            for source, ids in zip(sources, source_ids, strict=True)
+        ]
+    ).astype(str)
+    # Keep source ids when they are unique across sources; otherwise prefix
+    # every id with its source name, as anndata's index_unique does.
+    unique_ids = (
+        all_ids
+        if len(np.unique(all_ids)) == len(all_ids)
+        else np.char.add(np.char.add(cell_sources, "-"), all_ids)
+    )
+    if len(np.unique(unique_ids)) != len(unique_ids):
+        raise ValueError("cell ids repeat within a source; the sources are not valid stores")
+    return CompositePlan(
+        row_sources=np.concatenate(row_sources),
+        source_rows=np.concatenate(source_rows),
+        feature_columns=feature_columns,
+        cell_ids=unique_ids,
+        cell_sources=cell_sources,
+        source_cell_ids=all_ids,
+        feature_ids=output_features,
+        feature_names=names.astype(str),
+        dtype=dtype,
+        assay_type=next(iter(types.values())),
+    )

@@ -1,0 +1,499 @@
+"""``CompositeStore``: a zarr Store that serves a composite's virtual counts.
+
+Keys of the virtual count arrays (``{assay}/counts``, and ``{assay}/countsT``
+when the assay type needs it) are computed: their ``zarr.json`` comes from the
+composite record and each chunk is gathered from the sources through a
+:class:`VirtualArrayReader`. Every other key is the composite's own backing
+store, where analyses write as usual. Mappings, count metadata and the
+composite record are immutable (``PermissionError``). Opening verifies the
+record shape, completeness, every mapping fingerprint and every source's
+identity, and fails closed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype
+
+from ..errors import IdentityMismatchError, IncompleteStoreError
+from ..format.fingerprints import combine
+from ..format.key_checked import KeyCheckedStore
+from ..format.nodes import array_at
+from ..format.paths import join
+from ..format.store_io import document_attribute, get_json
+from ..format.store_keys import protected_by
+from ..read.cell_runs import CellRuns, RunCollector, merge_runs
+from ..read.count_mapping import ArrayMapping, CountMapping
+from ..read.read_stats import ReadCounters, ReaderStats
+from ..read.sources import BoundSource, bind_source, rebind
+from ..remote.locations import Location, describe_location, open_location
+from ..remote.source_cache import CacheInfo, SourceCache
+from .open_checks import verify_composite_tables
+from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
+
+__all__ = ["CompositeStore"]
+
+
+def _apply_range(data: bytes | memoryview, byte_range: ByteRequest | None) -> bytes | memoryview:
+    if byte_range is None:
+        return data
+    if isinstance(byte_range, RangeByteRequest):
+        return data[byte_range.start : byte_range.end]
+    if isinstance(byte_range, OffsetByteRequest):
+        return data[byte_range.offset :]
+    if isinstance(byte_range, SuffixByteRequest):
+        return data[len(data) - byte_range.suffix :]
+    raise TypeError(f"unsupported byte range {byte_range!r}")
+
+
+def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = None) -> str:
+    """:func:`array_fingerprint` computed window by window (memory stays flat);
+    ``runs`` sees every window too."""
+    digest = hashlib.sha256()
+    step = max(1, (16 << 20) // max(1, array.dtype.itemsize * int(np.prod(array.shape[1:]) or 1)))
+    for start in range(0, array.shape[0], step):
+        block = np.ascontiguousarray(array[start : start + step])
+        digest.update(block.view(np.uint8).tobytes())
+        if runs is not None:
+            runs.observe(start, block)
+    return combine(
+        "cytearc:map",
+        {"dtype": array.dtype.str, "shape": list(array.shape), "values": digest.hexdigest()},
+    )
+
+
+class CompositeStore(KeyCheckedStore):
+    """A composite's store: computed count arrays over the sources, the rest local.
+
+    Use :meth:`from_location` (or ``cv.open_store``) rather than the constructor.
+    """
+
+    supports_consolidated_metadata = False
+
+    def __init__(
+        self,
+        backing: Store,
+        record: CompositeRecord,
+        sources: list[BoundSource],
+        *,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        cell_runs: CellRuns | None = None,
+        cache: SourceCache | None = None,
+    ) -> None:
+        super().__init__(read_only=backing.read_only)
+        self._cache = SourceCache() if cache is None else cache
+        self._cell_runs = cell_runs
+        self._backing = backing
+        self._record = record
+        self._sources = sources
+        self._source_options = dict(source_storage_options or {})
+        self._virtual = {path: json.dumps(doc).encode() for path, doc in record.arrays.items()}
+        # Built now, in sync context: computed chunks are served from inside
+        # zarr's event loop, where opening arrays (a sync call) is not allowed.
+        from ..read.reader import VirtualArrayReader
+
+        self._chunk_counters = ReadCounters()
+        self._chunk_reader = VirtualArrayReader.from_mapping(
+            self.count_mapping(record.assay, self._chunk_counters),
+            self._chunk_counters,
+            str(self),
+            record.assay,
+        )
+
+    # ------------------------------------------------------------- opening
+
+    @classmethod
+    def from_location(
+        cls,
+        location: Location,
+        *,
+        mode: str = "r",
+        storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CompositeStore:
+        """Open and verify the composite at ``location``."""
+        where = describe_location(location)
+        backing = open_location(location, read_only=mode == "r", storage_options=storage_options)
+        return cls._verified(backing, where, source_storage_options)
+
+    @classmethod
+    def _verified(
+        cls,
+        backing: Store,
+        where: str,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None,
+    ) -> CompositeStore:
+        # remote sources read through one bounded cache per open composite; a
+        # bad CYTEARC_SOURCE_CACHE_BYTES is refused before any mapping is read
+        cache = SourceCache()
+        root_doc = get_json(backing, "zarr.json", where=where)
+        attrs = root_doc.get("attributes", {}) if isinstance(root_doc, dict) else {}
+        if COMPOSITE_ATTR not in attrs:
+            raise ValueError(f"{where} is not a composite (its root has no composite record)")
+        record = CompositeRecord.from_json(attrs[COMPOSITE_ATTR], where=f"{where} composite")
+        if not record.complete:
+            raise IncompleteStoreError(
+                f"composite at {where} is not complete (complete=false): its creation failed or is "
+                "still running. Delete it and create the composite again"
+            )
+        unknown = sorted(set(source_storage_options or {}) - {s.name for s in record.sources})
+        if unknown:
+            raise ValueError(
+                f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
+            )
+        root = zarr.open_group(backing, mode="r")
+        # the cell mappings are summarized as runs on the way (see cell_runs)
+        collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
+        for name in MAP_NAMES:
+            expected = record.maps[name]
+            if expected.path != join(MAPS_GROUP, name) or expected.path not in root:
+                raise IncompleteStoreError(
+                    f"composite at {where}: mapping {expected.path!r} is missing"
+                )
+            array = array_at(root, expected.path)
+            found = _streamed_fingerprint(array, collectors.get(name))
+            if found != expected.fingerprint or tuple(array.shape) != expected.shape:
+                raise IdentityMismatchError(
+                    f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
+                    f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
+                )
+        verify_composite_tables(backing, record, attrs, where=where)
+        counters = ReadCounters()
+
+        def bind(index: int) -> BoundSource:
+            binding = record.sources[index]
+            return bind_source(
+                binding.name,
+                binding.location,
+                record.assay,
+                workspace=binding.workspace,
+                counters=counters,
+                storage_options=(source_storage_options or {}).get(binding.name),
+                expected_dataset=binding.dataset_fingerprint,
+                expected_counts=binding.counts_fingerprint,
+                cache=cache,
+            )
+
+        # Sources are verified concurrently: each is a few metadata reads.
+        with ThreadPoolExecutor(max_workers=min(8, len(record.sources))) as pool:
+            sources = list(pool.map(bind, range(len(record.sources))))
+        return cls(
+            backing,
+            record,
+            sources,
+            source_storage_options=source_storage_options,
+            cell_runs=merge_runs(collectors["rowSources"], collectors["sourceRows"]),
+            cache=cache,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled for dask workers: the backing store and the in-memory source
+        # options travel; nothing is written anywhere. The worker re-verifies.
+        return (_restore, (self._backing, self._source_options))
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def record(self) -> CompositeRecord:
+        """The verified composite record."""
+        return self._record
+
+    @property
+    def backing(self) -> Store:
+        """The composite's own store (no counts in it)."""
+        return self._backing
+
+    def with_read_only(self, read_only: bool = False) -> CompositeStore:
+        """The same composite over a read-only (or writable) backing store.
+
+        zarr calls this from inside its event loop (opening a writable store
+        with ``mode="r"``), so it does no I/O: the verified record, sources
+        and chunk reader are shared; only the backing store changes.
+        """
+        return self._derive(self._backing.with_read_only(read_only))
+
+    def __copy__(self) -> CompositeStore:
+        return self._derive(self._backing)
+
+    def _derive(self, backing: Store) -> CompositeStore:
+        clone = object.__new__(type(self))
+        Store.__init__(clone, read_only=backing.read_only)
+        clone._backing = backing
+        clone._record = self._record
+        clone._sources = self._sources
+        clone._source_options = self._source_options
+        clone._cell_runs = self._cell_runs
+        clone._virtual = self._virtual
+        clone._chunk_counters = self._chunk_counters
+        clone._chunk_reader = self._chunk_reader
+        clone._cache = self._cache
+        return clone
+
+    def cache_info(self) -> CacheInfo:
+        """The remote source cache of this open composite (see ``docs/composite.md``)."""
+        return self._cache.info()
+
+    def close(self) -> None:
+        """Close the store; the remote source cache's directory is removed."""
+        self._cache.close()
+        super().close()
+
+    def __eq__(self, value: object) -> bool:
+        return (
+            isinstance(value, CompositeStore)
+            and self._backing == value._backing
+            and self._record == value._record
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), str(self._backing)))
+
+    def __str__(self) -> str:
+        return f"composite+{self._backing}"
+
+    def __repr__(self) -> str:
+        return f"CompositeStore({self._backing!r}, assay={self._record.assay!r}, sources={len(self._sources)})"
+
+    # --------------------------------------------------------- count access
+
+    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
+        """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
+        if assay != self._record.assay:
+            raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
+        root = zarr.open_group(self._backing, mode="r")
+        counts_doc = self._record.arrays[join(assay, "counts")]
+        shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
+        return ArrayMapping(
+            shape=shape,
+            dtype=np.dtype(counts_doc["data_type"]),
+            sources=[rebind(source, counters) for source in self._sources],
+            row_sources=array_at(root, join(MAPS_GROUP, "rowSources")).async_array,
+            source_rows=array_at(root, join(MAPS_GROUP, "sourceRows")).async_array,
+            feature_columns=array_at(root, join(MAPS_GROUP, "featureColumns")).async_array,
+            cell_runs=self._cell_runs,
+            cell_id_array=array_at(root, "cellData/ids"),
+            feature_id_array=array_at(root, join(assay, "featureData", "ids")),
+        )
+
+    def reader(self, assay: str | None = None) -> Any:
+        """A :class:`VirtualArrayReader` of this composite."""
+        from ..read.reader import VirtualArrayReader
+
+        return VirtualArrayReader(self, assay or self._record.assay)
+
+    @property
+    def chunk_stats(self) -> ReaderStats:
+        """What serving computed chunks has read from the sources."""
+        return self._chunk_counters.snapshot()
+
+    # ---------------------------------------------------------- key routing
+
+    def _virtual_array(self, key: str) -> tuple[str, str] | None:
+        """(array path, rest of key) when ``key`` is inside a virtual array."""
+        for path in self._virtual:
+            if key == path or key.startswith(path + "/"):
+                return path, key[len(path) + 1 :]
+        return None
+
+    def _protections(self) -> dict[str, str]:
+        """Protected path -> why it may not be written or deleted."""
+        reasons = dict.fromkeys(
+            self._virtual, "the virtual count arrays are computed from the sources"
+        )
+        reasons[MAPS_GROUP] = "the composite's mappings are published and immutable"
+        reasons[join(self._record.assay, "countSummaries")] = (
+            "the composite's count summaries describe its published counts"
+        )
+        return reasons
+
+    def _protected(self, key: str, *, deleting: bool) -> str | None:
+        """Why ``key`` (a checked key or prefix) may not be written or deleted, or ``None``."""
+        reasons = self._protections()
+        path = protected_by(key, reasons, deleting=deleting)
+        if path is None:
+            return None
+        bare = key.removesuffix("/")
+        if bare == path or bare.startswith(path + "/"):
+            return reasons[path]
+        return f"it holds {path!r}, and {reasons[path]}"
+
+    async def _compute_chunk(self, path: str, rest: str) -> bytes | memoryview | None:
+        document = self._record.arrays[path]
+        row_chunk = self._chunk_index(path, rest)
+        if row_chunk is None:
+            return None
+        shape = document["shape"]
+        rows, cols = document["chunk_grid"]["configuration"]["chunk_shape"]
+        dtype = np.dtype(document["data_type"]).newbyteorder("<")
+        start, stop = row_chunk * rows, min(shape[0], (row_chunk + 1) * rows)
+        reader = self._chunk_reader
+        if path.endswith("/countsT"):
+            block = (await reader.read_async(None, slice(start, stop))).T
+        else:
+            block = await reader.read_async(slice(start, stop), None)
+        if block.shape == (rows, cols) and block.dtype == dtype and block.flags.c_contiguous:
+            return memoryview(block.reshape(-1).view(np.uint8))
+        chunk = np.zeros((rows, cols), dtype=dtype)  # edge chunks are served at full size
+        chunk[: block.shape[0], : block.shape[1]] = block
+        return memoryview(chunk.reshape(-1).view(np.uint8))
+
+    # -------------------------------------------------------------- reading
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        virtual = self._virtual_array(self._check_key(key, "get"))
+        if virtual is None:
+            return await self._backing.get(key, prototype, byte_range)
+        path, rest = virtual
+        if rest == "zarr.json":
+            data: bytes | memoryview | None = self._virtual[path]
+        else:
+            data = await self._compute_chunk(path, rest)
+        if data is None:
+            return None
+        return prototype.buffer.from_bytes(_apply_range(data, byte_range))
+
+    async def exists(self, key: str) -> bool:
+        virtual = self._virtual_array(self._check_key(key, "exists"))
+        if virtual is None:
+            return await self._backing.exists(key)
+        path, rest = virtual
+        return rest == "zarr.json" or self._chunk_index(path, rest) is not None
+
+    def _n_chunks(self, path: str) -> int:
+        document = self._record.arrays[path]
+        rows = document["chunk_grid"]["configuration"]["chunk_shape"][0]
+        return -(-max(document["shape"][0], 0) // rows) if document["shape"][1] else 0
+
+    def _chunk_index(self, path: str, rest: str) -> int | None:
+        """The row-chunk index of a chunk key ``c/{i}/0`` of ``path``, or ``None``."""
+        parts = rest.split("/")
+        if len(parts) != 3 or parts[0] != "c" or parts[2] != "0" or not parts[1].isdigit():
+            return None
+        index = int(parts[1])
+        return index if index < self._n_chunks(path) else None
+
+    def _chunk_keys(self, path: str) -> list[str]:
+        return [f"c/{i}/0" for i in range(self._n_chunks(path))]
+
+    # -------------------------------------------------------------- writing
+
+    @property
+    def supports_writes(self) -> bool:
+        return self._backing.supports_writes
+
+    @property
+    def supports_deletes(self) -> bool:
+        return self._backing.supports_deletes
+
+    @property
+    def supports_listing(self) -> bool:
+        return self._backing.supports_listing
+
+    def _check_protected(self, key: str, action: str) -> None:
+        reason = self._protected(key, deleting=action == "delete")
+        if reason is not None:
+            raise PermissionError(
+                f"cannot {action} {key!r} in the composite at {self._backing}: {reason}. "
+                "Write analysis results elsewhere (artifacts, cell or feature columns)"
+            )
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_key(key, "set")
+        self._check_writable()
+        self._check_protected(key, "write")
+        if (
+            key == "zarr.json"
+            and document_attribute(value.to_bytes(), COMPOSITE_ATTR) != self._record.to_json()
+        ):
+            raise PermissionError(
+                f"cannot change the composite record of {self._backing}: published mappings "
+                "and count metadata are immutable; other root attributes may change"
+            )
+        await self._backing.set(key, value)
+
+    async def delete(self, key: str) -> None:
+        self._check_key(key, "delete")
+        self._check_writable()
+        self._check_protected(key, "delete")
+        if key == "zarr.json":
+            raise PermissionError(f"cannot delete the root of the composite at {self._backing}")
+        await self._backing.delete(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        # Checked as a whole before anything is deleted: the default (list,
+        # then delete key by key) would stop half-way at the first protected key.
+        self._check_prefix(prefix, "delete_dir")
+        self._check_writable()
+        self._check_protected(prefix, "delete")
+        await self._backing.delete_dir(prefix)
+
+    # -------------------------------------------------------------- listing
+
+    def _virtual_keys(self) -> list[str]:
+        keys = []
+        for path in self._virtual:
+            keys.append(join(path, "zarr.json"))
+            keys.extend(join(path, chunk) for chunk in self._chunk_keys(path))
+        return keys
+
+    async def list(self) -> AsyncIterator[str]:
+        async for key in self._backing.list():
+            yield key
+        for key in self._virtual_keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_prefix")
+        async for key in self._backing.list_prefix(prefix):
+            yield key
+        directory = prefix.rstrip("/")
+        for key in self._virtual_keys():
+            if not directory or key == directory or key.startswith(directory + "/"):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_dir")
+        seen: set[str] = set()
+        async for name in self._backing.list_dir(prefix):
+            seen.add(name)
+            yield name
+        directory = prefix.rstrip("/")
+        for key in self._virtual_keys():
+            if directory and not key.startswith(directory + "/"):
+                continue
+            child = (key[len(directory) + 1 :] if directory else key).split("/", 1)[0]
+            if child not in seen:
+                seen.add(child)
+                yield child
+
+
+def _restore(backing: Store, options: Mapping[str, Mapping[str, Any]]) -> CompositeStore:
+    return CompositeStore._verified(backing, str(backing), options)
+
+
+def open_verified(
+    store: Store,
+    where: str,
+    source_storage_options: Mapping[str, Any] | None = None,
+) -> CompositeStore:
+    """Open ``store`` as a verified CompositeStore (its ``cytearc_vfs.count_mappings`` entry point).
+
+    ``source_storage_options`` maps source locations to backend options.
+    """
+    return CompositeStore._verified(store, where, source_storage_options)

@@ -1,0 +1,439 @@
+"""Opening and verifying ordinary (source) CyteArc stores.
+
+Verification reads only metadata and small attributes (never the counts),
+so it is cheap enough for every open: record shapes, the agreement of the
+three layout records with each other and with the live arrays, completeness
+markers, and the binding of ``countSummaries`` to the counts it describes.
+
+Completeness markers are checked on everything, not only on what looks
+published: a root that still names its writer (``cytearc:pending_store``)
+is refused by :func:`read_contents`, which every open, verify and source
+binding goes through, and a pending assay (``cytearc:pending_assay``) by
+:func:`verify_store`. Stores written before the root marker existed simply
+lack it and open as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+
+from ..errors import (
+    IdentityMismatchError,
+    IncompleteStoreError,
+    RecordShapeError,
+    UnsupportedSourceError,
+)
+from .fingerprints import dataset_fingerprint_of, ids_fingerprint
+from .identity_checks import check_declared_assays, check_fill_value
+from .nodes import array_at, group_at
+from .paths import AssayPaths, join
+from .records import (
+    ASSAY_TYPE_PRESETS,
+    COUNT_LAYOUT_ATTR,
+    PENDING_ASSAY_ATTR,
+    PENDING_STORE_ATTR,
+    ArrayGeometry,
+    CountLayout,
+    parse_assay_types,
+    parse_fingerprint,
+    requires_transpose,
+)
+from .store_io import get_json, list_dir
+
+__all__ = [
+    "AssayInfo",
+    "StoreContents",
+    "read_contents",
+    "refuse_pending_assays",
+    "unfinished_message",
+    "verify_assay",
+    "verify_store",
+]
+
+REPAIR = "re-import the dataset, or rewrite it with `cytearc-vfs repack --data-only SOURCE DEST`"
+
+
+def unfinished_message(where: str, writer: object, what: str = "the store") -> str:
+    """The refusal of something a writer began and never finished, with the remedy."""
+    return (
+        f"{where}: {what} is unfinished: {writer!s} began writing it and never finished (it "
+        "was interrupted or failed), so it does not open. Write it again with "
+        "overwrite=True (--overwrite on the command line), which replaces it"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AssayInfo:
+    """A verified assay of an ordinary store."""
+
+    paths: AssayPaths
+    """Where its groups and arrays are."""
+    assay_type: str
+    """Its preset."""
+    layout: CountLayout
+    """The agreed layout record."""
+    content_fingerprint: str
+    """Identity of the stored values."""
+    cells_fingerprint: str
+    """Identity of the ordered cell ids."""
+    features_fingerprint: str
+    """Identity of the ordered feature ids."""
+
+    @property
+    def counts_fingerprint(self) -> str:
+        """Identity of the counts."""
+        return self.content_fingerprint
+
+    @property
+    def dataset_fingerprint(self) -> str:
+        """Identity of the counts with both ordered axes."""
+        return dataset_fingerprint_of(
+            self.content_fingerprint, self.cells_fingerprint, self.features_fingerprint
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(cells, features)."""
+        return self.layout.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage dtype."""
+        return np.dtype(self.layout.dtype)
+
+    @property
+    def has_counts_t(self) -> bool:
+        """Whether a verified ``countsT`` exists."""
+        return self.layout.counts_t is not None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreContents:
+    """What the top of a store declares, read from metadata documents only."""
+
+    root_attrs: Mapping[str, Any]
+    """Attributes of the root group."""
+    assays: tuple[AssayPaths, ...]
+    """Published assays (``is_assay``), root layout first, then by workspace."""
+    pending: tuple[AssayPaths, ...]
+    """Pending derived assays (``cytearc:pending_assay``)."""
+    zarr_format: int
+    """2 or 3."""
+
+
+def _get_json(store: Store, key: str) -> dict[str, Any] | None:
+    value = get_json(store, key, remedy=REPAIR)
+    if value is not None and not isinstance(value, dict):
+        raise RecordShapeError(f"{key!r} is not a JSON object; {REPAIR}")
+    return value
+
+
+def _node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
+    """(node_type, attributes) of the v3 node at ``path``, or (None, {})."""
+    document = _get_json(store, join(path, "zarr.json"))
+    if document is None:
+        return None, {}
+    attrs = document.get("attributes", {})
+    return document.get("node_type"), attrs if isinstance(attrs, dict) else {}
+
+
+def read_contents(store: Store, *, where: str) -> StoreContents:
+    """List the assays a store declares (root layout and workspaces)."""
+    root = _get_json(store, "zarr.json")
+    if root is None:
+        if _get_json(store, ".zgroup") is not None:
+            return StoreContents(_get_json(store, ".zattrs") or {}, (), (), 2)
+        raise ValueError(
+            f"{where} holds no Zarr group (no zarr.json at its root); check the location, "
+            "or write a store there with cytearc_vfs.write_counts"
+        )
+    if root.get("node_type") != "group":
+        raise ValueError(f"{where} is a Zarr {root.get('node_type')}, not a store group")
+    root_attrs = root.get("attributes", {}) or {}
+    if isinstance(root_attrs, dict) and PENDING_STORE_ATTR in root_attrs:
+        raise IncompleteStoreError(
+            unfinished_message(where, root_attrs[PENDING_STORE_ATTR])
+            + f" (its root still carries {PENDING_STORE_ATTR})"
+        )
+    assays: list[AssayPaths] = []
+    pending: list[AssayPaths] = []
+    for child in list_dir(store, ""):
+        kind, attrs = _node_attrs(store, child)
+        if kind != "group" or child in {"matrices", "artifacts", "pipeline", "_composite"}:
+            continue
+        if attrs.get("is_assay") is True:
+            assays.append(AssayPaths(child))
+        elif PENDING_ASSAY_ATTR in attrs:
+            pending.append(AssayPaths(child))
+        elif child != "cellData" and _node_attrs(store, join(child, "cellData"))[0] == "group":
+            for grandchild in list_dir(store, child):
+                kind2, attrs2 = _node_attrs(store, join(child, grandchild))
+                if kind2 != "group":
+                    continue
+                if attrs2.get("is_assay") is True:
+                    assays.append(AssayPaths(grandchild, child))
+                elif PENDING_ASSAY_ATTR in attrs2:
+                    pending.append(AssayPaths(grandchild, child))
+    return StoreContents(root_attrs, tuple(assays), tuple(pending), 3)
+
+
+def _layout_of(attrs: Mapping[str, Any], *, where: str) -> CountLayout:
+    if COUNT_LAYOUT_ATTR not in attrs:
+        raise RecordShapeError(
+            f"{where} has no {COUNT_LAYOUT_ATTR} record; layouts are never inferred or "
+            f"upgraded on open. {REPAIR}"
+        )
+    return CountLayout.from_json(attrs[COUNT_LAYOUT_ATTR], where=where)
+
+
+def _check_live(
+    array: zarr.Array[Any],
+    geometry: ArrayGeometry,
+    shape: tuple[int, int],
+    dtype: str,
+    *,
+    where: str,
+) -> None:
+    if array.metadata.zarr_format != 3:
+        raise RecordShapeError(
+            f"{where} is a Zarr v2 array; RNA assays need sharded Zarr v3 counts. {REPAIR}"
+        )
+    live = {
+        "shape": tuple(array.shape),
+        "dtype": str(array.dtype),
+        "chunks": tuple(array.chunks),
+        "shards": tuple(array.shards) if array.shards is not None else None,
+    }
+    recorded = {
+        "shape": shape,
+        "dtype": dtype,
+        "chunks": geometry.chunks,
+        "shards": geometry.shards,
+    }
+    wrong = {k: (recorded[k], live[k]) for k in recorded if recorded[k] != live[k]}
+    if wrong:
+        details = "; ".join(f"{k}: record {r} but array {v}" for k, (r, v) in wrong.items())
+        raise RecordShapeError(
+            f"{where} does not agree with its {COUNT_LAYOUT_ATTR} record ({details}); the array "
+            f"was changed after it was written. {REPAIR}"
+        )
+    check_fill_value(array.metadata.fill_value, where=where, remedy=REPAIR)
+
+
+def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
+    if "ids" not in group:
+        raise RecordShapeError(f"{where} has no ids column; {REPAIR}")
+    ids = array_at(group, "ids")
+    if ids.shape != (expected_len,):
+        raise RecordShapeError(
+            f"{where}/ids has {ids.shape[0] if ids.shape else 0} entries but the counts have "
+            f"{expected_len}; {REPAIR}"
+        )
+    recorded = ids.attrs.get("fingerprint")
+    if recorded is not None:
+        return parse_fingerprint(recorded, record="ids fingerprint", where=f"{where}/ids")
+    return ids_fingerprint(np.asarray(ids[:]))
+
+
+def verify_assay(
+    store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None = None
+) -> AssayInfo:
+    """Verify one assay; raises the package's errors naming the remedy."""
+    try:
+        return _verify_assay(store, paths, where=where, assay_types=assay_types)
+    except RecordShapeError as exc:
+        if REPAIR in str(exc):
+            raise
+        # record parsers know the field, not the store: add where and the remedy
+        raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc
+
+
+def _verify_assay(
+    store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None
+) -> AssayInfo:
+    label = f"{where}: assay {paths.assay!r}" + (
+        f" of workspace {paths.workspace!r}" if paths.workspace else ""
+    )
+    root = zarr.open_group(store, mode="r")
+    if _node_attrs(store, join(paths.assay_group, "state"))[0] is not None or _get_json(
+        store, join(paths.assay_group, "state", ".zgroup")
+    ):
+        raise UnsupportedSourceError(
+            f"{label} holds a retired {paths.assay}/state group, which this layout no longer "
+            f"reads or migrates; {REPAIR} (the rewrite omits it)"
+        )
+    kind, assay_attrs = _node_attrs(store, paths.assay_group)
+    if kind != "group":
+        raise ValueError(f"{label} does not exist (no group at {paths.assay_group!r})")
+    if PENDING_ASSAY_ATTR in assay_attrs:
+        raise UnsupportedSourceError(
+            f"{label} is pending ({assay_attrs[PENDING_ASSAY_ATTR]!r} never finished); discard "
+            "it or finish the write before opening"
+        )
+    if assay_attrs.get("is_assay") is not True:
+        raise ValueError(f"{label}: {paths.assay_group!r} is not an assay group (no is_assay)")
+    if assay_types is None:
+        container_attrs = _node_attrs(store, paths.root)[1]
+        assay_types = parse_assay_types(
+            container_attrs.get("assayTypes", {}), where=paths.root or "/"
+        )
+    assay_type = assay_types.get(paths.assay) or (
+        paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
+    )
+
+    _, matrix_attrs = _node_attrs(store, paths.matrix_group)
+    layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
+    if _node_attrs(store, paths.counts)[0] != "array":
+        if _get_json(store, join(paths.counts, ".zarray")) is not None:
+            raise RecordShapeError(f"{label}: counts is a Zarr v2 array; {REPAIR}")
+        raise IncompleteStoreError(f"{label} has no counts array at {paths.counts!r}; {REPAIR}")
+    counts = array_at(root, paths.counts)
+    counts_layout = _layout_of(counts.attrs, where=f"{label} counts")
+    if counts_layout != layout:
+        raise RecordShapeError(
+            f"{label}: the {COUNT_LAYOUT_ATTR} records of the matrix group and counts differ; "
+            f"{REPAIR}"
+        )
+    _check_live(counts, layout.counts, layout.shape, layout.dtype, where=f"{label} counts")
+    if "content_fingerprint" not in counts.attrs:
+        raise IncompleteStoreError(
+            f"{label}: counts carry no content_fingerprint, so their write never finished; {REPAIR}"
+        )
+    content = parse_fingerprint(
+        counts.attrs["content_fingerprint"], record="content_fingerprint", where=paths.counts
+    )
+
+    if requires_transpose(assay_type):
+        if layout.counts_t is None:
+            raise RecordShapeError(
+                f"{label} is {assay_type} but its layout records no countsT; {REPAIR}"
+            )
+        kind_t = _node_attrs(store, paths.counts_t)[0]
+        if kind_t != "array":
+            v2 = _get_json(store, join(paths.counts_t, ".zarray")) is not None
+            raise IncompleteStoreError(
+                f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT, but "
+                f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
+            )
+        counts_t = array_at(root, paths.counts_t)
+        if counts_t.attrs.get("complete") is not True:
+            raise IncompleteStoreError(
+                f"{label}: countsT is not complete (its write never finished); {REPAIR}"
+            )
+        if _layout_of(counts_t.attrs, where=f"{label} countsT") != layout:
+            raise RecordShapeError(
+                f"{label}: the layout records of countsT and counts differ; {REPAIR}"
+            )
+        _check_live(
+            counts_t,
+            layout.counts_t,
+            (layout.shape[1], layout.shape[0]),
+            layout.dtype,
+            where=f"{label} countsT",
+        )
+        if counts_t.attrs.get("content_fingerprint") != content:
+            raise IdentityMismatchError(
+                f"{label}: countsT is bound to content {counts_t.attrs.get('content_fingerprint')!r} "
+                f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
+            )
+    _check_summaries(store, root, paths, content, layout.shape, label=label)
+    cells_fp = _ids_fp(
+        group_at(root, paths.cell_data), layout.shape[0], where=f"{label} {paths.cell_data}"
+    )
+    features_fp = _ids_fp(
+        group_at(root, paths.feature_data), layout.shape[1], where=f"{label} {paths.feature_data}"
+    )
+    return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp)
+
+
+def _check_summaries(
+    store: Store,
+    root: zarr.Group,
+    paths: AssayPaths,
+    content: str,
+    shape: tuple[int, int],
+    *,
+    label: str,
+) -> None:
+    kind, attrs = _node_attrs(store, paths.summaries)
+    if kind != "group":
+        raise IncompleteStoreError(
+            f"{label} has no countSummaries group at {paths.summaries!r}; preparation reads it "
+            f"instead of the matrix. {REPAIR}"
+        )
+    bound = attrs.get("source_fingerprint")
+    if bound != content:
+        raise IdentityMismatchError(
+            f"{label}: countSummaries describe counts {bound!r}, but the counts are {content}; "
+            f"the summaries are bound to other counts. {REPAIR}"
+        )
+    for name, length in (
+        ("rowSums", shape[0]),
+        ("rowPositive", shape[0]),
+        ("columnPositive", shape[1]),
+    ):
+        key = join(paths.summaries, name)
+        if _node_attrs(store, key)[0] != "array":
+            raise RecordShapeError(f"{label}: countSummaries lacks {name}; {REPAIR}")
+        array = array_at(root, key)
+        if tuple(array.shape) != (length,):
+            raise RecordShapeError(
+                f"{label}: countSummaries/{name} has shape {tuple(array.shape)}, expected ({length},); {REPAIR}"
+            )
+
+
+def refuse_pending_assays(store: Store, contents: StoreContents, *, where: str) -> None:
+    """Refuse a store that holds a pending assay, naming the writer that never finished it.
+
+    Assay scans skip a pending assay, but its arrays can still be read
+    directly, and its counts may hold chunks not yet written (read as zeros).
+    """
+    for paths in contents.pending:
+        writer = _node_attrs(store, paths.assay_group)[1].get(PENDING_ASSAY_ATTR)
+        scope = f" of workspace {paths.workspace!r}" if paths.workspace else ""
+        raise IncompleteStoreError(
+            unfinished_message(where, writer, f"assay {paths.assay!r}{scope}")
+            + f" ({paths.assay_group!r} carries {PENDING_ASSAY_ATTR})"
+        )
+
+
+def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[AssayInfo]]:
+    """Verify every assay of an ordinary store."""
+    contents = read_contents(store, where=where)
+    if contents.zarr_format == 2:
+        raise RecordShapeError(
+            f"{where} is a Zarr v2 store; RNA assays need sharded Zarr v3 countsT, so it will "
+            f"not open. {REPAIR}"
+        )
+    refuse_pending_assays(store, contents, where=where)
+    infos: list[AssayInfo] = []
+    types_by_root: dict[str, dict[str, str]] = {}
+    # every container that declares or holds assays: the root always (its
+    # declarations must not name an assay that lost its group), and each workspace
+    for container in dict.fromkeys(["", *(p.root for p in (*contents.assays, *contents.pending))]):
+        attrs = contents.root_attrs if container == "" else _node_attrs(store, container)[1]
+        check_declared_assays(
+            attrs,
+            [p.assay for p in contents.assays if p.root == container],
+            pending=[p.assay for p in contents.pending if p.root == container],
+            container=container,
+            where=where,
+            remedy=REPAIR,
+        )
+        types_by_root[container] = parse_assay_types(
+            attrs.get("assayTypes", {}), where=container or "/"
+        )
+    if not contents.assays and not contents.pending:
+        raise IncompleteStoreError(
+            f"{where} holds no assay (no group carries is_assay: true); it is not a CyteArc "
+            f"store, or its assay group lost its is_assay attribute. {REPAIR}"
+        )
+    for paths in contents.assays:
+        infos.append(verify_assay(store, paths, where=where, assay_types=types_by_root[paths.root]))
+    return contents, infos

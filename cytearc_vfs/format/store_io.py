@@ -1,0 +1,104 @@
+"""Synchronous reads of a store's metadata: JSON documents and directory listings.
+
+Modules that inspect a store's layout without opening arrays (artifact
+listing, source verification) read ``zarr.json`` documents and list the
+children of a prefix. These helpers do that through the async
+:class:`zarr.abc.store.Store` API, once, so every caller gets the same
+"absent is ``None``" contract and the same error for a corrupt document.
+"""
+
+from __future__ import annotations
+
+import json
+
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from ..errors import RecordShapeError
+
+__all__ = ["document_attribute", "get_json", "list_dir"]
+
+
+def get_json(
+    store: Store, key: str, *, where: str | None = None, remedy: str | None = None
+) -> object:
+    """The parsed JSON document at ``key``, or ``None`` when there is none.
+
+    Parameters
+    ----------
+    store
+        The store to read.
+    key
+        Full key of the document, such as ``"RNA/zarr.json"``.
+    where
+        Prefixes the error message (the store or node the document describes).
+    remedy
+        Appended to the error message after ``"; "``: what the caller should do.
+
+    Returns
+    -------
+    object
+        Whatever the document holds (any JSON value); ``None`` when the key
+        is absent.
+
+    Raises
+    ------
+    RecordShapeError
+        The document is not valid JSON (or not UTF-8).
+
+    Examples
+    --------
+    >>> get_json(store, "zarr.json", where="data.zarr")  # doctest: +SKIP
+    {'zarr_format': 3, 'node_type': 'group', 'attributes': {}}
+    """
+    buffer = sync(store.get(key, prototype=default_buffer_prototype()))
+    if buffer is None:
+        return None
+    try:
+        return json.loads(buffer.to_bytes())
+    except ValueError as exc:
+        message = f"{key!r} is not valid JSON ({exc})"
+        if where is not None:
+            message = f"{where}: {message}"
+        if remedy is not None:
+            message = f"{message}; {remedy}"
+        raise RecordShapeError(message) from exc
+
+
+def list_dir(store: Store, prefix: str) -> list[str]:
+    """The names directly below ``prefix`` (keys and sub-prefixes), sorted.
+
+    The caller checks ``store.supports_listing`` first if it can meet a store
+    that cannot list, to say in its own terms what cannot be done.
+
+    Examples
+    --------
+    >>> list_dir(store, "RNA/artifacts")  # doctest: +SKIP
+    ['normalized', 'reduction', 'zarr.json']
+    """
+
+    async def collect() -> list[str]:
+        return [name async for name in store.list_dir(prefix)]
+
+    return sorted(sync(collect()))
+
+
+def document_attribute(data: bytes, name: str) -> object:
+    """Attribute ``name`` of the Zarr document ``data``, or ``None`` (also for non-JSON bytes).
+
+    Stores that protect a record in their root document compare what a
+    write would leave there with the record they verified.
+
+    >>> document_attribute(b'{"attributes": {"a": 1}}', "a")
+    1
+    >>> document_attribute(b"not json", "a") is None
+    True
+    """
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("attributes"), dict):
+        return None
+    return document["attributes"].get(name)

@@ -1,0 +1,176 @@
+"""``mount_datastore``: a writable target bound to a read-only source.
+
+The target holds copies of the source's cell and feature tables (membership
+columns with their attributes), its assay declarations, empty artifact roots,
+and the root ``matrixSource`` record. The root's first document names the
+writer (``cytearc:pending_store``) and one last root write replaces that
+marker with the record, so a mount that dies at any instant is refused by
+every open (never read as an ordinary store) and ``overwrite=True`` replaces
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+
+from ..errors import UnsupportedSourceError
+from ..format.nodes import group_at
+from ..format.paths import AssayPaths, check_name
+from ..format.records import parse_assay_types, requires_transpose
+from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..remote.locations import Location, describe_location, open_location, reopenable_location
+from ..write.copying import copy_group
+from ..write.destinations import check_no_overlap, create_destination, finish_destination
+from .records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
+
+__all__ = ["mount_datastore"]
+
+
+def _refuse(source: Store, where: str) -> None:
+    contents = read_contents(source, where=where)
+    if MATRIX_SOURCE_ATTR in contents.root_attrs:
+        raise UnsupportedSourceError(
+            f"{where} is itself a mounted target; mounts do not chain. Mount the store that owns "
+            f"the counts ({contents.root_attrs[MATRIX_SOURCE_ATTR].get('location', '?')})"
+        )
+    if "composite" in contents.root_attrs:
+        raise UnsupportedSourceError(
+            f"{where} is a composite: its counts are computed from other stores and its mappings "
+            "are immutable, so a mount could not bind stable counts. Mount one of its sources, "
+            "or materialize the composite into an ordinary store and mount that"
+        )
+    if contents.pending:
+        pending = ", ".join(p.assay_group for p in contents.pending)
+        raise UnsupportedSourceError(
+            f"{where} holds a pending derived assay ({pending}); finish or discard it before mounting"
+        )
+
+
+def mount_datastore(
+    source: Location,
+    destination: Location,
+    *,
+    workspace: str | None = None,
+    assays: Sequence[str] | None = None,
+    assay_types: Mapping[str, str] | None = None,
+    source_storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Any:
+    """Create a mounted target of ``source`` at ``destination`` and return it opened.
+
+    Parameters
+    ----------
+    source
+        The store that owns the counts (an ordinary store); never modified.
+    destination
+        An empty location for the target; created with mode ``"w-"``.
+    workspace
+        The workspace of the source to mount (root layout by default); the
+        target uses the same layout.
+    assays
+        Assays to mount (all of the workspace by default).
+    assay_types
+        Per assay, the type the target opens it as (the source's declaration
+        by default); an RNA-like type requires the source's countsT.
+    source_storage_options
+        Backend options of the source (credentials); used, never written.
+    storage_options
+        Backend options of the destination.
+    overwrite
+        Replace a destination that a writer left unfinished, or a store the
+        writers may replace (spec, "Writer destinations"). A complete mount
+        is never replaced: analyses depend on it.
+
+    Returns
+    -------
+    MountStore
+    """
+    from .store import MountStore
+
+    where = describe_location(source)
+    if workspace is not None:
+        check_name(workspace, what="workspace")
+    check_no_overlap(destination, {"source": source})
+    backend = open_location(source, read_only=True, storage_options=source_storage_options)
+    _refuse(backend, where)
+    contents = read_contents(backend, where=where)
+    available = [p.assay for p in contents.assays if p.workspace == workspace]
+    if not available:
+        raise ValueError(
+            f"{where} has no assay in {'workspace ' + repr(workspace) if workspace else 'its root layout'}; "
+            "name the workspace that holds the assays (workspace in Python, --workspace on the "
+            "command line), or check the location"
+        )
+    chosen = list(assays) if assays is not None else available
+    unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
+    if unknown:
+        raise ValueError(
+            f"assay(s) {', '.join(unknown)} are not in {where} (it holds "
+            f"{', '.join(available)}); choose among those"
+        )
+    container_attrs = zarr.open_group(backend, path=workspace or "", mode="r").attrs.asdict()
+    declared = parse_assay_types(container_attrs.get("assayTypes", {}), where=workspace or "/")
+    types = {name: (assay_types or {}).get(name) or declared.get(name) for name in chosen}
+    infos: dict[str, AssayInfo] = {}
+    for name in chosen:
+        info = verify_assay(backend, AssayPaths(name, workspace), where=where)
+        opens_as = types[name] or info.assay_type
+        if requires_transpose(opens_as) and not info.has_counts_t:
+            raise ValueError(
+                f"assay {name!r} of {where} would open as {opens_as} and needs the source's countsT, "
+                "which it lacks; re-import the source or mount it with another assay type"
+            )
+        infos[name] = info
+        types[name] = opens_as
+    record = MountRecord(
+        location=reopenable_location(source, what="the source"),
+        workspace=workspace,
+        assays={
+            name: MountedAssay(
+                info.dataset_fingerprint,
+                info.counts_fingerprint,
+                requires_transpose(types[name] or ""),
+            )
+            for name, info in infos.items()
+        },
+    )
+
+    root = create_destination(
+        destination,
+        overwrite=overwrite,
+        writer="mount_datastore",
+        storage_options=storage_options,
+    )
+    source_root = zarr.open_group(backend, mode="r")
+    container = root if workspace is None else root.create_group(workspace)
+    container.attrs.update(
+        {
+            "assayTypes": {name: types[name] for name in sorted(chosen)},
+            "defaultAssay": container_attrs.get("defaultAssay")
+            if container_attrs.get("defaultAssay") in chosen
+            else chosen[0],
+        }
+    )
+    first = infos[chosen[0]].paths
+    # Cell table with every column and its attributes (membership columns included).
+    copy_group(group_at(source_root, first.cell_data), container, "cellData")
+    for name in chosen:
+        paths = infos[name].paths
+        source_assay = group_at(source_root, paths.assay_group)
+        assay_group = container.create_group(name, attributes=source_assay.attrs.asdict())
+        copy_group(group_at(source_root, paths.feature_data), assay_group, "featureData")
+        assay_group.create_group("artifacts")
+    container.create_group("artifacts")
+    # the record, written last with the marker removed, makes it a mount
+    finish_destination(root, {MATRIX_SOURCE_ATTR: record.to_json()})
+    return MountStore.from_location(
+        destination,
+        mode="r+",
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
+    )

@@ -1,0 +1,470 @@
+"""``repack``: rewrite an ordinary store or a mount as a standalone ordinary store.
+
+An ordinary store is copied key by key (values and attributes), leaving out
+retired ``{assay}/state`` groups; its counts keep their dtype and, when their
+shards fit ``mem_budget``, their layout (otherwise the layout is halved to fit
+and replayed, which never changes identity). A mount is read through its
+namespace, so the output holds the artifacts of both stores, the target's
+runs and label claims, and copied counts, and no longer needs the source.
+``data_only=True`` reads the raw counts and tables of a store that does not
+open (a missing or stale layout record or summaries, no countsT, Zarr v2) and
+writes them anew. The destination is created with mode ``"w-"`` and must not
+overlap the source; the dataset identity of the output is verified.
+
+Crash safety: the destination's root names the writer
+(``cytearc:pending_store``) from its first document on. Values are copied
+before documents, documents deepest first (an array's chunks before its
+``zarr.json``, a group's members before the group), the copy's identity is
+verified, and only then is the root document written, which clears the
+marker: a repack that dies at any instant leaves a destination every open
+refuses, and ``overwrite=True`` replaces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from ..errors import IdentityMismatchError, UnsupportedSourceError
+from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy, write_cost
+from ..format.nodes import array_at, group_at
+from ..format.paths import AssayPaths, join
+from ..format.records import COUNT_LAYOUT_ATTR, CountLayout
+from ..format.sizes import format_size, parse_size
+from ..format.source_store import AssayInfo, read_contents, verify_assay, verify_store
+from ..format.tables import read_table
+from ..remote.locations import Location, describe_location, open_location
+from ..write.destinations import check_no_overlap, create_destination
+from .records import MATRIX_SOURCE_ATTR
+
+__all__ = ["MIN_REPACK_SHARD_ROWS", "repack"]
+
+Progress = Callable[[str, int, int], None]
+#: A budget that would halve count shards below this many rows is refused:
+#: thousands of tiny shards make the rewrite and every later read slow.
+MIN_REPACK_SHARD_ROWS = 8
+
+
+def _refuse(store: Store, where: str) -> None:
+    contents = read_contents(store, where=where)
+    if "composite" in contents.root_attrs:
+        raise UnsupportedSourceError(
+            f"{where} is a composite; repacking composites is unsupported (their counts live in "
+            "the sources). Use a writer that reads the composite to copy its counts"
+        )
+    if contents.pending:
+        pending = ", ".join(p.assay_group for p in contents.pending)
+        raise UnsupportedSourceError(
+            f"{where} holds a pending derived assay ({pending}); finish or discard it first"
+        )
+
+
+def _fitted(info: AssayInfo, budget: int) -> CountLayout:
+    layout = info.layout
+    itemsize = info.dtype.itemsize
+    policy = LayoutPolicy(layout.unit_bytes, layout.chunk_bytes)
+    fitted = fit_policy(
+        policy,
+        layout.shape,
+        layout.dtype,
+        itemsize,
+        0,
+        budget,
+        transpose=layout.counts_t is not None,
+    )
+    if fitted == policy:
+        return layout
+    transpose = layout.counts_t is not None
+    if fitted is None:
+        smallest = count_layout(
+            layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
+        )
+        raise ValueError(
+            f"mem_budget {format_size(budget)} is below what rewriting {info.paths.assay}'s "
+            f"{layout.shape[0]} x {layout.shape[1]} counts needs even in one-row shards "
+            f"(about {format_size(write_cost(smallest, itemsize, 0))}); give a larger mem_budget "
+            f"(the store's own layout needs about {format_size(write_cost(layout, itemsize, 0))})"
+        )
+    fitted_layout = count_layout(layout.shape, layout.dtype, itemsize, fitted, transpose=transpose)
+    if fitted_layout.counts.shards[0] < MIN_REPACK_SHARD_ROWS:
+        raise ValueError(
+            f"mem_budget {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
+            f"shards of {fitted_layout.counts.shards[0]} row(s) "
+            f"({-(-layout.shape[0] // fitted_layout.counts.shards[0]):,} shard files), which is "
+            "very slow to write and to read; give a mem_budget of at least "
+            f"{format_size(_budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS))}"
+        )
+    return fitted_layout
+
+
+def _budget_for_rows(layout: CountLayout, itemsize: int, policy: LayoutPolicy, rows: int) -> int:
+    """The write cost of the largest halving of ``policy`` whose count shards still hold ``rows``."""
+    transpose = layout.counts_t is not None
+    current = policy
+    cost = write_cost(layout, itemsize, 0)
+    while True:
+        candidate = count_layout(layout.shape, layout.dtype, itemsize, current, transpose=transpose)
+        if candidate.counts.shards[0] < rows:
+            return cost
+        cost = write_cost(candidate, itemsize, 0)
+        if current == current.halved():
+            return cost
+        current = current.halved()
+
+
+def _copy_counts(
+    source_root: zarr.Group,
+    info: AssayInfo,
+    matrix: zarr.Group,
+    layout: CountLayout,
+    progress: Progress | None = None,
+) -> None:
+    """Rewrite counts (and countsT) into ``matrix`` with a new ``layout``, band by band."""
+    for name, geometry in (("counts", layout.counts), ("countsT", layout.counts_t)):
+        if geometry is None:
+            continue
+        source = array_at(source_root, join(info.paths.matrix_group, name))
+        attrs = {k: v for k, v in source.attrs.asdict().items() if k != "complete"}
+        attrs[COUNT_LAYOUT_ATTR] = layout.to_json()
+        if name == "countsT":
+            attrs["complete"] = False
+        target = matrix.create_array(
+            name,
+            shape=source.shape,
+            dtype=source.dtype,
+            chunks=geometry.chunks,
+            shards=geometry.shards,
+            compressors=source.compressors,
+            fill_value=0,
+            attributes=attrs,
+        )
+        for start in range(0, source.shape[0], geometry.shards[0]):
+            target[start : start + geometry.shards[0]] = source[start : start + geometry.shards[0]]
+            if progress:
+                phase = f"rewrite {info.paths.assay} {name}"
+                progress(phase, min(source.shape[0], start + geometry.shards[0]), source.shape[0])
+        if name == "countsT":
+            target.attrs["complete"] = True
+
+
+class _KeyCopier:
+    """Copies keys between stores as bytes, a bounded number at a time."""
+
+    def __init__(
+        self, target: Store, budget: int, unit_bytes: int, progress: Progress | None = None
+    ) -> None:
+        self._target = target
+        self._progress = progress
+        # each copy in flight holds one value: at most a shard of unitBytes
+        self._limit = max(1, min(32, budget // max(1, 2 * unit_bytes)))
+
+    @property
+    def progress(self) -> Progress | None:
+        """The progress callback copies report to."""
+        return self._progress
+
+    def copy(
+        self, source: Store, keys: list[str], rename: Callable[[str, bytes], bytes] | None = None
+    ) -> int:
+        done = 0
+
+        async def one(key: str, gate: asyncio.Semaphore) -> None:
+            nonlocal done
+            async with gate:
+                value = await source.get(key, prototype=default_buffer_prototype())
+                if value is not None:
+                    data = value.to_bytes()
+                    if rename is not None:
+                        data = rename(key, data)
+                    await self._target.set(key, default_buffer_prototype().buffer.from_bytes(data))
+                done += 1
+                if self._progress and len(keys) > 1:
+                    self._progress("copy keys", done, len(keys))
+
+        async def run() -> None:
+            gate = asyncio.Semaphore(self._limit)
+            await asyncio.gather(*(one(key, gate) for key in keys))
+
+        sync(run())
+        return len(keys)
+
+
+def _list(store: Store) -> list[str]:
+    async def collect() -> list[str]:
+        return [key async for key in store.list()]
+
+    return sorted(sync(collect()))
+
+
+def _under(key: str, prefix: str) -> bool:
+    return key == prefix or key.startswith(prefix + "/")
+
+
+def _with_layout(layout: CountLayout) -> Callable[[str, bytes], bytes]:
+    def rename(key: str, data: bytes) -> bytes:
+        document = json.loads(data)
+        document.setdefault("attributes", {})[COUNT_LAYOUT_ATTR] = layout.to_json()
+        return json.dumps(document).encode()
+
+    return rename
+
+
+def _copy_assays(
+    source: Store,
+    root: zarr.Group,
+    infos: list[AssayInfo],
+    keys: list[str],
+    copier: _KeyCopier,
+    budget: int,
+    documents: Store | None = None,
+) -> list[str]:
+    """Re-lay-out each assay whose layout does not fit; returns the keys left for a plain copy.
+
+    ``documents`` is where the matrix group's own document is read (a mount's
+    namespace holds the target's copy of a root-layout assay group).
+    """
+    remaining = keys
+    source_root = zarr.open_group(source, mode="r")
+    for info in infos:
+        layout = _fitted(info, budget)
+        if layout == info.layout:
+            continue
+        counts_keys = [
+            join(info.paths.matrix_group, "counts"),
+            join(info.paths.matrix_group, "countsT"),
+        ]
+        remaining = [k for k in remaining if not any(_under(k, p) for p in counts_keys)]
+        document = join(info.paths.matrix_group, "zarr.json")
+        holder = documents if documents is not None and info.paths.workspace is None else source
+        copier.copy(holder, [document], _with_layout(layout))
+        remaining = [k for k in remaining if k != document]
+        _copy_counts(
+            source_root,
+            info,
+            zarr.open_group(root.store, path=info.paths.matrix_group, mode="r+"),
+            layout,
+            copier.progress,
+        )
+    return remaining
+
+
+_DOCUMENTS = frozenset({"zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"})
+#: A copy in flight: the store read, its keys, and how a value is rewritten.
+CopyPart = tuple[Store, list[str], Callable[[str, bytes], bytes] | None]
+
+
+def _phases(keys: list[str]) -> list[list[str]]:
+    """``keys`` in an order in which no document is written before what it describes.
+
+    Values (chunks) first, then documents deepest first, so an array's
+    ``zarr.json`` follows its chunks and an assay group's ``is_assay`` its
+    arrays. Root documents are left out: the caller writes the root last.
+
+    Examples
+    --------
+    >>> _phases(["zarr.json", "A/zarr.json", "A/x/zarr.json", "A/x/c/0"])
+    [['A/x/c/0'], ['A/x/zarr.json'], ['A/zarr.json']]
+    """
+    values = [k for k in keys if k.rsplit("/", 1)[-1] not in _DOCUMENTS]
+    by_depth: dict[int, list[str]] = {}
+    for key in keys:
+        if "/" in key and key.rsplit("/", 1)[-1] in _DOCUMENTS:
+            by_depth.setdefault(key.count("/"), []).append(key)
+    return [values, *(by_depth[depth] for depth in sorted(by_depth, reverse=True))]
+
+
+def _copy_in_phases(copier: _KeyCopier, parts: list[CopyPart]) -> None:
+    """Copy every part's keys, phase by phase (see :func:`_phases`)."""
+    every = sorted({key for _, keys, _ in parts for key in keys})
+    for phase in _phases(every):
+        wanted = set(phase)
+        for store, keys, rename in parts:
+            chosen = [key for key in keys if key in wanted]
+            if chosen:
+                copier.copy(store, chosen, rename)
+
+
+def _repack_ordinary(
+    source: Store, root: zarr.Group, budget: int, where: str, progress: Progress | None
+) -> tuple[list[AssayInfo], CopyPart]:
+    """Copy everything but the root document; returns the assays and the root's copy."""
+    _, infos = verify_store(source, where=where)
+    copier = _KeyCopier(
+        root.store, budget, max((i.layout.unit_bytes for i in infos), default=1), progress
+    )
+    retired = [join(info.paths.assay_group, "state") for info in infos]
+    keys = [k for k in _list(source) if not any(_under(k, r) for r in retired)]
+    keys = _copy_assays(source, root, infos, keys, copier, budget)
+    _copy_in_phases(copier, [(source, keys, None)])
+    return infos, (source, ["zarr.json"], None)
+
+
+def _repack_mount(
+    mount: Any, root: zarr.Group, budget: int, progress: Progress | None
+) -> tuple[list[AssayInfo], CopyPart]:
+    """Copy everything but the root document; returns the assays and the root's copy."""
+    infos: list[AssayInfo] = [mount._infos[name] for name in sorted(mount.record.assays)]
+    copier = _KeyCopier(root.store, budget, max(i.layout.unit_bytes for i in infos), progress)
+
+    def without_record(key: str, data: bytes) -> bytes:
+        document = json.loads(data)
+        document.get("attributes", {}).pop(MATRIX_SOURCE_ATTR, None)
+        return json.dumps(document).encode()
+
+    # the mount's namespace: the target's keys and the source artifacts it shows
+    namespace = [k for k in _list(mount) if k != "zarr.json"]
+    # the counts, which only the source holds
+    source_keys = _list(mount.source)
+    counts_keys = [
+        k
+        for k in source_keys
+        for info in infos
+        if any(
+            _under(k, join(info.paths.matrix_group, part))
+            for part in ("counts", "countsT", "countSummaries")
+        )
+        or (info.paths.workspace is not None and k == join(info.paths.matrix_group, "zarr.json"))
+        or (info.paths.workspace is not None and k == "matrices/zarr.json")
+    ]
+    counts_keys = _copy_assays(
+        mount.source, root, infos, sorted(set(counts_keys)), copier, budget, documents=mount
+    )
+    _copy_in_phases(copier, [(mount, namespace, None), (mount.source, counts_keys, None)])
+    return infos, (mount, ["zarr.json"], without_record)
+
+
+def _repack_data_only(
+    source: Store,
+    destination: Location,
+    budget: int,
+    where: str,
+    progress: Progress | None,
+    overwrite: bool,
+) -> None:
+    from ..write.writer import write_counts
+
+    contents = read_contents(source, where=where)
+    raw = zarr.open_group(source, mode="r")
+    if not contents.assays and contents.zarr_format == 2:
+        candidates = [
+            AssayPaths(name) for name, node in raw.groups() if node.attrs.get("is_assay") is True
+        ]
+    else:
+        candidates = list(contents.assays)
+    if len(candidates) != 1:
+        raise ValueError(
+            f"{where}: data-only repack rewrites one assay and found "
+            f"{len(candidates)} ({', '.join(p.assay_group for p in candidates) or 'none'}); "
+            "repack a store with exactly one assay"
+        )
+    paths = candidates[0]
+    counts = array_at(raw, paths.counts)
+    # I is the live selection, rewritten as all-true like any new store
+    cells = read_table(group_at(raw, paths.cell_data)).drop(columns=["I"], errors="ignore")
+    features = read_table(group_at(raw, paths.feature_data)).drop(columns=["I"], errors="ignore")
+    container = raw if paths.workspace is None else group_at(raw, paths.workspace)
+    declared = container.attrs.get("assayTypes", {})
+    assay_type = declared.get(paths.assay) if isinstance(declared, dict) else None
+    write_counts(
+        destination,
+        _ZarrRows(counts),
+        assay=paths.assay,
+        assay_type=assay_type if isinstance(assay_type, str) else None,
+        cells=cells,
+        features=features,
+        workspace=paths.workspace,
+        mem_budget=budget,
+        progress=progress,
+        overwrite=overwrite,
+    )
+
+
+class _ZarrRows:
+    """A zarr counts array read in row bands by the writer."""
+
+    def __init__(self, array: zarr.Array[Any]) -> None:
+        self._array = array
+        self.shape = array.shape
+        self.dtype = array.dtype
+        self.nnz = None
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return np.asarray(self._array[rows])
+
+
+def repack(
+    location: Location,
+    destination: Location,
+    data_only: bool = False,
+    *,
+    mem_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> Store:
+    """Rewrite ``location`` (an ordinary store or a mount) as a standalone store at ``destination``.
+
+    ``mem_budget`` bounds the working memory; a budget that no layout fits,
+    or that would halve count shards below :data:`MIN_REPACK_SHARD_ROWS`
+    rows, is refused before anything is written. ``progress(phase, done,
+    total)`` is called as keys and count bands are copied. ``overwrite``
+    replaces a destination a writer left unfinished or a store the writers
+    may replace (spec, "Writer destinations"). Returns the opened, verified
+    destination store.
+    """
+    from ..read.opening import open_store
+    from .store import MountStore
+
+    where = describe_location(location)
+    budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
+    check_no_overlap(destination, {"source": location})
+    source = open_location(location, read_only=True, storage_options=storage_options)
+    _refuse(source, where)
+    is_mount = MATRIX_SOURCE_ATTR in read_contents(source, where=where).root_attrs
+    if data_only:
+        if is_mount:
+            raise ValueError(
+                f"{where} is a mount; data-only repack reads raw stores, repack the mount without it"
+            )
+        _repack_data_only(source, destination, budget, where, progress, overwrite)
+        return open_store(destination)
+    if is_mount:
+        mount = MountStore._verified(source, where, source_storage_options)
+        for name in mount.record.assays:
+            _fitted(mount._infos[name], budget)  # refuses a budget before anything is written
+        root = create_destination(destination, overwrite=overwrite, writer="repack")
+        infos, root_copy = _repack_mount(mount, root, budget, progress)
+    else:
+        for info in verify_store(source, where=where)[1]:
+            _fitted(info, budget)  # refuses a budget before anything is written
+        root = create_destination(destination, overwrite=overwrite, writer="repack")
+        infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
+    written = open_location(destination, read_only=True)
+    for info in infos:
+        # the root (with assayTypes) is not copied yet: give each assay its type
+        again = verify_assay(
+            written,
+            info.paths,
+            where=describe_location(destination),
+            assay_types={info.paths.assay: info.assay_type},
+        )
+        if again.dataset_fingerprint != info.dataset_fingerprint:
+            raise IdentityMismatchError(
+                f"repack of {where} to {describe_location(destination)}: assay {info.paths.assay!r} "
+                f"has dataset fingerprint {again.dataset_fingerprint}, not {info.dataset_fingerprint}; "
+                "the destination is not a faithful copy and does not open; repack again with "
+                "overwrite=True (--overwrite on the command line)"
+            )
+    # The last write: the source's root document, which carries no in-progress marker.
+    store, keys, rename = root_copy
+    _KeyCopier(root.store, budget, 1).copy(store, keys, rename)
+    return open_store(destination)

@@ -1,0 +1,457 @@
+"""``MountStore``: a writable target that sees a read-only source's artifacts.
+
+Resolution (spec, "Mounted targets"): keys outside the artifact roots are the
+target's alone; a key inside an artifact group ``{root}/{kind}/{id}`` is read
+from the target when the target holds the group's ``zarr.json``, else from the
+source when the source holds it; listings of an artifact root and of its kind
+directories are the union of both stores, and a directory document the
+target lacks is read from the source. Every write goes to the target;
+writing or deleting inside a source group raises ``PermissionError``, so the
+source is never modified. Keys that try to escape a store are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal
+
+import zarr
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+
+from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
+from ..format.key_checked import KeyCheckedStore
+from ..format.nodes import array_at
+from ..format.paths import AssayPaths, join
+from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..format.store_io import document_attribute, get_json
+from ..read.count_mapping import CountMapping, IdentityMapping
+from ..read.read_stats import ReadCounters
+from ..read.sources import bound_from_verified
+from ..remote.cached_store import cached_source, source_cache_of
+from ..remote.locations import Location, describe_location, local_path, open_location
+from ..remote.pinned_store import pin_arrays
+from ..remote.source_cache import CacheInfo, SourceCache
+from .open_checks import verify_mount_tables
+from .records import MATRIX_SOURCE_ATTR, MountRecord
+from .resolution import artifact_roots, listing_is_union, place_of
+
+__all__ = ["MountStore"]
+
+Owner = Literal["target", "source"]
+
+
+class MountStore(KeyCheckedStore):
+    """A mounted target: its own keys, plus the source's artifacts read through.
+
+    Use :meth:`from_location` (or ``cv.open_store``) rather than the constructor.
+    """
+
+    supports_consolidated_metadata = False
+
+    def __init__(
+        self,
+        target: Store,
+        source: Store,
+        record: MountRecord,
+        infos: Mapping[str, AssayInfo],
+        *,
+        source_storage_options: Mapping[str, Any] | None = None,
+        read_only: bool | None = None,
+    ) -> None:
+        if read_only is not None and read_only != target.read_only:
+            target = target.with_read_only(read_only)
+        super().__init__(read_only=target.read_only)
+        self._target = target
+        source = source if source.read_only else source.with_read_only(True)
+        # a remote source reads through a bounded cache (shared by the stores
+        # with_read_only derives, made anew where the store is unpickled)
+        self._cache = source_cache_of(source) or SourceCache()
+        self._source = cached_source(source, self._cache, "source", where=record.location)
+        self._record = record
+        self._infos = dict(infos)
+        self._roots = artifact_roots(record.workspace, record.assays)
+        self._source_options = dict(source_storage_options or {})
+        # Which store holds each artifact group seen so far. Only positive
+        # answers are kept: a group no store holds may be created later.
+        self._owners: dict[str, Owner] = {}
+
+    # ------------------------------------------------------------- opening
+
+    @classmethod
+    def from_location(
+        cls,
+        location: Location,
+        *,
+        mode: str = "r",
+        storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Any] | None = None,
+    ) -> MountStore:
+        """Open and verify the mounted target at ``location``."""
+        where = describe_location(location)
+        target = open_location(location, read_only=mode == "r", storage_options=storage_options)
+        return cls._verified(target, where, source_storage_options)
+
+    @classmethod
+    def _verified(
+        cls, target: Store, where: str, source_storage_options: Mapping[str, Any] | None
+    ) -> MountStore:
+        document = get_json(target, "zarr.json", where=where)
+        attrs = document.get("attributes", {}) if isinstance(document, dict) else {}
+        if MATRIX_SOURCE_ATTR not in attrs:
+            raise ValueError(f"{where} is not a mounted target (no matrixSource record)")
+        record = MountRecord.from_json(attrs[MATRIX_SOURCE_ATTR], where=f"{where} matrixSource")
+        source_where = record.location
+        try:
+            source = open_location(
+                record.location, read_only=True, storage_options=source_storage_options
+            )
+            contents = read_contents(source, where=source_where)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            raise OSError(
+                f"the source of the mount at {where}, {record.location}, cannot be read "
+                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+                + (
+                    "restore it at that path"
+                    if local_path(record.location) is not None
+                    else "restore it, or pass its credentials as source_storage_options"
+                )
+            ) from exc
+        if MATRIX_SOURCE_ATTR in contents.root_attrs:
+            raise UnsupportedSourceError(
+                f"the source of the mount at {where}, {record.location}, is itself a mount; "
+                "mounts do not chain. Mount the store that owns the counts"
+            )
+        infos: dict[str, AssayInfo] = {}
+        for name, expected in record.assays.items():
+            info = verify_assay(source, AssayPaths(name, record.workspace), where=source_where)
+            for what, wanted, found in (
+                ("dataset", expected.dataset_fingerprint, info.dataset_fingerprint),
+                ("counts", expected.counts_fingerprint, info.counts_fingerprint),
+            ):
+                if wanted != found:
+                    raise IdentityMismatchError(
+                        f"mount at {where}: assay {name!r} of source {record.location} has {what} "
+                        f"fingerprint {found}, but the mount records {wanted}; the source changed "
+                        "after it was mounted. Restore the source, or mount it again"
+                    )
+            if expected.requires_transpose and not info.has_counts_t:
+                raise IncompleteStoreError(
+                    f"mount at {where}: assay {name!r} opens as RNA and needs the source's countsT, "
+                    f"which {record.location} lacks; re-import the source"
+                )
+            infos[name] = info
+        verify_mount_tables(target, record.workspace, infos, where=where)
+        mount = cls(target, source, record, infos, source_storage_options=source_storage_options)
+        # the source's shards are pinned as they are now (see pinned_store)
+        pin_arrays(
+            mount._source,
+            [path for info in infos.values() for path in (info.paths.counts, info.paths.counts_t)],
+        )
+        return mount
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The verified state and in-memory options travel (for dask workers);
+        # nothing is written anywhere.
+        return (
+            _restore,
+            (self._target, self._source, self._record, self._infos, self._source_options),
+        )
+
+    # ------------------------------------------------------------ identity
+
+    def cache_info(self) -> CacheInfo:
+        """The remote source cache of this open mount (a local source never fills it)."""
+        return self._cache.info()
+
+    def close(self) -> None:
+        """Close the store; the remote source cache's directory is removed."""
+        self._cache.close()
+        super().close()
+
+    @property
+    def record(self) -> MountRecord:
+        """The verified ``matrixSource`` record."""
+        return self._record
+
+    @property
+    def target(self) -> Store:
+        """The target's own store."""
+        return self._target
+
+    @property
+    def source(self) -> Store:
+        """The (read-only) source store."""
+        return self._source
+
+    def with_read_only(self, read_only: bool = False) -> MountStore:
+        """The same mount over a read-only (or writable) target; no I/O."""
+        clone = type(self)(
+            self._target.with_read_only(read_only),
+            self._source,
+            self._record,
+            self._infos,
+            source_storage_options=self._source_options,
+        )
+        clone._owners = self._owners
+        return clone
+
+    def __eq__(self, value: object) -> bool:
+        return (
+            isinstance(value, MountStore)
+            and self._target == value._target
+            and self._source == value._source
+            and self._record == value._record
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), str(self._target)))
+
+    def __str__(self) -> str:
+        return f"mount+{self._target}"
+
+    def __repr__(self) -> str:
+        return f"MountStore(target={self._target!r}, source={self._record.location!r})"
+
+    # ------------------------------------------------------------ counts
+
+    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
+        """The source's counts of ``assay``, verified at open."""
+        info = self._infos.get(assay)
+        if info is None:
+            raise ValueError(f"assay {assay!r} is not mounted; mounted: {sorted(self._infos)}")
+        bound = bound_from_verified("source", self._record.location, self._source, info, counters)
+        root = zarr.open_group(self._source, mode="r")
+        return IdentityMapping(
+            bound,
+            array_at(root, join(info.paths.cell_data, "ids")),
+            array_at(root, join(info.paths.feature_data, "ids")),
+        )
+
+    def reader(self, assay: str = "RNA") -> Any:
+        """A :class:`VirtualArrayReader` of a mounted assay's (source) counts."""
+        from ..read.reader import VirtualArrayReader
+
+        return VirtualArrayReader(self, assay)
+
+    # ---------------------------------------------------------- resolution
+
+    async def _owner(self, group: str) -> Owner | None:
+        owner = self._owners.get(group)
+        if owner is not None:
+            return owner
+        document = join(group, "zarr.json")
+        if await self._target.exists(document):
+            owner = "target"
+        elif await self._source.exists(document):
+            owner = "source"
+        else:
+            return None
+        self._owners[group] = owner
+        return owner
+
+    def _forget_owners(self, directory: str) -> None:
+        """Drop the cached owners of groups at or under a deleted ``directory``."""
+        for group in [g for g in self._owners if g == directory or g.startswith(directory + "/")]:
+            self._owners.pop(group, None)
+
+    async def _store_for(self, key: str) -> Store:
+        """The store that serves ``key`` (a checked key)."""
+        place = place_of(key, self._roots)
+        if place.kind == "target":
+            return self._target
+        if place.kind in ("root_doc", "kind_doc"):
+            return self._target if await self._target.exists(key) else self._source
+        assert place.group is not None
+        return self._source if await self._owner(place.group) == "source" else self._target
+
+    # -------------------------------------------------------------- reading
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        place = place_of(self._check_key(key, "get"), self._roots)
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and place.group not in self._owners
+            and key == join(place.group, "zarr.json")
+        ):
+            # Reading a group's own document settles its owner in one or two
+            # reads instead of two existence checks and a read.
+            for owner, store in (("target", self._target), ("source", self._source)):
+                value = await store.get(key, prototype, byte_range)
+                if value is not None:
+                    self._owners[place.group] = owner  # type: ignore[assignment]
+                    return value
+            return None
+        store = await self._store_for(key)
+        return await store.get(key, prototype, byte_range)
+
+    async def exists(self, key: str) -> bool:
+        store = await self._store_for(self._check_key(key, "exists"))
+        return await store.exists(key)
+
+    # -------------------------------------------------------------- writing
+
+    @property
+    def supports_writes(self) -> bool:
+        return self._target.supports_writes
+
+    @property
+    def supports_deletes(self) -> bool:
+        return self._target.supports_deletes
+
+    @property
+    def supports_listing(self) -> bool:
+        return self._target.supports_listing and self._source.supports_listing
+
+    async def _check_target_key(self, key: str, action: str) -> None:
+        place = place_of(key, self._roots)
+        if place.kind == "group":
+            assert place.group is not None
+            if await self._owner(place.group) == "source":
+                raise PermissionError(
+                    f"cannot {action} {key!r}: the artifact group {place.group!r} belongs to the "
+                    f"mounted source {self._record.location}, which a mount never modifies. "
+                    "Publish a new artifact in the target instead"
+                )
+
+    async def _root_holds_record(self) -> bool:
+        document = await self._target.get("zarr.json", prototype=default_buffer_prototype())
+        return (
+            document is not None
+            and document_attribute(document.to_bytes(), MATRIX_SOURCE_ATTR) is not None
+        )
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_key(key, "set")
+        self._check_writable()
+        await self._check_target_key(key, "write")
+        if (
+            key == "zarr.json"
+            and await self._root_holds_record()
+            and document_attribute(value.to_bytes(), MATRIX_SOURCE_ATTR) != self._record.to_json()
+        ):
+            raise PermissionError(
+                f"cannot change or remove the matrixSource record of {self._target}: it binds "
+                "the target to its source. Mount again to bind another source"
+            )
+        await self._target.set(key, value)
+        place = place_of(key, self._roots)
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and key == join(place.group, "zarr.json")
+        ):
+            self._owners[place.group] = "target"
+
+    async def delete(self, key: str) -> None:
+        self._check_key(key, "delete")
+        self._check_writable()
+        await self._check_target_key(key, "delete")
+        if key == "zarr.json" and await self._root_holds_record():
+            raise PermissionError(f"cannot delete the root of the mounted target {self._target}")
+        await self._target.delete(key)
+        place = place_of(key, self._roots)
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and key == join(place.group, "zarr.json")
+        ):
+            self._owners.pop(place.group, None)
+        # a backend may delete a whole directory named by the key
+        self._forget_owners(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        self._check_prefix(prefix, "delete_dir")
+        self._check_writable()
+        directory = prefix.removesuffix("/")
+        # Every key is checked before anything is deleted: the default (list,
+        # then delete key by key) would stop half-way at a source group.
+        async for key in self.list_prefix(directory + "/"):
+            await self._check_target_key(key, "delete")
+        await self._target.delete_dir(prefix)
+        self._forget_owners(directory)
+
+    # -------------------------------------------------------------- listing
+
+    async def _source_visible(self, key: str) -> bool:
+        """Whether a source key shows through the mount."""
+        place = place_of(key, self._roots)
+        if place.kind == "target":
+            return False
+        if place.kind in ("root_doc", "kind_doc"):
+            return not await self._target.exists(key)
+        assert place.group is not None
+        return await self._owner(place.group) == "source"
+
+    async def list(self) -> AsyncIterator[str]:
+        async for key in self.list_prefix(""):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_prefix")
+        async for key in self._target.list_prefix(prefix):
+            yield key
+        for root in self._roots:
+            directory = prefix.rstrip("/")
+            if directory and not (
+                root.startswith(directory + "/")
+                or root == directory
+                or directory.startswith(root + "/")
+            ):
+                continue
+            scan = directory if directory.startswith(root + "/") or directory == root else root
+            async for key in self._source.list_prefix(scan):
+                if await self._source_visible(key):
+                    yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        directory = self._check_prefix(prefix, "list_dir").removesuffix("/")
+        if listing_is_union(directory, self._roots):
+            seen: set[str] = set()
+            async for name in self._target.list_dir(directory):
+                seen.add(name)
+                yield name
+            async for name in self._source.list_dir(directory):
+                if name not in seen:
+                    seen.add(name)
+                    yield name
+            return
+        place = place_of(join(directory, "x"), self._roots)
+        store = self._target
+        if (
+            place.kind == "group"
+            and place.group is not None
+            and await self._owner(place.group) == "source"
+        ):
+            store = self._source
+        async for name in store.list_dir(directory):
+            yield name
+
+
+def _restore(
+    target: Store,
+    source: Store,
+    record: MountRecord,
+    infos: Mapping[str, AssayInfo],
+    options: Mapping[str, Any],
+) -> MountStore:
+    return MountStore(target, source, record, infos, source_storage_options=options or None)
+
+
+def open_verified(
+    store: Store,
+    where: str,
+    source_storage_options: Mapping[str, Any] | None = None,
+) -> MountStore:
+    """Open ``store`` as a verified MountStore (its ``cytearc_vfs.count_mappings`` entry point).
+
+    ``source_storage_options`` is one mapping of backend options for the source.
+    """
+    if source_storage_options is not None and not isinstance(source_storage_options, Mapping):
+        raise TypeError("source_storage_options of a mount is one mapping of backend options")
+    return MountStore._verified(store, where, source_storage_options)

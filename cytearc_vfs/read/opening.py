@@ -1,0 +1,80 @@
+"""``open_store`` and the fingerprint accessors: one entry point for every store kind.
+
+An ordinary store is verified here. A composite or a mount is opened by the
+package that defines it, found through the ``cytearc_vfs.count_mappings``
+registry of :mod:`cytearc_vfs.read.mapping_providers`, so this module needs
+no import of the layers above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, cast
+
+from zarr.abc.store import Store
+
+from ..format.paths import AssayPaths
+from ..format.source_store import (
+    AssayInfo,
+    read_contents,
+    refuse_pending_assays,
+    verify_assay,
+    verify_store,
+)
+from ..remote.locations import Location, describe_location, open_location
+from .mapping_providers import mapping_provider_for
+
+__all__ = ["counts_fingerprint", "dataset_fingerprint", "open_store", "verified_assay"]
+
+Mode = Literal["r", "r+", "a"]
+
+
+def open_store(
+    location: Location,
+    *,
+    mode: Mode = "r",
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Store:
+    """Open a CyteArc store after verifying it.
+
+    Returns the plain backend store for an ordinary store. Verification
+    reads metadata only; a read-only open writes nothing. A store whose
+    writer never finished (its root or one of its assays still carries a
+    pending marker) raises :class:`~cytearc_vfs.IncompleteStoreError`.
+    """
+    if mode not in ("r", "r+", "a"):
+        raise ValueError(f"mode must be 'r', 'r+' or 'a', not {mode!r}")
+    where = describe_location(location)
+    store = open_location(location, read_only=mode == "r", storage_options=storage_options)
+    # refuses a store whose writer never finished (root marker)
+    contents = read_contents(store, where=where)
+    refuse_pending_assays(store, contents, where=where)
+    # composites and mounts sit above this layer: found through their registry
+    opener = mapping_provider_for(contents.root_attrs)
+    if opener is not None:
+        return cast("Store", opener(store, where, source_storage_options))
+    if source_storage_options:
+        raise ValueError(
+            f"{where} is an ordinary store; source_storage_options apply to composites and "
+            "mounts only (use storage_options for the store itself)"
+        )
+    verify_store(store, where=where)
+    return store
+
+
+def verified_assay(store: Location, assay: str = "RNA", workspace: str | None = None) -> AssayInfo:
+    """Verify one assay of an ordinary store and return what it records."""
+    where = describe_location(store)
+    backend = open_location(store, read_only=True)
+    return verify_assay(backend, AssayPaths(assay, workspace), where=where)
+
+
+def dataset_fingerprint(store: Location, assay: str = "RNA", workspace: str | None = None) -> str:
+    """Identity of an assay's counts with its ordered cell and feature ids."""
+    return verified_assay(store, assay, workspace).dataset_fingerprint
+
+
+def counts_fingerprint(store: Location, assay: str = "RNA", workspace: str | None = None) -> str:
+    """Identity of an assay's stored count values."""
+    return verified_assay(store, assay, workspace).counts_fingerprint

@@ -1,0 +1,541 @@
+"""Reading selected rows of a sharded count array without zarr's pipeline.
+
+For arrays in the layout this package writes (``sharding_indexed`` with the
+index at the end, shards spanning every column, inner codecs ``bytes`` +
+``zstd``, index codecs ``bytes`` + ``crc32c``), a gather can locate and
+decode inner chunks itself: the shard index is read once per shard and kept,
+only the touched chunks' byte ranges are fetched (coalesced by the store's
+``get_ranges``, or the whole shard when most of it is needed), and each
+touched chunk is decoded exactly once by zstd on a worker thread.
+
+The selected rows of each row chunk are handed, as one *strip*, to a
+:class:`~cytearc_vfs.read.placement.Placement` on that same worker thread, which
+writes them straight into the caller's output. So a read makes no
+intermediate block, and the copies into the output run in parallel with
+other chunks' decoding. zarr's per-chunk overhead (a few hundred
+microseconds of Python) disappears too, which matters when a read touches
+hundreds of small chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Buffer, Callable, Sequence
+from typing import Any, NamedTuple
+
+import google_crc32c
+import numpy as np
+import numpy.typing as npt
+import zarr
+import zstandard
+from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import LocalStore
+
+from ..encoding.row_frames import frame_index, frame_rows, rows_per_frame
+from ..errors import RecordShapeError
+from .decode_threads import hand_over, thread_decompressor, thread_scratch
+from .placement import Placement, chunk_runs
+from .read_stats import CountingStore, ReadCounters
+
+ReadRowFrames = Callable[
+    [int, int, Buffer, Buffer, Buffer, Buffer, Buffer, int], tuple[int, int] | None
+]
+read_row_frames: ReadRowFrames | None
+try:
+    from ..encoding._kernels import read_row_frames
+except ImportError:  # installed without a C compiler: chunks are read whole, in Python
+    read_row_frames = None
+
+__all__ = ["ShardedReader", "fast_reader_for"]
+
+Indices = npt.NDArray[np.int64]
+MISSING = 2**64 - 1
+# Fetch the whole shard when the touched chunks hold at least this share of it.
+WHOLE_SHARD_SHARE = 0.5
+# Bytes of selected rows placed at once: the rows of many small chunks go into
+# the output in one numpy call rather than one per chunk, and a decoding
+# thread never holds a strip larger than this.
+STRIP_BATCH_BYTES = 8 << 20
+
+
+def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
+    """A :class:`ShardedReader` when ``array`` uses the layout it understands, else ``None``."""
+    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
+    if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or array.ndim != 2:
+        return None
+    sharding = codecs[0]
+    inner = sharding.codecs
+    if (
+        sharding.index_location != "end"
+        or len(inner) != 2
+        or not isinstance(inner[0], BytesCodec)
+        or inner[0].endian not in (None, "little")
+        or not isinstance(inner[1], ZstdCodec)
+        or len(sharding.index_codecs) != 2
+        or not isinstance(sharding.index_codecs[0], BytesCodec)
+        or not isinstance(sharding.index_codecs[1], Crc32cCodec)
+    ):
+        return None
+    assert array.shards is not None
+    if array.shards[1] < array.shape[1]:
+        return None  # a row chunk would span shards; zarr's pipeline reads those
+    store = array.store_path.store
+    return ShardedReader(
+        store,
+        array.path,
+        (int(array.shape[0]), int(array.shape[1])),
+        (int(sharding.chunk_shape[0]), int(sharding.chunk_shape[1])),
+        (int(array.shards[0]), int(array.shards[1])),
+        array.dtype,
+        local_files=_local_files(store),
+    )
+
+
+def _local_files(store: Store) -> tuple[str, ReadCounters | None] | None:
+    """The directory of a plain local store (and its counters), whose files are read directly.
+
+    Only an unwrapped :class:`LocalStore` (or one inside a :class:`CountingStore`)
+    qualifies: any other wrapper (latency, faults, caching) must see every fetch.
+    """
+    counters = None
+    if isinstance(store, CountingStore):
+        counters = store.counters
+        store = store.wrapped
+    if type(store) is LocalStore:
+        return str(store.root), counters
+    return None
+
+
+def _read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[Any]:
+    """The byte ranges of one file; ranges that follow each other are read as one."""
+    blobs: list[Any] = []
+    # a raw descriptor: a Python file object costs more than the reads of a
+    # few chunks
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        i = 0
+        while i < len(offsets):
+            j = i + 1
+            while j < len(offsets) and offsets[j] == offsets[j - 1] + sizes[j - 1]:
+                j += 1
+            start, length = offsets[i], offsets[j - 1] + sizes[j - 1] - offsets[i]
+            data = memoryview(os.pread(descriptor, length, start))
+            if len(data) != length:
+                raise OSError(f"{path} ends before byte {start + length}; the shard is truncated")
+            for k in range(i, j):
+                blobs.append(data[offsets[k] - start : offsets[k] - start + sizes[k]])
+            i = j
+    finally:
+        os.close(descriptor)
+    return blobs
+
+
+class _PendingRows(NamedTuple):
+    """One-row frames of a strip, waiting to be decoded together."""
+
+    pieces: list[Any]
+    """Each frame's bytes."""
+    rows: list[int]
+    """The strip row of each."""
+    cols: list[tuple[int, int]]
+    """(first strip column, number of frames) of each run of frames with one
+    first column, in order."""
+
+
+class _ShardWork(NamedTuple):
+    """What decoding one shard's touched chunks needs besides their bytes."""
+
+    rows: Indices
+    """The read's sorted unique rows."""
+    row_chunks: Indices
+    """The shard's touched row chunks."""
+    bounds: Indices
+    """Where each row chunk's rows start in ``rows`` (and where the last ends)."""
+    col_chunks: Indices
+    """Touched column chunks."""
+    present: npt.NDArray[np.bool_]
+    """Which (row chunk, column chunk) pairs are stored (the rest hold zeros)."""
+    placement: Placement
+
+
+class ShardedReader:
+    """Reads of selected rows of one sharded 2-D array, each touched chunk decoded once."""
+
+    def __init__(
+        self,
+        store: Store,
+        path: str,
+        shape: tuple[int, int],
+        chunks: tuple[int, int],
+        shards: tuple[int, int],
+        dtype: np.dtype,
+        *,
+        local_files: tuple[str, ReadCounters | None] | None = None,
+    ) -> None:
+        self._store = store
+        # A local store's shard files are read with pread, only the touched
+        # chunks, on the thread that decodes them: one thread hop per shard,
+        # and no coalescing across gaps (which pays off only on object stores).
+        self._local = local_files
+        self._path = path
+        self.shape = shape
+        self.chunks = chunks
+        self._per_shard = (shards[0] // chunks[0], shards[1] // chunks[1])
+        self.dtype = np.dtype(dtype)
+        self._wire = self.dtype.newbyteorder("<")
+        # one-row frames decode straight into strip rows when no byte swap is needed
+        self._native = self.dtype == self._wire
+        self._indexes: dict[int, npt.NDArray[np.uint64] | None] = {}
+        self.col_chunks = -(-shape[1] // chunks[1])
+        self.zero_column = self.col_chunks * chunks[1]
+        """Index of the all-zero column appended to every strip (column maps point there)."""
+        # Local row-framed chunks across every column are read by the compiled
+        # loop: only the frames of the wanted rows, without the GIL.
+        self._rows_per_frame = rows_per_frame(chunks, self.dtype.itemsize)
+        self._frame_reads = (
+            read_row_frames is not None
+            and local_files is not None
+            and self._native
+            and self.col_chunks == 1
+            and chunks[0] >= 2
+            and self._rows_per_frame < chunks[0]  # else one plain frame, no index
+        )
+
+    def _key(self, shard_row: int) -> str:
+        return f"{self._path}/c/{shard_row}/0"
+
+    async def _index(self, shard_row: int) -> npt.NDArray[np.uint64] | None:
+        if shard_row in self._indexes:
+            return self._indexes[shard_row]
+        n = self._per_shard[0] * self._per_shard[1]
+        size = 16 * n + 4
+        raw = await self._store.get(
+            self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(size)
+        )
+        if raw is None:
+            index = None  # a shard never written holds only the fill value
+        else:
+            data = raw.to_bytes()
+            body, checksum = data[:-4], data[-4:]
+            if np.frombuffer(checksum, dtype="<u4")[0] != google_crc32c.value(body):
+                raise RecordShapeError(
+                    f"shard {self._key(shard_row)} has an index whose crc32c does not match; the "
+                    "array is damaged. Re-import the dataset"
+                )
+            index = np.frombuffer(body, dtype="<u8").reshape(*self._per_shard, 2)
+        self._indexes[shard_row] = index
+        return index
+
+    def _decode(
+        self,
+        data: Any,
+        rows: list[int] | None,
+        strip: npt.NDArray[Any],
+        lo: int,
+        col0: int,
+        scratch: npt.NDArray[Any],
+        pending: _PendingRows,
+    ) -> None:
+        """Decode the ``rows`` (sorted local indices, ``None``: all) of one inner chunk
+        into ``strip``, from row ``lo`` and column ``col0`` on.
+
+        ``scratch`` is a chunk-shaped buffer. A row-framed chunk
+        (:mod:`~cytearc_vfs.encoding.row_frames`) decodes only the frames that hold
+        ``rows``; one-row frames are added to ``pending``, to be decoded with
+        the strip's other one-row frames in one call (:meth:`_inflate_pending`).
+        A single-frame chunk stops once the last of ``rows`` is out (zstd
+        decodes in 128 KiB blocks, so the blocks after it are skipped).
+        """
+        frames = frame_index(data)
+        if frames is not None and rows is not None and frames.rows_per_frame == 1 and self._native:
+            # the common case first, with as little work as possible: this
+            # runs once per chunk a read touches
+            offsets = frames.offsets
+            pending.pieces.extend([data[offsets[row] : offsets[row + 1]] for row in rows])
+            pending.rows.extend(range(lo, lo + len(rows)))
+            if pending.cols and pending.cols[-1][0] == col0:  # the run continues
+                pending.cols[-1] = (col0, pending.cols[-1][1] + len(rows))
+            else:
+                pending.cols.append((col0, len(rows)))
+            return
+        r, c = scratch.shape
+        flat = memoryview(scratch.reshape(-1).view(np.uint8))
+        row_bytes = flat.nbytes // r
+        if frames is None:
+            stop = r if rows is None else rows[-1] + 1
+            self._inflate(data, flat[: stop * row_bytes])
+        elif rows is None:
+            self._inflate(data, flat)
+        else:
+            per_frame, offsets = frames
+            wanted = dict.fromkeys(row // per_frame for row in rows)
+            # consecutive frames decode as one stream
+            run_start = previous = -2
+            for frame in [*wanted, -1]:
+                if frame == previous + 1:
+                    previous = frame
+                    continue
+                if run_start >= 0:
+                    first, stop = run_start * per_frame, min(r, (previous + 1) * per_frame)
+                    self._inflate(
+                        data[offsets[run_start] : offsets[previous + 1]],
+                        flat[first * row_bytes : stop * row_bytes],
+                    )
+                run_start = previous = frame
+        n = r if rows is None else len(rows)
+        strip[lo : lo + n, col0 : col0 + c] = scratch[:n] if rows is None else scratch[rows]
+
+    def _inflate_pending(self, pending: _PendingRows, strip: npt.NDArray[Any]) -> None:
+        """Decode ``pending`` one-row frames into their strip rows.
+
+        The frames are joined and decoded as one zstd stream: one call, which
+        releases the GIL once, into one buffer, placed with one copy per
+        column chunk.
+        """
+        c = self.chunks[1]
+        count = len(pending.pieces)
+        values = thread_scratch(count * c * self.dtype.itemsize, name="pending")
+        self._inflate(b"".join(pending.pieces), memoryview(values), exact=True)
+        values_2d = values.view(self._wire).reshape(count, c)
+        rows = np.asarray(pending.rows, dtype=np.intp)
+        taken = 0
+        for col0, n in pending.cols:
+            strip[rows[taken : taken + n], col0 : col0 + c] = values_2d[taken : taken + n]
+            taken += n
+        pending.pieces.clear()
+        pending.rows.clear()
+        pending.cols.clear()
+
+    def _inflate(self, data: Any, target: memoryview, *, exact: bool = False) -> None:
+        """Decompress the zstd frames ``data`` until ``target`` is full.
+
+        With ``exact``, ``data`` must hold exactly ``target``'s bytes: frames
+        joined from several chunks must not shift each other's rows.
+        """
+        try:
+            with thread_decompressor().stream_reader(data, read_across_frames=True) as reader:
+                filled = 0
+                while filled < len(target):
+                    n = reader.readinto(target[filled:])
+                    if n == 0:
+                        raise zstandard.ZstdError(f"the chunk ends after {filled} bytes")
+                    filled += n
+                if exact and reader.read(1):
+                    raise zstandard.ZstdError(f"the frames hold more than {filled} bytes")
+        except zstandard.ZstdError as exc:
+            raise RecordShapeError(
+                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
+                "Re-import the dataset"
+            ) from exc
+
+    async def read_into(self, rows: Indices, col_chunks: Indices, placement: Placement) -> int:
+        """Hand the selected ``rows`` (sorted unique), strip by strip, to ``placement``.
+
+        Only ``col_chunks`` (sorted unique column-chunk indices) are decoded;
+        a strip's other columns read as zero. Returns the chunks decoded.
+        """
+        if not len(rows) or not len(col_chunks):
+            return 0
+        row_chunks, bounds = chunk_runs(rows, self.chunks[0])
+        shard_of = row_chunks // self._per_shard[0]
+        edges = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), len(row_chunks)]
+        shards = shard_of[edges[:-1]].tolist()
+        missing = [shard for shard in shards if shard not in self._indexes]
+        if missing:  # fetched together: on an object store each is a round trip
+            await asyncio.gather(*(self._index(shard) for shard in missing))
+        # Shards are planned here, without a task each: once the indexes are
+        # known a read's planning is pure computation.
+        jobs: list[Awaitable[None]] = []
+        decoded = 0
+        for shard_row, a, b in zip(shards, edges[:-1], edges[1:], strict=True):
+            index = self._indexes[shard_row]
+            local = row_chunks[a:b] - shard_row * self._per_shard[0]
+            if index is None:
+                present = np.zeros((len(local), len(col_chunks)), dtype=bool)
+                stored = np.zeros((2, 0), dtype=np.int64)
+            else:
+                entries = index[local[:, None], col_chunks]
+                present = entries[..., 0] != MISSING
+                # offsets and sizes, each contiguous, chunks row-major as decoded
+                stored = np.array(entries[present].T, dtype=np.int64, order="C")
+            offsets, sizes = stored
+            work = _ShardWork(
+                rows, row_chunks[a:b], bounds[a : b + 1], col_chunks, present, placement
+            )
+            decoded += len(offsets)
+            if self._local is not None and len(offsets):
+                root, counters = self._local
+                # pread and zstd release the GIL: reading, decoding and placing
+                # off the event loop keeps other shards flowing
+                path = f"{root}/{self._key(shard_row)}"
+                jobs.append(hand_over(self._read_local, path, offsets, sizes, counters, work))
+            else:
+                jobs.append(self._fetch_and_decode(shard_row, index, offsets, sizes, work))
+        await asyncio.gather(*jobs)
+        return decoded
+
+    async def _fetch_and_decode(
+        self,
+        shard_row: int,
+        index: npt.NDArray[np.uint64] | None,
+        chunk_offsets: Indices,
+        chunk_sizes: Indices,
+        work: _ShardWork,
+    ) -> None:
+        """Fetch a shard's touched chunks from the store, then decode and place them."""
+        offsets, sizes = chunk_offsets.tolist(), chunk_sizes.tolist()
+        blobs: list[Any] = [None] * len(offsets)
+        if offsets:
+            assert index is not None
+            key = self._key(shard_row)
+            prototype = default_buffer_prototype()
+            stored = index[..., 1][index[..., 0] != MISSING]
+            if sum(sizes) >= WHOLE_SHARD_SHARE * int(stored.sum()):
+                whole = await self._store.get(key, prototype)
+                assert whole is not None
+                data = whole.as_numpy_array()
+                blobs = [data[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
+            else:
+                requests = [RangeByteRequest(o, o + n) for o, n in zip(offsets, sizes, strict=True)]
+                async for batch in self._store.get_ranges(key, requests, prototype=prototype):
+                    for position, buffer in batch:
+                        assert buffer is not None
+                        blobs[position] = buffer.as_numpy_array()
+        await hand_over(self._decode_and_place, work, blobs)
+
+    def _read_local(
+        self,
+        path: str,
+        offsets: Indices,
+        sizes: Indices,
+        counters: ReadCounters | None,
+        work: _ShardWork,
+    ) -> None:
+        read_bytes = 0
+        if self._frame_reads:
+            done, done_chunks, read_bytes = self._read_local_frames(path, offsets, sizes, work)
+            # a chunk not framed as expected (zarr rewrote it as one frame):
+            # the rest of the job reads whole chunks
+            rows, row_chunks, bounds, col_chunks, present, placement = work
+            work = _ShardWork(
+                rows, row_chunks[done:], bounds[done:], col_chunks, present[done:], placement
+            )
+            offsets, sizes = offsets[done_chunks:], sizes[done_chunks:]
+        if len(work.row_chunks):
+            blobs = _read_local_ranges(path, offsets.tolist(), sizes.tolist())
+            self._decode_and_place(work, blobs)
+        if counters is not None:
+            counters.add(nbytes=read_bytes + int(sizes.sum()), requests=1)
+
+    def _read_local_frames(
+        self, path: str, chunk_offsets: Indices, chunk_sizes: Indices, work: _ShardWork
+    ) -> tuple[int, int, int]:
+        """Read, decode and place the frames of the wanted rows of a job's chunks, strip
+        by strip, with the compiled ``read_row_frames`` (no GIL, only the frames read).
+
+        Returns how many of the job's row chunks and of ``offsets`` it placed (all,
+        unless a strip holds a chunk not framed as expected), and the bytes it read.
+        """
+        assert read_row_frames is not None
+        rows, row_chunks, bounds, _, present, placement = work
+        r, c = self.chunks
+        stored = present[:, 0]
+        # where each row chunk's entries start in offsets (missing chunks have none)
+        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
+        per_chunk = np.diff(bounds)
+        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        read_bytes = done = 0
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            for first in range(0, len(row_chunks), batch):
+                last = min(len(row_chunks), first + batch)
+                start, stop = int(bounds[first]), int(bounds[last])
+                kept = np.repeat(stored[first:last], per_chunk[first:last])
+                local = rows[start:stop][kept] % r
+                a, b = entry_of[first], entry_of[last]
+                counts = per_chunk[first:last][stored[first:last]]
+                frames = thread_scratch(int(chunk_sizes[a:b].sum()), "frames")
+                try:
+                    got = read_row_frames(
+                        descriptor,
+                        r,
+                        chunk_offsets[a:b],
+                        chunk_sizes[a:b],
+                        counts,
+                        local,
+                        frames,
+                        self._rows_per_frame,
+                    )
+                except EOFError as exc:
+                    raise OSError(f"{path}: {exc}; the shard is truncated") from None
+                except OSError as exc:
+                    raise OSError(exc.errno, exc.strerror, path) from None
+                if got is None:
+                    break
+                read_bytes += got[1]
+                decoded, picks = frame_rows(local, counts, r, self._rows_per_frame)
+                values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
+                self._decode_frames(frames[: got[0]], b - a, values)
+                strip = np.empty((stop - start, c + 1), dtype=self.dtype)
+                block = values.view(self._wire).reshape(decoded, c)
+                if picks is not None:  # the frames' other rows were decoded too
+                    block = block[picks]
+                if len(local) == len(strip):
+                    strip[:, :c] = block
+                else:  # chunks never written hold the fill value
+                    strip[:, :c] = 0
+                    strip[kept, :c] = block
+                strip[:, c] = 0
+                placement.place(start, strip)
+                done = last
+        finally:
+            os.close(descriptor)
+        return done, entry_of[done], read_bytes
+
+    def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
+        """Decode the joined frames of ``n_chunks`` chunks into ``values`` (exactly:
+        each frame's rows are decoded once, none shifted)."""
+        self._inflate(frames, memoryview(values), exact=True)
+
+    def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:
+        rows, row_chunks, bounds, col_chunks, present, placement = work
+        r, c = self.chunks
+        width = self.zero_column
+        itemsize = self.dtype.itemsize
+        batch = max(1, STRIP_BATCH_BYTES // (r * (width + 1) * itemsize))
+        blob_iter = iter(blobs)
+        # Each chunk is decoded into one small reused buffer (it stays in the
+        # core's cache), only as far as its selected rows need, and those rows
+        # are copied into the strip at once.
+        chunk = thread_scratch(r * c * itemsize).view(self._wire).reshape(r, c)
+        edges = bounds.tolist()
+        first_row = edges[0]
+        local = (rows[first_row : edges[-1]] % r).tolist()
+        touched = col_chunks.tolist()
+        present_list = present.tolist()
+        pending = _PendingRows([], [], [])
+        for first in range(0, len(row_chunks), batch):
+            last = min(len(row_chunks), first + batch)
+            start, stop = edges[first], edges[last]
+            strip = np.empty((stop - start, width + 1), dtype=self.dtype)
+            if len(touched) < self.col_chunks:
+                strip[:] = 0  # untouched column chunks read as zero
+            for i in range(first, last):
+                lo, hi = edges[i] - start, edges[i + 1] - start
+                selected = (
+                    None if hi - lo == r else local[edges[i] - first_row : edges[i + 1] - first_row]
+                )
+                for b, col_chunk in enumerate(touched):
+                    if present_list[i][b]:
+                        self._decode(
+                            next(blob_iter), selected, strip, lo, col_chunk * c, chunk, pending
+                        )
+                    else:  # a chunk never written holds the fill value
+                        strip[lo:hi, col_chunk * c : (col_chunk + 1) * c] = 0
+            if pending.pieces:
+                self._inflate_pending(pending, strip)
+            strip[:, width] = 0
+            placement.place(start, strip)

@@ -1,0 +1,203 @@
+"""Binding a source store for reading: open, verify, and check its identity.
+
+Composites (and, later, mounts) read counts from other stores. A bound
+source is opened read-only through a :class:`CountingStore`, verified like
+any ordinary store, and compared with the identities recorded when the
+composite was created, so a changed source fails closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import StorePath
+
+from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
+from ..format.paths import AssayPaths, join
+from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..format.store_io import get_json
+from ..remote.cached_store import cached_source
+from ..remote.locations import Location, describe_location, local_path, open_location
+from ..remote.pinned_store import pin_arrays
+from ..remote.source_cache import SourceCache
+from .prefetch import PrefetchedStore, assay_documents, prefetched
+from .read_stats import CountingStore, ReadCounters
+from .shard_reader import ShardedReader, fast_reader_for
+
+__all__ = ["BoundSource", "bind_source", "bound_from_verified", "rebind", "refuse_unsupported"]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundSource:
+    """A verified source assay, ready to read."""
+
+    name: str
+    """Source name."""
+    location: str
+    """Where it is (for messages)."""
+    store: CountingStore
+    """The counting, read-only store it is read through."""
+    info: AssayInfo
+    """Its verified records."""
+    counts: AsyncArray[Any]
+    """Cell-major counts."""
+    counts_t: AsyncArray[Any] | None
+    """Feature-major countsT, when the assay has one."""
+    counts_fast: ShardedReader | None = None
+    """Direct shard reader of counts, when its codecs allow one."""
+    counts_t_fast: ShardedReader | None = None
+    """Direct shard reader of countsT, when its codecs allow one."""
+
+
+def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
+    """Refuse composites, mounts and stores with a pending assay as sources."""
+    contents = read_contents(store, where=where)
+    attrs = contents.root_attrs
+    if "composite" in attrs:
+        raise UnsupportedSourceError(
+            f"source {name!r} at {where} is itself a composite; composites do not nest. "
+            "Use its own sources instead, or materialize it into an ordinary store first"
+        )
+    if "matrixSource" in attrs:
+        raise UnsupportedSourceError(
+            f"source {name!r} at {where} is a mounted target whose counts live in another "
+            "store; use that source store, or repack the mount into an ordinary store first"
+        )
+    if contents.pending:
+        pending = ", ".join(p.assay_group for p in contents.pending)
+        raise UnsupportedSourceError(
+            f"source {name!r} at {where} holds a pending derived assay ({pending}); finish or "
+            "discard it before using the store as a source"
+        )
+
+
+def bind_source(
+    name: str,
+    location: Location,
+    assay: str,
+    *,
+    workspace: str | None,
+    counters: ReadCounters,
+    storage_options: Mapping[str, Any] | None = None,
+    expected_dataset: str | None = None,
+    expected_counts: str | None = None,
+    cache: SourceCache | None = None,
+) -> BoundSource:
+    """Open and verify ``assay`` of the source at ``location``.
+
+    With ``expected_*`` fingerprints, a source whose identity changed raises
+    :class:`IdentityMismatchError` naming the source, location, expected and
+    found values. A remote source is read through ``cache`` when one is given.
+    """
+    where = describe_location(location)
+    try:
+        backend = cached_source(
+            open_location(location, read_only=True, storage_options=storage_options),
+            cache,
+            name,
+            where=where,
+        )
+        paths = AssayPaths(assay, workspace)
+        # the documents verification reads are fetched in one concurrent round
+        documents = prefetched(backend, assay_documents(paths))
+        refuse_unsupported(documents, where=where, name=name)
+        info = verify_assay(documents, paths, where=where)
+        # a remote source's shards are pinned as they are now (one listing per
+        # array); every later read of one is checked against its pin
+        pin_arrays(backend, [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t])
+    except (VfsError, ValueError, TypeError):
+        raise
+    except Exception as exc:
+        # Backend errors (missing files, refused credentials, network) are
+        # translated once, here, into one that names the source and the fix.
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        remedy = (
+            "check that it exists (a source moved or deleted after the composite was made "
+            "must be restored at that path)"
+            if local_path(location) is not None
+            else "check that it exists, and pass its endpoint and credentials as "
+            f"source_storage_options={{{name!r}: {{...}}}}"
+        )
+        raise OSError(
+            f"source {name!r} at {where} cannot be read ({type(exc).__name__}: {first_line}); "
+            f"{remedy}"
+        ) from exc
+    for what, expected, found in (
+        ("dataset", expected_dataset, info.dataset_fingerprint),
+        ("counts", expected_counts, info.counts_fingerprint),
+    ):
+        if expected is not None and expected != found:
+            raise IdentityMismatchError(
+                f"source {name!r} at {where}: {what} fingerprint {found} does not match the "
+                f"composite record {expected}; the source changed after the composite was "
+                "created. Restore the source, or recreate the composite"
+            )
+    return bound_from_verified(name, where, documents, info, counters)
+
+
+def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
+    """The same verified source, counted into ``counters`` (no I/O: its arrays'
+    metadata is reused)."""
+    counting = CountingStore(source.store.wrapped, counters)
+    counts = _array_on(counting, source.counts.metadata, source.counts.store_path.path)
+    counts_t = (
+        None
+        if source.counts_t is None
+        else _array_on(counting, source.counts_t.metadata, source.counts_t.store_path.path)
+    )
+    return _bound(source.name, source.location, counting, source.info, counts, counts_t)
+
+
+def bound_from_verified(
+    name: str, location: str, backend: Store, info: AssayInfo, counters: ReadCounters
+) -> BoundSource:
+    """A bound source for an assay that was already verified (opens its arrays only).
+
+    When ``backend`` is a :class:`PrefetchedStore`, the arrays are built from the
+    documents it already holds, and the source reads the store underneath.
+    """
+    documents = backend if isinstance(backend, PrefetchedStore) else None
+    counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
+
+    def open_array(path: str) -> zarr.Array[Any]:
+        # served from memory: verification already fetched and checked it
+        document = None if documents is None else get_json(documents, join(path, "zarr.json"))
+        if isinstance(document, dict):
+            return _array_on(counting, ArrayV3Metadata.from_dict(document), path)
+        array = zarr.open_array(counting, path=path, mode="r")
+        assert isinstance(array, zarr.Array)
+        return array
+
+    counts = open_array(info.paths.counts)
+    counts_t = open_array(info.paths.counts_t) if info.has_counts_t else None
+    return _bound(name, location, counting, info, counts, counts_t)
+
+
+def _array_on(store: Store, metadata: Any, path: str) -> zarr.Array[Any]:
+    return zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, path)))
+
+
+def _bound(
+    name: str,
+    location: str,
+    counting: CountingStore,
+    info: AssayInfo,
+    counts: zarr.Array[Any],
+    counts_t: zarr.Array[Any] | None,
+) -> BoundSource:
+    return BoundSource(
+        name=name,
+        location=location,
+        store=counting,
+        info=info,
+        counts=counts.async_array,
+        counts_t=None if counts_t is None else counts_t.async_array,
+        counts_fast=fast_reader_for(counts),
+        counts_t_fast=None if counts_t is None else fast_reader_for(counts_t),
+    )

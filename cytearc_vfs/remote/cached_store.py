@@ -1,0 +1,155 @@
+"""A remote source store read through its open store's :class:`SourceCache`.
+
+What is cached is what the spec names: the shard-index suffixes of sharded
+reads (a ``SuffixByteRequest`` of a chunk key) and the encoded shards that a
+read covers densely (a chunk key fetched whole: the gather reader fetches a
+whole shard only when most of it is needed). Range reads of a shard that is
+cached whole are served from it; other range reads and every metadata
+document go to the source. Local and in-memory stores are never wrapped:
+their reads cost less than a cache's.
+
+Below the cache, a :class:`~cytearc_vfs.remote.pinned_store.PinnedSourceStore` pins
+each object's version at its first read, and the version is part of the
+cache key, so an entry is only ever served for the version this open store
+pinned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zarr.abc.store import (
+    ByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import LocalStore, MemoryStore
+
+from .pinned_store import (
+    Batches,
+    PinnedSourceStore,
+    Ranges,
+    SourceReadWrapper,
+    check_byte_range,
+    is_chunk_key,
+)
+from .source_cache import SourceCache
+
+__all__ = ["CachedSourceStore", "cached_source", "source_cache_of"]
+
+
+def cached_source(
+    store: Store, cache: SourceCache | None, name: str, *, where: str | None = None
+) -> Store:
+    """``store`` read through ``cache`` when it is remote (else ``store`` itself).
+
+    ``name`` keeps the keys of the open store's sources apart; ``name`` and
+    ``where`` (the source's location) name the source in errors. A remote
+    store is pinned (:class:`PinnedSourceStore`) whether or not there is a cache.
+    """
+    if isinstance(store, LocalStore | MemoryStore | CachedSourceStore | PinnedSourceStore):
+        return store
+    pinned = PinnedSourceStore(store, name=name, where=where or str(store))
+    return pinned if cache is None else CachedSourceStore(pinned, cache, name)
+
+
+def source_cache_of(store: Store) -> SourceCache | None:
+    """The cache ``store`` reads through, if it is a :class:`CachedSourceStore`."""
+    return store.cache if isinstance(store, CachedSourceStore) else None
+
+
+class CachedSourceStore(SourceReadWrapper):
+    """A read-only remote store whose shards and shard indexes go through a cache."""
+
+    def __init__(self, store: Store, cache: SourceCache, name: str) -> None:
+        super().__init__(store)
+        self._cache = cache
+        self._name = name
+
+    @property
+    def cache(self) -> SourceCache:
+        """The cache it reads through."""
+        return self._cache
+
+    def _with_store(self, store: Store) -> CachedSourceStore:
+        return type(self)(store, self._cache, self._name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A cache is a directory of this process: a copy elsewhere (a dask
+        # worker) reads the source, and its own store makes its own cache.
+        return (_plain, (self._store,))
+
+    def _key(self, key: str, suffix: int | None = None) -> str:
+        # the pinned version is part of the key: a replaced object never finds
+        # the entry of the version read before
+        token = self._store.token(key) if isinstance(self._store, PinnedSourceStore) else None
+        whole = f"{self._name}\0{key}\0{token}"
+        return whole if suffix is None else f"{whole}\0suffix={suffix}"
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self._check_key(key, "get")
+        if not is_chunk_key(key):
+            return await self._store.get(key, prototype, byte_range)
+        check_byte_range(byte_range)
+        if byte_range is None:
+            return await self._through(key, None, prototype, None)
+        if isinstance(byte_range, SuffixByteRequest):
+            served = self._from_whole(key, -byte_range.suffix, None, prototype)
+            if served is not None:
+                return served
+            return await self._through(key, byte_range.suffix, prototype, byte_range)
+        if isinstance(byte_range, RangeByteRequest):
+            served = self._from_whole(key, byte_range.start, byte_range.end, prototype)
+        else:
+            served = self._from_whole(key, byte_range.offset, None, prototype)
+        if served is not None:
+            return served
+        return await self._store.get(key, prototype, byte_range)
+
+    async def _through(
+        self,
+        key: str,
+        suffix: int | None,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None,
+    ) -> Buffer | None:
+        data = self._cache.get(self._key(key, suffix))
+        if data is not None:
+            return prototype.buffer.from_bytes(data)
+        buffer = await self._store.get(key, prototype, byte_range)
+        if buffer is not None:
+            # keyed after the fetch: a first read has just pinned the version
+            self._cache.put(self._key(key, suffix), buffer.to_bytes())
+        return buffer
+
+    def _from_whole(
+        self, key: str, start: int, stop: int | None, prototype: BufferPrototype
+    ) -> Buffer | None:
+        """Bytes of a shard cached whole (``start`` < 0: from the end), else ``None``."""
+        whole = self._key(key)
+        size = self._cache.size(whole)
+        if size is None:
+            return None
+        first = max(0, size + start) if start < 0 else start
+        data = self._cache.get_range(whole, first, size if stop is None else stop)
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    async def _get_ranges(
+        self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
+    ) -> Batches:
+        if is_chunk_key(key) and self._cache.size(self._key(key)) is not None:
+            # the shard is cached whole: every range from it, one batch
+            served = [(i, await self.get(key, prototype, rng)) for i, rng in enumerate(byte_ranges)]
+            if all(buffer is not None for _, buffer in served):
+                yield served
+                return
+        async for batch in self._store.get_ranges(key, byte_ranges, prototype=prototype, **limits):
+            yield batch
+
+
+def _plain(store: Store) -> Store:
+    return store

@@ -1,0 +1,402 @@
+"""A remote source read as it was when first read: objects pinned, errors named.
+
+A composite's or mount's open verifies its sources' identities from their
+metadata; the counts' shard objects are read later, possibly long after, and
+may have been replaced or deleted in between. :class:`PinnedSourceStore` wraps
+a remote source store for the life of one open store and
+
+- pins the chunk objects (the shards of ``counts`` and ``countsT``) when the
+  store opens, from one listing per array (a LIST answer carries each
+  object's ETag: one request per thousand shards), and any other chunk object
+  the first time it is read: its ETag, or else its version, or else
+  last-modified and size, as the backend reports them;
+- sends every later read of that object with ``If-Match: <ETag>``, so the
+  check rides on the read itself (no extra request), and refuses a replaced
+  object with :class:`IdentityMismatchError` and a deleted one with
+  ``OSError``, never with zeros;
+- translates any other backend error once, into an ``OSError`` naming the
+  source, its location, the key and the remedy, chained with ``from exc``.
+
+Pins need object metadata with the bytes, which only obstore's own API
+returns, so they apply to stores zarr opens through obstore
+(``zarr.storage.ObjectStore``); other remote backends (fsspec) get the error
+translation and the deleted-object check for keys read before, not the
+replaced-object check. Pins live in memory with the open store: a reopen pins
+the objects as it finds them (``cytearc-vfs verify`` re-reads every value).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Self
+
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import ObjectStore
+
+from ..errors import IdentityMismatchError, VfsError
+from ..format.key_checked import KeyCheckedWrapperStore
+from .timeouts import TIMEOUT_ENV
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
+
+Ranges = Sequence[ByteRequest | None]
+#: What ``get_ranges`` yields: batches of (input index, bytes), one per fetch.
+Batches = AsyncIterator[Sequence[tuple[int, Buffer | None]]]
+
+__all__ = ["ObjectPins", "PinnedSourceStore", "SourceReadWrapper", "is_chunk_key", "pin_arrays"]
+
+
+def is_chunk_key(key: str) -> bool:
+    """Whether ``key`` is a chunk (shard) key of zarr v3's default encoding.
+
+    >>> is_chunk_key("RNA/counts/c/3/0"), is_chunk_key("RNA/counts/zarr.json")
+    (True, False)
+    """
+    return key.startswith("c/") or "/c/" in key
+
+
+def version_token(meta: Any) -> str | None:
+    """What identifies one version of an object in obstore's ``ObjectMeta``.
+
+    The ETag where the backend gives one, else its version id, else
+    last-modified and size together.
+
+    >>> version_token({"e_tag": '"9f3e"', "version": None, "size": 3})
+    'etag:"9f3e"'
+    >>> version_token({"e_tag": None, "version": None, "last_modified": "2026-01-01", "size": 3})
+    'modified:2026-01-01:3'
+    """
+    if meta.get("e_tag"):
+        return f"etag:{meta['e_tag']}"
+    if meta.get("version"):
+        return f"version:{meta['version']}"
+    if meta.get("last_modified") is not None and meta.get("size") is not None:
+        return f"modified:{meta['last_modified']}:{meta['size']}"
+    return None
+
+
+class ObjectPins:
+    """The version of each object an open store has read (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pins: dict[str, str] = {}
+
+    def get(self, key: str) -> str | None:
+        """The pinned version token of ``key``, or ``None``."""
+        with self._lock:
+            return self._pins.get(key)
+
+    def pin(self, key: str, token: str) -> str:
+        """Pin ``key`` to ``token`` unless it is pinned already; returns the pinned token."""
+        with self._lock:
+            return self._pins.setdefault(key, token)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pins)
+
+
+def _obstore_range(byte_range: ByteRequest | None) -> Any:
+    if byte_range is None:
+        return None
+    if isinstance(byte_range, RangeByteRequest):
+        return (byte_range.start, byte_range.end)
+    if isinstance(byte_range, OffsetByteRequest):
+        return {"offset": byte_range.offset}
+    if isinstance(byte_range, SuffixByteRequest):
+        return {"suffix": byte_range.suffix}
+    raise TypeError(f"unsupported byte range {byte_range!r}")
+
+
+def check_byte_range(byte_range: object) -> None:
+    """Refuse what is not a zarr byte request, in zarr's own words (its store contract checks them)."""
+    if byte_range is not None and not isinstance(
+        byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
+    ):
+        raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class SourceReadWrapper(KeyCheckedWrapperStore):
+    """A read path over a source store that every read must go through.
+
+    zarr's synchronous paths and the backend's own multi-range reads would go
+    around the wrapper, so both are routed through :meth:`get`; subclasses
+    change how ranges are fetched in :meth:`_get_ranges`. Every key is
+    checked first (:class:`~cytearc_vfs.format.key_checked.KeyCheckedWrapperStore`);
+    subclasses that override :meth:`get` check it themselves.
+    """
+
+    @property
+    def wrapped(self) -> Store:
+        """The store underneath."""
+        return self._store
+
+    @property
+    def _supports_sync_io(self) -> bool:
+        return False
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        """The same view; a writable form is refused (writes would go around the read path)."""
+        if not read_only:
+            raise NotImplementedError(
+                f"with_read_only is not implemented for the {type(self)} store type. A "
+                "source's read path is read-only (writes would go around its pins and "
+                "cache); open the source itself to write to it"
+            )
+        return self
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        # every key is checked before any is fetched
+        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
+        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
+
+    async def get_ranges(
+        self,
+        key: str,
+        byte_ranges: Sequence[ByteRequest | None],
+        *,
+        prototype: BufferPrototype,
+        **options: Any,
+    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
+        self._check_key(key, "get_ranges")
+        # zarr passes max_concurrency, max_gap_bytes and max_coalesced_bytes
+        limits = {name: value for name, value in options.items() if value is not None}
+        async for batch in self._get_ranges(key, byte_ranges, prototype, limits):
+            yield batch
+
+    async def _get_ranges(
+        self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
+    ) -> Batches:
+        """Zarr's coalescer over :meth:`get` (what subclasses' reads must see)."""
+        async for batch in Store.get_ranges(self, key, byte_ranges, prototype=prototype, **limits):
+            yield batch
+
+
+class PinnedSourceStore(SourceReadWrapper):
+    """A read-only remote source store whose chunk objects are pinned.
+
+    Parameters
+    ----------
+    store
+        The source's backend store.
+    name
+        The source name, for messages (``"source"`` for a mount's source).
+    where
+        The source's location, for messages.
+    pins
+        Shared pins (stores derived by ``with_read_only`` keep them).
+    """
+
+    def __init__(
+        self, store: Store, *, name: str, where: str, pins: ObjectPins | None = None
+    ) -> None:
+        super().__init__(store)
+        self._name = name
+        self._where = where
+        self.pins = ObjectPins() if pins is None else pins
+
+    def _with_store(self, store: Store) -> PinnedSourceStore:
+        return type(self)(store, name=self._name, where=self._where, pins=self.pins)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a copy in another process pins what it reads there
+        return (_unpickle, (self._store, self._name, self._where))
+
+    def token(self, key: str) -> str | None:
+        """The pinned version of ``key`` (``None`` before it is pinned)."""
+        return self.pins.get(key)
+
+    async def pin_listing(self, array: str) -> int:
+        """Pin every chunk object of ``array`` as a listing finds it; returns how many.
+
+        Only obstore-backed stores list with metadata; others pin at first read.
+        """
+        if not isinstance(self._store, ObjectStore):
+            return 0
+        import obstore
+
+        prefix = f"{array}/c/"
+        try:
+            listed = await obstore.list(self._store.store, prefix=prefix).collect_async()
+        except Exception as exc:
+            raise _mark(self._failed(prefix, exc)) from exc
+        pinned = 0
+        for meta in listed:
+            token = version_token(meta)
+            if token is not None:
+                self.pins.pin(str(meta["path"]), token)
+                pinned += 1
+        return pinned
+
+    # ------------------------------------------------------------ messages
+
+    def _label(self) -> str:
+        return f"source {self._name!r} at {self._where}"
+
+    def _replaced(self, key: str, pinned: str, found: str | None) -> IdentityMismatchError:
+        return IdentityMismatchError(
+            f"{self._label()}: {key} changed while this store was open (pinned as "
+            f"{pinned}, now {found or 'a different version'}); the source was modified after "
+            "the composite or mount was opened, so its counts would mix two versions. Restore "
+            "the source and reopen, or recreate the composite (mount again) if the change is meant"
+        )
+
+    def _deleted(self, key: str) -> OSError:
+        return FileNotFoundError(
+            f"{self._label()}: {key} no longer exists; the source was deleted or moved after "
+            "it was opened. Restore it at that location and reopen"
+        )
+
+    def _failed(self, key: str, exc: BaseException) -> OSError:
+        return OSError(
+            f"{self._label()}: reading {key} failed ({type(exc).__name__}: {_first_line(exc)}); "
+            "check that the source is reachable and its credentials "
+            f"(source_storage_options={{{self._name!r}: {{...}}}}), or allow slower requests "
+            f"with {TIMEOUT_ENV}=SECONDS"
+        )
+
+    # ------------------------------------------------------------- reading
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self._check_key(key, "get")
+        check_byte_range(byte_range)
+        try:
+            if is_chunk_key(key) and isinstance(self._store, ObjectStore):
+                return await self._get_pinned(key, prototype, byte_range)
+            buffer = await self._store.get(key, prototype, byte_range)
+        except (VfsError, OSError) as exc:
+            if isinstance(exc, VfsError) or getattr(exc, "cytearc_source", False):
+                raise
+            raise _mark(self._failed(key, exc)) from exc
+        except Exception as exc:
+            raise _mark(self._failed(key, exc)) from exc
+        if buffer is None and is_chunk_key(key):
+            await self._check_absent(key)
+        return buffer
+
+    async def _check_absent(self, key: str) -> None:
+        """A chunk read as absent: an object pinned before, or a whole source, is gone.
+
+        An absent chunk of a live array is legitimate (never written: it holds
+        zeros); the array's own document tells the two apart, at one extra
+        request on this rare path only.
+        """
+        if self.pins.get(key) is not None:
+            raise _mark(self._deleted(key))
+        document = f"{key[: key.index('/c/')]}/zarr.json" if "/c/" in key else "zarr.json"
+        try:
+            present = await self._store.exists(document)
+        except Exception as exc:
+            raise _mark(self._failed(document, exc)) from exc
+        if not present:
+            raise _mark(self._deleted(key))
+
+    async def _get_pinned(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None:
+        import obstore
+        from obstore.exceptions import NotFoundError, NotSupportedError, PreconditionError
+
+        assert isinstance(self._store, ObjectStore)
+        pinned = self.pins.get(key)
+        options: GetOptions = {}
+        requested = _obstore_range(byte_range)
+        if requested is not None:
+            options["range"] = requested
+        if pinned is not None and pinned.startswith("etag:"):
+            # conditional: the backend refuses a replaced object in the same request
+            options["if_match"] = pinned[len("etag:") :]
+        try:
+            result = await obstore.get_async(self._store.store, key, options=options)
+            data = await result.bytes_async()
+        except PreconditionError as exc:
+            assert pinned is not None
+            raise self._replaced(key, pinned, None) from exc
+        except (NotFoundError, FileNotFoundError):
+            await self._check_absent(key)
+            return None
+        except NotSupportedError:
+            # a backend without suffix ranges (Azure): zarr's own fallback, unpinned
+            return await self._store.get(key, prototype, byte_range)
+        found = version_token(result.meta)
+        if found is not None:
+            kept = self.pins.pin(key, found)
+            if kept != found:  # a backend that ignores If-Match, or pins without ETags
+                raise self._replaced(key, kept, found)
+        return prototype.buffer.from_bytes(data)  # type: ignore[arg-type]
+
+    async def _get_ranges(
+        self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
+    ) -> Batches:
+        # the coalescer's merged requests are the ones ObjectStore would issue
+        try:
+            async for batch in super()._get_ranges(key, byte_ranges, prototype, limits):
+                yield batch
+        except BaseExceptionGroup as group:
+            # one failure, named, instead of a group callers must unpack
+            leaf = _first_failure(group)
+            if isinstance(leaf, VfsError) or getattr(leaf, "cytearc_source", False):
+                raise leaf from None
+            raise _mark(self._failed(key, leaf)) from leaf
+
+
+def pin_arrays(store: Store, arrays: Iterable[str]) -> int:
+    """Pin the chunk objects of ``arrays`` of a source, when ``store`` is (or wraps) a
+    :class:`PinnedSourceStore`; returns how many objects were pinned.
+
+    Called once when a composite or mount opens, from synchronous code.
+    """
+    from zarr.core.sync import sync
+
+    while not isinstance(store, PinnedSourceStore):
+        inner = getattr(store, "wrapped", None)
+        if not isinstance(inner, Store) or inner is store:
+            return 0
+        store = inner
+    pinned = store
+
+    async def pin_all() -> list[int]:
+        return list(await asyncio.gather(*(pinned.pin_listing(array) for array in arrays)))
+
+    return sum(sync(pin_all()))
+
+
+def _mark(exc: OSError) -> OSError:
+    # translated once: outer layers pass it on unchanged
+    exc.cytearc_source = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_failure(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group
+
+
+def _unpickle(store: Store, name: str, where: str) -> PinnedSourceStore:
+    return PinnedSourceStore(store, name=name, where=where)

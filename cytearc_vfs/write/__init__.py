@@ -1,0 +1,12 @@
+"""Writing source stores: ``write_counts`` and safe destinations.
+
+Owns :func:`~cytearc_vfs.write_counts` (``writer``), count sources read in
+canonical CSR row bands (``count_source``; AnnData input comes from the
+adapters through the ``cytearc_vfs.count_sources`` registry), creating and
+finishing destinations with their pending markers (``destinations``), and
+copying store keys (``copying``).
+
+May import: :mod:`cytearc_vfs.encoding`, :mod:`cytearc_vfs.remote`,
+:mod:`cytearc_vfs.format` and :mod:`cytearc_vfs.errors`; never
+:mod:`cytearc_vfs.read`.
+"""

@@ -1,0 +1,340 @@
+"""Writer destinations: what a writer may create or replace (spec, "Writer destinations").
+
+A destination without keys is created with mode ``"w-"``. With
+``overwrite=True`` a destination that holds keys is replaced (mode ``"w"``)
+only when it is a store this layer could have written and nobody depends on:
+a root group with no prepared assay and no ``matrixSource``, whose top-level
+members are all groups CyteArc writes and whose keys are all Zarr metadata or
+array chunks. Everything else is refused with ``FileExistsError`` before a
+byte changes.
+
+Crash safety: :func:`create_destination` writes the root's first document
+with ``cytearc:pending_store`` naming the writer, and the writer's last root
+write (:func:`finish_destination`) removes it; every open refuses a root that
+still carries it. Such an unfinished destination is always replaceable with
+``overwrite=True``, whatever it holds from its writer (a half-written mount,
+composite, or prepared tables copied from a source), because nothing can
+depend on a store that never opened.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import zarr
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from ..errors import RecordShapeError
+from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
+from ..format.store_io import get_json
+from ..remote.locations import Location, describe_location, local_path, open_location
+
+__all__ = [
+    "check_destination",
+    "check_no_overlap",
+    "create_destination",
+    "destination_is_prepared",
+    "finish_destination",
+]
+
+WRITER_GROUPS = frozenset({"cellData", "matrices", "artifacts", "pipeline", "agent_results"})
+_METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"})
+_V2_CHUNK = re.compile(r"^\d+(?:[./]\d+)*$")
+_V3_CHUNK = re.compile(r"(?:^|/)c(?:/\d+)+$")
+#: What zarr's LocalStore leaves of a write that a crash interrupted: it writes
+#: ``name.{uuid4 hex}.partial`` and renames it (``zarr.json`` -> ``zarr.{hex}.partial``).
+_PARTIAL_WRITE = re.compile(r"^(?P<stem>.+)\.[0-9a-f]{32}\.partial$")
+
+
+def _intended_key(key: str) -> str:
+    """The key an interrupted LocalStore write was writing, or ``key`` itself."""
+    head, _, name = key.rpartition("/")
+    match = _PARTIAL_WRITE.match(name)
+    if match is None:
+        return key
+    stem = "zarr.json" if match["stem"] == "zarr" else match["stem"]
+    return f"{head}/{stem}" if head else stem
+
+
+def _read_json(store: Store, key: str) -> dict[str, object] | None:
+    # A document that is not JSON is not ours, so it must not be replaced:
+    # read it as "no document", which the member checks then refuse.
+    try:
+        value = get_json(store, key)
+    except RecordShapeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _list(store: Store) -> list[str]:
+    async def collect() -> list[str]:
+        return [key async for key in store.list()]
+
+    return sync(collect())
+
+
+def _refuse_below_zarr_node(path: Path) -> None:
+    for parent in path.absolute().parents:
+        for marker in (".zgroup", ".zarray", "zarr.json"):
+            if (parent / marker).is_file():
+                raise ValueError(
+                    f"destination {str(path)!r} is below the Zarr node {str(parent)!r} "
+                    f"(it holds {marker}); writing there would nest a store inside another. "
+                    "Choose a destination outside any Zarr store"
+                )
+
+
+def destination_is_prepared(
+    attrs: dict[str, object], cell_columns: Iterable[str], assay: str
+) -> bool:
+    """Whether ``assay`` has been prepared by a DataStore (its QC columns exist)."""
+    return f"{assay}_nCounts" in set(cell_columns)
+
+
+def _nodes(store: Store, keys: list[str]) -> dict[str, dict[str, object]]:
+    nodes: dict[str, dict[str, object]] = {}
+    for key in keys:
+        name = key.rsplit("/", 1)[-1]
+        if name in ("zarr.json", ".zgroup", ".zarray"):
+            document = _read_json(store, key) or {}
+            node = key[: -len(name)].rstrip("/")
+            kind = document.get("node_type") or ("array" if name == ".zarray" else "group")
+            nodes[node] = {"kind": kind, "attrs": document.get("attributes", {}), "doc": document}
+    return nodes
+
+
+def _zarr_shaped(key: str) -> bool:
+    """Whether ``key`` is named as Zarr names documents and (default v3) chunk keys."""
+    intended = _intended_key(key)
+    return intended.rsplit("/", 1)[-1] in _METADATA_NAMES or bool(_V3_CHUNK.search(intended))
+
+
+def _check_keys(
+    where: str, keys: list[str], nodes: dict[str, dict[str, object]], *, unfinished: bool
+) -> None:
+    arrays = sorted((path for path, node in nodes.items() if node["kind"] == "array"), key=len)
+    for found in keys:
+        key = _intended_key(found)
+        name = key.rsplit("/", 1)[-1]
+        if name in _METADATA_NAMES:
+            continue
+        owner = next((a for a in arrays if key.startswith(a + "/")), None)
+        rest = key[len(owner) + 1 :] if owner is not None else None
+        if rest is not None and (rest.startswith("c/") or rest == "c" or _V2_CHUNK.match(rest)):
+            continue
+        if unfinished and _V3_CHUNK.search(key):
+            continue  # a chunk whose array document the writer had not written yet
+        raise FileExistsError(
+            f"destination {where} holds {found!r}, which is neither Zarr metadata nor an array "
+            "chunk, so this layer did not write it; overwrite replaces only what CyteArc "
+            "writes. Move or delete that key yourself, or choose another destination"
+        )
+
+
+def check_destination(
+    location: Location, *, overwrite: bool, storage_options: Mapping[str, Any] | None = None
+) -> Literal["w", "w-"]:
+    """Check ``location`` may be written; returns the mode to create it with.
+
+    Raises ``ValueError`` for a destination below a Zarr node or whose root is
+    an assay, and ``FileExistsError`` for keys that may not be replaced.
+    """
+    where = describe_location(location)
+    path = local_path(location)
+    if path is not None:
+        _refuse_below_zarr_node(path)
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(
+                f"destination {where} is a file, not a directory; choose another path"
+            )
+        if path is not None and not path.exists():
+            return "w-"
+    store = open_location(location, read_only=True, storage_options=storage_options)
+    keys = _list(store)
+    if not keys:
+        return "w-"
+    root = _read_json(store, "zarr.json")
+    root_attrs = (root or {}).get("attributes", {})
+    if isinstance(root_attrs, dict) and root_attrs.get("is_assay"):
+        raise ValueError(
+            f"destination {where} is itself an assay group (is_assay); write to the store that "
+            "holds it, or choose another destination"
+        )
+    if not overwrite:
+        raise FileExistsError(
+            f"destination {where} already holds {len(keys)} key(s); pass overwrite=True "
+            "(--overwrite on the command line) to replace a store this layer wrote, or choose "
+            "an empty destination"
+        )
+    if root is None and all(_intended_key(key) == "zarr.json" for key in keys):
+        return "w"  # a writer died writing its very first document
+    if root is None or root.get("node_type") != "group":
+        raise FileExistsError(
+            f"destination {where} holds keys but no root group (first: {sorted(keys)[0]!r}); "
+            "it is not a CyteArc store, so it is not replaced"
+        )
+    assert isinstance(root_attrs, dict)
+    unfinished = PENDING_STORE_ATTR in root_attrs
+    if "matrixSource" in root_attrs and not unfinished:
+        raise FileExistsError(
+            f"destination {where} is a mounted target (matrixSource); its analyses depend on "
+            "it. Delete it yourself if you mean to replace it"
+        )
+    nodes = _nodes(store, keys)
+    _check_members(where, nodes, keys, unfinished=unfinished)
+    _check_keys(where, keys, nodes, unfinished=unfinished)
+    return "w"
+
+
+def _check_members(
+    where: str, nodes: dict[str, dict[str, object]], keys: list[str], *, unfinished: bool
+) -> None:
+    """Refuse top-level members CyteArc does not write.
+
+    An ``unfinished`` store (its root still names its writer) may also hold
+    what a composite writes (``_composite``) and assays whose copied tables
+    look prepared: it never opened, so no analysis depends on it.
+    """
+    top_level = sorted({key.split("/", 1)[0] for key in keys if "/" in key})
+    loose = [key for key in keys if "/" not in key and _intended_key(key) not in _METADATA_NAMES]
+    if loose:
+        raise FileExistsError(
+            f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write; "
+            "it is not replaced. Move that file or choose another destination"
+        )
+    cell_columns = [p.rsplit("/", 1)[-1] for p in nodes if p.startswith("cellData/")]
+
+    def allowed(member: str, nested: bool) -> bool:
+        node = nodes.get(member)
+        if node is None and unfinished:
+            # The writer died before the member's document: repack writes
+            # documents after the values they describe.
+            return all(_zarr_shaped(key) for key in keys if key.startswith(member + "/"))
+        if node is None or node["kind"] != "group":
+            return False
+        attrs = node["attrs"]
+        assert isinstance(attrs, dict)
+        name = member.rsplit("/", 1)[-1]
+        if name in WRITER_GROUPS and not (nested and name == "matrices"):
+            return True
+        if unfinished and not nested and name == "_composite":
+            return True
+        if attrs.get("is_assay"):
+            if not unfinished and destination_is_prepared(attrs, cell_columns, name):
+                raise FileExistsError(
+                    f"destination {where} holds the prepared assay {member!r}; replacing it "
+                    "would discard its analyses. Delete the store yourself if you mean it"
+                )
+            return True
+        if PENDING_ASSAY_ATTR in attrs:
+            return True
+        if nested:
+            return False
+        children = {p.split("/")[1] for p in nodes if p.startswith(member + "/")}
+        # a workspace is a group with its own cell table and only writer members
+        return "cellData" in children and all(
+            allowed(f"{member}/{child}", True) for child in children
+        )
+
+    for member in top_level:
+        if not allowed(member, False):
+            raise FileExistsError(
+                f"destination {where} holds {member!r}, which is not a group CyteArc writes "
+                "(cellData, matrices, artifacts, pipeline, agent_results, an assay or a "
+                "workspace of them); it is not replaced. Move it or choose another destination"
+            )
+
+
+def create_destination(
+    location: Location,
+    *,
+    overwrite: bool,
+    writer: str,
+    storage_options: Mapping[str, Any] | None = None,
+) -> zarr.Group:
+    """Check and create the destination; returns its writable root group.
+
+    Parameters
+    ----------
+    location
+        Path, URL or Store of the destination.
+    overwrite
+        Replace a destination that :func:`check_destination` accepts.
+    writer
+        The writer's name (``write_counts``, ``repack``...). The root's first
+        document records it as ``cytearc:pending_store``, which the writer's
+        last root write removes (:func:`finish_destination`); until then
+        every open refuses the store, naming the writer.
+    storage_options
+        Backend options of a URL destination.
+    """
+    mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
+    store = open_location(location, read_only=False, storage_options=storage_options)
+    marker: dict[str, Any] = {PENDING_STORE_ATTR: writer}
+    if mode == "w":
+        _replace_with_marker(store, marker)
+        return zarr.open_group(store, mode="r+", zarr_format=3)
+    return zarr.open_group(store, mode="w-", zarr_format=3, attributes=marker)
+
+
+def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
+    """Empty ``store`` down to a root document that carries ``marker``.
+
+    The root document is replaced first and deleted never: a crash while the
+    old keys go leaves a root that is refused as unfinished, never the old
+    store with some of its chunks gone (which zarr would read as zeros).
+    """
+    document = {"zarr_format": 3, "node_type": "group", "attributes": marker}
+
+    async def replace() -> None:
+        await store.set(
+            "zarr.json", default_buffer_prototype().buffer.from_bytes(json.dumps(document).encode())
+        )
+        names = [name async for name in store.list_dir("")]
+        for name in names:
+            if name == "zarr.json":
+                continue
+            if await store.exists(name):  # a file at the root (a partial write)
+                await store.delete(name)
+            else:
+                await store.delete_dir(name)
+
+    sync(replace())
+
+
+def finish_destination(root: zarr.Group, attributes: Mapping[str, Any] | None = None) -> None:
+    """The writer's last root write: add ``attributes`` and remove the in-progress marker.
+
+    Everything else the writer writes must already be stored: this one
+    document write is what makes the store open.
+    """
+    attrs = root.attrs.asdict()
+    attrs.pop(PENDING_STORE_ATTR, None)
+    attrs.update(attributes or {})
+    root.attrs.put(attrs)
+
+
+def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
+    """Refuse a destination inside, equal to, or around any of ``sources``."""
+    target = local_path(destination)
+    for name, location in sources.items():
+        source = local_path(location)
+        if target is not None and source is not None:
+            a, b = target.resolve(), source.resolve()
+            if a == b or a in b.parents or b in a.parents:
+                raise ValueError(
+                    f"destination {str(a)!r} overlaps source {name!r} at {str(b)!r}; a writer "
+                    "must not write inside, over or around one of its sources"
+                )
+        elif target is None and source is None and not isinstance(destination, Store):
+            d, s = str(destination).rstrip("/") + "/", str(location).rstrip("/") + "/"
+            if d.startswith(s) or s.startswith(d):
+                raise ValueError(
+                    f"destination {destination!r} overlaps source {name!r} at {location!r}"
+                )

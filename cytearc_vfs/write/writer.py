@@ -1,0 +1,529 @@
+"""``write_counts``: write a CyteArc source store from a count matrix.
+
+One pass over the input finds the value range (and refuses NaN/inf) before
+the destination exists. The write pass streams row bands: each band is cast
+through a checked cast, hashed into ``content_fingerprint``, summarised and
+written as one ``counts`` shard; its non-zeros are kept, per feature group
+that fits the memory budget, to build ``countsT`` without densifying more
+than one shard at a time. The assay is pending until one attribute write at
+the end declares it, and the root names its writer until one last root
+write, so a crash at any instant leaves a store that every open refuses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import scipy.sparse as sp
+import zarr
+from zarr.codecs import ZstdCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from ..encoding.shard_encoding import ShardEncoder
+from ..format.count_dtype import checked_cast, resolve_count_dtype, summary_dtype
+from ..format.fingerprints import ContentHasher, dataset_fingerprint_of
+from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
+from ..format.paths import AssayPaths
+from ..format.records import (
+    COUNT_LAYOUT_ATTR,
+    PENDING_ASSAY_ATTR,
+    CountLayout,
+    dump_assay_types,
+    requires_transpose,
+    resolve_assay_type,
+)
+from ..format.sizes import parse_size
+from ..format.tables import PreparedTable, prepare_table, write_table
+from ..remote.locations import Location, canonical_location, describe_location
+from .count_source import (
+    CountSource,
+    DuplicateSumOverflowError,
+    as_count_source,
+    iter_bands,
+    scan_source,
+)
+from .destinations import create_destination, finish_destination
+
+__all__ = ["WriteInfo", "write_counts"]
+
+logger = logging.getLogger(__name__)
+
+COUNT_ZSTD_LEVEL = 1
+# checksum=True: zarr writes (and every reader verifies) zstd's content
+# checksum in each frame, as the row frames of row_frames.py do
+COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL, checksum=True)
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteInfo:
+    """What :func:`write_counts` wrote."""
+
+    location: str
+    """Where the store is (absolute path or URI)."""
+    assay: str
+    """Assay name."""
+    assay_type: str
+    """Assay type preset."""
+    workspace: str | None
+    """Workspace, or ``None`` for the root layout."""
+    shape: tuple[int, int]
+    """(cells, features)."""
+    dtype: np.dtype
+    """Storage dtype of the counts."""
+    layout: CountLayout
+    """The layout record written."""
+    content_fingerprint: str
+    """Identity of the stored values."""
+    counts_fingerprint: str
+    """Identity of the counts (equal to the content fingerprint)."""
+    dataset_fingerprint: str
+    """Identity of the counts with their ordered cell and feature ids."""
+    seconds: float
+    """Wall time of the write."""
+
+
+def _table(
+    frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | None, n: int, what: str
+) -> pd.DataFrame:
+    if isinstance(given, (str, bytes)):
+        raise ValueError(
+            f"{what}= is one string ({given[:40]!r}); pass a DataFrame indexed by the ids or a "
+            "sequence of ids, one per row of the matrix. Nothing was written"
+        )
+    if given is not None:
+        frame = (
+            given
+            if isinstance(given, pd.DataFrame)
+            # object dtype keeps each id as given (pandas would turn None into NaN)
+            else pd.DataFrame(index=pd.Index(list(given), dtype=object))
+        )
+    if frame is None:
+        prefix = "cell" if what == "cells" else "feature"
+        frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
+    if len(frame) != n:
+        raise ValueError(
+            f"{what} has {len(frame)} rows but the counts have {n} {what}; pass a table whose "
+            "index holds one id per row of the matrix"
+        )
+    return frame
+
+
+class _ShardWriter:
+    """Encodes and stores whole shards, one in flight beside the band being built.
+
+    Shards are encoded by :class:`ShardEncoder` (the sharding codec's format,
+    without zarr's per-chunk overhead) with compression spread over
+    ``threads`` and stored with one ``set`` each.
+    """
+
+    def __init__(self, threads: int = 2) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cytearc-write")
+        self._compress = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cytearc-zstd")
+        self._encoders: dict[str, ShardEncoder] = {}
+        self._pending: Future[None] | None = None
+
+    def _encoder(self, array: zarr.Array[Any]) -> ShardEncoder:
+        encoder = self._encoders.get(array.path)
+        if encoder is None:
+            assert array.shards is not None
+            encoder = ShardEncoder(
+                (array.chunks[0], array.chunks[1]),
+                (array.shards[0], array.shards[1]),
+                array.dtype,
+                level=COUNT_ZSTD_LEVEL,
+                pool=self._compress,
+            )
+            self._encoders[array.path] = encoder
+        return encoder
+
+    def _write(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
+        assert array.shards is not None
+        shard = self._encoder(array).encode(dense)
+        if shard is None:
+            return  # an all-zero shard is not stored; zarr reads the fill value
+        key = f"{array.path}/c/{start // array.shards[0]}/0"
+        store = array.store_path.store
+        sync(store.set(key, default_buffer_prototype().buffer.from_bytes(shard)))
+
+    def submit(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
+        self.wait()
+        self._pending = self._pool.submit(self._write, array, start, dense)
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+            self._compress.shutdown(wait=True)
+
+
+def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
+    """``band`` in the storage dtype, through the checked cast."""
+    data = checked_cast(band.data, dtype, where=f"rows {start}:{stop}")
+    return sp.csr_array((data, band.indices, band.indptr), shape=band.shape)
+
+
+def _create_count_array(
+    group: zarr.Group,
+    name: str,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    chunks: tuple[int, int],
+    shards: tuple[int, int],
+    attrs: dict[str, Any],
+) -> zarr.Array[Any]:
+    return group.create_array(
+        name,
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        compressors=COUNT_COMPRESSOR,
+        fill_value=0,
+        attributes=attrs,
+    )
+
+
+def _feature_groups(
+    layout: CountLayout, itemsize: int, nnz: int, mem_budget: int
+) -> list[tuple[int, int]]:
+    """Feature ranges whose transposed non-zeros fit the budget beside the band writes."""
+    assert layout.counts_t is not None
+    n_features = layout.shape[1]
+    band_rows = layout.counts_t.shards[0]
+    dense = 4 * band_rows * layout.counts_t.shards[1] * itemsize
+    # A group holds one CSC copy of its non-zeros (value + int32 row index)
+    # plus, per counts band, an index pointer entry per feature.
+    counts_bands = -(-layout.shape[0] // max(1, layout.counts.shards[0]))
+    per_feature = 1.25 * (nnz / max(1, n_features)) * (itemsize + 4) + 8 * counts_bands + 16
+    capacity = max(band_rows, int(max(0, mem_budget - dense) / per_feature))
+    capacity = max(band_rows, capacity // band_rows * band_rows)
+    return [
+        (start, min(n_features, start + capacity)) for start in range(0, n_features, capacity)
+    ] or [(0, 0)]
+
+
+def write_counts(
+    destination: Location,
+    counts: Any,
+    *,
+    assay: str = "RNA",
+    assay_type: str | None = None,
+    cells: pd.DataFrame | Sequence[str] | None = None,
+    features: pd.DataFrame | Sequence[str] | None = None,
+    workspace: str | None = None,
+    layout: LayoutPolicy | tuple[int | str, int | str] | None = None,
+    mem_budget: int | str | None = None,
+    overwrite: bool = False,
+    layer: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> WriteInfo:
+    """Write ``counts`` as a CyteArc store at ``destination``.
+
+    Parameters
+    ----------
+    destination
+        Local path, URL or zarr Store. Must be empty unless ``overwrite``
+        (which replaces only a store this layer could have written).
+    counts
+        ``scipy.sparse`` matrix (CSR, CSC, COO with duplicates), ``numpy``
+        array or ``anndata.AnnData`` (its ``X`` or ``layer``), cells x features.
+    assay, assay_type
+        Assay name and preset; RNA-like presets also get ``countsT``.
+    cells, features
+        Tables (index = ids) or sequences of ids; taken from the AnnData
+        when not given; generated ids otherwise.
+    workspace
+        Write the workspace layout (``{workspace}/cellData``,
+        ``matrices/{assay}``) instead of the root layout.
+    layout
+        Layout policy; the default is used exactly unless given. A policy
+        whose write does not fit ``mem_budget`` is refused, naming the
+        largest halving that fits.
+    mem_budget
+        Working-memory bound of the write (bytes or ``"2G"``); 2 GiB default.
+    layer
+        AnnData layer holding the counts (default: ``X``).
+    storage_options
+        Backend options for a URL destination (endpoint, credentials);
+        never written into the store.
+    progress
+        ``progress(phase, done, total)`` callback.
+
+    Returns
+    -------
+    WriteInfo
+    """
+    started = time.perf_counter()
+    paths = AssayPaths(assay, workspace)
+    resolved_type = resolve_assay_type(assay, assay_type)
+    transpose = requires_transpose(resolved_type)
+    budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
+    policy = LayoutPolicy.parse(layout)
+
+    source, obs, var = as_count_source(counts, layer=layer)
+    cell_table = prepare_table(_table(obs, cells, source.shape[0], "cells"), table="cellData")
+    feature_table = prepare_table(
+        _table(var, features, source.shape[1], "features"), table="featureData"
+    )
+
+    # Everything that can refuse runs before the destination exists.
+    try:
+        value_range = scan_source(source, max(1 << 20, min(budget // 4, 64 << 20)))
+    except DuplicateSumOverflowError as exc:
+        cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
+        raise exc.naming(str(cell), str(feature)) from None
+    dtype = resolve_count_dtype(value_range)
+    count_layout = require_fit(
+        policy,
+        source.shape,
+        dtype.name,
+        dtype.itemsize,
+        value_range.nnz,
+        budget,
+        transpose=transpose,
+    )
+    root = create_destination(
+        destination, overwrite=overwrite, writer="write_counts", storage_options=storage_options
+    )
+    location = canonical_location(destination)
+    logger.info(
+        "writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination)
+    )
+
+    try:
+        info = _write_store(
+            root,
+            paths,
+            source,
+            cell_table,
+            feature_table,
+            resolved_type,
+            dtype,
+            count_layout,
+            value_range.nnz,
+            budget,
+            progress,
+        )
+    except BaseException:
+        logger.warning("write to %s failed; the assay stays pending and will not open", location)
+        raise
+    content, cells_fp, features_fp = info
+    return WriteInfo(
+        location=location,
+        assay=assay,
+        assay_type=resolved_type,
+        workspace=workspace,
+        shape=source.shape,
+        dtype=dtype,
+        layout=count_layout,
+        content_fingerprint=content,
+        counts_fingerprint=content,
+        dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _write_store(
+    root: zarr.Group,
+    paths: AssayPaths,
+    source: CountSource,
+    cell_table: PreparedTable,
+    feature_table: PreparedTable,
+    assay_type: str,
+    dtype: np.dtype,
+    layout: CountLayout,
+    nnz: int,
+    budget: int,
+    progress: Progress | None,
+) -> tuple[str, str, str]:
+    workspace_group = root if paths.workspace is None else root.create_group(paths.workspace)
+    cells_fp = write_table(workspace_group.create_group("cellData"), cell_table)
+    assay_group = root.create_group(
+        paths.assay_group, attributes={PENDING_ASSAY_ATTR: "write_counts"}
+    )
+    features_fp = write_table(assay_group.create_group("featureData"), feature_table)
+    matrix_group = assay_group if paths.workspace is None else root.create_group(paths.matrix_group)
+
+    layout_json = layout.to_json()
+    counts = _create_count_array(
+        matrix_group,
+        "counts",
+        layout.shape,
+        dtype,
+        layout.counts.chunks,
+        layout.counts.shards,
+        {COUNT_LAYOUT_ATTR: layout_json},
+    )
+    counts_t = None
+    if layout.counts_t is not None:
+        counts_t = _create_count_array(
+            matrix_group,
+            "countsT",
+            (layout.shape[1], layout.shape[0]),
+            dtype,
+            layout.counts_t.chunks,
+            layout.counts_t.shards,
+            {COUNT_LAYOUT_ATTR: layout_json, "complete": False},
+        )
+    groups = _feature_groups(layout, dtype.itemsize, nnz, budget) if counts_t is not None else []
+
+    hasher = ContentHasher(layout.shape, dtype)
+    n_cells, n_features = layout.shape
+    sum_dtype = summary_dtype(dtype)
+    row_sums = np.zeros(n_cells, dtype=sum_dtype)
+    row_positive = np.zeros(n_cells, dtype=np.int64)
+    column_positive = np.zeros(n_features, dtype=np.int64)
+    band_rows = layout.counts.shards[0]
+    writer = _ShardWriter()
+    try:
+        first_group: list[tuple[int, sp.csc_array]] = []
+        for start, stop, band in iter_bands(source, band_rows):
+            stored = _stored_band(band, dtype, start, stop)
+            hasher.update(stored)
+            _summarise(stored, start, row_sums, row_positive, column_positive)
+            if groups:
+                first_group.append((start, _group_piece(stored, *groups[0], n_features)))
+            writer.submit(counts, start, stored.toarray())
+            if progress:
+                progress("counts", stop, n_cells)
+        writer.wait()
+        content = hasher.hexdigest()
+        counts.attrs.update({"content_fingerprint": content})
+
+        if counts_t is not None:
+            for index, (g0, g1) in enumerate(groups):
+                pieces = (
+                    first_group
+                    if index == 0
+                    else [
+                        (s, _group_piece(_stored_band(band, dtype, s, e), g0, g1, n_features))
+                        for s, e, band in iter_bands(source, band_rows)
+                    ]
+                )
+                _write_transposed_group(
+                    counts_t, pieces, g0, g1, n_cells, writer, progress, n_features
+                )
+                first_group = []
+            writer.wait()
+    finally:
+        writer.close()
+
+    summaries = matrix_group.create_group(
+        "countSummaries", attributes={"source_fingerprint": content}
+    )
+    for name, values in (
+        ("rowSums", row_sums),
+        ("rowPositive", row_positive),
+        ("columnPositive", column_positive),
+    ):
+        summaries.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
+    if counts_t is not None:
+        counts_t.attrs.update({"content_fingerprint": content, "complete": True})
+    matrix_group.attrs.update({COUNT_LAYOUT_ATTR: layout_json})
+
+    root_attrs = workspace_group.attrs.asdict()
+    recorded = root_attrs.get("assayTypes", {})
+    types = {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+    types[paths.assay] = assay_type
+    workspace_group.attrs.update(
+        {
+            "assayTypes": dump_assay_types(types),
+            "defaultAssay": root_attrs.get("defaultAssay", paths.assay),
+        }
+    )
+    # One attribute write publishes the assay (replacing the pending marker).
+    attrs = {k: v for k, v in assay_group.attrs.asdict().items() if k != PENDING_ASSAY_ATTR}
+    attrs["is_assay"] = True
+    assay_group.attrs.put(attrs)
+    # The last write of all: the root stops naming its writer, and the store opens.
+    finish_destination(root)
+    return content, cells_fp, features_fp
+
+
+def _summarise(
+    stored: sp.csr_array,
+    start: int,
+    row_sums: npt.NDArray[Any],
+    row_positive: npt.NDArray[np.int64],
+    column_positive: npt.NDArray[np.int64],
+) -> None:
+    """Add one canonical band to the count summaries."""
+    lengths = np.diff(stored.indptr)
+    stop = start + len(lengths)
+    filled = lengths > 0
+    sums = np.zeros(len(lengths), dtype=row_sums.dtype)
+    if stored.nnz:
+        # segments of empty rows are skipped, so each sum runs to the next start
+        sums[filled] = np.add.reduceat(
+            stored.data.astype(row_sums.dtype), stored.indptr[:-1][filled]
+        )
+    row_sums[start:stop] = sums
+    if stored.dtype.kind == "u":
+        # canonical bands hold no explicit zeros: every stored value is positive
+        row_positive[start:stop] = lengths
+        column_positive += np.bincount(stored.indices, minlength=len(column_positive))
+    else:
+        positive = stored.data > 0
+        row_of = np.repeat(np.arange(len(lengths)), lengths)
+        row_positive[start:stop] = np.bincount(row_of[positive], minlength=len(lengths))
+        column_positive += np.bincount(stored.indices[positive], minlength=len(column_positive))
+
+
+def _group_piece(stored: sp.csr_array, g0: int, g1: int, n_features: int) -> sp.csc_array:
+    """The band's non-zeros of features ``g0:g1``, by feature (one linear pass)."""
+    part = stored if (g0, g1) == (0, n_features) else stored[:, g0:g1]
+    return sp.csc_array(part)
+
+
+def _write_transposed_group(
+    counts_t: zarr.Array[Any],
+    pieces: list[tuple[int, sp.csc_array]],
+    g0: int,
+    g1: int,
+    n_cells: int,
+    writer: _ShardWriter,
+    progress: Progress | None,
+    n_features: int,
+) -> None:
+    """Write countsT shards of features ``g0:g1`` from per-band CSC pieces.
+
+    Each shard is filled straight from the pieces into one of two reused
+    dense buffers (the other may still be in flight), with no stacked or
+    transposed copy of the group.
+    """
+    band_rows = counts_t.shards[0] if counts_t.shards else counts_t.chunks[0]
+    buffers = [np.zeros(min(band_rows, g1 - g0) * n_cells, dtype=counts_t.dtype) for _ in range(2)]
+    for number, start in enumerate(range(0, g1 - g0, band_rows)):
+        stop = min(g1 - g0, start + band_rows)
+        flat = buffers[number % 2][: (stop - start) * n_cells]
+        flat[:] = 0
+        for offset, piece in pieces:
+            lo, hi = piece.indptr[start], piece.indptr[stop]
+            if hi == lo:
+                continue
+            feature_of = np.repeat(
+                np.arange(stop - start, dtype=np.int64) * n_cells,
+                np.diff(piece.indptr[start : stop + 1]),
+            )
+            flat[feature_of + piece.indices[lo:hi] + offset] = piece.data[lo:hi]
+        writer.submit(counts_t, g0 + start, flat.reshape(stop - start, n_cells))
+        if progress:
+            progress("countsT", g0 + stop, n_features)
+    pieces.clear()
