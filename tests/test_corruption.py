@@ -17,11 +17,19 @@ cancel in sums), +1 on the highest count of countsT. Figures go to
 ``$CYTEARC_CONFORMANCE_REPORT/corruption.json`` and
 ``corruption_deep_verify.json``.
 
-Plain reads of a deleted or swapped shard, or of a re-encoded countsT whose
-values moved, cannot fail: zarr reads a missing chunk as its fill value and a
-well-formed chunk as what it holds. Those kinds are reported, not asserted;
-the kinds the current code already refuses (flips, truncation, empty shards,
-edited records) are asserted to give no silent wrong value.
+Storage damage (flips, truncated, emptied, deleted or swapped shards,
+edited records) must never read as other values: flips are caught by the
+chunks' checksums, and shard files that are not the ones written (deleted,
+swapped, truncated) by the shard tables that ``open_store`` and the gather
+reader compare (``cytearc_vfs.format.shard_tables``). Those kinds are
+asserted to give 0 silent wrong values.
+
+Edits through a Zarr writer (a countsT value moved, or +1, re-encoded with
+valid checksums) are another family: an edit whose chunks compress to other
+lengths changes the shard's index and is refused on open, but one of equal
+lengths is indistinguishable from the written bytes without reading every
+value. Those are reported (``corruption_zarr_edits``) and must be flagged by
+deep verification, which reads every value.
 """
 
 from __future__ import annotations
@@ -43,7 +51,16 @@ import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
 
 FLIPS = 48
-ASSERTED = {"byte flip", "truncated shard", "empty shard", "edited record"}
+ASSERTED = {
+    "byte flip",
+    "truncated shard",
+    "empty shard",
+    "deleted shard",
+    "swapped shards",
+    "edited record",
+}
+#: Values rewritten through zarr with valid encodings (reported, see above).
+ZARR_EDITS = {"countsT value moved", "countsT +1"}
 
 Damage = Callable[[Path], None]
 
@@ -212,9 +229,9 @@ def _verify_flags(root: Path) -> bool:
 
 
 def test_corruption_catalogue(written: tuple[Path, np.ndarray], tmp_path: Path) -> None:
-    """Every corruption reads as an error or the original values, except the
-    kinds plain reads cannot notice (reported); deep verification flags every
-    case that changes what a read returns."""
+    """Every kind of storage damage reads as an error or the original values;
+    edits through zarr are reported, and deep verification flags every case
+    that changes what a read returns."""
     source, original = written
     tried, wrong = Counter[str](), Counter[str]()
     outcomes = Counter[str]()
@@ -226,26 +243,28 @@ def test_corruption_catalogue(written: tuple[Path, np.ndarray], tmp_path: Path) 
         results = {how: _read(root, original, how) for how in ("zarr", "reader")}
         for result in results.values():
             tried[kind] += 1
-            outcomes[result] += 1
+            outcomes[f"{kind} {result}"] += 1
             if result == "wrong":
                 wrong[kind] += 1
         changes_values = "wrong" in results.values() or kind.startswith("countsT")
         if changes_values and not _verify_flags(root):
             verify_missed.append(f"{kind}: {label}")
         shutil.rmtree(root)
-    total = sum(tried.values())
-    record_family(
-        "corruption",
-        tried=total,
-        handled=total - sum(wrong.values()),
-        wrong_values=sum(wrong.values()),
-        details={
-            "read paths": "plain zarr and VirtualArrayReader, each case",
-            **{f"{kind} wrong/tried": f"{wrong[kind]}/{tried[kind]}" for kind in tried},
-            "errors": outcomes["error"],
-            "original values": outcomes["same"],
-        },
-    )
+    for family, kinds in (("corruption", ASSERTED), ("corruption_zarr_edits", ZARR_EDITS)):
+        family_tried = sum(tried[kind] for kind in kinds)
+        family_wrong = sum(wrong[kind] for kind in kinds)
+        record_family(
+            family,
+            tried=family_tried,
+            handled=family_tried - family_wrong,
+            wrong_values=family_wrong,
+            details={
+                "read paths": "plain zarr and VirtualArrayReader, each case",
+                **{f"{k} wrong/tried": f"{wrong[k]}/{tried[k]}" for k in sorted(kinds)},
+                "errors": sum(outcomes[f"{k} error"] for k in kinds),
+                "original values": sum(outcomes[f"{k} same"] for k in kinds),
+            },
+        )
     checked = sum(1 for _ in _cases())
     record_family(
         "corruption_deep_verify",

@@ -25,6 +25,7 @@ from cytearc_vfs.encoding.row_frames import (
     rows_per_frame,
 )
 from cytearc_vfs.errors import RecordShapeError
+from cytearc_vfs.format.shard_tables import SHARD_TABLE_ATTR
 from cytearc_vfs.read.shard_reader import ShardedReader
 
 ENCODER = RowFrameEncoder(level=1)
@@ -164,6 +165,8 @@ def test_single_frame_chunks_written_by_zarr_still_read(tmp_path: Path, wide: np
     # rewrite counts through zarr's own pipeline: same codecs, one zstd frame per chunk
     rewritten = zarr.open_array(path, path="RNA/counts", mode="r+")
     rewritten[:] = original[:]
+    # another writer records no shard table (this package's would refuse the rewrite)
+    del rewritten.attrs[SHARD_TABLE_ATTR]
     shard = (path / "RNA/counts/c/0/0").read_bytes()
     assert frame_index(_stored_chunk(shard, rewritten, 0)) is None
     reader = cv.VirtualArrayReader(path)

@@ -16,7 +16,7 @@ lack it and open as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,11 +44,13 @@ from .records import (
     parse_fingerprint,
     requires_transpose,
 )
+from .shard_tables import ShardTable, check_stored_shards, read_shard_table
 from .store_io import get_json, list_dir
 
 __all__ = [
     "AssayInfo",
     "StoreContents",
+    "check_assay_shards",
     "read_contents",
     "refuse_pending_assays",
     "unfinished_message",
@@ -84,6 +86,8 @@ class AssayInfo:
     """Identity of the ordered cell ids."""
     features_fingerprint: str
     """Identity of the ordered feature ids."""
+    shard_tables: Mapping[str, ShardTable] = field(default_factory=dict, compare=False)
+    """The recorded shard tables of ``counts`` and ``countsT`` (absent in older stores)."""
 
     @property
     def counts_fingerprint(self) -> str:
@@ -309,6 +313,9 @@ def _verify_assay(
         counts.attrs["content_fingerprint"], record="content_fingerprint", where=paths.counts
     )
 
+    shard_arrays: list[tuple[str, zarr.Array[Any], ArrayGeometry | None]] = [
+        ("counts", counts, layout.counts)
+    ]
     if requires_transpose(assay_type):
         if layout.counts_t is None:
             raise RecordShapeError(
@@ -322,6 +329,7 @@ def _verify_assay(
                 f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
             )
         counts_t = array_at(root, paths.counts_t)
+        shard_arrays.append(("countsT", counts_t, layout.counts_t))
         if counts_t.attrs.get("complete") is not True:
             raise IncompleteStoreError(
                 f"{label}: countsT is not complete (its write never finished); {REPAIR}"
@@ -349,7 +357,32 @@ def _verify_assay(
     features_fp = _ids_fp(
         group_at(root, paths.feature_data), layout.shape[1], where=f"{label} {paths.feature_data}"
     )
-    return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp)
+    tables = {
+        name: table
+        for name, array, geometry in shard_arrays
+        if geometry is not None
+        and (
+            table := read_shard_table(
+                array.attrs,
+                shards=-(-int(array.shape[0]) // geometry.shards[0]),
+                where=f"{label} {name}",
+            )
+        )
+        is not None
+    }
+    return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp, tables)
+
+
+def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
+    """Refuse an assay whose shard files differ from the tables its writer recorded.
+
+    Reads a listing, each shard's size and its last four bytes (see
+    :mod:`cytearc_vfs.format.shard_tables`); an older assay without tables
+    passes.
+    """
+    for name, table in info.shard_tables.items():
+        path = info.paths.counts if name == "counts" else info.paths.counts_t
+        check_stored_shards(store, path, table, where=f"{where}: assay {info.paths.assay!r} {name}")
 
 
 def _check_summaries(

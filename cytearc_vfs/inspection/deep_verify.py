@@ -18,11 +18,12 @@ import scipy.sparse as sp
 import zarr
 from zarr.abc.store import Store
 
+from ..errors import IdentityMismatchError
 from ..format.count_dtype import summary_dtype
 from ..format.fingerprints import ContentHasher, ids_fingerprint
 from ..format.nodes import array_at, group_at
 from ..format.paths import join
-from ..format.source_store import AssayInfo, read_contents, verify_store
+from ..format.source_store import AssayInfo, check_assay_shards, read_contents, verify_store
 
 __all__ = ["AssayReport", "deep_verify"]
 
@@ -73,6 +74,10 @@ def _unreadable(what: str, start: int, stop: int, exc: Exception) -> str:
 def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> AssayReport:
     paths = info.paths
     report = AssayReport(f"{paths.workspace}/{paths.assay}" if paths.workspace else paths.assay)
+    try:
+        check_assay_shards(store, info, where=report.label)
+    except IdentityMismatchError as exc:  # a finding; the values are still compared
+        report.problems.append(str(exc))
     root = zarr.open_group(store, mode="r")
     counts = array_at(root, paths.counts)
     n_cells, n_features = info.shape

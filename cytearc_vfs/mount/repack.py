@@ -38,8 +38,20 @@ from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_
 from ..format.nodes import array_at, group_at
 from ..format.paths import AssayPaths, join
 from ..format.records import COUNT_LAYOUT_ATTR, CountLayout
+from ..format.shard_tables import (
+    SHARD_TABLE_ATTR,
+    check_stored_shards,
+    read_shard_table,
+    scan_shards,
+)
 from ..format.sizes import format_size, parse_size
-from ..format.source_store import AssayInfo, read_contents, verify_assay, verify_store
+from ..format.source_store import (
+    AssayInfo,
+    check_assay_shards,
+    read_contents,
+    verify_assay,
+    verify_store,
+)
 from ..format.tables import read_table
 from ..remote.locations import Location, describe_location, open_location
 from ..write.destinations import check_no_overlap, create_destination
@@ -132,7 +144,12 @@ def _copy_counts(
         if geometry is None:
             continue
         source = array_at(source_root, join(info.paths.matrix_group, name))
-        attrs = {k: v for k, v in source.attrs.asdict().items() if k != "complete"}
+        # the new shards get their own table, recorded once they are written
+        attrs = {
+            k: v
+            for k, v in source.attrs.asdict().items()
+            if k not in ("complete", SHARD_TABLE_ATTR)
+        }
         attrs[COUNT_LAYOUT_ATTR] = layout.to_json()
         if name == "countsT":
             attrs["complete"] = False
@@ -151,6 +168,9 @@ def _copy_counts(
             if progress:
                 phase = f"rewrite {info.paths.assay} {name}"
                 progress(phase, min(source.shape[0], start + geometry.shards[0]), source.shape[0])
+        shards = -(-int(target.shape[0]) // geometry.shards[0])
+        table = scan_shards(target.store_path.store, target.path, shards, tails=True)
+        target.attrs[SHARD_TABLE_ATTR] = table.to_json()
         if name == "countsT":
             target.attrs["complete"] = True
 
@@ -367,6 +387,14 @@ def _repack_data_only(
         )
     paths = candidates[0]
     counts = array_at(raw, paths.counts)
+    if counts.shards is not None:
+        # the records may be broken (that is what data-only repairs), but
+        # shards that differ from their table would be copied as values
+        table = read_shard_table(
+            counts.attrs, shards=-(-counts.shape[0] // counts.shards[0]), where=paths.counts
+        )
+        if table is not None:
+            check_stored_shards(source, paths.counts, table, where=where)
     # I is the live selection, rewritten as all-true like any new store
     cells = read_table(group_at(raw, paths.cell_data)).drop(columns=["I"], errors="ignore")
     features = read_table(group_at(raw, paths.feature_data)).drop(columns=["I"], errors="ignore")
@@ -441,11 +469,14 @@ def repack(
         mount = MountStore._verified(source, where, source_storage_options)
         for name in mount.record.assays:
             _fitted(mount._infos[name], budget)  # refuses a budget before anything is written
+            # copying a shard that is not the written one would bake it in
+            check_assay_shards(mount.source, mount._infos[name], where=where)
         root = create_destination(destination, overwrite=overwrite, writer="repack")
         infos, root_copy = _repack_mount(mount, root, budget, progress)
     else:
         for info in verify_store(source, where=where)[1]:
             _fitted(info, budget)  # refuses a budget before anything is written
+            check_assay_shards(source, info, where=where)
         root = create_destination(destination, overwrite=overwrite, writer="repack")
         infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
     written = open_location(destination, read_only=True)

@@ -16,6 +16,7 @@ from zarr.abc.store import Store
 from ..format.paths import AssayPaths
 from ..format.source_store import (
     AssayInfo,
+    check_assay_shards,
     read_contents,
     refuse_pending_assays,
     verify_assay,
@@ -39,7 +40,11 @@ def open_store(
     """Open a CyteArc store after verifying it.
 
     Returns the plain backend store for an ordinary store. Verification
-    reads metadata only; a read-only open writes nothing. A store whose
+    reads metadata, and for an ordinary store the shard files of its count
+    arrays against the tables their writer recorded (a listing, each shard's
+    size and last four bytes), so a deleted, swapped or replaced shard is an
+    :class:`~cytearc_vfs.IdentityMismatchError`, never zeros or other values.
+    A read-only open writes nothing. A store whose
     writer never finished (its root or one of its assays still carries a
     pending marker) raises :class:`~cytearc_vfs.IncompleteStoreError`.
     """
@@ -59,7 +64,10 @@ def open_store(
             f"{where} is an ordinary store; source_storage_options apply to composites and "
             "mounts only (use storage_options for the store itself)"
         )
-    verify_store(store, where=where)
+    for info in verify_store(store, where=where)[1]:
+        # plain zarr reads a deleted shard as zeros and a swapped one as its
+        # values: only this check stands between them and the caller
+        check_assay_shards(store, info, where=where)
     return store
 
 

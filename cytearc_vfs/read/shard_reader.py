@@ -36,6 +36,7 @@ from zarr.storage import LocalStore
 
 from ..encoding.row_frames import frame_index, frame_rows, rows_per_frame
 from ..errors import RecordShapeError
+from ..format.shard_tables import ShardTable, read_shard_table
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .placement import Placement, chunk_runs
 from .read_stats import CountingStore, ReadCounters
@@ -83,6 +84,9 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
     if array.shards[1] < array.shape[1]:
         return None  # a row chunk would span shards; zarr's pipeline reads those
     store = array.store_path.store
+    table = read_shard_table(
+        array.attrs, shards=-(-int(array.shape[0]) // int(array.shards[0])), where=array.path
+    )
     return ShardedReader(
         store,
         array.path,
@@ -91,6 +95,7 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         (int(array.shards[0]), int(array.shards[1])),
         array.dtype,
         local_files=_local_files(store),
+        shard_table=table,
     )
 
 
@@ -174,8 +179,11 @@ class ShardedReader:
         dtype: np.dtype,
         *,
         local_files: tuple[str, ReadCounters | None] | None = None,
+        shard_table: ShardTable | None = None,
     ) -> None:
         self._store = store
+        # every shard index read is compared with the table its writer recorded
+        self._table = shard_table
         # A local store's shard files are read with pread, only the touched
         # chunks, on the thread that decodes them: one thread hop per shard,
         # and no coalescing across gaps (which pays off only on object stores).
@@ -215,6 +223,10 @@ class ShardedReader:
         raw = await self._store.get(
             self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(size)
         )
+        if raw is None and self._table is not None:
+            self._table.check_index(
+                self._key(shard_row), shard_row, None, where=f"count array {self._path!r}"
+            )
         if raw is None:
             index = None  # a shard never written holds only the fill value
         else:
@@ -224,6 +236,10 @@ class ShardedReader:
                 raise RecordShapeError(
                     f"shard {self._key(shard_row)} has an index whose crc32c does not match; the "
                     "array is damaged. Re-import the dataset"
+                )
+            if self._table is not None:  # a damaged index is named as such first
+                self._table.check_index(
+                    self._key(shard_row), shard_row, checksum, where=f"count array {self._path!r}"
                 )
             index = np.frombuffer(body, dtype="<u8").reshape(*self._per_shard, 2)
         self._indexes[shard_row] = index

@@ -41,6 +41,7 @@ from ..format.records import (
     requires_transpose,
     resolve_assay_type,
 )
+from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
 from ..format.sizes import parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.locations import Location, canonical_location, describe_location
@@ -131,6 +132,8 @@ class _ShardWriter:
         self._compress = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cytearc-zstd")
         self._encoders: dict[str, ShardEncoder] = {}
         self._pending: Future[None] | None = None
+        #: The shards stored so far, by array path (recorded on the array when done).
+        self.tables: dict[str, ShardTable] = {}
 
     def _encoder(self, array: zarr.Array[Any]) -> ShardEncoder:
         encoder = self._encoders.get(array.path)
@@ -151,9 +154,24 @@ class _ShardWriter:
         shard = self._encoder(array).encode(dense)
         if shard is None:
             return  # an all-zero shard is not stored; zarr reads the fill value
-        key = f"{array.path}/c/{start // array.shards[0]}/0"
+        shard_row = start // array.shards[0]
+        key = f"{array.path}/c/{shard_row}/0"
         store = array.store_path.store
         sync(store.set(key, default_buffer_prototype().buffer.from_bytes(shard)))
+        table = self.tables.get(array.path)
+        if table is None:
+            table = self.tables[array.path] = ShardTable.empty(
+                -(-array.shape[0] // array.shards[0])
+            )
+        table.record(shard_row, len(shard), shard[-4:])
+
+    def table_of(self, array: zarr.Array[Any]) -> dict[str, Any]:
+        """The shard table attribute of ``array`` (wait for its writes first)."""
+        assert array.shards is not None
+        table = self.tables.get(array.path)
+        if table is None:  # every shard held only zeros
+            table = ShardTable.empty(-(-array.shape[0] // array.shards[0]))
+        return {SHARD_TABLE_ATTR: table.to_json()}
 
     def submit(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
         self.wait()
@@ -405,7 +423,7 @@ def _write_store(
                 progress("counts", stop, n_cells)
         writer.wait()
         content = hasher.hexdigest()
-        counts.attrs.update({"content_fingerprint": content})
+        counts.attrs.update({"content_fingerprint": content, **writer.table_of(counts)})
 
         if counts_t is not None:
             for index, (g0, g1) in enumerate(groups):
@@ -422,6 +440,7 @@ def _write_store(
                 )
                 first_group = []
             writer.wait()
+            counts_t.attrs.update(writer.table_of(counts_t))
     finally:
         writer.close()
 
