@@ -273,3 +273,17 @@ def test_a_remote_store_is_checked_by_one_listing(s3_server: S3Server) -> None:
     rows = zarr.open_array(reopened, path="RNA/counts", mode="r").shards[0]
     with pytest.raises((cv.IdentityMismatchError, cv.RecordShapeError), match="RNA/counts/c/2/0"):
         cv.VirtualArrayReader(reopened).read(cells=np.arange(2 * rows, 3 * rows))
+
+
+def test_a_mount_reader_refuses_a_source_whose_shards_changed(
+    written: tuple[Path, np.ndarray], tmp_path: Path
+) -> None:
+    """A mount's counts are read through the gather reader, which compares each
+    source shard index it reads: the mount's open stays a metadata read."""
+    root = _copy(written, tmp_path)
+    cv.mount_datastore(root, tmp_path / "m.zarr")
+    np.testing.assert_array_equal(cv.VirtualArrayReader(tmp_path / "m.zarr").read(), written[1])
+    for array in ("counts", "countsT"):
+        _swap(_shard(root, array, 1), _shard(root, array, 2))
+    with pytest.raises(cv.IdentityMismatchError, match=r"RNA/counts(T)?/c/[12]/0"):
+        cv.VirtualArrayReader(tmp_path / "m.zarr").read()
