@@ -376,9 +376,9 @@ def _verify_assay(
 def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
     """Refuse an assay whose shard files differ from the tables its writer recorded.
 
-    Reads a listing, each shard's size and its last four bytes (see
-    :mod:`cytearc_vfs.format.shard_tables`); an older assay without tables
-    passes.
+    Reads a listing and each shard's size, and on a local store each shard's
+    last four bytes (see :func:`~cytearc_vfs.format.shard_tables.scan_shards`);
+    an older assay without tables passes.
     """
     for name, table in info.shard_tables.items():
         path = info.paths.counts if name == "counts" else info.paths.counts_t

@@ -41,9 +41,11 @@ def open_store(
 
     Returns the plain backend store for an ordinary store. Verification
     reads metadata, and for an ordinary store the shard files of its count
-    arrays against the tables their writer recorded (a listing, each shard's
-    size and last four bytes), so a deleted, swapped or replaced shard is an
-    :class:`~cytearc_vfs.IdentityMismatchError`, never zeros or other values.
+    arrays against the tables their writer recorded (a listing and each
+    shard's size; on a local store also its last four bytes, which the gather
+    reader compares on other stores as it reads), so a deleted, swapped or
+    replaced shard is an :class:`~cytearc_vfs.IdentityMismatchError`, never
+    zeros or other values.
     A read-only open writes nothing. A store whose
     writer never finished (its root or one of its assays still carries a
     pending marker) raises :class:`~cytearc_vfs.IncompleteStoreError`.
