@@ -348,6 +348,11 @@ class StoreServer:
             self._count("dropped")
             log.debug("serving %s: dropped a connection (%s)", self.url, type(exc).__name__)
             writer.transport.abort()
+        except asyncio.CancelledError:
+            # close() cancels every connection; ending the task normally keeps
+            # asyncio's stream callback (which asks a cancelled task for its
+            # exception on 3.12.1) from logging the cancellation as an error
+            writer.transport.abort()
         finally:
             with self._lock:
                 self._tasks.discard(task)
