@@ -619,7 +619,9 @@ def test_nothing_outside_the_store_is_served(
     served: dict[str, Served], world: World, kind: str
 ) -> None:
     here = served[kind]
-    location = {"ordinary": world.ordinary, "composite": world.composite, "mount": world.mount}[kind]
+    location = {"ordinary": world.ordinary, "composite": world.composite, "mount": world.mount}[
+        kind
+    ]
     secret = world.root / "secret.txt"
     spellings = [
         *ESCAPES,
@@ -944,6 +946,24 @@ def test_a_remote_composite_is_served_through_its_cache(
         assert first > 0 and len(proxy.take()) < first  # the second read came from the cache
         assert store.cache_info().bytes_cached > 0
     store.close()
+
+
+@pytest.mark.remote
+def test_a_remote_ordinary_store_is_served(
+    remote_composite: tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray],
+    s3_server: S3Server,
+) -> None:
+    _, _, _, bucket, expected = remote_composite
+    # straight to S3: the counting proxy answers a HEAD with Content-Length 0
+    options = s3_server.storage_options()
+    store = cv.open_store(f"s3://{bucket}/s.zarr", storage_options=options)
+    with StoreServer.start(store) as server:
+        remote = http_stores(server.url)["obstore"]
+        np.testing.assert_array_equal(zarr.open_array(remote, path="RNA/counts")[:], expected)
+        np.testing.assert_array_equal(zarr.open_array(remote, path="RNA/countsT")[:], expected.T)
+        for key in ("zarr.json", "RNA/counts/zarr.json", "RNA/counts/c/0/0"):
+            status, headers, _ = request(server.url, "HEAD", "/" + key)
+            assert status == 200 and int(headers["content-length"]) == len(stored(store, key))
 
 
 @pytest.mark.remote
