@@ -1105,12 +1105,17 @@ def free_port() -> int:
 
 
 @pytest.mark.parametrize(
-    ("terminal", "signum"), [(True, signal.SIGINT), (False, signal.SIGTERM), (False, signal.SIGINT)]
+    ("terminal", "signum", "extra"),
+    [
+        (True, signal.SIGINT, []),
+        (False, signal.SIGTERM, ["--port", "0"]),
+        (False, signal.SIGINT, ["--host", "127.0.0.1"]),
+    ],
 )
 def test_cli_serves_until_a_signal(
-    start_serve: Callable[..., Running], world: World, terminal: bool, signum: int
+    start_serve: Callable[..., Running], world: World, terminal: bool, signum: int, extra: list[str]
 ) -> None:
-    running = start_serve([str(world.composite)], terminal=terminal)
+    running = start_serve([str(world.composite), *extra], terminal=terminal)
     matched = re.fullmatch(r"serving http://127\.0\.0\.1:(\d+)/", running.first_line)
     assert matched, running.first_line
     url = f"http://127.0.0.1:{matched.group(1)}/"
