@@ -9,6 +9,7 @@ text printed for people; :mod:`cytearc_vfs.cli.main` prints one or the other.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -462,6 +463,92 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
 
 
+def _json_option(value: str | None, option: str) -> dict[str, Any] | None:
+    """A JSON object given inline or as ``@FILE``; the message never echoes it (credentials)."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        source = Path(value[1:])
+        if not source.is_file():
+            raise InputRefusedError(f"{option} file {source} does not exist; give a JSON file")
+        text = source.read_text()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputRefusedError(
+            f"{option} is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); give a "
+            "JSON object, or @FILE naming a file that holds one"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
+    return parsed
+
+
+def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
+    import logging
+    import sys
+
+    from ..read.opening import open_store
+    from ..remote.locations import describe_location, local_path
+    from ..serve.server import ServeOptions, StoreServer
+    from .interrupts import Interrupted, begin_cleanup
+
+    if not 0 <= args.port <= 65535:
+        raise InputRefusedError(
+            f"--port {args.port} is not a port (0 to 65535; 0 picks a free one)"
+        )
+    storage_options = _json_option(args.storage_options, "--storage-options")
+    source_options = _json_option(args.source_storage_options, "--source-storage-options")
+    if local_path(args.location) is not None:
+        # a remote location is refused by open_store itself (it may need the options above)
+        require_store(args.location, command="serve", kinds=("ordinary", "composite", "mount"))
+    where = describe_location(args.location)
+    store = open_store(
+        args.location,
+        mode="r",
+        storage_options=storage_options,
+        source_storage_options=source_options,
+    )
+    # Errors met while serving go on: one line each on stderr, in the command's voice.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("cytearc-vfs serve: %(message)s"))
+    server_log = logging.getLogger("cytearc_vfs.serve")
+    server_log.addHandler(handler)
+    try:
+        server = StoreServer.start(
+            store,
+            host=args.host,
+            port=args.port,
+            options=ServeOptions(allow_origin=args.allow_origin),
+        )
+        try:
+            print(f"serving {server.url}", flush=True)
+            if not server.loopback:
+                print(
+                    f"cytearc-vfs serve: warning: {server.host} is not a loopback address: anyone "
+                    f"who reaches this machine on port {server.port} reads {where}, with no "
+                    "authentication and no encryption; where you can, serve on 127.0.0.1 and "
+                    "reach it through a tunnel (ssh -L)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            server.wait()
+        except Interrupted:
+            begin_cleanup()  # a second signal must not cut the shutdown short
+            server.close()
+            raise
+        finally:
+            server.close()
+    finally:
+        server_log.removeHandler(handler)
+        store.close()
+    stats = server.stats()
+    payload = {"location": where, "url": server.url, "requests": stats.requests}
+    return Outcome(payload, f"stopped serving {where} ({_plural(stats.requests, 'request')})")
+
+
 def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``demo [--directory DIR]``."""
     from .demo import run_demo
@@ -489,4 +576,5 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "mount": (cmd_mount, "destination"),
     "repack": (cmd_repack, "destination"),
     "artifacts": (cmd_artifacts, None),
+    "serve": (cmd_serve, None),
 }

@@ -218,6 +218,44 @@ def build_parser() -> argparse.ArgumentParser:
     artifacts.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     artifacts.add_argument("--kind", help="only artifacts of this kind")
 
-    for command in (demo, info, verify, write, composite, mount, repack, artifacts):
+    serve = sub.add_parser(
+        "serve",
+        help="serve a store read-only over HTTP (composites' counts computed on request)",
+        description=(
+            "Serve a CyteArc store, composite or mount read-only over HTTP, so Zarr v3 "
+            "clients of any language (tensorstore, zarrita, R) read it; a composite's "
+            "counts are computed per chunk as they are asked for. Prints 'serving URL' "
+            "first and runs until SIGINT or SIGTERM."
+        ),
+    )
+    serve.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; another than loopback is warned about)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default 0: a free port)"
+    )
+    serve.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help="backend options (credentials) of LOCATION: a JSON object, or @FILE holding one",
+    )
+    serve.add_argument(
+        "--source-storage-options",
+        metavar="JSON|@FILE",
+        help=(
+            "backend options of a composite's sources ({\"NAME\": {...}}) or of a mount's "
+            "source: a JSON object, or @FILE holding one"
+        ),
+    )
+    serve.add_argument(
+        "--allow-origin",
+        metavar="ORIGIN",
+        help="let web pages of ORIGIN (or *) read through CORS, e.g. zarrita in a browser",
+    )
+
+    for command in (demo, info, verify, write, composite, mount, repack, artifacts, serve):
         _common(command)
     return parser

@@ -368,6 +368,24 @@ class CompositeStore(KeyCheckedStore):
             return None
         return prototype.buffer.from_bytes(_apply_range(data, byte_range))
 
+    async def getsize(self, key: str) -> int:
+        """Size of the value at ``key``; a computed chunk's comes from its array document.
+
+        Computed chunks are served at full chunk size (edges padded) with the
+        ``bytes`` codec only, so their size is rows x columns x item size of
+        the chunk shape: no chunk is computed to answer (an HTTP ``HEAD``, a
+        ranged read's bounds).
+        """
+        virtual = self._virtual_array(self._check_key(key, "getsize"))
+        if virtual is None:
+            return await self._backing.getsize(key)
+        path, rest = virtual
+        if rest == "zarr.json":
+            return len(self._virtual[path])
+        if self._chunk_index(path, rest) is None:
+            raise FileNotFoundError(f"{key!r} is not a key of the composite at {self._backing}")
+        return self._chunk_nbytes(path)
+
     async def exists(self, key: str) -> bool:
         virtual = self._virtual_array(self._check_key(key, "exists"))
         if virtual is None:
@@ -379,6 +397,12 @@ class CompositeStore(KeyCheckedStore):
         document = self._record.arrays[path]
         rows = document["chunk_grid"]["configuration"]["chunk_shape"][0]
         return -(-max(document["shape"][0], 0) // rows) if document["shape"][1] else 0
+
+    def _chunk_nbytes(self, path: str) -> int:
+        """Bytes of every computed chunk of ``path`` (see :meth:`_compute_chunk`)."""
+        document = self._record.arrays[path]
+        rows, cols = document["chunk_grid"]["configuration"]["chunk_shape"]
+        return int(rows) * int(cols) * int(np.dtype(document["data_type"]).itemsize)
 
     def _chunk_index(self, path: str, rest: str) -> int | None:
         """The row-chunk index of a chunk key ``c/{i}/0`` of ``path``, or ``None``."""

@@ -290,6 +290,11 @@ class MountStore(KeyCheckedStore):
         store = await self._store_for(key)
         return await store.get(key, prototype, byte_range)
 
+    async def getsize(self, key: str) -> int:
+        """Size of the value at ``key``, asked of the store that owns it (nothing is read)."""
+        store = await self._store_for(self._check_key(key, "getsize"))
+        return await store.getsize(key)
+
     async def exists(self, key: str) -> bool:
         store = await self._store_for(self._check_key(key, "exists"))
         return await store.exists(key)

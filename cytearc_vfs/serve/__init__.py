@@ -1,0 +1,17 @@
+"""Serving a store over HTTP: ``cytearc-vfs serve`` and :class:`StoreServer`.
+
+Owns the read-only HTTP/1.1 server over any store this layer opens (ordinary,
+composite, mount, remote through its cache), so that clients of other
+languages (tensorstore, zarrita, R) read a composite's computed chunks as
+plain Zarr v3 over HTTP: the server (``server``), request heads
+(``protocol``), request targets to checked store keys (``targets``) and
+byte ranges (``ranges``). ``docs/serve.md`` states what is answered.
+
+May import: every layer below the command line except :mod:`cytearc_vfs.inspection`
+and :mod:`cytearc_vfs.realdata` (its siblings); it needs only :mod:`cytearc_vfs.format`
+(the key rule), :mod:`cytearc_vfs.errors` and zarr.
+"""
+
+from .server import ServeOptions, ServeStats, StoreServer
+
+__all__ = ["ServeOptions", "ServeStats", "StoreServer"]

@@ -1,0 +1,155 @@
+"""The small part of HTTP/1.1 (RFC 9112) a read-only server needs.
+
+:func:`parse_head` reads a request head (request line and header fields,
+without the final empty line) strictly: whatever could be read two ways by
+two parties (whitespace before a colon, folded lines, two ``Host`` fields,
+two differing ``Content-Length`` fields) is refused with ``400``, as RFC 9112
+asks of a server, so a proxy in front cannot be made to see another request
+than this server does. Request bodies are never read: a request that
+announces one is answered and its connection closed, so the body is never
+taken for the next request. :func:`response_head` writes a status line and
+fields.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from email.utils import formatdate
+from http import HTTPStatus
+
+__all__ = ["MalformedRequestError", "RequestHead", "parse_head", "response_head"]
+
+# token (RFC 9110, section 5.6.2): a method, a field name
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")
+# field values: visible ASCII, obs-text, spaces and tabs (no CR, LF or NUL)
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+MAX_FIELDS = 100
+
+
+class MalformedRequestError(ValueError):
+    """A request head that is not HTTP/1.x as this server reads it."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """A parsed request line and its header fields."""
+
+    method: str
+    """The method, case-sensitive (``GET``)."""
+    target: str
+    """The request target as sent (``/RNA/counts/zarr.json``)."""
+    minor_version: int
+    """``1`` for HTTP/1.1, ``0`` for HTTP/1.0."""
+    fields: dict[str, str]
+    """Field name (lower case) -> value; repeated fields joined with ``", "``."""
+
+    def field(self, name: str) -> str | None:
+        """The value of the field ``name`` (any case), or ``None``."""
+        return self.fields.get(name.lower())
+
+    def _connection_tokens(self) -> set[str]:
+        return {t.strip().lower() for t in (self.field("connection") or "").split(",")}
+
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the client keeps the connection open after this exchange."""
+        tokens = self._connection_tokens()
+        if self.minor_version >= 1:
+            return "close" not in tokens
+        return "keep-alive" in tokens
+
+    @property
+    def announces_body(self) -> bool:
+        """Whether a body follows the head (``Content-Length`` > 0 or ``Transfer-Encoding``)."""
+        if self.field("transfer-encoding") is not None:
+            return True
+        length = self.field("content-length")
+        return length is not None and length.strip() != "0"
+
+
+def parse_head(data: bytes) -> RequestHead:
+    """Parse a request head (the bytes before the empty line that ends it).
+
+    Raises
+    ------
+    MalformedRequestError
+        ``400`` for a malformed head, ``505`` for an HTTP version other than 1.x.
+
+    Examples
+    --------
+    >>> head = parse_head(b"GET /zarr.json HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nRange: bytes=0-9")
+    >>> head.method, head.target, head.field("range"), head.keep_alive
+    ('GET', '/zarr.json', 'bytes=0-9', True)
+    """
+    try:
+        text = data.decode("latin-1")
+    except UnicodeDecodeError as exc:  # pragma: no cover (latin-1 decodes any byte)
+        raise MalformedRequestError(HTTPStatus.BAD_REQUEST, "undecodable request head") from exc
+    # RFC 9112, section 2.2: empty lines before the request line are ignored
+    lines = text.lstrip("\r\n").split("\r\n")
+    request_line, field_lines = lines[0], lines[1:]
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+        raise MalformedRequestError(
+            HTTPStatus.BAD_REQUEST, f"malformed request line {request_line[:200]!r}"
+        )
+    method, target, version = parts
+    if not target.isascii() or not target.isprintable():
+        raise MalformedRequestError(
+            HTTPStatus.BAD_REQUEST, "the request target holds non-ASCII or control characters"
+        )
+    matched = _VERSION.fullmatch(version)
+    if matched is None:
+        raise MalformedRequestError(HTTPStatus.BAD_REQUEST, f"malformed HTTP version {version!r}")
+    if matched.group(1) != "1":
+        raise MalformedRequestError(
+            HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"{version} is not served; use HTTP/1.1"
+        )
+    if len(field_lines) > MAX_FIELDS:
+        raise MalformedRequestError(
+            HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"more than {MAX_FIELDS} header fields"
+        )
+    fields: dict[str, str] = {}
+    for line in field_lines:
+        name, colon, value = line.partition(":")
+        if not colon or not _TOKEN.fullmatch(name):
+            # also catches obs-fold (a line starting with whitespace)
+            raise MalformedRequestError(
+                HTTPStatus.BAD_REQUEST, f"malformed header field {line[:200]!r}"
+            )
+        value = value.strip(" \t")
+        if not _FIELD_VALUE.fullmatch(value):
+            raise MalformedRequestError(
+                HTTPStatus.BAD_REQUEST, f"header field {name!r} holds a control character"
+            )
+        key = name.lower()
+        if key in fields:
+            if key == "host" or (key == "content-length" and fields[key] != value):
+                raise MalformedRequestError(HTTPStatus.BAD_REQUEST, f"two {name} header fields")
+            if key != "content-length":
+                fields[key] = f"{fields[key]}, {value}"
+        else:
+            fields[key] = value
+    length = fields.get("content-length")
+    if length is not None and not length.isdigit():
+        raise MalformedRequestError(HTTPStatus.BAD_REQUEST, f"malformed Content-Length {length!r}")
+    if int(matched.group(2)) >= 1 and "host" not in fields:
+        raise MalformedRequestError(HTTPStatus.BAD_REQUEST, "an HTTP/1.1 request needs a Host")
+    return RequestHead(method, target, min(int(matched.group(2)), 1), fields)
+
+
+def response_head(status: HTTPStatus, fields: list[tuple[str, str]]) -> bytes:
+    """A response's status line and header fields, with ``Date``, ending in the empty line.
+
+    >>> response_head(HTTPStatus.NOT_FOUND, [("Content-Length", "0")]).split(b"\\r\\n")[0]
+    b'HTTP/1.1 404 Not Found'
+    """
+    lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Date: {formatdate(usegmt=True)}"]
+    lines.extend(f"{name}: {value}" for name, value in fields)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -1,0 +1,543 @@
+"""``StoreServer``: any zarr Store of this layer, read-only over HTTP/1.1.
+
+The server runs on zarr's own event loop (the thread ``zarr.core.sync``
+keeps), with ``asyncio.start_server``: the store's methods are coroutines
+that zarr runs on that loop, so each request awaits them directly, with no
+thread hop and no second loop; thousands of idle keep-alive connections
+cost a few kilobytes each instead of a thread each; and the protections a
+server needs are native to asyncio: a timeout on every request head (idle
+and slow clients), ``drain`` with a timeout on every write (backpressure; a
+client that stops reading is dropped), a bound on open connections and on
+store reads running at once. A client that goes away mid-answer is counted
+and dropped without a log line.
+
+What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
+byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings, ``405`` for every
+other method; keys pass the package's key rule (:mod:`.targets`). A store
+error is a ``5xx`` whose one-line body names the key and the error, logged
+on the ``cytearc_vfs.serve.server`` logger at ERROR; the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import re
+import socket
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from types import TracebackType
+from typing import NamedTuple
+
+from zarr.abc.store import RangeByteRequest, Store
+from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.core.sync import sync
+
+from ..errors import IdentityMismatchError, IncompleteStoreError
+from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
+from .ranges import ByteSpan, parse_range, resolve_range
+from .targets import BadTargetError, parse_target
+
+__all__ = ["ServeOptions", "ServeStats", "StoreServer", "error_status"]
+
+log = logging.getLogger(__name__)
+
+_ALLOW = "GET, HEAD"
+_JSON_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
+# Body slices handed to the socket between drains: a slow client holds at
+# most this much of the server's memory beyond the value being answered.
+_SLICE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How a :class:`StoreServer` protects itself and what it allows."""
+
+    header_timeout: float = 30.0
+    """Seconds to receive a whole request head; also how long a kept-alive
+    connection may stay idle. Slow or silent clients are closed after it."""
+    write_timeout: float = 60.0
+    """Seconds a client may take to accept each slice of an answer before it is dropped."""
+    max_connections: int = 512
+    """Open connections at most; one more is answered ``503`` and closed."""
+    max_reads: int = 32
+    """Store reads running at once (a composite chunk is computed in memory)."""
+    max_head_bytes: int = 64 * 1024
+    """Largest request head; a larger one is answered ``431``."""
+    allow_origin: str | None = None
+    """The browser origin (``https://viewer.example``, or ``*``) allowed to read
+    through CORS; ``None`` sends no CORS fields and refuses preflights."""
+
+
+class ServeStats(NamedTuple):
+    """What a :class:`StoreServer` has done so far."""
+
+    connections: int
+    """Connections accepted."""
+    open_connections: int
+    """Connections open now."""
+    requests: int
+    """Request heads parsed (each answered once)."""
+    statuses: dict[int, int]
+    """Answers by status code (requests, and refusals of unparsable heads)."""
+    timed_out: int
+    """Connections closed because no complete request head came within ``header_timeout``."""
+    dropped: int
+    """Connections dropped mid-answer: the client went away or stopped reading."""
+
+
+@dataclass(slots=True)
+class _Answer:
+    status: HTTPStatus
+    body: bytes | memoryview = b""
+    fields: list[tuple[str, str]] = field(default_factory=list)
+    length: int | None = None  # Content-Length when it is not len(body) (HEAD)
+    close: bool = False
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
+
+
+def error_status(exc: BaseException) -> HTTPStatus:
+    """The status of an answer that met ``exc`` while reading the store.
+
+    ``502`` when a source no longer holds what the store recorded (changed,
+    incomplete or deleted); ``503`` for other system errors (a source that
+    cannot be reached, a timeout, permissions), which a retry may clear;
+    ``500`` for anything else.
+    """
+    if isinstance(exc, (IdentityMismatchError, IncompleteStoreError, FileNotFoundError)):
+        return HTTPStatus.BAD_GATEWAY
+    if isinstance(exc, OSError):
+        return HTTPStatus.SERVICE_UNAVAILABLE
+    return HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+def _text(status: HTTPStatus, message: str, *, close: bool = False) -> _Answer:
+    body = (_one_line(message) + "\n").encode("utf-8", errors="replace")
+    return _Answer(status, body, [("Content-Type", "text/plain; charset=utf-8")], close=close)
+
+
+def _not_found(key: str) -> _Answer:
+    return _text(HTTPStatus.NOT_FOUND, f"no key {key!r} in this store")
+
+
+def _content_type(key: str) -> str:
+    return (
+        "application/json" if key.rsplit("/", 1)[-1] in _JSON_KEYS else "application/octet-stream"
+    )
+
+
+def _bytes_of(value: Buffer) -> memoryview:
+    return memoryview(value.as_numpy_array()).cast("B")
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """One listening socket on the first address ``host`` resolves to."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(
+            exc.errno, f"cannot listen on {host!r}: the name does not resolve ({exc.strerror})"
+        ) from exc
+    family, kind, proto, _, address = infos[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as exc:
+        listener.close()
+        raise OSError(
+            exc.errno,
+            f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port "
+            "(0 picks a free one) or --host",
+        ) from exc
+    listener.setblocking(False)
+    return listener
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bound address) is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+class StoreServer:
+    """Serves one zarr Store, read-only, over HTTP/1.1 (see the module).
+
+    Start it with :meth:`start`; it serves on zarr's event loop until
+    :meth:`close`. Usable as a context manager.
+
+    Examples
+    --------
+    >>> import cytearc_vfs as cv  # doctest: +SKIP
+    >>> with StoreServer.start(cv.open_store("atlas.zarr")) as server:  # doctest: +SKIP
+    ...     print(server.url)
+    http://127.0.0.1:40123/
+    """
+
+    def __init__(self, store: Store, options: ServeOptions) -> None:
+        self._store = store
+        self._options = options
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reads: asyncio.Semaphore | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()  # guards the counters, read from other threads
+        self._accepted = 0
+        self._requests = 0
+        self._timed_out = 0
+        self._dropped = 0
+        self._statuses: Counter[int] = Counter()
+        self.host = ""
+        self.port = 0
+        self._loopback = True
+        self._host_names: set[str] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def start(
+        cls,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        options: ServeOptions | None = None,
+    ) -> StoreServer:
+        """Listen on ``host``:``port`` (``0``: a free port) and serve ``store``.
+
+        Returns once the socket listens. Raises ``OSError`` naming the host and
+        port when it cannot listen.
+        """
+        server = cls(store, options or ServeOptions())
+        listener = _listening_socket(host, port)
+        bound = listener.getsockname()
+        server.host, server.port = str(bound[0]), int(bound[1])
+        server._loopback = is_loopback(server.host)
+        server._host_names = {"localhost", server.host.lower(), host.lower()}
+        try:
+            sync(server._listen(listener))
+        except BaseException:
+            listener.close()
+            raise
+        return server
+
+    async def _listen(self, listener: socket.socket) -> None:
+        self._reads = asyncio.Semaphore(self._options.max_reads)
+        self._server = await asyncio.start_server(
+            self._connection, sock=listener, limit=self._options.max_head_bytes
+        )
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT/`` of the listening socket (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the server listens on a loopback address only."""
+        return self._loopback
+
+    def stats(self) -> ServeStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            return ServeStats(
+                self._accepted,
+                len(self._tasks),
+                self._requests,
+                dict(self._statuses),
+                self._timed_out,
+                self._dropped,
+            )
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server is closed (or ``timeout`` passes); ``True`` once closed.
+
+        Waits in short steps, so SIGINT and SIGTERM handlers run meanwhile.
+        """
+        remaining = timeout
+        while remaining is None or remaining > 0:
+            step = 0.25 if remaining is None else min(0.25, remaining)
+            if self._closed.wait(step):
+                return True
+            if remaining is not None:
+                remaining -= step
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        """Stop listening, drop every connection, and return when they are gone."""
+        if self._closed.is_set():
+            return
+        try:
+            sync(self._shutdown())
+        finally:
+            self._closed.set()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        if self._server is not None:
+            try:
+                async with asyncio.timeout(5):
+                    await self._server.wait_closed()
+            except TimeoutError:
+                log.warning("serving %s: connections still open after closing", self.url)
+
+    def __enter__(self) -> StoreServer:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------- connections
+
+    def _count(self, what: str, status: int | None = None) -> None:
+        with self._lock:
+            if what == "status" and status is not None:
+                self._statuses[status] += 1
+            elif what == "request":
+                self._requests += 1
+            elif what == "timed_out":
+                self._timed_out += 1
+            elif what == "dropped":
+                self._dropped += 1
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        with self._lock:
+            self._tasks.add(task)
+            self._accepted += 1
+            crowded = len(self._tasks) > self._options.max_connections
+        try:
+            if crowded:
+                answer = _text(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"more than {self._options.max_connections} connections are open; retry",
+                    close=True,
+                )
+                await self._send(writer, answer, None)
+                return
+            while await self._exchange(reader, writer):
+                pass
+        except (ConnectionError, TimeoutError) as exc:
+            # the client went away mid-answer, or stopped reading: nothing to report
+            self._count("dropped")
+            log.debug("serving %s: dropped a connection (%s)", self.url, type(exc).__name__)
+            writer.transport.abort()
+        except asyncio.CancelledError:
+            # close() cancels every connection; ending the task normally keeps
+            # asyncio's stream callback (which asks a cancelled task for its
+            # exception on 3.12.1) from logging the cancellation as an error
+            writer.transport.abort()
+        finally:
+            with self._lock:
+                self._tasks.discard(task)
+            writer.close()
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Read one request and answer it; ``True`` to read another on this connection."""
+        try:
+            async with asyncio.timeout(self._options.header_timeout):
+                data = await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError:
+            self._count("timed_out")
+            writer.transport.abort()
+            return False
+        except asyncio.IncompleteReadError:
+            return False  # the client closed the connection between requests
+        except asyncio.LimitOverrunError:
+            answer = _text(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"the request head is larger than {self._options.max_head_bytes} bytes",
+                close=True,
+            )
+            await self._send(writer, answer, None)
+            return False
+        try:
+            head = parse_head(data[:-4])
+        except MalformedRequestError as exc:
+            await self._send(writer, _text(exc.status, str(exc), close=True), None)
+            return False
+        self._count("request")
+        answer = await self._answer(head)
+        keep = head.keep_alive and not head.announces_body and not answer.close
+        answer.close = not keep
+        await self._send(writer, answer, head)
+        return keep
+
+    async def _send(
+        self, writer: asyncio.StreamWriter, answer: _Answer, head: RequestHead | None
+    ) -> None:
+        self._count("status", answer.status.value)
+        length = len(answer.body) if answer.length is None else answer.length
+        fields = [
+            *answer.fields,
+            ("Content-Length", str(length)),
+            ("Connection", "close" if answer.close else "keep-alive"),
+            ("Server", "cytearc-vfs"),
+            *self._cors_fields(head),
+        ]
+        writer.write(response_head(answer.status, fields))
+        body = b"" if head is not None and head.method == "HEAD" else answer.body
+        view = memoryview(body)
+        for start in range(0, len(view), _SLICE):
+            if writer.transport.is_closing():
+                raise ConnectionResetError("the client closed the connection")
+            writer.write(view[start : start + _SLICE])
+            async with asyncio.timeout(self._options.write_timeout):
+                await writer.drain()
+        if not view:
+            async with asyncio.timeout(self._options.write_timeout):
+                await writer.drain()
+
+    # --------------------------------------------------------------- answers
+
+    def _cors_fields(self, head: RequestHead | None) -> list[tuple[str, str]]:
+        allowed = self._options.allow_origin
+        origin = None if head is None else head.field("origin")
+        if allowed is None or origin is None or (allowed != "*" and origin != allowed):
+            return []
+        return [
+            ("Access-Control-Allow-Origin", allowed),
+            ("Access-Control-Expose-Headers", "Content-Length, Content-Range, Accept-Ranges"),
+            ("Vary", "Origin"),
+        ]
+
+    def _host_allowed(self, host: str | None) -> bool:
+        """Whether the ``Host`` a client sent names this server.
+
+        On a loopback address only loopback names are answered: a web page
+        whose own name an attacker rebinds to 127.0.0.1 (DNS rebinding)
+        sends its own name, and is refused.
+        """
+        if not self._loopback or host is None:
+            return True
+        name = host.strip().lower()
+        if name.startswith("["):
+            name = name[1:].partition("]")[0]
+        elif name.count(":") == 1:
+            name = name.partition(":")[0]
+        return name in self._host_names or is_loopback(name)
+
+    async def _answer(self, head: RequestHead) -> _Answer:
+        if head.method == "OPTIONS" and self._options.allow_origin is not None:
+            return _Answer(
+                HTTPStatus.NO_CONTENT,
+                fields=[
+                    ("Allow", f"{_ALLOW}, OPTIONS"),
+                    ("Access-Control-Allow-Methods", _ALLOW),
+                    ("Access-Control-Allow-Headers", "Range, If-Range"),
+                    ("Access-Control-Max-Age", "600"),
+                ],
+            )
+        if head.method not in ("GET", "HEAD"):
+            answer = _text(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                f"{head.method} is not allowed: this server is read-only",
+            )
+            answer.fields.append(("Allow", _ALLOW))
+            return answer
+        if not self._host_allowed(head.field("host")):
+            return _text(
+                HTTPStatus.MISDIRECTED_REQUEST,
+                f"Host {head.field('host')!r} does not name this server; use {self.url}",
+            )
+        try:
+            target = parse_target(head.target)
+        except BadTargetError as exc:
+            return _text(HTTPStatus.BAD_REQUEST, str(exc))
+        try:
+            if target.listing:
+                return await self._listing(target.path)
+            return await self._value(target.path, head)
+        except Exception as exc:
+            status = error_status(exc)
+            message = f"{head.method} {target.path!r}: {type(exc).__name__}: {_one_line(str(exc))}"
+            log.error("%d %s", status.value, message)
+            return _text(status, message)
+
+    async def _value(self, key: str, head: RequestHead) -> _Answer:
+        assert self._reads is not None
+        fields = [("Content-Type", _content_type(key)), ("Accept-Ranges", "bytes")]
+        prototype = default_buffer_prototype()
+        if head.method == "HEAD":
+            # sizes only: a composite's chunk is never computed for a HEAD
+            async with self._reads:
+                if not await self._store.exists(key):
+                    return _not_found(key)
+                try:
+                    size = await self._store.getsize(key)
+                except FileNotFoundError:
+                    return _not_found(key)
+            return _Answer(HTTPStatus.OK, fields=fields, length=size)
+        # no validators are sent, so an If-Range can never match: whole value (RFC 9110, 13.1.5)
+        header = head.field("range") if head.field("if-range") is None else None
+        spec = None if header is None else parse_range(header)
+        async with self._reads:
+            if spec is None:
+                value = await self._store.get(key, prototype)
+                if value is None:
+                    return _not_found(key)
+                return _Answer(HTTPStatus.OK, _bytes_of(value), fields)
+            try:
+                size = await self._store.getsize(key)
+            except FileNotFoundError:
+                return _not_found(key)
+            span = resolve_range(spec, size)
+            if not isinstance(span, ByteSpan):
+                answer = _text(
+                    HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                    f"{header!r} selects no byte of {key!r} ({size} bytes)",
+                )
+                answer.fields.append(("Content-Range", span.content_range))
+                return answer
+            value = await self._store.get(key, prototype, RangeByteRequest(span.start, span.stop))
+        if value is None:
+            return _not_found(key)
+        data = _bytes_of(value)
+        if len(data) != span.length:
+            raise OSError(
+                f"{key!r} changed size while it was read ({size} bytes, then a range of "
+                f"{len(data)} where {span.length} were due); retry"
+            )
+        fields.append(("Content-Range", span.content_range))
+        return _Answer(HTTPStatus.PARTIAL_CONTENT, data, fields)
+
+    async def _listing(self, prefix: str) -> _Answer:
+        assert self._reads is not None
+        if not self._store.supports_listing:
+            return _text(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
+        async with self._reads:
+            names = sorted({name async for name in self._store.list_dir(prefix)})
+        if not names and prefix:
+            return _text(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
+        document: Mapping[str, object] = {
+            "prefix": prefix + "/" if prefix else "",
+            "names": names,
+        }
+        body = (json.dumps(document) + "\n").encode()
+        return _Answer(HTTPStatus.OK, body, [("Content-Type", "application/json")])
