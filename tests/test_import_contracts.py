@@ -93,3 +93,17 @@ def test_a_sideways_import_breaks_the_layers(tmp_path: Path) -> None:
     result = _lint(copy)
     assert result.returncode != 0
     assert "Layers of the core" in result.stdout and "BROKEN" in result.stdout
+
+
+def test_only_the_command_line_may_import_adapters() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = [
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c["type"] == "forbidden" and "cytearc_vfs_adapters" in c["forbidden_modules"]
+    ]
+    subpackages = {path.parent.name for path in (ROOT / "cytearc_vfs").glob("*/__init__.py")}
+    expected = {f"cytearc_vfs.{name}" for name in subpackages - {"cli"}} | {"cytearc_vfs.errors"}
+    assert set(contract["source_modules"]) == expected

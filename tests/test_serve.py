@@ -42,6 +42,11 @@ import scipy.sparse as sp
 import zarr
 from cli_harness import cli_executable, tree_digest
 from conftest import realistic_counts
+from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
+from cytearc_vfs_adapters.serve.protocol import MalformedRequestError, parse_head
+from cytearc_vfs_adapters.serve.ranges import ByteSpan, Unsatisfiable, parse_range, resolve_range
+from cytearc_vfs_adapters.serve.server import error_status, is_loopback
+from cytearc_vfs_adapters.serve.targets import BadTargetError, Target, parse_target
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 from zarr.abc.store import Store
@@ -53,11 +58,6 @@ import cytearc_vfs as cv
 import cytearc_vfs.composite.create as composite_create
 from cytearc_vfs.remote.source_cache import CACHE_ENV
 from cytearc_vfs.remote.timeouts import TIMEOUT_ENV
-from cytearc_vfs.serve import ServeOptions, StoreServer
-from cytearc_vfs.serve.protocol import MalformedRequestError, parse_head
-from cytearc_vfs.serve.ranges import ByteSpan, Unsatisfiable, parse_range, resolve_range
-from cytearc_vfs.serve.server import error_status, is_loopback
-from cytearc_vfs.serve.targets import BadTargetError, Target, parse_target
 
 PROTO = default_buffer_prototype()
 SECRET = b"the secret beside the store: 7f3a1c"
@@ -998,7 +998,9 @@ def test_store_errors_are_5xx_and_the_server_goes_on(
         assert request(server.url, "HEAD", "/" + keys[3])[0] == 200
         assert server.stats().statuses[502] == 1 and server.stats().statuses[503] == 1
     store.close()
-    logged = [r.getMessage() for r in caplog.records if r.name == "cytearc_vfs.serve.server"]
+    logged = [
+        r.getMessage() for r in caplog.records if r.name == "cytearc_vfs_adapters.serve.server"
+    ]
     assert len(logged) == 2 and logged[0].startswith("502 GET") and logged[1].startswith("503 GET")
 
 

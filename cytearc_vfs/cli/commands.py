@@ -490,9 +490,10 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     import logging
     import sys
 
+    from cytearc_vfs_adapters.serve.server import ServeOptions, StoreServer
+
     from ..read.opening import open_store
     from ..remote.locations import describe_location, local_path
-    from ..serve.server import ServeOptions, StoreServer
     from .interrupts import Interrupted, begin_cleanup
 
     if not 0 <= args.port <= 65535:
@@ -514,7 +515,7 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     # Errors met while serving go on: one line each on stderr, in the command's voice.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("cytearc-vfs serve: %(message)s"))
-    server_log = logging.getLogger("cytearc_vfs.serve")
+    server_log = logging.getLogger("cytearc_vfs_adapters.serve")
     server_log.addHandler(handler)
     try:
         server = StoreServer.start(

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from ..format.store_keys import check_key, check_prefix
+from cytearc_vfs.format.store_keys import check_key, check_prefix
 
 __all__ = ["BadTargetError", "Target", "parse_target"]
 
@@ -85,7 +85,7 @@ def parse_target(raw: str) -> Target:
     >>> parse_target("/RNA/%2e%2e/%2e%2e/secret")
     Traceback (most recent call last):
     ...
-    cytearc_vfs.serve.targets.BadTargetError: get of key 'RNA/../../secret' in this server refused: it has the segment '..', which walks out of its directory; keys are relative paths like 'RNA/counts/zarr.json'
+    cytearc_vfs_adapters.serve.targets.BadTargetError: get of key 'RNA/../../secret' in this server refused: it has the segment '..', which walks out of its directory; keys are relative paths like 'RNA/counts/zarr.json'
     """
     if raw.startswith(("http://", "https://")):
         # absolute-form (RFC 9112, section 3.2.2): only its path matters here

@@ -15,7 +15,7 @@ What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
 byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings, ``405`` for every
 other method; keys pass the package's key rule (:mod:`.targets`). A store
 error is a ``5xx`` whose one-line body names the key and the error, logged
-on the ``cytearc_vfs.serve.server`` logger at ERROR; the server goes on.
+on the ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.sync import sync
 
-from ..errors import IdentityMismatchError, IncompleteStoreError
+from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
+
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .ranges import ByteSpan, parse_range, resolve_range
 from .targets import BadTargetError, parse_target
