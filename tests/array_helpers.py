@@ -18,14 +18,14 @@ from cytearc_vfs.arrays.documents import JOURNAL_NAME, PROGRESS_NAME, STAGING_NA
 RESERVED = (JOURNAL_NAME, PROGRESS_NAME, STAGING_NAME)
 
 
-class Interrupted(OSError):
+class WriteInterruptedError(OSError):
     """Raised by :class:`CountingStore` in place of its ``fail_at``-th write."""
 
 
 class CountingStore(WrapperStore[Store]):
     """A real store that counts gets, sets (with bytes) and deletes, and can fail one write.
 
-    ``fail_at = n`` raises :class:`Interrupted` instead of the n-th set or
+    ``fail_at = n`` raises :class:`WriteInterruptedError` instead of the n-th set or
     delete, so everything before it happened and nothing after: the state
     a crash right after write n - 1 leaves.
     """
@@ -44,7 +44,7 @@ class CountingStore(WrapperStore[Store]):
     def _write(self) -> None:
         writes = self.counts["set"] + self.counts["delete"]
         if self.fail_at is not None and writes + 1 >= self.fail_at:
-            raise Interrupted(f"interrupted before write {writes + 1}")
+            raise WriteInterruptedError(f"interrupted before write {writes + 1}")
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -109,10 +109,7 @@ def leftovers(store: Store, prefix: str = "") -> list[str]:
 
 def expected_read(values: np.ndarray, fill: Any) -> np.ma.MaskedArray[Any, Any]:
     """What ``cytearc_vfs.arrays.read`` must return for stored ``values``."""
-    if isinstance(fill, float) and np.isnan(fill):
-        mask = np.isnan(values)
-    else:
-        mask = values == fill
+    mask = np.isnan(values) if isinstance(fill, float) and np.isnan(fill) else values == fill
     return np.ma.MaskedArray(values, mask=mask)
 
 

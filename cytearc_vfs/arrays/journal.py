@@ -45,7 +45,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
@@ -58,11 +57,10 @@ from .documents import (
     PROGRESS_NAME,
     describe,
     dumps,
-    fill_cells,
     marked,
     refresh,
-    view_array,
 )
+from .edges import EdgeChunks
 from .key_moves import KeyMover, mover_for
 
 __all__ = [
@@ -95,7 +93,9 @@ class Plan:
     """Per dimension of the old array, the index from which cells of the
     chunks in :attr:`clear_chunks` must hold the fill value (``None``: no bound)."""
     clear_chunks: tuple[tuple[int, ...], ...] = ()
-    """Old grid positions of the edge chunks to clear beyond :attr:`clear_bounds`."""
+    """Old grid positions of the edge chunks to clear beyond :attr:`clear_bounds`
+    (read, filled, written; :mod:`.edges`). Edge chunks that clearing would
+    empty are in :attr:`drops` instead."""
     drops: tuple[str, ...] = ()
     """Keys (relative to the array) deleted before any rename."""
     moves: tuple[tuple[str, str], ...] = ()
@@ -322,31 +322,9 @@ class _Run:
         self.set_json(PROGRESS_NAME, {"done": 0})
 
     def _clear_edges(self) -> None:
-        # Read every listed chunk whole (the view's shape covers whole chunks,
-        # so cells past the array's edge are reached too) and write back the
-        # ones holding anything but the fill value where they must not.
-        # Reading, filling and writing again gives the same bytes: idempotent.
-        before = self.plan.before
-        grid = before["chunk_grid"]["configuration"]["chunk_shape"]
-        widened = [-(-n // c) * c for n, c in zip(before["shape"], grid, strict=True)]
-        view = view_array(self.store, self.path, {**before, "shape": widened})
-        bounds = self.plan.clear_bounds
+        edges = EdgeChunks(self.store, self.path, self.plan.before, self.plan.clear_bounds)
         for coords in self.plan.clear_chunks:
-            region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, grid, strict=True))
-            values = np.asarray(view[region])
-            outside = np.zeros(values.shape, dtype=bool)
-            for axis, bound in enumerate(bounds):
-                if bound is None:
-                    continue
-                local = bound - coords[axis] * grid[axis]
-                if local < grid[axis]:
-                    index = [slice(None)] * values.ndim
-                    index[axis] = slice(max(local, 0), None)
-                    outside[tuple(index)] = True
-            stray = outside & ~fill_cells(values, view.fill_value)
-            if stray.any():
-                values[outside] = view.fill_value
-                view[region] = values
+            edges.clear(coords)
 
     def run_moves(self, start: int) -> None:
         """Step 4 from rename ``start`` on, with the plan's progress marks."""

@@ -26,7 +26,7 @@ are cleared the same way. The whole change is journaled (:mod:`.journal`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from .documents import (
     refresh,
     require_writable,
 )
+from .edges import EdgeChunks, Outcome
 from .journal import Plan, chained_marks, execute, recover_array
 from .key_moves import mover_for
 
@@ -68,7 +69,7 @@ class ResizeChange:
     dropped: int
     """Chunks deleted (outside the new shape, or stray keys in the way)."""
     edge_chunks: int
-    """Edge chunks read to clear cells past the new or old edge."""
+    """Edge chunks rewritten to clear cells past the new or old edge."""
 
 
 def changes(value: Changes, rank: int, name: str) -> tuple[int, ...]:
@@ -146,9 +147,20 @@ def _shifted(coords: tuple[int, ...], shift: tuple[int, ...]) -> tuple[int, ...]
 
 
 def plan_resize(
-    document: ArrayDocument, keys: Iterable[str], low: Changes = None, high: Changes = None
+    document: ArrayDocument,
+    keys: Iterable[str],
+    low: Changes = None,
+    high: Changes = None,
+    *,
+    edges: Mapping[tuple[int, ...], Outcome] | None = None,
 ) -> Plan:
     """The plan of ``resize(low, high)`` for an array holding ``keys`` (relative to it).
+
+    ``edges`` says what clearing each edge chunk does (:mod:`.edges`; read
+    from the store by :func:`resize_array`): ``clean`` ones are left alone,
+    ``empty`` ones are dropped (not moved), ``clear`` ones rewritten before
+    the renames. Without it every edge chunk is listed to clear, which is
+    right unless clearing empties one (then its rename would find it gone).
 
     Raises
     ------
@@ -195,20 +207,25 @@ def plan_resize(
             sources.append(coords)
         else:
             drops.append(key)
-    encode = document.keys.encode
-    moves: list[tuple[str, str]] = []
-    if any(shift):
-        moves = [(encode(c), encode(_shifted(c, shift))) for c in _ordered(sources, shift)]
-        # a stray key where a chunk lands would make its rename an overwrite
-        drops += sorted(others & {target for _, target in moves})
     bounds = _clear_bounds(shape, grid, keep_high, high_changes)
-    clear = sorted(
+    at_edge = [
         c
         for c in sources
         if any(
             b is not None and (k + 1) * size > b for k, size, b in zip(c, grid, bounds, strict=True)
         )
-    )
+    ]
+    outcomes = dict.fromkeys(at_edge, "clear") if edges is None else edges
+    emptied = {c for c in at_edge if outcomes[c] == "empty"}
+    clear = sorted(c for c in at_edge if outcomes[c] == "clear")
+    encode = document.keys.encode
+    drops += [encode(c) for c in sorted(emptied)]
+    sources = [c for c in sources if c not in emptied]
+    moves: list[tuple[str, str]] = []
+    if any(shift):
+        moves = [(encode(c), encode(_shifted(c, shift))) for c in _ordered(sources, shift)]
+        # a stray key where a chunk lands would make its rename an overwrite
+        drops += sorted(others & {target for _, target in moves})
     return Plan(
         operation="resize",
         arguments={
@@ -265,6 +282,12 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
     prefix = document.prefix
     keys = relative_keys(sync(mover_for(store).existing(prefix)), prefix)
     plan = plan_resize(document, keys, low, high)
+    if plan.clear_chunks:
+        # read the edge chunks once now: the plan must know which to leave,
+        # rewrite or delete before anything is renamed
+        inspector = EdgeChunks(store, path, plan.before, plan.clear_bounds)
+        outcomes = {coords: inspector.inspect(coords) for coords in plan.clear_chunks}
+        plan = plan_resize(document, keys, low, high, edges=outcomes)
     if not plan.changes_nothing:
         execute(store, path, plan)
     refresh(array, plan.after)
