@@ -261,10 +261,20 @@ def identify(
     0
     >>> identify(moves, [1], 1, {"c/2", "c/1"}, where="a")  # all done
     2
+    >>> staged = [("c/0", "s/c/0/0"), ("s/c/0/0", "c/0/0")]
+    >>> identify(staged, [], 0, {"c/0"}, where="a"), identify(staged, [], 0, {"s/c/0/0"}, where="a")
+    (0, 1)
     """
     universe = {key for move in moves for key in move}
     observed = existing & universe
-    expected = {source for source, _ in moves}
+    # before the first rename: every source that no earlier rename creates
+    # (a staged chunk's second rename starts from where its first one put it)
+    expected: set[str] = set()
+    created: set[str] = set()
+    for source, target in moves:
+        if source not in created:
+            expected.add(source)
+        created.add(target)
     for source, target in moves[:done]:
         expected.add(target)
         expected.discard(source)
