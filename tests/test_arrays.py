@@ -839,3 +839,13 @@ def test_resize_and_promote_on_s3_count_requests(s3_server: S3Server) -> None:
         assert np.array_equal(array[0, 2:], values)
     finally:
         proxy.close()
+
+
+def test_recover_refuses_a_marker_whose_journal_is_gone() -> None:
+    array, _ = make(MemoryStore(), (6,), (2,))
+    store = array.store
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(store, fail_at=4), path="a", mode="r+"), low=[1])
+    del store._store_dict[f"a/{JOURNAL_NAME}"]
+    with pytest.raises(RecordShapeError, match=r"journal .* is gone"):
+        recover(store, "a")

@@ -476,7 +476,18 @@ def recover(target: zarr.Array[Any] | Store, path: str | None = None) -> bool:
         return finished
     if not isinstance(target, Store):
         raise TypeError(f"recover takes a zarr.Array or a Store, not {type(target).__name__}")
-    return recover_array(target, (path or "").strip("/"))
+    path = (path or "").strip("/")
+    if recover_array(target, path):
+        return True
+    # zarr refuses the array and there is no journal to finish it with
+    document = get_json(target, f"{path}/zarr.json" if path else "zarr.json")
+    if isinstance(document, dict) and MARKER_FIELD in document:
+        raise RecordShapeError(
+            f"{describe(target, path)}: zarr.json marks an unfinished "
+            f"{document[MARKER_FIELD].get('operation', 'operation')} but its journal "
+            f"({JOURNAL_NAME}) is gone, so it cannot be finished; restore the array from a copy"
+        )
+    return False
 
 
 #: Stands for a journal that is not valid JSON.

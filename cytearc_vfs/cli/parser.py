@@ -15,8 +15,8 @@ __all__ = ["DESCRIPTION", "build_parser", "package_version"]
 
 DESCRIPTION = (
     "cytearc-vfs: CyteArc count stores, composites (virtual counts over many "
-    "sources), mounts and repacks. Run 'cytearc-vfs COMMAND --help' for a command's "
-    "options. Exit codes: 0 done, 1 verify found problems, 2 input refused (nothing "
+    "sources), mounts and repacks, and in-place operations on any Zarr v3 array. "
+    "Run 'cytearc-vfs COMMAND --help' for a command's options. Exit codes: 0 done, 1 verify found problems, 2 input refused (nothing "
     "changed), 3 damaged or incomplete store, 4 system error (disk, permission, "
     "network), 70 internal error, 130/143 interrupted (an unfinished destination is "
     "removed)."
@@ -235,7 +235,12 @@ def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
             "one is finished by the next array command on that array (or array recover)."
         ),
     )
-    actions = array.add_subparsers(dest="array_command", required=True, metavar="ACTION")
+    actions = array.add_subparsers(
+        dest="array_command",
+        required=True,
+        metavar="ACTION",
+        help="info, resize, promote or recover",
+    )
 
     def located(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
         action = actions.add_parser(name, help=help_text, description=description)
