@@ -75,6 +75,8 @@ __all__ = [
 
 #: ``cytearc_array_journal`` of the documents this version writes and reads.
 JOURNAL_VERSION = 1
+#: Stands for a journal that is not valid JSON (torn while being written).
+_torn: object = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,7 +490,3 @@ def recover(target: zarr.Array[Any] | Store, path: str | None = None) -> bool:
             f"({JOURNAL_NAME}) is gone, so it cannot be finished; restore the array from a copy"
         )
     return False
-
-
-#: Stands for a journal that is not valid JSON.
-_torn: object = object()
