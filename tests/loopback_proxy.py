@@ -25,6 +25,10 @@ class Seen:
     path: str
     range: str | None
     if_match: str | None
+    length: int = 0
+    """Content-Length of the request body."""
+    copy_source: str | None = None
+    """``x-amz-copy-source`` of a server-side copy."""
 
 
 class LoopbackProxy:
@@ -91,6 +95,8 @@ class LoopbackProxy:
                     handler.path,
                     handler.headers.get("Range"),
                     handler.headers.get("If-Match"),
+                    int(handler.headers.get("Content-Length") or 0),
+                    handler.headers.get("x-amz-copy-source"),
                 )
             )
 

@@ -135,6 +135,12 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
     return int(outcome.code)
 
 
+def _untouched(state: _RunState) -> str:
+    from .commands import INTERRUPT_NOTES
+
+    return INTERRUPT_NOTES.get(state.command, "nothing was written")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cytearc-vfs``; returns the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -149,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             begin_cleanup()
             try:
                 stop_background_io()
-                done = state.guard.discard() if state.guard is not None else "nothing was written"
+                done = state.guard.discard() if state.guard is not None else _untouched(state)
             except Exception as exc:  # the report must come out whatever cleanup met
                 where = state.guard.where if state.guard is not None else "the destination"
                 done = f"cleaning up failed ({type(exc).__name__}: {exc}); delete {where} yourself"

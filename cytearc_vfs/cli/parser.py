@@ -15,8 +15,8 @@ __all__ = ["DESCRIPTION", "build_parser", "package_version"]
 
 DESCRIPTION = (
     "cytearc-vfs: CyteArc count stores, composites (virtual counts over many "
-    "sources), mounts and repacks. Run 'cytearc-vfs COMMAND --help' for a command's "
-    "options. Exit codes: 0 done, 1 verify found problems, 2 input refused (nothing "
+    "sources), mounts and repacks, and in-place operations on any Zarr v3 array. "
+    "Run 'cytearc-vfs COMMAND --help' for a command's options. Exit codes: 0 done, 1 verify found problems, 2 input refused (nothing "
     "changed), 3 damaged or incomplete store, 4 system error (disk, permission, "
     "network), 70 internal error, 130/143 interrupted (an unfinished destination is "
     "removed)."
@@ -258,4 +258,86 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command in (demo, info, verify, write, composite, mount, repack, artifacts, serve):
         _common(command)
+    _array_commands(sub)
     return parser
+
+
+def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``array info | resize | promote | recover``: one Zarr v3 array, changed in place."""
+    array = sub.add_parser(
+        "array",
+        help="inspect, resize or promote one Zarr v3 array in place (chunks renamed, not rewritten)",
+        description=(
+            "Operations on one Zarr v3 array of any Zarr store (docs/arrays.md). resize and "
+            "promote rename chunks instead of rewriting them, under a journal: an interrupted "
+            "one is finished by the next array command on that array (or array recover)."
+        ),
+    )
+    actions = array.add_subparsers(
+        dest="array_command",
+        required=True,
+        metavar="ACTION",
+        help="info, resize, promote or recover",
+    )
+
+    def located(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+        action = actions.add_parser(name, help=help_text, description=description)
+        action.add_argument("location", metavar="LOCATION", help="path or URL of the Zarr store")
+        action.add_argument(
+            "path",
+            metavar="PATH",
+            nargs="?" if name == "info" else None,
+            default="",
+            help="path of the array in the store"
+            + (" (or of a group; default: the root)" if name == "info" else ""),
+        )
+        _common(action)
+        return action
+
+    located(
+        "info",
+        "summarize an array, or list the hierarchy of a group",
+        "An array: data type, shape, chunks, shards, chunk keys, codecs, fill value, "
+        "dimension names. A group: its tree of groups and arrays.",
+    )
+    resize = located(
+        "resize",
+        "grow or shrink dimensions at either end",
+        "Grow (positive) or shrink (negative) each dimension at its start (--low) and end "
+        "(--high). --low moves in whole chunks (shards), rounded outward. Chunks are renamed, "
+        "not rewritten; new cells read as missing.",
+    )
+    resize.add_argument(
+        "--low",
+        metavar="N,N,...",
+        help="change at the start of each dimension, comma-separated (write --low=-2,0 for "
+        "negative values); default 0 each",
+    )
+    resize.add_argument(
+        "--high",
+        metavar="N,N,...",
+        help="change at the end of each dimension (--high=0,-3 for negative); default 0 each",
+    )
+    promote = located(
+        "promote",
+        "insert a new dimension (its chunks renamed, bytes unchanged)",
+        "Insert a new dimension at --dimension (0 prepends, NDIM appends) of --length cells "
+        "(default 1), chunked as one chunk. Codecs that would not keep their bytes valid are "
+        "refused by name.",
+    )
+    promote.add_argument(
+        "--dimension",
+        type=int,
+        required=True,
+        metavar="D",
+        help="0-based position in the new shape",
+    )
+    promote.add_argument(
+        "--length", type=int, default=1, metavar="L", help="length of the new dimension (default 1)"
+    )
+    located(
+        "recover",
+        "finish a resize or promote that was interrupted",
+        "Finish (roll forward) an interrupted resize or promote of the array; zarr refuses "
+        "to open the array until then.",
+    )

@@ -1,0 +1,239 @@
+"""``ArrayWriter``: writes that stay in memory per chunk until flushed.
+
+The R package's ``write(data, selection, flush = FALSE)`` leaves written
+chunks *stale*: held in memory for further writes to the same chunk, and
+persisted by ``flush()``. Here the unit is the chunk, or the shard of a
+sharded array (zarr writes a shard whole). A unit holds its new values and
+which cells were written; :meth:`ArrayWriter.flush` writes every pending
+unit once: a unit written all over (within the array's shape) is encoded
+straight away, a partial one is read first and the written cells laid over
+it. Masked values are written as the fill value (``False`` for booleans,
+which cannot be missing). ``max_stale_bytes`` bounds the memory the stale
+units hold: past it, the least recently written units are flushed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from .documents import array_location, require_writable, view_array
+from .reading import ensure_finished
+from .selection import Region, Selection, region_of
+
+__all__ = ["ArrayWriter"]
+
+
+@dataclass(slots=True)
+class _Stale:
+    """One unit's pending edits."""
+
+    values: npt.NDArray[Any]
+    written: npt.NDArray[np.bool_]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.written.nbytes)
+
+
+def _to_values(data: object, dtype: np.dtype[Any], fill: object) -> npt.NDArray[Any]:
+    """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans)."""
+    if np.ma.isMaskedArray(data):
+        mask = np.ma.getmaskarray(data)
+        values = np.array(np.ma.getdata(data), dtype=dtype)
+        values[mask] = False if dtype == np.bool_ else fill
+        return values
+    return np.asarray(data, dtype=dtype)
+
+
+class ArrayWriter:
+    """Buffered writes to ``array``: stale chunks in memory, persisted by :meth:`flush`.
+
+    Parameters
+    ----------
+    array
+        A Zarr v3 array on a writable store.
+    max_stale_bytes
+        Memory the pending units may hold (values plus a written-cell mask);
+        a write that goes past it flushes the least recently written units
+        until the rest fit. Default 64 MiB.
+
+    Examples
+    --------
+    >>> a = zarr.create_array({}, shape=(6,), chunks=(3,), dtype="i4", fill_value=0)
+    >>> with ArrayWriter(a) as writer:
+    ...     writer.write([1, 2], [range(0, 2)])
+    ...     writer.write(np.ma.masked_array([9, 9], mask=[False, True]), [range(2, 4)])
+    ...     writer.stale_units
+    2
+    >>> a[:].tolist()
+    [1, 2, 9, 0, 0, 0]
+    """
+
+    def __init__(self, array: zarr.Array[Any], max_stale_bytes: int = 64 << 20) -> None:
+        store, path = array_location(array)
+        require_writable(store, path, "ArrayWriter")
+        if max_stale_bytes < 0:
+            raise ValueError(f"max_stale_bytes {max_stale_bytes} is negative")
+        ensure_finished(array)
+        self._array = array
+        self._metadata = array.metadata
+        self._unit = tuple(array.shards or array.chunks)
+        self._max = int(max_stale_bytes)
+        self._stale: OrderedDict[tuple[int, ...], _Stale] = OrderedDict()
+        self._bytes = 0
+        self._target = _checked(array)
+
+    @property
+    def stale_bytes(self) -> int:
+        """Memory held by pending units."""
+        return self._bytes
+
+    @property
+    def stale_units(self) -> int:
+        """Chunks (shards, for a sharded array) with pending edits."""
+        return len(self._stale)
+
+    def _check_unchanged(self) -> None:
+        if self._array.metadata is not self._metadata:
+            raise ValueError(
+                "the array's metadata changed since this ArrayWriter was created (resize or "
+                "promote); flush the writer before changing the array, then create a new one"
+            )
+
+    def write(self, data: object, selection: Selection = None, flush: bool = False) -> None:
+        """Write ``data`` into ``selection`` (see :mod:`cytearc_vfs.arrays.selection`).
+
+        Parameters
+        ----------
+        data
+            Values broadcastable to the selection's shape; a masked array's
+            masked cells are written as the fill value.
+        selection
+            ``None`` (the whole array), a list of per-dimension ranges, or numpy
+            basic indexing.
+        flush
+            Persist every pending unit afterwards (as :meth:`flush`).
+        """
+        self._check_unchanged()
+        array = self._array
+        region = region_of(selection, array.shape)
+        values = _to_values(data, array.dtype, array.fill_value)
+        while values.ndim > len(region.shape) and values.shape[0] == 1:
+            values = values[0]  # as numpy assigns: leading length-1 axes drop
+        values = np.broadcast_to(values, region.shape).reshape(region.lengths)
+        if values.size:
+            for coords, local, source in _pieces(region, self._unit):
+                unit = self._unit_at(coords)
+                unit.values[local] = values[source]
+                unit.written[local] = True
+        if flush:
+            self.flush()
+        else:
+            self._bound()
+
+    def _unit_at(self, coords: tuple[int, ...]) -> _Stale:
+        unit = self._stale.get(coords)
+        if unit is None:
+            dtype = self._array.dtype
+            unit = _Stale(
+                np.zeros(self._unit, dtype=dtype),
+                np.zeros(self._unit, dtype=bool),
+            )
+            self._stale[coords] = unit
+            self._bytes += unit.nbytes
+        else:
+            self._stale.move_to_end(coords)
+        return unit
+
+    def _bound(self) -> None:
+        while self._bytes > self._max and self._stale:
+            coords = next(iter(self._stale))
+            self._persist(coords)
+
+    def flush(self) -> int:
+        """Persist every unit with pending edits; returns how many were written."""
+        self._check_unchanged()
+        count = 0
+        while self._stale:
+            self._persist(next(iter(self._stale)))
+            count += 1
+        return count
+
+    def _persist(self, coords: tuple[int, ...]) -> None:
+        unit = self._stale[coords]
+        shape = self._array.shape
+        region = tuple(
+            slice(i * u, min((i + 1) * u, n))
+            for i, u, n in zip(coords, self._unit, shape, strict=True)
+        )
+        inside = tuple(slice(0, r.stop - r.start) for r in region)
+        values, written = unit.values[inside], unit.written[inside]
+        if not written.all():
+            # read-modify-write: the cells not written keep what is stored
+            stored = np.asarray(self._target[region])
+            values = np.where(written, values, stored)
+        self._target[region] = values
+        # forgotten only once stored: a failed write leaves the edits pending
+        del self._stale[coords]
+        self._bytes -= unit.nbytes
+
+    def discard(self) -> None:
+        """Drop every pending edit without writing it."""
+        self._stale.clear()
+        self._bytes = 0
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.flush()
+        else:
+            self.discard()
+
+
+def _checked(array: zarr.Array[Any]) -> zarr.Array[Any]:
+    """``array`` over its store with every key checked (the writes go through it)."""
+    store, path = array_location(array)
+    if array.metadata.zarr_format != 3:
+        raise ValueError("ArrayWriter writes Zarr v3 arrays")
+    return view_array(store, path, array.metadata.to_dict())
+
+
+def _pieces(
+    region: Region, unit: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]]:
+    """Per unit the region touches: its grid position, the cells in it, the cells of the data.
+
+    >>> r = region_of([range(2, 5)], (10,))
+    >>> [(c, [x.tolist() for x in l], [x.tolist() for x in s]) for c, l, s in _pieces(r, (3,))]
+    [((0,), [[2]], [[0]]), ((1,), [[0, 1]], [[1, 2]])]
+    """
+    per_axis: list[list[tuple[int, npt.NDArray[np.intp], npt.NDArray[np.intp]]]] = []
+    for axis, size in enumerate(unit):
+        indices = region.indices(axis)
+        owners = indices // size
+        groups = []
+        for owner in np.unique(owners):
+            positions = np.flatnonzero(owners == owner)
+            groups.append((int(owner), indices[positions] - int(owner) * size, positions))
+        per_axis.append(groups)
+    for combination in itertools.product(*per_axis):
+        coords = tuple(g[0] for g in combination)
+        local = np.ix_(*[g[1] for g in combination])
+        source = np.ix_(*[g[2] for g in combination])
+        yield coords, local, source

@@ -1,0 +1,103 @@
+"""Chunk keys of a Zarr v3 array: how an array names its chunks, read back strictly.
+
+An operation that renames chunks must know exactly which stored keys are
+chunks of the array and at which grid position. A key counts as a chunk of
+rank ``r`` only when encoding its parsed position gives the key back
+(``c/01`` is not chunk ``(1,)``, and ``c/1/2`` is not a chunk of a
+one-dimensional array); anything else under the array's prefix is left
+alone by :mod:`.resizing` and :mod:`.promotion` unless it stands where a
+chunk is about to be moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RecordShapeError
+
+__all__ = ["ChunkKeys"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkKeys:
+    """An array's ``chunk_key_encoding``: its name and separator."""
+
+    name: str
+    """``"default"`` (keys ``c/0/1``) or ``"v2"`` (keys ``0.1``)."""
+    separator: str
+    """``"/"`` or ``"."``."""
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any], *, where: str) -> ChunkKeys:
+        """The encoding a ``zarr.json`` names (zarr's default when it names none).
+
+        >>> ChunkKeys.from_document({"chunk_key_encoding": {"name": "v2"}}, where="a")
+        ChunkKeys(name='v2', separator='.')
+        """
+        encoding = document.get("chunk_key_encoding", {"name": "default"})
+        if isinstance(encoding, str):
+            encoding = {"name": encoding}
+        if not isinstance(encoding, Mapping):
+            raise RecordShapeError(f"{where}: chunk_key_encoding {encoding!r} is not an object")
+        name = encoding.get("name")
+        configuration = encoding.get("configuration") or {}
+        if name not in ("default", "v2") or not isinstance(configuration, Mapping):
+            raise RecordShapeError(
+                f"{where}: chunk_key_encoding {encoding!r} is not one of Zarr v3's "
+                "('default' or 'v2', with an optional separator)"
+            )
+        separator = configuration.get("separator", "/" if name == "default" else ".")
+        if separator not in ("/", "."):
+            raise RecordShapeError(f"{where}: chunk key separator {separator!r} is not '/' or '.'")
+        return cls(str(name), str(separator))
+
+    def encode(self, coords: Sequence[int]) -> str:
+        """The key of the chunk at grid position ``coords`` (relative to the array).
+
+        >>> ChunkKeys("default", "/").encode((1, 2))
+        'c/1/2'
+        >>> ChunkKeys("default", ".").encode(())
+        'c'
+        >>> ChunkKeys("v2", ".").encode(())
+        '0'
+        """
+        indices = [str(int(c)) for c in coords]
+        if self.name == "default":
+            return self.separator.join(["c", *indices])
+        return self.separator.join(indices) or "0"
+
+    def decode(self, key: str, rank: int) -> tuple[int, ...] | None:
+        """The grid position of chunk ``key`` of a rank-``rank`` array, or ``None``.
+
+        ``None`` for every key that is not exactly how this encoding names a
+        chunk of that rank (another rank, leading zeros, other files).
+
+        >>> ChunkKeys("default", "/").decode("c/3/0", 2)
+        (3, 0)
+        >>> ChunkKeys("default", "/").decode("c/03/0", 2) is None
+        True
+        >>> ChunkKeys("default", "/").decode("c/3", 2) is None
+        True
+        >>> ChunkKeys("v2", ".").decode("0", 0)
+        ()
+        """
+        if rank == 0:
+            return () if key == self.encode(()) else None
+        body = key
+        if self.name == "default":
+            head = "c" + self.separator
+            if not key.startswith(head):
+                return None
+            body = key[len(head) :]
+        parts = body.split(self.separator)
+        if len(parts) != rank:
+            return None
+        coords: list[int] = []
+        for part in parts:
+            # ASCII digits without leading zeros: the only spelling zarr writes
+            if not (part.isascii() and part.isdigit()) or (len(part) > 1 and part[0] == "0"):
+                return None
+            coords.append(int(part))
+        return tuple(coords)

@@ -1,0 +1,274 @@
+"""One array's ``zarr.json`` as stored, and the names this package keeps beside it.
+
+The operations read and write an array's metadata document as JSON, not
+through zarr's metadata classes, so that everything the document holds
+(attributes, extension fields, codec configurations) survives a resize or
+a promote untouched except for what the operation changes.
+
+Beside ``zarr.json`` an operation in progress keeps three names under the
+array's prefix, none of which zarr or any other Zarr reader looks at (they
+are not chunk keys, and an array has no child nodes):
+
+- ``cytearc.journal.json``: the plan (:mod:`.journal`);
+- ``cytearc.journal.progress.json``: how far the plan is known to have got;
+- ``cytearc.staging/``: chunks between two homes (a promote on a local
+  directory, where ``c/0/1`` must stop being a file before ``c/0/1/0`` can
+  be written).
+
+While the operation runs, ``zarr.json`` carries the extension field
+:data:`MARKER_FIELD` with ``"must_understand": true``, so zarr-python,
+tensorstore and every other conforming reader refuse to open the array
+rather than read it half-moved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+from zarr.abc.store import Store
+from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import StorePath
+
+from ..errors import IncompleteStoreError, RecordShapeError
+from ..format.key_checked import KeyCheckedWrapperStore
+from ..format.store_io import get_json
+from .chunk_keys import ChunkKeys
+
+__all__ = [
+    "JOURNAL_NAME",
+    "MARKER_FIELD",
+    "PROGRESS_NAME",
+    "STAGING_NAME",
+    "ArrayDocument",
+    "array_location",
+    "fill_cells",
+    "marked",
+    "read_document",
+    "refresh",
+    "require_writable",
+    "view_array",
+]
+
+JOURNAL_NAME = "cytearc.journal.json"
+PROGRESS_NAME = "cytearc.journal.progress.json"
+STAGING_NAME = "cytearc.staging"
+#: Extension field of ``zarr.json`` while an operation is under way.
+MARKER_FIELD = "cytearc_unfinished_operation"
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayDocument:
+    """An array's stored ``zarr.json`` with the facts resize and promote need."""
+
+    path: str
+    """The array's path in its store (``""`` for a root array)."""
+    document: dict[str, Any]
+    """The document exactly as stored (parsed JSON)."""
+    shape: tuple[int, ...]
+    """The array's shape."""
+    grid: tuple[int, ...]
+    """The chunk grid's chunk shape: the shard shape of a sharded array, the
+    unit that owns one store key."""
+    keys: ChunkKeys
+    """How the array names its chunks."""
+
+    @classmethod
+    def parse(cls, path: str, document: object, *, where: str) -> ArrayDocument:
+        """Check that ``document`` is a Zarr v3 array these operations handle.
+
+        Raises
+        ------
+        RecordShapeError
+            Not a Zarr v3 array document.
+        ValueError
+            A v3 array the operations do not handle (rectilinear chunk grids,
+            storage transformers).
+        """
+        if not isinstance(document, dict):
+            raise RecordShapeError(f"{where}: zarr.json is not a JSON object")
+        if document.get("zarr_format") != 3 or document.get("node_type") != "array":
+            raise ValueError(
+                f"{where} is not a Zarr v3 array (zarr_format {document.get('zarr_format')!r}, "
+                f"node_type {document.get('node_type')!r}); these operations work on Zarr v3 "
+                "arrays: convert it first (for example by copying it with zarr-python 3)"
+            )
+        shape = _int_tuple(document.get("shape"), "shape", where)
+        grid_doc = document.get("chunk_grid")
+        if not (
+            isinstance(grid_doc, Mapping)
+            and grid_doc.get("name") == "regular"
+            and isinstance(grid_doc.get("configuration"), Mapping)
+        ):
+            raise ValueError(
+                f"{where}: chunk grid {grid_doc!r} is not a regular grid; resize and promote "
+                "move chunks on a regular grid only"
+            )
+        grid = _int_tuple(grid_doc["configuration"].get("chunk_shape"), "chunk_shape", where)
+        if len(grid) != len(shape) or any(size < 1 for size in grid):
+            raise RecordShapeError(f"{where}: chunk shape {grid} does not fit shape {shape}")
+        if document.get("storage_transformers"):
+            raise ValueError(
+                f"{where}: storage transformers {document['storage_transformers']!r} move "
+                "chunks to other keys; resize and promote refuse such arrays"
+            )
+        return cls(path, document, shape, grid, ChunkKeys.from_document(document, where=where))
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of the array's keys: ``"a/b/"``, or ``""`` for a root array."""
+        return f"{self.path}/" if self.path else ""
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Chunks per dimension.
+
+        >>> ArrayDocument("", {}, (10, 0), (4, 3), ChunkKeys("default", "/")).grid_shape
+        (3, 0)
+        """
+        return tuple(math.ceil(n / c) for n, c in zip(self.shape, self.grid, strict=True))
+
+    @property
+    def fill_value(self) -> object:
+        """The fill value as stored in JSON (``"NaN"`` for a NaN float)."""
+        return self.document.get("fill_value")
+
+
+def _int_tuple(value: object, what: str, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        raise RecordShapeError(f"{where}: {what} {value!r} is not a list of non-negative integers")
+    return tuple(value)
+
+
+def marked(document: Mapping[str, Any], operation: str) -> dict[str, Any]:
+    """``document`` with the in-progress marker that makes every Zarr reader refuse it.
+
+    >>> marked({"shape": [2]}, "resize")[MARKER_FIELD]["must_understand"]
+    True
+    """
+    return {
+        **document,
+        MARKER_FIELD: {
+            "must_understand": True,
+            "operation": operation,
+            "journal": JOURNAL_NAME,
+            "remedy": "finish it with cytearc_vfs.arrays.recover(store, path) or "
+            "cytearc-vfs array recover LOCATION PATH",
+        },
+    }
+
+
+def array_location(array: zarr.Array[Any]) -> tuple[Store, str]:
+    """The store and path of ``array``."""
+    store_path = array.store_path
+    return store_path.store, store_path.path
+
+
+def describe(store: Store, path: str) -> str:
+    """``store`` and ``path`` for messages."""
+    return f"array {path or '/'!r} in {store}"
+
+
+def require_writable(store: Store, path: str, what: str) -> None:
+    """Refuse a read-only store before anything is planned."""
+    if store.read_only:
+        raise ValueError(
+            f"{what} needs a writable store; {describe(store, path)} is read-only: "
+            "open it with mode='r+' (or read_only=False)"
+        )
+
+
+def read_document(store: Store, path: str) -> ArrayDocument:
+    """The stored ``zarr.json`` of the array at ``path``, checked by :meth:`ArrayDocument.parse`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No ``zarr.json`` at ``path``.
+    IncompleteStoreError
+        The document carries the in-progress marker (an operation did not finish).
+    """
+    where = describe(store, path)
+    key = f"{path}/zarr.json" if path else "zarr.json"
+    document = get_json(store, key, where=where)
+    if document is None:
+        raise FileNotFoundError(f"{where}: no zarr.json at {key!r}")
+    if isinstance(document, dict) and MARKER_FIELD in document:
+        raise IncompleteStoreError(
+            f"{where}: an array operation did not finish; finish it with "
+            "cytearc_vfs.arrays.recover(store, path) or cytearc-vfs array recover LOCATION PATH"
+        )
+    return ArrayDocument.parse(path, document, where=where)
+
+
+def view_array(store: Store, path: str, document: Mapping[str, Any]) -> zarr.Array[Any]:
+    """A zarr array over ``store``'s keys at ``path`` described by ``document``.
+
+    The document is not read from or written to the store: it may describe
+    the array as it is not stored (a shape widened to whole chunks, to reach
+    the cells an edge chunk holds beyond the shape). Every key zarr then
+    reads, writes or deletes passes the package's key check
+    (:class:`~cytearc_vfs.format.key_checked.KeyCheckedWrapperStore`); all-fill
+    chunks are deleted rather than written, as zarr does by default.
+    """
+    metadata = ArrayV3Metadata.from_dict(json.loads(json.dumps(document)))
+    checked = KeyCheckedWrapperStore(store)
+    async_array = AsyncArray(
+        metadata=metadata,
+        store_path=StorePath(checked, path),
+        config={"write_empty_chunks": False},
+    )
+    return zarr.Array(async_array)
+
+
+def refresh(array: zarr.Array[Any], document: Mapping[str, Any]) -> None:
+    """Give ``array`` (the caller's object) the metadata ``document`` now stored.
+
+    zarr's own ``Array.resize`` changes the array object in place; resize and
+    promote do the same, so the caller's handle never describes chunks that
+    moved.
+    """
+    metadata = ArrayV3Metadata.from_dict(json.loads(json.dumps(document)))
+    current = array.async_array
+    updated = AsyncArray(metadata=metadata, store_path=current.store_path, config=current.config)
+    array._async_array = cast("AsyncArray[Any]", updated)
+
+
+def fill_cells(values: npt.NDArray[Any], fill: object) -> npt.NDArray[np.bool_]:
+    """Which cells of ``values`` hold ``fill`` (NaN matches NaN).
+
+    >>> fill_cells(np.array([0.0, np.nan, 1.0]), float("nan")).tolist()
+    [False, True, False]
+    >>> fill_cells(np.array([0, 3, 0], dtype="u2"), 0).tolist()
+    [True, False, True]
+    """
+    if fill is None:
+        return np.zeros(values.shape, dtype=bool)
+    if values.dtype.kind in "fc":
+        fill_number = complex(cast("complex", fill))
+        if math.isnan(fill_number.real) or math.isnan(fill_number.imag):
+            if values.dtype.kind == "f":
+                return np.isnan(values)
+            real_nan = math.isnan(fill_number.real)
+            imag_nan = math.isnan(fill_number.imag)
+            real = np.isnan(values.real) if real_nan else values.real == fill_number.real
+            imag = np.isnan(values.imag) if imag_nan else values.imag == fill_number.imag
+            return np.asarray(real & imag, dtype=bool)
+    found = np.asarray(values == fill)
+    if found.shape != values.shape:  # numpy could not compare element by element
+        return np.zeros(values.shape, dtype=bool)
+    return found.astype(bool, copy=False)
+
+
+def dumps(document: Mapping[str, Any] | Sequence[Any]) -> bytes:
+    """JSON bytes of a document, as zarr writes them (indented, NaN spelled by zarr)."""
+    return json.dumps(document, indent=2).encode()

@@ -1,0 +1,310 @@
+"""``info`` and ``hierarchy``: what an array is, and what a group holds.
+
+The R package prints an array's data type, shape, chunking, chunk key
+separator and codecs (``print``), and a group's tree (``hierarchy_nodes``).
+Here both return values (``to_dict`` for JSON) whose ``str`` is that text.
+:func:`hierarchy` reads the nodes' documents directly rather than opening
+them with zarr, so an array left marked by an unfinished operation shows
+as such instead of stopping the listing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+
+from ..format.store_io import get_json, list_dir
+from .documents import MARKER_FIELD, array_location
+
+__all__ = ["ArrayInfo", "HierarchyNode", "codec_text", "hierarchy", "info"]
+
+
+def _dims(shape: Sequence[int] | None) -> str:
+    if shape is None:
+        return "-"
+    return " x ".join(str(n) for n in shape) if len(shape) else "scalar"
+
+
+def codec_text(codec: object) -> str:
+    """A codec (chain member) in one short phrase.
+
+    >>> codec_text({"name": "sharding_indexed", "configuration": {"codecs": [{"name": "bytes"},
+    ...     {"name": "zstd"}], "index_codecs": [{"name": "bytes"}, {"name": "crc32c"}]}})
+    'sharding_indexed(bytes, zstd; index: bytes, crc32c)'
+    >>> codec_text({"name": "transpose", "configuration": {"order": [1, 0]}})
+    'transpose(order=[1, 0])'
+    """
+    if isinstance(codec, str):
+        return codec
+    if not isinstance(codec, Mapping):
+        return repr(codec)
+    name = str(codec.get("name", codec.get("id", "?")))
+    configuration = codec.get("configuration") or {}
+    if name == "sharding_indexed":
+        inner = ", ".join(codec_text(c) for c in configuration.get("codecs", []))
+        index = ", ".join(codec_text(c) for c in configuration.get("index_codecs", []))
+        return f"{name}({inner}; index: {index})"
+    if name == "transpose":
+        return f"{name}(order={list(configuration.get('order', []))})"
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayInfo:
+    """A summary of one array, as the R package's ``print`` shows it."""
+
+    path: str
+    """Path of the array in its store (``""`` at the root)."""
+    zarr_format: int
+    """2 or 3."""
+    shape: tuple[int, ...]
+    """Shape."""
+    dtype: str
+    """Data type as the metadata names it (``uint16``)."""
+    chunks: tuple[int, ...]
+    """Chunk shape: what is read and encoded as one piece (the inner chunk when sharded)."""
+    shards: tuple[int, ...] | None
+    """Shard shape (one store key each), or ``None``."""
+    chunk_key_encoding: str
+    """``default`` (``c/0/0``) or ``v2`` (``0.0``)."""
+    separator: str
+    """Separator between the grid indices of a chunk key."""
+    codecs: tuple[str, ...]
+    """The codec chain, one phrase per codec (:func:`codec_text`)."""
+    fill_value: Any
+    """Fill value as the metadata stores it (cells holding it read as missing)."""
+    dimension_names: tuple[str | None, ...] | None
+    """Names of the dimensions, if any."""
+    codec_configurations: tuple[Any, ...] = field(default=(), repr=False)
+    """The codec chain as stored (JSON)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as JSON-able values."""
+        return {
+            "path": self.path,
+            "zarrFormat": self.zarr_format,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "chunks": list(self.chunks),
+            "shards": None if self.shards is None else list(self.shards),
+            "chunkKeyEncoding": self.chunk_key_encoding,
+            "separator": self.separator,
+            "codecs": list(self.codecs),
+            "codecConfigurations": list(self.codec_configurations),
+            "fillValue": self.fill_value,
+            "dimensionNames": None if self.dimension_names is None else list(self.dimension_names),
+        }
+
+    def __str__(self) -> str:
+        keys = "c" + self.separator + self.separator.join(["0"] * len(self.shape))
+        if self.chunk_key_encoding == "v2":
+            keys = self.separator.join(["0"] * len(self.shape)) or "0"
+        elif not self.shape:
+            keys = "c"
+        lines = [
+            f"Zarr array {self.path or '/'!r} (Zarr v{self.zarr_format})",
+            f"  data type  : {self.dtype}",
+            f"  shape      : {_dims(self.shape)}",
+            f"  chunks     : {_dims(self.chunks)}",
+        ]
+        if self.shards is not None:
+            lines.append(f"  shards     : {_dims(self.shards)} (one store key each)")
+        lines += [
+            f"  chunk keys : {self.chunk_key_encoding}, separator {self.separator!r} ({keys})",
+            f"  codecs     : {' -> '.join(self.codecs) or 'none'}",
+            f"  fill value : {json.dumps(self.fill_value)} (cells holding it read as missing)",
+        ]
+        if self.dimension_names is not None:
+            names = ", ".join("-" if n is None else n for n in self.dimension_names)
+            lines.append(f"  dimensions : {names}")
+        return "\n".join(lines)
+
+
+def info(array: zarr.Array[Any]) -> ArrayInfo:
+    """Summarize ``array`` from its metadata (no store request).
+
+    Examples
+    --------
+    >>> a = zarr.create_array({}, shape=(4, 3), chunks=(2, 3), dtype="u2", fill_value=0,
+    ...                       compressors=None, dimension_names=["cell", "gene"])
+    >>> print(info(a))
+    Zarr array '/' (Zarr v3)
+      data type  : uint16
+      shape      : 4 x 3
+      chunks     : 2 x 3
+      chunk keys : default, separator '/' (c/0/0)
+      codecs     : bytes
+      fill value : 0 (cells holding it read as missing)
+      dimensions : cell, gene
+    """
+    _, path = array_location(array)
+    document = json.loads(json.dumps(array.metadata.to_dict(), default=_jsonable))
+    if document.get("zarr_format") == 2:
+        filters = document.get("filters") or []
+        compressor = document.get("compressor")
+        chain = [*filters, *([compressor] if compressor else [])]
+        return ArrayInfo(
+            path=path,
+            zarr_format=2,
+            shape=tuple(array.shape),
+            dtype=str(array.dtype),
+            chunks=tuple(array.chunks),
+            shards=None,
+            chunk_key_encoding="v2",
+            separator=str(document.get("dimension_separator") or "."),
+            codecs=tuple(codec_text(c) for c in chain),
+            fill_value=document.get("fill_value"),
+            dimension_names=None,
+            codec_configurations=tuple(chain),
+        )
+    encoding = document.get("chunk_key_encoding") or {"name": "default"}
+    configuration = encoding.get("configuration") or {}
+    names = document.get("dimension_names")
+    return ArrayInfo(
+        path=path,
+        zarr_format=3,
+        shape=tuple(array.shape),
+        dtype=document["data_type"]
+        if isinstance(document.get("data_type"), str)
+        else json.dumps(document.get("data_type")),
+        chunks=tuple(array.chunks),
+        shards=None if array.shards is None else tuple(array.shards),
+        chunk_key_encoding=str(encoding.get("name")),
+        separator=str(
+            configuration.get("separator", "/" if encoding.get("name") == "default" else ".")
+        ),
+        codecs=tuple(codec_text(c) for c in document.get("codecs", [])),
+        fill_value=document.get("fill_value"),
+        dimension_names=None if names is None else tuple(names),
+        codec_configurations=tuple(document.get("codecs", [])),
+    )
+
+
+def _jsonable(value: object) -> object:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchyNode:
+    """One node of a hierarchy listing, with its children (groups first, then by name)."""
+
+    name: str
+    """Name in its parent (``/`` for the node listed)."""
+    path: str
+    """Path in the store."""
+    kind: str
+    """``group``, ``array``, or ``unfinished array`` (an operation to recover)."""
+    shape: tuple[int, ...] | None = None
+    """Shape of an array."""
+    dtype: str | None = None
+    """Data type of an array."""
+    chunks: tuple[int, ...] | None = None
+    """Chunk grid (shard shape when sharded) of an array."""
+    children: tuple[HierarchyNode, ...] = ()
+    """Members of a group."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tree as JSON-able values."""
+        out: dict[str, Any] = {"name": self.name, "path": self.path, "kind": self.kind}
+        if self.kind != "group":
+            out.update(
+                shape=None if self.shape is None else list(self.shape),
+                dtype=self.dtype,
+                chunks=None if self.chunks is None else list(self.chunks),
+            )
+        else:
+            out["children"] = [child.to_dict() for child in self.children]
+        return out
+
+    def _label(self) -> str:
+        if self.kind == "group":
+            return f"{self.name} (group)"
+        text = f"{self.name} ({self.kind}) {self.dtype} {_dims(self.shape)}"
+        return text + (f", chunks {_dims(self.chunks)}" if self.chunks is not None else "")
+
+    def lines(self) -> list[str]:
+        """The tree drawn with box characters, one line per node."""
+        return [self._label(), *self._branches("")]
+
+    def _branches(self, indent: str) -> list[str]:
+        out: list[str] = []
+        for position, child in enumerate(self.children):
+            last = position == len(self.children) - 1
+            out.append(indent + ("└── " if last else "├── ") + child._label())
+            out += child._branches(indent + ("    " if last else "│   "))
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _node(store: Store, path: str, name: str, depth: int) -> HierarchyNode | None:
+    prefix = f"{path}/" if path else ""
+    document = get_json(store, prefix + "zarr.json")
+    if document is None:
+        legacy = get_json(store, prefix + ".zarray")
+        if isinstance(legacy, dict):
+            return HierarchyNode(
+                name,
+                path,
+                "array",
+                tuple(legacy.get("shape", ())),
+                str(legacy.get("dtype")),
+                tuple(legacy.get("chunks", ())),
+            )
+        if get_json(store, prefix + ".zgroup") is None:
+            return None
+        document = {"node_type": "group"}
+    if not isinstance(document, dict):
+        return None
+    if document.get("node_type") == "array":
+        grid = (document.get("chunk_grid") or {}).get("configuration") or {}
+        dtype = document.get("data_type")
+        return HierarchyNode(
+            name,
+            path,
+            "unfinished array" if MARKER_FIELD in document else "array",
+            tuple(document.get("shape", ())),
+            dtype if isinstance(dtype, str) else json.dumps(dtype),
+            tuple(grid["chunk_shape"]) if "chunk_shape" in grid else None,
+        )
+    children: list[HierarchyNode] = []
+    if depth < 64 and store.supports_listing:
+        for child_name in list_dir(store, path):
+            if child_name in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata"):
+                continue
+            child = _node(store, prefix + child_name, child_name, depth + 1)
+            if child is not None:
+                children.append(child)
+    children.sort(key=lambda node: (node.kind != "group", node.name))
+    return HierarchyNode(name, path, "group", children=tuple(children))
+
+
+def hierarchy(node: zarr.Group | zarr.Array[Any]) -> HierarchyNode:
+    """The tree of groups and arrays below ``node``, as the R package's ``hierarchy_nodes``.
+
+    Examples
+    --------
+    >>> root = zarr.open_group({}, mode="w")
+    >>> _ = root.create_array("RNA/counts", shape=(4, 3), chunks=(2, 3), dtype="u2")
+    >>> _ = root.create_group("obs")
+    >>> print(hierarchy(root))
+    / (group)
+    ├── RNA (group)
+    │   └── counts (array) uint16 4 x 3, chunks 2 x 3
+    └── obs (group)
+    """
+    store_path = node.store_path
+    found = _node(store_path.store, store_path.path, "/", 0)
+    if found is None:
+        raise FileNotFoundError(f"no Zarr node at {store_path.path or '/'!r} in {store_path.store}")
+    return found

@@ -1,0 +1,170 @@
+"""Run one array operation and SIGKILL the process right after its n-th store write.
+
+Used by ``test_arrays_crash.py``: ``python arrays_crash_child.py CONFIG.json``.
+The config names a scenario (:data:`SCENARIOS`), how the store is opened
+(``local``: zarr's ``LocalStore``, whose renames are ``os.replace``;
+``wrapped``: the same directory behind a plain ``WrapperStore``, so renames
+are get + set + delete), what runs (``operate``, or ``recover`` on a
+directory an earlier kill left), a template directory and the kill points.
+
+The script imports everything once and forks one child per point before
+any zarr call (an event-loop thread does not survive a fork). The child
+counts every file write and delete ``LocalStore`` makes and every rename
+(``key_moves.replace_file``) and sends itself SIGKILL right after the n-th.
+Each point prints one JSON line: ``{"point": n, "outcome": "killed"}``, or
+``"finished"`` with the write count once a point lies past the last write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FINISHED = 0
+RAISED = 3
+
+#: name -> (zarr.create_array arguments, the operation)
+SCENARIOS: dict[str, tuple[dict[str, Any], Callable[[Any], object]]] = {}
+
+
+def _scenarios() -> None:
+    from zarr.codecs import TransposeCodec
+
+    from cytearc_vfs.arrays import promote, resize
+
+    SCENARIOS.update(
+        {
+            # a grown start, a cut (non-aligned) end with its edge chunks rewritten,
+            # a shrunk start and a grown end on the other dimension
+            "resize-2d": (
+                {"shape": (7, 5), "chunks": (2, 2)},
+                lambda a: resize(a, low=[1, -2], high=[-2, 3]),
+            ),
+            # one chain of chunks: every rename refills the last one's source
+            "resize-chain": (
+                {"shape": (9,), "chunks": (2,)},
+                lambda a: resize(a, low=[4], high=[-2]),
+            ),
+            "resize-sharded": (
+                {"shape": (12, 4), "chunks": (2, 2), "shards": (4, 4)},
+                lambda a: resize(a, low=[-4, 0], high=[-1, 1]),
+            ),
+            "promote-transpose": (
+                {"shape": (5, 4), "chunks": (2, 2), "filters": [TransposeCodec(order=(1, 0))]},
+                lambda a: promote(a, 1),
+            ),
+            "promote-sharded": (
+                {"shape": (8, 6), "chunks": (2, 3), "shards": (4, 6)},
+                lambda a: promote(a, 0),
+            ),
+        }
+    )
+
+
+def values_of(shape: tuple[int, ...]) -> np.ndarray:
+    """The values every scenario writes first (no cell holds the fill value -1)."""
+    return np.arange(int(np.prod(shape)), dtype="i4").reshape(shape)
+
+
+def create(directory: Path, scenario: str) -> None:
+    """Write the scenario's array at ``directory``/a."""
+    import zarr
+    from zarr.storage import LocalStore
+
+    arguments, _ = SCENARIOS[scenario]
+    array = zarr.create_array(
+        LocalStore(directory), name="a", dtype="i4", fill_value=-1, **arguments
+    )
+    array[...] = values_of(arguments["shape"])
+
+
+def open_store(directory: Path, via: str) -> Any:
+    """The store the operation runs on."""
+    from zarr.storage import LocalStore, WrapperStore
+
+    local = LocalStore(directory)
+    return local if via == "local" else WrapperStore(local)
+
+
+def run(scenario: str, directory: Path, via: str, what: str) -> None:
+    """Run the scenario's operation (or a recovery) on ``directory``."""
+    import zarr
+
+    from cytearc_vfs.arrays import recover
+
+    store = open_store(directory, via)
+    if what == "recover":
+        recover(store, "a")
+        return
+    _, operation = SCENARIOS[scenario]
+    operation(zarr.open_array(store, path="a", mode="r+"))
+
+
+def _install_kill_hook(point: int) -> list[int]:
+    from zarr.storage import _local
+
+    from cytearc_vfs.arrays import key_moves
+
+    lock = threading.Lock()
+    count = [0]
+
+    def counted(function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            with lock:
+                count[0] += 1
+                if count[0] == point:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        return wrapper
+
+    for name in ("_put", "_delete", "_delete_dir"):
+        setattr(_local, name, counted(getattr(_local, name)))
+    key_moves.replace_file = counted(key_moves.replace_file)
+    return count
+
+
+def main() -> int:
+    import cytearc_vfs.arrays  # noqa: F401  (imported before forking)
+
+    _scenarios()
+    config = json.loads(Path(sys.argv[1]).read_text())
+    template, out = Path(config["template"]), Path(config["out"])
+    for point in config["points"]:
+        destination = out / f"{point:04d}"
+        shutil.copytree(template, destination)
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            count = _install_kill_hook(point)
+            try:
+                run(config["scenario"], destination, config["via"], config["what"])
+            except BaseException as exc:
+                print(json.dumps({"point": point, "error": repr(exc)}), flush=True)
+                os._exit(RAISED)
+            print(json.dumps({"point": point, "outcome": "finished", "writes": count[0]}))
+            sys.stdout.flush()
+            os._exit(FINISHED)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            print(json.dumps({"point": point, "outcome": "killed"}), flush=True)
+        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == FINISHED:
+            break
+        else:
+            print(json.dumps({"point": point, "outcome": "failed", "status": status}), flush=True)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
