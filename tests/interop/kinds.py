@@ -1,0 +1,349 @@
+"""The array kinds of the interop table (its rows), each a context manager yielding a target.
+
+A kind is a function ``build(workspace) -> context manager of Target``
+registered with :func:`array_kind`. The workspace writes (once per session)
+the ordinary stores the kinds point into; a kind that needs a server or a
+mount starts it on entering and stops it on leaving, and every reader of the
+row reads while it runs.
+
+Rows today: ``counts`` and ``countsT`` under three layout policies (the
+default, a small one with many shards and two row frames per chunk, and one
+whose chunks are column blocks of single frames), the id columns, the
+``cellData/I`` flags, two count summaries, an artifact array, and the
+default-policy counts over plain HTTP (a static range server).
+
+How a later row is added (a few lines each), e.g. a composite served over
+HTTP by ``cytearc-vfs serve``, or mounted with FUSE::
+
+    @array_kind("composite-http", "composite `RNA/counts` via `cytearc-vfs serve`")
+    @contextmanager
+    def composite_over_http(ws: Workspace) -> Iterator[Target]:
+        composite, expected = ws.composite()          # write it (to be added)
+        with cli_server(["serve", str(composite), "--port", "0"]) as url:
+            yield Target(url, "RNA/counts", expected, note="...", scrub=(url,))
+
+    @array_kind("composite-fuse", "composite `RNA/counts` via `cytearc-vfs mount-fs`")
+    @contextmanager
+    def composite_over_fuse(ws: Workspace) -> Iterator[Target]:
+        composite, expected = ws.composite()
+        with fuse_mount(composite, ws.scratch("fuse")) as mountpoint:
+            yield Target(str(mountpoint), "RNA/counts", expected, scrub=(str(mountpoint),))
+
+``cli_server`` (start ``cytearc-vfs``, wait for its first stdout line
+``serving http://127.0.0.1:PORT/``, stop it on exit) is here;
+``fuse_mount`` and ``Workspace.composite`` are not written yet. A kind that
+cannot run on this machine (no ``/dev/fuse``) calls ``pytest.skip`` inside
+its builder; every reader of its row then skips with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+import cytearc_vfs as cv
+from cytearc_vfs.encoding.row_frames import rows_per_frame
+
+from .readers import Target
+from .static_http import serve_directory
+
+__all__ = ["KINDS", "ArrayKind", "Workspace", "Written", "array_kind", "cli_server"]
+
+#: The matrix every count row reads: cells x features, uint16.
+N_CELLS, N_FEATURES = 1_000, 2_000
+
+#: Layout policies of the stores the count rows read.
+POLICIES: dict[str, cv.LayoutPolicy] = {
+    "default": cv.LayoutPolicy(),
+    # many shards (16 cells each), 4-row chunks of two row frames (3 rows + 1)
+    "small": cv.LayoutPolicy(unit_bytes=64 * 1024, chunk_bytes=16 * 1024),
+    # chunks of 1 row x 512 features (single frames), shards wider than the matrix
+    "column-blocks": cv.LayoutPolicy(unit_bytes=16 * 1024, chunk_bytes=1024),
+}
+
+
+def interop_counts(n_cells: int, n_features: int, *, seed: int = 14) -> sp.csr_array:
+    """Realistic counts that exercise the readers' edge cases.
+
+    5 % non-zero, mostly 1-3 with a long tail reaching past 255 (stored as
+    uint16), and a band of empty cells (390-609) and one of empty features
+    (1300-1799), wide enough that under every policy some inner chunks are
+    all zero and left out of their shard (the index marks them missing and
+    every reader must fill them with 0).
+    """
+    rng = np.random.default_rng(seed)
+    nnz = int(n_cells * n_features * 0.05)
+    rows = rng.integers(0, n_cells, nnz)
+    cols = rng.integers(0, n_features, nnz)
+    values = rng.geometric(0.45, nnz).astype(np.int64)
+    tail = rng.random(nnz) < 0.002
+    values[tail] = rng.integers(256, 60_000, int(tail.sum()))
+    keep = ~(((rows >= 390) & (rows < 610)) | ((cols >= 1300) & (cols < 1800)))
+    matrix = sp.coo_array(
+        (values[keep], (rows[keep], cols[keep])), shape=(n_cells, n_features)
+    ).tocsr()
+    matrix.sum_duplicates()
+    # duplicates summed past uint16 would change the stored dtype
+    matrix.data = np.minimum(matrix.data, 65_535)
+    return sp.csr_array(matrix)
+
+
+def cell_ids(n: int) -> list[str]:
+    """Sample-prefixed barcodes of unequal length, as a real cell table has them."""
+    bases = np.array(list("ACGT"))
+    rng = np.random.default_rng(1)
+    return [
+        f"{'s1' if i % 3 else 'sample_two'}_{''.join(rng.choice(bases, 16))}-{i}" for i in range(n)
+    ]
+
+
+def feature_ids(n: int) -> list[str]:
+    """Gene-like ids, with non-ASCII names (UTF-32 text must survive every reader)."""
+    special = ["Hba-\u03b11", "Café1", "ÅGENE", "MT-ATP8", "线粒体1"]
+    return [special[j] if j < len(special) else f"ENSG{j:011d}" for j in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """An ordinary store the workspace wrote, and what was written into it."""
+
+    path: Path
+    """The store's directory."""
+    counts: npt.NDArray[Any]
+    """The dense counts, in the stored dtype."""
+    cells: list[str]
+    """Cell ids, in row order."""
+    features: list[str]
+    """Feature ids, in column order."""
+
+
+class Workspace:
+    """Stores and scratch directories of one test session, each written once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._stores: dict[str, Written] = {}
+        self._artifact: tuple[str, npt.NDArray[Any]] | None = None
+
+    def scratch(self, name: str) -> Path:
+        """A fresh directory under the session's root."""
+        path = self.root / "scratch" / name
+        path.mkdir(parents=True, exist_ok=False)
+        return path
+
+    def ordinary(self, policy: str = "default") -> Written:
+        """The interop matrix written by ``cv.write_counts`` under ``POLICIES[policy]``."""
+        if policy not in self._stores:
+            matrix = interop_counts(N_CELLS, N_FEATURES)
+            path = self.root / f"ordinary-{policy}.zarr"
+            cells, features = cell_ids(N_CELLS), feature_ids(N_FEATURES)
+            info = cv.write_counts(
+                path, matrix, cells=cells, features=features, layout=POLICIES[policy]
+            )
+            dense = matrix.toarray().astype(np.uint16)
+            if info.dtype != dense.dtype:  # the rows would test another dtype than they say
+                raise AssertionError(f"write_counts stored {info.dtype}, expected uint16")
+            self._stores[policy] = Written(path, dense, cells, features)
+        return self._stores[policy]
+
+    def artifact(self) -> tuple[str, npt.NDArray[Any]]:
+        """A float32 embedding published as an artifact of the default store: (path, values)."""
+        if self._artifact is None:
+            store = self.ordinary("default")
+            values = np.random.default_rng(7).standard_normal((N_CELLS, 30)).astype(np.float32) * 10
+            values[0, :3] = [0.0, -0.0, np.float32(1e-42)]  # signed zero and a subnormal
+            with cv.publish_artifact(
+                store.path,
+                "RNA/artifacts",
+                "reduction",
+                provenance={"operation": "pca", "parameters": {"n": 30}, "inputs": {}},
+            ) as art:
+                art.write_array("embedding", values)
+            self._artifact = (f"{art.path}/embedding", values)
+        return self._artifact
+
+
+KindBuilder = Callable[[Workspace], AbstractContextManager[Target]]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayKind:
+    """A row of the table."""
+
+    name: str
+    """Slug: the test id and the JSON file's prefix."""
+    label: str
+    """The row's heading in the report (markdown)."""
+    build: KindBuilder
+    """Yields the target while its server or mount (if any) runs."""
+
+
+KINDS: dict[str, ArrayKind] = {}
+
+
+def array_kind(name: str, label: str) -> Callable[[KindBuilder], KindBuilder]:
+    """Register ``build`` as the row ``name``; rows keep their registration order."""
+
+    def register(build: KindBuilder) -> KindBuilder:
+        if name in KINDS or "__" in name or "/" in name:
+            raise ValueError(f"array kind {name!r} is taken or not a slug")
+        KINDS[name] = ArrayKind(name, label, build)
+        return build
+
+    return register
+
+
+def describe(store: Path, path: str) -> str:
+    """Data type, chunking and codecs of an array, from its ``zarr.json`` (not via zarr)."""
+    meta = json.loads((store / path / "zarr.json").read_text(encoding="utf-8"))
+    dtype = meta["data_type"]
+    dtype_name = dtype if isinstance(dtype, str) else f"{dtype['name']} {dtype['configuration']}"
+    grid = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    codecs = meta["codecs"]
+    if codecs[0]["name"] == "sharding_indexed":
+        inner = codecs[0]["configuration"]
+        chunk = inner["chunk_shape"]
+        names = "+".join(c["name"] for c in inner["codecs"])
+        text = f"{dtype_name}; shards {grid}, chunks {chunk} ({names})"
+        if path.endswith(("counts", "countsT")):
+            itemsize = np.dtype(dtype_name).itemsize
+            per_frame = rows_per_frame((chunk[0], chunk[1]), itemsize)
+            frames = -(-chunk[0] // per_frame)
+            text += f", {frames} row frame{'s' if frames > 1 else ''} per chunk"
+        return text
+    names = "+".join(c["name"] for c in codecs)
+    return f"{dtype_name}; chunks {grid} ({names})"
+
+
+def _target(store: Written | Path, path: str, expected: npt.NDArray[Any]) -> Target:
+    root = store.path if isinstance(store, Written) else store
+    return Target(str(root), path, expected, describe(root, path), scrub=(str(root),))
+
+
+def _count_rows(policy: str) -> None:
+    @array_kind(f"counts-{policy}", f"`RNA/counts`, {policy} policy")
+    @contextmanager
+    def counts(ws: Workspace) -> Iterator[Target]:
+        store = ws.ordinary(policy)
+        yield _target(store, "RNA/counts", store.counts)
+
+    @array_kind(f"countsT-{policy}", f"`RNA/countsT`, {policy} policy")
+    @contextmanager
+    def counts_t(ws: Workspace) -> Iterator[Target]:
+        store = ws.ordinary(policy)
+        yield _target(store, "RNA/countsT", np.ascontiguousarray(store.counts.T))
+
+
+for _policy in POLICIES:
+    _count_rows(_policy)
+
+
+@array_kind("cell-ids", "`cellData/ids`")
+@contextmanager
+def _cell_ids(ws: Workspace) -> Iterator[Target]:
+    store = ws.ordinary()
+    yield _target(store, "cellData/ids", np.array(store.cells, dtype=str))
+
+
+@array_kind("feature-ids", "`RNA/featureData/ids` (non-ASCII)")
+@contextmanager
+def _feature_ids(ws: Workspace) -> Iterator[Target]:
+    store = ws.ordinary()
+    yield _target(store, "RNA/featureData/ids", np.array(store.features, dtype=str))
+
+
+@array_kind("cell-flags", "`cellData/I`")
+@contextmanager
+def _cell_flags(ws: Workspace) -> Iterator[Target]:
+    store = ws.ordinary()
+    yield _target(store, "cellData/I", np.ones(len(store.cells), dtype=bool))
+
+
+@array_kind("row-sums", "`RNA/countSummaries/rowSums`")
+@contextmanager
+def _row_sums(ws: Workspace) -> Iterator[Target]:
+    store = ws.ordinary()
+    yield _target(store, "RNA/countSummaries/rowSums", store.counts.sum(axis=1, dtype=np.uint64))
+
+
+@array_kind("row-positive", "`RNA/countSummaries/rowPositive`")
+@contextmanager
+def _row_positive(ws: Workspace) -> Iterator[Target]:
+    store = ws.ordinary()
+    positive = np.count_nonzero(store.counts, axis=1).astype(np.int64)
+    yield _target(store, "RNA/countSummaries/rowPositive", positive)
+
+
+@array_kind("artifact", "artifact array (`cv.publish_artifact`, float32)")
+@contextmanager
+def _artifact(ws: Workspace) -> Iterator[Target]:
+    path, values = ws.artifact()
+    yield _target(ws.ordinary(), path, values)
+
+
+@array_kind("counts-http", "`RNA/counts`, default policy, over HTTP (static range server)")
+@contextmanager
+def _counts_over_http(ws: Workspace) -> Iterator[Target]:
+    store = ws.ordinary()
+    with serve_directory(store.path) as url:
+        local = _target(store, "RNA/counts", store.counts)
+        yield Target(
+            url, local.path, local.expected, local.note, scrub=(url.rstrip("/"), str(store.path))
+        )
+
+
+@contextmanager
+def cli_server(args: Sequence[str], *, timeout: float = 60) -> Iterator[str]:
+    """Run ``cytearc-vfs *args`` until the block ends; yields the URL of its first line.
+
+    The command must print ``serving http://HOST:PORT/`` as its first line
+    of stdout (``cytearc-vfs serve LOCATION --port 0`` does). Later output is
+    drained so a chatty server never blocks on a full pipe. On leaving, the
+    command gets SIGINT, then SIGKILL if it has not exited within ``timeout``
+    seconds.
+    """
+    with tempfile.TemporaryFile(mode="w+") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cytearc_vfs.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline().strip()
+            if not first.startswith("serving "):
+                with suppress(subprocess.TimeoutExpired):  # its stderr is complete once it exits
+                    process.wait(timeout=5)
+                stderr.seek(0)
+                raise RuntimeError(
+                    f"cytearc-vfs {' '.join(args)} printed {first!r} first, not 'serving URL' "
+                    f"(exit code {process.returncode}): {stderr.read().strip()[-2000:]}"
+                )
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            yield first.removeprefix("serving ")
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
