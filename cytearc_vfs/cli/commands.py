@@ -479,6 +479,81 @@ def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, "")
 
 
+def _check_mountpoint(mountpoint: str) -> None:
+    from ..fuse.mounting import is_mounted
+
+    path = Path(mountpoint)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"mount point {mountpoint} does not exist; create the directory first (mkdir {mountpoint})"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(f"mount point {mountpoint} is not a directory; give a directory")
+    if is_mounted(path):
+        raise InputRefusedError(
+            f"{path.resolve()} is a mount point already; unmount it first "
+            f"(fusermount3 -u {mountpoint}) or choose another directory"
+        )
+
+
+def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
+    import signal
+    import sys
+
+    from ..fuse.mounting import FuseMount, check_fuse
+    from ..fuse.tree import StoreTree
+    from ..read.opening import open_store
+    from ..remote.locations import describe_location
+    from .interrupts import Interrupted, begin_cleanup
+
+    require_store(args.location, command="mount-fs", kinds=("ordinary", "composite", "mount"))
+    _check_mountpoint(args.mountpoint)
+    binding = check_fuse()
+    where = describe_location(args.location)
+    store = open_store(args.location, mode="r")
+    mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
+    started = time.perf_counter()
+    ended = "unmounted from elsewhere"
+    try:
+        try:
+            mounted.start(binding)
+            # the first line, flushed at once: scripts wait for it before reading
+            print(
+                f"mounted {where} at {mounted.mountpoint}",
+                file=sys.stderr if args.json else sys.stdout,
+                flush=True,
+            )
+            mounted.wait()
+        except Interrupted as interrupt:
+            # the way this command is meant to end: unmount, report, exit 0
+            begin_cleanup()
+            ended = signal.Signals(interrupt.signum).name
+        finally:
+            done = mounted.stop()
+    finally:
+        store.close()
+    if mounted.failure is not None:
+        raise OSError(
+            f"the file system at {mounted.mountpoint} stopped with an error "
+            f"({type(mounted.failure).__name__}: {mounted.failure}); {done}"
+        )
+    seconds = time.perf_counter() - started
+    payload = {
+        "location": where,
+        "mountpoint": mounted.mountpoint,
+        "ended": ended,
+        "unmount": done,
+        "computedChunks": mounted.operations.computed_values,
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"{done} {mounted.mountpoint} ({ended}) after {seconds:.1f} s; "
+        f"{_plural(mounted.operations.computed_values, 'value')} computed for reading"
+    )
+    return Outcome(payload, text)
+
+
 #: Command name -> (function, names of the arguments that are destinations it creates).
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome], str | None]] = {
     "demo": (cmd_demo, None),
@@ -489,4 +564,5 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "mount": (cmd_mount, "destination"),
     "repack": (cmd_repack, "destination"),
     "artifacts": (cmd_artifacts, None),
+    "mount-fs": (cmd_mount_fs, None),
 }

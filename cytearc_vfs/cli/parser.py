@@ -218,6 +218,32 @@ def build_parser() -> argparse.ArgumentParser:
     artifacts.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     artifacts.add_argument("--kind", help="only artifacts of this kind")
 
-    for command in (demo, info, verify, write, composite, mount, repack, artifacts):
+    mount_fs = sub.add_parser(
+        "mount-fs",
+        help="show a store, composite or mount as a read-only directory of Zarr files (FUSE)",
+        description=(
+            "Mount LOCATION read-only at MOUNTPOINT with FUSE: every key becomes a file "
+            "(zarr.json documents, chunks), so any Zarr reader (zarr-python, tensorstore, "
+            "zarrs, R) reads it from the path; a composite's counts are computed as they are "
+            "read. Stays in the foreground; Ctrl-C (SIGINT) or SIGTERM unmounts and exits 0. "
+            "Needs FUSE 3 (the fuse3 package, /dev/fuse) and pip install 'cytearc-vfs[fuse]'."
+        ),
+    )
+    mount_fs.add_argument(
+        "location", metavar="LOCATION", help="path or URL of a CyteArc store, composite or mount"
+    )
+    mount_fs.add_argument(
+        "mountpoint", metavar="MOUNTPOINT", help="an existing directory to show the store at"
+    )
+    mount_fs.add_argument(
+        "--allow-other",
+        action="store_true",
+        help=(
+            "let other users read the mount (for users other than root, /etc/fuse.conf "
+            "must say user_allow_other)"
+        ),
+    )
+
+    for command in (demo, info, verify, write, composite, mount, repack, artifacts, mount_fs):
         _common(command)
     return parser

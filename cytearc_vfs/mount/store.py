@@ -294,6 +294,12 @@ class MountStore(KeyCheckedStore):
         store = await self._store_for(self._check_key(key, "exists"))
         return await store.exists(key)
 
+    async def getsize(self, key: str) -> int:
+        # The owner's size (a stat, or a HEAD request): zarr's default reads
+        # the whole value, which a file system listing asks for every file.
+        store = await self._store_for(self._check_key(key, "getsize"))
+        return await store.getsize(key)
+
     # -------------------------------------------------------------- writing
 
     @property
