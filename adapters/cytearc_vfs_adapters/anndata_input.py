@@ -29,7 +29,7 @@ def count_input(counts: Any, layer: str | None) -> CountInput | None:
     else:
         if layer not in counts.layers:
             # recent anndata lists X among the layers under the key None
-            names = sorted(name for name in counts.layers.keys() if isinstance(name, str))
+            names = sorted(name for name in counts.layers if isinstance(name, str))
             raise KeyError(
                 f"the AnnData has no layer {layer!r}; its layers are {names} (or pass no "
                 "layer= to write X)"
