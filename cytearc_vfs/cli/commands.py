@@ -38,11 +38,17 @@ def _plural(count: int, word: str) -> str:
 _IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
 
 
-def require_store(location: str, *, command: str, kinds: Sequence[str]) -> Any:
+def require_store(
+    location: str,
+    *,
+    command: str,
+    kinds: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+) -> Any:
     """Classify ``location`` and refuse it unless it is one of ``kinds``."""
     from ..inspection.store_kind import classify_location
 
-    found = classify_location(location)
+    found = classify_location(location, storage_options=storage_options)
     if found.kind in kinds:
         return found
     wanted = {
@@ -496,6 +502,27 @@ def _check_mountpoint(mountpoint: str) -> None:
         )
 
 
+def _json_option(value: str | None, *, option: str) -> dict[str, Any] | None:
+    """``--OPTION JSON`` or ``--OPTION @FILE``: a JSON object, or ``None`` when not given."""
+    import json
+
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        file = Path(value[1:])
+        if not file.is_file():
+            raise InputRefusedError(f"{option} file {file} does not exist; give a JSON file")
+        text = file.read_text()
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise InputRefusedError(f"{option} is not valid JSON ({exc}); give a JSON object") from exc
+    if not isinstance(parsed, dict):
+        raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
+    return parsed
+
+
 def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
     import signal
@@ -507,11 +534,23 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..remote.locations import describe_location
     from .interrupts import Interrupted, begin_cleanup
 
-    require_store(args.location, command="mount-fs", kinds=("ordinary", "composite", "mount"))
+    storage_options = _json_option(args.storage_options, option="--storage-options")
+    source_options = _json_option(args.source_storage_options, option="--source-storage-options")
+    require_store(
+        args.location,
+        command="mount-fs",
+        kinds=("ordinary", "composite", "mount"),
+        storage_options=storage_options,
+    )
     _check_mountpoint(args.mountpoint)
     binding = check_fuse()
     where = describe_location(args.location)
-    store = open_store(args.location, mode="r")
+    store = open_store(
+        args.location,
+        mode="r",
+        storage_options=storage_options,
+        source_storage_options=source_options,
+    )
     mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
     started = time.perf_counter()
     ended = "unmounted from elsewhere"

@@ -236,6 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
         "mountpoint", metavar="MOUNTPOINT", help="an existing directory to show the store at"
     )
     mount_fs.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help="backend options of LOCATION as a JSON object, or @FILE holding one",
+    )
+    mount_fs.add_argument(
+        "--source-storage-options",
+        metavar="JSON|@FILE",
+        help=(
+            "backend options of the sources of a composite ({name: {...}}) or of a mount's "
+            "source ({...}), as JSON or @FILE; a file keeps credentials out of the process list"
+        ),
+    )
+    mount_fs.add_argument(
         "--allow-other",
         action="store_true",
         help=(
