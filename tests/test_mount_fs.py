@@ -145,14 +145,14 @@ def walk(operations: TreeOperations, path: str = "/") -> dict[str, dict[str, Any
 
 def read_through(operations: TreeOperations, path: str, piece: int = 128 * 1024) -> bytes:
     """A whole file read as the kernel reads it: one open, many reads, one release."""
-    handle = operations.open(path, os.O_RDONLY)
+    handle = operations.open_file(path, os.O_RDONLY)
     try:
         size = operations.getattr(path)["st_size"]
         return b"".join(
-            operations.read(path, piece, offset, handle) for offset in range(0, size, piece)
+            operations.read_file(path, piece, offset, handle) for offset in range(0, size, piece)
         )
     finally:
-        operations.release(path, handle)
+        operations.release_file(path, handle)
 
 
 def value_of(store: Any, key: str) -> bytes:
@@ -214,14 +214,14 @@ def test_a_computed_chunk_is_computed_once_per_open_file(
     assert operations.computed_values == 2
 
     # concurrent reads of two handles on one key share one computation
-    handles = [operations.open(path, os.O_RDONLY) for _ in range(2)]
+    handles = [operations.open_file(path, os.O_RDONLY) for _ in range(2)]
     barrier = threading.Barrier(8)
     pieces: dict[int, bytes] = {}
 
     def read(index: int) -> None:
         barrier.wait()
         offset = index * 4096
-        pieces[index] = operations.read(path, 4096, offset, handles[index % 2])
+        pieces[index] = operations.read_file(path, 4096, offset, handles[index % 2])
 
     threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
     for thread in threads:
@@ -229,7 +229,7 @@ def test_a_computed_chunk_is_computed_once_per_open_file(
     for thread in threads:
         thread.join()
     for handle in handles:
-        operations.release(path, handle)
+        operations.release_file(path, handle)
     assert operations.computed_values == 3
     assert b"".join(pieces[i] for i in range(8)) == expected[: 8 * 4096]
 
@@ -240,16 +240,21 @@ def test_a_deleted_source_is_eio_never_zeros(
     composite = make_composite(tmp_path, monkeypatch, chunk_bytes=8 << 20)  # one chunk: all sources
     store = cv.open_store(composite.path)
     operations = TreeOperations(StoreTree(store))
+    expected = value_of(store, "RNA/counts/c/0/0")
+    shutil.copytree(composite.sources[1], tmp_path / "kept.zarr")
     shutil.rmtree(composite.sources[1])
-    handle = operations.open("/RNA/counts/c/0/0", os.O_RDONLY)
+    handle = operations.open_file("/RNA/counts/c/0/0", os.O_RDONLY)
     with pytest.raises(OSError) as failed:
-        operations.read("/RNA/counts/c/0/0", 4096, 0, handle)
+        operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle)
     assert failed.value.errno == errno.EIO
     # the next read tries again (and fails again): nothing wrong was kept
     with pytest.raises(OSError) as again:
-        operations.read("/RNA/counts/c/0/0", 4096, 0, handle)
+        operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle)
     assert again.value.errno == errno.EIO
-    operations.release("/RNA/counts/c/0/0", handle)
+    # restored at its path, the source reads again, through the same open file
+    shutil.copytree(tmp_path / "kept.zarr", composite.sources[1])
+    assert operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle) == expected[:4096]
+    operations.release_file("/RNA/counts/c/0/0", handle)
     # metadata still answers: it never needed the source
     assert operations.getattr("/RNA/counts/zarr.json")["st_size"] > 0
 
@@ -258,8 +263,8 @@ def test_changes_are_erofs_and_absent_paths_enoent(tmp_path: Path) -> None:
     cv.write_counts(tmp_path / "a.zarr", realistic_counts(50, 20, seed=1))
     operations = TreeOperations(StoreTree(cv.open_store(tmp_path / "a.zarr")))
     for call in (
-        lambda: operations.open("/zarr.json", os.O_WRONLY),
-        lambda: operations.open("/zarr.json", os.O_RDWR),
+        lambda: operations.open_file("/zarr.json", os.O_WRONLY),
+        lambda: operations.open_file("/zarr.json", os.O_RDWR),
         lambda: operations.create("/new", 0o644, os.O_WRONLY),
         lambda: operations.mkdir("/dir", 0o755),
         lambda: operations.unlink("/zarr.json"),
@@ -546,6 +551,23 @@ def test_a_signal_unmounts_even_with_a_file_open(
         assert "Traceback" not in err
         assert not is_mounted(mounted.mountpoint)
         assert str(mounted.mountpoint) not in Path("/proc/mounts").read_text()
+
+
+@pytest.mark.parametrize("how", ["fusermount3 -u", "SIGHUP"])
+def test_an_unmount_from_elsewhere_ends_the_command(
+    fuse_works: None, tmp_path: Path, how: str
+) -> None:
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(200, 50, seed=2))
+    with mount_fs(tmp_path / "a.zarr", tmp_path / "mp") as mounted:
+        if how == "SIGHUP":  # the terminal closed
+            mounted.process.send_signal(signal.SIGHUP)
+        else:
+            subprocess.run(["fusermount3", "-u", str(mounted.mountpoint)], check=True)
+        out, _ = mounted.process.communicate(timeout=60)
+        assert mounted.process.returncode == 0, mounted.stderr.read_text()
+        ended = "SIGHUP" if how == "SIGHUP" else "unmounted from elsewhere"
+        assert f"({ended})" in out, out
+        assert not is_mounted(mounted.mountpoint)
 
 
 def test_a_deleted_source_reads_as_eio_through_the_mount(

@@ -532,7 +532,7 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..fuse.tree import StoreTree
     from ..read.opening import open_store
     from ..remote.locations import describe_location
-    from .interrupts import Interrupted, begin_cleanup
+    from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
 
     storage_options = _json_option(args.storage_options, option="--storage-options")
     source_options = _json_option(args.source_storage_options, option="--source-storage-options")
@@ -554,22 +554,25 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
     started = time.perf_counter()
     ended = "unmounted from elsewhere"
+    # SIGHUP (the terminal closed) stops it like SIGINT and SIGTERM; left to
+    # libfuse, its handler would mark the session ended without waking it
     try:
-        try:
-            mounted.start(binding)
-            # the first line, flushed at once: scripts wait for it before reading
-            print(
-                f"mounted {where} at {mounted.mountpoint}",
-                file=sys.stderr if args.json else sys.stdout,
-                flush=True,
-            )
-            mounted.wait()
-        except Interrupted as interrupt:
-            # the way this command is meant to end: unmount, report, exit 0
-            begin_cleanup()
-            ended = signal.Signals(interrupt.signum).name
-        finally:
-            done = mounted.stop()
+        with also_interrupted_by(signal.SIGHUP):
+            try:
+                mounted.start(binding)
+                # the first line, flushed at once: scripts wait for it before reading
+                print(
+                    f"mounted {where} at {mounted.mountpoint}",
+                    file=sys.stderr if args.json else sys.stdout,
+                    flush=True,
+                )
+                mounted.wait()
+            except Interrupted as interrupt:
+                # the way this command is meant to end: unmount, report, exit 0
+                begin_cleanup()
+                ended = signal.Signals(interrupt.signum).name
+            finally:
+                done = mounted.stop()
     finally:
         store.close()
     if mounted.failure is not None:

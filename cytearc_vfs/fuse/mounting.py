@@ -178,7 +178,7 @@ class FuseMount:
             options["allow_other"] = True
         try:
             # returns when the session ends: unmounted, or SIGHUP (libfuse's own handler)
-            binding.FUSE(self.operations, self.mountpoint, **options)
+            binding.FUSE(self.operations, self.mountpoint, raw_fi=True, **options)
         except BaseException as exc:  # reported by start() or stop(), not lost on the thread
             self._failure = exc
 
@@ -205,8 +205,8 @@ class FuseMount:
             messages.seek(0)
             said = _first_line(messages.read())
         if self._ready.is_set():
-            if said:
-                logger.warning("libfuse: %s", said)
+            if said:  # chatter of a mount that worked (libfuse 3.14 notes its thread limit)
+                logger.debug("libfuse: %s", said)
             return
         reason = said or (
             f"{type(self._failure).__name__}: {self._failure}"

@@ -16,8 +16,17 @@ here).
 
 Computed values (a composite's count chunks) are computed once per open
 file and shared by every handle open on the same key at the same time; the
-kernel reads a file in pieces of at most about a megabyte, and computing
-the chunk for each piece would multiply the work by the number of pieces.
+kernel reads a file in pieces, and computing the chunk for each piece would
+multiply the work by the number of pieces. Such files are opened with
+direct I/O: the kernel then passes a reader's own request sizes (up to a
+megabyte per request) instead of its 128 KiB read-ahead pieces, eight times
+fewer round trips for an 8 MiB chunk, and keeps no page cache of a value
+that is recomputed on every open anyway.
+
+The binding is used with ``raw_fi``: ``open``, ``read`` and ``release``
+receive libfuse's ``fuse_file_info`` (to set ``direct_io``), and wrap
+:meth:`TreeOperations.open_file`, :meth:`~TreeOperations.read_file` and
+:meth:`~TreeOperations.release_file`, which work with handle numbers.
 """
 
 from __future__ import annotations
@@ -178,7 +187,7 @@ class TreeOperations:
 
     # ----------------------------------------------------------- reading
 
-    def open(self, path: str, flags: int) -> int:
+    def open_file(self, path: str, flags: int) -> int:
         """Open a file for reading; a handle number."""
         if flags & _WRITE_FLAGS:
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
@@ -219,7 +228,13 @@ class TreeOperations:
             return value
         return future.result()
 
-    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+    def is_computed(self, fh: int) -> bool:
+        """Whether the open file ``fh`` holds a computed value."""
+        with self._lock:
+            handle = self._handles.get(fh)
+        return handle is not None and handle.computed is not None
+
+    def read_file(self, path: str, size: int, offset: int, fh: int) -> bytes:
         """``size`` bytes from ``offset`` (fewer at the end); ``EIO`` when the store fails."""
         with self._lock:
             handle = self._handles.get(fh)
@@ -241,7 +256,7 @@ class TreeOperations:
         except Exception as exc:
             raise self._failed("read", handle.key, exc) from exc
 
-    def release(self, path: str, fh: int) -> int:
+    def release_file(self, path: str, fh: int) -> int:
         """Close a handle; the last handle on a computed value drops it."""
         with self._lock:
             handle = self._handles.pop(fh, None)
@@ -250,6 +265,23 @@ class TreeOperations:
                 if handle.computed.handles == 0:
                     self._computed.pop(handle.key, None)
         return 0
+
+    # ------------------------------------------- the binding's file callbacks
+
+    def open(self, path: str, info: Any) -> int:
+        """libfuse's ``open`` (``info`` is its ``fuse_file_info``)."""
+        info.fh = self.open_file(path, info.flags)
+        if self.is_computed(info.fh):
+            info.direct_io = 1
+        return 0
+
+    def read(self, path: str, size: int, offset: int, info: Any) -> bytes:
+        """libfuse's ``read``."""
+        return self.read_file(path, size, offset, info.fh)
+
+    def release(self, path: str, info: Any) -> int:
+        """libfuse's ``release``."""
+        return self.release_file(path, info.fh)
 
     # ----------------------------------------------------------- read-only
 
