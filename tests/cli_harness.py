@@ -98,3 +98,73 @@ def write_h5ad(path: Path, counts: sp.csr_array, *, seed: int = 0) -> anndata.An
     adata = anndata.AnnData(X=sp.csr_matrix(counts), obs=obs, var=var)
     adata.write_h5ad(path)
     return adata
+
+
+class TerminalSession:
+    """A long-running ``cytearc-vfs`` command on a pseudo-terminal that is its controlling
+    terminal, so typing Ctrl-C reaches it as SIGINT, as it does for a person."""
+
+    def __init__(self, args: list[str], *, columns: int = 100) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k != "CI"}
+        env["TERM"] = "xterm-256color"
+
+        def take_terminal() -> None:
+            # a new session whose controlling terminal is the pty (job control, ^C)
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.process = subprocess.Popen(
+            [cli_executable(), *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            preexec_fn=take_terminal,
+        )
+        os.close(slave)
+        self._master = master
+        self._chunks: list[bytes] = []
+
+    @property
+    def output(self) -> str:
+        """Everything the command printed so far."""
+        return b"".join(self._chunks).decode("utf-8", errors="replace")
+
+    def _pump(self, wait: float) -> bool:
+        ready, _, _ = select.select([self._master], [], [], wait)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self._master, 65536)
+        except OSError:  # the child closed the terminal
+            return False
+        self._chunks.append(chunk)
+        return bool(chunk)
+
+    def read_until(self, text: str, *, timeout: float = 120) -> str:
+        """Read until ``text`` appears (or the command ends); the output so far."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output and time.monotonic() < deadline:
+            if not self._pump(0.2) and self.process.poll() is not None:
+                break
+        return self.output
+
+    def type(self, keys: bytes) -> None:
+        """Type ``keys`` into the terminal (``b"\\x03"`` is Ctrl-C)."""
+        os.write(self._master, keys)
+
+    def finish(self, *, timeout: float = 60) -> TerminalRun:
+        """Wait for the command to end; its whole output and exit status."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self._pump(0.2)
+        if self.process.poll() is None:
+            self.process.kill()
+        returncode = self.process.wait(timeout=30)
+        # what it printed last is still in the terminal's buffer
+        while select.select([self._master], [], [], 0.1)[0] and self._pump(0):
+            pass
+        os.close(self._master)
+        return TerminalRun(returncode, self.output)

@@ -430,3 +430,30 @@ def test_timeouts_come_from_the_environment() -> None:
     for bad in ("soon", "0", "-3", "inf"):
         with pytest.raises(ValueError, match=rf"{TIMEOUT_ENV}='{bad}' is not a number of seconds"):
             timeouts({TIMEOUT_ENV: bad})
+
+
+@pytest.mark.parametrize("through", ["reader", "zarr"])
+def test_a_deleted_local_source_is_an_os_error_not_zeros(tmp_path: Path, through: str) -> None:
+    # Local sources are not pinned: with the source directory gone, every shard
+    # is absent, which once read as "never written", i.e. zeros.
+    import shutil
+
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(
+            tmp_path / f"{name}.zarr",
+            realistic_counts(300, 40, seed=seed),
+            cells=[f"{name}{i}" for i in range(300)],
+        )
+    store = cv.create_composite(
+        tmp_path / "c.zarr", [str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")]
+    )
+    shutil.rmtree(tmp_path / "b.zarr")
+    read: Callable[[], Any] = (
+        (lambda: store.reader().read(cells=[0, 450]))
+        if through == "reader"
+        else (lambda: zarr.open_array(store, path="RNA/counts", mode="r")[:])
+    )
+    with pytest.raises(FileNotFoundError, match=r"b\.zarr .*deleted or moved while open"):
+        read()
+    # the live source still reads
+    assert store.reader().read(cells=[0, 1]).shape == (2, 40)

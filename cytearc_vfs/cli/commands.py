@@ -39,11 +39,17 @@ def _plural(count: int, word: str) -> str:
 _IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
 
 
-def require_store(location: str, *, command: str, kinds: Sequence[str]) -> Any:
+def require_store(
+    location: str,
+    *,
+    command: str,
+    kinds: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+) -> Any:
     """Classify ``location`` and refuse it unless it is one of ``kinds``."""
     from ..inspection.store_kind import classify_location
 
-    found = classify_location(location)
+    found = classify_location(location, storage_options=storage_options)
     if found.kind in kinds:
         return found
     wanted = {
@@ -650,6 +656,97 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, text)
 
 
+def _check_mountpoint(mountpoint: str) -> None:
+    from cytearc_vfs_adapters.fuse.mounting import is_mounted
+
+    path = Path(mountpoint)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"mount point {mountpoint} does not exist; create the directory first (mkdir {mountpoint})"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(f"mount point {mountpoint} is not a directory; give a directory")
+    if is_mounted(path):
+        raise InputRefusedError(
+            f"{path.resolve()} is a mount point already; unmount it first "
+            f"(fusermount3 -u {mountpoint}) or choose another directory"
+        )
+
+
+def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
+    import signal
+    import sys
+
+    from cytearc_vfs_adapters.fuse.mounting import FuseMount, check_fuse
+    from cytearc_vfs_adapters.fuse.tree import StoreTree
+
+    from ..read.opening import open_store
+    from ..remote.locations import describe_location
+    from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
+
+    storage_options = _json_option(args.storage_options, "--storage-options")
+    source_options = _json_option(args.source_storage_options, "--source-storage-options")
+    require_store(
+        args.location,
+        command="mount-fs",
+        kinds=("ordinary", "composite", "mount"),
+        storage_options=storage_options,
+    )
+    _check_mountpoint(args.mountpoint)
+    binding = check_fuse()
+    where = describe_location(args.location)
+    store = open_store(
+        args.location,
+        mode="r",
+        storage_options=storage_options,
+        source_storage_options=source_options,
+    )
+    mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
+    started = time.perf_counter()
+    ended = "unmounted from elsewhere"
+    # SIGHUP (the terminal closed) stops it like SIGINT and SIGTERM; left to
+    # libfuse, its handler would mark the session ended without waking it
+    try:
+        with also_interrupted_by(signal.SIGHUP):
+            try:
+                mounted.start(binding)
+                # the first line, flushed at once: scripts wait for it before reading
+                print(
+                    f"mounted {where} at {mounted.mountpoint}",
+                    file=sys.stderr if args.json else sys.stdout,
+                    flush=True,
+                )
+                mounted.wait()
+            except Interrupted as interrupt:
+                # the way this command is meant to end: unmount, report, exit 0
+                begin_cleanup()
+                ended = signal.Signals(interrupt.signum).name
+            finally:
+                done = mounted.stop()
+    finally:
+        store.close()
+    if mounted.failure is not None:
+        raise OSError(
+            f"the file system at {mounted.mountpoint} stopped with an error "
+            f"({type(mounted.failure).__name__}: {mounted.failure}); {done}"
+        )
+    seconds = time.perf_counter() - started
+    payload = {
+        "location": where,
+        "mountpoint": mounted.mountpoint,
+        "ended": ended,
+        "unmount": done,
+        "computedChunks": mounted.operations.computed_values,
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"{done} {mounted.mountpoint} ({ended}) after {seconds:.1f} s; "
+        f"{_plural(mounted.operations.computed_values, 'value')} computed for reading"
+    )
+    return Outcome(payload, text)
+
+
 #: What an interrupt leaves behind, for commands that create no destination.
 INTERRUPT_NOTES = {
     "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
@@ -668,4 +765,5 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "artifacts": (cmd_artifacts, None),
     "serve": (cmd_serve, None),
     "array": (cmd_array, None),
+    "mount-fs": (cmd_mount_fs, None),
 }

@@ -75,6 +75,9 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, ImportError) and "pip install" in message:
         # an optional extra that is not installed: the message names it
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
+    if isinstance(exc, OSError) and isinstance(exc, VfsError):
+        # raised by this layer about the system (FUSE missing): the message names the remedy
+        return Failure(ExitCode.ENVIRONMENT, "environment", message)
     if isinstance(exc, (OSError, MemoryError)):
         detail = message if not isinstance(exc, MemoryError) else "out of memory"
         return Failure(

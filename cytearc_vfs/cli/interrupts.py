@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DestinationGuard",
+    "also_interrupted_by",
     "Interrupted",
     "begin_cleanup",
     "interruptible",
@@ -98,6 +99,21 @@ def interruptible() -> Iterator[None]:
             signal.signal(each, handler)
         sys.unraisablehook = _previous_hook
         _Delivery.cleaning = False
+
+
+@contextmanager
+def also_interrupted_by(signum: int) -> Iterator[None]:
+    """Inside :func:`interruptible`, ``signum`` raises :class:`Interrupted` too.
+
+    For a command that serves until it is stopped (``mount-fs``): SIGHUP, the
+    terminal closing, ends it the same way as SIGINT and SIGTERM.
+    """
+    previous = signal.getsignal(signum)
+    signal.signal(signum, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
 
 
 def stop_background_io(timeout: float = 10.0) -> None:

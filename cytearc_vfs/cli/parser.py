@@ -256,7 +256,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="let web pages of ORIGIN (or *) read through CORS, e.g. zarrita in a browser",
     )
 
-    for command in (demo, info, verify, write, composite, mount, repack, artifacts, serve):
+    mount_fs = sub.add_parser(
+        "mount-fs",
+        help="show a store, composite or mount as a read-only directory of Zarr files (FUSE)",
+        description=(
+            "Mount LOCATION read-only at MOUNTPOINT with FUSE: every key becomes a file "
+            "(zarr.json documents, chunks), so any Zarr reader (zarr-python, tensorstore, "
+            "zarrs, R) reads it from the path; a composite's counts are computed as they are "
+            "read. Stays in the foreground; Ctrl-C (SIGINT) or SIGTERM unmounts and exits 0. "
+            "Needs FUSE 3 (the fuse3 package, /dev/fuse) and pip install 'cytearc-vfs[fuse]'."
+        ),
+    )
+    mount_fs.add_argument(
+        "location", metavar="LOCATION", help="path or URL of a CyteArc store, composite or mount"
+    )
+    mount_fs.add_argument(
+        "mountpoint", metavar="MOUNTPOINT", help="an existing directory to show the store at"
+    )
+    mount_fs.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help="backend options of LOCATION as a JSON object, or @FILE holding one",
+    )
+    mount_fs.add_argument(
+        "--source-storage-options",
+        metavar="JSON|@FILE",
+        help=(
+            "backend options of the sources of a composite ({name: {...}}) or of a mount's "
+            "source ({...}), as JSON or @FILE; a file keeps credentials out of the process list"
+        ),
+    )
+    mount_fs.add_argument(
+        "--allow-other",
+        action="store_true",
+        help=(
+            "let other users read the mount (for users other than root, /etc/fuse.conf "
+            "must say user_allow_other)"
+        ),
+    )
+
+    for command in (
+        demo,
+        info,
+        verify,
+        write,
+        composite,
+        mount,
+        repack,
+        artifacts,
+        serve,
+        mount_fs,
+    ):
         _common(command)
     _array_commands(sub)
     return parser

@@ -20,6 +20,7 @@ hundreds of small chunks.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Awaitable, Buffer, Callable, Sequence
 from typing import Any, NamedTuple
@@ -215,6 +216,27 @@ class ShardedReader:
     def _key(self, shard_row: int) -> str:
         return f"{self._path}/c/{shard_row}/0"
 
+    def _check_still_there(self) -> None:
+        """Refuse to read a local array that was deleted while open as zeros.
+
+        An absent shard reads as zeros because an all-zero shard is never
+        written; but a source directory deleted (or moved) after the open
+        leaves every shard absent too. Its array document tells the two apart
+        (a stat). Remote sources need no check: their shards are pinned, and
+        a pinned object that disappears is an error already.
+        """
+        if self._local is None:
+            return
+        document = os.path.join(self._local[0], self._path, "zarr.json")
+        if not os.path.exists(document):
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"the array {self._path} is gone from {self._local[0]} (its zarr.json is "
+                "missing): the store was deleted or moved while open; restore it and open "
+                "it again",
+                document,
+            )
+
     async def _index(self, shard_row: int) -> npt.NDArray[np.uint64] | None:
         if shard_row in self._indexes:
             return self._indexes[shard_row]
@@ -223,11 +245,12 @@ class ShardedReader:
         raw = await self._store.get(
             self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(size)
         )
-        if raw is None and self._table is not None:
-            self._table.check_index(
-                self._key(shard_row), shard_row, None, where=f"count array {self._path!r}"
-            )
         if raw is None:
+            self._check_still_there()  # a deleted store is named as such first
+            if self._table is not None:
+                self._table.check_index(
+                    self._key(shard_row), shard_row, None, where=f"count array {self._path!r}"
+                )
             index = None  # a shard never written holds only the fill value
         else:
             data = raw.to_bytes()

@@ -1,0 +1,194 @@
+"""A zarr ``Store`` seen as a directory tree: what a path is, its size, its children, its bytes.
+
+Key prefixes are directories and keys are files (``RNA/counts/c/0/0`` is the
+file ``0`` in the directory ``RNA/counts/c/0``). Everything here answers from
+the store's own API: ``exists``, ``getsize``, ``list_dir`` and ranged ``get``.
+
+One kind of key needs care: the count chunks of a composite
+(:class:`~cytearc_vfs.CompositeStore`) are computed from the sources when
+they are read, so asking zarr's default ``getsize`` for their size would
+compute them. Their size is known without that: a virtual chunk is served at
+its full chunk shape with only the ``bytes`` codec, so it holds
+``prod(chunk_shape) * itemsize`` bytes (:func:`served_chunk_nbytes`). Listing
+and sizing a composite therefore never reads a source; reading a virtual
+chunk computes it once, whole (:meth:`StoreTree.read_whole`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import RangeByteRequest, Store
+from zarr.core.buffer import default_buffer_prototype
+
+from cytearc_vfs.composite.store import CompositeStore
+from cytearc_vfs.format.paths import join
+
+__all__ = ["Entry", "StoreTree", "served_chunk_nbytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What one path of the tree is."""
+
+    is_dir: bool
+    """A key prefix (directory) rather than a key (file)."""
+    size: int
+    """Bytes of the file's value; 0 for a directory."""
+
+
+def served_chunk_nbytes(document: Mapping[str, Any]) -> int | None:
+    """Bytes of every chunk of an array whose chunks are served whole, uncompressed.
+
+    ``None`` when the array has codecs other than ``bytes`` (its chunks'
+    sizes then depend on their values) or an irregular chunk grid.
+
+    >>> served_chunk_nbytes({
+    ...     "data_type": "uint16",
+    ...     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [100, 30]}},
+    ...     "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+    ... })
+    6000
+    >>> served_chunk_nbytes({
+    ...     "data_type": "uint16",
+    ...     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [100, 30]}},
+    ...     "codecs": [{"name": "bytes"}, {"name": "zstd"}],
+    ... }) is None
+    True
+    """
+    codecs = document.get("codecs")
+    grid = document.get("chunk_grid")
+    if not isinstance(codecs, list) or [c.get("name") for c in codecs] != ["bytes"]:
+        return None
+    if not isinstance(grid, Mapping) or grid.get("name") != "regular":
+        return None
+    shape = grid.get("configuration", {}).get("chunk_shape")
+    if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
+        return None
+    itemsize: int = np.dtype(document["data_type"]).itemsize
+    return math.prod(shape) * itemsize
+
+
+class StoreTree:
+    """Paths of a directory tree answered by a zarr ``Store`` (see the module).
+
+    Parameters
+    ----------
+    store
+        Any store: a plain backend store, a :class:`~cytearc_vfs.CompositeStore`,
+        a :class:`~cytearc_vfs.MountStore`, or a wrapper of a remote one.
+
+    Paths are store keys: no leading slash, ``""`` for the root.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._prototype = default_buffer_prototype()
+        # (array path, bytes of each served chunk) of a composite's virtual arrays
+        self._virtual: dict[str, int | None] = {}
+        if isinstance(store, CompositeStore):
+            self._virtual = {
+                path: served_chunk_nbytes(document)
+                for path, document in store.record.arrays.items()
+            }
+
+    @property
+    def store(self) -> Store:
+        """The store the tree shows."""
+        return self._store
+
+    def _virtual_chunk(self, key: str) -> str | None:
+        """The virtual array holding ``key`` when ``key`` may be a computed chunk."""
+        for path in self._virtual:
+            if key.startswith(path + "/") and key != join(path, "zarr.json"):
+                return path
+        return None
+
+    def is_computed(self, key: str) -> bool:
+        """Whether reading ``key`` computes its value (a composite's count chunk).
+
+        Such a value is read whole, once per open file, not range by range:
+        every ranged read of it would compute the whole chunk again.
+        """
+        return self._virtual_chunk(key) is not None
+
+    async def _size(self, key: str) -> int:
+        store = self._store
+        virtual = self._virtual_chunk(key)
+        if virtual is not None:
+            nbytes = self._virtual[virtual]
+            if nbytes is not None:
+                return nbytes
+        if isinstance(store, CompositeStore) and not any(
+            key == path or key.startswith(path + "/") for path in self._virtual
+        ):
+            # The composite's own keys live in its backing store, whose
+            # getsize is a stat; the composite's inherited one reads the value.
+            return await store.backing.getsize(key)
+        # a virtual zarr.json is a small document; an unexpected virtual key
+        # (a codec other than bytes) is measured the slow, exact way
+        return await store.getsize(key)
+
+    async def _is_file(self, key: str) -> bool:
+        try:
+            return await self._store.exists(key)
+        except ValueError:  # a key the store refuses (an escape) is no file
+            return False
+
+    async def _is_dir(self, key: str) -> bool:
+        try:
+            async for _ in self._store.list_dir(key):
+                return True
+        except ValueError:
+            return False
+        return False
+
+    async def entry(self, key: str) -> Entry | None:
+        """What ``key`` is: a file with its size, a directory, or ``None`` (absent)."""
+        if key == "":
+            return Entry(is_dir=True, size=0)
+        if await self._is_file(key):
+            try:
+                return Entry(is_dir=False, size=await self._size(key))
+            except FileNotFoundError:  # deleted between the two questions
+                return None
+        if await self._is_dir(key):
+            return Entry(is_dir=True, size=0)
+        return None
+
+    async def children(self, key: str) -> list[tuple[str, bool]]:
+        """Names directly under the directory ``key``, each with whether it is a directory.
+
+        Computes nothing: the names come from ``list_dir``, the kinds from
+        ``exists`` (keys are files; a name that is no key is a prefix).
+        """
+        names = [name async for name in self._store.list_dir(key)]
+        kinds = await asyncio.gather(*(self._is_file(join(key, name)) for name in names))
+        return [(name, not is_file) for name, is_file in zip(names, kinds, strict=True)]
+
+    async def read(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes ``start:stop`` of the value at ``key`` (fewer at its end).
+
+        Raises
+        ------
+        FileNotFoundError
+            The key is gone (the file was listed, its value is not there).
+        """
+        if stop <= start:
+            return b""
+        value = await self._store.get(key, self._prototype, RangeByteRequest(start, stop))
+        if value is None:
+            raise FileNotFoundError(f"{key!r} is no longer in {self._store}")
+        return value.to_bytes()
+
+    async def read_whole(self, key: str) -> bytes:
+        """The whole value at ``key`` (for computed values, see :meth:`is_computed`)."""
+        value = await self._store.get(key, self._prototype)
+        if value is None:
+            raise FileNotFoundError(f"{key!r} is no longer in {self._store}")
+        return value.to_bytes()
