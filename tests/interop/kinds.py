@@ -30,8 +30,8 @@ HTTP by ``cytearc-vfs serve``, or mounted with FUSE::
             yield Target(str(mountpoint), "RNA/counts", expected, scrub=(str(mountpoint),))
 
 ``cli_server`` (start ``cytearc-vfs``, wait for its first stdout line
-``serving http://127.0.0.1:PORT/``, stop it on exit) is here;
-``fuse_mount`` and ``Workspace.composite`` are not written yet. A kind that
+``serving http://127.0.0.1:PORT/``, stop it on exit), ``fuse_mount`` and
+``Workspace.composite`` are here, and both rows exist. A kind that
 cannot run on this machine (no ``/dev/fuse``) calls ``pytest.skip`` inside
 its builder; every reader of its row then skips with that reason.
 """
@@ -138,6 +138,7 @@ class Workspace:
         self.root = root
         self._stores: dict[str, Written] = {}
         self._artifact: tuple[str, npt.NDArray[Any]] | None = None
+        self._composite: tuple[Path, npt.NDArray[Any]] | None = None
 
     def scratch(self, name: str) -> Path:
         """A fresh directory under the session's root."""
@@ -175,6 +176,24 @@ class Workspace:
                 art.write_array("embedding", values)
             self._artifact = (f"{art.path}/embedding", values)
         return self._artifact
+
+    def composite(self) -> tuple[Path, npt.NDArray[Any]]:
+        """A composite of the default store and a second source: (path, its counts)."""
+        if self._composite is None:
+            first = self.ordinary("default")
+            matrix = interop_counts(400, N_FEATURES, seed=15)
+            second = self.root / "second-source.zarr"
+            cv.write_counts(
+                second,
+                matrix,
+                cells=[f"b_{cell}" for cell in cell_ids(400)],
+                features=first.features,
+            )
+            path = self.root / "composite.zarr"
+            cv.create_composite(path, {"a": first.path, "b": second})
+            expected = np.vstack([first.counts, matrix.toarray().astype(first.counts.dtype)])
+            self._composite = (path, expected)
+        return self._composite
 
 
 KindBuilder = Callable[[Workspace], AbstractContextManager[Target]]
@@ -304,6 +323,66 @@ def _counts_over_http(ws: Workspace) -> Iterator[Target]:
         yield Target(
             url, local.path, local.expected, local.note, scrub=(url.rstrip("/"), str(store.path))
         )
+
+
+@array_kind("composite-http", "composite `RNA/counts` via `cytearc-vfs serve`")
+@contextmanager
+def _composite_over_http(ws: Workspace) -> Iterator[Target]:
+    composite, expected = ws.composite()
+    with cli_server(["serve", str(composite), "--port", "0"]) as url:
+        note = "computed chunks (bytes codec), served over HTTP"
+        yield Target(url, "RNA/counts", expected, note, scrub=(url.rstrip("/"), str(composite)))
+
+
+@array_kind("composite-fuse", "composite `RNA/counts` via `cytearc-vfs mount-fs`")
+@contextmanager
+def _composite_over_fuse(ws: Workspace) -> Iterator[Target]:
+    composite, expected = ws.composite()
+    with fuse_mount(composite, ws.scratch("composite-fuse")) as mountpoint:
+        note = "computed chunks (bytes codec), a read-only FUSE directory"
+        yield Target(str(mountpoint), "RNA/counts", expected, note, scrub=(str(mountpoint),))
+
+
+@contextmanager
+def fuse_mount(location: Path, mountpoint: Path, *, timeout: float = 60) -> Iterator[Path]:
+    """Run ``cytearc-vfs mount-fs LOCATION MOUNTPOINT`` until the block ends.
+
+    Skips (every reader of the row) where this machine cannot mount FUSE.
+    """
+    import pytest
+
+    try:
+        from cytearc_vfs_adapters.fuse.mounting import check_fuse, is_mounted
+
+        check_fuse()
+    except Exception as exc:  # no binding, no /dev/fuse, no fusermount3
+        pytest.skip(f"FUSE is not available here: {exc}")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cytearc_vfs.cli", "mount-fs", str(location), str(mountpoint)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline().strip()
+        if not first.startswith("mounted ") or not is_mounted(mountpoint):
+            process.kill()
+            _, err = process.communicate(timeout=timeout)
+            pytest.skip(f"mount-fs did not mount ({first!r}): {err.strip()[-500:]}")
+        yield mountpoint
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @contextmanager
