@@ -1,20 +1,30 @@
-"""A loopback HTTP proxy in front of the S3 server that counts requests and can hang.
+"""A loopback HTTP proxy in front of the S3 server that counts requests, delays and can hang.
 
 Requests pass through unchanged (headers, body, signature), so clients talk
 real S3 to a real server; the proxy records each request's method, path and
-conditional and range headers, and when ``hang`` is set it accepts requests
-and never answers, as a stalled server does.
+conditional and range headers. With ``delay`` set, every request waits that
+many seconds before it is forwarded (a cloud round trip; requests in flight
+wait concurrently, as they would on a network). When ``hang`` is set it
+accepts requests and never answers, as a stalled server does.
 """
 
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+
+class _Server(ThreadingHTTPServer):
+    # many requests in flight at once (a composite's sources open concurrently):
+    # the default backlog of 5 would drop connection attempts, which the
+    # client retries only after a second
+    request_queue_size = 256
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,7 @@ class LoopbackProxy:
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.seen: list[Seen] = []
         self.hang = False
+        self.delay = 0.0
         self._lock = threading.Lock()
         self._release = threading.Event()
         proxy = self
@@ -51,6 +62,8 @@ class LoopbackProxy:
                     proxy._release.wait()  # accept, never answer
                     self.close_connection = True
                     return
+                if proxy.delay:
+                    time.sleep(proxy.delay)  # this request's thread only
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=60)
@@ -72,7 +85,7 @@ class LoopbackProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
