@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -39,11 +38,12 @@ from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns, RunCollector, merge_runs
 from ..read.count_mapping import ArrayMapping, CountMapping
 from ..read.read_stats import ReadCounters, ReaderStats
-from ..read.sources import BoundSource, bind_source, rebind
+from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.source_cache import CacheInfo, SourceCache
 from .open_checks import verify_composite_tables
 from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
+from .source_seals import read_seals
 
 __all__ = ["CompositeStore"]
 
@@ -155,7 +155,8 @@ class CompositeStore(KeyCheckedStore):
             raise ValueError(
                 f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
             )
-        root = zarr.open_group(backing, mode="r")
+        # the root document was read above: a Zarr v3 group, no v2 probes
+        root = zarr.open_group(backing, mode="r", zarr_format=3)
         # the cell mappings are summarized as runs on the way (see cell_runs)
         collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
         for name in MAP_NAMES:
@@ -172,25 +173,26 @@ class CompositeStore(KeyCheckedStore):
                     f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
                 )
         verify_composite_tables(backing, record, attrs, where=where)
-        counters = ReadCounters()
-
-        def bind(index: int) -> BoundSource:
-            binding = record.sources[index]
-            return bind_source(
-                binding.name,
-                binding.location,
-                record.assay,
-                workspace=binding.workspace,
-                counters=counters,
-                storage_options=(source_storage_options or {}).get(binding.name),
-                expected_dataset=binding.dataset_fingerprint,
-                expected_counts=binding.counts_fingerprint,
-                cache=cache,
-            )
-
-        # Sources are verified concurrently: each is a few metadata reads.
-        with ThreadPoolExecutor(max_workers=min(8, len(record.sources))) as pool:
-            sources = list(pool.map(bind, range(len(record.sources))))
+        seals = read_seals(root, record, where=where)
+        # Every source is verified from one concurrent batch of requests (with
+        # a seal, usually one listing each): see read/sources.bind_sources.
+        sources = bind_sources(
+            [
+                SourceSpec(
+                    binding.name,
+                    binding.location,
+                    record.assay,
+                    workspace=binding.workspace,
+                    storage_options=(source_storage_options or {}).get(binding.name),
+                    expected_dataset=binding.dataset_fingerprint,
+                    expected_counts=binding.counts_fingerprint,
+                    seal=seals.get(binding.name),
+                )
+                for binding in record.sources
+            ],
+            counters=ReadCounters(),
+            cache=cache,
+        )
         return cls(
             backing,
             record,
@@ -274,7 +276,7 @@ class CompositeStore(KeyCheckedStore):
         """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
         if assay != self._record.assay:
             raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
-        root = zarr.open_group(self._backing, mode="r")
+        root = zarr.open_group(self._backing, mode="r", zarr_format=3)
         counts_doc = self._record.arrays[join(assay, "counts")]
         shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
         return ArrayMapping(

@@ -15,7 +15,7 @@ lack it and open as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ __all__ = [
     "AssayInfo",
     "StoreContents",
     "check_assay_shards",
+    "contents_documents",
     "read_contents",
     "refuse_pending_assays",
     "unfinished_message",
@@ -147,6 +148,44 @@ def _node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
     return document.get("node_type"), attrs if isinstance(attrs, dict) else {}
 
 
+# Documents of a node, not child nodes: a listing of a group shows them among its children.
+_DOCUMENT_NAMES = frozenset({"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"})
+# Top-level groups of the layout that never hold an assay or a workspace.
+_NOT_ASSAYS = frozenset({"matrices", "artifacts", "pipeline", "_composite"})
+
+
+def contents_documents(keys: Iterable[str]) -> list[str]:
+    """The ``zarr.json`` documents :func:`read_contents` reads, given every key of the store.
+
+    A caller that listed the store fetches them in one concurrent round
+    instead of one by one: the root's, each top-level child's, and for a
+    child with a ``cellData`` group (a workspace) its own children's.
+
+    >>> contents_documents(["zarr.json", "RNA/zarr.json", "RNA/counts/c/0/0", "ws/cellData/zarr.json",
+    ...                     "ws/ADT/zarr.json"])
+    ['zarr.json', 'RNA/zarr.json', 'RNA/cellData/zarr.json', 'ws/zarr.json', 'ws/cellData/zarr.json', 'ws/ADT/zarr.json']
+    """
+    listed = set(keys)
+    children: dict[str, set[str]] = {}
+    for key in listed:
+        parts = key.split("/")
+        if len(parts) > 1 and parts[0] not in _DOCUMENT_NAMES:
+            below = children.setdefault(parts[0], set())
+            if len(parts) > 2:
+                below.add(parts[1])
+    documents = ["zarr.json"]
+    for child in sorted(children):
+        documents.append(f"{child}/zarr.json")
+        if child in _NOT_ASSAYS or child == "cellData":
+            continue
+        documents.append(f"{child}/cellData/zarr.json")
+        if f"{child}/cellData/zarr.json" in listed:  # a workspace: its assays are one level down
+            documents += [
+                f"{child}/{name}/zarr.json" for name in sorted(children[child] - {"cellData"})
+            ]
+    return documents
+
+
 def read_contents(store: Store, *, where: str) -> StoreContents:
     """List the assays a store declares (root layout and workspaces)."""
     root = _get_json(store, "zarr.json")
@@ -168,8 +207,10 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
     for child in list_dir(store, ""):
+        if child in _DOCUMENT_NAMES:  # the root's own document, not a child node
+            continue
         kind, attrs = _node_attrs(store, child)
-        if kind != "group" or child in {"matrices", "artifacts", "pipeline", "_composite"}:
+        if kind != "group" or child in _NOT_ASSAYS:
             continue
         if attrs.get("is_assay") is True:
             assays.append(AssayPaths(child))
@@ -177,6 +218,8 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
             pending.append(AssayPaths(child))
         elif child != "cellData" and _node_attrs(store, join(child, "cellData"))[0] == "group":
             for grandchild in list_dir(store, child):
+                if grandchild in _DOCUMENT_NAMES:
+                    continue
                 kind2, attrs2 = _node_attrs(store, join(child, grandchild))
                 if kind2 != "group":
                     continue
@@ -245,6 +288,21 @@ def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
     return ids_fingerprint(np.asarray(ids[:]))
 
 
+def _has_state_group(store: Store, paths: AssayPaths) -> bool:
+    """Whether the assay holds a retired ``state`` group, of either Zarr format.
+
+    Its v2 document is asked for only when the assay group's listing shows a
+    ``state`` child (or the store cannot list): a v3 store is not probed for
+    v2 names, and a caller that listed the whole store answers from memory.
+    """
+    state = join(paths.assay_group, "state")
+    if _node_attrs(store, state)[0] is not None:
+        return True
+    if store.supports_listing and "state" not in list_dir(store, paths.assay_group):
+        return False
+    return _get_json(store, join(state, ".zgroup")) is not None
+
+
 def verify_assay(
     store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None = None
 ) -> AssayInfo:
@@ -264,10 +322,7 @@ def _verify_assay(
     label = f"{where}: assay {paths.assay!r}" + (
         f" of workspace {paths.workspace!r}" if paths.workspace else ""
     )
-    root = zarr.open_group(store, mode="r")
-    if _node_attrs(store, join(paths.assay_group, "state"))[0] is not None or _get_json(
-        store, join(paths.assay_group, "state", ".zgroup")
-    ):
+    if _has_state_group(store, paths):
         raise UnsupportedSourceError(
             f"{label} holds a retired {paths.assay}/state group, which this layout no longer "
             f"reads or migrates; {REPAIR} (the rewrite omits it)"
@@ -291,6 +346,8 @@ def _verify_assay(
         paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
     )
 
+    # the assay group's zarr.json exists, so the store is Zarr v3: no v2 probes
+    root = zarr.open_group(store, mode="r", zarr_format=3)
     _, matrix_attrs = _node_attrs(store, paths.matrix_group)
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
     if _node_attrs(store, paths.counts)[0] != "array":
