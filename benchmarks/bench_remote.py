@@ -1,6 +1,7 @@
 """Benchmark: round trips of remote composites (create, open, cold and warm reads).
 
-Against a real S3 API server on loopback (moto's server mode) behind the
+Against a real S3 API server on loopback (moto's server mode, in its own
+process) behind the
 tests' loopback proxy (``tests/loopback_proxy.py``), which delays every
 request by ``--latency`` (default 25 ms, a cloud round trip; requests in
 flight wait concurrently) and records each one, so every figure comes with
@@ -28,9 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,15 +56,29 @@ V2_KEYS = (".zgroup", ".zattrs", ".zmetadata", ".zarray")
 
 
 def _start_server() -> tuple[Any, str]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    """moto's S3 server in its own process: its work (a listing's XML costs it
+    ~40 ms of Python) must not take the measured process's CPU and GIL, as a
+    real server's would not."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    return server, f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError("moto's server did not start") from None
+            time.sleep(0.1)
+    return server, endpoint
 
 
 def _bucket(endpoint: str) -> str:
@@ -228,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(runs[-1], indent=2), file=sys.stderr, flush=True)
     finally:
         proxy.close()
-        server.stop()
+        server.terminate()
+        server.wait()
     results = {"latency_s": args.latency, "runs": runs}
     text = json.dumps(results, indent=2)
     if args.json and args.json != "-":
