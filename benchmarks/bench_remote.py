@@ -1,11 +1,14 @@
 """Benchmark: round trips of remote composites (create, open, cold and warm reads).
 
-Against a real S3 API server on loopback (moto's server mode, in its own
-process) behind the
-tests' loopback proxy (``tests/loopback_proxy.py``), which delays every
-request by ``--latency`` (default 25 ms, a cloud round trip; requests in
-flight wait concurrently) and records each one, so every figure comes with
-the requests that produced it. For each ``--sources`` count (default 10 and
+Against a real S3 API server on loopback (moto's server mode) behind the
+tests' loopback proxy (``tests/loopback_proxy.py``), each in a process of
+its own so that their CPU is not the measured process's. The proxy delays
+every request by ``--latency`` (default 25 ms, a cloud round trip; requests
+in flight wait concurrently) and records each one, so every figure comes
+with the requests that produced it, and the server's own CPU time is
+reported beside it (moto spends ~2.5 ms of Python per GET and ~9 ms per
+LIST of a small source, one request at a time: a floor a cloud server does
+not have). For each ``--sources`` count (default 10 and
 100 sources of ``--cells`` x ``--features``, default 2,000 x 1,000):
 
 * ``create_composite`` of the remote sources (a local destination);
@@ -49,7 +52,7 @@ import cytearc_vfs as cv
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from bench_composite import realistic
-from loopback_proxy import LoopbackProxy, Seen
+from loopback_proxy import ProxyProcess, Seen
 
 CREDENTIALS = {"access_key_id": "bench", "secret_access_key": "bench", "region": "us-east-1"}
 V2_KEYS = (".zgroup", ".zattrs", ".zmetadata", ".zarray")
@@ -113,17 +116,38 @@ def tally(seen: list[Seen], n_sources: int) -> dict[str, Any]:
     }
 
 
+SERVER_PID = 0
+
+
+def _server_cpu() -> float:
+    """CPU seconds the server process has used (user + system)."""
+    with open(f"/proc/{SERVER_PID}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _timed(function: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = function()
     return time.perf_counter() - started, result
 
 
+def _measured(function: Any) -> tuple[dict[str, float], Any]:
+    """Wall time, this process's CPU time and the server's CPU time of ``function``."""
+    server, cpu = _server_cpu(), time.process_time()
+    seconds, result = _timed(function)
+    return {
+        "s": round(seconds, 3),
+        "client cpu s": round(time.process_time() - cpu, 3),
+        "server cpu s": round(_server_cpu() - server, 3),
+    }, result
+
+
 def run_size(
     args: argparse.Namespace,
     n_sources: int,
     endpoint: str,
-    proxy: LoopbackProxy,
+    proxy: ProxyProcess,
     scratch: Path,
 ) -> dict[str, Any]:
     direct = {**CREDENTIALS, "endpoint": endpoint, "client_options": {"allow_http": True}}
@@ -148,17 +172,17 @@ def run_size(
 
     proxy.delay = args.latency
     proxy.take()
-    seconds, store = _timed(
+    times, store = _measured(
         lambda: cv.create_composite(
             scratch / f"c{n_sources}.zarr", remote, source_storage_options=options
         )
     )
     store.close()
-    results["create_composite"] = {"s": round(seconds, 3), **tally(proxy.take(), n_sources)}
-    seconds, store = _timed(
+    results["create_composite"] = {**times, **tally(proxy.take(), n_sources)}
+    times, store = _measured(
         lambda: cv.open_store(scratch / f"c{n_sources}.zarr", source_storage_options=options)
     )
-    results["open_store"] = {"s": round(seconds, 3), **tally(proxy.take(), n_sources)}
+    results["open_store"] = {**times, **tally(proxy.take(), n_sources)}
     store.close()
 
     proxy.delay = 0.0
@@ -168,7 +192,7 @@ def run_size(
         store = cv.open_store(scratch / f"c{n_sources}.zarr", source_storage_options=options)
         reader = store.reader()
         proxy.take()
-        cold, block = _timed(lambda reader=reader, s=selection: reader.read(*s))
+        cold_times, block = _measured(lambda reader=reader, s=selection: reader.read(*s))
         cold_requests = tally(proxy.take(), n_sources)
         warm_times = []
         for _ in range(args.repeat):
@@ -184,7 +208,8 @@ def run_size(
             local_times.append(seconds)
         warm, local_warm = float(np.median(warm_times)), float(np.median(local_times))
         results[label] = {
-            "cold s": round(cold, 4),
+            "cold s": cold_times["s"],
+            "cold server cpu s": cold_times["server cpu s"],
             "cold": cold_requests,
             "warm s": round(warm, 4),
             "warm requests": warm_requests["requests"],
@@ -198,24 +223,18 @@ def run_size(
         proxy.delay = args.latency
         url = f"s3://{bucket}/composite{n_sources}.zarr"
         proxy.take()
-        seconds, store = _timed(
+        times, store = _measured(
             lambda: cv.create_composite(
                 url, remote, source_storage_options=options, storage_options=proxied
             )
         )
         store.close()
-        results["create_composite, S3 destination"] = {
-            "s": round(seconds, 3),
-            **tally(proxy.take(), n_sources),
-        }
-        seconds, store = _timed(
+        results["create_composite, S3 destination"] = {**times, **tally(proxy.take(), n_sources)}
+        times, store = _measured(
             lambda: cv.open_store(url, storage_options=proxied, source_storage_options=options)
         )
         store.close()
-        results["open_store, S3 destination"] = {
-            "s": round(seconds, 3),
-            **tally(proxy.take(), n_sources),
-        }
+        results["open_store, S3 destination"] = {**times, **tally(proxy.take(), n_sources)}
     proxy.delay = 0.0
     return results
 
@@ -233,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="write results as JSON ('-' for stdout)")
     args = parser.parse_args(argv)
     os.environ.setdefault("CYTEARC_SOURCE_TIMEOUT", "120")
+    global SERVER_PID
     server, endpoint = _start_server()
-    proxy = LoopbackProxy(endpoint)
+    SERVER_PID = server.pid
+    proxy = ProxyProcess(endpoint)
     runs = []
     try:
         for n_sources in (int(n) for n in args.sources.split(",")):

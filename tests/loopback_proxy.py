@@ -6,13 +6,21 @@ conditional and range headers. With ``delay`` set, every request waits that
 many seconds before it is forwarded (a cloud round trip; requests in flight
 wait concurrently, as they would on a network). When ``hang`` is set it
 accepts requests and never answers, as a stalled server does.
+
+Benchmarks run it in a process of its own (``python tests/loopback_proxy.py
+UPSTREAM``, driven through :class:`ProxyProcess`), so its threads take
+neither the measured process's CPU nor its GIL.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -40,7 +48,7 @@ class Seen:
 class LoopbackProxy:
     """Forwards to ``upstream`` (``http://host:port``); see the module docstring."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, control: bool = False) -> None:
         parts = urlsplit(upstream)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.seen: list[Seen] = []
@@ -57,6 +65,9 @@ class LoopbackProxy:
                 pass
 
             def _forward(self) -> None:
+                if control and self.path.startswith(CONTROL):
+                    self._control()
+                    return
                 proxy._record(self)
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
@@ -82,6 +93,17 @@ class LoopbackProxy:
                         self.wfile.write(payload)
                 finally:
                     upstream.close()
+
+            def _control(self) -> None:
+                command, _, argument = self.path[len(CONTROL) :].partition("/")
+                if command == "delay":
+                    proxy.delay = float(argument)
+                answer = [seen.__dict__ for seen in proxy.take()] if command == "take" else []
+                payload = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
 
@@ -118,3 +140,49 @@ class LoopbackProxy:
         self._release.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+#: Path prefix of a proxy process's own requests (never forwarded or recorded).
+CONTROL = "/__proxy__/"
+
+
+class ProxyProcess:
+    """A :class:`LoopbackProxy` in a process of its own, with the same surface."""
+
+    def __init__(self, upstream: str) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, upstream], stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdout is not None
+        self.endpoint = self._process.stdout.readline().strip()
+        self._delay = 0.0
+
+    def _ask(self, command: str) -> list[dict[str, str | None]]:
+        with urllib.request.urlopen(f"{self.endpoint}{CONTROL}{command}", timeout=60) as reply:
+            answer: list[dict[str, str | None]] = json.loads(reply.read())
+        return answer
+
+    @property
+    def delay(self) -> float:
+        """Seconds each request waits before it is forwarded."""
+        return self._delay
+
+    @delay.setter
+    def delay(self, seconds: float) -> None:
+        self._ask(f"delay/{seconds}")
+        self._delay = seconds
+
+    def take(self) -> list[Seen]:
+        """The requests seen since the last call."""
+        return [Seen(**fields) for fields in self._ask("take")]  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Stop the proxy process."""
+        self._process.terminate()
+        self._process.wait()
+
+
+if __name__ == "__main__":
+    running = LoopbackProxy(sys.argv[1], control=True)
+    print(running.endpoint, flush=True)
+    threading.Event().wait()

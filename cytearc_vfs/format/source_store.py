@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
 from zarr.abc.store import Store
+from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import StorePath
 
 from ..errors import (
     IdentityMismatchError,
@@ -31,7 +34,6 @@ from ..errors import (
 )
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
 from .identity_checks import check_declared_assays, check_fill_value
-from .nodes import array_at, group_at
 from .paths import AssayPaths, join
 from .records import (
     ASSAY_TYPE_PRESETS,
@@ -89,6 +91,9 @@ class AssayInfo:
     """Identity of the ordered feature ids."""
     shard_tables: Mapping[str, ShardTable] = field(default_factory=dict, compare=False)
     """The recorded shard tables of ``counts`` and ``countsT`` (absent in older stores)."""
+    array_metadata: Mapping[str, ArrayV3Metadata] = field(default_factory=dict, compare=False)
+    """The verified metadata of ``counts`` and ``countsT`` by path: readers open the
+    arrays from it instead of reading and parsing their documents again."""
 
     @property
     def counts_fingerprint(self) -> str:
@@ -273,19 +278,48 @@ def _check_live(
     check_fill_value(array.metadata.fill_value, where=where, remedy=REPAIR)
 
 
-def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
-    if "ids" not in group:
+def _array_document(store: Store, path: str) -> dict[str, Any] | None:
+    """The ``zarr.json`` of the array at ``path``, or ``None`` when no array is there."""
+    document = _get_json(store, join(path, "zarr.json"))
+    return document if document is not None and document.get("node_type") == "array" else None
+
+
+def _array_from(store: Store, path: str, document: Mapping[str, Any]) -> zarr.Array[Any]:
+    """The array at ``path`` built from its (already read) document: no I/O.
+
+    zarr validates the document as its own open would; verification reads
+    every document once, and a prefetched store holds them in memory.
+    """
+    metadata = ArrayV3Metadata.from_dict(dict(document))
+    return zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, path)))
+
+
+def _shape_of(document: Mapping[str, Any]) -> tuple[int, ...]:
+    shape = document.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in shape
+    ):
+        raise RecordShapeError(f"an array document has shape {shape!r}; {REPAIR}")
+    return tuple(shape)
+
+
+def _ids_fp(store: Store, table: str, expected_len: int, *, where: str) -> str:
+    path = join(table, "ids")
+    document = _array_document(store, path)
+    if document is None:
         raise RecordShapeError(f"{where} has no ids column; {REPAIR}")
-    ids = array_at(group, "ids")
-    if ids.shape != (expected_len,):
+    shape = _shape_of(document)
+    if shape != (expected_len,):
         raise RecordShapeError(
-            f"{where}/ids has {ids.shape[0] if ids.shape else 0} entries but the counts have "
+            f"{where}/ids has {shape[0] if shape else 0} entries but the counts have "
             f"{expected_len}; {REPAIR}"
         )
-    recorded = ids.attrs.get("fingerprint")
+    attrs = document.get("attributes") or {}
+    recorded = attrs.get("fingerprint") if isinstance(attrs, dict) else None
     if recorded is not None:
         return parse_fingerprint(recorded, record="ids fingerprint", where=f"{where}/ids")
-    return ids_fingerprint(np.asarray(ids[:]))
+    # written before ids carried their fingerprint: the values are read
+    return ids_fingerprint(np.asarray(_array_from(store, path, document)[:]))
 
 
 def _has_state_group(store: Store, paths: AssayPaths) -> bool:
@@ -346,15 +380,16 @@ def _verify_assay(
         paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
     )
 
-    # the assay group's zarr.json exists, so the store is Zarr v3: no v2 probes
-    root = zarr.open_group(store, mode="r", zarr_format=3)
+    # the assay group's zarr.json exists, so the store is Zarr v3: arrays are
+    # built from their documents (read once), no v2 probes
     _, matrix_attrs = _node_attrs(store, paths.matrix_group)
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
-    if _node_attrs(store, paths.counts)[0] != "array":
+    counts_doc = _array_document(store, paths.counts)
+    if counts_doc is None:
         if _get_json(store, join(paths.counts, ".zarray")) is not None:
             raise RecordShapeError(f"{label}: counts is a Zarr v2 array; {REPAIR}")
         raise IncompleteStoreError(f"{label} has no counts array at {paths.counts!r}; {REPAIR}")
-    counts = array_at(root, paths.counts)
+    counts = _array_from(store, paths.counts, counts_doc)
     counts_layout = _layout_of(counts.attrs, where=f"{label} counts")
     if counts_layout != layout:
         raise RecordShapeError(
@@ -378,14 +413,14 @@ def _verify_assay(
             raise RecordShapeError(
                 f"{label} is {assay_type} but its layout records no countsT; {REPAIR}"
             )
-        kind_t = _node_attrs(store, paths.counts_t)[0]
-        if kind_t != "array":
+        counts_t_doc = _array_document(store, paths.counts_t)
+        if counts_t_doc is None:
             v2 = _get_json(store, join(paths.counts_t, ".zarray")) is not None
             raise IncompleteStoreError(
                 f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT, but "
                 f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
             )
-        counts_t = array_at(root, paths.counts_t)
+        counts_t = _array_from(store, paths.counts_t, counts_t_doc)
         shard_arrays.append(("countsT", counts_t, layout.counts_t))
         if counts_t.attrs.get("complete") is not True:
             raise IncompleteStoreError(
@@ -407,12 +442,10 @@ def _verify_assay(
                 f"{label}: countsT is bound to content {counts_t.attrs.get('content_fingerprint')!r} "
                 f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
             )
-    _check_summaries(store, root, paths, content, layout.shape, label=label)
-    cells_fp = _ids_fp(
-        group_at(root, paths.cell_data), layout.shape[0], where=f"{label} {paths.cell_data}"
-    )
+    _check_summaries(store, paths, content, layout.shape, label=label)
+    cells_fp = _ids_fp(store, paths.cell_data, layout.shape[0], where=f"{label} {paths.cell_data}")
     features_fp = _ids_fp(
-        group_at(root, paths.feature_data), layout.shape[1], where=f"{label} {paths.feature_data}"
+        store, paths.feature_data, layout.shape[1], where=f"{label} {paths.feature_data}"
     )
     tables = {
         name: table
@@ -427,7 +460,17 @@ def _verify_assay(
         )
         is not None
     }
-    return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp, tables)
+    metadata = {array.path: array.metadata for _, array, _ in shard_arrays}
+    return AssayInfo(
+        paths,
+        assay_type,
+        layout,
+        content,
+        cells_fp,
+        features_fp,
+        tables,
+        cast("dict[str, ArrayV3Metadata]", metadata),
+    )
 
 
 def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
@@ -444,7 +487,6 @@ def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
 
 def _check_summaries(
     store: Store,
-    root: zarr.Group,
     paths: AssayPaths,
     content: str,
     shape: tuple[int, int],
@@ -468,13 +510,13 @@ def _check_summaries(
         ("rowPositive", shape[0]),
         ("columnPositive", shape[1]),
     ):
-        key = join(paths.summaries, name)
-        if _node_attrs(store, key)[0] != "array":
+        document = _array_document(store, join(paths.summaries, name))
+        if document is None:
             raise RecordShapeError(f"{label}: countSummaries lacks {name}; {REPAIR}")
-        array = array_at(root, key)
-        if tuple(array.shape) != (length,):
+        found = _shape_of(document)
+        if found != (length,):
             raise RecordShapeError(
-                f"{label}: countSummaries/{name} has shape {tuple(array.shape)}, expected ({length},); {REPAIR}"
+                f"{label}: countSummaries/{name} has shape {found}, expected ({length},); {REPAIR}"
             )
 
 

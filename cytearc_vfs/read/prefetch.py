@@ -126,6 +126,26 @@ class PrefetchedStore(KeyCheckedWrapperStore):
     def _known_absent(self, key: str) -> bool:
         return self._listing is not None and key not in self._listing
 
+    def held(self, key: str) -> tuple[bool, bytes | None]:
+        """A document's bytes when known without I/O (see :class:`HeldDocuments`)."""
+        if key in self._documents:
+            return True, self._documents[key]
+        return self._known_absent(key), None
+
+    def held_children(self, prefix: str) -> list[str] | None:
+        """The names below ``prefix`` in the listing, when there is one."""
+        if self._listing is None:
+            return None
+        directory = prefix.rstrip("/")
+        start = len(directory) + 1 if directory else 0
+        return sorted(
+            {
+                key[start:].split("/", 1)[0]
+                for key in self._listing
+                if not directory or key.startswith(directory + "/")
+            }
+        )
+
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
@@ -161,18 +181,12 @@ class PrefetchedStore(KeyCheckedWrapperStore):
 
     async def list_dir(self, prefix: str) -> Any:
         self._check_prefix(prefix, "list_dir")
-        if self._listing is None:
+        names = self.held_children(prefix)
+        if names is None:
             async for name in self._store.list_dir(prefix):
                 yield name
             return
-        directory = prefix.rstrip("/")
-        start = len(directory) + 1 if directory else 0
-        names = {
-            key[start:].split("/", 1)[0]
-            for key in self._listing
-            if not directory or key.startswith(directory + "/")
-        }
-        for name in sorted(names):
+        for name in names:
             yield name
 
 

@@ -147,48 +147,49 @@ def bind_sources(
     :class:`IdentityMismatchError` naming the source, location, expected and
     found values. A remote source is read through ``cache`` when one is given.
     """
-    backends: list[Store] = []
-    for spec in specs:
-        with _named_failures(spec):
-            backends.append(
-                cached_source(
-                    open_location(
-                        spec.location, read_only=True, storage_options=spec.storage_options
-                    ),
-                    cache,
-                    spec.name,
-                    where=describe_location(spec.location),
-                )
-            )
 
-    async def fetch_all() -> list[PrefetchedStore | BaseException]:
+    async def fetch_all() -> list[tuple[Store, PrefetchedStore] | BaseException]:
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-        return list(
-            await asyncio.gather(
-                *(
-                    fetch_documents(
-                        backend,
-                        assay_documents(paths),
-                        seal=spec.seal,
-                        # a retired state group is rare: asked for only if listed
-                        deferred=[join(paths.assay_group, "state", "zarr.json")],
-                        limit=gate,
-                    )
-                    for spec, backend in zip(specs, backends, strict=True)
-                    for paths in [AssayPaths(spec.assay, spec.workspace)]
-                ),
-                return_exceptions=True,
-            )
-        )
 
-    fetched = sync(fetch_all())
-    bound = []
-    for spec, backend, view in zip(specs, backends, fetched, strict=True):
+        async def fetch(spec: SourceSpec) -> tuple[Store, PrefetchedStore]:
+            with _named_failures(spec):
+                # Building a backend client (a few ms of CPU for an object
+                # store) runs while the sources before it wait for answers.
+                backend = _open_backend(spec, cache)
+                paths = AssayPaths(spec.assay, spec.workspace)
+                view = await fetch_documents(
+                    backend,
+                    assay_documents(paths),
+                    seal=spec.seal,
+                    # a retired state group is rare: asked for only if listed
+                    deferred=[join(paths.assay_group, "state", "zarr.json")],
+                    limit=gate,
+                )
+                return backend, view
+
+        tasks = []
+        for spec in specs:
+            tasks.append(asyncio.ensure_future(fetch(spec)))
+            await asyncio.sleep(0)  # its first requests leave before the next client is built
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    bound: list[BoundSource] = []
+    for spec, fetched in zip(specs, sync(fetch_all()), strict=True):
+        if isinstance(fetched, BaseException):
+            raise fetched  # the first failing source, in the order given
         with _named_failures(spec):
-            if isinstance(view, BaseException):
-                raise view
-            bound.append(_verify_bound(spec, backend, view, counters))
+            # from memory: the documents (and listing) were all fetched above
+            bound.append(_verify_bound(spec, *fetched, counters))
     return bound
+
+
+def _open_backend(spec: SourceSpec, cache: SourceCache | None) -> Store:
+    return cached_source(
+        open_location(spec.location, read_only=True, storage_options=spec.storage_options),
+        cache,
+        spec.name,
+        where=describe_location(spec.location),
+    )
 
 
 def _verify_bound(
@@ -269,6 +270,9 @@ def bound_from_verified(
     counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
 
     def open_array(path: str) -> zarr.Array[Any]:
+        verified = info.array_metadata.get(path)
+        if verified is not None:  # parsed by verification: no read, no second parse
+            return _array_on(counting, verified, path)
         # served from memory: verification already fetched and checked it
         document = None if documents is None else get_json(documents, join(path, "zarr.json"))
         if isinstance(document, dict):
