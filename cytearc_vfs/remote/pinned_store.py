@@ -46,6 +46,7 @@ from zarr.storage import ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
 from ..format.key_checked import KeyCheckedWrapperStore
+from ..format.object_keys import listing_prefix, object_key, store_key
 from .timeouts import TIMEOUT_ENV
 
 if TYPE_CHECKING:
@@ -262,14 +263,16 @@ class PinnedSourceStore(SourceReadWrapper):
 
         prefix = f"{array}/c/"
         try:
-            listed = await obstore.list(self._store.store, prefix=prefix).collect_async()
+            listed = await obstore.list(
+                self._store.store, prefix=listing_prefix(self._store, prefix)
+            ).collect_async()
         except Exception as exc:
             raise _mark(self._failed(prefix, exc)) from exc
         pinned = 0
         for meta in listed:
             token = version_token(meta)
             if token is not None:
-                self.pins.pin(str(meta["path"]), token)
+                self.pins.pin(store_key(self._store, str(meta["path"])), token)
                 pinned += 1
         return pinned
 
@@ -286,11 +289,15 @@ class PinnedSourceStore(SourceReadWrapper):
         import obstore
 
         try:
-            listed = await obstore.list(self._store.store).collect_async()
+            listed = await obstore.list(
+                self._store.store, prefix=listing_prefix(self._store, "")
+            ).collect_async()
         except Exception as exc:
             raise _mark(self._failed("its listing", exc)) from exc
         return {
-            str(meta["path"]): ListedObject(int(meta["size"]), version_token(meta))
+            store_key(self._store, str(meta["path"])): ListedObject(
+                int(meta["size"]), version_token(meta)
+            )
             for meta in listed
         }
 
@@ -310,7 +317,7 @@ class PinnedSourceStore(SourceReadWrapper):
         from obstore.exceptions import NotFoundError
 
         try:
-            result = await obstore.get_async(self._store.store, key)
+            result = await obstore.get_async(self._store.store, object_key(self._store, key))
             data = await result.bytes_async()
         except (NotFoundError, FileNotFoundError):
             return None, None
@@ -412,7 +419,9 @@ class PinnedSourceStore(SourceReadWrapper):
             # conditional: the backend refuses a replaced object in the same request
             options["if_match"] = pinned[len("etag:") :]
         try:
-            result = await obstore.get_async(self._store.store, key, options=options)
+            result = await obstore.get_async(
+                self._store.store, object_key(self._store, key), options=options
+            )
             data = await result.bytes_async()
         except PreconditionError as exc:
             assert pinned is not None
