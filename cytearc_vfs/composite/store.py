@@ -27,6 +27,7 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, IncompleteStoreError
 from ..format.fingerprints import combine
@@ -37,6 +38,7 @@ from ..format.store_io import document_attribute, get_json
 from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns, RunCollector, merge_runs
 from ..read.count_mapping import ArrayMapping, CountMapping
+from ..read.prefetch import fetch_documents
 from ..read.read_stats import ReadCounters, ReaderStats
 from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, open_location
@@ -93,8 +95,12 @@ class CompositeStore(KeyCheckedStore):
         source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
         cell_runs: CellRuns | None = None,
         cache: SourceCache | None = None,
+        documents: Store | None = None,
     ) -> None:
         super().__init__(read_only=backing.read_only)
+        # the verified documents of the backing store: readers open the
+        # mappings and ids from them instead of reading them again
+        self._documents = backing if documents is None else documents
         self._cache = SourceCache() if cache is None else cache
         self._cell_runs = cell_runs
         self._backing = backing
@@ -155,8 +161,11 @@ class CompositeStore(KeyCheckedStore):
             raise ValueError(
                 f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
             )
-        # the root document was read above: a Zarr v3 group, no v2 probes
-        root = zarr.open_group(backing, mode="r", zarr_format=3)
+        # The composite's own documents the checks below read, in one concurrent
+        # round (its store may be remote too); the root document was read
+        # above: a Zarr v3 group, so no v2 probes.
+        own = sync(fetch_documents(backing, _own_documents(record)))
+        root = zarr.open_group(own, mode="r", zarr_format=3)
         # the cell mappings are summarized as runs on the way (see cell_runs)
         collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
         for name in MAP_NAMES:
@@ -172,7 +181,7 @@ class CompositeStore(KeyCheckedStore):
                     f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
                     f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
                 )
-        verify_composite_tables(backing, record, attrs, where=where)
+        verify_composite_tables(own, record, attrs, where=where)
         seals = read_seals(root, record, where=where)
         # Every source is verified from one concurrent batch of requests (with
         # a seal, usually one listing each): see read/sources.bind_sources.
@@ -200,6 +209,7 @@ class CompositeStore(KeyCheckedStore):
             source_storage_options=source_storage_options,
             cell_runs=merge_runs(collectors["rowSources"], collectors["sourceRows"]),
             cache=cache,
+            documents=own,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -243,6 +253,7 @@ class CompositeStore(KeyCheckedStore):
         clone._chunk_counters = self._chunk_counters
         clone._chunk_reader = self._chunk_reader
         clone._cache = self._cache
+        clone._documents = self._documents
         return clone
 
     def cache_info(self) -> CacheInfo:
@@ -276,7 +287,7 @@ class CompositeStore(KeyCheckedStore):
         """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
         if assay != self._record.assay:
             raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
-        root = zarr.open_group(self._backing, mode="r", zarr_format=3)
+        root = zarr.open_group(self._documents, mode="r", zarr_format=3)
         counts_doc = self._record.arrays[join(assay, "counts")]
         shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
         return ArrayMapping(
@@ -483,6 +494,23 @@ class CompositeStore(KeyCheckedStore):
             if child not in seen:
                 seen.add(child)
                 yield child
+
+
+def _own_documents(record: CompositeRecord) -> list[str]:
+    """Keys of the composite's own documents that opening it reads."""
+    assay = record.assay
+    nodes = [
+        "",
+        assay,
+        MAPS_GROUP,
+        "cellData",
+        join(assay, "featureData"),
+        *(record.maps[name].path for name in MAP_NAMES),
+        "cellData/ids",
+        join(assay, "featureData", "ids"),
+        *([record.seals.path] if record.seals is not None else []),
+    ]
+    return [join(node, "zarr.json") for node in nodes]
 
 
 def _restore(backing: Store, options: Mapping[str, Mapping[str, Any]]) -> CompositeStore:
