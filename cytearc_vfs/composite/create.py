@@ -41,6 +41,7 @@ from ..read.read_stats import ReadCounters
 from ..read.reader import VirtualArrayReader
 from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, reopenable_location
+from ..remote.source_cache import SourceCache
 from ..write.destinations import check_no_overlap, create_destination, finish_destination
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
@@ -314,7 +315,9 @@ def create_composite(
         for name, location in sources.items()
     }
 
-    # every source verified from one concurrent batch of requests
+    # every source verified from one concurrent batch of requests, read
+    # through the cache the returned store keeps
+    cache = SourceCache()
     bound = bind_sources(
         [
             SourceSpec(
@@ -327,6 +330,7 @@ def create_composite(
             for name, location in sources.items()
         ],
         counters=ReadCounters(),
+        cache=cache,
     )
     tables = read_source_tables(bound)
     plan = plan_composite(bound, tables, features=features, cells=cells)
@@ -441,8 +445,14 @@ def create_composite(
     final["complete"] = True
     # one metadata write publishes the composite and removes the marker
     finish_destination(root, {COMPOSITE_ATTR: final})
-    return CompositeStore.from_location(
-        destination, storage_options=storage_options, source_storage_options=source_storage_options
+    # opened as any open does, except that the sources verified above are
+    # not fetched and verified a second time
+    return CompositeStore._created(
+        destination,
+        bound,
+        cache,
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
     )
 
 

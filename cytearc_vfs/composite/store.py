@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -137,15 +137,38 @@ class CompositeStore(KeyCheckedStore):
         return cls._verified(backing, where, source_storage_options)
 
     @classmethod
+    def _created(
+        cls,
+        location: Location,
+        sources: Sequence[BoundSource],
+        cache: SourceCache,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CompositeStore:
+        """The composite ``create_composite`` just wrote, opened and verified.
+
+        Everything the composite's own store holds is read back and verified
+        as any open does; ``sources`` were verified (and pinned) by the same
+        creation moments before, so they are compared with the record
+        instead of being fetched and verified a second time.
+        """
+        where = describe_location(location)
+        backing = open_location(location, read_only=True, storage_options=storage_options)
+        return cls._verified(backing, where, source_storage_options, created=(sources, cache))
+
+    @classmethod
     def _verified(
         cls,
         backing: Store,
         where: str,
         source_storage_options: Mapping[str, Mapping[str, Any]] | None,
+        *,
+        created: tuple[Sequence[BoundSource], SourceCache] | None = None,
     ) -> CompositeStore:
         # remote sources read through one bounded cache per open composite; a
         # bad CYTEARC_SOURCE_CACHE_BYTES is refused before any mapping is read
-        cache = SourceCache()
+        cache = SourceCache() if created is None else created[1]
         root_doc = get_json(backing, "zarr.json", where=where)
         attrs = root_doc.get("attributes", {}) if isinstance(root_doc, dict) else {}
         if COMPOSITE_ATTR not in attrs:
@@ -185,23 +208,26 @@ class CompositeStore(KeyCheckedStore):
         seals = read_seals(root, record, where=where)
         # Every source is verified from one concurrent batch of requests (with
         # a seal, usually one listing each): see read/sources.bind_sources.
-        sources = bind_sources(
-            [
-                SourceSpec(
-                    binding.name,
-                    binding.location,
-                    record.assay,
-                    workspace=binding.workspace,
-                    storage_options=(source_storage_options or {}).get(binding.name),
-                    expected_dataset=binding.dataset_fingerprint,
-                    expected_counts=binding.counts_fingerprint,
-                    seal=seals.get(binding.name),
-                )
-                for binding in record.sources
-            ],
-            counters=ReadCounters(),
-            cache=cache,
-        )
+        if created is not None:
+            sources = _as_recorded(list(created[0]), record, where=where)
+        else:
+            sources = bind_sources(
+                [
+                    SourceSpec(
+                        binding.name,
+                        binding.location,
+                        record.assay,
+                        workspace=binding.workspace,
+                        storage_options=(source_storage_options or {}).get(binding.name),
+                        expected_dataset=binding.dataset_fingerprint,
+                        expected_counts=binding.counts_fingerprint,
+                        seal=seals.get(binding.name),
+                    )
+                    for binding in record.sources
+                ],
+                counters=ReadCounters(),
+                cache=cache,
+            )
         return cls(
             backing,
             record,
@@ -494,6 +520,24 @@ class CompositeStore(KeyCheckedStore):
             if child not in seen:
                 seen.add(child)
                 yield child
+
+
+def _as_recorded(
+    sources: list[BoundSource], record: CompositeRecord, *, where: str
+) -> list[BoundSource]:
+    """``sources`` bound by the creation that wrote ``record``, checked against it."""
+    for binding, source in zip(record.sources, sources, strict=True):
+        if (
+            binding.name != source.name
+            or binding.dataset_fingerprint != source.info.dataset_fingerprint
+            or binding.counts_fingerprint != source.info.counts_fingerprint
+        ):
+            raise IdentityMismatchError(
+                f"composite at {where}: source {binding.name!r} as recorded does not match the "
+                "source its creation verified; the composite was changed while it was being "
+                "created. Recreate the composite"
+            )
+    return sources
 
 
 def _own_documents(record: CompositeRecord) -> list[str]:
