@@ -153,9 +153,10 @@ def bind_sources(
 
         async def fetch(spec: SourceSpec) -> tuple[Store, PrefetchedStore]:
             with _named_failures(spec):
-                # Building a backend client (a few ms of CPU for an object
-                # store) runs while the sources before it wait for answers.
-                backend = _open_backend(spec, cache)
+                # On a worker thread: a backend's opener may block or call
+                # zarr's sync API, which the event loop's own thread must not;
+                # the sources before it wait for answers meanwhile.
+                backend = await asyncio.to_thread(_open_backend, spec, cache)
                 paths = AssayPaths(spec.assay, spec.workspace)
                 view = await fetch_documents(
                     backend,
