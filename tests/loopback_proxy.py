@@ -1,20 +1,38 @@
-"""A loopback HTTP proxy in front of the S3 server that counts requests and can hang.
+"""A loopback HTTP proxy in front of the S3 server that counts requests, delays and can hang.
 
 Requests pass through unchanged (headers, body, signature), so clients talk
 real S3 to a real server; the proxy records each request's method, path and
-conditional and range headers, and when ``hang`` is set it accepts requests
-and never answers, as a stalled server does.
+conditional and range headers. With ``delay`` set, every request waits that
+many seconds before it is forwarded (a cloud round trip; requests in flight
+wait concurrently, as they would on a network). When ``hang`` is set it
+accepts requests and never answers, as a stalled server does.
+
+Benchmarks run it in a process of its own (``python tests/loopback_proxy.py
+UPSTREAM``, driven through :class:`ProxyProcess`), so its threads take
+neither the measured process's CPU nor its GIL.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+
+class _Server(ThreadingHTTPServer):
+    # many requests in flight at once (a composite's sources open concurrently):
+    # the default backlog of 5 would drop connection attempts, which the
+    # client retries only after a second
+    request_queue_size = 256
 
 
 @dataclass(frozen=True)
@@ -34,11 +52,12 @@ class Seen:
 class LoopbackProxy:
     """Forwards to ``upstream`` (``http://host:port``); see the module docstring."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, control: bool = False) -> None:
         parts = urlsplit(upstream)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.seen: list[Seen] = []
         self.hang = False
+        self.delay = 0.0
         self._lock = threading.Lock()
         self._release = threading.Event()
         proxy = self
@@ -50,11 +69,16 @@ class LoopbackProxy:
                 pass
 
             def _forward(self) -> None:
+                if control and self.path.startswith(CONTROL):
+                    self._control()
+                    return
                 proxy._record(self)
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
                     self.close_connection = True
                     return
+                if proxy.delay:
+                    time.sleep(proxy.delay)  # this request's thread only
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=60)
@@ -74,9 +98,20 @@ class LoopbackProxy:
                 finally:
                     upstream.close()
 
+            def _control(self) -> None:
+                command, _, argument = self.path[len(CONTROL) :].partition("/")
+                if command == "delay":
+                    proxy.delay = float(argument)
+                answer = [seen.__dict__ for seen in proxy.take()] if command == "take" else []
+                payload = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -111,3 +146,49 @@ class LoopbackProxy:
         self._release.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+#: Path prefix of a proxy process's own requests (never forwarded or recorded).
+CONTROL = "/__proxy__/"
+
+
+class ProxyProcess:
+    """A :class:`LoopbackProxy` in a process of its own, with the same surface."""
+
+    def __init__(self, upstream: str) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, upstream], stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdout is not None
+        self.endpoint = self._process.stdout.readline().strip()
+        self._delay = 0.0
+
+    def _ask(self, command: str) -> list[dict[str, str | None]]:
+        with urllib.request.urlopen(f"{self.endpoint}{CONTROL}{command}", timeout=60) as reply:
+            answer: list[dict[str, str | None]] = json.loads(reply.read())
+        return answer
+
+    @property
+    def delay(self) -> float:
+        """Seconds each request waits before it is forwarded."""
+        return self._delay
+
+    @delay.setter
+    def delay(self, seconds: float) -> None:
+        self._ask(f"delay/{seconds}")
+        self._delay = seconds
+
+    def take(self) -> list[Seen]:
+        """The requests seen since the last call."""
+        return [Seen(**fields) for fields in self._ask("take")]  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Stop the proxy process."""
+        self._process.terminate()
+        self._process.wait()
+
+
+if __name__ == "__main__":
+    running = LoopbackProxy(sys.argv[1], control=True)
+    print(running.endpoint, flush=True)
+    threading.Event().wait()

@@ -22,6 +22,7 @@ from s3_server import S3Server
 from zarr.storage import LocalStore, MemoryStore
 
 import cytearc_vfs as cv
+from cytearc_vfs.format.object_keys import object_key
 from cytearc_vfs.format.shard_tables import (
     SHARD_TABLE_ATTR,
     ShardTable,
@@ -258,11 +259,11 @@ def test_a_remote_store_is_checked_by_one_listing(s3_server: S3Server) -> None:
     url = f"s3://{bucket}/s.zarr"
     cv.write_counts(url, counts, layout=LAYOUT, storage_options=options)
     store = cv.open_store(url, storage_options=options)
-    raw = store.store  # the obstore S3Store under zarr's ObjectStore
-    key = "RNA/counts/c/2/0"
+    raw = store.store  # the obstore client under zarr's ObjectStore (shared by the bucket)
+    key = object_key(store, "RNA/counts/c/2/0")
     first, other = (
         bytes(obstore.get(raw, key).bytes()),
-        bytes(obstore.get(raw, "RNA/counts/c/3/0").bytes()),
+        bytes(obstore.get(raw, object_key(store, "RNA/counts/c/3/0")).bytes()),
     )
     obstore.delete(raw, key)
     with pytest.raises(cv.IdentityMismatchError, match="'RNA/counts/c/2/0' was written"):

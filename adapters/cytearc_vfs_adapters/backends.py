@@ -10,15 +10,21 @@ their own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from zarr.abc.store import Store
-from zarr.storage import LocalStore, ManagedMemoryStore
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 
+from cytearc_vfs.format.object_keys import listing_prefix, object_key, store_key
 from cytearc_vfs.remote.locations import register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
@@ -29,6 +35,7 @@ __all__ = [
     "open_memory",
     "open_obstore",
     "register_all",
+    "SharedClientObjectStore",
 ]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https")
@@ -64,10 +71,14 @@ def forget_memory(name: str) -> None:
 
 
 def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
-    """An obstore-backed store for a cloud or HTTP URL."""
+    """An obstore-backed store for a cloud or HTTP URL.
+
+    Stores of one bucket (or host) with the same options share one client
+    (:func:`_shared_client`): building a client costs milliseconds of CPU,
+    which a composite of hundreds of sources would otherwise pay per source.
+    """
     try:
         from obstore.store import from_url
-        from zarr.storage import ObjectStore
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             f"reading {url!r} needs obstore: pip install 'cytearc-vfs[obstore]'"
@@ -84,8 +95,124 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
     options["retry_config"] = options.get("retry_config") or {
         "retry_timeout": timedelta(seconds=limits.total)
     }
-    backend = from_url(url, **options)
-    return ObjectStore(backend, read_only=read_only)
+    parts = urlsplit(url)
+    if parts.query or parts.fragment or not parts.netloc:
+        return ObjectStore(from_url(url, **options), read_only=read_only)
+    client = _shared_client(f"{parts.scheme}://{parts.netloc}", options)
+    return SharedClientObjectStore(client, parts.path.strip("/"), read_only=read_only)
+
+
+# Clients by (bucket URL, options), most recently used last; a client holds
+# its connection pool, so a bounded number is kept for the life of the process.
+_CLIENTS: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_CLIENTS_LOCK = threading.Lock()
+_MAX_CLIENTS = 64
+
+
+def _shared_client(base: str, options: Mapping[str, Any]) -> Any:
+    """The obstore client of ``base`` (``scheme://bucket``) with ``options``, made once."""
+    from obstore.store import from_url
+
+    key = (base, json.dumps(options, sort_keys=True, default=repr))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is not None:
+            _CLIENTS.move_to_end(key)
+            return client
+    # built outside the lock: another thread may build the same one meanwhile,
+    # and the first kept wins
+    client = from_url(base, **options)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.setdefault(key, client)
+        _CLIENTS.move_to_end(key)
+        while len(_CLIENTS) > _MAX_CLIENTS:
+            _CLIENTS.popitem(last=False)
+    return client
+
+
+class SharedClientObjectStore(ObjectStore[Any]):
+    """zarr's ``ObjectStore`` over a prefix of a client shared by several stores.
+
+    Every key is the client's key below ``key_prefix`` (the URL's path), which
+    is how the core maps keys when it calls obstore itself
+    (:mod:`cytearc_vfs.format.object_keys`).
+    """
+
+    def __init__(self, store: Any, key_prefix: str, *, read_only: bool = False) -> None:
+        super().__init__(store, read_only=read_only)
+        self.key_prefix = key_prefix.strip("/")
+
+    def _key(self, key: str) -> str:
+        return object_key(self, key)
+
+    def __eq__(self, value: object) -> bool:
+        return (
+            isinstance(value, SharedClientObjectStore)
+            and self.store == value.store
+            and self.key_prefix == value.key_prefix
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.key_prefix))
+
+    def with_read_only(self, read_only: bool = False) -> SharedClientObjectStore:
+        return type(self)(self.store, self.key_prefix, read_only=read_only)
+
+    def __str__(self) -> str:
+        return f"object_store://{self.store}/{self.key_prefix}"
+
+    def __repr__(self) -> str:
+        return f"SharedClientObjectStore({self.store!r}, key_prefix={self.key_prefix!r})"
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        found: Buffer | None = await super().get(self._key(key), prototype, byte_range)
+        return found
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        mapped = [(self._key(key), byte_range) for key, byte_range in key_ranges]
+        return list(await super().get_partial_values(prototype, mapped))
+
+    async def exists(self, key: str) -> bool:
+        return bool(await super().exists(self._key(key)))
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await super().set(self._key(key), value)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        await super().set_if_not_exists(self._key(key), value)
+
+    async def delete(self, key: str) -> None:
+        await super().delete(self._key(key))
+
+    async def delete_dir(self, prefix: str) -> None:
+        # zarr's version deletes what it lists through self.delete, which would
+        # prefix the listed (already prefixed) keys a second time
+        self._check_writable()
+        keys = [key async for key in self.list_prefix(prefix.strip("/"))]
+        limit = asyncio.Semaphore(64)
+
+        async def delete(key: str) -> None:
+            async with limit:
+                await self.delete(key)
+
+        await asyncio.gather(*(delete(key) for key in keys))
+
+    async def _list(self, prefix: str | None = None) -> AsyncGenerator[Any, None]:
+        async for meta in super()._list(listing_prefix(self, prefix or "")):
+            yield {**meta, "path": store_key(self, meta["path"])}
+
+    def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
+        # zarr names the children relative to the prefix it listed
+        return super().list_dir(self._key(prefix.strip("/")))
+
+    async def getsize(self, key: str) -> int:
+        return int(await super().getsize(self._key(key)))
 
 
 def open_fsspec(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:

@@ -99,10 +99,13 @@ class SourceTables:
 
 async def _read_source(source: BoundSource) -> SourceTables:
     paths = source.info.paths
+    # through the documents and listing the source was verified from: the
+    # tables' group documents, ids and member listing cost no request
+    store = source.view if source.view is not None else source.store
     cells, features, assay_doc = await asyncio.gather(
-        read_columns(source.store, paths.cell_data),
-        read_columns(source.store, paths.feature_data),
-        source.store.get(join(paths.assay_group, "zarr.json"), default_buffer_prototype()),
+        read_columns(store, paths.cell_data),
+        read_columns(store, paths.feature_data),
+        store.get(join(paths.assay_group, "zarr.json"), default_buffer_prototype()),
     )
     attrs: Any = {}
     if assay_doc is not None:

@@ -11,9 +11,11 @@ removes the marker, so a creation that dies at any instant never opens.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,20 +24,24 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
+from zarr.api.asynchronous import open_array as open_array_async
+from zarr.core.sync import sync
 from zarr.storage import MemoryStore
 
 from ..format.count_dtype import summary_dtype
 from ..format.fingerprints import combine
-from ..format.nodes import array_at, group_at
+from ..format.nodes import array_at
 from ..format.paths import check_name, join
 from ..format.records import dump_assay_types, requires_transpose
 from ..format.sizes import parse_size
 from ..format.store_io import get_json
 from ..format.tables import prepare_table, write_table
+from ..read.count_mapping import IdentityMapping
 from ..read.read_stats import ReadCounters
 from ..read.reader import VirtualArrayReader
-from ..read.sources import BoundSource, bind_source
+from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, reopenable_location
+from ..remote.source_cache import SourceCache
 from ..write.destinations import check_no_overlap, create_destination, finish_destination
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
@@ -47,6 +53,7 @@ from .records import (
     MapRecord,
     SourceBinding,
 )
+from .source_seals import write_seals
 
 __all__ = [
     "Sources",
@@ -151,6 +158,34 @@ def _named_sources(sources: Sources) -> Mapping[str, Location]:
     return source_names_from_locations(list(sources))
 
 
+async def _source_summaries(sources: list[BoundSource]) -> list[dict[str, npt.NDArray[Any]]]:
+    """Every source's countSummaries arrays, all read concurrently.
+
+    Their documents were fetched (and verified) with the source, so each
+    array costs its chunks only, and every source's are in flight at once
+    (bounded by the views' shared limit).
+    """
+
+    async def one(source: BoundSource) -> dict[str, npt.NDArray[Any]]:
+        store = source.view if source.view is not None else source.store
+        names = ("rowSums", "rowPositive", "columnPositive")
+        arrays = await asyncio.gather(
+            *(
+                open_array_async(
+                    store=store,
+                    path=join(source.info.paths.summaries, name),
+                    mode="r",
+                    zarr_format=3,
+                )
+                for name in names
+            )
+        )
+        values = await asyncio.gather(*(array.getitem(...) for array in arrays))
+        return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}
+
+    return list(await asyncio.gather(*(one(source) for source in sources)))
+
+
 def _summaries(
     plan: CompositePlan, sources: list[BoundSource], mem_budget: int, progress: Progress | None
 ) -> dict[str, npt.NDArray[Any]]:
@@ -160,25 +195,24 @@ def _summaries(
     row_sums = np.zeros(n_cells, dtype=dtype)
     row_positive = np.zeros(n_cells, dtype=np.int64)
     column_positive = np.zeros(n_features, dtype=np.int64)
+    stored = sync(_source_summaries(sources))
     for index, source in enumerate(sources):
         out_rows = np.flatnonzero(plan.row_sources == index)
         rows = plan.source_rows[out_rows]
         mapped = np.flatnonzero(plan.feature_columns[index] >= 0)
         columns = plan.feature_columns[index][mapped]
-        root = zarr.open_group(source.store, mode="r")
-        summaries = group_at(root, source.info.paths.summaries)
+        summaries = stored[index]
         all_features = len(columns) == source.info.shape[1]
         all_cells = len(rows) == source.info.shape[0]
         if all_features:
-            row_sums[out_rows] = np.asarray(array_at(summaries, "rowSums")[:])[rows]
-            row_positive[out_rows] = np.asarray(array_at(summaries, "rowPositive")[:])[rows]
+            row_sums[out_rows] = summaries["rowSums"][rows]
+            row_positive[out_rows] = summaries["rowPositive"][rows]
         if all_features and all_cells:
-            column_positive[mapped] += np.asarray(array_at(summaries, "columnPositive")[:])[columns]
+            column_positive[mapped] += summaries["columnPositive"][columns]
             continue
-        # Part of the source is used: read exactly that part once, in row bands.
-        reader = VirtualArrayReader(
-            source.store, source.info.paths.assay, workspace=source.info.paths.workspace
-        )
+        # Part of the source is used: read exactly that part once, in row bands,
+        # through the source as it was bound (verified, pinned; no second open).
+        reader = _reader_of(source)
         band = max(1, mem_budget // (3 * max(1, len(columns)) * max(8, plan.dtype.itemsize)))
         for start in range(0, len(rows), band):
             block = reader.read(rows[start : start + band], columns)
@@ -190,6 +224,21 @@ def _summaries(
             if progress:
                 progress(f"summaries {source.name}", min(len(rows), start + band), len(rows))
     return {"rowSums": row_sums, "rowPositive": row_positive, "columnPositive": column_positive}
+
+
+def _reader_of(source: BoundSource) -> VirtualArrayReader:
+    """A reader of one bound source's counts, rows and columns as they are."""
+    store = source.view if source.view is not None else source.store
+    root = zarr.open_group(store, mode="r", zarr_format=3)
+    counters = ReadCounters()
+    mapping = IdentityMapping(
+        rebind(source, counters),
+        array_at(root, join(source.info.paths.cell_data, "ids")),
+        array_at(root, join(source.info.paths.feature_data, "ids")),
+    )
+    return VirtualArrayReader.from_mapping(
+        mapping, counters, source.location, source.info.paths.assay
+    )
 
 
 def create_composite(
@@ -266,18 +315,23 @@ def create_composite(
         for name, location in sources.items()
     }
 
-    counters = ReadCounters()
-    bound = [
-        bind_source(
-            name,
-            location,
-            assay,
-            workspace=(source_workspaces or {}).get(name),
-            counters=counters,
-            storage_options=(source_storage_options or {}).get(name),
-        )
-        for name, location in sources.items()
-    ]
+    # every source verified from one concurrent batch of requests, read
+    # through the cache the returned store keeps
+    cache = SourceCache()
+    bound = bind_sources(
+        [
+            SourceSpec(
+                name,
+                location,
+                assay,
+                workspace=(source_workspaces or {}).get(name),
+                storage_options=(source_storage_options or {}).get(name),
+            )
+            for name, location in sources.items()
+        ],
+        counters=ReadCounters(),
+        cache=cache,
+    )
     tables = read_source_tables(bound)
     plan = plan_composite(bound, tables, features=features, cells=cells)
     bindings = tuple(
@@ -374,6 +428,11 @@ def create_composite(
             )
         )
         maps_group.create_array(name, data=values, chunks=chunk)
+    # the documents each source was verified from, with their versions: a
+    # later open fetches only those that changed (source_seals.py)
+    seals = write_seals(
+        maps_group, {source.name: source.view.seal() for source in bound if source.view is not None}
+    )
     write_table(root.create_group("cellData"), cell_table)
     assay_group = root.create_group(assay, attributes={"is_assay": True})
     write_table(assay_group.create_group("featureData"), feature_table)
@@ -382,12 +441,18 @@ def create_composite(
     )
     for name, values in summaries.items():
         summary_group.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
-    final = record.to_json()
+    final = replace(record, seals=seals).to_json()
     final["complete"] = True
     # one metadata write publishes the composite and removes the marker
     finish_destination(root, {COMPOSITE_ATTR: final})
-    return CompositeStore.from_location(
-        destination, storage_options=storage_options, source_storage_options=source_storage_options
+    # opened as any open does, except that the sources verified above are
+    # not fetched and verified a second time
+    return CompositeStore._created(
+        destination,
+        bound,
+        cache,
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
     )
 
 

@@ -74,7 +74,7 @@ def verify_composite_tables(
     check_virtual_arrays(
         record.arrays, record.assay, assay_type, (n_cells, n_features), where=where
     )
-    root = zarr.open_group(backing, mode="r")
+    root = zarr.open_group(backing, mode="r", zarr_format=3)
     expected = record.ids
     for table, length, fingerprint in (
         ("cellData", n_cells, None if expected is None else expected.cells),

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, IncompleteStoreError
 from ..format.fingerprints import combine
@@ -38,12 +38,14 @@ from ..format.store_io import document_attribute, get_json
 from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns, RunCollector, merge_runs
 from ..read.count_mapping import ArrayMapping, CountMapping
+from ..read.prefetch import fetch_documents
 from ..read.read_stats import ReadCounters, ReaderStats
-from ..read.sources import BoundSource, bind_source, rebind
+from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.source_cache import CacheInfo, SourceCache
 from .open_checks import verify_composite_tables
 from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
+from .source_seals import read_seals
 
 __all__ = ["CompositeStore"]
 
@@ -93,8 +95,12 @@ class CompositeStore(KeyCheckedStore):
         source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
         cell_runs: CellRuns | None = None,
         cache: SourceCache | None = None,
+        documents: Store | None = None,
     ) -> None:
         super().__init__(read_only=backing.read_only)
+        # the verified documents of the backing store: readers open the
+        # mappings and ids from them instead of reading them again
+        self._documents = backing if documents is None else documents
         self._cache = SourceCache() if cache is None else cache
         self._cell_runs = cell_runs
         self._backing = backing
@@ -131,15 +137,38 @@ class CompositeStore(KeyCheckedStore):
         return cls._verified(backing, where, source_storage_options)
 
     @classmethod
+    def _created(
+        cls,
+        location: Location,
+        sources: Sequence[BoundSource],
+        cache: SourceCache,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> CompositeStore:
+        """The composite ``create_composite`` just wrote, opened and verified.
+
+        Everything the composite's own store holds is read back and verified
+        as any open does; ``sources`` were verified (and pinned) by the same
+        creation moments before, so they are compared with the record
+        instead of being fetched and verified a second time.
+        """
+        where = describe_location(location)
+        backing = open_location(location, read_only=True, storage_options=storage_options)
+        return cls._verified(backing, where, source_storage_options, created=(sources, cache))
+
+    @classmethod
     def _verified(
         cls,
         backing: Store,
         where: str,
         source_storage_options: Mapping[str, Mapping[str, Any]] | None,
+        *,
+        created: tuple[Sequence[BoundSource], SourceCache] | None = None,
     ) -> CompositeStore:
         # remote sources read through one bounded cache per open composite; a
         # bad CYTEARC_SOURCE_CACHE_BYTES is refused before any mapping is read
-        cache = SourceCache()
+        cache = SourceCache() if created is None else created[1]
         root_doc = get_json(backing, "zarr.json", where=where)
         attrs = root_doc.get("attributes", {}) if isinstance(root_doc, dict) else {}
         if COMPOSITE_ATTR not in attrs:
@@ -155,7 +184,11 @@ class CompositeStore(KeyCheckedStore):
             raise ValueError(
                 f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
             )
-        root = zarr.open_group(backing, mode="r")
+        # The composite's own documents the checks below read, in one concurrent
+        # round (its store may be remote too); the root document was read
+        # above: a Zarr v3 group, so no v2 probes.
+        own = sync(fetch_documents(backing, _own_documents(record)))
+        root = zarr.open_group(own, mode="r", zarr_format=3)
         # the cell mappings are summarized as runs on the way (see cell_runs)
         collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
         for name in MAP_NAMES:
@@ -171,26 +204,30 @@ class CompositeStore(KeyCheckedStore):
                     f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
                     f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
                 )
-        verify_composite_tables(backing, record, attrs, where=where)
-        counters = ReadCounters()
-
-        def bind(index: int) -> BoundSource:
-            binding = record.sources[index]
-            return bind_source(
-                binding.name,
-                binding.location,
-                record.assay,
-                workspace=binding.workspace,
-                counters=counters,
-                storage_options=(source_storage_options or {}).get(binding.name),
-                expected_dataset=binding.dataset_fingerprint,
-                expected_counts=binding.counts_fingerprint,
+        verify_composite_tables(own, record, attrs, where=where)
+        seals = read_seals(root, record, where=where)
+        # Every source is verified from one concurrent batch of requests (with
+        # a seal, usually one listing each): see read/sources.bind_sources.
+        if created is not None:
+            sources = _as_recorded(list(created[0]), record, where=where)
+        else:
+            sources = bind_sources(
+                [
+                    SourceSpec(
+                        binding.name,
+                        binding.location,
+                        record.assay,
+                        workspace=binding.workspace,
+                        storage_options=(source_storage_options or {}).get(binding.name),
+                        expected_dataset=binding.dataset_fingerprint,
+                        expected_counts=binding.counts_fingerprint,
+                        seal=seals.get(binding.name),
+                    )
+                    for binding in record.sources
+                ],
+                counters=ReadCounters(),
                 cache=cache,
             )
-
-        # Sources are verified concurrently: each is a few metadata reads.
-        with ThreadPoolExecutor(max_workers=min(8, len(record.sources))) as pool:
-            sources = list(pool.map(bind, range(len(record.sources))))
         return cls(
             backing,
             record,
@@ -198,6 +235,7 @@ class CompositeStore(KeyCheckedStore):
             source_storage_options=source_storage_options,
             cell_runs=merge_runs(collectors["rowSources"], collectors["sourceRows"]),
             cache=cache,
+            documents=own,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -241,6 +279,7 @@ class CompositeStore(KeyCheckedStore):
         clone._chunk_counters = self._chunk_counters
         clone._chunk_reader = self._chunk_reader
         clone._cache = self._cache
+        clone._documents = self._documents
         return clone
 
     def cache_info(self) -> CacheInfo:
@@ -274,7 +313,7 @@ class CompositeStore(KeyCheckedStore):
         """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
         if assay != self._record.assay:
             raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
-        root = zarr.open_group(self._backing, mode="r")
+        root = zarr.open_group(self._documents, mode="r", zarr_format=3)
         counts_doc = self._record.arrays[join(assay, "counts")]
         shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
         return ArrayMapping(
@@ -505,6 +544,41 @@ class CompositeStore(KeyCheckedStore):
             if child not in seen:
                 seen.add(child)
                 yield child
+
+
+def _as_recorded(
+    sources: list[BoundSource], record: CompositeRecord, *, where: str
+) -> list[BoundSource]:
+    """``sources`` bound by the creation that wrote ``record``, checked against it."""
+    for binding, source in zip(record.sources, sources, strict=True):
+        if (
+            binding.name != source.name
+            or binding.dataset_fingerprint != source.info.dataset_fingerprint
+            or binding.counts_fingerprint != source.info.counts_fingerprint
+        ):
+            raise IdentityMismatchError(
+                f"composite at {where}: source {binding.name!r} as recorded does not match the "
+                "source its creation verified; the composite was changed while it was being "
+                "created. Recreate the composite"
+            )
+    return sources
+
+
+def _own_documents(record: CompositeRecord) -> list[str]:
+    """Keys of the composite's own documents that opening it reads."""
+    assay = record.assay
+    nodes = [
+        "",
+        assay,
+        MAPS_GROUP,
+        "cellData",
+        join(assay, "featureData"),
+        *(record.maps[name].path for name in MAP_NAMES),
+        "cellData/ids",
+        join(assay, "featureData", "ids"),
+        *([record.seals.path] if record.seals is not None else []),
+    ]
+    return [join(node, "zarr.json") for node in nodes]
 
 
 def _restore(backing: Store, options: Mapping[str, Mapping[str, Any]]) -> CompositeStore:

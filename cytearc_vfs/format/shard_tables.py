@@ -42,6 +42,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, ObjectStore
 
 from ..errors import IdentityMismatchError, RecordShapeError
+from .object_keys import listing_prefix, store_key
 
 __all__ = [
     "SHARD_TABLE_ATTR",
@@ -229,9 +230,9 @@ async def _listed_sizes(store: Store, prefix: str) -> dict[str, int | None]:
         import obstore
 
         listed: dict[str, int | None] = {}
-        async for batch in obstore.list(store.store, prefix=prefix):
+        async for batch in obstore.list(store.store, prefix=listing_prefix(store, prefix)):
             for item in batch:
-                listed[item["path"]] = int(item["size"])
+                listed[store_key(store, item["path"])] = int(item["size"])
         return listed
     return {key: None async for key in store.list_prefix(prefix)}
 

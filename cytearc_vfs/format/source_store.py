@@ -15,13 +15,16 @@ lack it and open as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
 from zarr.abc.store import Store
+from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import StorePath
 
 from ..errors import (
     IdentityMismatchError,
@@ -31,7 +34,6 @@ from ..errors import (
 )
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
 from .identity_checks import check_declared_assays, check_fill_value
-from .nodes import array_at, group_at
 from .paths import AssayPaths, join
 from .records import (
     ASSAY_TYPE_PRESETS,
@@ -51,6 +53,7 @@ __all__ = [
     "AssayInfo",
     "StoreContents",
     "check_assay_shards",
+    "contents_documents",
     "read_contents",
     "refuse_pending_assays",
     "unfinished_message",
@@ -88,6 +91,9 @@ class AssayInfo:
     """Identity of the ordered feature ids."""
     shard_tables: Mapping[str, ShardTable] = field(default_factory=dict, compare=False)
     """The recorded shard tables of ``counts`` and ``countsT`` (absent in older stores)."""
+    array_metadata: Mapping[str, ArrayV3Metadata] = field(default_factory=dict, compare=False)
+    """The verified metadata of ``counts`` and ``countsT`` by path: readers open the
+    arrays from it instead of reading and parsing their documents again."""
 
     @property
     def counts_fingerprint(self) -> str:
@@ -147,6 +153,44 @@ def _node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
     return document.get("node_type"), attrs if isinstance(attrs, dict) else {}
 
 
+# Documents of a node, not child nodes: a listing of a group shows them among its children.
+_DOCUMENT_NAMES = frozenset({"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"})
+# Top-level groups of the layout that never hold an assay or a workspace.
+_NOT_ASSAYS = frozenset({"matrices", "artifacts", "pipeline", "_composite"})
+
+
+def contents_documents(keys: Iterable[str]) -> list[str]:
+    """The ``zarr.json`` documents :func:`read_contents` reads, given every key of the store.
+
+    A caller that listed the store fetches them in one concurrent round
+    instead of one by one: the root's, each top-level child's, and for a
+    child with a ``cellData`` group (a workspace) its own children's.
+
+    >>> contents_documents(["zarr.json", "RNA/zarr.json", "RNA/counts/c/0/0", "ws/cellData/zarr.json",
+    ...                     "ws/ADT/zarr.json"])
+    ['zarr.json', 'RNA/zarr.json', 'RNA/cellData/zarr.json', 'ws/zarr.json', 'ws/cellData/zarr.json', 'ws/ADT/zarr.json']
+    """
+    listed = set(keys)
+    children: dict[str, set[str]] = {}
+    for key in listed:
+        parts = key.split("/")
+        if len(parts) > 1 and parts[0] not in _DOCUMENT_NAMES:
+            below = children.setdefault(parts[0], set())
+            if len(parts) > 2:
+                below.add(parts[1])
+    documents = ["zarr.json"]
+    for child in sorted(children):
+        documents.append(f"{child}/zarr.json")
+        if child in _NOT_ASSAYS or child == "cellData":
+            continue
+        documents.append(f"{child}/cellData/zarr.json")
+        if f"{child}/cellData/zarr.json" in listed:  # a workspace: its assays are one level down
+            documents += [
+                f"{child}/{name}/zarr.json" for name in sorted(children[child] - {"cellData"})
+            ]
+    return documents
+
+
 def read_contents(store: Store, *, where: str) -> StoreContents:
     """List the assays a store declares (root layout and workspaces)."""
     root = _get_json(store, "zarr.json")
@@ -168,8 +212,10 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
     for child in list_dir(store, ""):
+        if child in _DOCUMENT_NAMES:  # the root's own document, not a child node
+            continue
         kind, attrs = _node_attrs(store, child)
-        if kind != "group" or child in {"matrices", "artifacts", "pipeline", "_composite"}:
+        if kind != "group" or child in _NOT_ASSAYS:
             continue
         if attrs.get("is_assay") is True:
             assays.append(AssayPaths(child))
@@ -177,6 +223,8 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
             pending.append(AssayPaths(child))
         elif child != "cellData" and _node_attrs(store, join(child, "cellData"))[0] == "group":
             for grandchild in list_dir(store, child):
+                if grandchild in _DOCUMENT_NAMES:
+                    continue
                 kind2, attrs2 = _node_attrs(store, join(child, grandchild))
                 if kind2 != "group":
                     continue
@@ -230,19 +278,63 @@ def _check_live(
     check_fill_value(array.metadata.fill_value, where=where, remedy=REPAIR)
 
 
-def _ids_fp(group: zarr.Group, expected_len: int, *, where: str) -> str:
-    if "ids" not in group:
+def _array_document(store: Store, path: str) -> dict[str, Any] | None:
+    """The ``zarr.json`` of the array at ``path``, or ``None`` when no array is there."""
+    document = _get_json(store, join(path, "zarr.json"))
+    return document if document is not None and document.get("node_type") == "array" else None
+
+
+def _array_from(store: Store, path: str, document: Mapping[str, Any]) -> zarr.Array[Any]:
+    """The array at ``path`` built from its (already read) document: no I/O.
+
+    zarr validates the document as its own open would; verification reads
+    every document once, and a prefetched store holds them in memory.
+    """
+    metadata = ArrayV3Metadata.from_dict(dict(document))
+    return zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, path)))
+
+
+def _shape_of(document: Mapping[str, Any]) -> tuple[int, ...]:
+    shape = document.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in shape
+    ):
+        raise RecordShapeError(f"an array document has shape {shape!r}; {REPAIR}")
+    return tuple(shape)
+
+
+def _ids_fp(store: Store, table: str, expected_len: int, *, where: str) -> str:
+    path = join(table, "ids")
+    document = _array_document(store, path)
+    if document is None:
         raise RecordShapeError(f"{where} has no ids column; {REPAIR}")
-    ids = array_at(group, "ids")
-    if ids.shape != (expected_len,):
+    shape = _shape_of(document)
+    if shape != (expected_len,):
         raise RecordShapeError(
-            f"{where}/ids has {ids.shape[0] if ids.shape else 0} entries but the counts have "
+            f"{where}/ids has {shape[0] if shape else 0} entries but the counts have "
             f"{expected_len}; {REPAIR}"
         )
-    recorded = ids.attrs.get("fingerprint")
+    attrs = document.get("attributes") or {}
+    recorded = attrs.get("fingerprint") if isinstance(attrs, dict) else None
     if recorded is not None:
         return parse_fingerprint(recorded, record="ids fingerprint", where=f"{where}/ids")
-    return ids_fingerprint(np.asarray(ids[:]))
+    # written before ids carried their fingerprint: the values are read
+    return ids_fingerprint(np.asarray(_array_from(store, path, document)[:]))
+
+
+def _has_state_group(store: Store, paths: AssayPaths) -> bool:
+    """Whether the assay holds a retired ``state`` group, of either Zarr format.
+
+    Its v2 document is asked for only when the assay group's listing shows a
+    ``state`` child (or the store cannot list): a v3 store is not probed for
+    v2 names, and a caller that listed the whole store answers from memory.
+    """
+    state = join(paths.assay_group, "state")
+    if _node_attrs(store, state)[0] is not None:
+        return True
+    if store.supports_listing and "state" not in list_dir(store, paths.assay_group):
+        return False
+    return _get_json(store, join(state, ".zgroup")) is not None
 
 
 def verify_assay(
@@ -264,10 +356,7 @@ def _verify_assay(
     label = f"{where}: assay {paths.assay!r}" + (
         f" of workspace {paths.workspace!r}" if paths.workspace else ""
     )
-    root = zarr.open_group(store, mode="r")
-    if _node_attrs(store, join(paths.assay_group, "state"))[0] is not None or _get_json(
-        store, join(paths.assay_group, "state", ".zgroup")
-    ):
+    if _has_state_group(store, paths):
         raise UnsupportedSourceError(
             f"{label} holds a retired {paths.assay}/state group, which this layout no longer "
             f"reads or migrates; {REPAIR} (the rewrite omits it)"
@@ -291,13 +380,16 @@ def _verify_assay(
         paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
     )
 
+    # the assay group's zarr.json exists, so the store is Zarr v3: arrays are
+    # built from their documents (read once), no v2 probes
     _, matrix_attrs = _node_attrs(store, paths.matrix_group)
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
-    if _node_attrs(store, paths.counts)[0] != "array":
+    counts_doc = _array_document(store, paths.counts)
+    if counts_doc is None:
         if _get_json(store, join(paths.counts, ".zarray")) is not None:
             raise RecordShapeError(f"{label}: counts is a Zarr v2 array; {REPAIR}")
         raise IncompleteStoreError(f"{label} has no counts array at {paths.counts!r}; {REPAIR}")
-    counts = array_at(root, paths.counts)
+    counts = _array_from(store, paths.counts, counts_doc)
     counts_layout = _layout_of(counts.attrs, where=f"{label} counts")
     if counts_layout != layout:
         raise RecordShapeError(
@@ -321,14 +413,14 @@ def _verify_assay(
             raise RecordShapeError(
                 f"{label} is {assay_type} but its layout records no countsT; {REPAIR}"
             )
-        kind_t = _node_attrs(store, paths.counts_t)[0]
-        if kind_t != "array":
+        counts_t_doc = _array_document(store, paths.counts_t)
+        if counts_t_doc is None:
             v2 = _get_json(store, join(paths.counts_t, ".zarray")) is not None
             raise IncompleteStoreError(
                 f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT, but "
                 f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
             )
-        counts_t = array_at(root, paths.counts_t)
+        counts_t = _array_from(store, paths.counts_t, counts_t_doc)
         shard_arrays.append(("countsT", counts_t, layout.counts_t))
         if counts_t.attrs.get("complete") is not True:
             raise IncompleteStoreError(
@@ -350,12 +442,10 @@ def _verify_assay(
                 f"{label}: countsT is bound to content {counts_t.attrs.get('content_fingerprint')!r} "
                 f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
             )
-    _check_summaries(store, root, paths, content, layout.shape, label=label)
-    cells_fp = _ids_fp(
-        group_at(root, paths.cell_data), layout.shape[0], where=f"{label} {paths.cell_data}"
-    )
+    _check_summaries(store, paths, content, layout.shape, label=label)
+    cells_fp = _ids_fp(store, paths.cell_data, layout.shape[0], where=f"{label} {paths.cell_data}")
     features_fp = _ids_fp(
-        group_at(root, paths.feature_data), layout.shape[1], where=f"{label} {paths.feature_data}"
+        store, paths.feature_data, layout.shape[1], where=f"{label} {paths.feature_data}"
     )
     tables = {
         name: table
@@ -370,7 +460,17 @@ def _verify_assay(
         )
         is not None
     }
-    return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp, tables)
+    metadata = {array.path: array.metadata for _, array, _ in shard_arrays}
+    return AssayInfo(
+        paths,
+        assay_type,
+        layout,
+        content,
+        cells_fp,
+        features_fp,
+        tables,
+        cast("dict[str, ArrayV3Metadata]", metadata),
+    )
 
 
 def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
@@ -387,7 +487,6 @@ def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
 
 def _check_summaries(
     store: Store,
-    root: zarr.Group,
     paths: AssayPaths,
     content: str,
     shape: tuple[int, int],
@@ -411,13 +510,13 @@ def _check_summaries(
         ("rowPositive", shape[0]),
         ("columnPositive", shape[1]),
     ):
-        key = join(paths.summaries, name)
-        if _node_attrs(store, key)[0] != "array":
+        document = _array_document(store, join(paths.summaries, name))
+        if document is None:
             raise RecordShapeError(f"{label}: countSummaries lacks {name}; {REPAIR}")
-        array = array_at(root, key)
-        if tuple(array.shape) != (length,):
+        found = _shape_of(document)
+        if found != (length,):
             raise RecordShapeError(
-                f"{label}: countSummaries/{name} has shape {tuple(array.shape)}, expected ({length},); {REPAIR}"
+                f"{label}: countSummaries/{name} has shape {found}, expected ({length},); {REPAIR}"
             )
 
 

@@ -10,6 +10,7 @@ children of a prefix. These helpers do that through the async
 from __future__ import annotations
 
 import json
+from typing import Protocol, runtime_checkable
 
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
@@ -17,7 +18,25 @@ from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 
-__all__ = ["document_attribute", "get_json", "list_dir"]
+__all__ = ["HeldDocuments", "document_attribute", "get_json", "list_dir"]
+
+
+@runtime_checkable
+class HeldDocuments(Protocol):
+    """A store that already holds some of its documents (and perhaps its listing).
+
+    Verification reads dozens of small documents; when they were fetched
+    beforehand (``cytearc_vfs.read.prefetch``), these helpers read them from
+    memory without a trip through zarr's event loop.
+    """
+
+    def held(self, key: str) -> tuple[bool, bytes | None]:
+        """``(True, bytes or None if absent)`` when the answer is known, else ``(False, None)``."""
+        ...
+
+    def held_children(self, prefix: str) -> list[str] | None:
+        """The sorted names below ``prefix`` when a listing is held, else ``None``."""
+        ...
 
 
 def get_json(
@@ -52,11 +71,14 @@ def get_json(
     >>> get_json(store, "zarr.json", where="data.zarr")  # doctest: +SKIP
     {'zarr_format': 3, 'node_type': 'group', 'attributes': {}}
     """
-    buffer = sync(store.get(key, prototype=default_buffer_prototype()))
-    if buffer is None:
+    known, data = store.held(key) if isinstance(store, HeldDocuments) else (False, None)
+    if not known:
+        buffer = sync(store.get(key, prototype=default_buffer_prototype()))
+        data = None if buffer is None else buffer.to_bytes()
+    if data is None:
         return None
     try:
-        return json.loads(buffer.to_bytes())
+        return json.loads(data)
     except ValueError as exc:
         message = f"{key!r} is not valid JSON ({exc})"
         if where is not None:
@@ -77,6 +99,11 @@ def list_dir(store: Store, prefix: str) -> list[str]:
     >>> list_dir(store, "RNA/artifacts")  # doctest: +SKIP
     ['normalized', 'reduction', 'zarr.json']
     """
+
+    if isinstance(store, HeldDocuments):
+        held = store.held_children(prefix)
+        if held is not None:
+            return held
 
     async def collect() -> list[str]:
         return [name async for name in store.list_dir(prefix)]

@@ -113,7 +113,9 @@ def mount_datastore(
             f"assay(s) {', '.join(unknown)} are not in {where} (it holds "
             f"{', '.join(available)}); choose among those"
         )
-    container_attrs = zarr.open_group(backend, path=workspace or "", mode="r").attrs.asdict()
+    container_attrs = zarr.open_group(
+        backend, path=workspace or "", mode="r", zarr_format=3
+    ).attrs.asdict()
     declared = parse_assay_types(container_attrs.get("assayTypes", {}), where=workspace or "/")
     types = {name: (assay_types or {}).get(name) or declared.get(name) for name in chosen}
     infos: dict[str, AssayInfo] = {}
@@ -146,7 +148,7 @@ def mount_datastore(
         writer="mount_datastore",
         storage_options=storage_options,
     )
-    source_root = zarr.open_group(backend, mode="r")
+    source_root = zarr.open_group(backend, mode="r", zarr_format=3)
     container = root if workspace is None else root.create_group(workspace)
     container.attrs.update(
         {

@@ -47,7 +47,7 @@ def verify_mount_tables(
             f"mount at {where}: mounted assay(s) {missing} have no group with is_assay: true in "
             f"the target; {remedy}"
         )
-    root = zarr.open_group(target, mode="r")
+    root = zarr.open_group(target, mode="r", zarr_format=3)
     container = root if workspace is None else root[workspace]
     check_declared_assays(
         dict(container.attrs),

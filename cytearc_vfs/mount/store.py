@@ -18,6 +18,7 @@ from typing import Any, Literal
 import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
 from ..format.key_checked import KeyCheckedStore
@@ -26,11 +27,12 @@ from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import document_attribute, get_json
 from ..read.count_mapping import CountMapping, IdentityMapping
+from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents
 from ..read.read_stats import ReadCounters
 from ..read.sources import bound_from_verified
 from ..remote.cached_store import cached_source, source_cache_of
 from ..remote.locations import Location, describe_location, local_path, open_location
-from ..remote.pinned_store import pin_arrays
+from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
 from .open_checks import verify_mount_tables
 from .records import MATRIX_SOURCE_ATTR, MountRecord
@@ -58,6 +60,7 @@ class MountStore(KeyCheckedStore):
         *,
         source_storage_options: Mapping[str, Any] | None = None,
         read_only: bool | None = None,
+        documents: PrefetchedStore | None = None,
     ) -> None:
         if read_only is not None and read_only != target.read_only:
             target = target.with_read_only(read_only)
@@ -72,6 +75,8 @@ class MountStore(KeyCheckedStore):
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
         self._source_options = dict(source_storage_options or {})
+        # the source's documents as verified: readers open its arrays from them
+        self._documents = documents
         # Which store holds each artifact group seen so far. Only positive
         # answers are kept: a group no store holds may be created later.
         self._owners: dict[str, Owner] = {}
@@ -102,11 +107,22 @@ class MountStore(KeyCheckedStore):
             raise ValueError(f"{where} is not a mounted target (no matrixSource record)")
         record = MountRecord.from_json(attrs[MATRIX_SOURCE_ATTR], where=f"{where} matrixSource")
         source_where = record.location
+        paths = [AssayPaths(name, record.workspace) for name in record.assays]
         try:
-            source = open_location(
+            opened = open_location(
                 record.location, read_only=True, storage_options=source_storage_options
             )
-            contents = read_contents(source, where=source_where)
+            source = cached_source(opened, SourceCache(), "source", where=record.location)
+            # every document the checks below read, and on an object store one
+            # listing of the source (pins, absent keys), in one concurrent round
+            documents = sync(
+                fetch_documents(
+                    source,
+                    [key for p in paths for key in assay_documents(p)],
+                    deferred=[join(p.assay_group, "state", "zarr.json") for p in paths],
+                )
+            )
+            contents = read_contents(documents, where=source_where)
         except (ValueError, TypeError):
             raise
         except Exception as exc:
@@ -126,7 +142,7 @@ class MountStore(KeyCheckedStore):
             )
         infos: dict[str, AssayInfo] = {}
         for name, expected in record.assays.items():
-            info = verify_assay(source, AssayPaths(name, record.workspace), where=source_where)
+            info = verify_assay(documents, AssayPaths(name, record.workspace), where=source_where)
             for what, wanted, found in (
                 ("dataset", expected.dataset_fingerprint, info.dataset_fingerprint),
                 ("counts", expected.counts_fingerprint, info.counts_fingerprint),
@@ -144,12 +160,24 @@ class MountStore(KeyCheckedStore):
                 )
             infos[name] = info
         verify_mount_tables(target, record.workspace, infos, where=where)
-        mount = cls(target, source, record, infos, source_storage_options=source_storage_options)
-        # the source's shards are pinned as they are now (see pinned_store)
-        pin_arrays(
-            mount._source,
-            [path for info in infos.values() for path in (info.paths.counts, info.paths.counts_t)],
+        mount = cls(
+            target,
+            source,
+            record,
+            infos,
+            source_storage_options=source_storage_options,
+            documents=documents,
         )
+        # the source's shards are pinned as they are now (see pinned_store),
+        # from the open's listing where there is one (no request)
+        arrays = [
+            path for info in infos.values() for path in (info.paths.counts, info.paths.counts_t)
+        ]
+        pinned = pinned_store_of(mount._source)
+        if documents.listing is not None and pinned is not None:
+            pinned.pin_listed(documents.listing, arrays)
+        else:
+            pin_arrays(mount._source, arrays)
         return mount
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -194,6 +222,7 @@ class MountStore(KeyCheckedStore):
             self._record,
             self._infos,
             source_storage_options=self._source_options,
+            documents=self._documents,
         )
         clone._owners = self._owners
         return clone
@@ -222,8 +251,11 @@ class MountStore(KeyCheckedStore):
         info = self._infos.get(assay)
         if info is None:
             raise ValueError(f"assay {assay!r} is not mounted; mounted: {sorted(self._infos)}")
-        bound = bound_from_verified("source", self._record.location, self._source, info, counters)
-        root = zarr.open_group(self._source, mode="r")
+        # the verified documents serve the arrays' metadata: a reader costs no
+        # request before its first read
+        view = self._documents if self._documents is not None else self._source
+        bound = bound_from_verified("source", self._record.location, view, info, counters)
+        root = zarr.open_group(view, mode="r", zarr_format=3)
         return IdentityMapping(
             bound,
             array_at(root, join(info.paths.cell_data, "ids")),

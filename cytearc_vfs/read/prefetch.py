@@ -1,17 +1,30 @@
-"""Fetching the metadata documents a verification will read, all at once.
+"""Fetching the metadata a source's verification reads, in as few round trips as possible.
 
-Verifying a source assay reads some twenty small ``zarr.json`` documents, one
-after another: on a local disk each is a thread hop, on object storage a
-round trip. Opening a composite verifies every source, so those waits add up
-(50 sources: most of the open). :func:`prefetched` fetches the documents an
-assay's verification needs concurrently, once, and returns a read-only view
-of the store that serves them from memory; any other key goes to the store.
+Verifying a source assay reads some fifteen small ``zarr.json`` documents and
+a listing of the store's top level: read one after another, on object
+storage each is a round trip. Opening a composite verifies every source, so
+those waits add up. :func:`fetch_documents` gets them concurrently and
+returns a :class:`PrefetchedStore`, a read-only view that serves them from
+memory; verification then runs without I/O.
+
+On an object store that lists with versions (obstore), the view also holds
+one listing of the whole source (:meth:`PinnedSourceStore.list_objects`: a
+request per 1,000 objects). The listing answers, without a request, every
+question of the form "is there such a key" (absent documents, Zarr v2 names,
+the children of a group), pins the count arrays' shards, and tells which
+documents a *seal* still describes: a seal is the documents a composite
+verified at creation with the version each was read at. A document whose
+listed version is the sealed one is served from the seal, because the
+object is the one whose bytes were sealed; only a document that changed, or
+that the seal lacks, is fetched. So a source whose metadata did not change
+opens with the listing alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
@@ -19,12 +32,32 @@ from zarr.core.sync import sync
 
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
+from ..format.source_store import contents_documents
+from ..remote.pinned_store import Listing, pinned_store_of
 
-__all__ = ["PrefetchedStore", "assay_documents", "prefetched"]
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "PrefetchedStore",
+    "Seal",
+    "assay_documents",
+    "fetch_documents",
+    "prefetched",
+]
+
+#: Requests an open keeps in flight at once, over all its sources: enough to
+#: hide a cloud round trip behind the others, few enough not to be throttled.
+MAX_IN_FLIGHT = 64
+#: Sealed documents of one source: key -> (version token, the document's bytes).
+Seal = Mapping[str, tuple[str, bytes]]
 
 
 def assay_documents(paths: AssayPaths) -> list[str]:
-    """Keys of the documents that verifying the assay at ``paths`` reads."""
+    """Keys of the documents that verifying the assay at ``paths`` reads.
+
+    Zarr v3 only: verification opens groups with ``zarr_format=3``. The one
+    v2 name it asks for (a retired ``state`` group of either format) is
+    answered by a listing where there is one, and fetched lazily where not.
+    """
     nodes = [
         "",
         paths.root,
@@ -40,28 +73,78 @@ def assay_documents(paths: AssayPaths) -> list[str]:
         paths.feature_data,
         join(paths.feature_data, "ids"),
     ]
-    documents = [join(node, "zarr.json") for node in nodes]
-    # zarr's group open also asks for Zarr v2 documents; verification asks
-    # whether a retired v2 state group is there
-    documents += [".zgroup", ".zattrs", ".zmetadata", join(paths.assay_group, "state", ".zgroup")]
-    return list(dict.fromkeys(documents))
+    return list(dict.fromkeys(join(node, "zarr.json") for node in nodes))
 
 
 class PrefetchedStore(KeyCheckedWrapperStore):
     """A read-only view of ``store`` that serves ``documents`` (key: bytes, or
-    ``None`` for an absent key) from memory."""
+    ``None`` for an absent key) from memory.
 
-    def __init__(self, store: Store, documents: Mapping[str, bytes | None]) -> None:
+    With a ``listing`` of the whole store, a key it does not hold is absent
+    (``None`` without a request) and ``list_dir`` / ``list_prefix`` are
+    answered from it. ``tokens`` holds the version each document was read at,
+    where the backend reports one. ``limit`` bounds the reads in flight that
+    go to ``store`` (the views of one open's sources share it).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        documents: Mapping[str, bytes | None],
+        listing: Listing | None = None,
+        tokens: Mapping[str, str] | None = None,
+        *,
+        limit: asyncio.Semaphore | None = None,
+    ) -> None:
         super().__init__(store.with_read_only(True) if not store.read_only else store)
         self._documents = dict(documents)
+        self._listing = listing
+        self._tokens = dict(tokens or {})
+        self._limit = limit
 
     def _with_store(self, store: Store) -> PrefetchedStore:
-        return type(self)(store, self._documents)
+        return type(self)(store, self._documents, self._listing, self._tokens, limit=self._limit)
 
     @property
     def wrapped(self) -> Store:
         """The store underneath."""
         return self._store
+
+    @property
+    def listing(self) -> Listing | None:
+        """The listing of the whole store taken with the documents, if any."""
+        return self._listing
+
+    def seal(self) -> dict[str, tuple[str, bytes]]:
+        """The documents held with the version each was read at (see the module docstring)."""
+        return {
+            key: (self._tokens[key], data)
+            for key, data in self._documents.items()
+            if data is not None and key in self._tokens
+        }
+
+    def _known_absent(self, key: str) -> bool:
+        return self._listing is not None and key not in self._listing
+
+    def held(self, key: str) -> tuple[bool, bytes | None]:
+        """A document's bytes when known without I/O (see :class:`HeldDocuments`)."""
+        if key in self._documents:
+            return True, self._documents[key]
+        return self._known_absent(key), None
+
+    def held_children(self, prefix: str) -> list[str] | None:
+        """The names below ``prefix`` in the listing, when there is one."""
+        if self._listing is None:
+            return None
+        directory = prefix.rstrip("/")
+        start = len(directory) + 1 if directory else 0
+        return sorted(
+            {
+                key[start:].split("/", 1)[0]
+                for key in self._listing
+                if not directory or key.startswith(directory + "/")
+            }
+        )
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -70,28 +153,113 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         if byte_range is None and key in self._documents:
             data = self._documents[key]
             return None if data is None else prototype.buffer.from_bytes(data)
-        return await self._store.get(key, prototype, byte_range)
+        if self._known_absent(key):
+            return None
+        if self._limit is None:
+            return await self._store.get(key, prototype, byte_range)
+        async with self._limit:
+            return await self._store.get(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
         self._check_key(key, "exists")
         if key in self._documents:
             return self._documents[key] is not None
+        if self._listing is not None:
+            return key in self._listing
         return await self._store.exists(key)
+
+    async def list_prefix(self, prefix: str) -> Any:
+        self._check_prefix(prefix, "list_prefix")
+        if self._listing is None:
+            async for key in self._store.list_prefix(prefix):
+                yield key
+            return
+        directory = prefix.rstrip("/")
+        for key in sorted(self._listing):
+            if not directory or key.startswith(directory + "/"):
+                yield key
+
+    async def list_dir(self, prefix: str) -> Any:
+        self._check_prefix(prefix, "list_dir")
+        names = self.held_children(prefix)
+        if names is None:
+            async for name in self._store.list_dir(prefix):
+                yield name
+            return
+        for name in names:
+            yield name
+
+
+async def fetch_documents(
+    store: Store,
+    keys: Iterable[str],
+    *,
+    seal: Seal | None = None,
+    deferred: Iterable[str] = (),
+    limit: asyncio.Semaphore | None = None,
+) -> PrefetchedStore:
+    """``store`` with ``keys`` (and what :func:`read_contents` will read) fetched.
+
+    Where ``store`` is (or wraps) a :class:`PinnedSourceStore` that lists with
+    versions, the whole store is listed once, beside the documents' fetch
+    (one round trip); with a ``seal``, after the listing, and only the
+    documents whose version changed are fetched (usually none). Then, in a
+    second round only when the listing shows them, the top-level documents
+    that neither fetched nor sealed (another assay, a workspace). ``deferred``
+    keys (documents that are usually absent) wait for the listing to show
+    them, where there is one. ``limit`` bounds the requests in flight
+    (shared by the sources of one open).
+    """
+    wanted = list(dict.fromkeys(keys))
+    later = list(dict.fromkeys(deferred))
+    gate = limit if limit is not None else asyncio.Semaphore(MAX_IN_FLIGHT)
+    pinned = pinned_store_of(store)
+    if pinned is None:  # no listing will tell whether they exist: fetched with the rest
+        wanted += [key for key in later if key not in wanted]
+    else:
+        wanted = [key for key in wanted if key not in later]
+    prototype = default_buffer_prototype()
+    documents: dict[str, bytes | None] = {}
+    tokens: dict[str, str] = {}
+
+    async def fetch(key: str) -> None:
+        async with gate:
+            if pinned is not None:
+                data, token = await pinned.get_versioned(key)
+            else:
+                buffer = await store.get(key, prototype)
+                data, token = (None if buffer is None else buffer.to_bytes()), None
+        documents[key] = data
+        if token is not None:
+            tokens[key] = token
+
+    async def listed() -> Listing | None:
+        if pinned is None:
+            return None
+        async with gate:
+            return await pinned.list_objects()
+
+    if seal is not None and pinned is not None:
+        listing = await listed()
+        if listing is not None:
+            for key, (token, data) in seal.items():
+                entry = listing.get(key)
+                if entry is not None and entry.token == token:
+                    documents[key], tokens[key] = data, token
+        wanted = [key for key in wanted if key not in documents]
+        if listing is not None:
+            wanted = [key for key in wanted if key in listing]
+        await asyncio.gather(*(fetch(key) for key in wanted))
+    else:
+        listing, *_ = await asyncio.gather(listed(), *(fetch(key) for key in wanted))
+    if listing is not None:
+        later = [
+            key for key in contents_documents(listing) if key in listing and key not in documents
+        ]
+        await asyncio.gather(*(fetch(key) for key in later))
+    return PrefetchedStore(store, documents, listing, tokens, limit=gate)
 
 
 def prefetched(store: Store, keys: Iterable[str]) -> PrefetchedStore:
-    """``store`` with ``keys`` fetched concurrently, in one round."""
-    wanted = list(dict.fromkeys(keys))
-    prototype = default_buffer_prototype()
-
-    async def fetch() -> list[Buffer | None]:
-        return list(await asyncio.gather(*(store.get(key, prototype) for key in wanted)))
-
-    buffers = sync(fetch())
-    return PrefetchedStore(
-        store,
-        {
-            key: None if buffer is None else buffer.to_bytes()
-            for key, buffer in zip(wanted, buffers, strict=True)
-        },
-    )
+    """``store`` with ``keys`` fetched concurrently, in one round (from synchronous code)."""
+    return sync(fetch_documents(store, keys))

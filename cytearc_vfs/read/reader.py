@@ -128,7 +128,9 @@ class VirtualArrayReader:
             source = bind_source(
                 "store", backend, assay, workspace=workspace, counters=self._counters
             )
-            root = zarr.open_group(backend, mode="r")
+            # the ids arrays' documents were fetched with the source's verification
+            view = source.view if source.view is not None else backend
+            root = zarr.open_group(view, mode="r", zarr_format=3)
             cells = root[source.info.paths.cell_data + "/ids"]
             features = root[source.info.paths.feature_data + "/ids"]
             assert isinstance(cells, zarr.Array) and isinstance(features, zarr.Array)

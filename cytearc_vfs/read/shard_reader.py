@@ -51,16 +51,56 @@ try:
 except ImportError:  # installed without a C compiler: chunks are read whole, in Python
     read_row_frames = None
 
-__all__ = ["ShardedReader", "fast_reader_for"]
+__all__ = ["COALESCE_RATIO", "ShardedReader", "coalesce_ranges", "fast_reader_for"]
 
 Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
-# Fetch the whole shard when the touched chunks hold at least this share of it.
+# Fetch the whole shard when the touched chunks hold at least this share of it
+# (of its bytes once its index is known; of its chunks before, when the whole
+# shard is fetched instead of its index: one request, the index in its tail).
 WHOLE_SHARD_SHARE = 0.5
+# Neighbouring chunk ranges of a shard are fetched in one request while that
+# request carries at most this many bytes per byte needed.
+COALESCE_RATIO = 1.25
 # Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
 # thread never holds a strip larger than this.
 STRIP_BATCH_BYTES = 8 << 20
+
+
+def coalesce_ranges(
+    offsets: Sequence[int], sizes: Sequence[int], ratio: float = COALESCE_RATIO
+) -> list[tuple[int, int, list[int]]]:
+    """Requests covering byte ranges ``offsets[i]:offsets[i] + sizes[i]`` of one object.
+
+    Ranges are taken in offset order and a range joins the request before it
+    while the request's span stays within ``ratio`` times the bytes its ranges
+    need, so a request never carries more than ``ratio`` x what it needs.
+    Returns ``(start, stop, members)`` per request, ``members`` the indices of
+    the ranges it covers, in offset order.
+
+    >>> coalesce_ranges([0, 120, 1000], [100, 100, 50])
+    [(0, 220, [0, 1]), (1000, 1050, [2])]
+    >>> coalesce_ranges([0, 200], [100, 100])  # a gap as large as a range: two requests
+    [(0, 100, [0]), (200, 300, [1])]
+    >>> coalesce_ranges([300, 0], [10, 300])  # any order; adjacent ranges always join
+    [(0, 310, [1, 0])]
+    """
+    order = sorted(range(len(offsets)), key=lambda i: offsets[i])
+    requests: list[tuple[int, int, list[int]]] = []
+    needed = 0
+    for i in order:
+        start, stop = offsets[i], offsets[i] + sizes[i]
+        if requests:
+            first, last, members = requests[-1]
+            span = max(last, stop) - first
+            if span <= ratio * (needed + sizes[i]):
+                requests[-1] = (first, max(last, stop), [*members, i])
+                needed += sizes[i]
+                continue
+        requests.append((start, stop, [i]))
+        needed = sizes[i]
+    return requests
 
 
 def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
@@ -237,23 +277,43 @@ class ShardedReader:
                 document,
             )
 
+    @property
+    def _index_bytes(self) -> int:
+        return 16 * self._per_shard[0] * self._per_shard[1] + 4
+
     async def _index(self, shard_row: int) -> npt.NDArray[np.uint64] | None:
         if shard_row in self._indexes:
             return self._indexes[shard_row]
-        n = self._per_shard[0] * self._per_shard[1]
-        size = 16 * n + 4
         raw = await self._store.get(
-            self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(size)
+            self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(self._index_bytes)
         )
-        if raw is None:
+        return self._keep_index(shard_row, None if raw is None else raw.to_bytes())
+
+    async def _whole(self, shard_row: int) -> Any:
+        """The whole shard (``None`` if absent), its index kept from its tail: one request."""
+        raw = await self._store.get(self._key(shard_row), default_buffer_prototype())
+        data = None if raw is None else raw.as_numpy_array()
+        tail = None if data is None else data[max(0, len(data) - self._index_bytes) :].tobytes()
+        self._keep_index(shard_row, tail)
+        return data
+
+    def _whole_share(self, shard_row: int, touched_row_chunks: int, col_chunks: int) -> float:
+        """The share of a shard's chunks a read touches (its index not yet known)."""
+        row_chunks = -(-self.shape[0] // self.chunks[0])
+        in_shard = min(self._per_shard[0], row_chunks - shard_row * self._per_shard[0])
+        return (touched_row_chunks * col_chunks) / max(1, in_shard * self.col_chunks)
+
+    def _keep_index(self, shard_row: int, data: bytes | None) -> npt.NDArray[np.uint64] | None:
+        """Check a shard's index bytes (``None``: no such shard) and keep the index."""
+        if data is None:
             self._check_still_there()  # a deleted store is named as such first
-            if self._table is not None:
-                self._table.check_index(
-                    self._key(shard_row), shard_row, None, where=f"count array {self._path!r}"
-                )
+        if data is None and self._table is not None:
+            self._table.check_index(
+                self._key(shard_row), shard_row, None, where=f"count array {self._path!r}"
+            )
+        if data is None:
             index = None  # a shard never written holds only the fill value
         else:
-            data = raw.to_bytes()
             body, checksum = data[:-4], data[-4:]
             if np.frombuffer(checksum, dtype="<u4")[0] != google_crc32c.value(body):
                 raise RecordShapeError(
@@ -382,9 +442,28 @@ class ShardedReader:
         shard_of = row_chunks // self._per_shard[0]
         edges = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), len(row_chunks)]
         shards = shard_of[edges[:-1]].tolist()
-        missing = [shard for shard in shards if shard not in self._indexes]
-        if missing:  # fetched together: on an object store each is a round trip
-            await asyncio.gather(*(self._index(shard) for shard in missing))
+        missing = [
+            (shard, b - a)
+            for shard, a, b in zip(shards, edges[:-1], edges[1:], strict=True)
+            if shard not in self._indexes
+        ]
+        # A shard most of whose chunks are touched is fetched whole, index and
+        # all, in one request; the others' indexes first. All concurrently: on
+        # an object store each is a round trip.
+        wholes: dict[int, Any] = {}
+        if self._local is None:
+            dense = [
+                shard
+                for shard, n in missing
+                if self._whole_share(shard, n, len(col_chunks)) >= WHOLE_SHARD_SHARE
+            ]
+            found = await asyncio.gather(
+                *(self._whole(shard) for shard in dense),
+                *(self._index(shard) for shard, _ in missing if shard not in dense),
+            )
+            wholes = dict(zip(dense, found[: len(dense)], strict=True))
+        elif missing:
+            await asyncio.gather(*(self._index(shard) for shard, _ in missing))
         # Shards are planned here, without a task each: once the indexes are
         # known a read's planning is pure computation.
         jobs: list[Awaitable[None]] = []
@@ -412,7 +491,11 @@ class ShardedReader:
                 path = f"{root}/{self._key(shard_row)}"
                 jobs.append(hand_over(self._read_local, path, offsets, sizes, counters, work))
             else:
-                jobs.append(self._fetch_and_decode(shard_row, index, offsets, sizes, work))
+                jobs.append(
+                    self._fetch_and_decode(
+                        shard_row, index, offsets, sizes, work, wholes.get(shard_row)
+                    )
+                )
         await asyncio.gather(*jobs)
         return decoded
 
@@ -423,8 +506,10 @@ class ShardedReader:
         chunk_offsets: Indices,
         chunk_sizes: Indices,
         work: _ShardWork,
+        whole: Any = None,
     ) -> None:
-        """Fetch a shard's touched chunks from the store, then decode and place them."""
+        """Fetch a shard's touched chunks from the store (unless ``whole``, the shard
+        this read already fetched, holds them), then decode and place them."""
         offsets, sizes = chunk_offsets.tolist(), chunk_sizes.tolist()
         blobs: list[Any] = [None] * len(offsets)
         if offsets:
@@ -432,18 +517,32 @@ class ShardedReader:
             key = self._key(shard_row)
             prototype = default_buffer_prototype()
             stored = index[..., 1][index[..., 0] != MISSING]
-            if sum(sizes) >= WHOLE_SHARD_SHARE * int(stored.sum()):
-                whole = await self._store.get(key, prototype)
-                assert whole is not None
-                data = whole.as_numpy_array()
-                blobs = [data[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
+            if whole is None and sum(sizes) >= WHOLE_SHARD_SHARE * int(stored.sum()):
+                fetched = await self._store.get(key, prototype)
+                if fetched is None:
+                    raise self._vanished(key)
+                whole = fetched.as_numpy_array()
+            if whole is not None:
+                blobs = [whole[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
             else:
-                requests = [RangeByteRequest(o, o + n) for o, n in zip(offsets, sizes, strict=True)]
-                async for batch in self._store.get_ranges(key, requests, prototype=prototype):
-                    for position, buffer in batch:
-                        assert buffer is not None
-                        blobs[position] = buffer.as_numpy_array()
+                # one request per run of ranges close enough to share one
+                runs = coalesce_ranges(offsets, sizes)
+                fetched_runs = await asyncio.gather(
+                    *(self._store.get(key, prototype, RangeByteRequest(a, b)) for a, b, _ in runs)
+                )
+                for (start, _, members), buffer in zip(runs, fetched_runs, strict=True):
+                    if buffer is None:
+                        raise self._vanished(key)
+                    data = buffer.as_numpy_array()
+                    for i in members:
+                        blobs[i] = data[offsets[i] - start : offsets[i] - start + sizes[i]]
         await hand_over(self._decode_and_place, work, blobs)
+
+    def _vanished(self, key: str) -> OSError:
+        return FileNotFoundError(
+            f"shard {key} of count array {self._path!r} disappeared after its index was read; "
+            "the store changed while it was read. Reopen it"
+        )
 
     def _read_local(
         self,

@@ -8,7 +8,9 @@ composite was created, so a changed source fails closed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
 from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.core.sync import sync
 from zarr.storage import StorePath
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
@@ -24,13 +27,21 @@ from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import get_json
 from ..remote.cached_store import cached_source
 from ..remote.locations import Location, describe_location, local_path, open_location
-from ..remote.pinned_store import pin_arrays
+from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import SourceCache
-from .prefetch import PrefetchedStore, assay_documents, prefetched
+from .prefetch import MAX_IN_FLIGHT, PrefetchedStore, Seal, assay_documents, fetch_documents
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
 
-__all__ = ["BoundSource", "bind_source", "bound_from_verified", "rebind", "refuse_unsupported"]
+__all__ = [
+    "BoundSource",
+    "SourceSpec",
+    "bind_source",
+    "bind_sources",
+    "bound_from_verified",
+    "rebind",
+    "refuse_unsupported",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,9 @@ class BoundSource:
     """Direct shard reader of counts, when its codecs allow one."""
     counts_t_fast: ShardedReader | None = None
     """Direct shard reader of countsT, when its codecs allow one."""
+    view: PrefetchedStore | None = None
+    """The documents (and listing) it was verified from, when it was bound by
+    :func:`bind_sources`: creation seals them and reads the tables through it."""
 
 
 def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
@@ -77,6 +91,28 @@ def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """What binding one source needs (see :func:`bind_sources`)."""
+
+    name: str
+    """Source name, for messages and the cache's keys."""
+    location: Location
+    """Where the source is."""
+    assay: str
+    """The assay read."""
+    workspace: str | None = None
+    """Workspace of the assay, or ``None`` for the root layout."""
+    storage_options: Mapping[str, Any] | None = None
+    """Backend options (credentials)."""
+    expected_dataset: str | None = None
+    """Dataset fingerprint recorded at creation, compared when given."""
+    expected_counts: str | None = None
+    """Counts fingerprint recorded at creation, compared when given."""
+    seal: Seal | None = None
+    """Documents verified at creation, with their versions (:mod:`.prefetch`)."""
+
+
 def bind_source(
     name: str,
     location: Location,
@@ -89,56 +125,123 @@ def bind_source(
     expected_counts: str | None = None,
     cache: SourceCache | None = None,
 ) -> BoundSource:
-    """Open and verify ``assay`` of the source at ``location``.
+    """Open and verify ``assay`` of the source at ``location`` (one source of
+    :func:`bind_sources`)."""
+    spec = SourceSpec(
+        name, location, assay, workspace, storage_options, expected_dataset, expected_counts
+    )
+    return bind_sources([spec], counters=counters, cache=cache)[0]
+
+
+def bind_sources(
+    specs: Sequence[SourceSpec], *, counters: ReadCounters, cache: SourceCache | None = None
+) -> list[BoundSource]:
+    """Open and verify every source of ``specs``, their metadata fetched all at once.
+
+    Every source's documents (and, on object stores, its listing) are fetched
+    in one concurrent batch, at most :data:`~.prefetch.MAX_IN_FLIGHT` requests
+    in flight over all sources; verification then reads them from memory. So
+    an open costs the round trips of one source, not of all of them in turn.
 
     With ``expected_*`` fingerprints, a source whose identity changed raises
     :class:`IdentityMismatchError` naming the source, location, expected and
     found values. A remote source is read through ``cache`` when one is given.
     """
-    where = describe_location(location)
+
+    async def fetch_all() -> list[tuple[Store, PrefetchedStore] | BaseException]:
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+        async def fetch(spec: SourceSpec) -> tuple[Store, PrefetchedStore]:
+            with _named_failures(spec):
+                # On a worker thread: a backend's opener may block or call
+                # zarr's sync API, which the event loop's own thread must not;
+                # the sources before it wait for answers meanwhile.
+                backend = await asyncio.to_thread(_open_backend, spec, cache)
+                paths = AssayPaths(spec.assay, spec.workspace)
+                view = await fetch_documents(
+                    backend,
+                    assay_documents(paths),
+                    seal=spec.seal,
+                    # a retired state group is rare: asked for only if listed
+                    deferred=[join(paths.assay_group, "state", "zarr.json")],
+                    limit=gate,
+                )
+                return backend, view
+
+        tasks = []
+        for spec in specs:
+            tasks.append(asyncio.ensure_future(fetch(spec)))
+            await asyncio.sleep(0)  # its first requests leave before the next client is built
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    bound: list[BoundSource] = []
+    for spec, fetched in zip(specs, sync(fetch_all()), strict=True):
+        if isinstance(fetched, BaseException):
+            raise fetched  # the first failing source, in the order given
+        with _named_failures(spec):
+            # from memory: the documents (and listing) were all fetched above
+            bound.append(_verify_bound(spec, *fetched, counters))
+    return bound
+
+
+def _open_backend(spec: SourceSpec, cache: SourceCache | None) -> Store:
+    return cached_source(
+        open_location(spec.location, read_only=True, storage_options=spec.storage_options),
+        cache,
+        spec.name,
+        where=describe_location(spec.location),
+    )
+
+
+def _verify_bound(
+    spec: SourceSpec, backend: Store, view: PrefetchedStore, counters: ReadCounters
+) -> BoundSource:
+    where = describe_location(spec.location)
+    refuse_unsupported(view, where=where, name=spec.name)
+    info = verify_assay(view, AssayPaths(spec.assay, spec.workspace), where=where)
+    # a remote source's shards are pinned as they are now; every later read of
+    # one is checked against its pin
+    arrays = [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t]
+    pinned = pinned_store_of(backend)
+    if view.listing is not None and pinned is not None:
+        pinned.pin_listed(view.listing, arrays)  # from the open's listing: no request
+    else:
+        pin_arrays(backend, arrays)
+    for what, expected, found in (
+        ("dataset", spec.expected_dataset, info.dataset_fingerprint),
+        ("counts", spec.expected_counts, info.counts_fingerprint),
+    ):
+        if expected is not None and expected != found:
+            raise IdentityMismatchError(
+                f"source {spec.name!r} at {where}: {what} fingerprint {found} does not match the "
+                f"composite record {expected}; the source changed after the composite was "
+                "created. Restore the source, or recreate the composite"
+            )
+    return bound_from_verified(spec.name, where, view, info, counters)
+
+
+@contextmanager
+def _named_failures(spec: SourceSpec) -> Iterator[None]:
+    """Backend errors (missing files, refused credentials, network) become one
+    ``OSError`` that names the source and the fix; the package's own errors pass."""
     try:
-        backend = cached_source(
-            open_location(location, read_only=True, storage_options=storage_options),
-            cache,
-            name,
-            where=where,
-        )
-        paths = AssayPaths(assay, workspace)
-        # the documents verification reads are fetched in one concurrent round
-        documents = prefetched(backend, assay_documents(paths))
-        refuse_unsupported(documents, where=where, name=name)
-        info = verify_assay(documents, paths, where=where)
-        # a remote source's shards are pinned as they are now (one listing per
-        # array); every later read of one is checked against its pin
-        pin_arrays(backend, [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t])
+        yield
     except (VfsError, ValueError, TypeError):
         raise
     except Exception as exc:
-        # Backend errors (missing files, refused credentials, network) are
-        # translated once, here, into one that names the source and the fix.
+        where = describe_location(spec.location)
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         remedy = (
             "check that it exists (a source moved or deleted after the composite was made "
             "must be restored at that path)"
-            if local_path(location) is not None
+            if local_path(spec.location) is not None
             else "check that it exists, and pass its endpoint and credentials as "
-            f"source_storage_options={{{name!r}: {{...}}}}"
+            f"source_storage_options={{{spec.name!r}: {{...}}}}"
         )
         raise OSError(
-            f"source {name!r} at {where} cannot be read ({type(exc).__name__}: {first_line}); "
-            f"{remedy}"
+            f"source {spec.name!r} at {where} cannot be read ({type(exc).__name__}: "
+            f"{first_line}); {remedy}"
         ) from exc
-    for what, expected, found in (
-        ("dataset", expected_dataset, info.dataset_fingerprint),
-        ("counts", expected_counts, info.counts_fingerprint),
-    ):
-        if expected is not None and expected != found:
-            raise IdentityMismatchError(
-                f"source {name!r} at {where}: {what} fingerprint {found} does not match the "
-                f"composite record {expected}; the source changed after the composite was "
-                "created. Restore the source, or recreate the composite"
-            )
-    return bound_from_verified(name, where, documents, info, counters)
 
 
 def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
@@ -151,7 +254,9 @@ def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
         if source.counts_t is None
         else _array_on(counting, source.counts_t.metadata, source.counts_t.store_path.path)
     )
-    return _bound(source.name, source.location, counting, source.info, counts, counts_t)
+    return _bound(
+        source.name, source.location, counting, source.info, counts, counts_t, source.view
+    )
 
 
 def bound_from_verified(
@@ -166,6 +271,9 @@ def bound_from_verified(
     counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
 
     def open_array(path: str) -> zarr.Array[Any]:
+        verified = info.array_metadata.get(path)
+        if verified is not None:  # parsed by verification: no read, no second parse
+            return _array_on(counting, verified, path)
         # served from memory: verification already fetched and checked it
         document = None if documents is None else get_json(documents, join(path, "zarr.json"))
         if isinstance(document, dict):
@@ -176,7 +284,7 @@ def bound_from_verified(
 
     counts = open_array(info.paths.counts)
     counts_t = open_array(info.paths.counts_t) if info.has_counts_t else None
-    return _bound(name, location, counting, info, counts, counts_t)
+    return _bound(name, location, counting, info, counts, counts_t, documents)
 
 
 def _array_on(store: Store, metadata: Any, path: str) -> zarr.Array[Any]:
@@ -190,6 +298,7 @@ def _bound(
     info: AssayInfo,
     counts: zarr.Array[Any],
     counts_t: zarr.Array[Any] | None,
+    view: PrefetchedStore | None = None,
 ) -> BoundSource:
     return BoundSource(
         name=name,
@@ -200,4 +309,5 @@ def _bound(
         counts_t=None if counts_t is None else counts_t.async_array,
         counts_fast=fast_reader_for(counts),
         counts_t_fast=None if counts_t is None else fast_reader_for(counts_t),
+        view=view,
     )

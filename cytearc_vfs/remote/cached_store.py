@@ -3,10 +3,12 @@
 What is cached is what the spec names: the shard-index suffixes of sharded
 reads (a ``SuffixByteRequest`` of a chunk key) and the encoded shards that a
 read covers densely (a chunk key fetched whole: the gather reader fetches a
-whole shard only when most of it is needed). Range reads of a shard that is
-cached whole are served from it; other range reads and every metadata
-document go to the source. Local and in-memory stores are never wrapped:
-their reads cost less than a cache's.
+whole shard only when most of it is needed), and the byte ranges of a
+shard a sparse read fetched (its coalesced requests, each kept under its
+exact range), so a read repeated after it costs no request. Range reads of
+a shard that is cached whole are served from it; every metadata document
+goes to the source. Local and in-memory stores are never wrapped: their
+reads cost less than a cache's.
 
 Below the cache, a :class:`~cytearc_vfs.remote.pinned_store.PinnedSourceStore` pins
 each object's version at its first read, and the version is part of the
@@ -81,11 +83,13 @@ class CachedSourceStore(SourceReadWrapper):
         # worker) reads the source, and its own store makes its own cache.
         return (_plain, (self._store,))
 
-    def _key(self, key: str, suffix: int | None = None) -> str:
+    def _key(self, key: str, suffix: int | None = None, part: str | None = None) -> str:
         # the pinned version is part of the key: a replaced object never finds
         # the entry of the version read before
         token = self._store.token(key) if isinstance(self._store, PinnedSourceStore) else None
         whole = f"{self._name}\0{key}\0{token}"
+        if part is not None:
+            return f"{whole}\0{part}"
         return whole if suffix is None else f"{whole}\0suffix={suffix}"
 
     async def get(
@@ -104,8 +108,11 @@ class CachedSourceStore(SourceReadWrapper):
             return await self._through(key, byte_range.suffix, prototype, byte_range)
         if isinstance(byte_range, RangeByteRequest):
             served = self._from_whole(key, byte_range.start, byte_range.end, prototype)
-        else:
-            served = self._from_whole(key, byte_range.offset, None, prototype)
+            if served is not None:
+                return served
+            part = f"range={byte_range.start}-{byte_range.end}"
+            return await self._through(key, None, prototype, byte_range, part)
+        served = self._from_whole(key, byte_range.offset, None, prototype)
         if served is not None:
             return served
         return await self._store.get(key, prototype, byte_range)
@@ -116,14 +123,15 @@ class CachedSourceStore(SourceReadWrapper):
         suffix: int | None,
         prototype: BufferPrototype,
         byte_range: ByteRequest | None,
+        part: str | None = None,
     ) -> Buffer | None:
-        data = self._cache.get(self._key(key, suffix))
+        data = self._cache.get(self._key(key, suffix, part))
         if data is not None:
             return prototype.buffer.from_bytes(data)
         buffer = await self._store.get(key, prototype, byte_range)
         if buffer is not None:
             # keyed after the fetch: a first read has just pinned the version
-            self._cache.put(self._key(key, suffix), buffer.to_bytes())
+            self._cache.put(self._key(key, suffix, part), buffer.to_bytes())
         return buffer
 
     def _from_whole(

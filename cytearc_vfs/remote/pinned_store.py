@@ -6,10 +6,11 @@ may have been replaced or deleted in between. :class:`PinnedSourceStore` wraps
 a remote source store for the life of one open store and
 
 - pins the chunk objects (the shards of ``counts`` and ``countsT``) when the
-  store opens, from one listing per array (a LIST answer carries each
-  object's ETag: one request per thousand shards), and any other chunk object
-  the first time it is read: its ETag, or else its version, or else
-  last-modified and size, as the backend reports them;
+  store opens, from a listing (a LIST answer carries each object's ETag: one
+  request per thousand objects; :meth:`PinnedSourceStore.list_objects` lists
+  the whole source once, and the open reuses that listing for its metadata),
+  and any other chunk object the first time it is read: its ETag, or else its
+  version, or else last-modified and size, as the backend reports them;
 - sends every later read of that object with ``If-Match: <ETag>``, so the
   check rides on the read itself (no extra request), and refuses a replaced
   object with :class:`IdentityMismatchError` and a deleted one with
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from zarr.abc.store import (
@@ -39,11 +41,12 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
 from ..format.key_checked import KeyCheckedWrapperStore
+from ..format.object_keys import listing_prefix, object_key, store_key
 from .timeouts import TIMEOUT_ENV
 
 if TYPE_CHECKING:
@@ -53,7 +56,30 @@ Ranges = Sequence[ByteRequest | None]
 #: What ``get_ranges`` yields: batches of (input index, bytes), one per fetch.
 Batches = AsyncIterator[Sequence[tuple[int, Buffer | None]]]
 
-__all__ = ["ObjectPins", "PinnedSourceStore", "SourceReadWrapper", "is_chunk_key", "pin_arrays"]
+__all__ = [
+    "ListedObject",
+    "Listing",
+    "ObjectPins",
+    "PinnedSourceStore",
+    "SourceReadWrapper",
+    "is_chunk_key",
+    "pin_arrays",
+    "pinned_store_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedObject:
+    """One object of a listing, as the backend described it."""
+
+    size: int
+    """Its size in bytes."""
+    token: str | None
+    """Its version (:func:`version_token`), ``None`` when the backend gives none."""
+
+
+#: Every object of a store: key (relative to the store) -> what the listing said.
+Listing = Mapping[str, ListedObject]
 
 
 def is_chunk_key(key: str) -> bool:
@@ -237,14 +263,78 @@ class PinnedSourceStore(SourceReadWrapper):
 
         prefix = f"{array}/c/"
         try:
-            listed = await obstore.list(self._store.store, prefix=prefix).collect_async()
+            listed = await obstore.list(
+                self._store.store, prefix=listing_prefix(self._store, prefix)
+            ).collect_async()
         except Exception as exc:
             raise _mark(self._failed(prefix, exc)) from exc
         pinned = 0
         for meta in listed:
             token = version_token(meta)
             if token is not None:
-                self.pins.pin(str(meta["path"]), token)
+                self.pins.pin(store_key(self._store, str(meta["path"])), token)
+                pinned += 1
+        return pinned
+
+    async def list_objects(self) -> dict[str, ListedObject] | None:
+        """Every object of the source with its size and version, from one listing.
+
+        One request per 1,000 objects on S3 (pages follow each other); the
+        answer holds each object's ETag, so an open learns every version it
+        needs without a request per object. ``None`` when the backend cannot
+        list with metadata (only obstore-backed stores do).
+        """
+        if not isinstance(self._store, ObjectStore):
+            return None
+        import obstore
+
+        try:
+            listed = await obstore.list(
+                self._store.store, prefix=listing_prefix(self._store, "")
+            ).collect_async()
+        except Exception as exc:
+            raise _mark(self._failed("its listing", exc)) from exc
+        return {
+            store_key(self._store, str(meta["path"])): ListedObject(
+                int(meta["size"]), version_token(meta)
+            )
+            for meta in listed
+        }
+
+    async def get_versioned(self, key: str) -> tuple[bytes | None, str | None]:
+        """The whole object at ``key`` and the version it was read at.
+
+        ``(None, None)`` for an absent key; the version is ``None`` when the
+        backend reports none (stores other than obstore's). The version comes
+        with the bytes of the same response, so it names exactly the bytes
+        returned (a listing taken beside it could describe a newer object).
+        """
+        self._check_key(key, "get")
+        if not isinstance(self._store, ObjectStore):
+            buffer = await self.get(key, default_buffer_prototype())
+            return (None if buffer is None else buffer.to_bytes()), None
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            result = await obstore.get_async(self._store.store, object_key(self._store, key))
+            data = await result.bytes_async()
+        except (NotFoundError, FileNotFoundError):
+            return None, None
+        except Exception as exc:
+            raise _mark(self._failed(key, exc)) from exc
+        return bytes(data), version_token(result.meta)
+
+    def pin_listed(self, listing: Listing, arrays: Iterable[str]) -> int:
+        """Pin the chunk objects of ``arrays`` as ``listing`` shows them; returns how many.
+
+        No request: the listing was taken by the open (:meth:`list_objects`).
+        """
+        prefixes = tuple(f"{array}/c/" for array in arrays)
+        pinned = 0
+        for key, listed in listing.items():
+            if listed.token is not None and key.startswith(prefixes):
+                self.pins.pin(key, listed.token)
                 pinned += 1
         return pinned
 
@@ -329,7 +419,9 @@ class PinnedSourceStore(SourceReadWrapper):
             # conditional: the backend refuses a replaced object in the same request
             options["if_match"] = pinned[len("etag:") :]
         try:
-            result = await obstore.get_async(self._store.store, key, options=options)
+            result = await obstore.get_async(
+                self._store.store, object_key(self._store, key), options=options
+            )
             data = await result.bytes_async()
         except PreconditionError as exc:
             assert pinned is not None
@@ -370,17 +462,25 @@ def pin_arrays(store: Store, arrays: Iterable[str]) -> int:
     """
     from zarr.core.sync import sync
 
-    while not isinstance(store, PinnedSourceStore):
-        inner = getattr(store, "wrapped", None)
-        if not isinstance(inner, Store) or inner is store:
-            return 0
-        store = inner
-    pinned = store
+    found = pinned_store_of(store)
+    if found is None:
+        return 0
+    pinned = found
 
     async def pin_all() -> list[int]:
         return list(await asyncio.gather(*(pinned.pin_listing(array) for array in arrays)))
 
     return sum(sync(pin_all()))
+
+
+def pinned_store_of(store: Store) -> PinnedSourceStore | None:
+    """The :class:`PinnedSourceStore` ``store`` is or wraps (through ``wrapped``), or ``None``."""
+    while not isinstance(store, PinnedSourceStore):
+        inner = getattr(store, "wrapped", None)
+        if not isinstance(inner, Store) or inner is store:
+            return None
+        store = inner
+    return store
 
 
 def _mark(exc: OSError) -> OSError:

@@ -1,0 +1,137 @@
+"""Sealed source documents: what a composite's open need not fetch again.
+
+Opening a composite verifies each source from some fifteen metadata
+documents. For a remote source whose backend reports versions (ETags),
+creation keeps the documents it verified, each with the version it was read
+at (the version came in the same response as the bytes), in one array of the
+composite's own store, ``_composite/sourceSeals``; the record's
+``sourceSeals`` holds the fingerprint of that array, so a seal edited after
+creation is refused like an edited mapping.
+
+At open, one listing of each source (which every remote open takes anyway, to
+pin the count shards) gives every object's current version. A document whose
+listed version is the sealed one is the very object whose bytes were sealed,
+so verification reads the sealed bytes; any other document (changed, new, or
+absent from the seal) is fetched. Every check still runs, on the same bytes a
+full fetch would return: only the round trips go. A source that did not
+change opens with its listing alone.
+
+The array holds UTF-8 JSON, one object per sealed source::
+
+    {"<source name>": {"<key>": ["<version>", "<document text>"], ...}, ...}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError
+from ..format.nodes import array_at
+from ..read.prefetch import Seal
+from .maps import array_fingerprint
+from .records import SEALS_PATH, CompositeRecord, SealsRecord
+
+__all__ = ["decode_seals", "encode_seals", "read_seals", "write_seals"]
+
+
+def encode_seals(seals: Mapping[str, Seal]) -> npt.NDArray[np.uint8]:
+    """The array values holding ``seals`` (source name -> sealed documents).
+
+    Documents that are not UTF-8 text are left out (they are fetched at open).
+
+    >>> values = encode_seals({"a": {"zarr.json": ('"9f"', b"{}")}})
+    >>> bytes(values)
+    b'{"a":{"zarr.json":["\\\\"9f\\\\"","{}"]}}'
+    """
+    payload: dict[str, dict[str, list[str]]] = {}
+    for name in sorted(seals):
+        documents: dict[str, list[str]] = {}
+        for key in sorted(seals[name]):
+            token, data = seals[name][key]
+            try:
+                documents[key] = [token, data.decode("utf-8")]
+            except UnicodeDecodeError:
+                continue
+        if documents:
+            payload[name] = documents
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def decode_seals(
+    values: npt.NDArray[Any], names: Sequence[str], *, where: str
+) -> dict[str, dict[str, tuple[str, bytes]]]:
+    """Parse the array's ``values`` strictly: sources named in ``names`` only.
+
+    >>> decode_seals(encode_seals({"a": {"zarr.json": ('"9f"', b"{}")}}), ["a"], where="c")
+    {'a': {'zarr.json': ('"9f"', b'{}')}}
+    """
+    problem = f"composite at {where}: {SEALS_PATH} is not a seal of the sources"
+    try:
+        payload = json.loads(np.asarray(values, dtype=np.uint8).tobytes().decode("utf-8"))
+    except ValueError as exc:
+        raise RecordShapeError(f"{problem} ({exc}); recreate the composite") from exc
+    if not isinstance(payload, dict) or not set(payload) <= set(names):
+        raise RecordShapeError(f"{problem} (it names unknown sources); recreate the composite")
+    seals: dict[str, dict[str, tuple[str, bytes]]] = {}
+    for name, documents in payload.items():
+        if not isinstance(documents, dict):
+            raise RecordShapeError(f"{problem} (source {name!r}); recreate the composite")
+        seal: dict[str, tuple[str, bytes]] = {}
+        for key, entry in documents.items():
+            if (
+                not isinstance(entry, list)
+                or len(entry) != 2
+                or not all(isinstance(part, str) for part in entry)
+            ):
+                raise RecordShapeError(
+                    f"{problem} (source {name!r}, key {key!r}); recreate the composite"
+                )
+            seal[key] = (entry[0], entry[1].encode("utf-8"))
+        seals[name] = seal
+    return seals
+
+
+def write_seals(maps_group: zarr.Group, seals: Mapping[str, Seal]) -> SealsRecord | None:
+    """Write ``seals`` into the composite's ``_composite`` group; ``None`` when
+    no source could be sealed (no array is written then)."""
+    values = encode_seals(seals)
+    if bytes(values) == b"{}":
+        return None
+    name = SEALS_PATH.rsplit("/", 1)[1]
+    # one chunk: an open fetches it in one request, whatever the number of sources
+    maps_group.create_array(name, data=values, chunks=(max(1, len(values)),))
+    return SealsRecord(SEALS_PATH, array_fingerprint(values))
+
+
+def read_seals(
+    root: zarr.Group, record: CompositeRecord, *, where: str
+) -> dict[str, dict[str, tuple[str, bytes]]]:
+    """The verified seals of a composite's sources (none when the record has none)."""
+    if record.seals is None:
+        return {}
+    if SEALS_PATH not in root:
+        raise IncompleteStoreError(
+            f"composite at {where}: {SEALS_PATH!r}, which the record names, is missing; "
+            "recreate the composite"
+        )
+    values = np.asarray(array_at(root, SEALS_PATH)[:])
+    if values.dtype != np.uint8 or values.ndim != 1:
+        raise RecordShapeError(
+            f"composite at {where}: {SEALS_PATH!r} holds {values.dtype} values of "
+            f"{values.ndim} dimensions, not bytes; recreate the composite"
+        )
+    found = array_fingerprint(values)
+    if found != record.seals.fingerprint:
+        raise IdentityMismatchError(
+            f"composite at {where}: {SEALS_PATH} has fingerprint {found}, but the record "
+            f"holds {record.seals.fingerprint}; it was changed after creation. Recreate the "
+            "composite"
+        )
+    return decode_seals(values, [source.name for source in record.sources], where=where)

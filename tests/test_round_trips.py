@@ -1,0 +1,297 @@
+"""Round trips of remote composites and mounts, counted at a proxy in front of a real S3 server.
+
+Open, create and read costs are asserted in requests (never in time): an
+open of a composite is one listing per source when the sources did not
+change, no Zarr v2 key is ever asked for, and a read fetches a densely
+touched shard in one request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+import zarr
+from conftest import realistic_counts
+from loopback_proxy import LoopbackProxy, Seen
+from s3_server import S3Server
+from zarr.storage import LocalStore
+
+import cytearc_vfs as cv
+from cytearc_vfs.composite.records import SEALS_PATH
+from cytearc_vfs.read.shard_reader import coalesce_ranges
+from cytearc_vfs.remote.locations import open_location
+
+pytestmark = pytest.mark.remote
+
+SMALL = cv.LayoutPolicy(64 * 1024, 4096)
+V2_NAMES = {".zgroup", ".zattrs", ".zmetadata", ".zarray"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the proxy saw it, in the store's terms."""
+
+    listing: bool
+    key: str
+    """The key, or the listing's prefix, relative to the bucket."""
+    range: str | None
+
+
+def requests(seen: list[Seen]) -> list[Request]:
+    found = []
+    for request in seen:
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query)
+        listing = "list-type" in query
+        key = query.get("prefix", [""])[0] if listing else parts.path.split("/", 2)[-1]
+        found.append(Request(listing, key, request.range))
+    return found
+
+
+def per_source(found: list[Request]) -> Counter[str]:
+    return Counter(request.key.split("/", 1)[0] for request in found)
+
+
+def assert_no_probes(found: list[Request]) -> None:
+    keys = [request.key for request in found if not request.listing]
+    assert not [key for key in keys if key.rsplit("/", 1)[-1] in V2_NAMES]
+    assert not [key for key in keys if key.endswith("zarr.json/zarr.json")]
+
+
+@dataclass
+class Remote:
+    bucket: str
+    sources: dict[str, str]
+    options: dict[str, Any]
+    direct: dict[str, Any]
+    expected: np.ndarray
+    proxy: LoopbackProxy
+
+    def source_options(self) -> dict[str, dict[str, Any]]:
+        return {name: self.options for name in self.sources}
+
+    def take(self) -> list[Request]:
+        return requests(self.proxy.take())
+
+
+@pytest.fixture
+def remote(s3_server: S3Server) -> Iterator[Remote]:
+    proxy = LoopbackProxy(s3_server.endpoint)
+    bucket = s3_server.new_bucket()
+    direct = s3_server.storage_options()
+    matrices = [realistic_counts(2000, 40, density=0.2, seed=30 + i) for i in range(3)]
+    sources = {}
+    for index, matrix in enumerate(matrices):
+        url = f"s3://{bucket}/s{index}.zarr"
+        cv.write_counts(url, matrix, layout=SMALL, storage_options=direct)
+        sources[f"s{index}"] = url
+    expected = np.vstack([matrix.toarray() for matrix in matrices])
+    try:
+        yield Remote(
+            bucket, sources, {**direct, "endpoint": proxy.endpoint}, direct, expected, proxy
+        )
+    finally:
+        proxy.close()
+
+
+def _create(remote: Remote, tmp_path: Path) -> Path:
+    location = tmp_path / "c.zarr"
+    cv.create_composite(
+        location, remote.sources, source_storage_options=remote.source_options()
+    ).close()
+    return location
+
+
+def _open(remote: Remote, location: Path) -> cv.CompositeStore:
+    store = cv.open_store(location, source_storage_options=remote.source_options())
+    assert isinstance(store, cv.CompositeStore)
+    return store
+
+
+# ---------------------------------------------------------------- opening
+
+
+def test_an_open_is_one_listing_per_unchanged_source(remote: Remote, tmp_path: Path) -> None:
+    location = _create(remote, tmp_path)
+    remote.take()
+    store = _open(remote, location)
+    found = remote.take()
+    assert per_source(found) == {f"s{i}.zarr": 1 for i in range(3)}  # at most 2 allowed
+    assert all(request.listing for request in found)
+    np.testing.assert_array_equal(store.reader().read(), remote.expected)
+    store.close()
+
+
+def test_creation_costs_a_bounded_number_of_requests_per_source(
+    remote: Remote, tmp_path: Path
+) -> None:
+    remote.take()
+    _create(remote, tmp_path)
+    found = remote.take()
+    assert_no_probes(found)
+    counts = per_source(found)
+    # 12 documents and a listing to verify; per table (ids, names, I) 2 column
+    # documents (the ids document is one of the 12) and 3 chunks; 3 summary
+    # chunks. The store it returns reuses the sources it verified.
+    assert set(counts) == {f"s{i}.zarr" for i in range(3)}
+    assert max(counts.values()) <= 12 + 1 + 2 * (2 + 3) + 3
+    assert sum(request.listing for request in found) == 3
+
+
+def test_a_changed_source_document_is_fetched_and_checked(remote: Remote, tmp_path: Path) -> None:
+    location = _create(remote, tmp_path)
+    writable = open_location(remote.sources["s1"], read_only=False, storage_options=remote.direct)
+    group = zarr.open_group(writable, path="RNA/countSummaries", mode="r+", zarr_format=3)
+    group.attrs["source_fingerprint"] = "sha256:" + "2" * 64
+    remote.take()
+    with pytest.raises(cv.IdentityMismatchError, match="bound to other counts"):
+        _open(remote, location)
+    found = remote.take()
+    # the changed document alone is fetched: its version is not the sealed one
+    changed = [r for r in found if r.key.startswith("s1.zarr") and not r.listing]
+    assert [r.key for r in changed] == ["s1.zarr/RNA/countSummaries/zarr.json"]
+
+
+def test_a_new_assay_in_a_source_is_read_from_the_listing(remote: Remote, tmp_path: Path) -> None:
+    location = _create(remote, tmp_path)
+    writable = open_location(remote.sources["s2"], read_only=False, storage_options=remote.direct)
+    zarr.open_group(writable, mode="r+", zarr_format=3).create_group(
+        "ADT", attributes={"cytearc:pending_assay": "write_counts"}
+    )
+    remote.take()
+    with pytest.raises(cv.UnsupportedSourceError, match="pending derived assay"):
+        _open(remote, location)
+    found = remote.take()
+    assert [r.key for r in found if r.key.startswith("s2.zarr") and not r.listing] == [
+        "s2.zarr/ADT/zarr.json"
+    ]
+
+
+def test_an_edited_seal_is_refused(remote: Remote, tmp_path: Path) -> None:
+    location = _create(remote, tmp_path)
+    seal = zarr.open_array(LocalStore(location), path=SEALS_PATH, mode="r+", zarr_format=3)
+    values = np.asarray(seal[:])
+    values[-2] = ord(" ")  # still JSON, another document
+    seal[:] = values
+    with pytest.raises(cv.IdentityMismatchError, match="sourceSeals has fingerprint"):
+        _open(remote, location)
+
+
+def test_a_composite_without_seals_opens_in_one_round_per_source(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """A composite created before sources were sealed: every document is fetched,
+    all in one round with the listing, and still no v2 key."""
+    location = _create(remote, tmp_path)
+    root = json.loads((location / "zarr.json").read_bytes())
+    del root["attributes"]["composite"]["sourceSeals"]
+    (location / "zarr.json").write_text(json.dumps(root))
+    remote.take()
+    store = _open(remote, location)
+    found = remote.take()
+    assert_no_probes(found)
+    counts = per_source(found)
+    assert counts == {f"s{i}.zarr": 13 for i in range(3)}  # 12 documents and a listing
+    np.testing.assert_array_equal(store.reader().read(), remote.expected)
+    store.close()
+
+
+def test_a_mount_of_a_remote_source_opens_in_one_round(remote: Remote, tmp_path: Path) -> None:
+    cv.mount_datastore(
+        remote.sources["s0"], tmp_path / "m.zarr", source_storage_options=remote.options
+    ).close()
+    remote.take()
+    mount = cv.open_store(tmp_path / "m.zarr", source_storage_options=remote.options)
+    found = remote.take()
+    assert_no_probes(found)
+    assert len(found) == 13 and sum(r.listing for r in found) == 1  # 12 documents, 1 listing
+    np.testing.assert_array_equal(mount.reader().read(), remote.expected[:2000])
+    assert not [r for r in remote.take() if r.key.endswith("zarr.json")]  # from the open's
+    mount.close()
+
+
+def test_a_composite_whose_own_store_is_remote(remote: Remote) -> None:
+    url = f"s3://{remote.bucket}/composite.zarr"
+    created = cv.create_composite(
+        url,
+        remote.sources,
+        storage_options=remote.options,
+        source_storage_options=remote.source_options(),
+    )
+    created.close()
+    remote.take()
+    store = cv.open_store(
+        url, storage_options=remote.options, source_storage_options=remote.source_options()
+    )
+    found = remote.take()
+    assert_no_probes(found)
+    assert per_source(found)["s0.zarr"] == 1
+    own = [r for r in found if r.key.startswith("composite.zarr")]
+    assert len(own) <= 30  # see docs/remote.md
+    np.testing.assert_array_equal(store.reader().read(), remote.expected)
+    store.close()
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _shard_rows(store: cv.CompositeStore) -> tuple[int, int]:
+    counts = store.reader()._mapping.sources[0].counts
+    return counts.shards[0], counts.chunks[0]  # type: ignore[index]
+
+
+def test_a_dense_read_is_one_request_per_touched_shard(remote: Remote, tmp_path: Path) -> None:
+    store = _open(remote, _create(remote, tmp_path))
+    shard_rows, _ = _shard_rows(store)
+    cells = np.arange(0, 6000, 2)  # every chunk of every shard of every source
+    remote.take()
+    reader = store.reader()
+    np.testing.assert_array_equal(reader.read(cells, None), remote.expected[cells])
+    found = remote.take()
+    shards = -(-2000 // shard_rows)
+    assert len(found) == 3 * shards and all(r.range is None for r in found)  # no index request
+    store.close()
+
+
+def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
+    remote: Remote, tmp_path: Path
+) -> None:
+    store = _open(remote, _create(remote, tmp_path))
+    shard_rows, chunk_rows = _shard_rows(store)
+    assert shard_rows >= 4 * chunk_rows, "the test needs shards of several chunks"
+    cells = np.array([0, chunk_rows])  # two neighbouring chunks of the first shard of s0
+    remote.take()
+    np.testing.assert_array_equal(store.reader().read(cells, None), remote.expected[cells])
+    found = remote.take()
+    assert [r.range is not None and r.range.startswith("bytes=-") for r in found] == [True, False]
+    assert found[1].range is not None  # one range for both chunks
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("offsets", "sizes", "expected"),
+    [
+        ([], [], []),
+        ([0], [10], [(0, 10, [0])]),
+        ([0, 10, 20], [10, 10, 10], [(0, 30, [0, 1, 2])]),  # adjacent
+        ([0, 110], [100, 100], [(0, 210, [0, 1])]),  # 210 <= 1.25 * 200
+        ([0, 160], [100, 100], [(0, 100, [0]), (160, 260, [1])]),  # 260 > 250
+        ([500, 0, 250], [100, 100, 100], [(0, 100, [1]), (250, 350, [2]), (500, 600, [0])]),
+        ([0, 100, 1000, 1010], [100, 100, 10, 10], [(0, 200, [0, 1]), (1000, 1020, [2, 3])]),
+    ],
+)
+def test_coalesced_requests_carry_at_most_1_25x_the_bytes_needed(
+    offsets: list[int], sizes: list[int], expected: list[tuple[int, int, list[int]]]
+) -> None:
+    runs = coalesce_ranges(offsets, sizes)
+    assert runs == expected
+    for start, stop, members in runs:
+        assert stop - start <= 1.25 * sum(sizes[i] for i in members)
