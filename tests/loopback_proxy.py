@@ -109,7 +109,8 @@ class LoopbackProxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
+            # PROPFIND: WebDAV listings (obstore lists plain HTTP stores that way)
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PROPFIND = _forward  # noqa: N815
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -186,6 +187,8 @@ class ProxyProcess:
         """Stop the proxy process."""
         self._process.terminate()
         self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ prefer obstore (fewer copies, native async) and fall back to fsspec; each is
 imported lazily, with an error naming the extra to install. Remote stores get
 the request timeouts of :mod:`cytearc_vfs.remote.timeouts` unless their options set
 their own.
+
+``storage_options={"backend": "fsspec"}`` (or ``"obstore"``) picks the client
+library of one URL; the rest of the options go to that library. Google Cloud
+Storage through fsspec (gcsfs) is the tested path for ``gs://``: obstore's
+GCS client speaks the XML API, which no emulator here implements.
 """
 
 from __future__ import annotations
@@ -34,11 +39,15 @@ __all__ = [
     "open_local",
     "open_memory",
     "open_obstore",
+    "open_remote",
     "register_all",
     "SharedClientObjectStore",
 ]
 
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https")
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs", "http", "https")
+#: ``storage_options`` key naming the client library of a remote URL.
+BACKEND_OPTION = "backend"
+BACKEND_CHOICES = ("obstore", "fsspec")
 
 
 def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
@@ -243,15 +252,32 @@ def _obstore_available() -> bool:
     return True
 
 
+def open_remote(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
+    """A cloud or HTTP URL through obstore (when installed) or fsspec.
+
+    ``storage_options["backend"]`` (``"obstore"`` or ``"fsspec"``) chooses the
+    library; it is taken out of the options the library receives.
+    """
+    options = dict(storage_options or {})
+    choice = options.pop(BACKEND_OPTION, None)
+    if choice is None:
+        choice = "obstore" if _obstore_available() else "fsspec"
+    if choice == "obstore":
+        return open_obstore(url, read_only, options)
+    if choice == "fsspec":
+        return open_fsspec(url, read_only, options)
+    raise ValueError(
+        f"storage_options[{BACKEND_OPTION!r}] is {choice!r} for {url!r}; "
+        f"write one of {', '.join(map(repr, BACKEND_CHOICES))}, or leave it out"
+    )
+
+
 def register_all() -> None:
     """Fill the core's backend registry (idempotent; runs when this module is imported)."""
     register_backend("file", open_local)
     register_backend("memory", open_memory)
-    remote_default = open_obstore if _obstore_available() else open_fsspec
     for scheme in REMOTE_SCHEMES:
-        register_backend(scheme, remote_default, priority=1)
-        if remote_default is not open_fsspec:
-            register_backend(scheme, open_fsspec)
+        register_backend(scheme, open_remote, priority=1)
 
 
 # Registering at import, whichever of cytearc_vfs and cytearc_vfs_adapters is
