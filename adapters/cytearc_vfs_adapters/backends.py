@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 
@@ -176,8 +176,33 @@ class SharedClientObjectStore(ObjectStore[Any]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        if isinstance(byte_range, SuffixByteRequest) and not self._suffix_ranges:
+            byte_range = await self._suffix_as_range(key, byte_range.suffix)
+            if byte_range is None:
+                return None
         found: Buffer | None = await super().get(self._key(key), prototype, byte_range)
         return found
+
+    @property
+    def _suffix_ranges(self) -> bool:
+        # Azure Blob has no suffix ranges ("bytes=-N"); obstore refuses them
+        return type(self.store).__name__ != "AzureStore"
+
+    async def _suffix_as_range(self, key: str, suffix: int) -> RangeByteRequest | None:
+        """The last ``suffix`` bytes as an explicit range, from the object's size.
+
+        zarr's own fallback computes ``size - suffix`` and fails when the
+        suffix is longer than the object, which a whole-shard read asks for
+        (other backends answer such a suffix with the whole object).
+        """
+        import obstore
+
+        try:
+            meta = await obstore.head_async(self.store, self._key(key))
+        except FileNotFoundError:
+            return None
+        size = int(meta["size"])
+        return RangeByteRequest(max(0, size - suffix), size)
 
     async def get_partial_values(
         self,
