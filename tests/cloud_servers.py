@@ -288,6 +288,9 @@ def start_http(root: Path) -> tuple[ServerProcess, str]:
         "verbose": 0,
         "logging": {"enable": False},
         "dir_browser": {"enable": False},
+        # cheroot's default of 10 threads would queue a composite's 64
+        # concurrent requests behind each other
+        "server_args": {"numthreads": 64},
     }
     # the configuration holds no credential: anonymous, read-only
     config_file = root.parent / f"{root.name}.wsgidav.json"

@@ -91,7 +91,13 @@ class LoopbackProxy:
                     for name, value in response.getheaders():
                         if name.lower() not in _HOP_BY_HOP:
                             self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(payload)))
+                    # a HEAD answer has no body but the object's length
+                    length = (
+                        response.getheader("Content-Length", "0")
+                        if self.command == "HEAD"
+                        else str(len(payload))
+                    )
+                    self.send_header("Content-Length", length)
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(payload)
