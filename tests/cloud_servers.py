@@ -393,8 +393,14 @@ def s3_backend(s3_server: Any) -> CloudBackend:
 @pytest.fixture(params=["s3", "gs", "az", "http"])
 def cloud(request: pytest.FixtureRequest) -> CloudBackend:
     """Each loopback cloud in turn (the same test runs on every backend)."""
-    backend: CloudBackend = request.getfixturevalue(f"{_FIXTURES[request.param]}")
+    backend: CloudBackend = request.getfixturevalue(BACKEND_FIXTURES[request.param])
     return backend
 
 
-_FIXTURES = {"s3": "s3_backend", "gs": "gcs_backend", "az": "azure_backend", "http": "http_backend"}
+#: The session fixture of each backend, by name.
+BACKEND_FIXTURES = {
+    "s3": "s3_backend",
+    "gs": "gcs_backend",
+    "az": "azure_backend",
+    "http": "http_backend",
+}
