@@ -21,7 +21,7 @@ import scipy.sparse as sp
 import zarr
 from cloud_servers import BACKEND_FIXTURES, CloudBackend
 from conftest import realistic_counts
-from loopback_proxy import ProxyProcess
+from loopback_proxy import LoopbackProxy, ProxyProcess
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
@@ -191,7 +191,9 @@ def test_an_object_removed_after_open_is_a_clear_error(cloud: CloudBackend, tmp_
     store.close()
 
 
-def _through(cloud: CloudBackend, proxy: ProxyProcess) -> tuple[dict[str, Any], str]:
+def _through(
+    cloud: CloudBackend, proxy: LoopbackProxy | ProxyProcess
+) -> tuple[dict[str, Any], str]:
     """Storage options (and the URL prefix, for HTTP) that reach the server through ``proxy``."""
     options = cloud.storage_options()
     server = "{0.scheme}://{0.netloc}".format(urlsplit(cloud.endpoint))
@@ -313,3 +315,38 @@ def test_a_suffix_longer_than_the_object_is_the_whole_object(cloud: CloudBackend
     end = sync(store.get("zarr.json", prototype, SuffixByteRequest(5)))
     assert end is not None and end.to_bytes() == whole.to_bytes()[-5:]
     assert sync(store.get("absent.json", prototype, SuffixByteRequest(5))) is None
+
+
+#: Requests per source of an open of a composite whose sources are unchanged:
+#: one listing where the backend reports versions (the seals apply); through
+#: gcsfs, which reports none, the documents and listing pages are fetched.
+OPEN_REQUESTS_PER_SOURCE = {"s3": 1, "az": 1, "http": 1, "gs": 15}
+V2_KEYS = (".zgroup", ".zattrs", ".zmetadata", ".zarray")
+
+
+def test_an_open_costs_the_documented_requests_and_no_v2_probe(
+    cloud: CloudBackend, two_sources: tuple[dict[str, str], np.ndarray], tmp_path: Path
+) -> None:
+    sources, expected = two_sources
+    proxy = LoopbackProxy("{0.scheme}://{0.netloc}".format(urlsplit(cloud.endpoint)))
+    try:
+        options, endpoint = _through(cloud, proxy)
+        if cloud.name == "http":
+            sources = {name: url.replace(cloud.endpoint, endpoint) for name, url in sources.items()}
+        per_source = {name: options for name in sources}
+        cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=per_source)
+        created = proxy.take()
+        store = cv.open_store(tmp_path / "c.zarr", source_storage_options=per_source)
+        opened = proxy.take()
+        assert isinstance(store, cv.CompositeStore)
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        store.close()
+    finally:
+        proxy.close()
+    assert len(opened) == OPEN_REQUESTS_PER_SOURCE[cloud.name] * len(sources), [
+        (seen.method, seen.path) for seen in opened
+    ]
+    for seen in created + opened:
+        path = urlsplit(seen.path).path
+        assert not path.endswith(V2_KEYS), seen
+        assert not path.endswith("zarr.json/zarr.json"), seen
