@@ -350,3 +350,13 @@ def test_an_open_costs_the_documented_requests_and_no_v2_probe(
         path = urlsplit(seen.path).path
         assert not path.endswith(V2_KEYS), seen
         assert not path.endswith("zarr.json/zarr.json"), seen
+
+
+def test_writing_to_read_only_http_is_refused_clearly(http_backend: CloudBackend) -> None:
+    url, local = http_backend.new_root()
+    counts = realistic_counts(20, 5, density=0.5, seed=8)
+    with pytest.raises(
+        PermissionError, match=r"refused writing .*plain HTTP servers are read-only"
+    ):
+        cv.write_counts(f"{url}/x.zarr", counts, storage_options=http_backend.storage_options())
+    assert local is not None and list(local.iterdir()) == []

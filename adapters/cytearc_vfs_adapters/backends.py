@@ -216,7 +216,19 @@ class SharedClientObjectStore(ObjectStore[Any]):
         return bool(await super().exists(self._key(key)))
 
     async def set(self, key: str, value: Buffer) -> None:
-        await super().set(self._key(key), value)
+        from obstore.exceptions import PermissionDeniedError
+
+        try:
+            await super().set(self._key(key), value)
+        except PermissionDeniedError as exc:
+            # translated here, once: a read-only HTTP server or a read-only
+            # credential answers 403 in obstore's words, with a page of HTML
+            reason = str(exc).split(":", 1)[0]
+            raise PermissionError(
+                f"{self}: the server refused writing {key!r} ({reason}); write to a location "
+                "these storage_options may write (plain HTTP servers are read-only here), or "
+                "give credentials with write access"
+            ) from exc
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         await super().set_if_not_exists(self._key(key), value)
