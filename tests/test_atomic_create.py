@@ -206,3 +206,35 @@ def test_plain_http_is_refused(http_backend: CloudBackend) -> None:
 def test_the_names_are_at_the_package_root() -> None:
     for name in ("create_if_absent", "supports_atomic_create", "AtomicCreateUnsupportedError"):
         assert name in adapters.__all__ and hasattr(adapters, name)
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize(("name", "method"), [("s3", "PUT"), ("az", "PUT"), ("gs", "POST")])
+def test_a_claim_is_one_conditional_request(
+    name: str, method: str, request: pytest.FixtureRequest
+) -> None:
+    from urllib.parse import urlsplit
+
+    from cloud_servers import BACKEND_FIXTURES
+    from loopback_proxy import LoopbackProxy
+
+    backend: CloudBackend = request.getfixturevalue(BACKEND_FIXTURES[name])
+    server = "{0.scheme}://{0.netloc}".format(urlsplit(backend.endpoint))
+    proxy = LoopbackProxy(server)
+    try:
+        options = backend.storage_options()
+        endpoint_key = {"s3": "endpoint", "az": "endpoint", "gs": "endpoint_url"}[name]
+        options[endpoint_key] = options[endpoint_key].replace(server, proxy.endpoint)
+        url, _ = backend.new_root()
+        store = open_location(f"{url}/claims", read_only=False, storage_options=options)
+        proxy.take()
+        assert create_if_absent(store, "labels/one", b"first")
+        first = proxy.take()
+        assert not create_if_absent(store, "labels/one", b"second")
+        second = proxy.take()
+        assert _value(store, "labels/one") == b"first"
+    finally:
+        proxy.close()
+    # no look before the write: the storage decides in the one request
+    assert [seen.method for seen in first] == [method], first
+    assert [seen.method for seen in second] == [method], second
