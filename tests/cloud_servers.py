@@ -267,12 +267,51 @@ def azure_container(endpoint: str, account_key: str) -> str:
 # ---------------------------------------------------------------- HTTP
 
 
-def start_http(root: Path) -> tuple[ServerProcess, str]:
-    """WsgiDAV serving ``root`` read-only over plain HTTP; returns it and its URL.
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made for this run (a server's, not a user's)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    loopback = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(loopback, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    certificate_file, key_file = directory / "server.pem", directory / "server.key"
+    certificate_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    return certificate_file, key_file
+
+
+def start_http(root: Path, *, tls: bool = False) -> tuple[ServerProcess, str]:
+    """WsgiDAV serving ``root`` read-only over HTTP (HTTPS with ``tls``); returns it and its URL.
 
     A static file server that also answers WebDAV's ``PROPFIND``, which is how
     obstore's HTTP client lists (opening a store needs a listing); ranged and
-    suffix GETs, ETags, and every write refused.
+    suffix GETs, ETags, and every write refused. With ``tls`` it serves a
+    certificate made for the run, which clients accept with
+    ``client_options={"allow_invalid_certificates": True}`` (tests only).
     """
     try:
         import wsgidav  # noqa: F401
@@ -292,6 +331,11 @@ def start_http(root: Path) -> tuple[ServerProcess, str]:
         # concurrent requests behind each other
         "server_args": {"numthreads": 64},
     }
+    scheme = "http"
+    if tls:
+        certificate, key = _self_signed(root.parent)
+        config["ssl_certificate"], config["ssl_private_key"] = str(certificate), str(key)
+        scheme = "https"
     # the configuration holds no credential: anonymous, read-only
     config_file = root.parent / f"{root.name}.wsgidav.json"
     config_file.write_text(json.dumps(config))
@@ -304,7 +348,7 @@ def start_http(root: Path) -> tuple[ServerProcess, str]:
         "WsgiDAV",
     )
     server.start()
-    return server, f"http://127.0.0.1:{port}"
+    return server, f"{scheme}://127.0.0.1:{port}"
 
 
 # ---------------------------------------------------------------- fixtures
@@ -351,24 +395,39 @@ def azure_backend() -> Iterator[CloudBackend]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def http_backend() -> Iterator[CloudBackend]:
-    """A static file server over a temporary directory for the session, through obstore."""
-    root = Path(tempfile.mkdtemp(prefix="cytearc-http-"))
-    server, endpoint = _start_or_skip(lambda: start_http(root), "the static HTTP server")
+def _served_backend(tls: bool) -> Iterator[CloudBackend]:
+    """WsgiDAV over a temporary directory (read-only), its stores written there directly."""
+    scheme = "https" if tls else "http"
+    base = Path(tempfile.mkdtemp(prefix=f"cytearc-{scheme}-"))
+    root = base / "served"
+    root.mkdir()
+    server, endpoint = _start_or_skip(lambda: start_http(root, tls=tls), f"the {scheme} server")
 
     def new_root() -> tuple[str, Path | None]:
         name = uuid.uuid4().hex[:12]
         (root / name).mkdir()
         return f"{endpoint}/{name}", root / name
 
+    client = {"allow_invalid_certificates": True} if tls else {"allow_http": True}
     try:
         yield CloudBackend(
-            "http", "http", False, {"client_options": {"allow_http": True}}, (), new_root, endpoint
+            scheme, scheme, False, {"client_options": client}, (), new_root, endpoint
         )
     finally:
         server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def http_backend() -> Iterator[CloudBackend]:
+    """A read-only file server over plain HTTP for the session, through obstore."""
+    yield from _served_backend(tls=False)
+
+
+@pytest.fixture(scope="session")
+def https_backend() -> Iterator[CloudBackend]:
+    """The same over HTTPS, with a certificate made for the session."""
+    yield from _served_backend(tls=True)
 
 
 @pytest.fixture(scope="session")

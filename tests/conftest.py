@@ -64,6 +64,7 @@ from cloud_servers import (  # noqa: E402,F401  (fixture re-exports)
     cloud,
     gcs_backend,
     http_backend,
+    https_backend,
     s3_backend,
 )
 from s3_server import s3_server  # noqa: E402,F401  (fixture re-export)

@@ -360,3 +360,19 @@ def test_writing_to_read_only_http_is_refused_clearly(http_backend: CloudBackend
     ):
         cv.write_counts(f"{url}/x.zarr", counts, storage_options=http_backend.storage_options())
     assert local is not None and list(local.iterdir()) == []
+
+
+def test_a_composite_over_https_sources_reads_exactly(
+    https_backend: CloudBackend, tmp_path: Path
+) -> None:
+    root = https_backend.new_root()
+    a = realistic_counts(120, 20, density=0.3, seed=9)
+    b = realistic_counts(80, 20, density=0.3, seed=10)
+    sources = {
+        "a": write_source(https_backend, root, "a.zarr", a),
+        "b": write_source(https_backend, root, "b.zarr", b),
+    }
+    assert all(url.startswith("https://") for url in sources.values())
+    store = _composite(https_backend, sources, tmp_path)
+    np.testing.assert_array_equal(store.reader().read(), np.vstack([a.toarray(), b.toarray()]))
+    store.close()
