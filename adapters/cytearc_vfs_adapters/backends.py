@@ -270,14 +270,18 @@ def open_fsspec(url: str, read_only: bool, storage_options: Mapping[str, Any] | 
             f"reading {url!r} needs fsspec: pip install 'cytearc-vfs[fsspec]'"
         ) from exc
     options = dict(storage_options or {})
-    if urlsplit(url).scheme == "s3":
+    scheme = urlsplit(url).scheme
+    limits = timeouts()
+    if scheme == "s3":
         # s3fs passes these to botocore; options given explicitly win
-        limits = timeouts()
         options["config_kwargs"] = {
             "connect_timeout": limits.connect,
             "read_timeout": limits.total,
             **(options.get("config_kwargs") or {}),
         }
+    elif scheme in ("gs", "gcs"):
+        # each request of gcsfs; its retries (six, with back-off) are its own
+        options.setdefault("requests_timeout", limits.total)
     return FsspecStore.from_url(url, storage_options=options, read_only=read_only)
 
 
