@@ -57,8 +57,10 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 from obstore.store import S3Store
+from zarr.abc.store import ByteRequest, SuffixByteRequest
+from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.experimental.cache_store import CacheStore
-from zarr.storage import FsspecStore, LocalStore, ObjectStore
+from zarr.storage import FsspecStore, LocalStore, ObjectStore, WrapperStore
 
 import cytearc_vfs as cv
 
@@ -251,6 +253,20 @@ def _arrays(store: Any, prefix: str) -> tuple[zarr.Array, zarr.Array]:
     )
 
 
+class _SuffixReadsWhole(WrapperStore[Any]):
+    """fsspec's simplecache fails on suffix ranges (it seeks to a negative
+    offset: ``OSError: [Errno 22]``), which zarr uses for every shard index;
+    it downloads whole files anyway, so a suffix is cut from the whole file."""
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if not isinstance(byte_range, SuffixByteRequest):
+            return await self._store.get(key, prototype, byte_range)
+        whole = await self._store.get(key, prototype)
+        return None if whole is None else whole[max(0, len(whole) - byte_range.suffix) :]
+
+
 def _simplecache_opener(bucket: str, s3fs_options: dict[str, Any], cache_dir: Path) -> Opener:
     """A source's arrays through fsspec's ``simplecache::s3://`` (one cache directory)."""
 
@@ -260,7 +276,7 @@ def _simplecache_opener(bucket: str, s3fs_options: dict[str, Any], cache_dir: Pa
             storage_options={"s3": s3fs_options, "simplecache": {"cache_storage": str(cache_dir)}},
             read_only=True,
         )
-        return _arrays(store, "")
+        return _arrays(_SuffixReadsWhole(store), "")
 
     return open_source
 
