@@ -17,6 +17,8 @@ uploaded once straight to the server) and each profile:
   - ``cytearc cache``: the composite's gather reader with its bounded shard
     cache (the default, 2 GiB);
   - ``cytearc no cache``: the same with ``CYTEARC_SOURCE_CACHE_BYTES=0``;
+  - ``cytearc, local sources``: the same composite over local copies of
+    the sources (the floor: a warm remote read aims at 1.2x of its warm read);
   - ``zarr + simplecache``: zarr-python reading each source's arrays through
     fsspec's ``simplecache::s3://`` (whole files cached on local disk), the
     rows of each source then stacked (cells from ``counts``, genes from
@@ -295,10 +297,16 @@ def run_size(
     rng = np.random.default_rng(n_sources)
     proxy.delay, proxy.rate = 0.0, 0.0
     remote: dict[str, str] = {}
+    local: dict[str, Path] = {}
     for index in range(n_sources):  # straight to the server: not timed, not counted
         matrix = realistic(args.cells, args.features, 0.05, rng)
         remote[f"s{index}"] = f"s3://{bucket}/s{index}.zarr"
         cv.write_counts(remote[f"s{index}"], matrix, storage_options=direct)
+        local[f"s{index}"] = scratch / f"local-{n_sources}" / f"s{index}.zarr"
+        cv.write_counts(local[f"s{index}"], matrix)
+    # the same composite over local copies: the floor a warm read aims at
+    local_composite = scratch / f"local-{n_sources}" / "composite.zarr"
+    cv.create_composite(local_composite, local).close()
     names = list(remote)
     options = {name: proxied for name in names}
     n_cells = n_sources * args.cells
@@ -324,6 +332,9 @@ def run_size(
         ways: dict[str, dict[str, Any]] = {
             "cytearc cache": _composite_reads(meter, location, options, selections, None),
             "cytearc no cache": _composite_reads(meter, location, options, selections, "0"),
+            "cytearc, local sources": _composite_reads(
+                meter, local_composite, {}, selections, None
+            ),
         }
         s3fs_options = {
             "key": CREDENTIALS["access_key_id"],
