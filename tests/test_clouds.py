@@ -318,8 +318,10 @@ def test_a_suffix_longer_than_the_object_is_the_whole_object(cloud: CloudBackend
 
 
 #: Requests per source of an open of a composite whose sources are unchanged:
-#: one listing where the backend reports versions (the seals apply); through
-#: gcsfs, which reports none, the documents and listing pages are fetched.
+#: exactly one listing where the backend reports versions (the seals apply);
+#: through gcsfs, which reports none, the 12 documents and the listing pages,
+#: at most 15 (fewer when fsspec's listing cache of the same filesystem
+#: instance still holds a page).
 OPEN_REQUESTS_PER_SOURCE = {"s3": 1, "az": 1, "http": 1, "gs": 15}
 V2_KEYS = (".zgroup", ".zattrs", ".zmetadata", ".zarray")
 
@@ -343,9 +345,12 @@ def test_an_open_costs_the_documented_requests_and_no_v2_probe(
         store.close()
     finally:
         proxy.close()
-    assert len(opened) == OPEN_REQUESTS_PER_SOURCE[cloud.name] * len(sources), [
-        (seen.method, seen.path) for seen in opened
-    ]
+    bound = OPEN_REQUESTS_PER_SOURCE[cloud.name] * len(sources)
+    shown = [(seen.method, seen.path) for seen in opened]
+    if cloud.name == "gs":
+        assert 12 * len(sources) <= len(opened) <= bound, shown
+    else:
+        assert len(opened) == bound, shown
     for seen in created + opened:
         path = urlsplit(seen.path).path
         assert not path.endswith(V2_KEYS), seen
