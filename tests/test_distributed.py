@@ -74,7 +74,7 @@ def test_a_remote_composite_through_dask_on_worker_processes(
             processes=True,
             dashboard_address=None,
             local_directory=str(worker_dirs),
-            # a budget for every worker's cache: smaller than the data, so it binds
+            # every worker's cache gets this budget from its environment
             env={CACHE_ENV: str(BUDGET)},
         ) as cluster,
         distributed.Client(cluster) as client,
@@ -85,16 +85,19 @@ def test_a_remote_composite_through_dask_on_worker_processes(
         np.testing.assert_array_equal(client.compute(lazy.sum(axis=0)).result(), expected.sum(0))
         states = client.run(_worker_state)
     assert len(states) == 2
-    directories = set()
+    directories, hits = set(), 0
     for state in states.values():
         assert state["caches"], "every worker read through its own reader"
         for cache in state["caches"]:
             assert cache["max_bytes"] == BUDGET
             assert 0 < cache["bytes_cached"] <= BUDGET
-            assert cache["hits"] > 0
+            hits += cache["hits"]
             directories.add(cache["directory"])
         for secret in s3_backend.secrets:
             assert secret not in state["environment"]
+    # the second pass found blocks in the caches of the workers that ran them
+    # first (which worker runs a block is the scheduler's choice)
+    assert hits > 0
     assert len(directories) == len(states), "one cache per worker process"
     blobs = _files_under(str(worker_dirs)) + _files_under(str(tmp_path / "c.zarr"))
     for directory in directories:
