@@ -2,7 +2,9 @@
 
 Servers (as the tests start them, ``tests/cloud_servers.py``): moto (S3,
 obstore), fake-gcs-server (GCS, gcsfs), Azurite (Azure Blob, obstore) and
-WsgiDAV (plain HTTP, read-only, obstore). Each sits behind the tests'
+WsgiDAV (plain HTTP, read-only, obstore); and SeaweedFS's S3 gateway when
+``uv sync --group bench`` installed it (an S3 server whose own cost per
+request is far below moto's). Each sits behind the tests'
 counting proxy in a process of its own (``--latency`` added to every
 request, 25 ms by default), so every time comes with the requests that
 produced it. For each backend, ``--sources`` sources of ``--cells`` x
@@ -73,6 +75,24 @@ class Backend:
         return len(self.proxy.take())
 
 
+def _seaweedfs(work: Path, stop: list[Any]) -> str | None:
+    """SeaweedFS's S3 gateway (``uv sync --group bench``) when its binary is here."""
+    from contextlib import ExitStack
+
+    try:
+        from bench_remote_caches import seaweedfs
+    except ImportError:
+        return None
+    stack = ExitStack()
+    try:
+        endpoint = stack.enter_context(seaweedfs(work))
+    except (SystemExit, RuntimeError) as exc:
+        print(f"SeaweedFS skipped: {exc}")
+        return None
+    stop.append(stack)
+    return endpoint
+
+
 def _servers(work: Path) -> tuple[list[Backend], dict[str, Callable[[], str]], list[Any]]:
     """Start every server; returns the backends, a new-root maker per backend
     (URL of a fresh bucket or container, or a served directory's URL), and what to stop."""
@@ -103,7 +123,15 @@ def _servers(work: Path) -> tuple[list[Backend], dict[str, Callable[[], str]], l
         Backend("az", azure_endpoint, servers.azure_options(azure_endpoint, azure_key), "endpoint"),
         Backend("http", http_endpoint, {"client_options": {"allow_http": True}}, ""),
     ]
+    weed = _seaweedfs(work, stop)
+    if weed is not None:
+        from bench_remote_caches import _bucket as weed_bucket
+
+        backends.insert(
+            1, Backend("s3-seaweedfs", weed, {**s3_options, "endpoint": weed}, "endpoint")
+        )
     roots = {
+        "s3-seaweedfs": lambda: f"s3://{weed_bucket(str(weed))}",
         "s3": lambda: f"s3://{_bucket(s3_endpoint)}",
         "gs": lambda: f"gs://{servers.gcs_bucket(gcs_endpoint)}",
         "az": lambda: f"az://{servers.azure_container(azure_endpoint, azure_key)}",
@@ -286,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
             for backend in backends:
                 backend.proxy.close()
             for server in stop:
-                if hasattr(server, "stop"):
+                if hasattr(server, "close"):  # an ExitStack
+                    server.close()
+                elif hasattr(server, "stop"):
                     server.stop()
                 else:
                     server.terminate()
