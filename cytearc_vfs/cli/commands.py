@@ -491,6 +491,61 @@ def _json_option(value: str | None, option: str) -> dict[str, Any] | None:
     return parsed
 
 
+def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``export STORE OUT``: an AnnData .zarr or .h5ad, streamed."""
+    from cytearc_vfs_adapters.anndata_output.conversion import BAND_BYTES
+    from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
+
+    from ..format.sizes import parse_size
+    from ..remote.locations import local_path
+
+    try:
+        export_format(args.destination)
+    except ValueError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    storage_options = _json_option(args.storage_options, "--storage-options")
+    source_options = _json_option(args.source_storage_options, "--source-storage-options")
+    if local_path(args.location) is not None:
+        require_store(args.location, command="export", kinds=("ordinary", "composite", "mount"))
+    band_bytes = (
+        BAND_BYTES if args.mem_budget is None else parse_size(args.mem_budget, what="--mem-budget")
+    )
+    info = export_anndata(
+        args.location,
+        args.destination,
+        args.assay,
+        overwrite=args.overwrite,
+        workspace=args.workspace,
+        storage_options=storage_options,
+        source_storage_options=source_options,
+        band_bytes=band_bytes,
+        progress=bars,
+    )
+    payload = {
+        "location": info.location,
+        "format": info.format,
+        "assay": info.assay,
+        "shape": list(info.shape),
+        "dtype": str(info.dtype),
+        "nnz": info.nnz,
+        "bands": info.bands,
+        "bandCells": info.band_cells,
+        "membershipColumn": info.membership,
+        "seconds": round(info.seconds, 3),
+    }
+    membership = (
+        f"; membership column {info.membership} declared"
+        if info.membership
+        else "; every cell measured (no membership column)"
+    )
+    text = (
+        f"exported {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}, "
+        f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
+        f"({info.format}) in {info.seconds:.2f} s, {_plural(info.bands, 'band')}{membership}"
+    )
+    return Outcome(payload, text)
+
+
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
     import logging
@@ -749,6 +804,8 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 #: What an interrupt leaves behind, for commands that create no destination.
 INTERRUPT_NOTES = {
+    "export": "nothing was written: an export is written under a temporary name beside OUT "
+    "(removed now) and renamed into place only when complete",
     "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
     "on that array (or cytearc-vfs array recover) finishes it",
 }
@@ -763,6 +820,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "mount": (cmd_mount, "destination"),
     "repack": (cmd_repack, "destination"),
     "artifacts": (cmd_artifacts, None),
+    "export": (cmd_export, None),
     "serve": (cmd_serve, None),
     "array": (cmd_array, None),
     "mount-fs": (cmd_mount_fs, None),

@@ -27,6 +27,7 @@ import os
 import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +218,10 @@ def _write_to(
 
     root = zarr.open_group(temporary, mode="w-", zarr_format=3)
     written = _write(root, kind, opened, band_bytes, progress)
-    zarr.consolidate_metadata(str(temporary))
+    with warnings.catch_warnings():
+        # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
+        warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
+        zarr.consolidate_metadata(str(temporary))
     return written
 
 

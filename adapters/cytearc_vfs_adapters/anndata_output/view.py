@@ -21,8 +21,9 @@ versions):
   ``obsm``, ``varm``, ``obsp``, ``varp``, ``layers``: empty mappings.
 
 Every key is checked by the package's shared key validation before any
-I/O; writes and deletes are refused. There is no consolidated metadata, so
-zarr asks the view for each document (they are in memory).
+I/O; writes and deletes are refused. The root document carries every other
+document as consolidated metadata: the view never changes, so it is exact,
+and anndata opens every element without a request per document.
 """
 
 from __future__ import annotations
@@ -100,6 +101,24 @@ class _Layout:
     def __init__(self) -> None:
         self.documents: dict[str, bytes] = {}
         self.arrays: dict[str, _Rekeyed | _Computed] = {}
+
+    def consolidate(self) -> None:
+        """Put every other document into the root's, as consolidated metadata.
+
+        The view's documents never change, so the consolidated copy is exact;
+        zarr and anndata then open every element without asking for it.
+        """
+        root = json.loads(self.documents["zarr.json"])
+        root["consolidated_metadata"] = {
+            "kind": "inline",
+            "must_understand": False,
+            "metadata": {
+                key.removesuffix("/zarr.json"): json.loads(document)
+                for key, document in sorted(self.documents.items())
+                if key != "zarr.json"
+            },
+        }
+        self.documents["zarr.json"] = json.dumps(root).encode()
 
     def group(self, path: str, attributes: Mapping[str, Any]) -> None:
         self.documents[join(path, "zarr.json")] = group_document(attributes)
@@ -273,6 +292,7 @@ def _build(opened: OpenedAssay) -> _Layout:
     _mapping(layout, "uns", membership_uns(membership, opened.assay))
     for name in _EMPTY_MAPPINGS:
         layout.group(name, encoded_attributes("dict", "0.1.0"))
+    layout.consolidate()
     return layout
 
 
