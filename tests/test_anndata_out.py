@@ -21,21 +21,19 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from conftest import realistic_counts
+from cytearc_vfs_adapters.anndata_output import export_anndata
+from cytearc_vfs_adapters.anndata_output.conversion import band_rows
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import cytearc_vfs as cv
-from cytearc_vfs_adapters.anndata_output import export_anndata
-from cytearc_vfs_adapters.anndata_output.conversion import band_rows
 
 PROTO = default_buffer_prototype()
 
 # anndata 0.13 reads a pandas option that pandas 3 deprecates whenever it
 # subsets categoricals (anndata's own code, as pyproject's filter for
 # future.infer_string says)
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:The 'mode.chained_assignment' option is deprecated"
-)
+pytestmark = pytest.mark.filterwarnings("ignore:The 'mode.chained_assignment' option is deprecated")
 
 
 def _adata(n_cells: int, genes: list[str], seed: int, prefix: str) -> ad.AnnData:
@@ -268,7 +266,7 @@ def test_view_x_is_the_stores_counts_rekeyed(built: dict[str, Any]) -> None:
 def test_view_refuses_writes_and_bad_keys(built: dict[str, Any]) -> None:
     view = cv.anndata_view(built["root"] / "c.zarr")
     buffer = PROTO.buffer.from_bytes(b"{}")
-    with pytest.raises(ValueError, match="read-only mode.*cytearc-vfs export"):
+    with pytest.raises(ValueError, match=r"read-only mode.*cytearc-vfs export"):
         sync(view.set("obs/zarr.json", buffer))
     with pytest.raises(ValueError, match="read-only"):
         sync(view.delete("X/c/0/0"))
@@ -311,9 +309,12 @@ def test_view_pickles_and_equals_a_fresh_one(built: dict[str, Any]) -> None:
     view = cv.anndata_view(built["root"] / "a.zarr")
     copy = pickle.loads(pickle.dumps(view))
     assert copy == view == cv.anndata_view(built["root"] / "a.zarr")
-    assert sync(copy.get("obs/_index/c/0", PROTO)).to_bytes() == sync(  # type: ignore[union-attr]
-        view.get("obs/_index/c/0", PROTO)
-    ).to_bytes()  # type: ignore[union-attr]
+    assert (
+        sync(copy.get("obs/_index/c/0", PROTO)).to_bytes()
+        == sync(  # type: ignore[union-attr]
+            view.get("obs/_index/c/0", PROTO)
+        ).to_bytes()
+    )  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------ export
