@@ -372,3 +372,33 @@ def test_export_refuses_what_it_must_not_replace(built: dict[str, Any], tmp_path
     with pytest.raises(ValueError, match=r"\.zarr.*\.h5ad"):
         export_anndata(source, tmp_path / "x.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.h5ad"]
+
+
+# ------------------------------------------------------------------ remote
+
+
+@pytest.mark.remote
+def test_remote_store_and_composite_over_remote_sources(
+    built: dict[str, Any], s3_server: Any, tmp_path: Path
+) -> None:
+    options = s3_server.storage_options()
+    bucket = s3_server.new_bucket()
+    urls = {name: f"s3://{bucket}/{name}.zarr" for name in ("a", "b")}
+    for name, url in urls.items():
+        cv.write_counts(url, built[name], storage_options=options)
+    remote = cv.to_anndata(urls["a"], storage_options=options)
+    _assert_same(remote, cv.to_anndata(built["root"] / "a.zarr", lazy=False))
+    sources = {name: dict(options) for name in urls}
+    cv.create_composite(tmp_path / "c.zarr", urls, source_storage_options=sources)
+    expected = cv.to_anndata(built["root"] / "c.zarr", lazy=False)
+    # lazy: the blocks read the remote sources when computed
+    composite = cv.to_anndata(tmp_path / "c.zarr", source_storage_options=sources)
+    np.testing.assert_array_equal(_dense(composite.X), _dense(expected.X))
+    view = cv.anndata_view(tmp_path / "c.zarr", source_storage_options=sources)
+    _assert_same(
+        ad.read_zarr(view),
+        cv.to_anndata(tmp_path / "c.zarr", lazy=False, source_storage_options=sources),
+    )
+    info = export_anndata(tmp_path / "c.zarr", tmp_path / "c.h5ad", source_storage_options=sources)
+    assert info.nnz == expected.X.nnz
+    np.testing.assert_array_equal(ad.read_h5ad(tmp_path / "c.h5ad").X.toarray(), _dense(expected.X))
