@@ -1,11 +1,11 @@
 """``to_anndata``: any CyteArc store as an ``anndata.AnnData``, its ``X`` lazy.
 
 ``X`` is a dask array of ``scipy.sparse.csr_matrix`` blocks: each block is
-one gather read (:meth:`VirtualArrayReader.to_dask`) of a band of cells over
-every feature, converted to CSR as it is read. Sparse blocks, because count
-matrices are mostly zeros and anything computed from ``X`` (``.compute()``,
-a subset, ``anndata.concat``) keeps the sparse type a loaded count matrix
-has; a block is dense only while it is read (at most 64 MiB). ``obs`` and
+one gather read of its cells and features (at most 4,096 features and 8 MiB
+dense, see :func:`block_shape`), converted to CSR as it is read. Sparse
+blocks, because count matrices are mostly zeros and anything computed from
+``X`` (``.compute()``, a subset, ``anndata.concat``) keeps the sparse type a
+loaded count matrix has; a block is dense only while it is read. ``obs`` and
 ``var`` are read from the tables at once (they are small beside the counts)
 by the rule of :mod:`.columns`. With ``lazy=False`` ``X`` is a CSR matrix
 assembled band by band, so the dense matrix is never in memory.
@@ -13,9 +13,11 @@ assembled band by band, so the dense matrix is never in memory.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import scipy.sparse as sp
@@ -23,6 +25,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from cytearc_vfs.format.tables import StoredColumn, read_columns
+from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
 
 from .columns import (
@@ -110,13 +113,93 @@ def read_frames(opened: OpenedAssay) -> tuple[pd.DataFrame, pd.DataFrame, dict[s
     return obs, var, membership_uns(membership, opened.assay)
 
 
-def lazy_counts(opened: OpenedAssay) -> Any:
-    """``X`` as a dask array of CSR blocks, one gather read per block."""
-    n_cells, n_features = opened.shape
-    rows = band_rows(n_features, opened.reader.dtype.itemsize)
-    dense = opened.reader.to_dask(chunks=(min(max(1, n_cells), rows), max(1, n_features)))
+class SparseCounts:
+    """The counts as an array-like whose ``[rows, cols]`` is a CSR block: dask's source.
+
+    dask slices it per block (``da.from_array``), so a block reads exactly its
+    cells and features through the gather reader, which picks ``counts`` or
+    ``countsT`` for the block's shape. Pickled (for ``dask.distributed``
+    workers), it carries the store and rebuilds one reader per process.
+    """
+
+    ndim = 2
+
+    def __init__(self, opened: OpenedAssay, workspace: str | None = None) -> None:
+        self.shape = opened.shape
+        self.dtype = opened.reader.dtype
+        self._reader: VirtualArrayReader | None = opened.reader
+        self._recipe = (opened.store, opened.assay, workspace)
+
+    def __getitem__(self, key: tuple[Any, ...]) -> Any:
+        rows, cols = key
+        reader = self._reader
+        if reader is None:
+            reader = self._reader = _process_reader(self._recipe)
+        block = reader.read(rows, cols)
+        return sp.csr_matrix(block)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (self.shape, self.dtype, self._recipe))
+
+
+#: Readers rebuilt in this process (a dask worker's), by their pickled recipe.
+_PROCESS_READERS: dict[bytes, VirtualArrayReader] = {}
+
+
+def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
+    key = pickle.dumps(recipe)
+    reader = _PROCESS_READERS.get(key)
+    if reader is None:
+        store, assay, workspace = recipe
+        reader = _PROCESS_READERS[key] = VirtualArrayReader(store, assay, workspace=workspace)
+    return reader
+
+
+def _rebuilt(shape: tuple[int, int], dtype: np.dtype, recipe: tuple[Any, ...]) -> SparseCounts:
+    counts = SparseCounts.__new__(SparseCounts)
+    counts.shape, counts.dtype = shape, dtype
+    counts._reader, counts._recipe = None, recipe
+    return counts
+
+
+def block_shape(shape: tuple[int, int], itemsize: int) -> tuple[int, int]:
+    """Cells x features of a lazy ``X`` block: at most 4,096 features and 8 MiB dense.
+
+    Feature blocks let a selection of a few genes read only their blocks
+    (dask prunes blocks, it does not push a gene list into one).
+
+    >>> block_shape((100_000, 30_000), 4)
+    (512, 4096)
+    >>> block_shape((300, 40), 1)
+    (300, 40)
+    """
+    features = max(1, min(shape[1], BLOCK_FEATURES))
+    cells = max(1, min(shape[0], BLOCK_BYTES // (features * itemsize)))
+    return cells, features
+
+
+#: Features of one block of a lazy ``X``, and its dense bytes.
+BLOCK_FEATURES = 4096
+BLOCK_BYTES = 8 << 20
+
+
+def lazy_counts(opened: OpenedAssay, workspace: str | None = None) -> Any:
+    """``X`` as a dask array of CSR blocks, each one gather read of its cells and features."""
+    import uuid
+
+    import dask.array as da
+
+    source = SparseCounts(opened, workspace)
     meta = sp.csr_matrix((0, 0), dtype=opened.reader.dtype)
-    return dense.map_blocks(sp.csr_matrix, dtype=opened.reader.dtype, meta=meta)
+    return da.from_array(  # type: ignore[no-untyped-call]
+        source,
+        chunks=block_shape(opened.shape, opened.reader.dtype.itemsize),
+        asarray=False,
+        fancy=False,
+        meta=meta,
+        # a fresh name: hashing the source would pickle it
+        name=f"cytearc-counts-{uuid.uuid4().hex}",
+    )
 
 
 def loaded_counts(opened: OpenedAssay) -> sp.csr_matrix:
@@ -178,5 +261,5 @@ def to_anndata(
         source_storage_options=source_storage_options,
     )
     obs, var, uns = read_frames(opened)
-    counts = lazy_counts(opened) if lazy else loaded_counts(opened)
+    counts = lazy_counts(opened, workspace) if lazy else loaded_counts(opened)
     return anndata.AnnData(X=counts, obs=obs, var=var, uns=uns)
