@@ -141,6 +141,34 @@ def test_lazy_x_is_dask_of_csr_blocks_and_subsets_like_the_original(
     pd.testing.assert_frame_equal(subset.obs[original.obs.columns], pd.DataFrame(expected.obs))
 
 
+def test_a_lazy_subset_reads_only_its_blocks(built: dict[str, Any]) -> None:
+    from cytearc_vfs_adapters.anndata_output.conversion import lazy_counts
+    from cytearc_vfs_adapters.anndata_output.opened import open_assay
+
+    opened = open_assay(built["root"] / "c.zarr")
+    x = lazy_counts(opened)
+    x_rows, x_cols = x.chunks
+    assert sum(x_rows) == 1150 and sum(x_cols) == 60
+    opened.reader.reset_stats()
+    expected = cv.to_anndata(built["root"] / "c.zarr", lazy=False).X
+    block = x[10:20][:, [1, 2]].compute()
+    assert opened.reader.stats.reads == 1  # one block, one gather read
+    np.testing.assert_array_equal(block.toarray(), expected[10:20][:, [1, 2]].toarray())
+    chunks_one_block = opened.reader.stats.chunks_decoded
+    opened.reader.reset_stats()
+    x.compute()
+    assert opened.reader.stats.reads == len(x_rows) * len(x_cols)
+    assert opened.reader.stats.chunks_decoded >= chunks_one_block
+
+
+def test_lazy_x_pickles_for_worker_processes(built: dict[str, Any]) -> None:
+    import pickle
+
+    adata = cv.to_anndata(built["root"] / "c.zarr")
+    copy = pickle.loads(pickle.dumps(adata.X))
+    np.testing.assert_array_equal(_dense(copy[3:9]), _dense(adata.X[3:9]))
+
+
 def test_composite_equals_anndata_concat_outer(built: dict[str, Any]) -> None:
     expected = ad.concat([built["a"], built["b"]], join="outer")
     for lazy in (True, False):

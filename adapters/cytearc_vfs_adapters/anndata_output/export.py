@@ -28,10 +28,10 @@ import shutil
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,7 +41,7 @@ from cytearc_vfs.remote.locations import Location, describe_location, local_path
 
 from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
-from .opened import OpenedAssay, open_assay
+from .opened import OpenedAssay, OpenOptions, open_assay
 
 __all__ = ["ExportInfo", "export_anndata", "export_format"]
 
@@ -249,11 +249,9 @@ def export_anndata(
     assay: str = "RNA",
     *,
     overwrite: bool = False,
-    workspace: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
     band_bytes: int = BAND_BYTES,
     progress: Progress | None = None,
+    **options: Unpack[OpenOptions],
 ) -> ExportInfo:
     """Write one assay of a CyteArc store as an AnnData ``.zarr`` store or ``.h5ad`` file.
 
@@ -267,12 +265,13 @@ def export_anndata(
         The assay whose counts become ``X``.
     overwrite
         Replace an AnnData already at ``destination`` (anything else is refused).
-    workspace, storage_options, source_storage_options
-        As for :func:`cytearc_vfs.open_store`.
     band_bytes
         Bound of one dense band of cells read for ``X``.
     progress
         Called as ``progress("export", cells_done, cells_total)`` after each band.
+    **options
+        ``workspace``, ``storage_options``, ``source_storage_options``
+        (:class:`~.opened.OpenOptions`).
 
     Raises
     ------
@@ -284,13 +283,7 @@ def export_anndata(
     started = time.perf_counter()
     kind = export_format(destination)
     path = _checked_destination(destination, overwrite)
-    opened = open_assay(
-        location,
-        assay,
-        workspace=workspace,
-        storage_options=storage_options,
-        source_storage_options=source_storage_options,
-    )
+    opened = open_assay(location, assay, **options)
     source = local_path(location) if not isinstance(location, Store) else None
     if source is not None and source.resolve() == path.resolve():
         raise ValueError(f"export destination {path} is the store itself; choose another path")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from zarr.abc.store import Store
 from zarr.core.sync import sync
@@ -22,7 +22,18 @@ from cytearc_vfs.read.opening import open_store
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location, describe_location
 
-__all__ = ["OpenedAssay", "open_assay"]
+__all__ = ["OpenOptions", "OpenedAssay", "open_assay"]
+
+
+class OpenOptions(TypedDict, total=False):
+    """How to open a location: the keywords every AnnData output passes on."""
+
+    workspace: str | None
+    """Workspace of an ordinary store's assay (workspace layout)."""
+    storage_options: Mapping[str, Any] | None
+    """Backend options of a URL location."""
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None
+    """Per-source backend options of a composite's or mount's sources; never written."""
 
 
 @dataclass(frozen=True, slots=True)

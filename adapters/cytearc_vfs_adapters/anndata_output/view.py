@@ -33,7 +33,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -62,7 +62,7 @@ from .documents import (
     numeric_chunk,
     text_chunk,
 )
-from .opened import OpenedAssay, open_assay
+from .opened import OpenedAssay, OpenOptions, open_assay
 
 __all__ = ["AnnDataViewStore", "anndata_view"]
 
@@ -494,12 +494,7 @@ def _reopen(store: Store, assay: str, workspace: str | None) -> AnnDataViewStore
 
 
 def anndata_view(
-    location: Location | Store,
-    assay: str = "RNA",
-    *,
-    workspace: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    location: Location | Store, assay: str = "RNA", **options: Unpack[OpenOptions]
 ) -> AnnDataViewStore:
     """A read-only zarr Store under which anndata opens ``location`` as an AnnData.
 
@@ -509,21 +504,13 @@ def anndata_view(
         An ordinary store, a composite or a mount: a path, a URL or a Store.
     assay
         The assay presented as ``X``.
-    workspace
-        Workspace of an ordinary store's assay.
-    storage_options, source_storage_options
-        As for :func:`cytearc_vfs.open_store`.
+    **options
+        ``workspace``, ``storage_options``, ``source_storage_options``
+        (:class:`~.opened.OpenOptions`).
 
     Examples
     --------
     >>> view = cv.anndata_view("pbmc.zarr")  # doctest: +SKIP
     >>> adata = anndata.experimental.read_lazy(view)  # doctest: +SKIP
     """
-    opened = open_assay(
-        location,
-        assay,
-        workspace=workspace,
-        storage_options=storage_options,
-        source_storage_options=source_storage_options,
-    )
-    return AnnDataViewStore(opened, workspace)
+    return AnnDataViewStore(open_assay(location, assay, **options), options.get("workspace"))
