@@ -187,7 +187,13 @@ def lazy_counts(opened: OpenedAssay, workspace: str | None = None) -> Any:
     """``X`` as a dask array of CSR blocks, each one gather read of its cells and features."""
     import uuid
 
-    import dask.array as da
+    try:
+        import dask.array as da
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ImportError(
+            "to_anndata(lazy=True) needs dask, an optional extra: pip install "
+            "'cytearc-vfs[dask]' (or pass lazy=False to load X)"
+        ) from exc
 
     source = SparseCounts(opened, workspace)
     meta = sp.csr_matrix((0, 0), dtype=opened.reader.dtype)
