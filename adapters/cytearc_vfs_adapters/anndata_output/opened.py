@@ -72,7 +72,7 @@ def open_assay(
     Raises
     ------
     ValueError
-        The store has no assay of that name (the message lists its assays).
+        The store has no assay of that name.
     """
     where = describe_location(location)
     store = open_store(
@@ -81,13 +81,8 @@ def open_assay(
         source_storage_options=source_storage_options,
     )
     paths = AssayPaths(assay, workspace)
-    try:
-        reader = VirtualArrayReader(store, assay, workspace=workspace)
-    except (KeyError, FileNotFoundError) as exc:
-        raise ValueError(
-            f"{where} has no assay {assay!r}; give assay= one of the store's assays "
-            "(cytearc-vfs info names them)"
-        ) from exc
+    # an unknown assay is refused here, naming the store's assays
+    reader = VirtualArrayReader(store, assay, workspace=workspace)
     counts = paths.counts
     served = sync(store.exists(join(counts, "zarr.json")))
     return OpenedAssay(store, assay, paths, reader, where, counts if served else None)

@@ -370,8 +370,7 @@ class AnnDataViewStore(KeyCheckedStore):
             array = self._layout.arrays.get(head)
             if array is not None:
                 return head, array, rest
-        array = self._layout.arrays.get("")
-        return None if array is None else ("", array, key)
+        return None
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
