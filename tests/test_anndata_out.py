@@ -238,6 +238,21 @@ def test_membership_through_the_view_and_the_export(
     assert exported.uns["cytearc"]["assayMembership"]["RNA"] == "RNA_I"
 
 
+def test_a_column_named_index_is_kept_in_memory_and_refused_on_disk(
+    built: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "i.zarr"
+    cv.write_counts(path, built["b"])
+    _add_column(path, "_index", np.arange(built["b"].n_obs), {})
+    assert list(cv.to_anndata(path, lazy=False).obs["_index"][:3]) == [0, 1, 2]
+    with pytest.raises(ValueError, match="'_index'.*rename the column"):
+        cv.anndata_view(path)
+    with pytest.raises(ValueError, match="'_index'.*rename the column"):
+        export_anndata(path, tmp_path / "i.h5ad")
+    assert not (tmp_path / "i.h5ad").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["i.zarr"]
+
+
 # ------------------------------------------------------------------ the view
 
 
@@ -430,3 +445,30 @@ def test_remote_store_and_composite_over_remote_sources(
     info = export_anndata(tmp_path / "c.zarr", tmp_path / "c.h5ad", source_storage_options=sources)
     assert info.nnz == expected.X.nnz
     np.testing.assert_array_equal(ad.read_h5ad(tmp_path / "c.h5ad").X.toarray(), _dense(expected.X))
+
+
+# ------------------------------------------------------------------ real data
+
+
+@pytest.mark.parametrize("name", ["wu2020", "pbmc68k_reduced", "chr21_10x"])
+def test_real_data_round_trips_through_every_output(tmp_path: Path, name: str) -> None:
+    from cytearc_vfs import realdata
+
+    original = realdata.DATASETS[name]()
+    cv.write_counts(tmp_path / "s.zarr", original)
+    result = cv.to_anndata(tmp_path / "s.zarr")
+    np.testing.assert_array_equal(_dense(result.X), sp.csr_matrix(original.X).toarray())
+    assert list(result.obs_names) == list(original.obs_names)
+    assert list(result.var_names) == list(original.var_names)
+    for frame, stored in ((original.obs, result.obs), (original.var, result.var)):
+        for column in frame.columns:
+            expected = frame[column]
+            got = stored[column]
+            if isinstance(expected.dtype, pd.CategoricalDtype):
+                assert list(got.cat.categories) == list(expected.cat.categories), column
+                assert got.cat.ordered == expected.cat.ordered
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=column)
+    loaded = cv.to_anndata(tmp_path / "s.zarr", lazy=False)
+    _assert_same(ad.read_zarr(cv.anndata_view(tmp_path / "s.zarr")), loaded)
+    export_anndata(tmp_path / "s.zarr", tmp_path / "s.h5ad")
+    _assert_same(ad.read_h5ad(tmp_path / "s.h5ad"), loaded)

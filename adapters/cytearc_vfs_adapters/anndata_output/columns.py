@@ -23,7 +23,7 @@ strings; numbers and booleans as they are stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,10 +34,12 @@ import pandas as pd
 from cytearc_vfs.format.tables import CATEGORICAL_ATTR
 
 __all__ = [
+    "INDEX_KEY",
     "MEMBERSHIP_ROLE",
     "ColumnKind",
     "ExportedColumn",
     "categorical_codes",
+    "check_encodable",
     "column_kind",
     "exported_columns",
     "membership_column",
@@ -45,6 +47,8 @@ __all__ = [
 ]
 
 MEMBERSHIP_ROLE = "assay_membership"
+#: Where AnnData's dataframe encoding keeps the index (the ``_index`` attribute).
+INDEX_KEY = "_index"
 ColumnKind = Literal["text", "categorical", "plain"]
 
 
@@ -118,6 +122,17 @@ def exported_columns(
             continue
         kept.append(column_kind(name, dtypes[name], attrs))
     return kept
+
+
+def check_encodable(names: Iterable[str], *, table: str) -> None:
+    """Refuse a column that AnnData's dataframe encoding cannot hold (``_index``)."""
+    if INDEX_KEY in names:
+        # the encoding stores the index under this name
+        raise ValueError(
+            f"{table} column {INDEX_KEY!r} is the name AnnData's dataframe encoding keeps "
+            "the index under, so it cannot be written or viewed as AnnData; rename the "
+            "column in the store (to_anndata keeps it, in memory only)"
+        )
 
 
 def _equal_text(left: npt.NDArray[Any], right: npt.NDArray[Any]) -> bool:

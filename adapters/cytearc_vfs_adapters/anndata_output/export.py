@@ -39,6 +39,7 @@ from zarr.abc.store import Store
 
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 
+from .columns import check_encodable
 from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
 from .opened import OpenedAssay, OpenOptions, open_assay
@@ -187,6 +188,8 @@ def _write(
     """Write every element into ``group``; returns (nnz, bands, largest band, membership)."""
     write_elem = _anndata().io.write_elem
     obs, var, uns = read_frames(opened)
+    check_encodable(obs.columns, table=opened.paths.cell_data)
+    check_encodable(var.columns, table=opened.paths.feature_data)
     write_elem(group, "obs", obs)
     write_elem(group, "var", var)
     write_elem(group, "uns", uns)

@@ -49,6 +49,7 @@ from cytearc_vfs.remote.locations import Location
 from .columns import (
     ExportedColumn,
     categorical_codes,
+    check_encodable,
     exported_columns,
     membership_column,
     membership_uns,
@@ -222,6 +223,7 @@ def _frame(layout: _Layout, path: str, table: str, opened: OpenedAssay) -> str |
     kept = exported_columns(
         {name: array.dtype for name, array in arrays.items()}, attrs, opened.assay, values
     )
+    check_encodable([column.name for column in kept], table=table)
     layout.group(
         path,
         encoded_attributes(
