@@ -245,9 +245,9 @@ def test_a_column_named_index_is_kept_in_memory_and_refused_on_disk(
     cv.write_counts(path, built["b"])
     _add_column(path, "_index", np.arange(built["b"].n_obs), {})
     assert list(cv.to_anndata(path, lazy=False).obs["_index"][:3]) == [0, 1, 2]
-    with pytest.raises(ValueError, match="'_index'.*rename the column"):
+    with pytest.raises(ValueError, match=r"'_index'.*rename the column"):
         cv.anndata_view(path)
-    with pytest.raises(ValueError, match="'_index'.*rename the column"):
+    with pytest.raises(ValueError, match=r"'_index'.*rename the column"):
         export_anndata(path, tmp_path / "i.h5ad")
     assert not (tmp_path / "i.h5ad").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["i.zarr"]
