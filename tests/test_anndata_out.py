@@ -339,7 +339,12 @@ def test_view_listing_agrees_with_its_reads(built: dict[str, Any]) -> None:
     for key in every:
         assert sync(view.exists(key)), key
         assert sync(view.get(key, PROTO)) is not None, key
-    assert "obsm" in sync(children("")) and "obs" in sync(children(""))
+    assert sync(children("")) == sorted(
+        ["X", "layers", "obs", "obsm", "obsp", "uns", "var", "varm", "varp", "zarr.json"]
+    )
+    assert sync(children("X")) == ["c", "zarr.json"]
+    rows = {key.split("/")[2] for key in every if key.startswith("X/c/")}
+    assert sync(children("X/c")) == sorted(rows)
     # a path prefix: obs does not match obsm
     assert all(key == "obs" or key.startswith("obs/") for key in sync(keys("obs")))
     assert sync(view.get("obs/barcode/c/999", PROTO)) is None

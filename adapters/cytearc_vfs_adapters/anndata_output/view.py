@@ -452,14 +452,20 @@ class AnnDataViewStore(KeyCheckedStore):
             yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        """Names of the children of ``prefix``."""
+        """Names of the children of ``prefix``.
+
+        Found from the documents, and from chunk keys only for the array
+        ``prefix`` is in: listing a group never enumerates the chunks of
+        the arrays below it.
+        """
         self._check_prefix(prefix, "list_dir")
         base = prefix.rstrip("/")
-        names = {
-            key[len(base) + 1 :].split("/")[0] if base else key.split("/")[0]
-            for key in await self._keys(base)
-            if key != base
-        }
+        keys = [key for key in self._layout.documents if _below(key, base)]
+        for path, array in self._layout.arrays.items():
+            if _below(base, path):
+                keys.extend(await self._chunk_keys(path, array))
+        start = len(base) + 1 if base else 0
+        names = {key[start:].split("/")[0] for key in keys if key != base and _below(key, base)}
         for name in sorted(names):
             yield name
 
