@@ -189,6 +189,15 @@ def test_mount_reads_as_its_source(built: dict[str, Any]) -> None:
     _assert_same(mounted, cv.to_anndata(built["root"] / "a.zarr", lazy=False))
 
 
+@pytest.mark.parametrize("kind", ["a", "c", "m"])
+def test_an_opened_store_is_a_location_too(built: dict[str, Any], kind: str) -> None:
+    location = built["root"] / f"{kind}.zarr"
+    store = cv.open_store(location)
+    expected = cv.to_anndata(location, lazy=False)
+    _assert_same(cv.to_anndata(store, lazy=False), expected)
+    _assert_same(ad.read_zarr(cv.anndata_view(store)), expected)
+
+
 def test_unknown_assay_is_named(built: dict[str, Any]) -> None:
     with pytest.raises((ValueError, KeyError), match="ATAC"):
         cv.to_anndata(built["root"] / "a.zarr", assay="ATAC")
