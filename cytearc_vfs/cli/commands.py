@@ -16,7 +16,7 @@ from typing import Any
 
 from .array_command import cmd_array
 from .failures import ExitCode, InputRefusedError
-from .inputs import require_store
+from .inputs import json_option, require_store
 from .outcome import Outcome, plural
 from .progress import ProgressBars
 from .serving import cmd_mount_fs, cmd_serve
@@ -418,6 +418,61 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
 
 
+def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``export STORE OUT``: an AnnData .zarr or .h5ad, streamed."""
+    from cytearc_vfs_adapters.anndata_output.conversion import BAND_BYTES
+    from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
+
+    from ..format.sizes import parse_size
+    from ..remote.locations import local_path
+
+    try:
+        export_format(args.destination)
+    except ValueError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    if local_path(args.location) is not None:
+        require_store(args.location, command="export", kinds=("ordinary", "composite", "mount"))
+    band_bytes = (
+        BAND_BYTES if args.mem_budget is None else parse_size(args.mem_budget, what="--mem-budget")
+    )
+    info = export_anndata(
+        args.location,
+        args.destination,
+        args.assay,
+        overwrite=args.overwrite,
+        workspace=args.workspace,
+        storage_options=storage_options,
+        source_storage_options=source_options,
+        band_bytes=band_bytes,
+        progress=bars,
+    )
+    payload = {
+        "location": info.location,
+        "format": info.format,
+        "assay": info.assay,
+        "shape": list(info.shape),
+        "dtype": str(info.dtype),
+        "nnz": info.nnz,
+        "bands": info.bands,
+        "bandCells": info.band_cells,
+        "membershipColumn": info.membership,
+        "seconds": round(info.seconds, 3),
+    }
+    membership = (
+        f"; membership column {info.membership} declared"
+        if info.membership
+        else "; every cell measured (no membership column)"
+    )
+    text = (
+        f"exported {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}, "
+        f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
+        f"({info.format}) in {info.seconds:.2f} s, {plural(info.bands, 'band')}{membership}"
+    )
+    return Outcome(payload, text)
+
+
 def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``demo [--directory DIR]``."""
     from .demo import run_demo
@@ -437,6 +492,8 @@ def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 #: What an interrupt leaves behind, for commands that create no destination.
 INTERRUPT_NOTES = {
+    "export": "nothing was written: an export is written under a temporary name beside OUT "
+    "(removed now) and renamed into place only when complete",
     "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
     "on that array (or cytearc-vfs array recover) finishes it",
 }
@@ -451,6 +508,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "mount": (cmd_mount, "destination"),
     "repack": (cmd_repack, "destination"),
     "artifacts": (cmd_artifacts, None),
+    "export": (cmd_export, None),
     "serve": (cmd_serve, None),
     "array": (cmd_array, None),
     "mount-fs": (cmd_mount_fs, None),
