@@ -254,11 +254,16 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, "\n".join(lines), ExitCode.OK if ok else ExitCode.PROBLEMS)
 
 
-def _load_anndata(location: str, layer: str | None) -> Any:
+def _anndata_input(location: str, layer: str | None) -> str:
+    """Check that ``location`` is an AnnData container holding ``layer``; the writer then
+    streams it band by band (``X`` is never loaded)."""
+    from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
+
     from ..inspection.store_kind import classify_location
 
     found = classify_location(location)
-    if found.kind not in ("h5ad", "anndata"):
+    # a root without attributes may be AnnData of anndata 0.7: the container decides
+    if found.kind not in ("h5ad", "anndata", "zarr-group"):
         remedy = (
             "it already is one: copy it with cytearc-vfs repack"
             if found.is_cytearc
@@ -266,29 +271,30 @@ def _load_anndata(location: str, layer: str | None) -> Any:
         )
         raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
     try:
-        import anndata
-    except ImportError as exc:
-        raise InputRefusedError(
-            "reading AnnData needs the anndata package: pip install 'cytearc-vfs[anndata]'"
-        ) from exc
-    adata = anndata.read_h5ad(location) if found.kind == "h5ad" else anndata.read_zarr(location)
-    if layer is not None and layer not in adata.layers:
+        container = AnnDataContainer.open(location)
+    except NotAnnDataError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    try:
+        layers = container.layers()
+    finally:
+        container.close()
+    if layer is not None and layer not in layers:
         raise InputRefusedError(
             f"{found.where} has no layer {layer!r}; its layers are: "
-            f"{', '.join(map(str, adata.layers)) or 'none'} (leave out --layer to use X)"
+            f"{', '.join(layers) or 'none'} (leave out --layer to use X)"
         )
-    return adata
+    return location
 
 
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.writer import write_counts
 
-    adata = _load_anndata(args.input, args.layer)
+    source = _anndata_input(args.input, args.layer)
     started = time.perf_counter()
     info = write_counts(
         args.destination,
-        adata,
+        source,
         assay=args.assay,
         assay_type=args.assay_type,
         workspace=args.workspace,
@@ -747,6 +753,69 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, text)
 
 
+def _shape_text(shape: Sequence[int] | None) -> str:
+    if shape is None:
+        return ""
+    return " x ".join(str(n) for n in shape) if shape else "scalar"
+
+
+def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``anndata ls PATH``: every element of an AnnData container."""
+    from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
+
+    try:
+        container = AnnDataContainer.open(
+            args.location,
+            storage_options=_json_option(args.storage_options, "--storage-options"),
+        )
+    except NotAnnDataError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    try:
+        elements = container.elements()
+        shape = container.shape
+        storage = f"Zarr v{container.zarr_format}" if container.storage == "zarr" else "HDF5 (h5ad)"
+        where = container.where
+    finally:
+        container.close()
+    legacy = sum(1 for element in elements if element.legacy)
+    awkward = sum(1 for element in elements if element.encoding_type == "awkward-array")
+    unread = sum(1 for element in elements if element.note.startswith("not read"))
+    payload = {
+        "location": where,
+        "storage": container.storage,
+        "zarrFormat": container.zarr_format,
+        "shape": list(shape),
+        "elements": [element.to_dict() for element in elements],
+        "legacyElements": legacy,
+        "awkwardArrays": awkward,
+        "unreadableElements": unread,
+    }
+    extras = [f"{legacy} legacy"]
+    if awkward:
+        extras.append(f"{_plural(awkward, 'awkward array')} reported, not read")
+    if unread:
+        extras.append(f"{unread} not readable here")
+    lines = [
+        f"{where}: AnnData ({storage}), {shape[0]} obs x {shape[1]} var, "
+        f"{_plural(len(elements), 'element')} ({', '.join(extras)})"
+    ]
+    rows = [
+        (
+            "/" + element.path,
+            f"{element.encoding_type} {element.encoding_version}",
+            _shape_text(element.shape),
+            ("legacy" + ("" if element.declared else ", inferred")) if element.legacy else "",
+            element.note,
+        )
+        for element in elements
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return Outcome(payload, "\n".join(lines))
+
+
 #: What an interrupt leaves behind, for commands that create no destination.
 INTERRUPT_NOTES = {
     "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
@@ -766,4 +835,5 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "serve": (cmd_serve, None),
     "array": (cmd_array, None),
     "mount-fs": (cmd_mount_fs, None),
+    "anndata": (cmd_anndata, None),
 }

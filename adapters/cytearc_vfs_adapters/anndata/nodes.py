@@ -78,9 +78,12 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
 
         path = Path(os.fspath(location)).absolute()
         return Container(h5py.File(path, "r"), str(path), "hdf5", None)
-    from cytearc_vfs.remote.locations import describe_location, open_location
+    from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
     where = describe_location(location)
+    path = local_path(location)
+    if path is not None and not path.exists():
+        raise FileNotFoundError(f"{where} does not exist; check the path")
     store: Store = open_location(location, read_only=True, storage_options=storage_options)
     try:
         root = zarr.open_group(store, mode="r")
