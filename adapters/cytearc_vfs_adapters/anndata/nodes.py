@@ -81,8 +81,8 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
     where = describe_location(location)
-    path = local_path(location)
-    if path is not None and not path.exists():
+    local = local_path(location)
+    if local is not None and not local.exists():
         raise FileNotFoundError(f"{where} does not exist; check the path")
     store: Store = open_location(location, read_only=True, storage_options=storage_options)
     try:
