@@ -58,6 +58,7 @@ class AnnDataContainer:
                 "Zarr store (written by anndata.write_zarr) or an .h5ad file"
             )
         self._reader = ElementReader(self.root)
+        self._matrices: dict[str | None, MatrixElement] = {}
         for name in ("obs", "var"):
             if child(self.root, name) is None:
                 raise MalformedElementError(
@@ -160,7 +161,14 @@ class AnnDataContainer:
 
     def matrix(self, layer: str | None = None) -> MatrixElement:
         """``X`` (or ``layers/<layer>``) as a band-readable matrix element, checked against
-        the container's shape."""
+        the container's shape. The same element is returned each time, so its
+        :attr:`~.matrices.MatrixElement.stats` count every read through it."""
+        cached = self._matrices.get(layer)
+        if cached is None:
+            cached = self._matrices[layer] = self._open_matrix(layer)
+        return cached
+
+    def _open_matrix(self, layer: str | None) -> MatrixElement:
         if layer is None:
             path = "X"
             node = child(self.root, path)

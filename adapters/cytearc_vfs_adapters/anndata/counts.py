@@ -12,6 +12,8 @@ group (see :mod:`cytearc_vfs.write.count_source`). Two inputs are recognised:
   matrix is handed to the writer as a :class:`~.matrices.MatrixElement`,
   which the writer reads in row bands (a CSR's rows directly, a CSC's from a
   transposed spill, a dense array's by slicing): ``X`` is never loaded.
+  An opened :class:`~.container.AnnDataContainer` is taken as well (its
+  matrix element then shows what the write read, in ``stats``).
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
 
 
 def _is_location(counts: Any) -> bool:
-    return isinstance(counts, (str, os.PathLike, Store, zarr.Group)) or type(
-        counts
-    ).__module__.startswith("h5py")
+    if isinstance(counts, (str, os.PathLike, Store, zarr.Group, AnnDataContainer)):
+        return True
+    return type(counts).__module__.startswith("h5py")
 
 
 def count_input(counts: Any, layer: str | None) -> CountInput | None:
@@ -61,13 +63,17 @@ def count_input(counts: Any, layer: str | None) -> CountInput | None:
     found = _in_memory(counts, layer)
     if found is not None or not _is_location(counts):
         return found
+    container = counts if isinstance(counts, AnnDataContainer) else _opened(counts)
+    matrix = container.matrix(layer)
+    return CountInput(matrix, container.obs(), container.var())
+
+
+def _opened(counts: Any) -> AnnDataContainer:
     try:
-        container = AnnDataContainer.open(counts)
+        return AnnDataContainer.open(counts)
     except (NotAnnDataError, FileNotFoundError) as exc:
         raise ValueError(
             f"counts given as a location: {exc}. write_counts reads a location only when it "
             "is an AnnData Zarr store or an .h5ad file; other counts are passed as a "
             "scipy.sparse matrix, a numpy array or an AnnData. Nothing was written"
         ) from exc
-    matrix = container.matrix(layer)
-    return CountInput(matrix, container.obs(), container.var())

@@ -96,11 +96,15 @@ def read_dataframe(reader: ElementReader, node: Any, path: str, encoding: Encodi
                 f"element {path}: column {name!r} has {len(values)} rows but the index "
                 f"{index_name!r} has {len(index)}; every column must have the index's length"
             )
-    frame = (
-        pd.DataFrame(columns, index=pd.Index(index), columns=order)
-        if columns
-        else pd.DataFrame(index=pd.Index(index))
-    )
+    labels = pd.Index(index)
+    # text arrays stay object columns, as anndata gives them (pandas would infer "str")
+    data = {
+        name: pd.Series(values, index=labels, dtype=object, copy=False)
+        if isinstance(values, np.ndarray) and values.dtype == object
+        else values
+        for name, values in columns.items()
+    }
+    frame = pd.DataFrame(data, index=labels, columns=order) if data else pd.DataFrame(index=labels)
     if index_name != "_index":
         frame.index.name = index_name
     return frame

@@ -33,7 +33,7 @@ KNOWN_VERSIONS: dict[str, frozenset[str]] = {
     "array": frozenset({"0.2.0"}),
     "csr_matrix": frozenset({"0.1.0"}),
     "csc_matrix": frozenset({"0.1.0"}),
-    "categorical": frozenset({"0.2.0"}),
+    "categorical": frozenset({"0.2.0"}),  # 0.1.0: legacy columns, never declared
     "string-array": frozenset({"0.2.0"}),
     "nullable-integer": frozenset({"0.1.0"}),
     "nullable-boolean": frozenset({"0.1.0"}),
@@ -73,7 +73,8 @@ class Encoding:
     """The encoding type (``csr_matrix``, ``dataframe``, ...)."""
     version: str
     """The encoding version; for an inferred encoding, the legacy version it stands for
-    (``0.1.0`` for mappings and dataframes) or the current one."""
+    (``0.1.0`` for mappings, dataframes and a dataframe 0.1.0's categorical columns)
+    or the current one."""
     declared: bool
     """Whether the node carries ``encoding-type`` (``False``: inferred from its structure)."""
     legacy: bool
@@ -128,6 +129,11 @@ def classify(node: Any, path: str) -> Encoding:
         legacy = declared == "dataframe" and version == "0.1.0"
         return Encoding(str(declared), version, True, legacy)
     if group:
+        # anndata 0.7 stamped neither the root nor raw
+        if path == "" and child(node, "obs") is not None and child(node, "var") is not None:
+            return Encoding("anndata", "0.1.0", False, True)
+        if path == "raw" and child(node, "X") is not None:
+            return Encoding("raw", "0.1.0", False, True)
         if child(node, "codes") is not None and child(node, "categories") is not None:
             return Encoding("categorical", "0.2.0", False, True)
         values = child(node, "values")
@@ -140,7 +146,8 @@ def classify(node: Any, path: str) -> Encoding:
             return Encoding(f"{sparse}_matrix", "0.1.0", False, True)
         return Encoding("dict", "0.1.0", False, True)
     if attribute(node, "categories") is not None:
-        return Encoding("categorical", "0.2.0", False, True)
+        # a dataframe 0.1.0 column: codes here, labels where the attribute says
+        return Encoding("categorical", "0.1.0", False, True)
     dtype = np.dtype(node.dtype)
     shape = node.shape
     if shape is None:  # HDF5 null dataspace

@@ -94,7 +94,7 @@ def _walk(node: Any, path: str, found: list[ElementInfo]) -> None:
     if encoding.type == "awkward-array":
         note = "awkward array: reported, not read"
     elif encoding.type == "categorical" and not is_group(node):
-        note = f"codes; labels at {attribute(node, 'categories')!r}"
+        note = f"legacy column: codes here, labels at {attribute(node, 'categories')!r}"
     found.append(_info(node, path, encoding, note))
     if encoding.type in ("anndata", "raw", "dict") or encoding.type == "dataframe":
         for name in children(node):

@@ -86,7 +86,8 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
         raise FileNotFoundError(f"{where} does not exist; check the path")
     store: Store = open_location(location, read_only=True, storage_options=storage_options)
     try:
-        root = zarr.open_group(store, mode="r")
+        # the nodes' own documents, not a consolidated copy that an edit may have left stale
+        root = zarr.open_group(store, mode="r", use_consolidated=False)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
         raise FileNotFoundError(
             f"{where} holds no Zarr group at its root; give an AnnData Zarr store (a directory "

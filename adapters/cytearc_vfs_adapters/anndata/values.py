@@ -108,7 +108,9 @@ class ElementReader:
                     f"element {path}: a numeric-scalar must be a 0-d numeric array, found "
                     f"shape {getattr(node, 'shape', None)}"
                 )
-            return np.asarray(values).item()
+            scalar = np.asarray(values)[()]
+            # anndata gives a declared scalar as a Python number, a legacy 0-d array as numpy's
+            return scalar.item() if encoding.declared else scalar
         if kind == "string-array" and values is not None and values.dtype != object:
             raise MalformedElementError(
                 f"element {path}: a string-array must hold text, found dtype {values.dtype}"
