@@ -138,7 +138,9 @@ class AnnDataContainer:
                     frame[column] = [
                         v.decode() if isinstance(v, bytes) else v for v in frame[column]
                     ]
-            return frame.set_index(frame.columns[0]).rename_axis(None)
+            # anndata < 0.7 kept the ids in the record field "index"
+            key = "index" if "index" in frame.columns else frame.columns[0]
+            return frame.set_index(key).rename_axis(None)
         value = self.read(name)
         if not isinstance(value, pd.DataFrame):
             raise MalformedElementError(
