@@ -86,8 +86,8 @@ def test_a_location_that_is_not_anndata_is_refused_and_nothing_written(tmp_path:
     with pytest.raises(ValueError, match=r"cytearc.zarr is not an AnnData container"):
         cv.write_counts(tmp_path / "out.zarr", tmp_path / "cytearc.zarr")
     assert not (tmp_path / "out.zarr").exists()
+    source = write_zarr(adata_of(sp.csr_array(np.eye(4))), tmp_path / "in.zarr", 3)
     with pytest.raises(KeyError, match=r"no layer 'spliced'"):
-        source = write_zarr(adata_of(sp.csr_array(np.eye(4))), tmp_path / "in.zarr", 3)
         cv.write_counts(tmp_path / "out.zarr", source, layer="spliced")
     assert not (tmp_path / "out.zarr").exists()
 
