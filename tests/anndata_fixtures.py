@@ -151,10 +151,13 @@ CHROMS = ["chr1", "chr2"]
 CHROM_CODES = [0, 1, 1, 0, 1]
 
 
-def write_legacy(path: Path, zarr_format: int, *, absolute: bool = True) -> None:
+def write_legacy(
+    path: Path, zarr_format: int, *, absolute: bool = True, missing_categories: bool = True
+) -> None:
     """An anndata 0.7.x container, written by hand (see the module docstring).
 
-    ``absolute=False`` writes every label path as anndata 0.7 did (relative),
+    ``missing_categories=False`` leaves no missing value in ``obs/batch`` (CyteArc's
+    table writer asks for them to be filled). ``absolute=False`` writes every label path as anndata 0.7 did (relative),
     which is what anndata itself still reads.
     """
     root = zarr.open_group(path, mode="w", zarr_format=zarr_format)  # no root attributes
@@ -183,7 +186,8 @@ def write_legacy(path: Path, zarr_format: int, *, absolute: bool = True) -> None
     obs["cell_type"].attrs["categories"] = "__categories/cell_type"
     _strings(labels, "cell_type", CELL_TYPES, ordered=True)
     # ... and the element specification describes an absolute one
-    _array(obs, "batch", np.array(BATCH_CODES, dtype=np.int8))
+    batch = BATCH_CODES if missing_categories else [max(code, 0) for code in BATCH_CODES]
+    _array(obs, "batch", np.array(batch, dtype=np.int8))
     obs["batch"].attrs["categories"] = (
         "/obs/__categories/batch" if absolute else "__categories/batch"
     )
