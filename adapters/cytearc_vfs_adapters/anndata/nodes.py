@@ -74,8 +74,7 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
-        import h5py
-
+        h5py = _h5py()
         path = Path(os.fspath(location)).absolute()
         return Container(h5py.File(path, "r"), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
@@ -137,12 +136,28 @@ def attribute(node: Any, name: str, default: Any = None) -> Any:
     return _plain(node.attrs[name])
 
 
-def _is_text(dtype: np.dtype) -> bool:
-    if dtype.kind in "USTO":
-        return True
-    import h5py
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ImportError(
+            "reading .h5ad files needs h5py, which comes with anndata: pip install "
+            "'cytearc-vfs[anndata]'"
+        ) from exc
+    return h5py
 
-    return h5py.check_string_dtype(dtype) is not None
+
+def _is_text(dtype: np.dtype) -> bool:
+    if dtype.kind in "UST":
+        return True
+    if dtype.kind != "O":
+        return False
+    # an object array is text in zarr (VLenUTF8); in h5py only with string metadata
+    try:
+        import h5py
+    except ImportError:  # no h5py, no HDF5 arrays: an object array here is zarr's text
+        return True
+    return h5py.check_string_dtype(dtype) is not None or dtype.metadata is None
 
 
 def text_values(values: npt.NDArray[Any]) -> npt.NDArray[np.object_]:
