@@ -100,9 +100,10 @@ class AnnDataContainer:
             return int(node.shape[0])
         index, _ = column_names(node, name)
         member = node[index]
-        values = (
-            member if not is_group(member) else (child(member, "values") or child(member, "codes"))
-        )
+        values = member
+        if is_group(member):  # a nullable or categorical index: its values or codes
+            values = child(member, "values")
+            values = values if values is not None else child(member, "codes")
         if values is None or is_group(values):
             raise MalformedElementError(f"element {name}/{index}: cannot tell its length")
         return int(values.shape[0])
