@@ -529,3 +529,37 @@ def test_identity_reads_metadata_only_and_changes_with_it(tmp_path: Path) -> Non
     assert AnnDataContainer.open(path).identity()["digest"] == first["digest"]
     root["obs"].attrs["note"] = "edited"
     assert AnnDataContainer.open(path).identity()["digest"] != first["digest"]
+
+
+@pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+@pytest.mark.parametrize("zarr_format", FORMATS)
+def test_legacy_text_forms_and_labels_without_a_pointer(tmp_path: Path, zarr_format: int) -> None:
+    """Fixed-width text (``<U``, ``|S``) reads as str; a 0.1.0 column whose labels sit in
+    ``__categories/<column>`` but lost its ``categories`` attribute is still categorical."""
+    root = zarr.open_group(tmp_path / "t.zarr", mode="w", zarr_format=zarr_format)
+    obs = root.create_group("obs")
+    obs.attrs.update(
+        {
+            "_index": "_index",
+            "column-order": ["kind"],
+            "encoding-type": "dataframe",
+            "encoding-version": "0.1.0",
+        }
+    )
+    obs.create_array("_index", data=np.array(["c0", "c1", "c2"], dtype="<U2"))
+    obs.create_array("kind", data=np.array([1, 0, 1], dtype=np.int8))
+    obs.create_group("__categories").create_array("kind", data=np.array(["x", "y"], dtype="<U1"))
+    var = root.create_group("var", attributes={"_index": "_index", "column-order": []})
+    var.create_array("_index", data=np.array([b"g0", b"g1"], dtype="S2"))
+    root.create_array("X", data=np.zeros((3, 2), dtype=np.float32))
+    uns = root.create_group("uns")
+    title = uns.create_array("title", shape=(), dtype="<U9")
+    title[()] = "fixed-len"
+    title.attrs.update({"encoding-type": "string", "encoding-version": "0.2.0"})
+    container = AnnDataContainer.open(tmp_path / "t.zarr")
+    obs_frame = container.obs()
+    assert list(obs_frame.index) == ["c0", "c1", "c2"]
+    assert list(obs_frame["kind"]) == ["y", "x", "y"]
+    assert list(container.var().index) == ["g0", "g1"]
+    assert container.read("uns/title") == "fixed-len"
+    assert container.shape == (3, 2)
