@@ -111,6 +111,8 @@ def test_modern_elements_read_as_anndata_reads_them(
     theirs = _anndata_read(path, zarr_format, tmp_path)
     assert container.zarr_format == zarr_format
     assert container.shape == theirs.shape == (N_OBS, N_VAR)
+    assert list(container.obs_names()) == list(theirs.obs_names)
+    assert list(container.var_names()) == list(theirs.var_names)
     assert container.encoding.type == "anndata" and not container.encoding.legacy
     reference = {
         "obs": theirs.obs,
@@ -174,6 +176,8 @@ def test_legacy_elements_read_as_the_specification_describes(
     assert container.encoding.type == "anndata" and container.encoding.legacy
     assert not container.encoding.declared
     assert container.shape == (N_OBS, N_VAR)
+    assert list(container.obs_names()) == list(expected["obs"].index)
+    assert list(container.var_names()) == list(expected["var"].index)
     for name in ("obs", "var"):
         pd.testing.assert_frame_equal(
             getattr(container, name)(), expected[name], check_index_type=False, obj=name

@@ -157,6 +157,24 @@ class AnnDataContainer:
         """The feature table (its index holds the feature ids)."""
         return self._table("var")
 
+    def _names(self, name: str) -> pd.Index:
+        node = self._node(name)
+        if not is_group(node):
+            return pd.Index(self._table(name).index)
+        from .dataframes import column_names
+
+        index, _ = column_names(node, name)
+        values = self.read(f"{name}/{index}")
+        return pd.Index(values, name=None if index == "_index" else index)
+
+    def obs_names(self) -> pd.Index:
+        """The cell ids: only the obs index is read, not its columns."""
+        return self._names("obs")
+
+    def var_names(self) -> pd.Index:
+        """The feature ids: only the var index is read, not its columns."""
+        return self._names("var")
+
     def layers(self) -> list[str]:
         """Names of the layers (empty when there are none)."""
         node = child(self.root, "layers")
