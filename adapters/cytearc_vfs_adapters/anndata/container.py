@@ -160,12 +160,14 @@ class AnnDataContainer:
     def _names(self, name: str) -> pd.Index:
         node = self._node(name)
         if not is_group(node):
-            return pd.Index(self._table(name).index)
+            ids: pd.Index = self._table(name).index
+            return ids
         from .dataframes import column_names
 
         index, _ = column_names(node, name)
         values = self.read(f"{name}/{index}")
-        return pd.Index(values, name=None if index == "_index" else index)
+        ids = pd.Index(values, name=None if index == "_index" else index)
+        return ids
 
     def obs_names(self) -> pd.Index:
         """The cell ids: only the obs index is read, not its columns."""
