@@ -567,3 +567,15 @@ def test_legacy_text_forms_and_labels_without_a_pointer(tmp_path: Path, zarr_for
     assert list(container.var().index) == ["g0", "g1"]
     assert container.read("uns/title") == "fixed-len"
     assert container.shape == (3, 2)
+
+
+def test_docstring_examples_of_the_element_layer() -> None:
+    import doctest
+    import importlib
+    import pkgutil
+
+    import cytearc_vfs_adapters.anndata as package
+
+    for info in pkgutil.iter_modules(package.__path__, prefix=f"{package.__name__}."):
+        result = doctest.testmod(importlib.import_module(info.name))
+        assert result.failed == 0, info.name
