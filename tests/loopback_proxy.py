@@ -4,8 +4,11 @@ Requests pass through unchanged (headers, body, signature), so clients talk
 real S3 to a real server; the proxy records each request's method, path and
 conditional and range headers. With ``delay`` set, every request waits that
 many seconds before it is forwarded (a cloud round trip; requests in flight
-wait concurrently, as they would on a network). When ``hang`` is set it
-accepts requests and never answers, as a stalled server does.
+wait concurrently, as they would on a network); with ``rate`` set (bytes per
+second), each response is held back as long as sending its body at that
+rate takes (a per-connection bandwidth cap). ``returned`` counts the body
+bytes answered. When ``hang`` is set it accepts requests and never answers,
+as a stalled server does.
 
 Benchmarks run it in a process of its own (``python tests/loopback_proxy.py
 UPSTREAM``, driven through :class:`ProxyProcess`), so its threads take
@@ -23,6 +26,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
@@ -58,6 +62,8 @@ class LoopbackProxy:
         self.seen: list[Seen] = []
         self.hang = False
         self.delay = 0.0
+        self.rate = 0.0
+        self._returned = 0
         self._lock = threading.Lock()
         self._release = threading.Event()
         proxy = self
@@ -87,6 +93,9 @@ class LoopbackProxy:
                     upstream.request(self.command, self.path, body=body, headers=headers)
                     response = upstream.getresponse()
                     payload = response.read()
+                    if proxy.rate and self.command != "HEAD":
+                        time.sleep(len(payload) / proxy.rate)  # the body's time on the wire
+                    proxy._count(0 if self.command == "HEAD" else len(payload))
                     self.send_response(response.status, response.reason)
                     for name, value in response.getheaders():
                         if name.lower() not in _HOP_BY_HOP:
@@ -102,7 +111,13 @@ class LoopbackProxy:
                 command, _, argument = self.path[len(CONTROL) :].partition("/")
                 if command == "delay":
                     proxy.delay = float(argument)
-                answer = [seen.__dict__ for seen in proxy.take()] if command == "take" else []
+                if command == "rate":
+                    proxy.rate = float(argument)
+                answer: object = []
+                if command == "take":
+                    answer = [seen.__dict__ for seen in proxy.take()]
+                elif command == "returned":
+                    answer = proxy.take_returned()
                 payload = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(payload)))
@@ -141,6 +156,16 @@ class LoopbackProxy:
             seen, self.seen = self.seen, []
         return seen
 
+    def _count(self, size: int) -> None:
+        with self._lock:
+            self._returned += size
+
+    def take_returned(self) -> int:
+        """Body bytes answered since the last call."""
+        with self._lock:
+            returned, self._returned = self._returned, 0
+        return returned
+
     def close(self) -> None:
         """Stop serving; hung requests are released."""
         self._release.set()
@@ -162,11 +187,11 @@ class ProxyProcess:
         assert self._process.stdout is not None
         self.endpoint = self._process.stdout.readline().strip()
         self._delay = 0.0
+        self._rate = 0.0
 
-    def _ask(self, command: str) -> list[dict[str, str | None]]:
+    def _ask(self, command: str) -> Any:
         with urllib.request.urlopen(f"{self.endpoint}{CONTROL}{command}", timeout=60) as reply:
-            answer: list[dict[str, str | None]] = json.loads(reply.read())
-        return answer
+            return json.loads(reply.read())
 
     @property
     def delay(self) -> float:
@@ -178,9 +203,23 @@ class ProxyProcess:
         self._ask(f"delay/{seconds}")
         self._delay = seconds
 
+    @property
+    def rate(self) -> float:
+        """Bytes per second each response body is held to (0: no cap)."""
+        return self._rate
+
+    @rate.setter
+    def rate(self, bytes_per_second: float) -> None:
+        self._ask(f"rate/{bytes_per_second}")
+        self._rate = bytes_per_second
+
     def take(self) -> list[Seen]:
         """The requests seen since the last call."""
-        return [Seen(**fields) for fields in self._ask("take")]  # type: ignore[arg-type]
+        return [Seen(**fields) for fields in self._ask("take")]
+
+    def take_returned(self) -> int:
+        """Body bytes answered since the last call."""
+        return int(self._ask("returned"))
 
     def close(self) -> None:
         """Stop the proxy process."""

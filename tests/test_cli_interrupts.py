@@ -45,11 +45,35 @@ def _command(kind: str, inputs: dict[str, Path], destination: Path) -> list[str]
     }[kind]
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (Linux: /proc's SigCgt mask)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone, or no /proc: nothing to wait for
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return True
+
+
+def _wait_for_handler(process: subprocess.Popen[str], signum: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and not _catches(process.pid, signum):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the command installed no handler for {signum} in {timeout} s")
+        time.sleep(0.02)
+
+
 def _interrupt(args: list[str], delay: float, signum: int) -> subprocess.CompletedProcess[str]:
     process = subprocess.Popen(
         [cli_executable(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     time.sleep(delay)
+    # On a loaded machine the imports can outlast the delay: a signal before
+    # the handlers exist kills the process by default, before it wrote
+    # anything, which is not what these tests are about. Wait for them.
+    _wait_for_handler(process, signum)
     if process.poll() is None:
         process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=120)

@@ -9,6 +9,7 @@ touched shard in one request.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from s3_server import S3Server
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
-from cytearc_vfs.composite.records import SEALS_PATH
+from cytearc_vfs.composite.source_seals import SEALS_PATH
 from cytearc_vfs.read.shard_reader import coalesce_ranges
 from cytearc_vfs.remote.locations import open_location
 
@@ -185,15 +186,42 @@ def test_an_edited_seal_is_refused(remote: Remote, tmp_path: Path) -> None:
         _open(remote, location)
 
 
+def test_a_seal_copied_from_another_composite_is_refused(remote: Remote, tmp_path: Path) -> None:
+    """A seal binds the sources of the record it was written for: one copied
+    beside another record (here: its sources renamed) is refused, not read."""
+    location = _create(remote, tmp_path)
+    root = json.loads((location / "zarr.json").read_bytes())
+    for source in root["attributes"]["composite"]["sources"]:
+        source["location"] += "/"
+    (location / "zarr.json").write_text(json.dumps(root))
+    with pytest.raises(cv.IdentityMismatchError, match="written for other sources"):
+        _open(remote, location)
+
+
+def test_a_seal_without_its_fingerprints_is_refused(remote: Remote, tmp_path: Path) -> None:
+    location = _create(remote, tmp_path)
+    document = location / SEALS_PATH / "zarr.json"
+    array = json.loads(document.read_bytes())
+    array["attributes"] = {}
+    document.write_text(json.dumps(array))
+    with pytest.raises(cv.RecordShapeError, match="sourceSeals"):
+        _open(remote, location)
+
+
+def test_the_record_holds_only_the_fields_of_the_spec(remote: Remote, tmp_path: Path) -> None:
+    location = _create(remote, tmp_path)
+    record = json.loads((location / "zarr.json").read_bytes())["attributes"]["composite"]
+    assert set(record) == {"assay", "sources", "arrays", "maps", "complete", "ids"}
+    assert (location / SEALS_PATH / "zarr.json").exists()
+
+
 def test_a_composite_without_seals_opens_in_one_round_per_source(
     remote: Remote, tmp_path: Path
 ) -> None:
     """A composite created before sources were sealed: every document is fetched,
     all in one round with the listing, and still no v2 key."""
     location = _create(remote, tmp_path)
-    root = json.loads((location / "zarr.json").read_bytes())
-    del root["attributes"]["composite"]["sourceSeals"]
-    (location / "zarr.json").write_text(json.dumps(root))
+    shutil.rmtree(location / SEALS_PATH)
     remote.take()
     store = _open(remote, location)
     found = remote.take()

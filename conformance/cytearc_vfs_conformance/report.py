@@ -128,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                # one process: the outcomes are gathered in this run's directory
+                "-n",
+                "0",
                 *files,
                 *args.pytest_args,
             ],

@@ -33,6 +33,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.buffer.cpu import Buffer
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
+from ..format.object_keys import KEY_PREFIX_ATTR, object_key
 from ..format.store_keys import check_key, check_prefix
 
 __all__ = ["KeyMover", "LocalKeyMover", "ObjectKeyMover", "mover_for", "replace_file"]
@@ -159,6 +160,8 @@ class ObjectKeyMover(KeyMover):
         import obstore
 
         source, target = self._key(source, "move"), self._key(target, "move")
+        # a store over a shared client holds its keys below a prefix (object_keys)
+        source, target = object_key(self.store, source), object_key(self.store, target)
         try:
             await obstore.copy_async(self._backend, source, target, overwrite=True)
         except FileNotFoundError as exc:
@@ -181,7 +184,11 @@ def _is_object_store(store: Store) -> bool:
         from zarr.storage import ObjectStore
     except ImportError:  # pragma: no cover - zarr without obstore support
         return False
-    return type(store) is ObjectStore
+    # exact type, or the backends' store over a shared client, whose methods
+    # only map keys below its prefix (format/object_keys)
+    return type(store) is ObjectStore or (
+        isinstance(store, ObjectStore) and hasattr(store, KEY_PREFIX_ATTR)
+    )
 
 
 def mover_for(store: Store) -> KeyMover:

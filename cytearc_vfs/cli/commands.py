@@ -9,70 +9,19 @@ text printed for people; :mod:`cytearc_vfs.cli.main` prints one or the other.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from .anndata_command import checked_anndata_input, cmd_anndata
+from .array_command import cmd_array
 from .failures import ExitCode, InputRefusedError
+from .inputs import require_store
+from .outcome import Outcome, plural
 from .progress import ProgressBars
+from .serving import cmd_mount_fs, cmd_serve
 
 __all__ = ["COMMANDS", "INTERRUPT_NOTES", "Outcome", "parse_sources"]
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a command did: the JSON payload, the text, and the exit code."""
-
-    payload: dict[str, Any]
-    text: str
-    code: ExitCode = ExitCode.OK
-    destination: str | None = field(default=None)
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-_IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
-
-
-def require_store(
-    location: str,
-    *,
-    command: str,
-    kinds: Sequence[str],
-    storage_options: Mapping[str, Any] | None = None,
-) -> Any:
-    """Classify ``location`` and refuse it unless it is one of ``kinds``."""
-    from ..inspection.store_kind import classify_location
-
-    found = classify_location(location, storage_options=storage_options)
-    if found.kind in kinds:
-        return found
-    wanted = {
-        ("ordinary",): "an ordinary CyteArc store",
-        ("ordinary", "mount"): "an ordinary CyteArc store or a mount",
-        ("ordinary", "composite", "mount"): "a CyteArc store (ordinary, composite or mount)",
-    }[tuple(kinds)]
-    remedy = {
-        "missing": "check the path",
-        "h5ad": _IMPORT_HINT.format(where=location),
-        "anndata": _IMPORT_HINT.format(where=location),
-        "file": "give the directory of a CyteArc store",
-        "empty": "give the directory of a CyteArc store, or write one there",
-        "directory": "give the directory of a CyteArc store (it holds zarr.json)",
-        "zarr-array": "give the store's root directory, not one of its arrays",
-        "zarr-group": "write counts into a store with cytearc-vfs write or cytearc_vfs.write_counts",
-        "ordinary": "give one of those instead",
-        "composite": "composites do not nest, and a composite's counts live in its sources; "
-        "give the sources themselves",
-        "mount": "mounts do not chain; make it standalone first with: "
-        f"cytearc-vfs repack {location} OUT.zarr",
-    }[found.kind]
-    raise InputRefusedError(f"{found.words}; {command} needs {wanted}: {remedy}")
 
 
 def _clear_for_overwrite(args: argparse.Namespace) -> None:
@@ -176,7 +125,7 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if description["kind"] == "composite":
         shape = description["shape"]
         lines = [
-            f"{where}: composite of {_plural(len(description['sources']), 'source')}, assay "
+            f"{where}: composite of {plural(len(description['sources']), 'source')}, assay "
             f"{description['assay']}: {shape[0]} cells x {shape[1]} features "
             f"({description['dtype']}), virtual arrays {', '.join(description['arrays'])}"
         ]
@@ -254,43 +203,11 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, "\n".join(lines), ExitCode.OK if ok else ExitCode.PROBLEMS)
 
 
-def _anndata_input(location: str, layer: str | None) -> str:
-    """Check that ``location`` is an AnnData container holding ``layer``; the writer then
-    streams it band by band (``X`` is never loaded)."""
-    from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
-
-    from ..inspection.store_kind import classify_location
-
-    found = classify_location(location)
-    # a root without attributes may be AnnData of anndata 0.7: the container decides
-    if found.kind not in ("h5ad", "anndata", "zarr-group"):
-        remedy = (
-            "it already is one: copy it with cytearc-vfs repack"
-            if found.is_cytearc
-            else "give an .h5ad file or an AnnData Zarr store"
-        )
-        raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
-    try:
-        container = AnnDataContainer.open(location)
-    except NotAnnDataError as exc:
-        raise InputRefusedError(str(exc)) from exc
-    try:
-        layers = container.layers()
-    finally:
-        container.close()
-    if layer is not None and layer not in layers:
-        raise InputRefusedError(
-            f"{found.where} has no layer {layer!r}; its layers are: "
-            f"{', '.join(layers) or 'none'} (leave out --layer to use X)"
-        )
-    return location
-
-
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.writer import write_counts
 
-    source = _anndata_input(args.input, args.layer)
+    source = checked_anndata_input(args.input, args.layer)
     started = time.perf_counter()
     info = write_counts(
         args.destination,
@@ -370,7 +287,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "seconds": round(seconds, 3),
     }
     text = (
-        f"composite of {_plural(len(sources), 'source')} at {payload['location']}: "
+        f"composite of {plural(len(sources), 'source')} at {payload['location']}: "
         f"{reader.shape[0]} cells x {reader.shape[1]} features ({reader.dtype}), created in "
         f"{seconds:.2f} s; no counts copied"
     )
@@ -457,7 +374,7 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if args.kind:
         found = [entry for entry in found if entry["kind"] == args.kind]
     lines = [
-        f"{where}: {_plural(len(found), 'complete artifact')}"
+        f"{where}: {plural(len(found), 'complete artifact')}"
         + (f" of kind {args.kind}" if args.kind else "")
     ]
     for entry in found:
@@ -475,93 +392,6 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
 
 
-def _json_option(value: str | None, option: str) -> dict[str, Any] | None:
-    """A JSON object given inline or as ``@FILE``; the message never echoes it (credentials)."""
-    if value is None:
-        return None
-    text = value
-    if value.startswith("@"):
-        source = Path(value[1:])
-        if not source.is_file():
-            raise InputRefusedError(f"{option} file {source} does not exist; give a JSON file")
-        text = source.read_text()
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputRefusedError(
-            f"{option} is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); give a "
-            "JSON object, or @FILE naming a file that holds one"
-        ) from None
-    if not isinstance(parsed, dict):
-        raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
-    return parsed
-
-
-def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
-    import logging
-    import sys
-
-    from cytearc_vfs_adapters.serve.server import ServeOptions, StoreServer
-
-    from ..read.opening import open_store
-    from ..remote.locations import describe_location, local_path
-    from .interrupts import Interrupted, begin_cleanup
-
-    if not 0 <= args.port <= 65535:
-        raise InputRefusedError(
-            f"--port {args.port} is not a port (0 to 65535; 0 picks a free one)"
-        )
-    storage_options = _json_option(args.storage_options, "--storage-options")
-    source_options = _json_option(args.source_storage_options, "--source-storage-options")
-    if local_path(args.location) is not None:
-        # a remote location is refused by open_store itself (it may need the options above)
-        require_store(args.location, command="serve", kinds=("ordinary", "composite", "mount"))
-    where = describe_location(args.location)
-    store = open_store(
-        args.location,
-        mode="r",
-        storage_options=storage_options,
-        source_storage_options=source_options,
-    )
-    # Errors met while serving go on: one line each on stderr, in the command's voice.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("cytearc-vfs serve: %(message)s"))
-    server_log = logging.getLogger("cytearc_vfs_adapters.serve")
-    server_log.addHandler(handler)
-    try:
-        server = StoreServer.start(
-            store,
-            host=args.host,
-            port=args.port,
-            options=ServeOptions(allow_origin=args.allow_origin),
-        )
-        try:
-            print(f"serving {server.url}", flush=True)
-            if not server.loopback:
-                print(
-                    f"cytearc-vfs serve: warning: {server.host} is not a loopback address: anyone "
-                    f"who reaches this machine on port {server.port} reads {where}, with no "
-                    "authentication and no encryption; where you can, serve on 127.0.0.1 and "
-                    "reach it through a tunnel (ssh -L)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            server.wait()
-        except Interrupted:
-            begin_cleanup()  # a second signal must not cut the shutdown short
-            server.close()
-            raise
-        finally:
-            server.close()
-    finally:
-        server_log.removeHandler(handler)
-        store.close()
-    stats = server.stats()
-    payload = {"location": where, "url": server.url, "requests": stats.requests}
-    return Outcome(payload, f"stopped serving {where} ({_plural(stats.requests, 'request')})")
-
-
 def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``demo [--directory DIR]``."""
     from .demo import run_demo
@@ -577,243 +407,6 @@ def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     }
     # the steps were printed as they ran
     return Outcome(payload, "")
-
-
-def _changes(text: str | None, option: str) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise InputRefusedError(
-            f"{option} {text!r} is not comma-separated integers (write {option}=-2,0 for "
-            "negative values)"
-        ) from None
-
-
-def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``array info | resize | promote | recover LOCATION PATH``."""
-    import zarr
-
-    from ..arrays import hierarchy, info, recover
-    from ..arrays.promotion import promote_array
-    from ..arrays.resizing import resize_array
-    from ..format.store_io import get_json
-    from ..remote.locations import describe_location, open_location
-
-    action, path = args.array_command, args.path.strip("/")
-    where = f"{describe_location(args.location)} {path or '/'}"
-    store = open_location(args.location, read_only=action == "info")
-    node = "zarr.json" if not path else f"{path}/zarr.json"
-    document = get_json(store, node, where=where)
-    if document is None:
-        raise FileNotFoundError(f"{where}: no Zarr v3 node here (no {node}); check the path")
-    if action == "info":
-        if isinstance(document, dict) and document.get("node_type") == "group":
-            tree = hierarchy(zarr.open_group(store, path=path, mode="r"))
-            return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
-        if isinstance(document, dict) and "cytearc_unfinished_operation" in document:
-            from ..errors import IncompleteStoreError
-
-            raise IncompleteStoreError(
-                f"{where}: an array operation did not finish; finish it with: cytearc-vfs "
-                f"array recover {args.location} {path}"
-            )
-        summary = info(zarr.open_array(store, path=path, mode="r"))
-        return Outcome({"location": where, "array": summary.to_dict()}, str(summary))
-    if action == "recover":
-        finished = recover(store, path)
-        text = f"{where}: " + (
-            "finished the interrupted operation" if finished else "nothing to finish"
-        )
-        return Outcome({"location": where, "finished": finished}, text)
-    recover(store, path)  # an interrupted operation first: the array opens only then
-    array = zarr.open_array(store, path=path, mode="r+")
-    if action == "resize":
-        resized = resize_array(array, _changes(args.low, "--low"), _changes(args.high, "--high"))
-        payload = {
-            "location": where,
-            "shapeBefore": list(resized.shape_before),
-            "shapeAfter": list(resized.shape_after),
-            "lowApplied": list(resized.low),
-            "high": list(resized.high),
-            "renamed": resized.moved,
-            "deleted": resized.dropped,
-            "edgeChunksRead": resized.edge_chunks,
-        }
-        text = (
-            f"resized {where}: {resized.shape_before} -> {resized.shape_after} (low "
-            f"{list(resized.low)} in whole chunks, high {list(resized.high)}); "
-            f"{_plural(resized.moved, 'chunk')} renamed, {resized.dropped} deleted"
-        )
-        return Outcome(payload, text)
-    promoted = promote_array(array, args.dimension, args.length)
-    payload = {
-        "location": where,
-        "shapeBefore": list(promoted.shape_before),
-        "shapeAfter": list(promoted.shape_after),
-        "renamed": promoted.moved,
-        "staged": promoted.staged,
-    }
-    text = (
-        f"promoted {where}: {promoted.shape_before} -> {promoted.shape_after}; "
-        f"{_plural(promoted.moved, 'chunk')} renamed, bytes unchanged"
-    )
-    return Outcome(payload, text)
-
-
-def _check_mountpoint(mountpoint: str) -> None:
-    from cytearc_vfs_adapters.fuse.mounting import is_mounted
-
-    path = Path(mountpoint)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"mount point {mountpoint} does not exist; create the directory first (mkdir {mountpoint})"
-        )
-    if not path.is_dir():
-        raise NotADirectoryError(f"mount point {mountpoint} is not a directory; give a directory")
-    if is_mounted(path):
-        raise InputRefusedError(
-            f"{path.resolve()} is a mount point already; unmount it first "
-            f"(fusermount3 -u {mountpoint}) or choose another directory"
-        )
-
-
-def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
-    import signal
-    import sys
-
-    from cytearc_vfs_adapters.fuse.mounting import FuseMount, check_fuse
-    from cytearc_vfs_adapters.fuse.tree import StoreTree
-
-    from ..read.opening import open_store
-    from ..remote.locations import describe_location
-    from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
-
-    storage_options = _json_option(args.storage_options, "--storage-options")
-    source_options = _json_option(args.source_storage_options, "--source-storage-options")
-    require_store(
-        args.location,
-        command="mount-fs",
-        kinds=("ordinary", "composite", "mount"),
-        storage_options=storage_options,
-    )
-    _check_mountpoint(args.mountpoint)
-    binding = check_fuse()
-    where = describe_location(args.location)
-    store = open_store(
-        args.location,
-        mode="r",
-        storage_options=storage_options,
-        source_storage_options=source_options,
-    )
-    mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
-    started = time.perf_counter()
-    ended = "unmounted from elsewhere"
-    # SIGHUP (the terminal closed) stops it like SIGINT and SIGTERM; left to
-    # libfuse, its handler would mark the session ended without waking it
-    try:
-        with also_interrupted_by(signal.SIGHUP):
-            try:
-                mounted.start(binding)
-                # the first line, flushed at once: scripts wait for it before reading
-                print(
-                    f"mounted {where} at {mounted.mountpoint}",
-                    file=sys.stderr if args.json else sys.stdout,
-                    flush=True,
-                )
-                mounted.wait()
-            except Interrupted as interrupt:
-                # the way this command is meant to end: unmount, report, exit 0
-                begin_cleanup()
-                ended = signal.Signals(interrupt.signum).name
-            finally:
-                done = mounted.stop()
-    finally:
-        store.close()
-    if mounted.failure is not None:
-        raise OSError(
-            f"the file system at {mounted.mountpoint} stopped with an error "
-            f"({type(mounted.failure).__name__}: {mounted.failure}); {done}"
-        )
-    seconds = time.perf_counter() - started
-    payload = {
-        "location": where,
-        "mountpoint": mounted.mountpoint,
-        "ended": ended,
-        "unmount": done,
-        "computedChunks": mounted.operations.computed_values,
-        "seconds": round(seconds, 3),
-    }
-    text = (
-        f"{done} {mounted.mountpoint} ({ended}) after {seconds:.1f} s; "
-        f"{_plural(mounted.operations.computed_values, 'value')} computed for reading"
-    )
-    return Outcome(payload, text)
-
-
-def _shape_text(shape: Sequence[int] | None) -> str:
-    if shape is None:
-        return ""
-    return " x ".join(str(n) for n in shape) if shape else "scalar"
-
-
-def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``anndata ls PATH``: every element of an AnnData container."""
-    from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
-
-    try:
-        container = AnnDataContainer.open(
-            args.location,
-            storage_options=_json_option(args.storage_options, "--storage-options"),
-        )
-    except NotAnnDataError as exc:
-        raise InputRefusedError(str(exc)) from exc
-    try:
-        elements = container.elements()
-        shape = container.shape
-        storage = f"Zarr v{container.zarr_format}" if container.storage == "zarr" else "HDF5 (h5ad)"
-        where = container.where
-    finally:
-        container.close()
-    legacy = sum(1 for element in elements if element.legacy)
-    awkward = sum(1 for element in elements if element.encoding_type == "awkward-array")
-    unread = sum(1 for element in elements if element.note.startswith("not read"))
-    payload = {
-        "location": where,
-        "storage": container.storage,
-        "zarrFormat": container.zarr_format,
-        "shape": list(shape),
-        "elements": [element.to_dict() for element in elements],
-        "legacyElements": legacy,
-        "awkwardArrays": awkward,
-        "unreadableElements": unread,
-    }
-    extras = [f"{legacy} legacy"]
-    if awkward:
-        extras.append(f"{_plural(awkward, 'awkward array')} reported, not read")
-    if unread:
-        extras.append(f"{unread} not readable here")
-    lines = [
-        f"{where}: AnnData ({storage}), {shape[0]} obs x {shape[1]} var, "
-        f"{_plural(len(elements), 'element')} ({', '.join(extras)})"
-    ]
-    rows = [
-        (
-            "/" + element.path,
-            f"{element.encoding_type} {element.encoding_version}",
-            _shape_text(element.shape),
-            ("legacy" + ("" if element.declared else ", inferred")) if element.legacy else "",
-            element.note,
-        )
-        for element in elements
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return Outcome(payload, "\n".join(lines))
 
 
 #: What an interrupt leaves behind, for commands that create no destination.

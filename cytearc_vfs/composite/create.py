@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -430,8 +429,10 @@ def create_composite(
         maps_group.create_array(name, data=values, chunks=chunk)
     # the documents each source was verified from, with their versions: a
     # later open fetches only those that changed (source_seals.py)
-    seals = write_seals(
-        maps_group, {source.name: source.view.seal() for source in bound if source.view is not None}
+    write_seals(
+        maps_group,
+        record,
+        {source.name: source.view.seal() for source in bound if source.view is not None},
     )
     write_table(root.create_group("cellData"), cell_table)
     assay_group = root.create_group(assay, attributes={"is_assay": True})
@@ -441,7 +442,7 @@ def create_composite(
     )
     for name, values in summaries.items():
         summary_group.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
-    final = replace(record, seals=seals).to_json()
+    final = record.to_json()
     final["complete"] = True
     # one metadata write publishes the composite and removes the marker
     finish_destination(root, {COMPOSITE_ATTR: final})

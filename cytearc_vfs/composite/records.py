@@ -9,7 +9,6 @@ Shape (strict, unversioned, spec "Composite sources and virtual counts")::
       "maps": {"rowSources": {...}, "sourceRows": {...}, "featureColumns": {...}},
       "complete": false | true,
       "ids": {"cells": "sha256:...", "features": "sha256:..."},   # optional, see below
-      "sourceSeals": {"path": "_composite/sourceSeals", "fingerprint": "sha256:..."},  # optional
     }
 
 Each ``maps`` entry is ``{"path": "_composite/<name>", "shape": [...], "dtype": str,
@@ -20,12 +19,10 @@ with :class:`RecordShapeError`.
 ``ids`` holds the fingerprints of the output cell and feature ids, written by
 every composite created since they were recorded; a composite written before
 has no ``ids`` and still opens (its ids arrays' own ``fingerprint`` attributes
-are checked instead). ``sourceSeals`` points at the metadata documents of the
-remote sources as creation verified them, each with the version it was read
-at (:mod:`cytearc_vfs.composite.source_seals`); the fingerprint is of that
-array's bytes. Composites written before it, or whose sources give no
-versions, have none and open by fetching every document. These two are the
-optional fields: absent is accepted, anything else in them is strict.
+are checked instead). It is the one optional field: absent is accepted,
+anything else in it is strict. (The sealed source documents of
+:mod:`cytearc_vfs.composite.source_seals` are not part of the record: the
+spec fixes its fields, and the seals are a cache the open can do without.)
 """
 
 from __future__ import annotations
@@ -44,16 +41,12 @@ __all__ = [
     "AxisIds",
     "CompositeRecord",
     "MapRecord",
-    "SEALS_PATH",
-    "SealsRecord",
     "SourceBinding",
 ]
 
 COMPOSITE_ATTR = "composite"
 MAPS_GROUP = "_composite"
 MAP_NAMES = ("rowSources", "sourceRows", "featureColumns")
-#: Where the sealed source documents are stored (``sourceSeals`` in the record).
-SEALS_PATH = "_composite/sourceSeals"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,34 +175,6 @@ class AxisIds:
 
 
 @dataclass(frozen=True, slots=True)
-class SealsRecord:
-    """Where the sealed source documents are, and the fingerprint of their bytes."""
-
-    path: str
-    """Key prefix of the array holding them (:data:`SEALS_PATH`)."""
-    fingerprint: str
-    """Fingerprint of the array's values (verified at open, before any is used)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """Serialise to the persisted JSON shape."""
-        return {"path": self.path, "fingerprint": self.fingerprint}
-
-    @classmethod
-    def from_json(cls, value: object, *, where: str) -> SealsRecord:
-        """Parse strictly."""
-        record = "composite sourceSeals"
-        fields = check_fields(value, {"path": str, "fingerprint": str}, record=record, where=where)
-        if fields["path"] != SEALS_PATH:
-            raise RecordShapeError(
-                f"{record} at {where!r}: path {fields['path']!r} is not {SEALS_PATH!r}"
-            )
-        return cls(
-            path=fields["path"],
-            fingerprint=parse_fingerprint(fields["fingerprint"], record=record, where=where),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class CompositeRecord:
     """The root ``composite`` attribute."""
 
@@ -226,9 +191,6 @@ class CompositeRecord:
     ids: AxisIds | None = None
     """Fingerprints of the output ids; ``None`` in composites written before they
     were recorded."""
-    seals: SealsRecord | None = None
-    """The sealed source documents; ``None`` when no source gave versions, and in
-    composites written before seals were recorded."""
 
     def to_json(self) -> dict[str, Any]:
         """Serialise to the persisted JSON shape."""
@@ -241,8 +203,6 @@ class CompositeRecord:
         }
         if self.ids is not None:
             value["ids"] = self.ids.to_json()
-        if self.seals is not None:
-            value["sourceSeals"] = self.seals.to_json()
         return value
 
     def source(self, name: str) -> SourceBinding:
@@ -265,8 +225,6 @@ class CompositeRecord:
         }
         if isinstance(value, Mapping) and "ids" in value:
             required["ids"] = dict  # written since ids are fingerprinted; older records lack it
-        if isinstance(value, Mapping) and "sourceSeals" in value:
-            required["sourceSeals"] = dict  # written since sources are sealed
         fields = check_fields(value, required, record=record, where=where)
         sources = tuple(
             SourceBinding.from_json(item, where=f"{where} sources[{index}]")
@@ -297,9 +255,4 @@ class CompositeRecord:
             maps=maps,
             complete=fields["complete"],
             ids=AxisIds.from_json(fields["ids"], where=f"{where} ids") if "ids" in fields else None,
-            seals=(
-                SealsRecord.from_json(fields["sourceSeals"], where=f"{where} sourceSeals")
-                if "sourceSeals" in fields
-                else None
-            ),
         )

@@ -4,9 +4,13 @@ Opening a composite verifies each source from some fifteen metadata
 documents. For a remote source whose backend reports versions (ETags),
 creation keeps the documents it verified, each with the version it was read
 at (the version came in the same response as the bytes), in one array of the
-composite's own store, ``_composite/sourceSeals``; the record's
-``sourceSeals`` holds the fingerprint of that array, so a seal edited after
-creation is refused like an edited mapping.
+composite's own store, ``_composite/sourceSeals``. The array's attributes
+hold the fingerprint of its values and of the record's source bindings it
+was written for, so a seal edited after creation, or copied from another
+composite, is refused. The seal is not part of the composite record (whose
+fields the spec fixes): it is a cache of documents, and a composite without
+one (created before seals, or over sources that give no versions) opens by
+fetching every document.
 
 At open, one listing of each source (which every remote open takes anyway, to
 pin the count shards) gives every object's current version. A document whose
@@ -31,13 +35,20 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError
+from ..errors import IdentityMismatchError, RecordShapeError
+from ..format.fingerprints import combine
 from ..format.nodes import array_at
+from ..format.records import check_fields
 from ..read.prefetch import Seal
 from .maps import array_fingerprint
-from .records import SEALS_PATH, CompositeRecord, SealsRecord
+from .records import MAPS_GROUP, CompositeRecord
 
-__all__ = ["decode_seals", "encode_seals", "read_seals", "write_seals"]
+__all__ = ["SEALS_PATH", "decode_seals", "encode_seals", "read_seals", "write_seals"]
+
+#: Where the sealed source documents are stored.
+SEALS_PATH = f"{MAPS_GROUP}/sourceSeals"
+#: The seal array's attribute: fingerprints of its values and of the bindings.
+SEAL_ATTR = "cytearc:sourceSeals"
 
 
 def encode_seals(seals: Mapping[str, Seal]) -> npt.NDArray[np.uint8]:
@@ -98,40 +109,67 @@ def decode_seals(
     return seals
 
 
-def write_seals(maps_group: zarr.Group, seals: Mapping[str, Seal]) -> SealsRecord | None:
-    """Write ``seals`` into the composite's ``_composite`` group; ``None`` when
-    no source could be sealed (no array is written then)."""
+def _bindings_fingerprint(record: CompositeRecord) -> str:
+    """Fingerprint of the source bindings a seal was written for."""
+    return combine(
+        "cytearc:sourceSeals", {"sources": [source.to_json() for source in record.sources]}
+    )
+
+
+def write_seals(maps_group: zarr.Group, record: CompositeRecord, seals: Mapping[str, Seal]) -> None:
+    """Write ``seals`` for the sources of ``record`` into the composite's
+    ``_composite`` group; nothing is written when no source could be sealed."""
     values = encode_seals(seals)
     if bytes(values) == b"{}":
-        return None
+        return
     name = SEALS_PATH.rsplit("/", 1)[1]
     # one chunk: an open fetches it in one request, whatever the number of sources
-    maps_group.create_array(name, data=values, chunks=(max(1, len(values)),))
-    return SealsRecord(SEALS_PATH, array_fingerprint(values))
+    array = maps_group.create_array(
+        name, shape=values.shape, dtype=values.dtype, chunks=(max(1, len(values)),)
+    )
+    array[:] = values
+    # the attributes come last: a seal without them (a creation killed
+    # between the two writes) is refused, never read
+    array.attrs.update(
+        {
+            SEAL_ATTR: {
+                "fingerprint": array_fingerprint(values),
+                "sources": _bindings_fingerprint(record),
+            }
+        }
+    )
 
 
 def read_seals(
     root: zarr.Group, record: CompositeRecord, *, where: str
 ) -> dict[str, dict[str, tuple[str, bytes]]]:
-    """The verified seals of a composite's sources (none when the record has none)."""
-    if record.seals is None:
-        return {}
+    """The verified seals of a composite's sources (none when it has no seal array)."""
     if SEALS_PATH not in root:
-        raise IncompleteStoreError(
-            f"composite at {where}: {SEALS_PATH!r}, which the record names, is missing; "
-            "recreate the composite"
-        )
-    values = np.asarray(array_at(root, SEALS_PATH)[:])
+        return {}
+    remedy = f"delete {SEALS_PATH} (the composite then opens by fetching every document)"
+    array = array_at(root, SEALS_PATH)
+    values = np.asarray(array[:])
     if values.dtype != np.uint8 or values.ndim != 1:
         raise RecordShapeError(
             f"composite at {where}: {SEALS_PATH!r} holds {values.dtype} values of "
-            f"{values.ndim} dimensions, not bytes; recreate the composite"
+            f"{values.ndim} dimensions, not bytes; {remedy}"
         )
+    attrs = check_fields(array.attrs.asdict(), {SEAL_ATTR: dict}, record=SEALS_PATH, where=where)
+    recorded = check_fields(
+        attrs[SEAL_ATTR],
+        {"fingerprint": str, "sources": str},
+        record=f"{SEALS_PATH} {SEAL_ATTR}",
+        where=where,
+    )
     found = array_fingerprint(values)
-    if found != record.seals.fingerprint:
+    if found != recorded["fingerprint"]:
         raise IdentityMismatchError(
-            f"composite at {where}: {SEALS_PATH} has fingerprint {found}, but the record "
-            f"holds {record.seals.fingerprint}; it was changed after creation. Recreate the "
-            "composite"
+            f"composite at {where}: {SEALS_PATH} has fingerprint {found}, but its attributes "
+            f"hold {recorded['fingerprint']}; it was changed after creation. {remedy.capitalize()}"
+        )
+    if recorded["sources"] != _bindings_fingerprint(record):
+        raise IdentityMismatchError(
+            f"composite at {where}: {SEALS_PATH} was written for other sources than the "
+            f"record binds (copied from another composite?); {remedy}"
         )
     return decode_seals(values, [source.name for source in record.sources], where=where)

@@ -45,7 +45,7 @@ from ..remote.locations import Location, describe_location, open_location
 from ..remote.source_cache import CacheInfo, SourceCache
 from .open_checks import verify_composite_tables
 from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
-from .source_seals import read_seals
+from .source_seals import SEALS_PATH, read_seals
 
 __all__ = ["CompositeStore"]
 
@@ -576,7 +576,7 @@ def _own_documents(record: CompositeRecord) -> list[str]:
         *(record.maps[name].path for name in MAP_NAMES),
         "cellData/ids",
         join(assay, "featureData", "ids"),
-        *([record.seals.path] if record.seals is not None else []),
+        SEALS_PATH,  # absent from composites without seals: fetched in the same round
     ]
     return [join(node, "zarr.json") for node in nodes]
 

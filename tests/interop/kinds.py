@@ -139,6 +139,7 @@ class Workspace:
         self._stores: dict[str, Written] = {}
         self._artifact: tuple[str, npt.NDArray[Any]] | None = None
         self._composite: tuple[Path, npt.NDArray[Any]] | None = None
+        self._mount: tuple[Path, str, npt.NDArray[Any]] | None = None
 
     def scratch(self, name: str) -> Path:
         """A fresh directory under the session's root."""
@@ -194,6 +195,25 @@ class Workspace:
             expected = np.vstack([first.counts, matrix.toarray().astype(first.counts.dtype)])
             self._composite = (path, expected)
         return self._composite
+
+    def mount(self) -> tuple[Path, str, npt.NDArray[Any]]:
+        """A mount over the default store with an artifact published through it
+        (so it lands in the mount's target): (path, artifact array path, values)."""
+        if self._mount is None:
+            source = self.ordinary("default")
+            self.artifact()  # the source's own artifact: the mount reads it through
+            path = self.root / "mount.zarr"
+            cv.mount_datastore(source.path, path).close()
+            values = np.random.default_rng(8).standard_normal((N_CELLS, 5)).astype(np.float32)
+            with cv.publish_artifact(
+                path,
+                "RNA/artifacts",
+                "reduction",
+                provenance={"operation": "pca", "parameters": {"n": 5}, "inputs": {}},
+            ) as art:
+                art.write_array("embedding", values)
+            self._mount = (path, f"{art.path}/embedding", values)
+        return self._mount
 
 
 KindBuilder = Callable[[Workspace], AbstractContextManager[Target]]
@@ -341,6 +361,30 @@ def _composite_over_fuse(ws: Workspace) -> Iterator[Target]:
     with fuse_mount(composite, ws.scratch("composite-fuse")) as mountpoint:
         note = "computed chunks (bytes codec), a read-only FUSE directory"
         yield Target(str(mountpoint), "RNA/counts", expected, note, scrub=(str(mountpoint),))
+
+
+@array_kind(
+    "mount-artifact-fuse", "mount: artifact written to the mount, via `cytearc-vfs mount-fs`"
+)
+@contextmanager
+def _mount_artifact_over_fuse(ws: Workspace) -> Iterator[Target]:
+    mount, path, values = ws.mount()
+    with fuse_mount(mount, ws.scratch("mount-artifact-fuse")) as mountpoint:
+        note = "an artifact in the mount's target, a read-only FUSE directory"
+        yield Target(str(mountpoint), path, values, note, scrub=(str(mountpoint),))
+
+
+@array_kind(
+    "mount-source-artifact-fuse",
+    "mount: the source's artifact read through, via `cytearc-vfs mount-fs`",
+)
+@contextmanager
+def _source_artifact_over_fuse(ws: Workspace) -> Iterator[Target]:
+    mount, _, _ = ws.mount()
+    path, values = ws.artifact()
+    with fuse_mount(mount, ws.scratch("mount-source-artifact-fuse")) as mountpoint:
+        note = "an artifact of the mount's source, resolved through the mount namespace"
+        yield Target(str(mountpoint), path, values, note, scrub=(str(mountpoint),))
 
 
 @contextmanager

@@ -136,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                # one process: the outcomes are gathered in this run's directory
+                "-n",
+                "0",
                 str(HERE / "test_interop.py"),
                 "-k",
                 "test_reader_reads_kind",

@@ -8,12 +8,17 @@ so no spelling reaches outside the store:
 
 * a segment that decodes to something holding ``/`` (``%2f``) is refused
   here: it would split into segments the client did not send;
-* ``..``, ``%2e%2e``, double encodings (``%252e%252e``), absolute keys
-  (``//etc``), backslashes (``%5c``), NUL and other controls, drive letters
-  are refused by the key rule;
+* ``..``, ``%2e%2e``, double encodings (``%252e%252e``), empty segments
+  (``RNA//zarr.json``), backslashes (``%5c``), NUL and other controls, drive
+  letters are refused by the key rule;
 * a malformed percent escape (``%zz``, ``%4``) or percent-encoded bytes that
   are not UTF-8 are refused; a target with raw non-ASCII bytes never gets
   here (the request line must be ASCII).
+
+Repeated slashes at the start of the path are read as one: clients that
+join a base URL ending in ``/`` with a key they start with ``/`` (zarrs's
+HTTP store does, given the URL ``serve`` prints) ask for ``//RNA/...``.
+They name the same key of this store, never anything outside it.
 
 The query string is ignored (clients add cache busters); the server reads
 nothing from it, credentials included.
@@ -82,6 +87,8 @@ def parse_target(raw: str) -> Target:
     Target(path='RNA', listing=True)
     >>> parse_target("/")
     Target(path='', listing=True)
+    >>> parse_target("//RNA/zarr.json")
+    Target(path='RNA/zarr.json', listing=False)
     >>> parse_target("/RNA/%2e%2e/%2e%2e/secret")
     Traceback (most recent call last):
     ...
@@ -95,7 +102,7 @@ def parse_target(raw: str) -> Target:
             raw += "?" + parts.query
     if not raw.startswith("/"):
         raise BadTargetError(f"the request target {raw[:200]!r} is not a path starting with '/'")
-    path = raw[1:].partition("?")[0]
+    path = raw.lstrip("/").partition("?")[0]  # leading slashes: see the module docstring
     if "#" in path:
         raise BadTargetError("a request target carries no fragment ('#')")
     if path == "":

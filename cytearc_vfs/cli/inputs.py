@@ -1,0 +1,72 @@
+"""Checks of what a command is given: the kind of store at a location, JSON options."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .failures import InputRefusedError
+
+__all__ = ["json_option", "require_store"]
+
+_IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
+
+
+def require_store(
+    location: str,
+    *,
+    command: str,
+    kinds: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """Classify ``location`` and refuse it unless it is one of ``kinds``."""
+    from ..inspection.store_kind import classify_location
+
+    found = classify_location(location, storage_options=storage_options)
+    if found.kind in kinds:
+        return found
+    wanted = {
+        ("ordinary",): "an ordinary CyteArc store",
+        ("ordinary", "mount"): "an ordinary CyteArc store or a mount",
+        ("ordinary", "composite", "mount"): "a CyteArc store (ordinary, composite or mount)",
+    }[tuple(kinds)]
+    remedy = {
+        "missing": "check the path",
+        "h5ad": _IMPORT_HINT.format(where=location),
+        "anndata": _IMPORT_HINT.format(where=location),
+        "file": "give the directory of a CyteArc store",
+        "empty": "give the directory of a CyteArc store, or write one there",
+        "directory": "give the directory of a CyteArc store (it holds zarr.json)",
+        "zarr-array": "give the store's root directory, not one of its arrays",
+        "zarr-group": "write counts into a store with cytearc-vfs write or cytearc_vfs.write_counts",
+        "ordinary": "give one of those instead",
+        "composite": "composites do not nest, and a composite's counts live in its sources; "
+        "give the sources themselves",
+        "mount": "mounts do not chain; make it standalone first with: "
+        f"cytearc-vfs repack {location} OUT.zarr",
+    }[found.kind]
+    raise InputRefusedError(f"{found.words}; {command} needs {wanted}: {remedy}")
+
+
+def json_option(value: str | None, option: str) -> dict[str, Any] | None:
+    """A JSON object given inline or as ``@FILE``; the message never echoes it (credentials)."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        source = Path(value[1:])
+        if not source.is_file():
+            raise InputRefusedError(f"{option} file {source} does not exist; give a JSON file")
+        text = source.read_text()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputRefusedError(
+            f"{option} is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); give a "
+            "JSON object, or @FILE naming a file that holds one"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
+    return parsed

@@ -1,0 +1,175 @@
+"""The commands that serve a store to other programs: ``serve`` (HTTP) and ``mount-fs`` (FUSE).
+
+Both stay in the foreground until SIGINT or SIGTERM, and both take the
+server side's credentials only from their own options (never from the
+clients they serve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from .failures import InputRefusedError
+from .inputs import json_option, require_store
+from .outcome import Outcome, plural
+from .progress import ProgressBars
+
+__all__ = ["cmd_mount_fs", "cmd_serve"]
+
+
+def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
+    import logging
+    import sys
+
+    from cytearc_vfs_adapters.serve.server import ServeOptions, StoreServer
+
+    from ..read.opening import open_store
+    from ..remote.locations import describe_location, local_path
+    from .interrupts import Interrupted, begin_cleanup
+
+    if not 0 <= args.port <= 65535:
+        raise InputRefusedError(
+            f"--port {args.port} is not a port (0 to 65535; 0 picks a free one)"
+        )
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    if local_path(args.location) is not None:
+        # a remote location is refused by open_store itself (it may need the options above)
+        require_store(args.location, command="serve", kinds=("ordinary", "composite", "mount"))
+    where = describe_location(args.location)
+    store = open_store(
+        args.location,
+        mode="r",
+        storage_options=storage_options,
+        source_storage_options=source_options,
+    )
+    # Errors met while serving go on: one line each on stderr, in the command's voice.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("cytearc-vfs serve: %(message)s"))
+    server_log = logging.getLogger("cytearc_vfs_adapters.serve")
+    server_log.addHandler(handler)
+    try:
+        server = StoreServer.start(
+            store,
+            host=args.host,
+            port=args.port,
+            options=ServeOptions(allow_origin=args.allow_origin),
+        )
+        try:
+            print(f"serving {server.url}", flush=True)
+            if not server.loopback:
+                print(
+                    f"cytearc-vfs serve: warning: {server.host} is not a loopback address: anyone "
+                    f"who reaches this machine on port {server.port} reads {where}, with no "
+                    "authentication and no encryption; where you can, serve on 127.0.0.1 and "
+                    "reach it through a tunnel (ssh -L)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            server.wait()
+        except Interrupted:
+            begin_cleanup()  # a second signal must not cut the shutdown short
+            server.close()
+            raise
+        finally:
+            server.close()
+    finally:
+        server_log.removeHandler(handler)
+        store.close()
+    stats = server.stats()
+    payload = {"location": where, "url": server.url, "requests": stats.requests}
+    return Outcome(payload, f"stopped serving {where} ({plural(stats.requests, 'request')})")
+
+
+def _check_mountpoint(mountpoint: str) -> None:
+    from cytearc_vfs_adapters.fuse.mounting import is_mounted
+
+    path = Path(mountpoint)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"mount point {mountpoint} does not exist; create the directory first (mkdir {mountpoint})"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(f"mount point {mountpoint} is not a directory; give a directory")
+    if is_mounted(path):
+        raise InputRefusedError(
+            f"{path.resolve()} is a mount point already; unmount it first "
+            f"(fusermount3 -u {mountpoint}) or choose another directory"
+        )
+
+
+def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
+    import signal
+    import sys
+
+    from cytearc_vfs_adapters.fuse.mounting import FuseMount, check_fuse
+    from cytearc_vfs_adapters.fuse.tree import StoreTree
+
+    from ..read.opening import open_store
+    from ..remote.locations import describe_location
+    from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
+
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    require_store(
+        args.location,
+        command="mount-fs",
+        kinds=("ordinary", "composite", "mount"),
+        storage_options=storage_options,
+    )
+    _check_mountpoint(args.mountpoint)
+    binding = check_fuse()
+    where = describe_location(args.location)
+    store = open_store(
+        args.location,
+        mode="r",
+        storage_options=storage_options,
+        source_storage_options=source_options,
+    )
+    mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
+    started = time.perf_counter()
+    ended = "unmounted from elsewhere"
+    # SIGHUP (the terminal closed) stops it like SIGINT and SIGTERM; left to
+    # libfuse, its handler would mark the session ended without waking it
+    try:
+        with also_interrupted_by(signal.SIGHUP):
+            try:
+                mounted.start(binding)
+                # the first line, flushed at once: scripts wait for it before reading
+                print(
+                    f"mounted {where} at {mounted.mountpoint}",
+                    file=sys.stderr if args.json else sys.stdout,
+                    flush=True,
+                )
+                mounted.wait()
+            except Interrupted as interrupt:
+                # the way this command is meant to end: unmount, report, exit 0
+                begin_cleanup()
+                ended = signal.Signals(interrupt.signum).name
+            finally:
+                done = mounted.stop()
+    finally:
+        store.close()
+    if mounted.failure is not None:
+        raise OSError(
+            f"the file system at {mounted.mountpoint} stopped with an error "
+            f"({type(mounted.failure).__name__}: {mounted.failure}); {done}"
+        )
+    seconds = time.perf_counter() - started
+    payload = {
+        "location": where,
+        "mountpoint": mounted.mountpoint,
+        "ended": ended,
+        "unmount": done,
+        "computedChunks": mounted.operations.computed_values,
+        "seconds": round(seconds, 3),
+    }
+    text = (
+        f"{done} {mounted.mountpoint} ({ended}) after {seconds:.1f} s; "
+        f"{plural(mounted.operations.computed_values, 'value')} computed for reading"
+    )
+    return Outcome(payload, text)
