@@ -12,8 +12,8 @@ import argparse
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from .anndata_command import checked_anndata_input, cmd_anndata
 from .array_command import cmd_array
 from .failures import ExitCode, InputRefusedError
 from .inputs import json_option, require_store
@@ -203,41 +203,15 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, "\n".join(lines), ExitCode.OK if ok else ExitCode.PROBLEMS)
 
 
-def _load_anndata(location: str, layer: str | None) -> Any:
-    from ..inspection.store_kind import classify_location
-
-    found = classify_location(location)
-    if found.kind not in ("h5ad", "anndata"):
-        remedy = (
-            "it already is one: copy it with cytearc-vfs repack"
-            if found.is_cytearc
-            else "give an .h5ad file or an AnnData Zarr store"
-        )
-        raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
-    try:
-        import anndata
-    except ImportError as exc:
-        raise InputRefusedError(
-            "reading AnnData needs the anndata package: pip install 'cytearc-vfs[anndata]'"
-        ) from exc
-    adata = anndata.read_h5ad(location) if found.kind == "h5ad" else anndata.read_zarr(location)
-    if layer is not None and layer not in adata.layers:
-        raise InputRefusedError(
-            f"{found.where} has no layer {layer!r}; its layers are: "
-            f"{', '.join(map(str, adata.layers)) or 'none'} (leave out --layer to use X)"
-        )
-    return adata
-
-
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.writer import write_counts
 
-    adata = _load_anndata(args.input, args.layer)
+    source = checked_anndata_input(args.input, args.layer)
     started = time.perf_counter()
     info = write_counts(
         args.destination,
-        adata,
+        source,
         assay=args.assay,
         assay_type=args.assay_type,
         workspace=args.workspace,
@@ -512,4 +486,5 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "serve": (cmd_serve, None),
     "array": (cmd_array, None),
     "mount-fs": (cmd_mount_fs, None),
+    "anndata": (cmd_anndata, None),
 }

@@ -347,7 +347,44 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         _common(command)
     _array_commands(sub)
+    _anndata_commands(sub)
     return parser
+
+
+def _anndata_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``anndata ls``: what an AnnData container holds, element by element."""
+    anndata = sub.add_parser(
+        "anndata",
+        help="inspect an AnnData container (.h5ad, or a Zarr v2/v3 store of anndata 0.7 or later)",
+        description=(
+            "Inspect AnnData containers (docs/anndata.md): .h5ad files and AnnData Zarr stores, "
+            "v2 or v3, including the legacy layouts of anndata 0.7."
+        ),
+    )
+    actions = anndata.add_subparsers(
+        dest="anndata_command", required=True, metavar="ACTION", help="ls"
+    )
+    ls = actions.add_parser(
+        "ls",
+        help="list every element with its encoding, version and shape",
+        description=(
+            "List every element of an AnnData container with its encoding type and version "
+            "(declared, or inferred for legacy files), its shape, and whether it uses a "
+            "legacy (anndata 0.7.x) layout. Awkward arrays are reported, not read. Reads "
+            "metadata only."
+        ),
+    )
+    ls.add_argument(
+        "location",
+        metavar="PATH",
+        help="an .h5ad file, or the path or URL of an AnnData Zarr store",
+    )
+    ls.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help="backend options (credentials) of a remote PATH: a JSON object, or @FILE holding one",
+    )
+    _common(ls)
 
 
 def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
