@@ -21,6 +21,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from cytearc_vfs_adapters.anndata_output import anndata_view, to_anndata
+
     from .artifacts.arrays import Artifact
     from .artifacts.catalog import (
         describe_artifacts,
@@ -54,6 +56,8 @@ _LAZY: dict[str, str] = {
     "UnknownIdError": ".read.selection",
     "VirtualArrayReader": ".read.reader",
     "WriteInfo": ".write.writer",
+    # AnnData output is an adapter (cytearc_vfs_adapters ships in the same wheel)
+    "anndata_view": "cytearc_vfs_adapters.anndata_output",
     "counts_fingerprint": ".read.opening",
     "create_composite": ".composite.create",
     "dataset_fingerprint": ".read.opening",
@@ -64,6 +68,7 @@ _LAZY: dict[str, str] = {
     "publish_artifact": ".artifacts.catalog",
     "read_artifact": ".artifacts.catalog",
     "repack": ".mount.repack",
+    "to_anndata": "cytearc_vfs_adapters.anndata_output",
     "write_counts": ".write.writer",
 }
 
@@ -84,6 +89,7 @@ __all__ = [
     "VirtualArrayReader",
     "WriteInfo",
     "__version__",
+    "anndata_view",
     "counts_fingerprint",
     "create_composite",
     "dataset_fingerprint",
@@ -95,6 +101,7 @@ __all__ = [
     "publish_artifact",
     "read_artifact",
     "repack",
+    "to_anndata",
     "write_counts",
 ]
 

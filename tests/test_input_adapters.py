@@ -48,7 +48,10 @@ def test_the_adapter_answers_only_for_anndata() -> None:
     assert list(found.cells.index) == list(adata.obs_names)  # type: ignore[union-attr]
     assert count_input(adata, "raw").matrix is adata.layers["raw"]  # type: ignore[union-attr]
     assert count_input(adata.X, None) is None
-    assert count_input("not counts", None) is None
+    assert count_input(np.eye(2), None) is None
+    # a string is a location: one that holds no AnnData is refused by name
+    with pytest.raises(ValueError, match=r"not counts does not exist; check the path"):
+        count_input("not counts", None)
 
 
 def test_write_counts_takes_x_or_a_layer_with_obs_and_var(tmp_path: Path) -> None:

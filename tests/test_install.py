@@ -38,6 +38,15 @@ CORE_PATH = textwrap.dedent(
         assert "cytearc-vfs[dask]" in str(exc), exc
     else:
         raise AssertionError("to_dask worked without dask")
+    # the AnnData view needs zarr only; to_anndata names its extra
+    view = cv.anndata_view(d + "/c.zarr")
+    assert "anndata" not in sys.modules
+    try:
+        cv.to_anndata(d + "/c.zarr")
+    except ImportError as exc:
+        assert "cytearc-vfs[anndata]" in str(exc), exc
+    else:
+        raise AssertionError("to_anndata worked without anndata")
     print("core ok")
     """
 )

@@ -12,11 +12,11 @@ import argparse
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from .anndata_command import checked_anndata_input, cmd_anndata
 from .array_command import cmd_array
 from .failures import ExitCode, InputRefusedError
-from .inputs import require_store
+from .inputs import json_option, require_store
 from .outcome import Outcome, plural
 from .progress import ProgressBars
 from .serving import cmd_mount_fs, cmd_serve
@@ -203,41 +203,15 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, "\n".join(lines), ExitCode.OK if ok else ExitCode.PROBLEMS)
 
 
-def _load_anndata(location: str, layer: str | None) -> Any:
-    from ..inspection.store_kind import classify_location
-
-    found = classify_location(location)
-    if found.kind not in ("h5ad", "anndata"):
-        remedy = (
-            "it already is one: copy it with cytearc-vfs repack"
-            if found.is_cytearc
-            else "give an .h5ad file or an AnnData Zarr store"
-        )
-        raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
-    try:
-        import anndata
-    except ImportError as exc:
-        raise InputRefusedError(
-            "reading AnnData needs the anndata package: pip install 'cytearc-vfs[anndata]'"
-        ) from exc
-    adata = anndata.read_h5ad(location) if found.kind == "h5ad" else anndata.read_zarr(location)
-    if layer is not None and layer not in adata.layers:
-        raise InputRefusedError(
-            f"{found.where} has no layer {layer!r}; its layers are: "
-            f"{', '.join(map(str, adata.layers)) or 'none'} (leave out --layer to use X)"
-        )
-    return adata
-
-
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.writer import write_counts
 
-    adata = _load_anndata(args.input, args.layer)
+    source = checked_anndata_input(args.input, args.layer)
     started = time.perf_counter()
     info = write_counts(
         args.destination,
-        adata,
+        source,
         assay=args.assay,
         assay_type=args.assay_type,
         workspace=args.workspace,
@@ -418,6 +392,61 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
 
 
+def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``export STORE OUT``: an AnnData .zarr or .h5ad, streamed."""
+    from cytearc_vfs_adapters.anndata_output.conversion import BAND_BYTES
+    from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
+
+    from ..format.sizes import parse_size
+    from ..remote.locations import local_path
+
+    try:
+        export_format(args.destination)
+    except ValueError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    if local_path(args.location) is not None:
+        require_store(args.location, command="export", kinds=("ordinary", "composite", "mount"))
+    band_bytes = (
+        BAND_BYTES if args.mem_budget is None else parse_size(args.mem_budget, what="--mem-budget")
+    )
+    info = export_anndata(
+        args.location,
+        args.destination,
+        args.assay,
+        overwrite=args.overwrite,
+        workspace=args.workspace,
+        storage_options=storage_options,
+        source_storage_options=source_options,
+        band_bytes=band_bytes,
+        progress=bars,
+    )
+    payload = {
+        "location": info.location,
+        "format": info.format,
+        "assay": info.assay,
+        "shape": list(info.shape),
+        "dtype": str(info.dtype),
+        "nnz": info.nnz,
+        "bands": info.bands,
+        "bandCells": info.band_cells,
+        "membershipColumn": info.membership,
+        "seconds": round(info.seconds, 3),
+    }
+    membership = (
+        f"; membership column {info.membership} declared"
+        if info.membership
+        else "; every cell measured (no membership column)"
+    )
+    text = (
+        f"exported {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}, "
+        f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
+        f"({info.format}) in {info.seconds:.2f} s, {plural(info.bands, 'band')}{membership}"
+    )
+    return Outcome(payload, text)
+
+
 def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``demo [--directory DIR]``."""
     from .demo import run_demo
@@ -437,6 +466,8 @@ def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 #: What an interrupt leaves behind, for commands that create no destination.
 INTERRUPT_NOTES = {
+    "export": "nothing was written: an export is written under a temporary name beside OUT "
+    "(removed now) and renamed into place only when complete",
     "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
     "on that array (or cytearc-vfs array recover) finishes it",
 }
@@ -451,7 +482,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome],
     "mount": (cmd_mount, "destination"),
     "repack": (cmd_repack, "destination"),
     "artifacts": (cmd_artifacts, None),
+    "export": (cmd_export, None),
     "serve": (cmd_serve, None),
     "array": (cmd_array, None),
     "mount-fs": (cmd_mount_fs, None),
+    "anndata": (cmd_anndata, None),
 }

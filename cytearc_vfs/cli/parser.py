@@ -218,6 +218,43 @@ def build_parser() -> argparse.ArgumentParser:
     artifacts.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     artifacts.add_argument("--kind", help="only artifacts of this kind")
 
+    export = sub.add_parser(
+        "export",
+        help="write a store, composite or mount as an AnnData .zarr or .h5ad",
+        description=(
+            "Write one assay of a CyteArc store, composite or mount as a conformant AnnData "
+            "(current encoding versions): X as CSR, streamed band by band; obs and var from "
+            "the tables; the assay's membership column kept and declared in "
+            "uns['cytearc']['assayMembership']. OUT ends in .zarr (Zarr v3) or .h5ad. The "
+            "file is written under a temporary name and renamed into place when complete."
+        ),
+    )
+    export.add_argument("location", metavar="STORE", help="path or URL of a CyteArc store")
+    export.add_argument("destination", metavar="OUT", help="local path ending in .zarr or .h5ad")
+    export.add_argument(
+        "--assay", default="RNA", help="the assay whose counts become X (default RNA)"
+    )
+    export.add_argument("--workspace", help="workspace of the assay (workspace layout)")
+    export.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help="backend options (credentials) of STORE: a JSON object, or @FILE holding one",
+    )
+    export.add_argument(
+        "--source-storage-options",
+        metavar="JSON|@FILE",
+        help=(
+            "backend options of a composite's sources ({\"NAME\": {...}}) or of a mount's "
+            "source: a JSON object, or @FILE holding one"
+        ),
+    )
+    _mem_budget(export, "64M per band of cells")
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an AnnData already at OUT (anything else there is refused)",
+    )
+
     serve = sub.add_parser(
         "serve",
         help="serve a store read-only over HTTP (composites' counts computed on request)",
@@ -304,12 +341,50 @@ def build_parser() -> argparse.ArgumentParser:
         mount,
         repack,
         artifacts,
+        export,
         serve,
         mount_fs,
     ):
         _common(command)
     _array_commands(sub)
+    _anndata_commands(sub)
     return parser
+
+
+def _anndata_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``anndata ls``: what an AnnData container holds, element by element."""
+    anndata = sub.add_parser(
+        "anndata",
+        help="inspect an AnnData container (.h5ad, or a Zarr v2/v3 store of anndata 0.7 or later)",
+        description=(
+            "Inspect AnnData containers (docs/anndata.md): .h5ad files and AnnData Zarr stores, "
+            "v2 or v3, including the legacy layouts of anndata 0.7."
+        ),
+    )
+    actions = anndata.add_subparsers(
+        dest="anndata_command", required=True, metavar="ACTION", help="ls"
+    )
+    ls = actions.add_parser(
+        "ls",
+        help="list every element with its encoding, version and shape",
+        description=(
+            "List every element of an AnnData container with its encoding type and version "
+            "(declared, or inferred for legacy files), its shape, and whether it uses a "
+            "legacy (anndata 0.7.x) layout. Awkward arrays are reported, not read. Reads "
+            "metadata only."
+        ),
+    )
+    ls.add_argument(
+        "location",
+        metavar="PATH",
+        help="an .h5ad file, or the path or URL of an AnnData Zarr store",
+    )
+    ls.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help="backend options (credentials) of a remote PATH: a JSON object, or @FILE holding one",
+    )
+    _common(ls)
 
 
 def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:

@@ -261,7 +261,10 @@ def write_counts(
         (which replaces only a store this layer could have written).
     counts
         ``scipy.sparse`` matrix (CSR, CSC, COO with duplicates), ``numpy``
-        array or ``anndata.AnnData`` (its ``X`` or ``layer``), cells x features.
+        array or ``anndata.AnnData`` (its ``X`` or ``layer``), cells x features;
+        or the location of an AnnData container (an ``.h5ad`` file, an
+        AnnData Zarr store's path, URL or Store), read in row bands without
+        loading ``X`` (docs/anndata.md).
     assay, assay_type
         Assay name and preset; RNA-like presets also get ``countsT``.
     cells, features

@@ -1,0 +1,275 @@
+"""An AnnData container (Zarr v2 or v3 on any store, or an h5ad file), element by element.
+
+:class:`AnnDataContainer` is what the rest of the package uses: the
+container's shape, its ``obs`` and ``var`` tables, any element's value and
+encoding, the count matrix (``X`` or a layer) as a band-readable
+:class:`~.matrices.MatrixElement`, a listing of every element, and a cheap
+identity (metadata only, no values) to fingerprint a source by.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .encodings import Encoding, classify
+from .errors import MalformedElementError
+from .listing import ElementInfo, list_elements
+from .matrices import MatrixElement, matrix_element
+from .nodes import Container, attribute, child, children, is_group, open_container
+from .values import ElementReader
+
+__all__ = ["AnnDataContainer", "NotAnnDataError", "looks_like_anndata"]
+
+
+class NotAnnDataError(MalformedElementError):
+    """A location opened as AnnData whose root is not an AnnData group."""
+
+
+def looks_like_anndata(root: Any) -> bool:
+    """Whether a root group is an AnnData: declared so, or (anndata 0.7.x and older, which
+    wrote no root attributes) holding ``obs`` and ``var`` and no other encoding."""
+    declared = attribute(root, "encoding-type")
+    if declared is not None:
+        return bool(declared == "anndata")
+    return child(root, "obs") is not None and child(root, "var") is not None
+
+
+class AnnDataContainer:
+    """An opened AnnData container, read element by element (read-only)."""
+
+    def __init__(self, container: Container) -> None:
+        self._container = container
+        self.root = container.root
+        if not looks_like_anndata(self.root):
+            declared = attribute(self.root, "encoding-type")
+            found = (
+                f"its root has encoding-type {declared!r}"
+                if declared is not None
+                else "its root has no encoding-type and no obs and var"
+            )
+            raise NotAnnDataError(
+                f"{container.where} is not an AnnData container: {found}; give an AnnData "
+                "Zarr store (written by anndata.write_zarr) or an .h5ad file"
+            )
+        self._reader = ElementReader(self.root)
+        self._matrices: dict[str | None, MatrixElement] = {}
+        for name in ("obs", "var"):
+            if child(self.root, name) is None:
+                raise MalformedElementError(
+                    f"{container.where}: an AnnData needs the element {name!r}, which is missing"
+                )
+
+    @classmethod
+    def open(
+        cls, location: Any, *, storage_options: Mapping[str, Any] | None = None
+    ) -> AnnDataContainer:
+        """Open a path or URL (Zarr store or ``.h5ad``), a zarr Store or Group, or an h5py File."""
+        return cls(open_container(location, storage_options=storage_options))
+
+    @property
+    def where(self) -> str:
+        """The location, as printed in messages."""
+        return self._container.where
+
+    @property
+    def storage(self) -> str:
+        """``"zarr"`` or ``"hdf5"``."""
+        return self._container.storage
+
+    @property
+    def zarr_format(self) -> int | None:
+        """2 or 3 for Zarr, ``None`` for HDF5."""
+        return self._container.zarr_format
+
+    @property
+    def encoding(self) -> Encoding:
+        """The root's encoding (``anndata 0.1.0``, or inferred for anndata 0.7.x)."""
+        return classify(self.root, "")
+
+    def _index_length(self, name: str) -> int:
+        from .dataframes import column_names
+
+        node = self.root[name]
+        if not is_group(node):  # anndata < 0.7: a record array
+            return int(node.shape[0])
+        index, _ = column_names(node, name)
+        member = node[index]
+        values = member
+        if is_group(member):  # a nullable or categorical index: its values or codes
+            values = child(member, "values")
+            values = values if values is not None else child(member, "codes")
+        if values is None or is_group(values):
+            raise MalformedElementError(f"element {name}/{index}: cannot tell its length")
+        return int(values.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_obs, n_var)``, from the lengths of the obs and var indexes (metadata only)."""
+        return (self._index_length("obs"), self._index_length("var"))
+
+    def encoding_of(self, path: str) -> Encoding:
+        """The encoding of the element at ``path``."""
+        return classify(self._node(path), path)
+
+    def _node(self, path: str) -> Any:
+        path = path.strip("/")
+        node = self.root if not path else child(self.root, path)
+        if node is None:
+            raise KeyError(f"{self.where} has no element {path!r}")
+        return node
+
+    def read(self, path: str) -> Any:
+        """The value of the element at ``path`` (see :mod:`.values`)."""
+        path = path.strip("/")
+        return self._reader.read(self._node(path), path)
+
+    def _table(self, name: str) -> pd.DataFrame:
+        node = self._node(name)
+        if not is_group(node):  # anndata < 0.7: obs/var as one record array
+            records = self.read(name)
+            frame = pd.DataFrame.from_records(records)
+            for column in frame.columns:
+                if frame[column].dtype == object:
+                    frame[column] = [
+                        v.decode() if isinstance(v, bytes) else v for v in frame[column]
+                    ]
+            # anndata < 0.7 kept the ids in the record field "index"
+            key = "index" if "index" in frame.columns else frame.columns[0]
+            return frame.set_index(key).rename_axis(None)
+        value = self.read(name)
+        if not isinstance(value, pd.DataFrame):
+            raise MalformedElementError(
+                f"element {name}: expected a dataframe, found {self.encoding_of(name).label}"
+            )
+        return value
+
+    def obs(self) -> pd.DataFrame:
+        """The cell table (its index holds the cell ids)."""
+        return self._table("obs")
+
+    def var(self) -> pd.DataFrame:
+        """The feature table (its index holds the feature ids)."""
+        return self._table("var")
+
+    def _names(self, name: str) -> pd.Index:
+        node = self._node(name)
+        if not is_group(node):
+            ids: pd.Index = self._table(name).index
+            return ids
+        from .dataframes import column_names
+
+        index, _ = column_names(node, name)
+        values = self.read(f"{name}/{index}")
+        ids = pd.Index(values, name=None if index == "_index" else index)
+        return ids
+
+    def obs_names(self) -> pd.Index:
+        """The cell ids: only the obs index is read, not its columns."""
+        return self._names("obs")
+
+    def var_names(self) -> pd.Index:
+        """The feature ids: only the var index is read, not its columns."""
+        return self._names("var")
+
+    def layers(self) -> list[str]:
+        """Names of the layers (empty when there are none)."""
+        node = child(self.root, "layers")
+        return children(node) if node is not None and is_group(node) else []
+
+    def matrix(self, layer: str | None = None) -> MatrixElement:
+        """``X`` (or ``layers/<layer>``) as a band-readable matrix element, checked against
+        the container's shape. The same element is returned each time, so its
+        :attr:`~.matrices.MatrixElement.stats` count every read through it."""
+        cached = self._matrices.get(layer)
+        if cached is None:
+            cached = self._matrices[layer] = self._open_matrix(layer)
+        return cached
+
+    def _open_matrix(self, layer: str | None) -> MatrixElement:
+        if layer is None:
+            path = "X"
+            node = child(self.root, path)
+            if node is None:
+                raise KeyError(
+                    f"{self.where} has no X; name the layer holding the counts "
+                    f"(its layers: {self.layers() or 'none'})"
+                )
+        else:
+            path = f"layers/{layer}"
+            node = child(self.root, path)
+            if node is None:
+                raise KeyError(
+                    f"{self.where} has no layer {layer!r}; its layers are {self.layers()} "
+                    "(or give no layer to use X)"
+                )
+        matrix = matrix_element(node, path, classify(node, path))
+        if matrix.shape != self.shape:
+            raise MalformedElementError(
+                f"element {path}: shape {matrix.shape} differs from the AnnData's "
+                f"{self.shape} (obs x var)"
+            )
+        return matrix
+
+    def elements(self) -> list[ElementInfo]:
+        """Every element, with encoding, version and shape (metadata only)."""
+        return list_elements(self.root)
+
+    def _metadata(self, node: Any, path: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {"attributes": _jsonable(dict(node.attrs))}
+        if not is_group(node):
+            entry["shape"] = list(node.shape) if node.shape is not None else None
+            entry["dtype"] = str(node.dtype)
+        return entry
+
+    def identity(self, layer: str | None = None) -> dict[str, Any]:
+        """The metadata a source's fingerprint can be checked against, cheaply.
+
+        The attributes, shapes and dtypes of the root, the count matrix (and
+        its member arrays), ``obs`` and ``var`` and their members: a number of
+        documents independent of the matrix's size; no values are read. A
+        ``digest`` (sha256 of the canonical JSON) sums them up. Object versions
+        (ETags, modification times) are the store's to add.
+        """
+        matrix_path = "X" if layer is None else f"layers/{layer}"
+        documents: dict[str, Any] = {}
+        for path in ("", matrix_path, "obs", "var"):
+            node = self._node(path)
+            documents[path or "/"] = self._metadata(node, path)
+            if is_group(node):
+                for name in children(node):
+                    documents[f"{path}/{name}"] = self._metadata(node[name], name)
+        digest = hashlib.sha256(
+            json.dumps(documents, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        return {"zarrFormat": self.zarr_format, "documents": documents, "digest": digest}
+
+    def close(self) -> None:
+        """Close an HDF5 file (Zarr containers hold nothing open)."""
+        if self.storage == "hdf5":
+            self.root.file.close()
+
+    def __enter__(self) -> AnnDataContainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)

@@ -1,0 +1,79 @@
+"""AnnData as input to ``write_counts``: in memory, or on disk without loading ``X``.
+
+Registered as the ``anndata`` entry of the core's ``cytearc_vfs.count_sources``
+group (see :mod:`cytearc_vfs.write.count_source`). Two inputs are recognised:
+
+- an ``anndata.AnnData`` object: its ``X`` (or ``layer``), ``obs`` and
+  ``var``. anndata is the optional extra ``cytearc-vfs[anndata]``: an AnnData
+  can only exist where anndata was imported, so this adapter looks for the
+  module instead of importing it, and scipy or numpy input never pays for it;
+- the location of an AnnData container: a path or URL of an AnnData Zarr
+  store (v2 or v3), an ``.h5ad`` file, a zarr ``Store`` or ``Group``. Its
+  matrix is handed to the writer as a :class:`~.matrices.MatrixElement`,
+  which the writer reads in row bands (a CSR's rows directly, a CSC's from a
+  transposed spill, a dense array's by slicing): ``X`` is never loaded.
+  An opened :class:`~.container.AnnDataContainer` is taken as well (its
+  matrix element then shows what the write read, in ``stats``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+
+from cytearc_vfs.write.count_source import CountInput
+
+from .container import AnnDataContainer, NotAnnDataError
+
+__all__ = ["count_input"]
+
+
+def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
+    anndata = sys.modules.get("anndata")
+    if anndata is None or not isinstance(counts, anndata.AnnData):
+        return None
+    if layer is None:
+        matrix = counts.X
+        if matrix is None:
+            raise ValueError("the AnnData has no X; pass layer= naming the layer with counts")
+    else:
+        if layer not in counts.layers:
+            # recent anndata lists X among the layers under the key None
+            names = sorted(name for name in counts.layers if isinstance(name, str))
+            raise KeyError(
+                f"the AnnData has no layer {layer!r}; its layers are {names} (or pass no "
+                "layer= to write X)"
+            )
+        matrix = counts.layers[layer]
+    return CountInput(matrix, counts.obs, counts.var)
+
+
+def _is_location(counts: Any) -> bool:
+    if isinstance(counts, (str, os.PathLike, Store, zarr.Group, AnnDataContainer)):
+        return True
+    return type(counts).__module__.startswith("h5py")
+
+
+def count_input(counts: Any, layer: str | None) -> CountInput | None:
+    """The counts of an AnnData (object or container location), or ``None`` for anything else."""
+    found = _in_memory(counts, layer)
+    if found is not None or not _is_location(counts):
+        return found
+    container = counts if isinstance(counts, AnnDataContainer) else _opened(counts)
+    matrix = container.matrix(layer)
+    return CountInput(matrix, container.obs(), container.var())
+
+
+def _opened(counts: Any) -> AnnDataContainer:
+    try:
+        return AnnDataContainer.open(counts)
+    except (NotAnnDataError, FileNotFoundError) as exc:
+        raise ValueError(
+            f"counts given as a location: {exc}. write_counts reads a location only when it "
+            "is an AnnData Zarr store or an .h5ad file; other counts are passed as a "
+            "scipy.sparse matrix, a numpy array or an AnnData. Nothing was written"
+        ) from exc

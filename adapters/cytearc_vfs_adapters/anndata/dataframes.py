@@ -1,0 +1,110 @@
+"""DataFrame elements: ``dataframe`` 0.2.0 and the legacy 0.1.0 of anndata 0.7.x.
+
+Both store one member per column and name the index member in ``_index``
+and the column order in ``column-order``. In 0.2.0 every column is an
+element of its own (array, categorical, nullable...). In 0.1.0 columns are
+plain arrays; a categorical column holds integer codes and points, with its
+``categories`` attribute, to its labels in the reserved ``__categories``
+subgroup, which is not a column. A legacy group with ``_index`` but no
+encoding attributes at all is read as 0.1.0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .encodings import Encoding
+from .errors import MalformedElementError
+from .matrices import SparseMatrixElement
+from .nodes import attribute, child, is_group
+
+if TYPE_CHECKING:
+    from .values import ElementReader
+
+__all__ = ["LEGACY_CATEGORIES", "column_names", "read_dataframe"]
+
+#: The reserved subgroup of legacy categorical labels.
+LEGACY_CATEGORIES = "__categories"
+
+
+def column_names(node: Any, path: str) -> tuple[str, list[str]]:
+    """``(index member, columns in order)`` of a dataframe group, checked."""
+    index = attribute(node, "_index")
+    if not isinstance(index, str):
+        raise MalformedElementError(
+            f"element {path}: a dataframe needs an '_index' attribute naming its index "
+            f"member, found {index!r}"
+        )
+    order = attribute(node, "column-order", [])
+    if isinstance(order, str):  # h5py returns a single-column order as a plain string
+        order = [order]
+    if not isinstance(order, list) or not all(isinstance(name, str) for name in order):
+        raise MalformedElementError(
+            f"element {path}: 'column-order' must be a list of column names, found {order!r}"
+        )
+    for name in [index, *order]:
+        if child(node, name) is None:
+            raise MalformedElementError(
+                f"element {path}: {'the index' if name == index else 'column'} {name!r} "
+                "named in its attributes is missing"
+            )
+    return index, order
+
+
+def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool) -> Any:
+    member = node[name]
+    where = f"{path}/{name}"
+    if legacy and not is_group(member) and attribute(member, "categories") is None:
+        labels = child(node, f"{LEGACY_CATEGORIES}/{name}")
+        if labels is not None and not is_group(labels):
+            # a column whose labels sit in __categories but lost its pointer
+            from .nodes import read_values
+            from .values import _categorical
+
+            return _categorical(
+                read_values(member),
+                read_values(labels),
+                bool(attribute(labels, "ordered", False)),
+                where,
+            )
+    value = reader.read(member, where)
+    if isinstance(value, (SparseMatrixElement, dict)):
+        raise MalformedElementError(
+            f"element {where}: a dataframe column must be a one-dimensional array, "
+            f"categorical or nullable array, found {type(value).__name__}"
+        )
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise MalformedElementError(
+            f"element {where}: a dataframe column must be one-dimensional, found shape "
+            f"{value.shape}"
+        )
+    return value
+
+
+def read_dataframe(reader: ElementReader, node: Any, path: str, encoding: Encoding) -> pd.DataFrame:
+    """The DataFrame of a ``dataframe`` group (0.2.0 or legacy 0.1.0)."""
+    index_name, order = column_names(node, path)
+    legacy = encoding.version == "0.1.0"
+    index = _column(reader, node, index_name, path, legacy)
+    columns = {name: _column(reader, node, name, path, legacy) for name in order}
+    for name, values in columns.items():
+        if len(values) != len(index):
+            raise MalformedElementError(
+                f"element {path}: column {name!r} has {len(values)} rows but the index "
+                f"{index_name!r} has {len(index)}; every column must have the index's length"
+            )
+    labels = pd.Index(index)
+    # text arrays stay object columns, as anndata gives them (pandas would infer "str")
+    data = {
+        name: pd.Series(values, index=labels, dtype=object, copy=False)
+        if isinstance(values, np.ndarray) and values.dtype == object
+        else values
+        for name, values in columns.items()
+    }
+    frame = pd.DataFrame(data, index=labels, columns=order) if data else pd.DataFrame(index=labels)
+    if index_name != "_index":
+        frame.index.name = index_name
+    return frame

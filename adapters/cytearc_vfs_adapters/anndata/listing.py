@@ -1,0 +1,103 @@
+"""Every element of a container, with its encoding, version and shape: ``anndata ls``.
+
+The walk reads metadata only (attributes, array shapes), never values. It
+descends into the anndata group, ``raw`` and mappings, lists a dataframe's
+index and columns (a legacy categorical column is marked, the reserved
+``__categories`` subgroup is shown as part of it, not as a mapping), and
+stops at elements whose members are their own business (sparse matrices,
+categoricals, nullable arrays). Awkward arrays are reported with their
+length, never read. An element this reader cannot read (an unknown encoding
+or version) is listed with the reason instead of ending the listing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .dataframes import LEGACY_CATEGORIES
+from .encodings import Encoding, classify, shape_of
+from .errors import UnsupportedElementError
+from .nodes import attribute, children, is_group
+
+__all__ = ["ElementInfo", "list_elements"]
+
+
+@dataclass(frozen=True, slots=True)
+class ElementInfo:
+    """One element of a container, as ``anndata ls`` shows it."""
+
+    path: str
+    """Path inside the container (``""`` for the root)."""
+    encoding_type: str
+    """Encoding type (``"unknown"`` for one this reader does not know)."""
+    encoding_version: str
+    """Encoding version (declared, or the legacy one inferred)."""
+    shape: tuple[int, ...] | None
+    """Shape from metadata; ``None`` for mappings."""
+    legacy: bool
+    """Whether the element uses an anndata 0.7.x (or older) layout."""
+    declared: bool
+    """Whether the node carries encoding attributes (``False``: inferred)."""
+    note: str = ""
+    """Anything else worth saying (awkward arrays, unreadable elements)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (for ``--json``)."""
+        return {
+            "path": "/" + self.path,
+            "encodingType": self.encoding_type,
+            "encodingVersion": self.encoding_version,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "legacy": self.legacy,
+            "declared": self.declared,
+            "note": self.note,
+        }
+
+
+def _info(node: Any, path: str, encoding: Encoding, note: str = "") -> ElementInfo:
+    return ElementInfo(
+        path,
+        encoding.type,
+        encoding.version,
+        shape_of(node, encoding),
+        encoding.legacy,
+        encoding.declared,
+        note,
+    )
+
+
+def list_elements(root: Any) -> list[ElementInfo]:
+    """Every element under ``root`` (the root itself first), depth first in name order."""
+    found: list[ElementInfo] = []
+    _walk(root, "", found)
+    return found
+
+
+def _walk(node: Any, path: str, found: list[ElementInfo]) -> None:
+    try:
+        encoding = classify(node, path)
+    except UnsupportedElementError as exc:
+        found.append(
+            ElementInfo(
+                path,
+                str(attribute(node, "encoding-type", "unknown")),
+                str(attribute(node, "encoding-version", "")),
+                None if is_group(node) else tuple(node.shape or ()),
+                False,
+                True,
+                f"not read: {exc}",
+            )
+        )
+        return
+    note = ""
+    if encoding.type == "awkward-array":
+        note = "awkward array: reported, not read"
+    elif encoding.type == "categorical" and not is_group(node):
+        note = f"legacy column: codes here, labels at {attribute(node, 'categories')!r}"
+    found.append(_info(node, path, encoding, note))
+    if encoding.type in ("anndata", "raw", "dict") or encoding.type == "dataframe":
+        for name in children(node):
+            if encoding.type == "dataframe" and name == LEGACY_CATEGORIES:
+                continue  # the labels of legacy categorical columns, shown with them
+            _walk(node[name], f"{path}/{name}" if path else name, found)

@@ -1,0 +1,267 @@
+"""Matrix elements (``X``, layers, ``obsp``...) read in row bands and column bands.
+
+A sparse matrix is three arrays: ``indptr`` (one entry per major index, plus
+one), ``indices`` and ``data``. A band along the major axis (rows of a CSR,
+columns of a CSC) is a slice of ``indptr`` and one contiguous slice of
+``indices`` and ``data``: read directly, never the whole matrix. A band
+along the minor axis (rows of a CSC) touches every major index, so it is
+served from a transposed copy spilled to a temporary directory once
+(:mod:`.transposed`), in bounded memory. Dense arrays are sliced either way.
+
+Every element counts what it reads (:class:`BandStats`), so tests assert
+that memory stays bounded by the band asked for, not the matrix.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from .encodings import Encoding
+from .errors import MalformedElementError
+from .nodes import attribute, child, is_group, read_values
+
+__all__ = [
+    "BandStats",
+    "DenseMatrixElement",
+    "MatrixElement",
+    "SparseMatrixElement",
+    "matrix_element",
+]
+
+Axis = Literal["rows", "columns"]
+
+
+@dataclass(slots=True)
+class BandStats:
+    """What a matrix element has read so far."""
+
+    bands: int = 0
+    """Bands served."""
+    largest_band_entries: int = 0
+    """Most stored entries (non-zeros, or dense values) read for one band."""
+    entries_read: int = 0
+    """Stored entries read in all."""
+    bytes_read: int = 0
+    """Bytes of values and indices read (decoded sizes)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, entries: int, nbytes: int) -> None:
+        """Count one band of ``entries`` stored entries and ``nbytes`` bytes."""
+        with self._lock:
+            self.bands += 1
+            self.entries_read += entries
+            self.bytes_read += nbytes
+            self.largest_band_entries = max(self.largest_band_entries, entries)
+
+
+class MatrixElement:
+    """A two-dimensional matrix element, read in bands.
+
+    ``element[start:stop]`` is the row band as CSR, so an element can be
+    handed to ``write_counts`` as a row-sliceable matrix.
+    """
+
+    path: str
+    encoding: Encoding
+    shape: tuple[int, int]
+    dtype: np.dtype
+    stats: BandStats
+
+    @property
+    def nnz(self) -> int | None:
+        """Stored entries, where known from metadata (sparse), else ``None``."""
+        return None
+
+    def row_band(self, start: int, stop: int) -> sp.csr_array:
+        """Rows ``start:stop`` as CSR (as stored: duplicates and order not normalised)."""
+        raise NotImplementedError
+
+    def column_band(self, start: int, stop: int) -> sp.csc_array:
+        """Columns ``start:stop`` as CSC (as stored)."""
+        raise NotImplementedError
+
+    def iter_bands(self, axis: Axis, size: int) -> Iterator[tuple[int, int, Any]]:
+        """Consecutive ``(start, stop, band)`` of at most ``size`` rows or columns."""
+        length = self.shape[0] if axis == "rows" else self.shape[1]
+        read = self.row_band if axis == "rows" else self.column_band
+        for start in range(0, length, max(1, size)):
+            stop = min(length, start + max(1, size))
+            yield start, stop, read(start, stop)
+
+    def __getitem__(self, rows: slice) -> sp.csr_array:
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError(f"{self.path}: only contiguous row slices are read, not {rows!r}")
+        start, stop, _ = rows.indices(self.shape[0])
+        return self.row_band(start, max(start, stop))
+
+    def to_scipy(self) -> sp.csr_array | sp.csc_array:
+        """The whole matrix in memory, in its stored orientation (for small elements)."""
+        if isinstance(self, SparseMatrixElement) and self.format == "csc":
+            return self.column_band(0, self.shape[1])
+        return self.row_band(0, self.shape[0])
+
+    def _check_range(self, start: int, stop: int, length: int, what: str) -> None:
+        if not 0 <= start <= stop <= length:
+            raise IndexError(
+                f"{self.path}: {what} {start}:{stop} outside 0:{length} of a {self.shape} matrix"
+            )
+
+
+class SparseMatrixElement(MatrixElement):
+    """A ``csr_matrix`` or ``csc_matrix`` group, read band by band."""
+
+    def __init__(self, group: Any, path: str, encoding: Encoding) -> None:
+        self.path = path
+        self.encoding = encoding
+        self.format: Literal["csr", "csc"] = "csr" if encoding.type == "csr_matrix" else "csc"
+        arrays = {}
+        for name in ("data", "indices", "indptr"):
+            member = child(group, name)
+            if member is None or is_group(member):
+                raise MalformedElementError(
+                    f"element {path}: a {encoding.type} needs an array {name!r}, which is "
+                    f"{'missing' if member is None else 'a group'}"
+                )
+            arrays[name] = member
+        self._data, self._indices, self._indptr = (
+            arrays["data"],
+            arrays["indices"],
+            arrays["indptr"],
+        )
+        shape = attribute(group, "shape", attribute(group, "h5sparse_shape"))
+        if (
+            not isinstance(shape, list)
+            or len(shape) != 2
+            or not all(isinstance(n, int) and n >= 0 for n in shape)
+        ):
+            raise MalformedElementError(
+                f"element {path}: a {encoding.type} needs a 'shape' attribute of two "
+                f"non-negative integers, found {shape!r}"
+            )
+        self.shape = (shape[0], shape[1])
+        major = self.shape[0] if self.format == "csr" else self.shape[1]
+        if tuple(self._indptr.shape) != (major + 1,):
+            raise MalformedElementError(
+                f"element {path}: indptr has shape {tuple(self._indptr.shape)}, but a "
+                f"{encoding.type} of shape {self.shape} needs ({major + 1},)"
+            )
+        if self._data.shape != self._indices.shape or len(self._data.shape) != 1:
+            raise MalformedElementError(
+                f"element {path}: data {tuple(self._data.shape)} and indices "
+                f"{tuple(self._indices.shape)} must be one-dimensional and of one length"
+            )
+        self.dtype = np.dtype(self._data.dtype)
+        self.stats = BandStats()
+        self._transposed: Any = None
+        self._transpose_lock = threading.Lock()
+
+    @property
+    def nnz(self) -> int:
+        return int(self._data.shape[0])
+
+    def read_indptr(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """``indptr[start : stop + 1]``, checked to be a non-decreasing range of entries."""
+        indptr = np.asarray(read_values(self._indptr, slice(start, stop + 1)), dtype=np.int64)
+        low, high = int(indptr[0]), int(indptr[-1])
+        if low > high or np.any(np.diff(indptr) < 0) or high > self.nnz or low < 0:
+            raise MalformedElementError(
+                f"element {self.path}: indptr[{start}:{stop + 1}] runs from {low} to {high}, "
+                f"not a non-decreasing range within the {self.nnz} stored entries"
+            )
+        return indptr
+
+    def major_band(
+        self, start: int, stop: int, *, with_data: bool = True
+    ) -> tuple[npt.NDArray[Any], ...]:
+        """``(indptr, indices, data)`` of major indices ``start:stop`` (indptr from 0).
+
+        With ``with_data=False`` the values are not read (``data`` is empty).
+        """
+        indptr = self.read_indptr(start, stop)
+        low, high = int(indptr[0]), int(indptr[-1])
+        indices = np.asarray(read_values(self._indices, slice(low, high)))
+        data = (
+            np.asarray(read_values(self._data, slice(low, high)))
+            if with_data
+            else np.empty(0, dtype=self.dtype)
+        )
+        minor = self.shape[1] if self.format == "csr" else self.shape[0]
+        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= minor):
+            raise MalformedElementError(
+                f"element {self.path}: indices of entries {low}:{high} leave 0:{minor}"
+            )
+        self.stats.record(high - low, indices.nbytes + data.nbytes)
+        return indptr - low, indices, data
+
+    def row_band(self, start: int, stop: int) -> sp.csr_array:
+        self._check_range(start, stop, self.shape[0], "rows")
+        if self.format == "csr":
+            indptr, indices, data = self.major_band(start, stop)
+            return sp.csr_array((data, indices, indptr), shape=(stop - start, self.shape[1]))
+        indptr, indices, data = self._transposed_copy().band(start, stop)
+        return sp.csr_array((data, indices, indptr), shape=(stop - start, self.shape[1]))
+
+    def column_band(self, start: int, stop: int) -> sp.csc_array:
+        self._check_range(start, stop, self.shape[1], "columns")
+        if self.format == "csc":
+            indptr, indices, data = self.major_band(start, stop)
+            return sp.csc_array((data, indices, indptr), shape=(self.shape[0], stop - start))
+        indptr, indices, data = self._transposed_copy().band(start, stop)
+        return sp.csc_array((data, indices, indptr), shape=(self.shape[0], stop - start))
+
+    def _transposed_copy(self) -> Any:
+        from .transposed import TransposedSpill
+
+        with self._transpose_lock:
+            if self._transposed is None:
+                self._transposed = TransposedSpill(self)
+            return self._transposed
+
+
+class DenseMatrixElement(MatrixElement):
+    """A two-dimensional dense ``array`` element, sliced either way."""
+
+    def __init__(self, array: Any, path: str, encoding: Encoding) -> None:
+        if array.shape is None or len(array.shape) != 2:
+            raise MalformedElementError(
+                f"element {path}: a matrix must be two-dimensional, found shape {array.shape}"
+            )
+        self._array = array
+        self.path = path
+        self.encoding = encoding
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = np.dtype(array.dtype)
+        self.stats = BandStats()
+
+    def _dense(self, selection: tuple[slice, slice]) -> npt.NDArray[Any]:
+        values = np.asarray(read_values(self._array, selection))
+        self.stats.record(values.size, values.nbytes)
+        # scipy.sparse has no float16; float32 holds every float16 exactly
+        return values.astype(np.float32) if values.dtype == np.float16 else values
+
+    def row_band(self, start: int, stop: int) -> sp.csr_array:
+        self._check_range(start, stop, self.shape[0], "rows")
+        return sp.csr_array(self._dense((slice(start, stop), slice(None))))
+
+    def column_band(self, start: int, stop: int) -> sp.csc_array:
+        self._check_range(start, stop, self.shape[1], "columns")
+        return sp.csc_array(self._dense((slice(None), slice(start, stop))))
+
+
+def matrix_element(node: Any, path: str, encoding: Encoding) -> MatrixElement:
+    """The matrix element of ``node`` (a sparse group or a 2-D dense array)."""
+    if encoding.type in ("csr_matrix", "csc_matrix"):
+        return SparseMatrixElement(node, path, encoding)
+    if encoding.type == "array":
+        return DenseMatrixElement(node, path, encoding)
+    raise MalformedElementError(
+        f"element {path}: a count matrix must be a csr_matrix, csc_matrix or dense array, "
+        f"found {encoding.label}"
+    )

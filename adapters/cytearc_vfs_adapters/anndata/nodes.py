@@ -1,0 +1,191 @@
+"""Opening an AnnData container, Zarr (v2 or v3, any store) or HDF5, as a tree of nodes.
+
+The element layer reads groups and arrays through the few operations zarr
+and h5py share (``attrs``, ``keys()``, ``group[name]``, ``array[selection]``,
+``shape``, ``dtype``); the differences (h5py gives text as bytes and
+attribute lists as numpy arrays, zarr 3 gives text as ``StringDType``) are
+smoothed here, once, so the readers above never ask which format they read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+from zarr.abc.store import Store
+
+__all__ = [
+    "HDF5_MAGIC",
+    "Container",
+    "attribute",
+    "attributes",
+    "child",
+    "children",
+    "is_group",
+    "is_h5ad_path",
+    "open_container",
+    "read_values",
+    "text_values",
+]
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """An opened AnnData container: its root group and what it is stored in."""
+
+    root: Any
+    """The root group (``zarr.Group`` or ``h5py.File``)."""
+    where: str
+    """The location as printed in messages."""
+    storage: str
+    """``"zarr"`` or ``"hdf5"``."""
+    zarr_format: int | None
+    """2 or 3 for a Zarr container, ``None`` for HDF5."""
+
+
+def is_h5ad_path(location: Any) -> bool:
+    """Whether ``location`` is a local HDF5 file (by its first bytes)."""
+    if not isinstance(location, (str, os.PathLike)):
+        return False
+    path = Path(os.fspath(location))
+    if not path.is_file():
+        return False
+    with path.open("rb") as handle:
+        return handle.read(len(HDF5_MAGIC)) == HDF5_MAGIC
+
+
+def open_container(location: Any, *, storage_options: Mapping[str, Any] | None = None) -> Container:
+    """Open ``location`` read-only: a path or URL of a Zarr store, an ``.h5ad`` file, a
+    zarr ``Store`` or ``Group``, or an ``h5py.File``/``Group``.
+
+    Nothing is checked beyond that a root group opens; :mod:`.encodings` says
+    what the root is.
+    """
+    if isinstance(location, zarr.Group):
+        return Container(location, str(location.store_path), "zarr", location.metadata.zarr_format)
+    if type(location).__module__.startswith("h5py"):
+        return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
+    if is_h5ad_path(location):
+        h5py = _h5py()
+        path = Path(os.fspath(location)).absolute()
+        return Container(h5py.File(path, "r"), str(path), "hdf5", None)
+    from cytearc_vfs.remote.locations import describe_location, local_path, open_location
+
+    where = describe_location(location)
+    local = local_path(location)
+    if local is not None and not local.exists():
+        raise FileNotFoundError(f"{where} does not exist; check the path")
+    store: Store = open_location(location, read_only=True, storage_options=storage_options)
+    try:
+        # the nodes' own documents, not a consolidated copy that an edit may have left stale
+        root = zarr.open_group(store, mode="r", use_consolidated=False)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
+        raise FileNotFoundError(
+            f"{where} holds no Zarr group at its root; give an AnnData Zarr store (a directory "
+            "with .zgroup or zarr.json) or an .h5ad file"
+        ) from exc
+    return Container(root, where, "zarr", root.metadata.zarr_format)
+
+
+def is_group(node: Any) -> bool:
+    """Whether ``node`` is a group (zarr or h5py), as opposed to an array."""
+    return not hasattr(node, "dtype")
+
+
+def children(group: Any) -> list[str]:
+    """Names of a group's members, sorted (zarr lists v3 members in no fixed order)."""
+    return sorted(str(name) for name in group)
+
+
+def child(group: Any, name: str) -> Any | None:
+    """Member ``name`` of ``group`` (a path with ``/`` is followed), or ``None``."""
+    try:
+        return group[name]
+    except KeyError:
+        return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return [_plain(item) for item in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes as plain Python values (lists, str, int, bool; HDF5
+    object references are kept as they are)."""
+    return {str(key): _plain(value) for key, value in node.attrs.items()}
+
+
+def attribute(node: Any, name: str, default: Any = None) -> Any:
+    """One attribute as a plain Python value, or ``default``."""
+    if name not in node.attrs:
+        return default
+    return _plain(node.attrs[name])
+
+
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ImportError(
+            "reading .h5ad files needs h5py, which comes with anndata: pip install "
+            "'cytearc-vfs[anndata]'"
+        ) from exc
+    return h5py
+
+
+def _is_text(dtype: np.dtype) -> bool:
+    if dtype.kind in "UST":
+        return True
+    if dtype.kind != "O":
+        return False
+    # an object array is text in zarr (VLenUTF8); in h5py only with string metadata
+    try:
+        import h5py
+    except ImportError:  # no h5py, no HDF5 arrays: an object array here is zarr's text
+        return True
+    return h5py.check_string_dtype(dtype) is not None or dtype.metadata is None
+
+
+def text_values(values: npt.NDArray[Any]) -> npt.NDArray[np.object_]:
+    """Text of any storage form (bytes, fixed-width, ``StringDType``) as an object array of str."""
+    out = np.empty(values.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, item in enumerate(values.reshape(-1).tolist()):
+        flat[i] = item.decode("utf-8") if isinstance(item, bytes) else item
+    return out
+
+
+def read_values(array: Any, selection: Any = ...) -> Any:
+    """``array[selection]`` with text as an object array of str (or str for a 0-d array)."""
+    dtype = np.dtype(array.dtype)
+    text = _is_text(dtype)
+    if type(array).__module__.startswith("h5py"):
+        if array.shape is None:  # HDF5's null dataspace (h5py.Empty)
+            return None
+        if text and dtype.kind == "O":
+            array = array.asstr()
+    elif selection is ...:
+        selection = () if array.ndim == 0 else slice(None)
+    values = array[selection]
+    if not isinstance(values, np.ndarray):
+        values = np.asarray(values)
+    if text and values.dtype.kind in "OSTU":
+        if values.ndim == 0:
+            item = values.item()
+            return item.decode("utf-8") if isinstance(item, bytes) else str(item)
+        return text_values(values)
+    return values

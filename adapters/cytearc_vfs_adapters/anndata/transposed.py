@@ -1,0 +1,157 @@
+"""The other orientation of a sparse matrix element, spilled to a temporary directory.
+
+Rows of a CSC matrix (or columns of a CSR) are scattered over every stored
+column: reading one band straight from the store would read the whole
+matrix each time. Instead the element is transposed once, out of core:
+
+1. a first pass counts the entries of each minor index (reading only
+   ``indices``) and cuts the minor axis into *buckets* of consecutive minor
+   indices holding at most ``CYTEARC_ANNDATA_PIECE_ENTRIES`` entries;
+2. a second pass reads pieces of major indices (of at most as many entries)
+   and appends each entry to its bucket's files with plain writes.
+
+A band is then served from the buckets it overlaps, one bucket in memory at
+a time (the last one is kept, since bands usually come in order). Major
+indices are visited in order, so a stable sort by minor index leaves each
+minor index's entries sorted. Memory holds one piece or one bucket, plus two
+integers per minor index; no file is memory-mapped, so the spill never
+counts in the process's resident memory. The directory is deleted when the
+element is garbage-collected or :meth:`close` is called.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterator
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .matrices import SparseMatrixElement
+
+__all__ = ["PIECE_ENTRIES_ENV", "TransposedSpill", "piece_entries"]
+
+#: Environment variable bounding the entries one pass reads at a time.
+PIECE_ENTRIES_ENV = "CYTEARC_ANNDATA_PIECE_ENTRIES"
+_DEFAULT_PIECE_ENTRIES = 4_000_000
+
+
+def piece_entries() -> int:
+    """Stored entries read at a time while transposing (``CYTEARC_ANNDATA_PIECE_ENTRIES``)."""
+    text = os.environ.get(PIECE_ENTRIES_ENV, "")
+    return max(1, int(text)) if text.strip() else _DEFAULT_PIECE_ENTRIES
+
+
+def _pieces(indptr: npt.NDArray[np.int64], limit: int) -> Iterator[tuple[int, int]]:
+    """Consecutive ranges of at most ``limit`` entries (or one index holding more).
+
+    >>> list(_pieces(np.array([0, 2, 4, 9, 9]), 4))
+    [(0, 2), (2, 3), (3, 4)]
+    """
+    start, majors = 0, len(indptr) - 1
+    while start < majors:
+        stop = int(np.searchsorted(indptr, indptr[start] + limit, side="right")) - 1
+        stop = min(majors, max(start + 1, stop))
+        yield start, stop
+        start = stop
+
+
+class TransposedSpill:
+    """The minor-axis orientation of a sparse element, built once on disk in buckets."""
+
+    def __init__(self, element: SparseMatrixElement) -> None:
+        self._element = element
+        major_len = element.shape[0] if element.format == "csr" else element.shape[1]
+        minor_len = element.shape[1] if element.format == "csr" else element.shape[0]
+        limit = piece_entries()
+        source_indptr = element.read_indptr(0, major_len)
+        counts = np.zeros(minor_len, dtype=np.int64)
+        for start, stop in _pieces(source_indptr, limit):
+            _, indices, _ = element.major_band(start, stop, with_data=False)
+            counts += np.bincount(indices, minlength=minor_len)
+        #: Entries of each minor index, as a compressed pointer.
+        self.indptr = np.zeros(minor_len + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.indptr[1:])
+        del counts
+        self._bucket_starts = np.array(
+            [start for start, _ in _pieces(self.indptr, limit)] + [minor_len], dtype=np.int64
+        )
+        self._directory = tempfile.mkdtemp(prefix="cytearc-anndata-transpose-")
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._directory, ignore_errors=True)
+        self._major_dtype = np.dtype(np.int32 if major_len < 2**31 else np.int64)
+        self._minor_dtype = np.dtype(np.int32 if minor_len < 2**31 else np.int64)
+        self._value_dtype = np.dtype(element.dtype)
+        for start, stop in _pieces(source_indptr, limit):
+            indptr, indices, data = element.major_band(start, stop)
+            if len(indices):
+                majors = np.repeat(np.arange(start, stop, dtype=np.int64), np.diff(indptr))
+                self._append(indices, majors, data)
+        self._lock = threading.Lock()
+        self._held: tuple[int, npt.NDArray[Any], npt.NDArray[Any]] | None = None
+
+    def _path(self, bucket: int, what: str) -> str:
+        return os.path.join(self._directory, f"{bucket}.{what}")
+
+    def _append(
+        self, minors: npt.NDArray[Any], majors: npt.NDArray[Any], data: npt.NDArray[Any]
+    ) -> None:
+        buckets = np.searchsorted(self._bucket_starts, minors, side="right") - 1
+        order = np.argsort(buckets, kind="stable")  # keeps majors ascending in a bucket
+        buckets, minors, majors, data = buckets[order], minors[order], majors[order], data[order]
+        edges = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1], True])
+        for low, high in pairwise(edges.tolist()):
+            bucket = int(buckets[low])
+            for what, values, dtype in (
+                ("minor", minors[low:high], self._minor_dtype),
+                ("major", majors[low:high], self._major_dtype),
+                ("data", data[low:high], self._value_dtype),
+            ):
+                with open(self._path(bucket, what), "ab") as file:
+                    np.asarray(values, dtype=dtype).tofile(file)
+
+    def _bucket(self, bucket: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(majors, data)`` of a bucket, ordered by minor index then major index."""
+        held = self._held
+        if held is not None and held[0] == bucket:
+            return held[1], held[2]
+        if not os.path.exists(self._path(bucket, "minor")):  # a bucket of empty indices
+            empty = (np.empty(0, self._major_dtype), np.empty(0, self._value_dtype))
+            self._held = (bucket, *empty)
+            return empty
+        minors = np.fromfile(self._path(bucket, "minor"), dtype=self._minor_dtype)
+        majors = np.fromfile(self._path(bucket, "major"), dtype=self._major_dtype)
+        data = np.fromfile(self._path(bucket, "data"), dtype=self._value_dtype)
+        order = np.argsort(minors, kind="stable")
+        majors, data = majors[order], data[order]
+        self._element.stats.record(len(minors), majors.nbytes + data.nbytes + minors.nbytes)
+        self._held = (bucket, majors, data)
+        return majors, data
+
+    def band(self, start: int, stop: int) -> tuple[npt.NDArray[Any], ...]:
+        """``(indptr, indices, data)`` of minor indices ``start:stop``."""
+        indptr = self.indptr[start : stop + 1] - self.indptr[start]
+        if stop <= start:
+            return indptr, np.empty(0, self._major_dtype), np.empty(0, self._value_dtype)
+        first = int(np.searchsorted(self._bucket_starts, start, side="right")) - 1
+        last = int(np.searchsorted(self._bucket_starts, stop - 1, side="right")) - 1
+        indices, values = [], []
+        with self._lock:
+            for bucket in range(first, last + 1):
+                majors, data = self._bucket(bucket)
+                offset = int(self.indptr[self._bucket_starts[bucket]])
+                low = int(self.indptr[max(start, int(self._bucket_starts[bucket]))]) - offset
+                high = int(self.indptr[min(stop, int(self._bucket_starts[bucket + 1]))]) - offset
+                indices.append(majors[low:high].copy())
+                values.append(data[low:high].copy())
+        return indptr, np.concatenate(indices), np.concatenate(values)
+
+    def close(self) -> None:
+        """Delete the spill now (it is deleted on garbage collection otherwise)."""
+        self._finalizer()

@@ -1,0 +1,167 @@
+"""Which table columns an AnnData output holds, and how each is presented.
+
+The rule (``docs/anndata-out.md``), shared by :func:`to_anndata`, the view
+and the export so all three give the same ``obs`` and ``var``:
+
+- ``ids`` is the index. Every other column of the table is a column of the
+  frame, in name order (the tables keep no column order), except:
+- ``names`` when it equals the ids and ``I`` when it selects every row:
+  these are the defaults ``write_counts`` creates from the index, so leaving
+  them out gives back the frame that was written (and an export that
+  ``write_counts`` imports again, which refuses a column named ``I``). A
+  ``names`` of other values (gene symbols) or a narrowed ``I`` is kept.
+- Membership columns (``role`` = ``assay_membership``) of other assays: they
+  describe assays the output does not hold (spec, "Export and import keep
+  membership explicit"). The exported assay's own membership column is kept
+  as an ordinary boolean column and declared in
+  ``uns["cytearc"]["assayMembership"]``.
+
+A column stored with a ``cytearc:categorical`` record is presented as a
+categorical (codes and categories); text columns as variable-length UTF-8
+strings; numbers and booleans as they are stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from cytearc_vfs.format.tables import CATEGORICAL_ATTR
+
+__all__ = [
+    "INDEX_KEY",
+    "MEMBERSHIP_ROLE",
+    "ColumnKind",
+    "ExportedColumn",
+    "categorical_codes",
+    "check_encodable",
+    "column_kind",
+    "exported_columns",
+    "membership_column",
+    "membership_uns",
+]
+
+MEMBERSHIP_ROLE = "assay_membership"
+#: Where AnnData's dataframe encoding keeps the index (the ``_index`` attribute).
+INDEX_KEY = "_index"
+ColumnKind = Literal["text", "categorical", "plain"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedColumn:
+    """One table column as the output presents it."""
+
+    name: str
+    """Column name (the stored array's name)."""
+    kind: ColumnKind
+    """``text`` (vlen strings), ``categorical`` (codes + categories) or ``plain``."""
+    categories: tuple[Any, ...] = ()
+    """The categories of a categorical column, in order."""
+    ordered: bool = False
+    """Whether a categorical column's categories are ordered."""
+
+
+def column_kind(name: str, dtype: np.dtype, attrs: Mapping[str, Any]) -> ExportedColumn:
+    """How the stored column ``name`` of ``dtype`` with ``attrs`` is presented."""
+    spec = attrs.get(CATEGORICAL_ATTR)
+    if isinstance(spec, dict):
+        return ExportedColumn(name, "categorical", tuple(spec["categories"]), bool(spec["ordered"]))
+    if dtype.kind in "UOT":
+        return ExportedColumn(name, "text")
+    return ExportedColumn(name, "plain")
+
+
+def membership_column(attrs_by_name: Mapping[str, Mapping[str, Any]], assay: str) -> str | None:
+    """The name of ``assay``'s membership column in a cell table, or ``None``."""
+    name = f"{assay}_I"
+    attrs = attrs_by_name.get(name)
+    if attrs is not None and attrs.get("role") == MEMBERSHIP_ROLE and attrs.get("assay") == assay:
+        return name
+    return None
+
+
+def membership_uns(column: str | None, assay: str) -> dict[str, Any]:
+    """``uns`` of an output: the membership declaration when the assay has a column."""
+    if column is None:
+        return {}
+    return {"cytearc": {"assayMembership": {assay: column}}}
+
+
+def exported_columns(
+    dtypes: Mapping[str, np.dtype],
+    attrs_by_name: Mapping[str, Mapping[str, Any]],
+    assay: str,
+    values: Callable[[str], npt.NDArray[Any]],
+) -> list[ExportedColumn]:
+    """The columns an output holds, in order (the module's rule).
+
+    Parameters
+    ----------
+    dtypes, attrs_by_name
+        Each stored column's dtype and attributes, by name.
+    assay
+        The exported assay.
+    values
+        Reads a column's values; called only for ``ids``, ``names`` and ``I``.
+    """
+    kept: list[ExportedColumn] = []
+    for name in sorted(dtypes):
+        attrs = attrs_by_name.get(name, {})
+        if name == "ids":
+            continue
+        if attrs.get("role") == MEMBERSHIP_ROLE and attrs.get("assay") != assay:
+            continue
+        if name == "names" and _equal_text(values("names"), values("ids")):
+            continue
+        if name == "I" and dtypes[name] == np.bool_ and bool(np.all(values("I"))):
+            continue
+        kept.append(column_kind(name, dtypes[name], attrs))
+    return kept
+
+
+def check_encodable(names: Iterable[str], *, table: str) -> None:
+    """Refuse a column that AnnData's dataframe encoding cannot hold (``_index``)."""
+    if INDEX_KEY in names:
+        # the encoding stores the index under this name
+        raise ValueError(
+            f"{table} column {INDEX_KEY!r} is the name AnnData's dataframe encoding keeps "
+            "the index under, so it cannot be written or viewed as AnnData; rename the "
+            "column in the store (to_anndata keeps it, in memory only)"
+        )
+
+
+def _equal_text(left: npt.NDArray[Any], right: npt.NDArray[Any]) -> bool:
+    return left.shape == right.shape and bool(np.all(left.astype(str) == right.astype(str)))
+
+
+def categorical_codes(values: npt.NDArray[Any], column: ExportedColumn) -> npt.NDArray[Any]:
+    """The codes of stored categorical ``values`` (which hold the category values).
+
+    >>> column = ExportedColumn("ct", "categorical", ("T", "B"))
+    >>> categorical_codes(np.array(["B", "T", "B"]), column).tolist()
+    [1, 0, 1]
+    """
+    categories = pd.Index(list(column.categories))
+    codes: npt.NDArray[np.intp] = categories.get_indexer(
+        pd.Index(values.tolist() if values.dtype.kind == "U" else values)
+    )
+    if len(codes) and codes.min() < 0:
+        missing = pd.Index(values)[codes < 0][:3].tolist()
+        raise ValueError(
+            f"column {column.name!r} holds values {missing} outside its recorded categories; "
+            "the table is damaged: rewrite the store"
+        )
+    return codes.astype(_codes_dtype(len(categories)))
+
+
+def _codes_dtype(n_categories: int) -> np.dtype:
+    """The narrowest signed type pandas would give the codes of ``n_categories``."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)

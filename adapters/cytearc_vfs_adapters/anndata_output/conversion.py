@@ -1,0 +1,271 @@
+"""``to_anndata``: any CyteArc store as an ``anndata.AnnData``, its ``X`` lazy.
+
+``X`` is a dask array of ``scipy.sparse.csr_matrix`` blocks: each block is
+one gather read of its cells and features (at most 4,096 features and 8 MiB
+dense, see :func:`block_shape`), converted to CSR as it is read. Sparse
+blocks, because count matrices are mostly zeros and anything computed from
+``X`` (``.compute()``, a subset, ``anndata.concat``) keeps the sparse type a
+loaded count matrix has; a block is dense only while it is read. ``obs`` and
+``var`` are read from the tables at once (they are small beside the counts)
+by the rule of :mod:`.columns`. With ``lazy=False`` ``X`` is a CSR matrix
+assembled band by band, so the dense matrix is never in memory.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import scipy.sparse as sp
+from zarr.abc.store import Store
+from zarr.core.sync import sync
+
+from cytearc_vfs.format.tables import StoredColumn, read_columns
+from cytearc_vfs.read.reader import VirtualArrayReader
+from cytearc_vfs.remote.locations import Location
+
+from .columns import (
+    ExportedColumn,
+    categorical_codes,
+    exported_columns,
+    membership_column,
+    membership_uns,
+)
+from .opened import OpenedAssay, open_assay
+
+__all__ = ["band_rows", "cell_bands", "read_frames", "to_anndata"]
+
+#: Dense bytes of one band of cells read for a block or a band of an export.
+BAND_BYTES = 64 << 20
+
+
+def _anndata() -> Any:
+    try:
+        import anndata
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ImportError(
+            "AnnData output needs anndata, an optional extra: pip install 'cytearc-vfs[anndata]'"
+        ) from exc
+    return anndata
+
+
+def band_rows(n_features: int, itemsize: int, band_bytes: int = BAND_BYTES) -> int:
+    """Cells per band so a dense band of every feature fits ``band_bytes``.
+
+    >>> band_rows(1_000, 4, band_bytes=4_000_000)
+    1000
+    >>> band_rows(10**9, 8)
+    1
+    """
+    return max(1, band_bytes // max(1, n_features * itemsize))
+
+
+def cell_bands(
+    opened: OpenedAssay, band_bytes: int = BAND_BYTES
+) -> Iterator[tuple[slice, sp.csr_matrix]]:
+    """``(cells, CSR block)`` of consecutive bands of cells, each read densely once."""
+    n_cells, n_features = opened.shape
+    rows = band_rows(n_features, opened.reader.dtype.itemsize, band_bytes)
+    for start in range(0, n_cells, rows):
+        cells = slice(start, min(n_cells, start + rows))
+        yield cells, sp.csr_matrix(opened.reader.read(cells, None))
+
+
+def _frame(
+    columns: Mapping[str, StoredColumn], assay: str, *, table: str
+) -> tuple[pd.DataFrame, list[ExportedColumn]]:
+    if "ids" not in columns:
+        raise ValueError(f"the {table} table has no ids column; the store is damaged")
+    kept = exported_columns(
+        {name: column.values.dtype for name, column in columns.items()},
+        {name: column.attrs for name, column in columns.items()},
+        assay,
+        lambda name: columns[name].values,
+    )
+    data = {column.name: _series_values(columns[column.name].values, column) for column in kept}
+    index = pd.Index(columns["ids"].values.astype(str).tolist(), dtype="str", name=None)
+    return pd.DataFrame(data, index=index), kept
+
+
+def _series_values(values: npt.NDArray[Any], column: ExportedColumn) -> Any:
+    if column.kind == "categorical":
+        return pd.Categorical.from_codes(
+            categorical_codes(values, column),
+            categories=pd.Index(list(column.categories)),
+            ordered=column.ordered,
+        )
+    if column.kind == "text":
+        return pd.array(values.astype(str).tolist(), dtype="str")
+    return values
+
+
+def read_frames(opened: OpenedAssay) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """``obs``, ``var`` and ``uns`` of the assay, by the rule of :mod:`.columns`."""
+    cells = sync(read_columns(opened.store, opened.paths.cell_data))
+    features = sync(read_columns(opened.store, opened.paths.feature_data))
+    obs, _ = _frame(cells, opened.assay, table="cell")
+    var, _ = _frame(features, opened.assay, table="feature")
+    membership = membership_column({n: c.attrs for n, c in cells.items()}, opened.assay)
+    return obs, var, membership_uns(membership, opened.assay)
+
+
+class SparseCounts:
+    """The counts as an array-like whose ``[rows, cols]`` is a CSR block: dask's source.
+
+    dask slices it per block (``da.from_array``), so a block reads exactly its
+    cells and features through the gather reader, which picks ``counts`` or
+    ``countsT`` for the block's shape. Pickled (for ``dask.distributed``
+    workers), it carries the store and rebuilds one reader per process.
+    """
+
+    ndim = 2
+
+    def __init__(self, opened: OpenedAssay, workspace: str | None = None) -> None:
+        self.shape = opened.shape
+        self.dtype = opened.reader.dtype
+        self._reader: VirtualArrayReader | None = opened.reader
+        self._recipe = (opened.store, opened.assay, workspace)
+
+    def __getitem__(self, key: tuple[Any, ...]) -> Any:
+        rows, cols = key
+        reader = self._reader
+        if reader is None:
+            reader = self._reader = _process_reader(self._recipe)
+        block = reader.read(rows, cols)
+        return sp.csr_matrix(block)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (self.shape, self.dtype, self._recipe))
+
+
+#: Readers rebuilt in this process (a dask worker's), by their pickled recipe.
+_PROCESS_READERS: dict[bytes, VirtualArrayReader] = {}
+
+
+def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
+    key = pickle.dumps(recipe)
+    reader = _PROCESS_READERS.get(key)
+    if reader is None:
+        store, assay, workspace = recipe
+        reader = _PROCESS_READERS[key] = VirtualArrayReader(store, assay, workspace=workspace)
+    return reader
+
+
+def _rebuilt(shape: tuple[int, int], dtype: np.dtype, recipe: tuple[Any, ...]) -> SparseCounts:
+    counts = SparseCounts.__new__(SparseCounts)
+    counts.shape, counts.dtype = shape, dtype
+    counts._reader, counts._recipe = None, recipe
+    return counts
+
+
+def block_shape(shape: tuple[int, int], itemsize: int) -> tuple[int, int]:
+    """Cells x features of a lazy ``X`` block: at most 4,096 features and 8 MiB dense.
+
+    Feature blocks let a selection of a few genes read only their blocks
+    (dask prunes blocks, it does not push a gene list into one).
+
+    >>> block_shape((100_000, 30_000), 4)
+    (512, 4096)
+    >>> block_shape((300, 40), 1)
+    (300, 40)
+    """
+    features = max(1, min(shape[1], BLOCK_FEATURES))
+    cells = max(1, min(shape[0], BLOCK_BYTES // (features * itemsize)))
+    return cells, features
+
+
+#: Features of one block of a lazy ``X``, and its dense bytes.
+BLOCK_FEATURES = 4096
+BLOCK_BYTES = 8 << 20
+
+
+def lazy_counts(opened: OpenedAssay, workspace: str | None = None) -> Any:
+    """``X`` as a dask array of CSR blocks, each one gather read of its cells and features."""
+    import uuid
+
+    try:
+        import dask.array as da
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ImportError(
+            "to_anndata(lazy=True) needs dask, an optional extra: pip install "
+            "'cytearc-vfs[dask]' (or pass lazy=False to load X)"
+        ) from exc
+
+    source = SparseCounts(opened, workspace)
+    meta = sp.csr_matrix((0, 0), dtype=opened.reader.dtype)
+    return da.from_array(  # type: ignore[no-untyped-call]
+        source,
+        chunks=block_shape(opened.shape, opened.reader.dtype.itemsize),
+        asarray=False,
+        fancy=False,
+        meta=meta,
+        # a fresh name: hashing the source would pickle it
+        name=f"cytearc-counts-{uuid.uuid4().hex}",
+    )
+
+
+def loaded_counts(opened: OpenedAssay) -> sp.csr_matrix:
+    """``X`` read band by band into one CSR matrix (never dense as a whole)."""
+    blocks = [block for _, block in cell_bands(opened)]
+    if not blocks:
+        return sp.csr_matrix(opened.shape, dtype=opened.reader.dtype)
+    return sp.csr_matrix(sp.vstack(blocks, format="csr"))
+
+
+def to_anndata(
+    location: Location | Store,
+    assay: str = "RNA",
+    *,
+    lazy: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    workspace: str | None = None,
+) -> Any:
+    """An ``anndata.AnnData`` of one assay of any CyteArc store.
+
+    Parameters
+    ----------
+    location
+        An ordinary store, a composite or a mount: a path, a URL or a Store.
+    assay
+        The assay whose counts become ``X``.
+    lazy
+        ``True``: ``X`` is a dask array of ``scipy.sparse.csr_matrix`` blocks
+        read through the gather reader when computed. ``False``: ``X`` is a
+        ``csr_matrix``, read band by band.
+    storage_options
+        Backend options of a URL ``location``.
+    source_storage_options
+        Per-source backend options of a composite's or mount's sources
+        (``{source name: options}``); never written anywhere.
+    workspace
+        Workspace of an ordinary store's assay (workspace layout).
+
+    Returns
+    -------
+    anndata.AnnData
+        ``obs`` and ``var`` from the cell and feature tables (categoricals
+        restored; see ``docs/anndata-out.md`` for which columns), the
+        assay's membership column as an ordinary ``obs`` column declared in
+        ``uns["cytearc"]["assayMembership"]``.
+
+    Examples
+    --------
+    >>> adata = cv.to_anndata("pbmc.zarr")  # doctest: +SKIP
+    >>> adata[adata.obs["cell_type"] == "B", ["CD79A", "MS4A1"]].X.compute()  # doctest: +SKIP
+    """
+    anndata = _anndata()
+    opened = open_assay(
+        location,
+        assay,
+        workspace=workspace,
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
+    )
+    obs, var, uns = read_frames(opened)
+    counts = lazy_counts(opened, workspace) if lazy else loaded_counts(opened)
+    return anndata.AnnData(X=counts, obs=obs, var=var, uns=uns)

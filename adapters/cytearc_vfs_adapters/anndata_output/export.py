@@ -1,0 +1,312 @@
+"""``export_anndata``: write one assay of any CyteArc store as an AnnData file or store.
+
+The output is conformant AnnData at the current encoding versions
+(``anndata`` 0.1.0 root, ``dataframe`` 0.2.0, ``csr_matrix`` 0.1.0 ``X``,
+variable-length UTF-8 text), ``.zarr`` (Zarr v3, consolidated) or ``.h5ad``.
+``obs``, ``var`` and ``uns`` follow :mod:`.columns`; the membership rule
+applies (a raw export keeps every cell, unmeasured ones included, and
+declares the assay's membership column).
+
+``X`` is streamed: bands of cells are read through the gather reader (each
+band dense at most ``band_bytes``), converted to CSR and appended, so the
+matrix is never whole in memory.
+
+Safe destination: everything is written under a temporary name beside the
+destination (``.NAME.<random>.partial``) and renamed onto it only when
+complete, so a killed export never leaves anything at the destination. An
+existing destination is refused unless ``overwrite=True``, and even then
+only an AnnData (an ``.h5ad`` file or a Zarr store whose root is an
+``anndata`` element) is replaced: it is renamed aside, the new one renamed
+in, and the old one removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Unpack
+
+import numpy as np
+import scipy.sparse as sp
+from zarr.abc.store import Store
+
+from cytearc_vfs.remote.locations import Location, describe_location, local_path
+
+from .columns import check_encodable
+from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
+from .documents import ANNDATA_ROOT, encoded_attributes
+from .opened import OpenedAssay, OpenOptions, open_assay
+
+__all__ = ["ExportInfo", "export_anndata", "export_format"]
+
+Format = Literal["zarr", "h5ad"]
+#: Values per chunk of the streamed ``data`` and ``indices`` arrays.
+_STREAM_CHUNK = 1 << 20
+_EMPTY_MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportInfo:
+    """What an export wrote."""
+
+    location: str
+    """The destination."""
+    format: Format
+    """``zarr`` or ``h5ad``."""
+    assay: str
+    """The exported assay."""
+    shape: tuple[int, int]
+    """(cells, features) of ``X``."""
+    dtype: np.dtype
+    """dtype of ``X``."""
+    nnz: int
+    """Stored (non-zero) values of ``X``."""
+    bands: int
+    """Bands of cells read and appended."""
+    band_cells: int
+    """Cells of the largest band (each read densely over every feature)."""
+    membership: str | None
+    """The declared membership column, or ``None``."""
+    seconds: float
+    """Wall time of the export."""
+
+
+def export_format(destination: Location) -> Format:
+    """``zarr`` or ``h5ad`` from the destination's suffix; ``ValueError`` otherwise.
+
+    >>> export_format("out/pbmc.h5ad"), export_format("pbmc.zarr/")
+    ('h5ad', 'zarr')
+    """
+    name = str(destination).rstrip("/")
+    if name.endswith(".h5ad"):
+        return "h5ad"
+    if name.endswith(".zarr"):
+        return "zarr"
+    raise ValueError(
+        f"export destination {name!r} must end in .zarr (an AnnData Zarr store) or .h5ad "
+        "(an AnnData HDF5 file)"
+    )
+
+
+def _is_anndata(path: Path) -> bool:
+    """Whether ``path`` holds an AnnData this export may replace."""
+    if path.is_file():
+        with path.open("rb") as file:
+            return path.suffix == ".h5ad" and file.read(8) == b"\x89HDF\r\n\x1a\n"
+    for name in ("zarr.json", ".zattrs"):
+        document = path / name
+        if document.is_file():
+            try:
+                attrs = json.loads(document.read_text())
+            except ValueError:
+                return False
+            attrs = attrs.get("attributes", {}) if name == "zarr.json" else attrs
+            return isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata"
+    return False
+
+
+def _checked_destination(destination: Location, overwrite: bool) -> Path:
+    path = local_path(destination)
+    if path is None:
+        raise ValueError(
+            f"export writes local files; {describe_location(destination)} is not a local path. "
+            "Export to a local path and upload it, or serve the store with cytearc-vfs serve"
+        )
+    if not path.parent.is_dir():
+        raise FileNotFoundError(
+            f"the folder of the export destination {path} does not exist; create it first"
+        )
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise FileExistsError(
+                f"export destination {path} already exists; give --overwrite (overwrite=True) "
+                "to replace an AnnData there, or choose another destination"
+            )
+        if not _is_anndata(path):
+            raise FileExistsError(
+                f"export destination {path} holds something that is not an AnnData (.h5ad file "
+                "or AnnData Zarr store), so overwrite does not replace it; remove it yourself "
+                "or choose another destination"
+            )
+    return path
+
+
+class _CsrAppender:
+    """Appends CSR bands to ``X`` of an open zarr group or h5py file, in cell order."""
+
+    def __init__(self, group: Any, kind: Format, shape: tuple[int, int], dtype: np.dtype) -> None:
+        self._x = group.create_group("X")
+        self._x.attrs.update(encoded_attributes("csr_matrix", "0.1.0"))
+        self._x.attrs["shape"] = list(shape)
+        index_dtype = np.dtype(np.int32 if shape[1] < np.iinfo(np.int32).max else np.int64)
+        self._data = self._create(kind, "data", 0, dtype)
+        self._indices = self._create(kind, "indices", 0, index_dtype)
+        self._indptr = self._create(kind, "indptr", shape[0] + 1, np.dtype(np.int64))
+        self._indptr[0:1] = np.zeros(1, dtype=np.int64)
+        self._rows = 0
+        self.nnz = 0
+
+    def _create(self, kind: Format, name: str, length: int, dtype: np.dtype) -> Any:
+        chunk = max(1, min(_STREAM_CHUNK, length) if length else _STREAM_CHUNK)
+        if kind == "zarr":
+            return self._x.create_array(name, shape=(length,), dtype=dtype, chunks=(chunk,))
+        return self._x.create_dataset(
+            name, shape=(length,), dtype=dtype, maxshape=(None,), chunks=(chunk,)
+        )
+
+    def append(self, block: sp.csr_matrix) -> None:
+        block.sum_duplicates()
+        start, stop = self.nnz, self.nnz + block.nnz
+        if block.nnz:
+            self._data.resize((stop,))
+            self._indices.resize((stop,))
+            self._data[start:stop] = block.data
+            self._indices[start:stop] = block.indices
+        rows = block.shape[0]
+        self._indptr[self._rows + 1 : self._rows + 1 + rows] = (
+            block.indptr[1:].astype(np.int64) + start
+        )
+        self._rows += rows
+        self.nnz = stop
+
+
+def _write(
+    group: Any,
+    kind: Format,
+    opened: OpenedAssay,
+    band_bytes: int,
+    progress: Progress | None,
+) -> tuple[int, int, int, str | None]:
+    """Write every element into ``group``; returns (nnz, bands, largest band, membership)."""
+    write_elem = _anndata().io.write_elem
+    obs, var, uns = read_frames(opened)
+    check_encodable(obs.columns, table=opened.paths.cell_data)
+    check_encodable(var.columns, table=opened.paths.feature_data)
+    write_elem(group, "obs", obs)
+    write_elem(group, "var", var)
+    write_elem(group, "uns", uns)
+    for name in _EMPTY_MAPPINGS:
+        write_elem(group, name, {})
+    appender = _CsrAppender(group, kind, opened.shape, opened.reader.dtype)
+    bands = largest = 0
+    for cells, block in cell_bands(opened, band_bytes):
+        appender.append(block)
+        bands += 1
+        largest = max(largest, cells.stop - cells.start)
+        if progress is not None:
+            progress("export", cells.stop, opened.shape[0])
+    membership = uns.get("cytearc", {}).get("assayMembership", {}).get(opened.assay)
+    # the root says "anndata" last: a temporary interrupted before it is not one
+    group.attrs.update(ANNDATA_ROOT)
+    return appender.nnz, bands, largest, membership
+
+
+def _write_to(
+    temporary: Path, kind: Format, opened: OpenedAssay, band_bytes: int, progress: Progress | None
+) -> tuple[int, int, int, str | None]:
+    if kind == "h5ad":
+        import h5py
+
+        with h5py.File(temporary, "w-") as file:
+            return _write(file, kind, opened, band_bytes, progress)
+    import zarr
+
+    root = zarr.open_group(temporary, mode="w-", zarr_format=3)
+    written = _write(root, kind, opened, band_bytes, progress)
+    with warnings.catch_warnings():
+        # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
+        warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
+        zarr.consolidate_metadata(str(temporary))
+    return written
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def _move_into_place(temporary: Path, path: Path) -> None:
+    """Rename the finished export onto ``path``, replacing what is there."""
+    if not (path.exists() or path.is_symlink()):
+        os.rename(temporary, path)
+        return
+    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex}.replaced")
+    os.rename(path, aside)
+    os.rename(temporary, path)
+    _remove(aside)
+
+
+def export_anndata(
+    location: Location | Store,
+    destination: Location,
+    assay: str = "RNA",
+    *,
+    overwrite: bool = False,
+    band_bytes: int = BAND_BYTES,
+    progress: Progress | None = None,
+    **options: Unpack[OpenOptions],
+) -> ExportInfo:
+    """Write one assay of a CyteArc store as an AnnData ``.zarr`` store or ``.h5ad`` file.
+
+    Parameters
+    ----------
+    location
+        An ordinary store, a composite or a mount.
+    destination
+        A local path ending in ``.zarr`` or ``.h5ad``.
+    assay
+        The assay whose counts become ``X``.
+    overwrite
+        Replace an AnnData already at ``destination`` (anything else is refused).
+    band_bytes
+        Bound of one dense band of cells read for ``X``.
+    progress
+        Called as ``progress("export", cells_done, cells_total)`` after each band.
+    **options
+        ``workspace``, ``storage_options``, ``source_storage_options``
+        (:class:`~.opened.OpenOptions`).
+
+    Raises
+    ------
+    FileExistsError
+        The destination exists (without ``overwrite``), or is not an AnnData.
+    ValueError
+        The destination is not a local ``.zarr`` or ``.h5ad`` path.
+    """
+    started = time.perf_counter()
+    kind = export_format(destination)
+    path = _checked_destination(destination, overwrite)
+    opened = open_assay(location, assay, **options)
+    source = local_path(location) if not isinstance(location, Store) else None
+    if source is not None and source.resolve() == path.resolve():
+        raise ValueError(f"export destination {path} is the store itself; choose another path")
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    try:
+        nnz, bands, largest, membership = _write_to(temporary, kind, opened, band_bytes, progress)
+        _move_into_place(temporary, path)
+    except BaseException:
+        # an interrupt (KeyboardInterrupt, the command line's signals) too
+        _remove(temporary)
+        raise
+    return ExportInfo(
+        location=str(path),
+        format=kind,
+        assay=assay,
+        shape=opened.shape,
+        dtype=opened.reader.dtype,
+        nnz=nnz,
+        bands=bands,
+        band_cells=largest,
+        membership=membership,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,88 @@
+"""One assay of any CyteArc store (ordinary, composite, mount), opened for export.
+
+Every AnnData output starts here: the store is opened verified
+(:func:`cytearc_vfs.open_store`), a gather reader is bound to the assay, and
+the paths of its cell and feature tables are resolved. ``counts_path`` names
+the store's own cell-major counts array when the opened store serves it (an
+ordinary store's, or a composite's computed one); a mount serves its counts
+only through the reader, so views compute its chunks instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from zarr.abc.store import Store
+from zarr.core.sync import sync
+
+from cytearc_vfs.format.paths import AssayPaths, join
+from cytearc_vfs.read.opening import open_store
+from cytearc_vfs.read.reader import VirtualArrayReader
+from cytearc_vfs.remote.locations import Location, describe_location
+
+__all__ = ["OpenOptions", "OpenedAssay", "open_assay"]
+
+
+class OpenOptions(TypedDict, total=False):
+    """How to open a location: the keywords every AnnData output passes on."""
+
+    workspace: str | None
+    """Workspace of an ordinary store's assay (workspace layout)."""
+    storage_options: Mapping[str, Any] | None
+    """Backend options of a URL location."""
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None
+    """Per-source backend options of a composite's or mount's sources; never written."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedAssay:
+    """An assay of a verified store, with what AnnData outputs need of it."""
+
+    store: Store
+    """The opened store (backend store, ``CompositeStore`` or ``MountStore``)."""
+    assay: str
+    """The exported assay."""
+    paths: AssayPaths
+    """Where the assay's tables live in ``store``."""
+    reader: VirtualArrayReader
+    """A gather reader of the assay's counts."""
+    where: str
+    """The location, for messages."""
+    counts_path: str | None
+    """Key of the cell-major counts array that ``store`` serves, or ``None``."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(cells, features)."""
+        return self.reader.shape
+
+
+def open_assay(
+    location: Location | Store,
+    assay: str = "RNA",
+    *,
+    workspace: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> OpenedAssay:
+    """Open ``location`` verified and bind a reader to ``assay``.
+
+    Raises
+    ------
+    ValueError
+        The store has no assay of that name.
+    """
+    where = describe_location(location)
+    store = open_store(
+        location,
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
+    )
+    paths = AssayPaths(assay, workspace)
+    # an unknown assay is refused here, naming the store's assays
+    reader = VirtualArrayReader(store, assay, workspace=workspace)
+    counts = paths.counts
+    served = sync(store.exists(join(counts, "zarr.json")))
+    return OpenedAssay(store, assay, paths, reader, where, counts if served else None)

@@ -1,0 +1,114 @@
+"""AnnData on the command line: ``cytearc-vfs anndata ls PATH``, and the input check of
+``cytearc-vfs write``.
+
+The container is read by the AnnData element layer of the adapters
+(``cytearc_vfs_adapters.anndata``, docs/anndata.md): metadata only, never
+values. A location that is not an AnnData is refused (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from .failures import InputRefusedError
+from .inputs import json_option
+from .outcome import Outcome, plural
+from .progress import ProgressBars
+
+__all__ = ["checked_anndata_input", "cmd_anndata"]
+
+
+def checked_anndata_input(location: str, layer: str | None) -> str:
+    """Check that ``location`` is an AnnData container holding ``layer``; the writer then
+    streams it band by band (``X`` is never loaded)."""
+    from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
+
+    from ..inspection.store_kind import classify_location
+
+    found = classify_location(location)
+    # a root without attributes may be AnnData of anndata 0.7: the container decides
+    if found.kind not in ("h5ad", "anndata", "zarr-group"):
+        remedy = (
+            "it already is one: copy it with cytearc-vfs repack"
+            if found.is_cytearc
+            else "give an .h5ad file or an AnnData Zarr store"
+        )
+        raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
+    try:
+        container = AnnDataContainer.open(location)
+    except NotAnnDataError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    try:
+        layers = container.layers()
+    finally:
+        container.close()
+    if layer is not None and layer not in layers:
+        raise InputRefusedError(
+            f"{found.where} has no layer {layer!r}; its layers are: "
+            f"{', '.join(layers) or 'none'} (leave out --layer to use X)"
+        )
+    return location
+
+
+def _shape_text(shape: Sequence[int] | None) -> str:
+    if shape is None:
+        return ""
+    return " x ".join(str(n) for n in shape) if shape else "scalar"
+
+
+def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``anndata ls PATH``: every element of an AnnData container."""
+    from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
+
+    try:
+        container = AnnDataContainer.open(
+            args.location,
+            storage_options=json_option(args.storage_options, "--storage-options"),
+        )
+    except NotAnnDataError as exc:
+        raise InputRefusedError(str(exc)) from exc
+    try:
+        elements = container.elements()
+        shape = container.shape
+        storage = f"Zarr v{container.zarr_format}" if container.storage == "zarr" else "HDF5 (h5ad)"
+        where = container.where
+    finally:
+        container.close()
+    legacy = sum(1 for element in elements if element.legacy)
+    awkward = sum(1 for element in elements if element.encoding_type == "awkward-array")
+    unread = sum(1 for element in elements if element.note.startswith("not read"))
+    payload = {
+        "location": where,
+        "storage": container.storage,
+        "zarrFormat": container.zarr_format,
+        "shape": list(shape),
+        "elements": [element.to_dict() for element in elements],
+        "legacyElements": legacy,
+        "awkwardArrays": awkward,
+        "unreadableElements": unread,
+    }
+    extras = [f"{legacy} legacy"]
+    if awkward:
+        extras.append(f"{plural(awkward, 'awkward array')} reported, not read")
+    if unread:
+        extras.append(f"{unread} not readable here")
+    lines = [
+        f"{where}: AnnData ({storage}), {shape[0]} obs x {shape[1]} var, "
+        f"{plural(len(elements), 'element')} ({', '.join(extras)})"
+    ]
+    rows = [
+        (
+            "/" + element.path,
+            f"{element.encoding_type} {element.encoding_version}",
+            _shape_text(element.shape),
+            ("legacy" + ("" if element.declared else ", inferred")) if element.legacy else "",
+            element.note,
+        )
+        for element in elements
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return Outcome(payload, "\n".join(lines))

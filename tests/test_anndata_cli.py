@@ -1,0 +1,136 @@
+"""``cytearc-vfs anndata ls`` and ``cytearc-vfs write`` from AnnData, as users run them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import anndata as ad
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from anndata_fixtures import N_OBS, N_VAR, counts, write_legacy, write_modern
+from cli_harness import cli_executable, run_in_terminal
+
+import cytearc_vfs as cv
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [cli_executable(), *args], capture_output=True, text=True, check=False, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("anndata-cli")
+    write_modern(root / "modern.zarr", 3)
+    write_legacy(root / "legacy.zarr", 2)
+    # CyteArc's table writer asks for categoricals without missing values
+    filled = ad.AnnData(X=counts(), layers={"csc": sp.csc_matrix(counts())})
+    filled.obs_names = [f"cell{i}" for i in range(N_OBS)]
+    filled.write_zarr(root / "filled.zarr")
+    write_legacy(root / "filled_legacy.zarr", 2, missing_categories=False)
+    return {
+        "modern": root / "modern.zarr",
+        "legacy": root / "legacy.zarr",
+        "filled": root / "filled.zarr",
+        "filled_legacy": root / "filled_legacy.zarr",
+    }
+
+
+def test_ls_lists_every_element_with_encoding_version_and_shape(stores: dict[str, Path]) -> None:
+    result = run("anndata", "ls", str(stores["modern"]))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert f"AnnData (Zarr v3), {N_OBS} obs x {N_VAR} var" in lines[0]
+    assert "1 awkward array reported, not read" in lines[0]
+    table = {line.split()[0]: line for line in lines[1:]}
+    assert "csr_matrix 0.1.0" in table["/X"] and f"{N_OBS} x {N_VAR}" in table["/X"]
+    assert "csc_matrix 0.1.0" in table["/layers/csc"]
+    assert "categorical 0.2.0" in table["/obs/cell_type"]
+    assert "nullable-integer 0.1.0" in table["/obs/maybe_int"]
+    assert "string 0.2.0" in table["/uns/title"] and "scalar" in table["/uns/title"]
+    assert "null 0.1.0" in table["/uns/nothing"]
+    assert "awkward-array 0.1.0" in table["/uns/ragged"]
+    assert "reported, not read" in table["/uns/ragged"]
+    assert not any("legacy" in line for line in lines[1:])
+
+
+def test_ls_marks_legacy_elements(stores: dict[str, Path]) -> None:
+    result = run("anndata", "ls", str(stores["legacy"]))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "AnnData (Zarr v2)" in lines[0] and "26 legacy" in lines[0]
+    table = {line.split()[0]: line for line in lines[1:]}
+    assert "anndata 0.1.0" in table["/"] and "legacy, inferred" in table["/"]
+    assert "dataframe 0.1.0" in table["/obs"] and "legacy" in table["/obs"]
+    assert "categorical 0.1.0" in table["/obs/batch"]
+    assert "labels at '/obs/__categories/batch'" in table["/obs/batch"]
+    assert "/obs/__categories" not in table
+    assert "legacy" not in table["/X"]  # anndata 0.7 already stamped sparse matrices
+
+
+def test_ls_json(stores: dict[str, Path]) -> None:
+    result = run("anndata", "ls", str(stores["modern"]), "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["zarrFormat"] == 3 and payload["shape"] == [N_OBS, N_VAR]
+    assert payload["awkwardArrays"] == 1 and payload["legacyElements"] == 0
+    by_path = {element["path"]: element for element in payload["elements"]}
+    assert by_path["/X"] == {
+        "path": "/X",
+        "encodingType": "csr_matrix",
+        "encodingVersion": "0.1.0",
+        "shape": [N_OBS, N_VAR],
+        "legacy": False,
+        "declared": True,
+        "note": "",
+    }
+
+
+def test_ls_of_an_h5ad_file(tmp_path: Path) -> None:
+    import anndata as ad
+    from anndata_fixtures import modern_adata
+
+    with ad.settings.override(allow_write_nullable_strings=True):
+        modern_adata().write_h5ad(tmp_path / "a.h5ad")
+    result = run("anndata", "ls", str(tmp_path / "a.h5ad"))
+    assert result.returncode == 0, result.stderr
+    assert "AnnData (HDF5 (h5ad))" in result.stdout
+    assert "/layers/csc" in result.stdout
+
+
+def test_ls_refuses_what_is_not_anndata(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "c.zarr", sp.csr_array(np.eye(3, dtype=np.int32)))
+    refused = run("anndata", "ls", str(tmp_path / "c.zarr"))
+    assert refused.returncode == 2
+    assert "c.zarr is not an AnnData container" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    missing = run("anndata", "ls", str(tmp_path / "none.zarr"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_ls_in_a_terminal(stores: dict[str, Path]) -> None:
+    terminal = run_in_terminal(["anndata", "ls", str(stores["legacy"])])
+    assert terminal.returncode == 0, terminal.output
+    assert "Traceback" not in terminal.output
+    assert "dataframe 0.1.0" in terminal.output and "legacy, inferred" in terminal.output
+
+
+def test_write_streams_a_legacy_store_and_a_layer(stores: dict[str, Path], tmp_path: Path) -> None:
+    legacy = run("write", str(stores["filled_legacy"]), str(tmp_path / "legacy_out.zarr"))
+    assert legacy.returncode == 0, legacy.stderr
+    reader = cv.VirtualArrayReader(tmp_path / "legacy_out.zarr")
+    np.testing.assert_array_equal(reader.read(), counts().toarray())
+    assert list(reader.cell_ids) == [f"cell{i}" for i in range(N_OBS)]
+    layered = run("write", str(stores["filled"]), str(tmp_path / "csc_out.zarr"), "--layer", "csc")
+    assert layered.returncode == 0, layered.stderr
+    np.testing.assert_array_equal(
+        cv.VirtualArrayReader(tmp_path / "csc_out.zarr").read(), counts().toarray()
+    )
+    unknown = run("write", str(stores["modern"]), str(tmp_path / "x.zarr"), "--layer", "spliced")
+    assert unknown.returncode == 2
+    assert "has no layer 'spliced'; its layers are: csc" in unknown.stderr
+    assert not (tmp_path / "x.zarr").exists()

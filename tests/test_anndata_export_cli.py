@@ -1,0 +1,122 @@
+"""``cytearc-vfs export``: through the command line, in a terminal, and killed midway.
+
+A killed export must never leave anything at the destination that reads as
+an AnnData: the export writes under a temporary name and renames at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anndata as ad
+import pytest
+import scipy.sparse as sp
+from cli_harness import cli_executable, run_in_terminal
+from conftest import realistic_counts
+
+import cytearc_vfs as cv
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("export_cli") / "s.zarr"
+    cv.write_counts(path, realistic_counts(900, 80, seed=4))
+    return path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [cli_executable(), *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_export_through_the_command_line(store: Path, tmp_path: Path, suffix: str) -> None:
+    out = tmp_path / f"out{suffix}"
+    run = _cli("export", str(store), str(out), "--json", "--mem-budget", "16000")
+    assert run.returncode == 0, run.stderr
+    payload = json.loads(run.stdout)
+    assert payload["shape"] == [900, 80] and payload["format"] == suffix[1:]
+    assert payload["bands"] == 5 and payload["bandCells"] == 200  # 16,000 B / 80 uint8
+    assert payload["membershipColumn"] is None
+    assert run.stderr == ""  # no library warnings on the way
+    back = ad.read_h5ad(out) if suffix == ".h5ad" else ad.read_zarr(out)
+    expected = cv.to_anndata(store, lazy=False)
+    assert (back.X != expected.X).nnz == 0 and list(back.obs_names) == list(expected.obs_names)
+
+
+def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.h5ad"
+    assert _cli("export", str(store), str(out)).returncode == 0
+    again = _cli("export", str(store), str(out))
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert _cli("export", str(store), str(out), "--overwrite").returncode == 0
+    wrong = _cli("export", str(store), str(tmp_path / "out.csv"))
+    assert wrong.returncode == 2 and ".zarr" in wrong.stderr and ".h5ad" in wrong.stderr
+    missing = _cli("export", str(tmp_path / "absent.zarr"), str(tmp_path / "x.h5ad"))
+    assert missing.returncode == 2 and "export needs" in missing.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5ad"]
+
+
+def test_export_in_a_terminal(store: Path, tmp_path: Path) -> None:
+    run = run_in_terminal(["export", str(store), str(tmp_path / "t.h5ad")])
+    assert run.returncode == 0, run.output
+    assert "exported 900 cells x 80 features" in run.output
+    assert ad.read_h5ad(tmp_path / "t.h5ad").shape == (900, 80)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from cytearc_vfs_adapters.anndata_output import export_anndata
+
+    def progress(phase, done, total):
+        if done >= 300:  # a few bands are on disk under the temporary name
+            print("midway", flush=True)
+            time.sleep(120)
+
+    export_anndata(sys.argv[1], sys.argv[2], band_bytes=100 * 80, progress=progress)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("how", "suffix"),
+    [(signal.SIGKILL, ".zarr"), (signal.SIGKILL, ".h5ad"), (signal.SIGINT, ".zarr")],
+)
+def test_a_killed_export_leaves_nothing_that_reads_as_anndata(
+    store: Path, tmp_path: Path, suffix: str, how: signal.Signals
+) -> None:
+    out = tmp_path / f"out{suffix}"
+    with subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(store), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "midway"
+        os.kill(child.pid, how)
+        child.wait(timeout=60)
+    assert not out.exists()
+    left = [p for p in tmp_path.iterdir()]
+    if how == signal.SIGINT:
+        assert left == []  # the interrupt removed its temporary
+    else:
+        # SIGKILL runs no cleanup: the temporary stays, under a name that is not OUT,
+        # and its root never says "anndata" (that is written last)
+        (temporary,) = left
+        assert temporary.name.startswith(f".{out.name}.") and temporary.name.endswith(".partial")
+        if suffix == ".zarr":
+            root = json.loads((temporary / "zarr.json").read_text())
+            assert "encoding-type" not in root.get("attributes", {})
+    # the next export is not blocked by what the killed one left
+    cv_info = _cli("export", str(store), str(out))
+    assert cv_info.returncode == 0, cv_info.stderr
+    assert sp.issparse(ad.read_h5ad(out).X if suffix == ".h5ad" else ad.read_zarr(out).X)

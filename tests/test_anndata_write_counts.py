@@ -1,0 +1,188 @@
+"""``write_counts`` from an AnnData container on disk, streamed band by band.
+
+An AnnData Zarr store (v2 or v3; X or a layer; CSR, CSC or dense) or an h5ad
+file, given by its location, writes the same store as the same AnnData
+loaded in memory (equal dataset fingerprints), while the writer reads it in
+row bands: the largest band read is counted, never the whole matrix.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from conftest import realistic_counts
+from cytearc_vfs_adapters.anndata import AnnDataContainer, SparseMatrixElement
+
+import cytearc_vfs as cv
+from cytearc_vfs import realdata
+
+FORMATS = [2, 3]
+
+
+def adata_of(x: sp.csr_array, *, seed: int = 0) -> ad.AnnData:
+    """``x`` as X, a CSC layer and a dense layer, with obs and var tables."""
+    rng = np.random.default_rng(seed)
+    n, m = x.shape
+    obs = pd.DataFrame(
+        {"batch": pd.Categorical(rng.choice(["a", "b"], n)), "depth": rng.random(n)},
+        index=[f"cell{i}" for i in range(n)],
+    )
+    var = pd.DataFrame(
+        {"symbol": [f"S{i}" for i in range(m)]}, index=[f"gene{i}" for i in range(m)]
+    )
+    adata = ad.AnnData(X=sp.csr_matrix(x), obs=obs, var=var)
+    adata.layers["csc"] = sp.csc_matrix(x)
+    adata.layers["dense"] = x.toarray()
+    return adata
+
+
+def write_zarr(adata: ad.AnnData, path: Path, zarr_format: int) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # choosing v2 is deprecated
+        with ad.settings.override(zarr_write_format=zarr_format):
+            adata.write_zarr(path)
+    return path
+
+
+@pytest.mark.parametrize("zarr_format", FORMATS)
+@pytest.mark.parametrize("layer", [None, "csc", "dense"])
+def test_a_zarr_store_writes_what_the_loaded_anndata_writes(
+    tmp_path: Path, zarr_format: int, layer: str | None
+) -> None:
+    adata = adata_of(realistic_counts(500, 40, density=0.1, seed=1))
+    source = write_zarr(adata, tmp_path / "in.zarr", zarr_format)
+    streamed = cv.write_counts(tmp_path / "streamed.zarr", source, layer=layer)
+    loaded = cv.write_counts(tmp_path / "loaded.zarr", adata, layer=layer)
+    assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
+    assert streamed.shape == (500, 40) and streamed.dtype == loaded.dtype
+    reader = cv.VirtualArrayReader(streamed.location)
+    expected = adata.X if layer is None else adata.layers[layer]
+    np.testing.assert_array_equal(reader.read(), sp.csr_matrix(expected).toarray())
+    assert list(reader.cell_ids) == list(adata.obs_names)
+    store = cv.open_store(streamed.location)
+    import zarr
+
+    batch = zarr.open_group(store, mode="r")["cellData/batch"]
+    assert batch.shape == (500,)
+
+
+def test_an_h5ad_file_writes_what_the_loaded_anndata_writes(tmp_path: Path) -> None:
+    adata = adata_of(realistic_counts(300, 30, density=0.1, seed=2))
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    for layer in (None, "csc", "dense"):
+        streamed = cv.write_counts(tmp_path / f"s{layer}.zarr", tmp_path / "in.h5ad", layer=layer)
+        loaded = cv.write_counts(tmp_path / f"l{layer}.zarr", adata, layer=layer)
+        assert streamed.dataset_fingerprint == loaded.dataset_fingerprint, layer
+
+
+def test_a_location_that_is_not_anndata_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "cytearc.zarr", sp.csr_array(np.eye(3, dtype=np.int32)))
+    with pytest.raises(ValueError, match=r"cytearc.zarr is not an AnnData container"):
+        cv.write_counts(tmp_path / "out.zarr", tmp_path / "cytearc.zarr")
+    assert not (tmp_path / "out.zarr").exists()
+    source = write_zarr(adata_of(sp.csr_array(np.eye(4))), tmp_path / "in.zarr", 3)
+    with pytest.raises(KeyError, match=r"no layer 'spliced'"):
+        cv.write_counts(tmp_path / "out.zarr", source, layer="spliced")
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def _largest_band(x: sp.csr_array, rows: int) -> int:
+    return max(x[start : start + rows].nnz for start in range(0, x.shape[0], rows))
+
+
+MEM_BUDGET = 4 << 20
+# the writer's first pass (the value range) reads bands whose dense form holds at
+# most a quarter of the budget (at least 1 MiB), the write pass bands of one shard
+SCAN_BYTES = max(1 << 20, MEM_BUDGET // 4)
+
+
+def _band_rows(info: cv.WriteInfo, n_features: int) -> tuple[int, int]:
+    """Rows per band of the writer's scan pass and of its write pass."""
+    return SCAN_BYTES // (8 * n_features), info.layout.counts.shards[0]
+
+
+@pytest.mark.parametrize("layer", [None, "dense"])
+def test_the_write_reads_row_bands_never_the_matrix(tmp_path: Path, layer: str | None) -> None:
+    x = realistic_counts(20_000, 50, density=0.05, seed=3)
+    source = write_zarr(adata_of(x), tmp_path / "in.zarr", 3)
+    container = AnnDataContainer.open(source)
+    info = cv.write_counts(
+        tmp_path / "out.zarr",
+        container,
+        layer=layer,
+        layout=(256 * 1024, 32 * 1024),
+        mem_budget=MEM_BUDGET,
+    )
+    bands = _band_rows(info, x.shape[1])
+    assert max(bands) * 3 <= x.shape[0], "the matrix must be read in several bands"
+    stats = container.matrix(layer).stats
+    largest = (
+        max(_largest_band(x, rows) for rows in bands) if layer is None else max(bands) * x.shape[1]
+    )
+    assert stats.largest_band_entries == largest
+    assert stats.largest_band_entries * 3 <= (x.nnz if layer is None else x.shape[0] * x.shape[1])
+    np.testing.assert_array_equal(cv.VirtualArrayReader(info.location).read(), x.toarray())
+
+
+def test_a_csc_matrix_is_written_through_a_bounded_spill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = realistic_counts(20_000, 50, density=0.05, seed=4)
+    source = write_zarr(adata_of(x), tmp_path / "in.zarr", 2)
+    monkeypatch.setenv("CYTEARC_ANNDATA_PIECE_ENTRIES", "5000")
+    container = AnnDataContainer.open(source)
+    info = cv.write_counts(
+        tmp_path / "out.zarr",
+        container,
+        layer="csc",
+        layout=(256 * 1024, 32 * 1024),
+        mem_budget=MEM_BUDGET,
+    )
+    matrix = container.matrix("csc")
+    assert isinstance(matrix, SparseMatrixElement) and matrix.format == "csc"
+    largest_row_band = max(_largest_band(x, rows) for rows in _band_rows(info, x.shape[1]))
+    # pieces of the transpose hold ~5,000 entries (a column is ~1,000); row bands their rows
+    assert matrix.stats.largest_band_entries <= max(5000 + 1100, largest_row_band)
+    assert matrix.stats.largest_band_entries * 3 <= x.nnz
+    np.testing.assert_array_equal(cv.VirtualArrayReader(info.location).read(), x.toarray())
+    loaded = cv.write_counts(tmp_path / "loaded.zarr", adata_of(x), layer="csc")
+    assert info.counts_fingerprint == loaded.counts_fingerprint
+
+
+def test_real_h5ad_streams_to_the_same_store_as_loading_it(tmp_path: Path) -> None:
+    """Wu 2020 (scirpy's h5ad): the file's X, streamed, equals the loader's counts."""
+    path = realdata.fetch("wu2020")
+    adata = realdata.wu2020()
+    # the h5ad's own obs has categorical columns with missing values, which the
+    # table writer refuses; the loader keeps the batch columns only
+    streamed = cv.write_counts(tmp_path / "s.zarr", path, cells=list(adata.obs_names))
+    loaded = cv.write_counts(tmp_path / "l.zarr", adata)
+    assert streamed.counts_fingerprint == loaded.counts_fingerprint
+    assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
+
+
+def test_real_old_anndata_zarr_store_streams(tmp_path: Path) -> None:
+    """scanpy's 10x mouse subset: a Zarr v2 store of a very old anndata (obs and var as
+    record arrays, dense X), read band by band."""
+    path = realdata.fetch("mouse_10k_subset")
+    adata = realdata.mouse_10k_subset()
+    container = AnnDataContainer.open(path)
+    assert container.encoding.legacy and container.zarr_format == 2
+    assert list(container.obs().index) == list(adata.obs_names)
+    # its gene symbols repeat, so the features are named by Ensembl id as the loader does
+    streamed = cv.write_counts(
+        tmp_path / "s.zarr",
+        container,
+        features=list(adata.var_names),
+        layout=(8 * 1024 * 1024, 32 * 1024),
+    )
+    loaded = cv.write_counts(tmp_path / "l.zarr", adata)
+    assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
+    stats = container.matrix().stats
+    assert stats.largest_band_entries < adata.shape[0] * adata.shape[1]
