@@ -59,6 +59,14 @@ def snapshot_tree():
     return snapshot
 
 
+from cloud_servers import (  # noqa: E402,F401  (fixture re-exports)
+    azure_backend,
+    cloud,
+    gcs_backend,
+    http_backend,
+    https_backend,
+    s3_backend,
+)
 from s3_server import s3_server  # noqa: E402,F401  (fixture re-export)
 
 # rule / pending markers and the outcomes the conformance report reads

@@ -100,7 +100,13 @@ class LoopbackProxy:
                     for name, value in response.getheaders():
                         if name.lower() not in _HOP_BY_HOP:
                             self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(payload)))
+                    # a HEAD answer has no body but the object's length
+                    length = (
+                        response.getheader("Content-Length", "0")
+                        if self.command == "HEAD"
+                        else str(len(payload))
+                    )
+                    self.send_header("Content-Length", length)
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(payload)
@@ -124,7 +130,8 @@ class LoopbackProxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
+            # PROPFIND: WebDAV listings (obstore lists plain HTTP stores that way)
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PROPFIND = _forward  # noqa: N815
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -225,6 +232,8 @@ class ProxyProcess:
         """Stop the proxy process."""
         self._process.terminate()
         self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
 
 if __name__ == "__main__":

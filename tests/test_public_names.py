@@ -37,10 +37,7 @@ PUBLIC_NAMES = [
 ]
 
 #: Names of the second round that later issues introduce: (module, name, issue).
-COMING = [
-    ("cytearc_vfs_adapters", "create_if_absent", 15),
-    ("cytearc_vfs_adapters", "supports_atomic_create", 15),
-]
+COMING: list[tuple[str, str, int]] = []
 
 
 #: Names of the second round that have landed: (module, name, issue).
@@ -50,6 +47,8 @@ LANDED = [
     ("cytearc_vfs.arrays", "promote", 17),
     ("cytearc_vfs.arrays", "info", 17),
     ("cytearc_vfs.arrays", "ArrayWriter", 17),
+    ("cytearc_vfs_adapters", "create_if_absent", 15),
+    ("cytearc_vfs_adapters", "supports_atomic_create", 15),
     ("cytearc_vfs", "to_anndata", 16),
     ("cytearc_vfs", "anndata_view", 16),
 ]

@@ -6,6 +6,11 @@ prefer obstore (fewer copies, native async) and fall back to fsspec; each is
 imported lazily, with an error naming the extra to install. Remote stores get
 the request timeouts of :mod:`cytearc_vfs.remote.timeouts` unless their options set
 their own.
+
+``storage_options={"backend": "fsspec"}`` (or ``"obstore"``) picks the client
+library of one URL; the rest of the options go to that library. Google Cloud
+Storage through fsspec (gcsfs) is the tested path for ``gs://``: obstore's
+GCS client speaks the XML API, which no emulator here implements.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 
@@ -34,11 +39,15 @@ __all__ = [
     "open_local",
     "open_memory",
     "open_obstore",
+    "open_remote",
     "register_all",
     "SharedClientObjectStore",
 ]
 
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "http", "https")
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs", "http", "https")
+#: ``storage_options`` key naming the client library of a remote URL.
+BACKEND_OPTION = "backend"
+BACKEND_CHOICES = ("obstore", "fsspec")
 
 
 def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
@@ -167,8 +176,33 @@ class SharedClientObjectStore(ObjectStore[Any]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        if isinstance(byte_range, SuffixByteRequest) and not self._suffix_ranges:
+            byte_range = await self._suffix_as_range(key, byte_range.suffix)
+            if byte_range is None:
+                return None
         found: Buffer | None = await super().get(self._key(key), prototype, byte_range)
         return found
+
+    @property
+    def _suffix_ranges(self) -> bool:
+        # Azure Blob has no suffix ranges ("bytes=-N"); obstore refuses them
+        return type(self.store).__name__ != "AzureStore"
+
+    async def _suffix_as_range(self, key: str, suffix: int) -> RangeByteRequest | None:
+        """The last ``suffix`` bytes as an explicit range, from the object's size.
+
+        zarr's own fallback computes ``size - suffix`` and fails when the
+        suffix is longer than the object, which a whole-shard read asks for
+        (other backends answer such a suffix with the whole object).
+        """
+        import obstore
+
+        try:
+            meta = await obstore.head_async(self.store, self._key(key))
+        except FileNotFoundError:
+            return None
+        size = int(meta["size"])
+        return RangeByteRequest(max(0, size - suffix), size)
 
     async def get_partial_values(
         self,
@@ -182,7 +216,19 @@ class SharedClientObjectStore(ObjectStore[Any]):
         return bool(await super().exists(self._key(key)))
 
     async def set(self, key: str, value: Buffer) -> None:
-        await super().set(self._key(key), value)
+        from obstore.exceptions import PermissionDeniedError
+
+        try:
+            await super().set(self._key(key), value)
+        except PermissionDeniedError as exc:
+            # translated here, once: a read-only HTTP server or a read-only
+            # credential answers 403 in obstore's words, with a page of HTML
+            reason = str(exc).split(":", 1)[0]
+            raise PermissionError(
+                f"{self}: the server refused writing {key!r} ({reason}); write to a location "
+                "these storage_options may write (plain HTTP servers are read-only here), or "
+                "give credentials with write access"
+            ) from exc
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         await super().set_if_not_exists(self._key(key), value)
@@ -224,14 +270,18 @@ def open_fsspec(url: str, read_only: bool, storage_options: Mapping[str, Any] | 
             f"reading {url!r} needs fsspec: pip install 'cytearc-vfs[fsspec]'"
         ) from exc
     options = dict(storage_options or {})
-    if urlsplit(url).scheme == "s3":
+    scheme = urlsplit(url).scheme
+    limits = timeouts()
+    if scheme == "s3":
         # s3fs passes these to botocore; options given explicitly win
-        limits = timeouts()
         options["config_kwargs"] = {
             "connect_timeout": limits.connect,
             "read_timeout": limits.total,
             **(options.get("config_kwargs") or {}),
         }
+    elif scheme in ("gs", "gcs"):
+        # each request of gcsfs; its retries (six, with back-off) are its own
+        options.setdefault("requests_timeout", limits.total)
     return FsspecStore.from_url(url, storage_options=options, read_only=read_only)
 
 
@@ -243,15 +293,32 @@ def _obstore_available() -> bool:
     return True
 
 
+def open_remote(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
+    """A cloud or HTTP URL through obstore (when installed) or fsspec.
+
+    ``storage_options["backend"]`` (``"obstore"`` or ``"fsspec"``) chooses the
+    library; it is taken out of the options the library receives.
+    """
+    options = dict(storage_options or {})
+    choice = options.pop(BACKEND_OPTION, None)
+    if choice is None:
+        choice = "obstore" if _obstore_available() else "fsspec"
+    if choice == "obstore":
+        return open_obstore(url, read_only, options)
+    if choice == "fsspec":
+        return open_fsspec(url, read_only, options)
+    raise ValueError(
+        f"storage_options[{BACKEND_OPTION!r}] is {choice!r} for {url!r}; "
+        f"write one of {', '.join(map(repr, BACKEND_CHOICES))}, or leave it out"
+    )
+
+
 def register_all() -> None:
     """Fill the core's backend registry (idempotent; runs when this module is imported)."""
     register_backend("file", open_local)
     register_backend("memory", open_memory)
-    remote_default = open_obstore if _obstore_available() else open_fsspec
     for scheme in REMOTE_SCHEMES:
-        register_backend(scheme, remote_default, priority=1)
-        if remote_default is not open_fsspec:
-            register_backend(scheme, open_fsspec)
+        register_backend(scheme, open_remote, priority=1)
 
 
 # Registering at import, whichever of cytearc_vfs and cytearc_vfs_adapters is

@@ -95,15 +95,23 @@ def version_token(meta: Any) -> str | None:
     """What identifies one version of an object in obstore's ``ObjectMeta``.
 
     The ETag where the backend gives one, else its version id, else
-    last-modified and size together.
+    last-modified and size together. An ETag is kept in its quoted form
+    (RFC 9110): Azure lists ETags bare but answers a GET with them quoted,
+    and one object must give one token both ways.
 
     >>> version_token({"e_tag": '"9f3e"', "version": None, "size": 3})
     'etag:"9f3e"'
+    >>> version_token({"e_tag": "0x8DC9F3E", "version": None, "size": 3})
+    'etag:"0x8DC9F3E"'
     >>> version_token({"e_tag": None, "version": None, "last_modified": "2026-01-01", "size": 3})
     'modified:2026-01-01:3'
     """
-    if meta.get("e_tag"):
-        return f"etag:{meta['e_tag']}"
+    tag = meta.get("e_tag")
+    if tag:
+        weak = tag.startswith("W/")
+        bare = tag.removeprefix("W/")
+        quoted = bare if bare.startswith('"') and bare.endswith('"') else f'"{bare}"'
+        return f"etag:{'W/' if weak else ''}{quoted}"
     if meta.get("version"):
         return f"version:{meta['version']}"
     if meta.get("last_modified") is not None and meta.get("size") is not None:
@@ -425,6 +433,9 @@ class PinnedSourceStore(SourceReadWrapper):
             data = await result.bytes_async()
         except PreconditionError as exc:
             assert pinned is not None
+            # Azure answers a conditional GET of a deleted blob 412, not 404
+            if not await self._store.exists(key):
+                raise _mark(self._deleted(key)) from exc
             raise self._replaced(key, pinned, None) from exc
         except (NotFoundError, FileNotFoundError):
             await self._check_absent(key)
