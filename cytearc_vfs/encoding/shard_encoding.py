@@ -4,8 +4,11 @@ zarr's sharding codec spends a few hundred microseconds of Python per inner
 chunk when it writes, which dominates a count write with hundreds of chunks
 per shard. A writer that holds a complete shard band can encode it itself:
 each inner chunk is the little-endian ``bytes`` of its values compressed by
-zstd as row frames (:mod:`~cytearc_vfs.encoding.row_frames`; what ``ZstdCodec``
-decodes), all-zero chunks are left out (as
+zstd, with its content size and checksum: one plain frame, exactly what
+``ZstdCodec`` writes and every Zarr reader decodes, for the portable geometry
+(inner chunks of about 8 KiB, ``format/layout.py``); chunks of the older
+row-frame geometry, larger than one frame, become row frames
+(:mod:`~cytearc_vfs.encoding.row_frames`). All-zero chunks are left out (as
 zarr does when ``write_empty_chunks`` is off), and the shard ends with the
 index of ``(offset, nbytes)`` pairs, ``uint64`` little-endian, ``2**64-1`` for
 a missing chunk, followed by its crc32c (the format of the Zarr v3
@@ -63,6 +66,8 @@ class ShardEncoder:
 
     def encode(self, band: npt.NDArray[Any]) -> bytes | None:
         """The shard bytes of ``band`` (at most one shard of rows), or ``None`` if all zero."""
+        if self._grid[1] == 1 and self._rows_per_frame >= self._chunks[0]:
+            return self._encode_row_chunks(band)
         rows, cols = self._grid
         coords = [(i, j) for i in range(rows) for j in range(cols)]
         # one task per worker over a contiguous run of chunks keeps dispatch cheap
@@ -85,6 +90,45 @@ class ShardEncoder:
             offset += len(data)
         if not parts:
             return None
-        index_bytes = index.tobytes()
-        checksum = np.array([google_crc32c.value(index_bytes)], dtype="<u4").tobytes()
-        return b"".join([*parts, index_bytes, checksum])
+        return _with_index(parts, index)
+
+    def _encode_row_chunks(self, band: npt.NDArray[Any]) -> bytes | None:
+        """:meth:`encode` for single-frame chunks of whole rows (the portable layout).
+
+        Such a chunk is a run of the band's bytes, so chunks are found and
+        compressed without a numpy call each: a portable shard holds thousands
+        of them, and per-chunk Python would cost more than their compression.
+        """
+        r = self._chunks[0]
+        data = np.ascontiguousarray(band, dtype=self._dtype)
+        if data.shape[0] % r or data.shape[1] != self._chunks[1]:  # the last band's partial chunk
+            padded = np.zeros((-(-data.shape[0] // r) * r, self._chunks[1]), dtype=self._dtype)
+            padded[: data.shape[0], : data.shape[1]] = data
+            data = padded
+        n_chunks = data.shape[0] // r
+        present = np.flatnonzero(data.reshape(n_chunks, -1).any(axis=1)).tolist()
+        if not present:
+            return None
+        flat = memoryview(data.reshape(-1).view(np.uint8))
+        size = flat.nbytes // n_chunks
+        workers = max(1, getattr(self._pool, "_max_workers", 1))
+        step = -(-len(present) // workers)
+        runs = [present[k : k + step] for k in range(0, len(present), step)]
+
+        def compress(run: list[int]) -> list[bytes]:
+            compressor = self._encoder.compressor()  # this thread's
+            return [compressor.compress(flat[i * size : (i + 1) * size]) for i in run]
+
+        parts = [part for run in self._pool.map(compress, runs) for part in run]
+        sizes = np.fromiter(map(len, parts), dtype="<u8", count=len(parts))
+        index = np.full((self._grid[0], 1, 2), MISSING, dtype="<u8")
+        index[present, 0, 0] = np.cumsum(sizes) - sizes
+        index[present, 0, 1] = sizes
+        return _with_index(parts, index)
+
+
+def _with_index(parts: list[bytes], index: npt.NDArray[np.uint64]) -> bytes:
+    """A shard: its chunks, then their index and the index's crc32c."""
+    index_bytes = index.tobytes()
+    checksum = np.array([google_crc32c.value(index_bytes)], dtype="<u4").tobytes()
+    return b"".join([*parts, index_bytes, checksum])

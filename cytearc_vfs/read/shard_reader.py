@@ -8,6 +8,15 @@ only the touched chunks' byte ranges are fetched (coalesced by the store's
 ``get_ranges``, or the whole shard when most of it is needed), and each
 touched chunk is decoded exactly once by zstd on a worker thread.
 
+Two chunk encodings are read. The portable layout (``format/layout.py``, what
+writers write from issue 14 on) has inner chunks of a few rows, each one
+plain zstd frame: the touched chunks of a run of row chunks are fetched
+together (local files with ``pread``, consecutive chunks in one call) and
+decoded as one zstd stream, into one buffer, from which the wanted rows are
+taken. Stores written before hold large row-framed chunks
+(``encoding/row_frames.py``): only the frames of the wanted rows are read and
+decoded (on a local disk by the compiled ``read_row_frames``).
+
 The selected rows of each row chunk are handed, as one *strip*, to a
 :class:`~cytearc_vfs.read.placement.Placement` on that same worker thread, which
 writes them straight into the caller's output. So a read makes no
@@ -252,6 +261,9 @@ class ShardedReader:
             and chunks[0] >= 2
             and self._rows_per_frame < chunks[0]  # else one plain frame, no index
         )
+        # Chunks of at most one frame's rows spanning every column (the
+        # portable layout): a strip's touched chunks decode as one stream.
+        self._joined = self.col_chunks == 1 and self._rows_per_frame >= chunks[0]
 
     def _key(self, shard_row: int) -> str:
         return f"{self._path}/c/{shard_row}/0"
@@ -553,6 +565,11 @@ class ShardedReader:
         work: _ShardWork,
     ) -> None:
         read_bytes = 0
+        if self._joined:
+            self._read_local_joined(path, offsets, sizes, work)
+            if counters is not None:
+                counters.add(nbytes=int(sizes.sum()), requests=1)
+            return
         if self._frame_reads:
             done, done_chunks, read_bytes = self._read_local_frames(path, offsets, sizes, work)
             # a chunk not framed as expected (zarr rewrote it as one frame):
@@ -633,12 +650,85 @@ class ShardedReader:
             os.close(descriptor)
         return done, entry_of[done], read_bytes
 
+    def _read_local_joined(
+        self, path: str, chunk_offsets: Indices, chunk_sizes: Indices, work: _ShardWork
+    ) -> None:
+        """Read a job's touched chunks of one shard file, strip by strip, each strip's
+        chunks into one buffer (consecutive chunks in one ``pread``), and place them."""
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+
+            def read(a: int, b: int) -> Any:
+                offsets, sizes = chunk_offsets[a:b].tolist(), chunk_sizes[a:b].tolist()
+                joined = thread_scratch(sum(sizes), "frames")
+                view = memoryview(joined)
+                written = i = 0
+                while i < len(offsets):
+                    j = i + 1
+                    while j < len(offsets) and offsets[j] == offsets[j - 1] + sizes[j - 1]:
+                        j += 1
+                    length = offsets[j - 1] + sizes[j - 1] - offsets[i]
+                    if os.preadv(descriptor, [view[written : written + length]], offsets[i]) != length:
+                        raise OSError(
+                            f"{path} ends before byte {offsets[i] + length}; the shard is truncated"
+                        )
+                    written += length
+                    i = j
+                return joined
+
+            self._place_joined(work, read)
+        finally:
+            os.close(descriptor)
+
+    def _place_joined(self, work: _ShardWork, read: Callable[[int, int], Any]) -> None:
+        """Decode and place a job's chunks of at most one frame each (the portable layout).
+
+        ``read(a, b)`` returns the stored bytes of the job's present chunks
+        ``a:b``, one after another. The chunks of each strip decode as one zstd
+        stream into one buffer (exactly their rows: none shifted), from which
+        the wanted rows are taken with one copy.
+        """
+        rows, row_chunks, bounds, _, present, placement = work
+        r, c = self.chunks
+        stored = present[:, 0]
+        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
+        per_chunk = np.diff(bounds)
+        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        for first in range(0, len(row_chunks), batch):
+            last = min(len(row_chunks), first + batch)
+            start, stop = int(bounds[first]), int(bounds[last])
+            strip = np.empty((stop - start, c + 1), dtype=self.dtype)
+            strip[:, c] = 0
+            a, b = entry_of[first], entry_of[last]
+            if a == b:  # only chunks never written: the fill value
+                strip[:, :c] = 0
+                placement.place(start, strip)
+                continue
+            kept = np.repeat(stored[first:last], per_chunk[first:last])
+            local = rows[start:stop][kept] % r
+            counts = per_chunk[first:last][stored[first:last]]
+            decoded, picks = frame_rows(local, counts, r, r)
+            values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
+            self._inflate(read(a, b), memoryview(values), exact=True)
+            block = values.view(self._wire).reshape(decoded, c)
+            if picks is not None:  # the chunks' other rows were decoded too
+                block = block[picks]
+            if len(local) == len(strip):
+                strip[:, :c] = block
+            else:  # chunks never written hold the fill value
+                strip[:, :c] = 0
+                strip[kept, :c] = block
+            placement.place(start, strip)
+
     def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
         """Decode the joined frames of ``n_chunks`` chunks into ``values`` (exactly:
         each frame's rows are decoded once, none shifted)."""
         self._inflate(frames, memoryview(values), exact=True)
 
     def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:
+        if self._joined:
+            self._place_joined(work, lambda a, b: b"".join(blobs[a:b]))
+            return
         rows, row_chunks, bounds, col_chunks, present, placement = work
         r, c = self.chunks
         width = self.zero_column

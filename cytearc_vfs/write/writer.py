@@ -53,14 +53,15 @@ from .count_source import (
     scan_source,
 )
 from .destinations import create_destination, finish_destination
+from .row_framed import current_rule
 
 __all__ = ["WriteInfo", "write_counts"]
 
 logger = logging.getLogger(__name__)
 
 COUNT_ZSTD_LEVEL = 1
-# checksum=True: zarr writes (and every reader verifies) zstd's content
-# checksum in each frame, as the row frames of row_frames.py do
+# checksum=True: every inner chunk's zstd frame carries its content checksum,
+# which every reader verifies (ShardEncoder writes the same frames)
 COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL, checksum=True)
 Progress = Callable[[str, int, int], None]
 
@@ -316,6 +317,7 @@ def write_counts(
         value_range.nnz,
         budget,
         transpose=transpose,
+        rule=current_rule(),
     )
     root = create_destination(
         destination, overwrite=overwrite, writer="write_counts", storage_options=storage_options
