@@ -1,4 +1,9 @@
-"""Row-framed inner chunks: the format, what zarr decodes, and what the gather reader decodes."""
+"""Row-framed inner chunks: the format, what zarr decodes, and what the gather reader decodes.
+
+Row frames are the chunk encoding of stores written before the portable
+layout (tests/test_portable_layout.py); such stores keep reading exactly,
+and are written here as they were (``row_framed_writes``).
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from cytearc_vfs.encoding.row_frames import (
 from cytearc_vfs.errors import RecordShapeError
 from cytearc_vfs.format.shard_tables import SHARD_TABLE_ATTR
 from cytearc_vfs.read.shard_reader import ShardedReader
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 ENCODER = RowFrameEncoder(level=1)
 
@@ -95,7 +101,8 @@ def _stored_chunk(shard: bytes, array: zarr.Array[Any], chunk: int) -> bytes:
 
 def _store(tmp_path: Path, values: np.ndarray) -> Path:
     path = tmp_path / "s.zarr"
-    cv.write_counts(path, sp.csr_array(values))
+    with row_framed_writes():
+        cv.write_counts(path, sp.csr_array(values))
     return path
 
 
@@ -230,7 +237,8 @@ def test_framed_stores_read_like_numpy(
     values = rng.geometric(0.3, size=(n_cells, n_features)) * (300 if wide_values else 1)
     values[rng.random(values.shape) > 0.1] = 0
     path = tmp_path_factory.mktemp("framed") / "s.zarr"
-    cv.write_counts(path, sp.csr_array(values))
+    with row_framed_writes():
+        cv.write_counts(path, sp.csr_array(values))
     reader = cv.VirtualArrayReader(path)
     index = st.lists(st.integers(0, n_cells - 1), min_size=1, max_size=12)
     cells = np.array(data.draw(index | st.just(list(range(n_cells)))))

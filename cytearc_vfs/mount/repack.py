@@ -2,8 +2,11 @@
 
 An ordinary store is copied key by key (values and attributes), leaving out
 retired ``{assay}/state`` groups; its counts keep their dtype and, when their
-shards fit ``mem_budget``, their layout (otherwise the layout is halved to fit
-and replayed, which never changes identity). A mount is read through its
+shards fit ``mem_budget``, their layout policy (otherwise the policy is
+halved to fit), and are written in the portable geometry of that policy
+(``format/layout.py``): counts already in it are copied as they are, and
+row-framed counts of older stores are rewritten, which never changes
+identity. A mount is read through its
 namespace, so the output holds the artifacts of both stores, the target's
 runs and label claims, and copied counts, and no longer needs the source.
 ``data_only=True`` reads the raw counts and tables of a store that does not
@@ -92,9 +95,11 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
         budget,
         transpose=layout.counts_t is not None,
     )
-    if fitted == policy:
-        return layout
     transpose = layout.counts_t is not None
+    if fitted == policy:
+        # The policy is kept; its geometry is replayed by today's (portable)
+        # rule, so a row-framed store is rewritten and a portable one copied
+        return count_layout(layout.shape, layout.dtype, itemsize, policy, transpose=transpose)
     if fitted is None:
         smallest = count_layout(
             layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
