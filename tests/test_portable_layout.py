@@ -61,9 +61,7 @@ def _chunks(path: Path, array_path: str) -> list[tuple[tuple[int, int], bytes]]:
     found = []
     for shard in sorted((path / array_path / "c").glob("*/*")):
         raw = shard.read_bytes()
-        index = np.frombuffer(raw[-(16 * per[0] * per[1] + 4) : -4], dtype="<u8").reshape(
-            *per, 2
-        )
+        index = np.frombuffer(raw[-(16 * per[0] * per[1] + 4) : -4], dtype="<u8").reshape(*per, 2)
         shard_row, shard_col = int(shard.parent.name), int(shard.name)
         for i in range(per[0]):
             for j in range(per[1]):
@@ -205,9 +203,7 @@ def test_a_composite_of_row_framed_and_portable_sources_reads_exactly(
     portable, framed, values = stores
     other = _values(500, 1_500, seed=22)
     second = tmp_path / "second.zarr"
-    cv.write_counts(
-        second, sp.csr_array(other), cells=[f"b{i}" for i in range(500)], features=None
-    )
+    cv.write_counts(second, sp.csr_array(other), cells=[f"b{i}" for i in range(500)], features=None)
     third = tmp_path / "third.zarr"
     with row_framed_writes():
         cv.write_counts(
@@ -242,12 +238,16 @@ def test_repack_writes_a_row_framed_store_the_portable_way(
     out = tmp_path / "repacked.zarr"
     cv.repack(framed, out)
     record = zarr.open_group(out, mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
-    assert record == count_layout(values.shape, "uint16", 2, DEFAULT_POLICY, transpose=True).to_json()
+    assert (
+        record == count_layout(values.shape, "uint16", 2, DEFAULT_POLICY, transpose=True).to_json()
+    )
     for array_path in ("RNA/counts", "RNA/countsT"):
         assert all(frame_index(data) is None for _, data in _chunks(out, array_path))
     assert cv.counts_fingerprint(out) == cv.counts_fingerprint(framed)
     reader = cv.VirtualArrayReader(out)
-    np.testing.assert_array_equal(np.asarray(reader.read(np.array([5, 2_000]), None)), values[[5, 2_000]])
+    np.testing.assert_array_equal(
+        np.asarray(reader.read(np.array([5, 2_000]), None)), values[[5, 2_000]]
+    )
     # a portable store is copied as it is
     again = tmp_path / "again.zarr"
     cv.repack(out, again)

@@ -274,7 +274,12 @@ def test_countsT_chunks_are_the_fewest_rows_making_8_KiB(
     assert layout.counts_t.shards[0] % rows == 0
     # stores written before filled chunkBytes with row-framed chunks
     framed = count_layout(
-        (n_cells, 20_000), "uint8", itemsize, DEFAULT_POLICY, transpose=True, rule=row_frame_geometry
+        (n_cells, 20_000),
+        "uint8",
+        itemsize,
+        DEFAULT_POLICY,
+        transpose=True,
+        rule=row_frame_geometry,
     )
     assert framed.counts_t is not None
     assert framed.counts_t.chunks == (framed_rows, n_cells)

@@ -125,7 +125,9 @@ def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
     return ArrayGeometry((rows, chunk_cols), (shard_rows, frames.shards[1]))
 
 
-def row_frame_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy) -> ArrayGeometry:
+def row_frame_geometry(
+    n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
+) -> ArrayGeometry:
     """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``, row-frame rule.
 
     The rule of stores written before the portable layout (their inner chunks

@@ -668,7 +668,10 @@ class ShardedReader:
                     while j < len(offsets) and offsets[j] == offsets[j - 1] + sizes[j - 1]:
                         j += 1
                     length = offsets[j - 1] + sizes[j - 1] - offsets[i]
-                    if os.preadv(descriptor, [view[written : written + length]], offsets[i]) != length:
+                    if (
+                        os.preadv(descriptor, [view[written : written + length]], offsets[i])
+                        != length
+                    ):
                         raise OSError(
                             f"{path} ends before byte {offsets[i] + length}; the shard is truncated"
                         )
