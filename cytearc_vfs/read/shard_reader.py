@@ -71,6 +71,10 @@ WHOLE_SHARD_SHARE = 0.5
 # Neighbouring chunk ranges of a shard are fetched in one request while that
 # request carries at most this many bytes per byte needed.
 COALESCE_RATIO = 1.25
+# At most this many range requests per shard for chunks of the portable
+# layout: random rows touch thousands of its small chunks, and a request to
+# an object store costs far more than the few KiB between two of them.
+MAX_RANGE_REQUESTS = 16
 # Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
 # thread never holds a strip larger than this.
@@ -78,7 +82,10 @@ STRIP_BATCH_BYTES = 8 << 20
 
 
 def coalesce_ranges(
-    offsets: Sequence[int], sizes: Sequence[int], ratio: float = COALESCE_RATIO
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    ratio: float = COALESCE_RATIO,
+    max_requests: int | None = None,
 ) -> list[tuple[int, int, list[int]]]:
     """Requests covering byte ranges ``offsets[i]:offsets[i] + sizes[i]`` of one object.
 
@@ -94,6 +101,12 @@ def coalesce_ranges(
     [(0, 100, [0]), (200, 300, [1])]
     >>> coalesce_ranges([300, 0], [10, 300])  # any order; adjacent ranges always join
     [(0, 310, [1, 0])]
+
+    With ``max_requests``, requests beyond it are joined across the smallest
+    gaps first (then a request may carry more than ``ratio`` x its needs):
+
+    >>> coalesce_ranges([0, 200, 1000, 1150], [100] * 4, max_requests=2)
+    [(0, 300, [0, 1]), (1000, 1250, [2, 3])]
     """
     order = sorted(range(len(offsets)), key=lambda i: offsets[i])
     requests: list[tuple[int, int, list[int]]] = []
@@ -109,7 +122,18 @@ def coalesce_ranges(
                 continue
         requests.append((start, stop, [i]))
         needed = sizes[i]
-    return requests
+    if max_requests is None or len(requests) <= max_requests:
+        return requests
+    gaps = [requests[k + 1][0] - requests[k][1] for k in range(len(requests) - 1)]
+    joined = set(sorted(range(len(gaps)), key=gaps.__getitem__)[: len(requests) - max_requests])
+    merged = [requests[0]]
+    for k, (start, stop, members) in enumerate(requests[1:]):
+        if k in joined:
+            first, _, previous = merged[-1]
+            merged[-1] = (first, stop, [*previous, *members])
+        else:
+            merged.append((start, stop, members))
+    return merged
 
 
 def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
@@ -538,7 +562,9 @@ class ShardedReader:
                 blobs = [whole[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
             else:
                 # one request per run of ranges close enough to share one
-                runs = coalesce_ranges(offsets, sizes)
+                runs = coalesce_ranges(
+                    offsets, sizes, max_requests=MAX_RANGE_REQUESTS if self._joined else None
+                )
                 fetched_runs = await asyncio.gather(
                     *(self._store.get(key, prototype, RangeByteRequest(a, b)) for a, b, _ in runs)
                 )
