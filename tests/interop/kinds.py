@@ -260,7 +260,9 @@ def describe(store: Path, path: str) -> str:
             per_frame = rows_per_frame((chunk[0], chunk[1]), itemsize)
             frames = -(-chunk[0] // per_frame)
             row_framed = frames > 1 and policy_of(store) == ROW_FRAMED
-            text += f", {frames} row frames per chunk" if row_framed else ", one zstd frame per chunk"
+            text += (
+                f", {frames} row frames per chunk" if row_framed else ", one zstd frame per chunk"
+            )
         return text
     names = "+".join(c["name"] for c in codecs)
     return f"{dtype_name}; chunks {grid} ({names})"
