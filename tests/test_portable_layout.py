@@ -26,6 +26,7 @@ from zarr.storage import LocalStore, WrapperStore
 import cytearc_vfs as cv
 from cytearc_vfs.encoding.row_frames import frame_index
 from cytearc_vfs.format.layout import DEFAULT_POLICY, MIN_CHUNK_BYTES, count_layout
+from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
 from cytearc_vfs.read.shard_reader import ShardedReader
 from cytearc_vfs.write.row_framed import row_framed_writes
 
@@ -253,3 +254,25 @@ def test_repack_writes_a_row_framed_store_the_portable_way(
     cv.repack(out, again)
     for array_path in ("RNA/counts", "RNA/countsT"):
         assert _chunks(again, array_path) == _chunks(out, array_path)
+
+
+def test_random_cells_through_a_store_make_at_most_16_range_requests_per_shard(
+    tmp_path: Path,
+) -> None:
+    # one shard of 1,000 chunks of 2 rows; 300 random cells touch ~260 of them
+    values = _values(2_000, 3_000, seed=23)
+    path = tmp_path / "s.zarr"
+    cv.write_counts(path, sp.csr_array(values), layout=("64M", "256K"))
+    assert zarr.open_array(path, path="RNA/counts", mode="r").chunks == (2, 3_000)
+    counters = ReadCounters()
+    store = CountingStore(_Wrapped(LocalStore(path, read_only=True)), counters)
+    reader = cv.VirtualArrayReader(store)
+    cells = np.sort(np.random.default_rng(5).choice(2_000, 300, replace=False))
+    reader.read(cells[:1], None)  # the shard index, and one chunk
+    counters.reset()
+    np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
+    stats = counters.snapshot()
+    assert 1 <= stats.requests <= 16
+    # fewer bytes than the whole shard (what a read touching most chunks fetches)
+    shard = (path / "RNA/counts/c/0/0").stat().st_size
+    assert stats.bytes_read < shard
