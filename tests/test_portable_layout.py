@@ -11,6 +11,7 @@ reading, alone and in composites beside portable sources.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import zstandard
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
+import cytearc_vfs.read.shard_reader as shard_reader
 from cytearc_vfs.encoding.row_frames import frame_index
 from cytearc_vfs.format.layout import DEFAULT_POLICY, MIN_CHUNK_BYTES, count_layout
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
@@ -137,25 +139,55 @@ def test_reads_decode_only_the_touched_chunks(stores: tuple[Path, Path, np.ndarr
     assert inflated == 2 * 2 * 3_000 * 2
 
 
-def test_local_reads_fetch_only_the_touched_chunks(stores: tuple[Path, Path, np.ndarray]) -> None:
+def test_local_reads_fetch_only_the_touched_chunks(
+    stores: tuple[Path, Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
     portable, _, values = stores
-    reader = cv.VirtualArrayReader(portable)
-    fast = reader._mapping.sources[0].counts_fast
-    assert fast is not None and fast._joined and not fast._frame_reads
     cells = np.array([10, 11, 2_000])
     sizes = dict(_chunks(portable, "RNA/counts"))
     wanted = sum(len(sizes[(cell // 3, 0)]) for cell in {10, 2_000})  # 10 and 11 share a chunk
+    reader = cv.VirtualArrayReader(portable)
+    fast = reader._mapping.sources[0].counts_fast
+    assert fast is not None and fast._joined and not fast._frame_reads
+    reader.read(cells[:1], None)  # the shard index
+    if shard_reader.read_ranges is not None:  # the compiled loop: only the chunks' bytes
+        kernel = shard_reader.read_ranges
+        ranges: list[int] = []
+
+        def counted(fd: int, offsets: Any, sizes: Any, out: Any) -> int:
+            ranges.extend(sizes.tolist())
+            return kernel(fd, offsets, sizes, out)
+
+        monkeypatch.setattr(shard_reader, "read_ranges", counted)
+        np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
+        assert sum(ranges) == wanted and len(ranges) == 2
+    # without the kernel: one preadv per run of consecutive chunks, only theirs
+    monkeypatch.setattr(shard_reader, "read_ranges", None)
     preads: list[int] = []
-    original = __import__("os").preadv
+    original = os.preadv
 
     def counting(fd: int, buffers: list[Any], offset: int) -> int:
         preads.append(sum(memoryview(b).nbytes for b in buffers))
         result: int = original(fd, buffers, offset)
         return result
 
-    with mock.patch("os.preadv", counting):
-        np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
+    monkeypatch.setattr(os, "preadv", counting)
+    cells = np.array([4, 5, 1_999])  # 4 and 5 share a chunk
+    wanted = sum(len(sizes[(cell // 3, 0)]) for cell in {4, 1_999})
+    np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
     assert sum(preads) == wanted and len(preads) == 2
+
+
+def test_a_truncated_portable_shard_is_an_error(tmp_path: Path) -> None:
+    values = _values(300, 1_500, seed=24)
+    path = tmp_path / "s.zarr"
+    cv.write_counts(path, sp.csr_array(values))
+    reader = cv.VirtualArrayReader(path)
+    reader.read(np.array([0]), None)  # the shard index is kept
+    shard = path / "RNA/counts/c/0/0"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(OSError, match="truncated"):
+        reader.read(np.array([299]), None)
 
 
 class _Wrapped(WrapperStore[LocalStore]):
@@ -276,3 +308,31 @@ def test_random_cells_through_a_store_make_at_most_16_range_requests_per_shard(
     # fewer bytes than the whole shard (what a read touching most chunks fetches)
     shard = (path / "RNA/counts/c/0/0").stat().st_size
     assert stats.bytes_read < shard
+
+
+def test_read_ranges_kernel(tmp_path: Path) -> None:
+    kernels = pytest.importorskip("cytearc_vfs.encoding._kernels")
+    if not hasattr(kernels, "read_ranges"):
+        pytest.skip("no pread on this platform")
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(256)) * 4)
+    i64 = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    out = np.zeros(40, dtype=np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # 10:20 and 20:25 follow each other (one pread); then 1000:1010
+        assert kernels.read_ranges(fd, i64([10, 20, 1000]), i64([10, 5, 10]), out) == 25
+        expected = [*range(10, 25), *[(1000 + k) % 256 for k in range(10)]]
+        assert out[:25].tolist() == expected
+        with pytest.raises(EOFError, match="ends before byte 1030"):
+            kernels.read_ranges(fd, i64([1020]), i64([10]), out)
+        with pytest.raises(ValueError, match="do not fit"):
+            kernels.read_ranges(fd, i64([0]), i64([41]), out)
+        with pytest.raises(ValueError, match="negative"):
+            kernels.read_ranges(fd, i64([-1]), i64([1]), out)
+        with pytest.raises(ValueError, match="one length"):
+            kernels.read_ranges(fd, i64([0, 1]), i64([1]), out)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        kernels.read_ranges(fd, i64([0]), i64([1]), out)  # a closed descriptor

@@ -54,11 +54,13 @@ from .read_stats import CountingStore, ReadCounters
 ReadRowFrames = Callable[
     [int, int, Buffer, Buffer, Buffer, Buffer, Buffer, int], tuple[int, int] | None
 ]
+ReadRanges = Callable[[int, Buffer, Buffer, Buffer], int]
 read_row_frames: ReadRowFrames | None
+read_ranges: ReadRanges | None
 try:
-    from ..encoding._kernels import read_row_frames
+    from ..encoding._kernels import read_ranges, read_row_frames
 except ImportError:  # installed without a C compiler: chunks are read whole, in Python
-    read_row_frames = None
+    read_row_frames = read_ranges = None
 
 __all__ = ["COALESCE_RATIO", "ShardedReader", "coalesce_ranges", "fast_reader_for"]
 
@@ -210,6 +212,24 @@ def _read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) 
     finally:
         os.close(descriptor)
     return blobs
+
+
+def _pread_ranges(
+    descriptor: int, offsets: Indices, sizes: Indices, out: npt.NDArray[np.uint8]
+) -> None:
+    """``read_ranges`` in Python: the ranges one after another into ``out``."""
+    view = memoryview(out)
+    starts, lengths = offsets.tolist(), sizes.tolist()
+    written = i = 0
+    while i < len(starts):
+        j = i + 1
+        while j < len(starts) and starts[j] == starts[j - 1] + lengths[j - 1]:
+            j += 1
+        length = starts[j - 1] + lengths[j - 1] - starts[i]
+        if os.preadv(descriptor, [view[written : written + length]], starts[i]) != length:
+            raise EOFError(f"the file ends before byte {starts[i] + length}")
+        written += length
+        i = j
 
 
 class _PendingRows(NamedTuple):
@@ -680,29 +700,20 @@ class ShardedReader:
         self, path: str, chunk_offsets: Indices, chunk_sizes: Indices, work: _ShardWork
     ) -> None:
         """Read a job's touched chunks of one shard file, strip by strip, each strip's
-        chunks into one buffer (consecutive chunks in one ``pread``), and place them."""
+        chunks into one buffer (consecutive chunks in one ``pread``; with the compiled
+        ``read_ranges``, without the GIL), and place them."""
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
 
             def read(a: int, b: int) -> Any:
-                offsets, sizes = chunk_offsets[a:b].tolist(), chunk_sizes[a:b].tolist()
-                joined = thread_scratch(sum(sizes), "frames")
-                view = memoryview(joined)
-                written = i = 0
-                while i < len(offsets):
-                    j = i + 1
-                    while j < len(offsets) and offsets[j] == offsets[j - 1] + sizes[j - 1]:
-                        j += 1
-                    length = offsets[j - 1] + sizes[j - 1] - offsets[i]
-                    if (
-                        os.preadv(descriptor, [view[written : written + length]], offsets[i])
-                        != length
-                    ):
-                        raise OSError(
-                            f"{path} ends before byte {offsets[i] + length}; the shard is truncated"
-                        )
-                    written += length
-                    i = j
+                joined = thread_scratch(int(chunk_sizes[a:b].sum()), "frames")
+                try:
+                    if read_ranges is not None:
+                        read_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
+                    else:
+                        _pread_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
+                except EOFError as exc:
+                    raise OSError(f"{path}: {exc}; the shard is truncated") from None
                 return joined
 
             self._place_joined(work, read)
