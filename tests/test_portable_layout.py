@@ -12,16 +12,15 @@ reading, alone and in composites beside portable sources.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
 import zstandard
+from decode_counting import inflated_bytes
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
@@ -29,7 +28,6 @@ import cytearc_vfs.read.shard_reader as shard_reader
 from cytearc_vfs.encoding.row_frames import frame_index
 from cytearc_vfs.format.layout import DEFAULT_POLICY, MIN_CHUNK_BYTES, count_layout
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.read.shard_reader import ShardedReader
 from cytearc_vfs.write.row_framed import row_framed_writes
 
 MISSING = 2**64 - 1
@@ -110,31 +108,15 @@ def test_geometry_is_the_recorded_policy_replayed(stores: tuple[Path, Path, np.n
     assert old["counts"]["chunks"] == [87, 1_500] and old["unitBytes"] == record["unitBytes"]
 
 
-def _decoded_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.ndarray, int]:
-    inflated = 0
-    lock = threading.Lock()
-    original = ShardedReader._inflate
-
-    def counting(self: ShardedReader, data: Any, target: memoryview, **options: Any) -> None:
-        nonlocal inflated
-        with lock:
-            inflated += target.nbytes
-        original(self, data, target, **options)
-
-    with mock.patch.object(ShardedReader, "_inflate", counting):
-        block = reader.read(*selection)
-    return np.asarray(block), inflated
-
-
 def test_reads_decode_only_the_touched_chunks(stores: tuple[Path, Path, np.ndarray]) -> None:
     portable, _, values = stores
     reader = cv.VirtualArrayReader(portable)
     cells = np.array([2_999, 5, 4, 1_000, 45])  # 4 and 5 share a chunk; 45 was never written
-    block, inflated = _decoded_bytes(reader, cells, None)
+    block, inflated = inflated_bytes(reader, cells, None)
     np.testing.assert_array_equal(block, values[cells])
     assert inflated == 3 * 3 * 1_500 * 2  # three stored chunks of 3 rows
     features = np.array([7, 1_499, 6])  # countsT chunks of 2 features: 6 and 7 share one
-    block, inflated = _decoded_bytes(reader, None, features)
+    block, inflated = inflated_bytes(reader, None, features)
     np.testing.assert_array_equal(block, values[:, features])
     assert inflated == 2 * 2 * 3_000 * 2
 

@@ -681,14 +681,7 @@ class ShardedReader:
                 values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
                 self._decode_frames(frames[: got[0]], b - a, values)
                 strip = np.empty((stop - start, c + 1), dtype=self.dtype)
-                block = values.view(self._wire).reshape(decoded, c)
-                if picks is not None:  # the frames' other rows were decoded too
-                    block = block[picks]
-                if len(local) == len(strip):
-                    strip[:, :c] = block
-                else:  # chunks never written hold the fill value
-                    strip[:, :c] = 0
-                    strip[kept, :c] = block
+                self._rows_into_strip(strip, values, decoded, picks, kept)
                 strip[:, c] = 0
                 placement.place(start, strip)
                 done = last
@@ -750,15 +743,29 @@ class ShardedReader:
             decoded, picks = frame_rows(local, counts, r, r)
             values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
             self._inflate(read(a, b), memoryview(values), exact=True)
-            block = values.view(self._wire).reshape(decoded, c)
-            if picks is not None:  # the chunks' other rows were decoded too
-                block = block[picks]
-            if len(local) == len(strip):
-                strip[:, :c] = block
-            else:  # chunks never written hold the fill value
-                strip[:, :c] = 0
-                strip[kept, :c] = block
+            self._rows_into_strip(strip, values, decoded, picks, kept)
             placement.place(start, strip)
+
+    def _rows_into_strip(
+        self,
+        strip: npt.NDArray[Any],
+        values: npt.NDArray[np.uint8],
+        decoded: int,
+        picks: npt.NDArray[np.intp] | None,
+        kept: npt.NDArray[np.bool_],
+    ) -> None:
+        """Copy the wanted rows of ``values`` (``decoded`` rows, as decoded; ``picks``
+        the wanted ones, ``None``: all) into the first columns of ``strip``; the strip
+        rows whose chunk was never written (not ``kept``) hold the fill value."""
+        c = self.chunks[1]
+        block = values.view(self._wire).reshape(decoded, c)
+        if picks is not None:  # the frames' or chunks' other rows were decoded too
+            block = block[picks]
+        if len(block) == len(strip):
+            strip[:, :c] = block
+        else:
+            strip[:, :c] = 0
+            strip[kept, :c] = block
 
     def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
         """Decode the joined frames of ``n_chunks`` chunks into ``values`` (exactly:
