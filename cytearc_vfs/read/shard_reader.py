@@ -641,13 +641,9 @@ class ShardedReader:
         unless a strip holds a chunk not framed as expected), and the bytes it read.
         """
         assert read_row_frames is not None
-        rows, row_chunks, bounds, _, present, placement = work
+        rows, row_chunks, bounds, _, _, placement = work
         r, c = self.chunks
-        stored = present[:, 0]
-        # where each row chunk's entries start in offsets (missing chunks have none)
-        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
-        per_chunk = np.diff(bounds)
-        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        stored, entry_of, per_chunk, batch = self._strips(work)
         read_bytes = done = 0
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
@@ -721,12 +717,9 @@ class ShardedReader:
         stream into one buffer (exactly their rows: none shifted), from which
         the wanted rows are taken with one copy.
         """
-        rows, row_chunks, bounds, _, present, placement = work
+        rows, row_chunks, bounds, _, _, placement = work
         r, c = self.chunks
-        stored = present[:, 0]
-        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
-        per_chunk = np.diff(bounds)
-        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        stored, entry_of, per_chunk, batch = self._strips(work)
         for first in range(0, len(row_chunks), batch):
             last = min(len(row_chunks), first + batch)
             start, stop = int(bounds[first]), int(bounds[last])
@@ -745,6 +738,16 @@ class ShardedReader:
             self._inflate(read(a, b), memoryview(values), exact=True)
             self._rows_into_strip(strip, values, decoded, picks, kept)
             placement.place(start, strip)
+
+    def _strips(self, work: _ShardWork) -> tuple[npt.NDArray[np.bool_], list[int], Indices, int]:
+        """For a job of chunks spanning every column: which row chunks are stored,
+        where each one's entries start among the stored chunks' offsets (missing
+        chunks have none), the wanted rows of each, and the row chunks per strip."""
+        stored = work.present[:, 0]
+        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
+        r, c = self.chunks
+        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        return stored, entry_of, np.diff(work.bounds), batch
 
     def _rows_into_strip(
         self,
