@@ -12,6 +12,7 @@ reading, alone and in composites beside portable sources.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +319,53 @@ def test_read_ranges_kernel(tmp_path: Path) -> None:
         os.close(fd)
     with pytest.raises(OSError):
         kernels.read_ranges(fd, i64([0]), i64([1]), out)  # a closed descriptor
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "row_framed_before_issue14.zarr"
+"""A store written by ``write_counts`` before issue 14 (row frames), checked in as written:
+90 x 700 uint16, ``layout=("64K", "16K")``; its values in the ``.npz`` beside it."""
+
+
+def _fixture_values() -> np.ndarray:
+    return np.asarray(sp.load_npz(FIXTURE.with_suffix(".npz")).toarray())
+
+
+def test_a_store_written_before_issue_14_opens_and_reads_exactly(tmp_path: Path) -> None:
+    values = _fixture_values()
+    copy = tmp_path / "old.zarr"
+    shutil.copytree(FIXTURE, copy)  # opening never writes, but reads need no shared files
+    cv.open_store(copy)
+    framed = [data for _, data in _chunks(copy, "RNA/counts") if frame_index(data) is not None]
+    assert framed  # it is row-framed
+    reader = cv.VirtualArrayReader(copy)
+    cells = np.array([89, 0, 45, 31, 12])
+    np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
+    np.testing.assert_array_equal(np.asarray(reader.read(None, [699, 3])), values[:, [699, 3]])
+    np.testing.assert_array_equal(zarr.open_array(copy, path="RNA/countsT", mode="r")[:], values.T)
+    # row_framed_writes writes exactly what write_counts wrote then
+    again = tmp_path / "again.zarr"
+    with row_framed_writes():
+        cv.write_counts(
+            again,
+            sp.csr_array(values),
+            cells=[f"cell{i}" for i in range(90)],
+            features=[f"gene{j}" for j in range(700)],
+            layout=("64K", "16K"),
+        )
+    for array_path in ("RNA/counts", "RNA/countsT"):
+        assert _chunks(again, array_path) == _chunks(copy, array_path)
+    assert cv.dataset_fingerprint(again) == cv.dataset_fingerprint(copy)
+    # and a composite of it with a portable store reads exactly
+    portable = tmp_path / "new.zarr"
+    cv.write_counts(
+        portable,
+        sp.csr_array(values[::-1]),
+        cells=[f"new{i}" for i in range(90)],
+        features=[f"gene{j}" for j in range(700)],
+    )
+    composite = tmp_path / "c.zarr"
+    cv.create_composite(composite, {"old": copy, "new": portable})
+    expected = np.vstack([values, values[::-1]])
+    reader = cv.VirtualArrayReader(composite)
+    cells = np.array([5, 170, 89, 90, 100])
+    np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), expected[cells])
