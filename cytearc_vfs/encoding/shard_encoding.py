@@ -18,6 +18,7 @@ a thread pool: zstd releases the GIL.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -95,39 +96,60 @@ class ShardEncoder:
     def _encode_row_chunks(self, band: npt.NDArray[Any]) -> bytes | None:
         """:meth:`encode` for single-frame chunks of whole rows (the portable layout).
 
-        Such a chunk is a run of the band's bytes, so chunks are found and
-        compressed without a numpy call each: a portable shard holds thousands
-        of them, and per-chunk Python would cost more than their compression.
+        Such a chunk is a run of the band's bytes, compressed as it lies: no
+        block copies (only the band's last, partial chunk is padded), and each
+        chunk tested for zeros alone (a test of the whole band at once would
+        copy it as booleans, over the write's memory budget).
         """
-        r = self._chunks[0]
+        r, c = self._chunks
         data = np.ascontiguousarray(band, dtype=self._dtype)
-        if data.shape[0] % r or data.shape[1] != self._chunks[1]:  # the last band's partial chunk
-            padded = np.zeros((-(-data.shape[0] // r) * r, self._chunks[1]), dtype=self._dtype)
-            padded[: data.shape[0], : data.shape[1]] = data
+        if data.shape[1] != c:  # not a band of whole rows: pad it (never for this layout)
+            padded = np.zeros((data.shape[0], c), dtype=self._dtype)
+            padded[:, : data.shape[1]] = data
             data = padded
-        n_chunks = data.shape[0] // r
-        present = np.flatnonzero(data.reshape(n_chunks, -1).any(axis=1)).tolist()
+        n_full, tail_rows = divmod(data.shape[0], r)
+        n_chunks = n_full + (tail_rows > 0)
+        size = r * c * self._dtype.itemsize
+        flat = memoryview(data.reshape(-1).view(np.uint8))
+        tail = np.zeros((r, c), dtype=self._dtype)
+        tail[:tail_rows] = data[n_full * r :]
+        workers = max(1, getattr(self._pool, "_max_workers", 1))
+        step = max(1, -(-n_chunks // workers))
+
+        def chunk(i: int) -> tuple[npt.NDArray[Any], memoryview]:
+            if i < n_full:
+                return data[i * r : (i + 1) * r], flat[i * size : (i + 1) * size]
+            return tail, memoryview(tail.reshape(-1).view(np.uint8))
+
+        def compress(first: int) -> tuple[list[int], list[int], bytearray]:
+            """The present chunks of a run, their sizes, and their bytes one after
+            another. Each frame is appended and dropped at once: zstd's bytes
+            object keeps its worst-case output allocation (about the chunk's
+            size), so holding a shard's frames until the end would cost a band."""
+            compressor = self._encoder.compressor()  # this thread's
+            present, sizes, joined = [], [], bytearray()
+            for i in range(first, min(n_chunks, first + step)):
+                values, raw = chunk(i)
+                if values.any():  # all-zero chunks are left out
+                    frame = compressor.compress(raw)
+                    present.append(i)
+                    sizes.append(len(frame))
+                    joined += frame
+            return present, sizes, joined
+
+        runs = list(self._pool.map(compress, range(0, n_chunks, step)))
+        present = [i for run in runs for i in run[0]]
         if not present:
             return None
-        flat = memoryview(data.reshape(-1).view(np.uint8))
-        size = flat.nbytes // n_chunks
-        workers = max(1, getattr(self._pool, "_max_workers", 1))
-        step = -(-len(present) // workers)
-        runs = [present[k : k + step] for k in range(0, len(present), step)]
-
-        def compress(run: list[int]) -> list[bytes]:
-            compressor = self._encoder.compressor()  # this thread's
-            return [compressor.compress(flat[i * size : (i + 1) * size]) for i in run]
-
-        parts = [part for run in self._pool.map(compress, runs) for part in run]
-        sizes = np.fromiter(map(len, parts), dtype="<u8", count=len(parts))
+        sizes = np.array([size for run in runs for size in run[1]], dtype="<u8")
+        parts = [run[2] for run in runs]
         index = np.full((self._grid[0], 1, 2), MISSING, dtype="<u8")
         index[present, 0, 0] = np.cumsum(sizes) - sizes
         index[present, 0, 1] = sizes
         return _with_index(parts, index)
 
 
-def _with_index(parts: list[bytes], index: npt.NDArray[np.uint64]) -> bytes:
+def _with_index(parts: Sequence[bytes | bytearray], index: npt.NDArray[np.uint64]) -> bytes:
     """A shard: its chunks, then their index and the index's crc32c."""
     index_bytes = index.tobytes()
     checksum = np.array([google_crc32c.value(index_bytes)], dtype="<u4").tobytes()

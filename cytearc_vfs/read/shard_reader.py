@@ -735,7 +735,7 @@ class ShardedReader:
             counts = per_chunk[first:last][stored[first:last]]
             decoded, picks = frame_rows(local, counts, r, r)
             values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
-            self._inflate(read(a, b), memoryview(values), exact=True)
+            self._decode_frames(read(a, b), b - a, values)
             self._rows_into_strip(strip, values, decoded, picks, kept)
             placement.place(start, strip)
 
@@ -762,7 +762,9 @@ class ShardedReader:
         rows whose chunk was never written (not ``kept``) hold the fill value."""
         c = self.chunks[1]
         block = values.view(self._wire).reshape(decoded, c)
-        if picks is not None:  # the frames' or chunks' other rows were decoded too
+        # the frames' or chunks' other rows were decoded too (unless every decoded
+        # row is wanted: rows are sorted and unique, so then they are all, in order)
+        if picks is not None and len(picks) != decoded:
             block = block[picks]
         if len(block) == len(strip):
             strip[:, :c] = block
@@ -771,8 +773,9 @@ class ShardedReader:
             strip[kept, :c] = block
 
     def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
-        """Decode the joined frames of ``n_chunks`` chunks into ``values`` (exactly:
-        each frame's rows are decoded once, none shifted)."""
+        """Decode the joined frames of ``n_chunks`` chunks (their wanted rows' row frames,
+        or whole portable chunks) into ``values`` (exactly: each frame's rows are
+        decoded once, none shifted)."""
         self._inflate(frames, memoryview(values), exact=True)
 
     def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:
