@@ -258,7 +258,7 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("n_cells", "itemsize", "rows", "framed_rows"),
     [
-        (1_000, 1, 9, 262),  # the fewest cells rows making 8 KiB; row frames filled 256 KiB
+        (1_000, 1, 9, 262),  # the fewest rows making 8 KiB; row-framed chunks filled 256 KiB
         (759, 2, 6, 172),
         (10_000, 1, 1, 26),
         (100_000, 1, 1, 2),
