@@ -22,7 +22,7 @@ from zarr.codecs import ZstdCodec
 
 import cytearc_vfs as cv
 import cytearc_vfs.encoding.row_frames as row_frames
-import cytearc_vfs.write.writer as writer
+import cytearc_vfs.write.shards as writer
 
 
 def generated_counts(n_cells: int, n_genes: int, seed: int = 1) -> sp.csr_array:

@@ -1,11 +1,15 @@
 """Exploration for issue 14: which portable chunk encoding should replace row frames?
 
+Decided: ``b`` (what ``write_counts`` writes since; docs/layout.md, and
+``bench_portable.py`` for the tracked comparison).
+
 A throwaway measurement, not a benchmark the project tracks. One generated
 count matrix per shape (uint16, 5 % non-zero, mostly 1-3 with a long tail)
 is stored as ``counts`` and ``countsT`` of a full CyteArc store in these
 encodings:
 
-``a``   today's writer (``cv.write_counts``): sharded, large inner chunks
+``a``   the writer before issue 14 (``cv.write_counts`` inside
+        ``row_framed_writes``): sharded, large inner chunks
         (``chunkBytes`` 256 KiB), each chunk several zstd "row frames" plus
         a skippable index frame.
 ``a0``  the same geometry written by zarr-python: one zstd frame per inner
@@ -70,6 +74,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 import cytearc_vfs as cv
 from cytearc_vfs.encoding.row_frames import FRAME_MIN_BYTES
 from cytearc_vfs.read.shard_reader import fast_reader_for
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 # the readers of the interop table (tests/interop), so both speak of the same readers
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -388,7 +393,8 @@ def run_shape(
     dense = matrix.toarray()
     base = workdir / "a.zarr"
     start = time.perf_counter()
-    info = cv.write_counts(base, matrix)
+    with row_framed_writes():  # the encoding the exploration started from
+        info = cv.write_counts(base, matrix)
     a_seconds = time.perf_counter() - start
     if info.dtype != np.uint16:
         raise SystemExit(f"write_counts stored {info.dtype}; this exploration expects uint16")

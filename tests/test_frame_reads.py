@@ -1,4 +1,9 @@
-"""Local row frames read by the compiled loop: only the wanted rows' frames, the same values."""
+"""Local row frames read by the compiled loop: only the wanted rows' frames, the same values.
+
+Row frames are the chunk encoding of stores written before the portable
+layout; those stores keep reading so, and are written here as they were
+(``row_framed_writes``).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import zarr
 import cytearc_vfs as cv
 import cytearc_vfs.read.shard_reader as shard_reader
 from cytearc_vfs.encoding.row_frames import frame_index, frame_rows
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 kernels = pytest.importorskip("cytearc_vfs.encoding._kernels")
 if not hasattr(kernels, "read_row_frames"):
@@ -34,7 +40,8 @@ def wide(tmp_path: Path) -> tuple[Path, np.ndarray]:
     values[ZERO_ROWS] = 0
     values[1, 1] = 1000  # keeps the store uint16: rows of 9,000 bytes
     path = tmp_path / "wide.zarr"
-    cv.write_counts(path, sp.csr_array(values), layout=LAYOUT)
+    with row_framed_writes():
+        cv.write_counts(path, sp.csr_array(values), layout=LAYOUT)
     return path, values
 
 
@@ -50,7 +57,8 @@ def narrow(tmp_path: Path) -> tuple[Path, np.ndarray]:
     values[64:96] = 0  # a whole chunk never written
     values[1, 1] = 1000
     path = tmp_path / "narrow.zarr"
-    cv.write_counts(path, sp.csr_array(values), layout=LAYOUT)
+    with row_framed_writes():
+        cv.write_counts(path, sp.csr_array(values), layout=LAYOUT)
     return path, values
 
 

@@ -1,17 +1,21 @@
-"""Row-framed inner chunks: the format, what zarr decodes, and what the gather reader decodes."""
+"""Row-framed inner chunks: the format, what zarr decodes, and what the gather reader decodes.
+
+Row frames are the chunk encoding of stores written before the portable
+layout (tests/test_portable_layout.py); such stores keep reading exactly,
+and are written here as they were (``row_framed_writes``).
+"""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
 import zstandard
+from decode_counting import inflated_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numcodecs import Zstd
@@ -26,7 +30,7 @@ from cytearc_vfs.encoding.row_frames import (
 )
 from cytearc_vfs.errors import RecordShapeError
 from cytearc_vfs.format.shard_tables import SHARD_TABLE_ATTR
-from cytearc_vfs.read.shard_reader import ShardedReader
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 ENCODER = RowFrameEncoder(level=1)
 
@@ -95,7 +99,8 @@ def _stored_chunk(shard: bytes, array: zarr.Array[Any], chunk: int) -> bytes:
 
 def _store(tmp_path: Path, values: np.ndarray) -> Path:
     path = tmp_path / "s.zarr"
-    cv.write_counts(path, sp.csr_array(values))
+    with row_framed_writes():
+        cv.write_counts(path, sp.csr_array(values))
     return path
 
 
@@ -120,31 +125,14 @@ def test_written_chunks_are_row_frames(tmp_path: Path, wide: np.ndarray) -> None
     np.testing.assert_array_equal(counts[:], wide)
 
 
-def _inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.ndarray, int]:
-    """The block read, and the bytes zstd decompressed for it (both decode paths)."""
-    inflated = 0
-    lock = threading.Lock()
-    original = ShardedReader._inflate
-
-    def counting(self: ShardedReader, data: Any, target: memoryview, **options: Any) -> None:
-        nonlocal inflated
-        with lock:
-            inflated += target.nbytes
-        original(self, data, target, **options)
-
-    with mock.patch.object(ShardedReader, "_inflate", counting):
-        block = reader.read(*selection)
-    return block, inflated
-
-
 def test_a_feature_read_decodes_only_its_frames(tmp_path: Path, wide: np.ndarray) -> None:
     reader = cv.VirtualArrayReader(_store(tmp_path, wide))
     features = np.array([17, 3, 3])
-    block, inflated = _inflated_bytes(reader, None, features)
+    block, inflated = inflated_bytes(reader, None, features)
     np.testing.assert_array_equal(block, wide[:, features])
     assert inflated == 2 * 9_000  # two distinct features of one byte per cell
     # consecutive features decode as one stream, still only their rows
-    block, inflated = _inflated_bytes(reader, None, np.arange(5, 9))
+    block, inflated = inflated_bytes(reader, None, np.arange(5, 9))
     np.testing.assert_array_equal(block, wide[:, 5:9])
     assert inflated == 4 * 9_000
 
@@ -153,7 +141,7 @@ def test_a_cell_read_decodes_the_frames_of_its_rows(tmp_path: Path, wide: np.nda
     reader = cv.VirtualArrayReader(_store(tmp_path, wide))
     per_frame = -(-FRAME_MIN_BYTES // 200)
     cells = np.array([8_999, 5, 6, 4_000])
-    block, inflated = _inflated_bytes(reader, cells, None)
+    block, inflated = inflated_bytes(reader, cells, None)
     np.testing.assert_array_equal(block, wide[cells])
     # cells 5 and 6 share a frame; the last frame of the array is the chunk's last
     assert inflated <= 3 * per_frame * 200
@@ -230,7 +218,8 @@ def test_framed_stores_read_like_numpy(
     values = rng.geometric(0.3, size=(n_cells, n_features)) * (300 if wide_values else 1)
     values[rng.random(values.shape) > 0.1] = 0
     path = tmp_path_factory.mktemp("framed") / "s.zarr"
-    cv.write_counts(path, sp.csr_array(values))
+    with row_framed_writes():
+        cv.write_counts(path, sp.csr_array(values))
     reader = cv.VirtualArrayReader(path)
     index = st.lists(st.integers(0, n_cells - 1), min_size=1, max_size=12)
     cells = np.array(data.draw(index | st.just(list(range(n_cells)))))

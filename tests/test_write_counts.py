@@ -13,7 +13,7 @@ import zarr
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
-from cytearc_vfs.format.layout import DEFAULT_POLICY, count_layout
+from cytearc_vfs.format.layout import DEFAULT_POLICY, count_layout, row_frame_geometry
 from cytearc_vfs.format.records import COUNT_LAYOUT_ATTR
 from cytearc_vfs.format.tables import read_table
 
@@ -256,16 +256,30 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("n_cells", "itemsize", "rows"),
+    ("n_cells", "itemsize", "rows", "framed_rows"),
     [
-        (1_000, 1, 262),  # as many features as fill chunkBytes (256 KiB)
-        (759, 2, 172),
-        (10_000, 1, 26),
-        (100_000, 1, 2),
+        (1_000, 1, 9, 262),  # the fewest rows making 8 KiB; row-framed chunks filled 256 KiB
+        (759, 2, 6, 172),
+        (10_000, 1, 1, 26),
+        (100_000, 1, 1, 2),
     ],
 )
-def test_countsT_chunks_fill_chunk_bytes(n_cells: int, itemsize: int, rows: int) -> None:
-    # row frames (row_frames.py), not small chunks, make single features cheap to read
+def test_countsT_chunks_are_the_fewest_rows_making_8_KiB(
+    n_cells: int, itemsize: int, rows: int, framed_rows: int
+) -> None:
+    # small single-frame chunks (portable for every reader) make single features cheap to read
     layout = count_layout((n_cells, 20_000), "uint8", itemsize, DEFAULT_POLICY, transpose=True)
     assert layout.counts_t is not None
     assert layout.counts_t.chunks == (rows, n_cells)
+    assert layout.counts_t.shards[0] % rows == 0
+    # stores written before filled chunkBytes with row-framed chunks
+    framed = count_layout(
+        (n_cells, 20_000),
+        "uint8",
+        itemsize,
+        DEFAULT_POLICY,
+        transpose=True,
+        rule=row_frame_geometry,
+    )
+    assert framed.counts_t is not None
+    assert framed.counts_t.chunks == (framed_rows, n_cells)

@@ -190,7 +190,8 @@ class RowFrameEncoder:
     def __init__(self, *, level: int) -> None:
         self._level = level
 
-    def _compressor(self) -> zstandard.ZstdCompressor:
+    def compressor(self) -> zstandard.ZstdCompressor:
+        """This thread's compressor: content size and checksum in every frame."""
         compressors: dict[int, zstandard.ZstdCompressor] = _THREAD.__dict__.setdefault(
             "compressors", {}
         )
@@ -203,7 +204,7 @@ class RowFrameEncoder:
 
     def encode(self, block: npt.NDArray[Any], *, rows_per_frame: int) -> bytes:
         """The stored bytes of ``block`` (a C-contiguous chunk, little-endian values)."""
-        compressor = self._compressor()
+        compressor = self.compressor()
         rows = block.shape[0]
         data = memoryview(block).cast("B")  # C-contiguous: whole rows are byte runs
         row_bytes = block.strides[0]

@@ -4,8 +4,11 @@ zarr's sharding codec spends a few hundred microseconds of Python per inner
 chunk when it writes, which dominates a count write with hundreds of chunks
 per shard. A writer that holds a complete shard band can encode it itself:
 each inner chunk is the little-endian ``bytes`` of its values compressed by
-zstd as row frames (:mod:`~cytearc_vfs.encoding.row_frames`; what ``ZstdCodec``
-decodes), all-zero chunks are left out (as
+zstd, with its content size and checksum: one plain frame, exactly what
+``ZstdCodec`` writes and every Zarr reader decodes, for the portable geometry
+(inner chunks of about 8 KiB, ``format/layout.py``); chunks of the older
+row-frame geometry, larger than one frame, become row frames
+(:mod:`~cytearc_vfs.encoding.row_frames`). All-zero chunks are left out (as
 zarr does when ``write_empty_chunks`` is off), and the shard ends with the
 index of ``(offset, nbytes)`` pairs, ``uint64`` little-endian, ``2**64-1`` for
 a missing chunk, followed by its crc32c (the format of the Zarr v3
@@ -15,6 +18,7 @@ a thread pool: zstd releases the GIL.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -63,6 +67,8 @@ class ShardEncoder:
 
     def encode(self, band: npt.NDArray[Any]) -> bytes | None:
         """The shard bytes of ``band`` (at most one shard of rows), or ``None`` if all zero."""
+        if self._grid[1] == 1 and self._rows_per_frame >= self._chunks[0]:
+            return self._encode_row_chunks(band)
         rows, cols = self._grid
         coords = [(i, j) for i in range(rows) for j in range(cols)]
         # one task per worker over a contiguous run of chunks keeps dispatch cheap
@@ -85,6 +91,66 @@ class ShardEncoder:
             offset += len(data)
         if not parts:
             return None
-        index_bytes = index.tobytes()
-        checksum = np.array([google_crc32c.value(index_bytes)], dtype="<u4").tobytes()
-        return b"".join([*parts, index_bytes, checksum])
+        return _with_index(parts, index)
+
+    def _encode_row_chunks(self, band: npt.NDArray[Any]) -> bytes | None:
+        """:meth:`encode` for single-frame chunks of whole rows (the portable layout).
+
+        Such a chunk is a run of the band's bytes, compressed as it lies: no
+        block copies (only the band's last, partial chunk is padded), and each
+        chunk tested for zeros alone (a test of the whole band at once would
+        copy it as booleans, over the write's memory budget).
+        """
+        r, c = self._chunks
+        data = np.ascontiguousarray(band, dtype=self._dtype)
+        if data.shape[1] != c:  # not a band of whole rows: pad it (never for this layout)
+            padded = np.zeros((data.shape[0], c), dtype=self._dtype)
+            padded[:, : data.shape[1]] = data
+            data = padded
+        n_full, tail_rows = divmod(data.shape[0], r)
+        n_chunks = n_full + (tail_rows > 0)
+        size = r * c * self._dtype.itemsize
+        flat = memoryview(data.reshape(-1).view(np.uint8))
+        tail = np.zeros((r, c), dtype=self._dtype)
+        tail[:tail_rows] = data[n_full * r :]
+        workers = max(1, getattr(self._pool, "_max_workers", 1))
+        step = max(1, -(-n_chunks // workers))
+
+        def chunk(i: int) -> tuple[npt.NDArray[Any], memoryview]:
+            if i < n_full:
+                return data[i * r : (i + 1) * r], flat[i * size : (i + 1) * size]
+            return tail, memoryview(tail.reshape(-1).view(np.uint8))
+
+        def compress(first: int) -> tuple[list[int], list[int], bytearray]:
+            """The present chunks of a run, their sizes, and their bytes one after
+            another. Each frame is appended and dropped at once: zstd's bytes
+            object keeps its worst-case output allocation (about the chunk's
+            size), so holding a shard's frames until the end would cost a band."""
+            compressor = self._encoder.compressor()  # this thread's
+            present, sizes, joined = [], [], bytearray()
+            for i in range(first, min(n_chunks, first + step)):
+                values, raw = chunk(i)
+                if values.any():  # all-zero chunks are left out
+                    frame = compressor.compress(raw)
+                    present.append(i)
+                    sizes.append(len(frame))
+                    joined += frame
+            return present, sizes, joined
+
+        runs = list(self._pool.map(compress, range(0, n_chunks, step)))
+        present = [i for run in runs for i in run[0]]
+        if not present:
+            return None
+        sizes = np.array([size for run in runs for size in run[1]], dtype="<u8")
+        parts = [run[2] for run in runs]
+        index = np.full((self._grid[0], 1, 2), MISSING, dtype="<u8")
+        index[present, 0, 0] = np.cumsum(sizes) - sizes
+        index[present, 0, 1] = sizes
+        return _with_index(parts, index)
+
+
+def _with_index(parts: Sequence[bytes | bytearray], index: npt.NDArray[np.uint64]) -> bytes:
+    """A shard: its chunks, then their index and the index's crc32c."""
+    index_bytes = index.tobytes()
+    checksum = np.array([google_crc32c.value(index_bytes)], dtype="<u4").tobytes()
+    return b"".join([*parts, index_bytes, checksum])

@@ -6,10 +6,21 @@ memory and writes at once). Both orientations are derived from the same
 policy, so a ``countsT`` writer or a reader can replay the geometry from the
 record alone. Halving a policy halves both numbers, which keeps the number of
 chunks per shard.
+
+Two geometry rules exist. Stores written from issue 14 on use the *portable*
+rule (:func:`array_geometry`): inner chunks of the fewest whole rows that make
+:data:`MIN_CHUNK_BYTES` (8 KiB), each one plain zstd frame, so every Zarr
+reader decodes every chunk as it is. Stores written before used the
+*row-frame* rule (:func:`row_frame_geometry`): inner chunks of ``chunkBytes``
+whose zstd stream holds one frame per 8 KiB of rows plus a skippable index
+(``encoding/row_frames.py``). A record's own geometry says which rule wrote
+it; where the two rules agree, the row-frame chunks were single plain frames
+anyway, so the store is portable either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .records import ArrayGeometry, CountLayout
@@ -19,15 +30,22 @@ __all__ = [
     "DEFAULT_MEM_BUDGET",
     "DEFAULT_POLICY",
     "LayoutPolicy",
+    "GeometryRule",
     "LayoutTooLargeError",
+    "MIN_CHUNK_BYTES",
     "array_geometry",
     "count_layout",
     "fit_policy",
     "require_fit",
+    "row_frame_geometry",
     "write_cost",
 ]
 
 DEFAULT_MEM_BUDGET = 2 * 1024**3
+#: The portable rule's inner chunk: the fewest whole rows of at least this many
+#: bytes (the size of one row frame before): smaller zstd frames compress
+#: worse, larger ones cost a single-cell read more decoding.
+MIN_CHUNK_BYTES = 8 * 1024
 # Bytes of working memory a sparse band costs per non-zero beyond its dense
 # form: a CSR copy (value + int32 index), a COO piece while transposing
 # (value + two int64 coordinates) and scipy's sort buffer.
@@ -83,16 +101,47 @@ DEFAULT_POLICY = LayoutPolicy()
 
 
 def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy) -> ArrayGeometry:
-    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``.
+    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy`` (portable rule).
+
+    Columns are split as in :func:`row_frame_geometry` (blocks of ``chunkBytes``
+    when a row is wider), but an inner chunk holds only the fewest whole rows
+    that make :data:`MIN_CHUNK_BYTES`, never more rows than ``chunkBytes``
+    allows. A shard is the row-frame rule's band of rows rounded up to whole
+    chunks, so a band write still touches one shard and holds about
+    ``unitBytes``. Each inner chunk is one plain zstd frame: standard for every
+    Zarr reader, and a single-cell read decodes about 8 KiB, as a row frame was.
+
+    >>> array_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
+    ArrayGeometry(chunks=(4, 100), shards=(40, 100))
+    >>> array_geometry(200_000, 3_000, 2, LayoutPolicy())  # 6 KB rows: chunks of 2 rows
+    ArrayGeometry(chunks=(2, 3000), shards=(11180, 3000))
+    >>> array_geometry(20_000, 200_000, 2, LayoutPolicy())  # wide rows: 256 KiB column blocks
+    ArrayGeometry(chunks=(1, 131072), shards=(128, 262144))
+    """
+    frames = row_frame_geometry(n_rows, n_cols, itemsize, policy)
+    chunk_rows, chunk_cols = frames.chunks
+    rows = min(chunk_rows, max(1, -(-MIN_CHUNK_BYTES // (chunk_cols * itemsize))))
+    shard_rows = rows * -(-frames.shards[0] // rows)
+    return ArrayGeometry((rows, chunk_cols), (shard_rows, frames.shards[1]))
+
+
+def row_frame_geometry(
+    n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
+) -> ArrayGeometry:
+    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``, row-frame rule.
+
+    The rule of stores written before the portable layout (their inner chunks
+    are row-framed, ``encoding/row_frames.py``); still used to write such
+    stores for tests and fixtures, and by benchmarks comparing the two.
 
     A shard is a band of whole rows across every column, so a band write
     touches one shard. An inner chunk spans all columns when a row fits in
     ``chunkBytes`` and holds as many rows as fit; wider rows are split into
     column blocks of ``chunkBytes``.
 
-    >>> array_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
+    >>> row_frame_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
     ArrayGeometry(chunks=(4, 100), shards=(40, 100))
-    >>> array_geometry(10, 5000, 4, LayoutPolicy(4000, 400))
+    >>> row_frame_geometry(10, 5000, 4, LayoutPolicy(4000, 400))
     ArrayGeometry(chunks=(1, 100), shards=(1, 5000))
     """
     rows = max(n_rows, 1)
@@ -106,20 +155,30 @@ def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
     return ArrayGeometry((chunk_rows, chunk_cols), (shard_rows, shard_cols))
 
 
+GeometryRule = Callable[[int, int, int, LayoutPolicy], ArrayGeometry]
+"""A geometry rule: :func:`array_geometry` (what writers write) or :func:`row_frame_geometry`."""
+
+
 def count_layout(
-    shape: tuple[int, int], dtype: str, itemsize: int, policy: LayoutPolicy, *, transpose: bool
+    shape: tuple[int, int],
+    dtype: str,
+    itemsize: int,
+    policy: LayoutPolicy,
+    *,
+    transpose: bool,
+    rule: GeometryRule = array_geometry,
 ) -> CountLayout:
-    """The full layout record of a count matrix of ``shape`` under ``policy``."""
+    """The full layout record of a count matrix of ``shape`` under ``policy`` and ``rule``."""
     n_cells, n_features = shape
     return CountLayout(
         unit_bytes=policy.unit_bytes,
         chunk_bytes=policy.chunk_bytes,
         shape=(n_cells, n_features),
         dtype=dtype,
-        counts=array_geometry(n_cells, n_features, itemsize, policy),
-        # countsT chunks are as large as counts chunks: their row frames
-        # (row_frames.py) let a feature read decode one feature, not the chunk
-        counts_t=array_geometry(n_features, n_cells, itemsize, policy) if transpose else None,
+        counts=rule(n_cells, n_features, itemsize, policy),
+        # countsT chunks follow the same rule: a feature read decodes about
+        # MIN_CHUNK_BYTES, as counts chunks make a cell read
+        counts_t=rule(n_features, n_cells, itemsize, policy) if transpose else None,
     )
 
 
@@ -160,6 +219,7 @@ def fit_policy(
     mem_budget: int,
     *,
     transpose: bool,
+    rule: GeometryRule = array_geometry,
 ) -> LayoutPolicy | None:
     """The largest halving of ``policy`` whose write fits ``mem_budget``, or ``None``.
 
@@ -168,7 +228,7 @@ def fit_policy(
     """
     current = policy
     while True:
-        layout = count_layout(shape, dtype, itemsize, current, transpose=transpose)
+        layout = count_layout(shape, dtype, itemsize, current, transpose=transpose, rule=rule)
         if write_cost(layout, itemsize, nnz) <= mem_budget:
             return current
         one_row = layout.counts.shards[0] == 1 and (
@@ -188,17 +248,20 @@ def require_fit(
     mem_budget: int,
     *,
     transpose: bool,
+    rule: GeometryRule = array_geometry,
 ) -> CountLayout:
     """Return the layout of ``policy`` if its write fits, else refuse naming the fix.
 
     Imports use a policy exactly or not at all (spec, "Count layout"), so the
     refusal names the largest halving that fits instead of applying it.
     """
-    layout = count_layout(shape, dtype, itemsize, policy, transpose=transpose)
+    layout = count_layout(shape, dtype, itemsize, policy, transpose=transpose, rule=rule)
     cost = write_cost(layout, itemsize, nnz)
     if cost <= mem_budget:
         return layout
-    fitting = fit_policy(policy, shape, dtype, itemsize, nnz, mem_budget, transpose=transpose)
+    fitting = fit_policy(
+        policy, shape, dtype, itemsize, nnz, mem_budget, transpose=transpose, rule=rule
+    )
     what = "counts write" + (" and countsT transpose" if transpose else "")
     if fitting is None:
         remedy = (

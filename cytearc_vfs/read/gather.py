@@ -153,8 +153,8 @@ def _choose(
     t_chunks = count_cols(transposed.chunks[0]) * count_rows(transposed.chunks[1])
     t_bytes = t_chunks * transposed.chunks[0] * transposed.chunks[1] * itemsize
     # On a tie (a small store is often one chunk each way) the orientation
-    # whose rows are the smaller share of the selection wins: row frames
-    # (row_frames.py) decode only the selected rows of a chunk.
+    # whose rows are the smaller share of the selection wins: small chunks
+    # (and the row frames of older stores) decode about the selected rows only.
     n_cells, n_features = layout.shape
     if t_bytes < counts_bytes or (
         t_bytes == counts_bytes and count_cols(1) * n_cells < count_rows(1) * n_features

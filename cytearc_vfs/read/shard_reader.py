@@ -8,6 +8,15 @@ only the touched chunks' byte ranges are fetched (coalesced by the store's
 ``get_ranges``, or the whole shard when most of it is needed), and each
 touched chunk is decoded exactly once by zstd on a worker thread.
 
+Two chunk encodings are read. The portable layout (``format/layout.py``, what
+writers write from issue 14 on) has inner chunks of a few rows, each one
+plain zstd frame: the touched chunks of a run of row chunks are fetched
+together (local files with ``pread``, consecutive chunks in one call) and
+decoded as one zstd stream, into one buffer, from which the wanted rows are
+taken. Stores written before hold large row-framed chunks
+(``encoding/row_frames.py``): only the frames of the wanted rows are read and
+decoded (on a local disk by the compiled ``read_row_frames``).
+
 The selected rows of each row chunk are handed, as one *strip*, to a
 :class:`~cytearc_vfs.read.placement.Placement` on that same worker thread, which
 writes them straight into the caller's output. So a read makes no
@@ -45,11 +54,13 @@ from .read_stats import CountingStore, ReadCounters
 ReadRowFrames = Callable[
     [int, int, Buffer, Buffer, Buffer, Buffer, Buffer, int], tuple[int, int] | None
 ]
+ReadRanges = Callable[[int, Buffer, Buffer, Buffer], int]
 read_row_frames: ReadRowFrames | None
+read_ranges: ReadRanges | None
 try:
-    from ..encoding._kernels import read_row_frames
+    from ..encoding._kernels import read_ranges, read_row_frames
 except ImportError:  # installed without a C compiler: chunks are read whole, in Python
-    read_row_frames = None
+    read_row_frames = read_ranges = None
 
 __all__ = ["COALESCE_RATIO", "ShardedReader", "coalesce_ranges", "fast_reader_for"]
 
@@ -62,6 +73,10 @@ WHOLE_SHARD_SHARE = 0.5
 # Neighbouring chunk ranges of a shard are fetched in one request while that
 # request carries at most this many bytes per byte needed.
 COALESCE_RATIO = 1.25
+# At most this many range requests per shard for chunks of the portable
+# layout: random rows touch thousands of its small chunks, and a request to
+# an object store costs far more than the few KiB between two of them.
+MAX_RANGE_REQUESTS = 16
 # Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
 # thread never holds a strip larger than this.
@@ -69,7 +84,10 @@ STRIP_BATCH_BYTES = 8 << 20
 
 
 def coalesce_ranges(
-    offsets: Sequence[int], sizes: Sequence[int], ratio: float = COALESCE_RATIO
+    offsets: Sequence[int],
+    sizes: Sequence[int],
+    ratio: float = COALESCE_RATIO,
+    max_requests: int | None = None,
 ) -> list[tuple[int, int, list[int]]]:
     """Requests covering byte ranges ``offsets[i]:offsets[i] + sizes[i]`` of one object.
 
@@ -85,6 +103,12 @@ def coalesce_ranges(
     [(0, 100, [0]), (200, 300, [1])]
     >>> coalesce_ranges([300, 0], [10, 300])  # any order; adjacent ranges always join
     [(0, 310, [1, 0])]
+
+    With ``max_requests``, requests beyond it are joined across the smallest
+    gaps first (then a request may carry more than ``ratio`` x its needs):
+
+    >>> coalesce_ranges([0, 200, 1000, 1150], [100] * 4, max_requests=2)
+    [(0, 300, [0, 1]), (1000, 1250, [2, 3])]
     """
     order = sorted(range(len(offsets)), key=lambda i: offsets[i])
     requests: list[tuple[int, int, list[int]]] = []
@@ -100,7 +124,18 @@ def coalesce_ranges(
                 continue
         requests.append((start, stop, [i]))
         needed = sizes[i]
-    return requests
+    if max_requests is None or len(requests) <= max_requests:
+        return requests
+    gaps = [requests[k + 1][0] - requests[k][1] for k in range(len(requests) - 1)]
+    joined = set(sorted(range(len(gaps)), key=gaps.__getitem__)[: len(requests) - max_requests])
+    merged = [requests[0]]
+    for k, (start, stop, members) in enumerate(requests[1:]):
+        if k in joined:
+            first, _, previous = merged[-1]
+            merged[-1] = (first, stop, [*previous, *members])
+        else:
+            merged.append((start, stop, members))
+    return merged
 
 
 def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
@@ -179,6 +214,24 @@ def _read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) 
     return blobs
 
 
+def _pread_ranges(
+    descriptor: int, offsets: Indices, sizes: Indices, out: npt.NDArray[np.uint8]
+) -> None:
+    """``read_ranges`` in Python: the ranges one after another into ``out``."""
+    view = memoryview(out)
+    starts, lengths = offsets.tolist(), sizes.tolist()
+    written = i = 0
+    while i < len(starts):
+        j = i + 1
+        while j < len(starts) and starts[j] == starts[j - 1] + lengths[j - 1]:
+            j += 1
+        length = starts[j - 1] + lengths[j - 1] - starts[i]
+        if os.preadv(descriptor, [view[written : written + length]], starts[i]) != length:
+            raise EOFError(f"the file ends before byte {starts[i] + length}")
+        written += length
+        i = j
+
+
 class _PendingRows(NamedTuple):
     """One-row frames of a strip, waiting to be decoded together."""
 
@@ -252,6 +305,9 @@ class ShardedReader:
             and chunks[0] >= 2
             and self._rows_per_frame < chunks[0]  # else one plain frame, no index
         )
+        # Chunks of at most one frame's rows spanning every column (the
+        # portable layout): a strip's touched chunks decode as one stream.
+        self._joined = self.col_chunks == 1 and self._rows_per_frame >= chunks[0]
 
     def _key(self, shard_row: int) -> str:
         return f"{self._path}/c/{shard_row}/0"
@@ -526,7 +582,9 @@ class ShardedReader:
                 blobs = [whole[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
             else:
                 # one request per run of ranges close enough to share one
-                runs = coalesce_ranges(offsets, sizes)
+                runs = coalesce_ranges(
+                    offsets, sizes, max_requests=MAX_RANGE_REQUESTS if self._joined else None
+                )
                 fetched_runs = await asyncio.gather(
                     *(self._store.get(key, prototype, RangeByteRequest(a, b)) for a, b, _ in runs)
                 )
@@ -553,6 +611,11 @@ class ShardedReader:
         work: _ShardWork,
     ) -> None:
         read_bytes = 0
+        if self._joined:
+            self._read_local_joined(path, offsets, sizes, work)
+            if counters is not None:
+                counters.add(nbytes=int(sizes.sum()), requests=1)
+            return
         if self._frame_reads:
             done, done_chunks, read_bytes = self._read_local_frames(path, offsets, sizes, work)
             # a chunk not framed as expected (zarr rewrote it as one frame):
@@ -578,13 +641,9 @@ class ShardedReader:
         unless a strip holds a chunk not framed as expected), and the bytes it read.
         """
         assert read_row_frames is not None
-        rows, row_chunks, bounds, _, present, placement = work
+        rows, row_chunks, bounds, _, _, placement = work
         r, c = self.chunks
-        stored = present[:, 0]
-        # where each row chunk's entries start in offsets (missing chunks have none)
-        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
-        per_chunk = np.diff(bounds)
-        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        stored, entry_of, per_chunk, batch = self._strips(work)
         read_bytes = done = 0
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
@@ -618,14 +677,7 @@ class ShardedReader:
                 values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
                 self._decode_frames(frames[: got[0]], b - a, values)
                 strip = np.empty((stop - start, c + 1), dtype=self.dtype)
-                block = values.view(self._wire).reshape(decoded, c)
-                if picks is not None:  # the frames' other rows were decoded too
-                    block = block[picks]
-                if len(local) == len(strip):
-                    strip[:, :c] = block
-                else:  # chunks never written hold the fill value
-                    strip[:, :c] = 0
-                    strip[kept, :c] = block
+                self._rows_into_strip(strip, values, decoded, picks, kept)
                 strip[:, c] = 0
                 placement.place(start, strip)
                 done = last
@@ -633,12 +685,103 @@ class ShardedReader:
             os.close(descriptor)
         return done, entry_of[done], read_bytes
 
+    def _read_local_joined(
+        self, path: str, chunk_offsets: Indices, chunk_sizes: Indices, work: _ShardWork
+    ) -> None:
+        """Read a job's touched chunks of one shard file, strip by strip, each strip's
+        chunks into one buffer (consecutive chunks in one ``pread``; with the compiled
+        ``read_ranges``, without the GIL), and place them."""
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+
+            def read(a: int, b: int) -> Any:
+                joined = thread_scratch(int(chunk_sizes[a:b].sum()), "frames")
+                try:
+                    if read_ranges is not None:
+                        read_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
+                    else:
+                        _pread_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
+                except EOFError as exc:
+                    raise OSError(f"{path}: {exc}; the shard is truncated") from None
+                return joined
+
+            self._place_joined(work, read)
+        finally:
+            os.close(descriptor)
+
+    def _place_joined(self, work: _ShardWork, read: Callable[[int, int], Any]) -> None:
+        """Decode and place a job's chunks of at most one frame each (the portable layout).
+
+        ``read(a, b)`` returns the stored bytes of the job's present chunks
+        ``a:b``, one after another. The chunks of each strip decode as one zstd
+        stream into one buffer (exactly their rows: none shifted), from which
+        the wanted rows are taken with one copy.
+        """
+        rows, row_chunks, bounds, _, _, placement = work
+        r, c = self.chunks
+        stored, entry_of, per_chunk, batch = self._strips(work)
+        for first in range(0, len(row_chunks), batch):
+            last = min(len(row_chunks), first + batch)
+            start, stop = int(bounds[first]), int(bounds[last])
+            strip = np.empty((stop - start, c + 1), dtype=self.dtype)
+            strip[:, c] = 0
+            a, b = entry_of[first], entry_of[last]
+            if a == b:  # only chunks never written: the fill value
+                strip[:, :c] = 0
+                placement.place(start, strip)
+                continue
+            kept = np.repeat(stored[first:last], per_chunk[first:last])
+            local = rows[start:stop][kept] % r
+            counts = per_chunk[first:last][stored[first:last]]
+            decoded, picks = frame_rows(local, counts, r, r)
+            values = thread_scratch(decoded * c * self.dtype.itemsize, "pending")
+            self._decode_frames(read(a, b), b - a, values)
+            self._rows_into_strip(strip, values, decoded, picks, kept)
+            placement.place(start, strip)
+
+    def _strips(self, work: _ShardWork) -> tuple[npt.NDArray[np.bool_], list[int], Indices, int]:
+        """For a job of chunks spanning every column: which row chunks are stored,
+        where each one's entries start among the stored chunks' offsets (missing
+        chunks have none), the wanted rows of each, and the row chunks per strip."""
+        stored = work.present[:, 0]
+        entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
+        r, c = self.chunks
+        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
+        return stored, entry_of, np.diff(work.bounds), batch
+
+    def _rows_into_strip(
+        self,
+        strip: npt.NDArray[Any],
+        values: npt.NDArray[np.uint8],
+        decoded: int,
+        picks: npt.NDArray[np.intp] | None,
+        kept: npt.NDArray[np.bool_],
+    ) -> None:
+        """Copy the wanted rows of ``values`` (``decoded`` rows, as decoded; ``picks``
+        the wanted ones, ``None``: all) into the first columns of ``strip``; the strip
+        rows whose chunk was never written (not ``kept``) hold the fill value."""
+        c = self.chunks[1]
+        block = values.view(self._wire).reshape(decoded, c)
+        # the frames' or chunks' other rows were decoded too (unless every decoded
+        # row is wanted: rows are sorted and unique, so then they are all, in order)
+        if picks is not None and len(picks) != decoded:
+            block = block[picks]
+        if len(block) == len(strip):
+            strip[:, :c] = block
+        else:
+            strip[:, :c] = 0
+            strip[kept, :c] = block
+
     def _decode_frames(self, frames: Any, n_chunks: int, values: npt.NDArray[Any]) -> None:
-        """Decode the joined frames of ``n_chunks`` chunks into ``values`` (exactly:
-        each frame's rows are decoded once, none shifted)."""
+        """Decode the joined frames of ``n_chunks`` chunks (their wanted rows' row frames,
+        or whole portable chunks) into ``values`` (exactly: each frame's rows are
+        decoded once, none shifted)."""
         self._inflate(frames, memoryview(values), exact=True)
 
     def _decode_and_place(self, work: _ShardWork, blobs: Sequence[Any]) -> None:
+        if self._joined:
+            self._place_joined(work, lambda a, b: b"".join(blobs[a:b]))
+            return
         rows, row_chunks, bounds, col_chunks, present, placement = work
         r, c = self.chunks
         width = self.zero_column

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +23,7 @@ import numpy.typing as npt
 import pandas as pd
 import scipy.sparse as sp
 import zarr
-from zarr.codecs import ZstdCodec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
-from ..encoding.shard_encoding import ShardEncoder
 from ..format.count_dtype import checked_cast, resolve_count_dtype, summary_dtype
 from ..format.fingerprints import ContentHasher, dataset_fingerprint_of
 from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
@@ -41,7 +36,6 @@ from ..format.records import (
     requires_transpose,
     resolve_assay_type,
 )
-from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
 from ..format.sizes import parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.locations import Location, canonical_location, describe_location
@@ -53,15 +47,13 @@ from .count_source import (
     scan_source,
 )
 from .destinations import create_destination, finish_destination
+from .row_framed import current_rule
+from .shards import ShardWriter, create_count_array
 
 __all__ = ["WriteInfo", "write_counts"]
 
 logger = logging.getLogger(__name__)
 
-COUNT_ZSTD_LEVEL = 1
-# checksum=True: zarr writes (and every reader verifies) zstd's content
-# checksum in each frame, as the row frames of row_frames.py do
-COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL, checksum=True)
 Progress = Callable[[str, int, int], None]
 
 
@@ -119,102 +111,10 @@ def _table(
     return frame
 
 
-class _ShardWriter:
-    """Encodes and stores whole shards, one in flight beside the band being built.
-
-    Shards are encoded by :class:`ShardEncoder` (the sharding codec's format,
-    without zarr's per-chunk overhead) with compression spread over
-    ``threads`` and stored with one ``set`` each.
-    """
-
-    def __init__(self, threads: int = 2) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cytearc-write")
-        self._compress = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cytearc-zstd")
-        self._encoders: dict[str, ShardEncoder] = {}
-        self._pending: Future[None] | None = None
-        #: The shards stored so far, by array path (recorded on the array when done).
-        self.tables: dict[str, ShardTable] = {}
-
-    def _encoder(self, array: zarr.Array[Any]) -> ShardEncoder:
-        encoder = self._encoders.get(array.path)
-        if encoder is None:
-            assert array.shards is not None
-            encoder = ShardEncoder(
-                (array.chunks[0], array.chunks[1]),
-                (array.shards[0], array.shards[1]),
-                array.dtype,
-                level=COUNT_ZSTD_LEVEL,
-                pool=self._compress,
-            )
-            self._encoders[array.path] = encoder
-        return encoder
-
-    def _write(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
-        assert array.shards is not None
-        shard = self._encoder(array).encode(dense)
-        if shard is None:
-            return  # an all-zero shard is not stored; zarr reads the fill value
-        shard_row = start // array.shards[0]
-        key = f"{array.path}/c/{shard_row}/0"
-        store = array.store_path.store
-        sync(store.set(key, default_buffer_prototype().buffer.from_bytes(shard)))
-        table = self.tables.get(array.path)
-        if table is None:
-            table = self.tables[array.path] = ShardTable.empty(
-                -(-array.shape[0] // array.shards[0])
-            )
-        table.record(shard_row, len(shard), shard[-4:])
-
-    def table_of(self, array: zarr.Array[Any]) -> dict[str, Any]:
-        """The shard table attribute of ``array`` (wait for its writes first)."""
-        assert array.shards is not None
-        table = self.tables.get(array.path)
-        if table is None:  # every shard held only zeros
-            table = ShardTable.empty(-(-array.shape[0] // array.shards[0]))
-        return {SHARD_TABLE_ATTR: table.to_json()}
-
-    def submit(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
-        self.wait()
-        self._pending = self._pool.submit(self._write, array, start, dense)
-
-    def wait(self) -> None:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
-
-    def close(self) -> None:
-        try:
-            self.wait()
-        finally:
-            self._pool.shutdown(wait=True)
-            self._compress.shutdown(wait=True)
-
-
 def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
     """``band`` in the storage dtype, through the checked cast."""
     data = checked_cast(band.data, dtype, where=f"rows {start}:{stop}")
     return sp.csr_array((data, band.indices, band.indptr), shape=band.shape)
-
-
-def _create_count_array(
-    group: zarr.Group,
-    name: str,
-    shape: tuple[int, int],
-    dtype: np.dtype,
-    chunks: tuple[int, int],
-    shards: tuple[int, int],
-    attrs: dict[str, Any],
-) -> zarr.Array[Any]:
-    return group.create_array(
-        name,
-        shape=shape,
-        dtype=dtype,
-        chunks=chunks,
-        shards=shards,
-        compressors=COUNT_COMPRESSOR,
-        fill_value=0,
-        attributes=attrs,
-    )
 
 
 def _feature_groups(
@@ -319,6 +219,7 @@ def write_counts(
         value_range.nnz,
         budget,
         transpose=transpose,
+        rule=current_rule(),
     )
     root = create_destination(
         destination, overwrite=overwrite, writer="write_counts", storage_options=storage_options
@@ -383,7 +284,7 @@ def _write_store(
     matrix_group = assay_group if paths.workspace is None else root.create_group(paths.matrix_group)
 
     layout_json = layout.to_json()
-    counts = _create_count_array(
+    counts = create_count_array(
         matrix_group,
         "counts",
         layout.shape,
@@ -394,7 +295,7 @@ def _write_store(
     )
     counts_t = None
     if layout.counts_t is not None:
-        counts_t = _create_count_array(
+        counts_t = create_count_array(
             matrix_group,
             "countsT",
             (layout.shape[1], layout.shape[0]),
@@ -412,7 +313,7 @@ def _write_store(
     row_positive = np.zeros(n_cells, dtype=np.int64)
     column_positive = np.zeros(n_features, dtype=np.int64)
     band_rows = layout.counts.shards[0]
-    writer = _ShardWriter()
+    writer = ShardWriter()
     try:
         first_group: list[tuple[int, sp.csc_array]] = []
         for start, stop, band in iter_bands(source, band_rows):
@@ -520,7 +421,7 @@ def _write_transposed_group(
     g0: int,
     g1: int,
     n_cells: int,
-    writer: _ShardWriter,
+    writer: ShardWriter,
     progress: Progress | None,
     n_features: int,
 ) -> None:

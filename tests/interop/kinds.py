@@ -7,8 +7,10 @@ mount starts it on entering and stops it on leaving, and every reader of the
 row reads while it runs.
 
 Rows today: ``counts`` and ``countsT`` under three layout policies (the
-default, a small one with many shards and two row frames per chunk, and one
-whose chunks are column blocks of single frames), the id columns, the
+default, a small one with many shards, and one whose chunks are column
+blocks), all written the portable way (each inner chunk one zstd frame), and
+under the default policy written row-framed as stores before issue 14 were
+(``row_framed_writes``), the id columns, the
 ``cellData/I`` flags, two count summaries, an artifact array, and the
 default-policy counts over plain HTTP (a static range server).
 
@@ -46,7 +48,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ import scipy.sparse as sp
 
 import cytearc_vfs as cv
 from cytearc_vfs.encoding.row_frames import rows_per_frame
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 from .readers import Target
 from .static_http import serve_directory
@@ -66,6 +69,9 @@ __all__ = ["KINDS", "ArrayKind", "Workspace", "Written", "array_kind", "cli_serv
 #: The matrix every count row reads: cells x features, uint16.
 N_CELLS, N_FEATURES = 1_000, 2_000
 
+#: The store written row-framed (the chunk encoding before the portable layout).
+ROW_FRAMED = "row-framed"
+
 #: Layout policies of the stores the count rows read.
 POLICIES: dict[str, cv.LayoutPolicy] = {
     "default": cv.LayoutPolicy(),
@@ -73,6 +79,8 @@ POLICIES: dict[str, cv.LayoutPolicy] = {
     "small": cv.LayoutPolicy(unit_bytes=64 * 1024, chunk_bytes=16 * 1024),
     # chunks of 1 row x 512 features (single frames), shards wider than the matrix
     "column-blocks": cv.LayoutPolicy(unit_bytes=16 * 1024, chunk_bytes=1024),
+    # the default policy, written as before issue 14: chunks of row frames
+    ROW_FRAMED: cv.LayoutPolicy(),
 }
 
 
@@ -153,9 +161,10 @@ class Workspace:
             matrix = interop_counts(N_CELLS, N_FEATURES)
             path = self.root / f"ordinary-{policy}.zarr"
             cells, features = cell_ids(N_CELLS), feature_ids(N_FEATURES)
-            info = cv.write_counts(
-                path, matrix, cells=cells, features=features, layout=POLICIES[policy]
-            )
+            with row_framed_writes() if policy == ROW_FRAMED else nullcontext():
+                info = cv.write_counts(
+                    path, matrix, cells=cells, features=features, layout=POLICIES[policy]
+                )
             dense = matrix.toarray().astype(np.uint16)
             if info.dtype != dense.dtype:  # the rows would test another dtype than they say
                 raise AssertionError(f"write_counts stored {info.dtype}, expected uint16")
@@ -229,18 +238,26 @@ class ArrayKind:
     """The row's heading in the report (markdown)."""
     build: KindBuilder
     """Yields the target while its server or mount (if any) runs."""
+    everywhere: bool = False
+    """Every reader must read it exactly (count arrays as this package writes them)."""
 
 
 KINDS: dict[str, ArrayKind] = {}
 
 
-def array_kind(name: str, label: str) -> Callable[[KindBuilder], KindBuilder]:
-    """Register ``build`` as the row ``name``; rows keep their registration order."""
+def array_kind(
+    name: str, label: str, *, everywhere: bool = False
+) -> Callable[[KindBuilder], KindBuilder]:
+    """Register ``build`` as the row ``name``; rows keep their registration order.
+
+    ``everywhere``: a reader that fails on the row fails the test (what this
+    package writes must read in every reader).
+    """
 
     def register(build: KindBuilder) -> KindBuilder:
         if name in KINDS or "__" in name or "/" in name:
             raise ValueError(f"array kind {name!r} is taken or not a slug")
-        KINDS[name] = ArrayKind(name, label, build)
+        KINDS[name] = ArrayKind(name, label, build, everywhere)
         return build
 
     return register
@@ -262,7 +279,10 @@ def describe(store: Path, path: str) -> str:
             itemsize = np.dtype(dtype_name).itemsize
             per_frame = rows_per_frame((chunk[0], chunk[1]), itemsize)
             frames = -(-chunk[0] // per_frame)
-            text += f", {frames} row frame{'s' if frames > 1 else ''} per chunk"
+            row_framed = frames > 1 and policy_of(store) == ROW_FRAMED
+            text += (
+                f", {frames} row frames per chunk" if row_framed else ", one zstd frame per chunk"
+            )
         return text
     names = "+".join(c["name"] for c in codecs)
     return f"{dtype_name}; chunks {grid} ({names})"
@@ -273,14 +293,22 @@ def _target(store: Written | Path, path: str, expected: npt.NDArray[Any]) -> Tar
     return Target(str(root), path, expected, describe(root, path), scrub=(str(root),))
 
 
+def policy_of(store: Path) -> str:
+    """The policy name of a workspace store (``ordinary-{policy}.zarr``)."""
+    return store.name.removeprefix("ordinary-").removesuffix(".zarr")
+
+
 def _count_rows(policy: str) -> None:
-    @array_kind(f"counts-{policy}", f"`RNA/counts`, {policy} policy")
+    portable = policy != ROW_FRAMED
+    what = f"{policy} policy" if portable else "row-framed (stores written before issue 14)"
+
+    @array_kind(f"counts-{policy}", f"`RNA/counts`, {what}", everywhere=portable)
     @contextmanager
     def counts(ws: Workspace) -> Iterator[Target]:
         store = ws.ordinary(policy)
         yield _target(store, "RNA/counts", store.counts)
 
-    @array_kind(f"countsT-{policy}", f"`RNA/countsT`, {policy} policy")
+    @array_kind(f"countsT-{policy}", f"`RNA/countsT`, {what}", everywhere=portable)
     @contextmanager
     def counts_t(ws: Workspace) -> Iterator[Target]:
         store = ws.ordinary(policy)
@@ -334,7 +362,11 @@ def _artifact(ws: Workspace) -> Iterator[Target]:
     yield _target(ws.ordinary(), path, values)
 
 
-@array_kind("counts-http", "`RNA/counts`, default policy, over HTTP (static range server)")
+@array_kind(
+    "counts-http",
+    "`RNA/counts`, default policy, over HTTP (static range server)",
+    everywhere=True,
+)
 @contextmanager
 def _counts_over_http(ws: Workspace) -> Iterator[Target]:
     store = ws.ordinary()

@@ -11,6 +11,7 @@ Readers:
 - ``zarr-python``: ``zarr.open_array`` with zarr's default codec pipeline.
   The baseline: every array this package writes must read exactly here,
   so its failure fails the test (``required=True``).
+- ``zarr-python (fused)``: the same with zarr's ``FusedCodecPipeline``.
 - ``zarrs``: zarr-python with ``zarrs.ZarrsCodecPipeline`` (Rust). Opened
   with ``codec_pipeline.strict``, so an array zarrs cannot decode fails
   instead of falling back to zarr's own pipeline (which, without ``strict``,
@@ -122,6 +123,37 @@ def _zarr_version() -> str:
 
 
 register_reader(Reader("zarr-python", _read_zarr_python, _zarr_version, required=True))
+
+_FUSED = "zarr.core.codec_pipeline.FusedCodecPipeline"
+
+
+def _read_zarr_fused(target: Target) -> npt.NDArray[Any]:
+    import zarr
+
+    with zarr.config.set({"codec_pipeline.path": _FUSED}):
+        array = zarr.open_array(_zarr_store(target), path=target.path, mode="r")
+        pipeline = type(array._async_array.codec_pipeline).__name__
+        if pipeline != "FusedCodecPipeline":
+            raise RuntimeError(f"zarr opened the array with {pipeline}, not FusedCodecPipeline")
+        return np.asarray(array[...])
+
+
+def _fused_unavailable() -> str | None:
+    try:
+        from zarr.core.codec_pipeline import FusedCodecPipeline  # noqa: F401
+    except ImportError as exc:
+        return f"this zarr has no FusedCodecPipeline ({exc})"
+    return None
+
+
+register_reader(
+    Reader(
+        "zarr-python (fused)",
+        _read_zarr_fused,
+        lambda: f"{_zarr_version()}, FusedCodecPipeline",
+        _fused_unavailable,
+    )
+)
 
 
 # ------------------------------------------------------------------ zarrs

@@ -107,9 +107,16 @@ def serve_directory(directory: Path, *, timeout: float = 30) -> Iterator[str]:
             process.stdout.close()
 
 
+class _Server(ThreadingHTTPServer):
+    # A reader may open hundreds of connections at once (zarrita fetches every
+    # inner chunk of a shard concurrently; small chunks make that many); the
+    # socketserver default backlog of 5 would refuse them.
+    request_queue_size = 1024
+
+
 def main(directory: str) -> None:
     """Serve ``directory`` until terminated; the first line of stdout is the URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_RangeHandler, directory=directory))
+    server = _Server(("127.0.0.1", 0), partial(_RangeHandler, directory=directory))
     server.daemon_threads = True
     print(f"http://127.0.0.1:{server.server_address[1]}/", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())

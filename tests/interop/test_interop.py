@@ -63,6 +63,11 @@ def test_reader_reads_kind_exactly_or_fails(
         f"SILENT WRONG VALUES: {reader.name} read {kind.label} at {target.store} "
         f"({target.note}) without an error but returned other values: {outcome.detail}"
     )
+    if kind.everywhere:
+        assert outcome.status in ("exact", "n/a"), (
+            f"{reader.name} must read {kind.label} exactly (portable stores read in every "
+            f"reader), but ({target.note}): {outcome.status} {outcome.detail}"
+        )
     if reader.required:
         assert outcome.status == "exact", (
             f"{reader.name} is the baseline every store must read in, but {kind.label} "

@@ -1,0 +1,29 @@
+"""Shared by the chunk-encoding tests: a read, and how many bytes zstd decompressed for it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+import cytearc_vfs as cv
+from cytearc_vfs.read.shard_reader import ShardedReader
+
+
+def inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.ndarray, int]:
+    """The block read, and the bytes zstd decompressed for it (every decode path)."""
+    inflated = 0
+    lock = threading.Lock()
+    original = ShardedReader._inflate
+
+    def counting(self: ShardedReader, data: Any, target: memoryview, **options: Any) -> None:
+        nonlocal inflated
+        with lock:
+            inflated += target.nbytes
+        original(self, data, target, **options)
+
+    with mock.patch.object(ShardedReader, "_inflate", counting):
+        block = reader.read(*selection)
+    return np.asarray(block), inflated
