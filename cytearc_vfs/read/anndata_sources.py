@@ -312,23 +312,40 @@ class AnnDataCounts:
                 await dense.get_orthogonal_selection((as_slice(unique_rows), as_slice(unique_cols)))
             )
             out[np.ix_(first_rows, first_cols)] = block
-            chunk_rows, chunk_cols = dense.metadata.chunks
+            chunk_rows, chunk_cols = dense.chunks
             chunks = len(distinct_chunks(unique_rows, chunk_rows)) * len(
                 distinct_chunks(unique_cols, chunk_cols)
             )
         else:
             cell_major = encoding == "csr_matrix"
-            majors, minors = (
-                (unique_rows, unique_cols) if cell_major else (unique_cols, unique_rows)
-            )
-            owners, minor, values, chunks = await self._major_entries(majors)
-            at = np.searchsorted(minors, minor)
-            keep = at < len(minors)
-            keep[keep] = minors[at[keep]] == minor[keep]
             if cell_major:
-                out[first_rows[owners[keep]], first_cols[at[keep]]] = values[keep]
+                majors, out_majors = unique_rows, first_rows
+                minors, out_minors, n_minor = unique_cols, first_cols, self.shape[1]
             else:
-                out[first_rows[at[keep]], first_cols[owners[keep]]] = values[keep]
+                majors, out_majors = unique_cols, first_cols
+                minors, out_minors, n_minor = unique_rows, first_rows, self.shape[0]
+            bounds, minor, values, chunks = await self._major_entries(majors)
+            # output position of each minor index (-1: not selected), by one
+            # lookup per entry: cheaper than a search when entries are many
+            if len(minors) == n_minor and bool(np.all(out_minors == np.arange(n_minor))):
+                kept: slice | Indices = slice(None)  # every minor, in order
+                target = minor
+            else:
+                lookup = np.full(n_minor, -1, dtype=np.int64)
+                lookup[minors] = out_minors
+                target = lookup[minor]
+                kept = np.flatnonzero(target >= 0)
+                target = target[kept]
+            # the major of each kept entry, from the entries' bounds (no
+            # per-entry array of owners over all the entries read)
+            entry = np.arange(len(minor), dtype=np.int64)[kept]
+            owner_out = out_majors[np.searchsorted(bounds, entry, side="right") - 1]
+            if cell_major:
+                flat = owner_out * out.shape[1] + target
+            else:
+                flat = target * out.shape[1] + owner_out
+            # one flat scatter: much faster than numpy's 2-D fancy assignment
+            out.reshape(-1)[flat] = values[kept]
         if len(repeated_cols):
             out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                 np.ix_(first_rows, repeated_cols[:, 1])
@@ -339,32 +356,70 @@ class AnnDataCounts:
         self, majors: Indices
     ) -> tuple[Indices, npt.NDArray[Any], npt.NDArray[Any], int]:
         """The stored entries of the sorted unique ``majors`` (rows of a CSR, columns of
-        a CSC): (position in ``majors`` of each, minor index, value, chunks decoded)."""
+        a CSC): (where each major's entries start among them, minor index, value,
+        chunks decoded)."""
         indptr, indices, data = (self.arrays[name] for name in ("indptr", "indices", "data"))
         bounds = np.unique(np.concatenate([majors, majors + 1]))
         pointers = np.asarray(
             await indptr.get_orthogonal_selection((as_slice(bounds),)), dtype=np.int64
         )
         starts = pointers[np.searchsorted(bounds, majors)]
-        lengths = pointers[np.searchsorted(bounds, majors + 1)] - starts
-        chunks = len(distinct_chunks(bounds, indptr.metadata.chunks[0]))
-        total = int(lengths.sum())
-        owners = np.repeat(np.arange(len(majors), dtype=np.int64), lengths)
-        if total == 0:
-            return owners, np.zeros(0, np.int64), np.zeros(0, data.dtype), chunks
-        # the stored positions of every selected entry: ascending (majors are
-        # sorted and a major's entries are consecutive), so zarr reads only
-        # the chunks holding them, each once, in one call per array
-        ends = np.cumsum(lengths)
-        positions = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - lengths), lengths)
-        selection = as_slice(positions)
+        ends = pointers[np.searchsorted(bounds, majors + 1)]
+        lengths = ends - starts
+        chunks = len(distinct_chunks(bounds, indptr.chunks[0]))
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        if int(lengths.sum()) == 0:
+            return offsets, np.zeros(0, np.int64), np.zeros(0, data.dtype), chunks
         minor, values = await asyncio.gather(
-            indices.get_orthogonal_selection((selection,)),
-            data.get_orthogonal_selection((selection,)),
+            _entries(indices, starts, ends), _entries(data, starts, ends)
         )
-        chunks += len(distinct_chunks(positions, indices.metadata.chunks[0]))
-        chunks += len(distinct_chunks(positions, data.metadata.chunks[0]))
-        return owners, np.asarray(minor, dtype=np.int64), np.asarray(values), chunks
+        chunks += minor[1] + values[1]
+        return offsets, minor[0], values[0], chunks
+
+
+# A selection's entries touching at most this many runs of consecutive chunks
+# are read run by run as slices; beyond, as one orthogonal read of positions.
+MAX_SLICE_RUNS = 32
+
+
+async def _entries(
+    array: AsyncArray[Any], starts: Indices, ends: Indices
+) -> tuple[npt.NDArray[Any], int]:
+    """The values at ``[starts[i], ends[i])`` of a 1-D array, concatenated, and the
+    chunks decoded: only the chunks holding them are read, each once."""
+    nonempty = ends > starts
+    starts, ends = starts[nonempty], ends[nonempty]
+    size = array.chunks[0]
+    if bool(np.all(starts[1:] == ends[:-1])):  # one stretch (a band, every major)
+        first, last = int(starts[0]), int(ends[-1])
+        values = np.asarray(await array.getitem(slice(first, last)))
+        return values, (last - 1) // size - first // size + 1
+    # the chunks touched, as runs of consecutive chunks
+    n_chunks = -(-array.shape[0] // size)
+    edges = np.bincount(starts // size, minlength=n_chunks + 1) - np.bincount(
+        (ends - 1) // size + 1, minlength=n_chunks + 1
+    )
+    touched = np.cumsum(edges)[:n_chunks] > 0
+    steps = np.diff(np.concatenate(([0], touched.astype(np.int8), [0])))
+    run_starts = np.flatnonzero(steps == 1) * size
+    run_ends = np.minimum(np.flatnonzero(steps == -1) * size, array.shape[0])
+    lengths = ends - starts
+    total_ends = np.cumsum(lengths)
+    positions = np.arange(int(total_ends[-1]), dtype=np.int64) + np.repeat(
+        starts - (total_ends - lengths), lengths
+    )
+    if len(run_starts) > MAX_SLICE_RUNS:
+        # many scattered runs: one call of zarr's orthogonal read, which reads
+        # the same chunks without a call per run
+        values = np.asarray(await array.get_orthogonal_selection((positions,)))
+        return values, int(touched.sum())
+    runs = await asyncio.gather(
+        *(array.getitem(slice(int(a), int(b))) for a, b in zip(run_starts, run_ends, strict=True))
+    )
+    buffer = np.concatenate([np.asarray(run) for run in runs])
+    offsets = np.cumsum(run_ends - run_starts) - (run_ends - run_starts)
+    run = np.searchsorted(run_starts, positions, side="right") - 1
+    return buffer[positions - run_starts[run] + offsets[run]], int(touched.sum())
 
 
 async def _fingerprints(
