@@ -6,7 +6,8 @@ CellTypist sample (559 x 32,786), which share 20,408 genes, from
 written by anndata itself, each tile's cells renamed so ids stay unique:
 
 * ``wu_csr``    Wu 2020 x ``--tiles`` as CSR, Zarr v3;
-* ``ct_csc``    CellTypist x ``--tiles // 3 + 1`` as CSC, Zarr v2;
+* ``ct_csr``    CellTypist x ``--tiles // 3 + 1`` as CSR, Zarr v2 (CSC with
+                ``--csc``: a feature-major source, which a cell read must read whole);
 * ``wu_dense``  Wu 2020 x 5 as a dense array, Zarr v3.
 
 Compared on the same selections (union of genes, zeros where a source lacks
@@ -64,12 +65,8 @@ def tiled(data: ad.AnnData, tiles: int, prefix: str) -> ad.AnnData:
 
 
 def write(data: ad.AnnData, path: Path, zarr_format: int) -> Path:
-    previous = ad.settings.zarr_write_format
-    ad.settings.zarr_write_format = zarr_format
-    try:
+    with ad.settings.override(zarr_write_format=zarr_format):
         data.write_zarr(path)
-    finally:
-        ad.settings.zarr_write_format = previous
     return path
 
 
@@ -99,12 +96,12 @@ def soma_route(root: Path, parts: list[ad.AnnData]) -> tuple[Callable[[Any, Any]
     files = []
     for index, part in enumerate(parts):
         file = root / f"soma-part{index}.h5ad"
-        part.write_h5ad(file)
+        # SOMA stores X sparse whatever it came as
+        ad.AnnData(X=sp.csr_matrix(part.X), obs=part.obs, var=part.var).write_h5ad(file)
         files.append(str(file))
     mapping = tiledbsoma.io.register_h5ads(
         None, files, measurement_name="RNA", obs_field_name="obs_id", var_field_name="var_id"
     )
-    mapping.prepare_experiment(uri)
     for file in files:
         tiledbsoma.io.from_h5ad(uri, file, "RNA", registration_mapping=mapping)
     ingest = time.perf_counter() - started
@@ -126,6 +123,7 @@ def main() -> None:
     parser.add_argument("--tiles", type=int, default=50, help="copies of Wu 2020 in wu_csr")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--soma", action="store_true", help="also TileDB-SOMA (bench group)")
+    parser.add_argument("--csc", action="store_true", help="write the CellTypist source as CSC")
     parser.add_argument("--json", help="write results as JSON to this path ('-': stdout)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -143,17 +141,19 @@ def run(args: argparse.Namespace, root: Path) -> None:
         tiled(ct, args.tiles // 3 + 1, "c"),
         tiled(wu, 5, "d"),
     ]
-    parts[1].X = sp.csc_matrix(parts[1].X)
+    if args.csc:
+        parts[1].X = sp.csc_matrix(parts[1].X)
     parts[2].X = parts[2].X.toarray()
+    second = "ct_csc" if args.csc else "ct_csr"
     paths = {
         "wu_csr": write(parts[0], root / "wu_csr.zarr", 3),
-        "ct_csc": write(parts[1], root / "ct_csc.zarr", 2),
+        second: write(parts[1], root / f"{second}.zarr", 2),
         "wu_dense": write(parts[2], root / "wu_dense.zarr", 3),
     }
     n_cells = sum(p.n_obs for p in parts)
     print(
         f"real data, tiled: Wu 2020 x {args.tiles} (CSR v3), CellTypist x {args.tiles // 3 + 1} "
-        f"(CSC v2), Wu 2020 x 5 (dense v3): {n_cells} cells",
+        f"({'CSC' if args.csc else 'CSR'} v2), Wu 2020 x 5 (dense v3): {n_cells} cells",
         file=sys.stderr,
     )
     started = time.perf_counter()

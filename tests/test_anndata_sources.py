@@ -124,6 +124,38 @@ def test_a_mixed_composite_equals_anndata_concat(tmp_path: Path, mixed: Any) -> 
     store.close()
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("encoding", ["csr", "csc", "dense"])
+def test_every_encoding_in_both_formats(tmp_path: Path, encoding: str, zarr_format: int) -> None:
+    data = adata(80, GENES[:25], "a", seed=9, encoding=encoding)
+    data.X = data.X.astype(np.int32)  # integer counts are read in their dtype
+    path = write(data, tmp_path / "a.zarr", zarr_format)
+    store = cv.create_composite(tmp_path / "c.zarr", {"a": path})
+    reader = store.reader()
+    assert reader.dtype == np.int32
+    truth = dense(data, list(reader.feature_ids))
+    np.testing.assert_array_equal(reader.read(), truth)
+    np.testing.assert_array_equal(
+        reader.read([70, 3, 3], [24, 0]), truth[np.ix_([70, 3, 3], [24, 0])]
+    )
+    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/countsT", mode="r")[:], truth.T)
+    store.close()
+
+
+def test_a_legacy_sparse_group_is_read(tmp_path: Path) -> None:
+    """anndata 0.7 wrote sparse X with ``h5sparse_format``/``h5sparse_shape``, no root attributes."""
+    data = adata(40, GENES[:12], "a", seed=10)
+    path = write(data, tmp_path / "a.zarr", 2)
+    root = zarr.open_group(path, mode="r+", zarr_format=2)
+    root.attrs.clear()
+    x = root["X"]
+    x.attrs.clear()
+    x.attrs.update({"h5sparse_format": "csr", "h5sparse_shape": list(data.shape)})
+    store = cv.create_composite(tmp_path / "c.zarr", {"a": path})
+    np.testing.assert_array_equal(store.reader().read(), dense(data, GENES[:12]))
+    store.close()
+
+
 def test_the_composite_records_anndata_sources_beside_the_record(
     tmp_path: Path, mixed: Any
 ) -> None:
