@@ -169,7 +169,7 @@ def pbmc68k_reduced(*, cache_dir: PathLike | None = None) -> ad.AnnData:
     if source.raw is None:
         raise CountsError("pbmc68k_reduced: the file has no raw layer")
     logged = sp.csr_matrix(cast(Any, source.raw.X), dtype=np.float64)
-    totals = source.obs["n_counts"].to_numpy(dtype=np.float64)
+    totals = np.asarray(source.obs["n_counts"], dtype=np.float64)
     row_of = np.repeat(np.arange(logged.shape[0]), np.diff(logged.indptr))
     scale = totals[row_of] / 1e4
     values = np.expm1(logged.data) * scale
