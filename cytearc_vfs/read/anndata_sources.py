@@ -377,9 +377,13 @@ class AnnDataCounts:
         return offsets, minor[0], values[0], chunks
 
 
-# A selection's entries touching at most this many runs of consecutive chunks
-# are read run by run as slices; beyond, as one orthogonal read of positions.
-MAX_SLICE_RUNS = 32
+# The touched chunks are read as slices (whole runs of chunks, then the
+# entries picked out) when the entries fill at least this share of them;
+# sparser selections are one orthogonal read of their positions, which
+# decodes the same chunks but copies only the entries (zarr copies every
+# decoded value of a slice into its result: most of the time of a sparse
+# pick, measured on Wu 2020 tiled, 1,000 random cells of 20,503).
+SLICE_SHARE = 0.5
 
 
 async def _entries(
@@ -408,14 +412,14 @@ async def _entries(
     positions = np.arange(int(total_ends[-1]), dtype=np.int64) + np.repeat(
         starts - (total_ends - lengths), lengths
     )
-    if len(run_starts) > MAX_SLICE_RUNS:
-        # many scattered runs: one call of zarr's orthogonal read, which reads
-        # the same chunks without a call per run
+    if len(positions) < SLICE_SHARE * int((run_ends - run_starts).sum()):
         values = np.asarray(await array.get_orthogonal_selection((positions,)))
         return values, int(touched.sum())
     runs = await asyncio.gather(
         *(array.getitem(slice(int(a), int(b))) for a, b in zip(run_starts, run_ends, strict=True))
     )
+    if len(runs) == 1:  # often every chunk is touched: no copy into one buffer
+        return np.asarray(runs[0])[positions - int(run_starts[0])], int(touched.sum())
     buffer = np.concatenate([np.asarray(run) for run in runs])
     offsets = np.cumsum(run_ends - run_starts) - (run_ends - run_starts)
     run = np.searchsorted(run_starts, positions, side="right") - 1
