@@ -327,23 +327,26 @@ class AnnDataCounts:
             bounds, minor, values, chunks = await self._major_entries(majors)
             # output position of each minor index (-1: not selected), by one
             # lookup per entry: cheaper than a search when entries are many
+            kept: slice | Indices = slice(None)
             if len(minors) == n_minor and bool(np.all(out_minors == np.arange(n_minor))):
-                kept: slice | Indices = slice(None)  # every minor, in order
-                target = minor
+                target = minor  # every minor, in order
             else:
                 lookup = np.full(n_minor, -1, dtype=np.int64)
                 lookup[minors] = out_minors
                 target = lookup[minor]
-                kept = np.flatnonzero(target >= 0)
-                target = target[kept]
-            # the major of each kept entry, from the entries' bounds (no
-            # per-entry array of owners over all the entries read)
-            entry = np.arange(len(minor), dtype=np.int64)[kept]
-            owner_out = out_majors[np.searchsorted(bounds, entry, side="right") - 1]
-            if cell_major:
-                flat = owner_out * out.shape[1] + target
+                if len(minors) < n_minor:  # else every entry is kept
+                    kept = np.flatnonzero(target >= 0)
+                    target = target[kept]
+            # the output major of each kept entry: repeated per major when
+            # most entries are kept, else searched among the majors' bounds
+            if isinstance(kept, slice) or 4 * len(kept) > len(minor):
+                lengths = np.diff(np.append(bounds, len(minor)))
+                owner_out = np.repeat(out_majors, lengths)[kept]
             else:
-                flat = target * out.shape[1] + owner_out
+                owner_out = out_majors[np.searchsorted(bounds, kept, side="right") - 1]
+            # flat positions in the output, built in place (entries may be tens of millions)
+            flat = owner_out * out.shape[1] if cell_major else target * out.shape[1]
+            flat += target if cell_major else owner_out
             # one flat scatter: much faster than numpy's 2-D fancy assignment
             out.reshape(-1)[flat] = values[kept]
         if len(repeated_cols):
