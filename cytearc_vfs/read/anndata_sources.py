@@ -327,28 +327,11 @@ class AnnDataCounts:
             bounds, minor, values, chunks = await self._major_entries(majors)
             # output position of each minor index (-1: not selected), by one
             # lookup per entry: cheaper than a search when entries are many
-            kept: slice | Indices = slice(None)
-            if len(minors) == n_minor and bool(np.all(out_minors == np.arange(n_minor))):
-                target = minor  # every minor, in order
-            else:
+            lookup: Indices | None = None
+            if len(minors) != n_minor or not bool(np.all(out_minors == np.arange(n_minor))):
                 lookup = np.full(n_minor, -1, dtype=np.int64)
                 lookup[minors] = out_minors
-                target = lookup[minor]
-                if len(minors) < n_minor:  # else every entry is kept
-                    kept = np.flatnonzero(target >= 0)
-                    target = target[kept]
-            # the output major of each kept entry: repeated per major when
-            # most entries are kept, else searched among the majors' bounds
-            if isinstance(kept, slice) or 4 * len(kept) > len(minor):
-                lengths = np.diff(np.append(bounds, len(minor)))
-                owner_out = np.repeat(out_majors, lengths)[kept]
-            else:
-                owner_out = out_majors[np.searchsorted(bounds, kept, side="right") - 1]
-            # flat positions in the output, built in place (entries may be tens of millions)
-            flat = owner_out * out.shape[1] if cell_major else target * out.shape[1]
-            flat += target if cell_major else owner_out
-            # one flat scatter: much faster than numpy's 2-D fancy assignment
-            out.reshape(-1)[flat] = values[kept]
+            _scatter(out, cell_major, out_majors, bounds, minor, values, lookup)
         if len(repeated_cols):
             out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                 np.ix_(first_rows, repeated_cols[:, 1])
@@ -378,6 +361,54 @@ class AnnDataCounts:
         )
         chunks += minor[1] + values[1]
         return offsets, minor[0], values[0], chunks
+
+
+# Entries placed per window: the window's temporaries (a few int64 arrays)
+# stay in the CPU's caches, where one pass over tens of millions would not.
+SCATTER_WINDOW = 1 << 18
+
+
+def _scatter(
+    out: npt.NDArray[Any],
+    cell_major: bool,
+    out_majors: Indices,
+    bounds: Indices,
+    minor: npt.NDArray[Any],
+    values: npt.NDArray[Any],
+    lookup: Indices | None,
+) -> None:
+    """Write the entries of sorted majors into ``out``, a window of majors at a time.
+
+    ``bounds[i]`` is where major ``i``'s entries start in ``minor``/``values``;
+    ``out_majors[i]`` is its output row (CSR) or column (CSC); ``lookup`` maps
+    a minor index to its output position (-1: not selected), ``None`` when
+    every minor is selected in order. One flat scatter per window: much
+    faster than numpy's 2-D fancy assignment.
+    """
+    n_entries, width = len(minor), out.shape[1]
+    flat_out = out.reshape(-1)
+    lengths = np.diff(np.append(bounds, n_entries))
+    first = 0
+    while first < len(bounds):
+        start = int(bounds[first])
+        stop_major = max(first + 1, int(np.searchsorted(bounds, start + SCATTER_WINDOW, "right")))
+        stop = int(bounds[stop_major]) if stop_major < len(bounds) else n_entries
+        owner = np.repeat(out_majors[first:stop_major], lengths[first:stop_major])
+        target = minor[start:stop].astype(np.int64)
+        picked = values[start:stop]
+        if lookup is not None:
+            target = lookup[target]
+            keep = target >= 0
+            if not bool(keep.all()):
+                owner, target, picked = owner[keep], target[keep], picked[keep]
+        if cell_major:
+            owner *= width
+            owner += target
+        else:
+            target *= width
+            owner += target
+        flat_out[owner] = picked
+        first = stop_major
 
 
 # The touched chunks are read as slices (whole runs of chunks, then the
