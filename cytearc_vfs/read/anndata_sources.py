@@ -6,8 +6,8 @@ they are, through :class:`AnnDataCounts`:
 
 * **CSR** (cell-major): a read of cells fetches the ``indptr`` entries of the
   selected rows and their successors (only the chunks holding them), then
-  the ``indices`` and ``data`` positions of those rows in one orthogonal
-  read each, which decodes only the chunks holding them;
+  the ``indices`` and ``data`` of those rows, decoding only the chunks
+  holding them (:mod:`.sparse_entries`);
 * **CSC** (feature-major): the same along features;
 * **dense**: zarr's orthogonal read of the selected rows x columns.
 
@@ -77,6 +77,7 @@ from .cell_plan import CellPlan
 from .feature_plan import FeaturePlan
 from .gather import as_slice, distinct_chunks
 from .prefetch import PrefetchedStore
+from .sparse_entries import read_ranges, scatter_entries
 
 __all__ = [
     "AnnDataCounts",
@@ -86,6 +87,8 @@ __all__ = [
 ]
 
 Indices = npt.NDArray[np.int64]
+# Entries of a sparse read decoded and placed at once (a few MB of them).
+ENTRY_BATCH = 1 << 20
 # Values scanned per block when checking float counts at creation.
 SCAN_BLOCK = 1 << 23
 # Objects digested concurrently (their bytes are held until hashed in order).
@@ -324,140 +327,51 @@ class AnnDataCounts:
             else:
                 majors, out_majors = unique_cols, first_cols
                 minors, out_minors, n_minor = unique_rows, first_rows, self.shape[0]
-            bounds, minor, values, chunks = await self._major_entries(majors)
             # output position of each minor index (-1: not selected), by one
             # lookup per entry: cheaper than a search when entries are many
             lookup: Indices | None = None
             if len(minors) != n_minor or not bool(np.all(out_minors == np.arange(n_minor))):
                 lookup = np.full(n_minor, -1, dtype=np.int64)
                 lookup[minors] = out_minors
-            _scatter(out, cell_major, out_majors, bounds, minor, values, lookup)
+            starts, ends, chunks = await self._ranges(majors)
+            # majors in batches of about ENTRY_BATCH entries, each read and
+            # placed before the next: the decoded entries stay small (a band
+            # of all cells is not held whole, twice, before it is placed)
+            ends_cum = np.cumsum(ends - starts)
+            first = 0
+            while first < len(majors):
+                done = int(ends_cum[first - 1]) if first else 0
+                stop = max(first + 1, int(np.searchsorted(ends_cum, done + ENTRY_BATCH, "right")))
+                if int(ends_cum[stop - 1]) > done:
+                    (minor, n_minor_chunks), (values, n_value_chunks) = await asyncio.gather(
+                        read_ranges(self.arrays["indices"], starts[first:stop], ends[first:stop]),
+                        read_ranges(self.arrays["data"], starts[first:stop], ends[first:stop]),
+                    )
+                    chunks += n_minor_chunks + n_value_chunks
+                    lengths = ends[first:stop] - starts[first:stop]
+                    bounds = np.cumsum(lengths) - lengths
+                    scatter_entries(
+                        out, cell_major, out_majors[first:stop], bounds, minor, values, lookup
+                    )
+                first = stop
         if len(repeated_cols):
             out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                 np.ix_(first_rows, repeated_cols[:, 1])
             ]
         return chunks
 
-    async def _major_entries(
-        self, majors: Indices
-    ) -> tuple[Indices, npt.NDArray[Any], npt.NDArray[Any], int]:
-        """The stored entries of the sorted unique ``majors`` (rows of a CSR, columns of
-        a CSC): (where each major's entries start among them, minor index, value,
-        chunks decoded)."""
-        indptr, indices, data = (self.arrays[name] for name in ("indptr", "indices", "data"))
+    async def _ranges(self, majors: Indices) -> tuple[Indices, Indices, int]:
+        """Where the entries of the sorted unique ``majors`` (rows of a CSR, columns
+        of a CSC) are: (starts, ends, ``indptr`` chunks decoded), from the
+        ``indptr`` entries of the majors and their successors only."""
+        indptr = self.arrays["indptr"]
         bounds = np.unique(np.concatenate([majors, majors + 1]))
         pointers = np.asarray(
             await indptr.get_orthogonal_selection((as_slice(bounds),)), dtype=np.int64
         )
         starts = pointers[np.searchsorted(bounds, majors)]
         ends = pointers[np.searchsorted(bounds, majors + 1)]
-        lengths = ends - starts
-        chunks = len(distinct_chunks(bounds, indptr.chunks[0]))
-        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-        if int(lengths.sum()) == 0:
-            return offsets, np.zeros(0, np.int64), np.zeros(0, data.dtype), chunks
-        minor, values = await asyncio.gather(
-            _entries(indices, starts, ends), _entries(data, starts, ends)
-        )
-        chunks += minor[1] + values[1]
-        return offsets, minor[0], values[0], chunks
-
-
-# Entries placed per window: the window's temporaries (a few int64 arrays)
-# stay in the CPU's caches, where one pass over tens of millions would not.
-SCATTER_WINDOW = 1 << 18
-
-
-def _scatter(
-    out: npt.NDArray[Any],
-    cell_major: bool,
-    out_majors: Indices,
-    bounds: Indices,
-    minor: npt.NDArray[Any],
-    values: npt.NDArray[Any],
-    lookup: Indices | None,
-) -> None:
-    """Write the entries of sorted majors into ``out``, a window of majors at a time.
-
-    ``bounds[i]`` is where major ``i``'s entries start in ``minor``/``values``;
-    ``out_majors[i]`` is its output row (CSR) or column (CSC); ``lookup`` maps
-    a minor index to its output position (-1: not selected), ``None`` when
-    every minor is selected in order. One flat scatter per window: much
-    faster than numpy's 2-D fancy assignment.
-    """
-    n_entries, width = len(minor), out.shape[1]
-    flat_out = out.reshape(-1)
-    lengths = np.diff(np.append(bounds, n_entries))
-    first = 0
-    while first < len(bounds):
-        start = int(bounds[first])
-        stop_major = max(first + 1, int(np.searchsorted(bounds, start + SCATTER_WINDOW, "right")))
-        stop = int(bounds[stop_major]) if stop_major < len(bounds) else n_entries
-        owner = np.repeat(out_majors[first:stop_major], lengths[first:stop_major])
-        target = minor[start:stop].astype(np.int64)
-        picked = values[start:stop]
-        if lookup is not None:
-            target = lookup[target]
-            keep = target >= 0
-            if not bool(keep.all()):
-                owner, target, picked = owner[keep], target[keep], picked[keep]
-        if cell_major:
-            owner *= width
-            owner += target
-        else:
-            target *= width
-            owner += target
-        flat_out[owner] = picked
-        first = stop_major
-
-
-# The touched chunks are read as slices (whole runs of chunks, then the
-# entries picked out) when the entries fill at least this share of them;
-# sparser selections are one orthogonal read of their positions, which
-# decodes the same chunks but copies only the entries (zarr copies every
-# decoded value of a slice into its result: most of the time of a sparse
-# pick, measured on Wu 2020 tiled, 1,000 random cells of 20,503).
-SLICE_SHARE = 0.5
-
-
-async def _entries(
-    array: AsyncArray[Any], starts: Indices, ends: Indices
-) -> tuple[npt.NDArray[Any], int]:
-    """The values at ``[starts[i], ends[i])`` of a 1-D array, concatenated, and the
-    chunks decoded: only the chunks holding them are read, each once."""
-    nonempty = ends > starts
-    starts, ends = starts[nonempty], ends[nonempty]
-    size = array.chunks[0]
-    if bool(np.all(starts[1:] == ends[:-1])):  # one stretch (a band, every major)
-        first, last = int(starts[0]), int(ends[-1])
-        values = np.asarray(await array.getitem(slice(first, last)))
-        return values, (last - 1) // size - first // size + 1
-    # the chunks touched, as runs of consecutive chunks
-    n_chunks = -(-array.shape[0] // size)
-    edges = np.bincount(starts // size, minlength=n_chunks + 1) - np.bincount(
-        (ends - 1) // size + 1, minlength=n_chunks + 1
-    )
-    touched = np.cumsum(edges)[:n_chunks] > 0
-    steps = np.diff(np.concatenate(([0], touched.astype(np.int8), [0])))
-    run_starts = np.flatnonzero(steps == 1) * size
-    run_ends = np.minimum(np.flatnonzero(steps == -1) * size, array.shape[0])
-    lengths = ends - starts
-    total_ends = np.cumsum(lengths)
-    positions = np.arange(int(total_ends[-1]), dtype=np.int64) + np.repeat(
-        starts - (total_ends - lengths), lengths
-    )
-    if len(positions) < SLICE_SHARE * int((run_ends - run_starts).sum()):
-        values = np.asarray(await array.get_orthogonal_selection((positions,)))
-        return values, int(touched.sum())
-    runs = await asyncio.gather(
-        *(array.getitem(slice(int(a), int(b))) for a, b in zip(run_starts, run_ends, strict=True))
-    )
-    if len(runs) == 1:  # often every chunk is touched: no copy into one buffer
-        return np.asarray(runs[0])[positions - int(run_starts[0])], int(touched.sum())
-    buffer = np.concatenate([np.asarray(run) for run in runs])
-    offsets = np.cumsum(run_ends - run_starts) - (run_ends - run_starts)
-    run = np.searchsorted(run_starts, positions, side="right") - 1
-    return buffer[positions - run_starts[run] + offsets[run]], int(touched.sum())
+        return starts, ends, len(distinct_chunks(bounds, indptr.chunks[0]))
 
 
 async def _fingerprints(
