@@ -192,6 +192,22 @@ def test_intersection_and_cell_selection(tmp_path: Path, mixed: Any) -> None:
     store.close()
 
 
+def test_the_command_line_composes_anndata_sources(
+    tmp_path: Path, mixed: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cytearc_vfs.cli.main import main
+
+    sources, expected = mixed
+    arguments = [f"{name}={path}" for name, path in sources.items()]
+    code = main(["composite", str(tmp_path / "cli.zarr"), *arguments, "--layer", "layer2=counts"])
+    assert code == 0, capsys.readouterr()
+    reader = cv.open_store(tmp_path / "cli.zarr").reader()
+    np.testing.assert_array_equal(reader.read(), dense(expected, list(reader.feature_ids)))
+    assert (
+        main(["composite", str(tmp_path / "x.zarr"), str(sources["csr3"]), "--layer", "x=y"]) == 2
+    )
+
+
 # ------------------------------------------------------------ refusals
 
 

@@ -264,6 +264,19 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, text)
 
 
+def _source_layers(values: list[str], sources: Mapping[str, Any]) -> dict[str, str]:
+    """``--layer NAME=LAYER`` options as ``source_layers``."""
+    layers: dict[str, str] = {}
+    for value in values:
+        name, separator, layer = value.partition("=")
+        if not separator or not layer or name not in sources:
+            raise InputRefusedError(
+                f"--layer {value!r} must be NAME=LAYER with NAME one of the sources {list(sources)}"
+            )
+        layers[name] = layer
+    return layers
+
+
 def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``composite DEST [NAME=]SOURCE...``."""
     from ..composite.create import create_composite
@@ -277,8 +290,11 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         # refusal in the user's terms; a remote source would pay its round
         # trips twice, so create_composite's own binding refuses it instead.
         if local_path(location) is not None:
-            require_store(location, command=f"composite (source {name})", kinds=("ordinary",))
+            require_store(
+                location, command=f"composite (source {name})", kinds=("ordinary", "anndata")
+            )
     _check_sources_differ(args.destination, sources)
+    layers = _source_layers(args.layer, sources)
     choice: str = args.features
     features: str | list[str] = choice
     if args.features_file:
@@ -299,6 +315,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         assay=args.assay,
         features=features,
         cells=cells,
+        source_layers=layers,
         mem_budget=args.mem_budget,
         progress=bars,
     )
