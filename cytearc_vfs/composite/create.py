@@ -228,6 +228,20 @@ def _summaries(
         # Part of the source is used: read exactly that part once, in row bands,
         # through the source as it was bound (verified, pinned; no second open).
         reader = _reader_of(source)
+        if source.anndata is not None and source.anndata.element.encoding == "csc_matrix":
+            # a feature-major source is read once in feature bands (a row band
+            # would read every stored entry each time)
+            _summaries_by_features(
+                reader,
+                rows,
+                columns,
+                out_rows,
+                mapped,
+                mem_budget,
+                dtype,
+                (row_sums, row_positive, column_positive),
+            )
+            continue
         band = max(1, mem_budget // (3 * max(1, len(columns)) * max(8, plan.dtype.itemsize)))
         for start in range(0, len(rows), band):
             block = reader.read(rows[start : start + band], columns)
@@ -239,6 +253,32 @@ def _summaries(
             if progress:
                 progress(f"summaries {source.name}", min(len(rows), start + band), len(rows))
     return {"rowSums": row_sums, "rowPositive": row_positive, "columnPositive": column_positive}
+
+
+def _summaries_by_features(
+    reader: VirtualArrayReader,
+    rows: npt.NDArray[np.int64],
+    columns: npt.NDArray[np.int64],
+    out_rows: npt.NDArray[np.int64],
+    mapped: npt.NDArray[np.int64],
+    mem_budget: int,
+    dtype: np.dtype,
+    totals: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+) -> None:
+    """Add one source's summaries to ``totals`` (row sums, row positives, column
+    positives), reading ``rows`` x ``columns`` in bands of columns."""
+    row_sums, row_positive, column_positive = totals
+    sums = np.zeros(len(rows), dtype=dtype)
+    positives = np.zeros(len(rows), dtype=np.int64)
+    band = max(1, mem_budget // (3 * max(1, len(rows)) * 8))
+    for start in range(0, len(columns), band):
+        block = reader.read(rows, columns[start : start + band])
+        positive = block > 0
+        sums += block.sum(axis=1, dtype=dtype)
+        positives += positive.sum(axis=1)
+        column_positive[mapped[start : start + band]] += positive.sum(axis=0)
+    row_sums[out_rows] = sums
+    row_positive[out_rows] = positives
 
 
 def _reader_of(source: BoundSource) -> VirtualArrayReader:
