@@ -296,6 +296,21 @@ def test_a_touched_but_equal_source_is_digested_again_and_opens(
     store.close()
 
 
+def test_a_changed_obs_document_costs_no_digest_of_x(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources, location = _two_sources(tmp_path)
+    obs = zarr.open_group(sources["a"] / "obs", mode="r+")
+    obs.attrs["note"] = "a new obs attribute (as a new column rewrites obs's document)"
+    reads = FileReads(monkeypatch, tmp_path / "src")
+    store = cv.open_store(location)
+    # the documents are read again to parse the element; no chunk is digested
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert reads.keys
+    assert [key for key in reads.keys if not key.endswith(documents)] == []
+    store.close()
+
+
 def _edit_data(sources: dict[str, Path]) -> None:
     group = zarr.open_group(sources["a"], mode="r+")
     data = group["X/data"]

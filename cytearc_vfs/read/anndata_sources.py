@@ -25,7 +25,8 @@ documents the element was opened from; a composite keeps them in
 ``_composite/anndataSources``. An open lists the objects (one listing, or a
 ``stat`` per local file: no file is read) and compares: unchanged, the
 recorded fingerprints stand and the arrays open from the recorded
-documents; changed, every digest is computed again from the bytes and must
+documents; changed, the digest of every group whose objects changed (element,
+``obs`` index, ``var`` index) is computed again from the bytes and must
 equal the record, or the open fails closed (:class:`IdentityMismatchError`).
 A store that reports no versions (an in-memory Store) is digested at every
 open.
@@ -375,13 +376,27 @@ class AnnDataCounts:
 
 
 async def _fingerprints(
-    backend: Store, layout: _Layout, versions: dict[str, list[Any]] | None
+    backend: Store,
+    layout: _Layout,
+    versions: dict[str, list[Any]] | None,
+    recorded: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Digest of each group's objects (listed where versions were taken)."""
+    """Digest of each group's objects (listed where versions were taken).
+
+    With a ``recorded`` entry, a group whose objects all have their recorded
+    sizes and versions keeps its recorded digest: a new ``obs`` column (a new
+    ``obs`` document) costs no digest of ``X``.
+    """
     groups = layout.prefixes()
     result: dict[str, str] = {}
     for group in GROUPS:
         wanted = tuple(prefix.rstrip("/") + "/" for prefix in groups[group])
+        if versions is not None and recorded is not None:
+            now = {k: v for k, v in versions.items() if k.startswith(wanted)}
+            then = {k: v for k, v in recorded["objects"].items() if k.startswith(wanted)}
+            if now and now == then and all(v[1] is not None for v in now.values()):
+                result[group] = recorded["fingerprints"][group]
+                continue
         keys = (
             [key for key in versions if key.startswith(wanted)]
             if versions is not None
@@ -464,7 +479,7 @@ async def bind_anndata(
     versions = await _versions(backend, location, prefixes, documents)
     if versions is not None:
         _pin(backend, versions, layout.element.path)
-    fingerprints = await _fingerprints(backend, layout, versions)
+    fingerprints = await _fingerprints(backend, layout, versions, recorded)
     if recorded is not None:
         changed = [g for g in GROUPS if fingerprints[g] != recorded["fingerprints"][g]]
         if changed or layout.element.path != recorded["element"]:
