@@ -29,7 +29,7 @@ documents; changed, the digest of every group whose objects changed (element,
 ``obs`` index, ``var`` index) is computed again from the bytes and must
 equal the record, or the open fails closed (:class:`IdentityMismatchError`).
 A store that reports no versions (an in-memory Store) is digested at every
-open.
+open. Versions and digests are computed by :mod:`.anndata_identity`.
 
 **Counts dtype.** Integer counts are read in their dtype. Float counts are
 accepted when every stored value is a finite non-negative whole number
@@ -41,12 +41,9 @@ with the remedy (a raw-counts layer through ``source_layers``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,10 +56,9 @@ from zarr.storage import StorePath
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError
 from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
-from ..format.fingerprints import combine, dataset_fingerprint_of
+from ..format.fingerprints import dataset_fingerprint_of
 from ..format.paths import join
-from ..remote.locations import Location, local_path
-from ..remote.pinned_store import pinned_store_of
+from ..remote.locations import Location
 from .anndata_elements import (
     Documents,
     IndexElement,
@@ -74,6 +70,7 @@ from .anndata_elements import (
     open_element_array,
     read_index,
 )
+from .anndata_identity import GROUPS, fingerprints_of, listed_versions, pin_element
 from .cell_plan import CellPlan
 from .feature_plan import FeaturePlan
 from .gather import as_slice, distinct_chunks
@@ -92,9 +89,6 @@ Indices = npt.NDArray[np.int64]
 ENTRY_BATCH = 1 << 20
 # Values scanned per block when checking float counts at creation.
 SCAN_BLOCK = 1 << 23
-# Objects digested concurrently (their bytes are held until hashed in order).
-DIGEST_WINDOW = 32
-GROUPS = ("counts", "cells", "features")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,78 +131,6 @@ class _DocumentReader:
         await self.fetch([key])
         data = self.fetched[key]
         return None if data is None else json.loads(data)
-
-
-# ------------------------------------------------------------------ versions
-
-
-def _version_of(stat: os.stat_result) -> str:
-    # the change time moves on any rewrite, even one that restores the
-    # modification time, so a file replaced with one of equal size is seen
-    return f"mtime:{stat.st_mtime_ns}:ctime:{stat.st_ctime_ns}"
-
-
-def _local_versions(root: Path, prefixes: list[str], documents: list[str]) -> dict[str, list[Any]]:
-    found: dict[str, list[Any]] = {}
-    for key in documents:
-        try:
-            stat = (root / key).stat()
-        except FileNotFoundError:
-            continue
-        found[key] = [stat.st_size, _version_of(stat)]
-    for prefix in prefixes:
-        for directory, _, files in os.walk(root / prefix):
-            for name in files:
-                path = Path(directory) / name
-                stat = path.stat()
-                found[path.relative_to(root).as_posix()] = [stat.st_size, _version_of(stat)]
-    return found
-
-
-async def _versions(
-    backend: Store, location: Location, prefixes: list[str], documents: list[str]
-) -> dict[str, list[Any]] | None:
-    """``{key: [size, version]}`` of the objects under ``prefixes`` and the ``documents``
-    that exist, from one listing (object storage) or a ``stat`` per local file;
-    ``None`` when the store reports no versions."""
-    wanted = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
-    pinned = pinned_store_of(backend)
-    if pinned is not None:
-        listing = await pinned.list_objects()
-        if listing is None:
-            return None
-        return {
-            key: [entry.size, entry.token]
-            for key, entry in listing.items()
-            if key in documents or key.startswith(wanted)
-        }
-    root = local_path(location)
-    if root is None:
-        return None
-    return await asyncio.to_thread(_local_versions, root, list(wanted), documents)
-
-
-async def _keys_under(store: Store, prefixes: list[str]) -> list[str]:
-    keys: list[str] = []
-    for prefix in prefixes:
-        keys.extend([key async for key in store.list_prefix(prefix.rstrip("/") + "/")])
-    return keys
-
-
-async def _digest(store: Store, keys: list[str], *, domain: str) -> str:
-    """Digest of the stored bytes of ``keys`` (in key order), read a window at a time."""
-    digest = hashlib.sha256()
-    ordered = sorted(set(keys))
-    for start in range(0, len(ordered), DIGEST_WINDOW):
-        window = ordered[start : start + DIGEST_WINDOW]
-        buffers = await asyncio.gather(
-            *(store.get(key, default_buffer_prototype()) for key in window)
-        )
-        for key, buffer in zip(window, buffers, strict=True):
-            data = b"" if buffer is None else buffer.to_bytes()
-            digest.update(f"{key}\0{len(data)}\0".encode())
-            digest.update(data)
-    return combine(domain, {"objects": len(ordered), "sha256": digest.hexdigest()})
 
 
 # ------------------------------------------------------------------ binding
@@ -375,37 +297,6 @@ class AnnDataCounts:
         return starts, ends, len(distinct_chunks(bounds, indptr.chunks[0]))
 
 
-async def _fingerprints(
-    backend: Store,
-    layout: _Layout,
-    versions: dict[str, list[Any]] | None,
-    recorded: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """Digest of each group's objects (listed where versions were taken).
-
-    With a ``recorded`` entry, a group whose objects all have their recorded
-    sizes and versions keeps its recorded digest: a new ``obs`` column (a new
-    ``obs`` document) costs no digest of ``X``.
-    """
-    groups = layout.prefixes()
-    result: dict[str, str] = {}
-    for group in GROUPS:
-        wanted = tuple(prefix.rstrip("/") + "/" for prefix in groups[group])
-        if versions is not None and recorded is not None:
-            now = {k: v for k, v in versions.items() if k.startswith(wanted)}
-            then = {k: v for k, v in recorded["objects"].items() if k.startswith(wanted)}
-            if now and now == then and all(v[1] is not None for v in now.values()):
-                result[group] = recorded["fingerprints"][group]
-                continue
-        keys = (
-            [key for key in versions if key.startswith(wanted)]
-            if versions is not None
-            else await _keys_under(backend, groups[group])
-        )
-        result[group] = await _digest(backend, keys, domain=f"cytearc:anndata-{group}")
-    return result
-
-
 async def _scan_dtype(
     arrays: dict[str, AsyncArray[Any]], element: MatrixElement, *, name: str, where: str
 ) -> np.dtype:
@@ -453,7 +344,7 @@ async def bind_anndata(
     if recorded is not None:
         held = {k: (None if v is None else v.encode()) for k, v in recorded["documents"].items()}
         prefixes, documents = recorded["prefixes"], list(held)
-        versions = await _versions(backend, location, prefixes, documents)
+        versions = await listed_versions(backend, location, prefixes, documents)
         if (
             versions is not None
             and versions == recorded["objects"]
@@ -461,7 +352,7 @@ async def bind_anndata(
         ):
             # unchanged since creation: the recorded fingerprints stand and the
             # element opens from the recorded documents, without reading a file
-            _pin(backend, versions, recorded["element"])
+            pin_element(backend, versions, recorded["element"])
             return await _open(
                 backend, held, dict(recorded), dict(recorded["fingerprints"]), where=where
             )
@@ -476,10 +367,10 @@ async def bind_anndata(
         )
     await reader.fetch(layout.documents())
     prefixes, documents = layout.watched()
-    versions = await _versions(backend, location, prefixes, documents)
+    versions = await listed_versions(backend, location, prefixes, documents)
     if versions is not None:
-        _pin(backend, versions, layout.element.path)
-    fingerprints = await _fingerprints(backend, layout, versions, recorded)
+        pin_element(backend, versions, layout.element.path)
+    fingerprints = await fingerprints_of(backend, layout.prefixes(), versions, recorded)
     if recorded is not None:
         changed = [g for g in GROUPS if fingerprints[g] != recorded["fingerprints"][g]]
         if changed or layout.element.path != recorded["element"]:
@@ -533,17 +424,6 @@ async def bind_anndata(
             "valid AnnData"
         )
     return replace(counts, dtype=dtype, cell_ids=cell_ids, feature_ids=feature_ids)
-
-
-def _pin(backend: Store, versions: Mapping[str, list[Any]], element: str) -> None:
-    """Pin the element's objects of a remote source as listed: a later read of a
-    replaced one is refused (:mod:`cytearc_vfs.remote.pinned_store`)."""
-    pinned = pinned_store_of(backend)
-    if pinned is None:
-        return
-    for key, (_, token) in versions.items():
-        if token is not None and key.startswith(element + "/"):
-            pinned.pins.pin(key, token)
 
 
 async def _open(
