@@ -12,6 +12,7 @@ import argparse
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .anndata_command import checked_anndata_input, cmd_anndata
 from .array_command import cmd_array
@@ -238,6 +239,19 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, text)
 
 
+def _source_layers(values: list[str], sources: Mapping[str, Any]) -> dict[str, str]:
+    """``--layer NAME=LAYER`` options as ``source_layers``."""
+    layers: dict[str, str] = {}
+    for value in values:
+        name, separator, layer = value.partition("=")
+        if not separator or not layer or name not in sources:
+            raise InputRefusedError(
+                f"--layer {value!r} must be NAME=LAYER with NAME one of the sources {list(sources)}"
+            )
+        layers[name] = layer
+    return layers
+
+
 def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``composite DEST [NAME=]SOURCE...``."""
     from ..composite.create import create_composite
@@ -251,8 +265,11 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         # refusal in the user's terms; a remote source would pay its round
         # trips twice, so create_composite's own binding refuses it instead.
         if local_path(location) is not None:
-            require_store(location, command=f"composite (source {name})", kinds=("ordinary",))
+            require_store(
+                location, command=f"composite (source {name})", kinds=("ordinary", "anndata")
+            )
     _check_sources_differ(args.destination, sources)
+    layers = _source_layers(args.layer, sources)
     choice: str = args.features
     features: str | list[str] = choice
     if args.features_file:
@@ -273,6 +290,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         assay=args.assay,
         features=features,
         cells=cells,
+        source_layers=layers,
         mem_budget=args.mem_budget,
         progress=bars,
     )

@@ -29,6 +29,7 @@ def require_store(
         return found
     wanted = {
         ("ordinary",): "an ordinary CyteArc store",
+        ("ordinary", "anndata"): "an ordinary CyteArc store or an AnnData Zarr store",
         ("ordinary", "mount"): "an ordinary CyteArc store or a mount",
         ("ordinary", "composite", "mount"): "a CyteArc store (ordinary, composite or mount)",
     }[tuple(kinds)]

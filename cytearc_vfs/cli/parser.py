@@ -152,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
         "sources",
         nargs="+",
         metavar="[NAME=]SOURCE",
-        help="source stores; NAME defaults to the directory name without its suffix",
+        help=(
+            "source stores (CyteArc or AnnData Zarr); NAME defaults to the directory name "
+            "without its suffix"
+        ),
     )
     composite.add_argument("--assay", default="RNA", help="assay to compose (default RNA)")
     composite.add_argument(
@@ -172,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=FILE",
         help="keep only the cells of source NAME whose ids FILE lists, one per line (repeatable)",
+    )
+    composite.add_argument(
+        "--layer",
+        action="append",
+        default=[],
+        metavar="NAME=LAYER",
+        help="read layer LAYER of the AnnData source NAME instead of its X (repeatable)",
     )
     _mem_budget(composite, "512M")
     _overwrite(composite)

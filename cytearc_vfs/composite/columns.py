@@ -98,6 +98,18 @@ class SourceTables:
 
 
 async def _read_source(source: BoundSource) -> SourceTables:
+    if source.anndata is not None:
+        # an AnnData source contributes its obs and var indexes (read when it
+        # was bound); its other obs and var columns are not carried
+        counts = source.anndata
+        assert counts.cell_ids is not None and counts.feature_ids is not None
+        return SourceTables(
+            source.name,
+            source.info.shape,
+            {"ids": StoredColumn(counts.cell_ids, {})},
+            {"ids": StoredColumn(counts.feature_ids, {})},
+            {},
+        )
     paths = source.info.paths
     # through the documents and listing the source was verified from: the
     # tables' group documents, ids and member listing cost no request

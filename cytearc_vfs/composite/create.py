@@ -35,6 +35,7 @@ from ..format.records import dump_assay_types, requires_transpose
 from ..format.sizes import parse_size
 from ..format.store_io import get_json
 from ..format.tables import prepare_table, write_table
+from ..read.anndata_sources import AnnDataSpec
 from ..read.count_mapping import IdentityMapping
 from ..read.read_stats import ReadCounters
 from ..read.reader import VirtualArrayReader
@@ -42,6 +43,7 @@ from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, reopenable_location
 from ..remote.source_cache import SourceCache
 from ..write.destinations import check_no_overlap, create_destination, finish_destination
+from .anndata_records import write_anndata_sources
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
 from .records import (
@@ -157,7 +159,9 @@ def _named_sources(sources: Sources) -> Mapping[str, Location]:
     return source_names_from_locations(list(sources))
 
 
-async def _source_summaries(sources: list[BoundSource]) -> list[dict[str, npt.NDArray[Any]]]:
+async def _source_summaries(
+    sources: list[BoundSource],
+) -> list[dict[str, npt.NDArray[Any]] | None]:
     """Every source's countSummaries arrays, all read concurrently.
 
     Their documents were fetched (and verified) with the source, so each
@@ -182,7 +186,15 @@ async def _source_summaries(sources: list[BoundSource]) -> list[dict[str, npt.ND
         values = await asyncio.gather(*(array.getitem(...) for array in arrays))
         return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}
 
-    return list(await asyncio.gather(*(one(source) for source in sources)))
+    async def none() -> None:
+        return None
+
+    # an AnnData source has no summaries: it is read (see _summaries)
+    return list(
+        await asyncio.gather(
+            *(none() if source.anndata is not None else one(source) for source in sources)
+        )
+    )
 
 
 def _summaries(
@@ -203,15 +215,33 @@ def _summaries(
         summaries = stored[index]
         all_features = len(columns) == source.info.shape[1]
         all_cells = len(rows) == source.info.shape[0]
+        if summaries is None:  # an AnnData source: read it all, once
+            all_features = all_cells = False
         if all_features:
+            assert summaries is not None
             row_sums[out_rows] = summaries["rowSums"][rows]
             row_positive[out_rows] = summaries["rowPositive"][rows]
         if all_features and all_cells:
+            assert summaries is not None
             column_positive[mapped] += summaries["columnPositive"][columns]
             continue
         # Part of the source is used: read exactly that part once, in row bands,
         # through the source as it was bound (verified, pinned; no second open).
         reader = _reader_of(source)
+        if source.anndata is not None and source.anndata.element.encoding == "csc_matrix":
+            # a feature-major source is read once in feature bands (a row band
+            # would read every stored entry each time)
+            _summaries_by_features(
+                reader,
+                rows,
+                columns,
+                out_rows,
+                mapped,
+                mem_budget,
+                dtype,
+                (row_sums, row_positive, column_positive),
+            )
+            continue
         band = max(1, mem_budget // (3 * max(1, len(columns)) * max(8, plan.dtype.itemsize)))
         for start in range(0, len(rows), band):
             block = reader.read(rows[start : start + band], columns)
@@ -225,11 +255,40 @@ def _summaries(
     return {"rowSums": row_sums, "rowPositive": row_positive, "columnPositive": column_positive}
 
 
+def _summaries_by_features(
+    reader: VirtualArrayReader,
+    rows: npt.NDArray[np.int64],
+    columns: npt.NDArray[np.int64],
+    out_rows: npt.NDArray[np.int64],
+    mapped: npt.NDArray[np.int64],
+    mem_budget: int,
+    dtype: np.dtype,
+    totals: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+) -> None:
+    """Add one source's summaries to ``totals`` (row sums, row positives, column
+    positives), reading ``rows`` x ``columns`` in bands of columns."""
+    row_sums, row_positive, column_positive = totals
+    sums = np.zeros(len(rows), dtype=dtype)
+    positives = np.zeros(len(rows), dtype=np.int64)
+    band = max(1, mem_budget // (3 * max(1, len(rows)) * 8))
+    for start in range(0, len(columns), band):
+        block = reader.read(rows, columns[start : start + band])
+        positive = block > 0
+        sums += block.sum(axis=1, dtype=dtype)
+        positives += positive.sum(axis=1)
+        column_positive[mapped[start : start + band]] += positive.sum(axis=0)
+    row_sums[out_rows] = sums
+    row_positive[out_rows] = positives
+
+
 def _reader_of(source: BoundSource) -> VirtualArrayReader:
     """A reader of one bound source's counts, rows and columns as they are."""
+    counters = ReadCounters()
+    if source.anndata is not None:
+        mapping = IdentityMapping(rebind(source, counters), *source.anndata.index_arrays)
+        return VirtualArrayReader.from_mapping(mapping, counters, source.location)
     store = source.view if source.view is not None else source.store
     root = zarr.open_group(store, mode="r", zarr_format=3)
-    counters = ReadCounters()
     mapping = IdentityMapping(
         rebind(source, counters),
         array_at(root, join(source.info.paths.cell_data, "ids")),
@@ -249,6 +308,7 @@ def create_composite(
     cells: Mapping[str, Any] | None = None,
     source_workspaces: Mapping[str, str] | None = None,
     source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    source_layers: Mapping[str, str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     mem_budget: int | str | None = None,
     progress: Progress | None = None,
@@ -277,6 +337,12 @@ def create_composite(
         Per source, the workspace holding the assay (root layout by default).
     source_storage_options
         Per source, backend options (credentials); used, never written.
+    source_layers
+        Per AnnData source, the layer read instead of ``X`` (``{name: layer}``).
+        A source may be an AnnData Zarr store (v2 or v3; ``X`` or the layer
+        encoded ``csr_matrix``, ``csc_matrix`` or dense): its counts are read
+        where they are, its obs and var indexes are its cell and feature ids
+        (``docs/composite.md``, "AnnData sources").
     mem_budget
         Working-memory bound of reading partial sources for the summaries.
     overwrite
@@ -301,8 +367,13 @@ def create_composite(
         raise ValueError("a composite needs at least one source")
     for name in sources:
         check_name(name, what="source name")
-    unknown = sorted(set(source_workspaces or {}) - set(sources)) + sorted(
-        set(source_storage_options or {}) - set(sources)
+    unknown = sorted(
+        (
+            set(source_workspaces or {})
+            | set(source_storage_options or {})
+            | set(source_layers or {})
+        )
+        - set(sources)
     )
     if unknown:
         raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
@@ -325,12 +396,21 @@ def create_composite(
                 assay,
                 workspace=(source_workspaces or {}).get(name),
                 storage_options=(source_storage_options or {}).get(name),
+                # any source may be an AnnData store (bound as one when its root says so)
+                anndata=AnnDataSpec(_layer_element(name, (source_layers or {}).get(name))),
             )
             for name, location in sources.items()
         ],
         counters=ReadCounters(),
         cache=cache,
     )
+    for source in bound:
+        if source.anndata is None and source.name in (source_layers or {}):
+            raise ValueError(
+                f"source_layers names source {source.name!r}, which is a CyteArc store, not an "
+                "AnnData store; layers apply to AnnData sources only (pick a CyteArc assay "
+                "with assay=)"
+            )
     tables = read_source_tables(bound)
     plan = plan_composite(bound, tables, features=features, cells=cells)
     bindings = tuple(
@@ -434,6 +514,11 @@ def create_composite(
         record,
         {source.name: source.view.seal() for source in bound if source.view is not None},
     )
+    write_anndata_sources(
+        maps_group,
+        record,
+        {source.name: source.anndata.entry for source in bound if source.anndata is not None},
+    )
     write_table(root.create_group("cellData"), cell_table)
     assay_group = root.create_group(assay, attributes={"is_assay": True})
     write_table(assay_group.create_group("featureData"), feature_table)
@@ -455,6 +540,17 @@ def create_composite(
         storage_options=storage_options,
         source_storage_options=source_storage_options,
     )
+
+
+def _layer_element(name: str, layer: str | None) -> str:
+    """The element an AnnData source is read from: ``X``, or ``layers/{layer}``."""
+    if layer is None:
+        return "X"
+    if not isinstance(layer, str) or not layer or "/" in layer:
+        raise ValueError(
+            f"source_layers[{name!r}] must be the name of one layer (e.g. 'counts'), not {layer!r}"
+        )
+    return f"layers/{layer}"
 
 
 def _frame(ids: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> Any:

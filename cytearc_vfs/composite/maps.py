@@ -147,7 +147,10 @@ def plan_composite(
     cells: Mapping[str, Any] | None,
 ) -> CompositePlan:
     """Plan a composite of ``sources`` (in output order) from their ``tables``."""
-    types = {source.name: source.info.assay_type for source in sources}
+    # AnnData sources declare no assay type: CyteArc sources decide it when
+    # there are any
+    declared = [source for source in sources if source.anndata is None] or list(sources)
+    types = {source.name: source.info.assay_type for source in declared}
     if len(set(types.values())) > 1:
         raise ValueError(
             f"sources declare different assay types {types}; a composite has one assay type. "

@@ -36,6 +36,7 @@ from ..format.nodes import array_at
 from ..format.paths import join
 from ..format.store_io import document_attribute, get_json
 from ..format.store_keys import protected_by
+from ..read.anndata_sources import AnnDataSpec
 from ..read.cell_runs import CellRuns, RunCollector, merge_runs
 from ..read.count_mapping import ArrayMapping, CountMapping
 from ..read.prefetch import fetch_documents
@@ -43,6 +44,7 @@ from ..read.read_stats import ReadCounters, ReaderStats
 from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.source_cache import CacheInfo, SourceCache
+from .anndata_records import ANNDATA_SOURCES_PATH, read_anndata_sources
 from .open_checks import verify_composite_tables
 from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
 from .source_seals import SEALS_PATH, read_seals
@@ -206,6 +208,7 @@ class CompositeStore(KeyCheckedStore):
                 )
         verify_composite_tables(own, record, attrs, where=where)
         seals = read_seals(root, record, where=where)
+        anndata = read_anndata_sources(root, record, where=where)
         # Every source is verified from one concurrent batch of requests (with
         # a seal, usually one listing each): see read/sources.bind_sources.
         if created is not None:
@@ -222,6 +225,11 @@ class CompositeStore(KeyCheckedStore):
                         expected_dataset=binding.dataset_fingerprint,
                         expected_counts=binding.counts_fingerprint,
                         seal=seals.get(binding.name),
+                        anndata=(
+                            AnnDataSpec(anndata[binding.name]["element"], anndata[binding.name])
+                            if binding.name in anndata
+                            else None
+                        ),
                     )
                     for binding in record.sources
                 ],
@@ -577,6 +585,7 @@ def _own_documents(record: CompositeRecord) -> list[str]:
         "cellData/ids",
         join(assay, "featureData", "ids"),
         SEALS_PATH,  # absent from composites without seals: fetched in the same round
+        ANNDATA_SOURCES_PATH,  # absent from composites without AnnData sources
     ]
     return [join(node, "zarr.json") for node in nodes]
 

@@ -364,6 +364,14 @@ class VirtualArrayReader:
         plan: FeaturePlan,
     ) -> None:
         """Fill ``out`` from ``source``: rows as ``cells``, columns as ``plan`` say."""
+        if source.anndata is not None:
+            # one orientation, the element's encoding (anndata_sources.py)
+            decoded = await source.anndata.read_into(out, cells, plan)
+            _, _, repeated = cells.firsts()
+            if len(repeated):
+                out[repeated[:, 0]] = out[repeated[:, 1]]
+            self._counters.add(chunks=decoded)
+            return
         choice = choose_orientation(
             cells.rows,
             plan.cols,

@@ -23,12 +23,14 @@ from zarr.storage import StorePath
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from ..format.paths import AssayPaths, join
+from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import get_json
 from ..remote.cached_store import cached_source
 from ..remote.locations import Location, describe_location, local_path, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import SourceCache
+from .anndata_sources import AnnDataCounts, AnnDataSpec, bind_anndata, is_anndata_root
 from .prefetch import MAX_IN_FLIGHT, PrefetchedStore, Seal, assay_documents, fetch_documents
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
@@ -67,6 +69,9 @@ class BoundSource:
     view: PrefetchedStore | None = None
     """The documents (and listing) it was verified from, when it was bound by
     :func:`bind_sources`: creation seals them and reads the tables through it."""
+    anndata: AnnDataCounts | None = None
+    """The matrix element of an AnnData source (then ``counts`` is one of its
+    arrays and ``info`` describes it: see :mod:`.anndata_sources`)."""
 
 
 def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
@@ -111,6 +116,8 @@ class SourceSpec:
     """Counts fingerprint recorded at creation, compared when given."""
     seal: Seal | None = None
     """Documents verified at creation, with their versions (:mod:`.prefetch`)."""
+    anndata: AnnDataSpec | None = None
+    """May be (at creation) or is (at open) an AnnData store: its element and record."""
 
 
 def bind_source(
@@ -148,15 +155,22 @@ def bind_sources(
     found values. A remote source is read through ``cache`` when one is given.
     """
 
-    async def fetch_all() -> list[tuple[Store, PrefetchedStore] | BaseException]:
+    async def fetch_all() -> list[tuple[Store, PrefetchedStore | AnnDataCounts] | BaseException]:
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
 
-        async def fetch(spec: SourceSpec) -> tuple[Store, PrefetchedStore]:
+        async def fetch(spec: SourceSpec) -> tuple[Store, PrefetchedStore | AnnDataCounts]:
             with _named_failures(spec):
                 # On a worker thread: a backend's opener may block or call
                 # zarr's sync API, which the event loop's own thread must not;
                 # the sources before it wait for answers meanwhile.
                 backend = await asyncio.to_thread(_open_backend, spec, cache)
+                where = describe_location(spec.location)
+                if spec.anndata is not None and spec.anndata.recorded is not None:
+                    counts = await bind_anndata(
+                        spec.name, spec.location, backend, spec.anndata, where=where
+                    )
+                    assert counts is not None
+                    return backend, counts
                 paths = AssayPaths(spec.assay, spec.workspace)
                 view = await fetch_documents(
                     backend,
@@ -166,6 +180,13 @@ def bind_sources(
                     deferred=[join(paths.assay_group, "state", "zarr.json")],
                     limit=gate,
                 )
+                if spec.anndata is not None and is_anndata_root(view.held("zarr.json")[1]):
+                    # a creation's source without a CyteArc root: maybe an AnnData store
+                    counts = await bind_anndata(
+                        spec.name, spec.location, backend, spec.anndata, where=where
+                    )
+                    if counts is not None:
+                        return backend, counts
                 return backend, view
 
         tasks = []
@@ -179,9 +200,63 @@ def bind_sources(
         if isinstance(fetched, BaseException):
             raise fetched  # the first failing source, in the order given
         with _named_failures(spec):
+            backend, found = fetched
+            if isinstance(found, AnnDataCounts):
+                bound.append(_anndata_bound(spec, backend, found, counters))
+                continue
             # from memory: the documents (and listing) were all fetched above
-            bound.append(_verify_bound(spec, *fetched, counters))
+            bound.append(_verify_bound(spec, backend, found, counters))
     return bound
+
+
+def _anndata_bound(
+    spec: SourceSpec, backend: Store, counts: AnnDataCounts, counters: ReadCounters
+) -> BoundSource:
+    """A bound AnnData source, its identity compared with the record's."""
+    where = describe_location(spec.location)
+    if spec.workspace is not None:
+        raise UnsupportedSourceError(
+            f"source {spec.name!r} at {where} is an AnnData store, which has no workspaces; "
+            "leave source_workspaces out for it"
+        )
+    fingerprints = counts.fingerprints
+    # an AnnData store declares no assay type: it takes the assay's name
+    # when that is a preset (a composite of CyteArc sources decides otherwise)
+    assay_type = spec.assay if spec.assay in ASSAY_TYPE_PRESETS else "Assay"
+    # the layout describes shape and dtype; its geometry is not read (an
+    # AnnData element is read by its own encoding, not through shards)
+    geometry = ArrayGeometry((1, 1), (1, 1))
+    info = AssayInfo(
+        paths=AssayPaths(spec.assay, None),
+        assay_type=assay_type,
+        layout=CountLayout(0, 0, counts.shape, counts.dtype.name, geometry, None),
+        content_fingerprint=fingerprints["counts"],
+        cells_fingerprint=fingerprints["cells"],
+        features_fingerprint=fingerprints["features"],
+    )
+    _check_expected(spec, info, where=where)
+    return _anndata_on(spec.name, where, backend, info, counts, counters)
+
+
+def _anndata_on(
+    name: str,
+    where: str,
+    backend: Store,
+    info: AssayInfo,
+    counts: AnnDataCounts,
+    counters: ReadCounters,
+) -> BoundSource:
+    counting = CountingStore(backend, counters)
+    element = counts.on(counting)
+    return BoundSource(
+        name=name,
+        location=where,
+        store=counting,
+        info=info,
+        counts=next(iter(element.arrays.values())),
+        counts_t=None,
+        anndata=element,
+    )
 
 
 def _open_backend(spec: SourceSpec, cache: SourceCache | None) -> Store:
@@ -207,6 +282,11 @@ def _verify_bound(
         pinned.pin_listed(view.listing, arrays)  # from the open's listing: no request
     else:
         pin_arrays(backend, arrays)
+    _check_expected(spec, info, where=where)
+    return bound_from_verified(spec.name, where, view, info, counters)
+
+
+def _check_expected(spec: SourceSpec, info: AssayInfo, *, where: str) -> None:
     for what, expected, found in (
         ("dataset", spec.expected_dataset, info.dataset_fingerprint),
         ("counts", spec.expected_counts, info.counts_fingerprint),
@@ -217,7 +297,6 @@ def _verify_bound(
                 f"composite record {expected}; the source changed after the composite was "
                 "created. Restore the source, or recreate the composite"
             )
-    return bound_from_verified(spec.name, where, view, info, counters)
 
 
 @contextmanager
@@ -247,6 +326,15 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
 def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
     """The same verified source, counted into ``counters`` (no I/O: its arrays'
     metadata is reused)."""
+    if source.anndata is not None:
+        return _anndata_on(
+            source.name,
+            source.location,
+            source.store.wrapped,
+            source.info,
+            source.anndata,
+            counters,
+        )
     counting = CountingStore(source.store.wrapped, counters)
     counts = _array_on(counting, source.counts.metadata, source.counts.store_path.path)
     counts_t = (

@@ -1,0 +1,227 @@
+"""The few AnnData Zarr elements a composite source needs, parsed from their documents.
+
+A composite reads an AnnData store's counts without converting it: the root
+(``encoding-type: anndata``), one matrix element (``X`` or ``layers/{name}``,
+encoded ``csr_matrix``, ``csc_matrix`` or a dense ``array``) and the indexes
+of ``obs`` and ``var`` (the dataframe's ``_index`` attribute names the index
+column, a ``string-array`` or a ``nullable-string-array``). Zarr v2 and v3.
+
+This is the one module that knows AnnData's element encodings. It reads
+documents through a :data:`Documents` callable (key -> parsed JSON or
+``None``), so the binding decides where they come from (the store, or a
+composite's record of them) and this module does no I/O of its own but the
+index values. The full element layer (``cytearc_vfs_adapters.anndata``) reads
+every element; these functions overlap with its root, sparse, dense array and
+dataframe-index readers and can be swapped for them (see
+``docs/composite.md``, "AnnData sources").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from zarr.abc.store import Store
+from zarr.api.asynchronous import open_array
+
+from ..errors import UnsupportedSourceError
+from ..format.paths import join
+
+__all__ = [
+    "Documents",
+    "IndexElement",
+    "MatrixElement",
+    "anndata_format",
+    "document_keys",
+    "matrix_element",
+    "node_attributes",
+    "obs_var_index",
+    "open_element_array",
+    "read_index",
+]
+
+#: key -> parsed JSON document, or ``None`` when the store has no such key.
+Documents = Callable[[str], Awaitable[Any]]
+Encoding = Literal["csr_matrix", "csc_matrix", "array"]
+
+
+def document_keys(path: str, zarr_format: int, *, array: bool = False) -> list[str]:
+    """The metadata document keys of the node at ``path`` in ``zarr_format``.
+
+    >>> document_keys("obs", 2), document_keys("X", 3)
+    (['obs/.zgroup', 'obs/.zattrs'], ['X/zarr.json'])
+    """
+    if zarr_format == 3:
+        return [join(path, "zarr.json")]
+    return [join(path, ".zarray" if array else ".zgroup"), join(path, ".zattrs")]
+
+
+async def anndata_format(documents: Documents) -> int | None:
+    """The Zarr format of an AnnData store's root, or ``None`` when the root is not one.
+
+    An AnnData root is a group whose attributes say ``encoding-type: anndata``
+    (anndata 0.7 wrote none: a v2 group holding ``X``/``obs``/``var`` counts too).
+    """
+    root = await documents("zarr.json")
+    if isinstance(root, dict):
+        attrs = root.get("attributes", {})
+        return 3 if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata" else None
+    group = await documents(".zgroup")
+    if not isinstance(group, dict):
+        return None
+    attrs = await documents(".zattrs")
+    if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata":
+        return 2
+    legacy = await documents("obs/.zgroup")  # anndata 0.7: no root attributes
+    return 2 if isinstance(legacy, dict) and not attrs else None
+
+
+async def node_attributes(
+    documents: Documents, path: str, zarr_format: int
+) -> tuple[str, dict[str, Any]] | None:
+    """``(node type, attributes)`` of the node at ``path``, or ``None`` when absent."""
+    if zarr_format == 3:
+        document = await documents(join(path, "zarr.json"))
+        if not isinstance(document, dict):
+            return None
+        attrs = document.get("attributes", {})
+        return str(document.get("node_type")), attrs if isinstance(attrs, dict) else {}
+    array = await documents(join(path, ".zarray"))
+    group = None if isinstance(array, dict) else await documents(join(path, ".zgroup"))
+    if not isinstance(array, dict) and not isinstance(group, dict):
+        return None
+    attrs = await documents(join(path, ".zattrs"))
+    return ("array" if isinstance(array, dict) else "group"), attrs if isinstance(
+        attrs, dict
+    ) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixElement:
+    """One count matrix element of an AnnData store."""
+
+    path: str
+    """``X`` or ``layers/{name}``."""
+    encoding: Encoding
+    """``csr_matrix`` (cell-major), ``csc_matrix`` (feature-major) or a dense ``array``."""
+    shape: tuple[int, int]
+    """(cells, features)."""
+    zarr_format: int
+    """2 or 3."""
+
+    @property
+    def arrays(self) -> list[str]:
+        """The Zarr arrays holding the matrix."""
+        if self.encoding == "array":
+            return [self.path]
+        return [join(self.path, name) for name in ("indptr", "indices", "data")]
+
+
+async def matrix_element(
+    documents: Documents, path: str, zarr_format: int, *, where: str
+) -> MatrixElement:
+    """Parse the matrix element at ``path`` (``X`` or ``layers/{name}``).
+
+    Raises :class:`UnsupportedSourceError` naming the element and the remedy
+    when it is absent or encoded otherwise.
+    """
+    node = await node_attributes(documents, path, zarr_format)
+    if node is None:
+        raise UnsupportedSourceError(
+            f"AnnData store at {where} has no {path!r}; give an existing layer with "
+            "source_layers={name: layer}, or X"
+        )
+    kind, attrs = node
+    encoding = attrs.get("encoding-type")
+    if encoding is None and "h5sparse_format" in attrs:  # anndata 0.7's sparse groups
+        encoding = f"{attrs['h5sparse_format']}_matrix"
+        attrs = {**attrs, "shape": attrs.get("h5sparse_shape")}
+    if kind == "array" and encoding in (None, "array"):
+        document = await documents(join(path, "zarr.json" if zarr_format == 3 else ".zarray"))
+        shape = tuple(int(n) for n in document["shape"])
+        if len(shape) != 2:
+            raise UnsupportedSourceError(
+                f"{path!r} of the AnnData store at {where} is {len(shape)}-D, not a matrix"
+            )
+        return MatrixElement(path, "array", (shape[0], shape[1]), zarr_format)
+    if kind == "group" and encoding in ("csr_matrix", "csc_matrix"):
+        shape_attr = attrs.get("shape")
+        if not isinstance(shape_attr, list) or len(shape_attr) != 2:
+            raise UnsupportedSourceError(
+                f"{path!r} of the AnnData store at {where} is a {encoding} without a 2-D shape attribute"
+            )
+        return MatrixElement(path, encoding, (int(shape_attr[0]), int(shape_attr[1])), zarr_format)
+    raise UnsupportedSourceError(
+        f"{path!r} of the AnnData store at {where} is encoded {encoding!r} ({kind}); a composite reads "
+        "csr_matrix, csc_matrix or dense array counts. Pick another layer with source_layers, or "
+        "convert the source with cv.write_counts"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IndexElement:
+    """The index column of ``obs`` or ``var``."""
+
+    path: str
+    """The column's node (``obs/_index``)."""
+    values_path: str
+    """The array holding the strings (the node itself, or its ``values``)."""
+    nullable: bool
+    """A ``nullable-string-array`` (a ``mask`` beside ``values``)."""
+
+
+async def obs_var_index(
+    documents: Documents, frame: str, zarr_format: int, *, where: str
+) -> IndexElement:
+    """The index column of the dataframe ``frame`` (``obs`` or ``var``)."""
+    node = await node_attributes(documents, frame, zarr_format)
+    if node is None or node[0] != "group":
+        raise UnsupportedSourceError(f"AnnData store at {where} has no {frame!r} dataframe")
+    name = node[1].get("_index", "_index")
+    path = join(frame, str(name))
+    column = await node_attributes(documents, path, zarr_format)
+    if column is None:
+        raise UnsupportedSourceError(
+            f"AnnData store at {where}: {frame} index column {path!r} is missing"
+        )
+    kind, attrs = column
+    if kind == "group" and attrs.get("encoding-type") == "nullable-string-array":
+        return IndexElement(path, join(path, "values"), True)
+    if kind == "array":
+        return IndexElement(path, path, False)
+    raise UnsupportedSourceError(
+        f"AnnData store at {where}: {frame} index {path!r} is encoded "
+        f"{attrs.get('encoding-type')!r}; an index must be a string array"
+    )
+
+
+async def open_element_array(store: Store, path: str, zarr_format: int) -> Any:
+    """The Zarr array at ``path`` (async), opened in ``zarr_format``."""
+    return await open_array(
+        store=store, path=path, mode="r", zarr_format=3 if zarr_format == 3 else 2
+    )
+
+
+async def read_index(
+    store: Store, index: IndexElement, zarr_format: int, *, where: str
+) -> npt.NDArray[Any]:
+    """The index values as ``str``; a missing value is refused (an index names every row)."""
+    values = np.asarray(
+        await (await open_element_array(store, index.values_path, zarr_format)).getitem(...)
+    )
+    if index.nullable:
+        mask = np.asarray(
+            await (await open_element_array(store, join(index.path, "mask"), zarr_format)).getitem(
+                ...
+            )
+        )
+        if bool(mask.any()):
+            raise UnsupportedSourceError(
+                f"AnnData store at {where}: index {index.path!r} has {int(mask.sum())} missing value(s); "
+                "give every cell and feature a name first"
+            )
+    # numpy's variable-width StringDType (zarr v3 strings) casts to str via objects
+    return np.asarray(values.astype(object).tolist(), dtype=str)

@@ -1,0 +1,144 @@
+"""The identity of an AnnData source: object versions and byte digests.
+
+Two costs, kept apart. **Versions** (:func:`listed_versions`): the size and
+version of every object a source's identity covers, from one listing on
+object storage (ETags) or a ``stat`` per local file (modification and change
+times): no object is read. **Digests** (:func:`fingerprints_of`): sha256 of
+the stored bytes of each group's objects (``counts``: the matrix element;
+``cells``/``features``: the obs and var index columns), read a window at a
+time; computed at creation, and at an open only for a group whose versions
+changed. :mod:`.anndata_sources` records both and compares them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+
+from ..format.fingerprints import combine
+from ..remote.locations import Location, local_path
+from ..remote.pinned_store import pinned_store_of
+
+__all__ = ["GROUPS", "fingerprints_of", "listed_versions", "pin_element"]
+
+#: The fingerprinted groups of an AnnData source.
+GROUPS = ("counts", "cells", "features")
+# Objects digested concurrently (their bytes are held until hashed in order).
+DIGEST_WINDOW = 32
+
+
+def _version_of(stat: os.stat_result) -> str:
+    # the change time moves on any rewrite, even one that restores the
+    # modification time, so a file replaced with one of equal size is seen
+    return f"mtime:{stat.st_mtime_ns}:ctime:{stat.st_ctime_ns}"
+
+
+def _local_versions(root: Path, prefixes: list[str], documents: list[str]) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for key in documents:
+        try:
+            stat = (root / key).stat()
+        except FileNotFoundError:
+            continue
+        found[key] = [stat.st_size, _version_of(stat)]
+    for prefix in prefixes:
+        for directory, _, files in os.walk(root / prefix):
+            for name in files:
+                path = Path(directory) / name
+                stat = path.stat()
+                found[path.relative_to(root).as_posix()] = [stat.st_size, _version_of(stat)]
+    return found
+
+
+async def listed_versions(
+    backend: Store, location: Location, prefixes: list[str], documents: list[str]
+) -> dict[str, list[Any]] | None:
+    """``{key: [size, version]}`` of the objects under ``prefixes`` and the ``documents``
+    that exist, from one listing (object storage) or a ``stat`` per local file;
+    ``None`` when the store reports no versions."""
+    wanted = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
+    pinned = pinned_store_of(backend)
+    if pinned is not None:
+        listing = await pinned.list_objects()
+        if listing is None:
+            return None
+        return {
+            key: [entry.size, entry.token]
+            for key, entry in listing.items()
+            if key in documents or key.startswith(wanted)
+        }
+    root = local_path(location)
+    if root is None:
+        return None
+    return await asyncio.to_thread(_local_versions, root, list(wanted), documents)
+
+
+async def _keys_under(store: Store, prefixes: list[str]) -> list[str]:
+    keys: list[str] = []
+    for prefix in prefixes:
+        keys.extend([key async for key in store.list_prefix(prefix.rstrip("/") + "/")])
+    return keys
+
+
+async def _digest(store: Store, keys: list[str], *, domain: str) -> str:
+    """Digest of the stored bytes of ``keys`` (in key order), read a window at a time."""
+    digest = hashlib.sha256()
+    ordered = sorted(set(keys))
+    for start in range(0, len(ordered), DIGEST_WINDOW):
+        window = ordered[start : start + DIGEST_WINDOW]
+        buffers = await asyncio.gather(
+            *(store.get(key, default_buffer_prototype()) for key in window)
+        )
+        for key, buffer in zip(window, buffers, strict=True):
+            data = b"" if buffer is None else buffer.to_bytes()
+            digest.update(f"{key}\0{len(data)}\0".encode())
+            digest.update(data)
+    return combine(domain, {"objects": len(ordered), "sha256": digest.hexdigest()})
+
+
+async def fingerprints_of(
+    backend: Store,
+    groups: Mapping[str, list[str]],
+    versions: dict[str, list[Any]] | None,
+    recorded: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Digest of each group's objects (listed where versions were taken).
+
+    With a ``recorded`` entry, a group whose objects all have their recorded
+    sizes and versions keeps its recorded digest: a new ``obs`` column (a new
+    ``obs`` document) costs no digest of ``X``.
+    """
+    result: dict[str, str] = {}
+    for group in GROUPS:
+        wanted = tuple(prefix.rstrip("/") + "/" for prefix in groups[group])
+        if versions is not None and recorded is not None:
+            now = {k: v for k, v in versions.items() if k.startswith(wanted)}
+            then = {k: v for k, v in recorded["objects"].items() if k.startswith(wanted)}
+            if now and now == then and all(v[1] is not None for v in now.values()):
+                result[group] = recorded["fingerprints"][group]
+                continue
+        keys = (
+            [key for key in versions if key.startswith(wanted)]
+            if versions is not None
+            else await _keys_under(backend, groups[group])
+        )
+        result[group] = await _digest(backend, keys, domain=f"cytearc:anndata-{group}")
+    return result
+
+
+def pin_element(backend: Store, versions: Mapping[str, list[Any]], element: str) -> None:
+    """Pin the element's objects of a remote source as listed: a later read of a
+    replaced one is refused (:mod:`cytearc_vfs.remote.pinned_store`)."""
+    pinned = pinned_store_of(backend)
+    if pinned is None:
+        return
+    for key, (_, token) in versions.items():
+        if token is not None and key.startswith(element + "/"):
+            pinned.pins.pin(key, token)

@@ -1,0 +1,464 @@
+"""AnnData Zarr stores as composite sources, read where they are (issue 16 part 2).
+
+Sources are written by anndata itself (Zarr v2 and v3; X as CSR, CSC or
+dense; a layer), beside CyteArc stores. Every read equals
+``anndata.concat(join="outer")`` of the same AnnData objects; identity checks
+fail closed and cost, when nothing changed, no file read and one listing per
+remote source; a CSR read of some cells touches only their chunks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from conftest import realistic_counts
+from loopback_proxy import LoopbackProxy
+from s3_server import S3Server
+from zarr.storage import LocalStore
+
+import cytearc_vfs as cv
+from cytearc_vfs.composite.anndata_records import ANNDATA_SOURCES_PATH
+from cytearc_vfs.errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+GENES = [f"g{i:03d}" for i in range(60)]
+
+
+def adata(
+    n_cells: int, genes: list[str], prefix: str, *, seed: int, encoding: str = "csr"
+) -> ad.AnnData:
+    """An AnnData of integral float32 counts, X encoded as ``encoding``."""
+    matrix = realistic_counts(n_cells, len(genes), density=0.15, seed=seed)
+    x: Any = {"csr": sp.csr_matrix, "csc": sp.csc_matrix}.get(encoding, lambda m: m.toarray())(
+        matrix
+    )
+    result = ad.AnnData(X=x)
+    result.obs_names = [f"{prefix}{i}" for i in range(n_cells)]
+    result.var_names = genes
+    return result
+
+
+def write(data: ad.AnnData, path: Path, zarr_format: int) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        previous = ad.settings.zarr_write_format
+        ad.settings.zarr_write_format = zarr_format
+        try:
+            data.write_zarr(path)
+        finally:
+            ad.settings.zarr_write_format = previous
+    return path
+
+
+def dense(data: ad.AnnData, features: list[str]) -> np.ndarray:
+    x = data[:, features].X
+    return np.asarray(x.toarray() if sp.issparse(x) else x)
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> tuple[dict[str, Any], ad.AnnData]:
+    """Five sources: CSR v3, CSC v2, dense v3, a CSR v2 layer, a CyteArc store."""
+    parts = {
+        "csr3": adata(300, GENES[:40], "a", seed=1),
+        "csc2": adata(200, GENES[20:], "b", seed=2, encoding="csc"),
+        "dense3": adata(150, GENES[10:50], "c", seed=3, encoding="dense"),
+        "layer2": adata(120, GENES[5:45], "d", seed=4),
+        "cytearc": adata(100, GENES[::2], "e", seed=5),
+    }
+    layered = parts["layer2"].copy()
+    layered.layers["counts"] = layered.X.copy()
+    layered.X = layered.X * 0.5  # fractional X: only the layer holds counts
+    sources: dict[str, Any] = {
+        "csr3": write(parts["csr3"], tmp_path / "csr3.zarr", 3),
+        "csc2": write(parts["csc2"], tmp_path / "csc2.zarr", 2),
+        "dense3": write(parts["dense3"], tmp_path / "dense3.zarr", 3),
+        "layer2": write(layered, tmp_path / "layer2.zarr", 2),
+    }
+    cv.write_counts(tmp_path / "cytearc.zarr", parts["cytearc"])
+    sources["cytearc"] = tmp_path / "cytearc.zarr"
+    expected = ad.concat(list(parts.values()), join="outer")
+    return sources, expected
+
+
+def create(tmp_path: Path, sources: dict[str, Any], **options: Any) -> cv.CompositeStore:
+    return cv.create_composite(
+        tmp_path / "comp.zarr", sources, source_layers={"layer2": "counts"}, **options
+    )
+
+
+# ------------------------------------------------------------ equal values
+
+
+def test_a_mixed_composite_equals_anndata_concat(tmp_path: Path, mixed: Any) -> None:
+    sources, expected = mixed
+    create(tmp_path, sources).close()
+    store = cv.open_store(tmp_path / "comp.zarr")
+    reader = store.reader()
+    features = list(reader.feature_ids)
+    assert sorted(features) == sorted(expected.var_names)
+    assert list(reader.cell_ids) == list(expected.obs_names)
+    truth = dense(expected, features)
+    assert reader.dtype == np.uint8  # float32 sources holding small whole counts
+    np.testing.assert_array_equal(reader.read(), truth)
+    rng = np.random.default_rng(0)
+    cells = rng.choice(len(truth), 200, replace=True)  # any order, repeats
+    genes = rng.choice(len(features), 17, replace=True)
+    np.testing.assert_array_equal(reader.read(cells), truth[cells])
+    np.testing.assert_array_equal(reader.read(None, genes), truth[:, genes])
+    np.testing.assert_array_equal(reader.read(cells, genes), truth[np.ix_(cells, genes)])
+    np.testing.assert_array_equal(reader.read(slice(250, 700), slice(3, 40)), truth[250:700, 3:40])
+    # plain zarr over the computed chunks, both orientations
+    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/counts", mode="r")[:], truth)
+    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/countsT", mode="r")[:], truth.T)
+    store.close()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("encoding", ["csr", "csc", "dense"])
+def test_every_encoding_in_both_formats(tmp_path: Path, encoding: str, zarr_format: int) -> None:
+    data = adata(80, GENES[:25], "a", seed=9, encoding=encoding)
+    data.X = data.X.astype(np.int32)  # integer counts are read in their dtype
+    path = write(data, tmp_path / "a.zarr", zarr_format)
+    store = cv.create_composite(tmp_path / "c.zarr", {"a": path})
+    reader = store.reader()
+    assert reader.dtype == np.int32
+    truth = dense(data, list(reader.feature_ids))
+    np.testing.assert_array_equal(reader.read(), truth)
+    np.testing.assert_array_equal(
+        reader.read([70, 3, 3], [24, 0]), truth[np.ix_([70, 3, 3], [24, 0])]
+    )
+    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/countsT", mode="r")[:], truth.T)
+    store.close()
+
+
+def test_a_legacy_sparse_group_is_read(tmp_path: Path) -> None:
+    """anndata 0.7 wrote sparse X with ``h5sparse_format``/``h5sparse_shape``, no root attributes."""
+    data = adata(40, GENES[:12], "a", seed=10)
+    path = write(data, tmp_path / "a.zarr", 2)
+    root = zarr.open_group(path, mode="r+", zarr_format=2)
+    root.attrs.clear()
+    x = root["X"]
+    x.attrs.clear()
+    x.attrs.update({"h5sparse_format": "csr", "h5sparse_shape": list(data.shape)})
+    store = cv.create_composite(tmp_path / "c.zarr", {"a": path})
+    np.testing.assert_array_equal(store.reader().read(), dense(data, GENES[:12]))
+    store.close()
+
+
+def test_the_composite_records_anndata_sources_beside_the_record(
+    tmp_path: Path, mixed: Any
+) -> None:
+    sources, _ = mixed
+    store = create(tmp_path, sources)
+    record = store.record
+    assert {s.name for s in record.sources} == set(sources)
+    root = zarr.open_group(tmp_path / "comp.zarr", mode="r")
+    entries = __import__("json").loads(bytes(np.asarray(root[ANNDATA_SOURCES_PATH][:])))
+    assert set(entries) == {"csr3", "csc2", "dense3", "layer2"}
+    assert entries["layer2"]["element"] == "layers/counts"
+    assert [entries[n]["encoding"] for n in ("csr3", "csc2", "dense3")] == [
+        "csr_matrix",
+        "csc_matrix",
+        "array",
+    ]
+    assert entries["csc2"]["zarrFormat"] == 2
+    # summaries were computed by reading the AnnData sources
+    values = store.reader().read()
+    summaries = root["RNA/countSummaries"]
+    np.testing.assert_array_equal(summaries["rowSums"][:], values.sum(axis=1))
+    np.testing.assert_array_equal(summaries["rowPositive"][:], (values > 0).sum(axis=1))
+    np.testing.assert_array_equal(summaries["columnPositive"][:], (values > 0).sum(axis=0))
+    store.close()
+
+
+def test_intersection_and_cell_selection(tmp_path: Path, mixed: Any) -> None:
+    sources, expected = mixed
+    store = create(tmp_path, sources, features="intersection", cells={"csr3": [5, 1, 200]})
+    reader = store.reader()
+    features = list(reader.feature_ids)
+    common = set(GENES[20:40]) & set(GENES[::2])
+    assert set(features) == common
+    kept = [n for n in expected.obs_names if not n.startswith("a")]
+    keep = ["a5", "a1", "a200", *kept]
+    np.testing.assert_array_equal(reader.read(), dense(expected[keep], features))
+    store.close()
+
+
+def test_the_command_line_composes_anndata_sources(
+    tmp_path: Path, mixed: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cytearc_vfs.cli.main import main
+
+    sources, expected = mixed
+    arguments = [f"{name}={path}" for name, path in sources.items()]
+    code = main(["composite", str(tmp_path / "cli.zarr"), *arguments, "--layer", "layer2=counts"])
+    assert code == 0, capsys.readouterr()
+    reader = cv.open_store(tmp_path / "cli.zarr").reader()
+    np.testing.assert_array_equal(reader.read(), dense(expected, list(reader.feature_ids)))
+    assert (
+        main(["composite", str(tmp_path / "x.zarr"), str(sources["csr3"]), "--layer", "x=y"]) == 2
+    )
+
+
+# ------------------------------------------------------------ refusals
+
+
+def test_fractional_counts_are_refused_naming_the_layer_remedy(tmp_path: Path) -> None:
+    data = adata(30, GENES[:10], "a", seed=1)
+    data.X = data.X * 0.5
+    write(data, tmp_path / "a.zarr", 3)
+    with pytest.raises(
+        UnsupportedSourceError, match=r"fractional .*source_layers=\{'a': 'counts'\}"
+    ):
+        cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr"})
+    assert not (tmp_path / "c.zarr").exists() or not any((tmp_path / "c.zarr").iterdir())
+
+
+def test_layer_options_are_checked(tmp_path: Path, mixed: Any) -> None:
+    sources, _ = mixed
+    with pytest.raises(UnsupportedSourceError, match="has no 'layers/raw'"):
+        cv.create_composite(
+            tmp_path / "c1.zarr", {"a": sources["csr3"]}, source_layers={"a": "raw"}
+        )
+    with pytest.raises(ValueError, match="CyteArc store, not an AnnData"):
+        cv.create_composite(
+            tmp_path / "c2.zarr", {"e": sources["cytearc"]}, source_layers={"e": "counts"}
+        )
+    with pytest.raises(ValueError, match="unknown source"):
+        cv.create_composite(tmp_path / "c3.zarr", {"a": sources["csr3"]}, source_layers={"b": "x"})
+
+
+# ------------------------------------------------------------ identity
+
+
+class FileReads:
+    """Counts LocalStore reads below ``root`` (the files an open reads)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+        self.keys: list[str] = []
+        original = LocalStore.get
+        prefix = str(root.resolve())
+
+        async def get(store: LocalStore, key: str, *args: Any, **kwargs: Any) -> Any:
+            if str(Path(store.root).resolve()).startswith(prefix):
+                self.keys.append(key)
+            return await original(store, key, *args, **kwargs)
+
+        monkeypatch.setattr(LocalStore, "get", get)
+
+
+def _two_sources(tmp_path: Path) -> tuple[dict[str, Path], Path]:
+    sources = {
+        "a": write(adata(400, GENES[:30], "a", seed=1), tmp_path / "src" / "a.zarr", 3),
+        "b": write(
+            adata(300, GENES[10:], "b", seed=2, encoding="csc"), tmp_path / "src" / "b.zarr", 2
+        ),
+    }
+    location = tmp_path / "comp.zarr"
+    cv.create_composite(location, sources).close()
+    return sources, location
+
+
+def test_an_unchanged_source_opens_without_reading_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, location = _two_sources(tmp_path)
+    reads = FileReads(monkeypatch, tmp_path / "src")
+    store = cv.open_store(location)
+    assert reads.keys == []  # a stat per watched file, no read
+    store.reader().read([0, 500])
+    assert reads.keys  # reads do read the sources
+    store.close()
+
+
+def test_a_touched_but_equal_source_is_digested_again_and_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources, location = _two_sources(tmp_path)
+    chunk = next(
+        p for p in (sources["a"] / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json"
+    )
+    chunk.write_bytes(chunk.read_bytes())  # same bytes, new version
+    reads = FileReads(monkeypatch, tmp_path / "src")
+    store = cv.open_store(location)
+    assert any(key.startswith("X/data/") for key in reads.keys)  # recomputed from the bytes
+    store.close()
+
+
+def test_a_changed_obs_document_costs_no_digest_of_x(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources, location = _two_sources(tmp_path)
+    obs = zarr.open_group(sources["a"] / "obs", mode="r+")
+    obs.attrs["note"] = "a new obs attribute (as a new column rewrites obs's document)"
+    reads = FileReads(monkeypatch, tmp_path / "src")
+    store = cv.open_store(location)
+    # the documents are read again to parse the element; no chunk is digested
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert reads.keys
+    assert [key for key in reads.keys if not key.endswith(documents)] == []
+    store.close()
+
+
+def _edit_data(sources: dict[str, Path]) -> None:
+    group = zarr.open_group(sources["a"], mode="r+")
+    data = group["X/data"]
+    values = data[:]
+    values[0] += 1
+    data[:] = values
+
+
+def _edit_obs_index(sources: dict[str, Path]) -> None:
+    group = zarr.open_group(sources["b"], mode="r+", zarr_format=2)
+    values = group["obs/_index/values"]
+    names = values[:]
+    names[3] = "renamed"
+    values[:] = names
+
+
+def _replace_equal_size(sources: dict[str, Path]) -> None:
+    # a chunk of b's indices (Zarr v2) replaced by a file of the same size
+    chunk = sources["b"] / "X" / "indices" / "0"
+    size = chunk.stat().st_size
+    chunk.write_bytes(bytes(reversed(chunk.read_bytes()))[:size])
+
+
+@pytest.mark.parametrize("edit", [_edit_data, _edit_obs_index, _replace_equal_size])
+def test_a_changed_anndata_source_fails_closed(tmp_path: Path, edit: Any) -> None:
+    sources, location = _two_sources(tmp_path)
+    edit(sources)
+    with pytest.raises(
+        IdentityMismatchError, match=r"changed after the composite was created.*recreate"
+    ):
+        cv.open_store(location)
+
+
+def test_an_edited_anndata_record_is_refused(tmp_path: Path) -> None:
+    _, location = _two_sources(tmp_path)
+    array = zarr.open_array(location, path=ANNDATA_SOURCES_PATH, mode="r+")
+    values = array[:]
+    values[-2] = ord(" ")
+    array[:] = values
+    with pytest.raises((IdentityMismatchError, RecordShapeError), match="anndataSources"):
+        cv.open_store(location)
+
+
+# ------------------------------------------------------------ costs
+
+
+def test_a_csr_read_of_some_cells_touches_only_their_chunks(tmp_path: Path) -> None:
+    n_cells = 20_000
+    data = adata(n_cells, GENES, "a", seed=7)
+    path = write(data, tmp_path / "a.zarr", 2)
+    # small chunks, so a selection touches few of many
+    group = zarr.open_group(path, mode="r")
+    chunk = {name: group[f"X/{name}"].chunks[0] for name in ("indptr", "indices", "data")}
+    nnz = group["X/data"].shape[0]
+    store = cv.create_composite(tmp_path / "c.zarr", {"a": path})
+    reader = store.reader()
+    rng = np.random.default_rng(3)
+    cells = np.sort(rng.choice(n_cells, 1000, replace=False))
+    reader.reset_stats()
+    block = reader.read(cells)
+    np.testing.assert_array_equal(block, dense(data, list(reader.feature_ids))[cells])
+    indptr = data.X.indptr
+    bounds = np.unique(np.concatenate([cells, cells + 1]))
+    positions = np.concatenate([np.arange(indptr[c], indptr[c + 1]) for c in cells])
+    expected = (
+        len(np.unique(bounds // chunk["indptr"]))
+        + len(np.unique(positions // chunk["indices"]))
+        + len(np.unique(positions // chunk["data"]))
+    )
+    stats = reader.stats
+    assert stats.chunks_decoded == expected
+    assert stats.requests == expected  # one file per touched chunk, nothing else
+    whole = 3 * -(-nnz // chunk["data"]) + -(-(n_cells + 1) // chunk["indptr"])
+    assert expected <= whole
+    store.close()
+
+
+# ------------------------------------------------------------ remote
+
+
+@pytest.fixture
+def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    import obstore
+    from obstore.store import from_url
+
+    proxy = LoopbackProxy(s3_server.endpoint)
+    bucket = s3_server.new_bucket()
+    direct = s3_server.storage_options()
+    raw = from_url(f"s3://{bucket}", **direct)
+    parts = {
+        "r3": adata(500, GENES[:40], "a", seed=11),
+        "r2": adata(300, GENES[20:], "b", seed=12, encoding="csc"),
+    }
+    for name, data in parts.items():
+        local = write(data, tmp_path / f"{name}.zarr", int(name[1]))
+        for file in local.rglob("*"):
+            if file.is_file():
+                obstore.put(
+                    raw, f"{name}.zarr/{file.relative_to(local).as_posix()}", file.read_bytes()
+                )
+    try:
+        yield {
+            "sources": {name: f"s3://{bucket}/{name}.zarr" for name in parts},
+            "options": {name: {**direct, "endpoint": proxy.endpoint} for name in parts},
+            "expected": ad.concat(list(parts.values()), join="outer"),
+            "proxy": proxy,
+            "raw": raw,
+        }
+    finally:
+        proxy.close()
+
+
+@pytest.mark.remote
+def test_remote_anndata_sources_read_equal_and_open_with_one_listing(
+    remote_anndata: dict[str, Any], tmp_path: Path
+) -> None:
+    import obstore
+
+    location = tmp_path / "c.zarr"
+    options = remote_anndata["options"]
+    proxy = remote_anndata["proxy"]
+    cv.create_composite(location, remote_anndata["sources"], source_storage_options=options).close()
+    proxy.take()
+    store = cv.open_store(location, source_storage_options=options)
+    seen = proxy.take()
+    assert len(seen) == 2 and all("list-type" in request.path for request in seen)
+    reader = store.reader()
+    truth = dense(remote_anndata["expected"], list(reader.feature_ids))
+    np.testing.assert_array_equal(reader.read(), truth)
+    cells = np.random.default_rng(1).choice(len(truth), 50, replace=False)
+    np.testing.assert_array_equal(reader.read(cells, [0, 5, 9]), truth[np.ix_(cells, [0, 5, 9])])
+    store.close()
+    # an object replaced after creation (same size) fails closed
+    raw = remote_anndata["raw"]
+    key = "r3.zarr/X/indices/zarr.json"
+    document = bytes(obstore.get(raw, key).bytes())
+    obstore.put(raw, key, document.replace(b'"fill_value": 0', b'"fill_value": 1'))
+    with pytest.raises(IdentityMismatchError, match="'r3'"):
+        cv.open_store(location, source_storage_options=options)
+
+
+def test_sources_copy_elsewhere_still_open(tmp_path: Path) -> None:
+    """A copy keeps the bytes: versions differ, the digests match, the open succeeds."""
+    _, location = _two_sources(tmp_path)
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "src", moved)
+    shutil.rmtree(tmp_path / "src")
+    os.rename(moved, tmp_path / "src")
+    store = cv.open_store(location)
+    assert store.reader().read([1, 2]).shape == (2, len(store.reader().feature_ids))
+    store.close()
