@@ -19,18 +19,14 @@ something else).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import zarr
 
-from ..errors import IdentityMismatchError, RecordShapeError
-from ..format.fingerprints import combine
-from ..format.nodes import array_at
+from ..errors import RecordShapeError
 from ..format.records import check_fields
-from .maps import array_fingerprint
+from .bound_documents import read_bound_document, write_bound_document
 from .records import MAPS_GROUP, CompositeRecord
 
 __all__ = ["ANNDATA_SOURCES_PATH", "read_anndata_sources", "write_anndata_sources"]
@@ -55,69 +51,25 @@ ENTRY_FIELDS: Mapping[str, type | tuple[type, ...]] = {
 }
 
 
-def _bindings(record: CompositeRecord) -> str:
-    return combine(ANNDATA_ATTR, {"sources": [source.to_json() for source in record.sources]})
-
-
 def write_anndata_sources(
     maps_group: zarr.Group, record: CompositeRecord, entries: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Write the ``entries`` of the AnnData sources of ``record`` (nothing without any)."""
-    if not entries:
-        return
-    text = json.dumps(dict(entries), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    values = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
-    name = ANNDATA_SOURCES_PATH.rsplit("/", 1)[1]
-    array = maps_group.create_array(
-        name, shape=values.shape, dtype=values.dtype, chunks=(max(1, len(values)),)
-    )
-    array[:] = values
-    # the attributes come last: an array without them (a creation killed
-    # between the two writes) is refused, never read
-    array.attrs.update(
-        {ANNDATA_ATTR: {"fingerprint": array_fingerprint(values), "sources": _bindings(record)}}
-    )
+    if entries:
+        name = ANNDATA_SOURCES_PATH.rsplit("/", 1)[1]
+        write_bound_document(maps_group, name, ANNDATA_ATTR, record, dict(entries))
 
 
 def read_anndata_sources(
     root: zarr.Group, record: CompositeRecord, *, where: str
 ) -> dict[str, dict[str, Any]]:
     """The verified entries of a composite's AnnData sources (none without the array)."""
-    if ANNDATA_SOURCES_PATH not in root:
-        return {}
     remedy = "recreate the composite"
-    array = array_at(root, ANNDATA_SOURCES_PATH)
-    values = np.asarray(array[:])
-    attrs = check_fields(
-        array.attrs.asdict(), {ANNDATA_ATTR: dict}, record=ANNDATA_SOURCES_PATH, where=where
+    payload = read_bound_document(
+        root, ANNDATA_SOURCES_PATH, ANNDATA_ATTR, record, where=where, remedy=remedy
     )
-    recorded = check_fields(
-        attrs[ANNDATA_ATTR],
-        {"fingerprint": str, "sources": str},
-        record=f"{ANNDATA_SOURCES_PATH} {ANNDATA_ATTR}",
-        where=where,
-    )
-    if values.dtype != np.uint8 or values.ndim != 1:
-        raise RecordShapeError(
-            f"composite at {where}: {ANNDATA_SOURCES_PATH!r} holds {values.dtype} values, not "
-            f"bytes; {remedy}"
-        )
-    if array_fingerprint(values) != recorded["fingerprint"]:
-        raise IdentityMismatchError(
-            f"composite at {where}: {ANNDATA_SOURCES_PATH} was changed after creation "
-            f"(its fingerprint does not match its attributes); {remedy}"
-        )
-    if recorded["sources"] != _bindings(record):
-        raise IdentityMismatchError(
-            f"composite at {where}: {ANNDATA_SOURCES_PATH} was written for other sources than "
-            f"the record binds (copied from another composite?); {remedy}"
-        )
-    try:
-        payload = json.loads(values.tobytes().decode("utf-8"))
-    except ValueError as exc:
-        raise RecordShapeError(
-            f"composite at {where}: {ANNDATA_SOURCES_PATH}: {exc}; {remedy}"
-        ) from exc
+    if payload is None:
+        return {}
     names = {source.name for source in record.sources}
     if not isinstance(payload, dict) or not set(payload) <= names:
         raise RecordShapeError(

@@ -27,20 +27,14 @@ The array holds UTF-8 JSON, one object per sealed source::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import zarr
 
-from ..errors import IdentityMismatchError, RecordShapeError
-from ..format.fingerprints import combine
-from ..format.nodes import array_at
-from ..format.records import check_fields
+from ..errors import RecordShapeError
 from ..read.prefetch import Seal
-from .maps import array_fingerprint
+from .bound_documents import read_bound_document, write_bound_document
 from .records import MAPS_GROUP, CompositeRecord
 
 __all__ = ["SEALS_PATH", "decode_seals", "encode_seals", "read_seals", "write_seals"]
@@ -51,14 +45,13 @@ SEALS_PATH = f"{MAPS_GROUP}/sourceSeals"
 SEAL_ATTR = "cytearc:sourceSeals"
 
 
-def encode_seals(seals: Mapping[str, Seal]) -> npt.NDArray[np.uint8]:
-    """The array values holding ``seals`` (source name -> sealed documents).
+def encode_seals(seals: Mapping[str, Seal]) -> dict[str, dict[str, list[str]]]:
+    """The JSON document holding ``seals`` (source name -> sealed documents).
 
     Documents that are not UTF-8 text are left out (they are fetched at open).
 
-    >>> values = encode_seals({"a": {"zarr.json": ('"9f"', b"{}")}})
-    >>> bytes(values)
-    b'{"a":{"zarr.json":["\\\\"9f\\\\"","{}"]}}'
+    >>> encode_seals({"a": {"zarr.json": ('"9f"', b"{}")}})
+    {'a': {'zarr.json': ['"9f"', '{}']}}
     """
     payload: dict[str, dict[str, list[str]]] = {}
     for name in sorted(seals):
@@ -71,23 +64,18 @@ def encode_seals(seals: Mapping[str, Seal]) -> npt.NDArray[np.uint8]:
                 continue
         if documents:
             payload[name] = documents
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+    return payload
 
 
 def decode_seals(
-    values: npt.NDArray[Any], names: Sequence[str], *, where: str
+    payload: Any, names: Sequence[str], *, where: str
 ) -> dict[str, dict[str, tuple[str, bytes]]]:
-    """Parse the array's ``values`` strictly: sources named in ``names`` only.
+    """Parse the seal document strictly: sources named in ``names`` only.
 
     >>> decode_seals(encode_seals({"a": {"zarr.json": ('"9f"', b"{}")}}), ["a"], where="c")
     {'a': {'zarr.json': ('"9f"', b'{}')}}
     """
     problem = f"composite at {where}: {SEALS_PATH} is not a seal of the sources"
-    try:
-        payload = json.loads(np.asarray(values, dtype=np.uint8).tobytes().decode("utf-8"))
-    except ValueError as exc:
-        raise RecordShapeError(f"{problem} ({exc}); recreate the composite") from exc
     if not isinstance(payload, dict) or not set(payload) <= set(names):
         raise RecordShapeError(f"{problem} (it names unknown sources); recreate the composite")
     seals: dict[str, dict[str, tuple[str, bytes]]] = {}
@@ -109,67 +97,21 @@ def decode_seals(
     return seals
 
 
-def _bindings_fingerprint(record: CompositeRecord) -> str:
-    """Fingerprint of the source bindings a seal was written for."""
-    return combine(
-        "cytearc:sourceSeals", {"sources": [source.to_json() for source in record.sources]}
-    )
-
-
 def write_seals(maps_group: zarr.Group, record: CompositeRecord, seals: Mapping[str, Seal]) -> None:
     """Write ``seals`` for the sources of ``record`` into the composite's
     ``_composite`` group; nothing is written when no source could be sealed."""
-    values = encode_seals(seals)
-    if bytes(values) == b"{}":
-        return
-    name = SEALS_PATH.rsplit("/", 1)[1]
-    # one chunk: an open fetches it in one request, whatever the number of sources
-    array = maps_group.create_array(
-        name, shape=values.shape, dtype=values.dtype, chunks=(max(1, len(values)),)
-    )
-    array[:] = values
-    # the attributes come last: a seal without them (a creation killed
-    # between the two writes) is refused, never read
-    array.attrs.update(
-        {
-            SEAL_ATTR: {
-                "fingerprint": array_fingerprint(values),
-                "sources": _bindings_fingerprint(record),
-            }
-        }
-    )
+    payload = encode_seals(seals)
+    if payload:
+        name = SEALS_PATH.rsplit("/", 1)[1]
+        write_bound_document(maps_group, name, SEAL_ATTR, record, payload)
 
 
 def read_seals(
     root: zarr.Group, record: CompositeRecord, *, where: str
 ) -> dict[str, dict[str, tuple[str, bytes]]]:
     """The verified seals of a composite's sources (none when it has no seal array)."""
-    if SEALS_PATH not in root:
-        return {}
     remedy = f"delete {SEALS_PATH} (the composite then opens by fetching every document)"
-    array = array_at(root, SEALS_PATH)
-    values = np.asarray(array[:])
-    if values.dtype != np.uint8 or values.ndim != 1:
-        raise RecordShapeError(
-            f"composite at {where}: {SEALS_PATH!r} holds {values.dtype} values of "
-            f"{values.ndim} dimensions, not bytes; {remedy}"
-        )
-    attrs = check_fields(array.attrs.asdict(), {SEAL_ATTR: dict}, record=SEALS_PATH, where=where)
-    recorded = check_fields(
-        attrs[SEAL_ATTR],
-        {"fingerprint": str, "sources": str},
-        record=f"{SEALS_PATH} {SEAL_ATTR}",
-        where=where,
-    )
-    found = array_fingerprint(values)
-    if found != recorded["fingerprint"]:
-        raise IdentityMismatchError(
-            f"composite at {where}: {SEALS_PATH} has fingerprint {found}, but its attributes "
-            f"hold {recorded['fingerprint']}; it was changed after creation. {remedy.capitalize()}"
-        )
-    if recorded["sources"] != _bindings_fingerprint(record):
-        raise IdentityMismatchError(
-            f"composite at {where}: {SEALS_PATH} was written for other sources than the "
-            f"record binds (copied from another composite?); {remedy}"
-        )
-    return decode_seals(values, [source.name for source in record.sources], where=where)
+    payload = read_bound_document(root, SEALS_PATH, SEAL_ATTR, record, where=where, remedy=remedy)
+    if payload is None:
+        return {}
+    return decode_seals(payload, [source.name for source in record.sources], where=where)
