@@ -304,6 +304,23 @@ def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
     store.close()
 
 
+def test_scattered_cells_cost_one_request_per_touched_shard(remote: Remote, tmp_path: Path) -> None:
+    """Cells far apart in a small shard: their chunks are fetched in one range
+    request (the gaps cost less than another round trip), after the index."""
+    store = _open(remote, _create(remote, tmp_path))
+    shard_rows, chunk_rows = _shard_rows(store)
+    assert shard_rows >= 8 * chunk_rows, "the test needs shards of several chunks"
+    cells = np.arange(0, 6000, 4 * chunk_rows)  # every 4th chunk: a sparse read
+    remote.take()
+    np.testing.assert_array_equal(store.reader().read(cells, None), remote.expected[cells])
+    found = remote.take()
+    touched = {(int(cell) // 2000, int(cell) % 2000 // shard_rows) for cell in cells}
+    ranged = [r for r in found if r.range is not None and not r.range.startswith("bytes=-")]
+    assert len(ranged) == len(touched)  # one per touched shard, beside its index suffix
+    assert len(found) == 2 * len(touched)
+    store.close()
+
+
 @pytest.mark.parametrize(
     ("offsets", "sizes", "expected"),
     [

@@ -77,6 +77,12 @@ COALESCE_RATIO = 1.25
 # layout: random rows touch thousands of its small chunks, and a request to
 # an object store costs far more than the few KiB between two of them.
 MAX_RANGE_REQUESTS = 16
+# Ranges of a shard this close also share one request, whatever the ratio: a
+# request to an object store costs a round trip (~25 ms in one region, the
+# time 2.5 MB take at 100 MB/s), far more than the bytes of a gap this size.
+# zarr's sharding codec merges ranges less than 1 MiB apart for the same
+# reason (array.sharding_coalesce_max_gap_bytes).
+SMALL_GAP_BYTES = 1 << 20
 # Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
 # thread never holds a strip larger than this.
@@ -88,13 +94,15 @@ def coalesce_ranges(
     sizes: Sequence[int],
     ratio: float = COALESCE_RATIO,
     max_requests: int | None = None,
+    max_gap: int = 0,
 ) -> list[tuple[int, int, list[int]]]:
     """Requests covering byte ranges ``offsets[i]:offsets[i] + sizes[i]`` of one object.
 
     Ranges are taken in offset order and a range joins the request before it
     while the request's span stays within ``ratio`` times the bytes its ranges
-    need, so a request never carries more than ``ratio`` x what it needs.
-    Returns ``(start, stop, members)`` per request, ``members`` the indices of
+    need, so a request never carries more than ``ratio`` x what it needs, or
+    while the gap before it is at most ``max_gap`` bytes (a gap that costs
+    less than a request). Returns ``(start, stop, members)`` per request, ``members`` the indices of
     the ranges it covers, in offset order.
 
     >>> coalesce_ranges([0, 120, 1000], [100, 100, 50])
@@ -103,6 +111,8 @@ def coalesce_ranges(
     [(0, 100, [0]), (200, 300, [1])]
     >>> coalesce_ranges([300, 0], [10, 300])  # any order; adjacent ranges always join
     [(0, 310, [1, 0])]
+    >>> coalesce_ranges([0, 200], [100, 100], max_gap=100)  # a small gap: one request
+    [(0, 300, [0, 1])]
 
     With ``max_requests``, requests beyond it are joined across the smallest
     gaps first (then a request may carry more than ``ratio`` x its needs):
@@ -118,7 +128,7 @@ def coalesce_ranges(
         if requests:
             first, last, members = requests[-1]
             span = max(last, stop) - first
-            if span <= ratio * (needed + sizes[i]):
+            if span <= ratio * (needed + sizes[i]) or start - last <= max_gap:
                 requests[-1] = (first, max(last, stop), [*members, i])
                 needed += sizes[i]
                 continue
@@ -583,7 +593,10 @@ class ShardedReader:
             else:
                 # one request per run of ranges close enough to share one
                 runs = coalesce_ranges(
-                    offsets, sizes, max_requests=MAX_RANGE_REQUESTS if self._joined else None
+                    offsets,
+                    sizes,
+                    max_requests=MAX_RANGE_REQUESTS if self._joined else None,
+                    max_gap=SMALL_GAP_BYTES,
                 )
                 fetched_runs = await asyncio.gather(
                     *(self._store.get(key, prototype, RangeByteRequest(a, b)) for a, b, _ in runs)
