@@ -27,6 +27,7 @@ from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.composite.source_seals import SEALS_PATH
+from cytearc_vfs.read import shard_reader
 from cytearc_vfs.read.shard_reader import coalesce_ranges
 from cytearc_vfs.remote.locations import open_location
 
@@ -290,8 +291,9 @@ def test_a_dense_read_is_one_request_per_touched_shard(remote: Remote, tmp_path:
 
 
 def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
-    remote: Remote, tmp_path: Path
+    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(shard_reader, "SMALL_SHARD_BYTES", 0)  # the ranged path
     store = _open(remote, _create(remote, tmp_path))
     shard_rows, chunk_rows = _shard_rows(store)
     assert shard_rows >= 4 * chunk_rows, "the test needs shards of several chunks"
@@ -304,9 +306,27 @@ def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
     store.close()
 
 
-def test_scattered_cells_cost_one_request_per_touched_shard(remote: Remote, tmp_path: Path) -> None:
-    """Cells far apart in a small shard: their chunks are fetched in one range
-    request (the gaps cost less than another round trip), after the index."""
+def test_a_small_shard_is_one_request_whatever_a_read_touches(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """A shard the table records as small is fetched whole: one round trip, not
+    its index's and its chunks'."""
+    store = _open(remote, _create(remote, tmp_path))
+    shard_rows, _ = _shard_rows(store)
+    cells = np.array([0, 2000 + shard_rows])  # one cell in each of two shards
+    remote.take()
+    np.testing.assert_array_equal(store.reader().read(cells, None), remote.expected[cells])
+    found = remote.take()
+    assert len(found) == 2 and all(r.range is None for r in found)
+    store.close()
+
+
+def test_scattered_cells_cost_one_request_per_touched_shard(
+    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cells far apart in a shard: their chunks are fetched in one range request
+    (the gaps cost less than another round trip), after the index."""
+    monkeypatch.setattr(shard_reader, "SMALL_SHARD_BYTES", 0)  # the ranged path
     store = _open(remote, _create(remote, tmp_path))
     shard_rows, chunk_rows = _shard_rows(store)
     assert shard_rows >= 8 * chunk_rows, "the test needs shards of several chunks"

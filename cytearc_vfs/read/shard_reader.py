@@ -83,6 +83,10 @@ MAX_RANGE_REQUESTS = 16
 # zarr's sharding codec merges ranges less than 1 MiB apart for the same
 # reason (array.sharding_coalesce_max_gap_bytes).
 SMALL_GAP_BYTES = 1 << 20
+# A shard of at most this many bytes (its size from the shard table) is
+# fetched whole when a read touches it: one round trip instead of two (its
+# index, then its chunks), for bytes that cost less than the trip saved.
+SMALL_SHARD_BYTES = 1 << 20
 # Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
 # thread never holds a strip larger than this.
@@ -363,6 +367,15 @@ class ShardedReader:
         self._keep_index(shard_row, tail)
         return data
 
+    def _small(self, shard_row: int) -> bool:
+        """Whether the shard's table records it as at most :data:`SMALL_SHARD_BYTES`:
+        fetched whole, it costs one round trip instead of its index's and its
+        chunks' (the bytes beyond the touched chunks cost less than a trip)."""
+        table = self._table
+        if table is None or not 0 <= shard_row < len(table.sizes):
+            return False
+        return 0 < int(table.sizes[shard_row]) <= SMALL_SHARD_BYTES
+
     def _whole_share(self, shard_row: int, touched_row_chunks: int, col_chunks: int) -> float:
         """The share of a shard's chunks a read touches (its index not yet known)."""
         row_chunks = -(-self.shape[0] // self.chunks[0])
@@ -522,6 +535,7 @@ class ShardedReader:
                 shard
                 for shard, n in missing
                 if self._whole_share(shard, n, len(col_chunks)) >= WHOLE_SHARD_SHARE
+                or self._small(shard)
             ]
             found = await asyncio.gather(
                 *(self._whole(shard) for shard in dense),
