@@ -1,9 +1,9 @@
 """Every public name of the API page imports from the package root.
 
 The names are copied from the project's public API page (the repository must
-not read it at test time). Names that later issues introduce are listed with
-their issue and expected to fail until they land: ``strict`` makes the test
-fail the day one of them appears, so the mark is removed with the feature.
+not read it at test time). The names of the second round are listed with the
+issue that introduced them. A name a later issue introduces goes in a list of
+its own as a strict xfail until it lands (see this file's history).
 """
 
 from __future__ import annotations
@@ -35,10 +35,6 @@ PUBLIC_NAMES = [
     "NonFiniteArtifactError",
     "__version__",
 ]
-
-#: Names of the second round that later issues introduce: (module, name, issue).
-COMING: list[tuple[str, str, int]] = []
-
 
 #: Names of the second round that have landed: (module, name, issue).
 LANDED = [
@@ -84,11 +80,3 @@ def test_errors_have_the_documented_bases() -> None:
 def test_every_root_export_resolves() -> None:
     for name in cv.__all__:
         assert getattr(cv, name) is not None, name
-
-
-@pytest.mark.parametrize(
-    ("module", "name", "issue"),
-    [pytest.param(*entry, marks=pytest.mark.xfail(strict=True)) for entry in COMING],
-)
-def test_coming_names(module: str, name: str, issue: int) -> None:
-    assert hasattr(importlib.import_module(module), name), f"issue {issue}"
