@@ -27,7 +27,7 @@ from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.composite.source_seals import SEALS_PATH
-from cytearc_vfs.read import shard_reader
+from cytearc_vfs.read import range_requests
 from cytearc_vfs.read.shard_reader import coalesce_ranges
 from cytearc_vfs.remote.locations import open_location
 
@@ -293,7 +293,7 @@ def test_a_dense_read_is_one_request_per_touched_shard(remote: Remote, tmp_path:
 def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
     remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(shard_reader, "SMALL_SHARD_BYTES", 0)  # the ranged path
+    monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)  # the ranged path
     store = _open(remote, _create(remote, tmp_path))
     shard_rows, chunk_rows = _shard_rows(store)
     assert shard_rows >= 4 * chunk_rows, "the test needs shards of several chunks"
@@ -326,7 +326,7 @@ def test_scattered_cells_cost_one_request_per_touched_shard(
 ) -> None:
     """Cells far apart in a shard: their chunks are fetched in one range request
     (the gaps cost less than another round trip), after the index."""
-    monkeypatch.setattr(shard_reader, "SMALL_SHARD_BYTES", 0)  # the ranged path
+    monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)  # the ranged path
     store = _open(remote, _create(remote, tmp_path))
     shard_rows, chunk_rows = _shard_rows(store)
     assert shard_rows >= 8 * chunk_rows, "the test needs shards of several chunks"

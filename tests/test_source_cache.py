@@ -22,7 +22,7 @@ from s3_server import S3Server
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
-from cytearc_vfs.read import shard_reader
+from cytearc_vfs.read import range_requests
 from cytearc_vfs.remote.cache_owners import OWNER_FILE, owner_is_gone, sweep_orphans
 from cytearc_vfs.remote.source_cache import (
     BLOCK_BYTES,
@@ -500,7 +500,7 @@ def test_a_sparse_read_caches_the_shard_index_and_its_ranges(
     tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # shards this small are fetched whole (one request); the ranged path is tested here
-    monkeypatch.setattr(shard_reader, "SMALL_SHARD_BYTES", 0)
+    monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)
     bucket = s3_server.new_bucket()
     options = s3_server.storage_options()
     matrix = realistic_counts(2000, 40, density=0.3, seed=8)

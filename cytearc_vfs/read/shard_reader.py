@@ -47,8 +47,17 @@ from zarr.storage import LocalStore
 from ..encoding.row_frames import frame_index, frame_rows, rows_per_frame
 from ..errors import RecordShapeError
 from ..format.shard_tables import ShardTable, read_shard_table
+from . import range_requests
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
+from .local_ranges import pread_ranges, read_local_ranges
 from .placement import Placement, chunk_runs
+from .range_requests import (
+    COALESCE_RATIO,
+    MAX_RANGE_REQUESTS,
+    SMALL_GAP_BYTES,
+    WHOLE_SHARD_SHARE,
+    coalesce_ranges,
+)
 from .read_stats import CountingStore, ReadCounters
 
 ReadRowFrames = Callable[
@@ -66,90 +75,10 @@ __all__ = ["COALESCE_RATIO", "ShardedReader", "coalesce_ranges", "fast_reader_fo
 
 Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
-# Fetch the whole shard when the touched chunks hold at least this share of it
-# (of its bytes once its index is known; of its chunks before, when the whole
-# shard is fetched instead of its index: one request, the index in its tail).
-WHOLE_SHARD_SHARE = 0.5
-# Neighbouring chunk ranges of a shard are fetched in one request while that
-# request carries at most this many bytes per byte needed.
-COALESCE_RATIO = 1.25
-# At most this many range requests per shard for chunks of the portable
-# layout: random rows touch thousands of its small chunks, and a request to
-# an object store costs far more than the few KiB between two of them.
-MAX_RANGE_REQUESTS = 16
-# Ranges of a shard this close also share one request, whatever the ratio: a
-# request to an object store costs a round trip (~25 ms in one region, the
-# time 2.5 MB take at 100 MB/s), far more than the bytes of a gap this size.
-# zarr's sharding codec merges ranges less than 1 MiB apart for the same
-# reason (array.sharding_coalesce_max_gap_bytes).
-SMALL_GAP_BYTES = 1 << 20
-# A shard of at most this many bytes (its size from the shard table) is
-# fetched whole when a read touches it: one round trip instead of two (its
-# index, then its chunks), for bytes that cost less than the trip saved.
-SMALL_SHARD_BYTES = 1 << 20
 # Bytes of selected rows placed at once: the rows of many small chunks go into
 # the output in one numpy call rather than one per chunk, and a decoding
 # thread never holds a strip larger than this.
 STRIP_BATCH_BYTES = 8 << 20
-
-
-def coalesce_ranges(
-    offsets: Sequence[int],
-    sizes: Sequence[int],
-    ratio: float = COALESCE_RATIO,
-    max_requests: int | None = None,
-    max_gap: int = 0,
-) -> list[tuple[int, int, list[int]]]:
-    """Requests covering byte ranges ``offsets[i]:offsets[i] + sizes[i]`` of one object.
-
-    Ranges are taken in offset order and a range joins the request before it
-    while the request's span stays within ``ratio`` times the bytes its ranges
-    need, so a request never carries more than ``ratio`` x what it needs, or
-    while the gap before it is at most ``max_gap`` bytes (a gap that costs
-    less than a request). Returns ``(start, stop, members)`` per request, ``members`` the indices of
-    the ranges it covers, in offset order.
-
-    >>> coalesce_ranges([0, 120, 1000], [100, 100, 50])
-    [(0, 220, [0, 1]), (1000, 1050, [2])]
-    >>> coalesce_ranges([0, 200], [100, 100])  # a gap as large as a range: two requests
-    [(0, 100, [0]), (200, 300, [1])]
-    >>> coalesce_ranges([300, 0], [10, 300])  # any order; adjacent ranges always join
-    [(0, 310, [1, 0])]
-    >>> coalesce_ranges([0, 200], [100, 100], max_gap=100)  # a small gap: one request
-    [(0, 300, [0, 1])]
-
-    With ``max_requests``, requests beyond it are joined across the smallest
-    gaps first (then a request may carry more than ``ratio`` x its needs):
-
-    >>> coalesce_ranges([0, 200, 1000, 1150], [100] * 4, max_requests=2)
-    [(0, 300, [0, 1]), (1000, 1250, [2, 3])]
-    """
-    order = sorted(range(len(offsets)), key=lambda i: offsets[i])
-    requests: list[tuple[int, int, list[int]]] = []
-    needed = 0
-    for i in order:
-        start, stop = offsets[i], offsets[i] + sizes[i]
-        if requests:
-            first, last, members = requests[-1]
-            span = max(last, stop) - first
-            if span <= ratio * (needed + sizes[i]) or start - last <= max_gap:
-                requests[-1] = (first, max(last, stop), [*members, i])
-                needed += sizes[i]
-                continue
-        requests.append((start, stop, [i]))
-        needed = sizes[i]
-    if max_requests is None or len(requests) <= max_requests:
-        return requests
-    gaps = [requests[k + 1][0] - requests[k][1] for k in range(len(requests) - 1)]
-    joined = set(sorted(range(len(gaps)), key=gaps.__getitem__)[: len(requests) - max_requests])
-    merged = [requests[0]]
-    for k, (start, stop, members) in enumerate(requests[1:]):
-        if k in joined:
-            first, _, previous = merged[-1]
-            merged[-1] = (first, stop, [*previous, *members])
-        else:
-            merged.append((start, stop, members))
-    return merged
 
 
 def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
@@ -202,48 +131,6 @@ def _local_files(store: Store) -> tuple[str, ReadCounters | None] | None:
     if type(store) is LocalStore:
         return str(store.root), counters
     return None
-
-
-def _read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[Any]:
-    """The byte ranges of one file; ranges that follow each other are read as one."""
-    blobs: list[Any] = []
-    # a raw descriptor: a Python file object costs more than the reads of a
-    # few chunks
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        i = 0
-        while i < len(offsets):
-            j = i + 1
-            while j < len(offsets) and offsets[j] == offsets[j - 1] + sizes[j - 1]:
-                j += 1
-            start, length = offsets[i], offsets[j - 1] + sizes[j - 1] - offsets[i]
-            data = memoryview(os.pread(descriptor, length, start))
-            if len(data) != length:
-                raise OSError(f"{path} ends before byte {start + length}; the shard is truncated")
-            for k in range(i, j):
-                blobs.append(data[offsets[k] - start : offsets[k] - start + sizes[k]])
-            i = j
-    finally:
-        os.close(descriptor)
-    return blobs
-
-
-def _pread_ranges(
-    descriptor: int, offsets: Indices, sizes: Indices, out: npt.NDArray[np.uint8]
-) -> None:
-    """``read_ranges`` in Python: the ranges one after another into ``out``."""
-    view = memoryview(out)
-    starts, lengths = offsets.tolist(), sizes.tolist()
-    written = i = 0
-    while i < len(starts):
-        j = i + 1
-        while j < len(starts) and starts[j] == starts[j - 1] + lengths[j - 1]:
-            j += 1
-        length = starts[j - 1] + lengths[j - 1] - starts[i]
-        if os.preadv(descriptor, [view[written : written + length]], starts[i]) != length:
-            raise EOFError(f"the file ends before byte {starts[i] + length}")
-        written += length
-        i = j
 
 
 class _PendingRows(NamedTuple):
@@ -368,13 +255,14 @@ class ShardedReader:
         return data
 
     def _small(self, shard_row: int) -> bool:
-        """Whether the shard's table records it as at most :data:`SMALL_SHARD_BYTES`:
+        """Whether the shard's table records it as at most :data:`~cytearc_vfs.read.range_requests.SMALL_SHARD_BYTES`:
         fetched whole, it costs one round trip instead of its index's and its
         chunks' (the bytes beyond the touched chunks cost less than a trip)."""
         table = self._table
         if table is None or not 0 <= shard_row < len(table.sizes):
             return False
-        return 0 < int(table.sizes[shard_row]) <= SMALL_SHARD_BYTES
+        # read at call time: tests of the ranged path set it to 0
+        return 0 < int(table.sizes[shard_row]) <= range_requests.SMALL_SHARD_BYTES
 
     def _whole_share(self, shard_row: int, touched_row_chunks: int, col_chunks: int) -> float:
         """The share of a shard's chunks a read touches (its index not yet known)."""
@@ -653,7 +541,7 @@ class ShardedReader:
             )
             offsets, sizes = offsets[done_chunks:], sizes[done_chunks:]
         if len(work.row_chunks):
-            blobs = _read_local_ranges(path, offsets.tolist(), sizes.tolist())
+            blobs = read_local_ranges(path, offsets.tolist(), sizes.tolist())
             self._decode_and_place(work, blobs)
         if counters is not None:
             counters.add(nbytes=read_bytes + int(sizes.sum()), requests=1)
@@ -727,7 +615,7 @@ class ShardedReader:
                     if read_ranges is not None:
                         read_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
                     else:
-                        _pread_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
+                        pread_ranges(descriptor, chunk_offsets[a:b], chunk_sizes[a:b], joined)
                 except EOFError as exc:
                     raise OSError(f"{path}: {exc}; the shard is truncated") from None
                 return joined
