@@ -10,10 +10,12 @@ import anndata as ad
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import zarr
 from anndata_fixtures import N_OBS, N_VAR, counts, write_legacy, write_modern
 from cli_harness import cli_executable, run_in_terminal
 
 import cytearc_vfs as cv
+from cytearc_vfs.inspection.store_kind import classify_location
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -134,3 +136,15 @@ def test_write_streams_a_legacy_store_and_a_layer(stores: dict[str, Path], tmp_p
     assert unknown.returncode == 2
     assert "has no layer 'spliced'; its layers are: csc" in unknown.stderr
     assert not (tmp_path / "x.zarr").exists()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_anndata_0_7_store_is_classified_as_anndata(tmp_path: Path, zarr_format: int) -> None:
+    """anndata 0.7 wrote no root attributes: the store is recognised by its
+    obs, var and X, so commands name it as an AnnData store with its remedy."""
+    path = tmp_path / "legacy.zarr"
+    write_legacy(path, zarr_format)
+    assert classify_location(path).kind == "anndata"
+    plain = zarr.open_group(tmp_path / "plain.zarr", mode="w", zarr_format=zarr_format)
+    plain.create_group("obs")
+    assert classify_location(tmp_path / "plain.zarr").kind == "zarr-group"

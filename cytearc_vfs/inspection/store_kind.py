@@ -11,7 +11,7 @@ nothing (``open_store`` does that).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -147,7 +147,9 @@ def classify_location(
         if attrs.get("encoding-type") == "anndata":
             return StoreKind("anndata", where, 2)
         contents = read_contents(store, where=where)
-        return StoreKind("ordinary" if contents.assays else "zarr-group", where, 2)
+        if contents.assays:
+            return StoreKind("ordinary", where, 2)
+        return StoreKind("anndata" if _legacy_anndata(raw, 2) else "zarr-group", where, 2)
     if root.get("node_type") == "array":
         return StoreKind("zarr-array", where, 3)
     attrs = root.get("attributes") or {}
@@ -166,4 +168,21 @@ def classify_location(
     contents = read_contents(store, where=where)
     if contents.assays or contents.pending:
         return StoreKind("ordinary", where, 3)
-    return StoreKind("zarr-group", where, 3)
+    return StoreKind("anndata" if _legacy_anndata(raw, 3) else "zarr-group", where, 3)
+
+
+def _legacy_anndata(raw: Callable[[str], bytes | None], zarr_format: int) -> bool:
+    """Whether a group without attributes is laid out as an AnnData: anndata 0.7
+    wrote no encoding attributes (seed 001: such files "are classified
+    structurally"), but always the groups ``obs`` and ``var`` beside ``X``."""
+
+    def node(path: str) -> str | None:
+        if zarr_format == 2:
+            if _document(raw(f"{path}/.zgroup")) is not None:
+                return "group"
+            return "array" if _document(raw(f"{path}/.zarray")) is not None else None
+        document = _document(raw(f"{path}/zarr.json"))
+        kind = None if document is None else document.get("node_type")
+        return kind if kind in ("group", "array") else None
+
+    return node("obs") == "group" and node("var") == "group" and node("X") is not None
