@@ -448,17 +448,26 @@ def fuse_mount(location: Path, mountpoint: Path, *, timeout: float = 60) -> Iter
             pytest.skip(f"mount-fs did not mount ({first!r}): {err.strip()[-500:]}")
         yield mountpoint
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+        if not _interrupt(process, timeout):  # killed: its mount is left behind
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def _interrupt(process: subprocess.Popen[str], timeout: float) -> bool:
+    """SIGINT a running command and wait; SIGKILL it after ``timeout`` seconds.
+    Returns False when it had to be killed (it cleaned nothing up)."""
+    if process.poll() is not None:
+        return True
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return False
+    return True
 
 
 @contextmanager
@@ -493,12 +502,6 @@ def cli_server(args: Sequence[str], *, timeout: float = 60) -> Iterator[str]:
             threading.Thread(target=process.stdout.read, daemon=True).start()
             yield first.removeprefix("serving ")
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            _interrupt(process, timeout)
             if process.stdout is not None:
                 process.stdout.close()
