@@ -43,7 +43,8 @@
  *     out[rows[i], targets[j]] = src[j, cells[i]]: a feature-major strip's
  *     selected cells become output rows (below, where it is defined).
  *
- * read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out, rows_per_frame)
+ * read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out, rows_per_frame,
+ *                 block_bytes)
  *
  *     Reads the frames of the wanted rows of row-framed inner chunks
  *     (row_frames.py) of one shard file into out, one after another: for
@@ -55,6 +56,13 @@
  *     bytes written, bytes read), or None when a chunk is not framed so
  *     (e.g. rewritten by zarr as one frame): the caller then reads whole
  *     chunks.
+ *
+ *     With block_bytes > 0 the chunks are Blosc containers of zstd blocks of
+ *     block_bytes (blosc_blocks.py) instead: the index is the Blosc header
+ *     and block starts at the chunk's beginning, and each block's 4-byte
+ *     size before its frame is dropped from out, so out holds the frames
+ *     one after another as with row frames. None also when a chunk is not
+ *     laid out so (other flags or sizes) or a wanted block is stored raw.
  *
  * read_ranges(fd, offsets, sizes, out)
  *
@@ -446,6 +454,11 @@ done:
  * rows per frame, frame count, tag; all uint32 little-endian. */
 #define FRAME_MAGIC 0x184D2A5Eu
 #define INDEX_FIXED_BYTES 20
+/* The c-blosc 1 header (blosc_blocks.py): version, compressor version,
+ * flags, type size, then uint32 sizes; its flags for zstd blocks that are
+ * neither shuffled, split nor stored raw. */
+#define BLOSC_HEADER_BYTES 16
+#define BLOSC_ZSTD_BLOCKS_FLAGS 0x90
 
 enum frame_status { FRAMES_OK, FRAMES_OTHER_FRAMING, FRAMES_IO, FRAMES_SHORT, FRAMES_FULL, FRAMES_ROW };
 
@@ -482,17 +495,18 @@ static PyObject *
 read_row_frames(PyObject *self, PyObject *args)
 {
     int fd;
-    Py_ssize_t chunk_rows, per_frame = 1;
+    Py_ssize_t chunk_rows, per_frame = 1, block_bytes = 0;
     Py_buffer offsets_buf, sizes_buf, counts_buf, rows_buf, out;
     PyObject *result = NULL;
     unsigned char *index = NULL;
     int64_t *starts = NULL;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "iny*y*y*y*w*|n", &fd, &chunk_rows, &offsets_buf, &sizes_buf,
-                          &counts_buf, &rows_buf, &out, &per_frame)) {
+    if (!PyArg_ParseTuple(args, "iny*y*y*y*w*|nn", &fd, &chunk_rows, &offsets_buf, &sizes_buf,
+                          &counts_buf, &rows_buf, &out, &per_frame, &block_bytes)) {
         return NULL;
     }
+    const int blosc = block_bytes > 0;
     const Py_ssize_t n_chunks = offsets_buf.len / 8;
     const Py_ssize_t n_rows = rows_buf.len / 8;
     const int64_t *offsets = (const int64_t *)offsets_buf.buf;
@@ -524,7 +538,8 @@ read_row_frames(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    const int64_t index_bytes = INDEX_FIXED_BYTES + 4 * (int64_t)n_frames;
+    const int64_t index_bytes =
+        (blosc ? BLOSC_HEADER_BYTES : INDEX_FIXED_BYTES) + 4 * (int64_t)n_frames;
     index = malloc((size_t)index_bytes);
     starts = malloc(sizeof(int64_t) * (size_t)(n_frames + 1));
     if (index == NULL || starts == NULL) {
@@ -543,27 +558,52 @@ read_row_frames(PyObject *self, PyObject *args)
             status = FRAMES_OTHER_FRAMING; /* a single frame (no index) */
             break;
         }
-        status = read_exactly(fd, (char *)index, index_bytes, chunk_start + chunk_size - index_bytes,
-                              &short_end);
+        status = read_exactly(fd, (char *)index, index_bytes,
+                              blosc ? chunk_start : chunk_start + chunk_size - index_bytes, &short_end);
         if (status != FRAMES_OK) {
             break;
         }
         read_bytes += index_bytes;
+        if (blosc) {
+            /* whole blocks of block_bytes but the last, starts ascending after
+             * the table, and the compressed size the chunk's */
+            const int64_t nbytes = little_u32(index + 4), last_block = nbytes - (n_frames - 1) * block_bytes;
+            if (index[2] != BLOSC_ZSTD_BLOCKS_FLAGS || little_u32(index + 8) != (uint32_t)block_bytes ||
+                little_u32(index + 12) != (uint32_t)chunk_size || last_block < 1 || last_block > block_bytes) {
+                status = FRAMES_OTHER_FRAMING;
+                break;
+            }
+            for (Py_ssize_t frame = 0; frame < n_frames; frame++) {
+                starts[frame] = little_u32(index + BLOSC_HEADER_BYTES + 4 * frame);
+            }
+            starts[n_frames] = chunk_size;
+            for (Py_ssize_t frame = 0; frame < n_frames && status == FRAMES_OK; frame++) {
+                if (starts[frame] < (frame ? starts[frame - 1] + 4 : index_bytes) ||
+                    starts[frame] + 4 > starts[frame + 1]) {
+                    status = FRAMES_OTHER_FRAMING;
+                }
+            }
+            if (status != FRAMES_OK) {
+                break;
+            }
+        }
         const unsigned char *end = index + index_bytes - 12;
-        if (little_u32(index) != FRAME_MAGIC ||
+        if (!blosc && (little_u32(index) != FRAME_MAGIC ||
             little_u32(index + 4) != (uint32_t)(index_bytes - 8) ||
             little_u32(end) != (uint32_t)per_frame || little_u32(end + 4) != (uint32_t)n_frames ||
-            memcmp(end + 8, "CRF1", 4) != 0) {
+            memcmp(end + 8, "CRF1", 4) != 0)) {
             status = FRAMES_OTHER_FRAMING;
             break;
         }
-        starts[0] = 0;
-        for (Py_ssize_t frame = 0; frame < n_frames; frame++) {
-            starts[frame + 1] = starts[frame] + little_u32(index + 8 + 4 * frame);
-        }
-        if (starts[n_frames] != chunk_size - index_bytes) {
-            status = FRAMES_OTHER_FRAMING; /* sizes that do not add up: not an index */
-            break;
+        if (!blosc) {
+            starts[0] = 0;
+            for (Py_ssize_t frame = 0; frame < n_frames; frame++) {
+                starts[frame + 1] = starts[frame] + little_u32(index + 8 + 4 * frame);
+            }
+            if (starts[n_frames] != chunk_size - index_bytes) {
+                status = FRAMES_OTHER_FRAMING; /* sizes that do not add up: not an index */
+                break;
+            }
         }
         const Py_ssize_t stop = next_row + (Py_ssize_t)counts[i];
         int64_t previous = -1, previous_row = -1; /* the last frame and row read of this chunk */
@@ -586,7 +626,7 @@ read_row_frames(PyObject *self, PyObject *args)
                 status = FRAMES_ROW;
                 break;
             }
-            const int64_t length = starts[last + 1] - starts[first];
+            int64_t length = starts[last + 1] - starts[first];
             if (length > out.len - written) {
                 status = FRAMES_FULL;
                 break;
@@ -596,8 +636,29 @@ read_row_frames(PyObject *self, PyObject *args)
             if (status != FRAMES_OK) {
                 break;
             }
-            written += length;
             read_bytes += length;
+            if (blosc) {
+                /* drop each block's size, keeping its frame: frames back to back */
+                char *block = (char *)out.buf + written, *into = block;
+                for (int64_t b = first; b <= last; b++) {
+                    const int64_t stored = starts[b + 1] - starts[b] - 4;
+                    const int64_t size = little_u32((const unsigned char *)block);
+                    const int64_t raw = b == n_frames - 1 ? little_u32(index + 4) - b * block_bytes
+                                                          : block_bytes;
+                    if (size != stored || size == raw) { /* not a frame: raw, or damaged */
+                        status = FRAMES_OTHER_FRAMING;
+                        break;
+                    }
+                    memmove(into, block + 4, (size_t)size);
+                    into += size;
+                    block += size + 4;
+                }
+                if (status != FRAMES_OK) {
+                    break;
+                }
+                length = into - ((char *)out.buf + written);
+            }
+            written += length;
             previous = last;
             next_row = last_at + 1;
         }
@@ -784,9 +845,9 @@ static PyMethodDef kernel_methods[] = {
      "gather_columns, or None where shuffles cannot help."},
 #ifndef _WIN32
     {"read_row_frames", read_row_frames, METH_VARARGS,
-     "read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out, rows_per_frame=1): "
-     "the frames of the wanted rows of row-framed chunks, read into out; (frame bytes, bytes "
-     "read) or None."},
+     "read_row_frames(fd, chunk_rows, offsets, sizes, counts, rows, out, rows_per_frame=1, "
+     "block_bytes=0): the frames of the wanted rows of row-framed chunks (Blosc blocks of "
+     "block_bytes if > 0), read into out; (frame bytes, bytes read) or None."},
     {"read_ranges", read_ranges, METH_VARARGS,
      "read_ranges(fd, offsets, sizes, out): the byte ranges of a file, one after another, "
      "into out; the bytes read."},

@@ -33,6 +33,7 @@ def read_row_frames(
     rows: Buffer,
     out: Buffer,
     rows_per_frame: int = 1,
+    block_bytes: int = 0,
     /,
 ) -> tuple[int, int] | None: ...
 def read_ranges(fd: int, offsets: Buffer, sizes: Buffer, out: Buffer, /) -> int: ...

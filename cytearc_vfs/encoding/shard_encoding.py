@@ -1,19 +1,23 @@
 """Encoding whole shards of a count array directly, in the sharding codec's format.
 
 zarr's sharding codec spends a few hundred microseconds of Python per inner
-chunk when it writes, which dominates a count write with hundreds of chunks
-per shard. A writer that holds a complete shard band can encode it itself:
-each inner chunk is the little-endian ``bytes`` of its values compressed by
-zstd, with its content size and checksum: one plain frame, exactly what
-``ZstdCodec`` writes and every Zarr reader decodes, for the portable geometry
-(inner chunks of about 8 KiB, ``format/layout.py``); chunks of the older
-row-frame geometry, larger than one frame, become row frames
-(:mod:`~cytearc_vfs.encoding.row_frames`). All-zero chunks are left out (as
-zarr does when ``write_empty_chunks`` is off), and the shard ends with the
-index of ``(offset, nbytes)`` pairs, ``uint64`` little-endian, ``2**64-1`` for
-a missing chunk, followed by its crc32c (the format of the Zarr v3
-``sharding_indexed`` codec with ``index_location="end"``). Compression runs on
-a thread pool: zstd releases the GIL.
+chunk when it writes, which dominates a count write with many chunks per
+shard. A writer that holds a complete shard band can encode it itself. Each
+inner chunk is the little-endian ``bytes`` of its values, then either
+
+* (what writers write, ``block_bytes`` given) a Blosc container of zstd
+  blocks of ``block_bytes``, each with its checksum, which zarr's ``blosc``
+  codec reads (:mod:`~cytearc_vfs.encoding.blosc_blocks`);
+* or (the layouts before, for tests and fixtures) zstd frames with content
+  size and checksum: one plain frame, as ``ZstdCodec`` writes, for chunks of
+  one frame's rows, else row frames (:mod:`~cytearc_vfs.encoding.row_frames`).
+
+All-zero chunks are left out (as zarr does when ``write_empty_chunks`` is
+off), and the shard ends with the index of ``(offset, nbytes)`` pairs,
+``uint64`` little-endian, ``2**64-1`` for a missing chunk, followed by its
+crc32c (the format of the Zarr v3 ``sharding_indexed`` codec with
+``index_location="end"``). Compression runs on a thread pool: zstd releases
+the GIL.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import google_crc32c
 import numpy as np
 import numpy.typing as npt
 
+from .blosc_blocks import encode_chunk
 from .row_frames import RowFrameEncoder, rows_per_frame
 
 __all__ = ["ShardEncoder"]
@@ -44,8 +49,12 @@ class ShardEncoder:
         *,
         level: int,
         pool: ThreadPoolExecutor,
+        block_bytes: int | None = None,
     ) -> None:
+        """``block_bytes``: Blosc blocks of this size (the current layout); ``None``:
+        zstd frames (the layouts before)."""
         self._chunks = chunks
+        self._block_bytes = block_bytes
         self._shards = shards
         self._dtype = np.dtype(dtype).newbyteorder("<")
         self._encoder = RowFrameEncoder(level=level)
@@ -63,11 +72,14 @@ class ShardEncoder:
             padded[: block.shape[0], : block.shape[1]] = block
             block = padded
         data = np.ascontiguousarray(block, dtype=self._dtype)
+        if self._block_bytes is not None:
+            return encode_chunk(data, self._block_bytes, self._encoder.compressor())
         return self._encoder.encode(data, rows_per_frame=self._rows_per_frame)
 
     def encode(self, band: npt.NDArray[Any]) -> bytes | None:
         """The shard bytes of ``band`` (at most one shard of rows), or ``None`` if all zero."""
-        if self._grid[1] == 1 and self._rows_per_frame >= self._chunks[0]:
+        whole_rows = self._block_bytes is not None or self._rows_per_frame >= self._chunks[0]
+        if self._grid[1] == 1 and whole_rows:
             return self._encode_row_chunks(band)
         rows, cols = self._grid
         coords = [(i, j) for i in range(rows) for j in range(cols)]
@@ -94,7 +106,7 @@ class ShardEncoder:
         return _with_index(parts, index)
 
     def _encode_row_chunks(self, band: npt.NDArray[Any]) -> bytes | None:
-        """:meth:`encode` for single-frame chunks of whole rows (the portable layout).
+        """:meth:`encode` for Blosc or single-frame chunks of whole rows.
 
         Such a chunk is a run of the band's bytes, compressed as it lies: no
         block copies (only the band's last, partial chunk is padded), and each
@@ -131,7 +143,10 @@ class ShardEncoder:
             for i in range(first, min(n_chunks, first + step)):
                 values, raw = chunk(i)
                 if values.any():  # all-zero chunks are left out
-                    frame = compressor.compress(raw)
+                    if self._block_bytes is not None:
+                        frame = encode_chunk(values, self._block_bytes, compressor)
+                    else:
+                        frame = compressor.compress(raw)
                     present.append(i)
                     sizes.append(len(frame))
                     joined += frame

@@ -7,15 +7,19 @@ policy, so a ``countsT`` writer or a reader can replay the geometry from the
 record alone. Halving a policy halves both numbers, which keeps the number of
 chunks per shard.
 
-Two geometry rules exist. Stores written from issue 14 on use the *portable*
-rule (:func:`array_geometry`): inner chunks of the fewest whole rows that make
-:data:`MIN_CHUNK_BYTES` (8 KiB), each one plain zstd frame, so every Zarr
-reader decodes every chunk as it is. Stores written before used the
-*row-frame* rule (:func:`row_frame_geometry`): inner chunks of ``chunkBytes``
-whose zstd stream holds one frame per 8 KiB of rows plus a skippable index
-(``encoding/row_frames.py``). A record's own geometry says which rule wrote
-it; where the two rules agree, the row-frame chunks were single plain frames
-anyway, so the store is portable either way.
+Three geometry rules have written stores, and every one keeps reading.
+What writers write today (:func:`array_geometry`, from issue 14 on) are inner
+chunks of about ``chunkBytes`` of whole rows, each stored by Zarr's standard
+``blosc`` codec as independent zstd blocks of the fewest whole rows that make
+:data:`MIN_CHUNK_BYTES` (8 KiB), then ``crc32c``
+(``encoding/blosc_blocks.py``): large chunks for zarr's pipeline, a
+block's decode for a single-cell read. Two older rules are still here for the
+stores they wrote: the *row-frame* rule (:func:`row_frame_geometry`, the same
+shapes; each chunk one zstd stream of row frames and a skippable index,
+``encoding/row_frames.py``), and, briefly during issue 14, the *single-frame*
+rule (:func:`single_frame_geometry`: chunks of the fewest rows that make 8 KiB,
+each one zstd frame). A record's own geometry and the array's codecs say which
+wrote a store.
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ __all__ = [
     "fit_policy",
     "require_fit",
     "row_frame_geometry",
+    "single_frame_geometry",
     "write_cost",
 ]
 
 DEFAULT_MEM_BUDGET = 2 * 1024**3
-#: The portable rule's inner chunk: the fewest whole rows of at least this many
-#: bytes (the size of one row frame before): smaller zstd frames compress
+#: The unit a single-cell read decodes: a Blosc block (a row frame before) of the
+#: fewest whole rows of at least this many bytes: smaller zstd frames compress
 #: worse, larger ones cost a single-cell read more decoding.
 MIN_CHUNK_BYTES = 8 * 1024
 # Bytes of working memory a sparse band costs per non-zero beyond its dense
@@ -62,8 +67,14 @@ class LayoutPolicy:
 
     unit_bytes: int = 64 * 1024**2
     """Target uncompressed bytes of one shard."""
-    chunk_bytes: int = 256 * 1024
-    """Target uncompressed bytes of one inner chunk."""
+    chunk_bytes: int = 1024**2
+    """Target uncompressed bytes of one inner chunk.
+
+    1 MiB by default: zarr-python spends a few hundred microseconds of Python
+    per chunk it decodes, so a band read through plain zarr stays within 2x
+    of the gather reader only with chunks of about this size (256 KiB chunks
+    made it 3.3x, 1 MiB 1.8x: ``benchmarks/bench_portable.py``), while a
+    single-cell read still decodes one 8 KiB block of them."""
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 1 or self.unit_bytes < self.chunk_bytes:
@@ -101,48 +112,23 @@ DEFAULT_POLICY = LayoutPolicy()
 
 
 def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy) -> ArrayGeometry:
-    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy`` (portable rule).
-
-    Columns are split as in :func:`row_frame_geometry` (blocks of ``chunkBytes``
-    when a row is wider), but an inner chunk holds only the fewest whole rows
-    that make :data:`MIN_CHUNK_BYTES`, never more rows than ``chunkBytes``
-    allows. A shard is the row-frame rule's band of rows rounded up to whole
-    chunks, so a band write still touches one shard and holds about
-    ``unitBytes``. Each inner chunk is one plain zstd frame: standard for every
-    Zarr reader, and a single-cell read decodes about 8 KiB, as a row frame was.
-
-    >>> array_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
-    ArrayGeometry(chunks=(4, 100), shards=(40, 100))
-    >>> array_geometry(200_000, 3_000, 2, LayoutPolicy())  # 6 KB rows: chunks of 2 rows
-    ArrayGeometry(chunks=(2, 3000), shards=(11180, 3000))
-    >>> array_geometry(20_000, 200_000, 2, LayoutPolicy())  # wide rows: 256 KiB column blocks
-    ArrayGeometry(chunks=(1, 131072), shards=(128, 262144))
-    """
-    frames = row_frame_geometry(n_rows, n_cols, itemsize, policy)
-    chunk_rows, chunk_cols = frames.chunks
-    rows = min(chunk_rows, max(1, -(-MIN_CHUNK_BYTES // (chunk_cols * itemsize))))
-    shard_rows = rows * -(-frames.shards[0] // rows)
-    return ArrayGeometry((rows, chunk_cols), (shard_rows, frames.shards[1]))
-
-
-def row_frame_geometry(
-    n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
-) -> ArrayGeometry:
-    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``, row-frame rule.
-
-    The rule of stores written before the portable layout (their inner chunks
-    are row-framed, ``encoding/row_frames.py``); still used to write such
-    stores for tests and fixtures, and by benchmarks comparing the two.
+    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy`` (what writers write).
 
     A shard is a band of whole rows across every column, so a band write
     touches one shard. An inner chunk spans all columns when a row fits in
     ``chunkBytes`` and holds as many rows as fit; wider rows are split into
-    column blocks of ``chunkBytes``.
+    column blocks of ``chunkBytes``. Each chunk is stored as Blosc blocks of
+    the fewest whole rows making :data:`MIN_CHUNK_BYTES`
+    (:func:`~cytearc_vfs.encoding.blosc_blocks.chunk_block_bytes`), so the
+    shapes are those of the row-frame rule, which made the same trade with a
+    framing of its own.
 
-    >>> row_frame_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
+    >>> array_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
     ArrayGeometry(chunks=(4, 100), shards=(40, 100))
-    >>> row_frame_geometry(10, 5000, 4, LayoutPolicy(4000, 400))
-    ArrayGeometry(chunks=(1, 100), shards=(1, 5000))
+    >>> array_geometry(200_000, 3_000, 2, LayoutPolicy())  # 6 KB rows
+    ArrayGeometry(chunks=(174, 3000), shards=(11136, 3000))
+    >>> array_geometry(20_000, 1_000_000, 2, LayoutPolicy())  # wide rows: 1 MiB column blocks
+    ArrayGeometry(chunks=(1, 524288), shards=(32, 1048576))
     """
     rows = max(n_rows, 1)
     cols = max(n_cols, 1)
@@ -155,8 +141,44 @@ def row_frame_geometry(
     return ArrayGeometry((chunk_rows, chunk_cols), (shard_rows, shard_cols))
 
 
+def single_frame_geometry(
+    n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
+) -> ArrayGeometry:
+    """The geometry of stores written while issue 14 was under way (tests, fixtures).
+
+    Columns as in :func:`array_geometry`; an inner chunk holds only the
+    fewest whole rows that make :data:`MIN_CHUNK_BYTES`, stored as one zstd
+    frame; a shard is :func:`array_geometry`'s band rounded up to whole chunks.
+
+    >>> single_frame_geometry(200_000, 3_000, 2, LayoutPolicy(64 * 1024**2, 256 * 1024))
+    ArrayGeometry(chunks=(2, 3000), shards=(11180, 3000))
+    """
+    frames = array_geometry(n_rows, n_cols, itemsize, policy)
+    chunk_rows, chunk_cols = frames.chunks
+    rows = min(chunk_rows, max(1, -(-MIN_CHUNK_BYTES // (chunk_cols * itemsize))))
+    shard_rows = rows * -(-frames.shards[0] // rows)
+    return ArrayGeometry((rows, chunk_cols), (shard_rows, frames.shards[1]))
+
+
+def row_frame_geometry(
+    n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
+) -> ArrayGeometry:
+    """Chunk and shard shape of an ``n_rows x n_cols`` array under ``policy``, row-frame rule.
+
+    The rule of stores written before issue 14 (their inner chunks are
+    row-framed, ``encoding/row_frames.py``); still used to write such stores
+    for tests and fixtures, and by benchmarks comparing layouts. Its shapes
+    are :func:`array_geometry`'s.
+
+    >>> row_frame_geometry(10, 5000, 4, LayoutPolicy(4000, 400))
+    ArrayGeometry(chunks=(1, 100), shards=(1, 5000))
+    """
+    return array_geometry(n_rows, n_cols, itemsize, policy)
+
+
 GeometryRule = Callable[[int, int, int, LayoutPolicy], ArrayGeometry]
-"""A geometry rule: :func:`array_geometry` (what writers write) or :func:`row_frame_geometry`."""
+"""A geometry rule: :func:`array_geometry` (what writers write), :func:`row_frame_geometry`
+or :func:`single_frame_geometry`."""
 
 
 def count_layout(
@@ -177,7 +199,7 @@ def count_layout(
         dtype=dtype,
         counts=rule(n_cells, n_features, itemsize, policy),
         # countsT chunks follow the same rule: a feature read decodes about
-        # MIN_CHUNK_BYTES, as counts chunks make a cell read
+        # MIN_CHUNK_BYTES (a block), as a cell read of counts does
         counts_t=rule(n_features, n_cells, itemsize, policy) if transpose else None,
     )
 

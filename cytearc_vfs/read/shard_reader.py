@@ -8,14 +8,16 @@ only the touched chunks' byte ranges are fetched (coalesced by the store's
 ``get_ranges``, or the whole shard when most of it is needed), and each
 touched chunk is decoded exactly once by zstd on a worker thread.
 
-Two chunk encodings are read. The portable layout (``format/layout.py``, what
-writers write from issue 14 on) has inner chunks of a few rows, each one
-plain zstd frame: the touched chunks of a run of row chunks are fetched
-together (local files with ``pread``, consecutive chunks in one call) and
-decoded as one zstd stream, into one buffer, from which the wanted rows are
-taken. Stores written before hold large row-framed chunks
+Three chunk encodings are read. What writers write (``format/layout.py``)
+are inner chunks of about 1 MiB of rows, each a Blosc container of
+checksummed zstd blocks of a few rows (``encoding/blosc_blocks.py``): only the
+blocks of the wanted rows are decoded (one-row blocks of a strip's chunks as
+one zstd stream, into one buffer; a whole chunk's blocks as one stream too). Stores written before hold large row-framed chunks
 (``encoding/row_frames.py``): only the frames of the wanted rows are read and
-decoded (on a local disk by the compiled ``read_row_frames``).
+decoded (on a local disk by the compiled ``read_row_frames``); or, briefly
+during issue 14, chunks of a few rows each one plain zstd frame: the touched
+chunks of a run of row chunks are fetched together (local files with
+``pread``, consecutive chunks in one call) and decoded as one zstd stream.
 
 The selected rows of each row chunk are handed, as one *strip*, to a
 :class:`~cytearc_vfs.read.placement.Placement` on that same worker thread, which
@@ -40,10 +42,11 @@ import numpy.typing as npt
 import zarr
 import zstandard
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
-from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
+from ..encoding.blosc_blocks import BlockChunk, open_chunk
 from ..encoding.row_frames import frame_index, frame_rows, rows_per_frame
 from ..errors import RecordShapeError
 from ..format.shard_tables import ShardTable, read_shard_table
@@ -88,12 +91,13 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         return None
     sharding = codecs[0]
     inner = sharding.codecs
+    blosc_blocks = len(inner) == 2 and isinstance(inner[1], BloscCodec)
+    zstd_frames = len(inner) == 2 and isinstance(inner[1], ZstdCodec)
     if (
         sharding.index_location != "end"
-        or len(inner) != 2
+        or not (blosc_blocks or zstd_frames)
         or not isinstance(inner[0], BytesCodec)
         or inner[0].endian not in (None, "little")
-        or not isinstance(inner[1], ZstdCodec)
         or len(sharding.index_codecs) != 2
         or not isinstance(sharding.index_codecs[0], BytesCodec)
         or not isinstance(sharding.index_codecs[1], Crc32cCodec)
@@ -115,6 +119,7 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         array.dtype,
         local_files=_local_files(store),
         shard_table=table,
+        blosc_block_bytes=int(inner[1].blocksize) if blosc_blocks else None,
     )
 
 
@@ -175,8 +180,12 @@ class ShardedReader:
         *,
         local_files: tuple[str, ReadCounters | None] | None = None,
         shard_table: ShardTable | None = None,
+        blosc_block_bytes: int | None = None,
     ) -> None:
         self._store = store
+        # inner chunks are Blosc containers of zstd blocks of this many bytes
+        # (the codec's blocksize), else zstd frames
+        self._blocks = blosc_block_bytes is not None
         # every shard index read is compared with the table its writer recorded
         self._table = shard_table
         # A local store's shard files are read with pread, only the touched
@@ -196,10 +205,14 @@ class ShardedReader:
         self.zero_column = self.col_chunks * chunks[1]
         """Index of the all-zero column appended to every strip (column maps point there)."""
         # Local row-framed chunks across every column are read by the compiled
-        # loop: only the frames of the wanted rows, without the GIL.
+        # loop: only the frames of the wanted rows, without the GIL; Blosc
+        # chunks too, where their blocks are the frames' whole rows.
         self._rows_per_frame = rows_per_frame(chunks, self.dtype.itemsize)
+        frame_bytes = self._rows_per_frame * chunks[1] * self.dtype.itemsize
+        self._block_bytes = 0 if blosc_block_bytes is None else frame_bytes
         self._frame_reads = (
             read_row_frames is not None
+            and blosc_block_bytes in (None, frame_bytes)
             and local_files is not None
             and self._native
             and self.col_chunks == 1
@@ -208,7 +221,9 @@ class ShardedReader:
         )
         # Chunks of at most one frame's rows spanning every column (the
         # portable layout): a strip's touched chunks decode as one stream.
-        self._joined = self.col_chunks == 1 and self._rows_per_frame >= chunks[0]
+        self._joined = (
+            not self._blocks and self.col_chunks == 1 and self._rows_per_frame >= chunks[0]
+        )
 
     def _key(self, shard_row: int) -> str:
         return f"{self._path}/c/{shard_row}/0"
@@ -314,7 +329,12 @@ class ShardedReader:
         the strip's other one-row frames in one call (:meth:`_inflate_pending`).
         A single-frame chunk stops once the last of ``rows`` is out (zstd
         decodes in 128 KiB blocks, so the blocks after it are skipped).
+        A Blosc chunk decodes only the blocks that hold ``rows``
+        (:meth:`_decode_blocks`).
         """
+        if self._blocks:
+            self._decode_blocks(data, rows, strip, lo, col0, scratch, pending)
+            return
         frames = frame_index(data)
         if frames is not None and rows is not None and frames.rows_per_frame == 1 and self._native:
             # the common case first, with as little work as possible: this
@@ -353,6 +373,106 @@ class ShardedReader:
                 run_start = previous = frame
         n = r if rows is None else len(rows)
         strip[lo : lo + n, col0 : col0 + c] = scratch[:n] if rows is None else scratch[rows]
+
+    def _open_chunk(self, data: Any, nbytes: int) -> BlockChunk:
+        """A Blosc chunk's header; a chunk whose header does not fit it is refused."""
+        try:
+            chunk = open_chunk(data)
+            if chunk.nbytes != nbytes:
+                raise ValueError(f"it holds {chunk.nbytes} bytes, not the chunk's {nbytes}")
+        except ValueError as exc:
+            raise RecordShapeError(
+                f"an inner chunk of {self._path} is damaged ({exc}). Re-import the dataset"
+            ) from exc
+        return chunk
+
+    def _decode_blocks(
+        self,
+        data: Any,
+        rows: list[int] | None,
+        strip: npt.NDArray[Any],
+        lo: int,
+        col0: int,
+        scratch: npt.NDArray[Any],
+        pending: _PendingRows,
+    ) -> None:
+        """:meth:`_decode` for a Blosc chunk: only the blocks holding ``rows``.
+
+        One-row blocks join ``pending`` (decoded with the strip's others in
+        one call), as one-row frames do; other blocks are decoded into
+        ``scratch`` where they lie, and a chunk wanted whole, or one not made
+        of separate zstd blocks, is decoded whole by c-blosc.
+        """
+        r, c = scratch.shape
+        flat = memoryview(scratch.reshape(-1).view(np.uint8))
+        row_bytes = flat.nbytes // r
+        chunk = self._open_chunk(data, flat.nbytes)
+        if not chunk.n_blocks:  # stored raw, or not in separate zstd blocks
+            try:
+                chunk.decode_whole(flat)
+            except RuntimeError as exc:  # c-blosc's error, as numcodecs raises it
+                raise RecordShapeError(
+                    f"an inner chunk of {self._path} does not decode ({exc}); the array is "
+                    "damaged. Re-import the dataset"
+                ) from exc
+        elif rows is None:
+            self._inflate_blocks(chunk, range(chunk.n_blocks), flat)
+        else:
+            block_bytes = chunk.block_bytes
+            if block_bytes == row_bytes and self._native:
+                frames = [chunk.frame(row) for row in rows]
+                if all(compressed for _, compressed in frames):
+                    pending.pieces.extend(frame for frame, _ in frames)
+                    pending.rows.extend(range(lo, lo + len(rows)))
+                    if pending.cols and pending.cols[-1][0] == col0:  # the run continues
+                        pending.cols[-1] = (col0, pending.cols[-1][1] + len(rows))
+                    else:
+                        pending.cols.append((col0, len(rows)))
+                    return
+            # the blocks each wanted row spans (whole rows a block, in this layout)
+            wanted = dict.fromkeys(
+                block
+                for row in rows
+                for block in range(
+                    row * row_bytes // block_bytes, ((row + 1) * row_bytes - 1) // block_bytes + 1
+                )
+            )
+            self._inflate_blocks(chunk, list(wanted), flat)
+        n = r if rows is None else len(rows)
+        strip[lo : lo + n, col0 : col0 + c] = scratch[:n] if rows is None else scratch[rows]
+
+    def _inflate_blocks(self, chunk: BlockChunk, blocks: Sequence[int], flat: memoryview) -> None:
+        """Decode ``blocks`` (ascending) of ``chunk`` where they lie in ``flat``.
+
+        Each run of consecutive compressed blocks is joined and decoded as
+        one zstd stream (one call: a whole chunk's blocks cost one call, as a
+        single frame would); raw blocks are copied.
+        """
+        size = chunk.block_bytes
+        run: list[Any] = []
+        run_start = run_end = -1
+        for block in [*blocks, -1]:
+            frame, compressed = chunk.frame(block) if block >= 0 else (None, False)
+            if compressed and block == run_end:
+                run.append(frame)
+                run_end = block + 1
+                continue
+            if run:
+                target = flat[run_start * size : min(chunk.nbytes, run_end * size)]
+                self._inflate(b"".join(run), target, exact=True)
+                run = []
+            if block < 0:
+                break
+            if compressed:
+                run, run_start, run_end = [frame], block, block + 1
+                continue
+            target = flat[block * size : block * size + chunk.block_size(block)]
+            if len(frame) != len(target):
+                raise RecordShapeError(
+                    f"an inner chunk of {self._path} is damaged (block {block} is stored raw "
+                    f"with {len(frame)} bytes, not {len(target)}). Re-import the dataset"
+                )
+            target[:] = frame
 
     def _inflate_pending(self, pending: _PendingRows, strip: npt.NDArray[Any]) -> None:
         """Decode ``pending`` one-row frames into their strip rows.
@@ -497,7 +617,7 @@ class ShardedReader:
                 runs = coalesce_ranges(
                     offsets,
                     sizes,
-                    max_requests=MAX_RANGE_REQUESTS if self._joined else None,
+                    max_requests=MAX_RANGE_REQUESTS if self._joined or self._blocks else None,
                     max_gap=SMALL_GAP_BYTES,
                 )
                 fetched_runs = await asyncio.gather(
@@ -580,6 +700,7 @@ class ShardedReader:
                         local,
                         frames,
                         self._rows_per_frame,
+                        self._block_bytes,
                     )
                 except EOFError as exc:
                     raise OSError(f"{path}: {exc}; the shard is truncated") from None

@@ -1,37 +1,66 @@
-"""Writing the row-framed layout of stores written before the portable one (tests, fixtures).
+"""Writing the layouts of stores written before the current one (tests, fixtures, benchmarks).
 
-From issue 14 on, :func:`~cytearc_vfs.write.writer.write_counts` writes the
-portable geometry (:func:`~cytearc_vfs.format.layout.array_geometry`: inner
-chunks of about 8 KiB, one zstd frame each). Stores written before hold large
-inner chunks of row frames (``encoding/row_frames.py``), and they keep opening
-and reading as they are: the spec never rewrites an existing store. Inside
-:func:`row_framed_writes`, ``write_counts`` writes that older layout again, so
-tests, fixtures and benchmarks can make such stores with today's code.
+:func:`~cytearc_vfs.write.writer.write_counts` writes the current layout
+(:func:`~cytearc_vfs.format.layout.array_geometry`: inner chunks of about
+``chunkBytes``, stored as Blosc zstd blocks of about 8 KiB and a crc32c).
+Stores written before keep opening and reading as they are (the spec never
+rewrites an existing store): row-framed stores (large inner chunks of row
+frames, ``encoding/row_frames.py``) and, from the first half of issue 14,
+single-frame stores (inner chunks of about 8 KiB, one zstd frame each).
+Inside :func:`row_framed_writes` or :func:`single_frame_writes`,
+``write_counts`` writes that older layout again, so tests, fixtures and
+benchmarks can make such stores with today's code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from typing import NamedTuple
 
-from ..format.layout import GeometryRule, array_geometry, row_frame_geometry
+from ..format.layout import (
+    GeometryRule,
+    array_geometry,
+    row_frame_geometry,
+    single_frame_geometry,
+)
 
-__all__ = ["current_rule", "row_framed_writes"]
-
-_RULE: ContextVar[GeometryRule] = ContextVar("cytearc_geometry_rule", default=array_geometry)
+__all__ = ["WriteLayout", "current_layout", "row_framed_writes", "single_frame_writes"]
 
 
-def current_rule() -> GeometryRule:
-    """The geometry rule ``write_counts`` uses in this context (the portable one by default)."""
-    return _RULE.get()
+class WriteLayout(NamedTuple):
+    """How ``write_counts`` lays count arrays out."""
+
+    rule: GeometryRule
+    """Chunk and shard shapes."""
+    blosc_blocks: bool
+    """Blosc blocks + crc32c (the current layout), else zstd frames (the layouts before)."""
+
+
+_CURRENT = WriteLayout(array_geometry, blosc_blocks=True)
+_LAYOUT: ContextVar[WriteLayout] = ContextVar("cytearc_write_layout", default=_CURRENT)
+
+
+def current_layout() -> WriteLayout:
+    """The layout ``write_counts`` writes in this context (the current one by default)."""
+    return _LAYOUT.get()
 
 
 @contextmanager
-def row_framed_writes() -> Iterator[None]:
-    """Within the block, ``write_counts`` writes row-framed stores, as before issue 14."""
-    token = _RULE.set(row_frame_geometry)
+def _writes(layout: WriteLayout) -> Iterator[None]:
+    token = _LAYOUT.set(layout)
     try:
         yield
     finally:
-        _RULE.reset(token)
+        _LAYOUT.reset(token)
+
+
+def row_framed_writes() -> AbstractContextManager[None]:
+    """Within the block, ``write_counts`` writes row-framed stores, as before issue 14."""
+    return _writes(WriteLayout(row_frame_geometry, blosc_blocks=False))
+
+
+def single_frame_writes() -> AbstractContextManager[None]:
+    """Within the block, ``write_counts`` writes single-frame stores, as during issue 14."""
+    return _writes(WriteLayout(single_frame_geometry, blosc_blocks=False))

@@ -1,8 +1,9 @@
 """Storing count arrays shard by shard: the codecs they are created with and the shard writer.
 
 ``write_counts`` and ``repack`` create ``counts`` and ``countsT`` with
-:func:`create_count_array` (sharding over ``bytes`` + ``zstd`` with content
-checksums, a ``crc32c`` shard index) and store whole shard bands through
+:func:`create_count_array` (sharding over ``bytes`` + ``blosc``: zstd blocks of
+about 8 KiB, each with its checksum; a ``crc32c`` shard index; docs/layout.md) and
+store whole shard bands through
 :class:`ShardWriter`, which encodes them itself (:class:`ShardEncoder`: no
 per-chunk Python of zarr's pipeline, which would dominate a write of
 thousands of small inner chunks per shard) and records each stored shard
@@ -17,19 +18,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import zarr
-from zarr.codecs import ZstdCodec
+from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from ..encoding.blosc_blocks import block_codec, chunk_block_bytes
 from ..encoding.shard_encoding import ShardEncoder
+from ..format.layout import MIN_CHUNK_BYTES
 from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
 
 __all__ = ["COUNT_COMPRESSOR", "COUNT_ZSTD_LEVEL", "ShardWriter", "create_count_array"]
 
 #: zstd level of count chunks: fast to write, and reads decode at the same speed
 COUNT_ZSTD_LEVEL = 1
-# checksum=True: every inner chunk's zstd frame carries its content checksum,
-# which every reader verifies (ShardEncoder writes the same frames)
+# The compressor of the layouts before Blosc blocks (row frames, single
+# frames). checksum=True: every zstd frame carries its content checksum,
+# which every reader verifies (ShardEncoder writes the same frames).
 COUNT_COMPRESSOR = ZstdCodec(level=COUNT_ZSTD_LEVEL, checksum=True)
 
 
@@ -41,18 +45,41 @@ def create_count_array(
     chunks: tuple[int, int],
     shards: tuple[int, int],
     attrs: dict[str, Any],
+    *,
+    blosc_blocks: bool = True,
 ) -> zarr.Array[Any]:
-    """Create a count array of this package's codecs (fill value 0)."""
+    """Create a count array of this package's codecs (fill value 0).
+
+    ``blosc_blocks=False`` writes the zstd frames of the layouts before
+    (``write/row_framed.py``: tests and fixtures only).
+    """
+    itemsize = np.dtype(dtype).itemsize
+    compressors = (
+        block_codec(itemsize, chunk_block_bytes(chunks, itemsize, MIN_CHUNK_BYTES))
+        if blosc_blocks
+        else COUNT_COMPRESSOR
+    )
     return group.create_array(
         name,
         shape=shape,
         dtype=dtype,
         chunks=chunks,
         shards=shards,
-        compressors=COUNT_COMPRESSOR,
+        compressors=compressors,
         fill_value=0,
         attributes=attrs,
     )
+
+
+def blosc_block_bytes(array: zarr.Array[Any]) -> int | None:
+    """The Blosc block size of a count array's inner chunks, ``None`` for zstd frames."""
+    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
+    for codec in codecs:
+        if isinstance(codec, ShardingCodec):
+            for inner in codec.codecs:
+                if isinstance(inner, BloscCodec):
+                    return int(inner.blocksize)
+    return None
 
 
 class ShardWriter:
@@ -81,6 +108,7 @@ class ShardWriter:
                 array.dtype,
                 level=COUNT_ZSTD_LEVEL,
                 pool=self._compress,
+                block_bytes=blosc_block_bytes(array),
             )
             self._encoders[array.path] = encoder
         return encoder

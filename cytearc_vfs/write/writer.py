@@ -47,7 +47,7 @@ from .count_source import (
     scan_source,
 )
 from .destinations import create_destination, finish_destination
-from .row_framed import current_rule
+from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
 
 __all__ = ["WriteInfo", "write_counts"]
@@ -219,7 +219,7 @@ def write_counts(
         value_range.nnz,
         budget,
         transpose=transpose,
-        rule=current_rule(),
+        rule=current_layout().rule,
     )
     root = create_destination(
         destination, overwrite=overwrite, writer="write_counts", storage_options=storage_options
@@ -292,6 +292,7 @@ def _write_store(
         layout.counts.chunks,
         layout.counts.shards,
         {COUNT_LAYOUT_ATTR: layout_json},
+        blosc_blocks=current_layout().blosc_blocks,
     )
     counts_t = None
     if layout.counts_t is not None:
@@ -303,6 +304,7 @@ def _write_store(
             layout.counts_t.chunks,
             layout.counts_t.shards,
             {COUNT_LAYOUT_ATTR: layout_json, "complete": False},
+            blosc_blocks=current_layout().blosc_blocks,
         )
     groups = _feature_groups(layout, dtype.itemsize, nnz, budget) if counts_t is not None else []
 
