@@ -1,12 +1,13 @@
-"""The portable count layout: every inner chunk one standard zstd frame of a few rows.
+"""The portable count layout: chunks of about 1 MiB, each a standard Blosc container of
+checksummed zstd blocks of a few rows.
 
-What ``write_counts`` and ``repack`` write from issue 14 on: standard
-``sharding_indexed`` with inner chunks of the fewest whole rows that make
-8 KiB. Any zstd decoder (python-zstandard's one-shot ``decompress``
-included, which returns only a chunk's first frame) decodes each chunk to
-exactly its values; the gather reader reads them through the shard index,
-decoding only the touched chunks. Stores written before (row frames) keep
-reading, alone and in composites beside portable sources.
+What ``write_counts`` and ``repack`` write: standard ``sharding_indexed`` over
+``bytes`` + ``blosc`` (zstd, no shuffle, blocks of the fewest whole rows
+that make 8 KiB). c-blosc decodes each chunk to exactly its values (so do
+zarr-python, zarrs, tensorstore and zarrita: ``tests/interop``); the gather
+reader decodes only the blocks of the rows it needs. Stores written before
+(row frames; the single frames of early issue 14) keep reading, alone and in
+composites beside portable sources.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numcodecs.blosc
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -26,12 +28,23 @@ from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
 import cytearc_vfs.read.shard_reader as shard_reader
+from cytearc_vfs.encoding.blosc_blocks import open_chunk
 from cytearc_vfs.encoding.row_frames import frame_index
-from cytearc_vfs.format.layout import DEFAULT_POLICY, MIN_CHUNK_BYTES, count_layout
+from cytearc_vfs.format.layout import (
+    DEFAULT_POLICY,
+    MIN_CHUNK_BYTES,
+    LayoutPolicy,
+    count_layout,
+    single_frame_geometry,
+)
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.write.row_framed import row_framed_writes
+from cytearc_vfs.write.row_framed import row_framed_writes, single_frame_writes
 
 MISSING = 2**64 - 1
+
+
+class _Wrapped(WrapperStore[LocalStore]):
+    """Any wrapper sends reads through the store's fetches (the remote path), not pread."""
 
 
 def _values(n_cells: int, n_features: int, seed: int) -> np.ndarray:
@@ -47,11 +60,22 @@ def _values(n_cells: int, n_features: int, seed: int) -> np.ndarray:
 def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndarray]:
     """The same counts written portable (today) and row-framed (as before issue 14)."""
     root = tmp_path_factory.mktemp("portable")
-    values = _values(3_000, 1_500, seed=21)  # 3 KB rows: chunks of 3 rows, 3 frames before
+    # 3 KB rows: chunks of 349 rows in blocks of 3 (87 rows in frames of 3 before)
+    values = _values(3_000, 1_500, seed=21)
     cv.write_counts(root / "portable.zarr", sp.csr_array(values))
     with row_framed_writes():
         cv.write_counts(root / "framed.zarr", sp.csr_array(values))
     return root / "portable.zarr", root / "framed.zarr", values
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+    """The counts of :func:`stores` as written in early issue 14: chunks of 3 rows, one frame each."""
+    values = _values(3_000, 1_500, seed=21)
+    path = tmp_path_factory.mktemp("single") / "single.zarr"
+    with single_frame_writes():
+        cv.write_counts(path, sp.csr_array(values))
+    return path, values
 
 
 def _chunks(path: Path, array_path: str) -> list[tuple[tuple[int, int], bytes]]:
@@ -75,7 +99,7 @@ def _chunks(path: Path, array_path: str) -> list[tuple[tuple[int, int], bytes]]:
 
 
 @pytest.mark.parametrize("array_path", ["RNA/counts", "RNA/countsT"])
-def test_every_chunk_decodes_in_one_standard_zstd_call(
+def test_every_chunk_is_a_standard_blosc_container(
     stores: tuple[Path, Path, np.ndarray], array_path: str
 ) -> None:
     portable, _, values = stores
@@ -84,16 +108,26 @@ def test_every_chunk_decodes_in_one_standard_zstd_call(
     r, c = array.chunks
     chunks = _chunks(portable, array_path)
     assert chunks
-    decompressor = zstandard.ZstdDecompressor()
     for (i, j), data in chunks:
         assert frame_index(data) is None  # no row frames
-        # the one-shot call that silently returned only a row-framed chunk's first frame
-        decoded = np.frombuffer(decompressor.decompress(data), dtype="<u2").reshape(r, c)
+        decoded = np.frombuffer(numcodecs.blosc.decompress(data[:-4]), dtype="<u2").reshape(r, c)
         block = expected[i * r : (i + 1) * r, j * c : (j + 1) * c]
         np.testing.assert_array_equal(decoded[: block.shape[0], : block.shape[1]], block)
         assert not decoded[block.shape[0] :].any()  # the edge chunk's padding is the fill value
-        frame = zstandard.get_frame_parameters(data)
-        assert frame.has_checksum and frame.content_size == r * c * 2
+        # the header is c-blosc's own for these settings (only the compressed size differs)
+        reference = numcodecs.blosc.compress(
+            decoded,
+            b"zstd",
+            1,
+            numcodecs.blosc.NOSHUFFLE,
+            array.metadata.codecs[0].codecs[1].blocksize,
+        )
+        assert data[:12] == reference[:12]
+        chunk = open_chunk(data, verify=True)
+        assert chunk.block_bytes == -(-MIN_CHUNK_BYTES // (c * 2)) * c * 2
+        for index in range(chunk.n_blocks):
+            frame, compressed = chunk.frame(index)
+            assert compressed and zstandard.get_frame_parameters(frame).has_checksum
     assert np.array_equal(array[:], expected)
 
 
@@ -102,30 +136,65 @@ def test_geometry_is_the_recorded_policy_replayed(stores: tuple[Path, Path, np.n
     record = zarr.open_group(portable, mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
     layout = count_layout(values.shape, "uint16", 2, DEFAULT_POLICY, transpose=True)
     assert record == layout.to_json()
-    assert layout.counts.chunks == (3, 1_500)  # the fewest rows making 8 KiB
-    assert layout.counts.chunks[0] * 1_500 * 2 >= MIN_CHUNK_BYTES
-    assert layout.counts_t is not None and layout.counts_t.chunks == (2, 3_000)
+    assert layout.counts.chunks == (349, 1_500)  # the rows that fit in chunkBytes (1 MiB)
+    assert layout.counts_t is not None and layout.counts_t.chunks == (174, 3_000)
     old = zarr.open_group(framed, mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
-    assert old["counts"]["chunks"] == [87, 1_500] and old["unitBytes"] == record["unitBytes"]
+    # stores before: chunkBytes 256 KiB by default
+    assert old["counts"]["chunks"] == [87, 1_500] and old["chunkBytes"] == 256 * 1024
+    before = LayoutPolicy(64 * 1024**2, 256 * 1024)
+    early = count_layout(
+        values.shape, "uint16", 2, before, transpose=True, rule=single_frame_geometry
+    )
+    assert early.counts.chunks == (3, 1_500)  # the fewest rows making 8 KiB
 
 
-def test_reads_decode_only_the_touched_chunks(stores: tuple[Path, Path, np.ndarray]) -> None:
+@pytest.mark.parametrize("local", [True, False])
+def test_reads_decode_only_the_touched_blocks(
+    stores: tuple[Path, Path, np.ndarray], local: bool
+) -> None:
     portable, _, values = stores
-    reader = cv.VirtualArrayReader(portable)
-    cells = np.array([2_999, 5, 4, 1_000, 45])  # 4 and 5 share a chunk; 45 was never written
+    store = LocalStore(portable, read_only=True)
+    reader = cv.VirtualArrayReader(store if local else _Wrapped(store))
+    cells = np.array([2_999, 5, 4, 1_000, 45])  # 4 and 5 share a block of 3 rows
     block, inflated = inflated_bytes(reader, cells, None)
     np.testing.assert_array_equal(block, values[cells])
-    assert inflated == 3 * 3 * 1_500 * 2  # three stored chunks of 3 rows
-    features = np.array([7, 1_499, 6])  # countsT chunks of 2 features: 6 and 7 share one
+    assert inflated == 4 * 3 * 1_500 * 2  # four blocks of 3 rows
+    features = np.array([7, 1_499, 6])  # countsT blocks of 2 features: 6 and 7 share one
     block, inflated = inflated_bytes(reader, None, features)
     np.testing.assert_array_equal(block, values[:, features])
     assert inflated == 2 * 2 * 3_000 * 2
+    # a band decodes its chunks' blocks, each once
+    block, inflated = inflated_bytes(reader, slice(0, 349), None)
+    np.testing.assert_array_equal(block, values[:349])
+    assert inflated == 349 * 1_500 * 2
 
 
-def test_local_reads_fetch_only_the_touched_chunks(
-    stores: tuple[Path, Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+def test_local_cell_reads_fetch_only_the_blocks_they_decode(
+    stores: tuple[Path, Path, np.ndarray],
 ) -> None:
     portable, _, values = stores
+    reader = cv.VirtualArrayReader(portable)
+    fast = reader._mapping.sources[0].counts_fast
+    assert fast is not None and fast._blocks and not fast._joined
+    reader.read(np.array([0]), None)  # the shard index
+    reader.reset_stats()
+    cells = np.array([10, 11, 2_000])  # 10 and 11 share a block
+    np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
+    read = reader.stats.bytes_read
+    sizes = dict(_chunks(portable, "RNA/counts"))
+    touched = sum(len(sizes[(cell // 349, 0)]) for cell in (10, 2_000))
+    if shard_reader.read_row_frames is not None:  # the compiled loop: tables and two blocks
+        tables = 2 * (16 + 4 * -(-349 // 3))
+        assert tables < read < tables + 2 * 3 * 1_500 * 2
+        assert read < touched / 4
+    else:  # else the touched chunks, whole
+        assert read == touched
+
+
+def test_single_frame_stores_fetch_only_the_touched_chunks(
+    single: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    portable, values = single
     cells = np.array([10, 11, 2_000])
     sizes = dict(_chunks(portable, "RNA/counts"))
     wanted = sum(len(sizes[(cell // 3, 0)]) for cell in {10, 2_000})  # 10 and 11 share a chunk
@@ -173,22 +242,26 @@ def test_a_truncated_portable_shard_is_an_error(tmp_path: Path) -> None:
         reader.read(np.array([299]), None)
 
 
-class _Wrapped(WrapperStore[LocalStore]):
-    """Any wrapper sends reads through the store's fetches (the remote path), not pread."""
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_reads_like_numpy_local_and_through_a_store(
-    stores: tuple[Path, Path, np.ndarray], seed: int
+    stores: tuple[Path, Path, np.ndarray], single: tuple[Path, np.ndarray], seed: int
 ) -> None:
     portable, _, values = stores
     rng = np.random.default_rng(seed)
     cells = rng.choice(values.shape[0], 40)
     features = rng.choice(values.shape[1], 30)
-    for reader in (
-        cv.VirtualArrayReader(portable),
-        cv.VirtualArrayReader(_Wrapped(LocalStore(portable, read_only=True))),
-    ):
+    for path in (portable, single[0]):
+        for reader in (
+            cv.VirtualArrayReader(path),
+            cv.VirtualArrayReader(_Wrapped(LocalStore(path, read_only=True))),
+        ):
+            _reads_like_numpy(reader, values, cells, features)
+
+
+def _reads_like_numpy(
+    reader: cv.VirtualArrayReader, values: np.ndarray, cells: np.ndarray, features: np.ndarray
+) -> None:
+    if True:
         for selection, expected in [
             ((cells, None), values[cells]),
             ((None, features), values[:, features]),
@@ -199,15 +272,15 @@ def test_random_reads_like_numpy_local_and_through_a_store(
 
 
 def test_zarr_default_and_fused_pipelines_read_exactly(
-    stores: tuple[Path, Path, np.ndarray],
+    stores: tuple[Path, Path, np.ndarray], single: tuple[Path, np.ndarray]
 ) -> None:
     portable, _, values = stores
     fused = {"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}
     rows = np.array([3, 2_998, 700])
-    for config in ({}, fused):
+    for config, path in [({}, portable), (fused, portable), ({}, single[0])]:
         with zarr.config.set(config):
-            counts = zarr.open_array(portable, path="RNA/counts", mode="r")
-            counts_t = zarr.open_array(portable, path="RNA/countsT", mode="r")
+            counts = zarr.open_array(path, path="RNA/counts", mode="r")
+            counts_t = zarr.open_array(path, path="RNA/countsT", mode="r")
             np.testing.assert_array_equal(counts[:], values)
             np.testing.assert_array_equal(counts_t[:], values.T)
             np.testing.assert_array_equal(counts.oindex[rows, :], values[rows])
@@ -254,11 +327,12 @@ def test_repack_writes_a_row_framed_store_the_portable_way(
     out = tmp_path / "repacked.zarr"
     cv.repack(framed, out)
     record = zarr.open_group(out, mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
-    assert (
-        record == count_layout(values.shape, "uint16", 2, DEFAULT_POLICY, transpose=True).to_json()
-    )
+    # the store's own policy (256 KiB chunks), the portable encoding
+    before = LayoutPolicy(64 * 1024**2, 256 * 1024)
+    assert record == count_layout(values.shape, "uint16", 2, before, transpose=True).to_json()
     for array_path in ("RNA/counts", "RNA/countsT"):
-        assert all(frame_index(data) is None for _, data in _chunks(out, array_path))
+        for _, data in _chunks(out, array_path):
+            assert frame_index(data) is None and open_chunk(data, verify=True).n_blocks > 1
     assert cv.counts_fingerprint(out) == cv.counts_fingerprint(framed)
     reader = cv.VirtualArrayReader(out)
     np.testing.assert_array_equal(
@@ -271,14 +345,22 @@ def test_repack_writes_a_row_framed_store_the_portable_way(
         assert _chunks(again, array_path) == _chunks(out, array_path)
 
 
+@pytest.mark.parametrize("layout", ["portable", "single frames"])
 def test_random_cells_through_a_store_make_at_most_16_range_requests_per_shard(
-    tmp_path: Path,
+    tmp_path: Path, layout: str
 ) -> None:
-    # one shard of 1,000 chunks of 2 rows; 300 random cells touch ~260 of them
+    # one shard of 1,000 chunks of 2 rows (or 12 chunks of 174 rows); 300
+    # random cells touch ~260 (or all) of them
     values = _values(2_000, 3_000, seed=23)
     path = tmp_path / "s.zarr"
-    cv.write_counts(path, sp.csr_array(values), layout=("64M", "256K"))
-    assert zarr.open_array(path, path="RNA/counts", mode="r").chunks == (2, 3_000)
+    if layout == "portable":
+        cv.write_counts(path, sp.csr_array(values), layout=("64M", "1M"))
+        chunks = (174, 3_000)
+    else:
+        with single_frame_writes():
+            cv.write_counts(path, sp.csr_array(values), layout=("64M", "256K"))
+        chunks = (2, 3_000)
+    assert zarr.open_array(path, path="RNA/counts", mode="r").chunks == chunks
     counters = ReadCounters()
     store = CountingStore(_Wrapped(LocalStore(path, read_only=True)), counters)
     reader = cv.VirtualArrayReader(store)
@@ -288,9 +370,11 @@ def test_random_cells_through_a_store_make_at_most_16_range_requests_per_shard(
     np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
     stats = counters.snapshot()
     assert 1 <= stats.requests <= 16
-    # fewer bytes than the whole shard (what a read touching most chunks fetches)
     shard = (path / "RNA/counts/c/0/0").stat().st_size
-    assert stats.bytes_read < shard
+    if layout == "portable":  # every chunk touched: the whole shard in one request
+        assert stats.requests == 1 and stats.bytes_read == shard
+    else:  # fewer bytes than the whole shard (what a read touching most chunks fetches)
+        assert stats.bytes_read < shard
 
 
 def test_read_ranges_kernel(tmp_path: Path) -> None:

@@ -13,7 +13,13 @@ import zarr
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
-from cytearc_vfs.format.layout import DEFAULT_POLICY, count_layout, row_frame_geometry
+from cytearc_vfs.encoding.blosc_blocks import chunk_block_bytes
+from cytearc_vfs.format.layout import (
+    DEFAULT_POLICY,
+    MIN_CHUNK_BYTES,
+    count_layout,
+    single_frame_geometry,
+)
 from cytearc_vfs.format.records import COUNT_LAYOUT_ATTR
 from cytearc_vfs.format.tables import read_table
 
@@ -256,30 +262,33 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("n_cells", "itemsize", "rows", "framed_rows"),
+    ("n_cells", "itemsize", "rows", "block_rows"),
     [
-        (1_000, 1, 9, 262),  # the fewest rows making 8 KiB; row-framed chunks filled 256 KiB
-        (759, 2, 6, 172),
-        (10_000, 1, 1, 26),
-        (100_000, 1, 1, 2),
+        (1_000, 1, 1_048, 9),  # chunks fill 1 MiB; blocks: the fewest rows making 8 KiB
+        (759, 2, 690, 6),
+        (10_000, 1, 104, 1),
+        (100_000, 1, 10, 1),
     ],
 )
-def test_countsT_chunks_are_the_fewest_rows_making_8_KiB(
-    n_cells: int, itemsize: int, rows: int, framed_rows: int
+def test_countsT_chunks_fill_chunkBytes_in_blocks_of_the_fewest_rows_making_8_KiB(
+    tmp_path: Path, n_cells: int, itemsize: int, rows: int, block_rows: int
 ) -> None:
-    # small single-frame chunks (portable for every reader) make single features cheap to read
+    # large chunks keep plain zarr's per-chunk cost low; 8 KiB Blosc blocks keep
+    # a single feature's read to one block's decode
     layout = count_layout((n_cells, 20_000), "uint8", itemsize, DEFAULT_POLICY, transpose=True)
     assert layout.counts_t is not None
     assert layout.counts_t.chunks == (rows, n_cells)
     assert layout.counts_t.shards[0] % rows == 0
-    # stores written before filled chunkBytes with row-framed chunks
-    framed = count_layout(
+    assert chunk_block_bytes(layout.counts_t.chunks, itemsize, MIN_CHUNK_BYTES) == (
+        block_rows * n_cells * itemsize
+    )
+    # the stores of early issue 14 had chunks of one block
+    single = count_layout(
         (n_cells, 20_000),
         "uint8",
         itemsize,
         DEFAULT_POLICY,
         transpose=True,
-        rule=row_frame_geometry,
+        rule=single_frame_geometry,
     )
-    assert framed.counts_t is not None
-    assert framed.counts_t.chunks == (framed_rows, n_cells)
+    assert single.counts_t is not None and single.counts_t.chunks == (block_rows, n_cells)

@@ -58,11 +58,13 @@
  *     chunks.
  *
  *     With block_bytes > 0 the chunks are Blosc containers of zstd blocks of
- *     block_bytes (blosc_blocks.py) instead: the index is the Blosc header
- *     and block starts at the chunk's beginning, and each block's 4-byte
- *     size before its frame is dropped from out, so out holds the frames
- *     one after another as with row frames. None also when a chunk is not
- *     laid out so (other flags or sizes) or a wanted block is stored raw.
+ *     block_bytes and a crc32c (blosc_blocks.py) instead: the index is the
+ *     Blosc header and block starts at the chunk's beginning, and each
+ *     block's 4-byte size before its frame is dropped from out, so out holds
+ *     the frames one after another as with row frames. A block must end
+ *     where the next begins, so a damaged table never reads another block.
+ *     None also when a chunk is not laid out so (other flags or sizes) or a
+ *     wanted block is stored raw.
  *
  * read_ranges(fd, offsets, sizes, out)
  *
@@ -569,14 +571,15 @@ read_row_frames(PyObject *self, PyObject *args)
              * the table, and the compressed size the chunk's */
             const int64_t nbytes = little_u32(index + 4), last_block = nbytes - (n_frames - 1) * block_bytes;
             if (index[2] != BLOSC_ZSTD_BLOCKS_FLAGS || little_u32(index + 8) != (uint32_t)block_bytes ||
-                little_u32(index + 12) != (uint32_t)chunk_size || last_block < 1 || last_block > block_bytes) {
+                little_u32(index + 12) != (uint32_t)(chunk_size - 4) || last_block < 1 ||
+                last_block > block_bytes) {
                 status = FRAMES_OTHER_FRAMING;
                 break;
             }
             for (Py_ssize_t frame = 0; frame < n_frames; frame++) {
                 starts[frame] = little_u32(index + BLOSC_HEADER_BYTES + 4 * frame);
             }
-            starts[n_frames] = chunk_size;
+            starts[n_frames] = chunk_size - 4; /* the crc32c follows the last block */
             for (Py_ssize_t frame = 0; frame < n_frames && status == FRAMES_OK; frame++) {
                 if (starts[frame] < (frame ? starts[frame - 1] + 4 : index_bytes) ||
                     starts[frame] + 4 > starts[frame + 1]) {

@@ -24,30 +24,38 @@ readers what they need:
 lays it out (the header equals what ``numcodecs.blosc.compress`` writes for
 the same settings: tested), for one reason: each block's zstd frame carries
 its content size and **content checksum** (XXH64), which every zstd decoder
-verifies, c-blosc's included. c-blosc's own compressor writes frames without
-a checksum, so the chunk would need a ``crc32c`` codec after it, and a
-single-cell read would then read and checksum the whole chunk (about 115 KB
-compressed for 1 MiB of counts) to decode one 16 KB block: a third more time
-per random cell, measured. With the checksum in each block, a flipped byte
-is a decoding error in every reader, and a cell read checks only its block.
+verifies, c-blosc's included; c-blosc's own compressor writes frames without
+one. The chunk then ends with the standard ``crc32c`` codec's checksum of the
+container, which covers what the frames' checksums do not (the header and
+the block table) for every reader that decodes whole chunks.
+
+The gather reader checks that crc32c where it decodes a chunk whole. A
+single-cell read decodes one block: checksumming the whole chunk (about
+115 KB compressed for 1 MiB of counts) for one 16 KB block made random cells
+a third slower, measured. It checks the block's frame (zstd's checksum) and
+the block's place in the table instead: a block must end where the next
+begins and begin where the previous ends (:meth:`BlockChunk.frame`), so a
+damaged start or size is an error, never another block's rows.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
+import google_crc32c
 import numcodecs.blosc
 import numpy as np
 import numpy.typing as npt
 import zstandard
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
 __all__ = [
     "BLOSC_CNAME",
     "BLOSC_LEVEL",
     "BlockChunk",
-    "block_codec",
+    "DamagedChunkError",
+    "block_codecs",
     "chunk_block_bytes",
     "encode_chunk",
     "open_chunk",
@@ -55,18 +63,23 @@ __all__ = [
 
 #: The compressor inside Blosc and its level: zstd at level 1, as the count
 #: chunks before (fast to write; reads decode at the same speed at any level).
-BLOSC_CNAME = "zstd"
+BLOSC_CNAME: Final = "zstd"
 BLOSC_LEVEL = 1
 _HEADER = struct.Struct(
     "<BBBBIII"
 )  # version, versionlz, flags, typesize, nbytes, blocksize, cbytes
 _HEADER_BYTES = _HEADER.size
 _U32 = struct.Struct("<I")
+_CRC_BYTES = 4
 # c-blosc 1 (blosc.h, blosc.c): header format version; zstd's format version
 # and compressor code (the flags' top three bits); header flags: byte shuffle,
 # stored raw, bit shuffle, blocks not split
 _VERSION, _ZSTD_VERSION, _ZSTD_FORMAT = 2, 1, 4
 _SHUFFLE, _MEMCPYED, _BITSHUFFLE, _DONT_SPLIT = 0x1, 0x2, 0x4, 0x10
+
+
+class DamagedChunkError(ValueError):
+    """A chunk whose Blosc header or block table does not fit its bytes."""
 
 
 def chunk_block_bytes(chunk_shape: tuple[int, int], itemsize: int, min_bytes: int) -> int:
@@ -86,21 +99,24 @@ def chunk_block_bytes(chunk_shape: tuple[int, int], itemsize: int, min_bytes: in
     return min(max(1, rows), -(-min_bytes // row_bytes)) * row_bytes
 
 
-def block_codec(itemsize: int, block_bytes: int) -> BloscCodec:
-    """The inner compressor of a count array: Blosc (zstd, no shuffle, ``block_bytes``)."""
-    return BloscCodec(
+def block_codecs(itemsize: int, block_bytes: int) -> tuple[BloscCodec, Crc32cCodec]:
+    """The inner compressors of a count array: Blosc (zstd, no shuffle, ``block_bytes``)
+    and crc32c."""
+    blosc = BloscCodec(
         typesize=itemsize,
         cname=BLOSC_CNAME,
         clevel=BLOSC_LEVEL,
         shuffle="noshuffle",
         blocksize=block_bytes,
     )
+    return blosc, Crc32cCodec()
 
 
 def encode_chunk(
     values: npt.NDArray[Any], block_bytes: int, compressor: zstandard.ZstdCompressor
 ) -> bytes:
-    """The stored bytes of one inner chunk (C-contiguous, little-endian ``values``).
+    """The stored bytes of one inner chunk (C-contiguous, little-endian ``values``):
+    the Blosc container, then its crc32c (little-endian).
 
     ``compressor`` writes zstd frames with content size and checksum (this
     thread's: contexts are not thread-safe). A block whose frame would not be
@@ -129,7 +145,7 @@ def encode_chunk(
             block_bytes,
             _HEADER_BYTES + nbytes,
         )
-        return header + bytes(raw)
+        return _with_crc32c(header + bytes(raw))
     starts = np.cumsum([table, *sizes[:-1]], dtype="<u4")
     parts = [
         _HEADER.pack(_VERSION, _ZSTD_VERSION, flags, itemsize, nbytes, block_bytes, cbytes),
@@ -137,14 +153,18 @@ def encode_chunk(
     ]
     for block in blocks:
         parts += (_U32.pack(len(block)), block)
-    return b"".join(parts)
+    return _with_crc32c(b"".join(parts))
+
+
+def _with_crc32c(container: bytes) -> bytes:
+    return container + _U32.pack(google_crc32c.value(container))
 
 
 class BlockChunk(NamedTuple):
     """A stored chunk's Blosc bytes and where its blocks are."""
 
     body: Any
-    """The Blosc container (the chunk's stored bytes)."""
+    """The Blosc container (the chunk's stored bytes before its crc32c)."""
     nbytes: int
     """Uncompressed bytes of the chunk."""
     block_bytes: int
@@ -160,28 +180,59 @@ class BlockChunk(NamedTuple):
 
     def frame(self, block: int) -> tuple[Any, bool]:
         """The stored bytes of ``block``, and whether they are a zstd frame (else raw)."""
+        start, size = self._place(block)
+        # it must end where the next block begins and begin where the previous
+        # ends: a damaged start or size never reads another block's rows
+        end = self._place(block + 1)[0] if block + 1 < self.n_blocks else len(self.body)
+        if start + 4 + size != end or (block and sum(self._place(block - 1)) + 4 != start):
+            raise DamagedChunkError(f"block {block} does not fit between its neighbours")
+        return self.body[start + 4 : end], size != self.block_size(block)
+
+    def _place(self, block: int) -> tuple[int, int]:
+        """Where ``block`` starts and its stored size (as its table and prefix say)."""
         if not 0 <= block < self.n_blocks:
-            raise IndexError(f"block {block} of a chunk of {self.n_blocks} blocks taken apart")
+            raise DamagedChunkError(f"block {block} of a chunk of {self.n_blocks} blocks")
         (start,) = _U32.unpack_from(self.body, _HEADER_BYTES + 4 * block)
+        if not _HEADER_BYTES + 4 * self.n_blocks <= start <= len(self.body) - 4:
+            raise DamagedChunkError(f"block {block} of the chunk lies outside it")
         (size,) = _U32.unpack_from(self.body, start)
-        if start + 4 + size > len(self.body):
-            raise ValueError(f"block {block} of the chunk runs past its end")
-        return self.body[start + 4 : start + 4 + size], size != self.block_size(block)
+        return start, size
 
     def decode_whole(self, target: Any) -> None:
-        """Decode the whole chunk into ``target`` (a writable buffer of :attr:`nbytes`)."""
+        """Decode the whole chunk into ``target`` (a writable buffer of :attr:`nbytes`) with
+        c-blosc (for chunks not taken apart: slower than decoding the blocks' frames)."""
         numcodecs.blosc.decompress(self.body, target)
 
 
-def open_chunk(data: Any) -> BlockChunk:
-    """Read a stored chunk's Blosc header; ``ValueError`` where it does not fit the bytes
-    (the chunk is damaged). Block frames are checked as they are decoded."""
-    size = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+def _readonly(data: Any) -> Any:
+    """``data`` as bytes or a read-only array, which google_crc32c takes (it refuses
+    writable buffers and memoryviews); no copy."""
+    if isinstance(data, bytes):
+        return data
+    view = np.frombuffer(data, dtype=np.uint8)
+    if view.flags.writeable:
+        view = view.view()
+        view.flags.writeable = False
+    return view
+
+
+def open_chunk(data: Any, *, verify: bool) -> BlockChunk:
+    """Read a stored chunk's Blosc header (the chunk ends with its crc32c).
+
+    With ``verify``, the crc32c is checked first (for a chunk decoded whole).
+    :class:`DamagedChunkError` where the crc32c or the header does not fit
+    the bytes. Block frames are checked as they are taken
+    (:meth:`BlockChunk.frame`) and decoded (zstd's checksums).
+    """
+    size = (len(data) if isinstance(data, bytes) else memoryview(data).nbytes) - _CRC_BYTES
     if size < _HEADER_BYTES:
-        raise ValueError(f"the chunk holds {size} bytes, fewer than a Blosc header")
+        raise DamagedChunkError(f"the chunk holds {size + 4} bytes, fewer than a Blosc header")
+    body = data[:size]
+    if verify and google_crc32c.value(_readonly(body)) != _U32.unpack_from(data, size)[0]:
+        raise DamagedChunkError("its crc32c does not match its bytes")
     _, _, flags, _, nbytes, block_bytes, cbytes = _HEADER.unpack_from(data, 0)
     if cbytes != size or block_bytes < 1:
-        raise ValueError(
+        raise DamagedChunkError(
             f"its Blosc header (compressed size {cbytes}, block size {block_bytes}) does not "
             f"match its {size} bytes"
         )
@@ -194,5 +245,5 @@ def open_chunk(data: Any) -> BlockChunk:
     if takes_apart:
         n_blocks = -(-nbytes // block_bytes)
         if _HEADER_BYTES + 4 * n_blocks > cbytes:
-            raise ValueError(f"its {n_blocks} block starts run past its end")
-    return BlockChunk(data, nbytes, block_bytes, n_blocks)
+            raise DamagedChunkError(f"its {n_blocks} block starts run past its end")
+    return BlockChunk(body, nbytes, block_bytes, n_blocks)

@@ -57,7 +57,7 @@ from ..format.source_store import (
 from ..format.tables import read_table
 from ..remote.locations import Location, describe_location, open_location
 from ..write.destinations import check_no_overlap, create_destination
-from ..write.shards import ShardWriter, create_count_array
+from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
 from .records import MATRIX_SOURCE_ATTR
 
 __all__ = ["MIN_REPACK_SHARD_ROWS", "repack"]
@@ -97,8 +97,8 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
     )
     transpose = layout.counts_t is not None
     if fitted == policy:
-        # The policy is kept; its geometry is replayed by today's (portable)
-        # rule, so a row-framed store is rewritten and a portable one copied
+        # The policy is kept; its geometry is replayed by today's rule (a
+        # row-framed store's is the same: _copy_assays looks at the encoding)
         return count_layout(layout.shape, layout.dtype, itemsize, policy, transpose=transpose)
     if fitted is None:
         smallest = count_layout(
@@ -265,8 +265,8 @@ def _copy_assays(
     source_root = zarr.open_group(source, mode="r")
     for info in infos:
         layout = _fitted(info, budget)
-        if layout == info.layout:
-            continue
+        if layout == info.layout and _blosc_blocks(source_root, info):
+            continue  # already what writers write: copied as it is
         counts_keys = [
             join(info.paths.matrix_group, "counts"),
             join(info.paths.matrix_group, "countsT"),
@@ -284,6 +284,16 @@ def _copy_assays(
             copier.progress,
         )
     return remaining
+
+
+def _blosc_blocks(source_root: zarr.Group, info: AssayInfo) -> bool:
+    """Whether the assay's count arrays are stored as writers store them today (Blosc
+    blocks); row-framed and single-frame stores of the same geometry are rewritten."""
+    names = ("counts", "countsT") if info.layout.counts_t is not None else ("counts",)
+    return all(
+        blosc_block_bytes(array_at(source_root, join(info.paths.matrix_group, name))) is not None
+        for name in names
+    )
 
 
 _DOCUMENTS = frozenset({"zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"})

@@ -10,9 +10,10 @@ touched chunk is decoded exactly once by zstd on a worker thread.
 
 Three chunk encodings are read. What writers write (``format/layout.py``)
 are inner chunks of about 1 MiB of rows, each a Blosc container of
-checksummed zstd blocks of a few rows (``encoding/blosc_blocks.py``): only the
-blocks of the wanted rows are decoded (one-row blocks of a strip's chunks as
-one zstd stream, into one buffer; a whole chunk's blocks as one stream too). Stores written before hold large row-framed chunks
+checksummed zstd blocks of a few rows and a crc32c (``encoding/blosc_blocks.py``):
+only the blocks of the wanted rows are decoded (one-row blocks of a strip's
+chunks as one zstd stream, into one buffer; a whole chunk's blocks as one
+stream too, its crc32c checked). Stores written before hold large row-framed chunks
 (``encoding/row_frames.py``): only the frames of the wanted rows are read and
 decoded (on a local disk by the compiled ``read_row_frames``); or, briefly
 during issue 14, chunks of a few rows each one plain zstd frame: the touched
@@ -46,7 +47,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, Zstd
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from ..encoding.blosc_blocks import BlockChunk, open_chunk
+from ..encoding.blosc_blocks import BlockChunk, DamagedChunkError, open_chunk
 from ..encoding.row_frames import frame_index, frame_rows, rows_per_frame
 from ..errors import RecordShapeError
 from ..format.shard_tables import ShardTable, read_shard_table
@@ -64,7 +65,7 @@ from .range_requests import (
 from .read_stats import CountingStore, ReadCounters
 
 ReadRowFrames = Callable[
-    [int, int, Buffer, Buffer, Buffer, Buffer, Buffer, int], tuple[int, int] | None
+    [int, int, Buffer, Buffer, Buffer, Buffer, Buffer, int, int], tuple[int, int] | None
 ]
 ReadRanges = Callable[[int, Buffer, Buffer, Buffer], int]
 read_row_frames: ReadRowFrames | None
@@ -91,7 +92,9 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         return None
     sharding = codecs[0]
     inner = sharding.codecs
-    blosc_blocks = len(inner) == 2 and isinstance(inner[1], BloscCodec)
+    blosc_blocks = (
+        len(inner) == 3 and isinstance(inner[1], BloscCodec) and isinstance(inner[2], Crc32cCodec)
+    )
     zstd_frames = len(inner) == 2 and isinstance(inner[1], ZstdCodec)
     if (
         sharding.index_location != "end"
@@ -119,7 +122,7 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         array.dtype,
         local_files=_local_files(store),
         shard_table=table,
-        blosc_block_bytes=int(inner[1].blocksize) if blosc_blocks else None,
+        blosc_block_bytes=int(inner[1].blocksize) if isinstance(inner[1], BloscCodec) else None,
     )
 
 
@@ -184,7 +187,7 @@ class ShardedReader:
     ) -> None:
         self._store = store
         # inner chunks are Blosc containers of zstd blocks of this many bytes
-        # (the codec's blocksize), else zstd frames
+        # (the codec's blocksize) and a crc32c, else zstd frames
         self._blocks = blosc_block_bytes is not None
         # every shard index read is compared with the table its writer recorded
         self._table = shard_table
@@ -374,16 +377,15 @@ class ShardedReader:
         n = r if rows is None else len(rows)
         strip[lo : lo + n, col0 : col0 + c] = scratch[:n] if rows is None else scratch[rows]
 
-    def _open_chunk(self, data: Any, nbytes: int) -> BlockChunk:
-        """A Blosc chunk's header; a chunk whose header does not fit it is refused."""
-        try:
-            chunk = open_chunk(data)
-            if chunk.nbytes != nbytes:
-                raise ValueError(f"it holds {chunk.nbytes} bytes, not the chunk's {nbytes}")
-        except ValueError as exc:
-            raise RecordShapeError(
-                f"an inner chunk of {self._path} is damaged ({exc}). Re-import the dataset"
-            ) from exc
+    def _open_chunk(self, data: Any, nbytes: int, *, whole: bool) -> BlockChunk:
+        """A Blosc chunk's header, its crc32c checked if it is decoded ``whole`` (it is
+        too when not made of separate blocks); :class:`DamagedChunkError` where they
+        do not fit."""
+        chunk = open_chunk(data, verify=whole)
+        if not whole and not chunk.n_blocks:
+            chunk = open_chunk(data, verify=True)
+        if chunk.nbytes != nbytes:
+            raise DamagedChunkError(f"it holds {chunk.nbytes} bytes, not the chunk's {nbytes}")
         return chunk
 
     def _decode_blocks(
@@ -403,10 +405,28 @@ class ShardedReader:
         ``scratch`` where they lie, and a chunk wanted whole, or one not made
         of separate zstd blocks, is decoded whole by c-blosc.
         """
+        try:
+            self._decode_block_rows(data, rows, strip, lo, col0, scratch, pending)
+        except DamagedChunkError as exc:
+            raise RecordShapeError(
+                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
+                "Re-import the dataset"
+            ) from exc
+
+    def _decode_block_rows(
+        self,
+        data: Any,
+        rows: list[int] | None,
+        strip: npt.NDArray[Any],
+        lo: int,
+        col0: int,
+        scratch: npt.NDArray[Any],
+        pending: _PendingRows,
+    ) -> None:
         r, c = scratch.shape
         flat = memoryview(scratch.reshape(-1).view(np.uint8))
         row_bytes = flat.nbytes // r
-        chunk = self._open_chunk(data, flat.nbytes)
+        chunk = self._open_chunk(data, flat.nbytes, whole=rows is None)
         if not chunk.n_blocks:  # stored raw, or not in separate zstd blocks
             try:
                 chunk.decode_whole(flat)
@@ -452,7 +472,7 @@ class ShardedReader:
         run: list[Any] = []
         run_start = run_end = -1
         for block in [*blocks, -1]:
-            frame, compressed = chunk.frame(block) if block >= 0 else (None, False)
+            frame, compressed = chunk.frame(block) if block >= 0 else (b"", False)
             if compressed and block == run_end:
                 run.append(frame)
                 run_end = block + 1
@@ -468,9 +488,8 @@ class ShardedReader:
                 continue
             target = flat[block * size : block * size + chunk.block_size(block)]
             if len(frame) != len(target):
-                raise RecordShapeError(
-                    f"an inner chunk of {self._path} is damaged (block {block} is stored raw "
-                    f"with {len(frame)} bytes, not {len(target)}). Re-import the dataset"
+                raise DamagedChunkError(
+                    f"block {block} is stored raw with {len(frame)} bytes, not {len(target)}"
                 )
             target[:] = frame
 

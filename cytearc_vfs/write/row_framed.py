@@ -20,7 +20,9 @@ from contextvars import ContextVar
 from typing import NamedTuple
 
 from ..format.layout import (
+    DEFAULT_POLICY,
     GeometryRule,
+    LayoutPolicy,
     array_geometry,
     row_frame_geometry,
     single_frame_geometry,
@@ -35,10 +37,14 @@ class WriteLayout(NamedTuple):
     rule: GeometryRule
     """Chunk and shard shapes."""
     blosc_blocks: bool
-    """Blosc blocks + crc32c (the current layout), else zstd frames (the layouts before)."""
+    """Blosc zstd blocks (the current layout), else zstd frames (the layouts before)."""
+    default_policy: LayoutPolicy
+    """The policy of a write given none (the default of the time)."""
 
 
-_CURRENT = WriteLayout(array_geometry, blosc_blocks=True)
+# Until the Blosc layout, chunkBytes defaulted to 256 KiB.
+_BEFORE = LayoutPolicy(64 * 1024**2, 256 * 1024)
+_CURRENT = WriteLayout(array_geometry, blosc_blocks=True, default_policy=DEFAULT_POLICY)
 _LAYOUT: ContextVar[WriteLayout] = ContextVar("cytearc_write_layout", default=_CURRENT)
 
 
@@ -58,9 +64,9 @@ def _writes(layout: WriteLayout) -> Iterator[None]:
 
 def row_framed_writes() -> AbstractContextManager[None]:
     """Within the block, ``write_counts`` writes row-framed stores, as before issue 14."""
-    return _writes(WriteLayout(row_frame_geometry, blosc_blocks=False))
+    return _writes(WriteLayout(row_frame_geometry, blosc_blocks=False, default_policy=_BEFORE))
 
 
 def single_frame_writes() -> AbstractContextManager[None]:
     """Within the block, ``write_counts`` writes single-frame stores, as during issue 14."""
-    return _writes(WriteLayout(single_frame_geometry, blosc_blocks=False))
+    return _writes(WriteLayout(single_frame_geometry, blosc_blocks=False, default_policy=_BEFORE))

@@ -1,8 +1,9 @@
 """Storing count arrays shard by shard: the codecs they are created with and the shard writer.
 
 ``write_counts`` and ``repack`` create ``counts`` and ``countsT`` with
-:func:`create_count_array` (sharding over ``bytes`` + ``blosc``: zstd blocks of
-about 8 KiB, each with its checksum; a ``crc32c`` shard index; docs/layout.md) and
+:func:`create_count_array` (sharding over ``bytes`` + ``blosc`` + ``crc32c``: zstd
+blocks of about 8 KiB, each with its checksum; a ``crc32c`` shard index;
+docs/layout.md) and
 store whole shard bands through
 :class:`ShardWriter`, which encodes them itself (:class:`ShardEncoder`: no
 per-chunk Python of zarr's pipeline, which would dominate a write of
@@ -22,7 +23,7 @@ from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from ..encoding.blosc_blocks import block_codec, chunk_block_bytes
+from ..encoding.blosc_blocks import block_codecs, chunk_block_bytes
 from ..encoding.shard_encoding import ShardEncoder
 from ..format.layout import MIN_CHUNK_BYTES
 from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
@@ -55,9 +56,9 @@ def create_count_array(
     """
     itemsize = np.dtype(dtype).itemsize
     compressors = (
-        block_codec(itemsize, chunk_block_bytes(chunks, itemsize, MIN_CHUNK_BYTES))
+        block_codecs(itemsize, chunk_block_bytes(chunks, itemsize, MIN_CHUNK_BYTES))
         if blosc_blocks
-        else COUNT_COMPRESSOR
+        else (COUNT_COMPRESSOR,)
     )
     return group.create_array(
         name,

@@ -196,7 +196,7 @@ def write_counts(
     resolved_type = resolve_assay_type(assay, assay_type)
     transpose = requires_transpose(resolved_type)
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
-    policy = LayoutPolicy.parse(layout)
+    policy = current_layout().default_policy if layout is None else LayoutPolicy.parse(layout)
 
     source, obs, var = as_count_source(counts, layer=layer)
     cell_table = prepare_table(_table(obs, cells, source.shape[0], "cells"), table="cellData")
