@@ -1,28 +1,28 @@
-"""Portable count layout (issue 14) against the row-framed layout it replaces, in one run.
+"""Portable count layout (issue 14) against the layouts before it, in one run.
 
 The same generated counts (uint16, 5 % non-zero, mostly 1-3 with a 0.2 %
-tail up to 5,000) are written by ``cv.write_counts`` twice: the portable
-way (today: inner chunks of the fewest rows making 8 KiB, one zstd frame
-each) and row-framed, as stores before issue 14 were
-(``row_framed_writes``). Measured, each a median of ``--repeat`` runs with a
-fresh random selection per run (the same for both stores):
+tail up to 5,000) are written by ``cv.write_counts`` three ways:
+
+* ``portable``: what writers write today: chunks of about ``chunkBytes``
+  (1 MiB), each a Blosc container of zstd blocks of the fewest rows making
+  8 KiB, with checksums (``encoding/blosc_blocks.py``);
+* ``row-framed``: as stores were before issue 14 (``row_framed_writes``:
+  chunks of 256 KiB, the default then, each zstd row frames and an index);
+* ``single-frame``: as during issue 14's first half (``single_frame_writes``:
+  chunks of the fewest rows making 8 KiB, one zstd frame each).
+
+Measured, each a median of ``--repeat`` runs with a fresh random selection
+per run (the same for every store):
 
 * ``write_counts`` time (target: portable <= 1.1x row-framed);
 * the gather reader (``cv.VirtualArrayReader``): 1,000 random cells, on a
   reader opened once (warm shard indexes) and on a fresh open each time;
   1,000 random cells through a wrapped store (the object-store path:
   coalesced range requests, no pread); 100 random features (countsT);
-  a 10,000-row band (target for random cells: portable <= 1.15x);
-* plain ``zarr.open_array(...)[band]`` of the same 10,000-row band on the
-  portable store (default pipeline, and ``FusedCodecPipeline``) against the
-  gather reader on the same store (target: within 2x), and plain zarr on the
-  row-framed store for reference.
-
-A third store, ``large-chunks``, answers which geometry would bring plain
-zarr within 2x: the row-frame geometry (inner chunks of ``chunkBytes``,
-256 KiB) with each chunk one zstd frame, also portable, written by this
-benchmark alone (it raises the 8 KiB chunk and frame sizes while writing;
-no writer of the package writes it). Every measurement runs it too.
+  a 10,000-row band (target for random cells: portable <= 1.15x row-framed);
+* plain ``zarr.open_array(...)[band]`` of the same 10,000-row band (default
+  pipeline, and ``FusedCodecPipeline``) against the gather reader on the
+  same store (target: within 2x on the portable store).
 
 Each repetition runs every store once, in alternating order, so load from
 other processes falls on all alike. Generated data unless ``--real`` names
@@ -43,8 +43,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +53,9 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
-import cytearc_vfs.encoding.row_frames as row_frames
-import cytearc_vfs.format.layout as layout
-from cytearc_vfs.write.row_framed import row_framed_writes
+from cytearc_vfs.write.row_framed import row_framed_writes, single_frame_writes
 
-KINDS = ("portable", "row-framed", "large-chunks")
+KINDS = ("portable", "row-framed", "single-frame")
 FUSED = {"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}
 
 
@@ -89,23 +86,12 @@ def write(kind: str, path: Path, counts: sp.csr_array) -> float:
     if kind == "row-framed":
         with row_framed_writes():
             cv.write_counts(path, counts)
-    elif kind == "large-chunks":
-        with large_single_frames():
+    elif kind == "single-frame":
+        with single_frame_writes():
             cv.write_counts(path, counts)
     else:
         cv.write_counts(path, counts)
     return time.perf_counter() - started
-
-
-@contextmanager
-def large_single_frames() -> Iterator[None]:
-    """Write chunks of ``chunkBytes`` as one zstd frame each (this benchmark only)."""
-    saved = (layout.MIN_CHUNK_BYTES, row_frames.FRAME_MIN_BYTES)
-    layout.MIN_CHUNK_BYTES = row_frames.FRAME_MIN_BYTES = 1 << 40
-    try:
-        yield
-    finally:
-        layout.MIN_CHUNK_BYTES, row_frames.FRAME_MIN_BYTES = saved
 
 
 def load_real(path: str) -> sp.csr_array:
@@ -164,7 +150,7 @@ def main() -> None:
         layout = zarr.open_group(paths[kind], mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
         size = sum(f.stat().st_size for f in (paths[kind] / "RNA").rglob("c/*/*"))
         print(
-            f"  {kind:>10}: counts chunks {layout['counts']['chunks']} shards "
+            f"  {kind:>12}: counts chunks {layout['counts']['chunks']} shards "
             f"{layout['counts']['shards']}, countsT chunks {layout['countsT']['chunks']}; "
             f"count shards {size / 1e6:.1f} MB"
         )
@@ -225,14 +211,14 @@ def main() -> None:
     measure(f"{band} (plain zarr, fused)", lambda k: plain(k, FUSED))
 
     print(f"\nmedians of {args.repeat} (writes: {args.writes}), seconds; ratios to row-framed")
-    print(f"{'':40} {'portable':>9} {'row-framed':>10} {'large':>9} {'ratio':>7} {'large':>7}")
+    print(f"{'':40} {'portable':>9} {'row-framed':>10} {'single':>9} {'ratio':>7} {'single':>7}")
     for name, row in results.items():
         base = row["row-framed"]
         print(
-            f"{name:40} {row['portable']:9.4f} {base:10.4f} {row['large-chunks']:9.4f} "
-            f"{row['portable'] / base:6.2f}x {row['large-chunks'] / base:6.2f}x"
+            f"{name:40} {row['portable']:9.4f} {base:10.4f} {row['single-frame']:9.4f} "
+            f"{row['portable'] / base:6.2f}x {row['single-frame'] / base:6.2f}x"
         )
-    for kind in ("portable", "large-chunks"):
+    for kind in KINDS:
         gather = results[f"{band} (gather)"][kind]
         for pipeline in ("plain zarr", "plain zarr, fused"):
             zarr_time = results[f"{band} ({pipeline})"][kind]
