@@ -1,7 +1,9 @@
 """Exploration for issue 14: which portable chunk encoding should replace row frames?
 
-Decided: ``b`` (what ``write_counts`` writes since; docs/layout.md, and
-``bench_portable.py`` for the tracked comparison).
+Decided first: ``b`` (written during issue 14's first half); then replaced by
+Blosc blocks, ``a``'s geometry in a standard codec that keeps ``b``'s cheap
+single-row reads (what ``write_counts`` writes since; docs/layout.md, and
+``bench_portable.py`` for the tracked comparison of all three).
 
 A throwaway measurement, not a benchmark the project tracks. One generated
 count matrix per shape (uint16, 5 % non-zero, mostly 1-3 with a long tail)

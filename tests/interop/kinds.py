@@ -8,9 +8,10 @@ row reads while it runs.
 
 Rows today: ``counts`` and ``countsT`` under three layout policies (the
 default, a small one with many shards, and one whose chunks are column
-blocks), all written the portable way (each inner chunk one zstd frame), and
-under the default policy written row-framed as stores before issue 14 were
-(``row_framed_writes``), the id columns, the
+blocks), all written the portable way (each inner chunk a Blosc container of
+checksummed zstd blocks, and a crc32c), and under the default policy written
+row-framed as stores before issue 14 were (``row_framed_writes``), the id
+columns, the
 ``cellData/I`` flags, two count summaries, an artifact array, and the
 default-policy counts over plain HTTP (a static range server).
 
@@ -75,12 +76,12 @@ ROW_FRAMED = "row-framed"
 #: Layout policies of the stores the count rows read.
 POLICIES: dict[str, cv.LayoutPolicy] = {
     "default": cv.LayoutPolicy(),
-    # many shards (16 cells each), 4-row chunks of two row frames (3 rows + 1)
+    # many shards (16 cells each), 4-row chunks of two blocks (3 rows + 1)
     "small": cv.LayoutPolicy(unit_bytes=64 * 1024, chunk_bytes=16 * 1024),
-    # chunks of 1 row x 512 features (single frames), shards wider than the matrix
+    # chunks of 1 row x 512 features (one block), shards wider than the matrix
     "column-blocks": cv.LayoutPolicy(unit_bytes=16 * 1024, chunk_bytes=1024),
-    # the default policy, written as before issue 14: chunks of row frames
-    ROW_FRAMED: cv.LayoutPolicy(),
+    # the default policy before issue 14 (256 KiB chunks), written as then: row frames
+    ROW_FRAMED: cv.LayoutPolicy(unit_bytes=64 * 1024**2, chunk_bytes=256 * 1024),
 }
 
 
@@ -279,10 +280,12 @@ def describe(store: Path, path: str) -> str:
             itemsize = np.dtype(dtype_name).itemsize
             per_frame = rows_per_frame((chunk[0], chunk[1]), itemsize)
             frames = -(-chunk[0] // per_frame)
-            row_framed = frames > 1 and policy_of(store) == ROW_FRAMED
-            text += (
-                f", {frames} row frames per chunk" if row_framed else ", one zstd frame per chunk"
-            )
+            if policy_of(store) == ROW_FRAMED:
+                text += f", {frames} row frames per chunk" if frames > 1 else ", one zstd frame"
+            elif "blosc" in names:
+                text += f", {frames} zstd blocks of {per_frame} row(s) per chunk"
+            else:
+                text += ", one zstd frame per chunk"
         return text
     names = "+".join(c["name"] for c in codecs)
     return f"{dtype_name}; chunks {grid} ({names})"
