@@ -480,11 +480,11 @@ def test_tensorstore_reads_the_composite(composite: Served, world: World) -> Non
 
 
 def test_tensorstore_reads_a_sharded_source(served: dict[str, Served], world: World) -> None:
-    """An ordinary store's sharded, zstd, crc32c counts: ranged and suffix reads.
+    """An ordinary store's sharded, Blosc, crc32c counts: ranged and suffix reads.
 
-    Stores written since issue 14 hold one zstd frame per inner chunk, which
-    tensorstore decodes (the row-framed chunks of older stores it does not:
-    docs/interop.md).
+    Stores written since issue 14 hold standard Blosc containers of zstd blocks,
+    which tensorstore decodes (the row-framed chunks of older stores it does
+    not: docs/interop.md).
     """
     import tensorstore as ts
 
