@@ -80,7 +80,10 @@ def generate(n_cells: int, n_genes: int, density: float, seed: int = 14) -> sp.c
     return sp.csr_array(matrix)
 
 
-def write(kind: str, path: Path, counts: sp.csr_array) -> float:
+def write(
+    kind: str, path: Path, counts: sp.csr_array, layout: tuple[str, str] | None = None
+) -> float:
+    """Write ``counts`` the ``kind`` way (``layout``: the portable store's policy)."""
     shutil.rmtree(path, ignore_errors=True)
     started = time.perf_counter()
     if kind == "row-framed":
@@ -90,7 +93,7 @@ def write(kind: str, path: Path, counts: sp.csr_array) -> float:
         with single_frame_writes():
             cv.write_counts(path, counts)
     else:
-        cv.write_counts(path, counts)
+        cv.write_counts(path, counts, layout=layout)
     return time.perf_counter() - started
 
 
@@ -128,6 +131,11 @@ def main() -> None:
     parser.add_argument("--tmpdir", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--real", default=None, help="an AnnData .zarr or .h5ad instead")
+    parser.add_argument(
+        "--layout",
+        default=None,
+        help="the portable store's policy as UNIT,CHUNK (e.g. 64M,2M; default: the default)",
+    )
     args = parser.parse_args()
 
     if args.real:
@@ -140,10 +148,17 @@ def main() -> None:
     paths = {kind: folder / f"{kind}.zarr" for kind in KINDS}
     source = f"real: {args.real}" if args.real else "generated"
     print(f"{args.cells:,} x {args.genes:,}, {counts.nnz:,} non-zeros ({source})")
+    policy: tuple[str, str] | None = None
+    if args.layout:
+        unit, chunk = args.layout.split(",")
+        policy = (unit, chunk)
     write("portable", folder / "warm.zarr", counts[:1_000])  # imports, thread pools
     results: dict[str, dict[str, float]] = {
         "write_counts": interleaved(
-            {kind: [lambda k=kind: write(k, paths[k], counts)] * args.writes for kind in KINDS}
+            {
+                kind: [lambda k=kind: write(k, paths[k], counts, policy)] * args.writes
+                for kind in KINDS
+            }
         )
     }
     for kind in KINDS:

@@ -401,9 +401,10 @@ class ShardedReader:
         """:meth:`_decode` for a Blosc chunk: only the blocks holding ``rows``.
 
         One-row blocks join ``pending`` (decoded with the strip's others in
-        one call), as one-row frames do; other blocks are decoded into
-        ``scratch`` where they lie, and a chunk wanted whole, or one not made
-        of separate zstd blocks, is decoded whole by c-blosc.
+        one call), as one-row frames do; other blocks, or all of a chunk
+        wanted whole (its crc32c checked first), are decoded into ``scratch``
+        where they lie; a chunk not made of separate zstd blocks (stored raw,
+        or written by another Blosc) is decoded by c-blosc.
         """
         try:
             self._decode_block_rows(data, rows, strip, lo, col0, scratch, pending)
