@@ -144,13 +144,23 @@ def _columns(reader: cv.VirtualArrayReader, source: RealSource) -> Indices:
     return np.asarray(positions, dtype=np.int64)
 
 
+def _decoded_bytes(rows: Indices, cols: Indices, geometry: ArrayGeometry, itemsize: int) -> int:
+    """Bytes a read decodes: its blocks of rows (the fewest rows making 8 KiB) across
+    its column chunks."""
+    chunk_rows, chunk_cols = geometry.chunks
+    block = min(chunk_rows, -(-8192 // (chunk_cols * itemsize)))
+    blocks = len(np.unique(np.asarray(rows) // block))
+    return blocks * block * len(np.unique(np.asarray(cols) // chunk_cols)) * chunk_cols * itemsize
+
+
 def _cheapest(source: RealSource, rows: Indices, cols: Indices) -> tuple[str, int]:
     """(orientation, inner chunks) of the layout's minimum-bytes read of ``rows`` x ``cols``."""
-    assert source.layout.counts_t is not None
-    counts = touched_chunks(rows, cols, source.layout.counts)
-    counts_t = touched_chunks(cols, rows, source.layout.counts_t)
-    counts_bytes = counts * int(np.prod(source.layout.counts.chunks)) * source.itemsize
-    t_bytes = counts_t * int(np.prod(source.layout.counts_t.chunks)) * source.itemsize
+    layout = source.layout
+    assert layout.counts_t is not None
+    counts = touched_chunks(rows, cols, layout.counts)
+    counts_t = touched_chunks(cols, rows, layout.counts_t)
+    counts_bytes = _decoded_bytes(rows, cols, layout.counts, source.itemsize)
+    t_bytes = _decoded_bytes(cols, rows, layout.counts_t, source.itemsize)
     return ("countsT", counts_t) if t_bytes < counts_bytes else ("counts", counts)
 
 

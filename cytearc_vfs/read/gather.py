@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from ..encoding.row_frames import rows_per_frame
 from ..format.records import ArrayGeometry, CountLayout
 
 __all__ = [
@@ -102,9 +103,9 @@ class OrientationChoice:
     chunks: int
     """Inner chunks the chosen array decodes."""
     counts_bytes: int
-    """Uncompressed chunk bytes through ``counts``."""
+    """Uncompressed bytes decoded through ``counts``."""
     counts_t_bytes: int | None
-    """Uncompressed chunk bytes through ``countsT`` (``None`` without one)."""
+    """Uncompressed bytes decoded through ``countsT`` (``None`` without one)."""
 
 
 def choose_orientation(
@@ -116,10 +117,14 @@ def choose_orientation(
     count_rows: Callable[[int], int] | None = None,
     count_cols: Callable[[int], int] | None = None,
 ) -> OrientationChoice:
-    """The orientation that touches fewer chunk bytes for ``rows`` x ``cols``.
+    """The orientation that decodes fewer bytes for ``rows`` x ``cols``.
 
-    On a tie, the orientation whose selected rows are the smaller share of
-    its rows: it decodes fewer row frames.
+    Along its rows an array decodes blocks (row frames before), not whole
+    chunks: the fewest rows making 8 KiB (``rows_per_frame``), or the
+    chunk's rows where a chunk is one frame. A read of 1,000 cells of a
+    store with 1 MiB chunks decodes 1,000 blocks of ``counts``, not 1,000
+    chunks. On a tie, the orientation whose selected rows are the smaller
+    share of its rows.
 
     ``rows`` are cells and ``cols`` features of the source, in any order.
     ``count_rows(size)`` and ``count_cols(size)``, when given, say how many
@@ -146,12 +151,12 @@ def _choose(
 ) -> OrientationChoice:
     counts = layout.counts
     counts_chunks = count_rows(counts.chunks[0]) * count_cols(counts.chunks[1])
-    counts_bytes = counts_chunks * counts.chunks[0] * counts.chunks[1] * itemsize
+    counts_bytes = _decoded(counts, count_rows, count_cols, itemsize)
     if layout.counts_t is None:
         return OrientationChoice("counts", counts_chunks, counts_bytes, None)
     transposed = layout.counts_t
     t_chunks = count_cols(transposed.chunks[0]) * count_rows(transposed.chunks[1])
-    t_bytes = t_chunks * transposed.chunks[0] * transposed.chunks[1] * itemsize
+    t_bytes = _decoded(transposed, count_cols, count_rows, itemsize)
     # On a tie (a small store is often one chunk each way) the orientation
     # whose rows are the smaller share of the selection wins: small chunks
     # (and the row frames of older stores) decode about the selected rows only.
@@ -161,6 +166,19 @@ def _choose(
     ):
         return OrientationChoice("countsT", t_chunks, counts_bytes, t_bytes)
     return OrientationChoice("counts", counts_chunks, counts_bytes, t_bytes)
+
+
+def _decoded(
+    geometry: ArrayGeometry,
+    count_rows: Callable[[int], int],
+    count_cols: Callable[[int], int],
+    itemsize: int,
+) -> int:
+    """Bytes a read decodes from an array: its touched blocks of rows across its touched
+    column chunks."""
+    chunk_rows, chunk_cols = geometry.chunks
+    block_rows = rows_per_frame((chunk_rows, chunk_cols), itemsize)
+    return count_rows(block_rows) * block_rows * count_cols(chunk_cols) * chunk_cols * itemsize
 
 
 def sorted_unique(values: Indices) -> tuple[Indices, Indices]:
