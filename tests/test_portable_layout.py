@@ -60,7 +60,7 @@ def _values(n_cells: int, n_features: int, seed: int) -> np.ndarray:
 def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndarray]:
     """The same counts written portable (today) and row-framed (as before issue 14)."""
     root = tmp_path_factory.mktemp("portable")
-    # 3 KB rows: chunks of 349 rows in blocks of 3 (87 rows in frames of 3 before)
+    # 3 KB rows: chunks of 699 rows in blocks of 3 (87 rows in frames of 3 before)
     values = _values(3_000, 1_500, seed=21)
     cv.write_counts(root / "portable.zarr", sp.csr_array(values))
     with row_framed_writes():
@@ -136,8 +136,8 @@ def test_geometry_is_the_recorded_policy_replayed(stores: tuple[Path, Path, np.n
     record = zarr.open_group(portable, mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
     layout = count_layout(values.shape, "uint16", 2, DEFAULT_POLICY, transpose=True)
     assert record == layout.to_json()
-    assert layout.counts.chunks == (349, 1_500)  # the rows that fit in chunkBytes (1 MiB)
-    assert layout.counts_t is not None and layout.counts_t.chunks == (174, 3_000)
+    assert layout.counts.chunks == (699, 1_500)  # the rows that fit in chunkBytes (2 MiB)
+    assert layout.counts_t is not None and layout.counts_t.chunks == (349, 3_000)
     old = zarr.open_group(framed, mode="r")["RNA"].attrs["cytearc:countMatrixLayout"]
     # stores before: chunkBytes 256 KiB by default
     assert old["counts"]["chunks"] == [87, 1_500] and old["chunkBytes"] == 256 * 1024
@@ -164,9 +164,9 @@ def test_reads_decode_only_the_touched_blocks(
     np.testing.assert_array_equal(block, values[:, features])
     assert inflated == 2 * 2 * 3_000 * 2
     # a band decodes its chunks' blocks, each once
-    block, inflated = inflated_bytes(reader, slice(0, 349), None)
-    np.testing.assert_array_equal(block, values[:349])
-    assert inflated == 349 * 1_500 * 2
+    block, inflated = inflated_bytes(reader, slice(0, 699), None)
+    np.testing.assert_array_equal(block, values[:699])
+    assert inflated == 699 * 1_500 * 2
 
 
 def test_local_cell_reads_fetch_only_the_blocks_they_decode(
@@ -182,9 +182,9 @@ def test_local_cell_reads_fetch_only_the_blocks_they_decode(
     np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
     read = reader.stats.bytes_read
     sizes = dict(_chunks(portable, "RNA/counts"))
-    touched = sum(len(sizes[(cell // 349, 0)]) for cell in (10, 2_000))
+    touched = sum(len(sizes[(cell // 699, 0)]) for cell in (10, 2_000))
     if shard_reader.read_row_frames is not None:  # the compiled loop: tables and two blocks
-        tables = 2 * (16 + 4 * -(-349 // 3))
+        tables = 2 * (16 + 4 * -(-699 // 3))
         assert tables < read < tables + 2 * 3 * 1_500 * 2
         assert read < touched / 4
     else:  # else the touched chunks, whole
@@ -349,13 +349,13 @@ def test_repack_writes_a_row_framed_store_the_portable_way(
 def test_random_cells_through_a_store_make_at_most_16_range_requests_per_shard(
     tmp_path: Path, layout: str
 ) -> None:
-    # one shard of 1,000 chunks of 2 rows (or 12 chunks of 174 rows); 300
+    # one shard of 1,000 chunks of 2 rows (or 6 chunks of 349 rows); 300
     # random cells touch ~260 (or all) of them
     values = _values(2_000, 3_000, seed=23)
     path = tmp_path / "s.zarr"
     if layout == "portable":
-        cv.write_counts(path, sp.csr_array(values), layout=("64M", "1M"))
-        chunks = (174, 3_000)
+        cv.write_counts(path, sp.csr_array(values))
+        chunks = (349, 3_000)
     else:
         with single_frame_writes():
             cv.write_counts(path, sp.csr_array(values), layout=("64M", "256K"))

@@ -264,10 +264,10 @@ def test_all_zero_matrix(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("n_cells", "itemsize", "rows", "block_rows"),
     [
-        (1_000, 1, 1_048, 9),  # chunks fill 1 MiB; blocks: the fewest rows making 8 KiB
-        (759, 2, 690, 6),
-        (10_000, 1, 104, 1),
-        (100_000, 1, 10, 1),
+        (1_000, 1, 2_097, 9),  # chunks fill 2 MiB; blocks: the fewest rows making 8 KiB
+        (759, 2, 1_381, 6),
+        (10_000, 1, 209, 1),
+        (100_000, 1, 20, 1),
     ],
 )
 def test_countsT_chunks_fill_chunkBytes_in_blocks_of_the_fewest_rows_making_8_KiB(

@@ -67,14 +67,15 @@ class LayoutPolicy:
 
     unit_bytes: int = 64 * 1024**2
     """Target uncompressed bytes of one shard."""
-    chunk_bytes: int = 1024**2
+    chunk_bytes: int = 2 * 1024**2
     """Target uncompressed bytes of one inner chunk.
 
-    1 MiB by default: zarr-python spends a few hundred microseconds of Python
-    per chunk it decodes, so a band read through plain zarr stays within 2x
-    of the gather reader only with chunks of about this size (256 KiB chunks
-    made it 3.3x, 1 MiB 1.8x: ``benchmarks/bench_portable.py``), while a
-    single-cell read still decodes one 8 KiB block of them."""
+    2 MiB by default: zarr-python spends a few hundred microseconds of Python
+    per chunk it decodes and copies each chunk into its result, so a band
+    read through plain zarr stays within 2x of the gather reader only with
+    large chunks (256 KiB chunks made it 3.3x, 1 MiB 1.8-2.1x, 2 MiB
+    1.6-1.8x: ``benchmarks/bench_portable.py``), while a single-cell read
+    still decodes one 8 KiB block of them."""
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 1 or self.unit_bytes < self.chunk_bytes:
@@ -126,9 +127,9 @@ def array_geometry(n_rows: int, n_cols: int, itemsize: int, policy: LayoutPolicy
     >>> array_geometry(1000, 100, 2, LayoutPolicy(8000, 800))
     ArrayGeometry(chunks=(4, 100), shards=(40, 100))
     >>> array_geometry(200_000, 3_000, 2, LayoutPolicy())  # 6 KB rows
-    ArrayGeometry(chunks=(174, 3000), shards=(11136, 3000))
-    >>> array_geometry(20_000, 1_000_000, 2, LayoutPolicy())  # wide rows: 1 MiB column blocks
-    ArrayGeometry(chunks=(1, 524288), shards=(32, 1048576))
+    ArrayGeometry(chunks=(349, 3000), shards=(11168, 3000))
+    >>> array_geometry(20_000, 2_000_000, 2, LayoutPolicy())  # wide rows: 2 MiB column blocks
+    ArrayGeometry(chunks=(1, 1048576), shards=(16, 2097152))
     """
     rows = max(n_rows, 1)
     cols = max(n_cols, 1)

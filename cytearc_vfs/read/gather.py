@@ -122,7 +122,7 @@ def choose_orientation(
     Along its rows an array decodes blocks (row frames before), not whole
     chunks: the fewest rows making 8 KiB (``rows_per_frame``), or the
     chunk's rows where a chunk is one frame. A read of 1,000 cells of a
-    store with 1 MiB chunks decodes 1,000 blocks of ``counts``, not 1,000
+    store with 2 MiB chunks decodes 1,000 blocks of ``counts``, not 1,000
     chunks. On a tie, the orientation whose selected rows are the smaller
     share of its rows.
 

@@ -9,7 +9,7 @@ only the touched chunks' byte ranges are fetched (coalesced by the store's
 touched chunk is decoded exactly once by zstd on a worker thread.
 
 Three chunk encodings are read. What writers write (``format/layout.py``)
-are inner chunks of about 1 MiB of rows, each a Blosc container of
+are inner chunks of about 2 MiB of rows, each a Blosc container of
 checksummed zstd blocks of a few rows and a crc32c (``encoding/blosc_blocks.py``):
 only the blocks of the wanted rows are decoded (one-row blocks of a strip's
 chunks as one zstd stream, into one buffer; a whole chunk's blocks as one
