@@ -35,6 +35,7 @@ import asyncio
 import errno
 import os
 from collections.abc import Awaitable, Buffer, Callable, Sequence
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import google_crc32c
@@ -124,6 +125,29 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         shard_table=table,
         blosc_block_bytes=int(inner[1].blocksize) if isinstance(inner[1], BloscCodec) else None,
     )
+
+
+def _batches(wanted: Indices, row_bytes: int) -> list[tuple[int, int]]:
+    """Runs ``(first, last)`` of row chunks whose ``wanted`` rows make a strip of about
+    :data:`STRIP_BATCH_BYTES` (rows of ``row_bytes``); each at least one chunk.
+
+    Counted in wanted rows, not chunk rows: a read of scattered cells wants a
+    few rows of each large chunk, and a strip per few chunks would cost a
+    strip's fixed work (a compiled read, a decode call, a placement) for a
+    handful of rows.
+
+    >>> _batches(np.array([2, 2, 2, 2, 2]), 1 << 22)  # 2 rows of 4 MiB a strip
+    [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    >>> _batches(np.array([1, 0, 3, 1]), 1 << 20)
+    [(0, 4)]
+    """
+    if not len(wanted):
+        return []
+    rows_per_strip = max(1, STRIP_BATCH_BYTES // max(1, row_bytes))
+    before = np.cumsum(wanted) - wanted  # wanted rows before each chunk
+    strip = before // rows_per_strip
+    edges = [0, *(np.flatnonzero(np.diff(strip)) + 1).tolist(), len(wanted)]
+    return list(pairwise(edges))
 
 
 def _local_files(store: Store) -> tuple[str, ReadCounters | None] | None:
@@ -696,14 +720,13 @@ class ShardedReader:
         unless a strip holds a chunk not framed as expected), and the bytes it read.
         """
         assert read_row_frames is not None
-        rows, row_chunks, bounds, _, _, placement = work
+        rows, _, bounds, _, _, placement = work
         r, c = self.chunks
-        stored, entry_of, per_chunk, batch = self._strips(work)
+        stored, entry_of, per_chunk, batches = self._strips(work)
         read_bytes = done = 0
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            for first in range(0, len(row_chunks), batch):
-                last = min(len(row_chunks), first + batch)
+            for first, last in batches:
                 start, stop = int(bounds[first]), int(bounds[last])
                 kept = np.repeat(stored[first:last], per_chunk[first:last])
                 local = rows[start:stop][kept] % r
@@ -773,11 +796,10 @@ class ShardedReader:
         stream into one buffer (exactly their rows: none shifted), from which
         the wanted rows are taken with one copy.
         """
-        rows, row_chunks, bounds, _, _, placement = work
+        rows, _, bounds, _, _, placement = work
         r, c = self.chunks
-        stored, entry_of, per_chunk, batch = self._strips(work)
-        for first in range(0, len(row_chunks), batch):
-            last = min(len(row_chunks), first + batch)
+        stored, entry_of, per_chunk, batches = self._strips(work)
+        for first, last in batches:
             start, stop = int(bounds[first]), int(bounds[last])
             strip = np.empty((stop - start, c + 1), dtype=self.dtype)
             strip[:, c] = 0
@@ -795,15 +817,17 @@ class ShardedReader:
             self._rows_into_strip(strip, values, decoded, picks, kept)
             placement.place(start, strip)
 
-    def _strips(self, work: _ShardWork) -> tuple[npt.NDArray[np.bool_], list[int], Indices, int]:
+    def _strips(
+        self, work: _ShardWork
+    ) -> tuple[npt.NDArray[np.bool_], list[int], Indices, list[tuple[int, int]]]:
         """For a job of chunks spanning every column: which row chunks are stored,
         where each one's entries start among the stored chunks' offsets (missing
         chunks have none), the wanted rows of each, and the row chunks per strip."""
         stored = work.present[:, 0]
         entry_of = np.concatenate(([0], np.cumsum(stored))).tolist()
-        r, c = self.chunks
-        batch = max(1, STRIP_BATCH_BYTES // (r * (c + 1) * self.dtype.itemsize))
-        return stored, entry_of, np.diff(work.bounds), batch
+        c = self.chunks[1]
+        per_chunk = np.diff(work.bounds)
+        return stored, entry_of, per_chunk, _batches(per_chunk, (c + 1) * self.dtype.itemsize)
 
     def _rows_into_strip(
         self,
