@@ -41,13 +41,15 @@ with the remedy (a raw-counts layer through ``source_layers``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 import zarr
 from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
@@ -72,10 +74,12 @@ from .anndata_elements import (
 )
 from .anndata_identity import GROUPS, fingerprints_of, listed_versions, pin_element
 from .cell_plan import CellPlan
+from .direct_chunks import DirectChunks, direct_chunks_for
 from .feature_plan import FeaturePlan
 from .gather import as_slice, distinct_chunks
 from .prefetch import PrefetchedStore
 from .sparse_entries import read_ranges, scatter_entries
+from .sparse_rows import SourceRows, sorted_rows
 
 __all__ = [
     "AnnDataCounts",
@@ -187,6 +191,23 @@ async def _layout(documents: Documents, element: str, *, where: str) -> _Layout 
     return _Layout(fmt, matrix, obs, var)
 
 
+class _EntryBatch(NamedTuple):
+    """The entries of some consecutive majors of a sparse read."""
+
+    first: int
+    """Position of the first major in the read's majors."""
+    stop: int
+    """Position after the last."""
+    lengths: Indices
+    """Entries of each major."""
+    minor: npt.NDArray[Any]
+    """Minor index of each entry, majors in order."""
+    values: npt.NDArray[Any]
+    """Value of each entry."""
+    chunks: int
+    """Chunks decoded for this batch."""
+
+
 @dataclass
 class AnnDataCounts:
     """A bound AnnData matrix element, read into composite reads."""
@@ -207,6 +228,18 @@ class AnnDataCounts:
     """The var index, when read (at creation)."""
     fingerprints: dict[str, str] = field(default_factory=dict)
     """``counts``, ``cells`` and ``features`` fingerprints."""
+    pointers: dict[int, Indices] = field(default_factory=dict, repr=False)
+    """Decoded ``indptr`` chunks, by chunk, kept for the element's lifetime (shared
+    by its counting views: the source's identity was checked at open)."""
+    direct: dict[str, DirectChunks | None] = field(init=False, repr=False)
+    """Direct chunk decoders of the sparse arrays (``None``: read through zarr)."""
+
+    def __post_init__(self) -> None:
+        self.direct = {
+            name: direct_chunks_for(array)
+            for name, array in self.arrays.items()
+            if name in ("indptr", "indices", "data")
+        }
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -256,45 +289,192 @@ class AnnDataCounts:
             if len(minors) != n_minor or not bool(np.all(out_minors == np.arange(n_minor))):
                 lookup = np.full(n_minor, -1, dtype=np.int64)
                 lookup[minors] = out_minors
-            starts, ends, chunks = await self._ranges(majors)
-            # majors in batches of about ENTRY_BATCH entries, each read and
-            # placed before the next: the decoded entries stay small (a band
-            # of all cells is not held whole, twice, before it is placed)
-            ends_cum = np.cumsum(ends - starts)
-            first = 0
-            while first < len(majors):
-                done = int(ends_cum[first - 1]) if first else 0
-                stop = max(first + 1, int(np.searchsorted(ends_cum, done + ENTRY_BATCH, "right")))
-                if int(ends_cum[stop - 1]) > done:
-                    (minor, n_minor_chunks), (values, n_value_chunks) = await asyncio.gather(
-                        read_ranges(self.arrays["indices"], starts[first:stop], ends[first:stop]),
-                        read_ranges(self.arrays["data"], starts[first:stop], ends[first:stop]),
-                    )
-                    chunks += n_minor_chunks + n_value_chunks
-                    lengths = ends[first:stop] - starts[first:stop]
-                    bounds = np.cumsum(lengths) - lengths
+            chunks = 0
+            async for batch in self._entry_batches(majors):
+                chunks += batch.chunks
+                if len(batch.minor):
                     scatter_entries(
-                        out, cell_major, out_majors[first:stop], bounds, minor, values, lookup
+                        out,
+                        cell_major,
+                        out_majors[batch.first : batch.stop],
+                        np.cumsum(batch.lengths) - batch.lengths,
+                        batch.minor,
+                        batch.values,
+                        lookup,
                     )
-                first = stop
         if len(repeated_cols):
             out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                 np.ix_(first_rows, repeated_cols[:, 1])
             ]
         return chunks
 
+    async def read_rows(
+        self, cells: CellPlan, plan: FeaturePlan, idx: np.dtype
+    ) -> tuple[SourceRows, int]:
+        """The selected rows as CSR, and the chunks decoded: sparse-native.
+
+        Rows are the plan's sorted unique rows; columns are output columns
+        of ``plan``, whose features must be unique (the reader reads unique
+        features and repeats columns itself). Stored zeros are dropped.
+        Only for ``csr_matrix`` and ``csc_matrix`` elements: a dense array is
+        read in bands by the caller (:func:`~.sparse_rows.dense_rows`).
+        """
+        unique_rows, _, _ = cells.firsts()
+        unique_cols, first_cols, repeated = plan.feature_major()
+        assert not len(repeated), "a sparse read selects unique features"
+        n_out = len(plan.columns)
+        cell_major = self.element.encoding == "csr_matrix"
+        majors = unique_rows if cell_major else unique_cols
+        n_minor = self.shape[1] if cell_major else self.shape[0]
+        if cell_major:
+            wanted, places = unique_cols, first_cols
+        else:
+            wanted, places = unique_rows, np.arange(len(unique_rows))
+        # output position of each minor index (-1: not selected); a CSC's
+        # minors are rows, placed by their rank among the selected rows
+        lookup: npt.NDArray[Any] | None = None
+        if len(wanted) != n_minor or not bool(np.all(places == np.arange(n_minor))):
+            lookup = np.full(n_minor, -1, dtype=idx)
+            lookup[wanted] = places
+        # source columns in output order: rows come out sorted without a sort
+        monotone = len(first_cols) < 2 or bool(np.all(first_cols[1:] > first_cols[:-1]))
+        counts: list[Indices] = []
+        kept_minor: list[npt.NDArray[Any]] = []
+        kept_values: list[npt.NDArray[Any]] = []
+        chunks = 0
+        async for batch in self._entry_batches(majors):
+            chunks += batch.chunks
+            minor = batch.minor.astype(idx, copy=False) if lookup is None else lookup[batch.minor]
+            keep = batch.values != 0
+            if lookup is not None:
+                keep &= minor >= 0
+            lengths = batch.lengths
+            if not bool(keep.all()):
+                owner = np.repeat(np.arange(len(lengths)), lengths)
+                lengths = np.bincount(owner[keep], minlength=len(lengths))
+                minor, values = minor[keep], batch.values[keep]
+            else:
+                values = batch.values
+            values = values.astype(self.dtype, copy=False)
+            if cell_major and not monotone:
+                # sorted batch by batch: while the next batch is decoded
+                bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+                np.cumsum(lengths, out=bounds[1:])
+                ordered = sorted_rows(bounds, minor, values, n_out)
+                minor, values = ordered.indices, ordered.data
+            counts.append(lengths)
+            kept_minor.append(minor)
+            kept_values.append(values)
+        per_major = np.concatenate(counts) if counts else np.zeros(len(majors), dtype=np.int64)
+        indptr = np.zeros(len(majors) + 1, dtype=np.int64)
+        np.cumsum(per_major, out=indptr[1:])
+        minor = np.concatenate(kept_minor) if kept_minor else np.zeros(0, dtype=idx)
+        values = np.concatenate(kept_values) if kept_values else np.zeros(0, dtype=self.dtype)
+        if cell_major:
+            return SourceRows(indptr, minor, values), chunks
+        # CSC: columns of the selected features; transposed into rows, whose
+        # column indices (the features' ranks) come out sorted
+        by_rows = sp.csc_matrix(
+            (values, minor, indptr), shape=(len(unique_rows), len(unique_cols))
+        ).tocsr()
+        indices = first_cols.astype(idx)[by_rows.indices]
+        row_indptr = by_rows.indptr.astype(np.int64, copy=False)
+        if not monotone:
+            return sorted_rows(row_indptr, indices, by_rows.data, n_out), chunks
+        return SourceRows(row_indptr, indices, by_rows.data), chunks
+
+    async def _entry_batches(self, majors: Indices) -> AsyncIterator[_EntryBatch]:
+        """The entries of the sorted unique ``majors`` in batches of about
+        :data:`ENTRY_BATCH` entries: the decoded entries stay small (a band of
+        all cells is not held whole, twice, before it is placed). The next
+        batch is read while the caller works on this one. The first batch
+        also counts the ``indptr`` chunks decoded."""
+        starts, ends, chunks = await self._ranges(majors)
+        ends_cum = np.cumsum(ends - starts)
+        cuts = [0]
+        while cuts[-1] < len(majors):
+            first = cuts[-1]
+            done = int(ends_cum[first - 1]) if first else 0
+            cuts.append(max(first + 1, int(np.searchsorted(ends_cum, done + ENTRY_BATCH, "right"))))
+
+        async def read(first: int, stop: int) -> tuple[tuple[npt.NDArray[Any], int], ...]:
+            more = stop < len(majors)  # the next batch starts in this one's last chunk
+            return await asyncio.gather(
+                self._read_ranges("indices", starts[first:stop], ends[first:stop], more),
+                self._read_ranges("data", starts[first:stop], ends[first:stop], more),
+            )
+
+        pending = asyncio.ensure_future(read(cuts[0], cuts[1]))
+        try:
+            for number, (first, stop) in enumerate(itertools.pairwise(cuts)):
+                (minor, n_minor_chunks), (values, n_value_chunks) = await pending
+                if stop < len(majors):
+                    pending = asyncio.ensure_future(read(stop, cuts[number + 2]))
+                chunks += n_minor_chunks + n_value_chunks
+                lengths = ends[first:stop] - starts[first:stop]
+                yield _EntryBatch(first, stop, lengths, minor, values, chunks)
+                chunks = 0
+        finally:
+            if not pending.done():
+                pending.cancel()
+
+    async def _read_ranges(
+        self, name: str, starts: Indices, ends: Indices, more: bool
+    ) -> tuple[npt.NDArray[Any], int]:
+        """``name``'s entries in the ranges (directly decoded when the array allows);
+        ``more``: a next batch follows, which may start in the last chunk."""
+        direct = self.direct[name]
+        if direct is not None:
+            return await direct.read_ranges(starts, ends, keep_last=more)
+        if not bool(np.any(ends > starts)):
+            return np.zeros(0, dtype=self.arrays[name].dtype), 0
+        return await read_ranges(self.arrays[name], starts, ends)
+
     async def _ranges(self, majors: Indices) -> tuple[Indices, Indices, int]:
         """Where the entries of the sorted unique ``majors`` (rows of a CSR, columns
         of a CSC) are: (starts, ends, ``indptr`` chunks decoded), from the
-        ``indptr`` entries of the majors and their successors only."""
-        indptr = self.arrays["indptr"]
+        ``indptr`` entries of the majors and their successors only. Decoded
+        ``indptr`` chunks are kept, so a stream of reads decodes each once."""
         bounds = np.unique(np.concatenate([majors, majors + 1]))
-        pointers = np.asarray(
-            await indptr.get_orthogonal_selection((as_slice(bounds),)), dtype=np.int64
-        )
+        direct = self.direct["indptr"]
+        if direct is None:
+            indptr = self.arrays["indptr"]
+            pointers = np.asarray(
+                await indptr.get_orthogonal_selection((as_slice(bounds),)), dtype=np.int64
+            )
+            decoded = len(distinct_chunks(bounds, indptr.chunks[0]))
+        else:
+            pointers, decoded = await self._pointers(direct, bounds)
         starts = pointers[np.searchsorted(bounds, majors)]
         ends = pointers[np.searchsorted(bounds, majors + 1)]
-        return starts, ends, len(distinct_chunks(bounds, indptr.chunks[0]))
+        return starts, ends, decoded
+
+    async def _pointers(self, direct: DirectChunks, bounds: Indices) -> tuple[Indices, int]:
+        """``indptr`` at the sorted ``bounds``, and the chunks decoded for them (those
+        not kept from an earlier read)."""
+        size = direct.size
+        needed = distinct_chunks(bounds, size)
+        missing = np.asarray([c for c in needed.tolist() if c not in self.pointers], dtype=np.int64)
+        if len(missing):
+            decoded: dict[int, Indices] = {}
+
+            def keep(position: int, values: npt.NDArray[Any] | None) -> None:
+                chunk = int(missing[position])
+                stop = min(size, direct.length - chunk * size)
+                # a copy: ``values`` is the decoding thread's buffer
+                decoded[chunk] = (
+                    np.zeros(stop, dtype=np.int64) if values is None else values.astype(np.int64)
+                )
+
+            await direct.read_chunks(missing, keep)
+            self.pointers.update(decoded)
+        pointers = np.empty(len(bounds), dtype=np.int64)
+        cuts = np.searchsorted(bounds, needed * size)
+        for chunk, lo, hi in zip(
+            needed.tolist(), cuts.tolist(), [*cuts[1:].tolist(), len(bounds)], strict=True
+        ):
+            pointers[lo:hi] = self.pointers[chunk][bounds[lo:hi] - chunk * size]
+        return pointers, len(missing)
 
 
 async def _scan_dtype(
