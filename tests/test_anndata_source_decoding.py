@@ -120,12 +120,59 @@ def test_ranges_equal_numpy_slices(tmp_path: Path, case: str) -> None:
     [
         lambda p: v2_array(p, VALUES, numcodecs.Zstd(), filters=[numcodecs.Delta(dtype="i4")]),
         lambda p: v3_array(p, VALUES, compressors=[ZstdCodec(), Crc32cCodec()]),
-        lambda p: zarr.create_array(p, shape=(3, 4), chunks=(2, 2), dtype=np.int32),
+        lambda p: zarr.create_array(
+            p, shape=(3, 4), chunks=(2, 2), dtype=np.int32, zarr_format=2, order="F"
+        ),
+        lambda p: zarr.create_array(p, shape=(2, 2, 2), chunks=(1, 1, 1), dtype=np.int32),
     ],
-    ids=["v2 filter", "v3 two codecs after bytes", "two dimensions"],
+    ids=["v2 filter", "v3 two codecs after bytes", "v2 column-major", "three dimensions"],
 )
 def test_other_arrays_are_left_to_zarr(tmp_path: Path, make: Any) -> None:
     assert direct_chunks_for(make(tmp_path / "a.zarr").async_array) is None
+
+
+MATRIX = (np.arange(97 * 61, dtype=np.int32).reshape(97, 61) * 5 % 89).astype(np.float32)
+BLOCKS: dict[str, Any] = {
+    "v2 blosc": dict(zarr_format=2, compressors=numcodecs.Blosc(), chunks=(10, 7)),
+    "v2 gzip big-endian": dict(
+        zarr_format=2, compressors=numcodecs.GZip(), chunks=(16, 16), dtype=">f4"
+    ),
+    "v3 zstd": dict(chunks=(10, 7), compressors=ZstdCodec()),
+    "v3 sharded": dict(chunks=(10, 7), shards=(30, 21), compressors=ZstdCodec()),
+    "v3 sharded, part empty": dict(chunks=(10, 7), shards=(30, 21), fill_value=3, empty=True),
+}
+
+
+@pytest.mark.parametrize("case", list(BLOCKS))
+def test_blocks_of_2d_arrays_equal_numpy(tmp_path: Path, case: str) -> None:
+    options = dict(BLOCKS[case])
+    empty = options.pop("empty", False)
+    dtype = options.pop("dtype", MATRIX.dtype)
+    array = zarr.create_array(tmp_path / "a.zarr", shape=MATRIX.shape, dtype=dtype, **options)
+    if empty:
+        array[:40] = MATRIX[:40]  # the shards below row 60 are never written
+    else:
+        array[:] = MATRIX
+    values = np.asarray(array[:])
+    direct = direct_chunks_for(array.async_array)
+    assert isinstance(direct, DirectChunks)
+    rng = np.random.default_rng(4)
+    for rows, cols in [
+        (np.arange(97), np.arange(61)),
+        (np.sort(rng.choice(97, 13, replace=False)), np.sort(rng.choice(61, 9, replace=False))),
+        (np.arange(20, 45), np.sort(rng.choice(61, 30, replace=False))),
+        (np.array([96]), np.arange(55, 61)),
+    ]:
+        out = np.full((120, 70), -1, dtype=np.float64)
+        out_rows = rng.permutation(120)[: len(rows)]
+        out_cols = np.arange(len(cols)) + 2
+        decoded = sync(direct.read_block(rows, cols, out, out_rows, out_cols))
+        np.testing.assert_array_equal(out[np.ix_(out_rows, out_cols)], values[np.ix_(rows, cols)])
+        untouched = np.ones(out.shape, dtype=bool)
+        untouched[np.ix_(out_rows, out_cols)] = False
+        assert bool(np.all(out[untouched] == -1))
+        chunks = array.chunks
+        assert decoded == len(np.unique(rows // chunks[0])) * len(np.unique(cols // chunks[1]))
 
 
 def test_a_damaged_shard_index_is_refused(tmp_path: Path) -> None:
@@ -161,11 +208,9 @@ class DecodeCounter:
                 assert direct is not None, name
                 original = direct._decode
 
-                def counting(
-                    data: Any, target: memoryview, _o: Any = original, _n: str = name
-                ) -> None:
+                def counting(data: Any, nbytes: int, _o: Any = original, _n: str = name) -> Any:
                     self.calls.append(_n)
-                    _o(data, target)
+                    return _o(data, nbytes)
 
                 direct._decode = counting  # type: ignore[method-assign]
 

@@ -232,14 +232,10 @@ class AnnDataCounts:
     """Decoded ``indptr`` chunks, by chunk, kept for the element's lifetime (shared
     by its counting views: the source's identity was checked at open)."""
     direct: dict[str, DirectChunks | None] = field(init=False, repr=False)
-    """Direct chunk decoders of the sparse arrays (``None``: read through zarr)."""
+    """Direct chunk decoders of the arrays (``None``: read through zarr's pipeline)."""
 
     def __post_init__(self) -> None:
-        self.direct = {
-            name: direct_chunks_for(array)
-            for name, array in self.arrays.items()
-            if name in ("indptr", "indices", "data")
-        }
+        self.direct = {name: direct_chunks_for(array) for name, array in self.arrays.items()}
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -265,7 +261,10 @@ class AnnDataCounts:
         unique_rows, first_rows, _ = cells.firsts()
         unique_cols, first_cols, repeated_cols = plan.feature_major()
         encoding = self.element.encoding
-        if encoding == "array":
+        direct = self.direct.get("dense")
+        if direct is not None:
+            chunks = await direct.read_block(unique_rows, unique_cols, out, first_rows, first_cols)
+        elif encoding == "array":
             dense = self.arrays["dense"]
             block = np.asarray(
                 await dense.get_orthogonal_selection((as_slice(unique_rows), as_slice(unique_cols)))

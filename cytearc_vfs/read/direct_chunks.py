@@ -51,41 +51,49 @@ __all__ = ["ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
 Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
 
-# How a chunk's bytes are decoded: ``(data, target)`` fills ``target`` (a
-# byte view of the decoded chunk's first bytes) from ``data``.
-Decode = Callable[[Any, memoryview], None]
+# How a chunk's bytes are decoded: ``decode(data, nbytes)`` returns a byte
+# array holding at least the decoded chunk's first ``nbytes`` bytes (the
+# decoding thread's buffer, or ``data`` itself: valid until the thread's next
+# decode).
+Decode = Callable[[Any, int], npt.NDArray[np.uint8]]
 
 
-def _zstd(data: Any, target: memoryview) -> None:
+def _zstd(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+    target = thread_scratch(nbytes, name="direct")
+    view = memoryview(target)
     with thread_decompressor().stream_reader(data, read_across_frames=True) as reader:
         filled = 0
-        while filled < len(target):
-            n = reader.readinto(target[filled:])
+        while filled < nbytes:
+            n = reader.readinto(view[filled:])
             if n == 0:
                 raise zstandard.ZstdError(f"the chunk ends after {filled} bytes")
             filled += n
+    return target
 
 
 def _deflate(wbits: int) -> Decode:
-    def decode(data: Any, target: memoryview) -> None:
-        inflated = zlib.decompressobj(wbits).decompress(data, len(target))
-        if len(inflated) < len(target):
+    def decode(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+        inflated = zlib.decompressobj(wbits).decompress(data, nbytes)
+        if len(inflated) < nbytes:
             raise zlib.error(f"the chunk ends after {len(inflated)} bytes")
-        target[:] = inflated
+        return np.frombuffer(inflated, dtype=np.uint8)
 
     return decode
 
 
-def _blosc(data: Any, target: memoryview) -> None:
-    # blosc decodes whole chunks; its blocks are most of a chunk anyway
-    nbytes = int(np.frombuffer(bytes(data[4:8]), dtype="<u4")[0])
-    whole = thread_scratch(nbytes, name="blosc")
-    blosc.decompress(data, whole)
-    target[:] = memoryview(whole)[: len(target)]
+def _blosc(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+    # blosc decodes whole chunks (its blocks are most of a chunk anyway)
+    whole = int.from_bytes(bytes(data[4:8]), "little")  # the header's decoded size
+    target = thread_scratch(whole, name="direct")
+    blosc.decompress(data, target)
+    return target
 
 
-def _raw(data: Any, target: memoryview) -> None:
-    target[:] = memoryview(data).cast("B")[: len(target)]
+def _raw(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if len(raw) < nbytes:
+        raise ValueError(f"the chunk holds {len(raw)} bytes, not {nbytes}")
+    return raw
 
 
 def _v2_decode(compressor: Any) -> Decode | None:
@@ -123,57 +131,70 @@ def _v3_decode(codecs: tuple[Any, ...]) -> tuple[Decode, str | None] | None:
 class _Sharding:
     """Where a shard's inner chunks are."""
 
-    per_shard: int
-    """Inner chunks per shard."""
+    per_shard: tuple[int, ...]
+    """Inner chunks per shard along each dimension."""
     at_end: bool
     """The index follows the chunks (else it precedes them)."""
     checksum: bool
     """The index ends with a crc32c of its entries."""
 
     @property
+    def inner(self) -> int:
+        """Inner chunks per shard."""
+        return int(np.prod(self.per_shard))
+
+    @property
     def index_bytes(self) -> int:
-        return 16 * self.per_shard + 4 * self.checksum
+        """Bytes of the index: (offset, nbytes) per inner chunk, and the checksum."""
+        return 16 * self.inner + 4 * self.checksum
+
+
+def _index_codecs_known(codec: ShardingCodec) -> bool:
+    index = tuple(codec.index_codecs)
+    return bool(
+        index
+        and isinstance(index[0], BytesCodec)
+        and index[0].endian in (None, "little")
+        and (len(index) == 1 or (len(index) == 2 and isinstance(index[1], Crc32cCodec)))
+    )
 
 
 def direct_chunks_for(array: AsyncArray[Any]) -> DirectChunks | None:
-    """A :class:`DirectChunks` of ``array``, or ``None`` when its layout or codecs are
-    not among those it decodes (then zarr's pipeline reads it)."""
-    if array.ndim != 1 or np.dtype(array.dtype).kind not in "biuf":
+    """A :class:`DirectChunks` of ``array`` (1-D or 2-D, numeric), or ``None`` when its
+    layout or codecs are not among those it decodes (then zarr's pipeline reads it)."""
+    if array.ndim not in (1, 2) or np.dtype(array.dtype).kind not in "biuf":
         return None
     metadata = array.metadata
     sharding: _Sharding | None = None
+    decode: Decode | None
     if metadata.zarr_format == 2:
-        if metadata.filters:
+        if metadata.filters or (array.ndim > 1 and metadata.order != "C"):
             return None
         decode = _v2_decode(metadata.compressor)
         wire = np.dtype(metadata.dtype.to_native_dtype())
-        chunk = int(metadata.chunks[0])
+        chunks = tuple(int(c) for c in metadata.chunks)
     else:
         codecs = tuple(metadata.codecs)
-        chunk = int(metadata.chunk_grid.chunk_shape[0])
+        chunks = tuple(int(c) for c in metadata.chunk_grid.chunk_shape)
         if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
             codec = codecs[0]
-            index = tuple(codec.index_codecs)
-            if not (
-                index
-                and isinstance(index[0], BytesCodec)
-                and index[0].endian in (None, "little")
-                and (len(index) == 1 or (len(index) == 2 and isinstance(index[1], Crc32cCodec)))
-            ):
+            if not _index_codecs_known(codec):
                 return None
-            inner = int(codec.chunk_shape[0])
-            sharding = _Sharding(chunk // inner, codec.index_location == "end", len(index) == 2)
-            chunk, codecs = inner, tuple(codec.codecs)
+            inner = tuple(int(c) for c in codec.chunk_shape)
+            per_shard = tuple(s // c for s, c in zip(chunks, inner, strict=True))
+            sharding = _Sharding(
+                per_shard, codec.index_location == "end", len(codec.index_codecs) == 2
+            )
+            chunks, codecs = inner, tuple(codec.codecs)
         found = _v3_decode(codecs)
         if found is None:
             return None
         decode, endian = found
-        native = np.dtype(array.dtype)
-        wire = native.newbyteorder("<" if endian in (None, "little") else ">")
+        wire = np.dtype(array.dtype).newbyteorder("<" if endian in (None, "little") else ">")
     if decode is None:
         return None
     fill = metadata.fill_value
-    return DirectChunks(array, decode, wire, chunk, sharding, 0 if fill is None else fill)
+    return DirectChunks(array, decode, wire, chunks, sharding, 0 if fill is None else fill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +238,18 @@ def chunk_pieces(starts: Indices, ends: Indices, size: int) -> ChunkPieces:
 
 
 class DirectChunks:
-    """Ranges of one 1-D array, each touched chunk fetched and decoded once per read."""
+    """Reads of one 1-D or 2-D array, each touched chunk fetched and decoded once per read.
+
+    Chunks are named by their position in the chunk grid, in C order (for a
+    1-D array, the chunk index).
+    """
 
     def __init__(
         self,
         array: AsyncArray[Any],
         decode: Decode,
         wire: np.dtype,
-        chunk: int,
+        chunks: tuple[int, ...],
         sharding: _Sharding | None,
         fill: Any,
     ) -> None:
@@ -233,9 +258,13 @@ class DirectChunks:
         self._metadata = array.metadata
         self._decode = decode
         self.wire = wire
+        """The stored dtype (byte order included)."""
         self.dtype = np.dtype(array.dtype)
-        self.size = chunk
-        self.length = int(array.shape[0])
+        self.shape = tuple(int(n) for n in array.shape)
+        self.chunks = chunks
+        """Shape of a (inner) chunk."""
+        self.grid = tuple(-(-n // c) for n, c in zip(self.shape, chunks, strict=True))
+        """Chunks along each dimension."""
         self._sharding = sharding
         self._fill = fill
         # shard -> its index ((offset, nbytes) per inner chunk), kept: the
@@ -244,15 +273,27 @@ class DirectChunks:
         # the last chunk of a batch, kept for the next batch of the same read
         self._kept: tuple[int, npt.NDArray[Any] | None] | None = None
 
-    def _key(self, chunk: int) -> str:
-        key = self._metadata.encode_chunk_key((chunk,))
+    @property
+    def size(self) -> int:
+        """Entries of a chunk of a 1-D array."""
+        return self.chunks[0]
+
+    @property
+    def length(self) -> int:
+        """Entries of a 1-D array."""
+        return self.shape[0]
+
+    def _key(self, coords: tuple[int, ...]) -> str:
+        key = self._metadata.encode_chunk_key(coords)
         return f"{self._path}/{key}" if self._path else key
+
+    # ------------------------------------------------------------ 1-D reads
 
     async def read_ranges(
         self, starts: Indices, ends: Indices, *, keep_last: bool = False
     ) -> tuple[npt.NDArray[Any], int]:
-        """The values at ``[starts[i], ends[i])`` (ascending, disjoint), concatenated,
-        and the chunks decoded: each touched chunk once.
+        """The values at ``[starts[i], ends[i])`` (ascending, disjoint) of a 1-D array,
+        concatenated, and the chunks decoded: each touched chunk once.
 
         With ``keep_last`` the last touched chunk is decoded whole and kept,
         and a next call whose first chunk it is reads it from memory: a read
@@ -283,12 +324,10 @@ class DirectChunks:
         kept = self._kept
         self._kept = None
         decoded = len(chunks)
+        offset = 0
         if kept is not None and kept[0] == int(chunks[0]):
             place(0, kept[1])
-            chunks, stops, decoded = chunks[1:], stops[1:], decoded - 1
-            offset = 1
-        else:
-            offset = 0
+            chunks, stops, decoded, offset = chunks[1:], stops[1:], decoded - 1, 1
         if keep_last and len(chunks):
             stops = stops.copy()
             stops[-1] = min(self.size, self.length - int(chunks[-1]) * self.size)
@@ -298,11 +337,56 @@ class DirectChunks:
     async def read_chunks(
         self, chunks: Indices, use: Callable[[int, npt.NDArray[Any] | None], None]
     ) -> None:
-        """Decode each of ``chunks`` (ascending) whole and hand ``use(position,
+        """Decode each of the 1-D array's ``chunks`` whole and hand ``use(position,
         values)`` a view of it (``None``: a missing chunk, all fill), on a
         decoding thread; the view is valid only during the call."""
         stops = np.minimum(self.size, self.length - chunks * self.size)
         await self._each_chunk(chunks, stops, use)
+
+    # ------------------------------------------------------------ 2-D reads
+
+    async def read_block(
+        self,
+        rows: Indices,
+        cols: Indices,
+        out: npt.NDArray[Any],
+        out_rows: Indices,
+        out_cols: Indices,
+    ) -> int:
+        """Place ``rows`` x ``cols`` (sorted unique) of a 2-D array at ``out_rows`` x
+        ``out_cols`` of ``out``; returns the chunks decoded (each touched one once,
+        up to its last wanted row)."""
+        if not len(rows) or not len(cols):
+            return 0
+        (chunk_rows, chunk_cols), n_col_chunks = self.chunks, self.grid[1]
+        row_chunks = np.unique(rows // chunk_rows)
+        col_chunks = np.unique(cols // chunk_cols)
+        row_cuts = np.append(np.searchsorted(rows, row_chunks * chunk_rows), len(rows))
+        col_cuts = np.append(np.searchsorted(cols, col_chunks * chunk_cols), len(cols))
+        ids = (row_chunks[:, None] * n_col_chunks + col_chunks[None, :]).reshape(-1)
+        last_rows = rows[row_cuts[1:] - 1] - row_chunks * chunk_rows
+        stops = np.repeat((last_rows + 1) * chunk_cols, len(col_chunks))
+
+        def place(position: int, decoded: npt.NDArray[Any] | None) -> None:
+            i, j = divmod(position, len(col_chunks))
+            r0, r1 = int(row_cuts[i]), int(row_cuts[i + 1])
+            c0, c1 = int(col_cuts[j]), int(col_cuts[j + 1])
+            target_rows, target_cols = _axis(out_rows[r0:r1]), _axis(out_cols[c0:c1])
+            target: Any = (target_rows, target_cols)
+            if not isinstance(target_rows, slice) and not isinstance(target_cols, slice):
+                target = np.ix_(target_rows, target_cols)  # two arrays: orthogonal, as one would be
+            if decoded is None:
+                out[target] = self._fill
+                return
+            block = decoded.reshape(-1, chunk_cols)
+            local_rows = _axis(rows[r0:r1] - int(row_chunks[i]) * chunk_rows)
+            local_cols = _axis(cols[c0:c1] - int(col_chunks[j]) * chunk_cols)
+            out[target] = block[local_rows][:, local_cols]
+
+        await self._each_chunk(ids, stops, place)
+        return len(ids)
+
+    # ------------------------------------------------------------ fetching
 
     async def _each_chunk(
         self,
@@ -310,7 +394,8 @@ class DirectChunks:
         stops: Indices,
         use: Callable[[int, npt.NDArray[Any] | None], None],
     ) -> None:
-        """Fetch each chunk, decode its first ``stops[i]`` values, and call ``use``."""
+        """Fetch each chunk, decode its first ``stops[i]`` values, and call ``use`` on a
+        decoding thread."""
         if not len(chunks):
             return
 
@@ -319,42 +404,59 @@ class DirectChunks:
                 use(position, None)
                 return
             nbytes = int(stops[position]) * self.wire.itemsize
-            scratch = thread_scratch(nbytes, name="direct")
-            self._decode(data, memoryview(scratch))
-            use(position, scratch.view(self.wire))
+            use(position, self._decode(data, nbytes)[:nbytes].view(self.wire))
 
         async def one(position: int, data: Any) -> None:
             await hand_over(decode, position, data)
 
         # made per call: a read may run on any event loop
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-
+        prototype = default_buffer_prototype()
+        coords = np.stack(np.unravel_index(chunks, self.grid), axis=1)
         if self._sharding is None:
 
             async def fetch(position: int) -> None:
+                key = self._key(tuple(int(c) for c in coords[position]))
                 async with gate:
-                    buffer = await self._store.get(
-                        self._key(int(chunks[position])), default_buffer_prototype()
-                    )
+                    buffer = await self._store.get(key, prototype)
                 await one(position, None if buffer is None else buffer.as_numpy_array())
 
             await asyncio.gather(*(fetch(p) for p in range(len(chunks))))
             return
-        per_shard = self._sharding.per_shard
-        shards = chunks // per_shard
-        edges = np.concatenate(([0], np.flatnonzero(np.diff(shards)) + 1, [len(chunks)]))
-        await asyncio.gather(
-            *(
-                self._shard(int(shards[a]), np.arange(int(a), int(b)), chunks, one, gate)
-                for a, b in itertools.pairwise(edges)
+        per_shard = np.asarray(self._sharding.per_shard)
+        shard_coords = coords // per_shard
+        shard_grid = tuple(-(-g // p) for g, p in zip(self.grid, per_shard.tolist(), strict=True))
+        shards = np.ravel_multi_index(tuple(shard_coords.T), shard_grid)
+        inner = np.ravel_multi_index(tuple((coords % per_shard).T), tuple(per_shard.tolist()))
+        order = np.argsort(shards, kind="stable")
+        edges = np.concatenate(([0], np.flatnonzero(np.diff(shards[order])) + 1, [len(order)]))
+        grid = np.asarray(self.grid)
+        tasks = []
+        for a, b in itertools.pairwise(edges.tolist()):
+            positions = order[a:b]
+            corner = shard_coords[positions[0]]
+            in_bounds = int(np.prod(np.minimum(per_shard, grid - corner * per_shard)))
+            key = self._key(tuple(int(c) for c in corner))
+            tasks.append(
+                self._shard(
+                    int(shards[positions[0]]),
+                    key,
+                    positions,
+                    inner[positions],
+                    in_bounds,
+                    one,
+                    gate,
+                )
             )
-        )
+        await asyncio.gather(*tasks)
 
     async def _shard(
         self,
         shard: int,
+        key: str,
         positions: Indices,
-        chunks: Indices,
+        inner: Indices,
+        in_bounds: int,
         one: Callable[[int, Any], Any],
         gate: asyncio.Semaphore,
     ) -> None:
@@ -362,11 +464,8 @@ class DirectChunks:
         every inner chunk is touched (as zarr does), else its index and their ranges."""
         sharding = self._sharding
         assert sharding is not None
-        key = self._key(shard)
-        n_inner = min(sharding.per_shard, -(-self.length // self.size) - shard * sharding.per_shard)
-        inner = chunks[positions] - shard * sharding.per_shard
         prototype = default_buffer_prototype()
-        if len(positions) == n_inner and shard not in self._indexes:
+        if len(positions) == in_bounds and shard not in self._indexes:
             async with gate:
                 buffer = await self._store.get(key, prototype)
             if buffer is None:
@@ -399,10 +498,9 @@ class DirectChunks:
             (int(p), int(index[int(i), 0]), int(index[int(i), 1]))
             for p, i in zip(positions, inner, strict=True)
         ]
-        absent = [one(p, None) for p, offset, _ in stored if offset == MISSING]
+        tasks: list[Any] = [one(p, None) for p, offset, _ in stored if offset == MISSING]
         present = [(p, offset, n) for p, offset, n in stored if offset != MISSING]
         requests = [RangeByteRequest(offset, offset + n) for _, offset, n in present]
-        tasks: list[Any] = list(absent)
         async with gate:
             async for batch in self._store.get_ranges(key, requests, prototype=prototype):
                 for number, part in batch:
@@ -421,14 +519,22 @@ class DirectChunks:
         data = bytes(raw)
         if len(data) != sharding.index_bytes:
             raise ValueError(
-                f"shard {key}: its index is {len(data)} bytes, not {sharding.index_bytes}"
+                f"shard {key}: its index is {len(data)} bytes, not {sharding.index_bytes}; "
+                "the shard is damaged (restore the source)"
             )
-        entries = data[: 16 * sharding.per_shard]
-        if sharding.checksum:
-            expected = int.from_bytes(data[-4:], "little")
-            if google_crc32c.value(entries) != expected:
-                raise ValueError(
-                    f"shard {key}: its index fails its crc32c checksum; the shard is damaged "
-                    "(restore the source)"
-                )
-        return np.frombuffer(entries, dtype="<u8").reshape(sharding.per_shard, 2)
+        entries = data[: 16 * sharding.inner]
+        if sharding.checksum and google_crc32c.value(entries) != int.from_bytes(
+            data[-4:], "little"
+        ):
+            raise ValueError(
+                f"shard {key}: its index fails its crc32c checksum; the shard is damaged "
+                "(restore the source)"
+            )
+        return np.frombuffer(entries, dtype="<u8").reshape(sharding.inner, 2)
+
+
+def _axis(positions: Indices) -> slice | Indices:
+    """``positions`` as a slice when they are consecutive ascending, else as they are."""
+    if len(positions) and int(positions[-1]) - int(positions[0]) + 1 == len(positions):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
