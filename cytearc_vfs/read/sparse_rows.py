@@ -87,7 +87,7 @@ def row_bands(rows: Indices, chunk_rows: int, limit: int) -> list[tuple[int, int
     of the rows).
 
     >>> row_bands(np.arange(10), 4, 6)
-    [(0, 4), (4, 8), (8, 10)]
+    [(0, 4), (4, 10)]
     >>> row_bands(np.array([0, 1, 2, 3, 4]), 10, 2)
     [(0, 2), (2, 4), (4, 5)]
     """
