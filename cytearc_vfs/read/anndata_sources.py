@@ -360,27 +360,28 @@ class AnnDataCounts:
                 bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
                 np.cumsum(lengths, out=bounds[1:])
                 ordered = sorted_rows(bounds, minor, values, n_out)
-                minor, values = ordered.indices, ordered.data
+                minor, values = ordered.joined()
             counts.append(lengths)
             kept_minor.append(minor)
             kept_values.append(values)
         per_major = np.concatenate(counts) if counts else np.zeros(len(majors), dtype=np.int64)
         indptr = np.zeros(len(majors) + 1, dtype=np.int64)
         np.cumsum(per_major, out=indptr[1:])
-        minor = np.concatenate(kept_minor) if kept_minor else np.zeros(0, dtype=idx)
-        values = np.concatenate(kept_values) if kept_values else np.zeros(0, dtype=self.dtype)
+        if not kept_minor:
+            kept_minor, kept_values = [np.zeros(0, dtype=idx)], [np.zeros(0, dtype=self.dtype)]
         if cell_major:
-            return SourceRows(indptr, minor, values), chunks
+            return SourceRows(indptr, kept_minor, kept_values), chunks
         # CSC: columns of the selected features; transposed into rows, whose
         # column indices (the features' ranks) come out sorted
         by_rows = sp.csc_matrix(
-            (values, minor, indptr), shape=(len(unique_rows), len(unique_cols))
+            (np.concatenate(kept_values), np.concatenate(kept_minor), indptr),
+            shape=(len(unique_rows), len(unique_cols)),
         ).tocsr()
         indices = first_cols.astype(idx)[by_rows.indices]
         row_indptr = by_rows.indptr.astype(np.int64, copy=False)
         if not monotone:
             return sorted_rows(row_indptr, indices, by_rows.data, n_out), chunks
-        return SourceRows(row_indptr, indices, by_rows.data), chunks
+        return SourceRows(row_indptr, [indices], [by_rows.data]), chunks
 
     async def _entry_batches(self, majors: Indices) -> AsyncIterator[_EntryBatch]:
         """The entries of the sorted unique ``majors`` in batches of about

@@ -304,6 +304,12 @@ class DirectChunks:
         out = np.empty(int((ends - starts).sum()), dtype=self.dtype)
         if not len(out):
             return out, 0
+        # ranges that follow each other (a band of rows) are one range: the
+        # result concatenates them anyway, and a chunk then holds one piece
+        apart = np.flatnonzero(starts[1:] != ends[:-1])
+        if len(apart) < len(starts) - 1:
+            starts = starts[np.concatenate(([0], apart + 1))]
+            ends = ends[np.append(apart, len(ends) - 1)]
         pieces = chunk_pieces(starts, ends, self.size)
 
         def place(position: int, decoded: npt.NDArray[Any] | None) -> None:

@@ -407,7 +407,7 @@ class VirtualArrayReader:
             block = np.zeros((len(band), width), dtype=self.dtype)
             await self._read_source(source, block, CellPlan(np.arange(len(band)), band), narrow)
             parts.append(dense_rows(block, plan.out_cols, idx))
-        return concatenate(parts, self.dtype, idx), first_rows, repeats
+        return concatenate(parts), first_rows, repeats
 
     async def _cell_plans(self, cells: Indices) -> list[CellPlan | None]:
         """Each source's plan for ``cells`` (``None``: no cells of it); the last

@@ -48,19 +48,31 @@ def index_dtype(*extents: int) -> np.dtype:
 
 @dataclass(frozen=True, slots=True)
 class SourceRows:
-    """One source's share of a sparse read: a CSR block of its sorted unique rows."""
+    """One source's share of a sparse read: a CSR block of its sorted unique rows.
+
+    The entries are kept in the parts they were read in (batches, bands):
+    :func:`assemble` copies each part once, into the result.
+    """
 
     indptr: Indices
     """Where each row's entries start (``int64``, one more than the rows)."""
-    indices: npt.NDArray[Any]
-    """Output column of each entry, ascending within a row."""
-    data: npt.NDArray[Any]
-    """Each entry's value, in the reader's dtype; never zero."""
+    indices: list[npt.NDArray[Any]]
+    """Output column of each entry, ascending within a row (in parts)."""
+    data: list[npt.NDArray[Any]]
+    """Each entry's value, in the reader's dtype; never zero (in parts, as ``indices``)."""
 
     @property
     def nnz(self) -> int:
         """Entries stored."""
         return int(self.indptr[-1])
+
+    def joined(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """The entries' columns and values, each as one array."""
+        return _join(self.indices), _join(self.data)
+
+
+def _join(parts: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def sorted_rows(
@@ -72,12 +84,12 @@ def sorted_rows(
     follow the source's own; scipy sorts each row (in place, in C++).
 
     >>> rows = sorted_rows(np.array([0, 2]), np.array([5, 1]), np.array([7, 3]), 6)
-    >>> rows.indices.tolist(), rows.data.tolist()
+    >>> rows.indices[0].tolist(), rows.data[0].tolist()
     ([1, 5], [3, 7])
     """
     matrix = sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, n_cols), copy=False)
     matrix.sort_indices()
-    return SourceRows(indptr, matrix.indices, matrix.data)
+    return SourceRows(indptr, [matrix.indices], [matrix.data])
 
 
 def row_bands(rows: Indices, chunk_rows: int, limit: int) -> list[tuple[int, int]]:
@@ -112,7 +124,7 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
     ``out_cols[j]`` (ascending), as :class:`SourceRows`.
 
     >>> rows = dense_rows(np.array([[0, 4], [5, 0]]), np.array([2, 7]), np.dtype(np.int32))
-    >>> rows.indptr.tolist(), rows.indices.tolist(), rows.data.tolist()
+    >>> rows.indptr.tolist(), rows.indices[0].tolist(), rows.data[0].tolist()
     ([0, 1, 2], [7, 2], [4, 5])
     """
     nonzero = block != 0
@@ -120,11 +132,11 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
     indptr = np.zeros(len(block) + 1, dtype=np.int64)
     np.cumsum(per_row, out=indptr[1:])
     _, cols = np.nonzero(nonzero)  # row-major: rows in order, columns ascending
-    return SourceRows(indptr, out_cols[cols].astype(idx, copy=False), block[nonzero])
+    return SourceRows(indptr, [out_cols[cols].astype(idx, copy=False)], [block[nonzero]])
 
 
-def concatenate(parts: list[SourceRows], dtype: np.dtype, idx: np.dtype) -> SourceRows:
-    """Blocks of consecutive rows (at least one) as one block."""
+def concatenate(parts: list[SourceRows]) -> SourceRows:
+    """Blocks of consecutive rows (at least one) as one block; entries are not copied."""
     if len(parts) == 1:
         return parts[0]
     indptr = np.zeros(sum(len(p.indptr) - 1 for p in parts) + 1, dtype=np.int64)
@@ -135,8 +147,8 @@ def concatenate(parts: list[SourceRows], dtype: np.dtype, idx: np.dtype) -> Sour
         at, offset = at + n, offset + part.nnz
     return SourceRows(
         indptr,
-        np.concatenate([p.indices for p in parts]).astype(idx, copy=False),
-        np.concatenate([p.data for p in parts]).astype(dtype, copy=False),
+        [piece for part in parts for piece in part.indices],
+        [piece for part in parts for piece in part.data],
     )
 
 
@@ -183,17 +195,21 @@ def assemble(
     for rows, first_rows, repeats in shares:
         if rows.nnz:
             if len(first_rows) and bool(np.all(np.diff(first_rows) == 1)):
-                # consecutive output rows (a slice, a sorted selection): one copy
+                # consecutive output rows (a slice, a sorted selection): one
+                # copy per part
                 start = int(indptr[first_rows[0]])
-                indices[start : start + rows.nnz] = rows.indices
-                data[start : start + rows.nnz] = rows.data
+                for cols, values in zip(rows.indices, rows.data, strict=True):
+                    indices[start : start + len(cols)] = cols
+                    data[start : start + len(cols)] = values
+                    start += len(cols)
             else:
                 # each row's entries go where its output row starts
                 lens = np.diff(rows.indptr)
                 target = np.repeat(indptr[first_rows] - rows.indptr[:-1], lens)
                 target += np.arange(rows.nnz, dtype=np.int64)
-                indices[target] = rows.indices
-                data[target] = rows.data
+                cols, values = rows.joined()
+                indices[target] = cols
+                data[target] = values
         if len(repeats):
             source = _entry_positions(indptr, repeats[:, 1])
             target = _entry_positions(indptr, repeats[:, 0])
