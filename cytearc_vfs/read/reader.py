@@ -393,7 +393,7 @@ class VirtualArrayReader:
             return rows, first_rows, repeats
         # dense bands of the columns the source fills, cut where its row chunks
         # start (each chunk decoded once), each band made CSR before the next
-        narrow = FeaturePlan(plan.cols)
+        narrow = plan.narrowed()
         width = len(plan.cols)
         limit = SPARSE_BAND_BYTES // max(1, width * self.dtype.itemsize)
         chunk_rows = (

@@ -127,12 +127,15 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
     >>> rows.indptr.tolist(), rows.indices[0].tolist(), rows.data[0].tolist()
     ([0, 1, 2], [7, 2], [4, 5])
     """
-    nonzero = block != 0
-    per_row = np.count_nonzero(nonzero, axis=1)
-    indptr = np.zeros(len(block) + 1, dtype=np.int64)
-    np.cumsum(per_row, out=indptr[1:])
-    _, cols = np.nonzero(nonzero)  # row-major: rows in order, columns ascending
-    return SourceRows(indptr, [out_cols[cols].astype(idx, copy=False)], [block[nonzero]])
+    n_rows, width = block.shape
+    flat = block.reshape(-1)
+    # flat positions, then rows by search and columns by subtraction: faster
+    # than numpy's 2-D nonzero, and rows come in order with columns ascending
+    positions = np.flatnonzero(flat)
+    indptr = np.searchsorted(positions, np.arange(n_rows + 1, dtype=np.int64) * width)
+    starts = np.repeat(np.arange(n_rows, dtype=np.int64) * width, np.diff(indptr))
+    cols = out_cols[positions - starts].astype(idx, copy=False)
+    return SourceRows(indptr.astype(np.int64, copy=False), [cols], [flat[positions]])
 
 
 def concatenate(parts: list[SourceRows]) -> SourceRows:
