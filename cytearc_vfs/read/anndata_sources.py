@@ -5,11 +5,18 @@ A composite reads the counts of an AnnData store (``X`` or a layer, encoded
 they are, through :class:`AnnDataCounts`:
 
 * **CSR** (cell-major): a read of cells fetches the ``indptr`` entries of the
-  selected rows and their successors (only the chunks holding them), then
-  the ``indices`` and ``data`` of those rows, decoding only the chunks
-  holding them (:mod:`.sparse_entries`);
+  selected rows and their successors (only the chunks holding them; decoded
+  ``indptr`` chunks are kept), then the ``indices`` and ``data`` of those
+  rows, in batches, decoding only the chunks holding them, each once;
 * **CSC** (feature-major): the same along features;
-* **dense**: zarr's orthogonal read of the selected rows x columns.
+* **dense**: the chunks the selected rows x columns touch, each once.
+
+Chunks are decoded by :mod:`.direct_chunks` (one fetch and one decode per
+touched chunk, only the wanted values copied out). An array whose codecs or
+layout it does not decode is read through zarr's pipeline instead:
+:func:`~.sparse_entries.read_ranges` for the sparse arrays, orthogonal
+indexing for a dense one. :meth:`AnnDataCounts.read_rows` reads the rows of
+a sparse read (``VirtualArrayReader.read_sparse``) without a dense block.
 
 Each AnnData source has one orientation, so the reader's orientation choice
 for it is its encoding's: a CSR source is cheap for cells, a CSC source for
