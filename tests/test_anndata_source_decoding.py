@@ -71,7 +71,23 @@ CASES: dict[str, Any] = {
     ),
     "v3 sharded": lambda p: v3_array(p, VALUES, shards=(4000,), compressors=ZstdCodec()),
     "v3 sharded, part empty": lambda p: _sparse_sharded(p),
+    "v2 part empty": lambda p: _part_written(p, 2),
+    "v3 part empty": lambda p: _part_written(p, 3),
 }
+
+
+def _part_written(path: Path, zarr_format: int) -> zarr.Array:
+    """An array of which only some chunk files exist (fill value 5 elsewhere)."""
+    array = zarr.create_array(
+        path,
+        shape=VALUES.shape,
+        chunks=(1000,),
+        dtype=VALUES.dtype,
+        fill_value=5,
+        zarr_format=zarr_format,
+    )
+    array[2000:4000] = VALUES[2000:4000]
+    return array
 
 
 def _sparse_sharded(path: Path) -> zarr.Array:

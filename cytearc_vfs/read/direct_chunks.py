@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .prefetch import MAX_IN_FLIGHT
+from .shard_reader import _local_files
 
 __all__ = ["ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
 
@@ -267,6 +269,9 @@ class DirectChunks:
         """Chunks along each dimension."""
         self._sharding = sharding
         self._fill = fill
+        # a plain local store's chunk files are read with pread on the decoding
+        # thread, into its reused buffer (unsharded arrays: one file a chunk)
+        self._local = None if sharding is not None else _local_files(self._store)
         # shard -> its index ((offset, nbytes) per inner chunk), kept: the
         # source's identity was checked at open and is pinned for its reads
         self._indexes: dict[int, npt.NDArray[np.uint64]] = {}
@@ -419,6 +424,18 @@ class DirectChunks:
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
         prototype = default_buffer_prototype()
         coords = np.stack(np.unravel_index(chunks, self.grid), axis=1)
+        if self._local is not None:
+            root, counters = self._local
+            keys = [os.path.join(root, self._key(tuple(int(c) for c in at))) for at in coords]
+
+            def read_and_decode(position: int) -> None:
+                data = _read_file(keys[position])
+                if counters is not None and data is not None:
+                    counters.add(nbytes=len(data), requests=1)
+                decode(position, data)
+
+            await asyncio.gather(*(hand_over(read_and_decode, p) for p in range(len(chunks))))
+            return
         if self._sharding is None:
 
             async def fetch(position: int) -> None:
@@ -537,6 +554,23 @@ class DirectChunks:
                 "(restore the source)"
             )
         return np.frombuffer(entries, dtype="<u8").reshape(sharding.inner, 2)
+
+
+def _read_file(path: str) -> npt.NDArray[np.uint8] | None:
+    """A chunk file's bytes in this thread's buffer (``None``: no such file, a
+    chunk never written)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(descriptor).st_size
+        buffer = thread_scratch(size, name="file")
+        if os.preadv(descriptor, [memoryview(buffer)], 0) != size:
+            raise OSError(f"{path} changed while it was read; read again")
+    finally:
+        os.close(descriptor)
+    return buffer
 
 
 def _axis(positions: Indices) -> slice | Indices:
