@@ -33,26 +33,21 @@ GENES = [f"g{i:03d}" for i in range(50)]
 VALUES = np.arange(10_007, dtype=np.int32) * 7 % 1013
 
 
-def v2_array(path: Path, values: np.ndarray, compressor: Any, **options: Any) -> zarr.Array:
+def stored(
+    path: Path, values: np.ndarray, *, written: tuple[slice, ...] = (slice(None),), **options: Any
+) -> zarr.Array:
+    """``values`` in an array of 1,000-entry chunks; only the ``written`` stretches are
+    stored (the rest of a chunk never written reads as the fill value)."""
     array = zarr.create_array(
-        path,
-        shape=values.shape,
-        chunks=(1000,),
-        dtype=values.dtype,
-        zarr_format=2,
-        compressors=compressor,
-        **options,
+        path, shape=values.shape, chunks=(1000,), dtype=values.dtype, **options
     )
-    array[:] = values
+    for part in written:
+        array[part] = values[part]
     return array
 
 
-def v3_array(path: Path, values: np.ndarray, **options: Any) -> zarr.Array:
-    array = zarr.create_array(
-        path, shape=values.shape, chunks=(1000,), dtype=values.dtype, zarr_format=3, **options
-    )
-    array[:] = values
-    return array
+def v2_array(path: Path, values: np.ndarray, compressor: Any) -> zarr.Array:
+    return stored(path, values, zarr_format=2, compressors=compressor)
 
 
 CASES: dict[str, Any] = {
@@ -62,42 +57,23 @@ CASES: dict[str, Any] = {
     "v2 zlib": lambda p: v2_array(p, VALUES, numcodecs.Zlib(level=1)),
     "v2 none": lambda p: v2_array(p, VALUES, None),
     "v2 big-endian float": lambda p: v2_array(p, VALUES.astype(">f8"), numcodecs.Zstd(level=1)),
-    "v3 bytes": lambda p: v3_array(p, VALUES, compressors=None),
-    "v3 zstd": lambda p: v3_array(p, VALUES, compressors=ZstdCodec(level=1)),
-    "v3 gzip": lambda p: v3_array(p, VALUES, compressors=GzipCodec(level=1)),
-    "v3 blosc": lambda p: v3_array(p, VALUES, compressors=BloscCodec(cname="zstd")),
-    "v3 big-endian": lambda p: v3_array(
+    "v3 bytes": lambda p: stored(p, VALUES, compressors=None),
+    "v3 zstd": lambda p: stored(p, VALUES, compressors=ZstdCodec(level=1)),
+    "v3 gzip": lambda p: stored(p, VALUES, compressors=GzipCodec(level=1)),
+    "v3 blosc": lambda p: stored(p, VALUES, compressors=BloscCodec(cname="zstd")),
+    "v3 big-endian": lambda p: stored(
         p, VALUES.astype(np.int64), serializer=BytesCodec(endian="big"), compressors=None
     ),
-    "v3 sharded": lambda p: v3_array(p, VALUES, shards=(4000,), compressors=ZstdCodec()),
-    "v3 sharded, part empty": lambda p: _sparse_sharded(p),
-    "v2 part empty": lambda p: _part_written(p, 2),
-    "v3 part empty": lambda p: _part_written(p, 3),
+    "v3 sharded": lambda p: stored(p, VALUES, shards=(4000,), compressors=ZstdCodec()),
+    # chunks (and, sharded, inner chunks) never written read as the fill value 5
+    "v3 sharded, part empty": lambda p: stored(
+        p, VALUES, shards=(4000,), fill_value=5, written=(slice(0, 2500), slice(7000, None))
+    ),
+    "v2 part empty": lambda p: stored(
+        p, VALUES, zarr_format=2, fill_value=5, written=(slice(2000, 4000),)
+    ),
+    "v3 part empty": lambda p: stored(p, VALUES, fill_value=5, written=(slice(2000, 4000),)),
 }
-
-
-def _part_written(path: Path, zarr_format: int) -> zarr.Array:
-    """An array of which only some chunk files exist (fill value 5 elsewhere)."""
-    array = zarr.create_array(
-        path,
-        shape=VALUES.shape,
-        chunks=(1000,),
-        dtype=VALUES.dtype,
-        fill_value=5,
-        zarr_format=zarr_format,
-    )
-    array[2000:4000] = VALUES[2000:4000]
-    return array
-
-
-def _sparse_sharded(path: Path) -> zarr.Array:
-    """A sharded array whose middle chunks were never written (fill value 5)."""
-    array = zarr.create_array(
-        path, shape=VALUES.shape, chunks=(1000,), shards=(4000,), dtype=VALUES.dtype, fill_value=5
-    )
-    array[:2500] = VALUES[:2500]
-    array[7000:] = VALUES[7000:]
-    return array
 
 
 def expected_values(array: zarr.Array) -> np.ndarray:
@@ -134,8 +110,10 @@ def test_ranges_equal_numpy_slices(tmp_path: Path, case: str) -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda p: v2_array(p, VALUES, numcodecs.Zstd(), filters=[numcodecs.Delta(dtype="i4")]),
-        lambda p: v3_array(p, VALUES, compressors=[ZstdCodec(), Crc32cCodec()]),
+        lambda p: stored(
+            p, VALUES, zarr_format=2, compressors=numcodecs.Zstd(), filters=[numcodecs.Delta("i4")]
+        ),
+        lambda p: stored(p, VALUES, compressors=[ZstdCodec(), Crc32cCodec()]),
         lambda p: zarr.create_array(
             p, shape=(3, 4), chunks=(2, 2), dtype=np.int32, zarr_format=2, order="F"
         ),
@@ -192,7 +170,7 @@ def test_blocks_of_2d_arrays_equal_numpy(tmp_path: Path, case: str) -> None:
 
 
 def test_a_damaged_shard_index_is_refused(tmp_path: Path) -> None:
-    array = v3_array(tmp_path / "a.zarr", VALUES, shards=(4000,), compressors=ZstdCodec())
+    array = stored(tmp_path / "a.zarr", VALUES, shards=(4000,), compressors=ZstdCodec())
     shard = tmp_path / "a.zarr" / "c" / "0"
     data = bytearray(shard.read_bytes())
     data[-10] ^= 0xFF  # inside the index, before its checksum
