@@ -81,6 +81,7 @@ from .anndata_elements import (
 )
 from .anndata_identity import GROUPS, fingerprints_of, listed_versions, pin_element
 from .cell_plan import CellPlan
+from .decode_threads import hand_over
 from .direct_chunks import DirectChunks, direct_chunks_for
 from .feature_plan import FeaturePlan
 from .gather import as_slice, distinct_chunks
@@ -345,6 +346,7 @@ class AnnDataCounts:
         # source columns in output order: rows come out sorted without a sort
         monotone = len(first_cols) < 2 or bool(np.all(first_cols[1:] > first_cols[:-1]))
         counts: list[Indices] = []
+        sorts: list[asyncio.Future[None]] = []
         kept_minor: list[npt.NDArray[Any]] = []
         kept_values: list[npt.NDArray[Any]] = []
         chunks = 0
@@ -362,15 +364,19 @@ class AnnDataCounts:
             else:
                 values = batch.values
             values = values.astype(self.dtype, copy=False)
+            counts.append(lengths)
             if cell_major and not monotone:
-                # sorted batch by batch: while the next batch is decoded
+                # each batch sorted on a decoding thread, while the next batch
+                # is decoded and mapped here: numpy's sort runs without the
+                # GIL (scipy's sort_indices holds it), so batches sort in parallel
                 bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
                 np.cumsum(lengths, out=bounds[1:])
-                ordered = sorted_rows(bounds, minor, values, n_out)
-                minor, values = ordered.joined()
-            counts.append(lengths)
+                sorts.append(
+                    hand_over(_sort_rows, bounds, kept_minor, kept_values, len(kept_minor), n_out)
+                )
             kept_minor.append(minor)
             kept_values.append(values)
+        await asyncio.gather(*sorts)
         per_major = np.concatenate(counts) if counts else np.zeros(len(majors), dtype=np.int64)
         indptr = np.zeros(len(majors) + 1, dtype=np.int64)
         np.cumsum(per_major, out=indptr[1:])
@@ -482,6 +488,24 @@ class AnnDataCounts:
         ):
             pointers[lo:hi] = self.pointers[chunk][bounds[lo:hi] - chunk * size]
         return pointers, len(missing)
+
+
+def _sort_rows(
+    bounds: Indices,
+    minor: list[npt.NDArray[Any]],
+    values: list[npt.NDArray[Any]],
+    position: int,
+    n_cols: int,
+) -> None:
+    """Sort the entries of part ``position`` of ``minor``/``values`` within each row
+    (rows start at ``bounds``), in place of the part: one stable numpy sort of
+    (row, column) keys, which runs without the GIL."""
+    rows = np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
+    rows *= n_cols
+    rows += minor[position]
+    order = np.argsort(rows, kind="stable")
+    minor[position] = minor[position][order]
+    values[position] = values[position][order]
 
 
 async def _scan_dtype(
