@@ -1,4 +1,4 @@
-"""Reading ranges of a 1-D zarr array by decoding its chunks directly.
+"""Reading a zarr array's chunks directly: ranges of a 1-D array, blocks of a 2-D one.
 
 An AnnData sparse element keeps its entries in two long 1-D arrays
 (``indices`` and ``data``) whose chunks hold a hundred thousand entries or
@@ -6,20 +6,25 @@ more. A read of some rows needs a few short ranges of them; zarr decodes
 every touched chunk and copies it into a result (and, for a slice, copies
 every decoded value). :class:`DirectChunks` does less for the same bytes:
 it fetches each touched chunk once through the store (the same requests
-zarr makes: one per chunk file, or per shard, an index and the touched
-inner chunks), decodes it with the array's own codec on the decoding
-threads (:mod:`.decode_threads`: the codecs release the GIL) into a reused
-buffer, stopping after the last wanted entry where the codec streams
-(zstd, gzip, zlib), and copies only the wanted entries into the result.
+zarr makes: one per chunk file, or per shard the whole shard or its index
+and the touched inner chunks), decodes it with the array's own codec on the
+decoding threads (:mod:`.decode_threads`: the codecs release the GIL) into
+a reused buffer, stopping after the last wanted entry where the codec
+streams (zstd, gzip, zlib), and copies only the wanted entries into the
+result. A dense AnnData ``X`` (2-D) is read the same way, chunk by chunk,
+up to the last wanted row of each, straight into the caller's output. On a
+plain local store, unsharded chunk files are read with ``pread`` on the
+decoding thread into its reused buffer.
 
-It applies to 1-D numeric arrays stored as Zarr v2 (compressor ``blosc``,
-``zstd``, ``gzip``, ``zlib`` or none; no filters) or Zarr v3 (``bytes``
-then at most one of ``zstd``, ``gzip``, ``blosc``; or ``sharding_indexed``
-whose inner chunks are so encoded and whose index is ``bytes`` with an
-optional ``crc32c``). :func:`direct_chunks_for` returns ``None`` for any
-other array, which callers then read through zarr's own pipeline.
+It applies to 1-D and 2-D numeric arrays stored as Zarr v2 (compressor
+``blosc``, ``zstd``, ``gzip``, ``zlib`` or none; no filters; C order) or
+Zarr v3 (``bytes`` then at most one of ``zstd``, ``gzip``, ``blosc``; or
+``sharding_indexed`` whose inner chunks are so encoded and whose index is
+``bytes`` with an optional ``crc32c``). :func:`direct_chunks_for` returns
+``None`` for any other array, which callers then read through zarr's own
+pipeline.
 
-Shard indexes are read once per reader and kept (a few bytes per inner
+Shard indexes are read once per reader and kept (16 bytes per inner
 chunk); an index whose checksum fails is an error naming the shard.
 """
 
