@@ -24,7 +24,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCode
 from zarr.core.sync import sync
 
 import cytearc_vfs as cv
-from cytearc_vfs.read import anndata_sources
+from cytearc_vfs.read import anndata_reads
 from cytearc_vfs.read.direct_chunks import DirectChunks, direct_chunks_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -228,7 +228,7 @@ def test_a_read_in_batches_decodes_each_touched_chunk_once(
     bounds = np.unique(np.concatenate([cells, cells + 1]))
     pointer_chunks = len(np.unique(bounds // size["indptr"]))
     # batches of ~1/5 of the entries: the chunks two batches share are decoded once
-    with mock.patch.object(anndata_sources, "ENTRY_BATCH", len(positions) // 5):
+    with mock.patch.object(anndata_reads, "ENTRY_BATCH", len(positions) // 5):
         reader.reset_stats()
         block = reader.read(cells)
     np.testing.assert_array_equal(block, data.X.toarray()[cells].astype(block.dtype))

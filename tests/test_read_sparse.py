@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from test_anndata_sources import adata, write
 
 import cytearc_vfs as cv
-from cytearc_vfs.read import anndata_sources
+from cytearc_vfs.read import anndata_reads
 from cytearc_vfs.read import reader as reader_module
 from cytearc_vfs.read.anndata_sources import AnnDataCounts
 from cytearc_vfs.read.reader import UnknownIdError
@@ -148,7 +148,7 @@ def test_reads_in_many_batches_equal_one(mixed: Path) -> None:
     whole = reader.read_sparse()
     cells = np.random.default_rng(8).choice(reader.shape[0], 150, replace=True)
     picked = reader.read_sparse(cells)
-    with mock.patch.object(anndata_sources, "ENTRY_BATCH", 37):
+    with mock.patch.object(anndata_reads, "ENTRY_BATCH", 37):
         batched = cv.open_store(mixed).reader()
         assert_canonical_equal(batched.read_sparse(), whole.toarray(), reader.dtype)
         assert_canonical_equal(batched.read_sparse(cells), picked.toarray(), reader.dtype)

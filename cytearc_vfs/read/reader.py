@@ -446,7 +446,7 @@ class VirtualArrayReader:
     ) -> None:
         """Fill ``out`` from ``source``: rows as ``cells``, columns as ``plan`` say."""
         if source.anndata is not None:
-            # one orientation, the element's encoding (anndata_sources.py)
+            # one orientation, the element's encoding (anndata_reads.py)
             decoded = await source.anndata.read_into(out, cells, plan)
             _, _, repeated = cells.firsts()
             if len(repeated):
