@@ -291,6 +291,7 @@ def test_remote_reads_make_no_more_requests_than_zarr(
         order = [list(remote["expected"].var_names).index(f) for f in reader.feature_ids]
         np.testing.assert_array_equal(block, truth[cells][:, order].astype(block.dtype))
         requests[route] = (reader.stats.requests, len(seen))
+        np.testing.assert_array_equal(reader.read_sparse(cells).toarray(), block)
         store.close()
     assert requests["direct"][0] <= requests["zarr"][0]
     assert requests["direct"][1] <= requests["zarr"][1]
