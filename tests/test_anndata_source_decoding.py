@@ -25,7 +25,7 @@ from zarr.core.sync import sync
 
 import cytearc_vfs as cv
 from cytearc_vfs.read import anndata_reads
-from cytearc_vfs.read.direct_chunks import DirectChunks, direct_chunks_for
+from cytearc_vfs.read.direct_chunks import ChunkDecodeError, DirectChunks, direct_chunks_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -177,8 +177,27 @@ def test_a_damaged_shard_index_is_refused(tmp_path: Path) -> None:
     shard.write_bytes(bytes(data))
     direct = direct_chunks_for(array.async_array)
     assert direct is not None
-    with pytest.raises(ValueError, match="crc32c"):
+    with pytest.raises(ChunkDecodeError, match="crc32c"):
         sync(direct.read_ranges(np.array([10]), np.array([20])))
+
+
+@pytest.mark.parametrize("case", ["v2 zstd", "v2 blosc", "v3 gzip", "v3 sharded"])
+def test_a_damaged_chunk_is_an_error_naming_it(tmp_path: Path, case: str) -> None:
+    array = CASES[case](tmp_path / "a.zarr")
+    files = sorted(
+        f
+        for f in (tmp_path / "a.zarr").rglob("*")
+        if f.is_file() and not f.name.startswith((".", "zarr"))
+    )
+    for file in files:  # every chunk (or shard) cut short
+        data = file.read_bytes()
+        file.write_bytes(
+            data[: len(data) // 2] if "sharded" not in case else data[:40] + data[-68:]
+        )
+    direct = direct_chunks_for(array.async_array)
+    assert direct is not None
+    with pytest.raises(ChunkDecodeError, match=r"chunk \(\d+,\) of .*restore it|shard"):
+        sync(direct.read_ranges(np.array([10]), np.array([2020])))
 
 
 # ------------------------------------------------------------ through a composite

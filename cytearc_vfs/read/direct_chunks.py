@@ -49,14 +49,20 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, Sharding
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
 
+from ..errors import VfsError
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .prefetch import MAX_IN_FLIGHT
 from .shard_reader import _local_files
 
-__all__ = ["ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
+__all__ = ["ChunkDecodeError", "ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
 
 Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
+
+
+class ChunkDecodeError(VfsError, ValueError):
+    """A stored chunk that its array's codec cannot decode (a damaged source)."""
+
 
 # How a chunk's bytes are decoded: ``decode(data, nbytes)`` returns a byte
 # array holding at least the decoded chunk's first ``nbytes`` bytes (the
@@ -420,7 +426,15 @@ class DirectChunks:
                 use(position, None)
                 return
             nbytes = int(stops[position]) * self.wire.itemsize
-            use(position, self._decode(data, nbytes)[:nbytes].view(self.wire))
+            try:
+                decoded = self._decode(data, nbytes)[:nbytes].view(self.wire)
+            except Exception as exc:  # a codec's own error names no chunk
+                coords = tuple(int(c) for c in np.unravel_index(int(chunks[position]), self.grid))
+                raise ChunkDecodeError(
+                    f"chunk {coords} of {self._path or 'the array'} cannot be decoded "
+                    f"({type(exc).__name__}: {exc}); the source is damaged: restore it"
+                ) from exc
+            use(position, decoded)
 
         async def one(position: int, data: Any) -> None:
             await hand_over(decode, position, data)
@@ -546,7 +560,7 @@ class DirectChunks:
         assert sharding is not None
         data = bytes(raw)
         if len(data) != sharding.index_bytes:
-            raise ValueError(
+            raise ChunkDecodeError(
                 f"shard {key}: its index is {len(data)} bytes, not {sharding.index_bytes}; "
                 "the shard is damaged (restore the source)"
             )
@@ -554,7 +568,7 @@ class DirectChunks:
         if sharding.checksum and google_crc32c.value(entries) != int.from_bytes(
             data[-4:], "little"
         ):
-            raise ValueError(
+            raise ChunkDecodeError(
                 f"shard {key}: its index fails its crc32c checksum; the shard is damaged "
                 "(restore the source)"
             )
