@@ -314,3 +314,50 @@ def test_remote_reads_make_no_more_requests_than_zarr(
         store.close()
     assert requests["direct"][0] <= requests["zarr"][0]
     assert requests["direct"][1] <= requests["zarr"][1]
+
+
+def test_arrays_the_decoder_does_not_take_are_read_through_zarr(tmp_path: Path) -> None:
+    """A sparse ``data`` and a dense ``X`` rewritten with a filter: zarr's pipeline
+    reads them, with the same values."""
+    sparse_data = csr_or_csc(300, "a", seed=5)
+    sparse_data.X = sparse_data.X.astype(np.int32)
+    dense_data = ad.AnnData(X=sparse_data.X.toarray(), obs=sparse_data.obs, var=sparse_data.var)
+    dense_data.obs_names = [f"d{i}" for i in range(dense_data.n_obs)]
+    sources = {
+        "sparse": write(sparse_data, tmp_path / "s.zarr", 2),
+        "dense": write(dense_data, tmp_path / "d.zarr", 2),
+    }
+    for path, key in ((sources["sparse"], "X/data"), (sources["dense"], "X")):
+        group = zarr.open_group(path, mode="r+", use_consolidated=False)
+        old = group[key]
+        assert isinstance(old, zarr.Array)
+        values, attrs = old[...], dict(old.attrs)
+        new = group.create_array(
+            key,
+            shape=values.shape,
+            dtype=values.dtype,
+            chunks=old.chunks,
+            filters=[numcodecs.Delta(dtype="<i4")],
+            compressors=numcodecs.Zstd(),
+            overwrite=True,
+        )
+        new[...] = values
+        new.attrs.update(attrs)
+        if (path / ".zmetadata").exists():
+            zarr.consolidate_metadata(path, zarr_format=2)
+    cv.create_composite(tmp_path / "c.zarr", sources).close()
+    reader = cv.open_store(tmp_path / "c.zarr").reader()
+    bound = {source.name: source.anndata for source in reader._mapping.sources}
+    assert bound["sparse"] is not None and bound["dense"] is not None
+    assert bound["sparse"].direct["data"] is None  # zarr's pipeline
+    assert bound["sparse"].direct["indices"] is not None
+    assert bound["dense"].direct["dense"] is None
+    truth = np.vstack([sparse_data.X.toarray(), dense_data.X])
+    order = [GENES.index(f) for f in reader.feature_ids]
+    truth = truth[:, order]
+    cells = np.random.default_rng(6).choice(len(truth), 80, replace=True)
+    np.testing.assert_array_equal(reader.read(), truth)
+    np.testing.assert_array_equal(reader.read(cells), truth[cells])
+    np.testing.assert_array_equal(
+        reader.read_sparse(cells, [4, 1]).toarray(), truth[cells][:, [4, 1]]
+    )

@@ -90,19 +90,8 @@ class ElementReads:
         unique_rows, first_rows, _ = cells.firsts()
         unique_cols, first_cols, repeated_cols = plan.feature_major()
         encoding = self.element.encoding
-        direct = self.direct.get("dense")
-        if direct is not None:
-            chunks = await direct.read_block(unique_rows, unique_cols, out, first_rows, first_cols)
-        elif encoding == "array":
-            dense = self.arrays["dense"]
-            block = np.asarray(
-                await dense.get_orthogonal_selection((as_slice(unique_rows), as_slice(unique_cols)))
-            )
-            out[np.ix_(first_rows, first_cols)] = block
-            chunk_rows, chunk_cols = dense.chunks
-            chunks = len(distinct_chunks(unique_rows, chunk_rows)) * len(
-                distinct_chunks(unique_cols, chunk_cols)
-            )
+        if encoding == "array":
+            chunks = await self._read_dense(out, unique_rows, unique_cols, first_rows, first_cols)
         else:
             cell_major = encoding == "csr_matrix"
             if cell_major:
@@ -135,6 +124,25 @@ class ElementReads:
                 np.ix_(first_rows, repeated_cols[:, 1])
             ]
         return chunks
+
+    async def _read_dense(
+        self,
+        out: npt.NDArray[Any],
+        rows: Indices,
+        cols: Indices,
+        out_rows: Indices,
+        out_cols: Indices,
+    ) -> int:
+        """A dense element's ``rows`` x ``cols`` (sorted unique) into ``out``; returns
+        the chunks decoded."""
+        direct = self.direct.get("dense")
+        if direct is not None:
+            return await direct.read_block(rows, cols, out, out_rows, out_cols)
+        dense = self.arrays["dense"]
+        block = np.asarray(await dense.get_orthogonal_selection((as_slice(rows), as_slice(cols))))
+        out[np.ix_(out_rows, out_cols)] = block
+        chunk_rows, chunk_cols = dense.chunks
+        return len(distinct_chunks(rows, chunk_rows)) * len(distinct_chunks(cols, chunk_cols))
 
     async def read_rows(
         self, cells: CellPlan, plan: FeaturePlan, idx: np.dtype
