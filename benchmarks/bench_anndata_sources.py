@@ -14,22 +14,29 @@ Compared on the same selections (union of genes, zeros where a source lacks
 one):
 
 * ``anndata-sources``  ``create_composite`` over the three AnnData stores,
-                       read with the gather reader (and plain zarr for the band);
+                       read with the gather reader: ``read`` (a dense block),
+                       ``read_sparse`` (a CSR matrix), and plain zarr for the band;
 * ``cytearc-sources``  the same composite over the stores converted by
-                       ``cv.write_counts`` (conversion time printed);
+                       ``cv.write_counts`` (conversion time printed), ``read``
+                       and ``read_sparse``;
 * ``anndata-lazy``     anndata's own lazy route: ``anndata.experimental.read_lazy``
                        of each store, ``anndata.concat(join="outer")``, the
                        selection computed with dask (outer-join blocks are COO,
                        which dask cannot index: each block is made CSR first);
-                       the result stays sparse (cheaper than our dense blocks);
+                       the result stays sparse;
 * ``tiledbsoma``       (``--soma``) the three AnnData objects ingested into one
-                       SOMA experiment (``register_anndatas`` + ``from_anndata``),
-                       read with ``axis_query(...).to_anndata``; ingest time printed.
+                       SOMA experiment (``from_anndata``, then ``register_anndatas``
+                       + ``from_anndata`` for the others), read with
+                       ``axis_query(...).to_anndata``; ingest time printed.
+                       tiledbsoma 2.3 needs pandas < 3, so it is not in the
+                       ``bench`` group (one lock for the project): run with
+                       ``uv run --group bench --with 'tiledbsoma>=2.3'``.
 
 Selections: 1,000 random cells x all genes; 50 random genes x all cells; a
 10,000-cell band x all genes. Medians of ``--repeat`` runs, warm page cache.
 
-    uv run --group bench python benchmarks/bench_anndata_sources.py [--soma] [--json -]
+    uv run --group bench python benchmarks/bench_anndata_sources.py [--json -]
+    uv run --group bench --with 'tiledbsoma>=2.3' python benchmarks/bench_anndata_sources.py --soma
 """
 
 from __future__ import annotations
@@ -86,26 +93,39 @@ def lazy_route(paths: list[Path]) -> Callable[[Any, Any], Any]:
     return select
 
 
-def soma_route(root: Path, parts: list[ad.AnnData]) -> tuple[Callable[[Any, Any], Any], float]:
-    """One SOMA experiment of ``parts``; returns ``select(cells, genes)`` and the ingest time."""
+def soma_route(
+    root: Path, parts: list[ad.AnnData]
+) -> tuple[Callable[[Any, Any], Any], float, list[str]]:
+    """One SOMA experiment of ``parts``; returns ``select(cells, genes)`` (soma joinids),
+    the ingest time and the experiment's var ids in joinid order.
+
+    Each part goes in as an in-memory AnnData whose counts are the CSR layer
+    ``data`` with ``X`` left empty: anndata 0.13 lists ``X`` among the layers
+    under the key ``None``, which tiledbsoma 2.3's ``from_anndata`` cannot name
+    (``TypeError: quote_from_bytes() expected bytes``). The first part creates
+    the experiment, the others are registered against it and appended.
+    """
     import tiledbsoma
     import tiledbsoma.io
 
     uri = str(root / "soma")
     started = time.perf_counter()
-    files = []
-    for index, part in enumerate(parts):
-        file = root / f"soma-part{index}.h5ad"
-        # SOMA stores X sparse whatever it came as
-        ad.AnnData(X=sp.csr_matrix(part.X), obs=part.obs, var=part.var).write_h5ad(file)
-        files.append(str(file))
-    mapping = tiledbsoma.io.register_h5ads(
-        None, files, measurement_name="RNA", obs_field_name="obs_id", var_field_name="var_id"
+    inputs = [
+        ad.AnnData(obs=part.obs, var=part.var, layers={"data": sp.csr_matrix(part.X)})
+        for part in parts
+    ]
+    tiledbsoma.io.from_anndata(uri, inputs[0], measurement_name="RNA")
+    mapping = tiledbsoma.io.register_anndatas(
+        uri, inputs[1:], measurement_name="RNA", obs_field_name="obs_id", var_field_name="var_id"
     )
-    for file in files:
-        tiledbsoma.io.from_h5ad(uri, file, "RNA", registration_mapping=mapping)
+    mapping.prepare_experiment(uri)
+    for data in inputs[1:]:
+        tiledbsoma.io.from_anndata(uri, data, measurement_name="RNA", registration_mapping=mapping)
     ingest = time.perf_counter() - started
     experiment = tiledbsoma.Experiment.open(uri)
+    var = experiment.ms["RNA"].var.read(column_names=["soma_joinid", "var_id"]).concat()
+    frame = var.to_pandas().sort_values("soma_joinid")
+    var_ids = [str(v) for v in frame["var_id"]]
 
     def select(cells: Any, genes: Any) -> Any:
         query = experiment.axis_query(
@@ -115,7 +135,7 @@ def soma_route(root: Path, parts: list[ad.AnnData]) -> tuple[Callable[[Any, Any]
         )
         return query.to_anndata(X_name="data").X
 
-    return select, ingest
+    return select, ingest, var_ids
 
 
 def main() -> None:
@@ -190,19 +210,26 @@ def run(args: argparse.Namespace, root: Path) -> None:
         name: np.asarray([lazy.var_names.index(features[g]) for g in genes])  # type: ignore[attr-defined]
         for name in ["genes"]
     }["genes"]
-    routes: dict[str, Callable[[Any, Any], Any]] = {
-        name: (lambda r: lambda c, g: r.read(c, g))(reader) for name, reader in readers.items()
-    }
+    routes: dict[str, Callable[[Any, Any], Any]] = {}
+    for name, reader in readers.items():
+        routes[name] = (lambda r: lambda c, g: r.read(c, g))(reader)
+        routes[f"{name} (read_sparse)"] = (lambda r: lambda c, g: r.read_sparse(c, g))(reader)
     routes["anndata-lazy"] = lambda c, g: lazy(
         slice(None) if c is None else c, None if g is None else lazy_genes
     )
     soma_ingest_s = None
     if args.soma:
         try:
-            soma, soma_ingest_s = soma_route(root, parts)
+            soma, soma_ingest_s, soma_var = soma_route(root, parts)
+            soma_genes = np.asarray([soma_var.index(features[g]) for g in genes])
             routes["tiledbsoma"] = lambda c, g: soma(
                 np.arange(n_cells)[c] if c is not None else np.arange(n_cells),
-                None if g is None else np.asarray([lazy.var_names.index(features[i]) for i in g]),  # type: ignore[attr-defined]
+                None if g is None else soma_genes,
+            )
+            soma_block = soma(cells[:50], None).toarray()
+            np.testing.assert_array_equal(
+                soma_block[:, [soma_var.index(f) for f in features]],
+                readers["cytearc-sources"].read(cells[:50]),
             )
         except Exception as exc:  # optional: say why and go on
             print(f"tiledbsoma skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -210,6 +237,9 @@ def run(args: argparse.Namespace, root: Path) -> None:
     # correctness: every route gives the same values for the cell selection
     truth = readers["cytearc-sources"].read(cells[:50])
     np.testing.assert_array_equal(readers["anndata-sources"].read(cells[:50]), truth)
+    np.testing.assert_array_equal(
+        readers["anndata-sources"].read_sparse(cells[:50]).toarray(), truth
+    )
     lazy_block = lazy(cells[:50], None).toarray()
     order = [lazy.var_names.index(f) for f in features]  # type: ignore[attr-defined]
     np.testing.assert_array_equal(lazy_block[:, order], truth)
@@ -241,6 +271,23 @@ def run(args: argparse.Namespace, root: Path) -> None:
         for name, seconds in row.items():
             print(
                 f"  {name:30s} {seconds * 1e3:9.1f} ms   {seconds / base:6.2f}x of anndata-sources"
+            )
+    print("\ntargets (ratios of medians)")
+    cells_row = results["1,000 random cells x all genes"]
+    print(
+        "  cells, over AnnData / over CyteArc (<= 2): dense "
+        f"{cells_row['anndata-sources'] / cells_row['cytearc-sources']:.2f}x, sparse "
+        f"{cells_row['anndata-sources (read_sparse)'] / cells_row['cytearc-sources (read_sparse)']:.2f}x"
+    )
+    for label, row in results.items():
+        others = [("anndata-lazy", ">= 3")] + (
+            [("tiledbsoma", ">= 1")] if "tiledbsoma" in row else []
+        )
+        for other, target in others:
+            print(
+                f"  {label}, {other} / over AnnData ({target}): dense "
+                f"{row[other] / row['anndata-sources']:.2f}x, read_sparse "
+                f"{row[other] / row['anndata-sources (read_sparse)']:.2f}x"
             )
     if args.json:
         payload = json.dumps(

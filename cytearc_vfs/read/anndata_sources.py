@@ -1,15 +1,16 @@
-"""AnnData Zarr stores as composite sources: binding, identity and gather reads.
+"""AnnData Zarr stores as composite sources: binding and identity.
 
 A composite reads the counts of an AnnData store (``X`` or a layer, encoded
 ``csr_matrix``, ``csc_matrix`` or a dense ``array``; Zarr v2 or v3) where
-they are, through :class:`AnnDataCounts`:
+they are, through :class:`AnnDataCounts`, whose reads
+(:mod:`.anndata_reads`) are:
 
 * **CSR** (cell-major): a read of cells fetches the ``indptr`` entries of the
-  selected rows and their successors (only the chunks holding them), then
-  the ``indices`` and ``data`` of those rows, decoding only the chunks
-  holding them (:mod:`.sparse_entries`);
+  selected rows and their successors (only the chunks holding them; decoded
+  ``indptr`` chunks are kept), then the ``indices`` and ``data`` of those
+  rows, in batches, decoding only the chunks holding them, each once;
 * **CSC** (feature-major): the same along features;
-* **dense**: zarr's orthogonal read of the selected rows x columns.
+* **dense**: the chunks the selected rows x columns touch, each once.
 
 Each AnnData source has one orientation, so the reader's orientation choice
 for it is its encoding's: a CSR source is cheap for cells, a CSC source for
@@ -71,11 +72,9 @@ from .anndata_elements import (
     read_index,
 )
 from .anndata_identity import GROUPS, fingerprints_of, listed_versions, pin_element
-from .cell_plan import CellPlan
-from .feature_plan import FeaturePlan
-from .gather import as_slice, distinct_chunks
+from .anndata_reads import ElementReads
+from .direct_chunks import DirectChunks, direct_chunks_for
 from .prefetch import PrefetchedStore
-from .sparse_entries import read_ranges, scatter_entries
 
 __all__ = [
     "AnnDataCounts",
@@ -85,8 +84,6 @@ __all__ = [
 ]
 
 Indices = npt.NDArray[np.int64]
-# Entries of a sparse read decoded and placed at once (a few MB of them).
-ENTRY_BATCH = 1 << 20
 # Values scanned per block when checking float counts at creation.
 SCAN_BLOCK = 1 << 23
 
@@ -188,8 +185,9 @@ async def _layout(documents: Documents, element: str, *, where: str) -> _Layout 
 
 
 @dataclass
-class AnnDataCounts:
-    """A bound AnnData matrix element, read into composite reads."""
+class AnnDataCounts(ElementReads):
+    """A bound AnnData matrix element, read into composite reads (its reads:
+    :class:`~.anndata_reads.ElementReads`)."""
 
     element: MatrixElement
     """The element read."""
@@ -207,11 +205,14 @@ class AnnDataCounts:
     """The var index, when read (at creation)."""
     fingerprints: dict[str, str] = field(default_factory=dict)
     """``counts``, ``cells`` and ``features`` fingerprints."""
+    pointers: dict[int, Indices] = field(default_factory=dict, repr=False)
+    """Decoded ``indptr`` chunks, by chunk, kept for the element's lifetime (shared
+    by its counting views: the source's identity was checked at open)."""
+    direct: dict[str, DirectChunks | None] = field(init=False, repr=False)
+    """Direct chunk decoders of the arrays (``None``: read through zarr's pipeline)."""
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(cells, features)."""
-        return self.element.shape
+    def __post_init__(self) -> None:
+        self.direct = {name: direct_chunks_for(array) for name, array in self.arrays.items()}
 
     def on(self, store: Store) -> AnnDataCounts:
         """The same element read through ``store`` (a counting view); no I/O."""
@@ -222,79 +223,6 @@ class AnnDataCounts:
             for name, array in self.arrays.items()
         }
         return replace(self, arrays=arrays)
-
-    async def read_into(self, out: npt.NDArray[Any], cells: CellPlan, plan: FeaturePlan) -> int:
-        """Place the selected values into ``out``; returns the chunks decoded.
-
-        Rows repeated by the cell selection are the caller's to copy (as for
-        every source); repeated feature columns are copied here.
-        """
-        unique_rows, first_rows, _ = cells.firsts()
-        unique_cols, first_cols, repeated_cols = plan.feature_major()
-        encoding = self.element.encoding
-        if encoding == "array":
-            dense = self.arrays["dense"]
-            block = np.asarray(
-                await dense.get_orthogonal_selection((as_slice(unique_rows), as_slice(unique_cols)))
-            )
-            out[np.ix_(first_rows, first_cols)] = block
-            chunk_rows, chunk_cols = dense.chunks
-            chunks = len(distinct_chunks(unique_rows, chunk_rows)) * len(
-                distinct_chunks(unique_cols, chunk_cols)
-            )
-        else:
-            cell_major = encoding == "csr_matrix"
-            if cell_major:
-                majors, out_majors = unique_rows, first_rows
-                minors, out_minors, n_minor = unique_cols, first_cols, self.shape[1]
-            else:
-                majors, out_majors = unique_cols, first_cols
-                minors, out_minors, n_minor = unique_rows, first_rows, self.shape[0]
-            # output position of each minor index (-1: not selected), by one
-            # lookup per entry: cheaper than a search when entries are many
-            lookup: Indices | None = None
-            if len(minors) != n_minor or not bool(np.all(out_minors == np.arange(n_minor))):
-                lookup = np.full(n_minor, -1, dtype=np.int64)
-                lookup[minors] = out_minors
-            starts, ends, chunks = await self._ranges(majors)
-            # majors in batches of about ENTRY_BATCH entries, each read and
-            # placed before the next: the decoded entries stay small (a band
-            # of all cells is not held whole, twice, before it is placed)
-            ends_cum = np.cumsum(ends - starts)
-            first = 0
-            while first < len(majors):
-                done = int(ends_cum[first - 1]) if first else 0
-                stop = max(first + 1, int(np.searchsorted(ends_cum, done + ENTRY_BATCH, "right")))
-                if int(ends_cum[stop - 1]) > done:
-                    (minor, n_minor_chunks), (values, n_value_chunks) = await asyncio.gather(
-                        read_ranges(self.arrays["indices"], starts[first:stop], ends[first:stop]),
-                        read_ranges(self.arrays["data"], starts[first:stop], ends[first:stop]),
-                    )
-                    chunks += n_minor_chunks + n_value_chunks
-                    lengths = ends[first:stop] - starts[first:stop]
-                    bounds = np.cumsum(lengths) - lengths
-                    scatter_entries(
-                        out, cell_major, out_majors[first:stop], bounds, minor, values, lookup
-                    )
-                first = stop
-        if len(repeated_cols):
-            out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
-                np.ix_(first_rows, repeated_cols[:, 1])
-            ]
-        return chunks
-
-    async def _ranges(self, majors: Indices) -> tuple[Indices, Indices, int]:
-        """Where the entries of the sorted unique ``majors`` (rows of a CSR, columns
-        of a CSC) are: (starts, ends, ``indptr`` chunks decoded), from the
-        ``indptr`` entries of the majors and their successors only."""
-        indptr = self.arrays["indptr"]
-        bounds = np.unique(np.concatenate([majors, majors + 1]))
-        pointers = np.asarray(
-            await indptr.get_orthogonal_selection((as_slice(bounds),)), dtype=np.int64
-        )
-        starts = pointers[np.searchsorted(bounds, majors)]
-        ends = pointers[np.searchsorted(bounds, majors + 1)]
-        return starts, ends, len(distinct_chunks(bounds, indptr.chunks[0]))
 
 
 async def _scan_dtype(

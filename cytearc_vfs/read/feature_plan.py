@@ -38,6 +38,7 @@ class FeaturePlan:
     """The chunks of each size that the source columns touch."""
     _maps: dict[int, ColumnMap] = field(default_factory=dict, init=False, repr=False)
     _firsts: tuple[Indices, Indices, Indices] | None = field(default=None, init=False, repr=False)
+    _narrowed: FeaturePlan | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.out_cols = np.flatnonzero(self.columns >= 0)
@@ -54,6 +55,13 @@ class FeaturePlan:
         if zero_column not in self._maps:
             self._maps[zero_column] = column_map(self.columns, zero_column)
         return self._maps[zero_column]
+
+    def narrowed(self) -> FeaturePlan:
+        """The plan of an output holding only the columns this source fills, in
+        order (a sparse read's dense bands); made once, kept with this plan."""
+        if self._narrowed is None:
+            self._narrowed = FeaturePlan(self.cols)
+        return self._narrowed
 
     def feature_major(self) -> tuple[Indices, Indices, Indices]:
         """Sorted unique source columns, the output column of each, and repeats."""

@@ -67,12 +67,12 @@ def band_rows(n_features: int, itemsize: int, band_bytes: int = BAND_BYTES) -> i
 def cell_bands(
     opened: OpenedAssay, band_bytes: int = BAND_BYTES
 ) -> Iterator[tuple[slice, sp.csr_matrix]]:
-    """``(cells, CSR block)`` of consecutive bands of cells, each read densely once."""
+    """``(cells, CSR block)`` of consecutive bands of cells, each read once (sparse)."""
     n_cells, n_features = opened.shape
     rows = band_rows(n_features, opened.reader.dtype.itemsize, band_bytes)
     for start in range(0, n_cells, rows):
         cells = slice(start, min(n_cells, start + rows))
-        yield cells, sp.csr_matrix(opened.reader.read(cells, None))
+        yield cells, opened.reader.read_sparse(cells, None)
 
 
 def _frame(
@@ -135,8 +135,7 @@ class SparseCounts:
         reader = self._reader
         if reader is None:
             reader = self._reader = _process_reader(self._recipe)
-        block = reader.read(rows, cols)
-        return sp.csr_matrix(block)
+        return reader.read_sparse(rows, cols)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuilt, (self.shape, self.dtype, self._recipe))

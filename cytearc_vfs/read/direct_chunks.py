@@ -1,0 +1,599 @@
+"""Reading a zarr array's chunks directly: ranges of a 1-D array, blocks of a 2-D one.
+
+An AnnData sparse element keeps its entries in two long 1-D arrays
+(``indices`` and ``data``) whose chunks hold a hundred thousand entries or
+more. A read of some rows needs a few short ranges of them; zarr decodes
+every touched chunk and copies it into a result (and, for a slice, copies
+every decoded value). :class:`DirectChunks` does less for the same bytes:
+it fetches each touched chunk once through the store (the same requests
+zarr makes: one per chunk file, or per shard the whole shard or its index
+and the touched inner chunks), decodes it with the array's own codec on the
+decoding threads (:mod:`.decode_threads`: the codecs release the GIL) into
+a reused buffer, stopping after the last wanted entry where the codec
+streams (zstd, gzip, zlib), and copies only the wanted entries into the
+result. A dense AnnData ``X`` (2-D) is read the same way, chunk by chunk,
+up to the last wanted row of each, straight into the caller's output. On a
+plain local store, unsharded chunk files are read with ``pread`` on the
+decoding thread into its reused buffer.
+
+It applies to 1-D and 2-D numeric arrays stored as Zarr v2 (compressor
+``blosc``, ``zstd``, ``gzip``, ``zlib`` or none; no filters; C order) or
+Zarr v3 (``bytes`` then at most one of ``zstd``, ``gzip``, ``blosc``; or
+``sharding_indexed`` whose inner chunks are so encoded and whose index is
+``bytes`` with an optional ``crc32c``). :func:`direct_chunks_for` returns
+``None`` for any other array, which callers then read through zarr's own
+pipeline.
+
+Shard indexes are read once per reader and kept (16 bytes per inner
+chunk); an index whose checksum fails is an error naming the shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import google_crc32c
+import numcodecs
+import numpy as np
+import numpy.typing as npt
+import zstandard
+from numcodecs import blosc
+from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec, ZstdCodec
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+
+from ..errors import VfsError
+from .decode_threads import hand_over, thread_decompressor, thread_scratch
+from .prefetch import MAX_IN_FLIGHT
+from .shard_reader import _local_files
+
+__all__ = ["ChunkDecodeError", "ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
+
+Indices = npt.NDArray[np.int64]
+MISSING = 2**64 - 1
+
+
+class ChunkDecodeError(VfsError, ValueError):
+    """A stored chunk that its array's codec cannot decode (a damaged source)."""
+
+
+# How a chunk's bytes are decoded: ``decode(data, nbytes)`` returns a byte
+# array holding at least the decoded chunk's first ``nbytes`` bytes (the
+# decoding thread's buffer, or ``data`` itself: valid until the thread's next
+# decode).
+Decode = Callable[[Any, int], npt.NDArray[np.uint8]]
+
+
+def _zstd(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+    target = thread_scratch(nbytes, name="direct")
+    view = memoryview(target)
+    with thread_decompressor().stream_reader(data, read_across_frames=True) as reader:
+        filled = 0
+        while filled < nbytes:
+            n = reader.readinto(view[filled:])
+            if n == 0:
+                raise zstandard.ZstdError(f"the chunk ends after {filled} bytes")
+            filled += n
+    return target
+
+
+def _deflate(wbits: int) -> Decode:
+    def decode(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+        inflated = zlib.decompressobj(wbits).decompress(data, nbytes)
+        if len(inflated) < nbytes:
+            raise zlib.error(f"the chunk ends after {len(inflated)} bytes")
+        return np.frombuffer(inflated, dtype=np.uint8)
+
+    return decode
+
+
+def _blosc(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+    # blosc decodes whole chunks (its blocks are most of a chunk anyway)
+    whole = int.from_bytes(bytes(data[4:8]), "little")  # the header's decoded size
+    target = thread_scratch(whole, name="direct")
+    blosc.decompress(data, target)
+    return target
+
+
+def _raw(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if len(raw) < nbytes:
+        raise ValueError(f"the chunk holds {len(raw)} bytes, not {nbytes}")
+    return raw
+
+
+def _v2_decode(compressor: Any) -> Decode | None:
+    if compressor is None:
+        return _raw
+    if isinstance(compressor, numcodecs.Blosc):
+        return _blosc
+    if isinstance(compressor, numcodecs.Zstd):
+        return _zstd
+    if isinstance(compressor, numcodecs.GZip):
+        return _deflate(16 + zlib.MAX_WBITS)
+    if isinstance(compressor, numcodecs.Zlib):
+        return _deflate(zlib.MAX_WBITS)
+    return None
+
+
+def _v3_decode(codecs: tuple[Any, ...]) -> tuple[Decode, str | None] | None:
+    """The decoder and byte order of ``bytes`` + at most one compressor."""
+    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
+        return None
+    endian = codecs[0].endian
+    if len(codecs) == 1:
+        return _raw, endian
+    compressor = codecs[1]
+    if isinstance(compressor, ZstdCodec):
+        return _zstd, endian
+    if isinstance(compressor, GzipCodec):
+        return _deflate(16 + zlib.MAX_WBITS), endian
+    if isinstance(compressor, BloscCodec):
+        return _blosc, endian
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Sharding:
+    """Where a shard's inner chunks are."""
+
+    per_shard: tuple[int, ...]
+    """Inner chunks per shard along each dimension."""
+    at_end: bool
+    """The index follows the chunks (else it precedes them)."""
+    checksum: bool
+    """The index ends with a crc32c of its entries."""
+
+    @property
+    def inner(self) -> int:
+        """Inner chunks per shard."""
+        return int(np.prod(self.per_shard))
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes of the index: (offset, nbytes) per inner chunk, and the checksum."""
+        return 16 * self.inner + 4 * self.checksum
+
+
+def _index_codecs_known(codec: ShardingCodec) -> bool:
+    index = tuple(codec.index_codecs)
+    return bool(
+        index
+        and isinstance(index[0], BytesCodec)
+        and index[0].endian in (None, "little")
+        and (len(index) == 1 or (len(index) == 2 and isinstance(index[1], Crc32cCodec)))
+    )
+
+
+def direct_chunks_for(array: AsyncArray[Any]) -> DirectChunks | None:
+    """A :class:`DirectChunks` of ``array`` (1-D or 2-D, numeric), or ``None`` when its
+    layout or codecs are not among those it decodes (then zarr's pipeline reads it)."""
+    if array.ndim not in (1, 2) or np.dtype(array.dtype).kind not in "biuf":
+        return None
+    metadata = array.metadata
+    sharding: _Sharding | None = None
+    decode: Decode | None
+    if metadata.zarr_format == 2:
+        if metadata.filters or (array.ndim > 1 and metadata.order != "C"):
+            return None
+        decode = _v2_decode(metadata.compressor)
+        wire = np.dtype(metadata.dtype.to_native_dtype())
+        chunks = tuple(int(c) for c in metadata.chunks)
+    else:
+        codecs = tuple(metadata.codecs)
+        chunks = tuple(int(c) for c in metadata.chunk_grid.chunk_shape)
+        if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+            codec = codecs[0]
+            if not _index_codecs_known(codec):
+                return None
+            inner = tuple(int(c) for c in codec.chunk_shape)
+            per_shard = tuple(s // c for s, c in zip(chunks, inner, strict=True))
+            sharding = _Sharding(
+                per_shard, codec.index_location == "end", len(codec.index_codecs) == 2
+            )
+            chunks, codecs = inner, tuple(codec.codecs)
+        found = _v3_decode(codecs)
+        if found is None:
+            return None
+        decode, endian = found
+        wire = np.dtype(array.dtype).newbyteorder("<" if endian in (None, "little") else ">")
+    if decode is None:
+        return None
+    fill = metadata.fill_value
+    return DirectChunks(array, decode, wire, chunks, sharding, 0 if fill is None else fill)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPieces:
+    """The pieces of some ranges of a 1-D array, grouped by the chunk holding them."""
+
+    chunks: Indices
+    """Touched chunks, ascending."""
+    bounds: Indices
+    """Where each chunk's pieces start in the piece arrays (and where the last ends)."""
+    starts: Indices
+    """Each piece's first position within its chunk."""
+    ends: Indices
+    """Each piece's end within its chunk."""
+    targets: Indices
+    """Where each piece goes in the concatenated result."""
+
+
+def chunk_pieces(starts: Indices, ends: Indices, size: int) -> ChunkPieces:
+    """Ranges ``[starts[i], ends[i])`` (ascending, disjoint, non-empty) cut at chunk edges.
+
+    >>> p = chunk_pieces(np.array([2, 9]), np.array([5, 13]), 4)
+    >>> p.chunks.tolist(), p.bounds.tolist(), p.starts.tolist(), p.ends.tolist()
+    ([0, 1, 2, 3], [0, 1, 2, 3, 4], [2, 0, 1, 0], [4, 1, 4, 1])
+    >>> p.targets.tolist()
+    [0, 2, 3, 6]
+    """
+    first, last = starts // size, (ends - 1) // size
+    counts = last - first + 1
+    offsets = np.cumsum(counts) - counts
+    n = int(counts.sum())
+    owner = np.repeat(np.arange(len(starts)), counts)
+    chunk = first[owner] + (np.arange(n, dtype=np.int64) - offsets[owner])
+    lo = np.maximum(starts[owner], chunk * size)
+    hi = np.minimum(ends[owner], (chunk + 1) * size)
+    lengths = ends - starts
+    targets = (np.cumsum(lengths) - lengths)[owner] + (lo - starts[owner])
+    edges = np.flatnonzero(np.diff(chunk)) + 1
+    bounds = np.concatenate(([0], edges, [n])).astype(np.int64)
+    return ChunkPieces(chunk[bounds[:-1]], bounds, lo - chunk * size, hi - chunk * size, targets)
+
+
+class DirectChunks:
+    """Reads of one 1-D or 2-D array, each touched chunk fetched and decoded once per read.
+
+    Chunks are named by their position in the chunk grid, in C order (for a
+    1-D array, the chunk index).
+    """
+
+    def __init__(
+        self,
+        array: AsyncArray[Any],
+        decode: Decode,
+        wire: np.dtype,
+        chunks: tuple[int, ...],
+        sharding: _Sharding | None,
+        fill: Any,
+    ) -> None:
+        self._store = array.store_path.store
+        self._path = array.store_path.path
+        self._metadata = array.metadata
+        self._decode = decode
+        self.wire = wire
+        """The stored dtype (byte order included)."""
+        self.dtype = np.dtype(array.dtype)
+        self.shape = tuple(int(n) for n in array.shape)
+        self.chunks = chunks
+        """Shape of a (inner) chunk."""
+        self.grid = tuple(-(-n // c) for n, c in zip(self.shape, chunks, strict=True))
+        """Chunks along each dimension."""
+        self._sharding = sharding
+        self._fill = fill
+        # a plain local store's chunk files are read with pread on the decoding
+        # thread, into its reused buffer (unsharded arrays: one file a chunk)
+        self._local = None if sharding is not None else _local_files(self._store)
+        # shard -> its index ((offset, nbytes) per inner chunk), kept: the
+        # source's identity was checked at open and is pinned for its reads
+        self._indexes: dict[int, npt.NDArray[np.uint64]] = {}
+        # the last chunk of a batch, kept for the next batch of the same read
+        self._kept: tuple[int, npt.NDArray[Any] | None] | None = None
+
+    @property
+    def size(self) -> int:
+        """Entries of a chunk of a 1-D array."""
+        return self.chunks[0]
+
+    @property
+    def length(self) -> int:
+        """Entries of a 1-D array."""
+        return self.shape[0]
+
+    def _key(self, coords: tuple[int, ...]) -> str:
+        key = self._metadata.encode_chunk_key(coords)
+        return f"{self._path}/{key}" if self._path else key
+
+    # ------------------------------------------------------------ 1-D reads
+
+    async def read_ranges(
+        self, starts: Indices, ends: Indices, *, keep_last: bool = False
+    ) -> tuple[npt.NDArray[Any], int]:
+        """The values at ``[starts[i], ends[i])`` (ascending, disjoint) of a 1-D array,
+        concatenated, and the chunks decoded: each touched chunk once.
+
+        With ``keep_last`` the last touched chunk is decoded whole and kept,
+        and a next call whose first chunk it is reads it from memory: a read
+        in consecutive batches decodes the chunk two batches share once.
+        """
+        nonempty = ends > starts
+        starts, ends = starts[nonempty], ends[nonempty]
+        out = np.empty(int((ends - starts).sum()), dtype=self.dtype)
+        if not len(out):
+            return out, 0
+        # ranges that follow each other (a band of rows) are one range: the
+        # result concatenates them anyway, and a chunk then holds one piece
+        apart = np.flatnonzero(starts[1:] != ends[:-1])
+        if len(apart) < len(starts) - 1:
+            starts = starts[np.concatenate(([0], apart + 1))]
+            ends = ends[np.append(apart, len(ends) - 1)]
+        pieces = chunk_pieces(starts, ends, self.size)
+
+        def place(position: int, decoded: npt.NDArray[Any] | None) -> None:
+            lo, hi = int(pieces.bounds[position]), int(pieces.bounds[position + 1])
+            for a, b, t in zip(
+                pieces.starts[lo:hi].tolist(),
+                pieces.ends[lo:hi].tolist(),
+                pieces.targets[lo:hi].tolist(),
+                strict=True,
+            ):
+                out[t : t + b - a] = self._fill if decoded is None else decoded[a:b]
+            if keep_last and position == len(pieces.chunks) - 1:
+                # a copy: ``decoded`` is the decoding thread's buffer
+                kept = None if decoded is None else decoded.copy()
+                self._kept = (int(pieces.chunks[position]), kept)
+
+        chunks, stops = pieces.chunks, pieces.ends[pieces.bounds[1:] - 1]
+        kept = self._kept
+        self._kept = None
+        decoded = len(chunks)
+        offset = 0
+        if kept is not None and kept[0] == int(chunks[0]):
+            place(0, kept[1])
+            chunks, stops, decoded, offset = chunks[1:], stops[1:], decoded - 1, 1
+        if keep_last and len(chunks):
+            stops = stops.copy()
+            stops[-1] = min(self.size, self.length - int(chunks[-1]) * self.size)
+        await self._each_chunk(chunks, stops, lambda p, values: place(p + offset, values))
+        return out, decoded
+
+    async def read_chunks(
+        self, chunks: Indices, use: Callable[[int, npt.NDArray[Any] | None], None]
+    ) -> None:
+        """Decode each of the 1-D array's ``chunks`` whole and hand ``use(position,
+        values)`` a view of it (``None``: a missing chunk, all fill), on a
+        decoding thread; the view is valid only during the call."""
+        stops = np.minimum(self.size, self.length - chunks * self.size)
+        await self._each_chunk(chunks, stops, use)
+
+    # ------------------------------------------------------------ 2-D reads
+
+    async def read_block(
+        self,
+        rows: Indices,
+        cols: Indices,
+        out: npt.NDArray[Any],
+        out_rows: Indices,
+        out_cols: Indices,
+    ) -> int:
+        """Place ``rows`` x ``cols`` (sorted unique) of a 2-D array at ``out_rows`` x
+        ``out_cols`` of ``out``; returns the chunks decoded (each touched one once,
+        up to its last wanted row)."""
+        if not len(rows) or not len(cols):
+            return 0
+        (chunk_rows, chunk_cols), n_col_chunks = self.chunks, self.grid[1]
+        row_chunks = np.unique(rows // chunk_rows)
+        col_chunks = np.unique(cols // chunk_cols)
+        row_cuts = np.append(np.searchsorted(rows, row_chunks * chunk_rows), len(rows))
+        col_cuts = np.append(np.searchsorted(cols, col_chunks * chunk_cols), len(cols))
+        ids = (row_chunks[:, None] * n_col_chunks + col_chunks[None, :]).reshape(-1)
+        last_rows = rows[row_cuts[1:] - 1] - row_chunks * chunk_rows
+        stops = np.repeat((last_rows + 1) * chunk_cols, len(col_chunks))
+
+        def place(position: int, decoded: npt.NDArray[Any] | None) -> None:
+            i, j = divmod(position, len(col_chunks))
+            r0, r1 = int(row_cuts[i]), int(row_cuts[i + 1])
+            c0, c1 = int(col_cuts[j]), int(col_cuts[j + 1])
+            target_rows, target_cols = _axis(out_rows[r0:r1]), _axis(out_cols[c0:c1])
+            target: Any = (target_rows, target_cols)
+            if not isinstance(target_rows, slice) and not isinstance(target_cols, slice):
+                target = np.ix_(target_rows, target_cols)  # two arrays: orthogonal, as one would be
+            if decoded is None:
+                out[target] = self._fill
+                return
+            block = decoded.reshape(-1, chunk_cols)
+            local_rows = _axis(rows[r0:r1] - int(row_chunks[i]) * chunk_rows)
+            local_cols = _axis(cols[c0:c1] - int(col_chunks[j]) * chunk_cols)
+            out[target] = block[local_rows][:, local_cols]
+
+        await self._each_chunk(ids, stops, place)
+        return len(ids)
+
+    # ------------------------------------------------------------ fetching
+
+    async def _each_chunk(
+        self,
+        chunks: Indices,
+        stops: Indices,
+        use: Callable[[int, npt.NDArray[Any] | None], None],
+    ) -> None:
+        """Fetch each chunk, decode its first ``stops[i]`` values, and call ``use`` on a
+        decoding thread."""
+        if not len(chunks):
+            return
+
+        def decode(position: int, data: Any) -> None:
+            if data is None:
+                use(position, None)
+                return
+            nbytes = int(stops[position]) * self.wire.itemsize
+            try:
+                decoded = self._decode(data, nbytes)[:nbytes].view(self.wire)
+            except Exception as exc:  # a codec's own error names no chunk
+                coords = tuple(int(c) for c in np.unravel_index(int(chunks[position]), self.grid))
+                raise ChunkDecodeError(
+                    f"chunk {coords} of {self._path or 'the array'} cannot be decoded "
+                    f"({type(exc).__name__}: {exc}); the source is damaged: restore it"
+                ) from exc
+            use(position, decoded)
+
+        async def one(position: int, data: Any) -> None:
+            await hand_over(decode, position, data)
+
+        # made per call: a read may run on any event loop
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+        prototype = default_buffer_prototype()
+        coords = np.stack(np.unravel_index(chunks, self.grid), axis=1)
+        if self._local is not None:
+            root, counters = self._local
+            keys = [os.path.join(root, self._key(tuple(int(c) for c in at))) for at in coords]
+
+            def read_and_decode(position: int) -> None:
+                data = _read_file(keys[position])
+                if counters is not None and data is not None:
+                    counters.add(nbytes=len(data), requests=1)
+                decode(position, data)
+
+            await asyncio.gather(*(hand_over(read_and_decode, p) for p in range(len(chunks))))
+            return
+        if self._sharding is None:
+
+            async def fetch(position: int) -> None:
+                key = self._key(tuple(int(c) for c in coords[position]))
+                async with gate:
+                    buffer = await self._store.get(key, prototype)
+                await one(position, None if buffer is None else buffer.as_numpy_array())
+
+            await asyncio.gather(*(fetch(p) for p in range(len(chunks))))
+            return
+        per_shard = np.asarray(self._sharding.per_shard)
+        shard_coords = coords // per_shard
+        shard_grid = tuple(-(-g // p) for g, p in zip(self.grid, per_shard.tolist(), strict=True))
+        shards = np.ravel_multi_index(tuple(shard_coords.T), shard_grid)
+        inner = np.ravel_multi_index(tuple((coords % per_shard).T), tuple(per_shard.tolist()))
+        order = np.argsort(shards, kind="stable")
+        edges = np.concatenate(([0], np.flatnonzero(np.diff(shards[order])) + 1, [len(order)]))
+        grid = np.asarray(self.grid)
+        tasks = []
+        for a, b in itertools.pairwise(edges.tolist()):
+            positions = order[a:b]
+            corner = shard_coords[positions[0]]
+            in_bounds = int(np.prod(np.minimum(per_shard, grid - corner * per_shard)))
+            key = self._key(tuple(int(c) for c in corner))
+            tasks.append(
+                self._shard(
+                    int(shards[positions[0]]),
+                    key,
+                    positions,
+                    inner[positions],
+                    in_bounds,
+                    one,
+                    gate,
+                )
+            )
+        await asyncio.gather(*tasks)
+
+    async def _shard(
+        self,
+        shard: int,
+        key: str,
+        positions: Indices,
+        inner: Indices,
+        in_bounds: int,
+        one: Callable[[int, Any], Any],
+        gate: asyncio.Semaphore,
+    ) -> None:
+        """The touched inner chunks of one shard: the whole shard in one request when
+        every inner chunk is touched (as zarr does), else its index and their ranges."""
+        sharding = self._sharding
+        assert sharding is not None
+        prototype = default_buffer_prototype()
+        if len(positions) == in_bounds and shard not in self._indexes:
+            async with gate:
+                buffer = await self._store.get(key, prototype)
+            if buffer is None:
+                await asyncio.gather(*(one(int(p), None) for p in positions))
+                return
+            whole = buffer.as_numpy_array()
+            size = sharding.index_bytes
+            raw = whole[-size:] if sharding.at_end else whole[:size]
+            index = self._indexes[shard] = self._parse_index(raw, key)
+            await asyncio.gather(
+                *(
+                    one(int(p), self._inner(whole, index[int(i)]))
+                    for p, i in zip(positions, inner, strict=True)
+                )
+            )
+            return
+        kept = self._indexes.get(shard)
+        if kept is not None:
+            index = kept
+        else:
+            size = sharding.index_bytes
+            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
+            async with gate:
+                buffer = await self._store.get(key, prototype, request)
+            if buffer is None:
+                await asyncio.gather(*(one(int(p), None) for p in positions))
+                return
+            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+        stored = [
+            (int(p), int(index[int(i), 0]), int(index[int(i), 1]))
+            for p, i in zip(positions, inner, strict=True)
+        ]
+        tasks: list[Any] = [one(p, None) for p, offset, _ in stored if offset == MISSING]
+        present = [(p, offset, n) for p, offset, n in stored if offset != MISSING]
+        requests = [RangeByteRequest(offset, offset + n) for _, offset, n in present]
+        async with gate:
+            async for batch in self._store.get_ranges(key, requests, prototype=prototype):
+                for number, part in batch:
+                    p = present[number][0]
+                    tasks.append(one(p, None if part is None else part.as_numpy_array()))
+        await asyncio.gather(*tasks)
+
+    @staticmethod
+    def _inner(whole: npt.NDArray[Any], entry: npt.NDArray[np.uint64]) -> Any:
+        offset, nbytes = int(entry[0]), int(entry[1])
+        return None if offset == MISSING else whole[offset : offset + nbytes]
+
+    def _parse_index(self, raw: npt.NDArray[Any], key: str) -> npt.NDArray[np.uint64]:
+        sharding = self._sharding
+        assert sharding is not None
+        data = bytes(raw)
+        if len(data) != sharding.index_bytes:
+            raise ChunkDecodeError(
+                f"shard {key}: its index is {len(data)} bytes, not {sharding.index_bytes}; "
+                "the shard is damaged (restore the source)"
+            )
+        entries = data[: 16 * sharding.inner]
+        if sharding.checksum and google_crc32c.value(entries) != int.from_bytes(
+            data[-4:], "little"
+        ):
+            raise ChunkDecodeError(
+                f"shard {key}: its index fails its crc32c checksum; the shard is damaged "
+                "(restore the source)"
+            )
+        return np.frombuffer(entries, dtype="<u8").reshape(sharding.inner, 2)
+
+
+def _read_file(path: str) -> npt.NDArray[np.uint8] | None:
+    """A chunk file's bytes in this thread's buffer (``None``: no such file, a
+    chunk never written)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(descriptor).st_size
+        buffer = thread_scratch(size, name="file")
+        if os.preadv(descriptor, [memoryview(buffer)], 0) != size:
+            raise OSError(f"{path} changed while it was read; read again")
+    finally:
+        os.close(descriptor)
+    return buffer
+
+
+def _axis(positions: Indices) -> slice | Indices:
+    """``positions`` as a slice when they are consecutive ascending, else as they are."""
+    if len(positions) and int(positions[-1]) - int(positions[0]) + 1 == len(positions):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions

@@ -1,0 +1,223 @@
+"""Sparse reads: each source's rows as CSR, assembled into one canonical CSR matrix.
+
+A sparse read (:meth:`~cytearc_vfs.read.reader.VirtualArrayReader.read_sparse`)
+asks every source for the rows it holds, as :class:`SourceRows`: a CSR block
+over the source's sorted unique rows whose column indices are already output
+columns, sorted within each row, with no stored zeros. :func:`assemble` then
+lays the blocks into the output rows (a selection may order and repeat
+cells freely) with one copy per block, or one gather when the rows are out
+of order, so the result costs its entries and an index per output row.
+
+Sources that have no sparse encoding of their own (CyteArc stores, dense
+AnnData arrays) are read densely in bands of rows (:func:`row_bands`) and
+each band is turned into CSR before the next is read, so memory holds the
+result's entries and one band (:func:`dense_rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+__all__ = [
+    "SourceRows",
+    "assemble",
+    "concatenate",
+    "dense_rows",
+    "index_dtype",
+    "row_bands",
+    "sorted_rows",
+]
+
+Indices = npt.NDArray[np.int64]
+
+
+def index_dtype(*extents: int) -> np.dtype:
+    """``int32`` when every extent (entries, columns) fits it, else ``int64``: the index
+    dtype scipy would pick, chosen up front so scipy does not copy the indices.
+
+    >>> index_dtype(10, 2**31 - 1), index_dtype(2**31)
+    (dtype('int32'), dtype('int64'))
+    """
+    return np.dtype(np.int32) if max(extents, default=0) < 2**31 else np.dtype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRows:
+    """One source's share of a sparse read: a CSR block of its sorted unique rows.
+
+    The entries are kept in the parts they were read in (batches, bands):
+    :func:`assemble` copies each part once, into the result.
+    """
+
+    indptr: Indices
+    """Where each row's entries start (``int64``, one more than the rows)."""
+    indices: list[npt.NDArray[Any]]
+    """Output column of each entry, ascending within a row (in parts)."""
+    data: list[npt.NDArray[Any]]
+    """Each entry's value, in the reader's dtype; never zero (in parts, as ``indices``)."""
+
+    @property
+    def nnz(self) -> int:
+        """Entries stored."""
+        return int(self.indptr[-1])
+
+    def joined(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """The entries' columns and values, each as one array."""
+        return _join(self.indices), _join(self.data)
+
+
+def _join(parts: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def sorted_rows(
+    indptr: Indices, indices: npt.NDArray[Any], data: npt.NDArray[Any], n_cols: int
+) -> SourceRows:
+    """:class:`SourceRows` of a CSR block whose column indices may be out of order in a row.
+
+    A source's columns map to output columns in union order, which need not
+    follow the source's own; scipy sorts each row (in place, in C++).
+
+    >>> rows = sorted_rows(np.array([0, 2]), np.array([5, 1]), np.array([7, 3]), 6)
+    >>> rows.indices[0].tolist(), rows.data[0].tolist()
+    ([1, 5], [3, 7])
+    """
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, n_cols), copy=False)
+    matrix.sort_indices()
+    return SourceRows(indptr, [matrix.indices], [matrix.data])
+
+
+def row_bands(rows: Indices, chunk_rows: int, limit: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` positions of sorted unique ``rows`` cut into bands of at most
+    ``limit`` rows, each cut moved back to where a row chunk starts, so that no
+    chunk is decoded for two bands (unless one chunk holds more than ``limit``
+    of the rows).
+
+    >>> row_bands(np.arange(10), 4, 6)
+    [(0, 4), (4, 10)]
+    >>> row_bands(np.array([0, 1, 2, 3, 4]), 10, 2)
+    [(0, 2), (2, 4), (4, 5)]
+    """
+    bands: list[tuple[int, int]] = []
+    start, n = 0, len(rows)
+    limit = max(1, limit)
+    while start < n:
+        stop = start + limit
+        if stop < n:
+            chunk_start = int(rows[stop]) // chunk_rows * chunk_rows
+            back = int(np.searchsorted(rows, chunk_start, side="left"))
+            if back > start:
+                stop = back
+        stop = min(stop, n)
+        bands.append((start, stop))
+        start = stop
+    return bands
+
+
+def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> SourceRows:
+    """The non-zero entries of a dense band, its column ``j`` being output column
+    ``out_cols[j]`` (ascending), as :class:`SourceRows`.
+
+    >>> rows = dense_rows(np.array([[0, 4], [5, 0]]), np.array([2, 7]), np.dtype(np.int32))
+    >>> rows.indptr.tolist(), rows.indices[0].tolist(), rows.data[0].tolist()
+    ([0, 1, 2], [7, 2], [4, 5])
+    """
+    n_rows, width = block.shape
+    flat = block.reshape(-1)
+    # flat positions, then rows by search and columns by subtraction: faster
+    # than numpy's 2-D nonzero, and rows come in order with columns ascending
+    positions = np.flatnonzero(flat)
+    indptr = np.searchsorted(positions, np.arange(n_rows + 1, dtype=np.int64) * width)
+    starts = np.repeat(np.arange(n_rows, dtype=np.int64) * width, np.diff(indptr))
+    cols = out_cols[positions - starts].astype(idx, copy=False)
+    return SourceRows(indptr.astype(np.int64, copy=False), [cols], [flat[positions]])
+
+
+def concatenate(parts: list[SourceRows]) -> SourceRows:
+    """Blocks of consecutive rows (at least one) as one block; entries are not copied."""
+    if len(parts) == 1:
+        return parts[0]
+    indptr = np.zeros(sum(len(p.indptr) - 1 for p in parts) + 1, dtype=np.int64)
+    at, offset = 1, 0
+    for part in parts:
+        n = len(part.indptr) - 1
+        indptr[at : at + n] = part.indptr[1:] + offset
+        at, offset = at + n, offset + part.nnz
+    return SourceRows(
+        indptr,
+        [piece for part in parts for piece in part.indices],
+        [piece for part in parts for piece in part.data],
+    )
+
+
+def _entry_positions(indptr: Indices, rows: Indices) -> Indices:
+    """Positions of the entries of ``rows`` (in that order) in a CSR with ``indptr``.
+
+    >>> _entry_positions(np.array([0, 2, 2, 5]), np.array([2, 0])).tolist()
+    [2, 3, 4, 0, 1]
+    """
+    lengths = indptr[rows + 1] - indptr[rows]
+    total = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
+    positions: Indices = np.arange(total, dtype=np.int64) + np.repeat(
+        indptr[rows] - starts, lengths
+    )
+    return positions
+
+
+def assemble(
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    shares: list[tuple[SourceRows, Indices, Indices]],
+) -> sp.csr_matrix:
+    """The canonical CSR matrix of ``shape`` from each source's rows.
+
+    Each share is ``(rows, first_rows, repeats)``: the source's block, the
+    output row of each of its rows, and ``[[repeat row, first row], ...]`` of
+    output rows that repeat one of them (see
+    :func:`~cytearc_vfs.read.placement.first_positions`). Output rows no
+    share fills stay empty.
+    """
+    n_rows, n_cols = shape
+    lengths = np.zeros(n_rows, dtype=np.int64)
+    for rows, first_rows, repeats in shares:
+        lengths[first_rows] = np.diff(rows.indptr)
+        if len(repeats):
+            lengths[repeats[:, 0]] = lengths[repeats[:, 1]]
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    nnz = int(indptr[-1])
+    idx = index_dtype(nnz, n_cols)
+    indices = np.empty(nnz, dtype=idx)
+    data = np.empty(nnz, dtype=dtype)
+    for rows, first_rows, repeats in shares:
+        if rows.nnz:
+            if len(first_rows) and bool(np.all(np.diff(first_rows) == 1)):
+                # consecutive output rows (a slice, a sorted selection): one
+                # copy per part
+                start = int(indptr[first_rows[0]])
+                for cols, values in zip(rows.indices, rows.data, strict=True):
+                    indices[start : start + len(cols)] = cols
+                    data[start : start + len(cols)] = values
+                    start += len(cols)
+            else:
+                # each row's entries go where its output row starts
+                lens = np.diff(rows.indptr)
+                target = np.repeat(indptr[first_rows] - rows.indptr[:-1], lens)
+                target += np.arange(rows.nnz, dtype=np.int64)
+                cols, values = rows.joined()
+                indices[target] = cols
+                data[target] = values
+        if len(repeats):
+            source = _entry_positions(indptr, repeats[:, 1])
+            target = _entry_positions(indptr, repeats[:, 0])
+            indices[target] = indices[source]
+            data[target] = data[source]
+    matrix = sp.csr_matrix((data, indices, indptr.astype(idx, copy=False)), shape=shape, copy=False)
+    matrix.has_sorted_indices = True
+    return matrix
