@@ -176,6 +176,15 @@ class _PendingRows(NamedTuple):
     """(first strip column, number of frames) of each run of frames with one
     first column, in order."""
 
+    def add(self, frames: Sequence[Any], lo: int, col0: int) -> None:
+        """Add the frames of strip rows ``lo`` on, from strip column ``col0``."""
+        self.pieces.extend(frames)
+        self.rows.extend(range(lo, lo + len(frames)))
+        if self.cols and self.cols[-1][0] == col0:  # the run continues
+            self.cols[-1] = (col0, self.cols[-1][1] + len(frames))
+        else:
+            self.cols.append((col0, len(frames)))
+
 
 class _ShardWork(NamedTuple):
     """What decoding one shard's touched chunks needs besides their bytes."""
@@ -360,19 +369,24 @@ class ShardedReader:
         (:meth:`_decode_blocks`).
         """
         if self._blocks:
-            self._decode_blocks(data, rows, strip, lo, col0, scratch, pending)
+            try:
+                pended = self._decode_blocks(data, rows, scratch, pending, (lo, col0))
+            except DamagedChunkError as exc:
+                raise RecordShapeError(
+                    f"an inner chunk of {self._path} does not decode ({exc}); the array is "
+                    "damaged. Re-import the dataset"
+                ) from exc
+            if not pended:
+                n = scratch.shape[0] if rows is None else len(rows)
+                block = scratch[:n] if rows is None else scratch[rows]
+                strip[lo : lo + n, col0 : col0 + scratch.shape[1]] = block
             return
         frames = frame_index(data)
         if frames is not None and rows is not None and frames.rows_per_frame == 1 and self._native:
             # the common case first, with as little work as possible: this
             # runs once per chunk a read touches
             offsets = frames.offsets
-            pending.pieces.extend([data[offsets[row] : offsets[row + 1]] for row in rows])
-            pending.rows.extend(range(lo, lo + len(rows)))
-            if pending.cols and pending.cols[-1][0] == col0:  # the run continues
-                pending.cols[-1] = (col0, pending.cols[-1][1] + len(rows))
-            else:
-                pending.cols.append((col0, len(rows)))
+            pending.add([data[offsets[row] : offsets[row + 1]] for row in rows], lo, col0)
             return
         r, c = scratch.shape
         flat = memoryview(scratch.reshape(-1).view(np.uint8))
@@ -416,41 +430,21 @@ class ShardedReader:
         self,
         data: Any,
         rows: list[int] | None,
-        strip: npt.NDArray[Any],
-        lo: int,
-        col0: int,
         scratch: npt.NDArray[Any],
         pending: _PendingRows,
-    ) -> None:
+        at: tuple[int, int],
+    ) -> bool:
         """:meth:`_decode` for a Blosc chunk: only the blocks holding ``rows``.
 
         One-row blocks join ``pending`` (decoded with the strip's others in
-        one call), as one-row frames do; other blocks, or all of a chunk
-        wanted whole (its crc32c checked first), are decoded into ``scratch``
-        where they lie; a chunk not made of separate zstd blocks (stored raw,
-        or written by another Blosc) is decoded by c-blosc.
+        one call), as one-row frames do, for strip row and column ``at``: then
+        it returns ``True``. Else other blocks, or all of a chunk wanted whole
+        (its crc32c checked first), are decoded into ``scratch`` where they
+        lie, and a chunk not made of separate zstd blocks (stored raw, or
+        written by another Blosc) by c-blosc; it returns ``False``.
         """
-        try:
-            self._decode_block_rows(data, rows, strip, lo, col0, scratch, pending)
-        except DamagedChunkError as exc:
-            raise RecordShapeError(
-                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
-                "Re-import the dataset"
-            ) from exc
-
-    def _decode_block_rows(
-        self,
-        data: Any,
-        rows: list[int] | None,
-        strip: npt.NDArray[Any],
-        lo: int,
-        col0: int,
-        scratch: npt.NDArray[Any],
-        pending: _PendingRows,
-    ) -> None:
-        r, c = scratch.shape
         flat = memoryview(scratch.reshape(-1).view(np.uint8))
-        row_bytes = flat.nbytes // r
+        row_bytes = flat.nbytes // scratch.shape[0]
         chunk = self._open_chunk(data, flat.nbytes, whole=rows is None)
         if not chunk.n_blocks:  # stored raw, or not in separate zstd blocks
             try:
@@ -467,13 +461,8 @@ class ShardedReader:
             if block_bytes == row_bytes and self._native:
                 frames = [chunk.frame(row) for row in rows]
                 if all(compressed for _, compressed in frames):
-                    pending.pieces.extend(frame for frame, _ in frames)
-                    pending.rows.extend(range(lo, lo + len(rows)))
-                    if pending.cols and pending.cols[-1][0] == col0:  # the run continues
-                        pending.cols[-1] = (col0, pending.cols[-1][1] + len(rows))
-                    else:
-                        pending.cols.append((col0, len(rows)))
-                    return
+                    pending.add([frame for frame, _ in frames], *at)
+                    return True
             # the blocks each wanted row spans (whole rows a block, in this layout)
             wanted = dict.fromkeys(
                 block
@@ -483,8 +472,7 @@ class ShardedReader:
                 )
             )
             self._inflate_blocks(chunk, list(wanted), flat)
-        n = r if rows is None else len(rows)
-        strip[lo : lo + n, col0 : col0 + c] = scratch[:n] if rows is None else scratch[rows]
+        return False
 
     def _inflate_blocks(self, chunk: BlockChunk, blocks: Sequence[int], flat: memoryview) -> None:
         """Decode ``blocks`` (ascending) of ``chunk`` where they lie in ``flat``.
