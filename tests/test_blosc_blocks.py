@@ -200,3 +200,22 @@ def test_frame_reads_kernel_reads_blosc_blocks(tmp_path: Path) -> None:
         )
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_wide_rows_decode_straight_into_the_result(tmp_path: Path, local: bool) -> None:
+    # 80 KB rows: each wanted row's block is decoded into its strip row
+    values = _sparse_rows(300, 40_000, "uint16", 15)
+    values[7] = _noise_rows(1, 40_000, "uint16", 16)  # a raw block
+    path = tmp_path / "wide.zarr"
+    cv.write_counts(path, sp.csr_array(values))
+    assert zarr.open_array(path, path="RNA/counts", mode="r").chunks[0] > 1
+    reader = cv.VirtualArrayReader(path if local else _Wrapped(LocalStore(path, read_only=True)))
+    rng = np.random.default_rng(17)
+    for cells in (np.array([7, 8, 299, 0]), rng.choice(300, 60, replace=False)):
+        np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
+    features = rng.choice(40_000, 20, replace=False)
+    cells = rng.choice(300, 30, replace=False)
+    np.testing.assert_array_equal(
+        np.asarray(reader.read(cells, features)), values[cells][:, features]
+    )
