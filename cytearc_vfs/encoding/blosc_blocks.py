@@ -65,9 +65,8 @@ __all__ = [
 #: chunks before (fast to write; reads decode at the same speed at any level).
 BLOSC_CNAME: Final = "zstd"
 BLOSC_LEVEL = 1
-_HEADER = struct.Struct(
-    "<BBBBIII"
-)  # version, versionlz, flags, typesize, nbytes, blocksize, cbytes
+# version, compressor version, flags, type size, nbytes, blocksize, cbytes
+_HEADER = struct.Struct("<BBBBIII")
 _HEADER_BYTES = _HEADER.size
 _U32 = struct.Struct("<I")
 _CRC_BYTES = 4

@@ -72,10 +72,11 @@ class LayoutPolicy:
 
     2 MiB by default: zarr-python spends a few hundred microseconds of Python
     per chunk it decodes and copies each chunk into its result, so a band
-    read through plain zarr stays within 2x of the gather reader only with
-    large chunks (256 KiB chunks made it 3.3x, 1 MiB 1.8-2.1x, 2 MiB
-    1.6-1.8x: ``benchmarks/bench_portable.py``), while a single-cell read
-    still decodes one 8 KiB block of them."""
+    read through plain zarr comes near the gather reader only with large
+    chunks (generated 8,000-gene counts: 256 KiB chunks 3.3x, 1 MiB
+    1.8-2.1x, 2 MiB 1.8-1.9x; real counts of 75,340 genes 2.7x:
+    ``benchmarks/bench_portable.py``), while a single-cell read still
+    decodes one 8 KiB block of them."""
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 1 or self.unit_bytes < self.chunk_bytes:

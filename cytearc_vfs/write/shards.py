@@ -1,10 +1,9 @@
 """Storing count arrays shard by shard: the codecs they are created with and the shard writer.
 
 ``write_counts`` and ``repack`` create ``counts`` and ``countsT`` with
-:func:`create_count_array` (sharding over ``bytes`` + ``blosc`` + ``crc32c``: zstd
-blocks of about 8 KiB, each with its checksum; a ``crc32c`` shard index;
-docs/layout.md) and
-store whole shard bands through
+:func:`create_count_array` (sharding over ``bytes`` + ``blosc`` + ``crc32c``:
+zstd blocks of about 8 KiB, each with its checksum, and a ``crc32c`` shard
+index; docs/layout.md) and store whole shard bands through
 :class:`ShardWriter`, which encodes them itself (:class:`ShardEncoder`: no
 per-chunk Python of zarr's pipeline, which would dominate a write of
 thousands of small inner chunks per shard) and records each stored shard
@@ -28,7 +27,13 @@ from ..encoding.shard_encoding import ShardEncoder
 from ..format.layout import MIN_CHUNK_BYTES
 from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
 
-__all__ = ["COUNT_COMPRESSOR", "COUNT_ZSTD_LEVEL", "ShardWriter", "create_count_array"]
+__all__ = [
+    "COUNT_COMPRESSOR",
+    "COUNT_ZSTD_LEVEL",
+    "ShardWriter",
+    "blosc_block_bytes",
+    "create_count_array",
+]
 
 #: zstd level of count chunks: fast to write, and reads decode at the same speed
 COUNT_ZSTD_LEVEL = 1
