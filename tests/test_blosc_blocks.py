@@ -59,7 +59,7 @@ def _kinds() -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("kind", list(_kinds()))
 def test_c_blosc_decodes_every_chunk_exactly(kind: str) -> None:
     values = _kinds()[kind]
-    block_bytes = chunk_block_bytes(values.shape, values.itemsize, 8192)
+    block_bytes = chunk_block_bytes(values.shape, values.itemsize)
     data = encode_chunk(values, block_bytes, COMPRESSOR)
     decoded = np.frombuffer(numcodecs.blosc.decompress(data[:-4]), dtype=values.dtype)
     np.testing.assert_array_equal(decoded.reshape(values.shape), values)
@@ -168,7 +168,7 @@ def test_frame_reads_kernel_reads_blosc_blocks(tmp_path: Path) -> None:
         pytest.skip("no pread on this platform")
     values = _sparse_rows(10, 900, "uint16", 13)
     values[:5] = _noise_rows(5, 900, "uint16", 14)  # block 0 (rows 0-4) does not compress
-    block_bytes = chunk_block_bytes(values.shape, 2, 8192)  # 5 rows of 1,800 bytes
+    block_bytes = chunk_block_bytes(values.shape, 2)  # 5 rows of 1,800 bytes
     data = encode_chunk(values, block_bytes, COMPRESSOR)
     path = tmp_path / "chunk"
     path.write_bytes(b"\0" * 7 + data)

@@ -16,7 +16,6 @@ import cytearc_vfs as cv
 from cytearc_vfs.encoding.blosc_blocks import chunk_block_bytes
 from cytearc_vfs.format.layout import (
     DEFAULT_POLICY,
-    MIN_CHUNK_BYTES,
     count_layout,
     single_frame_geometry,
 )
@@ -279,9 +278,7 @@ def test_countsT_chunks_fill_chunkBytes_in_blocks_of_the_fewest_rows_making_8_Ki
     assert layout.counts_t is not None
     assert layout.counts_t.chunks == (rows, n_cells)
     assert layout.counts_t.shards[0] % rows == 0
-    assert chunk_block_bytes(layout.counts_t.chunks, itemsize, MIN_CHUNK_BYTES) == (
-        block_rows * n_cells * itemsize
-    )
+    assert chunk_block_bytes(layout.counts_t.chunks, itemsize) == (block_rows * n_cells * itemsize)
     # the stores of early issue 14 had chunks of one block
     single = count_layout(
         (n_cells, 20_000),

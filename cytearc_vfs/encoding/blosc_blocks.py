@@ -50,6 +50,8 @@ import numpy.typing as npt
 import zstandard
 from zarr.codecs import BloscCodec, Crc32cCodec
 
+from .row_frames import rows_per_frame
+
 __all__ = [
     "BLOSC_CNAME",
     "BLOSC_LEVEL",
@@ -81,21 +83,19 @@ class DamagedChunkError(ValueError):
     """A chunk whose Blosc header or block table does not fit its bytes."""
 
 
-def chunk_block_bytes(chunk_shape: tuple[int, int], itemsize: int, min_bytes: int) -> int:
-    """Blosc ``blocksize`` of chunks of ``chunk_shape``: the fewest whole rows of ``min_bytes``.
+def chunk_block_bytes(chunk_shape: tuple[int, int], itemsize: int) -> int:
+    """Blosc ``blocksize`` of chunks of ``chunk_shape``: the rows of a row frame before
+    (:func:`~cytearc_vfs.encoding.row_frames.rows_per_frame`, the fewest whole rows
+    making 8 KiB, never more than the chunk).
 
-    Never more than the chunk: one block then holds it all.
-
-    >>> chunk_block_bytes((65, 8_000), 2, 8192)  # 16 KB rows: a block per row
+    >>> chunk_block_bytes((65, 8_000), 2)  # 16 KB rows: a block per row
     16000
-    >>> chunk_block_bytes((174, 3_000), 2, 8192)  # 6 KB rows: two rows a block
+    >>> chunk_block_bytes((174, 3_000), 2)  # 6 KB rows: two rows a block
     12000
-    >>> chunk_block_bytes((4, 1_000), 1, 8192)  # the whole chunk
+    >>> chunk_block_bytes((4, 1_000), 1)  # the whole chunk
     4000
     """
-    rows, cols = chunk_shape
-    row_bytes = max(1, cols * itemsize)
-    return min(max(1, rows), -(-min_bytes // row_bytes)) * row_bytes
+    return rows_per_frame(chunk_shape, itemsize) * chunk_shape[1] * itemsize
 
 
 def block_codecs(itemsize: int, block_bytes: int) -> tuple[BloscCodec, Crc32cCodec]:

@@ -48,7 +48,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, Zstd
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from ..encoding.blosc_blocks import BlockChunk, DamagedChunkError, open_chunk
+from ..encoding.blosc_blocks import BlockChunk, DamagedChunkError, chunk_block_bytes, open_chunk
 from ..encoding.row_frames import frame_index, frame_rows, rows_per_frame
 from ..errors import RecordShapeError
 from ..format.shard_tables import ShardTable, read_shard_table
@@ -248,7 +248,7 @@ class ShardedReader:
         # loop: only the frames of the wanted rows, without the GIL; Blosc
         # chunks too, where their blocks are the frames' whole rows.
         self._rows_per_frame = rows_per_frame(chunks, self.dtype.itemsize)
-        frame_bytes = self._rows_per_frame * chunks[1] * self.dtype.itemsize
+        frame_bytes = chunk_block_bytes(chunks, self.dtype.itemsize)
         self._block_bytes = 0 if blosc_block_bytes is None else frame_bytes
         self._frame_reads = (
             read_row_frames is not None

@@ -24,7 +24,6 @@ from zarr.core.sync import sync
 
 from ..encoding.blosc_blocks import block_codecs, chunk_block_bytes
 from ..encoding.shard_encoding import ShardEncoder
-from ..format.layout import MIN_CHUNK_BYTES
 from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
 
 __all__ = [
@@ -61,7 +60,7 @@ def create_count_array(
     """
     itemsize = np.dtype(dtype).itemsize
     compressors = (
-        block_codecs(itemsize, chunk_block_bytes(chunks, itemsize, MIN_CHUNK_BYTES))
+        block_codecs(itemsize, chunk_block_bytes(chunks, itemsize))
         if blosc_blocks
         else (COUNT_COMPRESSOR,)
     )
