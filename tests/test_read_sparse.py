@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from test_anndata_sources import adata, write
 
 import cytearc_vfs as cv
-from cytearc_vfs.read import anndata_reads
+from cytearc_vfs.read import anndata_reads, sparse_rows
 from cytearc_vfs.read import reader as reader_module
 from cytearc_vfs.read.anndata_sources import AnnDataCounts
 from cytearc_vfs.read.reader import UnknownIdError
@@ -154,10 +154,11 @@ def test_reads_in_many_batches_equal_one(mixed: Path) -> None:
         assert_canonical_equal(batched.read_sparse(cells), picked.toarray(), reader.dtype)
 
 
-def test_dense_sources_are_read_in_bounded_bands(tmp_path: Path) -> None:
-    data = adata(400, GENES, "c", seed=3)
-    cv.write_counts(tmp_path / "s.zarr", data)
-    reader = cv.VirtualArrayReader(tmp_path / "s.zarr")
+def test_dense_anndata_sources_are_read_in_bounded_bands(tmp_path: Path) -> None:
+    data = adata(400, GENES, "c", seed=3, encoding="dense")
+    write(data, tmp_path / "d.zarr", 3)
+    cv.create_composite(tmp_path / "comp.zarr", {"d": tmp_path / "d.zarr"}).close()
+    reader = cv.VirtualArrayReader(tmp_path / "comp.zarr")
     shapes: list[tuple[int, ...]] = []
     original = reader_module.dense_rows
 
@@ -174,7 +175,53 @@ def test_dense_sources_are_read_in_bounded_bands(tmp_path: Path) -> None:
     assert len(shapes) >= 400 // 50
     # a band is cut back to a chunk start, so it never exceeds the budget
     assert max(rows for rows, _ in shapes) <= 50
-    assert_canonical_equal(matrix, data.X.toarray().astype(reader.dtype), reader.dtype)
+    assert_canonical_equal(matrix, data.X.astype(reader.dtype), reader.dtype)
+
+
+def test_cytearc_sources_make_each_strip_csr_without_a_dense_block(tmp_path: Path) -> None:
+    """Cell-major reads of CyteArc sources turn each decoded strip into CSR rows on
+    the decoding thread: no dense band is read, every row is placed once."""
+    genes = [f"g{i:04d}" for i in range(600)]  # wide rows: cells read cell-major
+    data, other = adata(900, genes, "c", seed=8), adata(300, genes[::2], "t", seed=9)
+    cv.write_counts(tmp_path / "s.zarr", data, layout=("64K", "4K"))  # many strips
+    cv.write_counts(tmp_path / "t.zarr", other)
+    cv.create_composite(
+        tmp_path / "comp.zarr", {"s": tmp_path / "s.zarr", "t": tmp_path / "t.zarr"}
+    ).close()
+    expected = np.zeros((1200, len(genes)), dtype=np.float32)
+    expected[:900] = data.X.toarray()
+    expected[900:, ::2] = other.X.toarray()
+    strips: list[tuple[int, int]] = []
+    original = sparse_rows.SparseRowPlacement.place
+
+    def recording(self: Any, start: int, strip: np.ndarray) -> None:
+        strips.append((start, len(strip)))
+        original(self, start, strip)
+
+    rng = np.random.default_rng(4)
+    for path, dense in ((tmp_path / "s.zarr", expected[:900]), (tmp_path / "comp.zarr", expected)):
+        reader = cv.VirtualArrayReader(path)
+        for cells in (
+            slice(100, 300),  # (a share of the cells: cell-major decodes less)
+            np.sort(rng.choice(len(dense), 100, replace=False)),
+            rng.choice(len(dense), 50),  # any order, repeats
+        ):
+            strips.clear()
+            with (
+                mock.patch.object(sparse_rows.SparseRowPlacement, "place", recording),
+                mock.patch.object(reader_module, "row_bands", side_effect=AssertionError),
+            ):
+                matrix = reader.read_sparse(cells, slice(0, 590))
+            want = dense[cells][:, :590]
+            assert_canonical_equal(matrix, want.astype(reader.dtype), reader.dtype)
+            assert len(strips) > 1
+    # strips cover the rows read, each once
+    reader = cv.VirtualArrayReader(tmp_path / "s.zarr")
+    strips.clear()
+    with mock.patch.object(sparse_rows.SparseRowPlacement, "place", recording):
+        reader.read_sparse(slice(1, 400))
+    assert sum(n for _, n in strips) == 399
+    assert len({start for start, _ in strips}) == len(strips)
 
 
 def test_stored_zeros_are_dropped(tmp_path: Path) -> None:

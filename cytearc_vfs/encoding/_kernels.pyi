@@ -37,3 +37,16 @@ def read_row_frames(
     /,
 ) -> tuple[int, int] | None: ...
 def read_ranges(fd: int, offsets: Buffer, sizes: Buffer, out: Buffer, /) -> int: ...
+def nonzero_rows(
+    block: Buffer,
+    width: int,
+    itemsize: int,
+    is_float: bool,
+    out_cols: Buffer,
+    row: int,
+    at: int,
+    indptr: Buffer,
+    indices: Buffer,
+    data: Buffer,
+    /,
+) -> tuple[int, int]: ...

@@ -8,14 +8,18 @@ lays the blocks into the output rows (a selection may order and repeat
 cells freely) with one copy per block, or one gather when the rows are out
 of order, so the result costs its entries and an index per output row.
 
-Sources that have no sparse encoding of their own (CyteArc stores, dense
-AnnData arrays) are read densely in bands of rows (:func:`row_bands`) and
-each band is turned into CSR before the next is read, so memory holds the
-result's entries and one band (:func:`dense_rows`).
+Sources that have no sparse encoding of their own are made CSR from dense
+values by :func:`dense_rows` (a compiled pass without the GIL). A CyteArc
+source read cell-major does it strip by strip on the decoding threads
+(:class:`SparseRowPlacement`), with no dense block of the read; others
+(read feature-major, dense AnnData arrays) are read in bands of rows
+(:func:`row_bands`), each made CSR while the next is read, so memory holds
+the result's entries and two bands.
 """
 
 from __future__ import annotations
 
+from collections.abc import Buffer, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +27,21 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from .decode_threads import thread_scratch
+from .placement import ColumnMap, RowPlacement
+
+NonzeroRows = Callable[
+    [Buffer, int, int, bool, Buffer, int, int, Buffer, Buffer, Buffer], tuple[int, int]
+]
+nonzero_rows: NonzeroRows | None
+try:
+    from ..encoding._kernels import nonzero_rows
+except ImportError:  # installed without a C compiler: numpy does the same, slower
+    nonzero_rows = None
+
 __all__ = [
     "SourceRows",
+    "SparseRowPlacement",
     "assemble",
     "concatenate",
     "dense_rows",
@@ -123,11 +140,42 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
     """The non-zero entries of a dense band, its column ``j`` being output column
     ``out_cols[j]`` (ascending), as :class:`SourceRows`.
 
+    Runs without the GIL where the compiled kernels are built (one pass,
+    zeros skipped 8 bytes at a time: several times numpy's ``flatnonzero``
+    and the arithmetic after it on a 2 %-dense block), so bands convert on
+    the decoding threads while others are read.
+
     >>> rows = dense_rows(np.array([[0, 4], [5, 0]]), np.array([2, 7]), np.dtype(np.int32))
     >>> rows.indptr.tolist(), rows.indices[0].tolist(), rows.data[0].tolist()
     ([0, 1, 2], [7, 2], [4, 5])
     """
     n_rows, width = block.shape
+    kind = block.dtype.kind
+    if (
+        nonzero_rows is not None
+        and width
+        and block.flags.c_contiguous
+        and (kind in "uib" or (kind == "f" and block.dtype.itemsize in (4, 8)))
+    ):
+        itemsize, is_float = block.dtype.itemsize, kind == "f"
+        columns = np.ascontiguousarray(out_cols, dtype=np.int64)
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        capacity = max(1 << 12, block.size // 32)  # count data are a few % non-zero
+        indices = np.empty(capacity, dtype=idx)
+        data = np.empty(capacity, dtype=block.dtype)
+        row = at = 0
+        while True:
+            row, at = nonzero_rows(
+                block, width, itemsize, is_float, columns, row, at, indptr, indices, data
+            )
+            if row == n_rows:
+                break
+            # a denser block than guessed: room for twice as many (a row at
+            # least, and the slot the kernel keeps free)
+            capacity = max(2 * capacity, at + width + 1)
+            indices = np.concatenate([indices[:at], np.empty(capacity - at, dtype=idx)])
+            data = np.concatenate([data[:at], np.empty(capacity - at, dtype=block.dtype)])
+        return SourceRows(indptr, [indices[:at]], [data[:at]])
     flat = block.reshape(-1)
     # flat positions, then rows by search and columns by subtraction: faster
     # than numpy's 2-D nonzero, and rows come in order with columns ascending
@@ -136,6 +184,64 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
     starts = np.repeat(np.arange(n_rows, dtype=np.int64) * width, np.diff(indptr))
     cols = out_cols[positions - starts].astype(idx, copy=False)
     return SourceRows(indptr.astype(np.int64, copy=False), [cols], [flat[positions]])
+
+
+class SparseRowPlacement:
+    """A :class:`~.placement.Placement` that keeps the strips of a cell-major read as
+    CSR rows, with no block of the whole read.
+
+    Each strip is placed through the column map into a block of its rows (a
+    reused buffer of the decoding thread, still in its cache), whose
+    non-zeros :func:`dense_rows` takes at once, on the same thread: a dense
+    band would be written to memory, then read back for its non-zeros.
+
+    Parameters
+    ----------
+    columns
+        How strip columns land in the block's columns: a narrowed plan's map
+        (every block column is one of the source's, so each is written).
+    out_cols
+        Output column of each block column (ascending).
+    idx, dtype
+        The entries' index and value types.
+    """
+
+    def __init__(
+        self, columns: ColumnMap, out_cols: Indices, idx: np.dtype, dtype: np.dtype
+    ) -> None:
+        self._columns = columns
+        self._out_cols = out_cols
+        self._idx = idx
+        self._dtype = np.dtype(dtype)
+        # a map with absent columns leaves them unwritten: those blocks start zeroed
+        self._zeroed = columns.indices is not None and bool(
+            np.any(columns.indices == columns.zero_column)
+        )
+        self._parts: dict[int, SourceRows] = {}
+
+    def place(self, start: int, strip: npt.NDArray[Any]) -> None:
+        n, width = len(strip), len(self._out_cols)
+        block = thread_scratch(n * width * self._dtype.itemsize, name="sparse")
+        rows = block.view(self._dtype).reshape(n, width)
+        if self._zeroed:
+            rows[:] = 0
+        RowPlacement(rows, np.arange(n), self._columns).place(0, strip)
+        self._parts[start] = dense_rows(rows, self._out_cols, self._idx)
+
+    def rows(self, n_rows: int) -> SourceRows:
+        """The placed strips' rows, in order: all ``n_rows`` of the read."""
+        parts, placed = [], 0
+        for start in sorted(self._parts):
+            if start != placed:
+                break
+            parts.append(self._parts[start])
+            placed += len(parts[-1].indptr) - 1
+        if placed != n_rows or len(parts) != len(self._parts):
+            raise RuntimeError(f"the strips placed did not cover the {n_rows} rows, each once")
+        if not parts:
+            none = np.zeros(1, dtype=np.int64)
+            return SourceRows(none, [np.zeros(0, self._idx)], [np.zeros(0, self._dtype)])
+        return concatenate(parts)
 
 
 def concatenate(parts: list[SourceRows]) -> SourceRows:
