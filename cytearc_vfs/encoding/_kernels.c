@@ -74,6 +74,19 @@
  *     portable shard (a few KiB each, thousands per read of random cells).
  *     Returns the bytes read; EOFError where the file ends first.
  *
+ * scatter_entries(out, width, itemsize, cell_major, out_majors, bounds, minor, minor_size,
+ *                 values, lookup)
+ *
+ *     The entries of a CSR (cell_major) or CSC element's majors into a dense
+ *     block out of rows x width items: major i's entries are
+ *     bounds[i]:bounds[i + 1] of minor (int32 or int64: minor_size) and
+ *     values (already of out's item type); each goes to row out_majors[i],
+ *     column lookup[minor] (or minor where lookup is empty; -1: not
+ *     selected), or transposed for CSC. Indices out of range raise
+ *     IndexError (a damaged element), with the entries before them written.
+ *     Without the GIL: numpy's flat fancy assignment, with the owner and
+ *     target arrays it needs, took ~25 ms a source for 1,000 cells.
+ *
  * nonzero_rows(block, width, itemsize, is_float, out_cols, row, at, indptr, indices, data)
  *
  *     A dense block of rows x width items as CSR, for sparse reads of
@@ -1008,6 +1021,129 @@ done:
     return result;
 }
 
+/* Per item type T and minor index type M: the entries of majors into a dense
+ * block; 0, or 1 at the first index out of range (nothing past it written). */
+#define SCATTER_KERNEL(T, M, NAME)                                                       \
+    static int scatter_##NAME(char *out, Py_ssize_t rows, Py_ssize_t width,              \
+                              const int64_t *out_majors, const int64_t *bounds,          \
+                              Py_ssize_t majors, const M *minor, const T *values,        \
+                              const int64_t *lookup, Py_ssize_t lookup_len,              \
+                              int cell_major)                                            \
+    {                                                                                    \
+        T *items = (T *)out;                                                             \
+        const Py_ssize_t minors = lookup ? lookup_len : cell_major ? width : rows;       \
+        const Py_ssize_t majors_out = cell_major ? rows : width;                         \
+        const Py_ssize_t targets = cell_major ? width : rows;                            \
+        for (Py_ssize_t i = 0; i < majors; i++) {                                        \
+            const int64_t major = out_majors[i];                                         \
+            if (major < 0 || major >= majors_out) {                                      \
+                return 1;                                                                \
+            }                                                                            \
+            for (int64_t e = bounds[i]; e < bounds[i + 1]; e++) {                        \
+                const int64_t m = (int64_t)minor[e];                                     \
+                if (m < 0 || m >= minors) {                                              \
+                    return 1;                                                            \
+                }                                                                        \
+                const int64_t target = lookup ? lookup[m] : m;                           \
+                if (target < 0) {                                                        \
+                    continue; /* a minor not selected */                                 \
+                }                                                                        \
+                if (target >= targets) {                                                 \
+                    return 1;                                                            \
+                }                                                                        \
+                if (cell_major) {                                                        \
+                    items[major * width + target] = values[e];                           \
+                } else {                                                                 \
+                    items[target * width + major] = values[e];                           \
+                }                                                                        \
+            }                                                                            \
+        }                                                                                \
+        return 0;                                                                        \
+    }
+
+SCATTER_KERNEL(uint8_t, int32_t, u1_i4)
+SCATTER_KERNEL(uint16_t, int32_t, u2_i4)
+SCATTER_KERNEL(uint32_t, int32_t, u4_i4)
+SCATTER_KERNEL(uint64_t, int32_t, u8_i4)
+SCATTER_KERNEL(uint8_t, int64_t, u1_i8)
+SCATTER_KERNEL(uint16_t, int64_t, u2_i8)
+SCATTER_KERNEL(uint32_t, int64_t, u4_i8)
+SCATTER_KERNEL(uint64_t, int64_t, u8_i8)
+
+static PyObject *
+scatter_entries(PyObject *self, PyObject *args)
+{
+    Py_buffer out, majors_buf, bounds_buf, minor_buf, values_buf, lookup_buf;
+    Py_ssize_t width, itemsize, minor_size;
+    int cell_major;
+    PyObject *result = NULL;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "w*nnpy*y*y*ny*y*", &out, &width, &itemsize, &cell_major,
+                          &majors_buf, &bounds_buf, &minor_buf, &minor_size, &values_buf,
+                          &lookup_buf)) {
+        return NULL;
+    }
+    const Py_ssize_t majors = majors_buf.len / 8;
+    const int64_t *bounds = (const int64_t *)bounds_buf.buf;
+    const Py_ssize_t entries = minor_size > 0 ? minor_buf.len / minor_size : -1;
+    if ((itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) || width < 1 ||
+        out.len % (width * itemsize) != 0 || majors_buf.len % 8 ||
+        bounds_buf.len != (majors + 1) * 8 || (minor_size != 4 && minor_size != 8) ||
+        minor_buf.len % minor_size || values_buf.len != entries * itemsize ||
+        lookup_buf.len % 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "scatter_entries: out must be rows x width items of itemsize 1, 2, 4 or 8; "
+                        "out_majors int64; bounds int64, one more than the majors; minor int32 "
+                        "or int64 and values (of itemsize) of one length; lookup int64");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < majors; i++) {
+        if (bounds[i] < 0 || bounds[i] > bounds[i + 1] || bounds[i + 1] > entries) {
+            PyErr_SetString(PyExc_ValueError,
+                            "scatter_entries: bounds must ascend within the entries");
+            goto done;
+        }
+    }
+    const Py_ssize_t rows = out.len / (width * itemsize);
+    const int64_t *lookup = lookup_buf.len ? (const int64_t *)lookup_buf.buf : NULL;
+    const Py_ssize_t lookup_len = lookup_buf.len / 8;
+    const int64_t *out_majors = (const int64_t *)majors_buf.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+#define SCATTER(NAME, T, M)                                                                \
+    scatter_##NAME((char *)out.buf, rows, width, out_majors, bounds, majors,               \
+                   (const M *)minor_buf.buf, (const T *)values_buf.buf, lookup, lookup_len, \
+                   cell_major)
+    if (minor_size == 4) {
+        bad = itemsize == 1   ? SCATTER(u1_i4, uint8_t, int32_t)
+              : itemsize == 2 ? SCATTER(u2_i4, uint16_t, int32_t)
+              : itemsize == 4 ? SCATTER(u4_i4, uint32_t, int32_t)
+                              : SCATTER(u8_i4, uint64_t, int32_t);
+    } else {
+        bad = itemsize == 1   ? SCATTER(u1_i8, uint8_t, int64_t)
+              : itemsize == 2 ? SCATTER(u2_i8, uint16_t, int64_t)
+              : itemsize == 4 ? SCATTER(u4_i8, uint32_t, int64_t)
+                              : SCATTER(u8_i8, uint64_t, int64_t);
+    }
+#undef SCATTER
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_IndexError,
+                        "scatter_entries: an entry's index is outside the block or the lookup");
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&majors_buf);
+    PyBuffer_Release(&bounds_buf);
+    PyBuffer_Release(&minor_buf);
+    PyBuffer_Release(&values_buf);
+    PyBuffer_Release(&lookup_buf);
+    return result;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"gather_columns", gather_columns, METH_VARARGS,
      "gather_columns(src, src_cols, itemsize, index, out, zero_column=-1, plan=None): "
@@ -1019,6 +1155,9 @@ static PyMethodDef kernel_methods[] = {
     {"plan_gather", plan_gather, METH_VARARGS,
      "plan_gather(index, src_cols, itemsize, zero_column=-1): a shuffle plan for "
      "gather_columns, or None where shuffles cannot help."},
+    {"scatter_entries", scatter_entries, METH_VARARGS,
+     "scatter_entries(out, width, itemsize, cell_major, out_majors, bounds, minor, minor_size, "
+     "values, lookup): the entries of sorted majors into a dense block."},
     {"nonzero_rows", nonzero_rows, METH_VARARGS,
      "nonzero_rows(block, width, itemsize, is_float, out_cols, row, at, indptr, indices, data): "
      "the non-zero items of a dense block's rows from row on as CSR entries from at on, until "

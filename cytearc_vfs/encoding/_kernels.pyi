@@ -50,3 +50,16 @@ def nonzero_rows(
     data: Buffer,
     /,
 ) -> tuple[int, int]: ...
+def scatter_entries(
+    out: Buffer,
+    width: int,
+    itemsize: int,
+    cell_major: bool,
+    out_majors: Buffer,
+    bounds: Buffer,
+    minor: Buffer,
+    minor_size: int,
+    values: Buffer,
+    lookup: Buffer,
+    /,
+) -> None: ...

@@ -33,6 +33,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from zarr.core.array import AsyncArray
 
+from ..errors import RecordShapeError
 from .anndata_elements import MatrixElement
 from .cell_plan import CellPlan
 from .decode_threads import hand_over
@@ -107,23 +108,47 @@ class ElementReads:
                 lookup = np.full(n_minor, -1, dtype=np.int64)
                 lookup[minors] = out_minors
             chunks = 0
+            # each batch is placed on a decoding thread while the next is
+            # decoded (the compiled scatter runs without the GIL); batches
+            # write to distinct majors
+            placing: list[asyncio.Future[None]] = []
             async for batch in self._entry_batches(majors):
                 chunks += batch.chunks
                 if len(batch.minor):
-                    scatter_entries(
-                        out,
-                        cell_major,
-                        out_majors[batch.first : batch.stop],
-                        np.cumsum(batch.lengths) - batch.lengths,
-                        batch.minor,
-                        batch.values,
-                        lookup,
+                    placing.append(
+                        hand_over(
+                            self._scatter,
+                            out,
+                            cell_major,
+                            out_majors[batch.first : batch.stop],
+                            np.cumsum(batch.lengths) - batch.lengths,
+                            batch.minor,
+                            batch.values,
+                            lookup,
+                        )
                     )
+            await asyncio.gather(*placing)
         if len(repeated_cols):
             out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                 np.ix_(first_rows, repeated_cols[:, 1])
             ]
         return chunks
+
+    def _scatter(self, out: npt.NDArray[Any], *args: Any) -> None:
+        """:func:`~.sparse_entries.scatter_entries`, an index outside the element
+        named as the damage it is."""
+        try:
+            scatter_entries(out, *args)
+        except IndexError as exc:
+            raise self._damaged() from exc
+
+    def _damaged(self) -> RecordShapeError:
+        element = self.element
+        return RecordShapeError(
+            f"the AnnData element {element.path!r} ({element.encoding}, shape {element.shape}) "
+            "has an entry whose index lies outside its shape: the source is damaged. Write it "
+            "again with anndata, or restore it"
+        )
 
     async def _read_dense(
         self,
@@ -181,6 +206,11 @@ class ElementReads:
         chunks = 0
         async for batch in self._entry_batches(majors):
             chunks += batch.chunks
+            if (
+                len(batch.minor)
+                and not 0 <= int(batch.minor.min()) <= int(batch.minor.max()) < n_minor
+            ):
+                raise self._damaged()
             minor = batch.minor.astype(idx, copy=False) if lookup is None else lookup[batch.minor]
             keep = batch.values != 0
             if lookup is not None:

@@ -10,11 +10,21 @@ majors into a dense output block.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Buffer, Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from zarr.core.array import AsyncArray
+
+ScatterKernel = Callable[
+    [Buffer, int, int, bool, Buffer, Buffer, Buffer, int, Buffer, Buffer], None
+]
+scatter_kernel: ScatterKernel | None
+try:
+    from ..encoding._kernels import scatter_entries as scatter_kernel
+except ImportError:  # installed without a C compiler: numpy does the same, slower
+    scatter_kernel = None
 
 __all__ = ["read_ranges", "scatter_entries"]
 
@@ -40,11 +50,42 @@ def scatter_entries(
     ``out_majors[i]`` is its output row (CSR) or column (CSC); ``lookup`` maps
     a minor index to its output position (-1: not selected), ``None`` when
     every minor is selected in order. One flat scatter per window: much
-    faster than numpy's 2-D fancy assignment.
+    faster than numpy's 2-D fancy assignment. Where the compiled kernel is
+    built and the arrays allow, one pass in C without the GIL instead (the
+    values cast to ``out``'s type first, as numpy's assignment casts them).
     """
     n_entries, width = len(minor), out.shape[1]
+    if (
+        scatter_kernel is not None
+        and width
+        and out.flags.c_contiguous
+        and out.dtype.kind in "uifb"
+        and out.dtype.itemsize in (1, 2, 4, 8)
+        and minor.dtype in (np.int32, np.int64)
+    ):
+        scatter_kernel(
+            out,
+            width,
+            out.dtype.itemsize,
+            cell_major,
+            np.ascontiguousarray(out_majors, dtype=np.int64),
+            np.append(bounds, n_entries).astype(np.int64, copy=False),
+            np.ascontiguousarray(minor),
+            minor.dtype.itemsize,
+            np.ascontiguousarray(values.astype(out.dtype, copy=False)),
+            b"" if lookup is None else np.ascontiguousarray(lookup, dtype=np.int64),
+        )
+        return
     flat_out = out.reshape(-1)
     lengths = np.diff(np.append(bounds, n_entries))
+    # numpy's flat indices would wrap a negative index (or a row's past its
+    # end) onto another entry's place: refused, as the compiled loop does
+    majors_out, minors_out = out.shape if cell_major else out.shape[::-1]
+    n_minor = minors_out if lookup is None else len(lookup)
+    if len(out_majors) and not 0 <= int(out_majors.min()) <= int(out_majors.max()) < majors_out:
+        raise IndexError("scatter_entries: a major is outside the block")
+    if n_entries and not 0 <= int(minor.min()) <= int(minor.max()) < n_minor:
+        raise IndexError("scatter_entries: an entry's minor index is outside the block")
     first = 0
     while first < len(bounds):
         start = int(bounds[first])
