@@ -9,21 +9,21 @@ from unittest import mock
 import numpy as np
 
 import cytearc_vfs as cv
-from cytearc_vfs.read.shard_reader import ShardedReader
+from cytearc_vfs.read.chunk_decoding import ChunkDecoder
 
 
 def inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.ndarray, int]:
     """The block read, and the bytes zstd decompressed for it (every decode path)."""
     inflated = 0
     lock = threading.Lock()
-    original = ShardedReader._inflate
+    original = ChunkDecoder.inflate
 
-    def counting(self: ShardedReader, data: Any, target: memoryview, **options: Any) -> None:
+    def counting(self: ChunkDecoder, data: Any, target: memoryview, **options: Any) -> None:
         nonlocal inflated
         with lock:
             inflated += target.nbytes
         original(self, data, target, **options)
 
-    with mock.patch.object(ShardedReader, "_inflate", counting):
+    with mock.patch.object(ChunkDecoder, "inflate", counting):
         block = reader.read(*selection)
     return np.asarray(block), inflated

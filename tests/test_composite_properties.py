@@ -32,7 +32,7 @@ from zarr.storage import MemoryStore
 import cytearc_vfs as cv
 import cytearc_vfs.composite.create as composite_module
 import cytearc_vfs.read.placement as placement
-import cytearc_vfs.read.shard_reader as shard_reader
+import cytearc_vfs.read.strip_assembly as strip_assembly
 from cytearc_vfs.format.count_dtype import summary_dtype
 
 #: Kinds of source values: whole counts in float32, uint8, ints of the uint16
@@ -395,11 +395,11 @@ def test_composite_reads_equal_the_numpy_reference(
     # how the shard reader places values: column maps by slice copies or by one
     # gather, strips of a few chunks or of one
     copy_runs = data.draw(st.sampled_from([placement.MAX_COPY_RUNS, 0]), label="copy runs")
-    strip_bytes = data.draw(st.sampled_from([shard_reader.STRIP_BATCH_BYTES, 1]), label="strip")
+    strip_bytes = data.draw(st.sampled_from([strip_assembly.STRIP_BATCH_BYTES, 1]), label="strip")
     with (
         locations() as location,
         mock.patch.object(placement, "MAX_COPY_RUNS", copy_runs),
-        mock.patch.object(shard_reader, "STRIP_BATCH_BYTES", strip_bytes),
+        mock.patch.object(strip_assembly, "STRIP_BATCH_BYTES", strip_bytes),
     ):
         comp, destination = build(case, location)
         reader = comp.reader()

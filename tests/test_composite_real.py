@@ -35,9 +35,9 @@ from zarr.storage import LocalStore
 import cytearc_vfs as cv
 from cytearc_vfs import realdata
 from cytearc_vfs.format.records import COUNT_LAYOUT_ATTR, ArrayGeometry, CountLayout
+from cytearc_vfs.read.chunk_decoding import ChunkDecoder
 from cytearc_vfs.read.gather import touched_chunks
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
-from cytearc_vfs.read.shard_reader import ShardedReader
 
 #: A small policy, so both sources span many shards and inner chunks in both orientations.
 LAYOUT = cv.LayoutPolicy(256 * 1024, 16 * 1024)
@@ -207,18 +207,18 @@ def count_decodes(shapes: set[tuple[int, ...]]) -> Iterator[Counter[tuple[int, .
                 decoded[shape] += 1
         return original(self, chunk_bytes, chunk_spec)
 
-    original_direct = ShardedReader._decode
+    original_direct = ChunkDecoder.decode
 
-    def counting_direct(self: ShardedReader, data: bytes, *args: Any) -> Any:
+    def counting_direct(self: ChunkDecoder, data: bytes, *args: Any) -> Any:
         # the gather reader decodes the chunks of its own layout without zarr
         if tuple(self.chunks) in shapes:
             with lock:
                 decoded[tuple(self.chunks)] += 1
         return original_direct(self, data, *args)
 
-    original_frames = ShardedReader._decode_frames
+    original_frames = ChunkDecoder.decode_frames
 
-    def counting_frames(self: ShardedReader, frames: Any, n_chunks: int, *args: Any) -> Any:
+    def counting_frames(self: ChunkDecoder, frames: Any, n_chunks: int, *args: Any) -> Any:
         # the wanted rows' frames of n_chunks chunks, read by the compiled loop
         if tuple(self.chunks) in shapes:
             with lock:
@@ -227,8 +227,8 @@ def count_decodes(shapes: set[tuple[int, ...]]) -> Iterator[Counter[tuple[int, .
 
     with (
         mock.patch.object(ZstdCodec, "_decode_sync", counting),
-        mock.patch.object(ShardedReader, "_decode", counting_direct),
-        mock.patch.object(ShardedReader, "_decode_frames", counting_frames),
+        mock.patch.object(ChunkDecoder, "decode", counting_direct),
+        mock.patch.object(ChunkDecoder, "decode_frames", counting_frames),
     ):
         yield decoded
 

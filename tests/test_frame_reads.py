@@ -18,8 +18,10 @@ import scipy.sparse as sp
 import zarr
 
 import cytearc_vfs as cv
-import cytearc_vfs.read.shard_reader as shard_reader
+import cytearc_vfs.read.local_shards as local_shards
+import cytearc_vfs.read.strip_assembly as strip_assembly
 from cytearc_vfs.encoding.row_frames import frame_index, frame_rows
+from cytearc_vfs.read.shard_reader import ShardedReader
 from cytearc_vfs.write.row_framed import row_framed_writes
 
 kernels = pytest.importorskip("cytearc_vfs.encoding._kernels")
@@ -69,7 +71,7 @@ def store(request: pytest.FixtureRequest) -> tuple[Path, np.ndarray]:
     return stored
 
 
-def _fast(reader: cv.VirtualArrayReader) -> shard_reader.ShardedReader:
+def _fast(reader: cv.VirtualArrayReader) -> ShardedReader:
     fast = reader._mapping.sources[0].counts_fast
     assert fast is not None
     return fast
@@ -106,9 +108,9 @@ def test_only_the_wanted_frames_are_read(store: tuple[Path, np.ndarray]) -> None
     path, values = store
     reader = cv.VirtualArrayReader(path)
     fast = _fast(reader)
-    assert fast._frame_reads
+    assert fast._local is not None and fast._local.frame_reads
     # the narrow store's chunks end in a short frame
-    assert (fast.chunks, fast._rows_per_frame) in {((7, 4500), 1), ((32, 1000), 5)}
+    assert (fast.chunks, fast._local.rows_per_frame) in {((7, 4500), 1), ((32, 1000), 5)}
     # 15 and 70: chunks never written; 50-52 and 200-203 share frames
     cells = [0, 3, 15, 50, 51, 52, 70, 200, 203, 239]
     reader.read(cells, None)  # warms the shard index cache
@@ -142,9 +144,9 @@ def test_compiled_and_python_reads_place_the_same_values(
 ) -> None:
     path, values = store
     if not compiled:
-        monkeypatch.setattr(shard_reader, "read_row_frames", None)
+        monkeypatch.setattr(local_shards, "read_row_frames", None)
     reader = cv.VirtualArrayReader(path)
-    assert _fast(reader)._frame_reads is compiled
+    assert _fast(reader)._local.frame_reads is compiled
     cells, features = selection(*values.shape)
     expected = values if cells is None else values[cells]
     expected = expected if features is None else expected[:, features]
@@ -155,8 +157,8 @@ def test_a_chunk_that_is_not_one_frame_per_row_sends_the_rest_of_the_job_to_pyth
     wide: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, values = wide
-    monkeypatch.setattr(shard_reader, "STRIP_BATCH_BYTES", 1)  # one row chunk per strip
-    compiled = shard_reader.read_row_frames
+    monkeypatch.setattr(strip_assembly, "STRIP_BATCH_BYTES", 1)  # one row chunk per strip
+    compiled = local_shards.read_row_frames
     assert compiled is not None
     calls: list[int] = []
 
@@ -164,7 +166,7 @@ def test_a_chunk_that_is_not_one_frame_per_row_sends_the_rest_of_the_job_to_pyth
         calls.append(1)
         return None if len(calls) == 2 else compiled(*args)
 
-    monkeypatch.setattr(shard_reader, "read_row_frames", second_strip_refused)
+    monkeypatch.setattr(local_shards, "read_row_frames", second_strip_refused)
     reader = cv.VirtualArrayReader(path)
     cells = np.array([1, 2, 8, 30, 36, 60])  # chunks 0, 1, 4, 5, 8 of shard 0
     reader.read(cells, None)

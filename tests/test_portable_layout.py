@@ -27,7 +27,7 @@ from decode_counting import inflated_bytes
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
-import cytearc_vfs.read.shard_reader as shard_reader
+import cytearc_vfs.read.local_shards as local_shards
 from cytearc_vfs.encoding.blosc_blocks import open_chunk
 from cytearc_vfs.encoding.row_frames import frame_index
 from cytearc_vfs.format.layout import (
@@ -183,7 +183,7 @@ def test_local_cell_reads_fetch_only_the_blocks_they_decode(
     read = reader.stats.bytes_read
     sizes = dict(_chunks(portable, "RNA/counts"))
     touched = sum(len(sizes[(cell // 699, 0)]) for cell in (10, 2_000))
-    if shard_reader.read_row_frames is not None:  # the compiled loop: tables and two blocks
+    if local_shards.read_row_frames is not None:  # the compiled loop: tables and two blocks
         tables = 2 * (16 + 4 * -(-699 // 3))
         assert tables < read < tables + 2 * 3 * 1_500 * 2
         assert read < touched / 4
@@ -200,21 +200,26 @@ def test_single_frame_stores_fetch_only_the_touched_chunks(
     wanted = sum(len(sizes[(cell // 3, 0)]) for cell in {10, 2_000})  # 10 and 11 share a chunk
     reader = cv.VirtualArrayReader(portable)
     fast = reader._mapping.sources[0].counts_fast
-    assert fast is not None and fast._joined and not fast._frame_reads
+    assert (
+        fast is not None
+        and fast._joined
+        and fast._local is not None
+        and not fast._local.frame_reads
+    )
     reader.read(cells[:1], None)  # the shard index
-    if shard_reader.read_ranges is not None:  # the compiled loop: only the chunks' bytes
-        kernel = shard_reader.read_ranges
+    if local_shards.read_ranges is not None:  # the compiled loop: only the chunks' bytes
+        kernel = local_shards.read_ranges
         ranges: list[int] = []
 
         def counted(fd: int, offsets: Any, sizes: Any, out: Any) -> int:
             ranges.extend(sizes.tolist())
             return kernel(fd, offsets, sizes, out)
 
-        monkeypatch.setattr(shard_reader, "read_ranges", counted)
+        monkeypatch.setattr(local_shards, "read_ranges", counted)
         np.testing.assert_array_equal(np.asarray(reader.read(cells, None)), values[cells])
         assert sum(ranges) == wanted and len(ranges) == 2
     # without the kernel: one preadv per run of consecutive chunks, only theirs
-    monkeypatch.setattr(shard_reader, "read_ranges", None)
+    monkeypatch.setattr(local_shards, "read_ranges", None)
     preads: list[int] = []
     original = os.preadv
 

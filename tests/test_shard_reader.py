@@ -24,7 +24,7 @@ from zarr.storage import LocalStore, WrapperStore
 import cytearc_vfs as cv
 import cytearc_vfs.read.decode_threads as decode_threads
 import cytearc_vfs.read.placement as placement
-import cytearc_vfs.read.shard_reader as shard_reader
+import cytearc_vfs.read.strip_assembly as strip_assembly
 from cytearc_vfs.errors import RecordShapeError
 from cytearc_vfs.read.gather import choose_orientation
 
@@ -100,7 +100,7 @@ def test_strips_placed_in_small_batches(
     tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _store(tmp_path, dense, layout=("64KiB", "2KiB"))
-    monkeypatch.setattr(shard_reader, "STRIP_BATCH_BYTES", 1)  # one row chunk per batch
+    monkeypatch.setattr(strip_assembly, "STRIP_BATCH_BYTES", 1)  # one row chunk per batch
     reader = cv.VirtualArrayReader(path)
     for cells, features in SELECTIONS.values():
         np.testing.assert_array_equal(

@@ -51,8 +51,8 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import VfsError
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
+from .local_shards import local_files
 from .prefetch import MAX_IN_FLIGHT
-from .shard_reader import _local_files
 
 __all__ = ["ChunkDecodeError", "ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
 
@@ -282,7 +282,7 @@ class DirectChunks:
         self._fill = fill
         # a plain local store's chunk files are read with pread on the decoding
         # thread, into its reused buffer (unsharded arrays: one file a chunk)
-        self._local = None if sharding is not None else _local_files(self._store)
+        self._local = None if sharding is not None else local_files(self._store)
         # shard -> its index ((offset, nbytes) per inner chunk), kept: the
         # source's identity was checked at open and is pinned for its reads
         self._indexes: dict[int, npt.NDArray[np.uint64]] = {}
