@@ -28,7 +28,7 @@ BUDGET = 200_000
 
 def _worker_state() -> dict[str, Any]:
     """On a worker: its readers' cache figures, and whether a credential is in its environment."""
-    from cytearc_vfs.read.reader import _PROCESS_READERS
+    from cytearc_vfs.read.blockwise import _PROCESS_READERS
 
     caches = []
     for reader in _PROCESS_READERS.values():

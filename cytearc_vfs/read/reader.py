@@ -27,10 +27,9 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from ..format.layout import DEFAULT_MEM_BUDGET
-from ..format.sizes import parse_size
 from ..format.source_store import read_contents, refuse_pending_assays
 from ..remote.locations import Location, describe_location, open_location
+from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
 from .decode_threads import hand_over
@@ -548,20 +547,6 @@ class VirtualArrayReader:
 
     # ---------------------------------------------------------------- streams
 
-    def _batch(self, batch: int | None, mem_budget: int | str | None, other_axis: int) -> int:
-        if batch is not None:
-            if batch < 1:
-                raise ValueError(f"batch must be at least 1, got {batch}")
-            return batch
-        budget = (
-            DEFAULT_MEM_BUDGET // 4
-            if mem_budget is None
-            else parse_size(mem_budget, what="mem_budget")
-        )
-        # the output block, the gathered source block, and its scatter copy
-        per_item = 3 * max(1, other_axis) * self.dtype.itemsize
-        return max(1, budget // per_item)
-
     def iter_features(
         self,
         batch: int | None = None,
@@ -576,13 +561,10 @@ class VirtualArrayReader:
         what :meth:`read` takes, ids included.
         """
         cell_positions = self._positions(cells, "cells")
-        size = self._batch(batch, mem_budget, len(cell_positions))
-        for start in range(0, self.shape[1], size):
-            stop = min(self.shape[1], start + size)
-            yield (
-                slice(start, stop),
-                sync(self._gather(cell_positions, np.arange(start, stop, dtype=np.int64))),
-            )
+        size = batch_size(batch, mem_budget, len(cell_positions), self.dtype.itemsize)
+        yield from blocks_along(
+            self.shape[1], size, lambda features: sync(self._gather(cell_positions, features))
+        )
 
     def iter_cells(
         self,
@@ -596,13 +578,10 @@ class VirtualArrayReader:
         ``features`` takes what :meth:`read` takes, ids included.
         """
         feature_positions = self._positions(features, "features")
-        size = self._batch(batch, mem_budget, len(feature_positions))
-        for start in range(0, self.shape[0], size):
-            stop = min(self.shape[0], start + size)
-            yield (
-                slice(start, stop),
-                sync(self._gather(np.arange(start, stop, dtype=np.int64), feature_positions)),
-            )
+        size = batch_size(batch, mem_budget, len(feature_positions), self.dtype.itemsize)
+        yield from blocks_along(
+            self.shape[0], size, lambda cells: sync(self._gather(cells, feature_positions))
+        )
 
     # ------------------------------------------------------------------ dask
 
@@ -614,36 +593,14 @@ class VirtualArrayReader:
         pickles without writing credentials anywhere) and rebuild one reader
         per process. Needs ``dask[array]``.
         """
-        try:
-            import dask.array as da
-        except ImportError as exc:  # pragma: no cover - optional dependency
-            raise ImportError(
-                "to_dask needs dask, an optional extra: pip install 'cytearc-vfs[dask]'"
-            ) from exc
-        if not self._recipe:
-            raise ValueError(
-                "this reader was built from a bound mapping; make one from a store to use dask"
-            )
-        if chunks is None:
-            rows = max(1, (64 << 20) // max(1, self.shape[1] * self.dtype.itemsize))
-            chunks = (min(max(self.shape[0], 1), rows), max(self.shape[1], 1))
-        row_blocks = tuple(_split(self.shape[0], chunks[0]))
-        col_blocks = tuple(_split(self.shape[1], chunks[1]))
-        name = f"cytearc-read-{id(self):x}"
-        graph: dict[Any, Any] = {}
-        row_start = 0
-        for i, n_rows in enumerate(row_blocks):
-            col_start = 0
-            for j, n_cols in enumerate(col_blocks):
-                graph[(name, i, j)] = (
-                    _read_block,
-                    self._recipe,
-                    (row_start, row_start + n_rows),
-                    (col_start, col_start + n_cols),
-                )
-                col_start += n_cols
-            row_start += n_rows
-        return da.Array(graph, name, chunks=(row_blocks, col_blocks), dtype=self.dtype)  # type: ignore[no-untyped-call]
+        return dask_array(
+            VirtualArrayReader,
+            self._recipe,
+            self.shape,
+            self.dtype,
+            chunks,
+            name=f"cytearc-read-{id(self):x}",
+        )
 
     def __repr__(self) -> str:
         return f"VirtualArrayReader({self._where!r}, assay={self.assay!r}, shape={self.shape}, dtype={self.dtype})"
@@ -663,30 +620,3 @@ def _orientation(source: BoundSource, cells: CellPlan, plan: FeaturePlan) -> Ori
 
 def _whole_or_slice(selection: Selection) -> bool:
     return selection is None or isinstance(selection, slice)
-
-
-def _split(length: int, size: int) -> list[int]:
-    sizes = [size] * (length // size)
-    if length % size or not sizes:
-        sizes.append(length % size)
-    return sizes
-
-
-_PROCESS_READERS: dict[str, VirtualArrayReader] = {}
-
-
-def _read_block(
-    recipe: tuple[Any, ...], rows: tuple[int, int], cols: tuple[int, int]
-) -> npt.NDArray[Any]:
-    """One dask block: reuse this process's reader of the recipe, or build it once."""
-    import pickle
-
-    key = pickle.dumps(recipe).hex()
-    reader = _PROCESS_READERS.get(key)
-    if reader is None:
-        store, assay, workspace, options = recipe
-        reader = VirtualArrayReader(
-            store, assay, workspace=workspace, storage_options=options or None
-        )
-        _PROCESS_READERS[key] = reader
-    return reader.read(slice(*rows), slice(*cols))

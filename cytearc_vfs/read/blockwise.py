@@ -1,0 +1,169 @@
+"""Reading a count matrix block by block: batched streams and lazy dask arrays.
+
+:meth:`~cytearc_vfs.read.reader.VirtualArrayReader.iter_features`,
+:meth:`~cytearc_vfs.read.reader.VirtualArrayReader.iter_cells` and
+:meth:`~cytearc_vfs.read.reader.VirtualArrayReader.to_dask` cut the matrix
+into blocks of adjacent cells or features, each read by one gather; this
+module sizes the blocks and builds the dask graph. A dask block carries the
+reader's *recipe* (store, assay, workspace, storage options), not the reader,
+so it runs in any process, which builds its reader once.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..format.layout import DEFAULT_MEM_BUDGET
+from ..format.sizes import parse_size
+
+__all__ = ["BlockReader", "OpenReader", "batch_size", "blocks_along", "dask_array"]
+
+Indices = npt.NDArray[np.int64]
+#: Bytes of one block of :func:`dask_array` when no chunks are given.
+DASK_BLOCK_BYTES = 64 << 20
+
+
+class BlockReader(Protocol):
+    """What a dask block reads with: a reader's :meth:`read` of two slices."""
+
+    def read(self, cells: slice, features: slice) -> npt.NDArray[Any]:
+        """The dense block of ``cells`` x ``features``."""
+        ...
+
+
+class OpenReader(Protocol):
+    """How a process opens the reader of a recipe (``VirtualArrayReader``'s constructor)."""
+
+    def __call__(
+        self,
+        store: Any,
+        assay: str,
+        *,
+        workspace: str | None,
+        storage_options: Mapping[str, Any] | None,
+    ) -> BlockReader:
+        """A reader of ``store``'s ``assay``."""
+        ...
+
+
+def batch_size(
+    batch: int | None, mem_budget: int | str | None, other_axis: int, itemsize: int
+) -> int:
+    """Cells or features read at once: ``batch`` if given, else as many as
+    ``mem_budget`` (default a quarter of the package's) allows when each spans
+    ``other_axis`` values of ``itemsize`` bytes.
+
+    >>> batch_size(None, "1MiB", 1_000, 4)
+    87
+    >>> batch_size(10, None, 1_000, 4)
+    10
+    """
+    if batch is not None:
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        return batch
+    budget = (
+        DEFAULT_MEM_BUDGET // 4 if mem_budget is None else parse_size(mem_budget, what="mem_budget")
+    )
+    # the output block, the gathered source block, and its scatter copy
+    per_item = 3 * max(1, other_axis) * itemsize
+    return max(1, budget // per_item)
+
+
+def blocks_along(
+    length: int, size: int, gather: Callable[[Indices], npt.NDArray[Any]]
+) -> Iterator[tuple[slice, npt.NDArray[Any]]]:
+    """``(slice, gather(positions))`` of each run of ``size`` positions of an axis of
+    ``length``, in order.
+
+    >>> [(s.start, s.stop, b.tolist()) for s, b in blocks_along(5, 2, lambda p: p * 10)]
+    [(0, 2, [0, 10]), (2, 4, [20, 30]), (4, 5, [40])]
+    """
+    for start in range(0, length, size):
+        stop = min(length, start + size)
+        yield slice(start, stop), gather(np.arange(start, stop, dtype=np.int64))
+
+
+def dask_array(
+    open_reader: OpenReader,
+    recipe: tuple[Any, ...],
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    chunks: tuple[int, int] | None,
+    *,
+    name: str,
+) -> Any:
+    """A lazy ``dask.array`` of ``shape`` whose blocks each open (once per process)
+    the reader of ``recipe`` with ``open_reader`` and read their slices.
+
+    ``chunks`` defaults to whole rows of :data:`DASK_BLOCK_BYTES` a block.
+    """
+    try:
+        import dask.array as da
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ImportError(
+            "to_dask needs dask, an optional extra: pip install 'cytearc-vfs[dask]'"
+        ) from exc
+    if not recipe:
+        raise ValueError(
+            "this reader was built from a bound mapping; make one from a store to use dask"
+        )
+    if chunks is None:
+        rows = max(1, DASK_BLOCK_BYTES // max(1, shape[1] * dtype.itemsize))
+        chunks = (min(max(shape[0], 1), rows), max(shape[1], 1))
+    row_blocks = tuple(_split(shape[0], chunks[0]))
+    col_blocks = tuple(_split(shape[1], chunks[1]))
+    graph: dict[Any, Any] = {}
+    row_start = 0
+    for i, n_rows in enumerate(row_blocks):
+        col_start = 0
+        for j, n_cols in enumerate(col_blocks):
+            graph[(name, i, j)] = (
+                _read_block,
+                open_reader,
+                recipe,
+                (row_start, row_start + n_rows),
+                (col_start, col_start + n_cols),
+            )
+            col_start += n_cols
+        row_start += n_rows
+    return da.Array(graph, name, chunks=(row_blocks, col_blocks), dtype=dtype)  # type: ignore[no-untyped-call]
+
+
+def _split(length: int, size: int) -> list[int]:
+    """Sizes of the blocks of an axis of ``length`` cut every ``size`` (one empty
+    block for an empty axis, as dask wants).
+
+    >>> _split(5, 2), _split(4, 2), _split(0, 3)
+    ([2, 2, 1], [2, 2], [0])
+    """
+    sizes = [size] * (length // size)
+    if length % size or not sizes:
+        sizes.append(length % size)
+    return sizes
+
+
+# This process's readers, by pickled recipe: a worker opens (and verifies)
+# a store once, not once per block.
+_PROCESS_READERS: dict[str, BlockReader] = {}
+
+
+def _read_block(
+    open_reader: OpenReader,
+    recipe: tuple[Any, ...],
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+) -> npt.NDArray[Any]:
+    """One dask block: reuse this process's reader of the recipe, or build it once."""
+    key = pickle.dumps(recipe).hex()
+    reader = _PROCESS_READERS.get(key)
+    if reader is None:
+        store, assay, workspace, options = recipe
+        reader = open_reader(store, assay, workspace=workspace, storage_options=options or None)
+        _PROCESS_READERS[key] = reader
+    return reader.read(slice(*rows), slice(*cols))
