@@ -7,12 +7,11 @@ composite record and each chunk is gathered from the sources through a
 store, where analyses write as usual. Mappings, count metadata and the
 composite record are immutable (``PermissionError``). Opening verifies the
 record shape, completeness, every mapping fingerprint and every source's
-identity, and fails closed.
+identity, and fails closed (``verification.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -27,27 +26,20 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.core.sync import sync
 
-from ..errors import IdentityMismatchError, IncompleteStoreError
-from ..format.fingerprints import combine
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
 from ..format.paths import join
-from ..format.store_io import document_attribute, get_json
+from ..format.store_io import document_attribute
 from ..format.store_keys import protected_by
-from ..read.anndata_sources import AnnDataSpec
-from ..read.cell_runs import CellRuns, RunCollector, merge_runs
+from ..read.cell_runs import CellRuns
 from ..read.count_mapping import ArrayMapping, CountMapping
-from ..read.prefetch import fetch_documents
 from ..read.read_stats import ReadCounters, ReaderStats
-from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
+from ..read.sources import BoundSource, rebind
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.source_cache import CacheInfo, SourceCache
-from .anndata_records import ANNDATA_SOURCES_PATH, read_anndata_sources
-from .open_checks import verify_composite_tables
-from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
-from .source_seals import SEALS_PATH, read_seals
+from .records import COMPOSITE_ATTR, MAPS_GROUP, CompositeRecord
+from .verification import verify_composite
 
 __all__ = ["CompositeStore"]
 
@@ -62,22 +54,6 @@ def _apply_range(data: bytes | memoryview, byte_range: ByteRequest | None) -> by
     if isinstance(byte_range, SuffixByteRequest):
         return data[len(data) - byte_range.suffix :]
     raise TypeError(f"unsupported byte range {byte_range!r}")
-
-
-def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = None) -> str:
-    """:func:`array_fingerprint` computed window by window (memory stays flat);
-    ``runs`` sees every window too."""
-    digest = hashlib.sha256()
-    step = max(1, (16 << 20) // max(1, array.dtype.itemsize * int(np.prod(array.shape[1:]) or 1)))
-    for start in range(0, array.shape[0], step):
-        block = np.ascontiguousarray(array[start : start + step])
-        digest.update(block.view(np.uint8).tobytes())
-        if runs is not None:
-            runs.observe(start, block)
-    return combine(
-        "cytearc:map",
-        {"dtype": array.dtype.str, "shape": list(array.shape), "values": digest.hexdigest()},
-    )
 
 
 class CompositeStore(KeyCheckedStore):
@@ -168,82 +144,17 @@ class CompositeStore(KeyCheckedStore):
         *,
         created: tuple[Sequence[BoundSource], SourceCache] | None = None,
     ) -> CompositeStore:
-        # remote sources read through one bounded cache per open composite; a
-        # bad CYTEARC_SOURCE_CACHE_BYTES is refused before any mapping is read
-        cache = SourceCache() if created is None else created[1]
-        root_doc = get_json(backing, "zarr.json", where=where)
-        attrs = root_doc.get("attributes", {}) if isinstance(root_doc, dict) else {}
-        if COMPOSITE_ATTR not in attrs:
-            raise ValueError(f"{where} is not a composite (its root has no composite record)")
-        record = CompositeRecord.from_json(attrs[COMPOSITE_ATTR], where=f"{where} composite")
-        if not record.complete:
-            raise IncompleteStoreError(
-                f"composite at {where} is not complete (complete=false): its creation failed or is "
-                "still running. Delete it and create the composite again"
-            )
-        unknown = sorted(set(source_storage_options or {}) - {s.name for s in record.sources})
-        if unknown:
-            raise ValueError(
-                f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
-            )
-        # The composite's own documents the checks below read, in one concurrent
-        # round (its store may be remote too); the root document was read
-        # above: a Zarr v3 group, so no v2 probes.
-        own = sync(fetch_documents(backing, _own_documents(record)))
-        root = zarr.open_group(own, mode="r", zarr_format=3)
-        # the cell mappings are summarized as runs on the way (see cell_runs)
-        collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
-        for name in MAP_NAMES:
-            expected = record.maps[name]
-            if expected.path != join(MAPS_GROUP, name) or expected.path not in root:
-                raise IncompleteStoreError(
-                    f"composite at {where}: mapping {expected.path!r} is missing"
-                )
-            array = array_at(root, expected.path)
-            found = _streamed_fingerprint(array, collectors.get(name))
-            if found != expected.fingerprint or tuple(array.shape) != expected.shape:
-                raise IdentityMismatchError(
-                    f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
-                    f"records {expected.fingerprint}; the mapping was changed. Recreate the composite"
-                )
-        verify_composite_tables(own, record, attrs, where=where)
-        seals = read_seals(root, record, where=where)
-        anndata = read_anndata_sources(root, record, where=where)
-        # Every source is verified from one concurrent batch of requests (with
-        # a seal, usually one listing each): see read/sources.bind_sources.
-        if created is not None:
-            sources = _as_recorded(list(created[0]), record, where=where)
-        else:
-            sources = bind_sources(
-                [
-                    SourceSpec(
-                        binding.name,
-                        binding.location,
-                        record.assay,
-                        workspace=binding.workspace,
-                        storage_options=(source_storage_options or {}).get(binding.name),
-                        expected_dataset=binding.dataset_fingerprint,
-                        expected_counts=binding.counts_fingerprint,
-                        seal=seals.get(binding.name),
-                        anndata=(
-                            AnnDataSpec(anndata[binding.name]["element"], anndata[binding.name])
-                            if binding.name in anndata
-                            else None
-                        ),
-                    )
-                    for binding in record.sources
-                ],
-                counters=ReadCounters(),
-                cache=cache,
-            )
+        """Open ``backing`` as a composite after :func:`verify_composite` checked it
+        (``created``: the sources and cache its creation just bound)."""
+        verified = verify_composite(backing, where, source_storage_options, created=created)
         return cls(
             backing,
-            record,
-            sources,
+            verified.record,
+            verified.sources,
             source_storage_options=source_storage_options,
-            cell_runs=merge_runs(collectors["rowSources"], collectors["sourceRows"]),
-            cache=cache,
-            documents=own,
+            cell_runs=verified.cell_runs,
+            cache=verified.cache,
+            documents=verified.documents,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -552,42 +463,6 @@ class CompositeStore(KeyCheckedStore):
             if child not in seen:
                 seen.add(child)
                 yield child
-
-
-def _as_recorded(
-    sources: list[BoundSource], record: CompositeRecord, *, where: str
-) -> list[BoundSource]:
-    """``sources`` bound by the creation that wrote ``record``, checked against it."""
-    for binding, source in zip(record.sources, sources, strict=True):
-        if (
-            binding.name != source.name
-            or binding.dataset_fingerprint != source.info.dataset_fingerprint
-            or binding.counts_fingerprint != source.info.counts_fingerprint
-        ):
-            raise IdentityMismatchError(
-                f"composite at {where}: source {binding.name!r} as recorded does not match the "
-                "source its creation verified; the composite was changed while it was being "
-                "created. Recreate the composite"
-            )
-    return sources
-
-
-def _own_documents(record: CompositeRecord) -> list[str]:
-    """Keys of the composite's own documents that opening it reads."""
-    assay = record.assay
-    nodes = [
-        "",
-        assay,
-        MAPS_GROUP,
-        "cellData",
-        join(assay, "featureData"),
-        *(record.maps[name].path for name in MAP_NAMES),
-        "cellData/ids",
-        join(assay, "featureData", "ids"),
-        SEALS_PATH,  # absent from composites without seals: fetched in the same round
-        ANNDATA_SOURCES_PATH,  # absent from composites without AnnData sources
-    ]
-    return [join(node, "zarr.json") for node in nodes]
 
 
 def _restore(backing: Store, options: Mapping[str, Mapping[str, Any]]) -> CompositeStore:
