@@ -5,9 +5,10 @@ Owns :class:`~cytearc_vfs.VirtualArrayReader` (``reader``), selections
 (``count_mapping``, ``cell_runs``) and their registry (``mapping_providers``:
 composites and mounts register there, above this layer), read plans
 (``cell_plan``, ``feature_plan``, ``gather``), shard reads and decode threads
-(``shard_reader``, ``decode_threads``, ``prefetch``), placing values into the
-output (``placement``), read statistics, and :func:`~cytearc_vfs.open_store`
-(``opening``).
+(``shard_reader``, ``local_shards``, ``chunk_decoding``, ``strip_assembly``,
+``decode_threads``, ``prefetch``), placing values into the output
+(``placement``), streams and dask arrays (``blockwise``), read statistics,
+and :func:`~cytearc_vfs.open_store` (``opening``).
 
 May import: :mod:`cytearc_vfs.encoding`, :mod:`cytearc_vfs.remote`,
 :mod:`cytearc_vfs.format` and :mod:`cytearc_vfs.errors`; never

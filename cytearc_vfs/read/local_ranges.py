@@ -1,7 +1,7 @@
 """Byte ranges of local shard files, read with ``pread`` (no zarr, no event loop).
 
-The gather reader (:mod:`cytearc_vfs.read.shard_reader`) reads a local
-store's shard files itself, only the touched chunks, on the thread that
+The gather reader (:mod:`cytearc_vfs.read.shard_reader`, through
+:mod:`cytearc_vfs.read.local_shards`) reads a local store's shard files itself, only the touched chunks, on the thread that
 decodes them; ranges that follow each other in the file are read in one
 call. The compiled ``read_ranges`` of ``encoding/_kernels.c`` does the same
 without the GIL; :func:`pread_ranges` is its fallback.

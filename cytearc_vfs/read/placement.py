@@ -2,7 +2,7 @@
 
 A :class:`~cytearc_vfs.read.shard_reader.ShardedReader` decodes the row chunks a
 read touches one by one and gathers their selected rows, a batch of chunks
-at a time, into a *strip*: those rows across every column of the array, plus
+at a time, into a *strip* (:mod:`~cytearc_vfs.read.strip_assembly`): those rows across every column of the array, plus
 one all-zero column at the end (``zero_column``). A placement writes each
 strip straight into the output of the read, on the worker thread that
 decoded it:
