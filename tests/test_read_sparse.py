@@ -22,8 +22,7 @@ import scipy.sparse as sp
 from test_anndata_sources import adata, write
 
 import cytearc_vfs as cv
-from cytearc_vfs.read import anndata_reads, sparse_rows
-from cytearc_vfs.read import reader as reader_module
+from cytearc_vfs.read import anndata_reads, sparse_reads, sparse_rows
 from cytearc_vfs.read.anndata_sources import AnnDataCounts
 from cytearc_vfs.read.reader import UnknownIdError
 
@@ -160,7 +159,7 @@ def test_dense_anndata_sources_are_read_in_bounded_bands(tmp_path: Path) -> None
     cv.create_composite(tmp_path / "comp.zarr", {"d": tmp_path / "d.zarr"}).close()
     reader = cv.VirtualArrayReader(tmp_path / "comp.zarr")
     shapes: list[tuple[int, ...]] = []
-    original = reader_module.dense_rows
+    original = sparse_reads.dense_rows
 
     def recording(block: np.ndarray, *args: Any) -> Any:
         shapes.append(block.shape)
@@ -168,8 +167,8 @@ def test_dense_anndata_sources_are_read_in_bounded_bands(tmp_path: Path) -> None
 
     budget = 50 * len(GENES) * reader.dtype.itemsize  # 50 rows of every gene
     with (
-        mock.patch.object(reader_module, "SPARSE_BAND_BYTES", budget),
-        mock.patch.object(reader_module, "dense_rows", recording),
+        mock.patch.object(sparse_reads, "SPARSE_BAND_BYTES", budget),
+        mock.patch.object(sparse_reads, "dense_rows", recording),
     ):
         matrix = reader.read_sparse()
     assert len(shapes) >= 400 // 50
@@ -209,7 +208,7 @@ def test_cytearc_sources_make_each_strip_csr_without_a_dense_block(tmp_path: Pat
             strips.clear()
             with (
                 mock.patch.object(sparse_rows.SparseRowPlacement, "place", recording),
-                mock.patch.object(reader_module, "row_bands", side_effect=AssertionError),
+                mock.patch.object(sparse_reads, "row_bands", side_effect=AssertionError),
             ):
                 matrix = reader.read_sparse(cells, slice(0, 590))
             want = dense[cells][:, :590]

@@ -32,14 +32,8 @@ from ..remote.locations import Location, describe_location, open_location
 from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
-from .decode_threads import hand_over
 from .feature_plan import FeaturePlan
-from .gather import (
-    OrientationChoice,
-    as_slice,
-    choose_orientation,
-    sorted_unique,
-)
+from .gather import OrientationChoice, as_slice, sorted_unique, source_orientation
 from .mapping_providers import mapping_provider_for
 from .placement import (
     ColumnPlacement,
@@ -50,15 +44,8 @@ from .placement import (
 from .read_stats import ReadCounters, ReaderStats
 from .selection import Selection, UnknownIdError, normalize_selection, split_key
 from .sources import BoundSource, bind_source
-from .sparse_rows import (
-    SourceRows,
-    SparseRowPlacement,
-    assemble,
-    concatenate,
-    dense_rows,
-    index_dtype,
-    row_bands,
-)
+from .sparse_reads import source_rows
+from .sparse_rows import assemble
 
 __all__ = ["Selection", "UnknownIdError", "VirtualArrayReader", "normalize_selection"]
 
@@ -68,9 +55,6 @@ Indices = npt.NDArray[np.int64]
 FEATURE_PLAN_KEEP_ENTRIES = 1 << 22
 # Cell selections up to this many cells keep their per-source plans.
 CELL_PLAN_KEEP_CELLS = 1 << 21
-#: Dense bytes of one band of a sparse read from a source without a sparse
-#: encoding (read densely, then made CSR before the next band).
-SPARSE_BAND_BYTES = 32 << 20
 
 
 def _by_source(codes: Indices, rows: Indices, n_sources: int) -> list[tuple[Indices, Indices]]:
@@ -265,10 +249,12 @@ class VirtualArrayReader:
         within each row, no stored zeros, no duplicates) and of :attr:`dtype`.
 
         Sparse sources are read sparse: an AnnData source's CSR rows or CSC
-        columns become rows without a dense block. Other sources (CyteArc
-        stores, dense AnnData arrays) are read in bands of rows, each turned
-        into CSR before the next, so memory holds the result's entries and
-        one band (:data:`SPARSE_BAND_BYTES` of dense values).
+        columns become rows without a dense block. A CyteArc source read
+        cell-major makes each decoded strip CSR where it is decoded; others
+        (read feature-major, dense AnnData arrays) are read in bands of
+        rows (:data:`~.sparse_reads.SPARSE_BAND_BYTES` of dense values), so
+        memory holds the result's entries and a band or two
+        (:mod:`.sparse_reads`).
 
         Raises
         ------
@@ -377,7 +363,14 @@ class VirtualArrayReader:
         plans = await self._feature_plans(unique)
         shares = await asyncio.gather(
             *(
-                self._source_rows(self._mapping.sources[index], cell_plan, plans[index])
+                source_rows(
+                    self._mapping.sources[index],
+                    cell_plan,
+                    plans[index],
+                    self.dtype,
+                    self._read_source,
+                    self._counters,
+                )
                 for index, cell_plan in enumerate(cell_plans)
                 if cell_plan is not None and not plans[index].empty
             )
@@ -387,59 +380,6 @@ class VirtualArrayReader:
             matrix = matrix[:, inverse]
             matrix.sort_indices()
         return matrix
-
-    async def _source_rows(
-        self, source: BoundSource, cells: CellPlan, plan: FeaturePlan
-    ) -> tuple[SourceRows, Indices, Indices]:
-        """``source``'s share of a sparse read: its rows, their output rows, the repeats."""
-        unique_rows, first_rows, repeats = cells.firsts()
-        idx = index_dtype(len(plan.columns))
-        anndata = source.anndata
-        if anndata is not None and anndata.element.encoding != "array":
-            rows, decoded = await anndata.read_rows(cells, plan, idx)
-            self._counters.add(chunks=decoded)
-            return rows, first_rows, repeats
-        narrow = plan.narrowed()
-        width = len(plan.cols)
-        fast = source.counts_fast
-        if anndata is None and fast is not None:
-            choice = _orientation(source, cells, plan)
-            if choice.orientation == "counts":
-                # each strip made CSR where it is decoded: no dense block
-                placement = SparseRowPlacement(
-                    narrow.cell_major(fast.zero_column), plan.out_cols, idx, self.dtype
-                )
-                decoded = await fast.read_into(
-                    unique_rows, narrow.touched.chunks(fast.chunks[1]), placement
-                )
-                self._counters.add(chunks=decoded)
-                return placement.rows(len(unique_rows)), first_rows, repeats
-        # else dense bands of the columns the source fills, cut where its row
-        # chunks start (each chunk decoded once), each made CSR while the next is read
-        limit = SPARSE_BAND_BYTES // max(1, width * self.dtype.itemsize)
-        chunk_rows = (
-            source.info.layout.counts.chunks[0]
-            if anndata is None
-            else int(anndata.arrays["dense"].chunks[0])
-        )
-        bands = row_bands(unique_rows, chunk_rows, limit)
-        parts: list[SourceRows | None] = [None] * len(bands)
-
-        def convert(number: int, block: npt.NDArray[Any]) -> None:
-            parts[number] = dense_rows(block, plan.out_cols, idx)
-
-        # each band is made CSR on a decoding thread while the next is read
-        # (the kernel runs without the GIL); memory holds at most two bands
-        converting: list[asyncio.Future[None]] = []
-        for number, (start, stop) in enumerate(bands):
-            band = unique_rows[start:stop]
-            block = np.zeros((len(band), width), dtype=self.dtype)
-            await self._read_source(source, block, CellPlan(np.arange(len(band)), band), narrow)
-            if converting:
-                await converting[-1]
-            converting.append(hand_over(convert, number, block))
-        await asyncio.gather(*converting)
-        return concatenate([part for part in parts if part is not None]), first_rows, repeats
 
     async def _cell_plans(self, cells: Indices) -> list[CellPlan | None]:
         """Each source's plan for ``cells`` (``None``: no cells of it); the last
@@ -485,7 +425,7 @@ class VirtualArrayReader:
                 out[repeated[:, 0]] = out[repeated[:, 1]]
             self._counters.add(chunks=decoded)
             return
-        choice = _orientation(source, cells, plan)
+        choice = source_orientation(source, cells, plan)
         fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
         unique_rows, first_rows, repeated_rows = cells.firsts()
         if fast is None:
@@ -604,18 +544,6 @@ class VirtualArrayReader:
 
     def __repr__(self) -> str:
         return f"VirtualArrayReader({self._where!r}, assay={self.assay!r}, shape={self.shape}, dtype={self.dtype})"
-
-
-def _orientation(source: BoundSource, cells: CellPlan, plan: FeaturePlan) -> OrientationChoice:
-    """The orientation of a CyteArc source that decodes fewer bytes for the plans."""
-    return choose_orientation(
-        cells.rows,
-        plan.cols,
-        source.info.layout,
-        source.info.dtype.itemsize,
-        count_rows=cells.touched.count,
-        count_cols=plan.touched.count,
-    )
 
 
 def _whole_or_slice(selection: Selection) -> bool:
