@@ -20,11 +20,25 @@ import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anndata
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+
+
+def readable(source: Any, timeout: float) -> bool:
+    """Whether ``source`` (a file descriptor or an object with ``fileno``) has data to
+    read within ``timeout`` seconds.
+
+    ``poll``, not ``select``: a test process with many sockets open (loopback
+    servers, clients' connection pools) has descriptors past ``select``'s
+    1,024, where it raises "filedescriptor out of range".
+    """
+    poller = select.poll()
+    poller.register(source, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
 
 
 def cli_executable() -> str:
@@ -57,7 +71,7 @@ def run_in_terminal(args: list[str], *, timeout: float = 300, columns: int = 100
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
+            ready = readable(master, 0.5)
             if ready:
                 try:
                     chunk = os.read(master, 65536)
@@ -133,7 +147,7 @@ class TerminalSession:
         return b"".join(self._chunks).decode("utf-8", errors="replace")
 
     def _pump(self, wait: float) -> bool:
-        ready, _, _ = select.select([self._master], [], [], wait)
+        ready = readable(self._master, wait)
         if not ready:
             return True
         try:
@@ -164,7 +178,7 @@ class TerminalSession:
             self.process.kill()
         returncode = self.process.wait(timeout=30)
         # what it printed last is still in the terminal's buffer
-        while select.select([self._master], [], [], 0.1)[0] and self._pump(0):
+        while readable(self._master, 0.1) and self._pump(0):
             pass
         os.close(self._master)
         return TerminalRun(returncode, self.output)

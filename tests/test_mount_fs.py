@@ -16,7 +16,6 @@ import contextlib
 import errno
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -33,7 +32,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import TerminalSession, cli_executable
+from cli_harness import TerminalSession, cli_executable, readable
 from conftest import realistic_counts
 from cytearc_vfs_adapters.fuse.mounting import check_fuse, is_mounted
 from cytearc_vfs_adapters.fuse.operations import TreeOperations
@@ -386,7 +385,7 @@ def _first_line(process: subprocess.Popen[str], stderr: Path, *, json_mode: bool
     deadline = time.monotonic() + 120
     if not json_mode:
         assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], 120)
+        ready = readable(process.stdout, 120)
         return process.stdout.readline() if ready else ""
     while time.monotonic() < deadline and process.poll() is None:
         said = stderr.read_text()

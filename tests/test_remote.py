@@ -84,3 +84,24 @@ def test_credentials_never_written(s3_server: S3Server, counts: sp.csr_array) ->
     assert blobs
     for secret in (b"testing-secret", b"testing-key"):
         assert not any(secret in blob for blob in blobs)
+
+
+def test_clients_keep_a_bounded_number_of_idle_connections(s3_server: S3Server) -> None:
+    """Each client closes idle connections after a while and keeps a bounded number;
+    a process keeps a bounded number of clients, whatever the buckets it opens."""
+    from cytearc_vfs_adapters import backends
+
+    options = s3_server.storage_options()
+    for _ in range(backends._MAX_CLIENTS + 4):
+        store = backends.open_obstore(f"s3://{s3_server.new_bucket()}/x.zarr", True, options)
+        client_options = store.store.client_options  # type: ignore[attr-defined]
+        assert client_options["pool_idle_timeout"] == f"{backends.POOL_IDLE_SECONDS}s"
+        assert client_options["pool_max_idle_per_host"] == str(backends.POOL_MAX_IDLE)
+    assert len(backends._CLIENTS) <= backends._MAX_CLIENTS
+    # options given explicitly win
+    explicit = {
+        **options,
+        "client_options": {**options["client_options"], "pool_max_idle_per_host": "2"},
+    }
+    store = backends.open_obstore(f"s3://{s3_server.new_bucket()}/x.zarr", True, explicit)
+    assert store.store.client_options["pool_max_idle_per_host"] == "2"  # type: ignore[attr-defined]

@@ -21,7 +21,6 @@ import logging
 import os
 import pty
 import re
-import select
 import signal
 import socket
 import struct
@@ -40,7 +39,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import cli_executable, tree_digest
+from cli_harness import cli_executable, readable, tree_digest
 from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve.protocol import MalformedRequestError, parse_head
@@ -1028,7 +1027,7 @@ def _read_line(fd: int, deadline: float, buffer: bytearray) -> str:
     while b"\n" not in buffer:
         if time.monotonic() > deadline:
             raise AssertionError(f"no first line within the deadline: {bytes(buffer)!r}")
-        ready, _, _ = select.select([fd], [], [], 0.2)
+        ready = readable(fd, 0.2)
         if ready:
             try:
                 chunk = os.read(fd, 4096)
@@ -1045,7 +1044,7 @@ def _read_line(fd: int, deadline: float, buffer: bytearray) -> str:
 def _drain(fd: int, deadline: float) -> bytes:
     received = b""
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
+        ready = readable(fd, 0.2)
         if ready:
             try:
                 chunk = os.read(fd, 65536)

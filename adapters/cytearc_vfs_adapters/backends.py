@@ -94,11 +94,15 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
         ) from exc
     options: dict[str, Any] = dict(storage_options or {})
     limits = timeouts()
-    # bounded by default (obstore would retry a hung server for minutes);
-    # options given explicitly win
+    # bounded by default (obstore would retry a hung server for minutes), and
+    # so are the idle connections a client keeps: a read's concurrent range
+    # requests open dozens, and kept forever by every client a process has
+    # made they exhaust its file descriptors; options given explicitly win
     options["client_options"] = {
         "timeout": timedelta(seconds=limits.total),
         "connect_timeout": timedelta(seconds=limits.connect),
+        "pool_idle_timeout": timedelta(seconds=POOL_IDLE_SECONDS),
+        "pool_max_idle_per_host": str(POOL_MAX_IDLE),
         **(options.get("client_options") or {}),
     }
     options["retry_config"] = options.get("retry_config") or {
@@ -112,10 +116,14 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
 
 
 # Clients by (bucket URL, options), most recently used last; a client holds
-# its connection pool, so a bounded number is kept for the life of the process.
+# its connection pool, so a bounded number is kept for the life of the process
+# (with at most POOL_MAX_IDLE idle connections each, closed after
+# POOL_IDLE_SECONDS): at most a few hundred sockets however many buckets.
 _CLIENTS: OrderedDict[tuple[str, str], Any] = OrderedDict()
 _CLIENTS_LOCK = threading.Lock()
-_MAX_CLIENTS = 64
+_MAX_CLIENTS = 16
+POOL_MAX_IDLE = 64
+POOL_IDLE_SECONDS = 30
 
 
 def _shared_client(base: str, options: Mapping[str, Any]) -> Any:

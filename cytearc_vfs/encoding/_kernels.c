@@ -877,7 +877,7 @@ all_zero(const char *span)
 }
 
 /* Per item type T: the non-zero items of rows as CSR entries, skipping
- * all-zero 32-byte spans (all-zero bits are a zero of every type; a word with
+ * all-zero 32-byte spans (all-zero bits are a zero of every type; a span with
  * bits set is looked at item by item, as values: -0.0 is zero, NaN is not).
  * Each row is counted, then filled while it is still in the core's cache.
  * From row *row and entry *at on, until the rows end or the next row's
@@ -989,7 +989,9 @@ nonzero_rows(PyObject *self, PyObject *args)
     nonzero_rows_##NAME(items, rows, width, out_cols, indptr, indices_buf.buf, wide,       \
                         (T *)data_buf.buf, capacity, &row, &reached)
     indptr[row] = reached;
-    switch (is_float ? (itemsize == 4 ? 4 : 5) : itemsize == 1 ? 0 : itemsize == 2 ? 1 : itemsize == 4 ? 2 : 3) {
+    const int kind = is_float ? (itemsize == 4 ? 4 : 5)
+                              : (itemsize == 1 ? 0 : itemsize == 2 ? 1 : itemsize == 4 ? 2 : 3);
+    switch (kind) {
     case 0:
         RUN(u1, uint8_t);
         break;

