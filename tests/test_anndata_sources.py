@@ -444,6 +444,8 @@ def test_remote_anndata_sources_read_equal_and_open_with_one_listing(
     np.testing.assert_array_equal(reader.read(), truth)
     cells = np.random.default_rng(1).choice(len(truth), 50, replace=False)
     np.testing.assert_array_equal(reader.read(cells, [0, 5, 9]), truth[np.ix_(cells, [0, 5, 9])])
+    np.testing.assert_array_equal(reader.read_sparse().toarray(), truth)
+    np.testing.assert_array_equal(reader.read_sparse(cells).toarray(), truth[cells])
     store.close()
     # an object replaced after creation (same size) fails closed
     raw = remote_anndata["raw"]

@@ -341,6 +341,28 @@ def test_scattered_cells_cost_one_request_per_touched_shard(
     store.close()
 
 
+def test_a_sparse_read_makes_the_requests_of_a_dense_one(
+    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_sparse`` over remote CyteArc sources (strips made CSR as they are
+    decoded) equals ``read`` and fetches the same ranges (each from a fresh open:
+    the source cache would answer the second)."""
+    monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)  # the ranged path
+    location = _create(remote, tmp_path)
+    rng = np.random.default_rng(3)
+    for cells in (np.sort(rng.choice(6000, 300, replace=False)), np.arange(1500, 4500)):
+        found = []
+        for sparse in (False, True):
+            store = _open(remote, location)
+            reader = store.reader()
+            remote.take()
+            block = reader.read_sparse(cells, None).toarray() if sparse else reader.read(cells)
+            found.append(sorted((r.key, r.range or "") for r in remote.take()))
+            np.testing.assert_array_equal(block, remote.expected[cells])
+            store.close()
+        assert found[0] == found[1] and found[0]
+
+
 @pytest.mark.parametrize(
     ("offsets", "sizes", "expected"),
     [
