@@ -7,10 +7,11 @@ The config names a scenario (:data:`SCENARIOS`), how the store is opened
 are get + set + delete), what runs (``operate``, or ``recover`` on a
 directory an earlier kill left), a template directory and the kill points.
 
-The script imports everything once and forks one child per point before
-any zarr call (an event-loop thread does not survive a fork). The child
-counts every file write and delete ``LocalStore`` makes and every rename
-(``key_moves.replace_file``) and sends itself SIGKILL right after the n-th.
+The script imports everything once, then :func:`kill_points.sweep` forks
+one child per point before any zarr call (an event-loop thread does not
+survive a fork). The child counts every file write and delete
+``LocalStore`` makes and every rename (``key_moves.replace_file``) and
+sends itself SIGKILL right after the n-th.
 Each point prints one JSON line: ``{"point": n, "outcome": "killed"}``, or
 ``"finished"`` with the write count once a point lies past the last write.
 """
@@ -18,19 +19,14 @@ Each point prints one JSON line: ``{"point": n, "outcome": "killed"}``, or
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-FINISHED = 0
-RAISED = 3
+from kill_points import sweep
 
 #: name -> (zarr.create_array arguments, the operation)
 SCENARIOS: dict[str, tuple[dict[str, Any], Callable[[Any], object]]] = {}
@@ -109,61 +105,24 @@ def run(scenario: str, directory: Path, via: str, what: str) -> None:
     operation(zarr.open_array(store, path="a", mode="r+"))
 
 
-def _install_kill_hook(point: int) -> list[int]:
-    from zarr.storage import _local
-
-    from cytearc_vfs.arrays import key_moves
-
-    lock = threading.Lock()
-    count = [0]
-
-    def counted(function: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            with lock:
-                count[0] += 1
-                if count[0] == point:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return result
-
-        return wrapper
-
-    for name in ("_put", "_delete", "_delete_dir"):
-        setattr(_local, name, counted(getattr(_local, name)))
-    key_moves.replace_file = counted(key_moves.replace_file)
-    return count
-
-
 def main() -> int:
     import cytearc_vfs.arrays  # noqa: F401  (imported before forking)
+    from cytearc_vfs.arrays import key_moves
 
     _scenarios()
     config = json.loads(Path(sys.argv[1]).read_text())
     template, out = Path(config["template"]), Path(config["out"])
-    for point in config["points"]:
+
+    def prepare(point: int) -> Path:
         destination = out / f"{point:04d}"
         shutil.copytree(template, destination)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            count = _install_kill_hook(point)
-            try:
-                run(config["scenario"], destination, config["via"], config["what"])
-            except BaseException as exc:
-                print(json.dumps({"point": point, "error": repr(exc)}), flush=True)
-                os._exit(RAISED)
-            print(json.dumps({"point": point, "outcome": "finished", "writes": count[0]}))
-            sys.stdout.flush()
-            os._exit(FINISHED)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
-            print(json.dumps({"point": point, "outcome": "killed"}), flush=True)
-        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == FINISHED:
-            break
-        else:
-            print(json.dumps({"point": point, "outcome": "failed", "status": status}), flush=True)
-            return 1
-    return 0
+        return destination
+
+    def operate(destination: Path) -> None:
+        run(config["scenario"], destination, config["via"], config["what"])
+
+    # renames count as writes too
+    return sweep(config["points"], prepare, operate, (key_moves, "replace_file"))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,11 @@
 
 Used by ``test_crash_sweep.py``: ``python crash_child.py CONFIG.json``. The
 config names the writer, its inputs, a destination folder and the kill
-points. This script imports the package once and forks one child per kill
-point (before any zarr call, so no event-loop thread is forked); the child
-counts every file write and delete that zarr's ``LocalStore`` makes and
-sends itself SIGKILL right after the n-th. Writes still in flight on other
-threads stay half-done, as they would in a real crash. A point past the
-writer's last write lets the writer finish: the child exits 0 and the
-script reports ``finished``.
+points. This script imports the package once, then :func:`kill_points.sweep`
+forks one child per kill point, which counts every file write and delete
+that zarr's ``LocalStore`` makes and sends itself SIGKILL right after the
+n-th. A point past the writer's last write lets the writer finish: the
+child exits 0 and the script reports ``finished``.
 
 Each point prints one JSON line: ``{"point": n, "outcome": "killed" |
 "finished", "writes": count}`` (the count is known only for a finished run).
@@ -17,47 +15,16 @@ Each point prints one JSON line: ``{"point": n, "outcome": "killed" |
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from kill_points import sweep
 
 import cytearc_vfs as cv
-
-#: Exit status of a child whose writer returned before the kill point.
-FINISHED = 0
-#: Exit status of a child whose writer raised (a bug the sweep reports).
-RAISED = 3
-
-
-def _install_kill_hook(point: int) -> list[int]:
-    """Count LocalStore's file writes and deletes; SIGKILL right after the ``point``-th."""
-    from zarr.storage import _local
-
-    lock = threading.Lock()
-    count = [0]
-
-    def counted(function: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            with lock:
-                count[0] += 1
-                if count[0] == point:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return result
-
-        return wrapper
-
-    # LocalStore's async methods look these helpers up at call time
-    for name in ("_put", "_delete", "_delete_dir"):
-        setattr(_local, name, counted(getattr(_local, name)))
-    return count
 
 
 def _counts(work: Path) -> sp.csr_array:
@@ -146,30 +113,16 @@ def main() -> int:
     _preload()
     config = json.loads(Path(sys.argv[1]).read_text())
     writer, work, out = config["writer"], Path(config["work"]), Path(config["out"])
-    for point in config["points"]:
+
+    def prepare(point: int) -> Path:
         destination = out / f"{point:04d}.zarr"
         _prepare(writer, work, destination)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: run the writer, die at the point
-            count = _install_kill_hook(point)
-            try:
-                run_writer(writer, work, destination, overwrite=False)
-            except BaseException as exc:
-                print(json.dumps({"point": point, "error": repr(exc)}), flush=True)
-                os._exit(RAISED)
-            print(json.dumps({"point": point, "outcome": "finished", "writes": count[0]}))
-            sys.stdout.flush()
-            os._exit(FINISHED)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
-            print(json.dumps({"point": point, "outcome": "killed"}), flush=True)
-        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == FINISHED:
-            break  # past the last write: later points would finish too
-        else:
-            print(json.dumps({"point": point, "outcome": "failed", "status": status}), flush=True)
-            return 1
-    return 0
+        return destination
+
+    def operate(destination: Path) -> None:
+        run_writer(writer, work, destination, overwrite=False)
+
+    return sweep(config["points"], prepare, operate)
 
 
 if __name__ == "__main__":

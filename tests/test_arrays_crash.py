@@ -18,10 +18,7 @@ recovery itself after each of its writes, at chosen first crash points.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +29,7 @@ import pytest
 import zarr
 from array_helpers import leftovers
 from arrays_crash_child import SCENARIOS, _scenarios, create, open_store, run, values_of
+from kill_points import reports
 from zarr.errors import MetadataValidationError
 from zarr.storage import LocalStore
 
@@ -60,20 +58,7 @@ class Figures:
 
 
 def _child(config: dict[str, Any], where: Path) -> Iterator[dict[str, Any]]:
-    path = where / "config.json"
-    path.write_text(json.dumps(config))
-    with subprocess.Popen(
-        [sys.executable, str(CHILD), str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as child:
-        assert child.stdout is not None and child.stderr is not None
-        for line in child.stdout:
-            if line.startswith("{"):
-                yield json.loads(line)
-        errors = child.stderr.read()
-    assert child.returncode == 0, errors
+    return reports(CHILD, config, where / "config.json")
 
 
 @dataclass(frozen=True, slots=True)

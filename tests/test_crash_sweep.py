@@ -19,9 +19,7 @@ gets ``crash_sweep.json``), merged into that JSON file under
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from cli_harness import cli_executable, tree_digest
 from conftest import realistic_counts
 from crash_child import run_writer
 from cytearc_vfs_conformance.families import record_family
+from kill_points import reports
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
@@ -133,23 +132,9 @@ def _run_child(
     The script kills its next child while this process checks the last
     destination, so the two cores share the sweep.
     """
-    config = out.with_suffix(".json")
-    config.write_text(
-        json.dumps({"writer": writer, "work": str(work["root"]), "out": str(out), "points": points})
-    )
     out.mkdir(parents=True, exist_ok=True)
-    with subprocess.Popen(
-        [sys.executable, str(CHILD), str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as child:
-        assert child.stdout is not None and child.stderr is not None
-        for line in child.stdout:
-            if line.startswith("{"):
-                yield json.loads(line)
-        errors = child.stderr.read()
-    assert child.returncode == 0, errors
+    config = {"writer": writer, "work": str(work["root"]), "out": str(out), "points": points}
+    return reports(CHILD, config, out.with_suffix(".json"))
 
 
 # ------------------------------------------------------------------ checks
