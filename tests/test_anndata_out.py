@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import anndata as ad
 import dask.array as da
@@ -372,6 +373,40 @@ def test_view_pickles_and_equals_a_fresh_one(built: dict[str, Any]) -> None:
             view.get("obs/_index/c/0", PROTO)
         ).to_bytes()
     )  # type: ignore[union-attr]
+
+
+def test_an_unpickled_view_opens_its_store_at_its_first_read(built: dict[str, Any]) -> None:
+    """dask tokenizes each lazy array of ``read_lazy`` by pickling it: an unpickled
+    view must not reopen (and re-verify) the viewed store until it is read."""
+    import pickle
+
+    from cytearc_vfs_adapters.anndata_output import view as view_module
+
+    opens: list[str] = []
+    original = view_module.open_assay
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opens.append(str(args[0]))
+        return original(*args, **kwargs)
+
+    location = built["root"] / "c.zarr"  # a composite: verification reads its sources
+    expected = cv.to_anndata(location, lazy=False)
+    with mock.patch.object(view_module, "open_assay", counting):
+        view = cv.anndata_view(location)
+        assert len(opens) == 1
+        copy = pickle.loads(pickle.dumps(pickle.loads(pickle.dumps(view))))
+        assert len(opens) == 1 and copy == view
+        lazy = ad.experimental.read_lazy(view)
+        cells = [5, 2, 400]
+        block = np.asarray(lazy[cells].X.compute())
+        assert len(opens) == 1  # read_lazy's arrays were tokenized without an open
+        np.testing.assert_array_equal(block, _dense(expected[cells].X))
+        # the copy opens at its first read, once, and reads the same
+        first = sync(copy.get("obs/_index/c/0", PROTO))
+        assert len(opens) == 2
+        assert sync(copy.get("obs/_index/c/0", PROTO)) is not None and len(opens) == 2
+        assert first is not None
+        assert first.to_bytes() == sync(view.get("obs/_index/c/0", PROTO)).to_bytes()  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------ export
