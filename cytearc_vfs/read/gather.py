@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -19,17 +19,11 @@ import numpy.typing as npt
 from ..encoding.row_frames import rows_per_frame
 from ..format.records import ArrayGeometry, CountLayout
 
-if TYPE_CHECKING:  # the plans import this module
-    from .cell_plan import CellPlan
-    from .feature_plan import FeaturePlan
-    from .sources import BoundSource
-
 __all__ = [
     "Orientation",
     "OrientationChoice",
     "as_slice",
     "choose_orientation",
-    "source_orientation",
     "distinct_chunks",
     "sorted_unique",
     "touched_chunks",
@@ -142,21 +136,6 @@ def choose_orientation(
         count_cols if count_cols is not None else partial(_count, cols),
         layout,
         itemsize,
-    )
-
-
-def source_orientation(
-    source: BoundSource, cells: CellPlan, plan: FeaturePlan
-) -> OrientationChoice:
-    """:func:`choose_orientation` for a CyteArc source's share of a read, with the
-    chunk counts its plans keep."""
-    return choose_orientation(
-        cells.rows,
-        plan.cols,
-        source.info.layout,
-        source.info.dtype.itemsize,
-        count_rows=cells.touched.count,
-        count_cols=plan.touched.count,
     )
 
 

@@ -33,7 +33,7 @@ from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
 from .feature_plan import FeaturePlan
-from .gather import OrientationChoice, as_slice, sorted_unique, source_orientation
+from .gather import OrientationChoice, as_slice, sorted_unique
 from .mapping_providers import mapping_provider_for
 from .placement import (
     ColumnPlacement,
@@ -425,7 +425,7 @@ class VirtualArrayReader:
                 out[repeated[:, 0]] = out[repeated[:, 1]]
             self._counters.add(chunks=decoded)
             return
-        choice = source_orientation(source, cells, plan)
+        choice = source.orientation(cells, plan)
         fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
         unique_rows, first_rows, repeated_rows = cells.firsts()
         if fast is None:

@@ -31,6 +31,9 @@ from ..remote.locations import Location, describe_location, local_path, open_loc
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import SourceCache
 from .anndata_sources import AnnDataCounts, AnnDataSpec, bind_anndata, is_anndata_root
+from .cell_plan import CellPlan
+from .feature_plan import FeaturePlan
+from .gather import OrientationChoice, choose_orientation
 from .prefetch import MAX_IN_FLIGHT, PrefetchedStore, Seal, assay_documents, fetch_documents
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
@@ -72,6 +75,18 @@ class BoundSource:
     anndata: AnnDataCounts | None = None
     """The matrix element of an AnnData source (then ``counts`` is one of its
     arrays and ``info`` describes it: see :mod:`.anndata_sources`)."""
+
+    def orientation(self, cells: CellPlan, plan: FeaturePlan) -> OrientationChoice:
+        """The orientation (``counts`` or ``countsT``) that decodes fewer bytes for
+        this source's share of a read, with the chunk counts its plans keep."""
+        return choose_orientation(
+            cells.rows,
+            plan.cols,
+            self.info.layout,
+            self.info.dtype.itemsize,
+            count_rows=cells.touched.count,
+            count_cols=plan.touched.count,
+        )
 
 
 def refuse_unsupported(store: Any, *, where: str, name: str) -> None:

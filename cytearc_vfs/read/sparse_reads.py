@@ -28,7 +28,6 @@ import numpy.typing as npt
 from .cell_plan import CellPlan
 from .decode_threads import hand_over
 from .feature_plan import FeaturePlan
-from .gather import source_orientation
 from .read_stats import ReadCounters
 from .sources import BoundSource
 from .sparse_rows import (
@@ -77,7 +76,7 @@ async def source_rows(
     if (
         anndata is None
         and fast is not None
-        and source_orientation(source, cells, plan).orientation == "counts"
+        and source.orientation(cells, plan).orientation == "counts"
     ):
         # each strip made CSR where it is decoded: no dense block
         placement = SparseRowPlacement(
