@@ -89,6 +89,13 @@ class ChunkDecoder:
         self.native = self.dtype == self.wire
         """Whether stored values need no byte swap."""
 
+    def _undecodable(self, exc: Exception) -> RecordShapeError:
+        """The error for an inner chunk that does not decode (``exc`` says why)."""
+        return RecordShapeError(
+            f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
+            "Re-import the dataset"
+        )
+
     def decode(
         self,
         data: Any,
@@ -115,10 +122,7 @@ class ChunkDecoder:
             try:
                 pended = self._decode_blocks(data, rows, scratch, pending, (strip, lo, col0))
             except DamagedChunkError as exc:
-                raise RecordShapeError(
-                    f"an inner chunk of {self._path} does not decode ({exc}); the array is "
-                    "damaged. Re-import the dataset"
-                ) from exc
+                raise self._undecodable(exc) from exc
             if not pended:
                 n = scratch.shape[0] if rows is None else len(rows)
                 block = scratch[:n] if rows is None else scratch[rows]
@@ -195,10 +199,7 @@ class ChunkDecoder:
             try:
                 chunk.decode_whole(flat)
             except RuntimeError as exc:  # c-blosc's error, as numcodecs raises it
-                raise RecordShapeError(
-                    f"an inner chunk of {self._path} does not decode ({exc}); the array is "
-                    "damaged. Re-import the dataset"
-                ) from exc
+                raise self._undecodable(exc) from exc
         elif rows is None:
             self._inflate_blocks(chunk, range(chunk.n_blocks), flat)
         else:
@@ -310,7 +311,4 @@ class ChunkDecoder:
                 if exact and reader.read(1):
                     raise zstandard.ZstdError(f"the frames hold more than {filled} bytes")
         except zstandard.ZstdError as exc:
-            raise RecordShapeError(
-                f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
-                "Re-import the dataset"
-            ) from exc
+            raise self._undecodable(exc) from exc
