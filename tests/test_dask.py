@@ -25,7 +25,12 @@ def test_to_dask_on_a_process_cluster(tmp_path: Path) -> None:
     expected = comp.reader().read()
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            # a free port, not 8787: another test worker may hold it (the scheduler's
+            # HTTP server listens even without a dashboard, and falls back noisily)
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

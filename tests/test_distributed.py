@@ -72,7 +72,9 @@ def test_a_remote_composite_through_dask_on_worker_processes(
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            # a free port, not 8787: another test worker may hold it (the scheduler's
+            # HTTP server listens even without a dashboard, and falls back noisily)
+            dashboard_address="127.0.0.1:0",
             local_directory=str(worker_dirs),
             # every worker's cache gets this budget from its environment
             env={CACHE_ENV: str(BUDGET)},
