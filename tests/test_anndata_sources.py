@@ -225,6 +225,25 @@ def test_fractional_counts_are_refused_naming_the_layer_remedy(tmp_path: Path) -
     assert not (tmp_path / "c.zarr").exists() or not any((tmp_path / "c.zarr").iterdir())
 
 
+@pytest.mark.parametrize("axis", ["var", "obs"])
+def test_repeated_ids_in_an_anndata_source_are_refused_by_name(tmp_path: Path, axis: str) -> None:
+    """anndata writes repeated var (or obs) names; a composite would keep one column of each."""
+    data = adata(30, GENES[:10], "a", seed=1)
+    if axis == "var":
+        data.var_names = [GENES[0], *GENES[:9]]  # g000 twice
+    else:
+        data.obs_names = ["a0", *[f"a{i}" for i in range(29)]]  # a0 twice
+    write(data, tmp_path / "a.zarr", 3)
+    what, repeated = ("feature", "g000") if axis == "var" else ("cell", "a0")
+    with pytest.raises(
+        ValueError,
+        match=rf"source 'a': 1 {what} id\(s\) repeat \(first: '{repeated}'\).*"
+        rf"{axis}_names_make_unique",
+    ):
+        cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr"})
+    assert not (tmp_path / "c.zarr").exists() or not any((tmp_path / "c.zarr").iterdir())
+
+
 def test_layer_options_are_checked(tmp_path: Path, mixed: Any) -> None:
     sources, _ = mixed
     with pytest.raises(UnsupportedSourceError, match="has no 'layers/raw'"):

@@ -107,6 +107,31 @@ def _cell_rows(
     return rows
 
 
+def _check_unique(source: BoundSource, ids: npt.NDArray[Any], what: str) -> None:
+    """Refuse a source whose ``what`` ids repeat: a composite maps each id to one row or column.
+
+    A CyteArc store cannot hold repeats (its writers refuse them); an AnnData
+    store can, and a repeated feature would otherwise silently lose all but
+    one of its columns.
+    """
+    index = pd.Index(ids)
+    if index.is_unique:
+        return
+    repeated = index[index.duplicated()].unique()
+    shown = ", ".join(repr(str(v)) for v in repeated[:3])
+    axis = "var_names" if what == "feature" else "obs_names"
+    remedy = (
+        f"make them unique in the AnnData (e.g. adata.{axis}_make_unique()) and write it again, "
+        "or import it with cv.write_counts, which refuses repeats"
+        if source.anndata is not None
+        else "the source is not a valid store; rebuild it"
+    )
+    raise ValueError(
+        f"source {source.name!r}: {len(repeated)} {what} id(s) repeat (first: {shown}); a "
+        f"composite needs unique {what} ids within each source: {remedy}. Nothing was written"
+    )
+
+
 def _choose_features(
     per_source: Sequence[npt.NDArray[Any]], features: FeatureChoice
 ) -> npt.NDArray[Any]:
@@ -161,6 +186,8 @@ def plan_composite(
         raise ValueError(f"cells= names unknown source(s) {unknown}")
     dtype = merge_dtype([source.info.dtype for source in sources])
     feature_ids_per_source = [_text(table.features, "ids") for table in tables]
+    for source, ids in zip(sources, feature_ids_per_source, strict=True):
+        _check_unique(source, ids, "feature")
     output_features = _choose_features(feature_ids_per_source, features)
     lookup = pd.Index(output_features)
     feature_columns = np.full((len(sources), len(output_features)), -1, dtype=np.int64)
@@ -181,6 +208,7 @@ def plan_composite(
     source_ids: list[npt.NDArray[Any]] = []
     for index, (source, table) in enumerate(zip(sources, tables, strict=True)):
         ids = _text(table.cells, "ids")
+        _check_unique(source, ids, "cell")
         rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0], ids)
         row_sources.append(np.full(len(rows), index, dtype=np.int32))
         source_rows.append(rows)
