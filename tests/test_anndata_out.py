@@ -248,6 +248,59 @@ def test_membership_through_the_view_and_the_export(
     assert exported.uns["cytearc"]["assayMembership"]["RNA"] == "RNA_I"
 
 
+def _membership_attrs(store: Path) -> dict[str, Any]:
+    return dict(zarr.open_group(store / "cellData", mode="r")["RNA_I"].attrs)
+
+
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr", "memory"])
+def test_an_import_restores_the_declared_membership(
+    partial: dict[str, Any], tmp_path: Path, suffix: str
+) -> None:
+    """Spec: an export, then an import, keeps the unmeasured cells unmeasured."""
+    if suffix == "memory":
+        source: Any = cv.to_anndata(partial["path"], lazy=False)
+    else:
+        source = tmp_path / f"p{suffix}"
+        export_anndata(partial["path"], source)
+    cv.write_counts(tmp_path / "back.zarr", source)
+    assert _membership_attrs(tmp_path / "back.zarr") == {
+        "role": "assay_membership",
+        "assay": "RNA",
+    }
+    back = cv.to_anndata(tmp_path / "back.zarr", lazy=False)
+    np.testing.assert_array_equal(back.obs["RNA_I"].to_numpy(), partial["measured"])
+    assert back.uns == {"cytearc": {"assayMembership": {"RNA": "RNA_I"}}}
+    # a composite over the import keeps the partial membership (the spec's second merge)
+    cv.create_composite(tmp_path / "c.zarr", {"back": tmp_path / "back.zarr"})
+    merged = cv.to_anndata(tmp_path / "c.zarr", lazy=False)
+    np.testing.assert_array_equal(merged.obs["RNA_I"].to_numpy(), partial["measured"])
+
+
+def test_membership_column_rules_of_an_import(
+    built: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = built["b"].copy()
+    data.obs["RNA_I"] = True  # undeclared: skipped with a warning
+    data.obs["ADT_I"] = False  # named for another assay: ordinary metadata
+    cv.write_counts(tmp_path / "u.zarr", data)
+    columns = zarr.open_group(tmp_path / "u.zarr" / "cellData", mode="r")
+    assert "RNA_I" not in columns and "ADT_I" in columns
+    assert "reserved for the membership of assay 'RNA'" in caplog.text
+    assert cv.to_anndata(tmp_path / "u.zarr", lazy=False).uns == {}
+
+    data.uns["cytearc"] = {"assayMembership": {"RNA": "RNA_I"}}
+    data.obs["RNA_I"] = np.arange(data.n_obs) % 2  # declared, but not boolean
+    with pytest.raises(ValueError, match=r"'RNA_I'.*is int64, not boolean.*Nothing was written"):
+        cv.write_counts(tmp_path / "n.zarr", data)
+    data.obs["RNA_I"] = pd.array([True, None] * (data.n_obs // 2), dtype="boolean")
+    with pytest.raises(ValueError, match=r"'RNA_I'.*has missing values"):
+        cv.write_counts(tmp_path / "m.zarr", data)
+    data.obs = data.obs.drop(columns="RNA_I")
+    with pytest.raises(ValueError, match=r"declares 'RNA_I'.*has no such column"):
+        cv.write_counts(tmp_path / "d.zarr", data)
+    assert not any((tmp_path / name).exists() for name in ("n.zarr", "m.zarr", "d.zarr"))
+
+
 def test_a_column_named_index_is_kept_in_memory_and_refused_on_disk(
     built: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ answers ``None`` for objects it does not know. The AnnData adapter lives in
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -309,6 +309,8 @@ class CountInput(NamedTuple):
     cells: pd.DataFrame | None
     #: Feature table (index = feature ids), or ``None``.
     features: pd.DataFrame | None
+    #: ``uns["cytearc"]["assayMembership"]`` (assay -> membership column), or ``None``.
+    membership: Mapping[str, Any] | None = None
 
 
 InputAdapter = Callable[[Any, "str | None"], "CountInput | None"]
@@ -327,18 +329,16 @@ def _input_adapters() -> list[InputAdapter]:
         return _adapters
 
 
-def as_count_source(
-    counts: Any, *, layer: str | None = None
-) -> tuple[CountSource, pd.DataFrame | None, pd.DataFrame | None]:
-    """A :class:`CountSource` for ``counts``, plus cell and feature tables when it carries them."""
+def as_count_source(counts: Any, *, layer: str | None = None) -> tuple[CountSource, CountInput]:
+    """A :class:`CountSource` for ``counts``, and what it carries beside (tables, membership)."""
     if not (sp.issparse(counts) or isinstance(counts, np.ndarray)):
         for adapter in _input_adapters():
             found = adapter(counts, layer)
             if found is not None:
-                return _source_of(found.matrix), found.cells, found.features
+                return _source_of(found.matrix), found
     if layer is not None:
         raise ValueError("layer= applies only to AnnData input")
-    return _source_of(counts), None, None
+    return _source_of(counts), CountInput(counts, None, None)
 
 
 def _source_of(matrix: Any) -> CountSource:

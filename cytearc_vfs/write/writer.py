@@ -47,6 +47,7 @@ from .count_source import (
     scan_source,
 )
 from .destinations import create_destination, finish_destination
+from .membership import split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
 
@@ -198,10 +199,18 @@ def write_counts(
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     policy = current_layout().default_policy if layout is None else LayoutPolicy.parse(layout)
 
-    source, obs, var = as_count_source(counts, layer=layer)
-    cell_table = prepare_table(_table(obs, cells, source.shape[0], "cells"), table="cellData")
+    source, found = as_count_source(counts, layer=layer)
+    cell_frame = _table(found.cells, cells, source.shape[0], "cells")
+    membership = None
+    if cells is None and found.cells is not None:
+        # the import side of the membership rule, for an AnnData's obs (a cells=
+        # table given instead is written as given): a declared <assay>_I is restored
+        cell_frame, membership = split_membership(cell_frame, found.membership, assay)
+    cell_table = prepare_table(cell_frame, table="cellData")
+    if membership is not None:
+        cell_table = cell_table.with_columns([membership], table="cellData")
     feature_table = prepare_table(
-        _table(var, features, source.shape[1], "features"), table="featureData"
+        _table(found.features, features, source.shape[1], "features"), table="featureData"
     )
 
     # Everything that can refuse runs before the destination exists.

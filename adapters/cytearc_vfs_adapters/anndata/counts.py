@@ -26,6 +26,7 @@ import zarr
 from zarr.abc.store import Store
 
 from cytearc_vfs.write.count_source import CountInput
+from cytearc_vfs.write.membership import declared_membership
 
 from .container import AnnDataContainer, NotAnnDataError
 
@@ -49,7 +50,7 @@ def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
                 "layer= to write X)"
             )
         matrix = counts.layers[layer]
-    return CountInput(matrix, counts.obs, counts.var)
+    return CountInput(matrix, counts.obs, counts.var, declared_membership(counts.uns))
 
 
 def _is_location(counts: Any) -> bool:
@@ -65,7 +66,16 @@ def count_input(counts: Any, layer: str | None) -> CountInput | None:
         return found
     container = counts if isinstance(counts, AnnDataContainer) else _opened(counts)
     matrix = container.matrix(layer)
-    return CountInput(matrix, container.obs(), container.var())
+    return CountInput(matrix, container.obs(), container.var(), _membership(container))
+
+
+def _membership(container: AnnDataContainer) -> Any:
+    """The container's ``uns["cytearc"]["assayMembership"]`` (only that element is read)."""
+    try:
+        declared = container.read("uns/cytearc/assayMembership")
+    except KeyError:  # no such element: nothing declared
+        return None
+    return declared_membership({"cytearc": {"assayMembership": declared}})
 
 
 def _opened(counts: Any) -> AnnDataContainer:

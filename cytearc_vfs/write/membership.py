@@ -1,0 +1,117 @@
+"""The import side of the membership rule: restore a declared ``<assay>_I`` column.
+
+Spec ("Export and import keep membership explicit"): an export writes the
+exported assay's membership column as an ordinary ``obs`` column and
+declares it in ``uns["cytearc"]["assayMembership"]`` (assay -> column). An
+import reserves the name ``<assay>_I`` of the assay it writes:
+
+- the declared column of that assay, which must be boolean without missing
+  values, is stored as ``<assay>_I`` with the membership attributes
+  (``role: assay_membership``, ``assay``), so the unmeasured cells stay
+  unmeasured through an export and an import;
+- any other column of that name is skipped with a warning (it would read as
+  an undeclared membership);
+- columns named for other assays stay ordinary metadata.
+
+Without this, an exported partial assay imported again would count every
+cell as measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+__all__ = ["MEMBERSHIP_ROLE", "declared_membership", "split_membership"]
+
+logger = logging.getLogger(__name__)
+
+#: ``role`` attribute of a membership column.
+MEMBERSHIP_ROLE = "assay_membership"
+
+
+def declared_membership(uns: Any) -> Mapping[str, Any] | None:
+    """``uns["cytearc"]["assayMembership"]`` of an AnnData's ``uns``, or ``None``.
+
+    >>> declared_membership({"cytearc": {"assayMembership": {"RNA": "RNA_I"}}})
+    {'RNA': 'RNA_I'}
+    >>> declared_membership({}) is None
+    True
+    """
+    if not isinstance(uns, Mapping):
+        return None
+    cytearc = uns.get("cytearc")
+    declared = cytearc.get("assayMembership") if isinstance(cytearc, Mapping) else None
+    if declared is None:
+        return None
+    if not isinstance(declared, Mapping):
+        raise ValueError(
+            "uns['cytearc']['assayMembership'] must map each assay to its membership column "
+            f"(e.g. {{'RNA': 'RNA_I'}}), found {type(declared).__name__}; fix or remove it. "
+            "Nothing was written"
+        )
+    return declared
+
+
+def _measured(column: pd.Series, name: str, assay: str) -> npt.NDArray[np.bool_]:
+    """The declared column as a numpy bool array; refuses other types and missing values."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.BooleanDtype):
+        if column.isna().any():
+            raise ValueError(
+                f"cell column {name!r}, declared as the membership of assay {assay!r} in "
+                "uns['cytearc']['assayMembership'], has missing values; a membership column "
+                "says True or False for every cell. Fill them, or remove the declaration to "
+                "import every cell as measured. Nothing was written"
+            )
+        return column.to_numpy(dtype=bool)
+    if dtype != np.bool_:
+        raise ValueError(
+            f"cell column {name!r}, declared as the membership of assay {assay!r} in "
+            f"uns['cytearc']['assayMembership'], is {dtype}, not boolean; a membership column "
+            "is True for the measured cells. Convert it to bool, or remove the declaration to "
+            "import every cell as measured. Nothing was written"
+        )
+    return column.to_numpy()
+
+
+def split_membership(
+    cells: pd.DataFrame, declared: Mapping[str, Any] | None, assay: str
+) -> tuple[pd.DataFrame, tuple[str, npt.NDArray[np.bool_], dict[str, Any]] | None]:
+    """``cells`` without the columns the rule takes, and the membership column to store.
+
+    Returns the table to write as ordinary columns and ``(name, values,
+    attributes)`` of the restored membership column, or ``None`` when
+    ``declared`` names no column for ``assay``.
+    """
+    reserved = f"{assay}_I"
+    column = None if declared is None else declared.get(assay)
+    if column is not None and (not isinstance(column, str) or column not in cells.columns):
+        raise ValueError(
+            f"uns['cytearc']['assayMembership'] declares {column!r} as the membership column "
+            f"of assay {assay!r}, but the cell table has no such column; restore the column, "
+            "or remove the declaration to import every cell as measured. Nothing was written"
+        )
+    restored = None
+    dropped = []
+    if column is not None:
+        restored = (
+            reserved,
+            _measured(cells[column], column, assay),
+            {"role": MEMBERSHIP_ROLE, "assay": assay},
+        )
+        dropped.append(column)
+    if reserved in cells.columns and reserved != column:
+        logger.warning(
+            "cell column %r is reserved for the membership of assay %r and is not declared "
+            "in uns['cytearc']['assayMembership']; it is not imported",
+            reserved,
+            assay,
+        )
+        dropped.append(reserved)
+    return (cells.drop(columns=dropped) if dropped else cells), restored
