@@ -62,6 +62,10 @@ def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> 
     missing = _cli("export", str(tmp_path / "absent.zarr"), str(tmp_path / "x.h5ad"))
     assert missing.returncode == 2 and "export needs" in missing.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5ad"]
+    # inside the exported store: it would gain foreign keys
+    inside = _cli("export", str(store), str(store / "inner.h5ad"))
+    assert inside.returncode == 2 and "overlaps" in inside.stderr, inside.stderr
+    assert not (store / "inner.h5ad").exists()
 
 
 def test_export_in_a_terminal(store: Path, tmp_path: Path) -> None:

@@ -220,6 +220,9 @@ def test_integer_and_string_ids_that_collide_are_duplicates(tmp_path: Path) -> N
     with pytest.raises(ValueError, match=r"cellData ids must be unique; \['1'\] repeat"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=[1, "1"])
     assert not (tmp_path / "s.zarr").exists()
+    # the remedy names the AnnData axis of the table
+    with pytest.raises(ValueError, match=r"featureData ids .*var_names_make_unique"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), features=["g", "g"])
 
 
 def test_ids_longer_than_the_maximum_are_refused(tmp_path: Path) -> None:

@@ -263,9 +263,10 @@ def prepare_table(
     ids = checked_ids(frame.index, table=table)
     if len(ids) != len(set(ids.tolist())):
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
+        axis = "var" if table == "featureData" else "obs"
         raise ValueError(
             f"{table} ids must be unique; {duplicated} repeat. Make the index unique "
-            "(e.g. AnnData.obs_names_make_unique()) before writing. Nothing was written"
+            f"(e.g. AnnData.{axis}_names_make_unique()) before writing. Nothing was written"
         )
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
     for position, name in enumerate(frame.columns):

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from zarr.abc.store import Store
 
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
+from cytearc_vfs.write.destinations import check_no_overlap
 
 from .columns import check_encodable
 from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
@@ -286,10 +287,11 @@ def export_anndata(
     started = time.perf_counter()
     kind = export_format(destination)
     path = _checked_destination(destination, overwrite)
+    if not isinstance(location, Store):
+        # inside the store, the export would add foreign keys to it; around it, an
+        # overwrite would remove the store itself
+        check_no_overlap(path, {"exported store": location})
     opened = open_assay(location, assay, **options)
-    source = local_path(location) if not isinstance(location, Store) else None
-    if source is not None and source.resolve() == path.resolve():
-        raise ValueError(f"export destination {path} is the store itself; choose another path")
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
         nnz, bands, largest, membership = _write_to(temporary, kind, opened, band_bytes, progress)
