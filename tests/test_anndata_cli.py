@@ -114,6 +114,27 @@ def test_ls_refuses_what_is_not_anndata(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
+def test_ls_names_a_file_that_is_not_hdf5(tmp_path: Path) -> None:
+    (tmp_path / "truncated.h5ad").write_bytes(b"")
+    refused = run("anndata", "ls", str(tmp_path / "truncated.h5ad"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "truncated.h5ad is a file but not an HDF5 file" in refused.stderr
+
+
+def test_ls_into_a_reader_that_leaves_early(stores: dict[str, Path]) -> None:
+    """`cytearc-vfs anndata ls X | head -1`: no BrokenPipeError traceback."""
+    with subprocess.Popen(
+        [cli_executable(), "anndata", "ls", str(stores["modern"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # the reader is gone before the listing is printed
+        errors = child.stderr.read().decode()
+        assert child.wait(timeout=300) == 0
+    assert "Traceback" not in errors and "BrokenPipe" not in errors
+
+
 def test_ls_in_a_terminal(stores: dict[str, Path]) -> None:
     terminal = run_in_terminal(["anndata", "ls", str(stores["legacy"])])
     assert terminal.returncode == 0, terminal.output

@@ -131,7 +131,13 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
                 raise
     except Exception as exc:
         return _report_failure(args.command, exc, as_json=state.as_json, debug=debug)
-    _emit(outcome.payload, as_json=state.as_json, text=outcome.text)
+    try:
+        _emit(outcome.payload, as_json=state.as_json, text=outcome.text)
+    except BrokenPipeError:
+        # the reader left early (`anndata ls X | head`): the work is done, so no
+        # traceback; stdout goes to devnull so the flush at exit does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     return int(outcome.code)
 
 

@@ -83,6 +83,18 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     local = local_path(location)
     if local is not None and not local.exists():
         raise FileNotFoundError(f"{where} does not exist; check the path")
+    if local is not None and local.is_file():
+        # is_h5ad_path said no: a file, but not HDF5 (a Zarr store is a directory)
+        raise FileNotFoundError(
+            f"{where} is a file but not an HDF5 file (an .h5ad file starts with the HDF5 "
+            "signature); it may be truncated or of another format. Give an .h5ad file written "
+            "by anndata, or an AnnData Zarr store (a directory)"
+        )
+    if local is None and str(location).rstrip("/").endswith(".h5ad"):
+        raise FileNotFoundError(
+            f"{where}: .h5ad files are read from local paths only; download it first, or "
+            "give an AnnData Zarr store, which is read where it is"
+        )
     store: Store = open_location(location, read_only=True, storage_options=storage_options)
     try:
         # the nodes' own documents, not a consolidated copy that an edit may have left stale
