@@ -574,3 +574,19 @@ def test_real_data_round_trips_through_every_output(tmp_path: Path, name: str) -
     _assert_same(ad.read_zarr(cv.anndata_view(tmp_path / "s.zarr")), loaded)
     export_anndata(tmp_path / "s.zarr", tmp_path / "s.h5ad")
     _assert_same(ad.read_h5ad(tmp_path / "s.h5ad"), loaded)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_anndata_store_given_for_a_cytearc_store_is_named(
+    built: dict[str, Any], tmp_path: Path, zarr_format: int
+) -> None:
+    """Not "holds no assay ... repack" (v3) or "a Zarr v2 store ... repack" (v2)."""
+    path = tmp_path / "a.zarr"
+    with ad.settings.override(zarr_write_format=zarr_format):
+        built["b"].write_zarr(path)
+    for opener in (cv.to_anndata, cv.anndata_view, cv.open_store):
+        with pytest.raises(ValueError, match=r"is an AnnData Zarr store, not a CyteArc store.*"):
+            opener(path)
+    built["b"].write_h5ad(tmp_path / "a.h5ad")
+    with pytest.raises(ValueError, match=r"an \.h5ad file is AnnData in HDF5.*write_counts"):
+        cv.to_anndata(tmp_path / "a.h5ad")

@@ -197,10 +197,16 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     if root is None:
         if _get_json(store, ".zgroup") is not None:
             return StoreContents(_get_json(store, ".zattrs") or {}, (), (), 2)
-        raise ValueError(
-            f"{where} holds no Zarr group (no zarr.json at its root); check the location, "
-            "or write a store there with cytearc_vfs.write_counts"
+        remedy = (
+            # an AnnData file: say what it is and how to use it (not "write a store there")
+            ": an .h5ad file is AnnData in HDF5, read only as input. Import it with "
+            "cytearc_vfs.write_counts(DEST, PATH) (cytearc-vfs write PATH DEST), or write it "
+            "as an AnnData Zarr store (anndata.read_h5ad(PATH).write_zarr(DEST)), which a "
+            "composite reads without conversion"
+            if where.rstrip("/").endswith(".h5ad")
+            else "; check the location, or write a store there with cytearc_vfs.write_counts"
         )
+        raise ValueError(f"{where} holds no Zarr group (no zarr.json at its root){remedy}")
     if root.get("node_type") != "group":
         raise ValueError(f"{where} is a Zarr {root.get('node_type')}, not a store group")
     root_attrs = root.get("attributes", {}) or {}

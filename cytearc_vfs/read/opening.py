@@ -56,6 +56,13 @@ def open_store(
     store = open_location(location, read_only=mode == "r", storage_options=storage_options)
     # refuses a store whose writer never finished (root marker)
     contents = read_contents(store, where=where)
+    if contents.root_attrs.get("encoding-type") == "anndata":
+        # else named a damaged store ("holds no assay ... repack") or a v2 store to repack
+        raise ValueError(
+            f"{where} is an AnnData Zarr store, not a CyteArc store: read it with "
+            "anndata.read_zarr, use it as a source of cv.create_composite (read where it is, "
+            "no conversion), or import it with cv.write_counts(DEST, PATH)"
+        )
     refuse_pending_assays(store, contents, where=where)
     # composites and mounts sit above this layer: found through their registry
     opener = mapping_provider_for(contents.root_attrs)
