@@ -302,10 +302,19 @@ async def bind_anndata(
     if recorded is not None:
         changed = [g for g in GROUPS if fingerprints[g] != recorded["fingerprints"][g]]
         if changed or layout.element.path != recorded["element"]:
+            # name what changed in AnnData's words, with the digests of those parts only
+            parts = {
+                "counts": f"the counts ({layout.element.path})",
+                "cells": "the obs index (cell ids)",
+                "features": "the var index (feature ids)",
+            }
+            what = "; ".join(
+                f"{parts[g]}: recorded {recorded['fingerprints'][g]}, now {fingerprints[g]}"
+                for g in changed
+            ) or (f"the counts element: recorded {recorded['element']}, now {layout.element.path}")
             raise IdentityMismatchError(
                 f"source {name!r} at {where}: the AnnData store changed after the composite was "
-                f"created ({', '.join(changed) or 'element'} differ: {fingerprints}); restore the "
-                "source, or recreate the composite"
+                f"created ({what}); restore the source, or recreate the composite"
             )
         entry = dict(recorded)
         return await _open(backend, reader.fetched, entry, fingerprints, where=where)
