@@ -156,6 +156,21 @@ def test_a_legacy_sparse_group_is_read(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_the_legacy_layout_is_a_source_in_both_formats(tmp_path: Path, zarr_format: int) -> None:
+    """A root without attributes holding obs: what ``anndata ls`` and ``write`` read as the
+    legacy layout in either format (v3 was taken for a CyteArc store: "assay 'RNA' does not
+    exist")."""
+    from anndata_fixtures import legacy_expected, write_legacy
+
+    write_legacy(tmp_path / "old.zarr", zarr_format)
+    store = cv.create_composite(tmp_path / "c.zarr", {"old": tmp_path / "old.zarr"})
+    reader = store.reader()
+    np.testing.assert_array_equal(reader.read(), legacy_expected()["X"])
+    assert list(reader.cell_ids) == list(legacy_expected()["obs"].index)
+    store.close()
+
+
 def test_the_composite_records_anndata_sources_beside_the_record(
     tmp_path: Path, mixed: Any
 ) -> None:

@@ -63,12 +63,19 @@ async def anndata_format(documents: Documents) -> int | None:
     """The Zarr format of an AnnData store's root, or ``None`` when the root is not one.
 
     An AnnData root is a group whose attributes say ``encoding-type: anndata``
-    (anndata 0.7 wrote none: a v2 group holding ``X``/``obs``/``var`` counts too).
+    (anndata 0.7 wrote none: a group without attributes holding an ``obs`` group
+    counts too, in v2 as anndata 0.7 wrote it and in v3 as the element layer reads it).
     """
     root = await documents("zarr.json")
     if isinstance(root, dict):
         attrs = root.get("attributes", {})
-        return 3 if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata" else None
+        if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata":
+            return 3
+        if attrs:
+            return None
+        # the legacy layout in Zarr v3 (no root attributes), as the element layer reads it
+        legacy = await documents("obs/zarr.json")
+        return 3 if isinstance(legacy, dict) and legacy.get("node_type") == "group" else None
     group = await documents(".zgroup")
     if not isinstance(group, dict):
         return None

@@ -99,14 +99,16 @@ class AnnDataSpec:
 
 
 def is_anndata_root(root_document: bytes | None) -> bool:
-    """Whether a root ``zarr.json`` is absent (maybe a v2 AnnData store) or an AnnData root."""
+    """Whether a root ``zarr.json`` may be an AnnData store's: absent (maybe v2), an
+    AnnData root, or a group without attributes (maybe the legacy layout; binding
+    decides from its members)."""
     if root_document is None:
         return True
     try:
         attrs = json.loads(root_document).get("attributes", {})
     except (ValueError, AttributeError):
         return False
-    return isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata"
+    return isinstance(attrs, dict) and (not attrs or attrs.get("encoding-type") == "anndata")
 
 
 class _DocumentReader:
