@@ -185,3 +185,21 @@ def test_debug_shows_the_traceback(
     err = capsys.readouterr().err
     assert "Traceback" in err
     assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")
+
+
+def test_an_object_store_client_error_is_the_environment_not_a_bug() -> None:
+    """``anndata ls s3://...`` without credentials raised obstore's GenericError, whose
+    message is a multi-line debug dump: it exited 70 ("a bug in cytearc-vfs")."""
+    from obstore.exceptions import GenericError
+
+    from cytearc_vfs.cli.failures import ExitCode, classify_failure
+
+    failure = classify_failure(
+        GenericError(
+            "Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token\n\n"
+            'Debug source:\nGeneric {\n    store: "S3",\n}'
+        )
+    )
+    assert failure.code == ExitCode.ENVIRONMENT
+    assert "Generic S3 error: Error performing PUT" in failure.message
+    assert "Debug source" not in failure.message and "--storage-options" in failure.message

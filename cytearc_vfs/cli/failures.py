@@ -78,6 +78,17 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
+    if type(exc).__module__.startswith("obstore"):
+        # an object store client error that no layer wrapped (missing credentials, a
+        # refused request): the system's, not a bug; its first line says what failed,
+        # the rest is the client's debug dump
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Failure(
+            ExitCode.ENVIRONMENT,
+            "environment",
+            f"the object store refused or failed a request ({type(exc).__name__}: {first}); "
+            "check the location, the credentials (--storage-options) and the network",
+        )
     if isinstance(exc, (OSError, MemoryError)):
         detail = message if not isinstance(exc, MemoryError) else "out of memory"
         return Failure(
