@@ -139,7 +139,8 @@ async def matrix_element(
     if node is None:
         raise UnsupportedSourceError(
             f"AnnData store at {where} has no {path!r}; give an existing layer with "
-            "source_layers={name: layer}, or X"
+            "source_layers={name: layer} (command line: --layer NAME=LAYER), or X "
+            "(cytearc-vfs anndata ls lists the layers)"
         )
     kind, attrs = node
     encoding = attrs.get("encoding-type")

@@ -254,8 +254,8 @@ async def _scan_dtype(
     raise UnsupportedSourceError(
         f"source {name!r} at {where}: {element.path} holds {what} {dtype} values; a composite "
         "composes whole non-negative counts. Give the raw-counts layer with "
-        f"source_layers={{{name!r}: 'counts'}} (or the layer that holds them), or write the "
-        "counts with cv.write_counts"
+        f"source_layers={{{name!r}: 'counts'}} (command line: --layer {name}=counts; or the "
+        "layer that holds them), or import the counts with cv.write_counts (cytearc-vfs write)"
     )
 
 
