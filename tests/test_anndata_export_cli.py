@@ -51,6 +51,18 @@ def test_export_through_the_command_line(store: Path, tmp_path: Path, suffix: st
     assert (back.X != expected.X).nnz == 0 and list(back.obs_names) == list(expected.obs_names)
 
 
+def test_export_zarr_v2_for_older_readers(store: Path, tmp_path: Path) -> None:
+    import zarr
+
+    out = tmp_path / "v2.zarr"
+    run = _cli("export", str(store), str(out), "--zarr-format", "2")
+    assert run.returncode == 0, run.stderr
+    assert (out / ".zgroup").is_file() and zarr.open_group(out, mode="r").metadata.zarr_format == 2
+    assert ad.read_zarr(out).shape == (900, 80)
+    wrong = _cli("export", str(store), str(tmp_path / "v4.zarr"), "--zarr-format", "4")
+    assert wrong.returncode == 2 and "--zarr-format" in wrong.stderr
+
+
 def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.h5ad"
     assert _cli("export", str(store), str(out)).returncode == 0

@@ -438,6 +438,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         storage_options=storage_options,
         source_storage_options=source_options,
         band_bytes=band_bytes,
+        zarr_format=args.zarr_format,
         progress=bars,
     )
     payload = {

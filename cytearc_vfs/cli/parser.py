@@ -235,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Write one assay of a CyteArc store, composite or mount as a conformant AnnData "
             "(current encoding versions): X as CSR, streamed band by band; obs and var from "
             "the tables; the assay's membership column kept and declared in "
-            "uns['cytearc']['assayMembership']. OUT ends in .zarr (Zarr v3) or .h5ad. The "
-            "file is written under a temporary name and renamed into place when complete."
+            "uns['cytearc']['assayMembership']. OUT ends in .zarr (Zarr v3, or v2 with "
+            "--zarr-format 2) or .h5ad. The file is written under a temporary name and renamed "
+            "into place when complete."
         ),
     )
     export.add_argument("location", metavar="STORE", help="path or URL of a CyteArc store")
@@ -259,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _mem_budget(export, "64M per band of cells")
+    export.add_argument(
+        "--zarr-format",
+        type=int,
+        choices=(2, 3),
+        default=3,
+        help="Zarr format of a .zarr OUT (default 3; 2 for anndata < 0.11 and other v2 readers)",
+    )
     export.add_argument(
         "--overwrite",
         action="store_true",

@@ -44,6 +44,7 @@ __all__ = [
     "exported_columns",
     "membership_column",
     "membership_uns",
+    "plain_text",
 ]
 
 MEMBERSHIP_ROLE = "assay_membership"
@@ -133,6 +134,31 @@ def check_encodable(names: Iterable[str], *, table: str) -> None:
             "the index under, so it cannot be written or viewed as AnnData; rename the "
             "column in the store (to_anndata keeps it, in memory only)"
         )
+
+
+def plain_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its text columns and index as object arrays of ``str``.
+
+    anndata writes a pandas string column (what pandas 3 infers for text) as
+    ``nullable-string-array`` 0.1.0, which anndata < 0.12 and other readers
+    (anndataR < 1.4) do not know; an object column of ``str`` is written as
+    ``string-array`` 0.2.0, the encoding every reader has and the one
+    :func:`~.view.anndata_view` presents. Stored text has no missing values,
+    so nothing is lost; a column with missing values keeps its type.
+
+    >>> frame = pd.DataFrame({"t": pd.array(["a"], dtype="string")}, index=["c1"])
+    >>> [str(d) for d in plain_text(frame).dtypes], str(plain_text(frame).index.dtype)
+    (['object'], 'object')
+    """
+    text = [
+        name
+        for name, dtype in frame.dtypes.items()
+        if isinstance(dtype, pd.StringDtype) and not frame[name].isna().any()
+    ]
+    plain = frame.astype(dict.fromkeys(text, object)) if text else frame.copy()
+    if isinstance(frame.index.dtype, pd.StringDtype) and not frame.index.isna().any():
+        plain.index = frame.index.astype(object)
+    return plain
 
 
 def _equal_text(left: npt.NDArray[Any], right: npt.NDArray[Any]) -> bool:

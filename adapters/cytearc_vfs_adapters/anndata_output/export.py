@@ -31,16 +31,17 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Unpack
+from typing import Any, Literal, Unpack, cast
 
 import numpy as np
 import scipy.sparse as sp
 from zarr.abc.store import Store
+from zarr.core.common import ZarrFormat
 
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.destinations import check_no_overlap
 
-from .columns import check_encodable
+from .columns import check_encodable, plain_text
 from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
 from .opened import OpenedAssay, OpenOptions, open_assay
@@ -191,8 +192,8 @@ def _write(
     obs, var, uns = read_frames(opened)
     check_encodable(obs.columns, table=opened.paths.cell_data)
     check_encodable(var.columns, table=opened.paths.feature_data)
-    write_elem(group, "obs", obs)
-    write_elem(group, "var", var)
+    write_elem(group, "obs", plain_text(obs))
+    write_elem(group, "var", plain_text(var))
     write_elem(group, "uns", uns)
     for name in _EMPTY_MAPPINGS:
         write_elem(group, name, {})
@@ -211,7 +212,12 @@ def _write(
 
 
 def _write_to(
-    temporary: Path, kind: Format, opened: OpenedAssay, band_bytes: int, progress: Progress | None
+    temporary: Path,
+    kind: Format,
+    opened: OpenedAssay,
+    band_bytes: int,
+    progress: Progress | None,
+    zarr_format: int,
 ) -> tuple[int, int, int, str | None]:
     if kind == "h5ad":
         import h5py
@@ -220,7 +226,7 @@ def _write_to(
             return _write(file, kind, opened, band_bytes, progress)
     import zarr
 
-    root = zarr.open_group(temporary, mode="w-", zarr_format=3)
+    root = zarr.open_group(temporary, mode="w-", zarr_format=cast(ZarrFormat, zarr_format))
     written = _write(root, kind, opened, band_bytes, progress)
     with warnings.catch_warnings():
         # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
@@ -254,6 +260,7 @@ def export_anndata(
     *,
     overwrite: bool = False,
     band_bytes: int = BAND_BYTES,
+    zarr_format: int = 3,
     progress: Progress | None = None,
     **options: Unpack[OpenOptions],
 ) -> ExportInfo:
@@ -271,6 +278,9 @@ def export_anndata(
         Replace an AnnData already at ``destination`` (anything else is refused).
     band_bytes
         Bound of one dense band of cells read for ``X``.
+    zarr_format
+        Zarr format of a ``.zarr`` destination: 3 (default) or 2 (for readers
+        without Zarr v3, such as anndata < 0.11). Ignored for ``.h5ad``.
     progress
         Called as ``progress("export", cells_done, cells_total)`` after each band.
     **options
@@ -286,6 +296,8 @@ def export_anndata(
     """
     started = time.perf_counter()
     kind = export_format(destination)
+    if zarr_format not in (2, 3):
+        raise ValueError(f"zarr_format must be 2 or 3, not {zarr_format!r}")
     path = _checked_destination(destination, overwrite)
     if not isinstance(location, Store):
         # inside the store, the export would add foreign keys to it; around it, an
@@ -294,7 +306,9 @@ def export_anndata(
     opened = open_assay(location, assay, **options)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
-        nnz, bands, largest, membership = _write_to(temporary, kind, opened, band_bytes, progress)
+        nnz, bands, largest, membership = _write_to(
+            temporary, kind, opened, band_bytes, progress, zarr_format
+        )
         _move_into_place(temporary, path)
     except BaseException:
         # an interrupt (KeyboardInterrupt, the command line's signals) too
