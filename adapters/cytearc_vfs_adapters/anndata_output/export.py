@@ -52,6 +52,9 @@ Format = Literal["zarr", "h5ad"]
 #: Values per chunk of the streamed ``data`` and ``indices`` arrays.
 _STREAM_CHUNK = 1 << 20
 _EMPTY_MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
+#: Root attributes of an export until it is complete: an encoding no reader knows, so
+#: anndata (``IORegistryError``) and ``cytearc-vfs anndata ls`` refuse a killed one.
+UNFINISHED_ROOT = {"encoding-type": "cytearc-unfinished-export", "encoding-version": "0.0.0"}
 Progress = Callable[[str, int, int], None]
 
 
@@ -189,6 +192,9 @@ def _write(
 ) -> tuple[int, int, int, str | None]:
     """Write every element into ``group``; returns (nnz, bands, largest band, membership)."""
     write_elem = _anndata().io.write_elem
+    # first: a root without attributes is what anndata 0.7 wrote, and anndata reads it,
+    # so a killed export's temporary would read as an AnnData with empty rows
+    group.attrs.update(UNFINISHED_ROOT)
     obs, var, uns = read_frames(opened)
     check_encodable(obs.columns, table=opened.paths.cell_data)
     check_encodable(var.columns, table=opened.paths.feature_data)
@@ -206,7 +212,8 @@ def _write(
         if progress is not None:
             progress("export", cells.stop, opened.shape[0])
     membership = uns.get("cytearc", {}).get("assayMembership", {}).get(opened.assay)
-    # the root says "anndata" last: a temporary interrupted before it is not one
+    # the root says "anndata" last (replacing UNFINISHED_ROOT): a temporary interrupted
+    # before it is not one
     group.attrs.update(ANNDATA_ROOT)
     return appender.nnz, bands, largest, membership
 
