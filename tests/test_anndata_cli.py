@@ -109,7 +109,10 @@ def test_ls_refuses_what_is_not_anndata(tmp_path: Path) -> None:
     refused = run("anndata", "ls", str(tmp_path / "c.zarr"))
     assert refused.returncode == 2
     assert "c.zarr is not an AnnData container" in refused.stderr
+    assert "it is a CyteArc store" in refused.stderr and "cytearc-vfs export" in refused.stderr
     assert "Traceback" not in refused.stderr
+    array = run("anndata", "ls", str(tmp_path / "c.zarr" / "RNA" / "counts"))
+    assert array.returncode == 2 and "is a Zarr array, not a group" in array.stderr
     missing = run("anndata", "ls", str(tmp_path / "none.zarr"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 

@@ -53,9 +53,19 @@ class AnnDataContainer:
                 if declared is not None
                 else "its root has no encoding-type and no obs and var"
             )
+            cytearc = any(
+                attribute(self.root, name) is not None
+                for name in ("assayTypes", "composite", "mount")
+            )
+            hint = (
+                " (it is a CyteArc store: cytearc-vfs info describes it, and cytearc-vfs "
+                "export, cv.to_anndata or cv.anndata_view give it as an AnnData)"
+                if cytearc
+                else ""
+            )
             raise NotAnnDataError(
-                f"{container.where} is not an AnnData container: {found}; give an AnnData "
-                "Zarr store (written by anndata.write_zarr) or an .h5ad file"
+                f"{container.where} is not an AnnData container: {found}{hint}; give an "
+                "AnnData Zarr store (written by anndata.write_zarr) or an .h5ad file"
             )
         self._reader = ElementReader(self.root)
         self._matrices: dict[str | None, MatrixElement] = {}

@@ -99,6 +99,11 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     try:
         # the nodes' own documents, not a consolidated copy that an edit may have left stale
         root = zarr.open_group(store, mode="r", use_consolidated=False)
+    except zarr.errors.ContainsArrayError as exc:
+        raise FileNotFoundError(
+            f"{where} is a Zarr array, not a group; give the root of an AnnData Zarr store "
+            "(the directory that holds X, obs and var)"
+        ) from exc
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
         raise FileNotFoundError(
             f"{where} holds no Zarr group at its root; give an AnnData Zarr store (a directory "
