@@ -592,9 +592,13 @@ def test_an_anndata_store_given_for_a_cytearc_store_is_named(
     built: dict[str, Any], tmp_path: Path, zarr_format: int
 ) -> None:
     """Not "holds no assay ... repack" (v3) or "a Zarr v2 store ... repack" (v2)."""
+    import warnings
+
     path = tmp_path / "a.zarr"
-    with ad.settings.override(zarr_write_format=zarr_format):
-        built["b"].write_zarr(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the setting, deprecated in 0.13
+        with ad.settings.override(zarr_write_format=zarr_format):
+            built["b"].write_zarr(path)
     for opener in (cv.to_anndata, cv.anndata_view, cv.open_store):
         with pytest.raises(ValueError, match=r"is an AnnData Zarr store, not a CyteArc store.*"):
             opener(path)
