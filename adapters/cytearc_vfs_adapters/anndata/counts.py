@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import zarr
@@ -69,7 +70,7 @@ def count_input(counts: Any, layer: str | None) -> CountInput | None:
     return CountInput(matrix, container.obs(), container.var(), _membership(container))
 
 
-def _membership(container: AnnDataContainer) -> Any:
+def _membership(container: AnnDataContainer) -> Mapping[str, Any] | None:
     """The container's ``uns["cytearc"]["assayMembership"]`` (only that element is read)."""
     try:
         declared = container.read("uns/cytearc/assayMembership")
