@@ -200,7 +200,7 @@ def test_an_opened_store_is_a_location_too(built: dict[str, Any], kind: str) -> 
 
 
 def test_unknown_assay_is_named(built: dict[str, Any]) -> None:
-    with pytest.raises((ValueError, KeyError), match="ATAC"):
+    with pytest.raises((ValueError, KeyError), match=r"'ATAC'.*its assays: \['RNA'\]"):
         cv.to_anndata(built["root"] / "a.zarr", assay="ATAC")
 
 

@@ -356,6 +356,16 @@ def verify_assay(
         raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc
 
 
+def _assays_hint(store: Store) -> str:
+    """``"; its assays: [...]"`` for a refusal of an assay that is not there (best effort)."""
+    try:
+        assays = read_contents(store, where="").assays
+    except Exception:  # the refusal stands without the hint
+        return ""
+    names = [f"{p.workspace}/{p.assay}" if p.workspace else p.assay for p in assays]
+    return f"; its assays: {names} (give one of them)" if names else ""
+
+
 def _verify_assay(
     store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None
 ) -> AssayInfo:
@@ -369,7 +379,9 @@ def _verify_assay(
         )
     kind, assay_attrs = _node_attrs(store, paths.assay_group)
     if kind != "group":
-        raise ValueError(f"{label} does not exist (no group at {paths.assay_group!r})")
+        raise ValueError(
+            f"{label} does not exist (no group at {paths.assay_group!r}){_assays_hint(store)}"
+        )
     if PENDING_ASSAY_ATTR in assay_attrs:
         raise UnsupportedSourceError(
             f"{label} is pending ({assay_attrs[PENDING_ASSAY_ATTR]!r} never finished); discard "
