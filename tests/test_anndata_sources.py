@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from anndata_files import write_anndata_zarr
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
@@ -49,16 +49,7 @@ def adata(
     return result
 
 
-def write(data: ad.AnnData, path: Path, zarr_format: int) -> Path:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        previous = ad.settings.zarr_write_format
-        ad.settings.zarr_write_format = zarr_format
-        try:
-            data.write_zarr(path)
-        finally:
-            ad.settings.zarr_write_format = previous
-    return path
+write = write_anndata_zarr
 
 
 def dense(data: ad.AnnData, features: list[str]) -> np.ndarray:

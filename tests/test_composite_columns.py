@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
+from anndata_files import write_anndata_zarr
 from conftest import realistic_counts
 from zarr.storage import LocalStore
 
@@ -148,6 +149,82 @@ def test_real_composite_reopens_and_deep_verifies(real: dict[str, Any]) -> None:
     assert {"patient", "sample", "orig_source", "source"} <= names
     lengths = {array.shape for _, array in group["cellData"].arrays()}  # type: ignore[union-attr]
     assert lengths == {(200 + 559,)}
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_real_anndata_sources_carry_the_same_columns(real: dict[str, Any]) -> None:
+    """The same real data as AnnData stores (Wu in Zarr v3, CellTypist in v2): the
+    composite's tables equal the ones over the converted CyteArc stores, except
+    the CyteArc sources' own names and I (orig_names, orig_I), which an AnnData has not."""
+    folder = real["folder"]
+    sources = {
+        "wu2020": write_anndata_zarr(real["wu"], folder / "wu2020.ad.zarr", 3),
+        "celltypist": write_anndata_zarr(real["ct"], folder / "celltypist.ad.zarr", 2),
+    }
+    cv.create_composite(folder / "over_anndata.zarr", sources)
+    cells, features = _tables(folder / "over_anndata.zarr")
+    converted_cells, converted_features = _tables(folder / "union.zarr")
+    pd.testing.assert_frame_equal(
+        cells.sort_index(axis=1),
+        converted_cells.drop(columns=["orig_names", "orig_I"]).sort_index(axis=1),
+    )
+    pd.testing.assert_frame_equal(
+        features.sort_index(axis=1),
+        converted_features.drop(columns=["orig_I"]).sort_index(axis=1),
+    )
+    # and so anndata's own outer concat, as the CyteArc composite's test shows
+    assert {"patient", "sample", "orig_source"} <= set(cells.columns)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_anndata_column_kinds_and_missing_values(
+    tmp_path: Path, zarr_format: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every obs column kind anndata writes, with missing values, merged with a
+    CyteArc source that lacks them; a declared membership column becomes RNA_I."""
+    n = 6
+    obs = pd.DataFrame(
+        {
+            "kind": pd.Categorical(["a", "b", None, "a", "b", None]),
+            "stage": pd.Categorical([1, 2, 2, None, 1, 1]),
+            "count": pd.array([1, None, 3, 4, 5, 6], dtype="Int64"),
+            "flag": pd.array([True, False, None, True, True, False], dtype="boolean"),
+            "whole": np.arange(n, dtype=np.int32),
+            "score": np.linspace(0, 1, n),
+            "label": pd.array(["x", None, "z", "x", "y", "z"], dtype="string"),
+            "measured": np.array([True, True, False, True, False, True]),
+        },
+        index=[f"a{i}" for i in range(n)],
+    )
+    data = ad.AnnData(
+        X=sp.csr_matrix(realistic_counts(n, 4, density=0.5, seed=1)).astype(np.float32),
+        obs=obs,
+        var=pd.DataFrame({"symbol": ["A", "B", "C", "D"]}, index=["g0", "g1", "g2", "g3"]),
+    )
+    data.uns["cytearc"] = {"assayMembership": {"RNA": "measured"}}
+    annd = write_anndata_zarr(data, tmp_path / "a.zarr", zarr_format)
+    other = _source(tmp_path / "b.zarr", 3, ["g1", "g9"], {"whole": [7, 8, 9]}, {}, seed=2)
+    cv.create_composite(tmp_path / "comp.zarr", {"a": annd, "b": other})
+    cells, features = _tables(tmp_path / "comp.zarr")
+    a, b = cells["source"] == "a", cells["source"] == "b"
+    assert cells.loc[a, "kind"].tolist() == ["a", "b", "", "a", "b", ""]
+    assert cells["kind"].cat.categories.tolist() == ["a", "b", ""]
+    assert (cells.loc[b, "kind"] == "").all()
+    # numbers with missing values become float64 with NaN, in this source and the other
+    np.testing.assert_array_equal(cells.loc[a, "stage"], [1, 2, 2, np.nan, 1, 1])
+    np.testing.assert_array_equal(cells.loc[a, "count"], [1, np.nan, 3, 4, 5, 6])
+    np.testing.assert_array_equal(cells.loc[a, "flag"], [1, 0, np.nan, 1, 1, 0])
+    assert cells["count"].dtype == np.float64 and cells.loc[b, "count"].isna().all()
+    assert cells["whole"].tolist() == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    np.testing.assert_allclose(cells.loc[a, "score"], obs["score"])
+    assert cells.loc[a, "label"].tolist() == ["x", "", "z", "x", "y", "z"]
+    # the declared membership column: the composite's RNA_I, True for the other source
+    assert cells["RNA_I"].tolist() == [True, True, False, True, False, True, True, True, True]
+    assert "measured" not in cells.columns
+    group = zarr.open_group(cv.open_store(tmp_path / "comp.zarr"), mode="r")
+    assert group["cellData/RNA_I"].attrs["role"] == "assay_membership"
+    assert features.loc[["g0", "g1", "g9"], "symbol"].tolist() == ["A", "B", ""]
 
 
 # ------------------------------------------------------------------ the rule on small sources

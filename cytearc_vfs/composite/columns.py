@@ -49,9 +49,11 @@ import pandas as pd
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from ..errors import IdentityMismatchError
 from ..format.paths import join
 from ..format.tables import CATEGORICAL_ATTR, RESERVED_COLUMNS, StoredColumn, read_columns
 from ..read.sources import BoundSource
+from .anndata_columns import anndata_columns
 
 __all__ = [
     "CONFLICTS_ATTR",
@@ -99,17 +101,24 @@ class SourceTables:
 
 async def _read_source(source: BoundSource) -> SourceTables:
     if source.anndata is not None:
-        # an AnnData source contributes its obs and var indexes (read when it
-        # was bound); its other obs and var columns are not carried
+        # an AnnData source's obs and var, read by the adapters' element layer
         counts = source.anndata
         assert counts.cell_ids is not None and counts.feature_ids is not None
-        return SourceTables(
-            source.name,
-            source.info.shape,
-            {"ids": StoredColumn(counts.cell_ids, {})},
-            {"ids": StoredColumn(counts.feature_ids, {})},
-            {},
+        read = await anndata_columns(
+            source.store, assay=source.info.paths.assay, source=source.name
         )
+        if read is None:  # no element reader installed: the indexes alone
+            return SourceTables(
+                source.name,
+                source.info.shape,
+                {"ids": StoredColumn(counts.cell_ids, {})},
+                {"ids": StoredColumn(counts.feature_ids, {})},
+                {},
+            )
+        cells, features = read
+        _check_same_ids(source.name, cells["ids"].values, counts.cell_ids, "obs")
+        _check_same_ids(source.name, features["ids"].values, counts.feature_ids, "var")
+        return SourceTables(source.name, source.info.shape, cells, features, {})
     paths = source.info.paths
     # through the documents and listing the source was verified from: the
     # tables' group documents, ids and member listing cost no request
@@ -125,6 +134,15 @@ async def _read_source(source: BoundSource) -> SourceTables:
     return SourceTables(
         source.name, source.info.shape, cells, features, attrs if isinstance(attrs, dict) else {}
     )
+
+
+def _check_same_ids(source: str, read: Any, bound: Any, table: str) -> None:
+    """The ids the element layer read must be the ones the source was bound with."""
+    if not np.array_equal(np.asarray(read, dtype=str), np.asarray(bound, dtype=str)):
+        raise IdentityMismatchError(
+            f"source {source!r}: the {table} index changed while the composite was created "
+            "(its table reads other ids than its counts were bound to); create it again"
+        )
 
 
 def read_source_tables(sources: Sequence[BoundSource]) -> list[SourceTables]:

@@ -31,7 +31,7 @@ from cytearc_vfs.write.membership import declared_membership
 
 from .container import AnnDataContainer, NotAnnDataError
 
-__all__ = ["count_input"]
+__all__ = ["count_input", "membership_of"]
 
 
 def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
@@ -67,10 +67,10 @@ def count_input(counts: Any, layer: str | None) -> CountInput | None:
         return found
     container = counts if isinstance(counts, AnnDataContainer) else _opened(counts)
     matrix = container.matrix(layer)
-    return CountInput(matrix, container.obs(), container.var(), _membership(container))
+    return CountInput(matrix, container.obs(), container.var(), membership_of(container))
 
 
-def _membership(container: AnnDataContainer) -> Mapping[str, Any] | None:
+def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:
     """The container's ``uns["cytearc"]["assayMembership"]`` (only that element is read)."""
     try:
         declared = container.read("uns/cytearc/assayMembership")

@@ -1,0 +1,26 @@
+"""An AnnData store's ``obs``, ``var`` and declared membership, for composites.
+
+Registered as the ``anndata`` entry of the core's
+``cytearc_vfs.anndata_tables`` group (see
+:mod:`cytearc_vfs.composite.anndata_columns`): a composite over an AnnData
+source carries its cell and feature columns, read here by the element layer
+in every encoding it knows (legacy 0.7 layouts included).
+"""
+
+from __future__ import annotations
+
+from zarr.abc.store import Store
+
+from cytearc_vfs.composite.anndata_columns import AnnDataTables
+
+from .container import AnnDataContainer
+from .counts import membership_of
+
+__all__ = ["source_tables"]
+
+
+def source_tables(store: Store) -> AnnDataTables:
+    """The ``obs`` and ``var`` dataframes of the AnnData store ``store`` (read only),
+    and its ``uns["cytearc"]["assayMembership"]``."""
+    with AnnDataContainer.open(store) as container:
+        return AnnDataTables(container.obs(), container.var(), membership_of(container))

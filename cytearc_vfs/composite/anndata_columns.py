@@ -1,0 +1,153 @@
+"""The cell and feature columns of an AnnData source: its ``obs`` and ``var``.
+
+A composite carries every column of its sources' tables (:mod:`.columns`).
+An AnnData source keeps them as dataframe elements (``obs``, ``var``) in
+any encoding the AnnData specification has had: categorical 0.2.0 and both
+legacy layouts, nullable integers and booleans, string arrays. The element
+layer that reads all of them lives above the core, in
+``cytearc_vfs_adapters.anndata``; it registers a reader under the entry
+point group :data:`ANNDATA_TABLES_ENTRY_POINTS`, found here at run time, so
+the core does not import the adapters.
+
+The dataframes become stored columns by the rule that composes columns:
+
+- a categorical keeps its categories; its missing values are ``""`` (the
+  merge appends ``""`` as the last category, as for a source that lacks
+  the column); a categorical of numbers with missing values becomes
+  ``float64`` with NaN;
+- nullable integers and booleans with missing values become ``float64``
+  with NaN, without missing values their numpy type;
+- text keeps its values, ``""`` for a missing one; any other object is
+  written as its ``str``;
+- a column whose name cannot be a Zarr array name, or whose values are not
+  one value per row, is not carried (with a warning, as for a CyteArc
+  source);
+- the column that ``uns["cytearc"]["assayMembership"]`` declares for the
+  composite's assay becomes the membership column ``{assay}_I``, as an
+  import of the AnnData would store it (:mod:`~cytearc_vfs.write.membership`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+from zarr.abc.store import Store
+
+from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values
+from ..write.membership import split_membership
+
+__all__ = ["ANNDATA_TABLES_ENTRY_POINTS", "AnnDataTables", "anndata_columns", "frame_columns"]
+
+logger = logging.getLogger(__name__)
+
+#: Entry point group of the reader of an AnnData store's ``obs`` and ``var``.
+ANNDATA_TABLES_ENTRY_POINTS = "cytearc_vfs.anndata_tables"
+
+
+class AnnDataTables(NamedTuple):
+    """What the registered reader returns for one AnnData store."""
+
+    obs: pd.DataFrame
+    """The cell table (index: the cell ids)."""
+    var: pd.DataFrame
+    """The feature table (index: the feature ids)."""
+    membership: Mapping[str, Any] | None
+    """``uns["cytearc"]["assayMembership"]``, or ``None``."""
+
+
+TablesReader = Callable[[Store], AnnDataTables]
+
+_reader: TablesReader | None = None
+_reader_found = False
+_reader_lock = threading.Lock()
+
+
+def _tables_reader() -> TablesReader | None:
+    global _reader, _reader_found
+    with _reader_lock:
+        if not _reader_found:
+            from importlib.metadata import entry_points
+
+            found = sorted(entry_points(group=ANNDATA_TABLES_ENTRY_POINTS), key=lambda e: e.name)
+            _reader = found[0].load() if found else None
+            _reader_found = True
+        return _reader
+
+
+def _filled(series: pd.Series) -> pd.Series:
+    """``series`` with its missing values as the rule stores them (see the module)."""
+    dtype = series.dtype
+    missing = series.isna()
+    if not missing.any():
+        return series
+    if isinstance(dtype, pd.CategoricalDtype):
+        if dtype.categories.dtype.kind in "biuf":
+            return series.astype(np.float64)
+        # the merge appends "" to the categories of a categorical whose values hold it
+        text = series.astype(object).where(~missing, "")
+        return pd.Series(pd.Categorical(text, categories=[*dtype.categories, ""]))
+    if dtype.kind in "biuf":
+        return series.astype(np.float64)
+    return series.astype(object).where(~missing, "")
+
+
+def _text_or_value(series: pd.Series) -> pd.Series:
+    """Object columns as text: ``str`` of each value that is not a string already."""
+    if series.dtype != object:
+        return series
+    return series.map(lambda value: value if isinstance(value, str) else str(value))
+
+
+def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, StoredColumn]:
+    """The columns of ``frame`` (an ``obs`` or ``var``) as a composite reads a source's
+    table: ``ids`` from the index, the others converted by the rule of the module."""
+    ids = np.asarray(frame.index.astype(str), dtype=str)
+    columns = {"ids": StoredColumn(ids, {})}
+    for position, name in enumerate(frame.columns):
+        usable = isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name
+        if not usable or name.startswith(".") or name in columns:
+            logger.warning(
+                "source %r: %s column %r cannot be a Zarr array name (or repeats); it is not "
+                "carried",
+                source,
+                table,
+                name,
+            )
+            continue
+        series = _text_or_value(_filled(frame.iloc[:, position].reset_index(drop=True)))
+        try:
+            values, attrs = column_values(series.rename(name), table=table)
+        except ValueError as exc:
+            logger.warning("source %r: %s; it is not carried", source, exc)
+            continue
+        if values.dtype == object:
+            values = values.astype(str) if len(values) else np.array([], dtype="<U1")
+        if CATEGORICAL_ATTR in attrs:
+            # stored columns hold a categorical's values, its record beside them
+            attrs = {CATEGORICAL_ATTR: attrs[CATEGORICAL_ATTR]}
+        columns[name] = StoredColumn(values, attrs)
+    return columns
+
+
+async def anndata_columns(
+    store: Store, *, assay: str, source: str
+) -> tuple[dict[str, StoredColumn], dict[str, StoredColumn]] | None:
+    """The cell and feature columns of the AnnData store ``store``, or ``None``
+    when no reader is registered (the adapters are not installed)."""
+    reader = _tables_reader()
+    if reader is None:
+        return None
+    # the element layer reads through zarr's synchronous API: off the event loop
+    tables = await asyncio.to_thread(reader, store)
+    obs, restored = split_membership(tables.obs, tables.membership, assay)
+    cells = frame_columns(obs, table="cellData", source=source)
+    if restored is not None:
+        name, values, attrs = restored
+        cells[name] = StoredColumn(values, attrs)
+    return cells, frame_columns(tables.var, table="featureData", source=source)
