@@ -21,6 +21,7 @@ on the ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
@@ -127,6 +128,10 @@ def _text(status: HTTPStatus, message: str, *, close: bool = False) -> _Answer:
 
 def _not_found(key: str) -> _Answer:
     return _text(HTTPStatus.NOT_FOUND, f"no key {key!r} in this store")
+
+
+def _nothing_under(prefix: str) -> _Answer:
+    return _text(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
 
 
 def _content_type(key: str) -> str:
@@ -475,11 +480,24 @@ class StoreServer:
             if target.listing:
                 return await self._listing(target.path)
             return await self._value(target.path, head)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                return self._store_error(head, target.path, exc)
+            # a name longer than the file system allows is a key the store cannot
+            # hold: absent, not a failure to retry (and its message names the
+            # server's directory)
+            if target.listing:
+                return _nothing_under(target.path)
+            return _not_found(target.path)
         except Exception as exc:
-            status = error_status(exc)
-            message = f"{head.method} {target.path!r}: {type(exc).__name__}: {_one_line(str(exc))}"
-            log.error("%d %s", status.value, message)
-            return _text(status, message)
+            return self._store_error(head, target.path, exc)
+
+    def _store_error(self, head: RequestHead, key: str, exc: Exception) -> _Answer:
+        """The answer to a store error: its status, one line naming the key; logged."""
+        status = error_status(exc)
+        message = f"{head.method} {key!r}: {type(exc).__name__}: {_one_line(str(exc))}"
+        log.error("%d %s", status.value, message)
+        return _text(status, message)
 
     async def _value(self, key: str, head: RequestHead) -> _Answer:
         assert self._reads is not None
@@ -535,7 +553,7 @@ class StoreServer:
         async with self._reads:
             names = sorted({name async for name in self._store.list_dir(prefix)})
         if not names and prefix:
-            return _text(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
+            return _nothing_under(prefix)
         document: Mapping[str, object] = {
             "prefix": prefix + "/" if prefix else "",
             "names": names,
