@@ -1269,3 +1269,8 @@ def test_cli_refuses_what_it_cannot_serve(world: World, tmp_path: Path) -> None:
         )
     assert busy.returncode == 4, busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr and busy.stdout == ""
+    # the line docs/serve.md shows: the remedy, no "[Errno 98]", no generic advice
+    assert busy.stderr == (
+        f"cytearc-vfs serve: cannot listen on 127.0.0.1:{port} (Address already in use); "
+        "choose another --port (0 picks a free one) or --host\n"
+    )

@@ -39,13 +39,13 @@ from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.sync import sync
 
-from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
+from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError, VfsError
 
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .ranges import ByteSpan, parse_range, resolve_range
 from .targets import BadTargetError, parse_target
 
-__all__ = ["ServeOptions", "ServeStats", "StoreServer", "error_status"]
+__all__ = ["ListenError", "ServeOptions", "ServeStats", "StoreServer", "error_status"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,18 @@ def _bytes_of(value: Buffer) -> memoryview:
     return memoryview(value.as_numpy_array()).cast("B")
 
 
+class ListenError(VfsError, OSError):
+    """The server cannot listen where it was asked to; the message names the remedy.
+
+    ``errno`` is the system's; the message carries no ``[Errno N]`` prefix, so
+    the command line prints it as it is.
+    """
+
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
 def _listening_socket(host: str, port: int) -> socket.socket:
     """One listening socket on the first address ``host`` resolves to."""
     try:
@@ -151,8 +163,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
-        raise OSError(
-            exc.errno, f"cannot listen on {host!r}: the name does not resolve ({exc.strerror})"
+        raise ListenError(
+            f"cannot listen on {host!r}: the name does not resolve ({exc.strerror}); give "
+            "--host an address or a name this machine resolves",
+            exc.errno,
         ) from exc
     family, kind, proto, _, address = infos[0]
     listener = socket.socket(family, kind, proto)
@@ -162,10 +176,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         listener.listen(128)
     except OSError as exc:
         listener.close()
-        raise OSError(
-            exc.errno,
+        raise ListenError(
             f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port "
             "(0 picks a free one) or --host",
+            exc.errno,
         ) from exc
     listener.setblocking(False)
     return listener
