@@ -1231,6 +1231,12 @@ def test_cli_serves_a_remote_composite_and_reports_errors_on_stderr(
         (["--storage-options", "{not json"], 2, "--storage-options is not JSON"),
         (["--storage-options", '["a"]'], 2, "must be a JSON object"),
         (["--source-storage-options", "@/nonexistent/creds.json"], 2, "does not exist"),
+        # origins no browser sends: accepted, they would never match (CORS fails silently)
+        (["--allow-origin", "viewer.example"], 2, "is not an origin"),
+        (["--allow-origin", "https://viewer.example/"], 2, "no default port, path or trailing"),
+        (["--allow-origin", "https://a.example,https://b.example"], 2, "is not an origin"),
+        (["--allow-origin", "https://Viewer.example"], 2, "in lower case"),
+        (["--allow-origin", "https://viewer.example:443"], 2, "is not an origin"),
     ],
 )
 def test_cli_refusals(world: World, args: list[str], code: int, words: str) -> None:

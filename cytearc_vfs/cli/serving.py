@@ -19,6 +19,41 @@ from .progress import ProgressBars
 __all__ = ["cmd_mount_fs", "cmd_serve"]
 
 
+def _check_origin(origin: str) -> None:
+    """Refuse an ``--allow-origin`` that no browser's ``Origin`` header can equal.
+
+    Browsers send ``scheme://host[:port]``, nothing more; the server compares
+    exactly, so ``viewer.example`` or ``https://viewer.example/`` would be
+    accepted and then never match, and the page would fail on CORS with no hint.
+    """
+    if origin == "*":
+        return
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(origin)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if (
+        parts is None
+        or not port_ok
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or any((parts.path, parts.query, parts.fragment))
+        or origin != f"{parts.scheme}://{parts.netloc}"
+        # browsers send the host in lower case and leave out the scheme's default port
+        or parts.netloc != parts.netloc.lower()
+        or (parts.scheme, parts.port) in (("http", 80), ("https", 443))
+    ):
+        raise InputRefusedError(
+            f"--allow-origin {origin!r} is not an origin: give it as a browser sends it, "
+            "scheme://host[:port] in lower case, with no default port, path or trailing "
+            "slash (https://viewer.example, http://localhost:3000), or * for any page"
+        )
+
+
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
     import logging
@@ -34,6 +69,8 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         raise InputRefusedError(
             f"--port {args.port} is not a port (0 to 65535; 0 picks a free one)"
         )
+    if args.allow_origin is not None:
+        _check_origin(args.allow_origin)
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
