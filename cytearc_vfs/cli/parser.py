@@ -354,7 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
         "location", metavar="LOCATION", help="path or URL of a CyteArc store, composite or mount"
     )
     mount_fs.add_argument(
-        "mountpoint", metavar="MOUNTPOINT", help="an existing directory to show the store at"
+        "mountpoint",
+        metavar="MOUNTPOINT",
+        help="an existing empty directory outside the store (and its sources) to show it at",
     )
     mount_fs.add_argument(
         "--storage-options",
