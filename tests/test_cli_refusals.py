@@ -203,3 +203,61 @@ def test_an_object_store_client_error_is_the_environment_not_a_bug() -> None:
     assert failure.code == ExitCode.ENVIRONMENT
     assert "Generic S3 error: Error performing PUT" in failure.message
     assert "Debug source" not in failure.message and "--storage-options" in failure.message
+
+
+def test_credential_values_are_never_echoed(
+    places: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # info takes no --storage-options: argparse would echo the value it does not know
+    secret = '{"secret_access_key":"s3cr3t-value"}'
+    for argv in (
+        ["info", str(places["STORE"]), "--storage-options", secret],
+        ["info", str(places["STORE"]), f"--source-storage-options={secret}", "--bogus"],
+    ):
+        assert _run(argv) == 2
+        captured = capsys.readouterr()
+        assert "s3cr3t" not in captured.err + captured.out
+        assert "<value not shown>" in captured.err
+        assert len(captured.err.strip().splitlines()) == 1
+        assert _run([*argv, "--json"]) == 2
+        captured = capsys.readouterr()
+        assert "s3cr3t" not in captured.err + captured.out
+        assert "<value not shown>" in json.loads(captured.out)["message"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed again when the block ends
+
+
+@pytest.mark.parametrize(
+    ("options", "code", "words"),
+    [
+        # obstore refuses an option it does not know: the user's input
+        ({"bogus_option": 1}, 2, "the storage backend refused its options"),
+        # nothing listens at the endpoint: the system, not a bug (was exit 70)
+        ({}, 4, "the storage backend failed"),
+    ],
+)
+def test_backend_errors_are_not_bugs(
+    options: dict[str, object], code: int, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = {
+        "endpoint": f"http://127.0.0.1:{_closed_port()}",
+        "access_key_id": "key",
+        "secret_access_key": "s3cr3t-value",
+        "region": "us-east-1",
+        "client_options": {"allow_http": True},
+        "retry_config": {"max_retries": 0},
+        **options,
+    }
+    argv = ["serve", "s3://bucket/store.zarr", "--storage-options", json.dumps(storage)]
+    assert _run(argv) == code
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], captured.err
+    assert "This is a bug" not in lines[0] and "s3cr3t" not in lines[0]
+    assert "--storage-options" in lines[0]  # the remedy names where the options go

@@ -338,3 +338,52 @@ def test_corrupted_cache_entries_are_not_served(
     except Exception:  # an error is a handled corruption
         return
     assert np.array_equal(again, original)
+
+
+@pytest.mark.parametrize("array", ["counts", "countsT"])
+def test_verify_of_a_composite_finds_damage_in_either_orientation_of_a_source(
+    tmp_path: Path, array: str
+) -> None:
+    """``verify`` of a composite reads the virtual counts through the gather
+    reader, which takes each source in the orientation (counts or countsT)
+    that decodes less for the read at hand: a full pass may never touch the
+    other one, which other reads (a few cells through zarr, ``serve`` or
+    ``mount-fs``) do. A byte flipped in either must be a finding naming the
+    source, not "OK"."""
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(1500, 400, seed=seed))
+    cv.create_composite(tmp_path / "comp.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    assert [r.ok for r in deep_verify(cv.open_store(tmp_path / "comp.zarr"), where="c")] == [True]
+    shard = tmp_path / "b.zarr" / "RNA" / array / "c" / "0" / "0"
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 3] ^= 0xFF  # inside the chunks, before the shard index
+    shard.write_bytes(bytes(damaged))
+
+    store = cv.open_store(tmp_path / "comp.zarr")
+    (report,) = deep_verify(store, where="comp.zarr")
+    assert not report.ok
+    named = [p for p in report.problems if p.startswith(f"source 'b' at {tmp_path / 'b.zarr'}")]
+    assert named and f"{array} rows" in named[0], report.problems
+    assert not any("source 'a'" in p for p in report.problems)
+
+
+@pytest.mark.parametrize("array", ["counts", "countsT"])
+def test_a_damaged_source_chunk_is_named_by_its_source(tmp_path: Path, array: str) -> None:
+    """The error of a chunk that does not decode names the source's location:
+    a composite (and ``serve``'s 500 line) otherwise said only ``RNA/counts``."""
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(1500, 400, seed=seed))
+    cv.create_composite(tmp_path / "comp.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    shard = tmp_path / "b.zarr" / "RNA" / array / "c" / "0" / "0"
+    damaged = bytearray(shard.read_bytes())
+    # a byte in every few hundred, up to the shard index: the blocks a read of
+    # any rows decodes are damaged (the reader decodes only the blocks it needs)
+    for at in range(64, len(damaged) - 4096, 211):
+        damaged[at] ^= 0xFF
+    shard.write_bytes(bytes(damaged))
+    reader = cv.open_store(tmp_path / "comp.zarr").reader()
+    # few cells read counts, few features countsT (the orientation that decodes less)
+    selection = {"cells": [1500, 1501]} if array == "counts" else {"features": [0, 1]}
+    with pytest.raises(cv.RecordShapeError) as raised:
+        reader.read(**selection)
+    assert f"{tmp_path / 'b.zarr'}/RNA/{array} does not decode" in str(raised.value)

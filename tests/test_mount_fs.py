@@ -554,6 +554,46 @@ def test_a_signal_unmounts_even_with_a_file_open(
         assert str(mounted.mountpoint) not in Path("/proc/mounts").read_text()
 
 
+def test_a_mount_point_the_file_system_reads_from_is_refused(
+    fuse_works: None, tmp_path: Path
+) -> None:
+    # Mounted there, the file system would serve its own reads of the store by
+    # reading through itself: the reader hangs in the kernel (state D), and
+    # only an abort through fusectl ends it.
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(60, 20, seed=seed))
+    cv.create_composite(tmp_path / "c.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    cv.mount_datastore(tmp_path / "a.zarr", tmp_path / "m.zarr")
+    inside_source = tmp_path / "b.zarr" / "RNA" / "empty"
+    inside_source.mkdir()
+    cases = [
+        ("a.zarr", tmp_path / "a.zarr", "is the same directory as"),
+        ("a.zarr", tmp_path, "holds"),
+        ("c.zarr", inside_source, "is inside"),  # a composite's source
+        ("m.zarr", tmp_path / "a.zarr" / "RNA", "is inside"),  # a mount's source
+    ]
+    for location, mountpoint, relation in cases:
+        result = run_cli("mount-fs", str(tmp_path / location), str(mountpoint))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+        assert f"mount point {mountpoint} {relation} " in result.stderr
+        assert "choose a directory outside" in result.stderr
+        assert not is_mounted(mountpoint)
+
+
+def test_a_mount_point_that_holds_files_is_refused(fuse_works: None, tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(60, 20, seed=1))
+    (tmp_path / "mp").mkdir()
+    (tmp_path / "mp" / "notes.txt").write_text("mine")
+    result = run_cli("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "mp"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "is not empty (it holds 'notes.txt')" in result.stderr
+    assert "give an empty directory" in result.stderr
+    assert not is_mounted(tmp_path / "mp")
+    assert (tmp_path / "mp" / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize("how", ["fusermount3 -u", "SIGHUP"])
 def test_an_unmount_from_elsewhere_ends_the_command(
     fuse_works: None, tmp_path: Path, how: str

@@ -654,6 +654,33 @@ def test_nothing_outside_the_store_is_served(
             assert str(location).encode() not in answer, (raw, answer)
 
 
+@pytest.mark.parametrize("kind", ["ordinary", "composite", "mount"])
+def test_keys_too_long_for_the_file_system_are_absent(
+    served: dict[str, Served], world: World, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A local store's file system refuses such names (ENAMETOOLONG): the key is
+    # absent, not a store error to retry, and the answer must not carry the
+    # OSError's message, which names the store's directory.
+    here = served[kind]
+    location = {"ordinary": world.ordinary, "composite": world.composite, "mount": world.mount}[
+        kind
+    ]
+    long_name = "a" * 300
+    deep = "a/" * 2100  # beyond PATH_MAX
+    with caplog.at_level(logging.ERROR, logger="cytearc_vfs_adapters.serve"):
+        for method in ("GET", "HEAD"):
+            for path in (f"/{long_name}/zarr.json", f"/RNA/{long_name}", f"/{deep}zarr.json"):
+                status, _, body = request(here.url, method, path)
+                assert status == 404, (method, path[:40], body[:200])
+                assert str(location).encode() not in body
+        for path in (f"/{long_name}/", f"/{deep}"):
+            status, _, body = request(here.url, "GET", path)
+            assert status == 404 and body.startswith(b"nothing under "), body[:200]
+            assert str(location).encode() not in body
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert request(here.url, "GET", "/zarr.json")[0] == 200
+
+
 @pytest.mark.parametrize("method", ["PUT", "POST", "DELETE", "PATCH", "OPTIONS", "BREW"])
 def test_write_verbs_are_refused(served: dict[str, Served], world: World, method: str) -> None:
     before = {
@@ -1204,6 +1231,12 @@ def test_cli_serves_a_remote_composite_and_reports_errors_on_stderr(
         (["--storage-options", "{not json"], 2, "--storage-options is not JSON"),
         (["--storage-options", '["a"]'], 2, "must be a JSON object"),
         (["--source-storage-options", "@/nonexistent/creds.json"], 2, "does not exist"),
+        # origins no browser sends: accepted, they would never match (CORS fails silently)
+        (["--allow-origin", "viewer.example"], 2, "is not an origin"),
+        (["--allow-origin", "https://viewer.example/"], 2, "no default port, path or trailing"),
+        (["--allow-origin", "https://a.example,https://b.example"], 2, "is not an origin"),
+        (["--allow-origin", "https://Viewer.example"], 2, "in lower case"),
+        (["--allow-origin", "https://viewer.example:443"], 2, "is not an origin"),
     ],
 )
 def test_cli_refusals(world: World, args: list[str], code: int, words: str) -> None:
@@ -1242,3 +1275,8 @@ def test_cli_refuses_what_it_cannot_serve(world: World, tmp_path: Path) -> None:
         )
     assert busy.returncode == 4, busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr and busy.stdout == ""
+    # the line docs/serve.md shows: the remedy, no "[Errno 98]", no generic advice
+    assert busy.stderr == (
+        f"cytearc-vfs serve: cannot listen on 127.0.0.1:{port} (Address already in use); "
+        "choose another --port (0 picks a free one) or --host\n"
+    )

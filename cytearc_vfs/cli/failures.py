@@ -62,6 +62,36 @@ def _one_line(text: str) -> str:
 _DECODE_ERROR = re.compile(r"decompress|codec|checksum|crc32c|corrupt", re.IGNORECASE)
 
 
+#: obstore's errors that name a wrong option or path, not a failing system
+_BACKEND_REFUSALS = frozenset({"UnknownConfigurationKeyError", "InvalidPathError"})
+
+
+def _backend_failure(exc: BaseException) -> Failure | None:
+    """The failure of an error raised by the obstore backend itself, or ``None``.
+
+    obstore's errors are not ``OSError``s, and their text goes on with a
+    multi-line debug dump: without this, a missing credential read as a bug.
+    """
+    if type(exc).__module__.partition(".")[0] != "obstore":
+        return None
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else "no message"
+    if type(exc).__name__ in _BACKEND_REFUSALS:
+        return Failure(
+            ExitCode.REFUSED,
+            "refused",
+            f"the storage backend refused its options: {first} ({type(exc).__name__}); "
+            "fix --storage-options (or --source-storage-options)",
+        )
+    return Failure(
+        ExitCode.ENVIRONMENT,
+        "environment",
+        f"the storage backend failed: {first} ({type(exc).__name__}); check that the "
+        "location exists and is reachable, and give its endpoint and credentials with "
+        "--storage-options (JSON or @FILE)",
+    )
+
+
 def classify_failure(exc: BaseException) -> Failure:
     """The exit code, category and one-line message of ``exc``."""
     message = _one_line(str(exc))
@@ -78,17 +108,9 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
-    if type(exc).__module__.startswith("obstore"):
-        # an object store client error that no layer wrapped (missing credentials, a
-        # refused request): the system's, not a bug; its first line says what failed,
-        # the rest is the client's debug dump
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return Failure(
-            ExitCode.ENVIRONMENT,
-            "environment",
-            f"the object store refused or failed a request ({type(exc).__name__}: {first}); "
-            "check the location, the credentials (--storage-options) and the network",
-        )
+    backend = _backend_failure(exc)
+    if backend is not None:
+        return backend
     if isinstance(exc, (OSError, MemoryError)):
         detail = message if not isinstance(exc, MemoryError) else "out of memory"
         return Failure(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 __all__ = ["DESCRIPTION", "build_parser", "package_version"]
 
@@ -30,10 +31,45 @@ def package_version() -> str:
     return __version__
 
 
+#: options whose values are credentials: never echoed in an error
+_SECRET_OPTIONS = ("--storage-options", "--source-storage-options")
+
+
+def _hidden_values(arguments: Sequence[str]) -> list[str]:
+    """``arguments`` with the values of credential options replaced.
+
+    argparse echoes arguments it does not know; given to a command that has
+    no such option, ``--storage-options '{"secret_access_key": ...}'`` would
+    put the secret on stderr and in logs.
+    """
+    shown: list[str] = []
+    follows_secret = False
+    for argument in arguments:
+        name, equals, _ = argument.partition("=")
+        if follows_secret and not argument.startswith("-"):
+            shown.append("<value not shown>")
+        elif equals and name in _SECRET_OPTIONS:
+            shown.append(f"{name}=<value not shown>")
+        else:
+            shown.append(argument)
+        follows_secret = argument in _SECRET_OPTIONS
+    return shown
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors honour ``--json`` (one JSON object)."""
 
     json_errors = False
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> argparse.Namespace:
+        """Parse like argparse; unknown arguments are refused with credential values hidden."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(_hidden_values(extras)))
+        assert isinstance(parsed, argparse.Namespace)
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         if _Parser.json_errors:
@@ -326,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
         "location", metavar="LOCATION", help="path or URL of a CyteArc store, composite or mount"
     )
     mount_fs.add_argument(
-        "mountpoint", metavar="MOUNTPOINT", help="an existing directory to show the store at"
+        "mountpoint",
+        metavar="MOUNTPOINT",
+        help="an existing empty directory outside the store (and its sources) to show it at",
     )
     mount_fs.add_argument(
         "--storage-options",

@@ -19,6 +19,41 @@ from .progress import ProgressBars
 __all__ = ["cmd_mount_fs", "cmd_serve"]
 
 
+def _check_origin(origin: str) -> None:
+    """Refuse an ``--allow-origin`` that no browser's ``Origin`` header can equal.
+
+    Browsers send ``scheme://host[:port]``, nothing more; the server compares
+    exactly, so ``viewer.example`` or ``https://viewer.example/`` would be
+    accepted and then never match, and the page would fail on CORS with no hint.
+    """
+    if origin == "*":
+        return
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(origin)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if (
+        parts is None
+        or not port_ok
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or any((parts.path, parts.query, parts.fragment))
+        or origin != f"{parts.scheme}://{parts.netloc}"
+        # browsers send the host in lower case and leave out the scheme's default port
+        or parts.netloc != parts.netloc.lower()
+        or (parts.scheme, parts.port) in (("http", 80), ("https", 443))
+    ):
+        raise InputRefusedError(
+            f"--allow-origin {origin!r} is not an origin: give it as a browser sends it, "
+            "scheme://host[:port] in lower case, with no default port, path or trailing "
+            "slash (https://viewer.example, http://localhost:3000), or * for any page"
+        )
+
+
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
     import logging
@@ -34,6 +69,8 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         raise InputRefusedError(
             f"--port {args.port} is not a port (0 to 65535; 0 picks a free one)"
         )
+    if args.allow_origin is not None:
+        _check_origin(args.allow_origin)
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
@@ -101,6 +138,59 @@ def _check_mountpoint(mountpoint: str) -> None:
         )
 
 
+def _refuse_nonempty(mountpoint: str) -> None:
+    """Refuse a mount point with files in it.
+
+    FUSE 3 mounts over them and hides them until the unmount; a directory
+    that holds files is far more likely a mistyped path than a wish.
+    """
+    held = sorted(entry.name for entry in Path(mountpoint).iterdir())
+    if held:
+        shown = ", ".join(repr(name) for name in held[:3]) + (", ..." if len(held) > 3 else "")
+        raise InputRefusedError(
+            f"mount point {mountpoint} is not empty (it holds {shown}), and the mount would "
+            "hide its files until unmounted; give an empty directory"
+        )
+
+
+def _read_directories(location: str, store: object) -> list[Path]:
+    """The local directories a mount of ``store`` reads from: the store's own,
+    a composite's sources', a mount's source's (remote ones have none)."""
+    from ..composite.store import CompositeStore
+    from ..mount.store import MountStore
+    from ..remote.locations import local_path
+
+    locations: list[str] = [location]
+    if isinstance(store, CompositeStore):
+        locations += [source.location for source in store.record.sources]
+    elif isinstance(store, MountStore):
+        locations.append(store.record.location)
+    return [path for path in map(local_path, locations) if path is not None]
+
+
+def _refuse_overlap(mountpoint: str, directories: list[Path]) -> None:
+    """Refuse a mount point that is, holds or lies inside a directory the mount reads.
+
+    Once mounted, the file system would serve reads of that directory by
+    reading it through itself: every read waits on itself, the reading
+    process hangs unkillably, and the mount can only be aborted.
+    """
+    point = Path(mountpoint).resolve()
+    for directory in directories:
+        read = directory.resolve()
+        if point == read or read in point.parents:
+            relation = "is the same directory as" if point == read else "is inside"
+        elif point in read.parents:
+            relation = "holds"
+        else:
+            continue
+        raise InputRefusedError(
+            f"mount point {mountpoint} {relation} {read}, a directory the mounted file "
+            "system reads from: its reads would wait on themselves and hang; choose a "
+            f"directory outside {read}"
+        )
+
+
 def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
     import signal
@@ -130,6 +220,12 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         storage_options=storage_options,
         source_storage_options=source_options,
     )
+    try:
+        _refuse_overlap(args.mountpoint, _read_directories(args.location, store))
+        _refuse_nonempty(args.mountpoint)
+    except InputRefusedError:
+        store.close()
+        raise
     mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
     started = time.perf_counter()
     ended = "unmounted from elsewhere"

@@ -170,6 +170,11 @@ class CompositeStore(KeyCheckedStore):
         return self._record
 
     @property
+    def sources(self) -> tuple[BoundSource, ...]:
+        """The verified sources, in output-cell order."""
+        return tuple(self._sources)
+
+    @property
     def backing(self) -> Store:
         """The composite's own store (no counts in it)."""
         return self._backing

@@ -60,8 +60,12 @@ Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
 
 
-def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
-    """A :class:`ShardedReader` when ``array`` uses the layout it understands, else ``None``."""
+def fast_reader_for(array: zarr.Array[Any], *, where: str | None = None) -> ShardedReader | None:
+    """A :class:`ShardedReader` when ``array`` uses the layout it understands, else ``None``.
+
+    ``where`` names the store in the errors of chunks that do not decode (a
+    composite has several sources: the error must say which one is damaged).
+    """
     codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
     if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or array.ndim != 2:
         return None
@@ -98,6 +102,7 @@ def fast_reader_for(array: zarr.Array[Any]) -> ShardedReader | None:
         local_files=local_files(store),
         shard_table=table,
         blosc_block_bytes=int(inner[1].blocksize) if isinstance(inner[1], BloscCodec) else None,
+        label=None if where is None else f"{where.rstrip('/')}/{array.path}",
     )
 
 
@@ -116,6 +121,7 @@ class ShardedReader:
         local_files: tuple[str, ReadCounters | None] | None = None,
         shard_table: ShardTable | None = None,
         blosc_block_bytes: int | None = None,
+        label: str | None = None,
     ) -> None:
         self._store = store
         # inner chunks are Blosc containers of zstd blocks of this many bytes
@@ -137,7 +143,8 @@ class ShardedReader:
         # portable layout): a strip's touched chunks decode as one stream.
         self._joined = not self._blocks and self.col_chunks == 1 and per_frame >= chunks[0]
         self._strips = StripAssembler(
-            ChunkDecoder(path, chunks, self.dtype, blocks=self._blocks),
+            # errors name the array by `label` (store and path) when given
+            ChunkDecoder(label or path, chunks, self.dtype, blocks=self._blocks),
             self.col_chunks,
             joined=self._joined,
         )

@@ -410,7 +410,7 @@ def _bound(
         info=info,
         counts=counts.async_array,
         counts_t=None if counts_t is None else counts_t.async_array,
-        counts_fast=fast_reader_for(counts),
-        counts_t_fast=None if counts_t is None else fast_reader_for(counts_t),
+        counts_fast=fast_reader_for(counts, where=location),
+        counts_t_fast=None if counts_t is None else fast_reader_for(counts_t, where=location),
         view=view,
     )

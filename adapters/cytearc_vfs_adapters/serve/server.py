@@ -21,6 +21,7 @@ on the ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
@@ -38,13 +39,13 @@ from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.sync import sync
 
-from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
+from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError, VfsError
 
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .ranges import ByteSpan, parse_range, resolve_range
 from .targets import BadTargetError, parse_target
 
-__all__ = ["ServeOptions", "ServeStats", "StoreServer", "error_status"]
+__all__ = ["ListenError", "ServeOptions", "ServeStats", "StoreServer", "error_status"]
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,10 @@ def _not_found(key: str) -> _Answer:
     return _text(HTTPStatus.NOT_FOUND, f"no key {key!r} in this store")
 
 
+def _nothing_under(prefix: str) -> _Answer:
+    return _text(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
+
+
 def _content_type(key: str) -> str:
     return (
         "application/json" if key.rsplit("/", 1)[-1] in _JSON_KEYS else "application/octet-stream"
@@ -139,6 +144,18 @@ def _bytes_of(value: Buffer) -> memoryview:
     return memoryview(value.as_numpy_array()).cast("B")
 
 
+class ListenError(VfsError, OSError):
+    """The server cannot listen where it was asked to; the message names the remedy.
+
+    ``errno`` is the system's; the message carries no ``[Errno N]`` prefix, so
+    the command line prints it as it is.
+    """
+
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
 def _listening_socket(host: str, port: int) -> socket.socket:
     """One listening socket on the first address ``host`` resolves to."""
     try:
@@ -146,8 +163,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
-        raise OSError(
-            exc.errno, f"cannot listen on {host!r}: the name does not resolve ({exc.strerror})"
+        raise ListenError(
+            f"cannot listen on {host!r}: the name does not resolve ({exc.strerror}); give "
+            "--host an address or a name this machine resolves",
+            exc.errno,
         ) from exc
     family, kind, proto, _, address = infos[0]
     listener = socket.socket(family, kind, proto)
@@ -157,10 +176,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         listener.listen(128)
     except OSError as exc:
         listener.close()
-        raise OSError(
-            exc.errno,
+        raise ListenError(
             f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port "
             "(0 picks a free one) or --host",
+            exc.errno,
         ) from exc
     listener.setblocking(False)
     return listener
@@ -475,11 +494,24 @@ class StoreServer:
             if target.listing:
                 return await self._listing(target.path)
             return await self._value(target.path, head)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                return self._store_error(head, target.path, exc)
+            # a name longer than the file system allows is a key the store cannot
+            # hold: absent, not a failure to retry (and its message names the
+            # server's directory)
+            if target.listing:
+                return _nothing_under(target.path)
+            return _not_found(target.path)
         except Exception as exc:
-            status = error_status(exc)
-            message = f"{head.method} {target.path!r}: {type(exc).__name__}: {_one_line(str(exc))}"
-            log.error("%d %s", status.value, message)
-            return _text(status, message)
+            return self._store_error(head, target.path, exc)
+
+    def _store_error(self, head: RequestHead, key: str, exc: Exception) -> _Answer:
+        """The answer to a store error: its status, one line naming the key; logged."""
+        status = error_status(exc)
+        message = f"{head.method} {key!r}: {type(exc).__name__}: {_one_line(str(exc))}"
+        log.error("%d %s", status.value, message)
+        return _text(status, message)
 
     async def _value(self, key: str, head: RequestHead) -> _Answer:
         assert self._reads is not None
@@ -535,7 +567,7 @@ class StoreServer:
         async with self._reads:
             names = sorted({name async for name in self._store.list_dir(prefix)})
         if not names and prefix:
-            return _text(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
+            return _nothing_under(prefix)
         document: Mapping[str, object] = {
             "prefix": prefix + "/" if prefix else "",
             "names": names,
