@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anndata as ad
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
@@ -172,3 +173,32 @@ def test_an_anndata_0_7_store_is_classified_as_anndata(tmp_path: Path, zarr_form
     plain = zarr.open_group(tmp_path / "plain.zarr", mode="w", zarr_format=zarr_format)
     plain.create_group("obs")
     assert classify_location(tmp_path / "plain.zarr").kind == "zarr-group"
+
+
+def test_write_fills_missing_values_of_the_real_wu2020_file_when_asked(tmp_path: Path) -> None:
+    """scirpy's Wu 2020 file as published: 45 obs columns, 6 categoricals with missing
+    values. Refused by default, naming --fill-missing; written with it, the rule's way."""
+    from cytearc_vfs.format.tables import read_table
+    from cytearc_vfs.realdata.fetching import fetch
+
+    path = fetch("wu2020")
+    refused = run("write", str(path), str(tmp_path / "refused.zarr"))
+    assert refused.returncode == 2
+    assert "--fill-missing" in refused.stderr and "missing values" in refused.stderr
+    assert not (tmp_path / "refused.zarr").exists()
+    written = run("write", str(path), str(tmp_path / "wu.zarr"), "--fill-missing")
+    assert written.returncode == 0, written.stderr
+    obs = ad.read_h5ad(path).obs
+    cells = read_table(zarr.open_group(cv.open_store(tmp_path / "wu.zarr"), mode="r")["cellData"])
+    assert cells.index.tolist() == obs.index.tolist()
+    with_missing = [name for name in obs.columns if obs[name].isna().any()]
+    assert with_missing
+    for name in obs.columns:
+        ours, theirs = cells[name], obs[name]
+        if isinstance(theirs.dtype, pd.CategoricalDtype) and theirs.isna().any():
+            assert ours.cat.categories.tolist() == [*theirs.cat.categories.tolist(), ""]
+            assert ours.astype(str).tolist() == theirs.astype(object).fillna("").tolist()
+        elif isinstance(theirs.dtype, pd.CategoricalDtype):
+            assert ours.tolist() == theirs.tolist()
+        else:
+            np.testing.assert_array_equal(ours.to_numpy(), theirs.to_numpy())

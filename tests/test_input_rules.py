@@ -278,3 +278,45 @@ def test_a_column_of_long_text_is_written_without_a_giant_array(tmp_path: Path) 
     assert column.dtype == np.dtype("<U20000")
     assert column.chunks[0] * column.dtype.itemsize <= 4 << 20  # chunks bounded too
     assert column[17] == notes[17] and column[18] == "short"
+
+
+def _table_with_missing() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "kind": pd.Categorical(["a", None, "b"]),
+            "already": pd.Categorical(["", None, "x"]),
+            "stage": pd.Categorical([1, None, 2]),
+            "count": pd.array([1, None, 3], dtype="Int64"),
+            "flag": pd.array([True, None, False], dtype="boolean"),
+            "label": ["x", None, "z"],
+            "whole": [1, 2, 3],
+        },
+        index=["c0", "c1", "c2"],
+    )
+
+
+@pytest.mark.parametrize("column", ["kind", "already", "stage", "count", "flag", "label"])
+def test_missing_values_are_refused_naming_fill_missing(tmp_path: Path, column: str) -> None:
+    cells = _table_with_missing()[[column, "whole"]]
+    with pytest.raises(ValueError, match=f"{column}.*fill_missing=True") as caught:
+        cv.write_counts(tmp_path / "s.zarr", sp.csr_array(np.ones((3, 2))), cells=cells)
+    assert "--fill-missing" in str(caught.value)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_fill_missing_stores_missing_values_as_a_composite_does(tmp_path: Path) -> None:
+    cells = _table_with_missing()
+    cv.write_counts(
+        tmp_path / "s.zarr", sp.csr_array(np.ones((3, 2))), cells=cells, fill_missing=True
+    )
+    stored = read_table(zarr.open_group(tmp_path / "s.zarr", mode="r")["cellData"])
+    assert stored["kind"].tolist() == ["a", "", "b"]
+    assert stored["kind"].cat.categories.tolist() == ["a", "b", ""]
+    # "" was a category already: not added twice
+    assert stored["already"].cat.categories.tolist() == ["", "x"]
+    assert stored["already"].tolist() == ["", "", "x"]
+    np.testing.assert_array_equal(stored["stage"], [1.0, np.nan, 2.0])
+    np.testing.assert_array_equal(stored["count"], [1.0, np.nan, 3.0])
+    np.testing.assert_array_equal(stored["flag"], [1.0, np.nan, 0.0])
+    assert stored["label"].tolist() == ["x", "", "z"]
+    assert stored["whole"].tolist() == [1, 2, 3] and stored["whole"].dtype == np.int64

@@ -220,6 +220,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         mem_budget=args.mem_budget,
         overwrite=args.overwrite,
         progress=bars,
+        fill_missing=args.fill_missing,
     )
     seconds = time.perf_counter() - started
     payload = {

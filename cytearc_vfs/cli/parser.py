@@ -170,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--layer", metavar="NAME", help="AnnData layer holding the counts (default: X)"
     )
     write.add_argument("--workspace", metavar="NAME", help="write the workspace layout under NAME")
+    write.add_argument(
+        "--fill-missing",
+        action="store_true",
+        help=(
+            'store missing obs/var values as a composite does (text and categories "", '
+            "numbers NaN) instead of refusing them"
+        ),
+    )
     _mem_budget(write, "2G")
     _overwrite(write)
 

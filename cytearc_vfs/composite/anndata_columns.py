@@ -9,7 +9,8 @@ layer that reads all of them lives above the core, in
 point group :data:`ANNDATA_TABLES_ENTRY_POINTS`, found here at run time, so
 the core does not import the adapters.
 
-The dataframes become stored columns by the rule that composes columns:
+The dataframes become stored columns by the rule that composes columns
+(missing values by :func:`~cytearc_vfs.format.tables.fill_missing`):
 
 - a categorical keeps its categories; its missing values are ``""`` (the
   merge appends ``""`` as the last category, as for a source that lacks
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
 
-from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values
+from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
 from ..write.membership import split_membership
 
 __all__ = ["ANNDATA_TABLES_ENTRY_POINTS", "AnnDataTables", "anndata_columns", "frame_columns"]
@@ -80,23 +81,6 @@ def _tables_reader() -> TablesReader | None:
         return _reader
 
 
-def _filled(series: pd.Series) -> pd.Series:
-    """``series`` with its missing values as the rule stores them (see the module)."""
-    dtype = series.dtype
-    missing = series.isna()
-    if not missing.any():
-        return series
-    if isinstance(dtype, pd.CategoricalDtype):
-        if dtype.categories.dtype.kind in "biuf":
-            return series.astype(np.float64)
-        # the merge appends "" to the categories of a categorical whose values hold it
-        text = series.astype(object).where(~missing, "")
-        return pd.Series(pd.Categorical(text, categories=[*dtype.categories, ""]))
-    if dtype.kind in "biuf":
-        return series.astype(np.float64)
-    return series.astype(object).where(~missing, "")
-
-
 def _text_or_value(series: pd.Series) -> pd.Series:
     """Object columns as text: ``str`` of each value that is not a string already."""
     if series.dtype != object:
@@ -120,7 +104,7 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
                 name,
             )
             continue
-        series = _text_or_value(_filled(frame.iloc[:, position].reset_index(drop=True)))
+        series = _text_or_value(fill_missing(frame.iloc[:, position].reset_index(drop=True)))
         try:
             values, attrs = column_values(series.rename(name), table=table)
         except ValueError as exc:

@@ -34,6 +34,7 @@ __all__ = [
     "StoredColumn",
     "checked_ids",
     "column_values",
+    "fill_missing",
     "prepare_table",
     "read_columns",
     "read_table",
@@ -64,6 +65,40 @@ def _check_column_name(name: object, *, table: str) -> str:
     return name
 
 
+def fill_missing(series: pd.Series) -> pd.Series:
+    """``series`` with its missing values as a composite stores them, so a column
+    that holds them can be stored (``write_counts(fill_missing=True)``).
+
+    A categorical's missing value becomes ``""``, added as its last category (a
+    categorical of numbers becomes ``float64`` with NaN); a number or boolean
+    column with missing values (pandas' nullable types) becomes ``float64``
+    with NaN; missing text becomes ``""``. A column without missing values is
+    returned as it is.
+
+    >>> fill_missing(pd.Series(pd.Categorical(["a", None]))).tolist()
+    ['a', '']
+    >>> fill_missing(pd.Series([1, None], dtype="Int64")).tolist()
+    [1.0, nan]
+    """
+    dtype = series.dtype
+    missing = series.isna()
+    if not missing.any():
+        return series
+    if isinstance(dtype, pd.CategoricalDtype):
+        if dtype.categories.dtype.kind in "biuf":
+            return series.astype(np.float64)
+        text = series.astype(object).where(~missing, "")
+        categories = [*dtype.categories, *([] if "" in dtype.categories else [""])]
+        return pd.Series(
+            pd.Categorical(text, categories=categories, ordered=dtype.ordered),
+            index=series.index,
+            name=series.name,
+        )
+    if dtype.kind in "biuf":
+        return series.astype(np.float64)
+    return series.astype(object).where(~missing, "")
+
+
 def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], dict[str, Any]]:
     """The numpy values and attributes that store ``series`` as a column."""
     name = str(series.name)
@@ -73,7 +108,8 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
         if series.isna().any():
             raise ValueError(
                 f"{table} column {name!r} is categorical with missing values; fill them "
-                "(e.g. add an 'unknown' category) before writing"
+                "(e.g. add an 'unknown' category) before writing, or pass "
+                'fill_missing=True (cytearc-vfs write --fill-missing) to store them as ""'
             )
         categories = dtype.categories
         attrs[CATEGORICAL_ATTR] = {
@@ -92,7 +128,8 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
                 return series.to_numpy(dtype=np.float64, na_value=np.nan), attrs
             raise ValueError(
                 f"{table} column {name!r} ({dtype}) holds missing values, which a "
-                "Zarr column cannot mark; fill them or convert the column to float"
+                "Zarr column cannot mark; fill them or convert the column to float, or pass "
+                "fill_missing=True (cytearc-vfs write --fill-missing) to store them as NaN"
             )
         return series.to_numpy(dtype=getattr(dtype, "numpy_dtype", None)), attrs
     # strings (object, pandas string dtypes)
@@ -101,7 +138,8 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     if bad:
         raise ValueError(
             f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
-            "strings; convert it with .astype(str) or fill missing values first"
+            "strings; convert it with .astype(str) or fill missing values first (or pass "
+            'fill_missing=True, cytearc-vfs write --fill-missing, to store missing text as "")'
         )
     # kept as Python strings: written chunk by chunk at the column's width, so a
     # long string costs its own length, not the width times every row
@@ -244,12 +282,17 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
 
 
 def prepare_table(
-    frame: pd.DataFrame, *, table: str, names: npt.NDArray[Any] | None = None
+    frame: pd.DataFrame,
+    *,
+    table: str,
+    names: npt.NDArray[Any] | None = None,
+    fill: bool = False,
 ) -> PreparedTable:
     """Check and convert ``frame`` (index = ids); raises before anything is written.
 
     Ids follow :func:`checked_ids` and must be unique; column names must be
-    unique, valid Zarr array names and not reserved.
+    unique, valid Zarr array names and not reserved. A column with missing
+    values is refused unless ``fill``, which stores them by :func:`fill_missing`.
     """
     from .fingerprints import ids_fingerprint
 
@@ -276,7 +319,8 @@ def prepare_table(
                 f"{table} column {key!r} is reserved (ids come from the index, I is the live "
                 "selection); rename the column. Nothing was written"
             )
-        values, attrs = column_values(frame.iloc[:, position], table=table)
+        series = frame.iloc[:, position]
+        values, attrs = column_values(fill_missing(series) if fill else series, table=table)
         own.append((key, values, attrs))
     fingerprint = ids_fingerprint(ids)
     columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [

@@ -152,6 +152,7 @@ def write_counts(
     layer: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    fill_missing: bool = False,
 ) -> WriteInfo:
     """Write ``counts`` as a CyteArc store at ``destination``.
 
@@ -187,6 +188,11 @@ def write_counts(
         never written into the store.
     progress
         ``progress(phase, done, total)`` callback.
+    fill_missing
+        Store missing values of the cell and feature tables as a composite
+        does (a categorical's as ``""``, added as its last category; missing
+        text as ``""``; nullable numbers and booleans as ``float64`` NaN)
+        instead of refusing them (:func:`~cytearc_vfs.format.tables.fill_missing`).
 
     Returns
     -------
@@ -206,11 +212,13 @@ def write_counts(
         # the import side of the membership rule, for an AnnData's obs (a cells=
         # table given instead is written as given): a declared <assay>_I is restored
         cell_frame, membership = split_membership(cell_frame, found.membership, assay)
-    cell_table = prepare_table(cell_frame, table="cellData")
+    cell_table = prepare_table(cell_frame, table="cellData", fill=fill_missing)
     if membership is not None:
         cell_table = cell_table.with_columns([membership], table="cellData")
     feature_table = prepare_table(
-        _table(found.features, features, source.shape[1], "features"), table="featureData"
+        _table(found.features, features, source.shape[1], "features"),
+        table="featureData",
+        fill=fill_missing,
     )
 
     # Everything that can refuse runs before the destination exists.
