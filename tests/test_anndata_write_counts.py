@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import anndata as ad
 import numpy as np
@@ -186,3 +187,31 @@ def test_real_old_anndata_zarr_store_streams(tmp_path: Path) -> None:
     assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
     stats = container.matrix().stats
     assert stats.largest_band_entries < adata.shape[0] * adata.shape[1]
+
+
+def test_a_remote_zarr_store_is_read_with_the_source_storage_options(
+    tmp_path: Path, s3_server: Any
+) -> None:
+    """An AnnData Zarr store on the loopback S3 server, given by its URL: the
+    endpoint and credentials come from ``source_storage_options``."""
+    import obstore
+    from obstore.store import S3Store
+
+    adata = adata_of(realistic_counts(300, 30, density=0.1, seed=3))
+    local = write_zarr(adata, tmp_path / "in.zarr", 3)
+    bucket = s3_server.new_bucket()
+    remote = S3Store(bucket, **s3_server.storage_options())
+    for path in local.rglob("*"):
+        if path.is_file():
+            obstore.put(remote, f"in.zarr/{path.relative_to(local).as_posix()}", path.read_bytes())
+    url = f"s3://{bucket}/in.zarr"
+    streamed = cv.write_counts(
+        tmp_path / "streamed.zarr", url, source_storage_options=s3_server.storage_options()
+    )
+    loaded = cv.write_counts(tmp_path / "loaded.zarr", adata)
+    assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
+    with pytest.raises(ValueError, match="source_storage_options= applies only"):
+        cv.write_counts(
+            tmp_path / "x.zarr", sp.csr_array(np.ones((2, 2))), source_storage_options={"a": 1}
+        )
+    assert not (tmp_path / "x.zarr").exists()

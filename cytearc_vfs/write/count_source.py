@@ -313,7 +313,9 @@ class CountInput(NamedTuple):
     membership: Mapping[str, Any] | None = None
 
 
-InputAdapter = Callable[[Any, "str | None"], "CountInput | None"]
+#: ``adapter(counts, layer, storage_options)``: the input it recognises, else ``None``;
+#: ``storage_options`` are the backend options of counts given as a URL.
+InputAdapter = Callable[[Any, "str | None", "Mapping[str, Any] | None"], "CountInput | None"]
 _adapters: list[InputAdapter] | None = None
 _adapters_lock = threading.Lock()
 
@@ -329,15 +331,23 @@ def _input_adapters() -> list[InputAdapter]:
         return _adapters
 
 
-def as_count_source(counts: Any, *, layer: str | None = None) -> tuple[CountSource, CountInput]:
-    """A :class:`CountSource` for ``counts``, and what it carries beside (tables, membership)."""
+def as_count_source(
+    counts: Any, *, layer: str | None = None, storage_options: Mapping[str, Any] | None = None
+) -> tuple[CountSource, CountInput]:
+    """A :class:`CountSource` for ``counts``, and what it carries beside (tables,
+    membership); ``storage_options`` are the backend options of counts given as a URL."""
     if not (sp.issparse(counts) or isinstance(counts, np.ndarray)):
         for adapter in _input_adapters():
-            found = adapter(counts, layer)
+            found = adapter(counts, layer, storage_options)
             if found is not None:
                 return _source_of(found.matrix), found
     if layer is not None:
         raise ValueError("layer= applies only to AnnData input")
+    if storage_options:
+        raise ValueError(
+            "source_storage_options= applies only to counts given as the URL of an AnnData "
+            "store or .h5ad file; leave it out for counts in memory"
+        )
     return _source_of(counts), CountInput(counts, None, None)
 
 

@@ -153,6 +153,7 @@ def write_counts(
     storage_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     fill_missing: bool = False,
+    source_storage_options: Mapping[str, Any] | None = None,
 ) -> WriteInfo:
     """Write ``counts`` as a CyteArc store at ``destination``.
 
@@ -193,6 +194,9 @@ def write_counts(
         does (a categorical's as ``""``, added as its last category; missing
         text as ``""``; nullable numbers and booleans as ``float64`` NaN)
         instead of refusing them (:func:`~cytearc_vfs.format.tables.fill_missing`).
+    source_storage_options
+        Backend options (endpoint, credentials) for ``counts`` given as the
+        URL of an AnnData store or ``.h5ad`` file; never written into the store.
 
     Returns
     -------
@@ -205,7 +209,7 @@ def write_counts(
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     policy = current_layout().default_policy if layout is None else LayoutPolicy.parse(layout)
 
-    source, found = as_count_source(counts, layer=layer)
+    source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
     cell_frame = _table(found.cells, cells, source.shape[0], "cells")
     membership = None
     if cells is None and found.cells is not None:

@@ -60,12 +60,15 @@ def _is_location(counts: Any) -> bool:
     return type(counts).__module__.startswith("h5py")
 
 
-def count_input(counts: Any, layer: str | None) -> CountInput | None:
-    """The counts of an AnnData (object or container location), or ``None`` for anything else."""
+def count_input(
+    counts: Any, layer: str | None, storage_options: Mapping[str, Any] | None = None
+) -> CountInput | None:
+    """The counts of an AnnData (object or container location), or ``None`` for anything
+    else; ``storage_options`` are the backend options of a location given as a URL."""
     found = _in_memory(counts, layer)
     if found is not None or not _is_location(counts):
         return found
-    container = counts if isinstance(counts, AnnDataContainer) else _opened(counts)
+    container = counts if isinstance(counts, AnnDataContainer) else _opened(counts, storage_options)
     matrix = container.matrix(layer)
     return CountInput(matrix, container.obs(), container.var(), membership_of(container))
 
@@ -79,9 +82,9 @@ def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:
     return declared_membership({"cytearc": {"assayMembership": declared}})
 
 
-def _opened(counts: Any) -> AnnDataContainer:
+def _opened(counts: Any, storage_options: Mapping[str, Any] | None) -> AnnDataContainer:
     try:
-        return AnnDataContainer.open(counts)
+        return AnnDataContainer.open(counts, storage_options=storage_options)
     except (NotAnnDataError, FileNotFoundError) as exc:
         raise ValueError(
             f"counts given as a location: {exc}. write_counts reads a location only when it "
