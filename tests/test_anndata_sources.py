@@ -9,6 +9,7 @@ remote source; a CSR read of some cells touches only their chunks.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 import anndata as ad
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
@@ -29,6 +31,7 @@ from zarr.storage import LocalStore
 import cytearc_vfs as cv
 from cytearc_vfs.composite.anndata_records import ANNDATA_SOURCES_PATH
 from cytearc_vfs.errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
+from cytearc_vfs.format.tables import read_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -439,6 +442,11 @@ def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, An
         "r3": adata(500, GENES[:40], "a", seed=11),
         "r2": adata(300, GENES[20:], "b", seed=12, encoding="csc"),
     }
+    rng = np.random.default_rng(13)
+    parts["r3"].obs["kind"] = pd.Categorical(rng.choice(["t", "b", "nk"], 500))
+    parts["r3"].obs["depth"] = rng.random(500)
+    parts["r2"].obs["depth"] = rng.random(300)
+    parts["r2"].var["symbol"] = [f"S{i}" for i in range(parts["r2"].n_vars)]
     for name, data in parts.items():
         local = write(data, tmp_path / f"{name}.zarr", int(name[1]))
         for file in local.rglob("*"):
@@ -453,6 +461,7 @@ def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, An
             "expected": ad.concat(list(parts.values()), join="outer"),
             "proxy": proxy,
             "raw": raw,
+            "bucket": bucket,
         }
     finally:
         proxy.close()
@@ -460,14 +469,49 @@ def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, An
 
 @pytest.mark.remote
 def test_remote_anndata_sources_read_equal_and_open_with_one_listing(
-    remote_anndata: dict[str, Any], tmp_path: Path
+    remote_anndata: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import obstore
+
+    from cytearc_vfs.composite import anndata_columns
 
     location = tmp_path / "c.zarr"
     options = remote_anndata["options"]
     proxy = remote_anndata["proxy"]
-    cv.create_composite(location, remote_anndata["sources"], source_storage_options=options).close()
+
+    def table_requests(destination: Path) -> list[str]:
+        proxy.take()
+        cv.create_composite(
+            destination, remote_anndata["sources"], source_storage_options=options
+        ).close()
+        seen = proxy.take()
+        return [r.path.split("?")[0] for r in seen if "/obs/" in r.path or "/var/" in r.path]
+
+    # the obs and var columns are carried: reading them costs at most one GET per
+    # object under obs/ and var/ (fetched concurrently; some documents and the
+    # indexes the binding read are held), every column chunk among them, nothing else
+    with monkeypatch.context() as patch:
+        patch.setattr(anndata_columns, "_tables_reader", lambda: None)
+        without = table_requests(tmp_path / "without.zarr")
+    with_tables = table_requests(location)
+    raw = remote_anndata["raw"]
+    objects = [
+        f"/{remote_anndata['bucket']}/{entry['path']}"
+        for prefix in ("r3.zarr/obs/", "r3.zarr/var/", "r2.zarr/obs/", "r2.zarr/var/")
+        for batch in obstore.list(raw, prefix=prefix)
+        for entry in batch
+    ]
+    extra = collections.Counter(with_tables) - collections.Counter(without)
+    assert set(extra) <= set(objects) and set(extra.values()) == {1}
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    columns = [key for key in objects if not key.endswith(documents) and "/_index/" not in key]
+    assert columns and set(columns) <= set(extra)
+    opened = cv.open_store(location, source_storage_options=options)
+    table = read_table(zarr.open_group(opened, mode="r")["cellData"])
+    opened.close()
+    expected_obs = remote_anndata["expected"].obs
+    assert table["kind"].tolist() == expected_obs["kind"].astype(object).fillna("").tolist()
+    np.testing.assert_allclose(table["depth"], expected_obs["depth"])
     proxy.take()
     store = cv.open_store(location, source_storage_options=options)
     seen = proxy.take()

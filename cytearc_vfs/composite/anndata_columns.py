@@ -39,11 +39,19 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
 
 from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
+from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 
-__all__ = ["ANNDATA_TABLES_ENTRY_POINTS", "AnnDataTables", "anndata_columns", "frame_columns"]
+__all__ = [
+    "ANNDATA_TABLES_ENTRY_POINTS",
+    "AnnDataTables",
+    "anndata_columns",
+    "frame_columns",
+    "tables_prefetched",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +127,48 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
     return columns
 
 
+#: What the tables reader reads: the root's documents (either Zarr format) and
+#: everything under these prefixes (the membership declaration lives in uns/cytearc).
+_ROOT_DOCUMENTS = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")
+_TABLE_PREFIXES = ("obs/", "var/", "uns/cytearc/")
+
+
+async def tables_prefetched(store: Store) -> PrefetchedStore:
+    """``store`` with the objects the tables reader reads fetched concurrently.
+
+    The element layer reads a dataframe column by column through zarr's
+    synchronous API, one request after another: Wu 2020's 45 ``obs`` columns
+    took some 300 sequential requests on object storage (15 s on the
+    loopback S3 server). Listed under :data:`_TABLE_PREFIXES` and fetched
+    with :data:`MAX_IN_FLIGHT` requests in flight, they cost a few round trips.
+    """
+    prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in _TABLE_PREFIXES))
+    keys = [*_ROOT_DOCUMENTS, *(key for listed in prefixes for key in listed)]
+    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+    prototype = default_buffer_prototype()
+
+    async def fetch(key: str) -> bytes | None:
+        async with gate:
+            buffer = await store.get(key, prototype)
+        return None if buffer is None else buffer.to_bytes()
+
+    values = await asyncio.gather(*(fetch(key) for key in keys))
+    return _TablesView(store, dict(zip(keys, values, strict=True)))
+
+
+class _TablesView(PrefetchedStore):
+    """The prefetched tables: a key under :data:`_TABLE_PREFIXES` that was not listed
+    is absent (zarr and the element layer probe for optional arrays, such as a
+    nullable column's ``mask``), answered without a request."""
+
+    def _known_absent(self, key: str) -> bool:
+        return key.startswith(_TABLE_PREFIXES) and key not in self._documents
+
+
+async def _listed(store: Store, prefix: str) -> list[str]:
+    return [key async for key in store.list_prefix(prefix)]
+
+
 async def anndata_columns(
     store: Store, *, assay: str, source: str
 ) -> tuple[dict[str, StoredColumn], dict[str, StoredColumn]] | None:
@@ -127,8 +177,9 @@ async def anndata_columns(
     reader = _tables_reader()
     if reader is None:
         return None
+    view = await tables_prefetched(store)
     # the element layer reads through zarr's synchronous API: off the event loop
-    tables = await asyncio.to_thread(reader, store)
+    tables = await asyncio.to_thread(reader, view)
     obs, restored = split_membership(tables.obs, tables.membership, assay)
     cells = frame_columns(obs, table="cellData", source=source)
     if restored is not None:
