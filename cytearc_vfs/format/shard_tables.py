@@ -230,11 +230,36 @@ async def _listed_sizes(store: Store, prefix: str) -> dict[str, int | None]:
         import obstore
 
         listed: dict[str, int | None] = {}
+        if type(store.store).__name__ == "HTTPStore":
+            await _walk_sizes(store, prefix, listed)
+            return listed
         async for batch in obstore.list(store.store, prefix=listing_prefix(store, prefix)):
             for item in batch:
                 listed[store_key(store, item["path"])] = int(item["size"])
         return listed
     return {key: None async for key in store.list_prefix(prefix)}
+
+
+async def _walk_sizes(store: ObjectStore[Any], prefix: str, listed: dict[str, int | None]) -> None:
+    """List an HTTP store one directory level at a time, with the sizes each level carries.
+
+    obstore's recursive listing of an HTTP store is a WebDAV ``PROPFIND``
+    with ``Depth: infinity``, which servers may refuse (``cytearc-vfs serve``
+    does, as RFC 4918 allows); ``Depth: 1`` must be answered. A shard
+    directory is two levels deep: one request for it, one per shard.
+    """
+    import obstore
+
+    limit = asyncio.Semaphore(_CONCURRENT_REQUESTS)
+
+    async def level(directory: str | None) -> None:
+        async with limit:
+            found = await obstore.list_with_delimiter_async(store.store, prefix=directory)
+        for item in found["objects"]:
+            listed[store_key(store, item["path"])] = int(item["size"])
+        await asyncio.gather(*(level(below) for below in found["common_prefixes"]))
+
+    await level(listing_prefix(store, prefix))
 
 
 def _shard_number(array_path: str, name: str, shards: int) -> int:

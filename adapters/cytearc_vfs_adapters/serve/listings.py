@@ -71,8 +71,9 @@ def wants_json(accept: str | None) -> bool:
     """Whether a listing request asks for the JSON document rather than the HTML index.
 
     A request without ``Accept`` gets JSON (as this server always answered);
-    otherwise the type the client weighs higher, HTML on a tie: fsspec
-    (aiohttp), curl and browsers accept ``*/*`` or prefer ``text/html``.
+    otherwise the type the client weighs higher, HTML on a tie (fsspec's
+    aiohttp, curl and browsers accept ``*/*`` or prefer ``text/html``), JSON
+    when HTML is refused (``q=0``): the server has no third format to offer.
 
     >>> wants_json(None), wants_json("*/*"), wants_json("application/json")
     (True, False, True)
@@ -81,7 +82,8 @@ def wants_json(accept: str | None) -> bool:
     """
     if accept is None:
         return True
-    return _quality(accept, "application/json") > _quality(accept, "text/html")
+    html_weight = _quality(accept, "text/html")
+    return html_weight == 0 or _quality(accept, "application/json") > html_weight
 
 
 def json_listing(prefix: str, names: Sequence[str]) -> bytes:

@@ -276,9 +276,25 @@ class StoreServer:
 
     @property
     def url(self) -> str:
-        """``http://HOST:PORT/`` of the listening socket (IPv6 hosts in brackets)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        """``http://HOST:PORT/`` of the listening socket, as a client on this machine reaches it.
+
+        IPv6 hosts are in brackets. A wildcard address (``0.0.0.0``, ``::``),
+        which listens on every interface, is no address to connect to: the
+        URL names the loopback address of its family instead.
+        """
+        host = self.host
+        if self.all_interfaces:
+            host = "::1" if ":" in host else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}/"
+
+    @property
+    def all_interfaces(self) -> bool:
+        """Whether the server listens on every interface (a wildcard address)."""
+        try:
+            return ipaddress.ip_address(self.host.split("%", 1)[0]).is_unspecified
+        except ValueError:
+            return False
 
     @property
     def loopback(self) -> bool:
