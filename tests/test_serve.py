@@ -821,6 +821,27 @@ def test_open_store_and_info_over_served_http(
     assert str(expected.shape[0]) in result.stdout
 
 
+def test_a_shard_deleted_behind_a_served_store_is_refused_over_http(
+    world: World, tmp_path: Path
+) -> None:
+    """Over HTTP the open check lists shards one level at a time, and still sees a missing one."""
+    import shutil
+
+    copy = tmp_path / "a.zarr"
+    shutil.copytree(world.ordinary, copy)
+    store = cv.open_store(copy)
+    try:
+        with StoreServer.start(store) as server:
+            cv.open_store(server.url).close()
+            shard = next((copy / "RNA" / "counts" / "c").iterdir()) / "0"
+            shard.unlink()
+            with pytest.raises(cv.IdentityMismatchError, match="missing"):
+                cv.open_store(server.url)
+            assert server.stats().statuses.get(403, 0) == 0  # never Depth: infinity
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("kind", ["ordinary", "composite", "mount"])
 def test_nothing_outside_the_store_is_served(
     served: dict[str, Served], world: World, kind: str
