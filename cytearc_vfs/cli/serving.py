@@ -1,6 +1,6 @@
 """The commands that serve a store to other programs: ``serve`` (HTTP) and ``mount-fs`` (FUSE).
 
-Both stay in the foreground until SIGINT or SIGTERM, and both take the
+Both stay in the foreground until SIGINT, SIGTERM or SIGHUP, and both take the
 server side's credentials only from their own options (never from the
 clients they serve).
 """
