@@ -100,8 +100,8 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         # default it would end the process without a word or a clean close
         with also_interrupted_by(signal.SIGHUP):
             try:
-                print(f"serving {server.url}", flush=True)
                 if not server.loopback:
+                    # before the first line: whoever waits for that line has the warning too
                     listening = (
                         f"{server.host} (all interfaces)" if server.all_interfaces else server.host
                     )
@@ -114,6 +114,7 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
                         file=sys.stderr,
                         flush=True,
                     )
+                print(f"serving {server.url}", flush=True)
                 server.wait()
             except Interrupted:
                 begin_cleanup()  # a second signal must not cut the shutdown short
