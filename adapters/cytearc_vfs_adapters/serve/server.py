@@ -14,9 +14,10 @@ and dropped without a log line.
 What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
 byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings (JSON, or the HTML
 index fsspec reads) and ``PROPFIND`` with ``Depth`` 0 or 1 (the WebDAV
-listing object_store reads; :mod:`.listings`), ``405`` for every other method; keys pass the package's key rule (:mod:`.targets`). A store
-error is a ``5xx`` whose one-line body names the key and the error, logged
-on the ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
+listing object_store reads; :mod:`.listings`), ``405`` for every other
+method; keys pass the package's key rule (:mod:`.targets`). A store error
+is a ``5xx`` whose one-line body names the key and the error, logged on the
+``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
 """
 
 from __future__ import annotations
