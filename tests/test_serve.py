@@ -587,6 +587,25 @@ def test_empty_value_ranges(tmp_path: Path) -> None:
             assert (status, headers["content-range"]) == (416, "bytes */0"), header
 
 
+def test_listing_bodies_escape_odd_names() -> None:
+    """Names that are not plain: percent-encoded in links and hrefs, escaped in text."""
+    import xml.etree.ElementTree as ET
+    from urllib.parse import unquote
+
+    from cytearc_vfs_adapters.serve.listings import Entry, html_index, multistatus, wants_json
+
+    odd = ["a b", 'x"y', "<i>&'", "caf\u00e9", "q?#%"]
+    page = html_index("d", [Entry(f"d/{name}", 3) for name in odd] + [Entry("d/sub dir", None)])
+    links = html_links(page)
+    assert [unquote(link) for link in links] == [*odd, "sub dir/"]
+    assert all(" " not in link and '"' not in link for link in links)
+    assert b"<i>" not in page and b"&lt;i&gt;&amp;" in page
+    body = multistatus([Entry("d", None), *(Entry(f"d/{name}", 3) for name in odd)], "now")
+    hrefs = [r.findtext("{DAV:}href") for r in ET.fromstring(body).findall("{DAV:}response")]
+    assert [unquote(href or "") for href in hrefs] == ["/d/", *(f"/d/{name}" for name in odd)]
+    assert wants_json("application/json;q=x, text/html;q=0.1") is False  # bad weight: q=0
+
+
 # ------------------------------------------------------ status codes, keys
 
 
