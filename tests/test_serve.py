@@ -587,22 +587,39 @@ def test_empty_value_ranges(tmp_path: Path) -> None:
             assert (status, headers["content-range"]) == (416, "bytes */0"), header
 
 
+def test_listing_bodies_escape_odd_names() -> None:
+    """Names that are not plain: percent-encoded in links and hrefs, escaped in text."""
+    import xml.etree.ElementTree as ET
+    from urllib.parse import unquote
+
+    from cytearc_vfs_adapters.serve.listings import Entry, html_index, multistatus, wants_json
+
+    odd = ["a b", 'x"y', "<i>&'", "caf\u00e9", "q?#%"]
+    page = html_index("d", [Entry(f"d/{name}", 3) for name in odd] + [Entry("d/sub dir", None)])
+    links = html_links(page)
+    assert [unquote(link) for link in links] == [*odd, "sub dir/"]
+    assert all(" " not in link and '"' not in link for link in links)
+    assert b"<i>" not in page and b"&lt;i&gt;&amp;" in page
+    body = multistatus([Entry("d", None), *(Entry(f"d/{name}", 3) for name in odd)], "now")
+    hrefs = [r.findtext("{DAV:}href") for r in ET.fromstring(body).findall("{DAV:}response")]
+    assert [unquote(href or "") for href in hrefs] == ["/d/", *(f"/d/{name}" for name in odd)]
+    assert wants_json("application/json;q=x, text/html;q=0.1") is False  # bad weight: q=0
+
+
 # ------------------------------------------------------ status codes, keys
 
 
 def test_missing_keys_and_listings(served: dict[str, Served]) -> None:
     here = served["composite"]
     for method in ("GET", "HEAD"):
-        for path in (
-            "/nothing",
-            "/RNA/counts/c/99999/0",
-            "/RNA/counts/c/0/1",
-            "/RNA",
-            "/RNA/counts",
-        ):
+        for path in ("/nothing", "/RNA/counts/c/99999/0", "/RNA/counts/c/0/1"):
             status, _, body = request(here.url, method, path)
             assert status == 404, (method, path)
             assert (body == b"") == (method == "HEAD")
+        # a directory named without its final "/" (how FsspecStore lists it): sent on to it
+        for path in ("/RNA", "/RNA/counts", "/RNA/counts/c/0"):
+            status, headers, _ = request(here.url, method, path)
+            assert (status, headers["location"]) == (301, path + "/"), (method, path)
     for path in ("", "RNA", "RNA/counts", "RNA/counts/c", "cellData"):
         status, headers, body = request(here.url, "GET", f"/{path}/" if path else "/")
         assert status == 200 and headers["content-type"] == "application/json"
@@ -619,6 +636,232 @@ def test_missing_keys_and_listings(served: dict[str, Served]) -> None:
     mount = served["mount"]
     kinds = json.loads(request(mount.url, "GET", "/RNA/artifacts/pca/")[2])["names"]
     assert kinds
+
+
+def propfind(url: str, path: str, depth: str | None) -> tuple[int, dict[str, str], bytes]:
+    return request(url, "PROPFIND", path, {} if depth is None else {"Depth": depth})
+
+
+def dav_entries(body: bytes) -> dict[str, int | None]:
+    """href -> getcontentlength (``None``: a collection) of a multistatus body."""
+    import xml.etree.ElementTree as ET
+
+    found: dict[str, int | None] = {}
+    for response in ET.fromstring(body).findall("{DAV:}response"):
+        href = response.findtext("{DAV:}href")
+        prop = response.find("{DAV:}propstat/{DAV:}prop")
+        assert href is not None and prop is not None
+        assert response.findtext("{DAV:}propstat/{DAV:}status") == "HTTP/1.1 200 OK"
+        assert prop.findtext("{DAV:}getlastmodified")  # object_store requires it
+        collection = prop.find("{DAV:}resourcetype/{DAV:}collection") is not None
+        length = prop.findtext("{DAV:}getcontentlength")
+        assert collection == (length is None), href
+        found[href] = None if length is None else int(length)
+    return found
+
+
+def html_links(body: bytes) -> list[str]:
+    return re.findall(r'<a href="([^"]+)"', body.decode())
+
+
+@pytest.mark.parametrize("kind", ["ordinary", "composite", "mount"])
+def test_fsspec_lists_what_zarr_lists_in_process(served: dict[str, Served], kind: str) -> None:
+    """FsspecStore scrapes the HTML index: members() over HTTP == members() in process."""
+    here = served[kind]
+    remote = zarr.storage.FsspecStore.from_url(here.url, read_only=True)
+    local = zarr.open_group(here.store, mode="r")
+    over_http = zarr.open_group(remote, mode="r")
+    assert sorted(over_http.keys()) == sorted(local.keys())
+
+    def members(group: zarr.Group) -> dict[str, str]:
+        return {path: type(node).__name__ for path, node in group.members(max_depth=None)}
+
+    expected = members(local)
+    assert members(over_http) == expected and len(expected) >= 8
+    for path, kind_name in expected.items():
+        if kind_name == "Array":
+            np.testing.assert_array_equal(
+                zarr.open_array(remote, path=path, mode="r")[...],
+                zarr.open_array(here.store, path=path, mode="r")[...],
+                err_msg=path,
+            )
+    # the page itself: one link per name, directories ending in "/"
+    for prefix in ("", "RNA", "RNA/counts", "RNA/counts/c"):
+        if not list_names(here.store, prefix):
+            continue  # (a mount's counts are sharded: c/ may hold nothing yet)
+        status, headers, body = request(
+            here.url, "GET", f"/{prefix}/" if prefix else "/", {"Accept": "*/*"}
+        )
+        assert status == 200 and headers["content-type"] == "text/html; charset=utf-8"
+        assert headers["vary"] == "Accept"
+        names = list_names(here.store, prefix)
+        links = html_links(body)
+        assert [link.rstrip("/") for link in links] == names
+        for link in links:
+            key = f"{prefix}/{link.rstrip('/')}".lstrip("/")
+            assert link.endswith("/") == (not sync(here.store.exists(key))), key
+        assert b"http://" not in body  # fsspec would take any absolute URL for a link
+
+
+def test_listing_format_follows_accept(composite: Served) -> None:
+    names = list_names(composite.store, "RNA")
+    cases = {
+        None: "application/json",  # as before: clients that say nothing get JSON
+        "application/json": "application/json",
+        "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8": "text/html",
+        "*/*": "text/html",  # aiohttp (fsspec), curl
+        "application/json;q=0.5, text/html;q=0.4": "application/json",
+        "application/*": "application/json",
+        "text/html;q=0": "application/json",
+    }
+    for accept, kind in cases.items():
+        headers = {} if accept is None else {"Accept": accept}
+        status, answer, body = request(composite.url, "GET", "/RNA/", headers)
+        assert status == 200 and answer["content-type"].startswith(kind), accept
+        if kind == "application/json":
+            assert json.loads(body)["names"] == names
+        else:
+            assert [link.rstrip("/") for link in html_links(body)] == names
+
+
+@pytest.mark.parametrize("kind", ["ordinary", "composite", "mount"])
+def test_obstore_lists_every_key_with_its_size(served: dict[str, Served], kind: str) -> None:
+    """obstore's HTTPStore lists by PROPFIND Depth 1: every key, its size, its directories."""
+    import obstore
+    import obstore.store
+
+    here = served[kind]
+    client = obstore.store.HTTPStore.from_url(here.url, client_options={"allow_http": True})
+    listed: dict[str, int] = {}
+    prefixes: list[str | None] = [None]
+    requests = 0
+    before = here.store.chunk_stats if isinstance(here.store, cv.CompositeStore) else None
+    while prefixes:
+        found = obstore.list_with_delimiter(client, prefixes.pop())
+        requests += 1
+        listed.update({item["path"]: item["size"] for item in found["objects"]})
+        prefixes += found["common_prefixes"]
+    keys = all_keys(here.store)
+    assert sorted(listed) == keys
+    assert listed == {key: sync(here.store.getsize(key)) for key in keys}
+    directories = {""} | {
+        "/".join(key.split("/")[:depth]) for key in keys for depth in range(1, key.count("/") + 1)
+    }
+    assert requests == len(directories)  # one PROPFIND per directory, none per key
+    if before is not None:
+        assert here.store.chunk_stats == before, "a listing computed a chunk"
+    # zarr's ObjectStore over it lists a directory as the store does
+    remote = http_stores(here.url)["obstore"]
+    for prefix in ("", "RNA", "RNA/counts"):
+        assert list_names(remote, prefix) == list_names(here.store, prefix)
+
+
+def test_propfind_answers(composite: Served) -> None:
+    store = composite.store
+    assert isinstance(store, cv.CompositeStore)
+    before = store.chunk_stats
+    key = "RNA/counts/zarr.json"
+    status, headers, body = propfind(composite.url, "/" + key, "0")
+    assert status == 207 and headers["content-type"].startswith("application/xml")
+    assert dav_entries(body) == {"/" + key: len(stored(store, key))}
+    for path in ("/RNA", "/RNA/"):
+        assert dav_entries(propfind(composite.url, path, "0")[2]) == {"/RNA/": None}
+    assert dav_entries(propfind(composite.url, "/", "0")[2]) == {"/": None}
+    # a directory of computed chunks: names and sizes, not one chunk computed
+    rows = list_names(store, "RNA/counts/c")
+    entries = dav_entries(propfind(composite.url, "/RNA/counts/c", "1")[2])
+    assert entries == {"/RNA/counts/c/": None, **{f"/RNA/counts/c/{row}/": None for row in rows}}
+    chunk = dav_entries(propfind(composite.url, "/RNA/counts/c/0/", "1")[2])
+    assert chunk == {
+        "/RNA/counts/c/0/": None,
+        "/RNA/counts/c/0/0": sync(store.getsize("RNA/counts/c/0/0")),
+    }
+    assert store.chunk_stats == before, "a PROPFIND computed a chunk"
+    # Depth infinity (also what no Depth means) is refused as RFC 4918 lets a server
+    for depth in ("infinity", "Infinity", None):
+        status, headers, body = propfind(composite.url, "/", depth)
+        assert status == 403 and b"<D:propfind-finite-depth/>" in body, depth
+    assert propfind(composite.url, "/", "2")[0] == 400
+    for path in ("/nothing", "/nothing/", "/RNA/counts/c/99999/0", "/zarr.json/"):
+        assert propfind(composite.url, path, "1")[0] == 404, path
+    # a body is never read: the connection closes after the answer
+    status, headers, _ = request(
+        composite.url,
+        "PROPFIND",
+        "/",
+        {"Depth": "1"},
+        body=b"<propfind xmlns='DAV:'><allprop/></propfind>",
+    )
+    assert status == 207 and headers["connection"] == "close"
+    assert store.chunk_stats == before
+
+
+@pytest.mark.parametrize("kind", ["ordinary", "composite", "mount"])
+def test_propfind_stays_inside_the_store(
+    served: dict[str, Served], world: World, kind: str
+) -> None:
+    here = served[kind]
+    secret = world.root / "secret.txt"
+    for raw in (*ESCAPES, "/RNA/%2e%2e/%2e%2e/secret.txt", "/%2f" + str(secret).lstrip("/")):
+        for depth in ("0", "1"):
+            answer = raw_exchange(
+                here.url,
+                f"PROPFIND {raw} HTTP/1.1\r\nHost: 127.0.0.1\r\nDepth: {depth}\r\n"
+                "Connection: close\r\n\r\n".encode(),
+            )
+            assert raw_status(answer) in (400, 404), (raw, answer[:300])
+            assert SECRET not in answer and str(world.root).encode() not in answer
+
+
+@pytest.mark.parametrize("kind", ["ordinary", "composite"])
+def test_open_store_and_info_over_served_http(
+    served: dict[str, Served], world: World, kind: str
+) -> None:
+    """This package opens what its own serve serves (listings by PROPFIND Depth 1 only)."""
+    here = served[kind]
+    before = here.server.stats().statuses
+    opened = cv.open_store(here.url)  # an http:// URL is read over plain HTTP, as written
+    after = here.server.stats().statuses
+    # the shard check of each count array asks Depth: infinity once, is refused,
+    # and walks at Depth 1 (a composite's open lists no shards)
+    assert after.get(403, 0) - before.get(403, 0) == (2 if kind == "ordinary" else 0)
+    try:
+        counts = zarr.open_array(opened, path="RNA/counts", mode="r")
+        expected = world.dense["a"] if kind == "ordinary" else world.composite_dense
+        np.testing.assert_array_equal(counts[:], expected)
+    finally:
+        opened.close()
+    result = subprocess.run(
+        [cli_executable(), "info", here.url, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert str(expected.shape[0]) in result.stdout
+
+
+def test_a_shard_deleted_behind_a_served_store_is_refused_over_http(
+    world: World, tmp_path: Path
+) -> None:
+    """Over HTTP the open check lists shards one level at a time, and still sees a missing one."""
+    import shutil
+
+    copy = tmp_path / "a.zarr"
+    shutil.copytree(world.ordinary, copy)
+    store = cv.open_store(copy)
+    try:
+        with StoreServer.start(store) as server:
+            cv.open_store(server.url).close()
+            shard = next((copy / "RNA" / "counts" / "c").iterdir()) / "0"
+            shard.unlink()
+            with pytest.raises(cv.IdentityMismatchError, match="missing"):
+                cv.open_store(server.url)
+            # each open: Depth: infinity refused once per count array checked, then walked
+            assert server.stats().statuses.get(403, 0) == 3
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("kind", ["ordinary", "composite", "mount"])
@@ -681,7 +924,23 @@ def test_keys_too_long_for_the_file_system_are_absent(
     assert request(here.url, "GET", "/zarr.json")[0] == 200
 
 
-@pytest.mark.parametrize("method", ["PUT", "POST", "DELETE", "PATCH", "OPTIONS", "BREW"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "PUT",
+        "POST",
+        "DELETE",
+        "PATCH",
+        "OPTIONS",
+        "BREW",
+        "PROPPATCH",
+        "MKCOL",
+        "COPY",
+        "MOVE",
+        "LOCK",
+        "UNLOCK",
+    ],
+)
 def test_write_verbs_are_refused(served: dict[str, Served], world: World, method: str) -> None:
     before = {
         name: tree_digest(world.root / name) for name in ("a.zarr", "comp.zarr", "mount.zarr")
@@ -691,7 +950,7 @@ def test_write_verbs_are_refused(served: dict[str, Served], world: World, method
             body = b"x" * 100 if method in ("PUT", "POST", "PATCH") else None
             status, headers, text = request(here.url, method, path, body=body)
             assert status == 405, (kind, method, path)
-            assert headers["allow"] == "GET, HEAD"
+            assert headers["allow"] == "GET, HEAD, PROPFIND"
             assert b"read-only" in text
             if body is not None:
                 assert headers["connection"] == "close"  # the body is never read as a request
@@ -1146,6 +1405,7 @@ def free_port() -> int:
         (True, signal.SIGINT, []),
         (False, signal.SIGTERM, ["--port", "0"]),
         (False, signal.SIGINT, ["--host", "127.0.0.1"]),
+        (False, signal.SIGHUP, []),  # the terminal closed: stopped like SIGTERM
     ],
 )
 def test_cli_serves_until_a_signal(
@@ -1162,11 +1422,27 @@ def test_cli_serves_until_a_signal(
     running.process.send_signal(signum)
     rest = running.read_rest()
     assert running.process.returncode == (130 if signum == signal.SIGINT else 143), rest
+    assert signal.Signals(signum).name in rest
     assert "Traceback" not in rest and "Task was destroyed" not in rest, rest
     lines = [line for line in rest.splitlines() if line.strip()]
     assert len(lines) == 1 and "cytearc-vfs serve: interrupted" in lines[0], rest
     with pytest.raises(OSError):  # the port is closed
         request(url, "GET", "/zarr.json")
+
+
+def test_cli_on_all_interfaces_prints_a_url_a_client_can_use(
+    start_serve: Callable[..., Running], world: World
+) -> None:
+    port = free_port()
+    running = start_serve(
+        [str(world.ordinary), "--host", "0.0.0.0", "--port", str(port)], terminal=False
+    )
+    assert running.first_line == f"serving http://127.0.0.1:{port}/"
+    status, _, body = request(running.first_line.split()[1], "GET", "/zarr.json")
+    assert (status, body) == (200, (world.ordinary / "zarr.json").read_bytes())
+    running.process.send_signal(signal.SIGTERM)
+    rest = running.read_rest()
+    assert "listening on 0.0.0.0 (all interfaces)" in rest and "not a loopback" in rest
 
 
 def test_cli_serves_an_ordinary_store_and_a_mount_on_a_given_port(

@@ -98,11 +98,15 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
     # so are the idle connections a client keeps: a read's concurrent range
     # requests open dozens, and kept forever by every client a process has
     # made they exhaust its file descriptors; options given explicitly win
+    # an http:// location is read over plain HTTP, as written (obstore refuses
+    # it unless told: a guard for cloud endpoints, not for a URL that says http)
+    plain = {"allow_http": True} if urlsplit(url).scheme == "http" else {}
     options["client_options"] = {
         "timeout": timedelta(seconds=limits.total),
         "connect_timeout": timedelta(seconds=limits.connect),
         "pool_idle_timeout": timedelta(seconds=POOL_IDLE_SECONDS),
         "pool_max_idle_per_host": str(POOL_MAX_IDLE),
+        **plain,
         **(options.get("client_options") or {}),
     }
     options["retry_config"] = options.get("retry_config") or {

@@ -105,8 +105,8 @@ def interruptible() -> Iterator[None]:
 def also_interrupted_by(signum: int) -> Iterator[None]:
     """Inside :func:`interruptible`, ``signum`` raises :class:`Interrupted` too.
 
-    For a command that serves until it is stopped (``mount-fs``): SIGHUP, the
-    terminal closing, ends it the same way as SIGINT and SIGTERM.
+    For a command that serves until it is stopped (``mount-fs``, ``serve``):
+    SIGHUP, the terminal closing, ends it the same way as SIGINT and SIGTERM.
     """
     previous = signal.getsignal(signum)
     signal.signal(signum, _raise_interrupted)

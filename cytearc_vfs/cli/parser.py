@@ -324,14 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
             "Serve a CyteArc store, composite or mount read-only over HTTP, so Zarr v3 "
             "clients of any language (tensorstore, zarrita, R) read it; a composite's "
             "counts are computed per chunk as they are asked for. Prints 'serving URL' "
-            "first and runs until SIGINT or SIGTERM."
+            "first and runs until SIGINT, SIGTERM or SIGHUP."
         ),
     )
     serve.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     serve.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; another than loopback is warned about)",
+        help=(
+            "address to listen on (default 127.0.0.1; another than loopback is warned about; "
+            "0.0.0.0 listens on all interfaces and prints a 127.0.0.1 URL)"
+        ),
     )
     serve.add_argument(
         "--port", type=int, default=0, help="port to listen on (default 0: a free port)"

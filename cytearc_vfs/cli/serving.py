@@ -1,6 +1,6 @@
 """The commands that serve a store to other programs: ``serve`` (HTTP) and ``mount-fs`` (FUSE).
 
-Both stay in the foreground until SIGINT or SIGTERM, and both take the
+Both stay in the foreground until SIGINT, SIGTERM or SIGHUP, and both take the
 server side's credentials only from their own options (never from the
 clients they serve).
 """
@@ -55,15 +55,16 @@ def _check_origin(origin: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``serve LOCATION [--host H] [--port N]``: until SIGINT or SIGTERM."""
+    """``serve LOCATION [--host H] [--port N]``: until SIGINT, SIGTERM or SIGHUP."""
     import logging
+    import signal
     import sys
 
     from cytearc_vfs_adapters.serve.server import ServeOptions, StoreServer
 
     from ..read.opening import open_store
     from ..remote.locations import describe_location, local_path
-    from .interrupts import Interrupted, begin_cleanup
+    from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
 
     if not 0 <= args.port <= 65535:
         raise InputRefusedError(
@@ -95,24 +96,32 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             port=args.port,
             options=ServeOptions(allow_origin=args.allow_origin),
         )
-        try:
-            print(f"serving {server.url}", flush=True)
-            if not server.loopback:
-                print(
-                    f"cytearc-vfs serve: warning: {server.host} is not a loopback address: anyone "
-                    f"who reaches this machine on port {server.port} reads {where}, with no "
-                    "authentication and no encryption; where you can, serve on 127.0.0.1 and "
-                    "reach it through a tunnel (ssh -L)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            server.wait()
-        except Interrupted:
-            begin_cleanup()  # a second signal must not cut the shutdown short
-            server.close()
-            raise
-        finally:
-            server.close()
+        # SIGHUP (the terminal closed) stops it like SIGTERM; left to Python's
+        # default it would end the process without a word or a clean close
+        with also_interrupted_by(signal.SIGHUP):
+            try:
+                if not server.loopback:
+                    # before the first line: whoever waits for that line has the warning too
+                    listening = (
+                        f"{server.host} (all interfaces)" if server.all_interfaces else server.host
+                    )
+                    print(
+                        f"cytearc-vfs serve: warning: listening on {listening}, which is not a "
+                        f"loopback address: anyone who reaches this machine on port "
+                        f"{server.port} reads {where}, with no authentication and no "
+                        "encryption; where you can, serve on 127.0.0.1 and reach it through a "
+                        "tunnel (ssh -L)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                print(f"serving {server.url}", flush=True)
+                server.wait()
+            except Interrupted:
+                begin_cleanup()  # a second signal must not cut the shutdown short
+                server.close()
+                raise
+            finally:
+                server.close()
     finally:
         server_log.removeHandler(handler)
         store.close()

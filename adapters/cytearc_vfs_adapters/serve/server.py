@@ -12,10 +12,12 @@ store reads running at once. A client that goes away mid-answer is counted
 and dropped without a log line.
 
 What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
-byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings, ``405`` for every
-other method; keys pass the package's key rule (:mod:`.targets`). A store
-error is a ``5xx`` whose one-line body names the key and the error, logged
-on the ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
+byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings (JSON, or the HTML
+index fsspec reads) and ``PROPFIND`` with ``Depth`` 0 or 1 (the WebDAV
+listing object_store reads; :mod:`.listings`), ``405`` for every other
+method; keys pass the package's key rule (:mod:`.targets`). A store error
+is a ``5xx`` whose one-line body names the key and the error, logged on the
+``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
 """
 
 from __future__ import annotations
@@ -23,17 +25,17 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
-import json
 import logging
 import re
 import socket
 import threading
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
 from typing import NamedTuple
+from urllib.parse import quote
 
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import Buffer, default_buffer_prototype
@@ -41,6 +43,14 @@ from zarr.core.sync import sync
 
 from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError, VfsError
 
+from .listings import (
+    Entry,
+    finite_depth_error,
+    html_index,
+    json_listing,
+    multistatus,
+    wants_json,
+)
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .ranges import ByteSpan, parse_range, resolve_range
 from .targets import BadTargetError, parse_target
@@ -49,8 +59,11 @@ __all__ = ["ListenError", "ServeOptions", "ServeStats", "StoreServer", "error_st
 
 log = logging.getLogger(__name__)
 
-_ALLOW = "GET, HEAD"
+_ALLOW = "GET, HEAD, PROPFIND"
+_READ_METHODS = ("GET", "HEAD", "PROPFIND")
 _JSON_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
+# Children of one listing whose kind and size are asked at once (within one read slot).
+_LISTING_PROBES = 16
 # Body slices handed to the socket between drains: a slow client holds at
 # most this much of the server's memory beyond the value being answered.
 _SLICE = 1 << 20
@@ -224,6 +237,8 @@ class StoreServer:
         self.port = 0
         self._loopback = True
         self._host_names: set[str] = set()
+        # every PROPFIND entry's getlastmodified: keys carry no time of their own
+        self._started = formatdate(usegmt=True)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -262,9 +277,25 @@ class StoreServer:
 
     @property
     def url(self) -> str:
-        """``http://HOST:PORT/`` of the listening socket (IPv6 hosts in brackets)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        """``http://HOST:PORT/`` of the listening socket, as a client on this machine reaches it.
+
+        IPv6 hosts are in brackets. A wildcard address (``0.0.0.0``, ``::``),
+        which listens on every interface, is no address to connect to: the
+        URL names the loopback address of its family instead.
+        """
+        host = self.host
+        if self.all_interfaces:
+            host = "::1" if ":" in host else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}/"
+
+    @property
+    def all_interfaces(self) -> bool:
+        """Whether the server listens on every interface (a wildcard address)."""
+        try:
+            return ipaddress.ip_address(self.host.split("%", 1)[0]).is_unspecified
+        except ValueError:
+            return False
 
     @property
     def loopback(self) -> bool:
@@ -469,12 +500,12 @@ class StoreServer:
                 HTTPStatus.NO_CONTENT,
                 fields=[
                     ("Allow", f"{_ALLOW}, OPTIONS"),
-                    ("Access-Control-Allow-Methods", _ALLOW),
+                    ("Access-Control-Allow-Methods", "GET, HEAD"),
                     ("Access-Control-Allow-Headers", "Range, If-Range"),
                     ("Access-Control-Max-Age", "600"),
                 ],
             )
-        if head.method not in ("GET", "HEAD"):
+        if head.method not in _READ_METHODS:
             answer = _text(
                 HTTPStatus.METHOD_NOT_ALLOWED,
                 f"{head.method} is not allowed: this server is read-only",
@@ -491,8 +522,10 @@ class StoreServer:
         except BadTargetError as exc:
             return _text(HTTPStatus.BAD_REQUEST, str(exc))
         try:
+            if head.method == "PROPFIND":
+                return await self._propfind(target.path, target.listing, head.field("depth"))
             if target.listing:
-                return await self._listing(target.path)
+                return await self._listing(target.path, head.field("accept"))
             return await self._value(target.path, head)
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
@@ -521,7 +554,7 @@ class StoreServer:
             # sizes only: a composite's chunk is never computed for a HEAD
             async with self._reads:
                 if not await self._store.exists(key):
-                    return _not_found(key)
+                    return await self._absent(key)
                 try:
                     size = await self._store.getsize(key)
                 except FileNotFoundError:
@@ -534,7 +567,7 @@ class StoreServer:
             if spec is None:
                 value = await self._store.get(key, prototype)
                 if value is None:
-                    return _not_found(key)
+                    return await self._absent(key)
                 return _Answer(HTTPStatus.OK, _bytes_of(value), fields)
             try:
                 size = await self._store.getsize(key)
@@ -560,17 +593,97 @@ class StoreServer:
         fields.append(("Content-Range", span.content_range))
         return _Answer(HTTPStatus.PARTIAL_CONTENT, data, fields)
 
-    async def _listing(self, prefix: str) -> _Answer:
+    async def _absent(self, key: str) -> _Answer:
+        """A key the store does not hold: ``404``, or ``301`` to ``KEY/`` when it is a directory.
+
+        zarr's ``FsspecStore`` lists ``RNA`` by fetching ``/RNA``, without the
+        final ``/``; like any web server, this one sends the client on to the
+        directory's URL, where the listing is (and a page's relative links
+        resolve). Listing never computes a chunk.
+        """
+        if self._store.supports_listing and await self._names(key):
+            location = "/" + "/".join(quote(segment, safe="") for segment in key.split("/")) + "/"
+            answer = _text(HTTPStatus.MOVED_PERMANENTLY, f"{key!r} is a directory: {location}")
+            answer.fields.append(("Location", location))
+            return answer
+        return _not_found(key)
+
+    async def _names(self, prefix: str) -> list[str]:
+        return sorted({name async for name in self._store.list_dir(prefix)})
+
+    async def _children(self, prefix: str, names: list[str]) -> list[Entry]:
+        """The entries below ``prefix``: each name a key (with its size) or a directory.
+
+        Sizes come from ``store.getsize``: a composite's chunk is never
+        computed for them (its size follows from the array document).
+        """
+        probes = asyncio.Semaphore(_LISTING_PROBES)
+
+        async def entry(name: str) -> Entry:
+            path = f"{prefix}/{name}" if prefix else name
+            async with probes:
+                return await self._entry(path)
+
+        return list(await asyncio.gather(*(entry(name) for name in names)))
+
+    async def _entry(self, path: str) -> Entry:
+        if await self._store.exists(path):
+            try:
+                return Entry(path, await self._store.getsize(path))
+            except FileNotFoundError:
+                pass  # removed meanwhile: it lists as what is left, a directory or nothing
+        return Entry(path, None)
+
+    async def _listing(self, prefix: str, accept: str | None) -> _Answer:
         assert self._reads is not None
         if not self._store.supports_listing:
             return _text(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
+        json_wanted = wants_json(accept)
         async with self._reads:
-            names = sorted({name async for name in self._store.list_dir(prefix)})
-        if not names and prefix:
-            return _nothing_under(prefix)
-        document: Mapping[str, object] = {
-            "prefix": prefix + "/" if prefix else "",
-            "names": names,
-        }
-        body = (json.dumps(document) + "\n").encode()
-        return _Answer(HTTPStatus.OK, body, [("Content-Type", "application/json")])
+            names = await self._names(prefix)
+            if not names and prefix:
+                return _nothing_under(prefix)
+            if json_wanted:
+                body, kind = json_listing(prefix, names), "application/json"
+            else:
+                children = await self._children(prefix, names)
+                body, kind = html_index(prefix, children), "text/html; charset=utf-8"
+        return _Answer(HTTPStatus.OK, body, [("Content-Type", kind), ("Vary", "Accept")])
+
+    async def _propfind(self, path: str, collection: bool, depth: str | None) -> _Answer:
+        """A WebDAV ``PROPFIND`` (RFC 4918, section 9.1): the resource, and its children at depth 1.
+
+        ``Depth: infinity`` (also what a missing ``Depth`` means) is refused
+        with ``403`` and the ``propfind-finite-depth`` precondition, as RFC
+        4918 lets a server do: a whole store's keys with their sizes is one
+        request the client cannot bound (every computed chunk of a
+        composite; a size request per key of a remote store). A request
+        body, if any, is not read: every live property this server has
+        (``allprop``) is answered.
+        """
+        assert self._reads is not None
+        level = (depth or "infinity").strip().lower()
+        if level == "infinity":
+            return _Answer(
+                HTTPStatus.FORBIDDEN,
+                finite_depth_error(),
+                [("Content-Type", "application/xml; charset=utf-8")],
+            )
+        if level not in ("0", "1"):
+            return _text(
+                HTTPStatus.BAD_REQUEST, f"Depth {depth!r} is not 0, 1 or infinity; send 0 or 1"
+            )
+        if not self._store.supports_listing:
+            return _text(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
+        async with self._reads:
+            resource = Entry("", None) if path == "" else await self._entry(path)
+            if collection and not resource.is_directory:
+                resource = Entry(path, None)  # "/KEY/" names a directory, never the key
+            names = await self._names(path) if resource.is_directory else []
+            if resource.is_directory and path and not names:
+                return _nothing_under(path) if collection else _not_found(path)
+            entries = [resource]
+            if level == "1":
+                entries += await self._children(path, names)
+        fields = [("Content-Type", "application/xml; charset=utf-8")]
+        return _Answer(HTTPStatus.MULTI_STATUS, multistatus(entries, self._started), fields)
