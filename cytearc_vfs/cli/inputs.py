@@ -9,7 +9,14 @@ from typing import Any
 
 from .failures import InputRefusedError
 
-__all__ = ["json_option", "require_store"]
+__all__ = [
+    "MIN_MEM_BUDGET",
+    "json_option",
+    "mem_budget_option",
+    "per_source_options",
+    "refuse_unused_source_options",
+    "require_store",
+]
 
 _IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
 
@@ -71,3 +78,64 @@ def json_option(value: str | None, option: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict):
         raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
     return parsed
+
+
+def per_source_options(value: str | None, sources: Sequence[str]) -> dict[str, Any] | None:
+    """``--source-storage-options`` of a new composite: one JSON object per source name."""
+    parsed = json_option(value, "--source-storage-options")
+    if parsed is None:
+        return None
+    for name, options in parsed.items():
+        if name not in sources:
+            raise InputRefusedError(
+                f"--source-storage-options names {name!r}, which is not one of the sources "
+                f"({', '.join(sources)}); key the options by source name: "
+                '{"NAME": {...}}'
+            )
+        if not isinstance(options, dict):
+            # only the key is named: the value may be a credential
+            raise InputRefusedError(
+                f"--source-storage-options entry {name!r} must be a JSON object of backend "
+                f"options, not {type(options).__name__}"
+            )
+    return parsed
+
+
+def refuse_unused_source_options(
+    kind: str, options: Mapping[str, Any] | None, *, where: str
+) -> None:
+    """Refuse ``--source-storage-options`` for an ordinary store, which has no sources to use them."""
+    if options is not None and kind == "ordinary":
+        raise InputRefusedError(
+            f"{where} is an ordinary store: --source-storage-options apply to a composite's "
+            "or a mount's sources only; give the store's own options with --storage-options"
+        )
+
+
+#: The smallest ``--mem-budget`` a command accepts: below it, per-band overheads
+#: (tables, shard indexes, buffers) outweigh the counts a band would hold.
+MIN_MEM_BUDGET = 1024**2
+
+
+def mem_budget_option(value: str | None) -> int | None:
+    """``--mem-budget`` in bytes (``None`` when not given); zero, negative and tiny budgets refused."""
+    if value is None:
+        return None
+    from ..format.sizes import parse_size
+
+    shown = value.strip()
+    if shown.startswith("-"):
+        raise InputRefusedError(
+            f"--mem-budget {shown} is negative; give a size of at least 1M (the smallest "
+            "useful budget), such as 512M or 2G"
+        )
+    try:
+        budget = parse_size(shown, what="--mem-budget")
+    except ValueError as exc:
+        raise InputRefusedError(str(exc)) from None
+    if budget < MIN_MEM_BUDGET:
+        raise InputRefusedError(
+            f"--mem-budget {shown} is {budget:,} bytes, below the smallest useful budget, 1M "
+            f"({MIN_MEM_BUDGET:,} bytes); give at least 1M, such as 512M or 2G"
+        )
+    return budget

@@ -111,7 +111,8 @@ def _run(arguments: list[str], state: _RunState) -> int:
 
 
 def _run_command(args: Any, state: _RunState, debug: bool) -> int:
-    from .commands import COMMANDS
+    from .commands import COMMANDS, DESTINATION_OPTIONS
+    from .inputs import json_option
     from .interrupts import DestinationGuard
     from .progress import progress_bars
 
@@ -121,7 +122,14 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
         with progress_bars(enabled=None if not state.as_json else False) as bars:
             try:
                 if destination_argument is not None:
-                    state.guard = DestinationGuard(getattr(args, destination_argument))
+                    options = (
+                        json_option(args.storage_options, "--storage-options")
+                        if args.command in DESTINATION_OPTIONS
+                        else None
+                    )
+                    state.guard = DestinationGuard(
+                        getattr(args, destination_argument), storage_options=options
+                    )
                     args.destination_guard = state.guard
                 outcome = run(args, bars)
             except Exception:
