@@ -180,3 +180,49 @@ def test_malformed_and_missing_options_are_refused(
     assert code == 2, payload
     assert f"{option} file {missing} does not exist" in payload["message"]
     assert not (tmp_path / "new.zarr").exists()
+
+
+def _unreachable(s3_server: S3Server) -> dict[str, Any]:
+    """The server's options with its endpoint on a closed port: refused at once, no retries."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    return {
+        **s3_server.storage_options(),
+        "endpoint": f"http://127.0.0.1:{port}",
+        "retry_config": {"max_retries": 0},
+    }
+
+
+def test_a_source_remedy_names_the_option_as_the_caller_writes_it(
+    s3_server: S3Server,
+    remote: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    composite = tmp_path / "c.zarr"
+    cv.create_composite(
+        composite, {"a": remote["a"]}, source_storage_options={"a": s3_server.storage_options()}
+    )
+    wrong = {"a": _unreachable(s3_server)}
+    # Python callers read the keyword argument
+    with pytest.raises(OSError, match="cannot be read") as raised:
+        cv.open_store(composite, source_storage_options=wrong)
+    assert "source_storage_options={'a': {...}}" in str(raised.value)
+    assert "--source-storage-options" not in str(raised.value)
+    # the command line names its flag, in the JSON the shell takes
+    for argv in (["info", str(composite)], ["verify", str(composite)]):
+        try:
+            code = main([*argv, "--source-storage-options", json.dumps(wrong)])
+        except SystemExit as exited:
+            code = int(exited.code or 0)
+        err = capsys.readouterr().err
+        assert code == 4, err
+        assert """--source-storage-options '{"a": {...}}'""" in err
+        assert "source_storage_options=" not in err
+        assert len(err.strip().splitlines()) == 1
+    # and the Python form is back once the command is done
+    with pytest.raises(OSError, match=r"source_storage_options=\{'a'"):
+        cv.open_store(composite, source_storage_options=wrong)

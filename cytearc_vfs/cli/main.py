@@ -106,7 +106,10 @@ def _run(arguments: list[str], state: _RunState) -> int:
     args = build_parser().parse_args(arguments)
     state.command = args.command
     debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
-    with _quiet_library_logs(not debug):
+    from ..format.option_names import command_line_names
+
+    # the library's remedies name --flags, not Python keywords, on the command line
+    with _quiet_library_logs(not debug), command_line_names():
         return _run_command(args, state, debug)
 
 
