@@ -37,6 +37,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError
+from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy, write_cost
 from ..format.nodes import array_at, group_at
 from ..format.option_names import option_name
@@ -474,6 +475,8 @@ def repack(
     from .store import MountStore
 
     where = describe_location(location)
+    check_flag(data_only, "data_only")
+    check_flag(overwrite, "overwrite")
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     check_no_overlap(destination, {"source": location})
     source = open_location(location, read_only=True, storage_options=storage_options)
