@@ -11,12 +11,10 @@ created, and exits 130 or 143.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,21 +75,6 @@ def _report_interrupt(command: str, signum: int, done: str, *, as_json: bool) ->
     return code
 
 
-@contextmanager
-def _quiet_library_logs(quiet: bool) -> Iterator[None]:
-    # The command prints its own one-line outcome; library warnings about the
-    # same failure would be a second, contradicting account of it. Restored
-    # afterwards: main() also runs inside other programs (and tests).
-    logger = logging.getLogger("cytearc_vfs")
-    level = logger.level
-    if quiet:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 @dataclass(slots=True)
 class _RunState:
     """What the interrupt handler needs to know about the command that was running."""
@@ -109,7 +92,7 @@ def _run(arguments: list[str], state: _RunState) -> int:
     from ..format.option_names import command_line_names
 
     # the library's remedies name --flags, not Python keywords, on the command line
-    with _quiet_library_logs(not debug), command_line_names():
+    with command_line_names():
         return _run_command(args, state, debug)
 
 
@@ -117,12 +100,16 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
     from .commands import COMMANDS, DESTINATION_OPTIONS
     from .inputs import json_option
     from .interrupts import DestinationGuard
+    from .library_warnings import command_warnings
     from .progress import progress_bars
 
     run, destination_argument = COMMANDS[args.command]
     args.destination_guard = None
     try:
-        with progress_bars(enabled=None if not state.as_json else False) as bars:
+        with (
+            progress_bars(enabled=None if not state.as_json else False) as bars,
+            command_warnings(args.command, bars.write_line, debug=debug) as library_warnings,
+        ):
             try:
                 if destination_argument is not None:
                     options = (
@@ -135,6 +122,7 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
                     )
                     args.destination_guard = state.guard
                 outcome = run(args, bars)
+                library_warnings.succeeded()
             except Exception:
                 bars.close()
                 if state.guard is not None and not state.guard.existed:

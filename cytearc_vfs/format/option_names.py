@@ -30,6 +30,7 @@ __all__ = ["command_line_names", "option_name", "source_options_example"]
 
 #: Python keyword -> the command line's flag for the same value
 COMMAND_LINE_FLAGS = {
+    "assay_type": "--assay-type",
     "mem_budget": "--mem-budget",
     "source_storage_options": "--source-storage-options",
     "storage_options": "--storage-options",
