@@ -92,7 +92,8 @@ CASES: list[tuple[str, int, str]] = [
     ("mount STORE MOUNT --overwrite", 2, "analyses depend on it"),
     ("repack STORE EXISTING", 2, "--overwrite"),
     ("repack COMPOSITE NEW", 2, "composites do not nest"),
-    ("repack STORE NEW --mem-budget 10", 2, "below the smallest useful budget, 1M"),
+    # a budget too small for the data: the remedy names the command line's option
+    ("repack STORE NEW --mem-budget 10", 2, "give a larger --mem-budget"),
     *[
         (f"{command} --mem-budget{budget}", 2, words)
         for command in (
@@ -102,8 +103,8 @@ CASES: list[tuple[str, int, str]] = [
             "export STORE NEW",
         )
         for budget, words in (
-            (" 0", "the smallest useful budget, 1M"),
-            (" 0B", "1M"),
+            (" 0", "leaves no working memory; give a positive size"),
+            (" 0B", "the smallest useful budget is about 1M"),
             (" -1", "is negative"),
             ("=-1G", "is negative"),
         )

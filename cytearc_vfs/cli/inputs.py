@@ -10,7 +10,7 @@ from typing import Any
 from .failures import InputRefusedError
 
 __all__ = [
-    "MIN_MEM_BUDGET",
+    "USEFUL_MEM_BUDGET",
     "json_option",
     "mem_budget_option",
     "per_source_options",
@@ -112,30 +112,33 @@ def refuse_unused_source_options(
         )
 
 
-#: The smallest ``--mem-budget`` a command accepts: below it, per-band overheads
-#: (tables, shard indexes, buffers) outweigh the counts a band would hold.
-MIN_MEM_BUDGET = 1024**2
+#: The smallest ``--mem-budget`` worth giving: smaller budgets work only for tiny data,
+#: in bands so small that per-band overheads dominate.
+USEFUL_MEM_BUDGET = "1M"
 
 
 def mem_budget_option(value: str | None) -> int | None:
-    """``--mem-budget`` in bytes (``None`` when not given); zero, negative and tiny budgets refused."""
+    """``--mem-budget`` in bytes (``None`` when not given); zero and negative budgets refused.
+
+    A positive budget too small for the data is left to the command, which
+    names the budget it needs.
+    """
     if value is None:
         return None
     from ..format.sizes import parse_size
 
     shown = value.strip()
+    remedy = (
+        f"give a positive size; the smallest useful budget is about {USEFUL_MEM_BUDGET} "
+        "(such as 512M or 2G), and a budget too small for the data is refused with the "
+        "budget it needs"
+    )
     if shown.startswith("-"):
-        raise InputRefusedError(
-            f"--mem-budget {shown} is negative; give a size of at least 1M (the smallest "
-            "useful budget), such as 512M or 2G"
-        )
+        raise InputRefusedError(f"--mem-budget {shown} is negative; {remedy}")
     try:
         budget = parse_size(shown, what="--mem-budget")
     except ValueError as exc:
         raise InputRefusedError(str(exc)) from None
-    if budget < MIN_MEM_BUDGET:
-        raise InputRefusedError(
-            f"--mem-budget {shown} is {budget:,} bytes, below the smallest useful budget, 1M "
-            f"({MIN_MEM_BUDGET:,} bytes); give at least 1M, such as 512M or 2G"
-        )
+    if budget <= 0:
+        raise InputRefusedError(f"--mem-budget {shown} leaves no working memory; {remedy}")
     return budget
