@@ -18,6 +18,7 @@ from .errors import (
     RecordShapeError,
     UnsupportedSourceError,
     VfsError,
+    VfsWarning,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ __all__ = [
     "UnsupportedSourceError",
     "UnknownIdError",
     "VfsError",
+    "VfsWarning",
     "VirtualArrayReader",
     "WriteInfo",
     "__version__",

@@ -14,11 +14,16 @@ __all__ = [
     "RecordShapeError",
     "UnsupportedSourceError",
     "VfsError",
+    "VfsWarning",
 ]
 
 
 class VfsError(Exception):
     """Base of every error raised by cytearc_vfs itself."""
+
+
+class VfsWarning(UserWarning):
+    """A warning cytearc_vfs gives on purpose (the command line shows these, and no others)."""
 
 
 class IdentityMismatchError(VfsError, ValueError):

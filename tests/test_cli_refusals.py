@@ -92,7 +92,23 @@ CASES: list[tuple[str, int, str]] = [
     ("mount STORE MOUNT --overwrite", 2, "analyses depend on it"),
     ("repack STORE EXISTING", 2, "--overwrite"),
     ("repack COMPOSITE NEW", 2, "composites do not nest"),
-    ("repack STORE NEW --mem-budget 10", 2, "give a larger mem_budget"),
+    # a budget too small for the data: the remedy names the command line's option
+    ("repack STORE NEW --mem-budget 10", 2, "give a larger --mem-budget"),
+    *[
+        (f"{command} --mem-budget{budget}", 2, words)
+        for command in (
+            "write H5AD NEW",
+            "composite NEW STORE",
+            "repack STORE NEW",
+            "export STORE NEW",
+        )
+        for budget, words in (
+            (" 0", "leaves no working memory; give a positive size"),
+            (" 0B", "the smallest useful budget is about 1M"),
+            (" -1", "is negative"),
+            ("=-1G", "is negative"),
+        )
+    ],
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
@@ -208,11 +224,11 @@ def test_an_object_store_client_error_is_the_environment_not_a_bug() -> None:
 def test_credential_values_are_never_echoed(
     places: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # info takes no --storage-options: argparse would echo the value it does not know
+    # artifacts takes no --storage-options: argparse would echo the value it does not know
     secret = '{"secret_access_key":"s3cr3t-value"}'
     for argv in (
-        ["info", str(places["STORE"]), "--storage-options", secret],
-        ["info", str(places["STORE"]), f"--source-storage-options={secret}", "--bogus"],
+        ["artifacts", str(places["STORE"]), "--storage-options", secret],
+        ["artifacts", str(places["STORE"]), f"--source-storage-options={secret}", "--bogus"],
     ):
         assert _run(argv) == 2
         captured = capsys.readouterr()

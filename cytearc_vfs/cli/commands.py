@@ -17,15 +17,23 @@ from typing import Any
 from .anndata_command import checked_anndata_input, cmd_anndata
 from .array_command import cmd_array
 from .failures import ExitCode, InputRefusedError
-from .inputs import json_option, require_store
+from .inputs import (
+    json_option,
+    mem_budget_option,
+    per_source_options,
+    refuse_unused_source_options,
+    require_store,
+)
 from .outcome import Outcome, plural
 from .progress import ProgressBars
 from .serving import cmd_mount_fs, cmd_serve
 
-__all__ = ["COMMANDS", "INTERRUPT_NOTES", "Outcome", "parse_sources"]
+__all__ = ["COMMANDS", "DESTINATION_OPTIONS", "INTERRUPT_NOTES", "Outcome", "parse_sources"]
 
 
-def _clear_for_overwrite(args: argparse.Namespace) -> None:
+def _clear_for_overwrite(
+    args: argparse.Namespace, storage_options: Mapping[str, Any] | None = None
+) -> None:
     """Make room at ``args.destination`` for a writer that has no overwrite of its own.
 
     An empty or absent destination needs nothing. With ``overwrite`` a
@@ -46,14 +54,14 @@ def _clear_for_overwrite(args: argparse.Namespace) -> None:
             f"destination {guard.where} already holds a store or files; give --overwrite to "
             "replace a CyteArc store this layer wrote, or choose another destination"
         )
-    found = classify_location(destination)
+    found = classify_location(destination, storage_options=storage_options)
     if found.kind == "mount":
         raise FileExistsError(
             f"{found.words}; its analyses depend on it, so --overwrite does not replace it. "
             "Delete it yourself if you mean to"
         )
     if found.kind != "composite":
-        check_destination(destination, overwrite=True)
+        check_destination(destination, overwrite=True, storage_options=storage_options)
     # from here on the destination is this command's: an interrupt removes it
     guard.existed = False
     guard.discard()
@@ -115,14 +123,33 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
     return chosen
 
 
+def _opened_for_reading(
+    args: argparse.Namespace, *, command: str
+) -> tuple[Any, str, dict[str, Any] | None]:
+    """``args.location`` checked to be a CyteArc store and opened read-only with
+    ``--storage-options``; with its name and the ``--source-storage-options``."""
+    from ..remote.locations import describe_location, open_location
+
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    where = describe_location(args.location)
+    found = require_store(
+        args.location,
+        command=command,
+        kinds=("ordinary", "composite", "mount"),
+        storage_options=storage_options,
+    )
+    refuse_unused_source_options(found.kind, source_options, where=where)
+    store = open_location(args.location, read_only=True, storage_options=storage_options)
+    return store, where, source_options
+
+
 def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``info LOCATION``."""
     from ..inspection.describe import describe_store
-    from ..remote.locations import describe_location, open_location
 
-    require_store(args.location, command="info", kinds=("ordinary", "composite", "mount"))
-    where = describe_location(args.location)
-    description = describe_store(open_location(args.location, read_only=True), where=where)
+    store, where, source_options = _opened_for_reading(args, command="info")
+    description = describe_store(store, where=where, source_storage_options=source_options)
     if description["kind"] == "composite":
         shape = description["shape"]
         lines = [
@@ -172,12 +199,9 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``verify LOCATION``."""
     from ..inspection.deep_verify import deep_verify
-    from ..remote.locations import describe_location, open_location
 
-    require_store(args.location, command="verify", kinds=("ordinary", "composite", "mount"))
-    where = describe_location(args.location)
-    store = open_location(args.location, read_only=True)
-    reports = deep_verify(store, where=where, progress=bars)
+    store, where, source_options = _opened_for_reading(args, command="verify")
+    reports = deep_verify(store, where=where, progress=bars, source_storage_options=source_options)
     ok = all(report.ok for report in reports)
     payload = {
         "location": where,
@@ -217,7 +241,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         assay_type=args.assay_type,
         workspace=args.workspace,
         layer=args.layer,
-        mem_budget=args.mem_budget,
+        mem_budget=mem_budget_option(args.mem_budget),
         overwrite=args.overwrite,
         progress=bars,
         fill_missing=args.fill_missing,
@@ -271,6 +295,9 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             )
     _check_sources_differ(args.destination, sources)
     layers = _source_layers(args.layer, sources)
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = per_source_options(args.source_storage_options, list(sources))
+    budget = mem_budget_option(args.mem_budget)
     choice: str = args.features
     features: str | list[str] = choice
     if args.features_file:
@@ -283,7 +310,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             "feature ids, one per line)"
         )
     cells = _cell_ids(args.cells, sources)
-    _clear_for_overwrite(args)
+    _clear_for_overwrite(args, storage_options)
     started = time.perf_counter()
     store = create_composite(
         args.destination,
@@ -292,7 +319,9 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         features=features,
         cells=cells,
         source_layers=layers,
-        mem_budget=args.mem_budget,
+        source_storage_options=source_options,
+        storage_options=storage_options,
+        mem_budget=budget,
         progress=bars,
     )
     seconds = time.perf_counter() - started
@@ -318,12 +347,24 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..mount.create import mount_datastore
     from ..remote.locations import describe_location
 
-    require_store(args.source, command="mount (source)", kinds=("ordinary",))
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    require_store(
+        args.source,
+        command="mount (source)",
+        kinds=("ordinary",),
+        storage_options=source_options,
+    )
     _check_sources_differ(args.destination, {"source": args.source})
-    _clear_for_overwrite(args)
+    _clear_for_overwrite(args, storage_options)
     started = time.perf_counter()
     store = mount_datastore(
-        args.source, args.destination, workspace=args.workspace, assays=args.assay or None
+        args.source,
+        args.destination,
+        workspace=args.workspace,
+        assays=args.assay or None,
+        source_storage_options=source_options,
+        storage_options=storage_options,
     )
     seconds = time.perf_counter() - started
     record = store.record
@@ -347,17 +388,26 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..mount.repack import repack
     from ..remote.locations import describe_location
 
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    budget = mem_budget_option(args.mem_budget)
     if args.data_only:
         from ..inspection.store_kind import classify_location
 
-        found = classify_location(args.source)
+        found = classify_location(args.source, storage_options=storage_options)
         if found.kind in ("missing", "h5ad", "file", "empty", "directory", "zarr-array", "anndata"):
             raise InputRefusedError(
                 f"{found.words}; repack --data-only rewrites a CyteArc store that does not "
                 "open (its counts and tables must be there)"
             )
     else:
-        require_store(args.source, command="repack", kinds=("ordinary", "mount"))
+        found = require_store(
+            args.source,
+            command="repack",
+            kinds=("ordinary", "mount"),
+            storage_options=storage_options,
+        )
+    refuse_unused_source_options(found.kind, source_options, where=describe_location(args.source))
     _check_sources_differ(args.destination, {"source": args.source})
     _clear_for_overwrite(args)
     started = time.perf_counter()
@@ -365,7 +415,9 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         args.source,
         args.destination,
         data_only=args.data_only,
-        mem_budget=args.mem_budget,
+        mem_budget=budget,
+        storage_options=storage_options,
+        source_storage_options=source_options,
         progress=bars,
     )
     seconds = time.perf_counter() - started
@@ -416,7 +468,6 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from cytearc_vfs_adapters.anndata_output.conversion import BAND_BYTES
     from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
 
-    from ..format.sizes import parse_size
     from ..remote.locations import local_path
 
     try:
@@ -427,9 +478,8 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
         require_store(args.location, command="export", kinds=("ordinary", "composite", "mount"))
-    band_bytes = (
-        BAND_BYTES if args.mem_budget is None else parse_size(args.mem_budget, what="--mem-budget")
-    )
+    budget = mem_budget_option(args.mem_budget)
+    band_bytes = BAND_BYTES if budget is None else budget
     info = export_anndata(
         args.location,
         args.destination,
@@ -491,6 +541,10 @@ INTERRUPT_NOTES = {
     "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
     "on that array (or cytearc-vfs array recover) finishes it",
 }
+
+#: Commands whose ``--storage-options`` are those of the destination they create
+#: (the interrupt guard looks at, and removes, a remote destination with them).
+DESTINATION_OPTIONS = frozenset({"composite", "mount"})
 
 #: Command name -> (function, names of the arguments that are destinations it creates).
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome], str | None]] = {

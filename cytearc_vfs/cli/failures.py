@@ -15,7 +15,7 @@ from enum import IntEnum
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
 
-__all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure"]
+__all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 
 
 class ExitCode(IntEnum):
@@ -55,7 +55,8 @@ class Failure:
     """One line: what went wrong, where, and the remedy."""
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` on one line: its line breaks become ``; ``."""
     return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
 
 
@@ -94,7 +95,7 @@ def _backend_failure(exc: BaseException) -> Failure | None:
 
 def classify_failure(exc: BaseException) -> Failure:
     """The exit code, category and one-line message of ``exc``."""
-    message = _one_line(str(exc))
+    message = one_line(str(exc))
     if isinstance(exc, (IncompleteStoreError, IdentityMismatchError, RecordShapeError)):
         return Failure(ExitCode.DAMAGED, "damaged", message)
     if isinstance(exc, (FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
@@ -121,7 +122,7 @@ def classify_failure(exc: BaseException) -> Failure:
         )
     if isinstance(exc, (VfsError, ValueError, TypeError, KeyError, IndexError)):
         if isinstance(exc, KeyError) and exc.args:
-            message = _one_line(str(exc.args[0]))
+            message = one_line(str(exc.args[0]))
         return Failure(ExitCode.REFUSED, "refused", message)
     if isinstance(exc, RuntimeError) and _DECODE_ERROR.search(message):
         return Failure(

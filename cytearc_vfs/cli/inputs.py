@@ -9,7 +9,14 @@ from typing import Any
 
 from .failures import InputRefusedError
 
-__all__ = ["json_option", "require_store"]
+__all__ = [
+    "USEFUL_MEM_BUDGET",
+    "json_option",
+    "mem_budget_option",
+    "per_source_options",
+    "refuse_unused_source_options",
+    "require_store",
+]
 
 _IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
 
@@ -71,3 +78,67 @@ def json_option(value: str | None, option: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict):
         raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
     return parsed
+
+
+def per_source_options(value: str | None, sources: Sequence[str]) -> dict[str, Any] | None:
+    """``--source-storage-options`` of a new composite: one JSON object per source name."""
+    parsed = json_option(value, "--source-storage-options")
+    if parsed is None:
+        return None
+    for name, options in parsed.items():
+        if name not in sources:
+            raise InputRefusedError(
+                f"--source-storage-options names {name!r}, which is not one of the sources "
+                f"({', '.join(sources)}); key the options by source name: "
+                '{"NAME": {...}}'
+            )
+        if not isinstance(options, dict):
+            # only the key is named: the value may be a credential
+            raise InputRefusedError(
+                f"--source-storage-options entry {name!r} must be a JSON object of backend "
+                f"options, not {type(options).__name__}"
+            )
+    return parsed
+
+
+def refuse_unused_source_options(
+    kind: str, options: Mapping[str, Any] | None, *, where: str
+) -> None:
+    """Refuse ``--source-storage-options`` for an ordinary store, which has no sources to use them."""
+    if options is not None and kind == "ordinary":
+        raise InputRefusedError(
+            f"{where} is an ordinary store: --source-storage-options apply to a composite's "
+            "or a mount's sources only; give the store's own options with --storage-options"
+        )
+
+
+#: The smallest ``--mem-budget`` worth giving: smaller budgets work only for tiny data,
+#: in bands so small that per-band overheads dominate.
+USEFUL_MEM_BUDGET = "1M"
+
+
+def mem_budget_option(value: str | None) -> int | None:
+    """``--mem-budget`` in bytes (``None`` when not given); zero and negative budgets refused.
+
+    A positive budget too small for the data is left to the command, which
+    names the budget it needs.
+    """
+    if value is None:
+        return None
+    from ..format.sizes import parse_size
+
+    shown = value.strip()
+    remedy = (
+        f"give a positive size; the smallest useful budget is about {USEFUL_MEM_BUDGET} "
+        "(such as 512M or 2G), and a budget too small for the data is refused with the "
+        "budget it needs"
+    )
+    if shown.startswith("-"):
+        raise InputRefusedError(f"--mem-budget {shown} is negative; {remedy}")
+    try:
+        budget = parse_size(shown, what="--mem-budget")
+    except ValueError as exc:
+        raise InputRefusedError(str(exc)) from None
+    if budget <= 0:
+        raise InputRefusedError(f"--mem-budget {shown} leaves no working memory; {remedy}")
+    return budget

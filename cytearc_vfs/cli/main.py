@@ -11,12 +11,10 @@ created, and exits 130 or 143.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,21 +75,6 @@ def _report_interrupt(command: str, signum: int, done: str, *, as_json: bool) ->
     return code
 
 
-@contextmanager
-def _quiet_library_logs(quiet: bool) -> Iterator[None]:
-    # The command prints its own one-line outcome; library warnings about the
-    # same failure would be a second, contradicting account of it. Restored
-    # afterwards: main() also runs inside other programs (and tests).
-    logger = logging.getLogger("cytearc_vfs")
-    level = logger.level
-    if quiet:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 @dataclass(slots=True)
 class _RunState:
     """What the interrupt handler needs to know about the command that was running."""
@@ -106,24 +89,40 @@ def _run(arguments: list[str], state: _RunState) -> int:
     args = build_parser().parse_args(arguments)
     state.command = args.command
     debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
-    with _quiet_library_logs(not debug):
+    from ..format.option_names import command_line_names
+
+    # the library's remedies name --flags, not Python keywords, on the command line
+    with command_line_names():
         return _run_command(args, state, debug)
 
 
 def _run_command(args: Any, state: _RunState, debug: bool) -> int:
-    from .commands import COMMANDS
+    from .commands import COMMANDS, DESTINATION_OPTIONS
+    from .inputs import json_option
     from .interrupts import DestinationGuard
+    from .library_warnings import command_warnings
     from .progress import progress_bars
 
     run, destination_argument = COMMANDS[args.command]
     args.destination_guard = None
     try:
-        with progress_bars(enabled=None if not state.as_json else False) as bars:
+        with (
+            progress_bars(enabled=None if not state.as_json else False) as bars,
+            command_warnings(args.command, bars.write_line, debug=debug) as library_warnings,
+        ):
             try:
                 if destination_argument is not None:
-                    state.guard = DestinationGuard(getattr(args, destination_argument))
+                    options = (
+                        json_option(args.storage_options, "--storage-options")
+                        if args.command in DESTINATION_OPTIONS
+                        else None
+                    )
+                    state.guard = DestinationGuard(
+                        getattr(args, destination_argument), storage_options=options
+                    )
                     args.destination_guard = state.guard
                 outcome = run(args, bars)
+                library_warnings.succeeded()
             except Exception:
                 bars.close()
                 if state.guard is not None and not state.guard.existed:

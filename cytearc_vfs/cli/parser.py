@@ -117,6 +117,29 @@ def _mem_budget(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _remote_options(parser: argparse.ArgumentParser, *, own: str, sources: str | None) -> None:
+    """``--storage-options`` (of ``own``) and, when ``sources`` says whose, ``--source-storage-options``.
+
+    Both take a JSON object or ``@FILE``; a file keeps credentials out of the
+    process list and the shell history.
+    """
+    parser.add_argument(
+        "--storage-options",
+        metavar="JSON|@FILE",
+        help=f"backend options (credentials) of {own}: a JSON object, or @FILE holding one",
+    )
+    if sources is not None:
+        parser.add_argument(
+            "--source-storage-options",
+            metavar="JSON|@FILE",
+            help=f"backend options of {sources}: a JSON object, or @FILE holding one",
+        )
+
+
+#: whose options ``--source-storage-options`` are, for commands that open a composite or mount
+_OPENED_SOURCES = "a composite's sources ({\"NAME\": {...}}) or of a mount's source ({...})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``cytearc-vfs`` (exposed for docs and tests)."""
     parser = _Parser(prog="cytearc-vfs", description=DESCRIPTION)
@@ -144,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Describe a CyteArc store, composite or mount (verifies its metadata).",
     )
     info.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
+    _remote_options(info, own="LOCATION", sources=_OPENED_SOURCES)
 
     verify = sub.add_parser(
         "verify",
@@ -154,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     verify.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
+    _remote_options(verify, own="LOCATION", sources=_OPENED_SOURCES)
 
     write = sub.add_parser(
         "write",
@@ -227,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=LAYER",
         help="read layer LAYER of the AnnData source NAME instead of its X (repeatable)",
     )
+    _remote_options(
+        composite,
+        own="DEST",
+        sources='the sources, by name ({"NAME": {...}}; only the remote ones need an entry)',
+    )
     _mem_budget(composite, "512M")
     _overwrite(composite)
 
@@ -244,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument(
         "--assay", action="append", metavar="NAME", help="mount only this assay (repeatable)"
     )
+    _remote_options(mount, own="DEST (the new target)", sources="SOURCE ({...})")
     _overwrite(mount)
 
     repack = sub.add_parser(
@@ -261,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rewrite counts and tables of a store that does not open (no records needed)",
     )
+    _remote_options(repack, own="SOURCE", sources="the source of a mount SOURCE ({...})")
     _mem_budget(repack, "2G")
     _overwrite(repack)
 
@@ -290,19 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--assay", default="RNA", help="the assay whose counts become X (default RNA)"
     )
     export.add_argument("--workspace", help="workspace of the assay (workspace layout)")
-    export.add_argument(
-        "--storage-options",
-        metavar="JSON|@FILE",
-        help="backend options (credentials) of STORE: a JSON object, or @FILE holding one",
-    )
-    export.add_argument(
-        "--source-storage-options",
-        metavar="JSON|@FILE",
-        help=(
-            "backend options of a composite's sources ({\"NAME\": {...}}) or of a mount's "
-            "source: a JSON object, or @FILE holding one"
-        ),
-    )
+    _remote_options(export, own="STORE", sources=_OPENED_SOURCES)
     _mem_budget(export, "64M per band of cells")
     export.add_argument(
         "--zarr-format",
@@ -339,19 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--port", type=int, default=0, help="port to listen on (default 0: a free port)"
     )
-    serve.add_argument(
-        "--storage-options",
-        metavar="JSON|@FILE",
-        help="backend options (credentials) of LOCATION: a JSON object, or @FILE holding one",
-    )
-    serve.add_argument(
-        "--source-storage-options",
-        metavar="JSON|@FILE",
-        help=(
-            "backend options of a composite's sources ({\"NAME\": {...}}) or of a mount's "
-            "source: a JSON object, or @FILE holding one"
-        ),
-    )
+    _remote_options(serve, own="LOCATION", sources=_OPENED_SOURCES)
     serve.add_argument(
         "--allow-origin",
         metavar="ORIGIN",

@@ -89,6 +89,15 @@ class ProgressBars:
             bar.close()
             del self._bars[phase]
 
+    def write_line(self, line: str) -> None:
+        """Print ``line`` on stderr, above the bars when some are drawn (they are redrawn below)."""
+        if self._bars:
+            from tqdm.auto import tqdm
+
+            tqdm.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     def close(self) -> None:
         """Close every bar (they leave no line behind)."""
         for bar in self._bars.values():

@@ -29,6 +29,7 @@ from zarr.storage import MemoryStore
 
 from ..format.count_dtype import summary_dtype
 from ..format.fingerprints import combine
+from ..format.flags import check_flag
 from ..format.nodes import array_at
 from ..format.paths import check_name, join
 from ..format.records import dump_assay_types, requires_transpose
@@ -378,6 +379,7 @@ def create_composite(
     if unknown:
         raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
     check_name(assay, what="assay")
+    check_flag(overwrite, "overwrite")
     budget = parse_size(mem_budget, what="mem_budget") if mem_budget is not None else 512 * 1024**2
     check_no_overlap(destination, sources)
     locations = {

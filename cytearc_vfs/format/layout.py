@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .option_names import option_name
 from .records import ArrayGeometry, CountLayout
 from .sizes import format_size, parse_size
 
@@ -289,16 +290,16 @@ def require_fit(
     what = "counts write" + (" and countsT transpose" if transpose else "")
     if fitting is None:
         remedy = (
-            "no halving fits even with one-row shards; raise mem_budget "
+            f"no halving fits even with one-row shards; raise {option_name('mem_budget')} "
             f"above {format_size(write_cost(count_layout(shape, dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose), itemsize, nnz))}"
         )
     else:
         remedy = (
             f"the largest halving that fits is layout={fitting.describe()} "
-            "(smaller shards make later countsT reads slower), or raise mem_budget"
+            f"(smaller shards make later countsT reads slower), or raise {option_name('mem_budget')}"
         )
     raise LayoutTooLargeError(
         f"layout {policy.describe()} needs about {format_size(cost)} for its {what} of a "
-        f"{shape[0]} x {shape[1]} {dtype} matrix, over mem_budget {format_size(mem_budget)}; "
+        f"{shape[0]} x {shape[1]} {dtype} matrix, over {option_name('mem_budget')} {format_size(mem_budget)}; "
         f"{remedy}. Nothing was written"
     )

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RecordShapeError
+from ..errors import RecordShapeError, VfsWarning
+from .option_names import option_name
 
 __all__ = [
     "ASSAY_TYPE_PRESETS",
@@ -236,8 +237,9 @@ def resolve_assay_type(assay: str, explicit: str | None) -> str:
         return assay
     warnings.warn(
         f"assay {assay!r} has no assay_type and its name is not a preset; it is written as "
-        "the generic 'Assay' (no modality-specific normalization). Pass assay_type= to choose",
-        UserWarning,
+        "the generic 'Assay' (no modality-specific normalization). Give "
+        f"{option_name('assay_type')} to choose",
+        VfsWarning,
         stacklevel=3,
     )
     return "Assay"

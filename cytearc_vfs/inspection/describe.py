@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from zarr.abc.store import Store
@@ -11,11 +12,14 @@ from ..format.source_store import read_contents, verify_store
 __all__ = ["describe_store"]
 
 
-def describe_composite(store: Store, *, where: str) -> dict[str, Any]:
-    """Sources, shape and dtype of a verified composite."""
+def describe_composite(
+    store: Store, *, where: str, source_storage_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Sources, shape and dtype of a verified composite (its sources read with
+    ``source_storage_options``, ``{name: options}``)."""
     from ..composite.store import CompositeStore
 
-    composite = CompositeStore._verified(store, where, None)
+    composite = CompositeStore._verified(store, where, source_storage_options)
     reader = composite.reader()
     record = composite.record
     return {
@@ -30,11 +34,14 @@ def describe_composite(store: Store, *, where: str) -> dict[str, Any]:
     }
 
 
-def describe_mount(store: Store, *, where: str) -> dict[str, Any]:
-    """Source, workspace and mounted assays of a verified mount."""
+def describe_mount(
+    store: Store, *, where: str, source_storage_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Source, workspace and mounted assays of a verified mount (its source read
+    with ``source_storage_options``)."""
     from ..mount.store import MountStore
 
-    mount = MountStore._verified(store, where, None)
+    mount = MountStore._verified(store, where, source_storage_options)
     return {
         "location": where,
         "kind": "mount",
@@ -43,13 +50,20 @@ def describe_mount(store: Store, *, where: str) -> dict[str, Any]:
     }
 
 
-def describe_store(store: Store, *, where: str) -> dict[str, Any]:
-    """Kind, assays, shapes, dtypes, layouts and fingerprints of a verified store."""
+def describe_store(
+    store: Store, *, where: str, source_storage_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Kind, assays, shapes, dtypes, layouts and fingerprints of a verified store.
+
+    ``source_storage_options`` are the backend options of a composite's
+    sources (``{name: options}``) or of a mount's source, as ``open_store``
+    takes them.
+    """
     root_attrs = read_contents(store, where=where).root_attrs
     if "composite" in root_attrs:
-        return describe_composite(store, where=where)
+        return describe_composite(store, where=where, source_storage_options=source_storage_options)
     if "matrixSource" in root_attrs:
-        return describe_mount(store, where=where)
+        return describe_mount(store, where=where, source_storage_options=source_storage_options)
     contents, infos = verify_store(store, where=where)
     assays = []
     for info in infos:

@@ -18,6 +18,7 @@ import zarr
 from zarr.abc.store import Store
 
 from ..errors import UnsupportedSourceError
+from ..format.flags import check_flag
 from ..format.nodes import group_at
 from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
@@ -93,6 +94,7 @@ def mount_datastore(
     from .store import MountStore
 
     where = describe_location(source)
+    check_flag(overwrite, "overwrite")
     if workspace is not None:
         check_name(workspace, what="workspace")
     check_no_overlap(destination, {"source": source})

@@ -37,8 +37,10 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError
+from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy, write_cost
 from ..format.nodes import array_at, group_at
+from ..format.option_names import option_name
 from ..format.paths import AssayPaths, join
 from ..format.records import COUNT_LAYOUT_ATTR, CountLayout
 from ..format.shard_tables import (
@@ -105,18 +107,18 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
             layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
         )
         raise ValueError(
-            f"mem_budget {format_size(budget)} is below what rewriting {info.paths.assay}'s "
+            f"{option_name('mem_budget')} {format_size(budget)} is below what rewriting {info.paths.assay}'s "
             f"{layout.shape[0]} x {layout.shape[1]} counts needs even in one-row shards "
-            f"(about {format_size(write_cost(smallest, itemsize, 0))}); give a larger mem_budget "
+            f"(about {format_size(write_cost(smallest, itemsize, 0))}); give a larger {option_name('mem_budget')} "
             f"(the store's own layout needs about {format_size(write_cost(layout, itemsize, 0))})"
         )
     fitted_layout = count_layout(layout.shape, layout.dtype, itemsize, fitted, transpose=transpose)
     if fitted_layout.counts.shards[0] < MIN_REPACK_SHARD_ROWS:
         raise ValueError(
-            f"mem_budget {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
+            f"{option_name('mem_budget')} {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
             f"shards of {fitted_layout.counts.shards[0]} row(s) "
             f"({-(-layout.shape[0] // fitted_layout.counts.shards[0]):,} shard files), which is "
-            "very slow to write and to read; give a mem_budget of at least "
+            f"very slow to write and to read; give a {option_name('mem_budget')} of at least "
             f"{format_size(_budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS))}"
         )
     return fitted_layout
@@ -473,6 +475,8 @@ def repack(
     from .store import MountStore
 
     where = describe_location(location)
+    check_flag(data_only, "data_only")
+    check_flag(overwrite, "overwrite")
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     check_no_overlap(destination, {"source": location})
     source = open_location(location, read_only=True, storage_options=storage_options)

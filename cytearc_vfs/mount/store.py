@@ -23,6 +23,7 @@ from zarr.core.sync import sync
 from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
+from ..format.option_names import source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import document_attribute, get_json
@@ -132,7 +133,7 @@ class MountStore(KeyCheckedStore):
                 + (
                     "restore it at that path"
                     if local_path(record.location) is not None
-                    else "restore it, or pass its credentials as source_storage_options"
+                    else "restore it, or pass its credentials as " + source_options_example(None)
                 )
             ) from exc
         if MATRIX_SOURCE_ATTR in contents.root_attrs:

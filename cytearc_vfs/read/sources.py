@@ -22,6 +22,7 @@ from zarr.core.sync import sync
 from zarr.storage import StorePath
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
+from ..format.option_names import source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
 from ..format.source_store import AssayInfo, read_contents, verify_assay
@@ -330,7 +331,7 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
             "must be restored at that path)"
             if local_path(spec.location) is not None
             else "check that it exists, and pass its endpoint and credentials as "
-            f"source_storage_options={{{spec.name!r}: {{...}}}}"
+            + source_options_example(spec.name)
         )
         raise OSError(
             f"source {spec.name!r} at {where} cannot be read ({type(exc).__name__}: "

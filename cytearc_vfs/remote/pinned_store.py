@@ -47,6 +47,7 @@ from zarr.storage import ObjectStore
 from ..errors import IdentityMismatchError, VfsError
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import listing_prefix, object_key, store_key
+from ..format.option_names import source_options_example
 from .timeouts import TIMEOUT_ENV
 
 if TYPE_CHECKING:
@@ -159,6 +160,12 @@ def check_byte_range(byte_range: object) -> None:
         byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
     ):
         raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` says a request ran out of time (obstore reports it in its text)."""
+    text = str(exc).lower()
+    return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
 
 
 def _first_line(exc: BaseException) -> str:
@@ -366,11 +373,17 @@ class PinnedSourceStore(SourceReadWrapper):
         )
 
     def _failed(self, key: str, exc: BaseException) -> OSError:
+        # one remedy, the one the failure points at
+        if _timed_out(exc):
+            remedy = f"if the source is slow rather than unreachable, allow slower requests with {TIMEOUT_ENV}=SECONDS"
+        else:
+            remedy = (
+                "check that the source is reachable, and pass its endpoint and credentials as "
+                + source_options_example(self._name)
+            )
         return OSError(
             f"{self._label()}: reading {key} failed ({type(exc).__name__}: {_first_line(exc)}); "
-            "check that the source is reachable and its credentials "
-            f"(source_storage_options={{{self._name!r}: {{...}}}}), or allow slower requests "
-            f"with {TIMEOUT_ENV}=SECONDS"
+            + remedy
         )
 
     # ------------------------------------------------------------- reading

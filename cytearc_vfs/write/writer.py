@@ -26,6 +26,7 @@ import zarr
 
 from ..format.count_dtype import checked_cast, resolve_count_dtype, summary_dtype
 from ..format.fingerprints import ContentHasher, dataset_fingerprint_of
+from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
 from ..format.paths import AssayPaths
 from ..format.records import (
@@ -202,6 +203,7 @@ def write_counts(
     -------
     WriteInfo
     """
+    check_flag(overwrite, "overwrite")
     started = time.perf_counter()
     paths = AssayPaths(assay, workspace)
     resolved_type = resolve_assay_type(assay, assay_type)

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredColumn, read_columns
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
@@ -257,6 +258,7 @@ def to_anndata(
     >>> adata = cv.to_anndata("pbmc.zarr")  # doctest: +SKIP
     >>> adata[adata.obs["cell_type"] == "B", ["CD79A", "MS4A1"]].X.compute()  # doctest: +SKIP
     """
+    check_flag(lazy, "lazy")
     anndata = _anndata()
     opened = open_assay(
         location,

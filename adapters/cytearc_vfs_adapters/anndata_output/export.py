@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from zarr.abc.store import Store
 from zarr.core.common import ZarrFormat
 
+from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.destinations import check_no_overlap
 
@@ -302,6 +303,7 @@ def export_anndata(
         The destination is not a local ``.zarr`` or ``.h5ad`` path.
     """
     started = time.perf_counter()
+    check_flag(overwrite, "overwrite")
     kind = export_format(destination)
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, not {zarr_format!r}")

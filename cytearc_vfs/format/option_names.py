@@ -1,0 +1,74 @@
+"""How messages name the options a caller gives: Python keywords, or command-line flags.
+
+The same refusal reaches Python callers (``source_storage_options={'a': {...}}``)
+and people at a shell (``--source-storage-options '{"a": {...}}'``); each
+should read the remedy in the form they type. Messages ask this module for an
+option's name; the command line switches it to its flags while a command runs
+(:func:`command_line_names`), and everyone else reads the Python form.
+
+The switch is process-wide, not a context variable: many messages are built
+in zarr's event-loop thread, which does not see the caller's context. The
+command line runs one command per process, and restores the Python form
+afterwards for programs (and tests) that call its ``main``.
+
+>>> option_name("mem_budget")
+'mem_budget'
+>>> with command_line_names():
+...     option_name("mem_budget")
+'--mem-budget'
+>>> source_options_example("a")
+"source_storage_options={'a': {...}}"
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["command_line_names", "option_name", "source_options_example"]
+
+#: Python keyword -> the command line's flag for the same value
+COMMAND_LINE_FLAGS = {
+    "assay_type": "--assay-type",
+    "mem_budget": "--mem-budget",
+    "source_storage_options": "--source-storage-options",
+    "storage_options": "--storage-options",
+}
+
+_lock = threading.Lock()
+_command_line_depth = 0
+
+
+def _command_line() -> bool:
+    return _command_line_depth > 0
+
+
+def option_name(keyword: str) -> str:
+    """The name a caller uses for the option ``keyword`` (a Python keyword argument)."""
+    if _command_line():
+        return COMMAND_LINE_FLAGS.get(keyword, keyword)
+    return keyword
+
+
+def source_options_example(source: str | None) -> str:
+    """How a caller passes backend options for ``source`` (a composite's source by
+    name), or for a mount's one source (``None``), written as the caller writes it."""
+    if _command_line():
+        inner = "{...}" if source is None else '{"' + source + '": {...}}'
+        return f"--source-storage-options '{inner}' (JSON, or @FILE holding it)"
+    inner = "{...}" if source is None else "{" + repr(source) + ": {...}}"
+    return f"source_storage_options={inner}"
+
+
+@contextmanager
+def command_line_names() -> Iterator[None]:
+    """Name options by their command-line flags while the block runs (nests)."""
+    global _command_line_depth
+    with _lock:
+        _command_line_depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _command_line_depth -= 1

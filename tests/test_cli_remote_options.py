@@ -1,0 +1,228 @@
+"""``--storage-options`` and ``--source-storage-options`` on info, verify, composite, mount
+and repack, against the loopback S3 server: credentials come from the command line, not
+only from the environment, and bad options are refused in one line that never echoes them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scipy.sparse as sp
+from conftest import realistic_counts
+from s3_server import S3Server
+
+import cytearc_vfs as cv
+from cytearc_vfs.cli import main
+
+pytestmark = pytest.mark.remote
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    """``main``'s status and its JSON payload (``--json`` added)."""
+    try:
+        code = main([*argv, "--json"])
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out)
+
+
+@pytest.fixture(scope="module")
+def counts() -> sp.csr_array:
+    return realistic_counts(90, 30, seed=11)
+
+
+@pytest.fixture(scope="module")
+def remote(s3_server: S3Server, counts: sp.csr_array) -> dict[str, str]:
+    """Two ordinary stores in a bucket, and the options that reach them."""
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    places = {"a": f"s3://{bucket}/a.zarr", "b": f"s3://{bucket}/b.zarr"}
+    cv.write_counts(places["a"], counts, storage_options=options)
+    cv.write_counts(places["b"], counts * 2, storage_options=options)
+    return {**places, "bucket": bucket, "options": json.dumps(options)}
+
+
+def test_info_and_verify_of_a_remote_store(
+    remote: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, payload = _run(["info", remote["a"], "--storage-options", remote["options"]], capsys)
+    assert code == 0, payload
+    assert payload["kind"] == "ordinary" and payload["assays"][0]["shape"] == [90, 30]
+    options_file = tmp_path / "s3.json"
+    options_file.write_text(remote["options"])
+    code, payload = _run(["verify", remote["a"], "--storage-options", f"@{options_file}"], capsys)
+    assert code == 0 and payload["ok"], payload
+    assert payload["assays"][0]["checkedValues"] > 0
+    # an ordinary store has no sources: their options are a mistake, said so
+    code, payload = _run(
+        [
+            "info",
+            remote["a"],
+            "--storage-options",
+            remote["options"],
+            "--source-storage-options",
+            "{}",
+        ],
+        capsys,
+    )
+    assert code == 2 and "apply to a composite's or a mount's sources" in payload["message"]
+
+
+def test_composite_of_remote_sources(
+    remote: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = json.loads(remote["options"])
+    by_name = json.dumps({"a": options, "b": options})
+    composite = str(tmp_path / "both.zarr")
+    argv = ["composite", composite, f"a={remote['a']}", f"b={remote['b']}"]
+    code, payload = _run([*argv, "--source-storage-options", by_name], capsys)
+    assert code == 0, payload
+    assert payload["shape"] == [180, 30] and payload["sources"] == ["a", "b"]
+    code, payload = _run(["info", composite, "--source-storage-options", by_name], capsys)
+    assert code == 0 and payload["kind"] == "composite", payload
+    code, payload = _run(["verify", composite, "--source-storage-options", by_name], capsys)
+    assert code == 0 and payload["ok"], payload
+    # options keyed by a name that is not a source, or not an object: refused, nothing made
+    for wrong, words in (
+        ({"c": options}, "'c', which is not one of the sources (a)"),
+        ({"a": "s3cr3t"}, "entry 'a' must be a JSON object"),
+    ):
+        other = tmp_path / "wrong.zarr"
+        code, payload = _run(
+            [
+                "composite",
+                str(other),
+                f"a={remote['a']}",
+                "--source-storage-options",
+                json.dumps(wrong),
+            ],
+            capsys,
+        )
+        assert code == 2 and words in payload["message"], payload
+        assert "s3cr3t" not in payload["message"] and not other.exists()
+
+
+def test_composite_written_to_a_remote_destination(
+    remote: dict[str, str], tmp_path: Path, counts: sp.csr_array, capsys: pytest.CaptureFixture[str]
+) -> None:
+    local = tmp_path / "local.zarr"
+    cv.write_counts(local, counts)
+    destination = f"s3://{remote['bucket']}/composite.zarr"
+    own = ["--storage-options", remote["options"]]
+    code, payload = _run(["composite", destination, f"l={local}", *own], capsys)
+    assert code == 0 and payload["shape"] == [90, 30], payload
+    code, payload = _run(["info", destination, *own], capsys)
+    assert code == 0 and payload["kind"] == "composite", payload
+    # the destination is looked at with the same options: it holds a store now
+    code, payload = _run(["composite", destination, f"l={local}", *own], capsys)
+    assert code == 2 and "--overwrite" in payload["message"], payload
+
+
+def test_mount_and_repack_of_a_remote_source(
+    remote: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sources = ["--source-storage-options", remote["options"]]
+    mount = str(tmp_path / "mount.zarr")
+    code, payload = _run(["mount", remote["a"], mount, *sources], capsys)
+    assert code == 0 and payload["assays"] == ["RNA"], payload
+    code, payload = _run(["info", mount, *sources], capsys)
+    assert code == 0 and payload["kind"] == "mount", payload
+    code, payload = _run(["verify", mount, *sources], capsys)
+    assert code == 0 and payload["ok"], payload
+    # the mount's counts are in the bucket: repack reads them with the source's options
+    code, payload = _run(["repack", mount, str(tmp_path / "standalone.zarr"), *sources], capsys)
+    assert code == 0, payload
+    # a remote ordinary store is repacked with its own options
+    own = ["--storage-options", remote["options"]]
+    code, payload = _run(["repack", remote["b"], str(tmp_path / "copy.zarr"), *own], capsys)
+    assert code == 0, payload
+    code, payload = _run(["info", str(tmp_path / "copy.zarr")], capsys)
+    assert code == 0 and payload["assays"][0]["shape"] == [90, 30], payload
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["info", "LOCATION"],
+        ["verify", "LOCATION"],
+        ["composite", "NEW", "a=LOCATION"],
+        ["mount", "LOCATION", "NEW"],
+        ["repack", "LOCATION", "NEW"],
+    ],
+    ids=lambda words: words[0],
+)
+@pytest.mark.parametrize("option", ["--storage-options", "--source-storage-options"])
+def test_malformed_and_missing_options_are_refused(
+    command: list[str],
+    option: str,
+    remote: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [
+        {
+            "LOCATION": remote["a"],
+            "NEW": str(tmp_path / "new.zarr"),
+            "a=LOCATION": f"a={remote['a']}",
+        }.get(word, word)
+        for word in command
+    ]
+    # malformed JSON: refused, the value (a credential) never echoed
+    code, payload = _run([*argv, option, '{"secret_access_key": s3cr3t'], capsys)
+    assert code == 2 and f"{option} is not JSON" in payload["message"], payload
+    assert "s3cr3t" not in json.dumps(payload)
+    missing = tmp_path / "absent.json"
+    code, payload = _run([*argv, option, f"@{missing}"], capsys)
+    assert code == 2, payload
+    assert f"{option} file {missing} does not exist" in payload["message"]
+    assert not (tmp_path / "new.zarr").exists()
+
+
+def _unreachable(s3_server: S3Server) -> dict[str, Any]:
+    """The server's options with its endpoint on a closed port: refused at once, no retries."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    return {
+        **s3_server.storage_options(),
+        "endpoint": f"http://127.0.0.1:{port}",
+        "retry_config": {"max_retries": 0},
+    }
+
+
+def test_a_source_remedy_names_the_option_as_the_caller_writes_it(
+    s3_server: S3Server,
+    remote: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    composite = tmp_path / "c.zarr"
+    cv.create_composite(
+        composite, {"a": remote["a"]}, source_storage_options={"a": s3_server.storage_options()}
+    )
+    wrong = {"a": _unreachable(s3_server)}
+    # Python callers read the keyword argument
+    with pytest.raises(OSError, match="cannot be read") as raised:
+        cv.open_store(composite, source_storage_options=wrong)
+    assert "source_storage_options={'a': {...}}" in str(raised.value)
+    assert "--source-storage-options" not in str(raised.value)
+    # the command line names its flag, in the JSON the shell takes
+    for argv in (["info", str(composite)], ["verify", str(composite)]):
+        try:
+            code = main([*argv, "--source-storage-options", json.dumps(wrong)])
+        except SystemExit as exited:
+            code = int(exited.code or 0)
+        err = capsys.readouterr().err
+        assert code == 4, err
+        assert """--source-storage-options '{"a": {...}}'""" in err
+        assert "source_storage_options=" not in err
+        assert len(err.strip().splitlines()) == 1
+    # and the Python form is back once the command is done
+    with pytest.raises(OSError, match=r"source_storage_options=\{'a'"):
+        cv.open_store(composite, source_storage_options=wrong)
