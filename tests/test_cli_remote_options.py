@@ -226,3 +226,40 @@ def test_a_source_remedy_names_the_option_as_the_caller_writes_it(
     # and the Python form is back once the command is done
     with pytest.raises(OSError, match=r"source_storage_options=\{'a'"):
         cv.open_store(composite, source_storage_options=wrong)
+
+
+def test_write_from_a_remote_anndata_to_a_remote_destination(
+    remote: dict[str, str],
+    s3_server: S3Server,
+    tmp_path: Path,
+    counts: sp.csr_array,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``write INPUT DEST``: ``--source-storage-options`` open the AnnData INPUT,
+    ``--storage-options`` the new store."""
+    import anndata as ad
+    import obstore
+    from anndata_files import write_anndata_zarr
+    from obstore.store import S3Store
+
+    data = ad.AnnData(X=sp.csr_matrix(counts).astype("float32"))
+    data.obs_names = [f"c{i}" for i in range(counts.shape[0])]
+    local = write_anndata_zarr(data, tmp_path / "in.zarr", 3)
+    raw = S3Store(remote["bucket"], **s3_server.storage_options())
+    for file in local.rglob("*"):
+        if file.is_file():
+            obstore.put(raw, f"in.zarr/{file.relative_to(local).as_posix()}", file.read_bytes())
+    source = f"s3://{remote['bucket']}/in.zarr"
+    destination = f"s3://{remote['bucket']}/written.zarr"
+    options = ["--storage-options", remote["options"]]
+    code, payload = _run(
+        ["write", source, destination, *options, "--source-storage-options", remote["options"]],
+        capsys,
+    )
+    assert code == 0 and payload["shape"] == [90, 30], payload
+    reader = cv.VirtualArrayReader(destination, storage_options=json.loads(remote["options"]))
+    assert (reader.read() == counts.toarray()).all()
+    # without the input's options its endpoint is unknown: one line, exit 4, no secret
+    code, payload = _run(["write", source, str(tmp_path / "x.zarr")], capsys)
+    assert code in (2, 4) and "s3cr3t" not in json.dumps(payload), payload
+    assert not (tmp_path / "x.zarr").exists()

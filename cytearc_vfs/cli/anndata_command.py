@@ -9,7 +9,8 @@ values. A location that is not an AnnData is refused (exit 2).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .failures import InputRefusedError
 from .inputs import json_option
@@ -19,14 +20,16 @@ from .progress import ProgressBars
 __all__ = ["checked_anndata_input", "cmd_anndata"]
 
 
-def checked_anndata_input(location: str, layer: str | None) -> str:
+def checked_anndata_input(
+    location: str, layer: str | None, storage_options: Mapping[str, Any] | None = None
+) -> str:
     """Check that ``location`` is an AnnData container holding ``layer``; the writer then
-    streams it band by band (``X`` is never loaded)."""
+    streams it band by band (``X`` is never loaded). ``storage_options`` open a URL."""
     from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
 
     from ..inspection.store_kind import classify_location
 
-    found = classify_location(location)
+    found = classify_location(location, storage_options=storage_options)
     # a root without attributes may be AnnData of anndata 0.7: the container decides
     if found.kind not in ("h5ad", "anndata", "zarr-group"):
         remedy = (
@@ -36,7 +39,7 @@ def checked_anndata_input(location: str, layer: str | None) -> str:
         )
         raise InputRefusedError(f"{found.words}; write imports AnnData: {remedy}")
     try:
-        container = AnnDataContainer.open(location)
+        container = AnnDataContainer.open(location, storage_options=storage_options)
     except NotAnnDataError as exc:
         raise InputRefusedError(str(exc)) from exc
     try:

@@ -232,7 +232,9 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.writer import write_counts
 
-    source = checked_anndata_input(args.input, args.layer)
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    source = checked_anndata_input(args.input, args.layer, source_options)
     started = time.perf_counter()
     info = write_counts(
         args.destination,
@@ -245,6 +247,8 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         overwrite=args.overwrite,
         progress=bars,
         fill_missing=args.fill_missing,
+        storage_options=storage_options,
+        source_storage_options=source_options,
     )
     seconds = time.perf_counter() - started
     payload = {
@@ -544,7 +548,7 @@ INTERRUPT_NOTES = {
 
 #: Commands whose ``--storage-options`` are those of the destination they create
 #: (the interrupt guard looks at, and removes, a remote destination with them).
-DESTINATION_OPTIONS = frozenset({"composite", "mount"})
+DESTINATION_OPTIONS = frozenset({"composite", "mount", "write"})
 
 #: Command name -> (function, names of the arguments that are destinations it creates).
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome], str | None]] = {

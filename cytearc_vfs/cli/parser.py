@@ -203,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
             "numbers NaN) instead of refusing them"
         ),
     )
+    _remote_options(write, own="DEST (the new store)", sources="INPUT ({...})")
     _mem_budget(write, "2G")
     _overwrite(write)
 
