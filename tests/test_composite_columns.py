@@ -12,6 +12,7 @@ membership columns, and naming sources given as a list.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -477,3 +478,26 @@ def test_cells_by_id_keep_the_given_order(tmp_path: Path) -> None:
     np.testing.assert_array_equal(by_id.reader().read(), by_row.reader().read())
     with pytest.raises(ValueError, match="1 id\\(s\\) are not cells of that source"):
         cv.create_composite(tmp_path / "e.zarr", {"a": tmp_path / "a.zarr"}, cells={"a": ["nope"]})
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_more_anndata_sources_than_executor_threads_create(tmp_path: Path) -> None:
+    """The element layer reads each source's tables through zarr's synchronous API on
+    threads of its own: on the event loop's executor, as many sources as its threads
+    held them all, waiting for decodes that needed one (creation hung)."""
+    # more sources than asyncio's default executor has threads (zarr's loop uses it)
+    count = min(32, (os.cpu_count() or 1) + 4) + 2
+    sources = {}
+    for index in range(count):
+        data = ad.AnnData(
+            X=sp.csr_matrix(realistic_counts(20, 5, density=0.5, seed=index)).astype(np.float32),
+            obs=pd.DataFrame(
+                {"depth": pd.array([index] * 20, dtype="Int64")},
+                index=[f"s{index}c{i}" for i in range(20)],
+            ),
+            var=pd.DataFrame(index=[f"g{i}" for i in range(5)]),
+        )
+        sources[f"s{index}"] = write_anndata_zarr(data, tmp_path / f"s{index}.zarr", 3)
+    cv.create_composite(tmp_path / "comp.zarr", sources).close()
+    cells, _ = _tables(tmp_path / "comp.zarr")
+    assert cells["depth"].tolist() == [index for index in range(count) for _ in range(20)]

@@ -34,6 +34,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -75,6 +76,19 @@ TablesReader = Callable[[Store], AnnDataTables]
 _reader: TablesReader | None = None
 _reader_found = False
 _reader_lock = threading.Lock()
+_threads: ThreadPoolExecutor | None = None
+#: Sources whose tables are read at once (the rest wait for a thread).
+TABLE_READING_THREADS = 4
+
+
+def _reading_threads() -> ThreadPoolExecutor:
+    global _threads
+    with _reader_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(
+                TABLE_READING_THREADS, thread_name_prefix="cytearc-anndata-tables"
+            )
+        return _threads
 
 
 def _tables_reader() -> TablesReader | None:
@@ -178,8 +192,11 @@ async def anndata_columns(
     if reader is None:
         return None
     view = await tables_prefetched(store)
-    # the element layer reads through zarr's synchronous API: off the event loop
-    tables = await asyncio.to_thread(reader, view)
+    # The element layer reads through zarr's synchronous API, so it runs off the
+    # event loop, on threads of its own: each waits for coroutines that need the
+    # loop's default executor (zarr decodes there), and readers holding every
+    # thread of that executor would wait for each other forever.
+    tables = await asyncio.get_running_loop().run_in_executor(_reading_threads(), reader, view)
     obs, restored = split_membership(tables.obs, tables.membership, assay)
     cells = frame_columns(obs, table="cellData", source=source)
     if restored is not None:
