@@ -3,10 +3,12 @@
 Owns the read-only HTTP/1.1 server over any store this layer opens (ordinary,
 composite, mount, remote through its cache), so that clients of other
 languages (tensorstore, zarrita, R) read a composite's computed chunks as
-plain Zarr v3 over HTTP: the server (``server``), request heads
+plain Zarr v3 over HTTP: the server (``server``), its options and stats
+(``options``), its listening socket (``sockets``), request heads
 (``protocol``), request targets to checked store keys (``targets``),
-byte ranges (``ranges``) and the bodies of directory listings, HTML for
-fsspec, WebDAV multistatus for obstore, JSON (``listings``). ``docs/serve.md`` states what is answered.
+byte ranges (``ranges``), answers and error statuses (``answers``) and the
+bodies of directory listings, HTML for fsspec, WebDAV multistatus for
+obstore, JSON (``listings``). ``docs/serve.md`` states what is answered.
 
 May import: every layer below the command line except :mod:`cytearc_vfs.inspection`
 and :mod:`cytearc_vfs.realdata` (its siblings); it needs only :mod:`cytearc_vfs.format`

@@ -26,23 +26,28 @@ import asyncio
 import errno
 import ipaddress
 import logging
-import re
 import socket
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
-from typing import NamedTuple
 from urllib.parse import quote
 
 from zarr.abc.store import RangeByteRequest, Store
-from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError, VfsError
-
+from .answers import (
+    Answer,
+    bytes_of,
+    content_type,
+    error_status,
+    not_found,
+    nothing_under,
+    one_line,
+    text_answer,
+)
 from .listings import (
     Entry,
     finite_depth_error,
@@ -51,159 +56,30 @@ from .listings import (
     multistatus,
     wants_json,
 )
+from .options import ServeOptions, ServeStats
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .ranges import ByteSpan, parse_range, resolve_range
+from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, parse_target
 
-__all__ = ["ListenError", "ServeOptions", "ServeStats", "StoreServer", "error_status"]
+__all__ = [
+    "ListenError",
+    "ServeOptions",
+    "ServeStats",
+    "StoreServer",
+    "error_status",
+    "is_loopback",
+]
 
 log = logging.getLogger(__name__)
 
 _ALLOW = "GET, HEAD, PROPFIND"
 _READ_METHODS = ("GET", "HEAD", "PROPFIND")
-_JSON_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
 # Children of one listing whose kind and size are asked at once (within one read slot).
 _LISTING_PROBES = 16
 # Body slices handed to the socket between drains: a slow client holds at
 # most this much of the server's memory beyond the value being answered.
 _SLICE = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class ServeOptions:
-    """How a :class:`StoreServer` protects itself and what it allows."""
-
-    header_timeout: float = 30.0
-    """Seconds to receive a whole request head; also how long a kept-alive
-    connection may stay idle. Slow or silent clients are closed after it."""
-    write_timeout: float = 60.0
-    """Seconds a client may take to accept each slice of an answer before it is dropped."""
-    max_connections: int = 512
-    """Open connections at most; one more is answered ``503`` and closed."""
-    max_reads: int = 32
-    """Store reads running at once (a composite chunk is computed in memory)."""
-    max_head_bytes: int = 64 * 1024
-    """Largest request head; a larger one is answered ``431``."""
-    allow_origin: str | None = None
-    """The browser origin (``https://viewer.example``, or ``*``) allowed to read
-    through CORS; ``None`` sends no CORS fields and refuses preflights."""
-
-
-class ServeStats(NamedTuple):
-    """What a :class:`StoreServer` has done so far."""
-
-    connections: int
-    """Connections accepted."""
-    open_connections: int
-    """Connections open now."""
-    requests: int
-    """Request heads parsed (each answered once)."""
-    statuses: dict[int, int]
-    """Answers by status code (requests, and refusals of unparsable heads)."""
-    timed_out: int
-    """Connections closed because no complete request head came within ``header_timeout``."""
-    dropped: int
-    """Connections dropped mid-answer: the client went away or stopped reading."""
-
-
-@dataclass(slots=True)
-class _Answer:
-    status: HTTPStatus
-    body: bytes | memoryview = b""
-    fields: list[tuple[str, str]] = field(default_factory=list)
-    length: int | None = None  # Content-Length when it is not len(body) (HEAD)
-    close: bool = False
-
-
-def _one_line(text: str) -> str:
-    return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
-
-
-def error_status(exc: BaseException) -> HTTPStatus:
-    """The status of an answer that met ``exc`` while reading the store.
-
-    ``502`` when a source no longer holds what the store recorded (changed,
-    incomplete or deleted); ``503`` for other system errors (a source that
-    cannot be reached, a timeout, permissions), which a retry may clear;
-    ``500`` for anything else.
-    """
-    if isinstance(exc, (IdentityMismatchError, IncompleteStoreError, FileNotFoundError)):
-        return HTTPStatus.BAD_GATEWAY
-    if isinstance(exc, OSError):
-        return HTTPStatus.SERVICE_UNAVAILABLE
-    return HTTPStatus.INTERNAL_SERVER_ERROR
-
-
-def _text(status: HTTPStatus, message: str, *, close: bool = False) -> _Answer:
-    body = (_one_line(message) + "\n").encode("utf-8", errors="replace")
-    return _Answer(status, body, [("Content-Type", "text/plain; charset=utf-8")], close=close)
-
-
-def _not_found(key: str) -> _Answer:
-    return _text(HTTPStatus.NOT_FOUND, f"no key {key!r} in this store")
-
-
-def _nothing_under(prefix: str) -> _Answer:
-    return _text(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
-
-
-def _content_type(key: str) -> str:
-    return (
-        "application/json" if key.rsplit("/", 1)[-1] in _JSON_KEYS else "application/octet-stream"
-    )
-
-
-def _bytes_of(value: Buffer) -> memoryview:
-    return memoryview(value.as_numpy_array()).cast("B")
-
-
-class ListenError(VfsError, OSError):
-    """The server cannot listen where it was asked to; the message names the remedy.
-
-    ``errno`` is the system's; the message carries no ``[Errno N]`` prefix, so
-    the command line prints it as it is.
-    """
-
-    def __init__(self, message: str, code: int | None) -> None:
-        super().__init__(message)
-        self.errno = code
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """One listening socket on the first address ``host`` resolves to."""
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror as exc:
-        raise ListenError(
-            f"cannot listen on {host!r}: the name does not resolve ({exc.strerror}); give "
-            "--host an address or a name this machine resolves",
-            exc.errno,
-        ) from exc
-    family, kind, proto, _, address = infos[0]
-    listener = socket.socket(family, kind, proto)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(address)
-        listener.listen(128)
-    except OSError as exc:
-        listener.close()
-        raise ListenError(
-            f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port "
-            "(0 picks a free one) or --host",
-            exc.errno,
-        ) from exc
-    listener.setblocking(False)
-    return listener
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a bound address) is a loopback address."""
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return host.lower() == "localhost"
 
 
 class StoreServer:
@@ -257,7 +133,7 @@ class StoreServer:
         port when it cannot listen.
         """
         server = cls(store, options or ServeOptions())
-        listener = _listening_socket(host, port)
+        listener = listening_socket(host, port)
         bound = listener.getsockname()
         server.host, server.port = str(bound[0]), int(bound[1])
         server._loopback = is_loopback(server.host)
@@ -385,7 +261,7 @@ class StoreServer:
             crowded = len(self._tasks) > self._options.max_connections
         try:
             if crowded:
-                answer = _text(
+                answer = text_answer(
                     HTTPStatus.SERVICE_UNAVAILABLE,
                     f"more than {self._options.max_connections} connections are open; retry",
                     close=True,
@@ -421,7 +297,7 @@ class StoreServer:
         except asyncio.IncompleteReadError:
             return False  # the client closed the connection between requests
         except asyncio.LimitOverrunError:
-            answer = _text(
+            answer = text_answer(
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                 f"the request head is larger than {self._options.max_head_bytes} bytes",
                 close=True,
@@ -431,7 +307,7 @@ class StoreServer:
         try:
             head = parse_head(data[:-4])
         except MalformedRequestError as exc:
-            await self._send(writer, _text(exc.status, str(exc), close=True), None)
+            await self._send(writer, text_answer(exc.status, str(exc), close=True), None)
             return False
         self._count("request")
         answer = await self._answer(head)
@@ -441,7 +317,7 @@ class StoreServer:
         return keep
 
     async def _send(
-        self, writer: asyncio.StreamWriter, answer: _Answer, head: RequestHead | None
+        self, writer: asyncio.StreamWriter, answer: Answer, head: RequestHead | None
     ) -> None:
         self._count("status", answer.status.value)
         length = len(answer.body) if answer.length is None else answer.length
@@ -494,9 +370,9 @@ class StoreServer:
             name = name.partition(":")[0]
         return name in self._host_names or is_loopback(name)
 
-    async def _answer(self, head: RequestHead) -> _Answer:
+    async def _answer(self, head: RequestHead) -> Answer:
         if head.method == "OPTIONS" and self._options.allow_origin is not None:
-            return _Answer(
+            return Answer(
                 HTTPStatus.NO_CONTENT,
                 fields=[
                     ("Allow", f"{_ALLOW}, OPTIONS"),
@@ -506,21 +382,21 @@ class StoreServer:
                 ],
             )
         if head.method not in _READ_METHODS:
-            answer = _text(
+            answer = text_answer(
                 HTTPStatus.METHOD_NOT_ALLOWED,
                 f"{head.method} is not allowed: this server is read-only",
             )
             answer.fields.append(("Allow", _ALLOW))
             return answer
         if not self._host_allowed(head.field("host")):
-            return _text(
+            return text_answer(
                 HTTPStatus.MISDIRECTED_REQUEST,
                 f"Host {head.field('host')!r} does not name this server; use {self.url}",
             )
         try:
             target = parse_target(head.target)
         except BadTargetError as exc:
-            return _text(HTTPStatus.BAD_REQUEST, str(exc))
+            return text_answer(HTTPStatus.BAD_REQUEST, str(exc))
         try:
             if head.method == "PROPFIND":
                 return await self._propfind(target.path, target.listing, head.field("depth"))
@@ -534,21 +410,21 @@ class StoreServer:
             # hold: absent, not a failure to retry (and its message names the
             # server's directory)
             if target.listing:
-                return _nothing_under(target.path)
-            return _not_found(target.path)
+                return nothing_under(target.path)
+            return not_found(target.path)
         except Exception as exc:
             return self._store_error(head, target.path, exc)
 
-    def _store_error(self, head: RequestHead, key: str, exc: Exception) -> _Answer:
+    def _store_error(self, head: RequestHead, key: str, exc: Exception) -> Answer:
         """The answer to a store error: its status, one line naming the key; logged."""
         status = error_status(exc)
-        message = f"{head.method} {key!r}: {type(exc).__name__}: {_one_line(str(exc))}"
+        message = f"{head.method} {key!r}: {type(exc).__name__}: {one_line(str(exc))}"
         log.error("%d %s", status.value, message)
-        return _text(status, message)
+        return text_answer(status, message)
 
-    async def _value(self, key: str, head: RequestHead) -> _Answer:
+    async def _value(self, key: str, head: RequestHead) -> Answer:
         assert self._reads is not None
-        fields = [("Content-Type", _content_type(key)), ("Accept-Ranges", "bytes")]
+        fields = [("Content-Type", content_type(key)), ("Accept-Ranges", "bytes")]
         prototype = default_buffer_prototype()
         if head.method == "HEAD":
             # sizes only: a composite's chunk is never computed for a HEAD
@@ -558,8 +434,8 @@ class StoreServer:
                 try:
                     size = await self._store.getsize(key)
                 except FileNotFoundError:
-                    return _not_found(key)
-            return _Answer(HTTPStatus.OK, fields=fields, length=size)
+                    return not_found(key)
+            return Answer(HTTPStatus.OK, fields=fields, length=size)
         # no validators are sent, so an If-Range can never match: whole value (RFC 9110, 13.1.5)
         header = head.field("range") if head.field("if-range") is None else None
         spec = None if header is None else parse_range(header)
@@ -568,14 +444,14 @@ class StoreServer:
                 value = await self._store.get(key, prototype)
                 if value is None:
                     return await self._absent(key)
-                return _Answer(HTTPStatus.OK, _bytes_of(value), fields)
+                return Answer(HTTPStatus.OK, bytes_of(value), fields)
             try:
                 size = await self._store.getsize(key)
             except FileNotFoundError:
-                return _not_found(key)
+                return not_found(key)
             span = resolve_range(spec, size)
             if not isinstance(span, ByteSpan):
-                answer = _text(
+                answer = text_answer(
                     HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
                     f"{header!r} selects no byte of {key!r} ({size} bytes)",
                 )
@@ -583,17 +459,17 @@ class StoreServer:
                 return answer
             value = await self._store.get(key, prototype, RangeByteRequest(span.start, span.stop))
         if value is None:
-            return _not_found(key)
-        data = _bytes_of(value)
+            return not_found(key)
+        data = bytes_of(value)
         if len(data) != span.length:
             raise OSError(
                 f"{key!r} changed size while it was read ({size} bytes, then a range of "
                 f"{len(data)} where {span.length} were due); retry"
             )
         fields.append(("Content-Range", span.content_range))
-        return _Answer(HTTPStatus.PARTIAL_CONTENT, data, fields)
+        return Answer(HTTPStatus.PARTIAL_CONTENT, data, fields)
 
-    async def _absent(self, key: str) -> _Answer:
+    async def _absent(self, key: str) -> Answer:
         """A key the store does not hold: ``404``, or ``301`` to ``KEY/`` when it is a directory.
 
         zarr's ``FsspecStore`` lists ``RNA`` by fetching ``/RNA``, without the
@@ -603,10 +479,12 @@ class StoreServer:
         """
         if self._store.supports_listing and await self._names(key):
             location = "/" + "/".join(quote(segment, safe="") for segment in key.split("/")) + "/"
-            answer = _text(HTTPStatus.MOVED_PERMANENTLY, f"{key!r} is a directory: {location}")
+            answer = text_answer(
+                HTTPStatus.MOVED_PERMANENTLY, f"{key!r} is a directory: {location}"
+            )
             answer.fields.append(("Location", location))
             return answer
-        return _not_found(key)
+        return not_found(key)
 
     async def _names(self, prefix: str) -> list[str]:
         return sorted({name async for name in self._store.list_dir(prefix)})
@@ -634,23 +512,23 @@ class StoreServer:
                 pass  # removed meanwhile: it lists as what is left, a directory or nothing
         return Entry(path, None)
 
-    async def _listing(self, prefix: str, accept: str | None) -> _Answer:
+    async def _listing(self, prefix: str, accept: str | None) -> Answer:
         assert self._reads is not None
         if not self._store.supports_listing:
-            return _text(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
+            return text_answer(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
         json_wanted = wants_json(accept)
         async with self._reads:
             names = await self._names(prefix)
             if not names and prefix:
-                return _nothing_under(prefix)
+                return nothing_under(prefix)
             if json_wanted:
                 body, kind = json_listing(prefix, names), "application/json"
             else:
                 children = await self._children(prefix, names)
                 body, kind = html_index(prefix, children), "text/html; charset=utf-8"
-        return _Answer(HTTPStatus.OK, body, [("Content-Type", kind), ("Vary", "Accept")])
+        return Answer(HTTPStatus.OK, body, [("Content-Type", kind), ("Vary", "Accept")])
 
-    async def _propfind(self, path: str, collection: bool, depth: str | None) -> _Answer:
+    async def _propfind(self, path: str, collection: bool, depth: str | None) -> Answer:
         """A WebDAV ``PROPFIND`` (RFC 4918, section 9.1): the resource, and its children at depth 1.
 
         ``Depth: infinity`` (also what a missing ``Depth`` means) is refused
@@ -664,26 +542,26 @@ class StoreServer:
         assert self._reads is not None
         level = (depth or "infinity").strip().lower()
         if level == "infinity":
-            return _Answer(
+            return Answer(
                 HTTPStatus.FORBIDDEN,
                 finite_depth_error(),
                 [("Content-Type", "application/xml; charset=utf-8")],
             )
         if level not in ("0", "1"):
-            return _text(
+            return text_answer(
                 HTTPStatus.BAD_REQUEST, f"Depth {depth!r} is not 0, 1 or infinity; send 0 or 1"
             )
         if not self._store.supports_listing:
-            return _text(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
+            return text_answer(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
         async with self._reads:
             resource = Entry("", None) if path == "" else await self._entry(path)
             if collection and not resource.is_directory:
                 resource = Entry(path, None)  # "/KEY/" names a directory, never the key
             names = await self._names(path) if resource.is_directory else []
             if resource.is_directory and path and not names:
-                return _nothing_under(path) if collection else _not_found(path)
+                return nothing_under(path) if collection else not_found(path)
             entries = [resource]
             if level == "1":
                 entries += await self._children(path, names)
         fields = [("Content-Type", "application/xml; charset=utf-8")]
-        return _Answer(HTTPStatus.MULTI_STATUS, multistatus(entries, self._started), fields)
+        return Answer(HTTPStatus.MULTI_STATUS, multistatus(entries, self._started), fields)

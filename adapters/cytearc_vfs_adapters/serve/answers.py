@@ -1,0 +1,81 @@
+"""The answers the server sends: a status, a body and its fields.
+
+A store error becomes a status by :func:`error_status`; refusals and errors
+are one line of text naming the key, so a client (or a person with curl)
+reads what went wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+from zarr.core.buffer import Buffer
+
+from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
+
+__all__ = [
+    "Answer",
+    "bytes_of",
+    "content_type",
+    "error_status",
+    "not_found",
+    "nothing_under",
+    "one_line",
+    "text_answer",
+]
+
+#: Keys answered as JSON documents.
+JSON_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
+
+
+@dataclass(slots=True)
+class Answer:
+    """One answer: its status, body and fields, and whether the connection closes after it."""
+
+    status: HTTPStatus
+    body: bytes | memoryview = b""
+    fields: list[tuple[str, str]] = field(default_factory=list)
+    length: int | None = None  # Content-Length when it is not len(body) (HEAD)
+    close: bool = False
+
+
+def one_line(text: str) -> str:
+    return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
+
+
+def error_status(exc: BaseException) -> HTTPStatus:
+    """The status of an answer that met ``exc`` while reading the store.
+
+    ``502`` when a source no longer holds what the store recorded (changed,
+    incomplete or deleted); ``503`` for other system errors (a source that
+    cannot be reached, a timeout, permissions), which a retry may clear;
+    ``500`` for anything else.
+    """
+    if isinstance(exc, (IdentityMismatchError, IncompleteStoreError, FileNotFoundError)):
+        return HTTPStatus.BAD_GATEWAY
+    if isinstance(exc, OSError):
+        return HTTPStatus.SERVICE_UNAVAILABLE
+    return HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+def text_answer(status: HTTPStatus, message: str, *, close: bool = False) -> Answer:
+    body = (one_line(message) + "\n").encode("utf-8", errors="replace")
+    return Answer(status, body, [("Content-Type", "text/plain; charset=utf-8")], close=close)
+
+
+def not_found(key: str) -> Answer:
+    return text_answer(HTTPStatus.NOT_FOUND, f"no key {key!r} in this store")
+
+
+def nothing_under(prefix: str) -> Answer:
+    return text_answer(HTTPStatus.NOT_FOUND, f"nothing under {prefix + '/'!r} in this store")
+
+
+def content_type(key: str) -> str:
+    return "application/json" if key.rsplit("/", 1)[-1] in JSON_KEYS else "application/octet-stream"
+
+
+def bytes_of(value: Buffer) -> memoryview:
+    return memoryview(value.as_numpy_array()).cast("B")
