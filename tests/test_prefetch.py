@@ -43,3 +43,26 @@ def test_absent_and_other_keys(tmp_path: Path) -> None:
     # keys that were not prefetched come from the store itself
     counts_doc = sync(documents.get("RNA/counts/zarr.json", prototype))
     assert counts_doc is not None and b'"node_type"' in counts_doc.to_bytes()
+
+
+def test_complete_prefixes_answer_absent_keys_without_a_request(tmp_path: Path) -> None:
+    """Everything under a ``complete`` prefix was fetched: another key there is absent
+    (no request), while keys elsewhere still come from the store."""
+    from cytearc_vfs.read.prefetch import PrefetchedStore
+
+    cv.write_counts(tmp_path / "s.zarr", sp.csr_array(np.eye(3, dtype=np.float32)))
+    counters = ReadCounters()
+    store = CountingStore(LocalStore(tmp_path / "s.zarr", read_only=True), counters)
+    held = {"cellData/zarr.json": b"{}"}
+    view = PrefetchedStore(store, held, complete=("cellData/",))
+    prototype = default_buffer_prototype()
+    assert sync(view.get("cellData/ids/zarr.json", prototype)) is None
+    assert not sync(view.exists("cellData/ids/mask/zarr.json"))
+    assert counters.snapshot().requests == 0
+    assert sync(view.get("cellData/zarr.json", prototype)) is not None
+    assert sync(view.get("RNA/counts/zarr.json", prototype)) is not None
+    assert counters.snapshot().requests == 1
+    # a clone for another mode keeps the rule
+    clone = view.with_read_only(True)
+    assert sync(clone.get("cellData/names/zarr.json", prototype)) is None
+    assert counters.snapshot().requests == 1

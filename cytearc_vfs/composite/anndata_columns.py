@@ -167,16 +167,9 @@ async def tables_prefetched(store: Store) -> PrefetchedStore:
         return None if buffer is None else buffer.to_bytes()
 
     values = await asyncio.gather(*(fetch(key) for key in keys))
-    return _TablesView(store, dict(zip(keys, values, strict=True)))
-
-
-class _TablesView(PrefetchedStore):
-    """The prefetched tables: a key under :data:`_TABLE_PREFIXES` that was not listed
-    is absent (zarr and the element layer probe for optional arrays, such as a
-    nullable column's ``mask``), answered without a request."""
-
-    def _known_absent(self, key: str) -> bool:
-        return key.startswith(_TABLE_PREFIXES) and key not in self._documents
+    # a key under the prefixes that was not listed is absent (zarr and the element
+    # layer probe for optional arrays, such as a nullable column's mask)
+    return PrefetchedStore(store, dict(zip(keys, values, strict=True)), complete=_TABLE_PREFIXES)
 
 
 async def _listed(store: Store, prefix: str) -> list[str]:

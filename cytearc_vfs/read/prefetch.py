@@ -84,7 +84,9 @@ class PrefetchedStore(KeyCheckedWrapperStore):
     (``None`` without a request) and ``list_dir`` / ``list_prefix`` are
     answered from it. ``tokens`` holds the version each document was read at,
     where the backend reports one. ``limit`` bounds the reads in flight that
-    go to ``store`` (the views of one open's sources share it).
+    go to ``store`` (the views of one open's sources share it). A key under one
+    of the ``complete`` prefixes that is not among ``documents`` is absent: the
+    documents hold everything under them.
     """
 
     def __init__(
@@ -95,15 +97,24 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         tokens: Mapping[str, str] | None = None,
         *,
         limit: asyncio.Semaphore | None = None,
+        complete: tuple[str, ...] = (),
     ) -> None:
         super().__init__(store.with_read_only(True) if not store.read_only else store)
         self._documents = dict(documents)
         self._listing = listing
         self._tokens = dict(tokens or {})
         self._limit = limit
+        self._complete = complete
 
     def _with_store(self, store: Store) -> PrefetchedStore:
-        return type(self)(store, self._documents, self._listing, self._tokens, limit=self._limit)
+        return type(self)(
+            store,
+            self._documents,
+            self._listing,
+            self._tokens,
+            limit=self._limit,
+            complete=self._complete,
+        )
 
     @property
     def wrapped(self) -> Store:
@@ -124,6 +135,8 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         }
 
     def _known_absent(self, key: str) -> bool:
+        if self._complete and key.startswith(self._complete) and key not in self._documents:
+            return True
         return self._listing is not None and key not in self._listing
 
     def held(self, key: str) -> tuple[bool, bytes | None]:
@@ -164,6 +177,8 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         self._check_key(key, "exists")
         if key in self._documents:
             return self._documents[key] is not None
+        if self._known_absent(key):
+            return False
         if self._listing is not None:
             return key in self._listing
         return await self._store.exists(key)

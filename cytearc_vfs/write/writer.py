@@ -219,6 +219,9 @@ def write_counts(
         # table given instead is written as given): a declared <assay>_I is restored
         cell_frame, membership = split_membership(cell_frame, found.membership, assay)
     cell_table = prepare_table(cell_frame, table="cellData", fill=fill_missing)
+    # the frame's Python strings (a megabyte per 20,000 generated ids) are not
+    # the write's to keep: the prepared table holds the ids as numpy text
+    del cell_frame
     if membership is not None:
         cell_table = cell_table.with_columns([membership], table="cellData")
     feature_table = prepare_table(
