@@ -53,6 +53,7 @@ from ..errors import IdentityMismatchError
 from ..format.paths import join
 from ..format.tables import CATEGORICAL_ATTR, RESERVED_COLUMNS, StoredColumn, read_columns
 from ..read.sources import BoundSource
+from ..write.membership import MEMBERSHIP_ROLE
 from .anndata_columns import anndata_columns
 
 __all__ = [
@@ -74,8 +75,6 @@ logger = logging.getLogger(__name__)
 ORIG_PREFIX = "orig_"
 #: Cell columns every composite writes besides ``ids``, ``names`` and ``I``.
 COMPOSITE_CELL_COLUMNS = ("source", "sourceId")
-#: The ``role`` attribute of an assay membership column (spec "Assay membership").
-MEMBERSHIP_ROLE = "assay_membership"
 #: Attribute of a feature column: how many features' values disagree between sources.
 CONFLICTS_ATTR = "cytearc:valueConflicts"
 

@@ -32,6 +32,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from cytearc_vfs.format.tables import CATEGORICAL_ATTR
+from cytearc_vfs.write.membership import MEMBERSHIP_ROLE
 
 __all__ = [
     "INDEX_KEY",
@@ -47,7 +48,6 @@ __all__ = [
     "plain_text",
 ]
 
-MEMBERSHIP_ROLE = "assay_membership"
 #: Where AnnData's dataframe encoding keeps the index (the ``_index`` attribute).
 INDEX_KEY = "_index"
 ColumnKind = Literal["text", "categorical", "plain"]
