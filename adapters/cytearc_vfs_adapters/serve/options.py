@@ -30,6 +30,11 @@ class ServeOptions:
     """Bytes of values held in memory by all answers together, from the store read
     until the socket has taken them; an answer that cannot have its bytes waits
     in line (up to ``write_timeout``). See ``docs/serve.md``."""
+    answer_wait_timeout: float = 120.0
+    """Seconds an answer, or a piece of a streamed one, may wait in line for answer
+    memory: past it, ``503`` with ``Retry-After`` before the head, or the connection
+    is closed mid-body. Longer than ``write_timeout``, within which every holder
+    whose client stops reading is dropped, so a healthy client's wait ends first."""
     piece_bytes: int = 1024**2
     """A stored value larger than this is read and sent in pieces of this size,
     each read when the previous one has been taken; a smaller one is read

@@ -377,12 +377,12 @@ class StoreServer:
         for read in piece_reads(rest, self._options.piece_bytes):
             try:
                 lease = await self._budget.acquire(
-                    read.stop - read.start, self._options.write_timeout
+                    read.stop - read.start, self._options.answer_wait_timeout
                 )
             except TimeoutError as exc:
                 raise StreamAbortedError(
                     f"{rest.key!r}: no answer memory came free within "
-                    f"{self._options.write_timeout:g} s (max_answer_bytes "
+                    f"{self._options.answer_wait_timeout:g} s (max_answer_bytes "
                     f"{self._options.max_answer_bytes})"
                 ) from exc
             try:
@@ -529,9 +529,9 @@ class StoreServer:
                 return None
 
     async def _lease(self, nbytes: int) -> Lease | None:
-        """Answer memory for ``nbytes``, waited for in line; ``None`` after ``write_timeout``."""
+        """Answer memory for ``nbytes``, waited for in line; ``None`` after ``answer_wait_timeout``."""
         try:
-            return await self._budget.acquire(nbytes, self._options.write_timeout)
+            return await self._budget.acquire(nbytes, self._options.answer_wait_timeout)
         except TimeoutError:
             return None
 
@@ -539,7 +539,7 @@ class StoreServer:
         answer = text_answer(
             HTTPStatus.SERVICE_UNAVAILABLE,
             f"{key!r}: the server's answer memory ({self._options.max_answer_bytes} bytes) "
-            f"stayed in use by other answers for {self._options.write_timeout:g} s; retry",
+            f"stayed in use by other answers for {self._options.answer_wait_timeout:g} s; retry",
         )
         answer.fields.append(("Retry-After", "1"))
         return answer
