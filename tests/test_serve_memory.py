@@ -21,8 +21,7 @@ import socket
 import struct
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 from urllib.parse import urlsplit
@@ -35,7 +34,7 @@ from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve.budget import AnswerBudget
 from cytearc_vfs_adapters.serve.pieces import StreamedSpan, piece_reads
-from zarr.abc.store import Store
+from test_serve import all_keys, stored, wait_until
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
@@ -50,28 +49,6 @@ SHARD_KEY = "big/c/0"
 SMALL_KEY = "small/c/0"
 
 # ----------------------------------------------------------------- helpers
-
-
-def stored(store: Store, key: str) -> bytes:
-    value = sync(store.get(key, PROTO))
-    assert value is not None, key
-    return value.to_bytes()
-
-
-def all_keys(store: Store) -> list[str]:
-    async def collect() -> list[str]:
-        return sorted({key async for key in store.list()})
-
-    return sync(collect())
-
-
-def wait_until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None:
-    """Poll ``condition`` (bounded); fail naming ``what`` if it never holds."""
-    for _ in range(int(seconds / 0.02)):
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
 def get(
