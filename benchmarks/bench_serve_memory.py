@@ -24,7 +24,8 @@ Against each server, in this order:
    connection: requests per second (what a read costs when nothing is
    streamed).
 
-Ratios are streamed / whole.
+Ratios are to ``before`` (``--before PATH``: the serve code of a checkout from
+before streaming, run as one more contender) when given, else to ``whole``.
 
     uv run python benchmarks/bench_serve_memory.py
     uv run python benchmarks/bench_serve_memory.py --shard-mib 128 --clients 16 --json out.json
@@ -36,7 +37,9 @@ import argparse
 import hashlib
 import http.client
 import json
+import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,7 +64,10 @@ from zarr.storage import LocalStore
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 
 root, piece, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-options = ServeOptions(piece_bytes=piece, max_answer_bytes=budget, write_timeout=600)
+try:
+    options = ServeOptions(piece_bytes=piece, max_answer_bytes=budget, write_timeout=600)
+except TypeError:  # a server from before streaming (--before): no such options
+    options = ServeOptions(write_timeout=600)
 server = StoreServer.start(LocalStore(root, read_only=True), options=options)
 print(server.url, flush=True)
 for _ in sys.stdin:
@@ -89,12 +95,16 @@ def build(root: Path, shard_mib: int) -> None:
 class Server:
     """A serving process, its URL, its counters and its memory."""
 
-    def __init__(self, root: Path, piece: int, budget: int) -> None:
+    def __init__(self, root: Path, piece: int, budget: int, adapters: Path | None) -> None:
+        environment = dict(os.environ)
+        if adapters is not None:
+            environment["PYTHONPATH"] = str(adapters)
         self.process = subprocess.Popen(
             [sys.executable, "-c", RUNNER, str(root), str(piece), str(budget)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=environment,
         )
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
@@ -142,27 +152,36 @@ def download(server: Server, key: str, digest: bool) -> tuple[int, str]:
         connection.close()
 
 
-def run_downloads(server: Server, clients: int, expected: tuple[int, str]) -> dict[str, float]:
-    results: list[tuple[int, str]] = []
-    threads = [
-        threading.Thread(target=lambda i=i: results.append(download(server, SHARD_KEY, i == 0)))
-        for i in range(clients)
-    ]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - started
-    assert len(results) == clients and all(size == expected[0] for size, _ in results)
-    assert [d for _, d in results if d] == [expected[1]], "a download differs from the shard"
+def run_downloads(
+    server: Server, clients: int, expected: tuple[int, str], repeat: int
+) -> dict[str, float]:
+    times = []
+    for _ in range(repeat):
+        results: list[tuple[int, str]] = []
+        threads = [
+            threading.Thread(
+                target=lambda i=i, results=results: results.append(
+                    download(server, SHARD_KEY, i == 0)
+                )
+            )
+            for i in range(clients)
+        ]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        times.append(time.perf_counter() - started)
+        assert len(results) == clients and all(size == expected[0] for size, _ in results)
+        assert [d for _, d in results if d] == [expected[1]], "a download differs from the shard"
+    seconds = statistics.median(times)
     memory = server.memory()
     stats = server.stats()
     return {
         "seconds": seconds,
         "mb_per_s": clients * expected[0] / seconds / 1e6,
         "peak_rss_above_start_mib": (memory["VmHWM"] - server.rss_at_start) / MiB,
-        "peak_held_mib": stats["peak_held_bytes"] / MiB,
+        "peak_held_mib": stats.get("peak_held_bytes", float("nan")) / MiB,
     }
 
 
@@ -178,32 +197,36 @@ def run_stalled(server: Server, clients: int) -> dict[str, float]:
         # the server holds still once every answer waits on its client
         last, steady = -1, 0
         while steady < 10:
-            held = server.stats()["held_bytes"]
+            held = server.stats().get("held_bytes", None)
+            if held is None:  # a server from before streaming: it holds what it read
+                held = server.memory()["VmRSS"] - server.rss_at_start
             steady = steady + 1 if held == last and held > 0 else 0
             last = held
             time.sleep(0.1)
         memory = server.memory()
         return {
             "rss_above_start_mib": (memory["VmRSS"] - server.rss_at_start) / MiB,
-            "held_mib": last / MiB,
+            "held_mib": server.stats().get("held_bytes", float("nan")) / MiB,
         }
     finally:
         for client in sockets:
             client.close()
 
 
-def run_small(server: Server, count: int) -> dict[str, float]:
+def run_small(server: Server, count: int, repeat: int) -> dict[str, float]:
     connection = http.client.HTTPConnection(*server.address, timeout=60)
+    times = []
     try:
-        started = time.perf_counter()
-        for _ in range(count):
-            connection.request("GET", "/" + SMALL_KEY)
-            response = connection.getresponse()
-            assert response.status == 200 and len(response.read()) > 0
-        seconds = time.perf_counter() - started
+        for _ in range(repeat):
+            started = time.perf_counter()
+            for _ in range(count):
+                connection.request("GET", "/" + SMALL_KEY)
+                response = connection.getresponse()
+                assert response.status == 200 and len(response.read()) > 0
+            times.append(time.perf_counter() - started)
     finally:
         connection.close()
-    return {"requests_per_s": count / seconds}
+    return {"requests_per_s": count / statistics.median(times)}
 
 
 def main() -> None:
@@ -211,10 +234,17 @@ def main() -> None:
     parser.add_argument("--shard-mib", type=int, default=64)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--small", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3, help="downloads and small runs (median)")
     parser.add_argument(
         "--pieces-kib",
         default="1024",
         help="piece sizes of the streamed servers, KiB, comma-separated (1024 is the default's)",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a checkout from before streaming: its serve code is run as one more contender",
     )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -225,31 +255,36 @@ def main() -> None:
         expected = (len(shard), hashlib.blake2b(shard).hexdigest())
         del shard
         whole_piece = expected[0] + MiB
-        modes = {
-            f"streamed {kib}K": (int(kib) * 1024, 256 * MiB) for kib in args.pieces_kib.split(",")
+        modes: dict[str, tuple[int, int, Path | None]] = {
+            f"streamed {kib}K": (int(kib) * 1024, 256 * MiB, None)
+            for kib in args.pieces_kib.split(",")
         }
-        modes["whole"] = (whole_piece, (args.clients + 2) * whole_piece)
+        if args.before is not None:
+            modes["before"] = (0, 0, args.before / "adapters")
+        modes["whole"] = (whole_piece, (args.clients + 2) * whole_piece, None)
         results: dict[str, dict[str, dict[str, float]]] = {}
-        for mode, (piece, budget) in modes.items():
-            server = Server(root, piece, budget)
+        for mode, (piece, budget, adapters) in modes.items():
+            server = Server(root, piece, budget, adapters)
             try:
                 results[mode] = {
-                    "download": run_downloads(server, args.clients, expected),
+                    "download": run_downloads(server, args.clients, expected, args.repeat),
                     "stalled": run_stalled(server, args.clients),
-                    "small": run_small(server, args.small),
+                    "small": run_small(server, args.small, args.repeat),
                 }
             finally:
                 server.close()
+    baseline = "before" if "before" in results else "whole"
     print(
         f"{args.clients} clients, one {args.shard_mib} MiB shard ({expected[0]:,} bytes); "
-        "streamed: 256 MiB budget; ratio: each streamed / whole"
+        f"streamed: 256 MiB budget; medians of {args.repeat}; ratio: each to {baseline!r}"
     )
     names = list(results)
     print(f"{'measure':<36}" + "".join(f"{name:>15}" for name in names))
     for scenario, measures in results["whole"].items():
-        for measure, whole in measures.items():
+        for measure in measures:
             values = [results[name][scenario][measure] for name in names]
-            ratios = [value / whole if whole else float("nan") for value in values[:-1]]
+            base = results[baseline][scenario][measure]
+            ratios = [value / base if base == base and base else float("nan") for value in values]
             print(
                 f"{scenario + ' ' + measure:<36}"
                 + "".join(f"{value:>15.1f}" for value in values)
