@@ -34,6 +34,7 @@ from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve.budget import AnswerBudget
 from cytearc_vfs_adapters.serve.pieces import StreamedSpan, piece_reads
+from s3_server import S3Server
 from test_serve import all_keys, stored, wait_until
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
@@ -443,6 +444,45 @@ def test_a_composite_chunk_larger_than_a_piece_is_computed_once(
         assert get(server.url, own)[::2] == (200, value)
         assert server.stats().streamed == 1
         assert server.stats().piece_reads == -(-len(value) // piece)
+
+
+# ------------------------------------------------------------ remote stores
+
+
+@pytest.mark.remote
+def test_a_remote_store_is_streamed_in_ranged_reads(s3_server: S3Server) -> None:
+    """On S3 every piece is a ranged GET; the last asks one byte past the span (or the
+    object), which S3 answers with what there is."""
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    cv.write_counts(
+        f"s3://{bucket}/s.zarr",
+        realistic_counts(3000, 200, density=0.3, seed=5),
+        storage_options=options,
+    )
+    store = cv.open_store(f"s3://{bucket}/s.zarr", storage_options=options)
+    try:
+        key = max(
+            (key for key in all_keys(store) if "/c/" in key),
+            key=lambda key: sync(store.getsize(key)),
+        )
+        value = stored(store, key)
+        piece = 16 * 1024
+        assert len(value) > 4 * piece
+        settings = ServeOptions(piece_bytes=piece, max_answer_bytes=4 * piece)
+        with StoreServer.start(store, options=settings) as server:
+            assert get(server.url, key)[::2] == (200, value)
+            tail = len(value) - 3 * piece - 5
+            assert get(server.url, key, {"Range": f"bytes=-{tail}"})[::2] == (206, value[-tail:])
+            middle = get(server.url, key, {"Range": f"bytes=100-{2 * piece + 99}"})
+            assert middle[::2] == (206, value[100 : 2 * piece + 100])
+            stats = server.stats()
+            pieces = [-(-n // piece) for n in (len(value), tail, 2 * piece)]
+            assert stats.streamed == 3 and stats.piece_reads == sum(pieces)
+            assert stats.peak_held_bytes <= 4 * piece and stats.aborted == 0
+            assert get(server.url, "zarr.json")[::2] == (200, stored(store, "zarr.json"))
+    finally:
+        store.close()
 
 
 # ------------------------------------------------------------ command line
