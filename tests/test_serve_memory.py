@@ -17,11 +17,12 @@ import http.client
 import itertools
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
 from urllib.parse import urlsplit
@@ -35,7 +36,13 @@ from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve.budget import AnswerBudget
 from cytearc_vfs_adapters.serve.pieces import StreamedSpan, piece_reads
 from s3_server import S3Server
-from test_serve import all_keys, stored, wait_until
+from test_serve import (
+    Running,
+    all_keys,
+    start_serve,  # noqa: F401  (a fixture)
+    stored,
+    wait_until,
+)
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
@@ -511,3 +518,21 @@ def test_cli_refuses_an_answer_memory_that_cannot_work(
     assert result.returncode == 2, result.stderr
     assert result.stdout == "" and words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_serves_under_an_answer_memory(
+    start_serve: Callable[..., Running],  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    location = tmp_path / "a.zarr"
+    cv.write_counts(location, realistic_counts(3000, 300, density=0.3, seed=4))
+    store = cv.open_store(location)
+    key = max(
+        (key for key in all_keys(store) if "/c/" in key), key=lambda key: sync(store.getsize(key))
+    )
+    running = start_serve([str(location), "--max-answer-memory", "2M"], terminal=False)
+    url = running.first_line.split()[1]
+    assert get(url, key)[::2] == (200, stored(store, key))
+    running.process.send_signal(signal.SIGINT)
+    running.read_rest()
+    assert running.process.returncode == 130
