@@ -13,6 +13,7 @@ nobody passes a waiting ask, a timed-out ask leaves the line.
 from __future__ import annotations
 
 import asyncio
+import doctest
 import http.client
 import itertools
 import os
@@ -22,6 +23,7 @@ import socket
 import struct
 import subprocess
 import threading
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
@@ -33,6 +35,8 @@ import zarr
 from cli_harness import cli_executable
 from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
+from cytearc_vfs_adapters.serve import budget as budget_module
+from cytearc_vfs_adapters.serve import pieces as pieces_module
 from cytearc_vfs_adapters.serve.budget import AnswerBudget
 from cytearc_vfs_adapters.serve.pieces import StreamedSpan, piece_reads
 from s3_server import S3Server
@@ -536,3 +540,9 @@ def test_cli_serves_under_an_answer_memory(
     running.process.send_signal(signal.SIGINT)
     running.read_rest()
     assert running.process.returncode == 130
+
+
+@pytest.mark.parametrize("module", [budget_module, pieces_module])
+def test_docstring_examples(module: types.ModuleType) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
