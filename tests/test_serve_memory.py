@@ -311,6 +311,30 @@ def test_a_client_that_leaves_mid_stream_frees_its_memory(sharded: LocalStore) -
         assert get(server.url, SMALL_KEY)[0] == 200
 
 
+def test_listings_are_held_under_the_budget_too(sharded: LocalStore) -> None:
+    budget = 2 * PIECE
+    with StoreServer.start(sharded, options=options(max_answer_bytes=budget)) as server:
+        status, _, listing = get(server.url, "big/", {"Accept": "text/html"})
+        assert status == 200 and b'href="zarr.json"' in listing
+        assert server.stats().peak_held_bytes == len(listing)
+        # the budget full of stalled pieces: the listing waits in line, then comes whole
+        stalled = [stalled_client(server, SHARD_KEY) for _ in range(2)]
+        wait_until(lambda: server.stats().held_bytes == budget, "two stalled pieces")
+        answers: list[tuple[int, dict[str, str], bytes]] = []
+        waiting = threading.Thread(
+            target=lambda: answers.append(get(server.url, "big/", {"Accept": "text/html"}))
+        )
+        waiting.start()
+        wait_until(lambda: server.stats().budget_waits == 1, "the listing in line")
+        assert not answers
+        for client in stalled:
+            hang_up(client)
+        waiting.join(timeout=60)
+        assert answers and answers[0][::2] == (200, listing)
+        assert server.stats().peak_held_bytes <= budget
+        wait_until(lambda: server.stats().held_bytes == 0, "all answer memory given back")
+
+
 # ------------------------------------------------- values that change mid-stream
 
 

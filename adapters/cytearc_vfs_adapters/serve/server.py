@@ -32,6 +32,7 @@ import logging
 import socket
 import threading
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
@@ -474,9 +475,13 @@ class StoreServer:
             return text_answer(HTTPStatus.BAD_REQUEST, str(exc))
         try:
             if head.method == "PROPFIND":
-                return await self._propfind(target.path, target.listing, head.field("depth"))
+                path, depth = target.path, head.field("depth")
+                return await self._within_budget(
+                    target.path, lambda: self._propfind(path, target.listing, depth)
+                )
             if target.listing:
-                return await self._listing(target.path, head.field("accept"))
+                path, accept = target.path, head.field("accept")
+                return await self._within_budget(path, lambda: self._listing(path, accept))
             return await self._value(target.path, head)
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
@@ -518,6 +523,29 @@ class StoreServer:
         if spec is None:
             return await self._stored_value(key, fields)
         return await self._stored_range(key, spec, header, fields)
+
+    async def _within_budget(self, path: str, make: Callable[[], Awaitable[Answer]]) -> Answer:
+        """The answer ``make`` builds (a listing), its body held under the budget.
+
+        A listing's size is known only once it is built: when its bytes are
+        not free at once, the body is dropped, its size waited for in line,
+        and the listing built again (the directory may have changed meanwhile:
+        built again until its lease covers it).
+        """
+        answer = await make()
+        lease = self._budget.try_acquire(len(answer.body))
+        while lease is None or lease.nbytes < min(len(answer.body), self._budget.limit):
+            wanted = len(answer.body)
+            answer.release()
+            if lease is not None:
+                lease.release()
+            lease = await self._lease(wanted)
+            if lease is None:
+                return self._busy(path + "/")
+            answer = await make()
+        lease.shrink(len(answer.body))
+        answer.lease = lease
+        return answer
 
     async def _size_of(self, key: str) -> int | None:
         """The size of ``key`` (under a read slot), or ``None`` when the store does not hold it."""
