@@ -311,6 +311,28 @@ def test_a_client_that_leaves_mid_stream_frees_its_memory(sharded: LocalStore) -
         assert get(server.url, SMALL_KEY)[0] == 200
 
 
+def test_an_answer_that_waits_too_long_for_memory_is_refused_before_its_head(
+    sharded: LocalStore,
+) -> None:
+    budget = 2 * PIECE
+    settings = options(max_answer_bytes=budget, answer_wait_timeout=0.2)
+    with StoreServer.start(sharded, options=settings) as server:
+        stalled = [stalled_client(server, SHARD_KEY) for _ in range(2)]
+        try:
+            wait_until(lambda: server.stats().held_bytes == budget, "two stalled pieces")
+            status, headers, body = get(server.url, SMALL_KEY)
+            assert status == 503 and headers["retry-after"] == "1"
+            assert b"answer memory" in body and b"retry" in body
+            stats = server.stats()
+            assert stats.statuses[503] == 1 and stats.budget_waits == 1
+            assert stats.held_bytes == budget, "the refused answer held nothing"
+        finally:
+            for client in stalled:
+                hang_up(client)
+        wait_until(lambda: server.stats().held_bytes == 0, "all answer memory given back")
+        assert get(server.url, SMALL_KEY)[::2] == (200, stored(sharded, SMALL_KEY))
+
+
 def test_listings_are_held_under_the_budget_too(sharded: LocalStore) -> None:
     budget = 2 * PIECE
     with StoreServer.start(sharded, options=options(max_answer_bytes=budget)) as server:
