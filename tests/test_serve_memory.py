@@ -333,6 +333,38 @@ def test_an_answer_that_waits_too_long_for_memory_is_refused_before_its_head(
         assert get(server.url, SMALL_KEY)[::2] == (200, stored(sharded, SMALL_KEY))
 
 
+def test_a_stream_that_waits_too_long_for_its_next_piece_is_cut(
+    sharded: LocalStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two stalled streams fill the budget; a third answer waits in line. When one
+    of the stalled clients reads, its freed piece goes to the answer in line (first
+    come, first served), and its own next piece waits: past answer_wait_timeout its
+    connection is cut, short of its Content-Length."""
+    budget = 2 * PIECE
+    settings = options(max_answer_bytes=budget, answer_wait_timeout=1.0)
+    with StoreServer.start(sharded, options=settings) as server:
+        reader = socket.socket()
+        reader.settimeout(60)
+        reader.connect(address(server))
+        reader.sendall(f"GET /{SHARD_KEY} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        status, length, body = read_head(reader)
+        other = stalled_client(server, SHARD_KEY)
+        wait_until(lambda: server.stats().held_bytes == budget, "two stalled pieces")
+        third = stalled_client(server, SHARD_KEY, wait_for_head=False)
+        wait_until(lambda: server.stats().budget_waits == 1, "a third answer in line")
+        try:
+            with reader:
+                body += read_to_end(reader)
+            stats = server.stats()
+            assert (status, stats.aborted) == (200, 1)
+            assert len(body) < length, "a cut stream looked complete"
+        finally:
+            hang_up(other)
+            hang_up(third)
+        wait_until(lambda: server.stats().held_bytes == 0, "all answer memory given back")
+    assert any("no answer memory came free within 1 s" in r.getMessage() for r in caplog.records)
+
+
 def test_listings_are_held_under_the_budget_too(sharded: LocalStore) -> None:
     budget = 2 * PIECE
     with StoreServer.start(sharded, options=options(max_answer_bytes=budget)) as server:
