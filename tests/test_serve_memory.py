@@ -39,6 +39,8 @@ from cytearc_vfs_adapters.serve import budget as budget_module
 from cytearc_vfs_adapters.serve import pieces as pieces_module
 from cytearc_vfs_adapters.serve.budget import AnswerBudget
 from cytearc_vfs_adapters.serve.pieces import StreamedSpan, piece_reads
+from hypothesis import given
+from hypothesis import strategies as st
 from s3_server import S3Server
 from test_serve import (
     Running,
@@ -203,6 +205,35 @@ async def test_a_timed_out_ask_leaves_the_line_and_lets_the_next_in() -> None:
         await waiting
     holder.release()
     assert budget.held == 4, "a cancelled ask kept bytes"
+
+
+@given(
+    limit=st.integers(1, 64),
+    asks=st.lists(st.tuples(st.integers(0, 100), st.integers(0, 5)), min_size=1, max_size=30),
+)
+def test_any_asks_are_granted_in_order_within_the_limit(
+    limit: int, asks: list[tuple[int, int]]
+) -> None:
+    """Whatever is asked (larger than the limit too) and however long it is held:
+    grants come in the order of the asks, never more than the limit is held, and
+    everything comes back."""
+    budget = AnswerBudget(limit)
+    granted: list[int] = []
+
+    async def ask(index: int, nbytes: int, steps: int) -> None:
+        lease = await budget.acquire(nbytes, timeout=30)
+        assert lease.nbytes == min(nbytes, limit) and budget.held <= limit
+        granted.append(index)
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        lease.release()
+
+    async def run() -> None:
+        await asyncio.gather(*(ask(i, n, k) for i, (n, k) in enumerate(asks)))
+
+    asyncio.run(run())
+    assert granted == list(range(len(asks)))
+    assert budget.held == 0 and budget.peak <= limit
 
 
 def test_piece_reads_cover_the_span_and_read_one_byte_past_it() -> None:
