@@ -25,7 +25,12 @@ from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..remote.locations import Location, describe_location, open_location, reopenable_location
 from ..write.copying import copy_group
-from ..write.destinations import check_no_overlap, create_destination, finish_destination
+from ..write.destinations import (
+    check_no_overlap,
+    create_destination,
+    finish_destination,
+    settled_on_failure,
+)
 from .records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
 
 __all__ = ["mount_datastore"]
@@ -150,28 +155,29 @@ def mount_datastore(
         writer="mount_datastore",
         storage_options=storage_options,
     )
-    source_root = zarr.open_group(backend, mode="r", zarr_format=3)
-    container = root if workspace is None else root.create_group(workspace)
-    container.attrs.update(
-        {
-            "assayTypes": {name: types[name] for name in sorted(chosen)},
-            "defaultAssay": container_attrs.get("defaultAssay")
-            if container_attrs.get("defaultAssay") in chosen
-            else chosen[0],
-        }
-    )
-    first = infos[chosen[0]].paths
-    # Cell table with every column and its attributes (membership columns included).
-    copy_group(group_at(source_root, first.cell_data), container, "cellData")
-    for name in chosen:
-        paths = infos[name].paths
-        source_assay = group_at(source_root, paths.assay_group)
-        assay_group = container.create_group(name, attributes=source_assay.attrs.asdict())
-        copy_group(group_at(source_root, paths.feature_data), assay_group, "featureData")
-        assay_group.create_group("artifacts")
-    container.create_group("artifacts")
-    # the record, written last with the marker removed, makes it a mount
-    finish_destination(root, {MATRIX_SOURCE_ATTR: record.to_json()})
+    with settled_on_failure(root):
+        source_root = zarr.open_group(backend, mode="r", zarr_format=3)
+        container = root if workspace is None else root.create_group(workspace)
+        container.attrs.update(
+            {
+                "assayTypes": {name: types[name] for name in sorted(chosen)},
+                "defaultAssay": container_attrs.get("defaultAssay")
+                if container_attrs.get("defaultAssay") in chosen
+                else chosen[0],
+            }
+        )
+        first = infos[chosen[0]].paths
+        # Cell table with every column and its attributes (membership columns included).
+        copy_group(group_at(source_root, first.cell_data), container, "cellData")
+        for name in chosen:
+            paths = infos[name].paths
+            source_assay = group_at(source_root, paths.assay_group)
+            assay_group = container.create_group(name, attributes=source_assay.attrs.asdict())
+            copy_group(group_at(source_root, paths.feature_data), assay_group, "featureData")
+            assay_group.create_group("artifacts")
+        container.create_group("artifacts")
+        # the record, written last with the marker removed, makes it a mount
+        finish_destination(root, {MATRIX_SOURCE_ATTR: record.to_json()})
     return MountStore.from_location(
         destination,
         mode="r+",

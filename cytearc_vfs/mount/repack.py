@@ -58,7 +58,12 @@ from ..format.source_store import (
 )
 from ..format.tables import read_table
 from ..remote.locations import Location, describe_location, open_location
-from ..write.destinations import check_no_overlap, create_destination
+from ..write.destinations import (
+    check_no_overlap,
+    create_destination,
+    flush_destination,
+    settled_on_failure,
+)
 from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
 from .records import MATRIX_SOURCE_ATTR
 
@@ -496,13 +501,30 @@ def repack(
             # copying a shard that is not the written one would bake it in
             check_assay_shards(mount.source, mount._infos[name], where=where)
         root = create_destination(destination, overwrite=overwrite, writer="repack")
-        infos, root_copy = _repack_mount(mount, root, budget, progress)
+        with settled_on_failure(root):
+            infos, root_copy = _repack_mount(mount, root, budget, progress)
     else:
         for info in verify_store(source, where=where)[1]:
             _fitted(info, budget)  # refuses a budget before anything is written
             check_assay_shards(source, info, where=where)
         root = create_destination(destination, overwrite=overwrite, writer="repack")
-        infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
+        with settled_on_failure(root):
+            infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
+    with settled_on_failure(root):
+        _verify_and_commit(destination, root, infos, root_copy, where, budget)
+    return open_store(destination)
+
+
+def _verify_and_commit(
+    destination: Location,
+    root: zarr.Group,
+    infos: list[AssayInfo],
+    root_copy: CopyPart,
+    where: str,
+    budget: int,
+) -> None:
+    """Verify the copy's identity, then write the root document: the last write."""
+    flush_destination(root)  # the copy is read back through another store
     written = open_location(destination, read_only=True)
     for info in infos:
         # the root (with assayTypes) is not copied yet: give each assay its type
@@ -522,4 +544,3 @@ def repack(
     # The last write: the source's root document, which carries no in-progress marker.
     store, keys, rename = root_copy
     _KeyCopier(root.store, budget, 1).copy(store, keys, rename)
-    return open_store(destination)
