@@ -16,11 +16,13 @@ overlap the source; the dataset identity of the output is verified.
 
 Crash safety: the destination's root names the writer
 (``cytearc:pending_store``) from its first document on. Values are copied
-before documents, documents deepest first (an array's chunks before its
-``zarr.json``, a group's members before the group), the copy's identity is
-verified, and only then is the root document written, which clears the
-marker: a repack that dies at any instant leaves a destination every open
-refuses, and ``overwrite=True`` replaces it.
+before documents (through the destination's write-behind store, which holds
+the documents and sends them together once the values are out), the copy's
+identity is verified, and only then is the root document written, which
+clears the marker: a repack that dies at any instant leaves a destination
+every open refuses, and ``overwrite=True`` replaces it. The source's
+documents are fetched in one concurrent round, and the copy's documents are
+verified from what was written (its values are read back from the store).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from ..format.source_store import (
     verify_store,
 )
 from ..format.tables import read_table
+from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location
 from ..write.destinations import (
     check_no_overlap,
@@ -485,8 +488,13 @@ def repack(
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     check_no_overlap(destination, {"source": location})
     source = open_location(location, read_only=True, storage_options=storage_options)
+    contents = read_contents(source, where=where)
+    is_mount = MATRIX_SOURCE_ATTR in contents.root_attrs
+    if not is_mount and not data_only:
+        # the documents every check below reads (and reads again), fetched in
+        # one concurrent round instead of one by one
+        source = prefetched(source, [key for p in contents.assays for key in assay_documents(p)])
     _refuse(source, where)
-    is_mount = MATRIX_SOURCE_ATTR in read_contents(source, where=where).root_attrs
     if data_only:
         if is_mount:
             raise ValueError(
@@ -524,8 +532,9 @@ def _verify_and_commit(
     budget: int,
 ) -> None:
     """Verify the copy's identity, then write the root document: the last write."""
-    flush_destination(root)  # the copy is read back through another store
-    written = open_location(destination, read_only=True)
+    flush_destination(root)  # the values verified are read back from the store
+    # the documents from what was written (no round trip each), the values from the store
+    written = root.store.with_read_only(True)
     for info in infos:
         # the root (with assayTypes) is not copied yet: give each assay its type
         again = verify_assay(

@@ -117,15 +117,36 @@ def destination_is_prepared(
     return f"{assay}_nCounts" in set(cell_columns)
 
 
+def _documents(store: Store, keys: list[str]) -> dict[str, dict[str, object] | None]:
+    """The documents at ``keys``, fetched concurrently; ``None`` for one that is not
+    a JSON object (not ours, so the member checks refuse it)."""
+    gate = asyncio.Semaphore(64)
+
+    async def one(key: str) -> dict[str, object] | None:
+        async with gate:
+            buffer = await store.get(key, prototype=default_buffer_prototype())
+        try:
+            value = json.loads(buffer.to_bytes()) if buffer is not None else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    async def fetch() -> list[dict[str, object] | None]:
+        return list(await asyncio.gather(*(one(key) for key in keys)))
+
+    return dict(zip(keys, sync(fetch()), strict=True))
+
+
 def _nodes(store: Store, keys: list[str]) -> dict[str, dict[str, object]]:
     nodes: dict[str, dict[str, object]] = {}
-    for key in keys:
+    wanted = [key for key in keys if key.rsplit("/", 1)[-1] in ("zarr.json", ".zgroup", ".zarray")]
+    documents = _documents(store, wanted)
+    for key in wanted:
         name = key.rsplit("/", 1)[-1]
-        if name in ("zarr.json", ".zgroup", ".zarray"):
-            document = _read_json(store, key) or {}
-            node = key[: -len(name)].rstrip("/")
-            kind = document.get("node_type") or ("array" if name == ".zarray" else "group")
-            nodes[node] = {"kind": kind, "attrs": document.get("attributes", {}), "doc": document}
+        document = documents[key] or {}
+        node = key[: -len(name)].rstrip("/")
+        kind = document.get("node_type") or ("array" if name == ".zarray" else "group")
+        nodes[node] = {"kind": kind, "attrs": document.get("attributes", {}), "doc": document}
     return nodes
 
 
