@@ -275,6 +275,7 @@ class WriteBehindStore(Store):
         _, changed, commit = self._sync_objects()
         if self.commits(key, value):
             async with commit:
+                self._writes.deferred.pop(key, None)  # superseded by the commit
                 await self.flush()  # everything before the commit is stored
                 await self._wait_for(key)
                 await self.store.set(key, value)
