@@ -144,6 +144,43 @@ def test_mount_and_repack_of_a_remote_source(
     assert code == 0 and payload["assays"][0]["shape"] == [90, 30], payload
 
 
+def test_repack_to_a_remote_destination(
+    remote: dict[str, str], tmp_path: Path, counts: sp.csr_array, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--destination-storage-options`` reach DEST (``--storage-options`` are SOURCE's)."""
+    local = tmp_path / "local.zarr"
+    cv.write_counts(local, counts)
+    destination = f"s3://{remote['bucket']}/repacked.zarr"
+    theirs = ["--destination-storage-options", remote["options"]]
+    code, payload = _run(["repack", str(local), destination, *theirs], capsys)
+    assert code == 0 and payload["location"] == destination, payload
+    code, payload = _run(["verify", destination, "--storage-options", remote["options"]], capsys)
+    assert code == 0 and payload["ok"], payload
+    # the destination is looked at with the same options: it holds a store now
+    code, payload = _run(["repack", str(local), destination, *theirs], capsys)
+    assert code == 2 and "--overwrite" in payload["message"], payload
+    code, payload = _run(["repack", str(local), destination, *theirs, "--overwrite"], capsys)
+    assert code == 0, payload
+    # from Python, with a remote source too, and --data-only's writer
+    options = json.loads(remote["options"])
+    for data_only in (False, True):
+        again = f"s3://{remote['bucket']}/again{int(data_only)}.zarr"
+        store = cv.repack(
+            remote["b"],
+            again,
+            data_only,
+            storage_options=options,
+            destination_storage_options=options,
+        )
+        read = cv.VirtualArrayReader(store).read()
+        assert (read != (counts * 2).toarray()).sum() == 0
+    # the value is never echoed, even where the option is unknown
+    code, payload = _run(
+        ["info", destination, "--destination-storage-options", '{"k": "s3cr3t"}'], capsys
+    )
+    assert code == 2 and "s3cr3t" not in payload["message"], payload
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -394,6 +394,9 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
+    destination_options = json_option(
+        args.destination_storage_options, "--destination-storage-options"
+    )
     budget = mem_budget_option(args.mem_budget)
     if args.data_only:
         from ..inspection.store_kind import classify_location
@@ -413,7 +416,7 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         )
     refuse_unused_source_options(found.kind, source_options, where=describe_location(args.source))
     _check_sources_differ(args.destination, {"source": args.source})
-    _clear_for_overwrite(args)
+    _clear_for_overwrite(args, destination_options)
     started = time.perf_counter()
     repack(
         args.source,
@@ -422,6 +425,7 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         mem_budget=budget,
         storage_options=storage_options,
         source_storage_options=source_options,
+        destination_storage_options=destination_options,
         progress=bars,
     )
     seconds = time.perf_counter() - started
@@ -546,9 +550,14 @@ INTERRUPT_NOTES = {
     "on that array (or cytearc-vfs array recover) finishes it",
 }
 
-#: Commands whose ``--storage-options`` are those of the destination they create
+#: Command -> the flag holding the backend options of the destination it creates
 #: (the interrupt guard looks at, and removes, a remote destination with them).
-DESTINATION_OPTIONS = frozenset({"composite", "mount", "write"})
+DESTINATION_OPTIONS = {
+    "composite": "--storage-options",
+    "mount": "--storage-options",
+    "write": "--storage-options",
+    "repack": "--destination-storage-options",
+}
 
 #: Command name -> (function, names of the arguments that are destinations it creates).
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace, ProgressBars], Outcome], str | None]] = {

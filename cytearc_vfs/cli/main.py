@@ -112,10 +112,11 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
         ):
             try:
                 if destination_argument is not None:
+                    flag = DESTINATION_OPTIONS.get(args.command)
                     options = (
-                        json_option(args.storage_options, "--storage-options")
-                        if args.command in DESTINATION_OPTIONS
-                        else None
+                        None
+                        if flag is None
+                        else json_option(getattr(args, flag[2:].replace("-", "_")), flag)
                     )
                     state.guard = DestinationGuard(
                         getattr(args, destination_argument), storage_options=options

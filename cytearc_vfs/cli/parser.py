@@ -32,7 +32,7 @@ def package_version() -> str:
 
 
 #: options whose values are credentials: never echoed in an error
-_SECRET_OPTIONS = ("--storage-options", "--source-storage-options")
+_SECRET_OPTIONS = ("--storage-options", "--source-storage-options", "--destination-storage-options")
 
 
 def _hidden_values(arguments: Sequence[str]) -> list[str]:
@@ -294,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite counts and tables of a store that does not open (no records needed)",
     )
     _remote_options(repack, own="SOURCE", sources="the source of a mount SOURCE ({...})")
+    repack.add_argument(
+        "--destination-storage-options",
+        metavar="JSON|@FILE",
+        help="backend options (credentials) of DEST: a JSON object, or @FILE holding one",
+    )
     _mem_budget(repack, "2G")
     _overwrite(repack)
 

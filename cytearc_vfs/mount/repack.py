@@ -398,6 +398,7 @@ def _repack_data_only(
     where: str,
     progress: Progress | None,
     overwrite: bool,
+    destination_options: Mapping[str, Any] | None,
 ) -> None:
     from ..write.writer import write_counts
 
@@ -442,6 +443,7 @@ def _repack_data_only(
         mem_budget=budget,
         progress=progress,
         overwrite=overwrite,
+        storage_options=destination_options,
     )
 
 
@@ -466,6 +468,7 @@ def repack(
     mem_budget: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Any] | None = None,
+    destination_storage_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     overwrite: bool = False,
 ) -> Store:
@@ -476,8 +479,10 @@ def repack(
     rows, is refused before anything is written. ``progress(phase, done,
     total)`` is called as keys and count bands are copied. ``overwrite``
     replaces a destination a writer left unfinished or a store the writers
-    may replace (spec, "Writer destinations"). Returns the opened, verified
-    destination store.
+    may replace (spec, "Writer destinations"). ``storage_options`` are the
+    backend options of ``location``, ``source_storage_options`` those of a
+    mount's source, and ``destination_storage_options`` those of
+    ``destination`` (a URL). Returns the opened, verified destination store.
     """
     from ..read.opening import open_store
     from .store import MountStore
@@ -500,27 +505,39 @@ def repack(
             raise ValueError(
                 f"{where} is a mount; data-only repack reads raw stores, repack the mount without it"
             )
-        _repack_data_only(source, destination, budget, where, progress, overwrite)
-        return open_store(destination)
+        _repack_data_only(
+            source, destination, budget, where, progress, overwrite, destination_storage_options
+        )
+        return open_store(destination, storage_options=destination_storage_options)
     if is_mount:
         mount = MountStore._verified(source, where, source_storage_options)
         for name in mount.record.assays:
             _fitted(mount._infos[name], budget)  # refuses a budget before anything is written
             # copying a shard that is not the written one would bake it in
             check_assay_shards(mount.source, mount._infos[name], where=where)
-        root = create_destination(destination, overwrite=overwrite, writer="repack")
+        root = create_destination(
+            destination,
+            overwrite=overwrite,
+            writer="repack",
+            storage_options=destination_storage_options,
+        )
         with settled_on_failure(root):
             infos, root_copy = _repack_mount(mount, root, budget, progress)
     else:
         for info in verify_store(source, where=where)[1]:
             _fitted(info, budget)  # refuses a budget before anything is written
             check_assay_shards(source, info, where=where)
-        root = create_destination(destination, overwrite=overwrite, writer="repack")
+        root = create_destination(
+            destination,
+            overwrite=overwrite,
+            writer="repack",
+            storage_options=destination_storage_options,
+        )
         with settled_on_failure(root):
             infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
     with settled_on_failure(root):
         _verify_and_commit(destination, root, infos, root_copy, where, budget)
-    return open_store(destination)
+    return open_store(destination, storage_options=destination_storage_options)
 
 
 def _verify_and_commit(
