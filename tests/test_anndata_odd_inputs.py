@@ -1,0 +1,128 @@
+"""AnnData sources that are valid but unusual: every read equals what anndata reads.
+
+Each input is written by anndata itself (its sparse arrays stored as given:
+unsorted, with repeated or zero entries, 64-bit indices), composed, and read
+through the reader (dense and sparse), plain zarr and ``write_counts``; the
+reference is ``anndata.read_zarr`` of the same store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from anndata_files import write_anndata_zarr
+
+import cytearc_vfs as cv
+from cytearc_vfs.errors import UnsupportedSourceError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+N_CELLS, N_GENES = 40, 12
+
+
+def named(x: Any) -> ad.AnnData:
+    data = ad.AnnData(X=x)
+    data.obs_names = [f"c{i}" for i in range(data.n_obs)]
+    data.var_names = [f"g{i}" for i in range(data.n_vars)]
+    return data
+
+
+def base() -> sp.csr_matrix:
+    rng = np.random.default_rng(0)
+    matrix = sp.random(N_CELLS, N_GENES, density=0.3, format="csr", random_state=1)
+    matrix.data = rng.integers(1, 20, matrix.nnz).astype(np.float32)
+    return matrix
+
+
+def shuffled(matrix: Any) -> Any:
+    """The same matrix, each major's entries in a random order (flagged unsorted)."""
+    matrix = matrix.copy()
+    rng = np.random.default_rng(2)
+    for major in range(len(matrix.indptr) - 1):
+        lo, hi = matrix.indptr[major], matrix.indptr[major + 1]
+        order = lo + rng.permutation(hi - lo)
+        matrix.indices[lo:hi], matrix.data[lo:hi] = matrix.indices[order], matrix.data[order]
+    matrix.has_sorted_indices = False
+    return matrix
+
+
+def repeated(kind: type) -> Any:
+    """A matrix with repeated entries in some majors (scipy and anndata sum them)."""
+    data = np.array([1, 2, 3, 4, 5, 6], dtype=np.float32)
+    indices = np.array([0, 0, 3, 3, 1, 3])
+    majors = N_CELLS if kind is sp.csr_matrix else N_GENES
+    indptr = np.array([0, 2, 4] + [6] * (majors - 2))
+    return kind((data, indices, indptr), shape=(N_CELLS, N_GENES))
+
+
+def explicit_zeros() -> sp.csr_matrix:
+    matrix = base()
+    matrix.data[::3] = 0
+    return matrix
+
+
+def wide_indices() -> sp.csr_matrix:
+    matrix = base()
+    matrix.indptr = matrix.indptr.astype(np.int64)
+    matrix.indices = matrix.indices.astype(np.int64)
+    return matrix
+
+
+CASES: dict[str, Callable[[], Any]] = {
+    "unsorted-csr": lambda: shuffled(base()),
+    "unsorted-csc": lambda: shuffled(sp.csc_matrix(base())),
+    "repeated-csr": lambda: repeated(sp.csr_matrix),
+    "repeated-csc": lambda: repeated(sp.csc_matrix),
+    "explicit-zeros": explicit_zeros,
+    "int64-indices": wide_indices,
+    "no-entries": lambda: sp.csr_matrix((N_CELLS, N_GENES), dtype=np.float32),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_odd_sparse_matrices_read_as_anndata_reads_them(tmp_path: Path, case: str) -> None:
+    source = write_anndata_zarr(named(CASES[case]()), tmp_path / "s.zarr", 3)
+    expected = np.asarray(ad.read_zarr(source).X.toarray())
+    store = cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    reader = store.reader()
+    np.testing.assert_array_equal(reader.read(), expected)
+    cells = [5, 0, 2, 39, 1]
+    np.testing.assert_array_equal(reader.read(cells, [3, 0, 1]), expected[np.ix_(cells, [3, 0, 1])])
+    for selection in ({}, {"features": [3, 1, 0]}, {"cells": cells}):
+        matrix = reader.read_sparse(**selection)
+        canonical = matrix.copy()
+        canonical.sum_duplicates()  # a no-op only when the flags tell the truth
+        assert matrix.has_canonical_format
+        np.testing.assert_array_equal(canonical.indices, matrix.indices)
+        np.testing.assert_array_equal(matrix.toarray(), reader.read(**selection))
+    np.testing.assert_array_equal(zarr.open_array(store, path="RNA/counts", mode="r")[:], expected)
+    summaries = zarr.open_group(store, path="RNA/countSummaries", mode="r")
+    np.testing.assert_array_equal(summaries["rowSums"][:], expected.sum(axis=1))
+    np.testing.assert_array_equal(summaries["columnPositive"][:], (expected > 0).sum(axis=0))
+    store.close()
+    cv.write_counts(tmp_path / "w.zarr", source)
+    written = cv.open_store(tmp_path / "w.zarr")
+    np.testing.assert_array_equal(cv.VirtualArrayReader(written, assay="RNA").read(), expected)
+    written.close()
+
+
+def test_repeated_entries_whose_sum_outgrows_the_read_dtype_are_refused(tmp_path: Path) -> None:
+    """Float counts read as the narrowest dtype of the largest stored value: a sum of
+    repeats beyond it is refused by name at creation, and nothing is left behind."""
+    x = sp.csr_matrix(
+        (np.array([200, 200, 5], np.float32), np.array([1, 1, 2]), np.array([0, 2, 3, 3])),
+        shape=(3, 4),
+    )
+    data = ad.AnnData(X=x)
+    data.obs_names, data.var_names = ["a", "b", "c"], ["w", "x", "y", "z"]
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 3)
+    with pytest.raises(UnsupportedSourceError, match=r"sum 400.* row 0 .*uint8.*sum_duplicates"):
+        cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    assert not (tmp_path / "c.zarr").exists()
