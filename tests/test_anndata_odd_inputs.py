@@ -126,3 +126,39 @@ def test_repeated_entries_whose_sum_outgrows_the_read_dtype_are_refused(tmp_path
     with pytest.raises(UnsupportedSourceError, match=r"sum 400.* row 0 .*uint8.*sum_duplicates"):
         cv.create_composite(tmp_path / "c.zarr", {"s": source})
     assert not (tmp_path / "c.zarr").exists()
+
+
+@pytest.mark.parametrize("with_x", [True, False])
+def test_a_missing_matrix_is_refused_listing_what_the_source_holds(
+    tmp_path: Path, with_x: bool
+) -> None:
+    """X absent (anndata writes such a store) or a layer that is not there: the
+    message names the source and lists its layers, before anything is written."""
+    counts = base()
+    data = named(counts) if with_x else ad.AnnData(layers={"counts": counts})
+    data.obs_names = [f"c{i}" for i in range(N_CELLS)]
+    data.var_names = [f"g{i}" for i in range(N_GENES)]
+    data.layers["counts"] = data.layers["spliced"] = counts
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 2)
+    holds = "X and the layers 'counts', 'spliced'" if with_x else "the layers 'counts', 'spliced'"
+    if not with_x:
+        with pytest.raises(
+            UnsupportedSourceError, match=f"source 'one' .* no 'X'; it holds {holds}"
+        ):
+            cv.create_composite(tmp_path / "c.zarr", {"one": source})
+    with pytest.raises(
+        UnsupportedSourceError, match=f"no 'layers/unspliced'; it holds {holds}.*--layer one=LAYER"
+    ):
+        cv.create_composite(
+            tmp_path / "c.zarr", {"one": source}, source_layers={"one": "unspliced"}
+        )
+    assert not (tmp_path / "c.zarr").exists()
+    with pytest.raises(KeyError, match="no layer 'unspliced'; its layers are") as caught:
+        cv.write_counts(tmp_path / "w.zarr", source, layer="unspliced")
+    assert ("give no layer to use X" in str(caught.value)) == with_x
+    assert not (tmp_path / "w.zarr").exists()
+    store = cv.create_composite(
+        tmp_path / "c.zarr", {"one": source}, source_layers={"one": "spliced"}
+    )
+    np.testing.assert_array_equal(store.reader().read(), counts.toarray())
+    store.close()

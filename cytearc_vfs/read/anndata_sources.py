@@ -64,6 +64,7 @@ from .anndata_elements import (
     Documents,
     IndexElement,
     MatrixElement,
+    MissingElementError,
     anndata_format,
     document_keys,
     matrix_element,
@@ -172,6 +173,20 @@ class _Layout:
         """(prefixes, documents) whose versions the open compares."""
         prefixes = [p for group in self.prefixes().values() for p in group]
         return prefixes, self.documents()
+
+
+async def _layer_names(backend: Store) -> list[str]:
+    """The names under the store's ``layers`` group (for a message naming them)."""
+    documents = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+    return sorted([name async for name in backend.list_dir("layers") if name not in documents])
+
+
+async def _has_x(documents: Documents) -> bool:
+    """Whether the store holds an ``X`` node (an array or a group), in either format."""
+    for key in ("X/zarr.json", "X/.zarray", "X/.zgroup"):
+        if isinstance(await documents(key), dict):
+            return True
+    return False
 
 
 async def _layout(documents: Documents, element: str, *, where: str) -> _Layout | None:
@@ -287,7 +302,18 @@ async def bind_anndata(
                 backend, held, dict(recorded), dict(recorded["fingerprints"]), where=where
             )
     reader = _DocumentReader(backend)
-    layout = await _layout(reader, spec.element, where=where)
+    try:
+        layout = await _layout(reader, spec.element, where=where)
+    except MissingElementError as exc:
+        # name what the store does hold, so the remedy can be followed as it is
+        layers = ", ".join(repr(layer) for layer in await _layer_names(backend)) or "none"
+        x = "X and " if exc.path != "X" and await _has_x(reader) else ""
+        raise MissingElementError(
+            f"source {name!r} at {where} has no {exc.path!r}; it holds {x}the layers {layers}. "
+            f"Name a layer with source_layers={{{name!r}: LAYER}} (command line: --layer "
+            f"{name}=LAYER){', or none to read X' if x else ''}",
+            exc.path,
+        ) from None
     if layout is None:
         if recorded is None:
             return None

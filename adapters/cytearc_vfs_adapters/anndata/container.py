@@ -214,9 +214,10 @@ class AnnDataContainer:
             path = f"layers/{layer}"
             node = child(self.root, path)
             if node is None:
+                x = child(self.root, "X") is not None
                 raise KeyError(
-                    f"{self.where} has no layer {layer!r}; its layers are {self.layers()} "
-                    "(or give no layer to use X)"
+                    f"{self.where} has no layer {layer!r}; its layers are "
+                    f"{self.layers() or 'none'}" + (" (or give no layer to use X)" if x else "")
                 )
         matrix = matrix_element(node, path, classify(node, path))
         if matrix.shape != self.shape:
