@@ -14,6 +14,7 @@ from typing import Any
 
 import anndata as ad
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
@@ -162,3 +163,22 @@ def test_a_missing_matrix_is_refused_listing_what_the_source_holds(
     )
     np.testing.assert_array_equal(store.reader().read(), counts.toarray())
     store.close()
+
+
+@pytest.mark.parametrize("axis", ["obs", "var"])
+def test_a_categorical_index_is_refused_with_the_remedy(tmp_path: Path, axis: str) -> None:
+    """anndata writes a CategoricalIndex as a categorical ``_index``; the composite
+    refuses it up front, naming the fix; write_counts imports it."""
+    data = named(base())
+    names = data.obs_names if axis == "obs" else data.var_names
+    getattr(data, axis).index = pd.CategoricalIndex(names)
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 3)
+    remedy = f"adata.{axis}_names = adata.{axis}_names.astype\\(str\\)"
+    with pytest.raises(
+        UnsupportedSourceError, match=f"'{axis}/_index' is encoded 'categorical'.*{remedy}"
+    ):
+        cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    assert not (tmp_path / "c.zarr").exists()
+    cv.write_counts(tmp_path / "w.zarr", source)
+    written = cv.VirtualArrayReader(cv.open_store(tmp_path / "w.zarr"), assay="RNA")
+    assert list(written.cell_ids if axis == "obs" else written.feature_ids) == list(names)

@@ -211,9 +211,14 @@ async def obs_var_index(
         return IndexElement(path, join(path, "values"), True)
     if kind == "array":
         return IndexElement(path, path, False)
+    # anndata writes a CategoricalIndex as a categorical column and reads it
+    # back; a composite looks ids up in one array of strings per row
+    names = f"{frame}_names"
     raise UnsupportedSourceError(
         f"AnnData store at {where}: {frame} index {path!r} is encoded "
-        f"{attrs.get('encoding-type')!r}; an index must be a string array"
+        f"{attrs.get('encoding-type')!r}; a composite source's index must be a string array. "
+        f"Write the AnnData again with adata.{names} = adata.{names}.astype(str), or import "
+        "it with cv.write_counts (cytearc-vfs write), which reads any index"
     )
 
 
