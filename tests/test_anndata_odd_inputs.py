@@ -8,6 +8,8 @@ reference is ``anndata.read_zarr`` of the same store.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,9 @@ import zarr
 from anndata_files import write_anndata_zarr
 
 import cytearc_vfs as cv
-from cytearc_vfs.errors import UnsupportedSourceError
+from cytearc_vfs.cli import main
+from cytearc_vfs.errors import UnsupportedSourceError, VfsWarning
+from cytearc_vfs.format.tables import read_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -182,3 +186,82 @@ def test_a_categorical_index_is_refused_with_the_remedy(tmp_path: Path, axis: st
     cv.write_counts(tmp_path / "w.zarr", source)
     written = cv.VirtualArrayReader(cv.open_store(tmp_path / "w.zarr"), assay="RNA")
     assert list(written.cell_ids if axis == "obs" else written.feature_ids) == list(names)
+
+
+# ------------------------------------------------ obs columns the layer cannot read
+
+
+def _array(group: zarr.Group, name: str, values: Any, encoding: str | None = "array") -> None:
+    attrs = {"encoding-type": encoding, "encoding-version": "0.2.0"} if encoding else {}
+    group.create_array(name, data=values, attributes=attrs)
+
+
+def _odd_columns(obs: zarr.Group) -> dict[str, str]:
+    """Columns anndata's writer never makes, written into ``obs`` by hand: name -> the
+    reason the warning must give."""
+    n = N_CELLS
+    _array(obs, "twod", np.zeros((n, 2), np.float32))
+    _array(obs, "future", np.arange(n), "future-thing")
+    _array(obs, "short", np.arange(n - 1))
+    nested = obs.create_group(
+        "nested",
+        attributes={"encoding-type": "dataframe", "encoding-version": "0.2.0"}
+        | {"_index": "_index", "column-order": ["a"]},
+    )
+    _array(nested, "_index", np.arange(n))
+    _array(nested, "a", np.arange(n))
+    form = {"class": "NumpyArray", "primitive": "int64", "form_key": "node0"}
+    awkward = obs.create_group(
+        "awk",
+        attributes={"encoding-type": "awkward-array", "encoding-version": "0.1.0"}
+        | {"length": n, "form": json.dumps(form)},
+    )
+    awkward.create_array("node0-data", data=np.arange(n))
+    reasons = {
+        "twod": "one-dimensional, found shape",
+        "future": "unknown encoding-type 'future-thing'",
+        "short": f"has {n - 1} rows but the index",
+        "nested": "a dataframe nested in the dataframe",
+        "awk": "an awkward array",
+    }
+    obs.attrs["column-order"] = [*obs.attrs["column-order"], *reasons]
+    return reasons
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_columns_that_cannot_be_read_are_skipped_with_a_warning(
+    tmp_path: Path,
+    zarr_format: int,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An obs holding columns no reader can take (anndata fails on each) still gives
+    a composite and an import: the counts and the readable columns, and one
+    warning per skipped column naming the source, the column and why."""
+    data = named(base())
+    data.obs["kind"] = pd.Categorical(np.where(np.arange(N_CELLS) % 2, "t", "b"))
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", zarr_format)
+    reasons = _odd_columns(zarr.open_group(source, mode="r+", use_consolidated=False)["obs"])
+    zarr.consolidate_metadata(source)
+    store = cv.create_composite(tmp_path / "c.zarr", {"odd": source})
+    np.testing.assert_array_equal(store.reader().read(), data.X.toarray())
+    cells = read_table(zarr.open_group(store, mode="r")["cellData"])
+    assert cells["kind"].tolist() == data.obs["kind"].tolist()
+    assert not set(reasons) & set(cells.columns)
+    store.close()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for column, reason in reasons.items():
+        assert [m for m in warned if f"source 'odd': obs column {column!r}" in m and reason in m]
+    # the command line shows each as one warning line, and succeeds
+    assert main(["composite", str(tmp_path / "cli.zarr"), f"odd={source}", "--json"]) == 0
+    err = capsys.readouterr().err
+    for column in reasons:
+        assert f"cytearc-vfs composite: warning: source 'odd': obs column {column!r}" in err
+    # write_counts imports the rest, one VfsWarning per column, before writing
+    with pytest.warns(VfsWarning) as caught:
+        cv.write_counts(tmp_path / "w.zarr", source)
+    messages = [str(w.message) for w in caught if issubclass(w.category, VfsWarning)]
+    for column, reason in reasons.items():
+        assert [m for m in messages if f"column 'obs/{column}'" in m and reason in m]
+    written = read_table(zarr.open_group(cv.open_store(tmp_path / "w.zarr"), mode="r")["cellData"])
+    assert written["kind"].tolist() == data.obs["kind"].tolist()

@@ -22,7 +22,10 @@ The dataframes become stored columns by the rule that composes columns
   written as its ``str``;
 - a column whose name cannot be a Zarr array name, or whose values are not
   one value per row, is not carried (with a warning, as for a CyteArc
-  source);
+  source); so is a column the element layer cannot read (an awkward array,
+  a nested dataframe, a 2-D array, an unknown encoding, a length other
+  than the index's), with a warning naming the source, the column and why:
+  one odd column does not cost the whole source;
 - the column that ``uns["cytearc"]["assayMembership"]`` declares for the
   composite's assay becomes the membership column ``{assay}_I``, as an
   import of the AnnData would store it (:mod:`~cytearc_vfs.write.membership`).
@@ -69,6 +72,9 @@ class AnnDataTables(NamedTuple):
     """The feature table (index: the feature ids)."""
     membership: Mapping[str, Any] | None
     """``uns["cytearc"]["assayMembership"]``, or ``None``."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """Columns of ``obs`` and ``var`` that could not be read, left out of the
+    frames: ``(element path, reason)`` each."""
 
 
 TablesReader = Callable[[Store], AnnDataTables]
@@ -190,6 +196,16 @@ async def anndata_columns(
     # loop's default executor (zarr decodes there), and readers holding every
     # thread of that executor would wait for each other forever.
     tables = await asyncio.get_running_loop().run_in_executor(_reading_threads(), reader, view)
+    for path, reason in tables.skipped:
+        table, _, column = path.partition("/")
+        logger.warning(
+            "source %r: %s column %r cannot be read, it is not carried (the counts and the "
+            "other columns are): %s",
+            source,
+            table,
+            column,
+            reason,
+        )
     obs, restored = split_membership(tables.obs, tables.membership, assay)
     cells = frame_columns(obs, table="cellData", source=source)
     if restored is not None:

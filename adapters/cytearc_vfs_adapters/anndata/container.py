@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .dataframes import SkippedColumn, read_dataframe
 from .encodings import Encoding, classify
 from .errors import MalformedElementError
 from .listing import ElementInfo, list_elements
@@ -139,7 +140,7 @@ class AnnDataContainer:
         path = path.strip("/")
         return self._reader.read(self._node(path), path)
 
-    def _table(self, name: str) -> pd.DataFrame:
+    def _table(self, name: str, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
         node = self._node(name)
         if not is_group(node):  # anndata < 0.7: obs/var as one record array
             records = self.read(name)
@@ -152,6 +153,9 @@ class AnnDataContainer:
             # anndata < 0.7 kept the ids in the record field "index"
             key = "index" if "index" in frame.columns else frame.columns[0]
             return frame.set_index(key).rename_axis(None)
+        encoding = classify(node, name)
+        if encoding.type == "dataframe":
+            return read_dataframe(self._reader, node, name, encoding, skipped=skipped)
         value = self.read(name)
         if not isinstance(value, pd.DataFrame):
             raise MalformedElementError(
@@ -159,13 +163,19 @@ class AnnDataContainer:
             )
         return value
 
-    def obs(self) -> pd.DataFrame:
-        """The cell table (its index holds the cell ids)."""
-        return self._table("obs")
+    def obs(self, *, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
+        """The cell table (its index holds the cell ids).
 
-    def var(self) -> pd.DataFrame:
-        """The feature table (its index holds the feature ids)."""
-        return self._table("var")
+        A column that cannot be read raises (:class:`MalformedElementError`,
+        :class:`UnsupportedElementError`); given a ``skipped`` list, it is left
+        out and listed there with the reason instead.
+        """
+        return self._table("obs", skipped)
+
+    def var(self, *, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
+        """The feature table (its index holds the feature ids); ``skipped`` as for
+        :meth:`obs`."""
+        return self._table("var", skipped)
 
     def _names(self, name: str) -> pd.Index:
         node = self._node(name)

@@ -11,20 +11,30 @@ encoding attributes at all is read as 0.1.0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from .encodings import Encoding
-from .errors import MalformedElementError
+from .errors import MalformedElementError, UnsupportedElementError
 from .matrices import SparseMatrixElement
 from .nodes import attribute, child, is_group
 
 if TYPE_CHECKING:
     from .values import ElementReader
 
-__all__ = ["LEGACY_CATEGORIES", "column_names", "read_dataframe"]
+__all__ = ["LEGACY_CATEGORIES", "SkippedColumn", "column_names", "read_dataframe"]
+
+
+class SkippedColumn(NamedTuple):
+    """A dataframe column left out of a tolerant read, and why."""
+
+    path: str
+    """The column's element path (``obs/cell_type``)."""
+    reason: str
+    """The error that reading it raised: what the element holds and what is wrong."""
+
 
 #: The reserved subgroup of legacy categorical labels.
 LEGACY_CATEGORIES = "__categories"
@@ -54,6 +64,15 @@ def column_names(node: Any, path: str) -> tuple[str, list[str]]:
     return index, order
 
 
+#: How the values that are no column are named in messages.
+_NOT_COLUMNS = {
+    "AwkwardArrayInfo": "an awkward array (listed by 'cytearc-vfs anndata ls', never read)",
+    "DataFrame": "a dataframe nested in the dataframe",
+    "dict": "a mapping",
+    "SparseMatrixElement": "a sparse matrix",
+}
+
+
 def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool) -> Any:
     member = node[name]
     where = f"{path}/{name}"
@@ -71,10 +90,15 @@ def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool
                 where,
             )
     value = reader.read(member, where)
-    if isinstance(value, (SparseMatrixElement, dict)):
+    if isinstance(value, (SparseMatrixElement, dict, pd.DataFrame)) or not hasattr(
+        value, "__len__"
+    ):
+        # an awkward array, a nested dataframe or a mapping holds no value per row
+        # (anndata cannot read such a column either)
+        found = _NOT_COLUMNS.get(type(value).__name__, type(value).__name__)
         raise MalformedElementError(
             f"element {where}: a dataframe column must be a one-dimensional array, "
-            f"categorical or nullable array, found {type(value).__name__}"
+            f"categorical or nullable array, found {found}"
         )
     if isinstance(value, np.ndarray) and value.ndim != 1:
         raise MalformedElementError(
@@ -84,18 +108,40 @@ def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool
     return value
 
 
-def read_dataframe(reader: ElementReader, node: Any, path: str, encoding: Encoding) -> pd.DataFrame:
-    """The DataFrame of a ``dataframe`` group (0.2.0 or legacy 0.1.0)."""
+def read_dataframe(
+    reader: ElementReader,
+    node: Any,
+    path: str,
+    encoding: Encoding,
+    *,
+    skipped: list[SkippedColumn] | None = None,
+) -> pd.DataFrame:
+    """The DataFrame of a ``dataframe`` group (0.2.0 or legacy 0.1.0).
+
+    A column that cannot be read (a malformed element, an unknown encoding, a
+    value that is not one per row) raises; given a ``skipped`` list, it is left
+    out and appended there instead. The index is always required.
+    """
     index_name, order = column_names(node, path)
     legacy = encoding.version == "0.1.0"
     index = _column(reader, node, index_name, path, legacy)
-    columns = {name: _column(reader, node, name, path, legacy) for name in order}
-    for name, values in columns.items():
-        if len(values) != len(index):
-            raise MalformedElementError(
-                f"element {path}: column {name!r} has {len(values)} rows but the index "
-                f"{index_name!r} has {len(index)}; every column must have the index's length"
-            )
+    columns: dict[str, Any] = {}
+    for name in order:
+        try:
+            values = _column(reader, node, name, path, legacy)
+            if len(values) != len(index):
+                raise MalformedElementError(
+                    f"element {path}: column {name!r} has {len(values)} rows but the index "
+                    f"{index_name!r} has {len(index)}; every column must have the index's length"
+                )
+        except (MalformedElementError, UnsupportedElementError) as exc:
+            # only faults of the element itself: a failed read of storage propagates
+            if skipped is None:
+                raise
+            skipped.append(SkippedColumn(f"{path}/{name}", str(exc)))
+            continue
+        columns[name] = values
+    order = [name for name in order if name in columns]
     labels = pd.Index(index)
     # text arrays stay object columns, as anndata gives them (pandas would infer "str")
     data = {
