@@ -317,6 +317,14 @@ async def bind_anndata(
     if layout is None:
         if recorded is None:
             return None
+        if all([await reader(key) is None for key in ("zarr.json", ".zgroup", ".zattrs")]):
+            # nothing at the root: the source was deleted or moved, not rewritten (an
+            # OSError, as a local source's missing directory is)
+            raise FileNotFoundError(
+                f"source {name!r} at {where} is gone: no Zarr group is there any more; a "
+                "source moved or deleted after the composite was made must be restored at "
+                "that location, or the composite recreated"
+            )
         raise IdentityMismatchError(
             f"source {name!r} at {where} is no longer an AnnData store (its root has no "
             "encoding-type 'anndata'); restore the source, or recreate the composite"
