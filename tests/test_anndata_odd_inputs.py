@@ -265,3 +265,13 @@ def test_columns_that_cannot_be_read_are_skipped_with_a_warning(
         assert [m for m in messages if f"column 'obs/{column}'" in m and reason in m]
     written = read_table(zarr.open_group(cv.open_store(tmp_path / "w.zarr"), mode="r")["cellData"])
     assert written["kind"].tolist() == data.obs["kind"].tolist()
+
+
+def test_a_remote_h5ad_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """h5py reads local files only: a remote .h5ad is refused by name, with the
+    remedy, before any request or write."""
+    with pytest.raises(ValueError, match=r"\.h5ad files are read from local paths only; download"):
+        cv.write_counts(tmp_path / "w.zarr", "s3://no-such-bucket/atlas.h5ad")
+    assert not (tmp_path / "w.zarr").exists()
+    assert main(["write", "s3://no-such-bucket/atlas.h5ad", str(tmp_path / "c.zarr")]) == 2
+    assert not (tmp_path / "c.zarr").exists()
