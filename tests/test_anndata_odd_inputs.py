@@ -275,3 +275,32 @@ def test_a_remote_h5ad_is_refused_before_anything_is_written(tmp_path: Path) -> 
     assert not (tmp_path / "w.zarr").exists()
     assert main(["write", "s3://no-such-bucket/atlas.h5ad", str(tmp_path / "c.zarr")]) == 2
     assert not (tmp_path / "c.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("stored", "read_as"),
+    [
+        ("int8", "int8"),
+        ("int32", "int32"),
+        ("int64", "int64"),
+        ("uint32", "uint32"),
+        ("uint64", "uint64"),
+        ("float64", "uint8"),  # whole counts: the narrowest unsigned dtype of the largest
+        ("bool", "uint8"),  # presence counts, as write_counts stores them
+    ],
+)
+@pytest.mark.parametrize("encoding", ["csr", "dense"])
+def test_count_dtypes_read_as_anndata_reads_them(
+    tmp_path: Path, stored: str, read_as: str, encoding: str
+) -> None:
+    matrix = base().astype(stored)
+    data = named(matrix if encoding == "csr" else matrix.toarray())
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 2 if encoding == "dense" else 3)
+    expected = ad.read_zarr(source).X
+    expected = np.asarray(expected.toarray() if sp.issparse(expected) else expected)
+    store = cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    reader = store.reader()
+    assert reader.dtype == np.dtype(read_as)
+    np.testing.assert_array_equal(reader.read(), expected.astype(read_as))
+    np.testing.assert_array_equal(reader.read_sparse().toarray(), expected.astype(read_as))
+    store.close()

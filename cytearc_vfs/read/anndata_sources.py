@@ -32,7 +32,8 @@ equal the record, or the open fails closed (:class:`IdentityMismatchError`).
 A store that reports no versions (an in-memory Store) is digested at every
 open. Versions and digests are computed by :mod:`.anndata_identity`.
 
-**Counts dtype.** Integer counts are read in their dtype. Float counts are
+**Counts dtype.** Integer counts are read in their dtype, booleans as
+``uint8``. Float counts are
 accepted when every stored value is a finite non-negative whole number
 (scanned at creation, streamed in blocks), and are read as the narrowest
 unsigned dtype that holds the largest; any other float value is refused
@@ -250,6 +251,8 @@ async def _scan_dtype(
     dtype = np.dtype(values.dtype)
     if dtype.kind in "iu":
         return dtype
+    if dtype.kind == "b":  # presence counts: 0 and 1, as write_counts stores them
+        return np.dtype(np.uint8)
     if dtype.kind != "f":
         raise UnsupportedSourceError(
             f"source {name!r} at {where}: {element.path} holds {dtype} values, not counts; "
