@@ -131,14 +131,17 @@ def canonical_entries(
     n_entries = len(minor)
     if n_entries < 2:
         return lengths, minor, values
-    starts = np.cumsum(lengths) - lengths
-    major_start = np.zeros(n_entries, dtype=bool)
-    major_start[starts[lengths > 0]] = True
-    increasing = minor[1:] > minor[:-1]
-    if bool(np.all(increasing | major_start[1:])):
+    # canonical when every step that does not increase starts a major: those
+    # steps are few (about one per major), so they are checked, not every entry
+    steps = np.flatnonzero(minor[1:] <= minor[:-1]) + 1
+    starts = (np.cumsum(lengths) - lengths)[lengths > 0]
+    at = np.searchsorted(starts, steps)
+    if not len(steps) or (bool(np.all(at < len(starts))) and np.array_equal(starts[at], steps)):
         return lengths, minor, values
     owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    order = np.lexsort((minor, owner))
+    # one sort of (major, minor) keys: a stable argsort of int64 beats a lexsort
+    keys = owner * (int(minor.max()) + 1) + minor.astype(np.int64, copy=False)
+    order = np.argsort(keys, kind="stable")
     owner, minor, values = owner[order], minor[order], values[order]
     first = np.ones(n_entries, dtype=bool)
     first[1:] = (owner[1:] != owner[:-1]) | (minor[1:] != minor[:-1])
