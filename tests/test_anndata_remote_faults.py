@@ -117,3 +117,31 @@ def test_a_deleted_source_is_named_at_open(flaky: dict[str, Any], tmp_path: Path
     with pytest.raises(OSError, match=r"source 'r2' at s3://.*r2\.zarr is gone.*restored"):
         cv.open_store(location, source_storage_options=options)
     assert len(proxy.take()) <= 6  # listings and the root documents, whatever the size
+
+
+def test_a_resized_remote_object_fails_the_open_without_reading_the_element(
+    flaky: dict[str, Any], tmp_path: Path
+) -> None:
+    """A chunk of X rewritten with another size: the open fails from the listing and
+    the documents; no chunk of the element is fetched (the cost does not grow
+    with the source)."""
+    import obstore
+
+    location = tmp_path / "c.zarr"
+    options = flaky["options"]
+    cv.create_composite(location, flaky["sources"], source_storage_options=options).close()
+    raw = flaky["raw"]
+    key = next(
+        entry["path"]
+        for batch in obstore.list(raw, prefix="r3.zarr/X/data/")
+        for entry in batch
+        if not entry["path"].endswith("zarr.json")
+    )
+    obstore.put(raw, key, bytes(obstore.get(raw, key).bytes()) + b"\0")
+    proxy: LoopbackProxy = flaky["proxy"]
+    proxy.take()
+    with pytest.raises(cv.IdentityMismatchError, match=r"'r3'.*not digested.*X/data/c/0"):
+        cv.open_store(location, source_storage_options=options)
+    paths = [seen.path.split("?")[0] for seen in proxy.take()]
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert [path for path in paths if "/X/" in path and not path.endswith(documents)] == []
