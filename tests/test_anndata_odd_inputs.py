@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -304,3 +305,32 @@ def test_count_dtypes_read_as_anndata_reads_them(
     np.testing.assert_array_equal(reader.read(), expected.astype(read_as))
     np.testing.assert_array_equal(reader.read_sparse().toarray(), expected.astype(read_as))
     store.close()
+
+
+def test_a_column_name_too_long_for_a_file_system(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Object storage holds a column named in 400 UTF-8 bytes; a local destination
+    cannot (a column is a directory, names stop at 255 bytes). write_counts
+    refuses it before writing; a composite skips it with a warning (it had
+    failed half-way through with 'File name too long')."""
+    from cytearc_vfs.remote.locations import open_location
+
+    data = named(base())
+    long_name = "ü" * 200
+    data.obs[long_name] = 1.0
+    data.obs["kept"] = 2.0
+    with pytest.raises(ValueError, match=r"400 bytes long in UTF-8, over the 255.*rename it"):
+        cv.write_counts(tmp_path / "w.zarr", data)
+    assert not (tmp_path / "w.zarr").exists()
+    location = f"memory://odd-long-names-{tmp_path.name}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data.write_zarr(open_location(location, read_only=False))
+    store = cv.create_composite(tmp_path / "c.zarr", {"s": location})
+    cells = read_table(zarr.open_group(store, mode="r")["cellData"])
+    assert "kept" in cells.columns and long_name not in cells.columns
+    store.close()
+    assert [
+        r for r in caplog.records if long_name in r.getMessage() and "400 bytes" in r.getMessage()
+    ]

@@ -45,7 +45,13 @@ import pandas as pd
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
-from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
+from ..format.tables import (
+    CATEGORICAL_ATTR,
+    StoredColumn,
+    column_name_problem,
+    column_values,
+    fill_missing,
+)
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 
@@ -122,14 +128,14 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
     ids = np.asarray(frame.index.astype(str), dtype=str)
     columns = {"ids": StoredColumn(ids, {})}
     for position, name in enumerate(frame.columns):
-        usable = isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name
-        if not usable or name.startswith(".") or name in columns:
+        problem = column_name_problem(name) or ("it repeats" if name in columns else None)
+        if problem is not None:
             logger.warning(
-                "source %r: %s column %r cannot be a Zarr array name (or repeats); it is not "
-                "carried",
+                "source %r: %s column %r cannot be a Zarr array name (%s); it is not carried",
                 source,
                 table,
                 name,
+                problem,
             )
             continue
         series = _text_or_value(fill_missing(frame.iloc[:, position].reset_index(drop=True)))
