@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .dataframes import SkippedColumn, read_dataframe
+from .dataframes import SkippedColumn, index_member, read_dataframe
 from .encodings import Encoding, classify
 from .errors import MalformedElementError
 from .listing import ElementInfo, list_elements
@@ -104,13 +104,12 @@ class AnnDataContainer:
         return classify(self.root, "")
 
     def _index_length(self, name: str) -> int:
-        from .dataframes import column_names
-
         node = self.root[name]
         if not is_group(node):  # anndata < 0.7: a record array
             return int(node.shape[0])
-        index, _ = column_names(node, name)
-        member = node[index]
+        # only the index member is looked up: on object storage each lookup of a
+        # column would be a request, and the shape needs none of them
+        index, member = index_member(node, name)
         values = member
         if is_group(member):  # a nullable or categorical index: its values or codes
             values = child(member, "values")
@@ -182,10 +181,8 @@ class AnnDataContainer:
         if not is_group(node):
             ids: pd.Index = self._table(name).index
             return ids
-        from .dataframes import column_names
-
-        index, _ = column_names(node, name)
-        values = self.read(f"{name}/{index}")
+        index, member = index_member(node, name)
+        values = self._reader.read(member, f"{name}/{index}")
         ids = pd.Index(values, name=None if index == "_index" else index)
         return ids
 

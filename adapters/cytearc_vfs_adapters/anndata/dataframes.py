@@ -24,7 +24,14 @@ from .nodes import attribute, child, is_group
 if TYPE_CHECKING:
     from .values import ElementReader
 
-__all__ = ["LEGACY_CATEGORIES", "SkippedColumn", "column_names", "read_dataframe"]
+__all__ = [
+    "LEGACY_CATEGORIES",
+    "SkippedColumn",
+    "column_names",
+    "index_member",
+    "index_name",
+    "read_dataframe",
+]
 
 
 class SkippedColumn(NamedTuple):
@@ -40,14 +47,36 @@ class SkippedColumn(NamedTuple):
 LEGACY_CATEGORIES = "__categories"
 
 
-def column_names(node: Any, path: str) -> tuple[str, list[str]]:
-    """``(index member, columns in order)`` of a dataframe group, checked."""
+def index_name(node: Any, path: str) -> str:
+    """The name of a dataframe group's index member (its ``_index`` attribute), checked;
+    the columns are not looked at (reading the ids needs no other member)."""
     index = attribute(node, "_index")
     if not isinstance(index, str):
         raise MalformedElementError(
             f"element {path}: a dataframe needs an '_index' attribute naming its index "
             f"member, found {index!r}"
         )
+    return index
+
+
+def index_member(node: Any, path: str) -> tuple[str, Any]:
+    """``(name, node)`` of a dataframe group's index member; a missing one is refused."""
+    index = index_name(node, path)
+    member = child(node, index)
+    if member is None:
+        raise MalformedElementError(
+            f"element {path}: the index {index!r} named in its attributes is missing"
+        )
+    return index, member
+
+
+def column_names(
+    node: Any, path: str, members: dict[str, Any] | None = None
+) -> tuple[str, list[str]]:
+    """``(index member, columns in order)`` of a dataframe group, checked; the member
+    nodes found are put in ``members`` when given (each is looked up once: on
+    object storage every lookup is a request)."""
+    index = index_name(node, path)
     order = attribute(node, "column-order", [])
     if isinstance(order, str):  # h5py returns a single-column order as a plain string
         order = [order]
@@ -56,7 +85,10 @@ def column_names(node: Any, path: str) -> tuple[str, list[str]]:
             f"element {path}: 'column-order' must be a list of column names, found {order!r}"
         )
     for name in [index, *order]:
-        if child(node, name) is None:
+        member = child(node, name)
+        if members is not None:
+            members[name] = member
+        if member is None:
             raise MalformedElementError(
                 f"element {path}: {'the index' if name == index else 'column'} {name!r} "
                 "named in its attributes is missing"
@@ -73,8 +105,9 @@ _NOT_COLUMNS = {
 }
 
 
-def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool) -> Any:
-    member = node[name]
+def _column(
+    reader: ElementReader, node: Any, member: Any, name: str, path: str, legacy: bool
+) -> Any:
     where = f"{path}/{name}"
     if legacy and not is_group(member) and attribute(member, "categories") is None:
         labels = child(node, f"{LEGACY_CATEGORIES}/{name}")
@@ -122,13 +155,14 @@ def read_dataframe(
     value that is not one per row) raises; given a ``skipped`` list, it is left
     out and appended there instead. The index is always required.
     """
-    index_name, order = column_names(node, path)
+    members: dict[str, Any] = {}
+    index_name, order = column_names(node, path, members)
     legacy = encoding.version == "0.1.0"
-    index = _column(reader, node, index_name, path, legacy)
+    index = _column(reader, node, members[index_name], index_name, path, legacy)
     columns: dict[str, Any] = {}
     for name in order:
         try:
-            values = _column(reader, node, name, path, legacy)
+            values = _column(reader, node, members[name], name, path, legacy)
             if len(values) != len(index):
                 raise MalformedElementError(
                     f"element {path}: column {name!r} has {len(values)} rows but the index "
