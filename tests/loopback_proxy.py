@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +55,38 @@ class Seen:
     """Content-Length of the request body."""
     copy_source: str | None = None
     """``x-amz-copy-source`` of a server-side copy."""
+    started: float = 0.0
+    """``time.monotonic()`` when the proxy received the request."""
+    ended: float = 0.0
+    """``time.monotonic()`` when the proxy had answered it (0: not answered yet)."""
+
+
+def sequential_rounds(seen: Sequence[Seen]) -> int:
+    """The longest chain of requests each of which started after the one before had ended.
+
+    With a delay on every request, requests sent together overlap and count
+    as one round; a request sent only after another's answer (a parent check
+    before a write, a write after a read) adds one. This is the number of
+    round trips a client waited for one after another. Unanswered requests
+    are left out.
+
+    >>> a, b, c = (Seen("GET", "/", None, None, started=s, ended=e)
+    ...            for s, e in ((0, 1), (0.1, 1.1), (1.2, 2)))
+    >>> sequential_rounds([a, b, c])
+    2
+    """
+    done = [s for s in seen if s.ended]
+    by_start = sorted(range(len(done)), key=lambda i: done[i].started)
+    by_end = sorted(range(len(done)), key=lambda i: done[i].ended)
+    chain = [0] * len(done)
+    best = ended = 0
+    for i in by_start:
+        # every request that ended before this one started was seen earlier (it started earlier)
+        while ended < len(done) and done[by_end[ended]].ended <= done[i].started:
+            best = max(best, chain[by_end[ended]])
+            ended += 1
+        chain[i] = best + 1
+    return max(chain, default=0)
 
 
 class LoopbackProxy:
@@ -84,7 +117,7 @@ class LoopbackProxy:
                 if control and self.path.startswith(CONTROL):
                     self._control()
                     return
-                proxy._record(self)
+                seen = proxy._record(self)
                 fault = proxy._fault(self.path)
                 if fault is not None:
                     self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -97,6 +130,7 @@ class LoopbackProxy:
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
+                    proxy._answered(seen)
                     return
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
@@ -129,6 +163,7 @@ class LoopbackProxy:
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(payload)
+                    proxy._answered(seen)
                 finally:
                     upstream.close()
 
@@ -163,18 +198,28 @@ class LoopbackProxy:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def _record(self, handler: BaseHTTPRequestHandler) -> None:
+    def _record(self, handler: BaseHTTPRequestHandler) -> Seen:
+        seen = Seen(
+            handler.command,
+            handler.path,
+            handler.headers.get("Range"),
+            handler.headers.get("If-Match"),
+            int(handler.headers.get("Content-Length") or 0),
+            handler.headers.get("x-amz-copy-source"),
+            started=time.monotonic(),
+        )
         with self._lock:
-            self.seen.append(
-                Seen(
-                    handler.command,
-                    handler.path,
-                    handler.headers.get("Range"),
-                    handler.headers.get("If-Match"),
-                    int(handler.headers.get("Content-Length") or 0),
-                    handler.headers.get("x-amz-copy-source"),
-                )
-            )
+            self.seen.append(seen)
+        return seen
+
+    def _answered(self, seen: Seen) -> None:
+        answered = replace(seen, ended=time.monotonic())
+        with self._lock:
+            # recent requests are at the end; one taken already is left as it was
+            for index in range(len(self.seen) - 1, -1, -1):
+                if self.seen[index] is seen:
+                    self.seen[index] = answered
+                    break
 
     def take(self) -> list[Seen]:
         """The requests seen since the last call."""

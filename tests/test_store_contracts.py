@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import realistic_counts
-from cytearc_vfs_conformance.store_tests import OverlayStoreTests, ReadOnlyViewTests
+from cytearc_vfs_conformance.store_tests import (
+    CyteArcStoreTests,
+    OverlayStoreTests,
+    ReadOnlyViewTests,
+)
 from s3_server import S3Server
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
@@ -32,6 +36,7 @@ from cytearc_vfs.remote.cached_store import CachedSourceStore
 from cytearc_vfs.remote.locations import open_location
 from cytearc_vfs.remote.pinned_store import PinnedSourceStore
 from cytearc_vfs.remote.source_cache import SourceCache
+from cytearc_vfs.write.write_behind import WriteBehindStore
 
 PROTO = default_buffer_prototype()
 PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
@@ -454,6 +459,7 @@ def test_every_store_class_has_a_contract_test() -> None:
         "CountingStore",
         "PrefetchedStore",
         "PinnedSourceStore",
+        "WriteBehindStore",
         # the bases, run through the stores above and in test_store_keys.py
         "SourceReadWrapper",
         "KeyCheckedStore",
@@ -461,3 +467,67 @@ def test_every_store_class_has_a_contract_test() -> None:
     }
     assert found, "no store classes found"
     assert found <= covered, f"stores without a contract test: {sorted(found - covered)}"
+
+
+# ------------------------------------------------------------------ write-behind
+
+
+class WriteBehindAt(WriteBehindStore):
+    """``WriteBehindStore(LocalStore(root))``, callable as ``cls(root, read_only)``.
+
+    The tree is not known here (``absent_unless_written=False``): the suite
+    writes keys behind the store's back, which a writer's destination never
+    has (tests/test_write_behind.py covers that mode).
+    """
+
+    def __init__(self, root: Path, read_only: bool = False) -> None:
+        super().__init__(LocalStore(root, read_only=read_only), read_only=read_only)
+        self.root = root
+
+    def _view(self, read_only: bool) -> WriteBehindAt:
+        view = type(self)(self.root, read_only)
+        view._writes = self._writes
+        return view
+
+    def __getstate__(self) -> dict[str, Any]:
+        super().__getstate__()  # refuses while writes are in flight
+        return {"root": self.root, "read_only": self.read_only}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["root"], state["read_only"])  # type: ignore[misc]
+
+    @classmethod
+    async def open(cls, root: Path, read_only: bool = False) -> WriteBehindAt:  # type: ignore[override]
+        store = cls(root, read_only=read_only)
+        await store._open()
+        return store
+
+
+class TestWriteBehindStoreContract(CyteArcStoreTests[WriteBehindAt, cpu.Buffer]):
+    """zarr's suite through a destination's write-behind store: every write
+    is flushed before the suite reads the directory underneath."""
+
+    store_cls = WriteBehindAt
+    buffer_cls = cpu.Buffer
+    refuses_clear = False  # a writer's own scratch view, not a store users open
+
+    async def set(self, store: WriteBehindAt, key: str, value: Buffer) -> None:
+        await LocalStore(store.root).set(key, value)
+
+    async def get(self, store: WriteBehindAt, key: str) -> Buffer:
+        await store.flush()
+        return await _local_get(store.root, key)
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
+        (tmp_path / "dest").mkdir(exist_ok=True)
+        return {"root": tmp_path / "dest"}
+
+    def test_store_repr(self, store: WriteBehindAt) -> None:
+        assert "WriteBehindStore" in repr(store)
+
+    def test_store_supports_writes(self, store: WriteBehindAt) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store: WriteBehindAt) -> None:
+        assert store.supports_listing

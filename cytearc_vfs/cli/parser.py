@@ -366,6 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ORIGIN",
         help="let web pages of ORIGIN (or *) read through CORS, e.g. zarrita in a browser",
     )
+    serve.add_argument(
+        "--max-answer-memory",
+        metavar="SIZE",
+        default=None,
+        help=(
+            "bytes of values all answers together hold in memory while clients take them, "
+            "a size such as 256M or 1G (default 256M); larger values are sent in 1 MiB pieces"
+        ),
+    )
 
     mount_fs = sub.add_parser(
         "mount-fs",

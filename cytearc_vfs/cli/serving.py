@@ -54,6 +54,29 @@ def _check_origin(origin: str) -> None:
         )
 
 
+def _answer_memory(value: str | None, piece_bytes: int) -> int | None:
+    """``--max-answer-memory`` in bytes (``None`` when not given); at least two pieces."""
+    if value is None:
+        return None
+    from ..format.sizes import format_size, parse_size
+
+    shown = value.strip()
+    smallest = 2 * piece_bytes
+    remedy = f"give a size of at least {format_size(smallest)}, such as 256M or 1G"
+    if shown.startswith("-"):
+        raise InputRefusedError(f"--max-answer-memory {shown} is negative; {remedy}")
+    try:
+        nbytes = parse_size(shown, what="--max-answer-memory")
+    except ValueError as exc:
+        raise InputRefusedError(f"{exc}; {remedy}") from None
+    if nbytes < smallest:
+        raise InputRefusedError(
+            f"--max-answer-memory {shown} is smaller than two {format_size(piece_bytes)} "
+            f"pieces of a streamed value; {remedy}"
+        )
+    return nbytes
+
+
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``serve LOCATION [--host H] [--port N]``: until SIGINT, SIGTERM or SIGHUP."""
     import logging
@@ -72,6 +95,8 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         )
     if args.allow_origin is not None:
         _check_origin(args.allow_origin)
+    defaults = ServeOptions()
+    answer_memory = _answer_memory(args.max_answer_memory, defaults.piece_bytes)
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
@@ -94,7 +119,10 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             store,
             host=args.host,
             port=args.port,
-            options=ServeOptions(allow_origin=args.allow_origin),
+            options=ServeOptions(
+                allow_origin=args.allow_origin,
+                max_answer_bytes=answer_memory or defaults.max_answer_bytes,
+            ),
         )
         # SIGHUP (the terminal closed) stops it like SIGTERM; left to Python's
         # default it would end the process without a word or a clean close

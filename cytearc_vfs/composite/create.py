@@ -43,7 +43,12 @@ from ..read.reader import VirtualArrayReader
 from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
 from ..remote.locations import Location, describe_location, reopenable_location
 from ..remote.source_cache import SourceCache
-from ..write.destinations import check_no_overlap, create_destination, finish_destination
+from ..write.destinations import (
+    check_no_overlap,
+    create_destination,
+    finish_destination,
+    settled_on_failure,
+)
 from .anndata_records import write_anndata_sources
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
@@ -488,51 +493,54 @@ def create_composite(
         writer="create_composite",
         storage_options=storage_options,
     )
-    where = describe_location(destination)
-    logger.info("creating composite of %d sources (%d x %d) at %s", len(bound), *shape, where)
-    root.attrs.update(  # keeps the in-progress marker of the root's first document
-        {
-            COMPOSITE_ATTR: record.to_json(),
-            "assayTypes": dump_assay_types({assay: plan.assay_type}),
-            "defaultAssay": assay,
-        }
-    )
-    maps_group = root.create_group(MAPS_GROUP)
-    for name, values in maps.items():
-        # Small chunks: a read loads only the mapping windows it selects.
-        chunk = (
-            (max(1, min(values.shape[0], MAP_CHUNK_ENTRIES)),)
-            if values.ndim == 1
-            else (
-                values.shape[0],
-                max(1, min(values.shape[1], MAP_CHUNK_ENTRIES // max(1, values.shape[0]))),
-            )
+    with settled_on_failure(root):
+        where = describe_location(destination)
+        logger.info("creating composite of %d sources (%d x %d) at %s", len(bound), *shape, where)
+        root.attrs.update(  # keeps the in-progress marker of the root's first document
+            {
+                COMPOSITE_ATTR: record.to_json(),
+                "assayTypes": dump_assay_types({assay: plan.assay_type}),
+                "defaultAssay": assay,
+            }
         )
-        maps_group.create_array(name, data=values, chunks=chunk)
-    # the documents each source was verified from, with their versions: a
-    # later open fetches only those that changed (source_seals.py)
-    write_seals(
-        maps_group,
-        record,
-        {source.name: source.view.seal() for source in bound if source.view is not None},
-    )
-    write_anndata_sources(
-        maps_group,
-        record,
-        {source.name: source.anndata.entry for source in bound if source.anndata is not None},
-    )
-    write_table(root.create_group("cellData"), cell_table)
-    assay_group = root.create_group(assay, attributes={"is_assay": True})
-    write_table(assay_group.create_group("featureData"), feature_table)
-    summary_group = assay_group.create_group(
-        "countSummaries", attributes={"source_fingerprint": content}
-    )
-    for name, values in summaries.items():
-        summary_group.create_array(name, data=values, chunks=(max(1, min(len(values), 1 << 20)),))
-    final = record.to_json()
-    final["complete"] = True
-    # one metadata write publishes the composite and removes the marker
-    finish_destination(root, {COMPOSITE_ATTR: final})
+        maps_group = root.create_group(MAPS_GROUP)
+        for name, values in maps.items():
+            # Small chunks: a read loads only the mapping windows it selects.
+            chunk = (
+                (max(1, min(values.shape[0], MAP_CHUNK_ENTRIES)),)
+                if values.ndim == 1
+                else (
+                    values.shape[0],
+                    max(1, min(values.shape[1], MAP_CHUNK_ENTRIES // max(1, values.shape[0]))),
+                )
+            )
+            maps_group.create_array(name, data=values, chunks=chunk)
+        # the documents each source was verified from, with their versions: a
+        # later open fetches only those that changed (source_seals.py)
+        write_seals(
+            maps_group,
+            record,
+            {source.name: source.view.seal() for source in bound if source.view is not None},
+        )
+        write_anndata_sources(
+            maps_group,
+            record,
+            {source.name: source.anndata.entry for source in bound if source.anndata is not None},
+        )
+        write_table(root.create_group("cellData"), cell_table)
+        assay_group = root.create_group(assay, attributes={"is_assay": True})
+        write_table(assay_group.create_group("featureData"), feature_table)
+        summary_group = assay_group.create_group(
+            "countSummaries", attributes={"source_fingerprint": content}
+        )
+        for name, values in summaries.items():
+            summary_group.create_array(
+                name, data=values, chunks=(max(1, min(len(values), 1 << 20)),)
+            )
+        final = record.to_json()
+        final["complete"] = True
+        # one metadata write publishes the composite and removes the marker
+        finish_destination(root, {COMPOSITE_ATTR: final})
     # opened as any open does, except that the sources verified above are
     # not fetched and verified a second time
     return CompositeStore._created(

@@ -15,24 +15,28 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import zarr
-from zarr.abc.store import Store
 
 from ..errors import UnsupportedSourceError
 from ..format.flags import check_flag
 from ..format.nodes import group_at
 from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
-from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
+from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location, reopenable_location
 from ..write.copying import copy_group
-from ..write.destinations import check_no_overlap, create_destination, finish_destination
+from ..write.destinations import (
+    check_no_overlap,
+    create_destination,
+    finish_destination,
+    settled_on_failure,
+)
 from .records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
 
 __all__ = ["mount_datastore"]
 
 
-def _refuse(source: Store, where: str) -> None:
-    contents = read_contents(source, where=where)
+def _refuse(contents: StoreContents, where: str) -> None:
     if MATRIX_SOURCE_ATTR in contents.root_attrs:
         raise UnsupportedSourceError(
             f"{where} is itself a mounted target; mounts do not chain. Mount the store that owns "
@@ -98,9 +102,9 @@ def mount_datastore(
     if workspace is not None:
         check_name(workspace, what="workspace")
     check_no_overlap(destination, {"source": source})
-    backend = open_location(source, read_only=True, storage_options=source_storage_options)
-    _refuse(backend, where)
-    contents = read_contents(backend, where=where)
+    opened = open_location(source, read_only=True, storage_options=source_storage_options)
+    contents = read_contents(opened, where=where)
+    _refuse(contents, where)
     available = [p.assay for p in contents.assays if p.workspace == workspace]
     if not available:
         raise ValueError(
@@ -115,6 +119,11 @@ def mount_datastore(
             f"assay(s) {', '.join(unknown)} are not in {where} (it holds "
             f"{', '.join(available)}); choose among those"
         )
+    # every document verification reads, in one concurrent round (not one by one)
+    backend = prefetched(
+        opened,
+        [key for name in chosen for key in assay_documents(AssayPaths(name, workspace))],
+    )
     container_attrs = zarr.open_group(
         backend, path=workspace or "", mode="r", zarr_format=3
     ).attrs.asdict()
@@ -150,28 +159,29 @@ def mount_datastore(
         writer="mount_datastore",
         storage_options=storage_options,
     )
-    source_root = zarr.open_group(backend, mode="r", zarr_format=3)
-    container = root if workspace is None else root.create_group(workspace)
-    container.attrs.update(
-        {
-            "assayTypes": {name: types[name] for name in sorted(chosen)},
-            "defaultAssay": container_attrs.get("defaultAssay")
-            if container_attrs.get("defaultAssay") in chosen
-            else chosen[0],
-        }
-    )
-    first = infos[chosen[0]].paths
-    # Cell table with every column and its attributes (membership columns included).
-    copy_group(group_at(source_root, first.cell_data), container, "cellData")
-    for name in chosen:
-        paths = infos[name].paths
-        source_assay = group_at(source_root, paths.assay_group)
-        assay_group = container.create_group(name, attributes=source_assay.attrs.asdict())
-        copy_group(group_at(source_root, paths.feature_data), assay_group, "featureData")
-        assay_group.create_group("artifacts")
-    container.create_group("artifacts")
-    # the record, written last with the marker removed, makes it a mount
-    finish_destination(root, {MATRIX_SOURCE_ATTR: record.to_json()})
+    with settled_on_failure(root):
+        source_root = zarr.open_group(backend, mode="r", zarr_format=3)
+        container = root if workspace is None else root.create_group(workspace)
+        container.attrs.update(
+            {
+                "assayTypes": {name: types[name] for name in sorted(chosen)},
+                "defaultAssay": container_attrs.get("defaultAssay")
+                if container_attrs.get("defaultAssay") in chosen
+                else chosen[0],
+            }
+        )
+        first = infos[chosen[0]].paths
+        # Cell table with every column and its attributes (membership columns included).
+        copy_group(group_at(source_root, first.cell_data), container, "cellData")
+        for name in chosen:
+            paths = infos[name].paths
+            source_assay = group_at(source_root, paths.assay_group)
+            assay_group = container.create_group(name, attributes=source_assay.attrs.asdict())
+            copy_group(group_at(source_root, paths.feature_data), assay_group, "featureData")
+            assay_group.create_group("artifacts")
+        container.create_group("artifacts")
+        # the record, written last with the marker removed, makes it a mount
+        finish_destination(root, {MATRIX_SOURCE_ATTR: record.to_json()})
     return MountStore.from_location(
         destination,
         mode="r+",

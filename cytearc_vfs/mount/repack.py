@@ -16,11 +16,13 @@ overlap the source; the dataset identity of the output is verified.
 
 Crash safety: the destination's root names the writer
 (``cytearc:pending_store``) from its first document on. Values are copied
-before documents, documents deepest first (an array's chunks before its
-``zarr.json``, a group's members before the group), the copy's identity is
-verified, and only then is the root document written, which clears the
-marker: a repack that dies at any instant leaves a destination every open
-refuses, and ``overwrite=True`` replaces it.
+before documents (through the destination's write-behind store, which holds
+the documents and sends them together once the values are out), the copy's
+identity is verified, and only then is the root document written, which
+clears the marker: a repack that dies at any instant leaves a destination
+every open refuses, and ``overwrite=True`` replaces it. The source's
+documents are fetched in one concurrent round, and the copy's documents are
+verified from what was written (its values are read back from the store).
 """
 
 from __future__ import annotations
@@ -57,8 +59,14 @@ from ..format.source_store import (
     verify_store,
 )
 from ..format.tables import read_table
+from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location
-from ..write.destinations import check_no_overlap, create_destination
+from ..write.destinations import (
+    check_no_overlap,
+    create_destination,
+    flush_destination,
+    settled_on_failure,
+)
 from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
 from .records import MATRIX_SOURCE_ATTR
 
@@ -480,8 +488,13 @@ def repack(
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     check_no_overlap(destination, {"source": location})
     source = open_location(location, read_only=True, storage_options=storage_options)
+    contents = read_contents(source, where=where)
+    is_mount = MATRIX_SOURCE_ATTR in contents.root_attrs
+    if not is_mount and not data_only:
+        # the documents every check below reads (and reads again), fetched in
+        # one concurrent round instead of one by one
+        source = prefetched(source, [key for p in contents.assays for key in assay_documents(p)])
     _refuse(source, where)
-    is_mount = MATRIX_SOURCE_ATTR in read_contents(source, where=where).root_attrs
     if data_only:
         if is_mount:
             raise ValueError(
@@ -496,14 +509,32 @@ def repack(
             # copying a shard that is not the written one would bake it in
             check_assay_shards(mount.source, mount._infos[name], where=where)
         root = create_destination(destination, overwrite=overwrite, writer="repack")
-        infos, root_copy = _repack_mount(mount, root, budget, progress)
+        with settled_on_failure(root):
+            infos, root_copy = _repack_mount(mount, root, budget, progress)
     else:
         for info in verify_store(source, where=where)[1]:
             _fitted(info, budget)  # refuses a budget before anything is written
             check_assay_shards(source, info, where=where)
         root = create_destination(destination, overwrite=overwrite, writer="repack")
-        infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
-    written = open_location(destination, read_only=True)
+        with settled_on_failure(root):
+            infos, root_copy = _repack_ordinary(source, root, budget, where, progress)
+    with settled_on_failure(root):
+        _verify_and_commit(destination, root, infos, root_copy, where, budget)
+    return open_store(destination)
+
+
+def _verify_and_commit(
+    destination: Location,
+    root: zarr.Group,
+    infos: list[AssayInfo],
+    root_copy: CopyPart,
+    where: str,
+    budget: int,
+) -> None:
+    """Verify the copy's identity, then write the root document: the last write."""
+    flush_destination(root)  # the values verified are read back from the store
+    # the documents from what was written (no round trip each), the values from the store
+    written = root.store.with_read_only(True)
     for info in infos:
         # the root (with assayTypes) is not copied yet: give each assay its type
         again = verify_assay(
@@ -522,4 +553,3 @@ def repack(
     # The last write: the source's root document, which carries no in-progress marker.
     store, keys, rename = root_copy
     _KeyCopier(root.store, budget, 1).copy(store, keys, rename)
-    return open_store(destination)

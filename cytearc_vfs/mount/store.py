@@ -28,7 +28,7 @@ from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import document_attribute, get_json
 from ..read.count_mapping import CountMapping, IdentityMapping
-from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents
+from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents, prefetched
 from ..read.read_stats import ReadCounters
 from ..read.sources import bound_from_verified
 from ..remote.cached_store import cached_source, source_cache_of
@@ -160,7 +160,15 @@ class MountStore(KeyCheckedStore):
                     f"which {record.location} lacks; re-import the source"
                 )
             infos[name] = info
-        verify_mount_tables(target, record.workspace, infos, where=where)
+        # the target's documents the checks read, in one concurrent round
+        target_documents = prefetched(
+            target,
+            [
+                *(key for info in infos.values() for key in assay_documents(info.paths)),
+                join(record.workspace or "", "artifacts", "zarr.json"),
+            ],
+        )
+        verify_mount_tables(target_documents, record.workspace, infos, where=where)
         mount = cls(
             target,
             source,

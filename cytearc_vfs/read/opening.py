@@ -24,6 +24,7 @@ from ..format.source_store import (
 )
 from ..remote.locations import Location, describe_location, open_location
 from .mapping_providers import mapping_provider_for
+from .prefetch import assay_documents, prefetched
 
 __all__ = ["counts_fingerprint", "dataset_fingerprint", "open_store", "verified_assay"]
 
@@ -73,7 +74,10 @@ def open_store(
             f"{where} is an ordinary store; source_storage_options apply to composites and "
             "mounts only (use storage_options for the store itself)"
         )
-    for info in verify_store(store, where=where)[1]:
+    # the documents verification reads, in one concurrent round (on an object
+    # store, one round trip instead of one per document)
+    documents = prefetched(store, [key for p in contents.assays for key in assay_documents(p)])
+    for info in verify_store(documents, where=where)[1]:
         # plain zarr reads a deleted shard as zeros and a swapped one as its
         # values: only this check stands between them and the caller
         check_assay_shards(store, info, where=where)

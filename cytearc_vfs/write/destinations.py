@@ -15,33 +15,53 @@ still carries it. Such an unfinished destination is always replaceable with
 ``overwrite=True``, whatever it holds from its writer (a half-written mount,
 composite, or prepared tables copied from a source), because nothing can
 depend on a store that never opened.
+
+Round trips: the root group :func:`create_destination` returns writes
+through a :class:`~cytearc_vfs.write.write_behind.WriteBehindStore` that
+knows the tree it creates (no existence checks of zarr's node API) and
+sends documents and chunks concurrently; its root document is a barrier, so
+the root's last write, which clears the marker, follows every other write.
+Writers that fail call :func:`settle_destination` so nothing of theirs
+lands in the destination after they return.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import zarr
 from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..remote.locations import Location, describe_location, local_path, open_location
+from .write_behind import ROOT_DOCUMENT, WriteBehindStore
 
 __all__ = [
     "check_destination",
     "check_no_overlap",
+    "clears_pending_marker",
     "create_destination",
     "destination_is_prepared",
     "finish_destination",
+    "flush_destination",
+    "settle_destination",
+    "settled_on_failure",
 ]
+
+#: Whether destinations write behind (see the module docstring). ``False``
+#: restores zarr's own node by node writes: kept only so that
+#: ``benchmarks/bench_remote_writes.py`` compares both in one run.
+WRITE_BEHIND = True
 
 WRITER_GROUPS = frozenset({"cellData", "matrices", "artifacts", "pipeline", "agent_results"})
 _METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"})
@@ -97,15 +117,36 @@ def destination_is_prepared(
     return f"{assay}_nCounts" in set(cell_columns)
 
 
+def _documents(store: Store, keys: list[str]) -> dict[str, dict[str, object] | None]:
+    """The documents at ``keys``, fetched concurrently; ``None`` for one that is not
+    a JSON object (not ours, so the member checks refuse it)."""
+    gate = asyncio.Semaphore(64)
+
+    async def one(key: str) -> dict[str, object] | None:
+        async with gate:
+            buffer = await store.get(key, prototype=default_buffer_prototype())
+        try:
+            value = json.loads(buffer.to_bytes()) if buffer is not None else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    async def fetch() -> list[dict[str, object] | None]:
+        return list(await asyncio.gather(*(one(key) for key in keys)))
+
+    return dict(zip(keys, sync(fetch()), strict=True))
+
+
 def _nodes(store: Store, keys: list[str]) -> dict[str, dict[str, object]]:
     nodes: dict[str, dict[str, object]] = {}
-    for key in keys:
+    wanted = [key for key in keys if key.rsplit("/", 1)[-1] in ("zarr.json", ".zgroup", ".zarray")]
+    documents = _documents(store, wanted)
+    for key in wanted:
         name = key.rsplit("/", 1)[-1]
-        if name in ("zarr.json", ".zgroup", ".zarray"):
-            document = _read_json(store, key) or {}
-            node = key[: -len(name)].rstrip("/")
-            kind = document.get("node_type") or ("array" if name == ".zarray" else "group")
-            nodes[node] = {"kind": kind, "attrs": document.get("attributes", {}), "doc": document}
+        document = documents[key] or {}
+        node = key[: -len(name)].rstrip("/")
+        kind = document.get("node_type") or ("array" if name == ".zarray" else "group")
+        nodes[node] = {"kind": kind, "attrs": document.get("attributes", {}), "doc": document}
     return nodes
 
 
@@ -277,10 +318,51 @@ def create_destination(
     mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
     store = open_location(location, read_only=False, storage_options=storage_options)
     marker: dict[str, Any] = {PENDING_STORE_ATTR: writer}
+    if not WRITE_BEHIND:
+        if mode == "w":
+            _replace_with_marker(store, marker)
+            return zarr.open_group(store, mode="r+", zarr_format=3)
+        return zarr.open_group(store, mode="w-", zarr_format=3, attributes=marker)
+    # check_destination listed the destination: empty, or replaceable and
+    # emptied here, so the writer's tree is all it will hold
+    document = _marker_document(marker)
     if mode == "w":
         _replace_with_marker(store, marker)
-        return zarr.open_group(store, mode="r+", zarr_format=3)
-    return zarr.open_group(store, mode="w-", zarr_format=3, attributes=marker)
+    else:
+        sync(store.set(ROOT_DOCUMENT, default_buffer_prototype().buffer.from_bytes(document)))
+    behind = WriteBehindStore(
+        store,
+        absent_unless_written=True,
+        documents={ROOT_DOCUMENT: document},
+        commits=clears_pending_marker,
+    )
+    return zarr.open_group(behind, mode="r+", zarr_format=3)
+
+
+def clears_pending_marker(key: str, value: Buffer) -> bool:
+    """Whether a write is a destination's commit: a root document without the marker.
+
+    Root writes that keep ``cytearc:pending_store`` (a composite's record
+    with ``complete=false``, the assay types) go out behind like any other.
+
+    >>> from zarr.core.buffer import cpu
+    >>> clears_pending_marker("zarr.json", cpu.Buffer.from_bytes(b'{"attributes": {}}'))
+    True
+    >>> pending = b'{"attributes": {"cytearc:pending_store": "repack"}}'
+    >>> clears_pending_marker("zarr.json", cpu.Buffer.from_bytes(pending))
+    False
+    """
+    if key != ROOT_DOCUMENT:
+        return False
+    try:
+        attributes = json.loads(value.to_bytes()).get("attributes", {})
+    except (ValueError, AttributeError):
+        return True  # not a document this layer writes: ordered like a commit
+    return not (isinstance(attributes, dict) and PENDING_STORE_ATTR in attributes)
+
+
+def _marker_document(marker: dict[str, Any]) -> bytes:
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": marker}).encode()
 
 
 def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
@@ -288,22 +370,21 @@ def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
 
     The root document is replaced first and deleted never: a crash while the
     old keys go leaves a root that is refused as unfinished, never the old
-    store with some of its chunks gone (which zarr would read as zeros).
+    store with some of its chunks gone (which zarr would read as zeros). The
+    top-level members are deleted concurrently.
     """
-    document = {"zarr_format": 3, "node_type": "group", "attributes": marker}
+    document = _marker_document(marker)
+
+    async def remove(name: str) -> None:
+        if await store.exists(name):  # a file at the root (a partial write)
+            await store.delete(name)
+        else:
+            await store.delete_dir(name)
 
     async def replace() -> None:
-        await store.set(
-            "zarr.json", default_buffer_prototype().buffer.from_bytes(json.dumps(document).encode())
-        )
-        names = [name async for name in store.list_dir("")]
-        for name in names:
-            if name == "zarr.json":
-                continue
-            if await store.exists(name):  # a file at the root (a partial write)
-                await store.delete(name)
-            else:
-                await store.delete_dir(name)
+        await store.set(ROOT_DOCUMENT, default_buffer_prototype().buffer.from_bytes(document))
+        names = [name async for name in store.list_dir("") if name != ROOT_DOCUMENT]
+        await asyncio.gather(*(remove(name) for name in names))
 
     sync(replace())
 
@@ -317,7 +398,38 @@ def finish_destination(root: zarr.Group, attributes: Mapping[str, Any] | None = 
     attrs = root.attrs.asdict()
     attrs.pop(PENDING_STORE_ATTR, None)
     attrs.update(attributes or {})
+    # through a WriteBehindStore, this root write first waits for every other
     root.attrs.put(attrs)
+
+
+def flush_destination(root: zarr.Group) -> None:
+    """Wait until everything written through ``root`` is stored (raising a failed write).
+
+    For a writer that reads its destination back through another store
+    (repack verifies the copy) before its last root write.
+    """
+    if isinstance(root.store, WriteBehindStore):
+        sync(root.store.flush())
+
+
+@contextmanager
+def settled_on_failure(root: zarr.Group) -> Iterator[zarr.Group]:
+    """Run a writer's writes into ``root``; if they raise, :func:`settle_destination` first."""
+    try:
+        yield root
+    except BaseException:
+        settle_destination(root)
+        raise
+
+
+def settle_destination(root: zarr.Group) -> None:
+    """Wait until no write through ``root`` is in flight; failures are not raised.
+
+    A writer that fails calls it before the error leaves it: a rerun (with
+    ``overwrite=True``) must not meet writes of the failed run still landing.
+    """
+    if isinstance(root.store, WriteBehindStore):
+        sync(root.store.settle())
 
 
 def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:

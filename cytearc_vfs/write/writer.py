@@ -47,7 +47,7 @@ from .count_source import (
     iter_bands,
     scan_source,
 )
-from .destinations import create_destination, finish_destination
+from .destinations import create_destination, finish_destination, settle_destination
 from .membership import split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
@@ -271,6 +271,7 @@ def write_counts(
         )
     except BaseException:
         logger.warning("write to %s failed; the assay stays pending and will not open", location)
+        settle_destination(root)  # nothing of this write lands after it returns
         raise
     content, cells_fp, features_fp = info
     return WriteInfo(

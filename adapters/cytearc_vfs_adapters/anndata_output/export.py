@@ -16,15 +16,13 @@ destination (``.NAME.<random>.partial``) and renamed onto it only when
 complete, so a killed export never leaves anything at the destination. An
 existing destination is refused unless ``overwrite=True``, and even then
 only an AnnData (an ``.h5ad`` file or a Zarr store whose root is an
-``anndata`` element) is replaced: it is renamed aside, the new one renamed
-in, and the old one removed.
+``anndata`` element) is replaced, in one atomic rename or exchange where the
+system offers one (:mod:`.replacement`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 import uuid
 import warnings
@@ -46,6 +44,7 @@ from .columns import check_encodable, plain_text
 from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
 from .opened import OpenedAssay, OpenOptions, open_assay
+from .replacement import move_into_place, remove_output
 
 __all__ = ["ExportInfo", "export_anndata", "export_format"]
 
@@ -193,8 +192,9 @@ def _write(
 ) -> tuple[int, int, int, str | None]:
     """Write every element into ``group``; returns (nnz, bands, largest band, membership)."""
     write_elem = _anndata().io.write_elem
-    # first: a root without attributes is what anndata 0.7 wrote, and anndata reads it,
-    # so a killed export's temporary would read as an AnnData with empty rows
+    # first (a zarr root has it from creation, _unfinished_root): a root without
+    # attributes is what anndata 0.7 wrote, and anndata reads it, so a killed export's
+    # temporary would read as an AnnData with empty rows
     group.attrs.update(UNFINISHED_ROOT)
     obs, var, uns = read_frames(opened)
     check_encodable(obs.columns, table=opened.paths.cell_data)
@@ -234,7 +234,7 @@ def _write_to(
             return _write(file, kind, opened, band_bytes, progress)
     import zarr
 
-    root = zarr.open_group(temporary, mode="w-", zarr_format=cast(ZarrFormat, zarr_format))
+    root = _unfinished_root(temporary, cast(ZarrFormat, zarr_format))
     written = _write(root, kind, opened, band_bytes, progress)
     with warnings.catch_warnings():
         # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
@@ -243,22 +243,22 @@ def _write_to(
     return written
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink(missing_ok=True)
+def _unfinished_root(temporary: Path, zarr_format: ZarrFormat) -> Any:
+    """Create the temporary's root group already marked :data:`UNFINISHED_ROOT`.
 
+    Never attribute-less, not even for one write: anndata reads such a root as the
+    0.7 layout. Zarr v3 holds the attributes in the one ``zarr.json``; for v2,
+    ``.zattrs`` is written before ``.zgroup`` makes the directory a group (zarr
+    writes the two concurrently, in no set order).
+    """
+    import zarr
 
-def _move_into_place(temporary: Path, path: Path) -> None:
-    """Rename the finished export onto ``path``, replacing what is there."""
-    if not (path.exists() or path.is_symlink()):
-        os.rename(temporary, path)
-        return
-    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex}.replaced")
-    os.rename(path, aside)
-    os.rename(temporary, path)
-    _remove(aside)
+    temporary.mkdir()
+    if zarr_format == 2:
+        (temporary / ".zattrs").write_text(json.dumps(UNFINISHED_ROOT))
+    return zarr.create_group(
+        str(temporary), zarr_format=zarr_format, attributes=dict(UNFINISHED_ROOT)
+    )
 
 
 def export_anndata(
@@ -318,10 +318,10 @@ def export_anndata(
         nnz, bands, largest, membership = _write_to(
             temporary, kind, opened, band_bytes, progress, zarr_format
         )
-        _move_into_place(temporary, path)
+        move_into_place(temporary, path)
     except BaseException:
         # an interrupt (KeyboardInterrupt, the command line's signals) too
-        _remove(temporary)
+        remove_output(temporary)
         raise
     return ExportInfo(
         location=str(path),

@@ -15,6 +15,9 @@ from zarr.core.buffer import Buffer
 
 from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
 
+from .budget import Lease
+from .pieces import StreamedSpan
+
 __all__ = [
     "Answer",
     "bytes_of",
@@ -37,8 +40,18 @@ class Answer:
     status: HTTPStatus
     body: bytes | memoryview = b""
     fields: list[tuple[str, str]] = field(default_factory=list)
-    length: int | None = None  # Content-Length when it is not len(body) (HEAD)
+    length: int | None = None  # Content-Length when it is not len(body) (HEAD, streams)
     close: bool = False
+    lease: Lease | None = None
+    """Answer memory the body holds, given back once the socket has taken it."""
+    rest: StreamedSpan | None = None
+    """What follows ``body`` when the value is streamed, read piece by piece while sending."""
+
+    def release(self) -> None:
+        """Give back the answer memory the body holds (the body is sent or abandoned)."""
+        self.body = b""
+        if self.lease is not None:
+            self.lease.release()
 
 
 def one_line(text: str) -> str:

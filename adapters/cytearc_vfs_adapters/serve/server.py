@@ -9,7 +9,10 @@ server needs are native to asyncio: a timeout on every request head (idle
 and slow clients), ``drain`` with a timeout on every write (backpressure; a
 client that stops reading is dropped), a bound on open connections and on
 store reads running at once. A client that goes away mid-answer is counted
-and dropped without a log line.
+and dropped without a log line. Answer bodies are held under one
+server-wide budget of bytes (:mod:`.budget`); large stored values are read
+and sent in pieces (:mod:`.pieces`), so a slow client holds one piece, not
+a whole value.
 
 What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
 byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings (JSON, or the HTML
@@ -29,6 +32,7 @@ import logging
 import socket
 import threading
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
@@ -48,6 +52,7 @@ from .answers import (
     one_line,
     text_answer,
 )
+from .budget import AnswerBudget, Lease
 from .listings import (
     Entry,
     finite_depth_error,
@@ -57,8 +62,9 @@ from .listings import (
     wants_json,
 )
 from .options import ServeOptions, ServeStats
+from .pieces import PieceRead, StreamAbortedError, StreamedSpan, computed_on_read, piece_reads
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
-from .ranges import ByteSpan, parse_range, resolve_range
+from .ranges import ByteSpan, RangeSpec, parse_range, resolve_range
 from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, parse_target
 
@@ -77,8 +83,8 @@ _ALLOW = "GET, HEAD, PROPFIND"
 _READ_METHODS = ("GET", "HEAD", "PROPFIND")
 # Children of one listing whose kind and size are asked at once (within one read slot).
 _LISTING_PROBES = 16
-# Body slices handed to the socket between drains: a slow client holds at
-# most this much of the server's memory beyond the value being answered.
+# Body slices handed to the socket between drains: each must be taken within
+# write_timeout, so a client that stops reading is dropped.
 _SLICE = 1 << 20
 
 
@@ -102,12 +108,12 @@ class StoreServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._reads: asyncio.Semaphore | None = None
+        self._budget = AnswerBudget(options.max_answer_bytes)
         self._closed = threading.Event()
         self._lock = threading.Lock()  # guards the counters, read from other threads
         self._accepted = 0
-        self._requests = 0
-        self._timed_out = 0
-        self._dropped = 0
+        # "request", "timed_out", "dropped", "aborted", "streamed", "piece_read"
+        self._events: Counter[str] = Counter()
         self._statuses: Counter[int] = Counter()
         self.host = ""
         self.port = 0
@@ -184,10 +190,16 @@ class StoreServer:
             return ServeStats(
                 self._accepted,
                 len(self._tasks),
-                self._requests,
+                self._events["request"],
                 dict(self._statuses),
-                self._timed_out,
-                self._dropped,
+                self._events["timed_out"],
+                self._events["dropped"],
+                self._events["aborted"],
+                self._budget.held,
+                self._budget.peak,
+                self._budget.waits,
+                self._events["streamed"],
+                self._events["piece_read"],
             )
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -242,15 +254,12 @@ class StoreServer:
     # ----------------------------------------------------------- connections
 
     def _count(self, what: str, status: int | None = None) -> None:
+        """Count one event: ``"status"`` (with its code), or an event named as in :meth:`stats`."""
         with self._lock:
             if what == "status" and status is not None:
                 self._statuses[status] += 1
-            elif what == "request":
-                self._requests += 1
-            elif what == "timed_out":
-                self._timed_out += 1
-            elif what == "dropped":
-                self._dropped += 1
+            else:
+                self._events[what] += 1
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -259,6 +268,9 @@ class StoreServer:
             self._tasks.add(task)
             self._accepted += 1
             crowded = len(self._tasks) > self._options.max_connections
+        # drain() returns only once the kernel has taken every byte: an answer's
+        # memory is given back to the budget when it is truly no longer held
+        writer.transport.set_write_buffer_limits(high=0)
         try:
             if crowded:
                 answer = text_answer(
@@ -270,6 +282,12 @@ class StoreServer:
                 return
             while await self._exchange(reader, writer):
                 pass
+        except StreamAbortedError as exc:
+            # cut before the body's end: the client sees a short body and a
+            # closed connection, never one it could take as complete
+            self._count("aborted")
+            log.warning("serving %s: answer cut off, connection closed: %s", self.url, exc)
+            writer.transport.abort()
         except (ConnectionError, TimeoutError) as exc:
             # the client went away mid-answer, or stopped reading: nothing to report
             self._count("dropped")
@@ -313,7 +331,10 @@ class StoreServer:
         answer = await self._answer(head)
         keep = head.keep_alive and not head.announces_body and not answer.close
         answer.close = not keep
-        await self._send(writer, answer, head)
+        try:
+            await self._send(writer, answer, head)
+        finally:
+            answer.release()
         return keep
 
     async def _send(
@@ -329,17 +350,72 @@ class StoreServer:
             *self._cors_fields(head),
         ]
         writer.write(response_head(answer.status, fields))
-        body = b"" if head is not None and head.method == "HEAD" else answer.body
+        if head is not None and head.method == "HEAD":
+            await self._write_body(writer, b"")
+            return
+        await self._write_body(writer, answer.body)
+        answer.release()
+        if answer.rest is not None:
+            await self._stream(writer, answer.rest)
+
+    async def _write_body(self, writer: asyncio.StreamWriter, body: bytes | memoryview) -> None:
+        """Hand ``body`` to the socket slice by slice, each taken within ``write_timeout``."""
         view = memoryview(body)
-        for start in range(0, len(view), _SLICE):
+        # an empty body still drains once: the head must reach the client
+        for start in range(0, len(view), _SLICE) or (0,):
             if writer.transport.is_closing():
                 raise ConnectionResetError("the client closed the connection")
             writer.write(view[start : start + _SLICE])
             async with asyncio.timeout(self._options.write_timeout):
                 await writer.drain()
-        if not view:
-            async with asyncio.timeout(self._options.write_timeout):
-                await writer.drain()
+
+    async def _stream(self, writer: asyncio.StreamWriter, rest: StreamedSpan) -> None:
+        """Read and send the rest of a streamed value, one piece in memory at a time.
+
+        Each piece asks the budget anew, at the back of the line, so a slow
+        client keeps no memory (and no place) between its pieces.
+        """
+        for read in piece_reads(rest, self._options.piece_bytes):
+            try:
+                lease = await self._budget.acquire(
+                    read.stop - read.start, self._options.answer_wait_timeout
+                )
+            except TimeoutError as exc:
+                raise StreamAbortedError(
+                    f"{rest.key!r}: no answer memory came free within "
+                    f"{self._options.answer_wait_timeout:g} s (max_answer_bytes "
+                    f"{self._options.max_answer_bytes})"
+                ) from exc
+            try:
+                data = await self._read_piece(rest.key, read)
+                await self._write_body(writer, data[: read.sent])
+                del data  # freed before its bytes go back to the budget
+            finally:
+                lease.release()
+
+    async def _read_piece(self, key: str, read: PieceRead) -> memoryview:
+        """The bytes of one piece read, or :class:`StreamAbortedError` if they are not the ones due."""
+        assert self._reads is not None
+        try:
+            async with self._reads:
+                value = await self._store.get(
+                    key, default_buffer_prototype(), RangeByteRequest(read.start, read.stop)
+                )
+        except Exception as exc:
+            raise StreamAbortedError(
+                f"{key!r}: reading bytes {read.start}-{read.stop - 1} failed: "
+                f"{type(exc).__name__}: {one_line(str(exc))}"
+            ) from exc
+        self._count("piece_read")
+        if value is None:
+            raise StreamAbortedError(f"{key!r} vanished while it was sent")
+        data = bytes_of(value)
+        if len(data) != read.expected:
+            raise StreamAbortedError(
+                f"{key!r} changed size while it was sent: bytes {read.start}-{read.stop - 1} "
+                f"read {len(data)} bytes where {read.expected} were due"
+            )
+        return data
 
     # --------------------------------------------------------------- answers
 
@@ -399,9 +475,13 @@ class StoreServer:
             return text_answer(HTTPStatus.BAD_REQUEST, str(exc))
         try:
             if head.method == "PROPFIND":
-                return await self._propfind(target.path, target.listing, head.field("depth"))
+                path, depth = target.path, head.field("depth")
+                return await self._within_budget(
+                    target.path, lambda: self._propfind(path, target.listing, depth)
+                )
             if target.listing:
-                return await self._listing(target.path, head.field("accept"))
+                path, accept = target.path, head.field("accept")
+                return await self._within_budget(path, lambda: self._listing(path, accept))
             return await self._value(target.path, head)
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
@@ -425,7 +505,6 @@ class StoreServer:
     async def _value(self, key: str, head: RequestHead) -> Answer:
         assert self._reads is not None
         fields = [("Content-Type", content_type(key)), ("Accept-Ranges", "bytes")]
-        prototype = default_buffer_prototype()
         if head.method == "HEAD":
             # sizes only: a composite's chunk is never computed for a HEAD
             async with self._reads:
@@ -439,35 +518,187 @@ class StoreServer:
         # no validators are sent, so an If-Range can never match: whole value (RFC 9110, 13.1.5)
         header = head.field("range") if head.field("if-range") is None else None
         spec = None if header is None else parse_range(header)
+        if computed_on_read(self._store, key):
+            return await self._computed_value(key, spec, header, fields)
+        if spec is None:
+            return await self._stored_value(key, fields)
+        return await self._stored_range(key, spec, header, fields)
+
+    async def _within_budget(self, path: str, make: Callable[[], Awaitable[Answer]]) -> Answer:
+        """The answer ``make`` builds (a listing), its body held under the budget.
+
+        A listing's size is known only once it is built: when its bytes are
+        not free at once, the body is dropped, its size waited for in line,
+        and the listing built again (the directory may have changed meanwhile:
+        built again until its lease covers it).
+        """
+        answer = await make()
+        lease = self._budget.try_acquire(len(answer.body))
+        while lease is None or lease.nbytes < min(len(answer.body), self._budget.limit):
+            wanted = len(answer.body)
+            answer.release()
+            if lease is not None:
+                lease.release()
+            lease = await self._lease(wanted)
+            if lease is None:
+                return self._busy(path + "/")
+            answer = await make()
+        lease.shrink(len(answer.body))
+        answer.lease = lease
+        return answer
+
+    async def _size_of(self, key: str) -> int | None:
+        """The size of ``key`` (under a read slot), or ``None`` when the store does not hold it."""
+        assert self._reads is not None
         async with self._reads:
-            if spec is None:
-                value = await self._store.get(key, prototype)
-                if value is None:
-                    return await self._absent(key)
-                return Answer(HTTPStatus.OK, bytes_of(value), fields)
             try:
-                size = await self._store.getsize(key)
+                return await self._store.getsize(key)
             except FileNotFoundError:
-                return not_found(key)
+                return None
+
+    async def _lease(self, nbytes: int) -> Lease | None:
+        """Answer memory for ``nbytes``, waited for in line; ``None`` after ``answer_wait_timeout``."""
+        try:
+            return await self._budget.acquire(nbytes, self._options.answer_wait_timeout)
+        except TimeoutError:
+            return None
+
+    def _busy(self, key: str) -> Answer:
+        answer = text_answer(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"{key!r}: the server's answer memory ({self._options.max_answer_bytes} bytes) "
+            f"stayed in use by other answers for {self._options.answer_wait_timeout:g} s; retry",
+        )
+        answer.fields.append(("Retry-After", "1"))
+        return answer
+
+    async def _read_held(
+        self, key: str, lease: Lease, byte_range: RangeByteRequest | None
+    ) -> memoryview | None:
+        """Read ``key`` (or its ``byte_range``) under a read slot; ``lease`` is given back on failure."""
+        assert self._reads is not None
+        try:
+            async with self._reads:
+                value = await self._store.get(key, default_buffer_prototype(), byte_range)
+        except BaseException:
+            lease.release()
+            raise
+        if value is None:
+            lease.release()
+            return None
+        return bytes_of(value)
+
+    def _unsatisfiable(self, key: str, header: str | None, size: int) -> Answer:
+        answer = text_answer(
+            HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+            f"{header!r} selects no byte of {key!r} ({size} bytes)",
+        )
+        answer.fields.append(("Content-Range", f"bytes */{size}"))
+        return answer
+
+    @staticmethod
+    def _changed(key: str, lease: Lease, size: int, got: int, due: int) -> OSError:
+        lease.release()
+        return OSError(
+            f"{key!r} changed size while it was read ({size} bytes, then a read of "
+            f"{got} where {due} were due); retry"
+        )
+
+    async def _stored_value(self, key: str, fields: list[tuple[str, str]]) -> Answer:
+        """``GET`` of a whole stored value: one read when it is small, pieces when it is large.
+
+        The first read asks for one piece: fewer bytes back means that is the
+        whole value (one store call, as small chunks and documents need);
+        a full piece means a large value, whose size is then asked and whose
+        rest is streamed. When the budget has a line, the size is asked
+        first, so a small value waits for its own bytes, not a piece's.
+        """
+        piece = self._options.piece_bytes
+        lease = self._budget.try_acquire(piece)
+        if lease is None:
+            size = await self._size_of(key)
+            if size is None:
+                return await self._absent(key)
+            # one byte more than the size: a value that grew meanwhile reads as large
+            lease = await self._lease(min(size + 1, piece))
+            if lease is None:
+                return self._busy(key)
+        data = await self._read_held(key, lease, RangeByteRequest(0, lease.nbytes))
+        if data is None:
+            return await self._absent(key)
+        if len(data) < lease.nbytes:
+            lease.shrink(len(data))
+            return Answer(HTTPStatus.OK, data, fields, lease=lease)
+        size = await self._size_of(key)
+        if size is None:
+            lease.release()
+            return not_found(key)  # removed just after its first piece was read
+        if size < len(data):
+            raise self._changed(key, lease, size, len(data), len(data))
+        answer = Answer(HTTPStatus.OK, data, fields, length=size, lease=lease)
+        if size > len(data):
+            answer.rest = StreamedSpan(key, len(data), size, size)
+            self._count("streamed")
+            self._count("piece_read")
+        return answer
+
+    async def _stored_range(
+        self, key: str, spec: RangeSpec, header: str | None, fields: list[tuple[str, str]]
+    ) -> Answer:
+        """``GET`` of a byte range of a stored value: one read, or pieces when it is large."""
+        size = await self._size_of(key)
+        if size is None:
+            return not_found(key)
+        span = resolve_range(spec, size)
+        if not isinstance(span, ByteSpan):
+            return self._unsatisfiable(key, header, size)
+        lease = await self._lease(min(span.length, self._options.piece_bytes))
+        if lease is None:
+            return self._busy(key)
+        first = RangeByteRequest(span.start, span.start + lease.nbytes)
+        data = await self._read_held(key, lease, first)
+        if data is None:
+            return not_found(key)
+        if len(data) != lease.nbytes:
+            raise self._changed(key, lease, size, len(data), lease.nbytes)
+        fields.append(("Content-Range", span.content_range))
+        answer = Answer(HTTPStatus.PARTIAL_CONTENT, data, fields, length=span.length, lease=lease)
+        if span.length > len(data):
+            answer.rest = StreamedSpan(key, first.end, span.stop, size)
+            self._count("streamed")
+            self._count("piece_read")
+        return answer
+
+    async def _computed_value(
+        self, key: str, spec: RangeSpec | None, header: str | None, fields: list[tuple[str, str]]
+    ) -> Answer:
+        """``GET`` of a value the store computes (a composite's chunk): computed once, whole.
+
+        Its size comes from the array document (``getsize`` computes
+        nothing); the budget is asked for the whole chunk, which the
+        computation holds whatever range is sent.
+        """
+        size = await self._size_of(key)
+        if size is None:
+            return await self._absent(key)
+        byte_range = None
+        due = size
+        if spec is not None:
             span = resolve_range(spec, size)
             if not isinstance(span, ByteSpan):
-                answer = text_answer(
-                    HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
-                    f"{header!r} selects no byte of {key!r} ({size} bytes)",
-                )
-                answer.fields.append(("Content-Range", span.content_range))
-                return answer
-            value = await self._store.get(key, prototype, RangeByteRequest(span.start, span.stop))
-        if value is None:
-            return not_found(key)
-        data = bytes_of(value)
-        if len(data) != span.length:
-            raise OSError(
-                f"{key!r} changed size while it was read ({size} bytes, then a range of "
-                f"{len(data)} where {span.length} were due); retry"
-            )
-        fields.append(("Content-Range", span.content_range))
-        return Answer(HTTPStatus.PARTIAL_CONTENT, data, fields)
+                return self._unsatisfiable(key, header, size)
+            byte_range, due = RangeByteRequest(span.start, span.stop), span.length
+            fields.append(("Content-Range", span.content_range))
+        lease = await self._lease(size)
+        if lease is None:
+            return self._busy(key)
+        data = await self._read_held(key, lease, byte_range)
+        if data is None:
+            return not_found(key) if spec is not None else await self._absent(key)
+        if len(data) != due:
+            raise self._changed(key, lease, size, len(data), due)
+        status = HTTPStatus.OK if spec is None else HTTPStatus.PARTIAL_CONTENT
+        return Answer(status, data, fields, lease=lease)
 
     async def _absent(self, key: str) -> Answer:
         """A key the store does not hold: ``404``, or ``301`` to ``KEY/`` when it is a directory.

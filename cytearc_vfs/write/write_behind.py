@@ -1,0 +1,469 @@
+"""Write-behind for a destination its writer is filling: writes go out together, the root last.
+
+Through zarr's node API, a writer waits for one round trip after another:
+each ``create_group``/``create_array`` reads the new node's ``zarr.json``
+and every parent's (is an array in the way?), then writes the node's
+document and ``set_if_not_exists`` each parent's, then its chunks. To an
+object store 20-50 ms away, a small ``write_counts`` spent about 70 such
+round trips (docs/remote.md). :class:`WriteBehindStore` takes both waits
+away:
+
+- **The tree is known.** A writer's destination was emptied down to its
+  root document by :func:`~cytearc_vfs.write.destinations.create_destination`
+  and nobody else writes it, so a key this store has not written is absent:
+  zarr's existence checks, ``set_if_not_exists`` of parents that exist and
+  deletes of all-fill chunks never written are answered without a request
+  (``absent_unless_written=True``). Documents written are kept (they are
+  small) and read back from memory.
+- **Documents go last, once.** A metadata document (``zarr.json``) is held
+  until the next flush or commit and then written with its newest value:
+  zarr rewrites an array's document for every attribute update (a shard
+  table, ``complete``), and each rewrite would wait for the one before.
+- **Writes go behind.** ``set`` hands the value to a task and returns; at
+  most ``max_in_flight`` writes are in flight and at most ``max_bytes`` of
+  values are held (a larger value is written before ``set`` returns, as
+  without this store). A key written again before its first write went out
+  is written once, with the newest value; writes of one key never overtake
+  each other.
+- **The commit is a barrier.** A write that ``commits(key, value)`` calls
+  a commit (by default any write of the root ``zarr.json``) first waits for
+  every earlier write to be stored (raising the first that failed), and
+  later writes wait for it. Destinations commit with the root write that
+  clears their marker (``cytearc:pending_store``, docs/writing.md "Crash
+  safety"): it is therefore always the last, after everything else is
+  stored, and a process that dies at any instant before it leaves any
+  subset of the other writes and a root that every open refuses.
+
+A failed write is raised by the next ``set``, :meth:`WriteBehindStore.flush`
+or commit. :meth:`WriteBehindStore.settle` waits for the writes in
+flight without raising, so a writer that failed can give its destination
+back with nothing still landing in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype
+
+__all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
+
+#: The root group's document, where writers commit.
+ROOT_DOCUMENT = "zarr.json"
+#: Tells whether a write (key, value) commits (see the module docstring).
+Commits = Callable[[str, Buffer], bool]
+
+
+def root_document_commits(key: str, value: Buffer) -> bool:
+    """The default commit: any write of the root document."""
+    return key == ROOT_DOCUMENT
+
+
+#: Writes in flight at once: enough to hide a round trip behind the others.
+MAX_IN_FLIGHT = 64
+#: Bytes of values held for writes not yet stored. Documents and small chunks
+#: go behind; a count shard above this is written before ``set`` returns, so
+#: a writer holds no more shards than it did (its memory budget stands).
+MAX_HELD_BYTES = 8 << 20
+
+
+def byte_slice(size: int, byte_range: ByteRequest | None) -> slice:
+    """The part of a ``size``-byte value that ``byte_range`` asks for.
+
+    >>> byte_slice(10, None), byte_slice(10, RangeByteRequest(2, 5))
+    (slice(0, 10, None), slice(2, 5, None))
+    >>> byte_slice(10, OffsetByteRequest(7)), byte_slice(10, SuffixByteRequest(4))
+    (slice(7, 10, None), slice(6, 10, None))
+    >>> byte_slice(3, SuffixByteRequest(8))
+    slice(0, 3, None)
+    """
+    if byte_range is None:
+        return slice(0, size)
+    if isinstance(byte_range, RangeByteRequest):
+        return slice(min(byte_range.start, size), min(byte_range.end, size))
+    if isinstance(byte_range, OffsetByteRequest):
+        return slice(min(byte_range.offset, size), size)
+    if isinstance(byte_range, SuffixByteRequest):
+        return slice(max(0, size - byte_range.suffix), size)
+    raise TypeError(f"unknown byte range {byte_range!r}")
+
+
+def _is_document(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] == "zarr.json"
+
+
+def _below(key: str, prefix: str) -> bool:
+    """Whether ``key`` lies in the directory ``prefix`` (path segments, not characters).
+
+    >>> _below("a/zarr.json", "a"), _below("ab/zarr.json", "a"), _below("x", "")
+    (True, False, True)
+    """
+    base = prefix.strip("/")
+    return not base or key == base or key.startswith(base + "/")
+
+
+@dataclass
+class _Writes:
+    """What every view of one :class:`WriteBehindStore` shares."""
+
+    written: set[str] | None
+    """Keys stored or going out; ``None`` when the tree is not known."""
+    documents: dict[str, bytes] = field(default_factory=dict)
+    """Metadata documents written, kept to answer reads."""
+    pending: dict[str, Buffer] = field(default_factory=dict)
+    """The newest value of each key going out."""
+    deferred: dict[str, Buffer] = field(default_factory=dict)
+    """Documents held for the next flush or commit."""
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """The task writing each pending key."""
+    held: int = 0
+    """Bytes of the pending values."""
+    failure: BaseException | None = None
+    """The first write that failed."""
+    # created on zarr's event loop at first use
+    gate: asyncio.Semaphore | None = None
+    changed: asyncio.Condition | None = None
+    commit: asyncio.Lock | None = None
+
+
+class WriteBehindStore(Store):
+    """``store`` with writes that go out concurrently behind the writer; see the module docstring.
+
+    Parameters
+    ----------
+    store
+        The destination's store.
+    absent_unless_written
+        The destination holds nothing but what this store writes (and the
+        ``documents`` given): reads, existence checks and deletes of other
+        keys make no request.
+    documents
+        Documents already stored (the root's first document), answered from memory.
+    read_only
+        A read-only view (zarr asks for one to open a group with mode ``"r"``).
+    max_in_flight, max_bytes
+        Bounds of the writes in flight and of the bytes held for them.
+    commits
+        Which writes are commits, stored only after every earlier write.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        absent_unless_written: bool = False,
+        documents: dict[str, bytes] | None = None,
+        read_only: bool = False,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_bytes: int = MAX_HELD_BYTES,
+        commits: Commits = root_document_commits,
+    ) -> None:
+        super().__init__(read_only=read_only)
+        self.store = store
+        self.max_in_flight = max_in_flight
+        self.max_bytes = max_bytes
+        self.commits = commits
+        self._writes = _Writes(set(documents or {}) if absent_unless_written else None)
+        self._writes.documents.update(documents or {})
+
+    # ------------------------------------------------------------ identity
+
+    def _view(self, read_only: bool) -> Self:
+        view = type(self)(
+            self.store,
+            read_only=read_only,
+            max_in_flight=self.max_in_flight,
+            max_bytes=self.max_bytes,
+            commits=self.commits,
+        )
+        view._writes = self._writes  # the same writes: a view sees them in flight
+        return view
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        return self._view(read_only)
+
+    def __eq__(self, value: object) -> bool:
+        return (
+            isinstance(value, WriteBehindStore)
+            and self.store == value.store
+            and self.read_only == value.read_only
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.store))
+
+    def __repr__(self) -> str:
+        return f"WriteBehindStore({self.store!r})"
+
+    def __str__(self) -> str:
+        return str(self.store)
+
+    def __getstate__(self) -> dict[str, Any]:
+        waiting = len(self._writes.pending) + len(self._writes.deferred)
+        if waiting:
+            raise TypeError(
+                f"{self!r} has {waiting} write(s) not stored yet and cannot be pickled; "
+                "flush it first"
+            )
+        return {
+            "store": self.store,
+            "read_only": self.read_only,
+            "max_in_flight": self.max_in_flight,
+            "max_bytes": self.max_bytes,
+            "commits": self.commits,
+            "written": self._writes.written,
+            "documents": self._writes.documents,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["store"],
+            read_only=state["read_only"],
+            max_in_flight=state["max_in_flight"],
+            max_bytes=state["max_bytes"],
+            commits=state["commits"],
+        )
+        self._writes = _Writes(state["written"], dict(state["documents"]))
+
+    async def _open(self) -> None:
+        await super()._open()
+        await self.store._ensure_open()
+
+    @property
+    def supports_writes(self) -> bool:
+        return self.store.supports_writes
+
+    @property
+    def supports_deletes(self) -> bool:
+        return self.store.supports_deletes
+
+    @property
+    def supports_listing(self) -> bool:
+        return self.store.supports_listing
+
+    # ------------------------------------------------------------ writing
+
+    def _sync_objects(self) -> tuple[asyncio.Semaphore, asyncio.Condition, asyncio.Lock]:
+        writes = self._writes
+        if writes.gate is None or writes.changed is None or writes.commit is None:
+            writes.gate = asyncio.Semaphore(self.max_in_flight)
+            writes.changed = asyncio.Condition()
+            writes.commit = asyncio.Lock()
+        return writes.gate, writes.changed, writes.commit
+
+    def _raise_failure(self) -> None:
+        failure = self._writes.failure
+        if failure is not None:
+            raise OSError(
+                f"an earlier write to {self.store} failed ({failure!r}); the destination is "
+                "unfinished and does not open: write it again with overwrite=True"
+            ) from failure
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        self._raise_failure()
+        _, changed, commit = self._sync_objects()
+        if self.commits(key, value):
+            async with commit:
+                self._writes.deferred.pop(key, None)  # superseded by the commit
+                await self.flush()  # everything before the commit is stored
+                await self._wait_for(key)
+                await self.store.set(key, value)
+                self._stored(key, value)
+            return
+        if commit.locked():
+            async with commit:  # a write issued while a commit goes out follows it
+                pass
+        writes = self._writes
+        if _is_document(key):
+            writes.deferred[key] = value
+            self._stored(key, value)
+            return
+        size = len(value)
+        if size > self.max_bytes:
+            await self._wait_for(key)
+            await self.store.set(key, value)
+            self._stored(key, value)
+            return
+        async with changed:
+            await changed.wait_for(lambda: writes.held + size <= self.max_bytes or not writes.tasks)
+        self._raise_failure()
+        self._send(key, value)
+
+    def _send(self, key: str, value: Buffer) -> None:
+        """Make ``value`` the next value of ``key`` to go out."""
+        writes = self._writes
+        previous = writes.pending.get(key)
+        writes.held += len(value) - (len(previous) if previous is not None else 0)
+        writes.pending[key] = value
+        self._stored(key, value)
+        if key not in writes.tasks:
+            writes.tasks[key] = asyncio.ensure_future(self._write_out(key))
+
+    def _stored(self, key: str, value: Buffer) -> None:
+        if self._writes.written is not None:
+            self._writes.written.add(key)
+        if _is_document(key):
+            self._writes.documents[key] = value.to_bytes()
+
+    async def _write_out(self, key: str) -> None:
+        """Store the newest value of ``key`` until no newer one is pending."""
+        gate, changed, _ = self._sync_objects()
+        writes = self._writes
+        try:
+            async with gate:
+                while key in writes.pending:
+                    value = writes.pending[key]
+                    try:
+                        await self.store.set(key, value)
+                    except Exception as exc:  # kept for the next set, flush or root write
+                        writes.failure = writes.failure or exc
+                        dropped = writes.pending.pop(key, None)
+                        writes.held -= len(dropped) if dropped is not None else 0
+                        return
+                    if writes.pending.get(key) is value:  # no newer value came meanwhile
+                        del writes.pending[key]
+                        writes.held -= len(value)
+        finally:
+            writes.tasks.pop(key, None)
+            async with changed:
+                changed.notify_all()
+
+    async def _wait_for(self, key: str) -> None:
+        task = self._writes.tasks.get(key)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def settle(self) -> None:
+        """Wait until no write is in flight; failures are kept, not raised.
+
+        Documents held for the next flush are dropped: a writer that settles
+        has failed, and nothing more of it should land.
+        """
+        self._writes.deferred.clear()
+        while self._writes.tasks:
+            await asyncio.gather(*list(self._writes.tasks.values()), return_exceptions=True)
+
+    async def flush(self) -> None:
+        """Write the held documents and wait until every write is stored; raises if one failed."""
+        deferred, self._writes.deferred = self._writes.deferred, {}
+        for key, value in deferred.items():
+            self._send(key, value)
+        while self._writes.tasks:
+            await asyncio.gather(*list(self._writes.tasks.values()), return_exceptions=True)
+        self._raise_failure()
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        if not await self.exists(key):
+            await self.set(key, value)
+
+    async def delete(self, key: str) -> None:
+        self._check_writable()
+        writes = self._writes
+        writes.deferred.pop(key, None)
+        dropped = writes.pending.pop(key, None)
+        if dropped is not None:
+            writes.held -= len(dropped)
+        await self._wait_for(key)
+        writes.documents.pop(key, None)
+        if writes.written is not None:
+            if key not in writes.written:
+                return  # never written: nothing to delete
+            writes.written.discard(key)
+        await self.store.delete(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        self._check_writable()
+        writes = self._writes
+        if writes.written is not None:
+            keys = [key async for key in self.list_prefix(prefix)]
+            await asyncio.gather(*(self.delete(key) for key in keys))
+            return
+        for key in [key for key in writes.deferred if _below(key, prefix)]:
+            del writes.deferred[key]
+        for key in [key for key in writes.pending if _below(key, prefix)]:
+            writes.held -= len(writes.pending.pop(key))
+        while writes.tasks:  # nothing of the prefix lands after the store's delete
+            await asyncio.gather(*list(writes.tasks.values()), return_exceptions=True)
+        for key in [key for key in writes.documents if _below(key, prefix)]:
+            del writes.documents[key]
+        await self.store.delete_dir(prefix)
+
+    # ------------------------------------------------------------ reading
+
+    def _held(self, key: str) -> bytes | Buffer | None:
+        value = self._writes.pending.get(key)
+        return value if value is not None else self._writes.documents.get(key)
+
+    def _absent(self, key: str) -> bool:
+        written = self._writes.written
+        return written is not None and key not in written
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        held = self._held(key)
+        if held is not None:
+            data = held if isinstance(held, bytes) else held.to_bytes()
+            return prototype.buffer.from_bytes(data[byte_slice(len(data), byte_range)])
+        if self._absent(key):
+            return None
+        return await self.store.get(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return list(
+            await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in key_ranges))
+        )
+
+    async def exists(self, key: str) -> bool:
+        if self._held(key) is not None:
+            return True
+        if self._writes.written is not None:
+            return key in self._writes.written
+        return await self.store.exists(key)
+
+    async def getsize(self, key: str) -> int:
+        held = self._held(key)
+        if held is not None:
+            return len(held)
+        if self._absent(key):
+            raise FileNotFoundError(key)
+        return await self.store.getsize(key)
+
+    async def _keys(self) -> list[str]:
+        if self._writes.written is not None:
+            return sorted(self._writes.written)
+        await self.flush()  # the store's own listing then shows every write
+        return [key async for key in self.store.list()]
+
+    async def list(self) -> AsyncIterator[str]:
+        for key in await self._keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        for key in await self._keys():
+            if _below(key, prefix):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        base = prefix.strip("/")
+        base = base + "/" if base else ""
+        seen: set[str] = set()
+        for key in await self._keys():
+            if key.startswith(base):
+                child = key[len(base) :].split("/", 1)[0]
+                if child not in seen:
+                    seen.add(child)
+                    yield child

@@ -1,0 +1,123 @@
+"""Crash safety of the concurrent writes: any subset of them, without the commit, is refused.
+
+A writer's writes between its marker and its commit go out together
+(``write/write_behind.py``), so a crash can leave any subset of them stored,
+not only a prefix (which ``tests/test_crash_sweep.py`` kills at). Here each
+writer writes once into a real directory through :class:`RecordingStore`,
+which records every write and delete in the order the store finished them.
+Then, for many random subsets of the writes before the commit, a fresh
+directory receives the first write (the marker: stored before anything
+else goes out) and that subset: every open must refuse it with
+``IncompleteStoreError``, and ``check_destination(overwrite=True)`` must
+accept it. The full record replayed opens and reads the input.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import realistic_counts
+from zarr.core.buffer import Buffer, cpu
+from zarr.core.sync import sync
+from zarr.storage import LocalStore, WrapperStore
+
+import cytearc_vfs as cv
+from cytearc_vfs.format.records import PENDING_STORE_ATTR
+from cytearc_vfs.write.destinations import check_destination
+
+SUBSETS = 25
+
+
+class RecordingStore(WrapperStore[LocalStore]):
+    """A LocalStore that records each write (key, bytes) and delete (key, None) as it finishes."""
+
+    def __init__(self, store: LocalStore) -> None:
+        super().__init__(store)
+        self.record: list[tuple[str, bytes | None]] = []
+
+    def _with_store(self, store: LocalStore) -> RecordingStore:
+        clone = type(self)(store)
+        clone.record = self.record
+        return clone
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await self._store.set(key, value)
+        self.record.append((key, value.to_bytes()))
+
+    async def delete(self, key: str) -> None:
+        await self._store.delete(key)
+        self.record.append((key, None))
+
+
+def _replay(where: Path, writes: list[tuple[str, bytes | None]]) -> None:
+    store = LocalStore(where)
+    for key, value in writes:
+        if value is None:
+            sync(store.delete(key))
+        else:
+            sync(store.set(key, cpu.Buffer.from_bytes(value)))
+
+
+def _is_commit(key: str, value: bytes | None) -> bool:
+    if key != "zarr.json" or value is None:
+        return False
+    return PENDING_STORE_ATTR not in json.loads(value).get("attributes", {})
+
+
+def _writers(tmp_path: Path) -> dict[str, Any]:
+    a = realistic_counts(240, 90, density=0.08, seed=11)
+    b = realistic_counts(120, 90, density=0.08, seed=12)
+    genes = [f"gene{i}" for i in range(90)]
+    layout = (8192, 2048)
+    cv.write_counts(tmp_path / "a.zarr", a, features=genes, layout=layout)
+    cv.write_counts(
+        tmp_path / "b.zarr", b, cells=[f"b{i}" for i in range(120)], features=genes, layout=layout
+    )
+    return {
+        "write_counts": (lambda dest: cv.write_counts(dest, a, layout=layout), a.toarray()),
+        "create_composite": (
+            lambda dest: cv.create_composite(
+                dest, {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
+            ).close(),
+            np.vstack([a.toarray(), b.toarray()]),
+        ),
+        "mount_datastore": (
+            lambda dest: cv.mount_datastore(tmp_path / "a.zarr", dest),
+            a.toarray(),
+        ),
+        "repack": (lambda dest: cv.repack(tmp_path / "a.zarr", dest), a.toarray()),
+    }
+
+
+@pytest.mark.parametrize(
+    "writer", ["write_counts", "create_composite", "mount_datastore", "repack"]
+)
+def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, writer: str) -> None:
+    write, expected = _writers(tmp_path)[writer]
+    (tmp_path / "written").mkdir()
+    recording = RecordingStore(LocalStore(tmp_path / "written"))
+    write(recording)
+    record = recording.record
+    commit = max(i for i, (key, value) in enumerate(record) if _is_commit(key, value))
+    assert commit == len(record) - 1  # nothing is stored after the commit
+    marker, middle = record[0], record[1:commit]
+    assert marker[0] == "zarr.json" and not _is_commit(*marker)
+    assert len(middle) > 10
+    rng = random.Random(writer)
+    for number in range(SUBSETS):
+        chosen = [w for w in middle if rng.random() < rng.choice((0.1, 0.5, 0.9, 1.0))]
+        where = tmp_path / f"subset{number}.zarr"
+        _replay(where, [marker, *chosen])
+        with pytest.raises(cv.IncompleteStoreError, match=writer):
+            cv.open_store(where)
+        assert check_destination(where, overwrite=True) == "w"
+    whole = tmp_path / "whole.zarr"
+    _replay(whole, record)
+    store = cv.open_store(whole)
+    reader = store.reader() if hasattr(store, "reader") else cv.VirtualArrayReader(whole)
+    np.testing.assert_array_equal(reader.read(), expected)
