@@ -41,6 +41,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_write import PeakRss, current_rss
+from timing import write_json
 
 MiB = 1024**2
 
@@ -199,12 +200,7 @@ def main() -> None:
                 f"streamed CSC / streamed CSR: time {csc['seconds'] / streamed['seconds']:.2f}x, "
                 f"working memory {csc['workingBytes'] / max(1, streamed['workingBytes']):.2f}x"
             )
-    if args.json:
-        text = json.dumps(report, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text)
+    write_json(report, args.json)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ wait concurrently, as they would on a network); with ``rate`` set (bytes per
 second), each response is held back as long as sending its body at that
 rate takes (a per-connection bandwidth cap). ``returned`` counts the body
 bytes answered. When ``hang`` is set it accepts requests and never answers,
-as a stalled server does.
+as a stalled server does. :meth:`LoopbackProxy.fail` answers the next
+matching requests with an error status (a 503 throttle) without forwarding
+them, and :meth:`LoopbackProxy.drop` closes their connections unanswered
+(a connection reset), so tests can check retries and failures by count.
 
 Benchmarks run it in a process of its own (``python tests/loopback_proxy.py
 UPSTREAM``, driven through :class:`ProxyProcess`), so its threads take
@@ -99,6 +102,9 @@ class LoopbackProxy:
         self._returned = 0
         self._lock = threading.Lock()
         self._release = threading.Event()
+        # pending faults: [kind, remaining, path fragment, status], first match wins
+        self._faults: list[list[Any]] = []
+        self.faulted = 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -112,6 +118,20 @@ class LoopbackProxy:
                     self._control()
                     return
                 seen = proxy._record(self)
+                fault = proxy._fault(self.path)
+                if fault is not None:
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    if fault[0] == "drop":  # the connection reset, no answer at all
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return
+                    payload = b"<Error><Code>SlowDown</Code></Error>"
+                    self.send_response(fault[3])
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    proxy._answered(seen)
+                    return
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
                     self.close_connection = True
@@ -206,6 +226,31 @@ class LoopbackProxy:
         with self._lock:
             seen, self.seen = self.seen, []
         return seen
+
+    def fail(self, count: int, *, status: int = 503, match: str = "") -> None:
+        """Answer the next ``count`` requests whose path holds ``match`` with ``status``."""
+        with self._lock:
+            self._faults.append(["fail", count, match, status])
+
+    def drop(self, count: int, *, match: str = "") -> None:
+        """Close the connections of the next ``count`` requests whose path holds
+        ``match`` without answering them."""
+        with self._lock:
+            self._faults.append(["drop", count, match, 0])
+
+    def clear(self) -> None:
+        """Forget the faults not yet met."""
+        with self._lock:
+            self._faults.clear()
+
+    def _fault(self, path: str) -> list[Any] | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault[1] > 0 and fault[2] in path:
+                    fault[1] -= 1
+                    self.faulted += 1
+                    return fault
+        return None
 
     def _count(self, size: int) -> None:
         with self._lock:

@@ -365,8 +365,9 @@ def _replace_equal_size(sources: dict[str, Path]) -> None:
 @pytest.mark.parametrize(
     ("edit", "part"),
     [
-        (_edit_data, r"\(the counts \(X\): recorded sha256:\w+, now sha256:\w+\)"),
-        (_edit_obs_index, r"\(the obs index \(cell ids\): recorded sha256:\w+, now sha256:\w+\)"),
+        # resized objects: the digest cannot match, so none is computed
+        (_edit_data, r"\(the counts \(X\): recorded sha256:\w+, now not digested: 1 object"),
+        (_edit_obs_index, r"\(the obs index \(cell ids\): recorded sha256:\w+, now not digested"),
         (_replace_equal_size, r"\(the counts \(X\): recorded"),
     ],
 )
@@ -378,6 +379,21 @@ def test_a_changed_anndata_source_fails_closed(tmp_path: Path, edit: Any, part: 
         IdentityMismatchError, match=rf"changed after the composite was created {part}.*recreate"
     ):
         cv.open_store(location)
+
+
+def test_a_resized_object_fails_closed_without_reading_the_element(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object of X added, removed or resized cannot give the recorded digest (it
+    covers every key and length): the open fails from the listing and the
+    documents, whatever the size of X."""
+    sources, location = _two_sources(tmp_path)
+    _edit_data(sources)
+    reads = FileReads(monkeypatch, tmp_path / "src")
+    with pytest.raises(IdentityMismatchError, match=r"'X/data/c/0' \(\d+ -> \d+ bytes\)"):
+        cv.open_store(location)
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert [key for key in reads.keys if not key.endswith(documents)] == []
 
 
 def test_an_edited_anndata_record_is_refused(tmp_path: Path) -> None:

@@ -20,6 +20,18 @@ from .progress import ProgressBars
 __all__ = ["checked_anndata_input", "cmd_anndata"]
 
 
+def refuse_remote_h5ad(location: str) -> None:
+    """Refuse an ``.h5ad`` URL before any request: h5py reads local files only (probing
+    the URL would end in an unrelated storage error, such as a credentials lookup)."""
+    from ..remote.locations import local_path
+
+    if local_path(location) is None and location.rstrip("/").endswith(".h5ad"):
+        raise InputRefusedError(
+            f"{location}: .h5ad files are read from local paths only; download it first, or "
+            "give an AnnData Zarr store, which is read where it is"
+        )
+
+
 def checked_anndata_input(
     location: str, layer: str | None, storage_options: Mapping[str, Any] | None = None
 ) -> str:
@@ -29,6 +41,7 @@ def checked_anndata_input(
 
     from ..inspection.store_kind import classify_location
 
+    refuse_remote_h5ad(location)
     found = classify_location(location, storage_options=storage_options)
     # a root without attributes may be AnnData of anndata 0.7: the container decides
     if found.kind not in ("h5ad", "anndata", "zarr-group"):

@@ -22,7 +22,10 @@ The dataframes become stored columns by the rule that composes columns
   written as its ``str``;
 - a column whose name cannot be a Zarr array name, or whose values are not
   one value per row, is not carried (with a warning, as for a CyteArc
-  source);
+  source); so is a column the element layer cannot read (an awkward array,
+  a nested dataframe, a 2-D array, an unknown encoding, a length other
+  than the index's), with a warning naming the source, the column and why:
+  one odd column does not cost the whole source;
 - the column that ``uns["cytearc"]["assayMembership"]`` declares for the
   composite's assay becomes the membership column ``{assay}_I``, as an
   import of the AnnData would store it (:mod:`~cytearc_vfs.write.membership`).
@@ -42,7 +45,13 @@ import pandas as pd
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
-from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
+from ..format.tables import (
+    CATEGORICAL_ATTR,
+    StoredColumn,
+    column_name_problem,
+    column_values,
+    fill_missing,
+)
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 
@@ -69,6 +78,9 @@ class AnnDataTables(NamedTuple):
     """The feature table (index: the feature ids)."""
     membership: Mapping[str, Any] | None
     """``uns["cytearc"]["assayMembership"]``, or ``None``."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """Columns of ``obs`` and ``var`` that could not be read, left out of the
+    frames: ``(element path, reason)`` each."""
 
 
 TablesReader = Callable[[Store], AnnDataTables]
@@ -116,14 +128,14 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
     ids = np.asarray(frame.index.astype(str), dtype=str)
     columns = {"ids": StoredColumn(ids, {})}
     for position, name in enumerate(frame.columns):
-        usable = isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name
-        if not usable or name.startswith(".") or name in columns:
+        problem = column_name_problem(name) or ("it repeats" if name in columns else None)
+        if problem is not None:
             logger.warning(
-                "source %r: %s column %r cannot be a Zarr array name (or repeats); it is not "
-                "carried",
+                "source %r: %s column %r cannot be a Zarr array name (%s); it is not carried",
                 source,
                 table,
                 name,
+                problem,
             )
             continue
         series = _text_or_value(fill_missing(frame.iloc[:, position].reset_index(drop=True)))
@@ -190,6 +202,16 @@ async def anndata_columns(
     # loop's default executor (zarr decodes there), and readers holding every
     # thread of that executor would wait for each other forever.
     tables = await asyncio.get_running_loop().run_in_executor(_reading_threads(), reader, view)
+    for path, reason in tables.skipped:
+        table, _, column = path.partition("/")
+        logger.warning(
+            "source %r: %s column %r cannot be read, it is not carried (the counts and the "
+            "other columns are): %s",
+            source,
+            table,
+            column,
+            reason,
+        )
     obs, restored = split_membership(tables.obs, tables.membership, assay)
     cells = frame_columns(obs, table="cellData", source=source)
     if restored is not None:

@@ -28,6 +28,7 @@ from zarr.core.array import AsyncArray
 
 __all__ = [
     "CATEGORICAL_ATTR",
+    "MAX_COLUMN_NAME_BYTES",
     "MAX_ID_LENGTH",
     "RESERVED_COLUMNS",
     "PreparedTable",
@@ -37,6 +38,7 @@ __all__ = [
     "fill_missing",
     "prepare_table",
     "read_columns",
+    "column_name_problem",
     "read_table",
     "write_table",
 ]
@@ -56,12 +58,38 @@ symbols) stay under a hundred characters.
 _TEXT_CHUNK_BYTES = 4 << 20
 
 
-def _check_column_name(name: object, *, table: str) -> str:
+#: Longest column name, in UTF-8 bytes: a column is a directory (``cellData/NAME``)
+#: on a local file system, whose names stop at 255 bytes (NAME_MAX).
+MAX_COLUMN_NAME_BYTES = 255
+
+
+def column_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a column's Zarr array name, or ``None`` when it can.
+
+    >>> column_name_problem("cell_type") is None
+    True
+    >>> column_name_problem("a/b")
+    "it is not a non-empty string without '/', '\\\\' or a leading '.'"
+    >>> column_name_problem("ü" * 128)
+    'it is 256 bytes long in UTF-8, over the 255 a file name may have'
+    """
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        return "it is not a non-empty string without '/', '\\' or a leading '.'"
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_COLUMN_NAME_BYTES:
+        return f"it is {size} bytes long in UTF-8, over the {MAX_COLUMN_NAME_BYTES} a file name may have"
+    return None
+
+
+def _check_column_name(name: object, *, table: str) -> str:
+    problem = column_name_problem(name)
+    if problem is not None:
         raise ValueError(
-            f"{table} column {name!r} cannot be a Zarr array name; rename it to a non-empty "
-            "string without '/', '\\' or a leading '.'"
+            f"{table} column {name!r} cannot be a Zarr array name ({problem}); rename it to a "
+            f"non-empty string of at most {MAX_COLUMN_NAME_BYTES} UTF-8 bytes without '/', "
+            "'\\' or a leading '.'"
         )
+    assert isinstance(name, str)
     return name
 
 

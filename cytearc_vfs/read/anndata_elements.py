@@ -34,6 +34,7 @@ __all__ = [
     "Documents",
     "IndexElement",
     "MatrixElement",
+    "MissingElementError",
     "anndata_format",
     "document_keys",
     "matrix_element",
@@ -106,6 +107,15 @@ async def node_attributes(
     ) else {}
 
 
+class MissingElementError(UnsupportedSourceError):
+    """The count matrix element asked for (``X`` or a layer) is not in the store."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+        """The element asked for."""
+
+
 @dataclass(frozen=True, slots=True)
 class MatrixElement:
     """One count matrix element of an AnnData store."""
@@ -137,10 +147,11 @@ async def matrix_element(
     """
     node = await node_attributes(documents, path, zarr_format)
     if node is None:
-        raise UnsupportedSourceError(
+        raise MissingElementError(
             f"AnnData store at {where} has no {path!r}; give an existing layer with "
             "source_layers={name: layer} (command line: --layer NAME=LAYER), or X "
-            "(cytearc-vfs anndata ls lists the layers)"
+            "(cytearc-vfs anndata ls lists the layers)",
+            path,
         )
     kind, attrs = node
     encoding = attrs.get("encoding-type")
@@ -200,9 +211,14 @@ async def obs_var_index(
         return IndexElement(path, join(path, "values"), True)
     if kind == "array":
         return IndexElement(path, path, False)
+    # anndata writes a CategoricalIndex as a categorical column and reads it
+    # back; a composite looks ids up in one array of strings per row
+    names = f"{frame}_names"
     raise UnsupportedSourceError(
         f"AnnData store at {where}: {frame} index {path!r} is encoded "
-        f"{attrs.get('encoding-type')!r}; an index must be a string array"
+        f"{attrs.get('encoding-type')!r}; a composite source's index must be a string array. "
+        f"Write the AnnData again with adata.{names} = adata.{names}.astype(str), or import "
+        "it with cv.write_counts (cytearc-vfs write), which reads any index"
     )
 
 

@@ -124,6 +124,15 @@ async def fingerprints_of(
             if now and now == then and all(v[1] is not None for v in now.values()):
                 result[group] = recorded["fingerprints"][group]
                 continue
+            differs = _resized(now, then)
+            if differs:
+                # the digest covers every object's key and length: it cannot match,
+                # so a changed source fails closed without reading its bytes
+                result[group] = (
+                    f"not digested: {len(differs)} object(s) added, removed or resized since, "
+                    f"such as {differs[0]}"
+                )
+                continue
         keys = (
             [key for key in versions if key.startswith(wanted)]
             if versions is not None
@@ -131,6 +140,28 @@ async def fingerprints_of(
         )
         result[group] = await _digest(backend, keys, domain=f"cytearc:anndata-{group}")
     return result
+
+
+def _resized(now: Mapping[str, list[Any]], then: Mapping[str, list[Any]]) -> list[str]:
+    """The objects of one group that were added, removed or resized since ``then``
+    (nothing when ``then`` recorded no versions: a store that reports none).
+
+    >>> _resized({"X/a": [3, "v2"], "X/c": [1, "v1"]}, {"X/a": [4, "v1"], "X/b": [1, "v1"]})
+    ["'X/a' (4 -> 3 bytes)", "'X/b' (removed)", "'X/c' (added)"]
+    >>> _resized({"X/a": [4, "v2"]}, {"X/a": [4, "v1"]})  # same size: only a digest tells
+    []
+    """
+    if not then:
+        return []
+    found = []
+    for key in sorted(now.keys() | then.keys()):
+        if key not in now:
+            found.append(f"{key!r} (removed)")
+        elif key not in then:
+            found.append(f"{key!r} (added)")
+        elif now[key][0] != then[key][0]:
+            found.append(f"{key!r} ({then[key][0]} -> {now[key][0]} bytes)")
+    return found
 
 
 def pin_element(backend: Store, versions: Mapping[str, list[Any]], element: str) -> None:

@@ -33,14 +33,14 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from zarr.core.array import AsyncArray
 
-from ..errors import RecordShapeError
+from ..errors import RecordShapeError, UnsupportedSourceError
 from .anndata_elements import MatrixElement
 from .cell_plan import CellPlan
 from .decode_threads import hand_over
 from .direct_chunks import DirectChunks
 from .feature_plan import FeaturePlan
 from .gather import as_slice, distinct_chunks
-from .sparse_entries import read_ranges, scatter_entries
+from .sparse_entries import canonical_entries, read_ranges, scatter_entries
 from .sparse_rows import SourceRows, sorted_rows
 
 __all__ = ["ENTRY_BATCH", "ElementReads"]
@@ -284,11 +284,37 @@ class ElementReads:
                     pending = asyncio.ensure_future(read(stop, cuts[number + 2]))
                 chunks += n_minor_chunks + n_value_chunks
                 lengths = ends[first:stop] - starts[first:stop]
+                lengths, minor, values = self._canonical(majors[first:stop], lengths, minor, values)
                 yield _EntryBatch(first, stop, lengths, minor, values, chunks)
                 chunks = 0
         finally:
             if not pending.done():
                 pending.cancel()
+
+    def _canonical(
+        self, majors: Indices, lengths: Indices, minor: npt.NDArray[Any], values: npt.NDArray[Any]
+    ) -> tuple[Indices, npt.NDArray[Any], npt.NDArray[Any]]:
+        """The batch's entries sorted within each major, repeated indices summed
+        (anndata reads a non-canonical CSR/CSC as scipy sums it): placed as they
+        are, a repeat would overwrite its twin and a sparse read would carry
+        unsorted rows flagged sorted. A sum the read dtype cannot hold is refused."""
+        canonical = canonical_entries(lengths, minor, values)
+        summed = canonical[2]
+        if summed is values or not len(summed) or self.dtype.kind not in "iu":
+            return canonical
+        largest = summed.max()
+        if largest > np.iinfo(self.dtype).max or summed.min() < np.iinfo(self.dtype).min:
+            element = self.element
+            at = int(np.argmax(summed))
+            major = int(majors[np.searchsorted(np.cumsum(canonical[0]), at, side="right")])
+            axis = "row" if element.encoding == "csr_matrix" else "column"
+            raise UnsupportedSourceError(
+                f"the AnnData element {element.path!r} stores repeated entries (a non-canonical "
+                f"{element.encoding}) whose sum {largest} in {axis} {major} does not fit {self.dtype}, "
+                "the dtype it is read as. Store it canonical (matrix.sum_duplicates(), then write "
+                "the AnnData again) and recreate the composite, or import it with cv.write_counts"
+            )
+        return canonical
 
     async def _read_ranges(
         self, name: str, starts: Indices, ends: Indices, more: bool

@@ -32,7 +32,8 @@ equal the record, or the open fails closed (:class:`IdentityMismatchError`).
 A store that reports no versions (an in-memory Store) is digested at every
 open. Versions and digests are computed by :mod:`.anndata_identity`.
 
-**Counts dtype.** Integer counts are read in their dtype. Float counts are
+**Counts dtype.** Integer counts are read in their dtype, booleans as
+``uint8``. Float counts are
 accepted when every stored value is a finite non-negative whole number
 (scanned at creation, streamed in blocks), and are read as the narrowest
 unsigned dtype that holds the largest; any other float value is refused
@@ -64,6 +65,7 @@ from .anndata_elements import (
     Documents,
     IndexElement,
     MatrixElement,
+    MissingElementError,
     anndata_format,
     document_keys,
     matrix_element,
@@ -174,6 +176,20 @@ class _Layout:
         return prefixes, self.documents()
 
 
+async def _layer_names(backend: Store) -> list[str]:
+    """The names under the store's ``layers`` group (for a message naming them)."""
+    documents = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+    return sorted([name async for name in backend.list_dir("layers") if name not in documents])
+
+
+async def _has_x(documents: Documents) -> bool:
+    """Whether the store holds an ``X`` node (an array or a group), in either format."""
+    for key in ("X/zarr.json", "X/.zarray", "X/.zgroup"):
+        if isinstance(await documents(key), dict):
+            return True
+    return False
+
+
 async def _layout(documents: Documents, element: str, *, where: str) -> _Layout | None:
     fmt = await anndata_format(documents)
     if fmt is None:
@@ -235,6 +251,8 @@ async def _scan_dtype(
     dtype = np.dtype(values.dtype)
     if dtype.kind in "iu":
         return dtype
+    if dtype.kind == "b":  # presence counts: 0 and 1, as write_counts stores them
+        return np.dtype(np.uint8)
     if dtype.kind != "f":
         raise UnsupportedSourceError(
             f"source {name!r} at {where}: {element.path} holds {dtype} values, not counts; "
@@ -287,10 +305,29 @@ async def bind_anndata(
                 backend, held, dict(recorded), dict(recorded["fingerprints"]), where=where
             )
     reader = _DocumentReader(backend)
-    layout = await _layout(reader, spec.element, where=where)
+    try:
+        layout = await _layout(reader, spec.element, where=where)
+    except MissingElementError as exc:
+        # name what the store does hold, so the remedy can be followed as it is
+        layers = ", ".join(repr(layer) for layer in await _layer_names(backend)) or "none"
+        x = "X and " if exc.path != "X" and await _has_x(reader) else ""
+        raise MissingElementError(
+            f"source {name!r} at {where} has no {exc.path!r}; it holds {x}the layers {layers}. "
+            f"Name a layer with source_layers={{{name!r}: LAYER}} (command line: --layer "
+            f"{name}=LAYER){', or none to read X' if x else ''}",
+            exc.path,
+        ) from None
     if layout is None:
         if recorded is None:
             return None
+        if all([await reader(key) is None for key in ("zarr.json", ".zgroup", ".zattrs")]):
+            # nothing at the root: the source was deleted or moved, not rewritten (an
+            # OSError, as a local source's missing directory is)
+            raise FileNotFoundError(
+                f"source {name!r} at {where} is gone: no Zarr group is there any more; a "
+                "source moved or deleted after the composite was made must be restored at "
+                "that location, or the composite recreated"
+            )
         raise IdentityMismatchError(
             f"source {name!r} at {where} is no longer an AnnData store (its root has no "
             "encoding-type 'anndata'); restore the source, or recreate the composite"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .container import AnnDataContainer, NotAnnDataError, looks_like_anndata
 from .counts import count_input
+from .dataframes import SkippedColumn
 from .encodings import KNOWN_VERSIONS, Encoding, classify
 from .errors import MalformedElementError, UnsupportedElementError
 from .listing import ElementInfo, list_elements
@@ -39,6 +40,7 @@ __all__ = [
     "MalformedElementError",
     "MatrixElement",
     "NotAnnDataError",
+    "SkippedColumn",
     "SparseMatrixElement",
     "UnsupportedElementError",
     "classify",

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .dataframes import SkippedColumn, index_member, read_dataframe
 from .encodings import Encoding, classify
 from .errors import MalformedElementError
 from .listing import ElementInfo, list_elements
@@ -103,13 +104,12 @@ class AnnDataContainer:
         return classify(self.root, "")
 
     def _index_length(self, name: str) -> int:
-        from .dataframes import column_names
-
         node = self.root[name]
         if not is_group(node):  # anndata < 0.7: a record array
             return int(node.shape[0])
-        index, _ = column_names(node, name)
-        member = node[index]
+        # only the index member is looked up: on object storage each lookup of a
+        # column would be a request, and the shape needs none of them
+        index, member = index_member(node, name)
         values = member
         if is_group(member):  # a nullable or categorical index: its values or codes
             values = child(member, "values")
@@ -139,7 +139,7 @@ class AnnDataContainer:
         path = path.strip("/")
         return self._reader.read(self._node(path), path)
 
-    def _table(self, name: str) -> pd.DataFrame:
+    def _table(self, name: str, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
         node = self._node(name)
         if not is_group(node):  # anndata < 0.7: obs/var as one record array
             records = self.read(name)
@@ -152,6 +152,9 @@ class AnnDataContainer:
             # anndata < 0.7 kept the ids in the record field "index"
             key = "index" if "index" in frame.columns else frame.columns[0]
             return frame.set_index(key).rename_axis(None)
+        encoding = classify(node, name)
+        if encoding.type == "dataframe":
+            return read_dataframe(self._reader, node, name, encoding, skipped=skipped)
         value = self.read(name)
         if not isinstance(value, pd.DataFrame):
             raise MalformedElementError(
@@ -159,23 +162,27 @@ class AnnDataContainer:
             )
         return value
 
-    def obs(self) -> pd.DataFrame:
-        """The cell table (its index holds the cell ids)."""
-        return self._table("obs")
+    def obs(self, *, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
+        """The cell table (its index holds the cell ids).
 
-    def var(self) -> pd.DataFrame:
-        """The feature table (its index holds the feature ids)."""
-        return self._table("var")
+        A column that cannot be read raises (:class:`MalformedElementError`,
+        :class:`UnsupportedElementError`); given a ``skipped`` list, it is left
+        out and listed there with the reason instead.
+        """
+        return self._table("obs", skipped)
+
+    def var(self, *, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
+        """The feature table (its index holds the feature ids); ``skipped`` as for
+        :meth:`obs`."""
+        return self._table("var", skipped)
 
     def _names(self, name: str) -> pd.Index:
         node = self._node(name)
         if not is_group(node):
             ids: pd.Index = self._table(name).index
             return ids
-        from .dataframes import column_names
-
-        index, _ = column_names(node, name)
-        values = self.read(f"{name}/{index}")
+        index, member = index_member(node, name)
+        values = self._reader.read(member, f"{name}/{index}")
         ids = pd.Index(values, name=None if index == "_index" else index)
         return ids
 
@@ -214,9 +221,10 @@ class AnnDataContainer:
             path = f"layers/{layer}"
             node = child(self.root, path)
             if node is None:
+                x = child(self.root, "X") is not None
                 raise KeyError(
-                    f"{self.where} has no layer {layer!r}; its layers are {self.layers()} "
-                    "(or give no layer to use X)"
+                    f"{self.where} has no layer {layer!r}; its layers are "
+                    f"{self.layers() or 'none'}" + (" (or give no layer to use X)" if x else "")
                 )
         matrix = matrix_element(node, path, classify(node, path))
         if matrix.shape != self.shape:

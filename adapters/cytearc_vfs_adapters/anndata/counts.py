@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import zarr
 from zarr.abc.store import Store
 
+from cytearc_vfs.errors import VfsWarning
 from cytearc_vfs.write.count_source import CountInput
 from cytearc_vfs.write.membership import declared_membership
 
 from .container import AnnDataContainer, NotAnnDataError
+from .dataframes import SkippedColumn
 
 __all__ = ["count_input", "membership_of"]
 
@@ -70,7 +73,18 @@ def count_input(
         return found
     container = counts if isinstance(counts, AnnDataContainer) else _opened(counts, storage_options)
     matrix = container.matrix(layer)
-    return CountInput(matrix, container.obs(), container.var(), membership_of(container))
+    skipped: list[SkippedColumn] = []
+    obs, var = container.obs(skipped=skipped), container.var(skipped=skipped)
+    for column in skipped:
+        # one unreadable column (an awkward array, an unknown encoding) does not
+        # cost the import: it is left out, and said so before anything is written
+        warnings.warn(
+            f"{container.where}: column {column.path!r} cannot be read, it is not imported "
+            f"(the counts and the other columns are): {column.reason}",
+            VfsWarning,
+            stacklevel=2,
+        )
+    return CountInput(matrix, obs, var, membership_of(container))
 
 
 def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:

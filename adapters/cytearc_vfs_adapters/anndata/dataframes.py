@@ -11,33 +11,72 @@ encoding attributes at all is read as 0.1.0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from .encodings import Encoding
-from .errors import MalformedElementError
+from .errors import MalformedElementError, UnsupportedElementError
 from .matrices import SparseMatrixElement
 from .nodes import attribute, child, is_group
 
 if TYPE_CHECKING:
     from .values import ElementReader
 
-__all__ = ["LEGACY_CATEGORIES", "column_names", "read_dataframe"]
+__all__ = [
+    "LEGACY_CATEGORIES",
+    "SkippedColumn",
+    "column_names",
+    "index_member",
+    "index_name",
+    "read_dataframe",
+]
+
+
+class SkippedColumn(NamedTuple):
+    """A dataframe column left out of a tolerant read, and why."""
+
+    path: str
+    """The column's element path (``obs/cell_type``)."""
+    reason: str
+    """The error that reading it raised: what the element holds and what is wrong."""
+
 
 #: The reserved subgroup of legacy categorical labels.
 LEGACY_CATEGORIES = "__categories"
 
 
-def column_names(node: Any, path: str) -> tuple[str, list[str]]:
-    """``(index member, columns in order)`` of a dataframe group, checked."""
+def index_name(node: Any, path: str) -> str:
+    """The name of a dataframe group's index member (its ``_index`` attribute), checked;
+    the columns are not looked at (reading the ids needs no other member)."""
     index = attribute(node, "_index")
     if not isinstance(index, str):
         raise MalformedElementError(
             f"element {path}: a dataframe needs an '_index' attribute naming its index "
             f"member, found {index!r}"
         )
+    return index
+
+
+def index_member(node: Any, path: str) -> tuple[str, Any]:
+    """``(name, node)`` of a dataframe group's index member; a missing one is refused."""
+    index = index_name(node, path)
+    member = child(node, index)
+    if member is None:
+        raise MalformedElementError(
+            f"element {path}: the index {index!r} named in its attributes is missing"
+        )
+    return index, member
+
+
+def column_names(
+    node: Any, path: str, members: dict[str, Any] | None = None
+) -> tuple[str, list[str]]:
+    """``(index member, columns in order)`` of a dataframe group, checked; the member
+    nodes found are put in ``members`` when given (each is looked up once: on
+    object storage every lookup is a request)."""
+    index = index_name(node, path)
     order = attribute(node, "column-order", [])
     if isinstance(order, str):  # h5py returns a single-column order as a plain string
         order = [order]
@@ -46,7 +85,10 @@ def column_names(node: Any, path: str) -> tuple[str, list[str]]:
             f"element {path}: 'column-order' must be a list of column names, found {order!r}"
         )
     for name in [index, *order]:
-        if child(node, name) is None:
+        member = child(node, name)
+        if members is not None:
+            members[name] = member
+        if member is None:
             raise MalformedElementError(
                 f"element {path}: {'the index' if name == index else 'column'} {name!r} "
                 "named in its attributes is missing"
@@ -54,8 +96,18 @@ def column_names(node: Any, path: str) -> tuple[str, list[str]]:
     return index, order
 
 
-def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool) -> Any:
-    member = node[name]
+#: How the values that are no column are named in messages.
+_NOT_COLUMNS = {
+    "AwkwardArrayInfo": "an awkward array (listed by 'cytearc-vfs anndata ls', never read)",
+    "DataFrame": "a dataframe nested in the dataframe",
+    "dict": "a mapping",
+    "SparseMatrixElement": "a sparse matrix",
+}
+
+
+def _column(
+    reader: ElementReader, node: Any, member: Any, name: str, path: str, legacy: bool
+) -> Any:
     where = f"{path}/{name}"
     if legacy and not is_group(member) and attribute(member, "categories") is None:
         labels = child(node, f"{LEGACY_CATEGORIES}/{name}")
@@ -71,10 +123,15 @@ def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool
                 where,
             )
     value = reader.read(member, where)
-    if isinstance(value, (SparseMatrixElement, dict)):
+    if isinstance(value, (SparseMatrixElement, dict, pd.DataFrame)) or not hasattr(
+        value, "__len__"
+    ):
+        # an awkward array, a nested dataframe or a mapping holds no value per row
+        # (anndata cannot read such a column either)
+        found = _NOT_COLUMNS.get(type(value).__name__, type(value).__name__)
         raise MalformedElementError(
             f"element {where}: a dataframe column must be a one-dimensional array, "
-            f"categorical or nullable array, found {type(value).__name__}"
+            f"categorical or nullable array, found {found}"
         )
     if isinstance(value, np.ndarray) and value.ndim != 1:
         raise MalformedElementError(
@@ -84,18 +141,41 @@ def _column(reader: ElementReader, node: Any, name: str, path: str, legacy: bool
     return value
 
 
-def read_dataframe(reader: ElementReader, node: Any, path: str, encoding: Encoding) -> pd.DataFrame:
-    """The DataFrame of a ``dataframe`` group (0.2.0 or legacy 0.1.0)."""
-    index_name, order = column_names(node, path)
+def read_dataframe(
+    reader: ElementReader,
+    node: Any,
+    path: str,
+    encoding: Encoding,
+    *,
+    skipped: list[SkippedColumn] | None = None,
+) -> pd.DataFrame:
+    """The DataFrame of a ``dataframe`` group (0.2.0 or legacy 0.1.0).
+
+    A column that cannot be read (a malformed element, an unknown encoding, a
+    value that is not one per row) raises; given a ``skipped`` list, it is left
+    out and appended there instead. The index is always required.
+    """
+    members: dict[str, Any] = {}
+    index_name, order = column_names(node, path, members)
     legacy = encoding.version == "0.1.0"
-    index = _column(reader, node, index_name, path, legacy)
-    columns = {name: _column(reader, node, name, path, legacy) for name in order}
-    for name, values in columns.items():
-        if len(values) != len(index):
-            raise MalformedElementError(
-                f"element {path}: column {name!r} has {len(values)} rows but the index "
-                f"{index_name!r} has {len(index)}; every column must have the index's length"
-            )
+    index = _column(reader, node, members[index_name], index_name, path, legacy)
+    columns: dict[str, Any] = {}
+    for name in order:
+        try:
+            values = _column(reader, node, members[name], name, path, legacy)
+            if len(values) != len(index):
+                raise MalformedElementError(
+                    f"element {path}: column {name!r} has {len(values)} rows but the index "
+                    f"{index_name!r} has {len(index)}; every column must have the index's length"
+                )
+        except (MalformedElementError, UnsupportedElementError) as exc:
+            # only faults of the element itself: a failed read of storage propagates
+            if skipped is None:
+                raise
+            skipped.append(SkippedColumn(f"{path}/{name}", str(exc)))
+            continue
+        columns[name] = values
+    order = [name for name in order if name in columns]
     labels = pd.Index(index)
     # text arrays stay object columns, as anndata gives them (pandas would infer "str")
     data = {

@@ -4,7 +4,8 @@ Registered as the ``anndata`` entry of the core's
 ``cytearc_vfs.anndata_tables`` group (see
 :mod:`cytearc_vfs.composite.anndata_columns`): a composite over an AnnData
 source carries its cell and feature columns, read here by the element layer
-in every encoding it knows (legacy 0.7 layouts included).
+in every encoding it knows (legacy 0.7 layouts included). A column it
+cannot read is left out and reported, not a reason to refuse the source.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from cytearc_vfs.composite.anndata_columns import AnnDataTables
 
 from .container import AnnDataContainer
 from .counts import membership_of
+from .dataframes import SkippedColumn
 
 __all__ = ["source_tables"]
 
@@ -22,5 +24,9 @@ __all__ = ["source_tables"]
 def source_tables(store: Store) -> AnnDataTables:
     """The ``obs`` and ``var`` dataframes of the AnnData store ``store`` (read only),
     and its ``uns["cytearc"]["assayMembership"]``."""
+    skipped: list[SkippedColumn] = []
     with AnnDataContainer.open(store) as container:
-        return AnnDataTables(container.obs(), container.var(), membership_of(container))
+        obs, var = container.obs(skipped=skipped), container.var(skipped=skipped)
+        return AnnDataTables(
+            obs, var, membership_of(container), tuple((s.path, s.reason) for s in skipped)
+        )

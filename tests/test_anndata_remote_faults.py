@@ -1,0 +1,147 @@
+"""AnnData sources on a flaky cloud: throttled and dropped requests, a source gone.
+
+The sources are AnnData Zarr stores written by anndata and uploaded to the
+loopback S3 server, read through :class:`LoopbackProxy`, which answers
+chosen requests with 503 or resets their connections. Transient faults are
+retried and every value equals ``anndata.concat(join="outer")``; lasting
+ones end in an error that names the source, never in wrong values, and a
+failed creation leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from loopback_proxy import LoopbackProxy
+from test_anndata_sources import remote_anndata
+
+import cytearc_vfs as cv
+from cytearc_vfs.format.tables import read_table
+
+pytestmark = [
+    pytest.mark.remote,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning"),
+]
+
+# two AnnData sources on S3 behind the proxy: r3 (CSR, Zarr v3, obs "kind"), r2 (CSC, v2)
+flaky = remote_anndata
+
+
+def _check(store: cv.CompositeStore, expected: ad.AnnData) -> None:
+    reader = store.reader()
+    x = expected[:, list(reader.feature_ids)].X
+    truth = np.asarray(x.toarray() if sp.issparse(x) else x)
+    np.testing.assert_array_equal(reader.read(), truth)
+    cells = np.random.default_rng(3).choice(len(truth), 60, replace=False)
+    np.testing.assert_array_equal(reader.read_sparse(cells).toarray(), truth[cells])
+    np.testing.assert_array_equal(reader.read(features=[0, 15, 29]), truth[:, [0, 15, 29]])
+    table = read_table(zarr.open_group(store, mode="r")["cellData"])
+    assert table["kind"].tolist() == expected.obs["kind"].astype(object).fillna("").tolist()
+
+
+def test_transient_faults_during_creation_and_reads_are_retried(
+    flaky: dict[str, Any], tmp_path: Path
+) -> None:
+    proxy: LoopbackProxy = flaky["proxy"]
+    # throttled and reset: listings, documents, obs columns, matrix chunks
+    proxy.fail(2, match="list-type")
+    proxy.fail(2, match="/X/")
+    proxy.drop(2, match="/X/indptr")
+    proxy.fail(2, match="/obs/depth")
+    proxy.drop(1, match="/var/")
+    location = tmp_path / "c.zarr"
+    store = cv.create_composite(location, flaky["sources"], source_storage_options=flaky["options"])
+    assert proxy.faulted == 9  # every fault was met, and retried past
+    _check(store, flaky["expected"])
+    store.close()
+    proxy.faulted = 0
+    proxy.fail(2, match="list-type")
+    store = cv.open_store(location, source_storage_options=flaky["options"])
+    proxy.fail(3, match="/X/data")
+    proxy.drop(3, match="/X/indices")
+    _check(store, flaky["expected"])
+    assert proxy.faulted == 8
+    store.close()
+
+
+def test_lasting_faults_end_in_errors_naming_the_source(
+    flaky: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source that keeps failing: creation fails naming it and leaves nothing;
+    a read fails naming it (never zeros in its place)."""
+    monkeypatch.setenv("CYTEARC_SOURCE_TIMEOUT", "2")  # retries end after 2 s
+    proxy: LoopbackProxy = flaky["proxy"]
+    options = flaky["options"]
+    proxy.fail(10**6, match="/r3.zarr/X/data")
+    with pytest.raises(
+        OSError, match=r"source 'r3' at s3://.*r3\.zarr.*503.*CYTEARC_SOURCE_TIMEOUT"
+    ):
+        cv.create_composite(tmp_path / "a.zarr", flaky["sources"], source_storage_options=options)
+    assert not (tmp_path / "a.zarr").exists()
+    proxy.clear()
+    proxy.drop(10**6, match="/r2.zarr/obs/depth")
+    with pytest.raises(OSError, match=r"source 'r2' at s3://.*obs/depth"):
+        cv.create_composite(tmp_path / "b.zarr", flaky["sources"], source_storage_options=options)
+    assert not (tmp_path / "b.zarr").exists()
+    proxy.clear()
+    location = tmp_path / "c.zarr"
+    cv.create_composite(location, flaky["sources"], source_storage_options=options).close()
+    store = cv.open_store(location, source_storage_options=options)
+    proxy.fail(10**6, match="/r2.zarr/X/indices")
+    with pytest.raises(OSError, match=r"source 'r2' at s3://.*X/indices"):
+        store.reader().read()
+    with pytest.raises(OSError, match=r"source 'r2'"):
+        zarr.open_array(store, path="RNA/countsT", mode="r")[:]
+    proxy.clear()
+    _check(store, flaky["expected"])  # the faults pass: the same store reads right
+    store.close()
+
+
+def test_a_deleted_source_is_named_at_open(flaky: dict[str, Any], tmp_path: Path) -> None:
+    import obstore
+
+    location = tmp_path / "c.zarr"
+    options = flaky["options"]
+    cv.create_composite(location, flaky["sources"], source_storage_options=options).close()
+    raw = flaky["raw"]
+    for batch in obstore.list(raw, prefix="r2.zarr/"):
+        obstore.delete(raw, [entry["path"] for entry in batch])
+    proxy: LoopbackProxy = flaky["proxy"]
+    proxy.take()
+    with pytest.raises(OSError, match=r"source 'r2' at s3://.*r2\.zarr is gone.*restored"):
+        cv.open_store(location, source_storage_options=options)
+    assert len(proxy.take()) <= 6  # listings and the root documents, whatever the size
+
+
+def test_a_resized_remote_object_fails_the_open_without_reading_the_element(
+    flaky: dict[str, Any], tmp_path: Path
+) -> None:
+    """A chunk of X rewritten with another size: the open fails from the listing and
+    the documents; no chunk of the element is fetched (the cost does not grow
+    with the source)."""
+    import obstore
+
+    location = tmp_path / "c.zarr"
+    options = flaky["options"]
+    cv.create_composite(location, flaky["sources"], source_storage_options=options).close()
+    raw = flaky["raw"]
+    key = next(
+        entry["path"]
+        for batch in obstore.list(raw, prefix="r3.zarr/X/data/")
+        for entry in batch
+        if not entry["path"].endswith("zarr.json")
+    )
+    obstore.put(raw, key, bytes(obstore.get(raw, key).bytes()) + b"\0")
+    proxy: LoopbackProxy = flaky["proxy"]
+    proxy.take()
+    with pytest.raises(cv.IdentityMismatchError, match=r"'r3'.*not digested.*X/data/c/0"):
+        cv.open_store(location, source_storage_options=options)
+    paths = [seen.path.split("?")[0] for seen in proxy.take()]
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert [path for path in paths if "/X/" in path and not path.endswith(documents)] == []
