@@ -11,8 +11,8 @@ client that stops reading is dropped), a bound on open connections and on
 store reads running at once. A client that goes away mid-answer is counted
 and dropped without a log line. Answer bodies are held under one
 server-wide budget of bytes (:mod:`.budget`); large stored values are read
-and sent in pieces (:mod:`.pieces`), so a slow client holds one piece, not
-a whole value.
+and sent in pieces (:mod:`.pieces`, read by :mod:`.values`), so a slow
+client holds one piece, not a whole value.
 
 What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
 byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings (JSON, or the HTML
@@ -32,27 +32,23 @@ import logging
 import socket
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
 from urllib.parse import quote
 
-from zarr.abc.store import RangeByteRequest, Store
-from zarr.core.buffer import default_buffer_prototype
+from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from .answers import (
     Answer,
-    bytes_of,
-    content_type,
     error_status,
     not_found,
     nothing_under,
     one_line,
     text_answer,
 )
-from .budget import AnswerBudget, Lease
+from .budget import AnswerBudget
 from .listings import (
     Entry,
     finite_depth_error,
@@ -62,11 +58,11 @@ from .listings import (
     wants_json,
 )
 from .options import ServeOptions, ServeStats
-from .pieces import PieceRead, StreamAbortedError, StreamedSpan, computed_on_read, piece_reads
+from .pieces import StreamAbortedError, StreamedSpan, piece_reads
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
-from .ranges import ByteSpan, RangeSpec, parse_range, resolve_range
 from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, parse_target
+from .values import KeyAnswers
 
 __all__ = [
     "ListenError",
@@ -108,6 +104,7 @@ class StoreServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._reads: asyncio.Semaphore | None = None
+        self._keys: KeyAnswers  # made with the read slots, on zarr's event loop
         self._budget = AnswerBudget(options.max_answer_bytes)
         self._closed = threading.Event()
         self._lock = threading.Lock()  # guards the counters, read from other threads
@@ -153,6 +150,9 @@ class StoreServer:
 
     async def _listen(self, listener: socket.socket) -> None:
         self._reads = asyncio.Semaphore(self._options.max_reads)
+        self._keys = KeyAnswers(
+            self._store, self._options, self._budget, self._reads, self._count, self._absent
+        )
         self._server = await asyncio.start_server(
             self._connection, sock=listener, limit=self._options.max_head_bytes
         )
@@ -387,37 +387,11 @@ class StoreServer:
                     f"{self._options.max_answer_bytes})"
                 ) from exc
             try:
-                data = await self._read_piece(rest.key, read)
+                data = await self._keys.read_piece(rest.key, read)
                 await self._write_body(writer, data[: read.sent])
                 del data  # freed before its bytes go back to the budget
             finally:
                 lease.release()
-
-    async def _read_piece(self, key: str, read: PieceRead) -> memoryview:
-        """The bytes of one piece read, or :class:`StreamAbortedError` if they are not the ones due."""
-        assert self._reads is not None
-        try:
-            async with self._reads:
-                value = await self._store.get(
-                    key, default_buffer_prototype(), RangeByteRequest(read.start, read.stop)
-                )
-        except Exception as exc:
-            raise StreamAbortedError(
-                f"{key!r}: reading bytes {read.start}-{read.stop - 1} failed: "
-                f"{type(exc).__name__}: {one_line(str(exc))}"
-            ) from exc
-        self._count("piece_read")
-        if value is None:
-            raise StreamAbortedError(f"{key!r} vanished while it was sent")
-        data = bytes_of(value)
-        if len(data) != read.expected:
-            raise StreamAbortedError(
-                f"{key!r} changed size while it was sent: bytes {read.start}-{read.stop - 1} "
-                f"read {len(data)} bytes where {read.expected} were due"
-            )
-        return data
-
-    # --------------------------------------------------------------- answers
 
     def _cors_fields(self, head: RequestHead | None) -> list[tuple[str, str]]:
         allowed = self._options.allow_origin
@@ -476,13 +450,13 @@ class StoreServer:
         try:
             if head.method == "PROPFIND":
                 path, depth = target.path, head.field("depth")
-                return await self._within_budget(
+                return await self._keys.within_budget(
                     target.path, lambda: self._propfind(path, target.listing, depth)
                 )
             if target.listing:
                 path, accept = target.path, head.field("accept")
-                return await self._within_budget(path, lambda: self._listing(path, accept))
-            return await self._value(target.path, head)
+                return await self._keys.within_budget(path, lambda: self._listing(path, accept))
+            return await self._keys.value(target.path, head)
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 return self._store_error(head, target.path, exc)
@@ -501,204 +475,6 @@ class StoreServer:
         message = f"{head.method} {key!r}: {type(exc).__name__}: {one_line(str(exc))}"
         log.error("%d %s", status.value, message)
         return text_answer(status, message)
-
-    async def _value(self, key: str, head: RequestHead) -> Answer:
-        assert self._reads is not None
-        fields = [("Content-Type", content_type(key)), ("Accept-Ranges", "bytes")]
-        if head.method == "HEAD":
-            # sizes only: a composite's chunk is never computed for a HEAD
-            async with self._reads:
-                if not await self._store.exists(key):
-                    return await self._absent(key)
-                try:
-                    size = await self._store.getsize(key)
-                except FileNotFoundError:
-                    return not_found(key)
-            return Answer(HTTPStatus.OK, fields=fields, length=size)
-        # no validators are sent, so an If-Range can never match: whole value (RFC 9110, 13.1.5)
-        header = head.field("range") if head.field("if-range") is None else None
-        spec = None if header is None else parse_range(header)
-        if computed_on_read(self._store, key):
-            return await self._computed_value(key, spec, header, fields)
-        if spec is None:
-            return await self._stored_value(key, fields)
-        return await self._stored_range(key, spec, header, fields)
-
-    async def _within_budget(self, path: str, make: Callable[[], Awaitable[Answer]]) -> Answer:
-        """The answer ``make`` builds (a listing), its body held under the budget.
-
-        A listing's size is known only once it is built: when its bytes are
-        not free at once, the body is dropped, its size waited for in line,
-        and the listing built again (the directory may have changed meanwhile:
-        built again until its lease covers it).
-        """
-        answer = await make()
-        lease = self._budget.try_acquire(len(answer.body))
-        while lease is None or lease.nbytes < min(len(answer.body), self._budget.limit):
-            wanted = len(answer.body)
-            answer.release()
-            if lease is not None:
-                lease.release()
-            lease = await self._lease(wanted)
-            if lease is None:
-                return self._busy(path + "/")
-            answer = await make()
-        lease.shrink(len(answer.body))
-        answer.lease = lease
-        return answer
-
-    async def _size_of(self, key: str) -> int | None:
-        """The size of ``key`` (under a read slot), or ``None`` when the store does not hold it."""
-        assert self._reads is not None
-        async with self._reads:
-            try:
-                return await self._store.getsize(key)
-            except FileNotFoundError:
-                return None
-
-    async def _lease(self, nbytes: int) -> Lease | None:
-        """Answer memory for ``nbytes``, waited for in line; ``None`` after ``answer_wait_timeout``."""
-        try:
-            return await self._budget.acquire(nbytes, self._options.answer_wait_timeout)
-        except TimeoutError:
-            return None
-
-    def _busy(self, key: str) -> Answer:
-        answer = text_answer(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            f"{key!r}: the server's answer memory ({self._options.max_answer_bytes} bytes) "
-            f"stayed in use by other answers for {self._options.answer_wait_timeout:g} s; retry",
-        )
-        answer.fields.append(("Retry-After", "1"))
-        return answer
-
-    async def _read_held(
-        self, key: str, lease: Lease, byte_range: RangeByteRequest | None
-    ) -> memoryview | None:
-        """Read ``key`` (or its ``byte_range``) under a read slot; ``lease`` is given back on failure."""
-        assert self._reads is not None
-        try:
-            async with self._reads:
-                value = await self._store.get(key, default_buffer_prototype(), byte_range)
-        except BaseException:
-            lease.release()
-            raise
-        if value is None:
-            lease.release()
-            return None
-        return bytes_of(value)
-
-    def _unsatisfiable(self, key: str, header: str | None, size: int) -> Answer:
-        answer = text_answer(
-            HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
-            f"{header!r} selects no byte of {key!r} ({size} bytes)",
-        )
-        answer.fields.append(("Content-Range", f"bytes */{size}"))
-        return answer
-
-    @staticmethod
-    def _changed(key: str, lease: Lease, size: int, got: int, due: int) -> OSError:
-        lease.release()
-        return OSError(
-            f"{key!r} changed size while it was read ({size} bytes, then a read of "
-            f"{got} where {due} were due); retry"
-        )
-
-    async def _stored_value(self, key: str, fields: list[tuple[str, str]]) -> Answer:
-        """``GET`` of a whole stored value: one read when it is small, pieces when it is large.
-
-        The first read asks for one piece: fewer bytes back means that is the
-        whole value (one store call, as small chunks and documents need);
-        a full piece means a large value, whose size is then asked and whose
-        rest is streamed. When the budget has a line, the size is asked
-        first, so a small value waits for its own bytes, not a piece's.
-        """
-        piece = self._options.piece_bytes
-        lease = self._budget.try_acquire(piece)
-        if lease is None:
-            size = await self._size_of(key)
-            if size is None:
-                return await self._absent(key)
-            # one byte more than the size: a value that grew meanwhile reads as large
-            lease = await self._lease(min(size + 1, piece))
-            if lease is None:
-                return self._busy(key)
-        data = await self._read_held(key, lease, RangeByteRequest(0, lease.nbytes))
-        if data is None:
-            return await self._absent(key)
-        if len(data) < lease.nbytes:
-            lease.shrink(len(data))
-            return Answer(HTTPStatus.OK, data, fields, lease=lease)
-        size = await self._size_of(key)
-        if size is None:
-            lease.release()
-            return not_found(key)  # removed just after its first piece was read
-        if size < len(data):
-            raise self._changed(key, lease, size, len(data), len(data))
-        answer = Answer(HTTPStatus.OK, data, fields, length=size, lease=lease)
-        if size > len(data):
-            answer.rest = StreamedSpan(key, len(data), size, size)
-            self._count("streamed")
-            self._count("piece_read")
-        return answer
-
-    async def _stored_range(
-        self, key: str, spec: RangeSpec, header: str | None, fields: list[tuple[str, str]]
-    ) -> Answer:
-        """``GET`` of a byte range of a stored value: one read, or pieces when it is large."""
-        size = await self._size_of(key)
-        if size is None:
-            return not_found(key)
-        span = resolve_range(spec, size)
-        if not isinstance(span, ByteSpan):
-            return self._unsatisfiable(key, header, size)
-        lease = await self._lease(min(span.length, self._options.piece_bytes))
-        if lease is None:
-            return self._busy(key)
-        first = RangeByteRequest(span.start, span.start + lease.nbytes)
-        data = await self._read_held(key, lease, first)
-        if data is None:
-            return not_found(key)
-        if len(data) != lease.nbytes:
-            raise self._changed(key, lease, size, len(data), lease.nbytes)
-        fields.append(("Content-Range", span.content_range))
-        answer = Answer(HTTPStatus.PARTIAL_CONTENT, data, fields, length=span.length, lease=lease)
-        if span.length > len(data):
-            answer.rest = StreamedSpan(key, first.end, span.stop, size)
-            self._count("streamed")
-            self._count("piece_read")
-        return answer
-
-    async def _computed_value(
-        self, key: str, spec: RangeSpec | None, header: str | None, fields: list[tuple[str, str]]
-    ) -> Answer:
-        """``GET`` of a value the store computes (a composite's chunk): computed once, whole.
-
-        Its size comes from the array document (``getsize`` computes
-        nothing); the budget is asked for the whole chunk, which the
-        computation holds whatever range is sent.
-        """
-        size = await self._size_of(key)
-        if size is None:
-            return await self._absent(key)
-        byte_range = None
-        due = size
-        if spec is not None:
-            span = resolve_range(spec, size)
-            if not isinstance(span, ByteSpan):
-                return self._unsatisfiable(key, header, size)
-            byte_range, due = RangeByteRequest(span.start, span.stop), span.length
-            fields.append(("Content-Range", span.content_range))
-        lease = await self._lease(size)
-        if lease is None:
-            return self._busy(key)
-        data = await self._read_held(key, lease, byte_range)
-        if data is None:
-            return not_found(key) if spec is not None else await self._absent(key)
-        if len(data) != due:
-            raise self._changed(key, lease, size, len(data), due)
-        status = HTTPStatus.OK if spec is None else HTTPStatus.PARTIAL_CONTENT
-        return Answer(status, data, fields, lease=lease)
 
     async def _absent(self, key: str) -> Answer:
         """A key the store does not hold: ``404``, or ``301`` to ``KEY/`` when it is a directory.
