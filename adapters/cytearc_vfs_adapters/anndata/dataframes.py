@@ -11,7 +11,7 @@ encoding attributes at all is read as 0.1.0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -19,13 +19,12 @@ import pandas as pd
 from .encodings import Encoding
 from .errors import MalformedElementError, UnsupportedElementError
 from .matrices import SparseMatrixElement
-from .nodes import attribute, child, is_group
-
-if TYPE_CHECKING:
-    from .values import ElementReader
+from .nodes import attribute, child, is_group, read_values
 
 __all__ = [
     "LEGACY_CATEGORIES",
+    "ElementReading",
+    "categorical",
     "SkippedColumn",
     "column_names",
     "index_member",
@@ -96,6 +95,29 @@ def column_names(
     return index, order
 
 
+class ElementReading(Protocol):
+    """What a dataframe's columns are read with (:class:`~.values.ElementReader`)."""
+
+    def read(self, node: Any, path: str) -> Any:
+        """The value of the element ``node`` at ``path``."""
+        ...
+
+
+def categorical(codes: Any, categories: Any, ordered: bool, path: str) -> pd.Categorical:
+    """``pandas.Categorical`` of ``codes`` (``-1``: missing) into ``categories``, checked."""
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        raise MalformedElementError(
+            f"element {path}: categorical codes must be integers, found {codes.dtype}"
+        )
+    if len(codes) and (int(codes.max()) >= len(categories) or int(codes.min()) < -1):
+        raise MalformedElementError(
+            f"element {path}: categorical codes run from {int(codes.min())} to "
+            f"{int(codes.max())}, outside -1 (missing) to {len(categories) - 1}"
+        )
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories), ordered=ordered)
+
+
 #: How the values that are no column are named in messages.
 _NOT_COLUMNS = {
     "AwkwardArrayInfo": "an awkward array (listed by 'cytearc-vfs anndata ls', never read)",
@@ -106,17 +128,14 @@ _NOT_COLUMNS = {
 
 
 def _column(
-    reader: ElementReader, node: Any, member: Any, name: str, path: str, legacy: bool
+    reader: ElementReading, node: Any, member: Any, name: str, path: str, legacy: bool
 ) -> Any:
     where = f"{path}/{name}"
     if legacy and not is_group(member) and attribute(member, "categories") is None:
         labels = child(node, f"{LEGACY_CATEGORIES}/{name}")
         if labels is not None and not is_group(labels):
             # a column whose labels sit in __categories but lost its pointer
-            from .nodes import read_values
-            from .values import _categorical
-
-            return _categorical(
+            return categorical(
                 read_values(member),
                 read_values(labels),
                 bool(attribute(labels, "ordered", False)),
@@ -142,7 +161,7 @@ def _column(
 
 
 def read_dataframe(
-    reader: ElementReader,
+    reader: ElementReading,
     node: Any,
     path: str,
     encoding: Encoding,

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from .encodings import Encoding
 from .errors import MalformedElementError
 from .nodes import attribute, child, is_group, read_values
+from .transposed import TransposedSpill
 
 __all__ = [
     "BandStats",
@@ -217,8 +218,6 @@ class SparseMatrixElement(MatrixElement):
         return sp.csc_array((data, indices, indptr), shape=(self.shape[0], stop - start))
 
     def _transposed_copy(self) -> Any:
-        from .transposed import TransposedSpill
-
         with self._transpose_lock:
             if self._transposed is None:
                 self._transposed = TransposedSpill(self)

@@ -28,15 +28,40 @@ import threading
 import weakref
 from collections.abc import Iterator
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from .matrices import SparseMatrixElement
+__all__ = ["PIECE_ENTRIES_ENV", "SparseSource", "TransposedSpill", "piece_entries"]
 
-__all__ = ["PIECE_ENTRIES_ENV", "TransposedSpill", "piece_entries"]
+
+class _Recording(Protocol):
+    def record(self, entries: int, nbytes: int) -> None: ...
+
+
+class SparseSource(Protocol):
+    """What a spill reads its matrix through (:class:`~.matrices.SparseMatrixElement`)."""
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+    @property
+    def format(self) -> Literal["csr", "csc"]: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def stats(self) -> _Recording: ...
+
+    def read_indptr(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """``indptr[start:stop + 1]``."""
+        ...
+
+    def major_band(
+        self, start: int, stop: int, *, with_data: bool = True
+    ) -> tuple[npt.NDArray[Any], ...]:
+        """``(indptr, indices, data)`` of majors ``start:stop``."""
+        ...
+
 
 #: Environment variable bounding the entries one pass reads at a time.
 PIECE_ENTRIES_ENV = "CYTEARC_ANNDATA_PIECE_ENTRIES"
@@ -66,7 +91,7 @@ def _pieces(indptr: npt.NDArray[np.int64], limit: int) -> Iterator[tuple[int, in
 class TransposedSpill:
     """The minor-axis orientation of a sparse element, built once on disk in buckets."""
 
-    def __init__(self, element: SparseMatrixElement) -> None:
+    def __init__(self, element: SparseSource) -> None:
         self._element = element
         major_len = element.shape[0] if element.format == "csr" else element.shape[1]
         minor_len = element.shape[1] if element.format == "csr" else element.shape[0]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .dataframes import categorical, read_dataframe
 from .encodings import Encoding, classify
 from .errors import MalformedElementError
 from .matrices import SparseMatrixElement
@@ -69,8 +70,6 @@ class ElementReader:
         if kind in ("anndata", "raw", "dict"):
             return {name: self.read(node[name], _join(path, name)) for name in children(node)}
         if kind == "dataframe":
-            from .dataframes import read_dataframe
-
             return read_dataframe(self, node, path, encoding)
         if kind in ("csr_matrix", "csc_matrix"):
             return SparseMatrixElement(node, path, encoding)
@@ -126,7 +125,7 @@ class ElementReader:
         else:
             codes = read_values(node)
             categories, ordered = self._legacy_categories(node, path)
-        return _categorical(codes, categories, ordered, path)
+        return categorical(codes, categories, ordered, path)
 
     def _legacy_categories(self, node: Any, path: str) -> tuple[Any, bool]:
         """Labels of a legacy categorical column, from its ``categories`` attribute.
@@ -195,20 +194,6 @@ class ElementReader:
         with_missing = np.asarray(values, dtype=object).copy()
         with_missing[mask] = None
         return pd.array(with_missing, dtype=dtype)
-
-
-def _categorical(codes: Any, categories: Any, ordered: bool, path: str) -> pd.Categorical:
-    codes = np.asarray(codes)
-    if codes.dtype.kind not in "iu":
-        raise MalformedElementError(
-            f"element {path}: categorical codes must be integers, found {codes.dtype}"
-        )
-    if len(codes) and (int(codes.max()) >= len(categories) or int(codes.min()) < -1):
-        raise MalformedElementError(
-            f"element {path}: categorical codes run from {int(codes.min())} to "
-            f"{int(codes.max())}, outside -1 (missing) to {len(categories) - 1}"
-        )
-    return pd.Categorical.from_codes(codes, categories=pd.Index(categories), ordered=ordered)
 
 
 def read_element(root: Any, path: str) -> Any:
