@@ -58,7 +58,8 @@ class Seen:
     started: float = 0.0
     """``time.monotonic()`` when the proxy received the request."""
     ended: float = 0.0
-    """``time.monotonic()`` when the proxy had answered it (0: not answered yet)."""
+    """``time.monotonic()`` when the proxy had its answer, just before sending it (0: not
+    answered yet): a request sent on seeing the answer starts after it."""
 
 
 def sequential_rounds(seen: Sequence[Seen]) -> int:
@@ -126,11 +127,11 @@ class LoopbackProxy:
                         self.connection.shutdown(2)
                         return
                     payload = b"<Error><Code>SlowDown</Code></Error>"
+                    proxy._answered(seen)  # before the client can see the answer (below)
                     self.send_response(fault[3])
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
-                    proxy._answered(seen)
                     return
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
@@ -149,6 +150,9 @@ class LoopbackProxy:
                     if proxy.rate and self.command != "HEAD":
                         time.sleep(len(payload) / proxy.rate)  # the body's time on the wire
                     proxy._count(0 if self.command == "HEAD" else len(payload))
+                    # answered now, before the client can see it: a request the client
+                    # sends on seeing this answer always starts after this one ended
+                    proxy._answered(seen)
                     self.send_response(response.status, response.reason)
                     for name, value in response.getheaders():
                         if name.lower() not in _HOP_BY_HOP:
@@ -163,7 +167,6 @@ class LoopbackProxy:
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(payload)
-                    proxy._answered(seen)
                 finally:
                     upstream.close()
 

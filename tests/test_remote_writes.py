@@ -118,15 +118,17 @@ def test_write_counts_sends_each_key_once_in_a_few_rounds(remote: Remote) -> Non
     cv.write_counts(remote.url("w.zarr"), counts, layout=SMALL, storage_options=remote.proxied)
     found = _take(remote, "w.zarr")
     verbs = Counter(r.verb for r in found)
-    # one listing (the destination is empty), then only writes: no parent checks
-    assert set(verbs) == {"LIST", "PUT"} and verbs["LIST"] == 1
+    # one listing (the destination is empty), the root marker read back (it must be
+    # this writer's: spec, mode "w-"), then only writes: no parent checks
+    assert verbs == {"LIST": 1, "GET": 1, "PUT": verbs["PUT"]}
     puts = Counter(r.key for r in found if r.verb == "PUT")
     assert {key: n for key, n in puts.items() if n > 1} == {"zarr.json": puts["zarr.json"]}
     assert puts["zarr.json"] <= 3  # the marker, the assay types, the commit
     shards = [key for key in puts if "/c/" in key and "counts" in key]
     assert len(shards) >= 4
-    # the listing, the marker, the chunks, the documents, the commit (before: ~70)
-    assert sequential_rounds([r.seen for r in found]) <= 6
+    # the listing, the marker and its read-back, the chunks, the documents, the commit
+    # (before: ~70)
+    assert sequential_rounds([r.seen for r in found]) <= 7
     commit = assert_commit_is_last(found)
     assert "cytearc:pending_store" not in json.dumps(_root(remote, "w.zarr"))
     assert commit.seen is max((r.seen for r in found), key=lambda s: s.started)
@@ -188,7 +190,9 @@ def test_create_composite_writes_in_a_few_rounds(remote: Remote, sources: dict[s
     commit = assert_commit_is_last(found)
     before_commit = [r for r in found if r.seen.started < commit.seen.started]
     # nothing of the destination is read before the commit but its listing
-    assert {r.verb for r in before_commit} == {"LIST", "PUT"}
+    # (and the root marker read back: it must be this writer's)
+    assert {r.verb for r in before_commit} == {"LIST", "GET", "PUT"}
+    assert [r.key for r in before_commit if r.verb == "GET"] == ["zarr.json"]
     puts = Counter(r.key for r in found if r.verb == "PUT")
     assert max(n for key, n in puts.items() if key != "zarr.json") == 1
     # the marker, the chunks, the documents, the commit (before: 97 writes, one by one)
@@ -209,7 +213,8 @@ def test_mount_writes_in_a_few_rounds(remote: Remote, sources: dict[str, Any]) -
     )
     found = _take(remote, "m.zarr")
     commit = assert_commit_is_last(found)
-    assert {r.verb for r in found if r.seen.started < commit.seen.started} == {"LIST", "PUT"}
+    before = [r for r in found if r.seen.started < commit.seen.started]
+    assert {r.verb for r in before} == {"LIST", "GET", "PUT"}  # GET: the root marker read back
     assert write_rounds(found) <= 5
     assert mount.record.assays.keys() == {"RNA"}
 

@@ -329,7 +329,7 @@ def create_destination(
     if mode == "w":
         _replace_with_marker(store, marker)
     else:
-        sync(store.set(ROOT_DOCUMENT, default_buffer_prototype().buffer.from_bytes(document)))
+        _create_root(store, document, describe_location(location))
     behind = WriteBehindStore(
         store,
         absent_unless_written=True,
@@ -359,6 +359,31 @@ def clears_pending_marker(key: str, value: Buffer) -> bool:
     except (ValueError, AttributeError):
         return True  # not a document this layer writes: ordered like a commit
     return not (isinstance(attributes, dict) and PENDING_STORE_ATTR in attributes)
+
+
+def _create_root(store: Store, document: bytes, where: str) -> None:
+    """Write the root ``document`` of a destination found empty, as zarr's mode ``"w-"`` does.
+
+    The spec's rule: a destination without keys is created with mode
+    ``"w-"``, which refuses keys that appear after the check. A root written
+    by another writer since :func:`check_destination` is refused, not
+    overwritten: the write is ``set_if_not_exists`` and the root read back
+    must be this one (backends answer an existing key silently).
+    """
+
+    async def create() -> None:
+        await store.set_if_not_exists(
+            ROOT_DOCUMENT, default_buffer_prototype().buffer.from_bytes(document)
+        )
+        found = await store.get(ROOT_DOCUMENT, default_buffer_prototype())
+        if found is None or found.to_bytes() != document:
+            raise FileExistsError(
+                f"destination {where}: a store appeared there after it was checked (another "
+                "writer?); nothing was written. Choose another destination, or retry once "
+                "the other writer is done (with overwrite=True to replace what it wrote)"
+            )
+
+    sync(create())
 
 
 def _marker_document(marker: dict[str, Any]) -> bytes:
