@@ -49,6 +49,12 @@ class RecordingStore(WrapperStore[LocalStore]):
         await self._store.set(key, value)
         self.record.append((key, value.to_bytes()))
 
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        # the destination's root marker (recorded as written: the destination was empty)
+        if not await self._store.exists(key):
+            await self._store.set_if_not_exists(key, value)
+            self.record.append((key, value.to_bytes()))
+
     async def delete(self, key: str) -> None:
         await self._store.delete(key)
         self.record.append((key, None))
