@@ -34,8 +34,9 @@ away:
   stored, and a process that dies at any instant before it leaves any
   subset of the other writes and a root that every open refuses.
 
-A failed write is raised by the next ``set``, :meth:`WriteBehindStore.flush`
-or commit. :meth:`WriteBehindStore.settle` waits for the writes in
+A failed write is raised, naming its key, by the next ``set``,
+:meth:`WriteBehindStore.flush` or commit; after one, whether it went behind
+or (a large value) before ``set`` returned, every write is refused. :meth:`WriteBehindStore.settle` waits for the writes in
 flight without raising, so a writer that failed can give its destination
 back with nothing still landing in it.
 """
@@ -130,6 +131,8 @@ class _Writes:
     """Bytes of the pending values."""
     failure: BaseException | None = None
     """The first write that failed."""
+    failed_key: str = ""
+    """The key whose write failed first."""
     # created on zarr's event loop at first use
     gate: asyncio.Semaphore | None = None
     changed: asyncio.Condition | None = None
@@ -265,9 +268,15 @@ class WriteBehindStore(Store):
         failure = self._writes.failure
         if failure is not None:
             raise OSError(
-                f"an earlier write to {self.store} failed ({failure!r}); the destination is "
-                "unfinished and does not open: write it again with overwrite=True"
+                f"writing {self._writes.failed_key!r} to {self.store} failed ({failure!r}); "
+                "the destination is unfinished and does not open: write it again with "
+                "overwrite=True"
             ) from failure
+
+    def _failed(self, key: str, exc: Exception) -> None:
+        """Keep the first failure: every later write, flush and commit raises it."""
+        if self._writes.failure is None:
+            self._writes.failure, self._writes.failed_key = exc, key
 
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
@@ -292,7 +301,11 @@ class WriteBehindStore(Store):
         size = len(value)
         if size > self.max_bytes:
             await self._wait_for(key)
-            await self.store.set(key, value)
+            try:
+                await self.store.set(key, value)
+            except Exception as exc:  # as a write behind: no later write may land
+                self._failed(key, exc)
+                self._raise_failure()
             self._stored(key, value)
             return
         async with changed:
@@ -327,7 +340,7 @@ class WriteBehindStore(Store):
                     try:
                         await self.store.set(key, value)
                     except Exception as exc:  # kept for the next set, flush or root write
-                        writes.failure = writes.failure or exc
+                        self._failed(key, exc)
                         dropped = writes.pending.pop(key, None)
                         writes.held -= len(dropped) if dropped is not None else 0
                         return

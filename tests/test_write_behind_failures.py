@@ -1,0 +1,91 @@
+"""Writers whose destination fails part-way: the error, what lands after it, and the rerun.
+
+A real ``LocalStore`` is wrapped by :class:`FullDisk`, which answers the
+``n``-th write with ``OSError(ENOSPC)`` as a full disk would, and records
+every write it stores. The write-behind store's own rules are in
+``tests/test_write_behind.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+import scipy.sparse as sp
+from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.storage import LocalStore, WrapperStore
+
+import cytearc_vfs as cv
+from cytearc_vfs.errors import IncompleteStoreError
+from cytearc_vfs.write.write_behind import WriteBehindStore
+
+
+class FullDisk(WrapperStore[LocalStore]):
+    """A LocalStore whose ``fail_at``-th write (counting from 1) finds the disk full."""
+
+    def __init__(self, store: LocalStore, fail_at: int | None = None) -> None:
+        super().__init__(store)
+        self.fail_at = fail_at
+        self.writes = 0
+        self.stored: list[str] = []
+        self.closed = False  # set by the test once the writer returned
+        self.late: list[str] = []
+        """Keys stored after ``closed`` was set."""
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self.writes += 1
+        if self.writes == self.fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        await self._store.set(key, value)
+        self.stored.append(key)
+        if self.closed:
+            self.late.append(key)
+
+
+def _full_disk(path: Path, fail_at: int | None) -> FullDisk:
+    return FullDisk(LocalStore(path), fail_at)
+
+
+@pytest.mark.parametrize("fail_at", [2, 5, 12, 25])
+def test_write_counts_on_a_full_disk_refuses_to_open_and_reruns(
+    tmp_path: Path, counts: sp.csr_array, fail_at: int
+) -> None:
+    destination = tmp_path / "d.zarr"
+    store = _full_disk(destination, fail_at)
+    with pytest.raises(OSError) as raised:
+        cv.write_counts(store, counts)
+    store.closed = True
+    message = str(raised.value)
+    assert "No space left" in message and str(destination) in message and "writing '" in message
+    assert store.late == []
+    with pytest.raises(IncompleteStoreError):
+        cv.open_store(destination)
+    cv.write_counts(destination, counts, overwrite=True)
+    assert cv.open_store(destination) is not None
+
+
+def _value(size: int) -> Buffer:
+    return default_buffer_prototype().buffer.from_bytes(b"x" * size)
+
+
+async def test_a_failure_names_its_key_and_destination(tmp_path: Path) -> None:
+    disk = _full_disk(tmp_path / "d", fail_at=2)
+    behind = WriteBehindStore(disk, absent_unless_written=True)
+    await behind.set("a/c/0", _value(10))
+    await behind.set("a/c/1", _value(10))  # goes out behind, and fails
+    with pytest.raises(OSError, match=r"writing 'a/c/1' to .*/d failed .*No space left"):
+        await behind.flush()
+
+
+async def test_a_large_write_that_fails_stops_every_later_write(tmp_path: Path) -> None:
+    # a value above max_bytes is written before set returns; its failure, like
+    # one behind, must refuse later writes (a writer's other coroutines go on)
+    disk = _full_disk(tmp_path / "d", fail_at=1)
+    behind = WriteBehindStore(disk, absent_unless_written=True, max_bytes=100)
+    with pytest.raises(OSError, match=r"writing 'a/c/0' to .*/d failed .*No space left"):
+        await behind.set("a/c/0", _value(1000))
+    with pytest.raises(OSError, match="'a/c/0'"):
+        await behind.set("a/c/1", _value(10))
+    await behind.settle()
+    assert disk.stored == []
