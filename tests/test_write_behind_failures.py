@@ -8,12 +8,16 @@ every write it stores. The write-behind store's own rules are in
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import threading
 from pathlib import Path
 
 import pytest
 import scipy.sparse as sp
-from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
@@ -89,3 +93,54 @@ async def test_a_large_write_that_fails_stops_every_later_write(tmp_path: Path) 
         await behind.set("a/c/1", _value(10))
     await behind.settle()
     assert disk.stored == []
+
+
+def test_a_repack_whose_source_fails_leaves_no_copy_running(
+    tmp_path: Path, counts: sp.csr_array
+) -> None:
+    """One key's read fails while other copies wait on theirs: repack returns with none alive.
+
+    The copies run concurrently; the first failure must cancel the others
+    and wait for them, or they go on writing into the destination after
+    repack raised (and into a rerun's destination).
+    """
+    cv.write_counts(tmp_path / "s.zarr", counts, layout=("32K", "8K"))
+    destination = tmp_path / "d.zarr"
+    release = threading.Event()
+    state = {"armed": False, "failed": False, "waiting": 0, "late": 0}
+
+    class Failing(WrapperStore[Store]):
+        async def get(
+            self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+        ) -> Buffer | None:
+            if state["armed"] and "/c/" in key and byte_range is None:
+                if not state["failed"]:
+                    state["failed"] = True
+                    raise OSError(errno.EIO, f"the source could not read {key}")
+                state["waiting"] += 1
+                try:
+                    while not release.is_set():
+                        await asyncio.sleep(0.005)
+                finally:
+                    state["waiting"] -= 1
+            return await self._store.get(key, prototype, byte_range)
+
+    class Arming(WrapperStore[Store]):
+        async def set(self, key: str, value: Buffer) -> None:
+            await self._store.set(key, value)
+            if release.is_set():
+                state["late"] += 1
+            state["armed"] = True  # the destination exists: fail the next chunk read
+
+    source = Failing(LocalStore(tmp_path / "s.zarr", read_only=True))
+    with pytest.raises(OSError, match="could not read"):
+        cv.repack(source, Arming(LocalStore(destination)), mem_budget="64MiB")
+    assert state["failed"]
+    assert state["waiting"] == 0  # no copy still waiting on its read
+    release.set()
+    sync(asyncio.sleep(0.2))  # a copy left running would store its value now
+    assert state["late"] == 0
+    with pytest.raises(IncompleteStoreError):
+        cv.open_store(destination)
+    cv.repack(tmp_path / "s.zarr", destination, overwrite=True)
+    assert cv.open_store(destination) is not None
