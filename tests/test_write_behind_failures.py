@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import scipy.sparse as sp
+from test_write_behind import PROTO, _buffer, _destination
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
@@ -144,3 +145,20 @@ def test_a_repack_whose_source_fails_leaves_no_copy_running(
         cv.open_store(destination)
     cv.repack(tmp_path / "s.zarr", destination, overwrite=True)
     assert cv.open_store(destination) is not None
+
+
+async def test_writes_and_deletes_of_a_key_keep_their_order() -> None:
+    # set, delete, set (the delete waits for the first set): the second set stands
+    behind, timed = await _destination(delay=0.05)
+    await behind.set("a/c/0", _buffer(b"1"))
+    deleting = asyncio.ensure_future(behind.delete("a/c/0"))
+    await asyncio.sleep(0)
+    await behind.set("a/c/0", _buffer(b"2"))
+    assert await behind.exists("a/c/0")
+    await deleting
+    await behind.flush()
+    stored = await timed._store.get("a/c/0", PROTO)
+    assert stored is not None and stored.to_bytes() == b"2"
+    await behind.delete("a/c/0")
+    assert await timed._store.get("a/c/0", PROTO) is None
+    assert not await behind.exists("a/c/0")

@@ -99,6 +99,10 @@ def byte_slice(size: int, byte_range: ByteRequest | None) -> slice:
     raise TypeError(f"unknown byte range {byte_range!r}")
 
 
+def _size(value: Buffer | None) -> int:
+    return 0 if value is None else len(value)
+
+
 def _is_document(key: str) -> bool:
     return key.rsplit("/", 1)[-1] == "zarr.json"
 
@@ -121,8 +125,8 @@ class _Writes:
     """Keys stored or going out; ``None`` when the tree is not known."""
     documents: dict[str, bytes] = field(default_factory=dict)
     """Metadata documents written, kept to answer reads."""
-    pending: dict[str, Buffer] = field(default_factory=dict)
-    """The newest value of each key going out."""
+    pending: dict[str, Buffer | None] = field(default_factory=dict)
+    """The newest value of each key going out; ``None`` for a delete."""
     deferred: dict[str, Buffer] = field(default_factory=dict)
     """Documents held for the next flush or commit."""
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -313,13 +317,14 @@ class WriteBehindStore(Store):
         self._raise_failure()
         self._send(key, value)
 
-    def _send(self, key: str, value: Buffer) -> None:
-        """Make ``value`` the next value of ``key`` to go out."""
+    def _send(self, key: str, value: Buffer | None) -> None:
+        """Make ``value`` (``None``: a delete) the next value of ``key`` to go out."""
         writes = self._writes
         previous = writes.pending.get(key)
-        writes.held += len(value) - (len(previous) if previous is not None else 0)
+        writes.held += _size(value) - _size(previous)
         writes.pending[key] = value
-        self._stored(key, value)
+        if value is not None:
+            self._stored(key, value)
         if key not in writes.tasks:
             writes.tasks[key] = asyncio.ensure_future(self._write_out(key))
 
@@ -338,15 +343,17 @@ class WriteBehindStore(Store):
                 while key in writes.pending:
                     value = writes.pending[key]
                     try:
-                        await self.store.set(key, value)
+                        if value is None:
+                            await self.store.delete(key)
+                        else:
+                            await self.store.set(key, value)
                     except Exception as exc:  # kept for the next set, flush or root write
                         self._failed(key, exc)
-                        dropped = writes.pending.pop(key, None)
-                        writes.held -= len(dropped) if dropped is not None else 0
+                        writes.held -= _size(writes.pending.pop(key, None))
                         return
-                    if writes.pending.get(key) is value:  # no newer value came meanwhile
+                    if key in writes.pending and writes.pending[key] is value:  # none newer
                         del writes.pending[key]
-                        writes.held -= len(value)
+                        writes.held -= _size(value)
         finally:
             writes.tasks.pop(key, None)
             async with changed:
@@ -382,18 +389,19 @@ class WriteBehindStore(Store):
 
     async def delete(self, key: str) -> None:
         self._check_writable()
+        self._raise_failure()
         writes = self._writes
         writes.deferred.pop(key, None)
-        dropped = writes.pending.pop(key, None)
-        if dropped is not None:
-            writes.held -= len(dropped)
-        await self._wait_for(key)
         writes.documents.pop(key, None)
         if writes.written is not None:
             if key not in writes.written:
                 return  # never written: nothing to delete
             writes.written.discard(key)
-        await self.store.delete(key)
+        # In the key's queue, as a write: it follows the key's earlier writes
+        # and a later write of the key follows it.
+        self._send(key, None)
+        await self._wait_for(key)
+        self._raise_failure()
 
     async def delete_dir(self, prefix: str) -> None:
         self._check_writable()
@@ -405,7 +413,7 @@ class WriteBehindStore(Store):
         for key in [key for key in writes.deferred if _below(key, prefix)]:
             del writes.deferred[key]
         for key in [key for key in writes.pending if _below(key, prefix)]:
-            writes.held -= len(writes.pending.pop(key))
+            writes.held -= _size(writes.pending.pop(key))
         while writes.tasks:  # nothing of the prefix lands after the store's delete
             await asyncio.gather(*list(writes.tasks.values()), return_exceptions=True)
         for key in [key for key in writes.documents if _below(key, prefix)]:
@@ -420,6 +428,8 @@ class WriteBehindStore(Store):
 
     def _absent(self, key: str) -> bool:
         written = self._writes.written
+        if key in self._writes.pending and self._writes.pending[key] is None:
+            return True  # its delete is going out
         return written is not None and key not in written
 
     async def get(
@@ -443,6 +453,8 @@ class WriteBehindStore(Store):
     async def exists(self, key: str) -> bool:
         if self._held(key) is not None:
             return True
+        if self._absent(key):
+            return False
         if self._writes.written is not None:
             return key in self._writes.written
         return await self.store.exists(key)
