@@ -147,6 +147,17 @@ def test_a_repack_whose_source_fails_leaves_no_copy_running(
     assert cv.open_store(destination) is not None
 
 
+async def test_a_document_read_while_an_older_value_goes_out_is_the_newest() -> None:
+    behind, _ = await _destination(delay=0.05)
+    await behind.set("a/zarr.json", _buffer(b'{"v": 1}'))
+    flushing = asyncio.ensure_future(behind.flush())
+    await asyncio.sleep(0)  # the flush sends v1
+    await behind.set("a/zarr.json", _buffer(b'{"v": 2}'))
+    read = await behind.get("a/zarr.json", PROTO)
+    assert read is not None and read.to_bytes() == b'{"v": 2}'
+    await flushing
+
+
 async def test_writes_and_deletes_of_a_key_keep_their_order() -> None:
     # set, delete, set (the delete waits for the first set): the second set stands
     behind, timed = await _destination(delay=0.05)

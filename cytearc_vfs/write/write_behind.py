@@ -423,8 +423,9 @@ class WriteBehindStore(Store):
     # ------------------------------------------------------------ reading
 
     def _held(self, key: str) -> bytes | Buffer | None:
-        value = self._writes.pending.get(key)
-        return value if value is not None else self._writes.documents.get(key)
+        # a document's newest value, also while an older one goes out
+        document = self._writes.documents.get(key)
+        return document if document is not None else self._writes.pending.get(key)
 
     def _absent(self, key: str) -> bool:
         written = self._writes.written
