@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import scipy.sparse as sp
+from conftest import realistic_counts
 from test_write_behind import PROTO, _buffer, _destination
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
@@ -173,3 +174,40 @@ async def test_writes_and_deletes_of_a_key_keep_their_order() -> None:
     await behind.delete("a/c/0")
     assert await timed._store.get("a/c/0", PROTO) is None
     assert not await behind.exists("a/c/0")
+
+
+def _write_with(kind: str, sources: Path, destination: Store | Path, overwrite: bool) -> None:
+    if kind == "composite":
+        paths = {"a": sources / "a.zarr", "b": sources / "b.zarr"}
+        cv.create_composite(destination, paths, overwrite=overwrite).close()
+    elif kind == "mount":
+        cv.mount_datastore(sources / "a.zarr", destination, overwrite=overwrite)
+    else:
+        cv.repack(sources / "a.zarr", destination, overwrite=overwrite)
+
+
+@pytest.mark.parametrize("kind", ["composite", "mount", "repack"])
+@pytest.mark.parametrize("fail_at", [2, 6, 15, -1, 0])
+def test_every_writer_on_a_full_disk_refuses_to_open_and_reruns(
+    tmp_path: Path, kind: str, fail_at: int
+) -> None:
+    """``fail_at`` counts writes from the first, or (0, -1) from the commit, the last."""
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(600, 80, seed=3))
+    cv.write_counts(tmp_path / "b.zarr", realistic_counts(400, 80, seed=4))
+    if fail_at <= 0:
+        counted = _full_disk(tmp_path / "counted.zarr", None)
+        _write_with(kind, tmp_path, counted, overwrite=False)
+        fail_at += counted.writes
+    destination = tmp_path / "d.zarr"
+    store = _full_disk(destination, fail_at)
+    with pytest.raises(
+        OSError, match=r"writing '.+' to .*d\.zarr failed .*No space left"
+    ) as raised:
+        _write_with(kind, tmp_path, store, overwrite=False)
+    store.closed = True
+    assert "overwrite=True" in str(raised.value)
+    assert store.late == []
+    with pytest.raises(IncompleteStoreError):
+        cv.open_store(destination)
+    _write_with(kind, tmp_path, destination, overwrite=True)
+    assert cv.open_store(destination) is not None

@@ -291,8 +291,7 @@ class WriteBehindStore(Store):
                 self._writes.deferred.pop(key, None)  # superseded by the commit
                 await self.flush()  # everything before the commit is stored
                 await self._wait_for(key)
-                await self.store.set(key, value)
-                self._stored(key, value)
+                await self._store_now(key, value)
             return
         if commit.locked():
             async with commit:  # a write issued while a commit goes out follows it
@@ -305,17 +304,21 @@ class WriteBehindStore(Store):
         size = len(value)
         if size > self.max_bytes:
             await self._wait_for(key)
-            try:
-                await self.store.set(key, value)
-            except Exception as exc:  # as a write behind: no later write may land
-                self._failed(key, exc)
-                self._raise_failure()
-            self._stored(key, value)
+            await self._store_now(key, value)
             return
         async with changed:
             await changed.wait_for(lambda: writes.held + size <= self.max_bytes or not writes.tasks)
         self._raise_failure()
         self._send(key, value)
+
+    async def _store_now(self, key: str, value: Buffer) -> None:
+        """Store ``value`` before returning; a failure is kept as one behind is."""
+        try:
+            await self.store.set(key, value)
+        except Exception as exc:  # named like a write behind, and no later write may land
+            self._failed(key, exc)
+            self._raise_failure()
+        self._stored(key, value)
 
     def _send(self, key: str, value: Buffer | None) -> None:
         """Make ``value`` (``None``: a delete) the next value of ``key`` to go out."""
