@@ -180,13 +180,15 @@ def _write_with(kind: str, sources: Path, destination: Store | Path, overwrite: 
     if kind == "composite":
         paths = {"a": sources / "a.zarr", "b": sources / "b.zarr"}
         cv.create_composite(destination, paths, overwrite=overwrite).close()
+    elif kind == "write":
+        cv.write_counts(destination, realistic_counts(600, 80, seed=3), overwrite=overwrite)
     elif kind == "mount":
         cv.mount_datastore(sources / "a.zarr", destination, overwrite=overwrite)
     else:
         cv.repack(sources / "a.zarr", destination, overwrite=overwrite)
 
 
-@pytest.mark.parametrize("kind", ["composite", "mount", "repack"])
+@pytest.mark.parametrize("kind", ["write", "composite", "mount", "repack"])
 @pytest.mark.parametrize("fail_at", [2, 6, 15, -1, 0])
 def test_every_writer_on_a_full_disk_refuses_to_open_and_reruns(
     tmp_path: Path, kind: str, fail_at: int
