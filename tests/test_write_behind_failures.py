@@ -13,6 +13,7 @@ import errno
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import realistic_counts
@@ -213,3 +214,28 @@ def test_every_writer_on_a_full_disk_refuses_to_open_and_reruns(
         cv.open_store(destination)
     _write_with(kind, tmp_path, destination, overwrite=True)
     assert cv.open_store(destination) is not None
+
+
+@pytest.mark.parametrize("workspace", [None, "ws"])
+def test_an_overwrite_leaves_only_the_new_tree(tmp_path: Path, workspace: str | None) -> None:
+    """The write-behind store takes the emptied destination as known: nothing old may survive."""
+    destination = tmp_path / "d.zarr"
+    old = realistic_counts(700, 90, seed=5)
+    cv.write_counts(destination, old, assay="ADT", workspace="old")  # other paths, other keys
+    # a write that died part-way left a pending root over the old tree's files
+    store = _full_disk(destination, fail_at=9)
+    with pytest.raises(OSError, match="No space left"):
+        cv.write_counts(store, old, workspace=workspace, overwrite=True)
+    new = realistic_counts(500, 60, seed=6)
+    fresh = tmp_path / "fresh.zarr"
+    cv.write_counts(fresh, new, workspace=workspace)
+    cv.write_counts(destination, new, workspace=workspace, overwrite=True)
+
+    def tree(root: Path) -> set[str]:
+        return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+    assert tree(destination) == tree(fresh)
+    read = cv.open_store(destination)
+    assert read is not None
+    if workspace is None:
+        np.testing.assert_array_equal(cv.VirtualArrayReader(destination).read(), new.toarray())
