@@ -23,7 +23,7 @@ away:
   most ``max_in_flight`` writes are in flight and at most ``max_bytes`` of
   values are held (a larger value is written before ``set`` returns, as
   without this store). A key written again before its first write went out
-  is written once, with the newest value; writes of one key never overtake
+  is written once, with the newest value; writes (and deletes) of one key never overtake
   each other.
 - **The commit is a barrier.** A write that ``commits(key, value)`` calls
   a commit (by default any write of the root ``zarr.json``) first waits for
