@@ -19,6 +19,7 @@ and ended. Asserted, never wall time:
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -234,3 +235,30 @@ def test_repack_writes_in_a_few_rounds(remote: Remote, sources: dict[str, Any]) 
     remote.proxy.delay = 0.0
     stored = cv.VirtualArrayReader(remote.url("r.zarr"), storage_options=remote.direct).read()
     np.testing.assert_array_equal(stored, sources["a"].toarray())
+
+
+@pytest.mark.parametrize("status", [403, 503])
+def test_a_refused_write_fails_the_writer_and_nothing_lands_after(
+    remote: Remote, status: int
+) -> None:
+    counts = realistic_counts(2000, 60, density=0.2, seed=5)
+    remote.proxy.delay = 0.05
+    remote.proxy.fail(1000, status=status, match="f.zarr/RNA/counts/c/")
+    with pytest.raises(
+        OSError, match=r"writing 'RNA/counts/c/\d+/0' to .*f\.zarr failed"
+    ) as raised:
+        cv.write_counts(remote.url("f.zarr"), counts, layout=SMALL, storage_options=remote.proxied)
+    assert "overwrite=True" in str(raised.value)
+    answered = _take(remote, "f.zarr")
+    assert not [r for r in answered if r.verb == "PUT" and r.key == "zarr.json"][1:]  # no commit
+    remote.proxy.clear()
+    remote.proxy.delay = 0.0
+    time.sleep(0.5)  # a write still in flight would reach the proxy now
+    assert _take(remote, "f.zarr") == []
+    with pytest.raises(cv.IncompleteStoreError):
+        cv.open_store(remote.url("f.zarr"), storage_options=remote.direct)
+    cv.write_counts(
+        remote.url("f.zarr"), counts, layout=SMALL, storage_options=remote.direct, overwrite=True
+    )
+    stored = cv.VirtualArrayReader(remote.url("f.zarr"), storage_options=remote.direct).read()
+    np.testing.assert_array_equal(stored, counts.toarray())

@@ -231,7 +231,15 @@ class _KeyCopier:
 
         async def run() -> None:
             gate = asyncio.Semaphore(self._limit)
-            await asyncio.gather(*(one(key, gate) for key in keys))
+            copies = [asyncio.ensure_future(one(key, gate)) for key in keys]
+            try:
+                await asyncio.gather(*copies)
+            finally:
+                # after a failure the other copies would go on writing into the
+                # destination once repack raised (and into a rerun's): stop them
+                for copy in copies:
+                    copy.cancel()
+                await asyncio.gather(*copies, return_exceptions=True)
 
         sync(run())
         return len(keys)

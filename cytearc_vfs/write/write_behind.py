@@ -23,7 +23,7 @@ away:
   most ``max_in_flight`` writes are in flight and at most ``max_bytes`` of
   values are held (a larger value is written before ``set`` returns, as
   without this store). A key written again before its first write went out
-  is written once, with the newest value; writes of one key never overtake
+  is written once, with the newest value; writes (and deletes) of one key never overtake
   each other.
 - **The commit is a barrier.** A write that ``commits(key, value)`` calls
   a commit (by default any write of the root ``zarr.json``) first waits for
@@ -34,8 +34,9 @@ away:
   stored, and a process that dies at any instant before it leaves any
   subset of the other writes and a root that every open refuses.
 
-A failed write is raised by the next ``set``, :meth:`WriteBehindStore.flush`
-or commit. :meth:`WriteBehindStore.settle` waits for the writes in
+A failed write is raised, naming its key, by the next ``set``,
+:meth:`WriteBehindStore.flush` or commit; after one, whether it went behind
+or (a large value) before ``set`` returned, every write is refused. :meth:`WriteBehindStore.settle` waits for the writes in
 flight without raising, so a writer that failed can give its destination
 back with nothing still landing in it.
 """
@@ -98,6 +99,10 @@ def byte_slice(size: int, byte_range: ByteRequest | None) -> slice:
     raise TypeError(f"unknown byte range {byte_range!r}")
 
 
+def _size(value: Buffer | None) -> int:
+    return 0 if value is None else len(value)
+
+
 def _is_document(key: str) -> bool:
     return key.rsplit("/", 1)[-1] == "zarr.json"
 
@@ -120,8 +125,8 @@ class _Writes:
     """Keys stored or going out; ``None`` when the tree is not known."""
     documents: dict[str, bytes] = field(default_factory=dict)
     """Metadata documents written, kept to answer reads."""
-    pending: dict[str, Buffer] = field(default_factory=dict)
-    """The newest value of each key going out."""
+    pending: dict[str, Buffer | None] = field(default_factory=dict)
+    """The newest value of each key going out; ``None`` for a delete."""
     deferred: dict[str, Buffer] = field(default_factory=dict)
     """Documents held for the next flush or commit."""
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -130,6 +135,8 @@ class _Writes:
     """Bytes of the pending values."""
     failure: BaseException | None = None
     """The first write that failed."""
+    failed_key: str = ""
+    """The key whose write failed first."""
     # created on zarr's event loop at first use
     gate: asyncio.Semaphore | None = None
     changed: asyncio.Condition | None = None
@@ -265,9 +272,15 @@ class WriteBehindStore(Store):
         failure = self._writes.failure
         if failure is not None:
             raise OSError(
-                f"an earlier write to {self.store} failed ({failure!r}); the destination is "
-                "unfinished and does not open: write it again with overwrite=True"
+                f"writing {self._writes.failed_key!r} to {self.store} failed ({failure!r}); "
+                "the destination is unfinished and does not open: write it again with "
+                "overwrite=True"
             ) from failure
+
+    def _failed(self, key: str, exc: Exception) -> None:
+        """Keep the first failure: every later write, flush and commit raises it."""
+        if self._writes.failure is None:
+            self._writes.failure, self._writes.failed_key = exc, key
 
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
@@ -278,8 +291,7 @@ class WriteBehindStore(Store):
                 self._writes.deferred.pop(key, None)  # superseded by the commit
                 await self.flush()  # everything before the commit is stored
                 await self._wait_for(key)
-                await self.store.set(key, value)
-                self._stored(key, value)
+                await self._store_now(key, value)
             return
         if commit.locked():
             async with commit:  # a write issued while a commit goes out follows it
@@ -292,21 +304,30 @@ class WriteBehindStore(Store):
         size = len(value)
         if size > self.max_bytes:
             await self._wait_for(key)
-            await self.store.set(key, value)
-            self._stored(key, value)
+            await self._store_now(key, value)
             return
         async with changed:
             await changed.wait_for(lambda: writes.held + size <= self.max_bytes or not writes.tasks)
         self._raise_failure()
         self._send(key, value)
 
-    def _send(self, key: str, value: Buffer) -> None:
-        """Make ``value`` the next value of ``key`` to go out."""
+    async def _store_now(self, key: str, value: Buffer) -> None:
+        """Store ``value`` before returning; a failure is kept as one behind is."""
+        try:
+            await self.store.set(key, value)
+        except Exception as exc:  # named like a write behind, and no later write may land
+            self._failed(key, exc)
+            self._raise_failure()
+        self._stored(key, value)
+
+    def _send(self, key: str, value: Buffer | None) -> None:
+        """Make ``value`` (``None``: a delete) the next value of ``key`` to go out."""
         writes = self._writes
         previous = writes.pending.get(key)
-        writes.held += len(value) - (len(previous) if previous is not None else 0)
+        writes.held += _size(value) - _size(previous)
         writes.pending[key] = value
-        self._stored(key, value)
+        if value is not None:
+            self._stored(key, value)
         if key not in writes.tasks:
             writes.tasks[key] = asyncio.ensure_future(self._write_out(key))
 
@@ -325,15 +346,17 @@ class WriteBehindStore(Store):
                 while key in writes.pending:
                     value = writes.pending[key]
                     try:
-                        await self.store.set(key, value)
+                        if value is None:
+                            await self.store.delete(key)
+                        else:
+                            await self.store.set(key, value)
                     except Exception as exc:  # kept for the next set, flush or root write
-                        writes.failure = writes.failure or exc
-                        dropped = writes.pending.pop(key, None)
-                        writes.held -= len(dropped) if dropped is not None else 0
+                        self._failed(key, exc)
+                        writes.held -= _size(writes.pending.pop(key, None))
                         return
-                    if writes.pending.get(key) is value:  # no newer value came meanwhile
+                    if key in writes.pending and writes.pending[key] is value:  # none newer
                         del writes.pending[key]
-                        writes.held -= len(value)
+                        writes.held -= _size(value)
         finally:
             writes.tasks.pop(key, None)
             async with changed:
@@ -369,18 +392,19 @@ class WriteBehindStore(Store):
 
     async def delete(self, key: str) -> None:
         self._check_writable()
+        self._raise_failure()
         writes = self._writes
         writes.deferred.pop(key, None)
-        dropped = writes.pending.pop(key, None)
-        if dropped is not None:
-            writes.held -= len(dropped)
-        await self._wait_for(key)
         writes.documents.pop(key, None)
         if writes.written is not None:
             if key not in writes.written:
                 return  # never written: nothing to delete
             writes.written.discard(key)
-        await self.store.delete(key)
+        # In the key's queue, as a write: it follows the key's earlier writes
+        # and a later write of the key follows it.
+        self._send(key, None)
+        await self._wait_for(key)
+        self._raise_failure()
 
     async def delete_dir(self, prefix: str) -> None:
         self._check_writable()
@@ -392,7 +416,7 @@ class WriteBehindStore(Store):
         for key in [key for key in writes.deferred if _below(key, prefix)]:
             del writes.deferred[key]
         for key in [key for key in writes.pending if _below(key, prefix)]:
-            writes.held -= len(writes.pending.pop(key))
+            writes.held -= _size(writes.pending.pop(key))
         while writes.tasks:  # nothing of the prefix lands after the store's delete
             await asyncio.gather(*list(writes.tasks.values()), return_exceptions=True)
         for key in [key for key in writes.documents if _below(key, prefix)]:
@@ -402,11 +426,14 @@ class WriteBehindStore(Store):
     # ------------------------------------------------------------ reading
 
     def _held(self, key: str) -> bytes | Buffer | None:
-        value = self._writes.pending.get(key)
-        return value if value is not None else self._writes.documents.get(key)
+        # a document's newest value, also while an older one goes out
+        document = self._writes.documents.get(key)
+        return document if document is not None else self._writes.pending.get(key)
 
     def _absent(self, key: str) -> bool:
         written = self._writes.written
+        if key in self._writes.pending and self._writes.pending[key] is None:
+            return True  # its delete is going out
         return written is not None and key not in written
 
     async def get(
@@ -430,6 +457,8 @@ class WriteBehindStore(Store):
     async def exists(self, key: str) -> bool:
         if self._held(key) is not None:
             return True
+        if self._absent(key):
+            return False
         if self._writes.written is not None:
             return key in self._writes.written
         return await self.store.exists(key)
