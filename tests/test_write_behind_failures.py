@@ -135,6 +135,10 @@ def test_a_repack_whose_source_fails_leaves_no_copy_running(
                 state["late"] += 1
             state["armed"] = True  # the destination exists: fail the next chunk read
 
+        async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+            await self._store.set_if_not_exists(key, value)  # the root marker
+            state["armed"] = True
+
     source = Failing(LocalStore(tmp_path / "s.zarr", read_only=True))
     with pytest.raises(OSError, match="could not read"):
         cv.repack(source, Arming(LocalStore(destination)), mem_budget="64MiB")
