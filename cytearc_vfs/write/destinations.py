@@ -367,21 +367,30 @@ def _create_root(store: Store, document: bytes, where: str) -> None:
     The spec's rule: a destination without keys is created with mode
     ``"w-"``, which refuses keys that appear after the check. A root written
     by another writer since :func:`check_destination` is refused, not
-    overwritten: the write is ``set_if_not_exists`` and the root read back
-    must be this one (backends answer an existing key silently).
+    overwritten: the write is ``set_if_not_exists`` (a check and a write where
+    the backend has no conditional write) and the root read back must be this
+    one (backends answer an existing key silently).
     """
 
+    appeared = FileExistsError(
+        f"destination {where}: a store appeared there after it was checked (another "
+        "writer?); nothing was written. Choose another destination, or retry once "
+        "the other writer is done (with overwrite=True to replace what it wrote)"
+    )
+
     async def create() -> None:
-        await store.set_if_not_exists(
-            ROOT_DOCUMENT, default_buffer_prototype().buffer.from_bytes(document)
-        )
+        buffer = default_buffer_prototype().buffer.from_bytes(document)
+        try:
+            await store.set_if_not_exists(ROOT_DOCUMENT, buffer)
+        except NotImplementedError:
+            # a backend without conditional writes (obstore's HTTPStore): zarr's own
+            # "w-", a check and then the write
+            if await store.exists(ROOT_DOCUMENT):
+                raise appeared from None
+            await store.set(ROOT_DOCUMENT, buffer)
         found = await store.get(ROOT_DOCUMENT, default_buffer_prototype())
         if found is None or found.to_bytes() != document:
-            raise FileExistsError(
-                f"destination {where}: a store appeared there after it was checked (another "
-                "writer?); nothing was written. Choose another destination, or retry once "
-                "the other writer is done (with overwrite=True to replace what it wrote)"
-            )
+            raise appeared
 
     sync(create())
 
