@@ -48,6 +48,7 @@ from .records import (
 )
 from .shard_tables import ShardTable, check_stored_shards, read_shard_table
 from .store_io import get_json, list_dir
+from .store_keys import METADATA_DOCUMENTS
 
 __all__ = [
     "AssayInfo",
@@ -154,7 +155,6 @@ def _node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
 
 
 # Documents of a node, not child nodes: a listing of a group shows them among its children.
-_DOCUMENT_NAMES = frozenset({"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"})
 # Top-level groups of the layout that never hold an assay or a workspace.
 _NOT_ASSAYS = frozenset({"matrices", "artifacts", "pipeline", "_composite"})
 
@@ -174,7 +174,7 @@ def contents_documents(keys: Iterable[str]) -> list[str]:
     children: dict[str, set[str]] = {}
     for key in listed:
         parts = key.split("/")
-        if len(parts) > 1 and parts[0] not in _DOCUMENT_NAMES:
+        if len(parts) > 1 and parts[0] not in METADATA_DOCUMENTS:
             below = children.setdefault(parts[0], set())
             if len(parts) > 2:
                 below.add(parts[1])
@@ -218,7 +218,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
     for child in list_dir(store, ""):
-        if child in _DOCUMENT_NAMES:  # the root's own document, not a child node
+        if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
             continue
         kind, attrs = _node_attrs(store, child)
         if kind != "group" or child in _NOT_ASSAYS:
@@ -229,7 +229,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
             pending.append(AssayPaths(child))
         elif child != "cellData" and _node_attrs(store, join(child, "cellData"))[0] == "group":
             for grandchild in list_dir(store, child):
-                if grandchild in _DOCUMENT_NAMES:
+                if grandchild in METADATA_DOCUMENTS:
                     continue
                 kind2, attrs2 = _node_attrs(store, join(child, grandchild))
                 if kind2 != "group":

@@ -37,7 +37,18 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote
 
-__all__ = ["KEY_REMEDY", "check_key", "check_prefix", "key_problem", "protected_by"]
+__all__ = [
+    "KEY_REMEDY",
+    "METADATA_DOCUMENTS",
+    "check_key",
+    "check_prefix",
+    "key_problem",
+    "protected_by",
+]
+
+#: The names of Zarr's metadata documents, v3 and v2 (and v2's consolidated one): a
+#: key ending in one of them is a node's document, not a chunk or a child.
+METADATA_DOCUMENTS = frozenset({"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"})
 
 KEY_REMEDY = "keys are relative paths like 'RNA/counts/zarr.json'"
 ROOT_DELETE_REFUSED = (

@@ -58,6 +58,7 @@ from ..format.source_store import (
     verify_assay,
     verify_store,
 )
+from ..format.store_keys import METADATA_DOCUMENTS
 from ..format.tables import read_table
 from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location
@@ -314,7 +315,6 @@ def _blosc_blocks(source_root: zarr.Group, info: AssayInfo) -> bool:
     )
 
 
-_DOCUMENTS = frozenset({"zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"})
 #: A copy in flight: the store read, its keys, and how a value is rewritten.
 CopyPart = tuple[Store, list[str], Callable[[str, bytes], bytes] | None]
 
@@ -331,10 +331,10 @@ def _phases(keys: list[str]) -> list[list[str]]:
     >>> _phases(["zarr.json", "A/zarr.json", "A/x/zarr.json", "A/x/c/0"])
     [['A/x/c/0'], ['A/x/zarr.json'], ['A/zarr.json']]
     """
-    values = [k for k in keys if k.rsplit("/", 1)[-1] not in _DOCUMENTS]
+    values = [k for k in keys if k.rsplit("/", 1)[-1] not in METADATA_DOCUMENTS]
     by_depth: dict[int, list[str]] = {}
     for key in keys:
-        if "/" in key and key.rsplit("/", 1)[-1] in _DOCUMENTS:
+        if "/" in key and key.rsplit("/", 1)[-1] in METADATA_DOCUMENTS:
             by_depth.setdefault(key.count("/"), []).append(key)
     return [values, *(by_depth[depth] for depth in sorted(by_depth, reverse=True))]
 

@@ -60,6 +60,7 @@ from ..errors import IdentityMismatchError, UnsupportedSourceError
 from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
 from ..format.fingerprints import dataset_fingerprint_of
 from ..format.paths import join
+from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location
 from .anndata_elements import (
     Documents,
@@ -178,8 +179,8 @@ class _Layout:
 
 async def _layer_names(backend: Store) -> list[str]:
     """The names under the store's ``layers`` group (for a message naming them)."""
-    documents = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
-    return sorted([name async for name in backend.list_dir("layers") if name not in documents])
+    names = backend.list_dir("layers")
+    return sorted([name async for name in names if name not in METADATA_DOCUMENTS])
 
 
 async def _has_x(documents: Documents) -> bool:

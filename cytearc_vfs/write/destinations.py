@@ -43,6 +43,7 @@ from zarr.core.sync import sync
 from ..errors import RecordShapeError
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
+from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
 from .write_behind import ROOT_DOCUMENT, WriteBehindStore
 
@@ -64,7 +65,6 @@ __all__ = [
 WRITE_BEHIND = True
 
 WRITER_GROUPS = frozenset({"cellData", "matrices", "artifacts", "pipeline", "agent_results"})
-_METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 _V2_CHUNK = re.compile(r"^\d+(?:[./]\d+)*$")
 _V3_CHUNK = re.compile(r"(?:^|/)c(?:/\d+)+$")
 #: What zarr's LocalStore leaves of a write that a crash interrupted: it writes
@@ -153,7 +153,7 @@ def _nodes(store: Store, keys: list[str]) -> dict[str, dict[str, object]]:
 def _zarr_shaped(key: str) -> bool:
     """Whether ``key`` is named as Zarr names documents and (default v3) chunk keys."""
     intended = _intended_key(key)
-    return intended.rsplit("/", 1)[-1] in _METADATA_NAMES or bool(_V3_CHUNK.search(intended))
+    return intended.rsplit("/", 1)[-1] in METADATA_DOCUMENTS or bool(_V3_CHUNK.search(intended))
 
 
 def _check_keys(
@@ -163,7 +163,7 @@ def _check_keys(
     for found in keys:
         key = _intended_key(found)
         name = key.rsplit("/", 1)[-1]
-        if name in _METADATA_NAMES:
+        if name in METADATA_DOCUMENTS:
             continue
         owner = next((a for a in arrays if key.startswith(a + "/")), None)
         rest = key[len(owner) + 1 :] if owner is not None else None
@@ -243,7 +243,7 @@ def _check_members(
     look prepared: it never opened, so no analysis depends on it.
     """
     top_level = sorted({key.split("/", 1)[0] for key in keys if "/" in key})
-    loose = [key for key in keys if "/" not in key and _intended_key(key) not in _METADATA_NAMES]
+    loose = [key for key in keys if "/" not in key and _intended_key(key) not in METADATA_DOCUMENTS]
     if loose:
         raise FileExistsError(
             f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write; "

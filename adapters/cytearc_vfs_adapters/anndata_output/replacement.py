@@ -26,10 +26,10 @@ import shutil
 import uuid
 from pathlib import Path
 
+from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
+
 __all__ = ["move_into_place", "remove_output"]
 
-#: The root metadata documents of a Zarr v3 or v2 group (and v2's consolidated one).
-_ROOT_DOCUMENTS = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -63,7 +63,7 @@ def _exchange(first: Path, second: Path) -> bool:
 def remove_output(path: Path) -> None:
     """Remove a file or a store directory; a store's root metadata goes first."""
     if path.is_dir() and not path.is_symlink():
-        for name in _ROOT_DOCUMENTS:
+        for name in sorted(METADATA_DOCUMENTS):
             (path / name).unlink(missing_ok=True)
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():

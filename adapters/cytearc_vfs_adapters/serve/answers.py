@@ -14,6 +14,7 @@ from http import HTTPStatus
 from zarr.core.buffer import Buffer
 
 from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
+from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 
 from .budget import Lease
 from .pieces import StreamedSpan
@@ -30,7 +31,6 @@ __all__ = [
 ]
 
 #: Keys answered as JSON documents.
-JSON_KEYS = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
 
 
 @dataclass(slots=True)
@@ -87,7 +87,11 @@ def nothing_under(prefix: str) -> Answer:
 
 
 def content_type(key: str) -> str:
-    return "application/json" if key.rsplit("/", 1)[-1] in JSON_KEYS else "application/octet-stream"
+    return (
+        "application/json"
+        if key.rsplit("/", 1)[-1] in METADATA_DOCUMENTS
+        else "application/octet-stream"
+    )
 
 
 def bytes_of(value: Buffer) -> memoryview:
