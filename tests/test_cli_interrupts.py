@@ -8,8 +8,10 @@ byte-identical; the output holds one line, no traceback and no asyncio
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -70,9 +72,11 @@ def _interrupt(args: list[str], delay: float, signum: int) -> subprocess.Complet
         [cli_executable(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     time.sleep(delay)
-    # On a loaded machine the imports can outlast the delay: a signal before
+    # On a loaded machine the imports can outlast the delay: a SIGTERM before
     # the handlers exist kills the process by default, before it wrote
     # anything, which is not what these tests are about. Wait for them.
+    # (Python catches SIGINT from its start: a Ctrl-C while the modules load
+    # is the entry point's one line, tested below.)
     _wait_for_handler(process, signum)
     if process.poll() is None:
         process.send_signal(signum)
@@ -180,3 +184,42 @@ def test_an_interrupt_swallowed_by_a_callback_is_delivered_again() -> None:
     with interruptible(), pytest.raises(Interrupted) as caught:
         swallow_then_work()
     assert caught.value.signum == signal.SIGTERM
+
+
+# A real SIGINT to the process itself the moment the command line starts
+# loading its modules (the slow part of starting on a loaded machine).
+_SIGINT_WHILE_LOADING = """
+import importlib.abc, os, signal, sys
+
+class SignalOnLoad(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "cytearc_vfs.cli.main":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, SignalOnLoad())
+from cytearc_vfs.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_while_the_command_line_loads_is_one_line(
+    inputs: dict[str, Path], tmp_path: Path, as_json: bool
+) -> None:
+    destination = tmp_path / "early.zarr"
+    args = _command("write", inputs, destination) + (["--json"] if as_json else [])
+    run = subprocess.run(
+        [sys.executable, "-c", _SIGINT_WHILE_LOADING, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 130, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.splitlines() == [
+        "cytearc-vfs write: interrupted (SIGINT) while starting; nothing was written"
+    ]
+    assert not destination.exists()
+    if as_json:
+        assert json.loads(run.stdout)["category"] == "interrupted"

@@ -9,7 +9,59 @@ The package imports nothing heavy until a command runs.
 
 from __future__ import annotations
 
-from .main import main
-from .parser import build_parser
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .parser import build_parser
 
 __all__ = ["build_parser", "main"]
+
+# 128 + SIGINT, as ``failures.ExitCode.SIGINT`` (not imported: it is what is loading)
+_INTERRUPTED_WHILE_LOADING = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cytearc-vfs``; returns the exit status.
+
+    The modules of the command line load here, under a guard: Ctrl-C while
+    they load (a second or more on a loaded machine without bytecode caches)
+    ends with the one line and the status of any other interrupt, not a
+    traceback; nothing has been started yet. (SIGTERM then ends the process
+    by the default action, as before any handler exists.)
+    """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        from .main import main as run
+    except KeyboardInterrupt:
+        return _interrupted_while_loading(arguments)
+    return run(arguments)
+
+
+def _interrupted_while_loading(arguments: list[str]) -> int:
+    command = next((word for word in arguments if not word.startswith("-")), "")
+    message = "interrupted (SIGINT) while starting; nothing was written"
+    if "--json" in arguments:
+        payload = {
+            "ok": False,
+            "command": command,
+            "error": "Interrupted",
+            "category": "interrupted",
+            "exitCode": _INTERRUPTED_WHILE_LOADING,
+            "message": message,
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.flush()
+    where = f"cytearc-vfs {command}" if command else "cytearc-vfs"
+    print(f"{where}: {message}", file=sys.stderr)
+    return _INTERRUPTED_WHILE_LOADING
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_parser":  # loaded on first use, like the rest of the command line
+        from .parser import build_parser
+
+        return build_parser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
