@@ -341,7 +341,8 @@ class WriteBehindStore(Store):
         writes.pending[key] = value
         if value is not None:
             self._stored(key, value)
-        if key not in writes.tasks:
+        task = writes.tasks.get(key)
+        if task is None or task.done():  # done: cancelled before it ran (see _drain)
             writes.tasks[key] = asyncio.ensure_future(self._write_out(key))
 
     def _stored(self, key: str, value: Buffer) -> None:
@@ -381,6 +382,18 @@ class WriteBehindStore(Store):
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
+    async def _drain(self) -> None:
+        """Wait until no write task is left."""
+        tasks = self._writes.tasks
+        while tasks:
+            # A task cancelled before its first step (a stop, stopping.py) never ran
+            # the finally that removes it: a done task is gone, whatever ran of it.
+            for key, task in list(tasks.items()):
+                if task.done() and tasks.get(key) is task:
+                    del tasks[key]
+            if tasks:
+                await asyncio.gather(*list(tasks.values()), return_exceptions=True)
+
     async def settle(self) -> None:
         """Wait until no write is in flight; failures are kept, not raised.
 
@@ -388,8 +401,7 @@ class WriteBehindStore(Store):
         has failed, and nothing more of it should land.
         """
         self._writes.deferred.clear()
-        while self._writes.tasks:
-            await asyncio.gather(*list(self._writes.tasks.values()), return_exceptions=True)
+        await self._drain()
 
     async def revert_commit(self) -> bool:
         """After :meth:`settle`: if a commit was sent, store its key's document as given again.
@@ -416,8 +428,7 @@ class WriteBehindStore(Store):
         deferred, self._writes.deferred = self._writes.deferred, {}
         for key, value in deferred.items():
             self._send(key, value)
-        while self._writes.tasks:
-            await asyncio.gather(*list(self._writes.tasks.values()), return_exceptions=True)
+        await self._drain()
         self._raise_failure()
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
@@ -451,8 +462,7 @@ class WriteBehindStore(Store):
             del writes.deferred[key]
         for key in [key for key in writes.pending if _below(key, prefix)]:
             writes.held -= _size(writes.pending.pop(key))
-        while writes.tasks:  # nothing of the prefix lands after the store's delete
-            await asyncio.gather(*list(writes.tasks.values()), return_exceptions=True)
+        await self._drain()  # nothing of the prefix lands after the store's delete
         for key in [key for key in writes.documents if _below(key, prefix)]:
             del writes.documents[key]
         await finish_sent(self.store.delete_dir(prefix))
