@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -105,6 +105,8 @@ class LoopbackProxy:
         self._release = threading.Event()
         # pending faults: [kind, remaining, path fragment, status], first match wins
         self._faults: list[list[Any]] = []
+        # pending actions: [methods, remaining, action], see on()
+        self._actions: list[list[Any]] = []
         self.faulted = 0
         proxy = self
 
@@ -211,8 +213,16 @@ class LoopbackProxy:
             handler.headers.get("x-amz-copy-source"),
             started=time.monotonic(),
         )
+        due = []
         with self._lock:
             self.seen.append(seen)
+            for action in self._actions:
+                if action[1] > 0 and seen.method in action[0]:
+                    action[1] -= 1
+                    if action[1] == 0:
+                        due.append(action[2])
+        for call in due:  # before the request is forwarded: it is in flight meanwhile
+            call()
         return seen
 
     def _answered(self, seen: Seen) -> None:
@@ -241,10 +251,19 @@ class LoopbackProxy:
         with self._lock:
             self._faults.append(["drop", count, match, 0])
 
+    def on(
+        self, count: int, action: Callable[[], object], *, methods: str = "PUT POST DELETE"
+    ) -> None:
+        """Call ``action`` when the ``count``-th request from now whose method is one of
+        ``methods`` has arrived, before it is forwarded (an interrupt while it is in flight)."""
+        with self._lock:
+            self._actions.append([methods.split(), count, action])
+
     def clear(self) -> None:
-        """Forget the faults not yet met."""
+        """Forget the faults and actions not yet met."""
         with self._lock:
             self._faults.clear()
+            self._actions.clear()
 
     def _fault(self, path: str) -> list[Any] | None:
         with self._lock:

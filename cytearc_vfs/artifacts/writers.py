@@ -26,6 +26,7 @@ from zarr.types import AnyArray
 
 from ..errors import IncompleteStoreError, NonFiniteArtifactError
 from ..format.paths import check_name, join
+from ..write.stopping import FinishingStore, Work, owned_work, stop_work
 
 __all__ = ["ArrayWriter", "ArtifactWriter"]
 
@@ -114,7 +115,9 @@ class ArrayWriter:
             try:
                 array[start:stop] = values
             except BaseException as exc:
-                # The array may now hold part of the band: never publish it.
+                # The array may now hold part of the band: never publish it. zarr's
+                # writes of the band still running stop before the error leaves.
+                self._owner._stop()
                 self._owner._poison(exc)
                 raise
         self.rows_written = stop
@@ -159,6 +162,9 @@ class ArtifactWriter:
         self._writers: list[ArrayWriter] = []
         self._failure: BaseException | None = None
         self._state = "new"
+        # the with-block's zarr work, stopped before a failure leaves it
+        self._owned: Any = None
+        self._work: Work | None = None
 
     @property
     def _state_text(self) -> str:
@@ -202,15 +208,19 @@ class ArtifactWriter:
             )
         self._record["created_at_ns"] = time.time_ns()
         self._state = "open"
+        self._owned = owned_work()
+        self._work = self._owned.__enter__()
         try:
             self._group = zarr.create_group(
-                self._store,
+                # writes already sent when the block fails end before its cleanup
+                FinishingStore(self._store),
                 path=join(self._key_prefix, self.path),
                 zarr_format=3,
                 attributes=dict(self._record),
             )
         except BaseException as exc:
             # The path is ours alone, so a half-created group can be removed.
+            self._end_work()
             self._discard(exc)
             raise
         logger.debug("created artifact %s in %s", self.path, self._where)
@@ -222,15 +232,28 @@ class ArtifactWriter:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc is not None:
-            self._discard(exc)
-            return
         try:
-            self._validate()
-        except BaseException as error:
-            self._discard(error)
-            raise
-        self._publish()
+            if exc is not None:
+                self._discard(exc)
+                return
+            try:
+                self._validate()
+            except BaseException as error:
+                self._discard(error)
+                raise
+            self._publish()
+        finally:
+            self._end_work()
+
+    def _stop(self) -> None:
+        """Stop the zarr work of the block (tasks cancelled, sent writes ended)."""
+        if self._work is not None:
+            stop_work(self._work)
+
+    def _end_work(self) -> None:
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.__exit__(None, None, None)
 
     def _validate(self) -> None:
         if self._failure is not None:
@@ -258,6 +281,7 @@ class ArtifactWriter:
             # One document write: the whole record, complete=True included.
             self.group.attrs.put(record)
         except BaseException:
+            self._stop()
             self._state = "publish-failed"
             logger.warning(
                 "publishing artifact %s in %s failed; the group stays because the write may "
@@ -271,6 +295,7 @@ class ArtifactWriter:
         logger.debug("published artifact %s in %s", self.path, self._where)
 
     def _discard(self, error: BaseException) -> None:
+        self._stop()  # nothing of the block lands after the group is deleted
         self._state = "discarded"
         store = self._store
         written = self._anything_written()

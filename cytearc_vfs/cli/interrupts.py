@@ -2,10 +2,11 @@
 
 A command that writes a destination runs inside :func:`interruptible`: both
 signals raise :class:`Interrupted` in the main thread (as Ctrl-C raises
-``KeyboardInterrupt``). Before the command reports, :func:`stop_background_io`
-cancels the work zarr still runs on its event-loop thread and waits for the
-file operations already handed to threads, so nothing is written after the
-cleanup; then :class:`DestinationGuard` removes a destination that this
+``KeyboardInterrupt``). The writer stops everything it started before the
+interrupt leaves it (:mod:`cytearc_vfs.write.stopping`: its tasks on zarr's
+loop are cancelled and awaited, store writes already sent end first); before
+the command reports, :func:`stop_background_io` stops whatever else still
+runs there, so nothing is written after the cleanup; then :class:`DestinationGuard` removes a destination that this
 command created. A destination that existed before (``--overwrite``) is left
 for ``info`` to name and a rerun with ``--overwrite`` to replace.
 """
@@ -117,13 +118,15 @@ def also_interrupted_by(signum: int) -> Iterator[None]:
 
 
 def stop_background_io(timeout: float = 10.0) -> None:
-    """Cancel zarr's pending store operations and wait for those already running.
+    """Stop every task on zarr's loop and wait for the file operations already in threads.
 
-    zarr runs store I/O on its own event-loop thread; an interrupt of the main
-    thread leaves those tasks running (and, at exit, "Task was destroyed but
-    it is pending!"). Cancelling them and shutting the loop's default executor
-    down waits for file writes already in a thread, so a removed destination
-    stays removed. zarr makes a new loop on its next call.
+    The writer that was interrupted has stopped its own work before the
+    interrupt reached the command (:mod:`cytearc_vfs.write.stopping`); this
+    stops whatever else still runs on zarr's event-loop thread (reads, a
+    command's own work) with the same function, so nothing is written after
+    the cleanup and nothing prints "Task was destroyed but it is pending!" at
+    exit. Shutting the loop's default executor down waits for file reads and
+    writes already in a thread. zarr makes a new loop on its next call.
     """
     zarr_sync = sys.modules.get("zarr.core.sync")
     if zarr_sync is None:
@@ -133,19 +136,13 @@ def stop_background_io(timeout: float = 10.0) -> None:
     loop = zarr_sync.loop[0]
     if loop is None or loop.is_closed() or not loop.is_running():
         return
+    from ..write.stopping import stop_work
 
-    async def cancel_all() -> None:
-        current = asyncio.current_task()
-        tasks = [task for task in asyncio.all_tasks() if task is not current]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
-        await loop.shutdown_default_executor()
-
-    future = asyncio.run_coroutine_threadsafe(cancel_all(), loop)
     with suppress(TimeoutError, asyncio.CancelledError, RuntimeError):
-        future.result(timeout + 5)
+        stop_work(everything=True, timeout=timeout)
+    future = asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop)
+    with suppress(TimeoutError, asyncio.CancelledError, RuntimeError):
+        future.result(timeout)
     # The loop's executor is shut down for good: let zarr start a fresh loop
     # on its next call, so a process that goes on (a test, a notebook) can.
     zarr_sync.cleanup_resources()

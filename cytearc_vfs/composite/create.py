@@ -49,6 +49,7 @@ from ..write.destinations import (
     finish_destination,
     settled_on_failure,
 )
+from ..write.stopping import stops_on_exception
 from .anndata_records import write_anndata_sources
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
 from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
@@ -305,6 +306,7 @@ def _reader_of(source: BoundSource) -> VirtualArrayReader:
     )
 
 
+@stops_on_exception
 def create_composite(
     destination: Location,
     sources: Sources,

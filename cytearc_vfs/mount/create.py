@@ -31,6 +31,7 @@ from ..write.destinations import (
     finish_destination,
     settled_on_failure,
 )
+from ..write.stopping import stops_on_exception
 from .records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
 
 __all__ = ["mount_datastore"]
@@ -55,6 +56,7 @@ def _refuse(contents: StoreContents, where: str) -> None:
         )
 
 
+@stops_on_exception
 def mount_datastore(
     source: Location,
     destination: Location,

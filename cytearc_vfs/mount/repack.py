@@ -69,6 +69,7 @@ from ..write.destinations import (
     settled_on_failure,
 )
 from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
+from ..write.stopping import stops_on_exception
 from .records import MATRIX_SOURCE_ATTR
 
 __all__ = ["MIN_REPACK_SHARD_ROWS", "repack"]
@@ -468,6 +469,7 @@ class _ZarrRows:
         return np.asarray(self._array[rows])
 
 
+@stops_on_exception
 def repack(
     location: Location,
     destination: Location,

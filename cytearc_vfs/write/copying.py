@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import zarr
 
+from .stopping import in_this_work
+
 __all__ = ["copy_array", "copy_group"]
 
 Skip = Callable[[str], bool]
@@ -80,11 +82,18 @@ def copy_group(
     _copy_groups(source, target, "", skip, arrays)
     share = max(1, band_bytes // ARRAYS_IN_FLIGHT)
     with ThreadPoolExecutor(ARRAYS_IN_FLIGHT, thread_name_prefix="cytearc-copy") as pool:
-        for copied in [
-            pool.submit(copy_array, array, into, member, band_bytes=share)
+        copies = [
+            pool.submit(in_this_work(copy_array), array, into, member, band_bytes=share)
             for array, into, member in arrays
-        ]:
-            copied.result()
+        ]
+        try:
+            for copied in copies:
+                copied.result()
+        except BaseException:
+            # an interrupt or a failed copy: the copies not yet begun are not begun
+            for copy in copies:
+                copy.cancel()
+            raise
     return target
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
+from .stopping import finish_sent, stop_work
 from .write_behind import ROOT_DOCUMENT, WriteBehindStore
 
 __all__ = [
@@ -58,6 +60,8 @@ __all__ = [
     "settle_destination",
     "settled_on_failure",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Whether destinations write behind (see the module docstring). ``False``
 #: restores zarr's own node by node writes: kept only so that
@@ -381,13 +385,13 @@ def _create_root(store: Store, document: bytes, where: str) -> None:
     async def create() -> None:
         buffer = default_buffer_prototype().buffer.from_bytes(document)
         try:
-            await store.set_if_not_exists(ROOT_DOCUMENT, buffer)
+            await finish_sent(store.set_if_not_exists(ROOT_DOCUMENT, buffer))
         except NotImplementedError:
             # a backend without conditional writes (obstore's HTTPStore): zarr's own
             # "w-", a check and then the write
             if await store.exists(ROOT_DOCUMENT):
                 raise appeared from None
-            await store.set(ROOT_DOCUMENT, buffer)
+            await finish_sent(store.set(ROOT_DOCUMENT, buffer))
         found = await store.get(ROOT_DOCUMENT, default_buffer_prototype())
         if found is None or found.to_bytes() != document:
             raise appeared
@@ -411,12 +415,13 @@ def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
 
     async def remove(name: str) -> None:
         if await store.exists(name):  # a file at the root (a partial write)
-            await store.delete(name)
+            await finish_sent(store.delete(name))
         else:
-            await store.delete_dir(name)
+            await finish_sent(store.delete_dir(name))
 
     async def replace() -> None:
-        await store.set(ROOT_DOCUMENT, default_buffer_prototype().buffer.from_bytes(document))
+        buffer = default_buffer_prototype().buffer.from_bytes(document)
+        await finish_sent(store.set(ROOT_DOCUMENT, buffer))
         names = [name async for name in store.list_dir("") if name != ROOT_DOCUMENT]
         await asyncio.gather(*(remove(name) for name in names))
 
@@ -457,13 +462,24 @@ def settled_on_failure(root: zarr.Group) -> Iterator[zarr.Group]:
 
 
 def settle_destination(root: zarr.Group) -> None:
-    """Wait until no write through ``root`` is in flight; failures are not raised.
+    """Stop the writer's work and wait until no write through ``root`` is in flight.
 
     A writer that fails calls it before the error leaves it: a rerun (with
     ``overwrite=True``) must not meet writes of the failed run still landing.
+    First every task the writer started on zarr's loop is cancelled and
+    awaited (:func:`~cytearc_vfs.write.stopping.stop_work`; writes already
+    sent end first), so none issues a write after this returns. A root whose
+    commit was stored all the same (the failure came while it was in
+    flight) gets its unfinished first document back: a writer that raised
+    never leaves a store that opens. Failures of the writes are not raised.
     """
+    stop_work()
     if isinstance(root.store, WriteBehindStore):
         sync(root.store.settle())
+        try:
+            sync(root.store.revert_commit())
+        except Exception as exc:  # the writer's own error is the one to raise
+            logger.warning("putting the unfinished root of %s back failed: %r", root.store, exc)
 
 
 def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:

@@ -25,6 +25,7 @@ from zarr.core.sync import sync
 from ..encoding.blosc_blocks import block_codecs, chunk_block_bytes
 from ..encoding.shard_encoding import ShardEncoder
 from ..format.shard_tables import SHARD_TABLE_ATTR, ShardTable
+from .stopping import in_this_work
 
 __all__ = [
     "COUNT_COMPRESSOR",
@@ -145,7 +146,8 @@ class ShardWriter:
     def submit(self, array: zarr.Array[Any], start: int, dense: npt.NDArray[Any]) -> None:
         """Store the shard band of ``array`` starting at row ``start`` (after the one in flight)."""
         self.wait()
-        self._pending = self._pool.submit(self._write, array, start, dense)
+        # in the writer's work: an interrupt stops this shard's zarr tasks with the rest
+        self._pending = self._pool.submit(in_this_work(self._write), array, start, dense)
 
     def wait(self) -> None:
         """Wait for the shard in flight (raising its error)."""

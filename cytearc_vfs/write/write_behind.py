@@ -34,6 +34,10 @@ away:
   stored, and a process that dies at any instant before it leaves any
   subset of the other writes and a root that every open refuses.
 
+A write sent is finished even when the task that sent it is cancelled
+(:func:`~cytearc_vfs.write.stopping.finish_sent`): a writer stopped by an
+interrupt has nothing of it landing after the stop.
+
 A failed write is raised, naming its key, by the next ``set``,
 :meth:`WriteBehindStore.flush` or commit; after one, whether it went behind
 or (a large value) before ``set`` returned, every write is refused. :meth:`WriteBehindStore.settle` waits for the writes in
@@ -55,7 +59,9 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+
+from .stopping import finish_sent
 
 __all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
 
@@ -137,6 +143,10 @@ class _Writes:
     """The first write that failed."""
     failed_key: str = ""
     """The key whose write failed first."""
+    given: dict[str, bytes] = field(default_factory=dict)
+    """The documents the store was made with (the root before its commit)."""
+    committed: str | None = None
+    """The key of the last commit sent (stored, or perhaps stored)."""
     # created on zarr's event loop at first use
     gate: asyncio.Semaphore | None = None
     changed: asyncio.Condition | None = None
@@ -182,6 +192,7 @@ class WriteBehindStore(Store):
         self.commits = commits
         self._writes = _Writes(set(documents or {}) if absent_unless_written else None)
         self._writes.documents.update(documents or {})
+        self._writes.given.update(documents or {})
 
     # ------------------------------------------------------------ identity
 
@@ -291,6 +302,8 @@ class WriteBehindStore(Store):
                 self._writes.deferred.pop(key, None)  # superseded by the commit
                 await self.flush()  # everything before the commit is stored
                 await self._wait_for(key)
+                # sent: it may land even if this task is cancelled while it is in flight
+                self._writes.committed = key
                 await self._store_now(key, value)
             return
         if commit.locked():
@@ -314,7 +327,7 @@ class WriteBehindStore(Store):
     async def _store_now(self, key: str, value: Buffer) -> None:
         """Store ``value`` before returning; a failure is kept as one behind is."""
         try:
-            await self.store.set(key, value)
+            await finish_sent(self.store.set(key, value))
         except Exception as exc:  # named like a write behind, and no later write may land
             self._failed(key, exc)
             self._raise_failure()
@@ -328,7 +341,8 @@ class WriteBehindStore(Store):
         writes.pending[key] = value
         if value is not None:
             self._stored(key, value)
-        if key not in writes.tasks:
+        task = writes.tasks.get(key)
+        if task is None or task.done():  # done: cancelled before it ran (see _drain)
             writes.tasks[key] = asyncio.ensure_future(self._write_out(key))
 
     def _stored(self, key: str, value: Buffer) -> None:
@@ -346,10 +360,11 @@ class WriteBehindStore(Store):
                 while key in writes.pending:
                     value = writes.pending[key]
                     try:
+                        # sent writes end before a stop that cancels this task returns
                         if value is None:
-                            await self.store.delete(key)
+                            await finish_sent(self.store.delete(key))
                         else:
-                            await self.store.set(key, value)
+                            await finish_sent(self.store.set(key, value))
                     except Exception as exc:  # kept for the next set, flush or root write
                         self._failed(key, exc)
                         writes.held -= _size(writes.pending.pop(key, None))
@@ -367,6 +382,18 @@ class WriteBehindStore(Store):
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
+    async def _drain(self) -> None:
+        """Wait until no write task is left."""
+        tasks = self._writes.tasks
+        while tasks:
+            # A task cancelled before its first step (a stop, stopping.py) never ran
+            # the finally that removes it: a done task is gone, whatever ran of it.
+            for key, task in list(tasks.items()):
+                if task.done() and tasks.get(key) is task:
+                    del tasks[key]
+            if tasks:
+                await asyncio.gather(*list(tasks.values()), return_exceptions=True)
+
     async def settle(self) -> None:
         """Wait until no write is in flight; failures are kept, not raised.
 
@@ -374,16 +401,34 @@ class WriteBehindStore(Store):
         has failed, and nothing more of it should land.
         """
         self._writes.deferred.clear()
-        while self._writes.tasks:
-            await asyncio.gather(*list(self._writes.tasks.values()), return_exceptions=True)
+        await self._drain()
+
+    async def revert_commit(self) -> bool:
+        """After :meth:`settle`: if a commit was sent, store its key's document as given again.
+
+        A writer whose commit landed but that failed anyway (an interrupt
+        that arrived while the commit was in flight) gives its destination
+        back refused as unfinished, as it was before the commit. Returns
+        whether a document was stored.
+        """
+        writes = self._writes
+        key = writes.committed
+        document = None if key is None else writes.given.get(key)
+        if key is None or document is None:
+            return False
+        await finish_sent(
+            self.store.set(key, default_buffer_prototype().buffer.from_bytes(document))
+        )
+        writes.documents[key] = document
+        writes.committed = None
+        return True
 
     async def flush(self) -> None:
         """Write the held documents and wait until every write is stored; raises if one failed."""
         deferred, self._writes.deferred = self._writes.deferred, {}
         for key, value in deferred.items():
             self._send(key, value)
-        while self._writes.tasks:
-            await asyncio.gather(*list(self._writes.tasks.values()), return_exceptions=True)
+        await self._drain()
         self._raise_failure()
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
@@ -417,11 +462,10 @@ class WriteBehindStore(Store):
             del writes.deferred[key]
         for key in [key for key in writes.pending if _below(key, prefix)]:
             writes.held -= _size(writes.pending.pop(key))
-        while writes.tasks:  # nothing of the prefix lands after the store's delete
-            await asyncio.gather(*list(writes.tasks.values()), return_exceptions=True)
+        await self._drain()  # nothing of the prefix lands after the store's delete
         for key in [key for key in writes.documents if _below(key, prefix)]:
             del writes.documents[key]
-        await self.store.delete_dir(prefix)
+        await finish_sent(self.store.delete_dir(prefix))
 
     # ------------------------------------------------------------ reading
 

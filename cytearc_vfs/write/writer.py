@@ -51,6 +51,7 @@ from .destinations import create_destination, finish_destination, settle_destina
 from .membership import split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
+from .stopping import stops_on_exception
 
 __all__ = ["WriteInfo", "write_counts"]
 
@@ -138,6 +139,7 @@ def _feature_groups(
     ] or [(0, 0)]
 
 
+@stops_on_exception
 def write_counts(
     destination: Location,
     counts: Any,

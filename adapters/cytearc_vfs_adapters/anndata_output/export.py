@@ -39,6 +39,7 @@ from zarr.core.common import ZarrFormat
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.destinations import check_no_overlap
+from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 
 from .columns import check_encodable, plain_text
 from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
@@ -239,7 +240,7 @@ def _write_to(
     with warnings.catch_warnings():
         # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
         warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
-        zarr.consolidate_metadata(str(temporary))
+        zarr.consolidate_metadata(root.store)
     return written
 
 
@@ -256,11 +257,12 @@ def _unfinished_root(temporary: Path, zarr_format: ZarrFormat) -> Any:
     temporary.mkdir()
     if zarr_format == 2:
         (temporary / ".zattrs").write_text(json.dumps(UNFINISHED_ROOT))
-    return zarr.create_group(
-        str(temporary), zarr_format=zarr_format, attributes=dict(UNFINISHED_ROOT)
-    )
+    # writes already sent when an interrupt stops the export end before it is removed
+    store = FinishingStore(zarr.storage.LocalStore(temporary))
+    return zarr.create_group(store, zarr_format=zarr_format, attributes=dict(UNFINISHED_ROOT))
 
 
+@stops_on_exception
 def export_anndata(
     location: Location | Store,
     destination: Location,
@@ -320,7 +322,9 @@ def export_anndata(
         )
         move_into_place(temporary, path)
     except BaseException:
-        # an interrupt (KeyboardInterrupt, the command line's signals) too
+        # an interrupt (KeyboardInterrupt, the command line's signals) too; zarr's
+        # writes still running are stopped first, so none lands after the removal
+        stop_work()
         remove_output(temporary)
         raise
     return ExportInfo(
