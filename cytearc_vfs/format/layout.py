@@ -256,6 +256,10 @@ def write_cost(layout: CountLayout, itemsize: int, nnz: int, *, reserved: int = 
     return 3 * largest + sparse + group + reserved
 
 
+def _needed(cost: int, budget_for: Callable[[int], int] | None) -> int:
+    return cost if budget_for is None else budget_for(cost)
+
+
 def _smallest(policy: LayoutPolicy) -> bool:
     # Halving stops at count shards of one row (or at one-byte chunks).
     return policy.chunk_bytes <= 1
@@ -272,17 +276,20 @@ def fit_policy(
     transpose: bool,
     rule: GeometryRule = array_geometry,
     reserved: int = 0,
+    budget_for: Callable[[int], int] | None = None,
 ) -> LayoutPolicy | None:
     """The largest halving of ``policy`` whose write fits ``mem_budget``, or ``None``.
 
     Halving stops when count shards are one row tall: smaller policies only
     make chunks narrower without saving memory. ``reserved`` is what the
-    writer holds beside its bands (:func:`write_cost`).
+    writer holds beside its bands (:func:`write_cost`); ``budget_for`` maps a
+    cost to the smallest budget that covers it (a writer whose write-behind
+    takes a share of its budget), by default the cost itself.
     """
     current = policy
     while True:
         layout = count_layout(shape, dtype, itemsize, current, transpose=transpose, rule=rule)
-        if write_cost(layout, itemsize, nnz, reserved=reserved) <= mem_budget:
+        if _needed(write_cost(layout, itemsize, nnz, reserved=reserved), budget_for) <= mem_budget:
             return current
         one_row = layout.counts.shards[0] == 1 and (
             layout.counts_t is None or layout.counts_t.shards[0] == 1
@@ -303,6 +310,7 @@ def require_fit(
     transpose: bool,
     rule: GeometryRule = array_geometry,
     reserved: int = 0,
+    budget_for: Callable[[int], int] | None = None,
 ) -> CountLayout:
     """Return the layout of ``policy`` if its write fits, else refuse naming the fix.
 
@@ -310,7 +318,7 @@ def require_fit(
     refusal names the largest halving that fits instead of applying it.
     """
     layout = count_layout(shape, dtype, itemsize, policy, transpose=transpose, rule=rule)
-    cost = write_cost(layout, itemsize, nnz, reserved=reserved)
+    cost = _needed(write_cost(layout, itemsize, nnz, reserved=reserved), budget_for)
     if cost <= mem_budget:
         return layout
     fitting = fit_policy(
@@ -323,11 +331,12 @@ def require_fit(
         transpose=transpose,
         rule=rule,
         reserved=reserved,
+        budget_for=budget_for,
     )
     what = "counts write" + (" and countsT transpose" if transpose else "")
     if fitting is None:
         smallest = count_layout(shape, dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose)
-        least = write_cost(smallest, itemsize, nnz, reserved=reserved)
+        least = _needed(write_cost(smallest, itemsize, nnz, reserved=reserved), budget_for)
         remedy = (
             f"no halving fits even with one-row shards; the smallest {option_name('mem_budget')} "
             f"that works is {format_size(least)} ({least} bytes)"

@@ -62,7 +62,7 @@ from ..format.store_keys import METADATA_DOCUMENTS
 from ..format.tables import read_table
 from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location
-from ..write.budget import held_bytes
+from ..write.budget import budget_for, held_bytes
 from ..write.destinations import (
     check_no_overlap,
     create_destination,
@@ -94,14 +94,14 @@ def _refuse(store: Store, where: str) -> None:
         )
 
 
-def _rewrite_cost(layout: CountLayout, itemsize: int, held: int) -> int:
-    """Peak bytes of rewriting counts in ``layout``: each band is read as it is written.
+def _rewrite_budget(layout: CountLayout, itemsize: int) -> int:
+    """The smallest budget that rewrites counts in ``layout``: each band is read as it is written.
 
     Reading a band through zarr holds about what writing it does (the band,
     its decoded chunks, their stored bytes: :func:`write_cost` of dense
-    bands), and the destination's write-behind holds ``held`` beside them.
+    bands), and the destination's write-behind holds its share beside them.
     """
-    return 2 * write_cost(layout, itemsize, 0) + held
+    return budget_for(2 * write_cost(layout, itemsize, 0))
 
 
 def _fitted(info: AssayInfo, budget: int) -> CountLayout:
@@ -117,7 +117,7 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
         layout.dtype,
         itemsize,
         0,
-        max(0, budget - held) // 2,  # _rewrite_cost's halving, with the same result
+        max(0, budget - held) // 2,  # what _rewrite_budget(layout) <= budget means
         transpose=transpose,
     )
     if fitted == policy:
@@ -128,17 +128,17 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
         smallest = count_layout(
             layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
         )
-        least = _rewrite_cost(smallest, itemsize, held)
+        least = _rewrite_budget(smallest, itemsize)
         raise ValueError(
             f"{option_name('mem_budget')} {format_size(budget)} is below what rewriting {info.paths.assay}'s "
             f"{layout.shape[0]} x {layout.shape[1]} counts needs even in one-row shards "
             f"(the smallest {option_name('mem_budget')} that works is {format_size(least)}, "
             f"{least} bytes); give a larger {option_name('mem_budget')} (the store's own layout "
-            f"needs {format_size(_rewrite_cost(layout, itemsize, held))})"
+            f"needs {format_size(_rewrite_budget(layout, itemsize))})"
         )
     fitted_layout = count_layout(layout.shape, layout.dtype, itemsize, fitted, transpose=transpose)
     if fitted_layout.counts.shards[0] < MIN_REPACK_SHARD_ROWS:
-        least = _budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS, held)
+        least = _budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS)
         raise ValueError(
             f"{option_name('mem_budget')} {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
             f"shards of {fitted_layout.counts.shards[0]} row(s) "
@@ -149,18 +149,16 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
     return fitted_layout
 
 
-def _budget_for_rows(
-    layout: CountLayout, itemsize: int, policy: LayoutPolicy, rows: int, held: int
-) -> int:
-    """The rewrite cost of the largest halving of ``policy`` whose count shards still hold ``rows``."""
+def _budget_for_rows(layout: CountLayout, itemsize: int, policy: LayoutPolicy, rows: int) -> int:
+    """The rewrite budget of the largest halving of ``policy`` whose count shards still hold ``rows``."""
     transpose = layout.counts_t is not None
     current = policy
-    cost = _rewrite_cost(layout, itemsize, held)
+    cost = _rewrite_budget(layout, itemsize)
     while True:
         candidate = count_layout(layout.shape, layout.dtype, itemsize, current, transpose=transpose)
         if candidate.counts.shards[0] < rows:
             return cost
-        cost = _rewrite_cost(candidate, itemsize, held)
+        cost = _rewrite_budget(candidate, itemsize)
         if current == current.halved():
             return cost
         current = current.halved()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .write_behind import MAX_HELD_BYTES
 
-__all__ = ["BUDGET_ALLOWANCE", "held_bytes", "preparation_bytes", "row_bytes"]
+__all__ = ["BUDGET_ALLOWANCE", "budget_for", "held_bytes", "preparation_bytes", "row_bytes"]
 
 #: Bytes a write may use beyond its budget, for what does not scale with the data.
 BUDGET_ALLOWANCE = 4 << 20
@@ -43,6 +43,18 @@ def held_bytes(budget: int) -> int:
     (True, 2097152)
     """
     return max(0, min(MAX_HELD_BYTES, budget // _HELD_SHARE))
+
+
+def budget_for(cost: int) -> int:
+    """The smallest budget whose write fits ``cost`` bytes beside the write-behind's share.
+
+    >>> budget_for(7 << 20) == 8 << 20, budget_for(100 << 20) == (108 << 20)
+    (True, True)
+    """
+    below_cap = -(-cost * _HELD_SHARE // (_HELD_SHARE - 1))
+    while below_cap - held_bytes(below_cap) < cost:  # floor division's last bytes
+        below_cap += 1
+    return min(below_cap, cost + MAX_HELD_BYTES)
 
 
 def row_bytes(n_cells: int, n_features: int, table_bytes: int) -> int:

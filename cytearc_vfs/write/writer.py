@@ -49,7 +49,7 @@ from ..format.records import (
 from ..format.sizes import format_size, parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.locations import Location, canonical_location, describe_location
-from .budget import held_bytes, preparation_bytes, row_bytes
+from .budget import budget_for, held_bytes, preparation_bytes, row_bytes
 from .count_source import (
     CountSource,
     DuplicateSumOverflowError,
@@ -279,22 +279,24 @@ def write_counts(
     tables = _table_bytes(cell_table) + _table_bytes(feature_table)
     # held beside the bands for the whole write: the write-behind's values, the tables
     # and the count summaries (docs/writing.md, "Memory budget")
-    reserved = held + row_bytes(*source.shape, tables)
+    reserved = row_bytes(*source.shape, tables)
     _check_preparation(
         preparation_bytes(*source.shape, tables),
         budget,
-        write_cost(
-            count_layout_of(
-                source.shape,
-                dtype.name,
+        budget_for(
+            write_cost(
+                count_layout_of(
+                    source.shape,
+                    dtype.name,
+                    dtype.itemsize,
+                    policy,
+                    transpose=transpose,
+                    rule=current_layout().rule,
+                ),
                 dtype.itemsize,
-                policy,
-                transpose=transpose,
-                rule=current_layout().rule,
-            ),
-            dtype.itemsize,
-            value_range.nnz,
-            reserved=reserved,
+                value_range.nnz,
+                reserved=reserved,
+            )
         ),
     )
     count_layout = require_fit(
@@ -307,6 +309,7 @@ def write_counts(
         transpose=transpose,
         rule=current_layout().rule,
         reserved=reserved,
+        budget_for=budget_for,
     )
     root = create_destination(
         destination,
@@ -331,7 +334,7 @@ def write_counts(
             dtype,
             count_layout,
             value_range.nnz,
-            budget - reserved,
+            budget - held - reserved,
             progress,
         )
     except BaseException:
