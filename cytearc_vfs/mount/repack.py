@@ -111,14 +111,21 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
     transpose = layout.counts_t is not None
     # the destination's write-behind holds its share of the budget beside the bands
     held = held_bytes(budget)
-    fitted = fit_policy(
-        policy,
-        layout.shape,
-        layout.dtype,
-        itemsize,
-        0,
-        max(0, budget - held) // 2,  # what _rewrite_budget(layout) <= budget means
-        transpose=transpose,
+    # a store kept in its policy is copied shard by shard, which a budget of its
+    # band writes covers; one halved is rewritten, each band read as it is written
+    kept = budget_for(write_cost(layout, itemsize, 0)) <= budget
+    fitted = (
+        policy
+        if kept
+        else fit_policy(
+            policy,
+            layout.shape,
+            layout.dtype,
+            itemsize,
+            0,
+            max(0, budget - held) // 2,  # what _rewrite_budget(layout) <= budget means
+            transpose=transpose,
+        )
     )
     if fitted == policy:
         # The policy is kept; its geometry is replayed by today's rule (a
