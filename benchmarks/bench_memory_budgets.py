@@ -11,6 +11,7 @@ budget each version writes in the layout its own refusal names (an import
 uses a policy exactly); at the default budget, the default layout.
 
     uv run python benchmarks/bench_memory_budgets.py [--baseline-ref main] [--repeat 3]
+        [--budgets 24M,2G] [--destinations local,s3]
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ from typing import Any
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 SHAPES = {"tall": (40_000, 500, 0.1), "wide": (1_000, 20_000, 0.1), "dense": (8_000, 2_000, 0.5)}
-CASES = [
-    (writer, shape, budget, destination)
-    for writer, shape in [("write_counts", s) for s in SHAPES] + [("repack", "dense")]
-    for budget in ("24M", "2G")
-    for destination in ("local", "s3")
-]
+
+
+def cases(budgets: list[str], destinations: list[str]) -> list[tuple[str, str, str, str]]:
+    """(writer, input, budget, destination) of every run."""
+    return [
+        (writer, shape, budget, destination)
+        for writer, shape in [("write_counts", s) for s in SHAPES] + [("repack", "dense")]
+        for budget in budgets
+        for destination in destinations
+    ]
+
 
 CHILD = r"""
 import gc, json, re, sys, time, tracemalloc, urllib.request, uuid, tempfile
@@ -161,6 +167,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-ref", default="main", help="git ref of the code before")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (best kept)")
+    parser.add_argument("--budgets", default="24M,2G", help="budgets, comma-separated (M or G)")
+    parser.add_argument("--destinations", default="local,s3", help="local and/or s3")
     args = parser.parse_args()
     baseline = Path(tempfile.mkdtemp()) / "baseline"
     subprocess.run(
@@ -175,7 +183,7 @@ def main() -> None:
             f"{'peak before':>11} {'/budget':>7} | {'peak after':>10} {'/budget':>7} | "
             f"{'s before':>8} {'s after':>7} {'after/before':>12}"
         )
-        for case in CASES:
+        for case in cases(args.budgets.split(","), args.destinations.split(",")):
             before = _measure(baseline, case, options, args.repeat)
             after = _measure(HERE, case, options, args.repeat)
             writer, shape, budget, destination = case
