@@ -31,11 +31,11 @@ from ..format.layout import (
     DEFAULT_MEM_BUDGET,
     LayoutPolicy,
     LayoutTooLargeError,
+    count_layout,
     group_bytes,
     require_fit,
     write_cost,
 )
-from ..format.layout import count_layout as count_layout_of
 from ..format.option_names import option_name
 from ..format.paths import AssayPaths
 from ..format.records import (
@@ -127,19 +127,49 @@ def _table_bytes(table: PreparedTable) -> int:
     return sum(values.nbytes for _, values, _ in table.columns)
 
 
-def _check_preparation(preparation: int, budget: int, write: int) -> None:
-    """Refuse a budget below what preparing the tables takes, naming the smallest that works.
+def _fitted_layout(
+    policy: LayoutPolicy,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    nnz: int,
+    budget: int,
+    *,
+    tables: int,
+    reserved: int,
+    transpose: bool,
+) -> CountLayout:
+    """The layout of ``policy`` if the write fits ``budget``, else refuse naming the smallest that works.
 
-    ``write`` is what writing the counts in the chosen layout needs.
+    ``tables`` is what the prepared tables hold, ``reserved`` what the write
+    holds beside its bands (docs/writing.md, "Memory budget").
     """
+    rule = current_layout().rule
+    preparation = preparation_bytes(*shape, tables)
     if preparation > budget:
-        least = max(preparation, write)
+        layout = count_layout(
+            shape, dtype.name, dtype.itemsize, policy, transpose=transpose, rule=rule
+        )
+        least = max(
+            preparation, budget_for(write_cost(layout, dtype.itemsize, nnz, reserved=reserved))
+        )
         raise LayoutTooLargeError(
             f"preparing the cell and feature tables needs {format_size(preparation)}, over "
             f"{option_name('mem_budget')} {format_size(budget)}; raise {option_name('mem_budget')} "
             f"to at least {format_size(least)} ({least} bytes), the smallest that works with "
             "this layout. Nothing was written"
         )
+    return require_fit(
+        policy,
+        shape,
+        dtype.name,
+        dtype.itemsize,
+        nnz,
+        budget,
+        transpose=transpose,
+        rule=rule,
+        reserved=reserved,
+        budget_for=budget_for,
+    )
 
 
 def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
@@ -275,41 +305,20 @@ def write_counts(
         cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
         raise exc.naming(str(cell), str(feature)) from None
     dtype = resolve_count_dtype(value_range)
+    # held beside the bands for the whole write: the write-behind's values (out of
+    # the budget), the tables and the count summaries (docs/writing.md, "Memory budget")
     held = held_bytes(budget)
     tables = _table_bytes(cell_table) + _table_bytes(feature_table)
-    # held beside the bands for the whole write: the write-behind's values, the tables
-    # and the count summaries (docs/writing.md, "Memory budget")
     reserved = row_bytes(*source.shape, tables)
-    _check_preparation(
-        preparation_bytes(*source.shape, tables),
-        budget,
-        budget_for(
-            write_cost(
-                count_layout_of(
-                    source.shape,
-                    dtype.name,
-                    dtype.itemsize,
-                    policy,
-                    transpose=transpose,
-                    rule=current_layout().rule,
-                ),
-                dtype.itemsize,
-                value_range.nnz,
-                reserved=reserved,
-            )
-        ),
-    )
-    count_layout = require_fit(
+    layout_record = _fitted_layout(
         policy,
         source.shape,
-        dtype.name,
-        dtype.itemsize,
+        dtype,
         value_range.nnz,
         budget,
-        transpose=transpose,
-        rule=current_layout().rule,
+        tables=tables,
         reserved=reserved,
-        budget_for=budget_for,
+        transpose=transpose,
     )
     root = create_destination(
         destination,
@@ -332,7 +341,7 @@ def write_counts(
             feature_table,
             resolved_type,
             dtype,
-            count_layout,
+            layout_record,
             value_range.nnz,
             budget - held - reserved,
             progress,
@@ -349,7 +358,7 @@ def write_counts(
         workspace=workspace,
         shape=source.shape,
         dtype=dtype,
-        layout=count_layout,
+        layout=layout_record,
         content_fingerprint=content,
         counts_fingerprint=content,
         dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),
