@@ -191,6 +191,27 @@ def test_write_counts_from_numpy_holds_its_budget(
     _write_within(tmp_path, destination, counts("dense").toarray(), budget)
 
 
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_write_counts_from_csc_counts_its_csr_copy(tmp_path: Path, budget: int) -> None:
+    # a CSC input is copied into canonical CSR once, a copy held for the whole write
+    x = sp.csc_array(counts("tall"))
+    _write_within(
+        tmp_path, Destination("local", lambda: (tmp_path / uuid.uuid4().hex, None)), x, budget
+    )
+
+
+def test_a_csc_copy_over_the_budget_is_refused(tmp_path: Path) -> None:
+    x = sp.csc_array(counts("dense"))
+    with pytest.raises(LayoutTooLargeError, match="smallest mem_budget that works") as refused:
+        cv.write_counts(tmp_path / "s.zarr", x, mem_budget=12 * MiB)
+    assert not (tmp_path / "s.zarr").exists()
+    # the same counts in CSR: a halving of the layout fits 12 MiB; the copy does not
+    assert smallest_budget(refused.value) > 12 * MiB
+    assert layout_for(
+        lambda **kw: cv.write_counts(tmp_path / "r.zarr", counts("dense"), **kw), 12 * MiB
+    )
+
+
 def _adata(x: sp.csr_array) -> ad.AnnData:
     n, m = x.shape
     obs = pd.DataFrame({"depth": np.arange(n, dtype=np.float64)}, index=[f"c{i}" for i in range(n)])

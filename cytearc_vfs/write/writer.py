@@ -309,7 +309,9 @@ def write_counts(
     # the budget), the tables and the count summaries (docs/writing.md, "Memory budget")
     held = held_bytes(budget)
     tables = _table_bytes(cell_table) + _table_bytes(feature_table)
-    reserved = row_bytes(*source.shape, tables)
+    # an input not in canonical CSR was copied into it (scanned above), and that copy
+    # is held until the write ends
+    reserved = row_bytes(*source.shape, tables) + getattr(source, "copied_bytes", 0)
     layout_record = _fitted_layout(
         policy,
         source.shape,
