@@ -97,7 +97,7 @@ def _largest_band(x: sp.csr_array, rows: int) -> int:
     return max(x[start : start + rows].nnz for start in range(0, x.shape[0], rows))
 
 
-MEM_BUDGET = 4 << 20
+MEM_BUDGET = 8 << 20
 # the writer's first pass (the value range) reads bands whose dense form holds at
 # most a quarter of the budget (at least 1 MiB), the write pass bands of one shard
 SCAN_BYTES = max(1 << 20, MEM_BUDGET // 4)

@@ -34,11 +34,11 @@ def test_python_and_command_line_forms() -> None:
 def test_mem_budget_remedies_name_the_flag_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    big = realistic_counts(64, 200_000, seed=3)  # a 1M budget would cut shards to one row
+    big = realistic_counts(64, 200_000, seed=3)  # a 2M budget would cut shards to one row
     cv.write_counts(tmp_path / "big.zarr", big)
     with pytest.raises(ValueError, match="give a mem_budget of at least"):
-        cv.repack(tmp_path / "big.zarr", tmp_path / "py.zarr", mem_budget="1M")
-    argv = ["repack", str(tmp_path / "big.zarr"), str(tmp_path / "cli.zarr"), "--mem-budget", "1M"]
+        cv.repack(tmp_path / "big.zarr", tmp_path / "py.zarr", mem_budget="2M")
+    argv = ["repack", str(tmp_path / "big.zarr"), str(tmp_path / "cli.zarr"), "--mem-budget", "2M"]
     assert main([*argv, "--json"]) == 2
     message = json.loads(capsys.readouterr().out)["message"]
     assert "give a --mem-budget of at least" in message

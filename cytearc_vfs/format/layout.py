@@ -41,6 +41,7 @@ __all__ = [
     "array_geometry",
     "count_layout",
     "fit_policy",
+    "group_bytes",
     "require_fit",
     "row_frame_geometry",
     "single_frame_geometry",
@@ -56,6 +57,9 @@ MIN_CHUNK_BYTES = 8 * 1024
 # form: a CSR copy (value + int32 index), a COO piece while transposing
 # (value + two int64 coordinates) and scipy's sort buffer.
 _SPARSE_BYTES_PER_NONZERO = 32
+# Transposed non-zeros per feature vary around the average; a group of
+# features is costed a quarter above it.
+_GROUP_SLACK = 1.25
 
 
 class LayoutTooLargeError(ValueError):
@@ -207,27 +211,53 @@ def count_layout(
     )
 
 
-def write_cost(layout: CountLayout, itemsize: int, nnz: int) -> int:
-    """Peak working bytes of writing ``layout``: the larger of its two band writes.
+def group_bytes(layout: CountLayout, itemsize: int, nnz: int, n_features: int) -> int:
+    """Bytes ``write_counts`` holds for the transposed non-zeros of ``n_features`` features.
 
-    A counts band holds its dense shard three times (the band being built, the
-    band being written, its encoded bytes) plus
-    the sparse rows it came from; a countsT band the same for its feature
-    band, plus the transposed non-zeros of at least one band.
+    One CSC piece per counts band: a value and an int32 row index per
+    non-zero (a quarter more for features denser than the average), and an
+    index pointer entry per feature and band.
+    """
+    n_cells, all_features = layout.shape
+    counts_bands = -(-n_cells // max(1, layout.counts.shards[0]))
+    per_feature = (
+        _GROUP_SLACK * (nnz / max(1, all_features)) * (itemsize + 4) + 8 * counts_bands + 16
+    )
+    return int(per_feature * n_features)
+
+
+def write_cost(layout: CountLayout, itemsize: int, nnz: int, *, reserved: int = 0) -> int:
+    """Peak working bytes of writing ``layout``, plus ``reserved`` bytes held beside it.
+
+    While ``counts`` is written, a counts band holds its dense shard three
+    times (the band being built, the band being written, its encoded bytes)
+    and the sparse rows it came from, and the transposed non-zeros of the
+    first countsT band of features are gathered beside it. While ``countsT``
+    is written, the same group, a countsT band's dense shard three times,
+    and (for later groups) a counts band's sparse rows read again. ``nnz=0``
+    (a copy of dense bands, as ``repack`` makes) leaves the dense bands.
+    ``reserved`` is what the writer holds outside its bands (the
+    write-behind's held bytes, tables, count summaries).
     """
     n_cells, n_features = layout.shape
     density = nnz / max(1, n_cells * n_features)
 
-    def band(geometry: ArrayGeometry, n_rows: int, n_cols: int) -> int:
-        rows = min(geometry.shards[0], max(n_rows, 1))
-        dense = rows * geometry.shards[1] * itemsize
-        sparse = int(rows * n_cols * density * _SPARSE_BYTES_PER_NONZERO)
-        return 3 * dense + sparse
+    def dense(geometry: ArrayGeometry, n_rows: int) -> int:
+        return min(geometry.shards[0], max(n_rows, 1)) * geometry.shards[1] * itemsize
 
-    cost = band(layout.counts, n_cells, n_features)
+    rows = min(layout.counts.shards[0], max(n_cells, 1))
+    sparse = int(rows * n_features * density * _SPARSE_BYTES_PER_NONZERO)
+    largest = dense(layout.counts, n_cells)
+    group = 0
     if layout.counts_t is not None:
-        cost = max(cost, band(layout.counts_t, n_features, n_cells))
-    return cost
+        largest = max(largest, dense(layout.counts_t, n_features))
+        if nnz:
+            group = group_bytes(layout, itemsize, nnz, min(layout.counts_t.shards[0], n_features))
+    return 3 * largest + sparse + group + reserved
+
+
+def _needed(cost: int, budget_for: Callable[[int], int] | None) -> int:
+    return cost if budget_for is None else budget_for(cost)
 
 
 def _smallest(policy: LayoutPolicy) -> bool:
@@ -245,16 +275,21 @@ def fit_policy(
     *,
     transpose: bool,
     rule: GeometryRule = array_geometry,
+    reserved: int = 0,
+    budget_for: Callable[[int], int] | None = None,
 ) -> LayoutPolicy | None:
     """The largest halving of ``policy`` whose write fits ``mem_budget``, or ``None``.
 
     Halving stops when count shards are one row tall: smaller policies only
-    make chunks narrower without saving memory.
+    make chunks narrower without saving memory. ``reserved`` is what the
+    writer holds beside its bands (:func:`write_cost`); ``budget_for`` maps a
+    cost to the smallest budget that covers it (a writer whose write-behind
+    takes a share of its budget), by default the cost itself.
     """
     current = policy
     while True:
         layout = count_layout(shape, dtype, itemsize, current, transpose=transpose, rule=rule)
-        if write_cost(layout, itemsize, nnz) <= mem_budget:
+        if _needed(write_cost(layout, itemsize, nnz, reserved=reserved), budget_for) <= mem_budget:
             return current
         one_row = layout.counts.shards[0] == 1 and (
             layout.counts_t is None or layout.counts_t.shards[0] == 1
@@ -274,6 +309,8 @@ def require_fit(
     *,
     transpose: bool,
     rule: GeometryRule = array_geometry,
+    reserved: int = 0,
+    budget_for: Callable[[int], int] | None = None,
 ) -> CountLayout:
     """Return the layout of ``policy`` if its write fits, else refuse naming the fix.
 
@@ -281,25 +318,37 @@ def require_fit(
     refusal names the largest halving that fits instead of applying it.
     """
     layout = count_layout(shape, dtype, itemsize, policy, transpose=transpose, rule=rule)
-    cost = write_cost(layout, itemsize, nnz)
+    cost = _needed(write_cost(layout, itemsize, nnz, reserved=reserved), budget_for)
     if cost <= mem_budget:
         return layout
     fitting = fit_policy(
-        policy, shape, dtype, itemsize, nnz, mem_budget, transpose=transpose, rule=rule
+        policy,
+        shape,
+        dtype,
+        itemsize,
+        nnz,
+        mem_budget,
+        transpose=transpose,
+        rule=rule,
+        reserved=reserved,
+        budget_for=budget_for,
     )
     what = "counts write" + (" and countsT transpose" if transpose else "")
     if fitting is None:
+        smallest = count_layout(shape, dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose)
+        least = _needed(write_cost(smallest, itemsize, nnz, reserved=reserved), budget_for)
         remedy = (
-            f"no halving fits even with one-row shards; raise {option_name('mem_budget')} "
-            f"above {format_size(write_cost(count_layout(shape, dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose), itemsize, nnz))}"
+            f"no halving fits even with one-row shards; the smallest {option_name('mem_budget')} "
+            f"that works is {format_size(least)} ({least} bytes)"
         )
     else:
         remedy = (
             f"the largest halving that fits is layout={fitting.describe()} "
-            f"(smaller shards make later countsT reads slower), or raise {option_name('mem_budget')}"
+            f"(smaller shards make later countsT reads slower), or raise {option_name('mem_budget')} "
+            f"to at least {format_size(cost)} ({cost} bytes)"
         )
     raise LayoutTooLargeError(
-        f"layout {policy.describe()} needs about {format_size(cost)} for its {what} of a "
+        f"layout {policy.describe()} needs {format_size(cost)} for its {what} of a "
         f"{shape[0]} x {shape[1]} {dtype} matrix, over {option_name('mem_budget')} {format_size(mem_budget)}; "
         f"{remedy}. Nothing was written"
     )

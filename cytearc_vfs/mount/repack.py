@@ -62,6 +62,7 @@ from ..format.store_keys import METADATA_DOCUMENTS
 from ..format.tables import read_table
 from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location
+from ..write.budget import budget_for, held_bytes
 from ..write.destinations import (
     check_no_overlap,
     create_destination,
@@ -94,20 +95,39 @@ def _refuse(store: Store, where: str) -> None:
         )
 
 
+def _rewrite_budget(layout: CountLayout, itemsize: int) -> int:
+    """The smallest budget that rewrites counts in ``layout``: each band is read as it is written.
+
+    Reading a band through zarr holds about what writing it does (the band,
+    its decoded chunks, their stored bytes: :func:`write_cost` of dense
+    bands), and the destination's write-behind holds its share beside them.
+    """
+    return budget_for(2 * write_cost(layout, itemsize, 0))
+
+
 def _fitted(info: AssayInfo, budget: int) -> CountLayout:
     layout = info.layout
     itemsize = info.dtype.itemsize
     policy = LayoutPolicy(layout.unit_bytes, layout.chunk_bytes)
-    fitted = fit_policy(
-        policy,
-        layout.shape,
-        layout.dtype,
-        itemsize,
-        0,
-        budget,
-        transpose=layout.counts_t is not None,
-    )
     transpose = layout.counts_t is not None
+    # the destination's write-behind holds its share of the budget beside the bands
+    held = held_bytes(budget)
+    # a store kept in its policy is copied shard by shard, which a budget of its
+    # band writes covers; one halved is rewritten, each band read as it is written
+    kept = budget_for(write_cost(layout, itemsize, 0)) <= budget
+    fitted = (
+        policy
+        if kept
+        else fit_policy(
+            policy,
+            layout.shape,
+            layout.dtype,
+            itemsize,
+            0,
+            max(0, budget - held) // 2,  # what _rewrite_budget(layout) <= budget means
+            transpose=transpose,
+        )
+    )
     if fitted == policy:
         # The policy is kept; its geometry is replayed by today's rule (a
         # row-framed store's is the same: _copy_assays looks at the encoding)
@@ -116,34 +136,37 @@ def _fitted(info: AssayInfo, budget: int) -> CountLayout:
         smallest = count_layout(
             layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
         )
+        least = _rewrite_budget(smallest, itemsize)
         raise ValueError(
             f"{option_name('mem_budget')} {format_size(budget)} is below what rewriting {info.paths.assay}'s "
             f"{layout.shape[0]} x {layout.shape[1]} counts needs even in one-row shards "
-            f"(about {format_size(write_cost(smallest, itemsize, 0))}); give a larger {option_name('mem_budget')} "
-            f"(the store's own layout needs about {format_size(write_cost(layout, itemsize, 0))})"
+            f"(the smallest {option_name('mem_budget')} that works is {format_size(least)}, "
+            f"{least} bytes); give a larger {option_name('mem_budget')} (the store's own layout "
+            f"needs {format_size(_rewrite_budget(layout, itemsize))})"
         )
     fitted_layout = count_layout(layout.shape, layout.dtype, itemsize, fitted, transpose=transpose)
     if fitted_layout.counts.shards[0] < MIN_REPACK_SHARD_ROWS:
+        least = _budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS)
         raise ValueError(
             f"{option_name('mem_budget')} {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
             f"shards of {fitted_layout.counts.shards[0]} row(s) "
             f"({-(-layout.shape[0] // fitted_layout.counts.shards[0]):,} shard files), which is "
             f"very slow to write and to read; give a {option_name('mem_budget')} of at least "
-            f"{format_size(_budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS))}"
+            f"{format_size(least)} ({least} bytes)"
         )
     return fitted_layout
 
 
 def _budget_for_rows(layout: CountLayout, itemsize: int, policy: LayoutPolicy, rows: int) -> int:
-    """The write cost of the largest halving of ``policy`` whose count shards still hold ``rows``."""
+    """The rewrite budget of the largest halving of ``policy`` whose count shards still hold ``rows``."""
     transpose = layout.counts_t is not None
     current = policy
-    cost = write_cost(layout, itemsize, 0)
+    cost = _rewrite_budget(layout, itemsize)
     while True:
         candidate = count_layout(layout.shape, layout.dtype, itemsize, current, transpose=transpose)
         if candidate.counts.shards[0] < rows:
             return cost
-        cost = write_cost(candidate, itemsize, 0)
+        cost = _rewrite_budget(candidate, itemsize)
         if current == current.halved():
             return cost
         current = current.halved()
@@ -205,8 +228,9 @@ class _KeyCopier:
     ) -> None:
         self._target = target
         self._progress = progress
-        # each copy in flight holds one value: at most a shard of unitBytes
-        self._limit = max(1, min(32, budget // max(1, 2 * unit_bytes)))
+        # each copy in flight holds one value: at most a shard of unitBytes; the
+        # destination's write-behind holds its own share of the budget beside them
+        self._limit = max(1, min(32, (budget - held_bytes(budget)) // max(1, 2 * unit_bytes)))
 
     @property
     def progress(self) -> Progress | None:
@@ -530,6 +554,7 @@ def repack(
             overwrite=overwrite,
             writer="repack",
             storage_options=destination_storage_options,
+            held_bytes=held_bytes(budget),
         )
         with settled_on_failure(root):
             infos, root_copy = _repack_mount(mount, root, budget, progress)
@@ -542,6 +567,7 @@ def repack(
             overwrite=overwrite,
             writer="repack",
             storage_options=destination_storage_options,
+            held_bytes=held_bytes(budget),
         )
         with settled_on_failure(root):
             infos, root_copy = _repack_ordinary(source, root, budget, where, progress)

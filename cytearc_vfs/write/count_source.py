@@ -231,13 +231,20 @@ class _SparseSource:
         # a sum of duplicates can refuse (a pass over every value)
         self._matrix: Any = matrix
         self._canonical: sp.csr_array | None = None
+        #: Bytes of the canonical CSR copy held for the write (0: the input as given).
+        self.copied_bytes = 0
 
     @property
     def _csr(self) -> sp.csr_array:
         if self._canonical is None:
-            self._canonical = canonical_csr(self._matrix)
+            given = self._matrix
+            self._canonical = canonical_csr(given)
             self._matrix = None
             self.nnz_estimate = int(self._canonical.nnz)
+            if self._canonical is not given:
+                canonical = self._canonical
+                self.copied_bytes = canonical.data.nbytes + canonical.indices.nbytes
+                self.copied_bytes += canonical.indptr.nbytes
         return self._canonical
 
     def band(self, start: int, stop: int) -> sp.csr_array:

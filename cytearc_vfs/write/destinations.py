@@ -47,7 +47,7 @@ from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
 from .stopping import finish_sent, stop_work
-from .write_behind import ROOT_DOCUMENT, WriteBehindStore
+from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
 
 __all__ = [
     "check_destination",
@@ -302,6 +302,7 @@ def create_destination(
     overwrite: bool,
     writer: str,
     storage_options: Mapping[str, Any] | None = None,
+    held_bytes: int = MAX_HELD_BYTES,
 ) -> zarr.Group:
     """Check and create the destination; returns its writable root group.
 
@@ -318,6 +319,10 @@ def create_destination(
         every open refuses the store, naming the writer.
     storage_options
         Backend options of a URL destination.
+    held_bytes
+        Bound of the values the destination's write-behind store holds for
+        writes not yet stored (:func:`~cytearc_vfs.write.budget.held_bytes`
+        of the writer's memory budget: taken out of it, not added to it).
     """
     mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
     store = open_location(location, read_only=False, storage_options=storage_options)
@@ -339,6 +344,7 @@ def create_destination(
         absent_unless_written=True,
         documents={ROOT_DOCUMENT: document},
         commits=clears_pending_marker,
+        max_bytes=held_bytes,
     )
     return zarr.open_group(behind, mode="r+", zarr_format=3)
 

@@ -27,7 +27,16 @@ import zarr
 from ..format.count_dtype import checked_cast, resolve_count_dtype, summary_dtype
 from ..format.fingerprints import ContentHasher, dataset_fingerprint_of
 from ..format.flags import check_flag
-from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, require_fit
+from ..format.layout import (
+    DEFAULT_MEM_BUDGET,
+    LayoutPolicy,
+    LayoutTooLargeError,
+    count_layout,
+    group_bytes,
+    require_fit,
+    write_cost,
+)
+from ..format.option_names import option_name
 from ..format.paths import AssayPaths
 from ..format.records import (
     COUNT_LAYOUT_ATTR,
@@ -37,9 +46,10 @@ from ..format.records import (
     requires_transpose,
     resolve_assay_type,
 )
-from ..format.sizes import parse_size
+from ..format.sizes import format_size, parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.locations import Location, canonical_location, describe_location
+from .budget import budget_for, held_bytes, preparation_bytes, row_bytes
 from .count_source import (
     CountSource,
     DuplicateSumOverflowError,
@@ -114,6 +124,55 @@ def _table(
     return frame
 
 
+def _table_bytes(table: PreparedTable) -> int:
+    return sum(values.nbytes for _, values, _ in table.columns)
+
+
+def _fitted_layout(
+    policy: LayoutPolicy,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    nnz: int,
+    budget: int,
+    *,
+    tables: int,
+    reserved: int,
+    transpose: bool,
+) -> CountLayout:
+    """The layout of ``policy`` if the write fits ``budget``, else refuse naming the smallest that works.
+
+    ``tables`` is what the prepared tables hold, ``reserved`` what the write
+    holds beside its bands (docs/writing.md, "Memory budget").
+    """
+    rule = current_layout().rule
+    preparation = preparation_bytes(*shape, tables)
+    if preparation > budget:
+        layout = count_layout(
+            shape, dtype.name, dtype.itemsize, policy, transpose=transpose, rule=rule
+        )
+        least = max(
+            preparation, budget_for(write_cost(layout, dtype.itemsize, nnz, reserved=reserved))
+        )
+        raise LayoutTooLargeError(
+            f"preparing the cell and feature tables needs {format_size(preparation)}, over "
+            f"{option_name('mem_budget')} {format_size(budget)}; raise {option_name('mem_budget')} "
+            f"to at least {format_size(least)} ({least} bytes), the smallest that works with "
+            "this layout. Nothing was written"
+        )
+    return require_fit(
+        policy,
+        shape,
+        dtype.name,
+        dtype.itemsize,
+        nnz,
+        budget,
+        transpose=transpose,
+        rule=rule,
+        reserved=reserved,
+        budget_for=budget_for,
+    )
+
+
 def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
     """``band`` in the storage dtype, through the checked cast."""
     data = checked_cast(band.data, dtype, where=f"rows {start}:{stop}")
@@ -123,16 +182,19 @@ def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> 
 def _feature_groups(
     layout: CountLayout, itemsize: int, nnz: int, mem_budget: int
 ) -> list[tuple[int, int]]:
-    """Feature ranges whose transposed non-zeros fit the budget beside the band writes."""
+    """Feature ranges whose transposed non-zeros fit the budget beside the band writes.
+
+    ``mem_budget`` is what is left once everything held beside the bands is
+    taken out; :func:`~cytearc_vfs.format.layout.write_cost` of the layout
+    (which counts one countsT band of features) has fitted it.
+    """
     assert layout.counts_t is not None
     n_features = layout.shape[1]
     band_rows = layout.counts_t.shards[0]
-    dense = 4 * band_rows * layout.counts_t.shards[1] * itemsize
-    # A group holds one CSC copy of its non-zeros (value + int32 row index)
-    # plus, per counts band, an index pointer entry per feature.
-    counts_bands = -(-layout.shape[0] // max(1, layout.counts.shards[0]))
-    per_feature = 1.25 * (nnz / max(1, n_features)) * (itemsize + 4) + 8 * counts_bands + 16
-    capacity = max(band_rows, int(max(0, mem_budget - dense) / per_feature))
+    # the band writes' cost without a group, then as many features as the rest holds
+    bands = write_cost(layout, itemsize, nnz) - group_bytes(layout, itemsize, nnz, band_rows)
+    per_feature = max(1, group_bytes(layout, itemsize, nnz, band_rows)) / band_rows
+    capacity = max(band_rows, int(max(0, mem_budget - bands) / per_feature))
     capacity = max(band_rows, capacity // band_rows * band_rows)
     return [
         (start, min(n_features, start + capacity)) for start in range(0, n_features, capacity)
@@ -184,7 +246,13 @@ def write_counts(
         whose write does not fit ``mem_budget`` is refused, naming the
         largest halving that fits.
     mem_budget
-        Working-memory bound of the write (bytes or ``"2G"``); 2 GiB default.
+        Bound of the write's working memory (bytes or ``"2G"``; 2 GiB
+        default): every buffer that grows with the data, the destination's
+        write-behind included, fits it, within a fixed allowance of
+        :data:`~cytearc_vfs.write.budget.BUDGET_ALLOWANCE` (4 MiB)
+        for what does not (docs/writing.md, "Memory budget"). A budget no
+        layout fits is refused before anything is written, naming the
+        smallest that works.
     layer
         AnnData layer holding the counts (default: ``X``).
     storage_options
@@ -239,18 +307,29 @@ def write_counts(
         cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
         raise exc.naming(str(cell), str(feature)) from None
     dtype = resolve_count_dtype(value_range)
-    count_layout = require_fit(
+    # held beside the bands for the whole write: the write-behind's values (out of
+    # the budget), the tables and the count summaries (docs/writing.md, "Memory budget")
+    held = held_bytes(budget)
+    tables = _table_bytes(cell_table) + _table_bytes(feature_table)
+    # an input not in canonical CSR was copied into it (scanned above), and that copy
+    # is held until the write ends
+    reserved = row_bytes(*source.shape, tables) + getattr(source, "copied_bytes", 0)
+    layout_record = _fitted_layout(
         policy,
         source.shape,
-        dtype.name,
-        dtype.itemsize,
+        dtype,
         value_range.nnz,
         budget,
+        tables=tables,
+        reserved=reserved,
         transpose=transpose,
-        rule=current_layout().rule,
     )
     root = create_destination(
-        destination, overwrite=overwrite, writer="write_counts", storage_options=storage_options
+        destination,
+        overwrite=overwrite,
+        writer="write_counts",
+        storage_options=storage_options,
+        held_bytes=held,
     )
     location = canonical_location(destination)
     logger.info(
@@ -266,9 +345,9 @@ def write_counts(
             feature_table,
             resolved_type,
             dtype,
-            count_layout,
+            layout_record,
             value_range.nnz,
-            budget,
+            budget - held - reserved,
             progress,
         )
     except BaseException:
@@ -283,7 +362,7 @@ def write_counts(
         workspace=workspace,
         shape=source.shape,
         dtype=dtype,
-        layout=count_layout,
+        layout=layout_record,
         content_fingerprint=content,
         counts_fingerprint=content,
         dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),

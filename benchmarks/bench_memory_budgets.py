@@ -1,0 +1,224 @@
+"""Peak memory against ``mem_budget``, and write time, of this checkout and of a baseline.
+
+Each writer run (``write_counts`` of a tall, a wide and a dense-ish matrix,
+``repack``; to a local directory and to a loopback S3 server in a process of
+its own) is measured in a child process once with Python's allocations
+traced (the peak, against the budget) and, without tracing, timed (best of
+``--repeat``). The same runs are made with the baseline's code (by default
+the ``main`` branch, checked out into a temporary git worktree), and the
+ratios printed: peak / budget for each, and time after / before. At a small
+budget each version writes in the layout its own refusal names (an import
+uses a policy exactly); at the default budget, the default layout.
+
+    uv run python benchmarks/bench_memory_budgets.py [--baseline-ref main] [--repeat 3]
+        [--budgets 24M,2G] [--destinations local,s3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+SHAPES = {"tall": (40_000, 500, 0.1), "wide": (1_000, 20_000, 0.1), "dense": (8_000, 2_000, 0.5)}
+
+
+def cases(budgets: list[str], destinations: list[str]) -> list[tuple[str, str, str, str]]:
+    """(writer, input, budget, destination) of every run."""
+    return [
+        (writer, shape, budget, destination)
+        for writer, shape in [("write_counts", s) for s in SHAPES] + [("repack", "dense")]
+        for budget in budgets
+        for destination in destinations
+    ]
+
+
+CHILD = r"""
+import gc, json, re, sys, time, tracemalloc, urllib.request, uuid, tempfile
+from pathlib import Path
+import numpy as np, scipy.sparse as sp
+import cytearc_vfs as cv
+from cytearc_vfs.format.layout import LayoutPolicy
+
+writer, shape, budget, destination, options, repeat = json.loads(sys.argv[1])
+n, m, density = shape
+x = sp.random_array((n, m), density=density, format="csr", dtype=np.float64,
+                    rng=np.random.default_rng(0))
+x.data = np.ceil(x.data * 300)
+tmp = Path(tempfile.mkdtemp())
+
+def location():
+    if destination == "local":
+        return tmp / uuid.uuid4().hex, None
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    urllib.request.urlopen(urllib.request.Request(f"{options['endpoint']}/{bucket}", method="PUT")).close()
+    return f"s3://{bucket}/store", options
+
+def named_layout(write):
+    try:
+        write(tmp / uuid.uuid4().hex)
+    except ValueError as exc:
+        found = re.search(r"layout=LayoutPolicy\(unit_bytes=(\d+), chunk_bytes=(\d+)\)", str(exc))
+        if found:
+            return LayoutPolicy(int(found[1]), int(found[2]))
+        raise
+    return None
+
+if writer == "write_counts":
+    policy = named_layout(lambda where: cv.write_counts(where, x, mem_budget=budget))
+    def run():
+        where, storage = location()
+        cv.write_counts(where, x, mem_budget=budget, layout=policy, storage_options=storage)
+else:
+    source = tmp / "source.zarr"
+    cv.write_counts(source, x, layout=("4M", "256K"))
+    def run():
+        where, storage = location()
+        cv.repack(source, where, mem_budget=budget, destination_storage_options=storage)
+
+run()  # imports and first-use caches
+seconds = []
+for _ in range(repeat):
+    started = time.perf_counter(); run(); seconds.append(time.perf_counter() - started)
+gc.collect()
+tracemalloc.start()
+before, _ = tracemalloc.get_traced_memory()
+tracemalloc.reset_peak()
+run()
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+print(json.dumps({"peak": peak - before, "seconds": min(seconds)}))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_s3() -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise RuntimeError("moto's S3 server did not start") from None
+            time.sleep(0.1)
+    endpoint = f"http://127.0.0.1:{port}"
+    urllib.request.urlopen(endpoint, timeout=10).close()
+    return server, {
+        "endpoint": endpoint,
+        "access_key_id": "bench-key",
+        "secret_access_key": "bench-secret",
+        "region": "us-east-1",
+        "client_options": {"allow_http": True},
+    }
+
+
+def _measure(
+    code: Path, case: tuple[str, str, str, str], options: dict[str, Any], repeat: int
+) -> dict[str, Any]:
+    writer, shape, budget, destination = case
+    env = dict(os.environ)
+    # the checkout measured comes first on the path (its core and its adapters)
+    env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "adapters")])
+    argument = json.dumps([writer, SHAPES[shape], budget, destination, options, repeat])
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, argument],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+        check=False,
+    )
+    if result.returncode:
+        return {"error": result.stderr.strip().splitlines()[-1][:120]}
+    measured: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return measured
+
+
+def _budget_bytes(budget: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([MG])", budget).groups()  # type: ignore[union-attr]
+    return int(number) << (20 if unit == "M" else 30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-ref", default="main", help="git ref of the code before")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (best kept)")
+    parser.add_argument("--budgets", default="24M,2G", help="budgets, comma-separated (M or G)")
+    parser.add_argument("--destinations", default="local,s3", help="local and/or s3")
+    args = parser.parse_args()
+    baseline = Path(tempfile.mkdtemp()) / "baseline"
+    subprocess.run(
+        ["git", "-C", str(HERE), "worktree", "add", "--detach", str(baseline), args.baseline_ref],
+        check=True,
+        capture_output=True,
+    )
+    server, options = _start_s3()
+    try:
+        print(
+            f"{'writer':12} {'input':6} {'budget':>6} {'dest':5} | "
+            f"{'peak before':>11} {'/budget':>7} | {'peak after':>10} {'/budget':>7} | "
+            f"{'s before':>8} {'s after':>7} {'after/before':>12}"
+        )
+        for case in cases(args.budgets.split(","), args.destinations.split(",")):
+            before = _measure(baseline, case, options, args.repeat)
+            after = _measure(HERE, case, options, args.repeat)
+            writer, shape, budget, destination = case
+            limit = _budget_bytes(budget)
+
+            def peak(m: dict[str, Any], limit: int = limit) -> str:
+                if "error" in m:
+                    return f"{'refused':>11} {'':>7}"
+                return f"{m['peak'] / MiB:8.1f} MiB {m['peak'] / limit:7.2f}"
+
+            ratio = (
+                f"{after['seconds'] / before['seconds']:12.2f}"
+                if "seconds" in before and "seconds" in after
+                else f"{'-':>12}"
+            )
+            seconds = [
+                f"{m['seconds']:8.2f}" if "seconds" in m else f"{'-':>8}" for m in (before, after)
+            ]
+            print(
+                f"{writer:12} {shape:6} {budget:>6} {destination:5} | {peak(before)} | "
+                f"{peak(after)} | {seconds[0]} {seconds[1]:>7} {ratio}",
+                flush=True,
+            )
+            for m in (before, after):
+                if "error" in m:
+                    print(f"    {m['error']}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        subprocess.run(
+            ["git", "-C", str(HERE), "worktree", "remove", "--force", str(baseline)],
+            check=False,
+            capture_output=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
