@@ -1,8 +1,9 @@
 """What a writer's memory budget bounds, and the one fixed allowance beside it.
 
-``mem_budget`` of :func:`~cytearc_vfs.write.writer.write_counts`, ``repack``
-and ``create_composite`` bounds every buffer of the write that grows with
-the data: the bands being built, encoded and written
+``mem_budget`` of :func:`~cytearc_vfs.write.writer.write_counts` and
+``repack`` bounds every buffer of the write that grows with the data
+(``create_composite``'s bounds only its reads of partial sources, and the
+export's sizes a band: docs/writing.md, "Memory budget"): the bands being built, encoded and written
 (:func:`~cytearc_vfs.format.layout.write_cost`), the transposed non-zeros
 gathered for ``countsT``, the cell and feature tables and count summaries
 held for the whole write (:func:`row_bytes`), and the values the
