@@ -18,6 +18,7 @@ import asyncio
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from types import FrameType
@@ -54,12 +55,27 @@ class _Delivery:
     """Whether an interrupt has been taken: cleanup must not be cut short by another."""
 
     cleaning = False
+    #: inside the hook that delivers a swallowed interrupt again
+    redelivering = False
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     if _Delivery.cleaning:
         return  # one interrupt is enough: a second would cut the cleanup short
+    if _Delivery.redelivering:
+        # inside the hook below: raised here it would be swallowed again
+        _redeliver_later(signum)
+        return
     raise Interrupted(signum)
+
+
+def _redeliver_later(signum: int) -> None:
+    # From another thread, a moment later: the main thread takes the signal at
+    # its next bytecode outside the hook (interrupt_main called on the main
+    # thread itself would run the handler inside the hook, at once).
+    timer = threading.Timer(0.01, _thread.interrupt_main, args=(signal.Signals(signum),))
+    timer.daemon = True
+    timer.start()
 
 
 def _redeliver_swallowed(unraisable: Any) -> None:
@@ -70,7 +86,11 @@ def _redeliver_swallowed(unraisable: Any) -> None:
     exc = unraisable.exc_value
     if isinstance(exc, Interrupted):
         if not _Delivery.cleaning:
-            _thread.interrupt_main(signal.Signals(exc.signum))
+            _Delivery.redelivering = True
+            try:
+                _redeliver_later(exc.signum)
+            finally:
+                _Delivery.redelivering = False
         return
     _previous_hook(unraisable)
 
