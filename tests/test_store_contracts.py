@@ -36,6 +36,7 @@ from cytearc_vfs.remote.cached_store import CachedSourceStore
 from cytearc_vfs.remote.locations import open_location
 from cytearc_vfs.remote.pinned_store import PinnedSourceStore
 from cytearc_vfs.remote.source_cache import SourceCache
+from cytearc_vfs.write.stopping import FinishingStore
 from cytearc_vfs.write.write_behind import WriteBehindStore
 
 PROTO = default_buffer_prototype()
@@ -460,6 +461,7 @@ def test_every_store_class_has_a_contract_test() -> None:
         "PrefetchedStore",
         "PinnedSourceStore",
         "WriteBehindStore",
+        "FinishingStore",
         # the bases, run through the stores above and in test_store_keys.py
         "SourceReadWrapper",
         "KeyCheckedStore",
@@ -530,4 +532,56 @@ class TestWriteBehindStoreContract(CyteArcStoreTests[WriteBehindAt, cpu.Buffer])
         assert store.supports_writes
 
     def test_store_supports_listing(self, store: WriteBehindAt) -> None:
+        assert store.supports_listing
+
+
+# ------------------------------------------------------------------ finishing
+
+
+class FinishingAt(FinishingStore):
+    """``FinishingStore(LocalStore(root))``, callable as ``cls(root, read_only)``."""
+
+    def __init__(self, root: Path, read_only: bool = False) -> None:
+        super().__init__(LocalStore(root, read_only=read_only))
+        self.root = root
+
+    def _with_store(self, store: Store) -> FinishingAt:
+        # the same (possibly opened) LocalStore, as zarr's wrappers do
+        clone = object.__new__(type(self))
+        FinishingStore.__init__(clone, store)
+        clone.root = self.root
+        return clone
+
+    @classmethod
+    async def open(cls, root: Path, read_only: bool = False) -> FinishingAt:  # type: ignore[override]
+        store = cls(root, read_only=read_only)
+        await store._open()
+        return store
+
+
+class TestFinishingStoreContract(CyteArcStoreTests[FinishingAt, cpu.Buffer]):
+    """zarr's suite through the store a writer writes directly (the AnnData
+    export, an artifact group): its writes wait for the write they sent."""
+
+    store_cls = FinishingAt
+    buffer_cls = cpu.Buffer
+
+    async def set(self, store: FinishingAt, key: str, value: Buffer) -> None:
+        await LocalStore(store.root).set(key, value)
+
+    async def get(self, store: FinishingAt, key: str) -> Buffer:
+        return await _local_get(store.root, key)
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
+        (tmp_path / "dest").mkdir(exist_ok=True)
+        return {"root": tmp_path / "dest"}
+
+    def test_store_repr(self, store: FinishingAt) -> None:
+        assert "FinishingStore" in repr(store)
+
+    def test_store_supports_writes(self, store: FinishingAt) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store: FinishingAt) -> None:
         assert store.supports_listing

@@ -40,6 +40,7 @@ from cytearc_vfs.read.prefetch import PrefetchedStore
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
 from cytearc_vfs.remote.cached_store import CachedSourceStore
 from cytearc_vfs.remote.source_cache import SourceCache
+from cytearc_vfs.write.stopping import FinishingStore
 
 PROTO = default_buffer_prototype()
 VICTIM = "victim"
@@ -162,6 +163,7 @@ class World:
             "prefetched": PrefetchedStore(plain, {"zarr.json": b"{}"}),
             "counting": CountingStore(plain, ReadCounters()),
             "checked-wrapper": KeyCheckedWrapperStore(plain),
+            "finishing": FinishingStore(plain),
         }
 
 
@@ -177,7 +179,15 @@ def stores(world: World) -> dict[str, Store]:
     return world.stores()
 
 
-STORE_NAMES = ["composite", "mount", "cached-source", "prefetched", "counting", "checked-wrapper"]
+STORE_NAMES = [
+    "composite",
+    "mount",
+    "cached-source",
+    "prefetched",
+    "counting",
+    "checked-wrapper",
+    "finishing",
+]
 
 
 async def collect(iterator: AsyncIterator[Any]) -> list[Any]:

@@ -45,9 +45,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
-from zarr.storage import WrapperStore
+
+from ..format.key_checked import KeyCheckedWrapperStore
 
 __all__ = [
     "FinishingStore",
@@ -196,25 +196,26 @@ def stop_work(
         raise
 
 
-class FinishingStore(WrapperStore[Store]):
+class FinishingStore(KeyCheckedWrapperStore):
     """``store`` whose writes and deletes go through :func:`finish_sent`.
 
     For a writer that writes a store through zarr directly (the AnnData
     export, an artifact group) rather than through a
-    :class:`~cytearc_vfs.write.write_behind.WriteBehindStore`.
+    :class:`~cytearc_vfs.write.write_behind.WriteBehindStore`. Every key and
+    prefix is checked first, as by every store of the package.
     """
 
     async def set(self, key: str, value: Buffer) -> None:
-        await finish_sent(self._store.set(key, value))
+        await finish_sent(super().set(key, value))
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        await finish_sent(self._store.set_if_not_exists(key, value))
+        await finish_sent(super().set_if_not_exists(key, value))
 
     async def delete(self, key: str) -> None:
-        await finish_sent(self._store.delete(key))
+        await finish_sent(super().delete(key))
 
     async def delete_dir(self, prefix: str) -> None:
-        await finish_sent(self._store.delete_dir(prefix))
+        await finish_sent(super().delete_dir(prefix))
 
     def __repr__(self) -> str:
         return f"FinishingStore({self._store!r})"
