@@ -40,9 +40,8 @@ from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError
 from ..format.flags import check_flag
-from ..format.layout import DEFAULT_MEM_BUDGET, LayoutPolicy, count_layout, fit_policy, write_cost
+from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.nodes import array_at, group_at
-from ..format.option_names import option_name
 from ..format.paths import AssayPaths, join
 from ..format.records import COUNT_LAYOUT_ATTR, CountLayout
 from ..format.shard_tables import (
@@ -50,7 +49,7 @@ from ..format.shard_tables import (
     check_stored_shards,
     read_shard_table,
 )
-from ..format.sizes import format_size, parse_size
+from ..format.sizes import parse_size
 from ..format.source_store import (
     AssayInfo,
     check_assay_shards,
@@ -62,7 +61,7 @@ from ..format.store_keys import METADATA_DOCUMENTS
 from ..format.tables import read_table
 from ..read.prefetch import assay_documents, prefetched
 from ..remote.locations import Location, describe_location, open_location
-from ..write.budget import budget_for, held_bytes
+from ..write.budget import held_bytes
 from ..write.destinations import (
     check_no_overlap,
     create_destination,
@@ -72,13 +71,11 @@ from ..write.destinations import (
 from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
 from ..write.stopping import stops_on_exception
 from .records import MATRIX_SOURCE_ATTR
+from .repack_layout import MIN_REPACK_SHARD_ROWS, repack_layout
 
 __all__ = ["MIN_REPACK_SHARD_ROWS", "repack"]
 
 Progress = Callable[[str, int, int], None]
-#: A budget that would halve count shards below this many rows is refused:
-#: thousands of tiny shards make the rewrite and every later read slow.
-MIN_REPACK_SHARD_ROWS = 8
 
 
 def _refuse(store: Store, where: str) -> None:
@@ -93,83 +90,6 @@ def _refuse(store: Store, where: str) -> None:
         raise UnsupportedSourceError(
             f"{where} holds a pending derived assay ({pending}); finish or discard it first"
         )
-
-
-def _rewrite_budget(layout: CountLayout, itemsize: int) -> int:
-    """The smallest budget that rewrites counts in ``layout``: each band is read as it is written.
-
-    Reading a band through zarr holds about what writing it does (the band,
-    its decoded chunks, their stored bytes: :func:`write_cost` of dense
-    bands), and the destination's write-behind holds its share beside them.
-    """
-    return budget_for(2 * write_cost(layout, itemsize, 0))
-
-
-def _fitted(info: AssayInfo, budget: int) -> CountLayout:
-    layout = info.layout
-    itemsize = info.dtype.itemsize
-    policy = LayoutPolicy(layout.unit_bytes, layout.chunk_bytes)
-    transpose = layout.counts_t is not None
-    # the destination's write-behind holds its share of the budget beside the bands
-    held = held_bytes(budget)
-    # a store kept in its policy is copied shard by shard, which a budget of its
-    # band writes covers; one halved is rewritten, each band read as it is written
-    kept = budget_for(write_cost(layout, itemsize, 0)) <= budget
-    fitted = (
-        policy
-        if kept
-        else fit_policy(
-            policy,
-            layout.shape,
-            layout.dtype,
-            itemsize,
-            0,
-            max(0, budget - held) // 2,  # what _rewrite_budget(layout) <= budget means
-            transpose=transpose,
-        )
-    )
-    if fitted == policy:
-        # The policy is kept; its geometry is replayed by today's rule (a
-        # row-framed store's is the same: _copy_assays looks at the encoding)
-        return count_layout(layout.shape, layout.dtype, itemsize, policy, transpose=transpose)
-    if fitted is None:
-        smallest = count_layout(
-            layout.shape, layout.dtype, itemsize, LayoutPolicy(1, 1), transpose=transpose
-        )
-        least = _rewrite_budget(smallest, itemsize)
-        raise ValueError(
-            f"{option_name('mem_budget')} {format_size(budget)} is below what rewriting {info.paths.assay}'s "
-            f"{layout.shape[0]} x {layout.shape[1]} counts needs even in one-row shards "
-            f"(the smallest {option_name('mem_budget')} that works is {format_size(least)}, "
-            f"{least} bytes); give a larger {option_name('mem_budget')} (the store's own layout "
-            f"needs {format_size(_rewrite_budget(layout, itemsize))})"
-        )
-    fitted_layout = count_layout(layout.shape, layout.dtype, itemsize, fitted, transpose=transpose)
-    if fitted_layout.counts.shards[0] < MIN_REPACK_SHARD_ROWS:
-        least = _budget_for_rows(layout, itemsize, policy, MIN_REPACK_SHARD_ROWS)
-        raise ValueError(
-            f"{option_name('mem_budget')} {format_size(budget)} would rewrite {info.paths.assay}'s counts in "
-            f"shards of {fitted_layout.counts.shards[0]} row(s) "
-            f"({-(-layout.shape[0] // fitted_layout.counts.shards[0]):,} shard files), which is "
-            f"very slow to write and to read; give a {option_name('mem_budget')} of at least "
-            f"{format_size(least)} ({least} bytes)"
-        )
-    return fitted_layout
-
-
-def _budget_for_rows(layout: CountLayout, itemsize: int, policy: LayoutPolicy, rows: int) -> int:
-    """The rewrite budget of the largest halving of ``policy`` whose count shards still hold ``rows``."""
-    transpose = layout.counts_t is not None
-    current = policy
-    cost = _rewrite_budget(layout, itemsize)
-    while True:
-        candidate = count_layout(layout.shape, layout.dtype, itemsize, current, transpose=transpose)
-        if candidate.counts.shards[0] < rows:
-            return cost
-        cost = _rewrite_budget(candidate, itemsize)
-        if current == current.halved():
-            return cost
-        current = current.halved()
 
 
 def _copy_counts(
@@ -308,7 +228,7 @@ def _copy_assays(
     remaining = keys
     source_root = zarr.open_group(source, mode="r")
     for info in infos:
-        layout = _fitted(info, budget)
+        layout = repack_layout(info, budget)
         if layout == info.layout and _blosc_blocks(source_root, info):
             continue  # already what writers write: copied as it is
         counts_keys = [
@@ -546,7 +466,7 @@ def repack(
     if is_mount:
         mount = MountStore._verified(source, where, source_storage_options)
         for name in mount.record.assays:
-            _fitted(mount._infos[name], budget)  # refuses a budget before anything is written
+            repack_layout(mount._infos[name], budget)  # refuses a budget before anything is written
             # copying a shard that is not the written one would bake it in
             check_assay_shards(mount.source, mount._infos[name], where=where)
         root = create_destination(
@@ -560,7 +480,7 @@ def repack(
             infos, root_copy = _repack_mount(mount, root, budget, progress)
     else:
         for info in verify_store(source, where=where)[1]:
-            _fitted(info, budget)  # refuses a budget before anything is written
+            repack_layout(info, budget)  # refuses a budget before anything is written
             check_assay_shards(source, info, where=where)
         root = create_destination(
             destination,
