@@ -511,7 +511,6 @@ class TestWriteBehindStoreContract(CyteArcStoreTests[WriteBehindAt, cpu.Buffer])
 
     store_cls = WriteBehindAt
     buffer_cls = cpu.Buffer
-    refuses_clear = False  # a writer's own scratch view, not a store users open
 
     async def set(self, store: WriteBehindAt, key: str, value: Buffer) -> None:
         await LocalStore(store.root).set(key, value)

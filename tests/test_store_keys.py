@@ -39,8 +39,10 @@ from cytearc_vfs.format.store_keys import (
 from cytearc_vfs.read.prefetch import PrefetchedStore
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
 from cytearc_vfs.remote.cached_store import CachedSourceStore
+from cytearc_vfs.remote.pinned_store import PinnedSourceStore
 from cytearc_vfs.remote.source_cache import SourceCache
 from cytearc_vfs.write.stopping import FinishingStore
+from cytearc_vfs.write.write_behind import WriteBehindStore
 
 PROTO = default_buffer_prototype()
 VICTIM = "victim"
@@ -164,6 +166,12 @@ class World:
             "counting": CountingStore(plain, ReadCounters()),
             "checked-wrapper": KeyCheckedWrapperStore(plain),
             "finishing": FinishingStore(plain),
+            "write-behind": WriteBehindStore(plain),
+            # over a real source: a chunk missing from an array that is not
+            # there reads as the source gone, not as a miss
+            "pinned-source": PinnedSourceStore(
+                LocalStore(self.root / "a.zarr", read_only=True), name="a", where="a.zarr"
+            ),
         }
 
 
@@ -187,6 +195,8 @@ STORE_NAMES = [
     "counting",
     "checked-wrapper",
     "finishing",
+    "write-behind",
+    "pinned-source",
 ]
 
 
@@ -241,12 +251,13 @@ def before(world: World, stores: dict[str, Store]) -> dict[str, object]:
     return snapshot(world.root)
 
 
-# the composite and the mount are async-only (no *_sync methods)
+# stores without *_sync methods
+ASYNC_ONLY = ("composite", "mount", "write-behind")
 STORE_METHODS = [
     (store_name, method)
     for store_name in STORE_NAMES
     for method in [*KEY_METHODS, *SYNC_METHODS]
-    if method in KEY_METHODS or store_name not in ("composite", "mount")
+    if method in KEY_METHODS or store_name not in ASYNC_ONLY
 ]
 
 

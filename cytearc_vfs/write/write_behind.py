@@ -61,6 +61,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
+from ..format.key_checked import KeyCheckedStore
 from .stopping import finish_sent
 
 __all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
@@ -153,8 +154,11 @@ class _Writes:
     commit: asyncio.Lock | None = None
 
 
-class WriteBehindStore(Store):
+class WriteBehindStore(KeyCheckedStore):
     """``store`` with writes that go out concurrently behind the writer; see the module docstring.
+
+    Every key and prefix is checked on entry, as in every store of the package
+    (:class:`~cytearc_vfs.format.key_checked.KeyCheckedStore`).
 
     Parameters
     ----------
@@ -294,6 +298,7 @@ class WriteBehindStore(Store):
             self._writes.failure, self._writes.failed_key = exc, key
 
     async def set(self, key: str, value: Buffer) -> None:
+        self._check_key(key, "set")
         self._check_writable()
         self._raise_failure()
         _, changed, commit = self._sync_objects()
@@ -432,10 +437,12 @@ class WriteBehindStore(Store):
         self._raise_failure()
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        self._check_key(key, "set_if_not_exists")
         if not await self.exists(key):
             await self.set(key, value)
 
     async def delete(self, key: str) -> None:
+        self._check_key(key, "delete")
         self._check_writable()
         self._raise_failure()
         writes = self._writes
@@ -452,6 +459,7 @@ class WriteBehindStore(Store):
         self._raise_failure()
 
     async def delete_dir(self, prefix: str) -> None:
+        self._check_prefix(prefix, "delete_dir")
         self._check_writable()
         writes = self._writes
         if writes.written is not None:
@@ -483,6 +491,7 @@ class WriteBehindStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        self._check_key(key, "get")
         held = self._held(key)
         if held is not None:
             data = held if isinstance(held, bytes) else held.to_bytes()
@@ -494,11 +503,12 @@ class WriteBehindStore(Store):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
-        return list(
-            await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in key_ranges))
-        )
+        # every key is checked before any is read
+        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
+        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
 
     async def exists(self, key: str) -> bool:
+        self._check_key(key, "exists")
         if self._held(key) is not None:
             return True
         if self._absent(key):
@@ -508,6 +518,7 @@ class WriteBehindStore(Store):
         return await self.store.exists(key)
 
     async def getsize(self, key: str) -> int:
+        self._check_key(key, "getsize")
         held = self._held(key)
         if held is not None:
             return len(held)
@@ -526,12 +537,13 @@ class WriteBehindStore(Store):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self._check_prefix(prefix, "list_prefix")
         for key in await self._keys():
             if _below(key, prefix):
                 yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        base = prefix.strip("/")
+        base = self._check_prefix(prefix, "list_dir").strip("/")
         base = base + "/" if base else ""
         seen: set[str] = set()
         for key in await self._keys():
