@@ -25,6 +25,17 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the machine's cores, at most 4.
+
+    About a quarter of the suite's time is spent waiting (on the command-line
+    processes it starts, the loopback servers, the crash sweeps' children):
+    on 2 cores a third worker took the suite from 16 to 14 minutes.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(4, (cores or 1) + 1)
+
+
 def realistic_counts(
     n_cells: int, n_features: int, *, density: float = 0.05, seed: int = 0, dtype: str = "float32"
 ) -> sp.csr_array:
