@@ -9,6 +9,7 @@ Malformed elements fail with an error naming the element and the fault.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +68,31 @@ def assert_same(mine: Any, theirs: Any, where: str = "") -> None:
         assert mine == theirs and type(mine) is type(theirs), f"{where}: {mine!r} != {theirs!r}"
 
 
-@pytest.fixture(params=FORMATS, ids=lambda f: f"v{f}")
-def modern(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[AnnDataContainer, Path, int]:
-    path = tmp_path / "modern.zarr"
+# The containers are only read: written once for the module (about 1.3 s each).
+@pytest.fixture(scope="module", params=FORMATS, ids=lambda f: f"v{f}")
+def modern(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[AnnDataContainer, Path, int]:
+    path = tmp_path_factory.mktemp("modern") / "modern.zarr"
     write_modern(path, request.param)
     return AnnDataContainer.open(path), path, request.param
 
 
-@pytest.fixture(params=FORMATS, ids=lambda f: f"v{f}")
-def legacy(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[AnnDataContainer, Path, int]:
-    path = tmp_path / "legacy.zarr"
+@pytest.fixture(scope="module", params=FORMATS, ids=lambda f: f"v{f}")
+def legacy(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[AnnDataContainer, Path, int]:
+    path = tmp_path_factory.mktemp("legacy") / "legacy.zarr"
     write_legacy(path, request.param)
     return AnnDataContainer.open(path), path, request.param
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A modern v3 container without awkward arrays, copied by each test that damages it."""
+    path = tmp_path_factory.mktemp("pristine") / "pristine.zarr"
+    write_modern(path, 3, awkward=False)
+    return path
 
 
 def _anndata_read(path: Path, zarr_format: int, tmp_path: Path) -> ad.AnnData:
@@ -413,10 +427,10 @@ def _damage(path: Path, how: str) -> None:
     ],
 )
 def test_malformed_elements_are_named(
-    tmp_path: Path, how: str, read: str, error: type[Exception], message: str
+    pristine: Path, tmp_path: Path, how: str, read: str, error: type[Exception], message: str
 ) -> None:
     path = tmp_path / "bad.zarr"
-    write_modern(path, 3, awkward=False)
+    shutil.copytree(pristine, path)
     _damage(path, how)
     container = AnnDataContainer.open(path)
 

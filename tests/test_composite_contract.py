@@ -18,12 +18,21 @@ import cytearc_vfs as cv
 SMALL = cv.LayoutPolicy(64 * 1024, 4096)
 
 
-@pytest.fixture
-def two_sources(tmp_path: Path) -> dict[str, Path]:
+@pytest.fixture(scope="module")
+def written_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sources")
     a = realistic_counts(120, 30, density=0.1, seed=1)
     b = realistic_counts(80, 25, density=0.1, seed=2)
-    cv.write_counts(tmp_path / "a.zarr", a, features=[f"g{i}" for i in range(30)], layout=SMALL)
-    cv.write_counts(tmp_path / "b.zarr", b, features=[f"g{i}" for i in range(10, 35)], layout=SMALL)
+    cv.write_counts(root / "a.zarr", a, features=[f"g{i}" for i in range(30)], layout=SMALL)
+    cv.write_counts(root / "b.zarr", b, features=[f"g{i}" for i in range(10, 35)], layout=SMALL)
+    return root
+
+
+@pytest.fixture
+def two_sources(written_sources: Path, tmp_path: Path) -> dict[str, Path]:
+    """Two sources of the test's own (tests edit them), copied from ones written once."""
+    for name in ("a.zarr", "b.zarr"):
+        shutil.copytree(written_sources / name, tmp_path / name)
     return {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
 
 
