@@ -336,6 +336,34 @@ def test_a_column_name_too_long_for_a_file_system(
     ]
 
 
+@pytest.mark.parametrize("name", ["CD4%2fCD8", "note\x07", " "])
+def test_a_column_name_no_store_takes_as_a_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    """A column named so that every store of the package refuses its key (a URL
+    escape of '/', a control character, spaces only) is refused by write_counts
+    before writing, naming the remedy, and skipped by a composite with a
+    warning; it had failed half-way through the write, refused by the
+    destination's store. A ':' stays a plain name."""
+    from cytearc_vfs.remote.locations import open_location
+
+    data = named(base())
+    data.obs[name] = 1.0
+    data.obs["a:b"] = 2.0
+    with pytest.raises(ValueError, match=r"cannot be a Zarr array name.*rename it"):
+        cv.write_counts(tmp_path / "w.zarr", data)
+    assert not (tmp_path / "w.zarr").exists()
+    location = f"memory://odd-key-names-{tmp_path.name}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data.write_zarr(open_location(location, read_only=False))
+    store = cv.create_composite(tmp_path / "c.zarr", {"s": location})
+    cells = read_table(zarr.open_group(store, mode="r")["cellData"])
+    assert "a:b" in cells.columns and name not in cells.columns
+    store.close()
+    assert [r for r in caplog.records if repr(name) in r.getMessage()]
+
+
 def test_write_counts_reads_each_column_document_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,6 +26,8 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
+from .store_keys import key_problem
+
 __all__ = [
     "CATEGORICAL_ATTR",
     "MAX_COLUMN_NAME_BYTES",
@@ -78,7 +80,11 @@ def column_name_problem(name: object) -> str | None:
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_COLUMN_NAME_BYTES:
         return f"it is {size} bytes long in UTF-8, over the {MAX_COLUMN_NAME_BYTES} a file name may have"
-    return None
+    # the column is a key segment: what every store refuses in a key (a
+    # control character, '%2f', spaces and dots only) is refused here, before
+    # anything is written, and not by the destination's store half-way through
+    problem = key_problem(f"table/{name}")  # a segment below its table, as it is stored
+    return None if problem is None else f"it {problem.replace('has the segment', 'is')}"
 
 
 def _check_column_name(name: object, *, table: str) -> str:
@@ -87,7 +93,7 @@ def _check_column_name(name: object, *, table: str) -> str:
         raise ValueError(
             f"{table} column {name!r} cannot be a Zarr array name ({problem}); rename it to a "
             f"non-empty string of at most {MAX_COLUMN_NAME_BYTES} UTF-8 bytes without '/', "
-            "'\\' or a leading '.'"
+            "'\\', a leading '.', control characters or URL escapes of those"
         )
     assert isinstance(name, str)
     return name

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import pandas as pd
 
+from cytearc_vfs.format.store_keys import key_problem
+
 from .encodings import Encoding
 from .errors import MalformedElementError, UnsupportedElementError
 from .matrices import SparseMatrixElement
@@ -70,11 +72,20 @@ def index_member(node: Any, path: str) -> tuple[str, Any]:
 
 
 def column_names(
-    node: Any, path: str, members: dict[str, Any] | None = None
+    node: Any,
+    path: str,
+    members: dict[str, Any] | None = None,
+    unnamable: dict[str, str] | None = None,
 ) -> tuple[str, list[str]]:
     """``(index member, columns in order)`` of a dataframe group, checked; the member
     nodes found are put in ``members`` when given (each is looked up once: on
-    object storage every lookup is a request)."""
+    object storage every lookup is a request).
+
+    A member whose name no store of the package takes as a key segment (a URL
+    escape of '/', a control character: :func:`~cytearc_vfs.format.store_keys.key_problem`)
+    is refused, or, for a column and given ``unnamable``, put there with the
+    reason and not looked up.
+    """
     index = index_name(node, path)
     order = attribute(node, "column-order", [])
     if isinstance(order, str):  # h5py returns a single-column order as a plain string
@@ -84,6 +95,17 @@ def column_names(
             f"element {path}: 'column-order' must be a list of column names, found {order!r}"
         )
     for name in [index, *order]:
+        problem = key_problem(f"member/{name}")
+        if problem is not None:
+            what = "the index" if name == index else "column"
+            reason = (
+                f"element {path}: {what} {name!r} has a name no store of this package "
+                f"takes as a key (it {problem}); rename it in the source"
+            )
+            if unnamable is None or name == index:
+                raise MalformedElementError(reason)
+            unnamable[name] = reason
+            continue
         member = child(node, name)
         if members is not None:
             members[name] = member
@@ -175,7 +197,12 @@ def read_dataframe(
     out and appended there instead. The index is always required.
     """
     members: dict[str, Any] = {}
-    index_name, order = column_names(node, path, members)
+    unnamable: dict[str, str] = {}
+    index_name, order = column_names(node, path, members, None if skipped is None else unnamable)
+    for name, reason in unnamable.items():
+        assert skipped is not None
+        skipped.append(SkippedColumn(f"{path}/{name}", reason))
+    order = [name for name in order if name not in unnamable]
     legacy = encoding.version == "0.1.0"
     index = _column(reader, node, members[index_name], index_name, path, legacy)
     columns: dict[str, Any] = {}
