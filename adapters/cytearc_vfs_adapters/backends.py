@@ -19,7 +19,7 @@ import asyncio
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 
 from cytearc_vfs.format.object_keys import listing_prefix, object_key, store_key
+from cytearc_vfs.format.store_keys import check_key, check_prefix
 from cytearc_vfs.remote.locations import register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
@@ -156,15 +157,24 @@ class SharedClientObjectStore(ObjectStore[Any]):
 
     Every key is the client's key below ``key_prefix`` (the URL's path), which
     is how the core maps keys when it calls obstore itself
-    (:mod:`cytearc_vfs.format.object_keys`).
+    (:mod:`cytearc_vfs.format.object_keys`). Every key and prefix is checked
+    first (:mod:`cytearc_vfs.format.store_keys`): an HTTP server resolves
+    ``..`` in a path, so ``"../x"`` would read outside the prefix. Unlike the
+    package's stores above it, a backend may be emptied whole
+    (``delete_dir("")``: an unfinished remote destination is removed so).
     """
 
     def __init__(self, store: Any, key_prefix: str, *, read_only: bool = False) -> None:
         super().__init__(store, read_only=read_only)
         self.key_prefix = key_prefix.strip("/")
 
-    def _key(self, key: str) -> str:
-        return object_key(self, key)
+    def _key(self, key: str, op: str = "get") -> str:
+        return object_key(self, check_key(key, op=op, where=str(self)))
+
+    def _prefix(self, prefix: str, op: str) -> str:
+        if prefix == "":
+            return ""  # the whole store: listed, or emptied by delete_dir
+        return check_prefix(prefix, op=op, where=str(self)).strip("/")
 
     def __eq__(self, value: object) -> bool:
         return (
@@ -221,17 +231,31 @@ class SharedClientObjectStore(ObjectStore[Any]):
         prototype: BufferPrototype,
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
-        mapped = [(self._key(key), byte_range) for key, byte_range in key_ranges]
+        mapped = [(self._key(key, "get_partial_values"), rng) for key, rng in key_ranges]
         return list(await super().get_partial_values(prototype, mapped))
 
+    async def get_ranges(
+        self,
+        key: str,
+        byte_ranges: Sequence[ByteRequest | None],
+        *,
+        prototype: BufferPrototype,
+        **options: Any,
+    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
+        # checked here, not only in get(): zarr's coalescer would report the
+        # refusal inside an exception group, as if it were a failed read
+        check_key(key, op="get_ranges", where=str(self))
+        async for batch in super().get_ranges(key, byte_ranges, prototype=prototype, **options):
+            yield batch
+
     async def exists(self, key: str) -> bool:
-        return bool(await super().exists(self._key(key)))
+        return bool(await super().exists(self._key(key, "exists")))
 
     async def set(self, key: str, value: Buffer) -> None:
         from obstore.exceptions import PermissionDeniedError
 
         try:
-            await super().set(self._key(key), value)
+            await super().set(self._key(key, "set"), value)
         except PermissionDeniedError as exc:
             # translated here, once: a read-only HTTP server or a read-only
             # credential answers 403 in obstore's words, with a page of HTML
@@ -243,16 +267,16 @@ class SharedClientObjectStore(ObjectStore[Any]):
             ) from exc
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        await super().set_if_not_exists(self._key(key), value)
+        await super().set_if_not_exists(self._key(key, "set_if_not_exists"), value)
 
     async def delete(self, key: str) -> None:
-        await super().delete(self._key(key))
+        await super().delete(self._key(key, "delete"))
 
     async def delete_dir(self, prefix: str) -> None:
         # zarr's version deletes what it lists through self.delete, which would
         # prefix the listed (already prefixed) keys a second time
         self._check_writable()
-        keys = [key async for key in self.list_prefix(prefix.strip("/"))]
+        keys = [key async for key in self.list_prefix(self._prefix(prefix, "delete_dir"))]
         limit = asyncio.Semaphore(64)
 
         async def delete(key: str) -> None:
@@ -262,15 +286,16 @@ class SharedClientObjectStore(ObjectStore[Any]):
         await asyncio.gather(*(delete(key) for key in keys))
 
     async def _list(self, prefix: str | None = None) -> AsyncGenerator[Any, None]:
-        async for meta in super()._list(listing_prefix(self, prefix or "")):
+        checked = self._prefix(prefix or "", "list_prefix")
+        async for meta in super()._list(listing_prefix(self, checked)):
             yield {**meta, "path": store_key(self, meta["path"])}
 
     def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
         # zarr names the children relative to the prefix it listed
-        return super().list_dir(self._key(prefix.strip("/")))
+        return super().list_dir(object_key(self, self._prefix(prefix, "list_dir")))
 
     async def getsize(self, key: str) -> int:
-        return int(await super().getsize(self._key(key)))
+        return int(await super().getsize(self._key(key, "getsize")))
 
 
 def open_fsspec(url: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:

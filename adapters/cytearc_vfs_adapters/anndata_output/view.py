@@ -527,11 +527,22 @@ class AnnDataViewStore(KeyCheckedStore):
 
     async def set(self, key: str, value: Buffer) -> None:
         """Refused: the view is read-only (``ValueError``)."""
+        self._check_key(key, "set")  # an escaping key is named as such first
         raise ValueError(_READ_ONLY.format(where=self._where))
 
     async def delete(self, key: str) -> None:
         """Refused: the view is read-only (``ValueError``)."""
+        self._check_key(key, "delete")
         raise ValueError(_READ_ONLY.format(where=self._where))
+
+    async def delete_dir(self, prefix: str) -> None:
+        """Refused: the view is read-only (``ValueError``)."""
+        self._check_prefix(prefix, "delete_dir")
+        raise ValueError(_READ_ONLY.format(where=self._where))
+
+    async def clear(self) -> None:
+        """Refused, as ``delete_dir("")`` is in every store of the package."""
+        self._check_prefix("", "clear")
 
 
 def _below(key: str, prefix: str) -> bool:
