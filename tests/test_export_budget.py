@@ -73,6 +73,10 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         _adata(matrix, kind).write_zarr(source)
         paths[f"anndata {kind}"] = root / f"over-anndata-{kind}.zarr"
         cv.create_composite(paths[f"anndata {kind}"], {"a": source})
+    # the first export of a process imports anndata's and zarr's writers and makes
+    # the decoding threads' buffers: once a process, not the export's data
+    for suffix in ("h5ad", "zarr"):
+        export_anndata(paths["part a"], root / f"warm.{suffix}")
     return paths
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Unpack, cast
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from zarr.abc.store import Store
 from zarr.core.common import ZarrFormat
@@ -147,6 +148,62 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
     return path
 
 
+class _Column:
+    """A 1-D array of ``X`` written in order, values appended at its end.
+
+    For a ``.zarr`` only whole chunks are written, the values past the last
+    one waiting in memory (less than a chunk) for the next append: a write
+    ending inside a chunk would make zarr read, merge and re-encode that
+    chunk at the next append (three copies of it, and time). HDF5 merges
+    partial chunks in its own cache; its writes go straight through.
+    """
+
+    def __init__(self, array: Any, chunk: int, *, resizable: bool, whole_chunks: bool) -> None:
+        self._array = array
+        self._chunk = chunk
+        self._resizable = resizable
+        self._whole_chunks = whole_chunks
+        self._pending: list[npt.NDArray[Any]] = []
+        self._waiting = 0
+        self._written = 0
+
+    def append(self, values: npt.NDArray[Any]) -> None:
+        if not len(values):
+            return
+        if not self._whole_chunks:
+            self._write(values)
+            return
+        # fill the chunk begun by the values waiting, then whole chunks straight
+        # from ``values`` (a view, not a copy); the rest waits, copied
+        if self._waiting:
+            fill = min(len(values), self._chunk - self._waiting)
+            self._pending.append(values[:fill].copy())  # not a view keeping the band
+            self._waiting += fill
+            values = values[fill:]
+            if self._waiting < self._chunk:
+                return
+            self._write(np.concatenate(self._pending))
+            self._pending, self._waiting = [], 0
+        whole = len(values) // self._chunk * self._chunk
+        if whole:
+            self._write(values[:whole])
+        if whole < len(values):
+            self._pending, self._waiting = [values[whole:].copy()], len(values) - whole
+
+    def finish(self) -> None:
+        """Write the values still waiting."""
+        if self._pending:
+            self._write(np.concatenate(self._pending))
+            self._pending, self._waiting = [], 0
+
+    def _write(self, values: npt.NDArray[Any]) -> None:
+        stop = self._written + len(values)
+        if self._resizable:
+            self._array.resize((stop,))
+        self._array[self._written : stop] = values
+        self._written = stop
+
+
 class _CsrAppender:
     """Appends CSR bands to ``X`` of an open zarr group or h5py file, in cell order."""
 
@@ -158,32 +215,31 @@ class _CsrAppender:
         self._data = self._create(kind, "data", 0, dtype)
         self._indices = self._create(kind, "indices", 0, index_dtype)
         self._indptr = self._create(kind, "indptr", shape[0] + 1, np.dtype(np.int64))
-        self._indptr[0:1] = np.zeros(1, dtype=np.int64)
-        self._rows = 0
+        self._indptr.append(np.zeros(1, dtype=np.int64))
         self.nnz = 0
 
-    def _create(self, kind: Format, name: str, length: int, dtype: np.dtype) -> Any:
+    def _create(self, kind: Format, name: str, length: int, dtype: np.dtype) -> _Column:
         chunk = max(1, min(STREAM_CHUNK, length) if length else STREAM_CHUNK)
         if kind == "zarr":
-            return self._x.create_array(name, shape=(length,), dtype=dtype, chunks=(chunk,))
-        return self._x.create_dataset(
-            name, shape=(length,), dtype=dtype, maxshape=(None,), chunks=(chunk,)
-        )
+            array = self._x.create_array(name, shape=(length,), dtype=dtype, chunks=(chunk,))
+        else:
+            array = self._x.create_dataset(
+                name, shape=(length,), dtype=dtype, maxshape=(None,), chunks=(chunk,)
+            )
+        return _Column(array, chunk, resizable=not length, whole_chunks=kind == "zarr")
 
     def append(self, block: sp.csr_matrix) -> None:
         block.sum_duplicates()
-        start, stop = self.nnz, self.nnz + block.nnz
-        if block.nnz:
-            self._data.resize((stop,))
-            self._indices.resize((stop,))
-            self._data[start:stop] = block.data
-            self._indices[start:stop] = block.indices
-        rows = block.shape[0]
-        self._indptr[self._rows + 1 : self._rows + 1 + rows] = (
-            block.indptr[1:].astype(np.int64) + start
-        )
-        self._rows += rows
-        self.nnz = stop
+        start = self.nnz
+        self._data.append(block.data)
+        self._indices.append(block.indices)
+        self._indptr.append(block.indptr[1:].astype(np.int64) + start)
+        self.nnz += block.nnz
+
+    def finish(self) -> None:
+        """Write what waits for a whole chunk: the last values of each array."""
+        for column in (self._data, self._indices, self._indptr):
+            column.finish()
 
 
 def _read_tables(opened: OpenedAssay) -> tuple[list[Any], int]:
@@ -234,6 +290,7 @@ def _write(
         largest = max(largest, cells.stop - cells.start)
         if progress is not None:
             progress("export", cells.stop, opened.shape[0])
+    appender.finish()
     membership = uns.get("cytearc", {}).get("assayMembership", {}).get(opened.assay)
     # the root says "anndata" last (replacing UNFINISHED_ROOT): a temporary interrupted
     # before it is not one

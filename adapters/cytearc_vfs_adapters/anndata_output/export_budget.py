@@ -14,11 +14,11 @@ What grows with the data is counted:
   assembled block; :data:`_READ_ENTRY_COPIES`), the dense bands of a source
   read densely (:data:`_READ_DENSE_COPIES` a dense byte of the band), and
   its row pointers;
-* a band while it is appended: the block, the write's buffers of its
-  values, and for a ``.zarr`` the read-modify-write of the partial chunks of
-  ``data``, ``indices`` and ``indptr``, written one after another
-  (:data:`_ZARR_CHUNK_COPIES` of the largest chunk; HDF5 does that in
-  untraced C memory).
+* a band while it is appended: the block and the write's buffers of its
+  values; for a ``.zarr``, the values of ``data``, ``indices`` and ``indptr``
+  waiting for a whole chunk (less than a chunk of each, held throughout) and
+  the copies of a chunk completed from them (:data:`_ZARR_CHUNK_COPIES` of
+  the largest chunk; HDF5 merges partial chunks in untraced C memory).
 
 The entries a band holds come from ``rowPositive``, which is each cell's
 non-zero count for unsigned counts (the dtype of every non-negative integer
@@ -61,9 +61,10 @@ _READ_ENTRY_COPIES = 6
 _READ_DENSE_COPIES = 3
 # Appending: the block itself and the write's copies of its values.
 _APPEND_ENTRY_COPIES = 3
-# A .zarr append reads, merges and encodes the partial chunks it starts and
-# ends in, three copies of each, concurrently.
-_ZARR_CHUNK_COPIES = 6
+# A .zarr append writes whole chunks only (export._Column): the values past
+# the last one wait, less than a chunk of each array, held throughout; a chunk
+# completed from them is joined, then encoded (three copies of it at most).
+_ZARR_CHUNK_COPIES = 3
 # Row pointers of a band: the sources', the assembled block's, the appended ones.
 _BAND_ROW_BYTES = 64
 # Held for the whole export: each cell's entry count and the running sum of them.
@@ -118,8 +119,8 @@ def _fixed_bytes(opened: OpenedAssay, kind: str) -> tuple[int, int]:
         return held, 0
     value = opened.reader.dtype.itemsize
     index = index_dtype(n_features).itemsize
-    chunks = max(STREAM_CHUNK * max(value, index), min(STREAM_CHUNK, n_cells + 1) * 8)
-    return held, _ZARR_CHUNK_COPIES * chunks
+    chunks = [STREAM_CHUNK * value, STREAM_CHUNK * index, min(STREAM_CHUNK, n_cells + 1) * 8]
+    return held + sum(chunks), _ZARR_CHUNK_COPIES * max(chunks)
 
 
 def plan_bands(
