@@ -53,12 +53,12 @@ EXPORT_BUDGET = 64 << 20
 STREAM_CHUNK = 1 << 20
 
 # Measured (benchmarks/bench_export_budget.py, tests/test_export_budget.py)
-# with a margin: a sparse read holds each entry (index + value) about five
-# times at its peak (the parts, over-allocated while they grow, and the
+# with a margin: a sparse read holds each entry (index + value) up to about
+# four times at its peak (the parts, over-allocated while they grow, and the
 # assembled block); a source read densely holds up to two dense bands and
 # the non-zeros grown from them.
-_READ_ENTRY_COPIES = 6
-_READ_DENSE_COPIES = 3
+_READ_ENTRY_COPIES = 5
+_READ_DENSE_COPIES = 2.5
 # Appending: the block itself and the write's copies of its values.
 _APPEND_ENTRY_COPIES = 3
 # A .zarr append writes whole chunks only (export._Column): the values past
@@ -144,7 +144,7 @@ def plan_bands(
     entries = np.full(n_cells, n_features, np.int64) if counts is None else counts
     # bytes each cell adds to a band, read and appended
     read = entries * (_READ_ENTRY_COPIES * entry) + (
-        _READ_DENSE_COPIES * dense_row + _BAND_ROW_BYTES
+        int(_READ_DENSE_COPIES * dense_row) + _BAND_ROW_BYTES
     )
     append = entries * (_APPEND_ENTRY_COPIES * entry) + _BAND_ROW_BYTES
     held, chunk_bytes = _fixed_bytes(opened, kind)
