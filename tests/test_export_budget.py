@@ -120,10 +120,14 @@ def _arrays(out: Path) -> dict[str, Any]:
     }
 
 
-def test_the_bands_do_not_change_the_output(stores: dict[str, Path], tmp_path: Path) -> None:
-    store = stores["composite"]
-    few = _export(store, tmp_path / "few.zarr", mem_budget="2G")
-    many = _export(store, tmp_path / "many.zarr", mem_budget=BUDGET, band_bytes=200_000)
+@pytest.mark.parametrize("store", ["dense-ish", "composite"])
+def test_the_bands_do_not_change_the_output(
+    stores: dict[str, Path], tmp_path: Path, store: str
+) -> None:
+    # dense-ish: 1.5 million entries, so bands end inside, across and on chunks of 2^20
+    store_path = stores[store]
+    few = _export(store_path, tmp_path / "few.zarr", mem_budget="2G")
+    many = _export(store_path, tmp_path / "many.zarr", mem_budget=BUDGET, band_bytes=170_000)
     assert few.bands == 1 and many.bands > 10
     left, right = _arrays(tmp_path / "few.zarr"), _arrays(tmp_path / "many.zarr")
     assert left.keys() == right.keys()
@@ -134,10 +138,31 @@ def test_the_bands_do_not_change_the_output(stores: dict[str, Path], tmp_path: P
             np.testing.assert_array_equal(value[0], right[name][0])
             assert value[1:] == right[name][1:]
     exported = ad.read_zarr(tmp_path / "many.zarr")
-    loaded = cv.to_anndata(store, lazy=False)
+    loaded = cv.to_anndata(store_path, lazy=False)
     assert (exported.X != loaded.X).nnz == 0
     pd.testing.assert_frame_equal(exported.obs, loaded.obs, check_dtype=False)
     pd.testing.assert_frame_equal(exported.var, loaded.var, check_dtype=False)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_column_writes_whole_chunks_and_equals_its_appends(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    from cytearc_vfs_adapters.anndata_output.export import _Column
+
+    group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=zarr_format)
+    array = group.create_array("v", shape=(0,), dtype="int32", chunks=(7,))
+    column = _Column(array, 7, resizable=True, whole_chunks=True)
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 100, size, dtype=np.int32) for size in (3, 0, 4, 7, 15, 1, 2, 6, 20)]
+    lengths = []
+    for part in parts:
+        column.append(part)
+        lengths.append(array.shape[0])
+        assert array.shape[0] % 7 == 0  # whole chunks only, until the end
+    column.finish()
+    np.testing.assert_array_equal(array[:], np.concatenate(parts))
+    assert lengths == [0, 0, 7, 14, 28, 28, 28, 35, 56]
 
 
 @pytest.mark.parametrize("output", ["out.zarr", "out.h5ad"])
