@@ -39,11 +39,16 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
 def test_export_through_the_command_line(store: Path, tmp_path: Path, suffix: str) -> None:
     out = tmp_path / f"out{suffix}"
-    run = _cli("export", str(store), str(out), "--json", "--mem-budget", "16000")
+    # --mem-budget bounds the whole export (tests/test_export_budget.py): 16,000 bytes
+    # cannot hold it, and the refusal names the smallest budget that can
+    small = _cli("export", str(store), str(out), "--mem-budget", "16000")
+    assert small.returncode == 2 and "raise --mem-budget to at least" in small.stderr
+    assert not out.exists()
+    run = _cli("export", str(store), str(out), "--json", "--mem-budget", "32M")
     assert run.returncode == 0, run.stderr
     payload = json.loads(run.stdout)
     assert payload["shape"] == [900, 80] and payload["format"] == suffix[1:]
-    assert payload["bands"] == 5 and payload["bandCells"] == 200  # 16,000 B / 80 uint8
+    assert payload["bands"] == 1 and payload["bandCells"] == 900
     assert payload["membershipColumn"] is None
     assert run.stderr == ""  # no library warnings on the way
     back = ad.read_h5ad(out) if suffix == ".h5ad" else ad.read_zarr(out)

@@ -473,8 +473,8 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``export STORE OUT``: an AnnData .zarr or .h5ad, streamed."""
-    from cytearc_vfs_adapters.anndata_output.conversion import BAND_BYTES
     from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
+    from cytearc_vfs_adapters.anndata_output.export_budget import EXPORT_BUDGET
 
     from ..remote.locations import local_path
 
@@ -487,7 +487,6 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if local_path(args.location) is not None:
         require_store(args.location, command="export", kinds=("ordinary", "composite", "mount"))
     budget = mem_budget_option(args.mem_budget)
-    band_bytes = BAND_BYTES if budget is None else budget
     info = export_anndata(
         args.location,
         args.destination,
@@ -496,7 +495,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         workspace=args.workspace,
         storage_options=storage_options,
         source_storage_options=source_options,
-        band_bytes=band_bytes,
+        mem_budget=EXPORT_BUDGET if budget is None else budget,
         zarr_format=args.zarr_format,
         progress=bars,
     )

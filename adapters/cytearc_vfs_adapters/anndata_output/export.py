@@ -7,9 +7,10 @@ variable-length UTF-8 text), ``.zarr`` (Zarr v3, consolidated) or ``.h5ad``.
 applies (a raw export keeps every cell, unmeasured ones included, and
 declares the assay's membership column).
 
-``X`` is streamed: bands of cells are read through the gather reader (each
-band dense at most ``band_bytes``), converted to CSR and appended, so the
-matrix is never whole in memory.
+``X`` is streamed: bands of cells are read through the gather reader,
+converted to CSR and appended, so the matrix is never whole in memory. The
+bands are sized so the export keeps to ``mem_budget`` (:mod:`.export_budget`);
+a budget too small is refused before anything is written.
 
 Safe destination: everything is written under a temporary name beside the
 destination (``.NAME.<random>.partial``) and renamed onto it only when
@@ -32,26 +33,28 @@ from pathlib import Path
 from typing import Any, Literal, Unpack, cast
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from zarr.abc.store import Store
 from zarr.core.common import ZarrFormat
 
 from cytearc_vfs.format.flags import check_flag
+from cytearc_vfs.format.option_names import option_name
+from cytearc_vfs.format.sizes import parse_size
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.destinations import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 
 from .columns import check_encodable, plain_text
-from .conversion import BAND_BYTES, _anndata, cell_bands, read_frames
+from .conversion import _anndata, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
+from .export_budget import EXPORT_BUDGET, STREAM_CHUNK, BandPlan, plan_bands, table_bytes
 from .opened import OpenedAssay, OpenOptions, open_assay
 from .replacement import move_into_place, remove_output
 
 __all__ = ["ExportInfo", "export_anndata", "export_format"]
 
 Format = Literal["zarr", "h5ad"]
-#: Values per chunk of the streamed ``data`` and ``indices`` arrays.
-_STREAM_CHUNK = 1 << 20
 _EMPTY_MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
 #: Root attributes of an export until it is complete: an encoding no reader knows, so
 #: anndata (``IORegistryError``) and ``cytearc-vfs anndata ls`` refuse a killed one.
@@ -145,6 +148,62 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
     return path
 
 
+class _Column:
+    """A 1-D array of ``X`` written in order, values appended at its end.
+
+    For a ``.zarr`` only whole chunks are written, the values past the last
+    one waiting in memory (less than a chunk) for the next append: a write
+    ending inside a chunk would make zarr read, merge and re-encode that
+    chunk at the next append (three copies of it, and time). HDF5 merges
+    partial chunks in its own cache; its writes go straight through.
+    """
+
+    def __init__(self, array: Any, chunk: int, *, resizable: bool, whole_chunks: bool) -> None:
+        self._array = array
+        self._chunk = chunk
+        self._resizable = resizable
+        self._whole_chunks = whole_chunks
+        self._pending: list[npt.NDArray[Any]] = []
+        self._waiting = 0
+        self._written = 0
+
+    def append(self, values: npt.NDArray[Any]) -> None:
+        if not len(values):
+            return
+        if not self._whole_chunks:
+            self._write(values)
+            return
+        # fill the chunk begun by the values waiting, then whole chunks straight
+        # from ``values`` (a view, not a copy); the rest waits, copied
+        if self._waiting:
+            fill = min(len(values), self._chunk - self._waiting)
+            self._pending.append(values[:fill].copy())  # not a view keeping the band
+            self._waiting += fill
+            values = values[fill:]
+            if self._waiting < self._chunk:
+                return
+            self._write(np.concatenate(self._pending))
+            self._pending, self._waiting = [], 0
+        whole = len(values) // self._chunk * self._chunk
+        if whole:
+            self._write(values[:whole])
+        if whole < len(values):
+            self._pending, self._waiting = [values[whole:].copy()], len(values) - whole
+
+    def finish(self) -> None:
+        """Write the values still waiting."""
+        if self._pending:
+            self._write(np.concatenate(self._pending))
+            self._pending, self._waiting = [], 0
+
+    def _write(self, values: npt.NDArray[Any]) -> None:
+        stop = self._written + len(values)
+        if self._resizable:
+            self._array.resize((stop,))
+        self._array[self._written : stop] = values
+        self._written = stop
+
+
 class _CsrAppender:
     """Appends CSR bands to ``X`` of an open zarr group or h5py file, in cell order."""
 
@@ -156,63 +215,82 @@ class _CsrAppender:
         self._data = self._create(kind, "data", 0, dtype)
         self._indices = self._create(kind, "indices", 0, index_dtype)
         self._indptr = self._create(kind, "indptr", shape[0] + 1, np.dtype(np.int64))
-        self._indptr[0:1] = np.zeros(1, dtype=np.int64)
-        self._rows = 0
+        self._indptr.append(np.zeros(1, dtype=np.int64))
         self.nnz = 0
 
-    def _create(self, kind: Format, name: str, length: int, dtype: np.dtype) -> Any:
-        chunk = max(1, min(_STREAM_CHUNK, length) if length else _STREAM_CHUNK)
+    def _create(self, kind: Format, name: str, length: int, dtype: np.dtype) -> _Column:
+        chunk = max(1, min(STREAM_CHUNK, length) if length else STREAM_CHUNK)
         if kind == "zarr":
-            return self._x.create_array(name, shape=(length,), dtype=dtype, chunks=(chunk,))
-        return self._x.create_dataset(
-            name, shape=(length,), dtype=dtype, maxshape=(None,), chunks=(chunk,)
-        )
+            array = self._x.create_array(name, shape=(length,), dtype=dtype, chunks=(chunk,))
+        else:
+            array = self._x.create_dataset(
+                name, shape=(length,), dtype=dtype, maxshape=(None,), chunks=(chunk,)
+            )
+        return _Column(array, chunk, resizable=not length, whole_chunks=kind == "zarr")
 
     def append(self, block: sp.csr_matrix) -> None:
         block.sum_duplicates()
-        start, stop = self.nnz, self.nnz + block.nnz
-        if block.nnz:
-            self._data.resize((stop,))
-            self._indices.resize((stop,))
-            self._data[start:stop] = block.data
-            self._indices[start:stop] = block.indices
-        rows = block.shape[0]
-        self._indptr[self._rows + 1 : self._rows + 1 + rows] = (
-            block.indptr[1:].astype(np.int64) + start
-        )
-        self._rows += rows
-        self.nnz = stop
+        start = self.nnz
+        self._data.append(block.data)
+        self._indices.append(block.indices)
+        self._indptr.append(block.indptr[1:].astype(np.int64) + start)
+        self.nnz += block.nnz
+
+    def finish(self) -> None:
+        """Write what waits for a whole chunk: the last values of each array."""
+        for column in (self._data, self._indices, self._indptr):
+            column.finish()
+
+
+def _read_tables(opened: OpenedAssay) -> tuple[list[Any], int]:
+    """``[obs, var, uns]`` checked encodable, and the bytes the frames hold.
+
+    A list, so that :func:`_write` can drop the frames once they are written
+    (the budget does not hold them through the bands).
+    """
+    obs, var, uns = read_frames(opened)
+    check_encodable(obs.columns, table=opened.paths.cell_data)
+    check_encodable(var.columns, table=opened.paths.feature_data)
+    return [obs, var, uns], table_bytes(obs, var)
 
 
 def _write(
     group: Any,
     kind: Format,
     opened: OpenedAssay,
-    band_bytes: int,
+    tables: list[Any],
+    plan: BandPlan,
     progress: Progress | None,
 ) -> tuple[int, int, int, str | None]:
-    """Write every element into ``group``; returns (nnz, bands, largest band, membership)."""
+    """Write every element into ``group``; returns (nnz, bands, largest band, membership).
+
+    ``tables`` (``[obs, var, uns]``) is emptied: the frames are freed before the bands.
+    """
     write_elem = _anndata().io.write_elem
     # first (a zarr root has it from creation, _unfinished_root): a root without
     # attributes is what anndata 0.7 wrote, and anndata reads it, so a killed export's
     # temporary would read as an AnnData with empty rows
     group.attrs.update(UNFINISHED_ROOT)
-    obs, var, uns = read_frames(opened)
-    check_encodable(obs.columns, table=opened.paths.cell_data)
-    check_encodable(var.columns, table=opened.paths.feature_data)
+    obs, var, uns = tables
+    tables.clear()
     write_elem(group, "obs", plain_text(obs))
+    del obs
     write_elem(group, "var", plain_text(var))
+    del var
     write_elem(group, "uns", uns)
     for name in _EMPTY_MAPPINGS:
         write_elem(group, name, {})
     appender = _CsrAppender(group, kind, opened.shape, opened.reader.dtype)
     bands = largest = 0
-    for cells, block in cell_bands(opened, band_bytes):
+    for cells in plan.bands():
+        block = opened.reader.read_sparse(cells, None)
         appender.append(block)
+        del block  # before the next band is read
         bands += 1
         largest = max(largest, cells.stop - cells.start)
         if progress is not None:
             progress("export", cells.stop, opened.shape[0])
+    appender.finish()
     membership = uns.get("cytearc", {}).get("assayMembership", {}).get(opened.assay)
     # the root says "anndata" last (replacing UNFINISHED_ROOT): a temporary interrupted
     # before it is not one
@@ -224,7 +302,8 @@ def _write_to(
     temporary: Path,
     kind: Format,
     opened: OpenedAssay,
-    band_bytes: int,
+    tables: list[Any],
+    plan: BandPlan,
     progress: Progress | None,
     zarr_format: int,
 ) -> tuple[int, int, int, str | None]:
@@ -232,11 +311,11 @@ def _write_to(
         import h5py
 
         with h5py.File(temporary, "w-") as file:
-            return _write(file, kind, opened, band_bytes, progress)
+            return _write(file, kind, opened, tables, plan, progress)
     import zarr
 
     root = _unfinished_root(temporary, cast(ZarrFormat, zarr_format))
-    written = _write(root, kind, opened, band_bytes, progress)
+    written = _write(root, kind, opened, tables, plan, progress)
     with warnings.catch_warnings():
         # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
         warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
@@ -269,7 +348,8 @@ def export_anndata(
     assay: str = "RNA",
     *,
     overwrite: bool = False,
-    band_bytes: int = BAND_BYTES,
+    mem_budget: int | str = EXPORT_BUDGET,
+    band_bytes: int | None = None,
     zarr_format: int = 3,
     progress: Progress | None = None,
     **options: Unpack[OpenOptions],
@@ -286,8 +366,13 @@ def export_anndata(
         The assay whose counts become ``X``.
     overwrite
         Replace an AnnData already at ``destination`` (anything else is refused).
+    mem_budget
+        Bound of the export's memory (bytes, or a size such as ``"256M"``;
+        default 64 MiB): the bands of cells are sized so the export's peak
+        stays within it and a fixed allowance (docs/anndata-out.md).
     band_bytes
-        Bound of one dense band of cells read for ``X``.
+        Optional further bound of one band's dense bytes (cells x features x
+        item size); ``None``: the bands are as large as ``mem_budget`` allows.
     zarr_format
         Zarr format of a ``.zarr`` destination: 3 (default) or 2 (for readers
         without Zarr v3, such as anndata < 0.11). Ignored for ``.h5ad``.
@@ -302,23 +387,34 @@ def export_anndata(
     FileExistsError
         The destination exists (without ``overwrite``), or is not an AnnData.
     ValueError
-        The destination is not a local ``.zarr`` or ``.h5ad`` path.
+        The destination is not a local ``.zarr`` or ``.h5ad`` path, or
+        ``mem_budget`` is too small for this export (naming the smallest that
+        works; nothing is written).
     """
     started = time.perf_counter()
     check_flag(overwrite, "overwrite")
     kind = export_format(destination)
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, not {zarr_format!r}")
+    budget = parse_size(mem_budget, what=option_name("mem_budget"))
+    if band_bytes is not None and (isinstance(band_bytes, bool) or band_bytes < 1):
+        raise ValueError(
+            f"band_bytes must be a positive number of bytes or None, not {band_bytes!r}"
+        )
     path = _checked_destination(destination, overwrite)
     if not isinstance(location, Store):
         # inside the store, the export would add foreign keys to it; around it, an
         # overwrite would remove the store itself
         check_no_overlap(path, {"exported store": location})
     opened = open_assay(location, assay, **options)
+    # the tables are read and the bands planned before the temporary exists: a
+    # budget too small is refused with nothing written
+    tables, held = _read_tables(opened)
+    plan = plan_bands(opened, budget, kind, held, band_bytes)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
         nnz, bands, largest, membership = _write_to(
-            temporary, kind, opened, band_bytes, progress, zarr_format
+            temporary, kind, opened, tables, plan, progress, zarr_format
         )
         move_into_place(temporary, path)
     except BaseException:

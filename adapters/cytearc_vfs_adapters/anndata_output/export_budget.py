@@ -1,0 +1,192 @@
+"""What ``export_anndata``'s memory budget bounds, and the bands of cells sized to it.
+
+The export's traced peak (``tracemalloc``; docs/writing.md, "Memory budget")
+stays within ``mem_budget`` + :data:`~cytearc_vfs.write.budget.BUDGET_ALLOWANCE`.
+What grows with the data is counted:
+
+* the ``obs`` and ``var`` tables while they are read, made plain and encoded
+  (:data:`_TABLE_COPIES` times what the frames hold), before any band; they
+  are dropped before the first band;
+* each cell's entry count (the store's ``rowPositive`` summary), held for
+  the whole export;
+* a band while it is read: each non-zero as an index and a value several
+  times over (the sources' parts, grown as they are gathered, and the
+  assembled block; :data:`_READ_ENTRY_COPIES`), the dense bands of a source
+  read densely (:data:`_READ_DENSE_COPIES` a dense byte of the band), and
+  its row pointers;
+* a band while it is appended: the block and the write's buffers of its
+  values; for a ``.zarr``, the values of ``data``, ``indices`` and ``indptr``
+  waiting for a whole chunk (less than a chunk of each, held throughout) and
+  the copies of a chunk completed from them (:data:`_ZARR_CHUNK_COPIES` of
+  the largest chunk; HDF5 merges partial chunks in untraced C memory).
+
+The entries a band holds come from ``rowPositive``, which is each cell's
+non-zero count for unsigned counts (the dtype of every non-negative integer
+matrix). Other dtypes may hold negative values, which ``rowPositive`` does
+not count, so their bands are sized for every value being non-zero.
+
+A budget that no banding fits (the tables alone, or one cell's band, over
+it) is refused before anything is written, naming the smallest that works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import zarr
+
+from cytearc_vfs.format.option_names import option_name
+from cytearc_vfs.format.paths import join
+from cytearc_vfs.format.sizes import format_size
+from cytearc_vfs.read.sparse_rows import index_dtype
+
+from .opened import OpenedAssay
+
+__all__ = ["EXPORT_BUDGET", "STREAM_CHUNK", "BandPlan", "plan_bands", "table_bytes"]
+
+#: The default ``mem_budget`` of an export.
+EXPORT_BUDGET = 64 << 20
+#: Values per chunk of the streamed ``data`` and ``indices`` arrays (and at most of ``indptr``).
+STREAM_CHUNK = 1 << 20
+
+# Measured (benchmarks/bench_export_budget.py, tests/test_export_budget.py)
+# with a margin: a sparse read holds each entry (index + value) up to about
+# four times at its peak (the parts, over-allocated while they grow, and the
+# assembled block); a source read densely holds up to two dense bands and
+# the non-zeros grown from them.
+_READ_ENTRY_COPIES = 5
+_READ_DENSE_COPIES = 2.5
+# Appending: the block itself and the write's copies of its values.
+_APPEND_ENTRY_COPIES = 3
+# A .zarr append writes whole chunks only (export._Column): the values past
+# the last one wait, less than a chunk of each array, held throughout; a chunk
+# completed from them is joined, then encoded (three copies of it at most).
+_ZARR_CHUNK_COPIES = 3
+# Row pointers of a band: the sources', the assembled block's, the appended ones.
+_BAND_ROW_BYTES = 64
+# Held for the whole export: each cell's entry count and the running sum of them.
+_HELD_ROW_BYTES = 16
+# The tables: the frames, their plain copies and anndata's encoded copies, and
+# the stored columns they were read from.
+_TABLE_COPIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class BandPlan:
+    """The bands of cells of an export and what they cost."""
+
+    starts: npt.NDArray[np.int64]
+    """First cell of each band, then the number of cells."""
+    least: int
+    """The smallest budget this export works in (one cell a band)."""
+    peak: int
+    """Bytes the export is expected to hold at its peak, at most the budget."""
+
+    def bands(self) -> list[slice]:
+        """The bands, as slices of cells."""
+        return [
+            slice(int(a), int(b)) for a, b in zip(self.starts[:-1], self.starts[1:], strict=True)
+        ]
+
+
+def table_bytes(*frames: pd.DataFrame) -> int:
+    """Bytes the frames hold (their index and text included)."""
+    return sum(int(frame.memory_usage(index=True, deep=True).sum()) for frame in frames)
+
+
+def _entry_counts(opened: OpenedAssay) -> npt.NDArray[np.int64] | None:
+    """Each cell's non-zero count, or ``None`` where the store cannot say (see above)."""
+    if opened.reader.dtype.kind != "u":
+        return None
+    try:
+        summary = zarr.open_array(
+            opened.store, path=join(opened.paths.summaries, "rowPositive"), mode="r"
+        )
+        counts = np.asarray(summary[:], dtype=np.int64)
+    except (FileNotFoundError, KeyError, ValueError):  # a store without summaries
+        return None
+    return counts if counts.shape == (opened.shape[0],) else None
+
+
+def _fixed_bytes(opened: OpenedAssay, kind: str) -> tuple[int, int]:
+    """(bytes held through the bands, bytes of an append beside its band's entries)."""
+    n_cells, n_features = opened.shape
+    held = (n_cells + 1) * _HELD_ROW_BYTES
+    if kind != "zarr":
+        return held, 0
+    value = opened.reader.dtype.itemsize
+    index = index_dtype(n_features).itemsize
+    chunks = [STREAM_CHUNK * value, STREAM_CHUNK * index, min(STREAM_CHUNK, n_cells + 1) * 8]
+    return held + sum(chunks), _ZARR_CHUNK_COPIES * max(chunks)
+
+
+def plan_bands(
+    opened: OpenedAssay,
+    budget: int,
+    kind: str,
+    tables: int,
+    band_bytes: int | None = None,
+) -> BandPlan:
+    """Bands of cells whose export keeps to ``budget``; ``ValueError`` if none can.
+
+    ``kind`` is the output (``zarr`` or ``h5ad``), ``tables`` what the read
+    ``obs`` and ``var`` hold (:func:`table_bytes`), and ``band_bytes`` an
+    optional bound of a band's dense bytes.
+    """
+    n_cells, n_features = opened.shape
+    value = opened.reader.dtype.itemsize
+    entry = value + index_dtype(n_features).itemsize
+    dense_row = n_features * value
+    counts = _entry_counts(opened)
+    entries = np.full(n_cells, n_features, np.int64) if counts is None else counts
+    # bytes each cell adds to a band, read and appended
+    read = entries * (_READ_ENTRY_COPIES * entry) + (
+        int(_READ_DENSE_COPIES * dense_row) + _BAND_ROW_BYTES
+    )
+    append = entries * (_APPEND_ENTRY_COPIES * entry) + _BAND_ROW_BYTES
+    held, chunk_bytes = _fixed_bytes(opened, kind)
+    preparation = _TABLE_COPIES * tables
+    one_cell = held + max(int(read.max(initial=0)), int(append.max(initial=0)) + chunk_bytes)
+    least = max(preparation, one_cell)
+    if least > budget:
+        what = (
+            f"reading and encoding the obs and var tables needs {format_size(preparation)}"
+            if preparation >= one_cell
+            else f"streaming X needs {format_size(one_cell)} even in bands of one cell"
+        )
+        raise ValueError(
+            f"{option_name('mem_budget')} {format_size(budget)} is too small for exporting "
+            f"{opened.assay}'s {n_cells:,} x {n_features:,} counts: {what}; raise "
+            f"{option_name('mem_budget')} to at least {format_size(least)} ({least} bytes). "
+            "Nothing was written"
+        )
+    room = budget - held
+    cap = n_cells if band_bytes is None else max(1, band_bytes // max(1, dense_row))
+    cumulative_read = np.concatenate([[0], np.cumsum(read)])
+    cumulative_append = np.concatenate([[0], np.cumsum(append)])
+    starts, start, peak = [0], 0, preparation
+    while start < n_cells:
+        # the most cells from ``start`` whose read and append both fit the room
+        stop = min(
+            int(np.searchsorted(cumulative_read, cumulative_read[start] + room, "right")) - 1,
+            int(
+                np.searchsorted(
+                    cumulative_append, cumulative_append[start] + room - chunk_bytes, "right"
+                )
+            )
+            - 1,
+            start + cap,
+            n_cells,
+        )
+        stop = max(stop, start + 1)
+        cost = max(
+            int(cumulative_read[stop] - cumulative_read[start]),
+            int(cumulative_append[stop] - cumulative_append[start]) + chunk_bytes,
+        )
+        peak = max(peak, held + cost)
+        starts.append(stop)
+        start = stop
+    return BandPlan(np.asarray(starts, dtype=np.int64), least, peak)
