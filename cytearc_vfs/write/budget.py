@@ -2,7 +2,7 @@
 
 ``mem_budget`` of :func:`~cytearc_vfs.write.writer.write_counts` and
 ``repack`` bounds every buffer of the write that grows with the data
-(``create_composite``'s bounds only its reads of partial sources, and the
+(``create_composite``'s too, costed by :mod:`cytearc_vfs.composite.budget`; the
 export's sizes a band: docs/writing.md, "Memory budget"): the bands being built, encoded and written
 (:func:`~cytearc_vfs.format.layout.write_cost`), the transposed non-zeros
 gathered for ``countsT``, the cell and feature tables and count summaries
