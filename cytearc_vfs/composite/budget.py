@@ -65,7 +65,8 @@ class CreationCost:
     """The plan's arrays: cell maps, feature columns, output ids and names."""
     ids: int
     """The output ids (cells and features) as Python objects, while they are
-    checked, prepared and written."""
+    checked, prepared and written (as wide as the widest text column: each is
+    written as such objects too)."""
     tables: int
     """The output tables' prepared columns."""
     summaries: int
@@ -108,9 +109,17 @@ def _column_bytes(tables: Sequence[SourceTables], axis: str, length: int) -> int
     return total
 
 
-def _id_bytes(count: int, ids: np.ndarray) -> int:
-    """Bytes of ``count`` ids of ``ids``' width as Python objects."""
-    return count * (_ID_OBJECT_BYTES + max(1, ids.itemsize // 4))
+def _text_bytes(count: int, arrays: Sequence[npt.NDArray[Any]]) -> int:
+    """Bytes of ``count`` values as Python objects, as wide as the widest text of ``arrays``.
+
+    The ids, and each text column as it is written, are such objects.
+    """
+    width = max((values.itemsize for values in arrays if values.dtype.kind == "U"), default=4)
+    return count * (_ID_OBJECT_BYTES + width // 4)
+
+
+def _columns(tables: Sequence[SourceTables], axis: str) -> list[npt.NDArray[Any]]:
+    return [column.values for table in tables for column in getattr(table, axis).values()]
 
 
 def creation_cost(
@@ -165,7 +174,8 @@ def creation_cost(
         n_features,
         held_tables,
         sum(values.nbytes for values in arrays),
-        _id_bytes(n_cells, plan.cell_ids) + _id_bytes(n_features, plan.feature_ids),
+        _text_bytes(n_cells, [plan.cell_ids, *_columns(tables, "cells")])
+        + _text_bytes(n_features, [plan.feature_ids, *_columns(tables, "features")]),
         output,
         summaries,
         read,
