@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from test_memory_budgets import smallest_budget, traced_peak
+from test_memory_budgets import s3_process, smallest_budget, traced_peak  # noqa: F401 (fixture)
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
@@ -108,6 +108,31 @@ def test_create_composite_holds_its_budget(
             f"+ allowance {BUDGET_ALLOWANCE / MiB:.0f} MiB"
         )
         assert cv.open_store(destination).reader().shape[0] > 0
+
+
+def test_a_composite_on_s3_holds_its_budget(
+    tmp_path: Path, sources: dict[str, Path], request: pytest.FixtureRequest
+) -> None:
+    # the destination's write-behind holds what S3 has not yet stored: its share is counted
+    import urllib.request
+
+    s3 = request.getfixturevalue("s3_process")  # moto in a process of its own
+
+    bucket = f"bkt-{uuid.uuid4().hex[:12]}"
+    put = urllib.request.Request(f"{s3['endpoint']}/{bucket}", method="PUT")
+    urllib.request.urlopen(put, timeout=10).close()
+    names, options = CASES["intersection"]
+    locations = [sources[name] for name in names]
+    least = _least(tmp_path, locations, **options)
+    destination = f"s3://{bucket}/composite"
+    peak = traced_peak(
+        lambda: cv.create_composite(
+            destination, locations, mem_budget=least, storage_options=s3, **options
+        )
+    )
+    assert peak <= least + BUDGET_ALLOWANCE, f"peak {peak / MiB:.1f} MiB at {least / MiB:.1f} MiB"
+    opened = cv.open_store(destination, storage_options=s3)
+    assert cv.VirtualArrayReader(opened).shape == (2 * N_CELLS, 200)
 
 
 def test_a_budget_below_the_smallest_is_refused_before_writing(
