@@ -26,7 +26,7 @@ from cytearc_vfs.cli import main
 from cytearc_vfs.write.budget import BUDGET_ALLOWANCE
 
 MiB = 1 << 20
-N_CELLS, N_FEATURES = 12_000, 300
+N_CELLS, N_FEATURES = 8_000, 300
 
 
 def _counts(seed: int, n_cells: int = N_CELLS, n_features: int = N_FEATURES) -> sp.csr_array:
