@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         own="DEST",
         sources='the sources, by name ({"NAME": {...}}; only the remote ones need an entry)',
     )
-    _mem_budget(composite, "512M")
+    _mem_budget(composite, "2G")
     _overwrite(composite)
 
     mount = sub.add_parser(

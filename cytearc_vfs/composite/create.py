@@ -11,7 +11,6 @@ removes the marker, so a creation that dies at any instant never opens.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -23,26 +22,22 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
-from zarr.api.asynchronous import open_array as open_array_async
-from zarr.core.sync import sync
 from zarr.storage import MemoryStore
 
-from ..format.count_dtype import summary_dtype
 from ..format.fingerprints import combine
 from ..format.flags import check_flag
-from ..format.nodes import array_at
+from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.paths import check_name, join
 from ..format.records import dump_assay_types, requires_transpose
 from ..format.sizes import parse_size
 from ..format.store_io import get_json
 from ..format.tables import prepare_table, write_table
 from ..read.anndata_sources import AnnDataSpec
-from ..read.count_mapping import IdentityMapping
 from ..read.read_stats import ReadCounters
-from ..read.reader import VirtualArrayReader
-from ..read.sources import BoundSource, SourceSpec, bind_sources, rebind
+from ..read.sources import SourceSpec, bind_sources
 from ..remote.locations import Location, describe_location, reopenable_location
 from ..remote.source_cache import SourceCache
+from ..write.budget import held_bytes
 from ..write.destinations import (
     check_no_overlap,
     create_destination,
@@ -51,8 +46,9 @@ from ..write.destinations import (
 )
 from ..write.stopping import stops_on_exception
 from .anndata_records import write_anndata_sources
+from .budget import creation_cost, read_bytes, require_budget, usable_bytes
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
-from .maps import CompositePlan, FeatureChoice, array_fingerprint, plan_composite
+from .maps import FeatureChoice, array_fingerprint, plan_composite
 from .records import (
     COMPOSITE_ATTR,
     MAPS_GROUP,
@@ -62,6 +58,7 @@ from .records import (
     SourceBinding,
 )
 from .source_seals import write_seals
+from .summaries import composite_summaries
 
 __all__ = [
     "Sources",
@@ -166,146 +163,6 @@ def _named_sources(sources: Sources) -> Mapping[str, Location]:
     return source_names_from_locations(list(sources))
 
 
-async def _source_summaries(
-    sources: list[BoundSource],
-) -> list[dict[str, npt.NDArray[Any]] | None]:
-    """Every source's countSummaries arrays, all read concurrently.
-
-    Their documents were fetched (and verified) with the source, so each
-    array costs its chunks only, and every source's are in flight at once
-    (bounded by the views' shared limit).
-    """
-
-    async def one(source: BoundSource) -> dict[str, npt.NDArray[Any]]:
-        store = source.view if source.view is not None else source.store
-        names = ("rowSums", "rowPositive", "columnPositive")
-        arrays = await asyncio.gather(
-            *(
-                open_array_async(
-                    store=store,
-                    path=join(source.info.paths.summaries, name),
-                    mode="r",
-                    zarr_format=3,
-                )
-                for name in names
-            )
-        )
-        values = await asyncio.gather(*(array.getitem(...) for array in arrays))
-        return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}
-
-    async def none() -> None:
-        return None
-
-    # an AnnData source has no summaries: it is read (see _summaries)
-    return list(
-        await asyncio.gather(
-            *(none() if source.anndata is not None else one(source) for source in sources)
-        )
-    )
-
-
-def _summaries(
-    plan: CompositePlan, sources: list[BoundSource], mem_budget: int, progress: Progress | None
-) -> dict[str, npt.NDArray[Any]]:
-    """countSummaries of the composite, from source summaries where they apply, else by reading."""
-    n_cells, n_features = len(plan.row_sources), len(plan.feature_ids)
-    dtype = summary_dtype(plan.dtype)
-    row_sums = np.zeros(n_cells, dtype=dtype)
-    row_positive = np.zeros(n_cells, dtype=np.int64)
-    column_positive = np.zeros(n_features, dtype=np.int64)
-    stored = sync(_source_summaries(sources))
-    for index, source in enumerate(sources):
-        out_rows = np.flatnonzero(plan.row_sources == index)
-        rows = plan.source_rows[out_rows]
-        mapped = np.flatnonzero(plan.feature_columns[index] >= 0)
-        columns = plan.feature_columns[index][mapped]
-        summaries = stored[index]
-        all_features = len(columns) == source.info.shape[1]
-        all_cells = len(rows) == source.info.shape[0]
-        if summaries is None:  # an AnnData source: read it all, once
-            all_features = all_cells = False
-        if all_features:
-            assert summaries is not None
-            row_sums[out_rows] = summaries["rowSums"][rows]
-            row_positive[out_rows] = summaries["rowPositive"][rows]
-        if all_features and all_cells:
-            assert summaries is not None
-            column_positive[mapped] += summaries["columnPositive"][columns]
-            continue
-        # Part of the source is used: read exactly that part once, in row bands,
-        # through the source as it was bound (verified, pinned; no second open).
-        reader = _reader_of(source)
-        if source.anndata is not None and source.anndata.element.encoding == "csc_matrix":
-            # a feature-major source is read once in feature bands (a row band
-            # would read every stored entry each time)
-            _summaries_by_features(
-                reader,
-                rows,
-                columns,
-                out_rows,
-                mapped,
-                mem_budget,
-                dtype,
-                (row_sums, row_positive, column_positive),
-            )
-            continue
-        band = max(1, mem_budget // (3 * max(1, len(columns)) * max(8, plan.dtype.itemsize)))
-        for start in range(0, len(rows), band):
-            block = reader.read(rows[start : start + band], columns)
-            positive = block > 0
-            if not all_features:
-                row_sums[out_rows[start : start + band]] = block.sum(axis=1, dtype=dtype)
-                row_positive[out_rows[start : start + band]] = positive.sum(axis=1)
-            column_positive[mapped] += positive.sum(axis=0)
-            if progress:
-                progress(f"summaries {source.name}", min(len(rows), start + band), len(rows))
-    return {"rowSums": row_sums, "rowPositive": row_positive, "columnPositive": column_positive}
-
-
-def _summaries_by_features(
-    reader: VirtualArrayReader,
-    rows: npt.NDArray[np.int64],
-    columns: npt.NDArray[np.int64],
-    out_rows: npt.NDArray[np.int64],
-    mapped: npt.NDArray[np.int64],
-    mem_budget: int,
-    dtype: np.dtype,
-    totals: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
-) -> None:
-    """Add one source's summaries to ``totals`` (row sums, row positives, column
-    positives), reading ``rows`` x ``columns`` in bands of columns."""
-    row_sums, row_positive, column_positive = totals
-    sums = np.zeros(len(rows), dtype=dtype)
-    positives = np.zeros(len(rows), dtype=np.int64)
-    band = max(1, mem_budget // (3 * max(1, len(rows)) * 8))
-    for start in range(0, len(columns), band):
-        block = reader.read(rows, columns[start : start + band])
-        positive = block > 0
-        sums += block.sum(axis=1, dtype=dtype)
-        positives += positive.sum(axis=1)
-        column_positive[mapped[start : start + band]] += positive.sum(axis=0)
-    row_sums[out_rows] = sums
-    row_positive[out_rows] = positives
-
-
-def _reader_of(source: BoundSource) -> VirtualArrayReader:
-    """A reader of one bound source's counts, rows and columns as they are."""
-    counters = ReadCounters()
-    if source.anndata is not None:
-        mapping = IdentityMapping(rebind(source, counters), *source.anndata.index_arrays)
-        return VirtualArrayReader.from_mapping(mapping, counters, source.location)
-    store = source.view if source.view is not None else source.store
-    root = zarr.open_group(store, mode="r", zarr_format=3)
-    mapping = IdentityMapping(
-        rebind(source, counters),
-        array_at(root, join(source.info.paths.cell_data, "ids")),
-        array_at(root, join(source.info.paths.feature_data, "ids")),
-    )
-    return VirtualArrayReader.from_mapping(
-        mapping, counters, source.location, source.info.paths.assay
-    )
-
-
 @stops_on_exception
 def create_composite(
     destination: Location,
@@ -352,7 +209,12 @@ def create_composite(
         where they are, its obs and var indexes are its cell and feature ids
         (``docs/composite.md``, "AnnData sources").
     mem_budget
-        Working-memory bound of reading partial sources for the summaries.
+        Bound of the creation's memory (default 2 GiB, as for ``write_counts``;
+        about 4 million output cells with short ids): the sources' tables
+        as read, the cell maps, the output tables, the summaries and the
+        bands read from partial sources, beside a fixed 4 MiB allowance
+        (docs/writing.md, "Memory budget"). A budget too small is refused
+        before anything is written, naming the smallest that works.
     overwrite
         Replace a destination that a writer left unfinished, or a store the
         writers may replace (spec, "Writer destinations"); a complete
@@ -387,7 +249,7 @@ def create_composite(
         raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
     check_name(assay, what="assay")
     check_flag(overwrite, "overwrite")
-    budget = parse_size(mem_budget, what="mem_budget") if mem_budget is not None else 512 * 1024**2
+    budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     check_no_overlap(destination, sources)
     locations = {
         name: reopenable_location(location, what=f"source {name!r}")
@@ -406,7 +268,12 @@ def create_composite(
                 workspace=(source_workspaces or {}).get(name),
                 storage_options=(source_storage_options or {}).get(name),
                 # any source may be an AnnData store (bound as one when its root says so)
-                anndata=AnnDataSpec(_layer_element(name, (source_layers or {}).get(name))),
+                anndata=AnnDataSpec(
+                    _layer_element(name, (source_layers or {}).get(name)),
+                    # float counts are scanned at binding, every source's at once,
+                    # before anything else is held
+                    scan_bytes=usable_bytes(budget) // (2 * len(sources)),
+                ),
             )
             for name, location in sources.items()
         ],
@@ -422,6 +289,9 @@ def create_composite(
             )
     tables = read_source_tables(bound)
     plan = plan_composite(bound, tables, features=features, cells=cells)
+    # refused here, before anything is written, if the budget cannot hold
+    cost = creation_cost(tables, plan, bound)
+    require_budget(cost, budget)
     bindings = tuple(
         SourceBinding(
             name=source.name,
@@ -478,7 +348,7 @@ def create_composite(
         merge_feature_columns(tables, plan.feature_columns, feature_ids=plan.feature_ids),
         table="featureData",
     )
-    summaries = _summaries(plan, bound, budget, progress)
+    summaries = composite_summaries(plan, bound, read_bytes(cost, budget), progress)
     record = CompositeRecord(
         assay=assay,
         sources=bindings,
@@ -494,6 +364,7 @@ def create_composite(
         overwrite=overwrite,
         writer="create_composite",
         storage_options=storage_options,
+        held_bytes=held_bytes(budget),
     )
     with settled_on_failure(root):
         where = describe_location(destination)

@@ -84,11 +84,16 @@ __all__ = [
     "AnnDataSpec",
     "bind_anndata",
     "is_anndata_root",
+    "scan_cost",
+    "scan_rows",
 ]
 
 Indices = npt.NDArray[np.int64]
 # Values scanned per block when checking float counts at creation.
 SCAN_BLOCK = 1 << 23
+# Bytes a scanned float value costs beside its own: its decoded chunk before
+# the block is assembled, its encoded bytes, its floor and two masks.
+_SCAN_EXTRA_BYTES = 26
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,31 @@ class AnnDataSpec:
     """``X`` or ``layers/{name}``."""
     recorded: Mapping[str, Any] | None = None
     """The source's entry of ``_composite/anndataSources`` (at open), or ``None`` (creation)."""
+    scan_bytes: int | None = None
+    """Bytes a block of float counts scanned at creation may take (:func:`scan_rows`);
+    ``None``: :data:`SCAN_BLOCK` values."""
+
+
+def scan_rows(values: AsyncArray[Any], scan_bytes: int | None) -> int:
+    """Rows of ``values`` (``data`` or dense ``X``) scanned per block within ``scan_bytes``.
+
+    Whole chunks at a time (a block that cut a chunk would decode it twice),
+    at least one.
+    """
+    row_values = max(1, int(np.prod(values.shape[1:], dtype=np.int64)))
+    if scan_bytes is None:
+        return max(1, SCAN_BLOCK // row_values)
+    chunk = max(1, values.chunks[0])
+    per_row = row_values * (values.dtype.itemsize + _SCAN_EXTRA_BYTES)
+    return max(chunk, scan_bytes // per_row // chunk * chunk)
+
+
+def scan_cost(values: AsyncArray[Any], rows: int) -> int:
+    """Bytes of scanning ``rows`` rows of ``values`` at once (0 for integer values, not scanned)."""
+    if values.dtype.kind != "f":
+        return 0
+    row_values = max(1, int(np.prod(values.shape[1:], dtype=np.int64)))
+    return rows * row_values * (values.dtype.itemsize + _SCAN_EXTRA_BYTES)
 
 
 def is_anndata_root(root_document: bytes | None) -> bool:
@@ -245,7 +275,12 @@ class AnnDataCounts(ElementReads):
 
 
 async def _scan_dtype(
-    arrays: dict[str, AsyncArray[Any]], element: MatrixElement, *, name: str, where: str
+    arrays: dict[str, AsyncArray[Any]],
+    element: MatrixElement,
+    *,
+    name: str,
+    where: str,
+    scan_bytes: int | None,
 ) -> np.dtype:
     """The dtype the element's values are read as; float values must all be whole counts."""
     values = arrays["dense"] if element.encoding == "array" else arrays["data"]
@@ -260,7 +295,7 @@ async def _scan_dtype(
             "give a layer of integer counts with source_layers"
         )
     scanned: ValueRange | None = None
-    step = max(1, SCAN_BLOCK // max(1, int(np.prod(values.shape[1:]))))
+    step = scan_rows(values, scan_bytes)
     for start in range(0, values.shape[0], step):
         block = np.asarray(await values.getitem(slice(start, start + step)))
         part = scan_values(block, where=f"{element.path} of source {name!r}")
@@ -384,7 +419,9 @@ async def bind_anndata(
         "dtype": "",
     }
     counts = await _open(backend, reader.fetched, entry, fingerprints, where=where)
-    dtype = await _scan_dtype(counts.arrays, counts.element, name=name, where=where)
+    dtype = await _scan_dtype(
+        counts.arrays, counts.element, name=name, where=where, scan_bytes=spec.scan_bytes
+    )
     entry["dtype"] = dtype.name
     obs = IndexElement(*entry["obsIndex"])
     var = IndexElement(*entry["varIndex"])

@@ -2,8 +2,9 @@
 
 ``mem_budget`` of :func:`~cytearc_vfs.write.writer.write_counts` and
 ``repack`` bounds every buffer of the write that grows with the data
-(``create_composite``'s bounds only its reads of partial sources, and the
-export's sizes a band: docs/writing.md, "Memory budget"): the bands being built, encoded and written
+(``create_composite``'s too, costed by :mod:`cytearc_vfs.composite.budget`, and
+the AnnData export's, by ``cytearc_vfs_adapters.anndata_output.export_budget``):
+the bands being built, encoded and written
 (:func:`~cytearc_vfs.format.layout.write_cost`), the transposed non-zeros
 gathered for ``countsT``, the cell and feature tables and count summaries
 held for the whole write (:func:`row_bytes`), and the values the

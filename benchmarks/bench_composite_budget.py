@@ -1,0 +1,183 @@
+"""``create_composite``'s peak memory against ``mem_budget``, and its time, before and after.
+
+Sources (two CyteArc stores sharing part of their features, AnnData Zarr
+stores in CSR and CSC) are written once; each composite (whole, the
+features' intersection, a third of one source's cells, AnnData sources) is
+created in a child process, once with Python's allocations traced (the
+peak, against the budget) and, untraced, timed (best of ``--repeat``), with
+this checkout's code and with the baseline's (by default the ``main``
+branch, its files extracted by ``git archive`` into a temporary directory). Printed: peak / budget
+of each, and time after / before. A budget the new code refuses is shown
+with the smallest it names.
+
+    uv run python benchmarks/bench_composite_budget.py [--baseline-ref main] [--repeat 3]
+        [--budgets 64M,512M] [--cells 60000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "whole": (["a", "b"], {}),
+    "intersection": (["a", "b"], {"features": "intersection"}),
+    "cells": (["a", "b"], {"cells": "a:third"}),
+    "anndata": (["csr", "csc"], {}),
+}
+
+SOURCES = r"""
+import json, sys
+from pathlib import Path
+import anndata as ad, numpy as np, pandas as pd, scipy.sparse as sp
+import cytearc_vfs as cv
+
+root, n = Path(sys.argv[1]), int(sys.argv[2])
+def counts(seed, n_cells):
+    x = sp.random_array((n_cells, 500), density=0.1, format="csr", dtype=np.float64,
+                        rng=np.random.default_rng(seed))
+    x.data = np.ceil(x.data * 300)
+    return x
+def tables(name, n_cells, offset):
+    cells = pd.DataFrame({"depth": np.arange(n_cells, dtype=np.float64),
+                          "kind": pd.Categorical(np.array(["a", "b"])[np.arange(n_cells) % 2])},
+                         index=[f"{name}-cell{i}" for i in range(n_cells)])
+    return cells, pd.DataFrame(index=[f"gene{i + offset}" for i in range(500)])
+for seed, (name, offset) in enumerate([("a", 0), ("b", 200)]):
+    cells, features = tables(name, n, offset)
+    cv.write_counts(root / f"{name}.zarr", counts(seed, n), cells=cells, features=features)
+for seed, encoding in enumerate(["csr", "csc"]):
+    cells, features = tables(encoding, n // 2, 0)
+    x = counts(10 + seed, n // 2)
+    x = sp.csr_matrix(x) if encoding == "csr" else sp.csc_matrix(x)
+    ad.AnnData(X=x, obs=cells[["depth"]], var=features).write_zarr(root / f"{encoding}.zarr")
+"""
+
+CHILD = r"""
+import gc, json, re, sys, time, tracemalloc, uuid
+from pathlib import Path
+import numpy as np
+import cytearc_vfs as cv
+
+root, names, options, budget, repeat = json.loads(sys.argv[1])
+root = Path(root)
+if "cells" in options:  # "a:third:<cells of a>": every third cell of source a
+    options["cells"] = {"a": np.arange(0, int(options["cells"].split(":")[2]), 3)}
+locations = [root / f"{name}.zarr" for name in names]
+out = Path(sys.argv[2])
+
+def run():
+    cv.create_composite(out / uuid.uuid4().hex, locations, mem_budget=budget, **options)
+
+try:
+    run()  # imports and first-use caches
+except ValueError as exc:
+    found = re.search(r"\((\d+) bytes\)", str(exc))
+    print(json.dumps({"refused": int(found[1]) if found else None}))
+    sys.exit(0)
+seconds = []
+for _ in range(repeat):
+    started = time.perf_counter(); run(); seconds.append(time.perf_counter() - started)
+gc.collect()
+tracemalloc.start()
+before, _ = tracemalloc.get_traced_memory()
+tracemalloc.reset_peak()
+run()
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+print(json.dumps({"peak": peak - before, "seconds": min(seconds)}))
+"""
+
+
+def _python(code: Path, script: str, *arguments: str) -> dict[str, Any] | None:
+    env = dict(os.environ)
+    # the checkout measured comes first on the path (its core and its adapters)
+    env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "adapters")])
+    result = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+        check=False,
+    )
+    if result.returncode:
+        return {"error": result.stderr.strip().splitlines()[-1][:120]}
+    lines = result.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else None
+
+
+def _size(text: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([MG])", text).groups()  # type: ignore[union-attr]
+    return int(number) << (20 if unit == "M" else 30)
+
+
+def _peak(measured: dict[str, Any], budget: int) -> str:
+    if "refused" in measured:
+        return f"refused, needs {measured['refused'] / MiB:.1f} MiB".rjust(24)
+    if "error" in measured:
+        return f"{'error':>24}"
+    return f"{measured['peak'] / MiB:9.1f} MiB {measured['peak'] / budget:10.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-ref", default="main", help="git ref of the code before")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (best kept)")
+    parser.add_argument("--budgets", default="64M,512M", help="budgets, comma-separated (M or G)")
+    parser.add_argument("--cells", type=int, default=60_000, help="cells of each CyteArc source")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp())
+    baseline = work / "baseline"
+    baseline.mkdir()
+    # the baseline's files only (git archive): no worktree is registered in the repository
+    archive = subprocess.run(
+        ["git", "-C", str(HERE), "archive", args.baseline_ref], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive.stdout, check=True)
+    try:
+        (work / "sources").mkdir()
+        (work / "out").mkdir()
+        _python(HERE, SOURCES, str(work / "sources"), str(args.cells))
+        print(
+            f"{'case':12} {'budget':>6} | {'peak before':>13} {'/budget':>10} | "
+            f"{'peak after':>13} {'/budget':>10} | {'s before':>8} {'s after':>7} "
+            f"{'after/before':>12}"
+        )
+        for budget_text in args.budgets.split(","):
+            budget = _size(budget_text)
+            for case, (names, options) in CASES.items():
+                given = {k: f"{v}:{args.cells}" if k == "cells" else v for k, v in options.items()}
+                argument = json.dumps([str(work / "sources"), names, given, budget, args.repeat])
+                before = _python(baseline, CHILD, argument, str(work / "out")) or {}
+                after = _python(HERE, CHILD, argument, str(work / "out")) or {}
+                timed = "seconds" in before and "seconds" in after
+                ratio = f"{after['seconds'] / before['seconds']:12.2f}" if timed else f"{'-':>12}"
+                seconds = [
+                    f"{m['seconds']:8.2f}" if "seconds" in m else f"{'-':>8}"
+                    for m in (before, after)
+                ]
+                print(
+                    f"{case:12} {budget_text:>6} | {_peak(before, budget)} | "
+                    f"{_peak(after, budget)} | {seconds[0]} {seconds[1]:>7} {ratio}",
+                    flush=True,
+                )
+                for m in (before, after):
+                    if "error" in m:
+                        print(f"    {m['error']}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
