@@ -119,8 +119,11 @@ def scan_rows(values: AsyncArray[Any], scan_bytes: int | None) -> int:
     if scan_bytes is None:
         return max(1, SCAN_BLOCK // row_values)
     chunk = max(1, values.chunks[0])
-    per_row = row_values * (values.dtype.itemsize + _SCAN_EXTRA_BYTES)
-    return max(chunk, scan_bytes // per_row // chunk * chunk)
+    value_bytes = values.dtype.itemsize + _SCAN_EXTRA_BYTES
+    # no larger than the block scanned without a budget: a larger one only
+    # holds more memory (a 2 GiB budget would scan a source in 1 GiB blocks)
+    within = min(scan_bytes, SCAN_BLOCK * value_bytes)
+    return max(chunk, within // (row_values * value_bytes) // chunk * chunk)
 
 
 def scan_cost(values: AsyncArray[Any], rows: int) -> int:
