@@ -20,6 +20,7 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from cytearc_vfs_adapters.anndata_output.export import export_anndata
+from cytearc_vfs_adapters.anndata_output.export_budget import MIN_BAND_BYTES
 from test_memory_budgets import MiB, smallest_budget, traced_peak
 
 import cytearc_vfs as cv
@@ -83,6 +84,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _export(store: Path, out: Path, **options: Any) -> Any:
     zarr_format = options.pop("zarr_format", 3)
     return export_anndata(store, out, zarr_format=zarr_format, **options)
+
+
+def _traced_export(store: Path, out: Path, budget: int) -> tuple[Any, int]:
+    """The export's info and its traced peak."""
+    infos: list[Any] = []
+    peak = traced_peak(lambda: infos.append(_export(store, out, mem_budget=budget)))
+    return infos[0], peak
 
 
 @pytest.mark.parametrize(
@@ -179,11 +187,13 @@ def test_a_budget_too_small_is_refused_before_anything_is_written(
     with pytest.raises(ValueError, match="raise mem_budget"):
         _export(stores["dense-ish"], out, mem_budget=least - 1)
     assert list(tmp_path.iterdir()) == []
-    # the smallest budget holds (for .zarr it is set by the chunk writes, and one
-    # cell a band takes minutes here: a band a few cells larger)
-    budget = least if output.endswith(".h5ad") else least + 2 * MiB
-    peak = traced_peak(lambda: _export(stores["dense-ish"], out, mem_budget=budget))
-    assert peak <= budget + BUDGET_ALLOWANCE, f"peak {peak / MiB:.1f} MiB at {budget} bytes"
+    # the smallest budget holds, in bands of at least MIN_BAND_BYTES (of one cell
+    # each, a budget named so took minutes here)
+    info, peak = _traced_export(stores["dense-ish"], out, least)
+    assert peak <= least + BUDGET_ALLOWANCE, f"peak {peak / MiB:.1f} MiB at {least} bytes"
+    n_cells, n_features = info.shape
+    fewest = min(n_cells, -(-MIN_BAND_BYTES // n_features))  # uint8 counts: a byte a value
+    assert info.bands <= -(-n_cells // fewest)
 
 
 def test_the_command_line_refuses_with_one_line_and_exit_2(

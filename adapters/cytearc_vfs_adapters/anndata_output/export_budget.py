@@ -25,8 +25,12 @@ non-zero count for unsigned counts (the dtype of every non-negative integer
 matrix). Other dtypes may hold negative values, which ``rowPositive`` does
 not count, so their bands are sized for every value being non-zero.
 
-A budget that no banding fits (the tables alone, or one cell's band, over
-it) is refused before anything is written, naming the smallest that works.
+A band holds at least :data:`MIN_BAND_BYTES` of cells in dense form (at
+least one cell): bands of a cell each would make the smallest budget named
+useless (each band is a read of its own: 2,000 bands of one cell took
+149 s on a loaded machine). A budget that no banding fits (the tables alone, or the
+costliest of those smallest bands, over it) is refused before anything is
+written, naming the smallest that works.
 """
 
 from __future__ import annotations
@@ -45,12 +49,21 @@ from cytearc_vfs.read.sparse_rows import index_dtype
 
 from .opened import OpenedAssay
 
-__all__ = ["EXPORT_BUDGET", "STREAM_CHUNK", "BandPlan", "plan_bands", "table_bytes"]
+__all__ = [
+    "EXPORT_BUDGET",
+    "MIN_BAND_BYTES",
+    "STREAM_CHUNK",
+    "BandPlan",
+    "plan_bands",
+    "table_bytes",
+]
 
 #: The default ``mem_budget`` of an export.
 EXPORT_BUDGET = 64 << 20
 #: Values per chunk of the streamed ``data`` and ``indices`` arrays (and at most of ``indptr``).
 STREAM_CHUNK = 1 << 20
+#: Dense bytes of cells a band holds at least (one cell at least), as creation's bands.
+MIN_BAND_BYTES = 1 << 20
 
 # Measured (benchmarks/bench_export_budget.py, tests/test_export_budget.py)
 # with a margin: a sparse read holds each entry (index + value) up to about
@@ -81,7 +94,7 @@ class BandPlan:
     starts: npt.NDArray[np.int64]
     """First cell of each band, then the number of cells."""
     least: int
-    """The smallest budget this export works in (one cell a band)."""
+    """The smallest budget this export works in (bands of :data:`MIN_BAND_BYTES`)."""
     peak: int
     """Bytes the export is expected to hold at its peak, at most the budget."""
 
@@ -149,13 +162,23 @@ def plan_bands(
     append = entries * (_APPEND_ENTRY_COPIES * entry) + _BAND_ROW_BYTES
     held, chunk_bytes = _fixed_bytes(opened, kind)
     preparation = _TABLE_COPIES * tables
-    one_cell = held + max(int(read.max(initial=0)), int(append.max(initial=0)) + chunk_bytes)
-    least = max(preparation, one_cell)
+    cap = n_cells if band_bytes is None else max(1, band_bytes // max(1, dense_row))
+    # the fewest cells of a band, and what the costliest band of that many holds
+    fewest = max(1, min(cap, n_cells, -(-MIN_BAND_BYTES // max(1, dense_row))))
+    cumulative_read = np.concatenate([[0], np.cumsum(read)])
+    cumulative_append = np.concatenate([[0], np.cumsum(append)])
+    smallest_band = held + max(
+        int(np.max(cumulative_read[fewest:] - cumulative_read[:-fewest], initial=0)),
+        int(np.max(cumulative_append[fewest:] - cumulative_append[:-fewest], initial=0))
+        + chunk_bytes,
+    )
+    least = max(preparation, smallest_band)
     if least > budget:
         what = (
             f"reading and encoding the obs and var tables needs {format_size(preparation)}"
-            if preparation >= one_cell
-            else f"streaming X needs {format_size(one_cell)} even in bands of one cell"
+            if preparation >= smallest_band
+            else f"streaming X needs {format_size(smallest_band)} in its smallest bands "
+            f"({fewest:,} cells)"
         )
         raise ValueError(
             f"{option_name('mem_budget')} {format_size(budget)} is too small for exporting "
@@ -164,9 +187,6 @@ def plan_bands(
             "Nothing was written"
         )
     room = budget - held
-    cap = n_cells if band_bytes is None else max(1, band_bytes // max(1, dense_row))
-    cumulative_read = np.concatenate([[0], np.cumsum(read)])
-    cumulative_append = np.concatenate([[0], np.cumsum(append)])
     starts, start, peak = [0], 0, preparation
     while start < n_cells:
         # the most cells from ``start`` whose read and append both fit the room
@@ -181,7 +201,7 @@ def plan_bands(
             start + cap,
             n_cells,
         )
-        stop = max(stop, start + 1)
+        stop = max(stop, min(start + fewest, n_cells))
         cost = max(
             int(cumulative_read[stop] - cumulative_read[start]),
             int(cumulative_append[stop] - cumulative_append[start]) + chunk_bytes,
