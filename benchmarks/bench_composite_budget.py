@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkout_runs import run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -99,29 +100,6 @@ print(json.dumps({"peak": peak - before, "seconds": min(seconds)}))
 """
 
 
-def _python(code: Path, script: str, *arguments: str) -> dict[str, Any] | None:
-    env = dict(os.environ)
-    # the checkout measured comes first on the path (its core and its adapters)
-    env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "adapters")])
-    result = subprocess.run(
-        [sys.executable, "-c", script, *arguments],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tempfile.gettempdir(),
-        check=False,
-    )
-    if result.returncode:
-        return {"error": result.stderr.strip().splitlines()[-1][:120]}
-    lines = result.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else None
-
-
-def _size(text: str) -> int:
-    number, unit = re.fullmatch(r"(\d+)([MG])", text).groups()  # type: ignore[union-attr]
-    return int(number) << (20 if unit == "M" else 30)
-
-
 def _peak(measured: dict[str, Any], budget: int) -> str:
     if "refused" in measured:
         return f"refused, needs {measured['refused'] / MiB:.1f} MiB".rjust(24)
@@ -148,19 +126,19 @@ def main() -> None:
     try:
         (work / "sources").mkdir()
         (work / "out").mkdir()
-        _python(HERE, SOURCES, str(work / "sources"), str(args.cells))
+        run_in_checkout(HERE, SOURCES, str(work / "sources"), str(args.cells))
         print(
             f"{'case':12} {'budget':>6} | {'peak before':>13} {'/budget':>10} | "
             f"{'peak after':>13} {'/budget':>10} | {'s before':>8} {'s after':>7} "
             f"{'after/before':>12}"
         )
         for budget_text in args.budgets.split(","):
-            budget = _size(budget_text)
+            budget = size_bytes(budget_text)
             for case, (names, options) in CASES.items():
                 given = {k: f"{v}:{args.cells}" if k == "cells" else v for k, v in options.items()}
                 argument = json.dumps([str(work / "sources"), names, given, budget, args.repeat])
-                before = _python(baseline, CHILD, argument, str(work / "out")) or {}
-                after = _python(HERE, CHILD, argument, str(work / "out")) or {}
+                before = run_in_checkout(baseline, CHILD, argument, str(work / "out")) or {}
+                after = run_in_checkout(HERE, CHILD, argument, str(work / "out")) or {}
                 timed = "seconds" in before and "seconds" in after
                 ratio = f"{after['seconds'] / before['seconds']:12.2f}" if timed else f"{'-':>12}"
                 seconds = [

@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkout_runs import run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -89,26 +91,7 @@ print(json.dumps({"peak": peak - before, "seconds": min(seconds), "bands": info.
 
 
 def _measure(code: Path, store: Path, output: str, budget: int, repeat: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    # the checkout measured comes first on the path (its core and its adapters)
-    env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "adapters")])
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps([str(store), output, budget, repeat])],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tempfile.gettempdir(),
-        check=False,
-    )
-    if result.returncode:
-        return {"error": result.stderr.strip().splitlines()[-1][:160]}
-    measured: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return measured
-
-
-def _budget_bytes(budget: str) -> int:
-    number, unit = re.fullmatch(r"(\d+)([MG])", budget).groups()  # type: ignore[union-attr]
-    return int(number) << (20 if unit == "M" else 30)
+    return run_in_checkout(code, CHILD, json.dumps([str(store), output, budget, repeat])) or {}
 
 
 def _peak(measured: dict[str, Any], budget: int) -> str:
@@ -160,7 +143,7 @@ def main() -> None:
             store = scratch / f"{name.replace(' ', '-')}.zarr"
             for output in args.outputs.split(","):
                 for budget in args.budgets.split(","):
-                    limit = _budget_bytes(budget)
+                    limit = size_bytes(budget)
                     before = _measure(baseline, store, output, limit, args.repeat)
                     after = _measure(HERE, store, output, limit, args.repeat)
                     ratio = (

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import socket
 import subprocess
 import sys
@@ -28,6 +26,9 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkout_runs import run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -140,27 +141,8 @@ def _measure(
     code: Path, case: tuple[str, str, str, str], options: dict[str, Any], repeat: int
 ) -> dict[str, Any]:
     writer, shape, budget, destination = case
-    env = dict(os.environ)
-    # the checkout measured comes first on the path (its core and its adapters)
-    env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "adapters")])
     argument = json.dumps([writer, SHAPES[shape], budget, destination, options, repeat])
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, argument],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tempfile.gettempdir(),
-        check=False,
-    )
-    if result.returncode:
-        return {"error": result.stderr.strip().splitlines()[-1][:120]}
-    measured: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return measured
-
-
-def _budget_bytes(budget: str) -> int:
-    number, unit = re.fullmatch(r"(\d+)([MG])", budget).groups()  # type: ignore[union-attr]
-    return int(number) << (20 if unit == "M" else 30)
+    return run_in_checkout(code, CHILD, argument) or {}
 
 
 def main() -> None:
@@ -187,7 +169,7 @@ def main() -> None:
             before = _measure(baseline, case, options, args.repeat)
             after = _measure(HERE, case, options, args.repeat)
             writer, shape, budget, destination = case
-            limit = _budget_bytes(budget)
+            limit = size_bytes(budget)
 
             def peak(m: dict[str, Any], limit: int = limit) -> str:
                 if "error" in m:
