@@ -65,8 +65,9 @@ for seed, encoding in enumerate(["csr", "csc"]):
 """
 
 CHILD = r"""
-import gc, json, re, sys, time, tracemalloc, uuid
+import json, re, sys, uuid
 from pathlib import Path
+from checkout_runs import peak_and_seconds
 import numpy as np
 import cytearc_vfs as cv
 
@@ -86,17 +87,7 @@ except ValueError as exc:
     found = re.search(r"\((\d+) bytes\)", str(exc))
     print(json.dumps({"refused": int(found[1]) if found else None}))
     sys.exit(0)
-seconds = []
-for _ in range(repeat):
-    started = time.perf_counter(); run(); seconds.append(time.perf_counter() - started)
-gc.collect()
-tracemalloc.start()
-before, _ = tracemalloc.get_traced_memory()
-tracemalloc.reset_peak()
-run()
-_, peak = tracemalloc.get_traced_memory()
-tracemalloc.stop()
-print(json.dumps({"peak": peak - before, "seconds": min(seconds)}))
+print(json.dumps(peak_and_seconds(run, repeat)))
 """
 
 

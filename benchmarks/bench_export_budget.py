@@ -63,8 +63,9 @@ for name, (n, m, density, dtype) in json.loads(sys.argv[2]).items():
 """
 
 CHILD = r"""
-import gc, inspect, json, sys, tempfile, time, tracemalloc, uuid
+import inspect, json, sys, tempfile, uuid
 from pathlib import Path
+from checkout_runs import peak_and_seconds
 from cytearc_vfs_adapters.anndata_output.export import export_anndata
 
 store, output, budget, repeat = json.loads(sys.argv[1])
@@ -76,17 +77,7 @@ def run():
     return export_anndata(store, tmp / f"{uuid.uuid4().hex}.{output}", **options)
 
 info = run()  # imports and first-use caches
-seconds = []
-for _ in range(repeat):
-    started = time.perf_counter(); run(); seconds.append(time.perf_counter() - started)
-gc.collect()
-tracemalloc.start()
-before, _ = tracemalloc.get_traced_memory()
-tracemalloc.reset_peak()
-run()
-_, peak = tracemalloc.get_traced_memory()
-tracemalloc.stop()
-print(json.dumps({"peak": peak - before, "seconds": min(seconds), "bands": info.bands}))
+print(json.dumps({**peak_and_seconds(run, repeat), "bands": info.bands}))
 """
 
 

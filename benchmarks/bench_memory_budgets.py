@@ -46,8 +46,9 @@ def cases(budgets: list[str], destinations: list[str]) -> list[tuple[str, str, s
 
 
 CHILD = r"""
-import gc, json, re, sys, time, tracemalloc, urllib.request, uuid, tempfile
+import json, re, sys, urllib.request, uuid, tempfile
 from pathlib import Path
+from checkout_runs import peak_and_seconds
 import numpy as np, scipy.sparse as sp
 import cytearc_vfs as cv
 from cytearc_vfs.format.layout import LayoutPolicy
@@ -89,17 +90,7 @@ else:
         cv.repack(source, where, mem_budget=budget, destination_storage_options=storage)
 
 run()  # imports and first-use caches
-seconds = []
-for _ in range(repeat):
-    started = time.perf_counter(); run(); seconds.append(time.perf_counter() - started)
-gc.collect()
-tracemalloc.start()
-before, _ = tracemalloc.get_traced_memory()
-tracemalloc.reset_peak()
-run()
-_, peak = tracemalloc.get_traced_memory()
-tracemalloc.stop()
-print(json.dumps({"peak": peak - before, "seconds": min(seconds)}))
+print(json.dumps(peak_and_seconds(run, repeat)))
 """
 
 

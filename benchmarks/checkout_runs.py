@@ -4,25 +4,32 @@ memory-budget benchmarks (``bench_memory_budgets.py``, ``bench_export_budget.py`
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
 def run_in_checkout(code: Path, script: str, *arguments: str) -> dict[str, Any] | None:
-    """Run ``script`` (Python source) with ``code``'s package first on the path.
+    """Run ``script`` (Python source) with ``code``'s package first on the path
+    (and this folder after it: the script may import :func:`peak_and_seconds`).
 
     Returns the JSON of the child's last line of output (``None``: no output),
     or ``{"error": ...}`` with the last line of its errors when it failed.
     """
     env = dict(os.environ)
     # the checkout measured comes first on the path (its core and its adapters)
-    env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "adapters")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(code), str(code / "adapters"), str(Path(__file__).resolve().parent)]
+    )
     result = subprocess.run(
         [sys.executable, "-c", script, *arguments],
         env=env,
@@ -46,3 +53,21 @@ def size_bytes(text: str) -> int:
     """
     number, unit = re.fullmatch(r"(\d+)([MG])", text).groups()  # type: ignore[union-attr]
     return int(number) << (20 if unit == "M" else 30)
+
+
+def peak_and_seconds(run: Callable[[], Any], repeat: int) -> dict[str, float]:
+    """``run``'s best time of ``repeat`` and its traced peak (``tracemalloc``), in
+    a child: call ``run`` once before, for the imports and first-use caches."""
+    seconds = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - started)
+    gc.collect()
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    run()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {"peak": peak - before, "seconds": min(seconds)}
