@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout_runs import run_in_checkout, size_bytes
+from checkout_runs import report_times, run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -130,20 +130,8 @@ def main() -> None:
                 argument = json.dumps([str(work / "sources"), names, given, budget, args.repeat])
                 before = run_in_checkout(baseline, CHILD, argument, str(work / "out")) or {}
                 after = run_in_checkout(HERE, CHILD, argument, str(work / "out")) or {}
-                timed = "seconds" in before and "seconds" in after
-                ratio = f"{after['seconds'] / before['seconds']:12.2f}" if timed else f"{'-':>12}"
-                seconds = [
-                    f"{m['seconds']:8.2f}" if "seconds" in m else f"{'-':>8}"
-                    for m in (before, after)
-                ]
-                print(
-                    f"{case:12} {budget_text:>6} | {_peak(before, budget)} | "
-                    f"{_peak(after, budget)} | {seconds[0]} {seconds[1]:>7} {ratio}",
-                    flush=True,
-                )
-                for m in (before, after):
-                    if "error" in m:
-                        print(f"    {m['error']}")
+                peaks = f"{_peak(before, budget)} | {_peak(after, budget)}"
+                report_times(f"{case:12} {budget_text:>6}", peaks, before, after)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

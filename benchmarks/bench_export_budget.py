@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout_runs import run_in_checkout, size_bytes
+from checkout_runs import report_times, run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -137,23 +137,8 @@ def main() -> None:
                     limit = size_bytes(budget)
                     before = _measure(baseline, store, output, limit, args.repeat)
                     after = _measure(HERE, store, output, limit, args.repeat)
-                    ratio = (
-                        f"{after['seconds'] / before['seconds']:12.2f}"
-                        if "seconds" in before and "seconds" in after
-                        else f"{'-':>12}"
-                    )
-                    seconds = [
-                        f"{m['seconds']:8.2f}" if "seconds" in m else f"{'-':>8}"
-                        for m in (before, after)
-                    ]
-                    print(
-                        f"{name:13} {output:4} {budget:>6} | {_peak(before, limit)} | "
-                        f"{_peak(after, limit)} | {seconds[0]} {seconds[1]:>7} {ratio}",
-                        flush=True,
-                    )
-                    for m in (before, after):
-                        if "error" in m:
-                            print(f"    {m['error']}")
+                    peaks = f"{_peak(before, limit)} | {_peak(after, limit)}"
+                    report_times(f"{name:13} {output:4} {budget:>6}", peaks, before, after)
     finally:
         subprocess.run(
             ["git", "-C", str(HERE), "worktree", "remove", "--force", str(baseline)],

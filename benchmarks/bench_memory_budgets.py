@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout_runs import run_in_checkout, size_bytes
+from checkout_runs import report_times, run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -167,22 +167,8 @@ def main() -> None:
                     return f"{'refused':>11} {'':>7}"
                 return f"{m['peak'] / MiB:8.1f} MiB {m['peak'] / limit:7.2f}"
 
-            ratio = (
-                f"{after['seconds'] / before['seconds']:12.2f}"
-                if "seconds" in before and "seconds" in after
-                else f"{'-':>12}"
-            )
-            seconds = [
-                f"{m['seconds']:8.2f}" if "seconds" in m else f"{'-':>8}" for m in (before, after)
-            ]
-            print(
-                f"{writer:12} {shape:6} {budget:>6} {destination:5} | {peak(before)} | "
-                f"{peak(after)} | {seconds[0]} {seconds[1]:>7} {ratio}",
-                flush=True,
-            )
-            for m in (before, after):
-                if "error" in m:
-                    print(f"    {m['error']}")
+            label = f"{writer:12} {shape:6} {budget:>6} {destination:5}"
+            report_times(label, f"{peak(before)} | {peak(after)}", before, after)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -71,3 +71,15 @@ def peak_and_seconds(run: Callable[[], Any], repeat: int) -> dict[str, float]:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return {"peak": peak - before, "seconds": min(seconds)}
+
+
+def report_times(label: str, peaks: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Print one row: ``label``, ``peaks``, the seconds before and after and their
+    ratio; then the error of either run, if one failed."""
+    timed = "seconds" in before and "seconds" in after
+    ratio = f"{after['seconds'] / before['seconds']:12.2f}" if timed else f"{'-':>12}"
+    seconds = [f"{m['seconds']:8.2f}" if "seconds" in m else f"{'-':>8}" for m in (before, after)]
+    print(f"{label} | {peaks} | {seconds[0]} {seconds[1]:>7} {ratio}", flush=True)
+    for measured in (before, after):
+        if "error" in measured:
+            print(f"    {measured['error']}")

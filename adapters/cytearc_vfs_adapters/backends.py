@@ -19,7 +19,7 @@ import asyncio
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,8 @@ from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteReque
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 
+from cytearc_vfs.format.key_checked import KeyCheckedStore
 from cytearc_vfs.format.object_keys import listing_prefix, object_key, store_key
-from cytearc_vfs.format.store_keys import check_key, check_prefix
 from cytearc_vfs.remote.locations import register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
@@ -152,13 +152,14 @@ def _shared_client(base: str, options: Mapping[str, Any]) -> Any:
     return client
 
 
-class SharedClientObjectStore(ObjectStore[Any]):
+class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
     """zarr's ``ObjectStore`` over a prefix of a client shared by several stores.
 
     Every key is the client's key below ``key_prefix`` (the URL's path), which
     is how the core maps keys when it calls obstore itself
     (:mod:`cytearc_vfs.format.object_keys`). Every key and prefix is checked
-    first (:mod:`cytearc_vfs.format.store_keys`): an HTTP server resolves
+    first (:class:`~cytearc_vfs.format.key_checked.KeyCheckedStore`, whose
+    ``get_ranges`` checks before zarr's coalescer reads): an HTTP server resolves
     ``..`` in a path, so ``"../x"`` would read outside the prefix. Unlike the
     package's stores above it, a backend may be emptied whole
     (``delete_dir("")``: an unfinished remote destination is removed so).
@@ -169,12 +170,12 @@ class SharedClientObjectStore(ObjectStore[Any]):
         self.key_prefix = key_prefix.strip("/")
 
     def _key(self, key: str, op: str = "get") -> str:
-        return object_key(self, check_key(key, op=op, where=str(self)))
+        return object_key(self, self._check_key(key, op))
 
     def _prefix(self, prefix: str, op: str) -> str:
         if prefix == "":
             return ""  # the whole store: listed, or emptied by delete_dir
-        return check_prefix(prefix, op=op, where=str(self)).strip("/")
+        return self._check_prefix(prefix, op).strip("/")
 
     def __eq__(self, value: object) -> bool:
         return (
@@ -233,20 +234,6 @@ class SharedClientObjectStore(ObjectStore[Any]):
     ) -> list[Buffer | None]:
         mapped = [(self._key(key, "get_partial_values"), rng) for key, rng in key_ranges]
         return list(await super().get_partial_values(prototype, mapped))
-
-    async def get_ranges(
-        self,
-        key: str,
-        byte_ranges: Sequence[ByteRequest | None],
-        *,
-        prototype: BufferPrototype,
-        **options: Any,
-    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        # checked here, not only in get(): zarr's coalescer would report the
-        # refusal inside an exception group, as if it were a failed read
-        check_key(key, op="get_ranges", where=str(self))
-        async for batch in super().get_ranges(key, byte_ranges, prototype=prototype, **options):
-            yield batch
 
     async def exists(self, key: str) -> bool:
         return bool(await super().exists(self._key(key, "exists")))
