@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout_runs import report_times, run_in_checkout, size_bytes
+from checkout_runs import baseline_checkout, report_times, run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -107,33 +106,32 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=60_000, help="cells of each CyteArc source")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp())
-    baseline = work / "baseline"
-    baseline.mkdir()
-    # the baseline's files only (git archive): no worktree is registered in the repository
-    archive = subprocess.run(
-        ["git", "-C", str(HERE), "archive", args.baseline_ref], check=True, capture_output=True
+    with baseline_checkout(HERE, args.baseline_ref) as baseline:
+        try:
+            _compare(args, work, baseline)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, work: Path, baseline: Path) -> None:
+    """Measure every case before (``baseline``) and after (this checkout), and print."""
+    (work / "sources").mkdir()
+    (work / "out").mkdir()
+    run_in_checkout(HERE, SOURCES, str(work / "sources"), str(args.cells))
+    print(
+        f"{'case':12} {'budget':>6} | {'peak before':>13} {'/budget':>10} | "
+        f"{'peak after':>13} {'/budget':>10} | {'s before':>8} {'s after':>7} "
+        f"{'after/before':>12}"
     )
-    subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive.stdout, check=True)
-    try:
-        (work / "sources").mkdir()
-        (work / "out").mkdir()
-        run_in_checkout(HERE, SOURCES, str(work / "sources"), str(args.cells))
-        print(
-            f"{'case':12} {'budget':>6} | {'peak before':>13} {'/budget':>10} | "
-            f"{'peak after':>13} {'/budget':>10} | {'s before':>8} {'s after':>7} "
-            f"{'after/before':>12}"
-        )
-        for budget_text in args.budgets.split(","):
-            budget = size_bytes(budget_text)
-            for case, (names, options) in CASES.items():
-                given = {k: f"{v}:{args.cells}" if k == "cells" else v for k, v in options.items()}
-                argument = json.dumps([str(work / "sources"), names, given, budget, args.repeat])
-                before = run_in_checkout(baseline, CHILD, argument, str(work / "out")) or {}
-                after = run_in_checkout(HERE, CHILD, argument, str(work / "out")) or {}
-                peaks = f"{_peak(before, budget)} | {_peak(after, budget)}"
-                report_times(f"{case:12} {budget_text:>6}", peaks, before, after)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    for budget_text in args.budgets.split(","):
+        budget = size_bytes(budget_text)
+        for case, (names, options) in CASES.items():
+            given = {k: f"{v}:{args.cells}" if k == "cells" else v for k, v in options.items()}
+            argument = json.dumps([str(work / "sources"), names, given, budget, args.repeat])
+            before = run_in_checkout(baseline, CHILD, argument, str(work / "out")) or {}
+            after = run_in_checkout(HERE, CHILD, argument, str(work / "out")) or {}
+            peaks = f"{_peak(before, budget)} | {_peak(after, budget)}"
+            report_times(f"{case:12} {budget_text:>6}", peaks, before, after)
 
 
 if __name__ == "__main__":

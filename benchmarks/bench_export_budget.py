@@ -1,7 +1,7 @@
 """Peak memory of ``export_anndata`` against its budget, and its time, before and after.
 
-Before (by default the ``main`` branch, checked out into a temporary git
-worktree) ``--mem-budget`` only sized a band's dense bytes (``band_bytes``);
+Before (by default the ``main`` branch, its files extracted by
+``git archive`` into a temporary folder) ``--mem-budget`` only sized a band's dense bytes (``band_bytes``);
 after, it bounds the export. Each export (an ordinary store of half-non-zero
 uint8 counts, a tall uint16 one, a composite of two, a wide float32 one; to
 ``.zarr`` and ``.h5ad``) runs in a child process once with Python's
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout_runs import report_times, run_in_checkout, size_bytes
+from checkout_runs import baseline_checkout, report_times, run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -93,18 +93,6 @@ def _peak(measured: dict[str, Any], budget: int) -> str:
     )
 
 
-def _share_built_kernels(baseline: Path) -> None:
-    """Copy this checkout's compiled kernels into the baseline where their C source is the
-    same: a fresh worktree has none, and numpy's fallback would slow the baseline."""
-    for built in HERE.glob("cytearc_vfs/**/*.so"):
-        source = built.parent / (built.name.split(".")[0] + ".c")
-        twin = baseline / built.relative_to(HERE)
-        twin_source = twin.parent / source.name
-        same = source.is_file() and twin_source.is_file()
-        if same and source.read_bytes() == twin_source.read_bytes():
-            shutil.copy2(built, twin)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-ref", default="main", help="git ref of the code before")
@@ -113,38 +101,33 @@ def main() -> None:
     parser.add_argument("--outputs", default="zarr,h5ad", help="zarr and/or h5ad")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp())
-    baseline = scratch / "baseline"
+    with baseline_checkout(HERE, args.baseline_ref) as baseline:
+        try:
+            _compare(args, scratch, baseline)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, scratch: Path, baseline: Path) -> None:
+    """Measure every case before (``baseline``) and after (this checkout), and print."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE / "adapters")]))
     subprocess.run(
-        ["git", "-C", str(HERE), "worktree", "add", "--detach", str(baseline), args.baseline_ref],
-        check=True,
-        capture_output=True,
+        [sys.executable, "-c", BUILD, str(scratch), json.dumps(STORES)], env=env, check=True
     )
-    try:
-        _share_built_kernels(baseline)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE / "adapters")]))
-        subprocess.run(
-            [sys.executable, "-c", BUILD, str(scratch), json.dumps(STORES)], env=env, check=True
-        )
-        print(
-            f"{'store':13} {'out':4} {'budget':>6} | {'peak before':>11} {'/budget':>6} "
-            f"{'bands':>5} | {'peak after':>10} {'/budget':>6} {'bands':>5} | "
-            f"{'s before':>8} {'s after':>7} {'after/before':>12}"
-        )
-        for name in STORES:
-            store = scratch / f"{name.replace(' ', '-')}.zarr"
-            for output in args.outputs.split(","):
-                for budget in args.budgets.split(","):
-                    limit = size_bytes(budget)
-                    before = _measure(baseline, store, output, limit, args.repeat)
-                    after = _measure(HERE, store, output, limit, args.repeat)
-                    peaks = f"{_peak(before, limit)} | {_peak(after, limit)}"
-                    report_times(f"{name:13} {output:4} {budget:>6}", peaks, before, after)
-    finally:
-        subprocess.run(
-            ["git", "-C", str(HERE), "worktree", "remove", "--force", str(baseline)],
-            check=False,
-            capture_output=True,
-        )
+    print(
+        f"{'store':13} {'out':4} {'budget':>6} | {'peak before':>11} {'/budget':>6} "
+        f"{'bands':>5} | {'peak after':>10} {'/budget':>6} {'bands':>5} | "
+        f"{'s before':>8} {'s after':>7} {'after/before':>12}"
+    )
+    for name in STORES:
+        store = scratch / f"{name.replace(' ', '-')}.zarr"
+        for output in args.outputs.split(","):
+            for budget in args.budgets.split(","):
+                limit = size_bytes(budget)
+                before = _measure(baseline, store, output, limit, args.repeat)
+                after = _measure(HERE, store, output, limit, args.repeat)
+                peaks = f"{_peak(before, limit)} | {_peak(after, limit)}"
+                report_times(f"{name:13} {output:4} {budget:>6}", peaks, before, after)
 
 
 if __name__ == "__main__":

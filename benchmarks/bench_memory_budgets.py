@@ -5,7 +5,7 @@ Each writer run (``write_counts`` of a tall, a wide and a dense-ish matrix,
 its own) is measured in a child process once with Python's allocations
 traced (the peak, against the budget) and, without tracing, timed (best of
 ``--repeat``). The same runs are made with the baseline's code (by default
-the ``main`` branch, checked out into a temporary git worktree), and the
+the ``main`` branch, its files extracted by ``git archive``), and the
 ratios printed: peak / budget for each, and time after / before. At a small
 budget each version writes in the layout its own refusal names (an import
 uses a policy exactly); at the default budget, the default layout.
@@ -21,14 +21,13 @@ import json
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkout_runs import report_times, run_in_checkout, size_bytes
+from checkout_runs import baseline_checkout, report_times, run_in_checkout, size_bytes
 
 HERE = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -143,12 +142,12 @@ def main() -> None:
     parser.add_argument("--budgets", default="24M,2G", help="budgets, comma-separated (M or G)")
     parser.add_argument("--destinations", default="local,s3", help="local and/or s3")
     args = parser.parse_args()
-    baseline = Path(tempfile.mkdtemp()) / "baseline"
-    subprocess.run(
-        ["git", "-C", str(HERE), "worktree", "add", "--detach", str(baseline), args.baseline_ref],
-        check=True,
-        capture_output=True,
-    )
+    with baseline_checkout(HERE, args.baseline_ref) as baseline:
+        _compare(args, baseline)
+
+
+def _compare(args: argparse.Namespace, baseline: Path) -> None:
+    """Measure every case before (``baseline``) and after (this checkout), and print."""
     server, options = _start_s3()
     try:
         print(
@@ -172,11 +171,6 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-        subprocess.run(
-            ["git", "-C", str(HERE), "worktree", "remove", "--force", str(baseline)],
-            check=False,
-            capture_output=True,
-        )
 
 
 if __name__ == "__main__":

@@ -8,14 +8,42 @@ import gc
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+@contextmanager
+def baseline_checkout(here: Path, ref: str) -> Iterator[Path]:
+    """The files of ``ref`` (``git archive``, so no worktree is registered in the
+    repository) in a temporary folder, removed at the end.
+
+    This checkout's compiled kernels are copied where their C source is the
+    same: the archive has none, and numpy's fallback would slow the baseline.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(here), "archive", ref], check=True, capture_output=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+        for built in here.glob("cytearc_vfs/**/*.so"):
+            source = built.parent / (built.name.split(".")[0] + ".c")
+            twin = folder / built.relative_to(here)
+            twin_source = twin.parent / source.name
+            same = source.is_file() and twin_source.is_file()
+            if same and source.read_bytes() == twin_source.read_bytes():
+                shutil.copy2(built, twin)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_in_checkout(code: Path, script: str, *arguments: str) -> dict[str, Any] | None:
