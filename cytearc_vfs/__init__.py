@@ -117,10 +117,12 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__: str = _version()
-
-
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # on first use: importlib.metadata is slow to import, and the command
+        # line imports this package before it can catch Ctrl-C
+        value = globals()["__version__"] = _version()
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cytearc_vfs' has no attribute {name!r}")
@@ -130,4 +132,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"__version__"})

@@ -9,6 +9,7 @@ The package imports nothing heavy until a command runs.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ __all__ = ["build_parser", "main"]
 
 # 128 + SIGINT, as ``failures.ExitCode.SIGINT`` (not imported: it is what is loading)
 _INTERRUPTED_WHILE_LOADING = 130
+# ``failures.ExitCode.SIGINT`` and ``.SIGTERM``: returned only after an interrupt
+_INTERRUPTED = (130, 143)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,13 +34,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ends with the one line and the status of any other interrupt, not a
     traceback; nothing has been started yet. (SIGTERM then ends the process
     by the default action, as before any handler exists.)
+
+    Run as the program (``argv`` None), a crash in native code prints the
+    Python stack of every thread (``faulthandler``), and an interrupted
+    command ends its process as soon as it has cleaned up and reported
+    (:func:`~cytearc_vfs.cli.interrupts.end_interrupted_process`).
     """
+    as_program = argv is None
+    if as_program:
+        faulthandler.enable()
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
         from .main import main as run
     except KeyboardInterrupt:
         return _interrupted_while_loading(arguments)
-    return run(arguments)
+    code = run(arguments)
+    if as_program and code in _INTERRUPTED:
+        from .interrupts import end_interrupted_process
+
+        end_interrupted_process(code)
+    return code
 
 
 def _interrupted_while_loading(arguments: list[str]) -> int:

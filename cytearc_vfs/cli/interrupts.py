@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import atexit
+import os
 import shutil
 import signal
 import sys
@@ -22,7 +24,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from ..remote.locations import Location
@@ -32,6 +34,7 @@ __all__ = [
     "also_interrupted_by",
     "Interrupted",
     "begin_cleanup",
+    "end_interrupted_process",
     "interruptible",
     "stop_background_io",
 ]
@@ -166,6 +169,26 @@ def stop_background_io(timeout: float = 10.0) -> None:
     # The loop's executor is shut down for good: let zarr start a fresh loop
     # on its next call, so a process that goes on (a test, a notebook) can.
     zarr_sync.cleanup_resources()
+
+
+def end_interrupted_process(code: int) -> NoReturn:
+    """End the process of an interrupted command, its cleanup done and reported.
+
+    Interpreter shutdown would go on to join or abandon the threads the work
+    started (zarr's event-loop thread, decoder and writer pools, HDF5 reads)
+    and tear modules down under them; a thread still inside a C extension can
+    crash that (seen once under load: SIGSEGV after the report, so exit -11
+    instead of 130). What an interrupted command must do is done by now: its
+    writes were stopped, its destination removed or named, its line printed.
+    So the exit handlers run (they remove the temporary folders of source
+    caches), the output is flushed, and the process ends without the rest.
+    """
+    with suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _has_keys(location: Location, storage_options: Mapping[str, Any] | None) -> bool:
