@@ -86,7 +86,7 @@ def test_readme_demo_in_a_terminal(tmp_path: Path) -> None:
     run = run_in_terminal(["demo", "--directory", str(tmp_path / "demo")])
     assert run.returncode == 0, run.output
     _clean(run.output)
-    assert "done: 10 steps" in run.output
+    assert "done: 11 steps" in run.output
     assert "%|" in run.output
     # a second run into the same directory replaces the demo's own stores
     again = run_in_terminal(["demo", "--directory", str(tmp_path / "demo")])
