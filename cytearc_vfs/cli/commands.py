@@ -49,19 +49,20 @@ def _clear_for_overwrite(
     guard: DestinationGuard = args.destination_guard
     if not guard.existed:
         return
-    if not args.overwrite:
-        raise FileExistsError(
-            f"destination {guard.where} already holds a store or files; give --overwrite to "
-            "replace a CyteArc store this layer wrote, or choose another destination"
-        )
+    # what --overwrite would refuse is refused first, with its own reason: the
+    # message never suggests --overwrite where it would not be accepted
     found = classify_location(destination, storage_options=storage_options)
     if found.kind == "mount":
         raise FileExistsError(
             f"{found.words}; its analyses depend on it, so --overwrite does not replace it. "
-            "Delete it yourself if you mean to"
+            "Choose another destination, or delete it yourself if you mean to"
         )
     if found.kind != "composite":
         check_destination(destination, overwrite=True, storage_options=storage_options)
+    if not args.overwrite:
+        raise FileExistsError(
+            f"{found.words}; give --overwrite to replace it, or choose another destination"
+        )
     # from here on the destination is this command's: an interrupt removes it
     guard.existed = False
     guard.discard()

@@ -104,20 +104,28 @@ def fill_missing(series: pd.Series) -> pd.Series:
     that holds them can be stored (``write_counts(fill_missing=True)``).
 
     A categorical's missing value becomes ``""``, added as its last category (a
-    categorical of numbers becomes ``float64`` with NaN); a number or boolean
+    categorical of numbers becomes ``float64`` with NaN); an integer or boolean
     column with missing values (pandas' nullable types) becomes ``float64``
-    with NaN; missing text becomes ``""``. A column without missing values is
+    with NaN, and a float column keeps its own width (NaN is its missing
+    value: a ``float32`` column stays ``float32``, as ``write_counts`` stores
+    it); missing text becomes ``""``. A column without missing values is
     returned as it is.
 
     >>> fill_missing(pd.Series(pd.Categorical(["a", None]))).tolist()
     ['a', '']
     >>> fill_missing(pd.Series([1, None], dtype="Int64")).tolist()
     [1.0, nan]
+    >>> fill_missing(pd.Series([0.5, None], dtype=np.float32)).dtype
+    dtype('float32')
     """
     dtype = series.dtype
     missing = series.isna()
     if not missing.any():
         return series
+    if dtype.kind == "f":
+        # NaN already marks a float's missing values; a nullable Float32/Float64
+        # becomes its numpy dtype, never wider
+        return series.astype(getattr(dtype, "numpy_dtype", dtype))
     if isinstance(dtype, pd.CategoricalDtype):
         if dtype.categories.dtype.kind in "biuf":
             return series.astype(np.float64)
@@ -159,7 +167,10 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "biuf":
         if series.isna().any():
             if dtype.kind == "f":
-                return series.to_numpy(dtype=np.float64, na_value=np.nan), attrs
+                # NaN marks them, in the column's own float width
+                return series.to_numpy(
+                    dtype=getattr(dtype, "numpy_dtype", np.float64), na_value=np.nan
+                ), attrs
             raise ValueError(
                 f"{table} column {name!r} ({dtype}) holds missing values, which a "
                 "Zarr column cannot mark; fill them or convert the column to float, or pass "

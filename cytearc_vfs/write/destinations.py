@@ -42,6 +42,7 @@ from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
+from ..format.chunk_keys import ChunkKeys
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
@@ -69,8 +70,7 @@ logger = logging.getLogger(__name__)
 WRITE_BEHIND = True
 
 WRITER_GROUPS = frozenset({"cellData", "matrices", "artifacts", "pipeline", "agent_results"})
-_V2_CHUNK = re.compile(r"^\d+(?:[./]\d+)*$")
-_V3_CHUNK = re.compile(r"(?:^|/)c(?:/\d+)+$")
+_V3_CHUNK = re.compile(r"(?:^|/)c(?:/(?:0|[1-9][0-9]*))+$")
 #: What zarr's LocalStore leaves of a write that a crash interrupted: it writes
 #: ``name.{uuid4 hex}.partial`` and renames it (``zarr.json`` -> ``zarr.{hex}.partial``).
 _PARTIAL_WRITE = re.compile(r"^(?P<stem>.+)\.[0-9a-f]{32}\.partial$")
@@ -160,25 +160,46 @@ def _zarr_shaped(key: str) -> bool:
     return intended.rsplit("/", 1)[-1] in METADATA_DOCUMENTS or bool(_V3_CHUNK.search(intended))
 
 
+def _chunk_of(node: dict[str, object], rest: str, where: str) -> bool:
+    """Whether ``rest`` (a key relative to an array) is a chunk key of that array.
+
+    Exactly as the array's metadata names its chunks (its chunk key encoding,
+    separator and number of dimensions; ASCII digits without leading zeros):
+    a file a person put in the chunk directory (``c/notes.txt``) is not one.
+    """
+    document = node["doc"]
+    assert isinstance(document, dict)
+    shape = document.get("shape")
+    if not isinstance(shape, list):
+        return False
+    try:
+        encoding = ChunkKeys.of_array(document, where=where)
+    except RecordShapeError:
+        return False  # an encoding no writer of this layer uses: nothing under it is ours
+    return encoding.decode(rest, len(shape)) is not None
+
+
 def _check_keys(
     where: str, keys: list[str], nodes: dict[str, dict[str, object]], *, unfinished: bool
 ) -> None:
+    """Refuse any key that is neither Zarr metadata of a node nor a chunk of an array."""
     arrays = sorted((path for path, node in nodes.items() if node["kind"] == "array"), key=len)
     for found in keys:
         key = _intended_key(found)
         name = key.rsplit("/", 1)[-1]
-        if name in METADATA_DOCUMENTS:
-            continue
         owner = next((a for a in arrays if key.startswith(a + "/")), None)
         rest = key[len(owner) + 1 :] if owner is not None else None
-        if rest is not None and (rest.startswith("c/") or rest == "c" or _V2_CHUNK.match(rest)):
+        if name in METADATA_DOCUMENTS and (rest is None or "/" not in rest):
+            continue  # a node's document (inside an array, only the array's own)
+        if rest is not None and owner is not None and _chunk_of(nodes[owner], rest, where):
             continue
-        if unfinished and _V3_CHUNK.search(key):
+        if unfinished and owner is None and _V3_CHUNK.search(key):
             continue  # a chunk whose array document the writer had not written yet
         raise FileExistsError(
-            f"destination {where} holds {found!r}, which is neither Zarr metadata nor an array "
-            "chunk, so this layer did not write it; overwrite replaces only what CyteArc "
-            "writes. Move or delete that key yourself, or choose another destination"
+            f"destination {where} holds {found!r}, which is neither Zarr metadata nor a chunk "
+            "of an array, so this layer did not write it and no writer replaces the destination "
+            "(overwrite=True neither; nothing was deleted). Move or delete that key yourself, "
+            "or choose another destination"
         )
 
 
@@ -211,30 +232,50 @@ def check_destination(
             f"destination {where} is itself an assay group (is_assay); write to the store that "
             "holds it, or choose another destination"
         )
+    # What overwrite=True would refuse is refused with its own reason, with or
+    # without overwrite: suggesting overwrite=True for it would only lead to
+    # a second refusal.
+    _check_replaceable(where, store, keys, root)
     if not overwrite:
         raise FileExistsError(
-            f"destination {where} already holds {len(keys)} key(s); pass overwrite=True "
-            "(--overwrite on the command line) to replace a store this layer wrote, or choose "
-            "an empty destination"
+            f"destination {where} already holds {len(keys)} key(s) of a store this layer may "
+            "replace; pass overwrite=True (--overwrite on the command line) to replace it, or "
+            "choose an empty destination"
         )
+    return "w"
+
+
+def _check_replaceable(
+    where: str, store: Store, keys: list[str], root: dict[str, object] | None
+) -> None:
+    """Raise ``FileExistsError`` naming why ``overwrite=True`` may not replace the destination."""
     if root is None and all(_intended_key(key) == "zarr.json" for key in keys):
-        return "w"  # a writer died writing its very first document
+        return  # a writer died writing its very first document
     if root is None or root.get("node_type") != "group":
         raise FileExistsError(
             f"destination {where} holds keys but no root group (first: {sorted(keys)[0]!r}); "
-            "it is not a CyteArc store, so it is not replaced"
+            "it is not a CyteArc store, so no writer replaces it (overwrite=True neither). "
+            "Choose another destination, or empty it yourself"
         )
-    assert isinstance(root_attrs, dict)
+    root_attrs = root.get("attributes", {})
+    if not isinstance(root_attrs, dict):
+        root_attrs = {}
     unfinished = PENDING_STORE_ATTR in root_attrs
     if "matrixSource" in root_attrs and not unfinished:
         raise FileExistsError(
             f"destination {where} is a mounted target (matrixSource); its analyses depend on "
-            "it. Delete it yourself if you mean to replace it"
+            "it, so no writer replaces it (overwrite=True neither). Choose another "
+            "destination, or delete it yourself if you mean to replace it"
+        )
+    if "composite" in root_attrs and not unfinished:
+        raise FileExistsError(
+            f"destination {where} is a composite; no writer replaces it (overwrite=True "
+            "neither). Choose another destination, or delete it yourself (the command "
+            "line's --overwrite removes a composite first)"
         )
     nodes = _nodes(store, keys)
     _check_members(where, nodes, keys, unfinished=unfinished)
     _check_keys(where, keys, nodes, unfinished=unfinished)
-    return "w"
 
 
 def _check_members(
@@ -250,8 +291,9 @@ def _check_members(
     loose = [key for key in keys if "/" not in key and _intended_key(key) not in METADATA_DOCUMENTS]
     if loose:
         raise FileExistsError(
-            f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write; "
-            "it is not replaced. Move that file or choose another destination"
+            f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write, "
+            "so no writer replaces the destination (overwrite=True neither). Move that file or "
+            "choose another destination"
         )
     cell_columns = [p.rsplit("/", 1)[-1] for p in nodes if p.startswith("cellData/")]
 
@@ -274,7 +316,8 @@ def _check_members(
             if not unfinished and destination_is_prepared(attrs, cell_columns, name):
                 raise FileExistsError(
                     f"destination {where} holds the prepared assay {member!r}; replacing it "
-                    "would discard its analyses. Delete the store yourself if you mean it"
+                    "would discard its analyses, so no writer does (overwrite=True neither). "
+                    "Choose another destination, or delete the store yourself if you mean it"
                 )
             return True
         if PENDING_ASSAY_ATTR in attrs:
@@ -292,7 +335,8 @@ def _check_members(
             raise FileExistsError(
                 f"destination {where} holds {member!r}, which is not a group CyteArc writes "
                 "(cellData, matrices, artifacts, pipeline, agent_results, an assay or a "
-                "workspace of them); it is not replaced. Move it or choose another destination"
+                "workspace of them), so no writer replaces the destination (overwrite=True "
+                "neither). Move it or choose another destination"
             )
 
 

@@ -1,12 +1,15 @@
-"""Chunk keys of a Zarr v3 array: how an array names its chunks, read back strictly.
+"""Chunk keys of a Zarr array: how an array names its chunks, read back strictly.
 
 An operation that renames chunks must know exactly which stored keys are
-chunks of the array and at which grid position. A key counts as a chunk of
-rank ``r`` only when encoding its parsed position gives the key back
-(``c/01`` is not chunk ``(1,)``, and ``c/1/2`` is not a chunk of a
-one-dimensional array); anything else under the array's prefix is left
-alone by :mod:`.resizing` and :mod:`.promotion` unless it stands where a
-chunk is about to be moved.
+chunks of the array and at which grid position, and a writer replacing a
+destination must know which keys under an array are its chunks (anything
+else is not ours to delete: :mod:`cytearc_vfs.write.destinations`). A key
+counts as a chunk of rank ``r`` only when encoding its parsed position gives
+the key back (``c/01`` is not chunk ``(1,)``, and ``c/1/2`` is not a chunk
+of a one-dimensional array); anything else under the array's prefix is left
+alone by :mod:`cytearc_vfs.arrays.resizing` and
+:mod:`cytearc_vfs.arrays.promotion` unless it stands where a chunk is about
+to be moved.
 """
 
 from __future__ import annotations
@@ -52,6 +55,25 @@ class ChunkKeys:
         if separator not in ("/", "."):
             raise RecordShapeError(f"{where}: chunk key separator {separator!r} is not '/' or '.'")
         return cls(str(name), str(separator))
+
+    @classmethod
+    def of_array(cls, document: Mapping[str, Any], *, where: str) -> ChunkKeys:
+        """The encoding of an array's metadata document: a v3 ``zarr.json`` or a v2 ``.zarray``.
+
+        A Zarr v2 array names its chunks as the ``v2`` encoding does, with its
+        ``dimension_separator`` (``"."`` when it names none).
+
+        >>> ChunkKeys.of_array({"zarr_format": 2, "dimension_separator": "/"}, where="a")
+        ChunkKeys(name='v2', separator='/')
+        >>> ChunkKeys.of_array({"zarr_format": 3, "node_type": "array"}, where="a")
+        ChunkKeys(name='default', separator='/')
+        """
+        if document.get("zarr_format") != 2:
+            return cls.from_document(document, where=where)
+        separator = document.get("dimension_separator") or "."
+        if separator not in ("/", "."):
+            raise RecordShapeError(f"{where}: dimension_separator {separator!r} is not '/' or '.'")
+        return cls("v2", str(separator))
 
     def encode(self, coords: Sequence[int]) -> str:
         """The key of the chunk at grid position ``coords`` (relative to the array).
