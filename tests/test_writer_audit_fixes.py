@@ -29,6 +29,7 @@ import zarr
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
 from cytearc_vfs.format.chunk_keys import ChunkKeys
+from cytearc_vfs.format.layout import LayoutTooLargeError
 
 
 def _run(argv: list[str]) -> int:
@@ -239,3 +240,172 @@ def _json(path: Path) -> dict[str, object]:
     value = json.loads(path.read_text())
     assert isinstance(value, dict)
     return value
+
+
+# --- per-cell totals are exact or refused -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("matrix", "row", "total"),
+    [
+        (np.array([[2**64 - 1, 1], [1, 2]], dtype=np.uint64), 0, 2**64),
+        (sp.csr_array(np.array([[0, 1], [2**64 - 1, 1]], dtype=np.uint64)), 1, 2**64),
+        (sp.coo_array(np.array([[2**63, 2**63], [1, 2]], dtype=np.uint64)), 0, 2**64),
+        (np.array([[2**62, 2**62], [1, -2]], dtype=np.int64), 0, 2**63),
+        (np.array([[1, 2], [-(2**62), -(2**62) - 2**62]], dtype=np.int64), 1, -(3 * 2**62)),
+        (np.array([[1e308, 1e308], [1.5, 2.0]]), 0, float("inf")),
+    ],
+    ids=["uint64-dense", "uint64-csr", "uint64-coo", "int64-positive", "int64-negative", "float64"],
+)
+def test_row_total_the_summaries_cannot_hold_is_refused_before_the_destination(
+    tmp_path: Path, matrix: object, row: int, total: float
+) -> None:
+    store = tmp_path / "s.zarr"
+    with pytest.raises(cv.errors.VfsError) as refused:  # also an OverflowError
+        cv.write_counts(store, matrix, cells=["a", "b"])
+    assert isinstance(refused.value, OverflowError)
+    message = str(refused.value)
+    assert f"cell {'ab'[row]!r} (row {row})" in message, message
+    assert "rowSums" in message and "Nothing was written" in message
+    assert str(total) in message
+    assert not store.exists()
+
+
+def test_row_totals_at_the_limit_are_stored_exactly(tmp_path: Path) -> None:
+    matrix = np.array([[2**63, 2**63 - 1], [0, 0], [1, 2]], dtype=np.uint64)
+    cv.write_counts(tmp_path / "s.zarr", matrix)
+    sums = zarr.open_array(cv.open_store(tmp_path / "s.zarr"), path="RNA/countSummaries/rowSums")
+    assert sums.dtype == np.uint64
+    assert sums[:].tolist() == [2**64 - 1, 0, 3]
+    signed = np.array([[-(2**62), -(2**62)], [2**62, 2**62 - 1]], np.int64)
+    cv.write_counts(tmp_path / "i.zarr", signed)
+    sums = zarr.open_array(cv.open_store(tmp_path / "i.zarr"), path="RNA/countSummaries/rowSums")
+    assert sums[:].tolist() == [-(2**63), 2**63 - 1]
+
+
+def test_composite_over_anndata_refuses_a_total_it_cannot_hold(tmp_path: Path) -> None:
+    anndata = pytest.importorskip("anndata")
+    matrix = np.array([[1, 2], [2**64 - 1, 1]], dtype=np.uint64)
+    for encoding, stored in (
+        ("csr", sp.csr_matrix(matrix)),
+        ("csc", sp.csc_matrix(matrix)),
+        ("dense", matrix),
+    ):
+        source = tmp_path / f"{encoding}.zarr"
+        anndata.AnnData(stored, obs=pd.DataFrame(index=["a", "b"])).write_zarr(source)
+        destination = tmp_path / f"c_{encoding}.zarr"
+        with pytest.raises(OverflowError, match=r"cell 'b' \(row 1\) total 18446744073709551616"):
+            cv.create_composite(destination, {"s": source})
+        assert not destination.exists()
+
+
+def test_add_totals_refuses_a_wrapped_sum() -> None:
+    from cytearc_vfs.format.count_totals import RowTotalOverflowError, add_totals
+
+    into = np.array([2**63, 5], dtype=np.uint64)
+    add_totals(into, np.array([2**63 - 1, 1], dtype=np.uint64))
+    assert into.tolist() == [2**64 - 1, 6]
+    with pytest.raises(RowTotalOverflowError, match="row 0") as refused:
+        add_totals(into, np.array([1, 0], dtype=np.uint64))
+    assert refused.value.total == 2**64 and into.tolist() == [2**64 - 1, 6]
+    signed = np.array([3, -(2**63) + 5], dtype=np.int64)
+    with pytest.raises(RowTotalOverflowError, match="row 1") as refused:
+        add_totals(signed, np.array([-4, -6], dtype=np.int64))
+    assert refused.value.total == -(2**63) - 1
+
+
+def test_verify_finds_wrapped_totals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store whose writer wrapped a total (as writers before the check did) fails verify."""
+    from cytearc_vfs.write import count_source, writer
+
+    def wrapping(values, dtype, *, row_offset=0):  # numpy's own sum: wraps
+        return np.asarray(values.sum(axis=1, dtype=dtype)).ravel()
+
+    monkeypatch.setattr(count_source, "row_totals", wrapping)
+    monkeypatch.setattr(writer, "row_totals", wrapping)
+    store = tmp_path / "old.zarr"
+    cv.write_counts(store, np.array([[2**64 - 1, 1], [1, 2]], dtype=np.uint64))
+    monkeypatch.undo()
+    sums = zarr.open_array(store / "RNA" / "countSummaries" / "rowSums")[:]
+    assert sums.tolist() == [0, 3]  # the wrapped total, as the audit found it
+    assert _run(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert "row 0 totals 18446744073709551616" in out and "re-import" in out, out
+
+
+# --- repack --data-only fits the layout, and no refusal names an option not taken --------
+
+
+def test_data_only_repack_fits_the_budget_like_repack(tmp_path: Path) -> None:
+    matrix = sp.random(3000, 600, density=0.05, random_state=3, format="csr")
+    matrix.data = np.ceil(matrix.data * 9)
+    source = tmp_path / "big.zarr"
+    cv.write_counts(source, matrix)
+    budget = "8M"
+    with pytest.raises(LayoutTooLargeError):  # an import uses its policy exactly
+        cv.write_counts(tmp_path / "import.zarr", matrix, mem_budget=budget)
+    fitted = tmp_path / "fitted.zarr"
+    cv.repack(source, fitted, mem_budget=budget)
+    data_only = tmp_path / "data_only.zarr"
+    cv.repack(source, data_only, data_only=True, mem_budget=budget)
+    attributes = _json(data_only / "RNA" / "zarr.json")["attributes"]
+    assert isinstance(attributes, dict)
+    assert attributes["cytearc:countMatrixLayout"]["unitBytes"] < 64 << 20  # halved to fit
+    for store in (fitted, data_only):
+        opened = cv.open_store(store)
+        np.testing.assert_array_equal(
+            zarr.open_array(opened, path="RNA/counts", mode="r")[:], matrix.toarray()
+        )
+    assert cv.dataset_fingerprint(data_only) == cv.dataset_fingerprint(source)
+
+
+def test_data_only_repack_too_small_names_only_the_budget(tmp_path: Path) -> None:
+    source = tmp_path / "s.zarr"
+    cv.write_counts(source, sp.random(2000, 4000, density=0.1, random_state=1, format="csr"))
+    with pytest.raises(LayoutTooLargeError) as refused:
+        cv.repack(source, tmp_path / "out.zarr", data_only=True, mem_budget="1M")
+    message = str(refused.value)
+    assert "raise mem_budget to at least" in message and "layout" not in message, message
+    assert not (tmp_path / "out.zarr").exists()
+    # the budget named works
+    named = int(message.split("(")[1].split(" bytes")[0])
+    cv.repack(source, tmp_path / "out.zarr", data_only=True, mem_budget=named)
+    assert cv.dataset_fingerprint(tmp_path / "out.zarr") == cv.dataset_fingerprint(source)
+
+
+def test_fit_layout_refuses_shards_below_the_minimum_naming_a_budget_that_works() -> None:
+    from cytearc_vfs.format.layout import DEFAULT_POLICY, fit_layout
+
+    shape = (100_000, 30_000)
+    with pytest.raises(LayoutTooLargeError) as refused:
+        fit_layout(
+            DEFAULT_POLICY, shape, "uint16", 2, 10**6, 1 << 20, transpose=True, min_shard_rows=8
+        )
+    message = str(refused.value)
+    assert "shards of at least 8 row(s)" in message and "layout=" not in message
+    least = int(message.split("(")[-1].split(" bytes")[0])
+    fitted = fit_layout(
+        DEFAULT_POLICY, shape, "uint16", 2, 10**6, least, transpose=True, min_shard_rows=8
+    )
+    assert fitted.counts.shards[0] >= 8
+
+
+def test_cli_write_refusal_names_no_layout_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    anndata = pytest.importorskip("anndata")
+    matrix = sp.random(3000, 600, density=0.05, random_state=3, format="csr")
+    matrix.data = np.ceil(matrix.data * 9)
+    anndata.AnnData(matrix).write_h5ad(tmp_path / "x.h5ad")
+    status = _run(
+        ["write", str(tmp_path / "x.h5ad"), str(tmp_path / "o.zarr"), "--mem-budget", "8M"]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and "raise --mem-budget to at least" in err, err
+    assert "layout" not in err.replace("layout LayoutPolicy", ""), err
+    assert not (tmp_path / "o.zarr").exists()
+    # from Python, where layout= exists, the halving that fits is named
+    with pytest.raises(LayoutTooLargeError, match=r"largest halving that fits is layout="):
+        cv.write_counts(tmp_path / "o.zarr", matrix, mem_budget="8M")

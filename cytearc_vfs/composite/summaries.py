@@ -23,6 +23,7 @@ from zarr.core.array import AsyncArray
 from zarr.core.sync import sync
 
 from ..format.count_dtype import summary_dtype
+from ..format.count_totals import RowTotalOverflowError, add_totals, row_totals
 from ..format.nodes import array_at
 from ..format.paths import join
 from ..read.count_mapping import IdentityMapping
@@ -208,7 +209,7 @@ def composite_summaries(
             # would read every stored entry each time)
             band = part.band(read_bytes)
             _summaries_by_features(
-                reader, part, band, dtype, (row_sums, row_positive, column_positive)
+                reader, part, band, dtype, (row_sums, row_positive, column_positive), plan
             )
             continue
         band = part.band(read_bytes)
@@ -216,7 +217,10 @@ def composite_summaries(
             block = reader.read(rows[start : start + band], columns)
             positive = block > 0
             if not part.all_features:
-                row_sums[out_rows[start : start + band]] = block.sum(axis=1, dtype=dtype)
+                try:
+                    row_sums[out_rows[start : start + band]] = row_totals(block, dtype)
+                except RowTotalOverflowError as exc:
+                    raise _named(exc, plan, out_rows[start + exc.row]) from None
                 row_positive[out_rows[start : start + band]] = positive.sum(axis=1)
             column_positive[mapped] += positive.sum(axis=0)
             del block, positive  # the next band's read is not added to this one
@@ -231,6 +235,7 @@ def _summaries_by_features(
     band: int,
     dtype: np.dtype,
     totals: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]],
+    plan: CompositePlan,
 ) -> None:
     """Add one source's summaries to ``totals`` (row sums, row positives, column
     positives), reading its part in bands of ``band`` columns."""
@@ -241,12 +246,20 @@ def _summaries_by_features(
     for start in range(0, len(columns), band):
         block = reader.read(rows, columns[start : start + band])
         positive = block > 0
-        sums += block.sum(axis=1, dtype=dtype)
+        try:
+            add_totals(sums, row_totals(block, dtype))
+        except RowTotalOverflowError as exc:
+            raise _named(exc, plan, part.out_rows[exc.row]) from None
         positives += positive.sum(axis=1)
         column_positive[mapped[start : start + band]] += positive.sum(axis=0)
         del block, positive
     row_sums[part.out_rows] = sums
     row_positive[part.out_rows] = positives
+
+
+def _named(exc: RowTotalOverflowError, plan: CompositePlan, out_row: int) -> RowTotalOverflowError:
+    """The refusal naming the composite's cell (``exc.row`` counted in a band)."""
+    return exc.naming(str(plan.cell_ids[out_row]), row=int(out_row))
 
 
 def _reader_of(source: BoundSource) -> VirtualArrayReader:

@@ -40,7 +40,9 @@ __all__ = [
     "MIN_CHUNK_BYTES",
     "array_geometry",
     "count_layout",
+    "fit_layout",
     "fit_policy",
+    "least_fitting_budget",
     "group_bytes",
     "require_fit",
     "row_frame_geometry",
@@ -311,11 +313,14 @@ def require_fit(
     rule: GeometryRule = array_geometry,
     reserved: int = 0,
     budget_for: Callable[[int], int] | None = None,
+    layout_option: bool = True,
 ) -> CountLayout:
     """Return the layout of ``policy`` if its write fits, else refuse naming the fix.
 
     Imports use a policy exactly or not at all (spec, "Count layout"), so the
-    refusal names the largest halving that fits instead of applying it.
+    refusal names the largest halving that fits instead of applying it, when
+    the caller can give a layout (``layout_option``; the command line
+    cannot), and the budget that fits ``policy``.
     """
     layout = count_layout(shape, dtype, itemsize, policy, transpose=transpose, rule=rule)
     cost = _needed(write_cost(layout, itemsize, nnz, reserved=reserved), budget_for)
@@ -341,14 +346,107 @@ def require_fit(
             f"no halving fits even with one-row shards; the smallest {option_name('mem_budget')} "
             f"that works is {format_size(least)} ({least} bytes)"
         )
-    else:
+    elif layout_option:
         remedy = (
             f"the largest halving that fits is layout={fitting.describe()} "
             f"(smaller shards make later countsT reads slower), or raise {option_name('mem_budget')} "
             f"to at least {format_size(cost)} ({cost} bytes)"
         )
+    else:
+        remedy = f"raise {option_name('mem_budget')} to at least {format_size(cost)} ({cost} bytes)"
     raise LayoutTooLargeError(
         f"layout {policy.describe()} needs {format_size(cost)} for its {what} of a "
         f"{shape[0]} x {shape[1]} {dtype} matrix, over {option_name('mem_budget')} {format_size(mem_budget)}; "
         f"{remedy}. Nothing was written"
     )
+
+
+def fit_layout(
+    policy: LayoutPolicy,
+    shape: tuple[int, int],
+    dtype: str,
+    itemsize: int,
+    nnz: int,
+    mem_budget: int,
+    *,
+    transpose: bool,
+    min_shard_rows: int,
+    rule: GeometryRule = array_geometry,
+    reserved: int = 0,
+    budget_for: Callable[[int], int] | None = None,
+) -> CountLayout:
+    """The layout of the largest halving of ``policy`` that fits (:func:`fit_policy`).
+
+    For writers that fit instead of refusing (spec, "Count layout": repack,
+    merge). A budget that no halving fits, or that would make count shards
+    shorter than ``min_shard_rows`` (thousands of tiny shards are slow to
+    write and to read), is refused naming the smallest budget that works:
+    the only remedy, as these writers take no layout.
+    """
+
+    def layout_of(candidate: LayoutPolicy) -> CountLayout:
+        return count_layout(shape, dtype, itemsize, candidate, transpose=transpose, rule=rule)
+
+    fitting = fit_policy(
+        policy,
+        shape,
+        dtype,
+        itemsize,
+        nnz,
+        mem_budget,
+        transpose=transpose,
+        rule=rule,
+        reserved=reserved,
+        budget_for=budget_for,
+    )
+    if fitting is not None and layout_of(fitting).counts.shards[0] >= min(min_shard_rows, shape[0]):
+        return layout_of(fitting)
+    least = least_fitting_budget(
+        policy,
+        shape,
+        dtype,
+        itemsize,
+        nnz,
+        transpose=transpose,
+        min_shard_rows=min_shard_rows,
+        rule=rule,
+        reserved=reserved,
+        budget_for=budget_for,
+    )
+    raise LayoutTooLargeError(
+        f"{option_name('mem_budget')} {format_size(mem_budget)} is too small to write the "
+        f"{shape[0]} x {shape[1]} {dtype} counts in shards of at least "
+        f"{min(min_shard_rows, shape[0])} row(s) (smaller shards are very slow to write and to "
+        f"read); give a {option_name('mem_budget')} of at least {format_size(least)} "
+        f"({least} bytes). Nothing was written"
+    )
+
+
+def least_fitting_budget(
+    policy: LayoutPolicy,
+    shape: tuple[int, int],
+    dtype: str,
+    itemsize: int,
+    nnz: int,
+    *,
+    transpose: bool,
+    min_shard_rows: int,
+    rule: GeometryRule = array_geometry,
+    reserved: int = 0,
+    budget_for: Callable[[int], int] | None = None,
+) -> int:
+    """The smallest budget :func:`fit_layout` accepts: that of the smallest halving of
+    ``policy`` whose count shards still hold ``min_shard_rows`` rows (or all rows)."""
+    rows = min(min_shard_rows, shape[0])
+
+    def layout_of(candidate: LayoutPolicy) -> CountLayout:
+        return count_layout(shape, dtype, itemsize, candidate, transpose=transpose, rule=rule)
+
+    least = policy
+    while (
+        least.halved() != least
+        and not _smallest(least)
+        and layout_of(least.halved()).counts.shards[0] >= rows
+    ):
+        least = least.halved()
+    return _needed(write_cost(layout_of(least), itemsize, nnz, reserved=reserved), budget_for)

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["command_line_names", "option_name", "source_options_example"]
+__all__ = ["command_line_names", "option_name", "option_offered", "source_options_example"]
 
 #: Python keyword -> the command line's flag for the same value
 COMMAND_LINE_FLAGS = {
@@ -35,6 +35,9 @@ COMMAND_LINE_FLAGS = {
     "source_storage_options": "--source-storage-options",
     "storage_options": "--storage-options",
 }
+
+#: Python keywords no command takes: a message names them only to Python callers
+NO_COMMAND_LINE_FLAG = frozenset({"layout"})
 
 _lock = threading.Lock()
 _command_line_depth = 0
@@ -49,6 +52,18 @@ def option_name(keyword: str) -> str:
     if _command_line():
         return COMMAND_LINE_FLAGS.get(keyword, keyword)
     return keyword
+
+
+def option_offered(keyword: str) -> bool:
+    """Whether the caller can give the option ``keyword`` at all (a remedy may name it).
+
+    >>> option_offered("layout")
+    True
+    >>> with command_line_names():
+    ...     option_offered("layout")
+    False
+    """
+    return not (_command_line() and keyword in NO_COMMAND_LINE_FLAG)
 
 
 def source_options_example(source: str | None) -> str:

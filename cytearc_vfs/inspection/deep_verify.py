@@ -20,6 +20,7 @@ from zarr.abc.store import Store
 
 from ..errors import IdentityMismatchError
 from ..format.count_dtype import summary_dtype
+from ..format.count_totals import RowTotalOverflowError, row_totals
 from ..format.fingerprints import ContentHasher, ids_fingerprint
 from ..format.nodes import array_at, group_at
 from ..format.paths import join
@@ -71,6 +72,16 @@ def _unreadable(what: str, start: int, stop: int, exc: Exception) -> str:
     )
 
 
+def _total_overflow(exc: RowTotalOverflowError) -> str:
+    # what was stored for that cell cannot be its total: a writer that did
+    # not check wrapped it (writers now refuse such counts)
+    return (
+        f"counts row {exc.row} totals {exc.total}, which countSummaries/rowSums "
+        f"({exc.dtype}) cannot hold, so its stored total is wrong (wrapped by the writer); "
+        "check the source for corrupt values and re-import it"
+    )
+
+
 def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> AssayReport:
     paths = info.paths
     report = AssayReport(f"{paths.workspace}/{paths.assay}" if paths.workspace else paths.assay)
@@ -98,7 +109,12 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
             report.problems.append(_unreadable("counts", start, stop, exc))
             return report
         hasher.update(sp.csr_array(dense))
-        row_sums[start:stop] = dense.sum(axis=1, dtype=sum_dtype)
+        try:
+            row_sums[start:stop] = row_totals(dense, sum_dtype, row_offset=start)
+        except RowTotalOverflowError as exc:
+            report.problems.append(_total_overflow(exc))
+            # compared as wrapped below, so the finding is reported once
+            row_sums[start:stop] = dense.sum(axis=1, dtype=sum_dtype)
         row_positive[start:stop] = (dense > 0).sum(axis=1)
         column_positive += (dense > 0).sum(axis=0)
         s, w = _column_checksums(dense, weights[start:stop])
@@ -179,12 +195,14 @@ def _verify_composite(
     column_positive = np.zeros(n_features, dtype=np.int64)
     try:
         for rows, block in reader.iter_cells(mem_budget="256M"):
-            row_sums[rows] = block.sum(axis=1, dtype=sum_dtype)
+            row_sums[rows] = row_totals(block, sum_dtype, row_offset=rows.start)
             row_positive[rows] = (block > 0).sum(axis=1)
             column_positive += (block > 0).sum(axis=0)
             report.checked_values += block.size
             if progress:
                 progress(f"verify {report.label}", rows.stop, n_cells)
+    except RowTotalOverflowError as exc:
+        report.problems.append(_total_overflow(exc))
     except Exception as exc:  # a damaged source is a finding, not a crash
         report.problems.append(
             f"the virtual counts could not be read ({type(exc).__name__}: {exc}); a source is "

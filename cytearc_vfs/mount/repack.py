@@ -353,7 +353,7 @@ def _repack_data_only(
     overwrite: bool,
     destination_options: Mapping[str, Any] | None,
 ) -> None:
-    from ..write.writer import write_counts
+    from ..write.writer import fitting_layout, write_counts
 
     contents = read_contents(source, where=where)
     raw = zarr.open_group(source, mode="r")
@@ -385,19 +385,22 @@ def _repack_data_only(
     container = raw if paths.workspace is None else group_at(raw, paths.workspace)
     declared = container.attrs.get("assayTypes", {})
     assay_type = declared.get(paths.assay) if isinstance(declared, dict) else None
-    write_counts(
-        destination,
-        _ZarrRows(counts),
-        assay=paths.assay,
-        assay_type=assay_type if isinstance(assay_type, str) else None,
-        cells=cells,
-        features=features,
-        workspace=paths.workspace,
-        mem_budget=budget,
-        progress=progress,
-        overwrite=overwrite,
-        storage_options=destination_options,
-    )
+    # the layout is fitted to the budget, as every repack fits it (spec, "Count
+    # layout"): a data-only repack never refuses naming a layout= it does not take
+    with fitting_layout(MIN_REPACK_SHARD_ROWS):
+        write_counts(
+            destination,
+            _ZarrRows(counts),
+            assay=paths.assay,
+            assay_type=assay_type if isinstance(assay_type, str) else None,
+            cells=cells,
+            features=features,
+            workspace=paths.workspace,
+            mem_budget=budget,
+            progress=progress,
+            overwrite=overwrite,
+            storage_options=destination_options,
+        )
 
 
 class _ZarrRows:

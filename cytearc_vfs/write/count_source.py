@@ -27,7 +27,8 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..errors import VfsError
-from ..format.count_dtype import ValueRange, empty_range, scan_values
+from ..format.count_dtype import ValueRange, checked_cast, empty_range, scan_values, summary_dtype
+from ..format.count_totals import RowTotalOverflowError, exact_group_sums, may_overflow, row_totals
 
 __all__ = [
     "COUNT_SOURCE_ENTRY_POINTS",
@@ -36,7 +37,9 @@ __all__ = [
     "DuplicateSumOverflowError",
     "as_count_source",
     "canonical_csr",
+    "check_row_totals",
     "scan_source",
+    "stored_band",
 ]
 
 
@@ -97,39 +100,6 @@ class DuplicateSumOverflowError(VfsError, OverflowError):
         )
 
 
-_LOW = np.uint64(0xFFFFFFFF)
-_SHIFT = np.uint64(32)
-
-
-def _exact_group_sums(
-    values: npt.NDArray[Any], starts: npt.NDArray[np.intp]
-) -> tuple[npt.NDArray[Any], int | None, int]:
-    """Sums of ``values`` over the groups beginning at ``starts``, exactly.
-
-    ``values`` are int64 or uint64. Each value is split into a high and a
-    low 32-bit half; the halves are summed separately (exact for groups of
-    fewer than 2**31 entries, far beyond any real matrix), the low sums'
-    carries are moved into the high sums, and a group fits its dtype exactly
-    when its high sum fits 32 bits. Returns the sums (wrapped where a group
-    overflows), the first overflowing group (or ``None``) and its exact total.
-    """
-    signed = values.dtype == np.int64
-    low = np.add.reduceat(values.view(np.uint64) & _LOW, starts)
-    high = np.add.reduceat(values >> (32 if signed else _SHIFT), starts)
-    if signed:
-        high = high + (low >> _SHIFT).astype(np.int64)
-        fits = (high >= -(1 << 31)) & (high < (1 << 31))
-    else:
-        high = high + (low >> _SHIFT)
-        fits = high < np.uint64(1 << 32)
-    low &= _LOW
-    if fits.all():
-        sums = (high.view(np.uint64) << _SHIFT) | low
-        return sums.view(values.dtype), None, 0
-    bad = int(np.flatnonzero(~fits)[0])
-    return values[:0], bad, int(high[bad]) * (1 << 32) + int(low[bad])
-
-
 def _summed_exactly(matrix: sp.csr_array, row_offset: int) -> sp.csr_array:
     """Canonical CSR of an integer CSR with duplicates, summed without wrapping."""
     wide = np.uint64 if matrix.data.dtype == np.uint64 else np.int64
@@ -148,7 +118,7 @@ def _summed_exactly(matrix: sp.csr_array, row_offset: int) -> sp.csr_array:
     row_starts = indptr[1:-1]
     first[row_starts[row_starts < len(data)]] = True
     starts = np.flatnonzero(first)
-    sums, bad, total = _exact_group_sums(data, starts)
+    sums, bad, total = exact_group_sums(data, starts)
     if bad is not None:
         position = int(starts[bad])
         row = int(np.searchsorted(indptr, position, side="right")) - 1
@@ -415,3 +385,35 @@ def scan_source(source: CountSource, max_bytes: int) -> ValueRange:
     if declared.kind in "bui":
         return replace(result, source_dtype=declared)
     return result
+
+
+def stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
+    """``band`` (rows ``start:stop``) in the storage dtype, through the checked cast."""
+    data = checked_cast(band.data, dtype, where=f"rows {start}:{stop}")
+    return sp.csr_array((data, band.indices, band.indptr), shape=band.shape)
+
+
+def check_row_totals(
+    source: CountSource,
+    dtype: np.dtype,
+    value_range: ValueRange,
+    cell_ids: npt.NDArray[Any],
+    max_bytes: int,
+) -> None:
+    """Refuse, before the destination exists, a cell whose total ``rowSums`` cannot hold.
+
+    The values' bound settles it for real counts (no pass); only values near
+    the summary dtype's limit cost a pass over bands of about ``max_bytes``
+    (as the scan's), each summed exactly
+    (:func:`~cytearc_vfs.format.count_totals.row_totals`).
+    """
+    sum_dtype = summary_dtype(dtype)
+    largest = max(abs(value_range.minimum), abs(value_range.maximum))
+    if not may_overflow(largest, source.shape[1], sum_dtype):
+        return
+    rows = max(1, max_bytes // (8 * max(1, source.shape[1])))
+    try:
+        for start, stop, band in iter_bands(source, rows):
+            row_totals(stored_band(band, dtype, start, stop), sum_dtype, row_offset=start)
+    except RowTotalOverflowError as exc:
+        raise exc.naming(str(cell_ids[exc.row])) from None

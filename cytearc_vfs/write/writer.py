@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,8 @@ import pandas as pd
 import scipy.sparse as sp
 import zarr
 
-from ..format.count_dtype import checked_cast, resolve_count_dtype, summary_dtype
+from ..format.count_dtype import resolve_count_dtype, summary_dtype
+from ..format.count_totals import row_totals
 from ..format.fingerprints import ContentHasher, dataset_fingerprint_of
 from ..format.flags import check_flag
 from ..format.layout import (
@@ -32,11 +35,13 @@ from ..format.layout import (
     LayoutPolicy,
     LayoutTooLargeError,
     count_layout,
+    fit_layout,
     group_bytes,
+    least_fitting_budget,
     require_fit,
     write_cost,
 )
-from ..format.option_names import option_name
+from ..format.option_names import option_name, option_offered
 from ..format.paths import AssayPaths
 from ..format.records import (
     COUNT_LAYOUT_ATTR,
@@ -54,8 +59,10 @@ from .count_source import (
     CountSource,
     DuplicateSumOverflowError,
     as_count_source,
+    check_row_totals,
     iter_bands,
     scan_source,
+    stored_band,
 )
 from .destinations import create_destination, finish_destination, settle_destination
 from .membership import split_membership
@@ -63,7 +70,7 @@ from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
 from .stopping import stops_on_exception
 
-__all__ = ["WriteInfo", "write_counts"]
+__all__ = ["WriteInfo", "fitting_layout", "write_counts"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,42 +148,57 @@ def _fitted_layout(
 ) -> CountLayout:
     """The layout of ``policy`` if the write fits ``budget``, else refuse naming the smallest that works.
 
-    ``tables`` is what the prepared tables hold, ``reserved`` what the write
+    Inside :func:`fitting_layout`, the largest halving of ``policy`` that fits
+    (refused naming the smallest budget). ``tables`` is what the prepared tables hold, ``reserved`` what the write
     holds beside its bands (docs/writing.md, "Memory budget").
     """
     rule = current_layout().rule
+    fit_rows = _FIT_SHARD_ROWS.get()
+    sizes = (policy, shape, dtype.name, dtype.itemsize, nnz)
+    options: dict[str, Any] = {
+        "transpose": transpose,
+        "rule": rule,
+        "reserved": reserved,
+        "budget_for": budget_for,
+    }
     preparation = preparation_bytes(*shape, tables)
     if preparation > budget:
-        layout = count_layout(
-            shape, dtype.name, dtype.itemsize, policy, transpose=transpose, rule=rule
-        )
-        least = max(
-            preparation, budget_for(write_cost(layout, dtype.itemsize, nnz, reserved=reserved))
-        )
+        if fit_rows is None:
+            layout = count_layout(*sizes[1:4], policy, transpose=transpose, rule=rule)
+            cost = budget_for(write_cost(layout, dtype.itemsize, nnz, reserved=reserved))
+        else:  # the budget of the smallest layout it would fit
+            cost = least_fitting_budget(*sizes, min_shard_rows=fit_rows, **options)
+        least = max(preparation, cost)
         raise LayoutTooLargeError(
             f"preparing the cell and feature tables needs {format_size(preparation)}, over "
             f"{option_name('mem_budget')} {format_size(budget)}; raise {option_name('mem_budget')} "
-            f"to at least {format_size(least)} ({least} bytes), the smallest that works with "
-            "this layout. Nothing was written"
+            f"to at least {format_size(least)} ({least} bytes), the smallest that works"
+            f"{' with this layout' if fit_rows is None else ''}. Nothing was written"
         )
-    return require_fit(
-        policy,
-        shape,
-        dtype.name,
-        dtype.itemsize,
-        nnz,
-        budget,
-        transpose=transpose,
-        rule=rule,
-        reserved=reserved,
-        budget_for=budget_for,
-    )
+    if fit_rows is not None:
+        return fit_layout(*sizes, budget, min_shard_rows=fit_rows, **options)
+    # the command line takes no layout: its refusal names only the budget
+    return require_fit(*sizes, budget, layout_option=option_offered("layout"), **options)
 
 
-def _stored_band(band: sp.csr_array, dtype: np.dtype, start: int, stop: int) -> sp.csr_array:
-    """``band`` in the storage dtype, through the checked cast."""
-    data = checked_cast(band.data, dtype, where=f"rows {start}:{stop}")
-    return sp.csr_array((data, band.indices, band.indptr), shape=band.shape)
+#: While set (:func:`fitting_layout`), the policy is fitted to the budget instead of used exactly.
+_FIT_SHARD_ROWS: ContextVar[int | None] = ContextVar("fit_shard_rows", default=None)
+
+
+@contextmanager
+def fitting_layout(min_shard_rows: int) -> Iterator[None]:
+    """Let :func:`write_counts` calls in the block fit their policy to ``mem_budget``.
+
+    Imports use their policy exactly or refuse (spec, "Count layout");
+    ``repack --data-only``, which rewrites counts through this writer, fits
+    it as every repack does: halved down to shards of ``min_shard_rows``
+    rows, below which the budget is refused naming the one that works.
+    """
+    token = _FIT_SHARD_ROWS.set(min_shard_rows)
+    try:
+        yield
+    finally:
+        _FIT_SHARD_ROWS.reset(token)
 
 
 def _feature_groups(
@@ -302,11 +324,12 @@ def write_counts(
 
     # Everything that can refuse runs before the destination exists.
     try:
-        value_range = scan_source(source, max(1 << 20, min(budget // 4, 64 << 20)))
+        value_range = scan_source(source, scan_bytes := max(1 << 20, min(budget // 4, 64 << 20)))
     except DuplicateSumOverflowError as exc:
         cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
         raise exc.naming(str(cell), str(feature)) from None
     dtype = resolve_count_dtype(value_range)
+    check_row_totals(source, dtype, value_range, cell_table.ids, scan_bytes)
     # held beside the bands for the whole write: the write-behind's values (out of
     # the budget), the tables and the count summaries (docs/writing.md, "Memory budget")
     held = held_bytes(budget)
@@ -427,7 +450,7 @@ def _write_store(
     try:
         first_group: list[tuple[int, sp.csc_array]] = []
         for start, stop, band in iter_bands(source, band_rows):
-            stored = _stored_band(band, dtype, start, stop)
+            stored = stored_band(band, dtype, start, stop)
             hasher.update(stored)
             _summarise(stored, start, row_sums, row_positive, column_positive)
             if groups:
@@ -445,7 +468,7 @@ def _write_store(
                     first_group
                     if index == 0
                     else [
-                        (s, _group_piece(_stored_band(band, dtype, s, e), g0, g1, n_features))
+                        (s, _group_piece(stored_band(band, dtype, s, e), g0, g1, n_features))
                         for s, e, band in iter_bands(source, band_rows)
                     ]
                 )
@@ -500,14 +523,8 @@ def _summarise(
     """Add one canonical band to the count summaries."""
     lengths = np.diff(stored.indptr)
     stop = start + len(lengths)
-    filled = lengths > 0
-    sums = np.zeros(len(lengths), dtype=row_sums.dtype)
-    if stored.nnz:
-        # segments of empty rows are skipped, so each sum runs to the next start
-        sums[filled] = np.add.reduceat(
-            stored.data.astype(row_sums.dtype), stored.indptr[:-1][filled]
-        )
-    row_sums[start:stop] = sums
+    # exact, or refused (checked before the destination existed: check_row_totals)
+    row_sums[start:stop] = row_totals(stored, row_sums.dtype, row_offset=start)
     if stored.dtype.kind == "u":
         # canonical bands hold no explicit zeros: every stored value is positive
         row_positive[start:stop] = lengths
