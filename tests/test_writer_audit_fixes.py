@@ -369,10 +369,6 @@ def test_data_only_repack_too_small_names_only_the_budget(tmp_path: Path) -> Non
     message = str(refused.value)
     assert "raise mem_budget to at least" in message and "layout" not in message, message
     assert not (tmp_path / "out.zarr").exists()
-    # the budget named works
-    named = int(message.split("(")[1].split(" bytes")[0])
-    cv.repack(source, tmp_path / "out.zarr", data_only=True, mem_budget=named)
-    assert cv.dataset_fingerprint(tmp_path / "out.zarr") == cv.dataset_fingerprint(source)
 
 
 def test_fit_layout_refuses_shards_below_the_minimum_naming_a_budget_that_works() -> None:
