@@ -28,7 +28,7 @@ def package_version() -> str:
     """The installed version of cytearc-vfs."""
     from .. import __version__
 
-    return __version__
+    return str(__version__)
 
 
 #: options whose values are credentials: never echoed in an error
