@@ -5,7 +5,7 @@ reading with missing values (``reading``, selections in ``selection``),
 buffered writes with stale chunks (``buffered_writes``), resizing at both
 ends (``resizing``) and promoting a dimension (``promotion``, with the codec
 argument in ``axis_insertion``) by renaming chunks (``key_moves``, keys read
-strictly by ``chunk_keys``), all-or-nothing through a journal with
+strictly by :mod:`cytearc_vfs.format.chunk_keys`), all-or-nothing through a journal with
 recovery (``journal``, the documents beside ``zarr.json`` in
 ``documents``), and summaries (``summary``). ``docs/arrays.md`` has the
 conventions, the byte-order argument, the journal and the limits.

@@ -38,9 +38,9 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import StorePath
 
 from ..errors import IncompleteStoreError, RecordShapeError
+from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.store_io import get_json
-from .chunk_keys import ChunkKeys
 
 __all__ = [
     "JOURNAL_NAME",

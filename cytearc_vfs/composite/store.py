@@ -27,6 +27,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
 from ..format.paths import join
@@ -368,15 +369,20 @@ class CompositeStore(KeyCheckedStore):
         return int(rows) * int(cols) * int(np.dtype(document["data_type"]).itemsize)
 
     def _chunk_index(self, path: str, rest: str) -> int | None:
-        """The row-chunk index of a chunk key ``c/{i}/0`` of ``path``, or ``None``."""
-        parts = rest.split("/")
-        if len(parts) != 3 or parts[0] != "c" or parts[2] != "0" or not parts[1].isdigit():
-            return None
-        index = int(parts[1])
-        return index if index < self._n_chunks(path) else None
+        """The row-chunk index of chunk key ``rest`` of ``path``, or ``None``: exactly the
+        keys :meth:`_chunk_keys` lists (``c/00/0`` or ``c/\u0660/0`` is no key, not chunk 0)."""
+        coords = self._chunk_names(path).decode_in(rest, (self._n_chunks(path), 1))
+        return None if coords is None else coords[0]
 
     def _chunk_keys(self, path: str) -> list[str]:
-        return [f"c/{i}/0" for i in range(self._n_chunks(path))]
+        names = self._chunk_names(path)
+        return [names.encode((i, 0)) for i in range(self._n_chunks(path))]
+
+    def _chunk_names(self, path: str) -> ChunkKeys:
+        """How ``path``'s served ``zarr.json`` names its chunks (zarr asks for those keys)."""
+        return ChunkKeys.from_document(
+            self._record.arrays[path], where=f"composite at {self._backing}: {path!r}"
+        )
 
     # -------------------------------------------------------------- writing
 

@@ -20,7 +20,8 @@ import zarr
 from zarr.core.array import AsyncArray
 
 from .cell_runs import CellRuns
-from .gather import as_slice, sorted_unique
+from .gather import sorted_unique
+from .placement import as_slice
 from .read_stats import ReadCounters
 from .sources import BoundSource
 
