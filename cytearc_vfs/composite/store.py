@@ -146,6 +146,10 @@ class CompositeStore(KeyCheckedStore):
     ) -> CompositeStore:
         """Open ``backing`` as a composite after :func:`verify_composite` checked it
         (``created``: the sources and cache its creation just bound)."""
+        if isinstance(backing, CompositeStore):
+            # an open composite given as the location: verified again from its
+            # own store, never through the virtual arrays it serves
+            backing = backing.backing
         verified = verify_composite(backing, where, source_storage_options, created=created)
         return cls(
             backing,
