@@ -78,6 +78,18 @@ def test_a_stored_zarr_v2_array_is_refused_too(composite: Path) -> None:
         cv.open_store(composite)
 
 
+def test_the_virtual_document_itself_is_the_served_view_and_opens(composite: Path) -> None:
+    # what `cytearc-vfs serve` and mount-fs present: the record's own document
+    # (their chunks are computed); test_serve opens a served composite so
+    record = json.loads((composite / "zarr.json").read_text())["attributes"]["composite"]
+    (composite / "RNA" / "counts").mkdir()
+    (composite / "RNA" / "counts" / "zarr.json").write_text(
+        json.dumps(record["arrays"]["RNA/counts"])
+    )
+    store = cv.open_store(composite)
+    np.testing.assert_array_equal(store.reader().read(), np.arange(1, 7).reshape(3, 2))
+
+
 class _Counting(WrapperStore[Store]):
     """A store that records the prefixes listed and the keys read."""
 

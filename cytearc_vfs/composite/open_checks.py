@@ -24,7 +24,7 @@ from ..format.identity_checks import (
 from ..format.paths import join
 from ..format.records import parse_assay_types
 from ..format.source_store import read_contents
-from ..format.store_io import list_dir
+from ..format.store_io import get_json, list_dir
 from .records import IDS_ATTR, MAPS_GROUP, AxisIds
 
 if TYPE_CHECKING:
@@ -106,13 +106,19 @@ def refuse_stored_virtual_arrays(backing: Store, record: CompositeRecord, *, whe
     store so that bare Zarr cannot read anything there; a node stored at
     that path (any Zarr format) would be what plain ``zarr.open_array``
     reads, while this package serves the counts gathered from the sources.
-    One listing of the assay group covers every virtual array.
+    One listing of the assay group covers every virtual array. A node whose
+    ``zarr.json`` is exactly the record's virtual document is the composite
+    itself as ``cytearc-vfs serve`` or ``mount-fs`` present it (their chunks
+    are computed from the sources), and is accepted; only then is a document
+    read.
     """
     children = set(list_dir(backing, record.assay))
     held = sorted(
         path
-        for path in record.arrays
-        if path.rpartition("/")[0] == record.assay and path.rpartition("/")[2] in children
+        for path, document in record.arrays.items()
+        if path.rpartition("/")[0] == record.assay
+        and path.rpartition("/")[2] in children
+        and get_json(backing, join(path, "zarr.json")) != document
     )
     if held:
         raise RecordShapeError(
