@@ -27,10 +27,12 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from ..errors import UnsupportedSourceError
 from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
-from ..format.paths import join
+from ..format.paths import AssayPaths, join
+from ..format.source_store import missing_assay_error
 from ..format.store_io import document_attribute
 from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns
@@ -147,6 +149,10 @@ class CompositeStore(KeyCheckedStore):
     ) -> CompositeStore:
         """Open ``backing`` as a composite after :func:`verify_composite` checked it
         (``created``: the sources and cache its creation just bound)."""
+        if isinstance(backing, CompositeStore):
+            # an open composite given as the location: verified again from its
+            # own store, never through the virtual arrays it serves
+            backing = backing.backing
         verified = verify_composite(backing, where, source_storage_options, created=created)
         return cls(
             backing,
@@ -234,10 +240,20 @@ class CompositeStore(KeyCheckedStore):
 
     # --------------------------------------------------------- count access
 
-    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
-        """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
-        if assay != self._record.assay:
-            raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
+    def count_mapping(
+        self, assay: str, counters: ReadCounters, *, workspace: str | None = None
+    ) -> CountMapping:
+        """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``.
+
+        A composite has one assay in its root layout and no workspaces: any other
+        ``assay``, and any ``workspace``, is refused as an ordinary store refuses it.
+        """
+        if assay != self._record.assay or workspace is not None:
+            raise missing_assay_error(
+                describe_location(self._backing),
+                AssayPaths(assay, workspace),
+                [AssayPaths(self._record.assay)],
+            )
         root = zarr.open_group(self._documents, mode="r", zarr_format=3)
         counts_doc = self._record.arrays[join(assay, "counts")]
         shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
@@ -251,6 +267,23 @@ class CompositeStore(KeyCheckedStore):
             cell_runs=self._cell_runs,
             cell_id_array=array_at(root, "cellData/ids"),
             feature_id_array=array_at(root, join(assay, "featureData", "ids")),
+        )
+
+    def assay_fingerprints(self, assay: str, workspace: str | None = None) -> tuple[str, str]:
+        """Refused: a composite has no dataset or counts fingerprint of its own.
+
+        The spec fingerprints each source (its binding's ``datasetFingerprint``
+        and ``countsFingerprint``), not the composite, whose counts are computed
+        from them; the error says where those are.
+        """
+        self.count_mapping(assay, ReadCounters(), workspace=workspace)  # an unknown assay first
+        raise UnsupportedSourceError(
+            f"{describe_location(self._backing)} is a composite: its counts are computed from "
+            f"{len(self._record.sources)} source(s), and it has no dataset or counts fingerprint "
+            "of its own. Each source's are recorded in its composite record: "
+            "cv.open_store(LOCATION).record.sources[i].dataset_fingerprint and "
+            ".counts_fingerprint (`cytearc-vfs info LOCATION --json` lists them), or ask a "
+            "source itself with cv.dataset_fingerprint(SOURCE_LOCATION)"
         )
 
     def reader(self, assay: str | None = None) -> Any:

@@ -71,8 +71,14 @@ class CountMapping(Protocol):
 class ProvidesCountMapping(Protocol):
     """A store that carries its own mapping (composite stores)."""
 
-    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
-        """The mapping of ``assay``'s virtual counts, reading sources into ``counters``."""
+    def count_mapping(
+        self, assay: str, counters: ReadCounters, *, workspace: str | None = None
+    ) -> CountMapping:
+        """The mapping of ``assay``'s virtual counts, reading sources into ``counters``.
+
+        An assay or ``workspace`` the store does not hold raises the ``ValueError``
+        of :func:`~cytearc_vfs.format.source_store.missing_assay_error`.
+        """
         ...
 
 

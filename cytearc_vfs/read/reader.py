@@ -121,7 +121,9 @@ class VirtualArrayReader:
                 refuse_pending_assays(backend, contents, where=where)
                 store = cast("ProvidesCountMapping", opener(backend, where, None))
         if isinstance(store, ProvidesCountMapping):
-            self._mapping: CountMapping = store.count_mapping(assay, self._counters)
+            self._mapping: CountMapping = store.count_mapping(
+                assay, self._counters, workspace=workspace
+            )
         else:
             source = bind_source(
                 "store", backend, assay, workspace=workspace, counters=self._counters
