@@ -325,9 +325,10 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
     except (VfsError, ValueError, TypeError):
         raise
     except Exception as exc:
-        if getattr(exc, "cytearc_source", False):
-            raise  # named once already, with its remedy (pinned_store)
         where = describe_location(spec.location)
+        # an error pinned_store named already carries the backend's as its cause
+        cause = exc.__cause__ if getattr(exc, "cytearc_source", False) else None
+        cause = exc if cause is None else cause
         if local_path(spec.location) is not None:
             remedy = (
                 "check that it exists (a source moved or deleted after the composite was made "
@@ -335,7 +336,7 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
             )
         else:
             remedy = failure_remedy(
-                exc, http=is_http_location(where), options=source_options_example(spec.name)
+                cause, http=is_http_location(where), options=source_options_example(spec.name)
             )
         said = first_line(exc)
         raise OSError(

@@ -16,6 +16,8 @@ remedy of the cause found, never all of them.
 
 from __future__ import annotations
 
+import re
+
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
@@ -26,6 +28,10 @@ __all__ = [
     "timed_out",
     "unreachable",
 ]
+
+
+#: obstore's account of a request's retries.
+_RETRIES = re.compile(r"after (\d+) retries, max_retries: (\d+)")
 
 
 def is_http_location(where: str) -> bool:
@@ -48,8 +54,19 @@ def _text(exc: BaseException) -> str:
 
 
 def timed_out(exc: BaseException) -> bool:
-    """Whether ``exc`` says a request ran out of time (obstore reports it in its text)."""
+    """Whether ``exc`` says a request ran out of time (obstore reports it in its text):
+    a request that timed out, or retries that stopped before their count for lack of time
+    (``after 6 retries, max_retries: 10``: a lasting ``503``, as far as the time allowed).
+
+    >>> timed_out(OSError("GET x after 6 retries, max_retries: 10, retry_timeout: 2s - 503"))
+    True
+    >>> timed_out(OSError("GET x after 10 retries, max_retries: 10, retry_timeout: 30s - HTTP"))
+    False
+    """
     text = _text(exc)
+    retries = _RETRIES.search(text)
+    if retries is not None and int(retries.group(1)) < int(retries.group(2)):
+        return True
     return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
 
 
@@ -84,10 +101,15 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
             "if the source is slow rather than unreachable, allow slower requests with "
             f"{TIMEOUT_ENV}=SECONDS"
         )
+    if unreachable(exc) and http:
+        return (
+            "nothing answered at that address (the connection failed): check that the "
+            "server is running and that the URL is right"
+        )
     if unreachable(exc):
         return (
             "nothing answered at that address (the connection failed): check that the "
-            "server is running and that the location is spelled right"
+            f"endpoint is right and reachable, and pass it (and credentials) as {options}"
         )
     if refused(exc) and http:
         return (
