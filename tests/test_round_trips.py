@@ -212,7 +212,7 @@ def test_a_seal_without_its_fingerprints_is_refused(remote: Remote, tmp_path: Pa
 def test_the_record_holds_only_the_fields_of_the_spec(remote: Remote, tmp_path: Path) -> None:
     location = _create(remote, tmp_path)
     record = json.loads((location / "zarr.json").read_bytes())["attributes"]["composite"]
-    assert set(record) == {"assay", "sources", "arrays", "maps", "complete", "ids"}
+    assert set(record) == {"assay", "sources", "arrays", "maps", "complete"}
     assert (location / SEALS_PATH / "zarr.json").exists()
 
 

@@ -19,7 +19,8 @@ import asyncio
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 
 from cytearc_vfs.format.key_checked import KeyCheckedStore
 from cytearc_vfs.format.object_keys import listing_prefix, object_key, store_key
+from cytearc_vfs.format.object_listing import is_http_store, list_recursive
+from cytearc_vfs.remote.failures import failure_remedy
 from cytearc_vfs.remote.locations import register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
@@ -274,12 +277,34 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
 
     async def _list(self, prefix: str | None = None) -> AsyncGenerator[Any, None]:
         checked = self._prefix(prefix or "", "list_prefix")
-        async for meta in super()._list(listing_prefix(self, checked)):
-            yield {**meta, "path": store_key(self, meta["path"])}
+        with self._listing_refused(checked):
+            if is_http_store(self):
+                # a server that refuses Depth: infinity (403) is walked at Depth: 1
+                for meta in await list_recursive(self, checked):
+                    yield {**meta, "path": store_key(self, meta["path"])}
+                return
+            async for meta in super()._list(listing_prefix(self, checked)):
+                yield {**meta, "path": store_key(self, meta["path"])}
 
-    def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
-        # zarr names the children relative to the prefix it listed
-        return super().list_dir(object_key(self, self._prefix(prefix, "list_dir")))
+    async def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
+        checked = self._prefix(prefix, "list_dir")
+        with self._listing_refused(checked):
+            # zarr names the children relative to the prefix it listed
+            async for name in super().list_dir(object_key(self, checked)):
+                yield name
+
+    @contextmanager
+    def _listing_refused(self, prefix: str) -> Iterator[None]:
+        """A refused listing as a ``PermissionError`` naming the store, the prefix and the
+        remedy of the cause (obstore's own words end in a page of HTML)."""
+        from obstore.exceptions import PermissionDeniedError
+
+        try:
+            yield
+        except PermissionDeniedError as exc:
+            remedy = failure_remedy(exc, http=is_http_store(self), options="storage_options")
+            what = repr(prefix + "/") if prefix else "its root"
+            raise PermissionError(f"{self}: listing {what} was refused; {remedy}") from exc
 
     async def getsize(self, key: str) -> int:
         return int(await super().getsize(self._key(key, "getsize")))

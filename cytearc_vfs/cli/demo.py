@@ -77,7 +77,8 @@ def _demo_mount(root: Path, counts_fingerprint: str) -> dict[str, Any]:
         "inputs": {"counts": counts_fingerprint},
     }
     with publish_artifact(mounted, "RNA/artifacts", "cell_totals", provenance=provenance) as art:
-        art.write_array("totals", np.asarray(counts[:], dtype=np.float64).sum(axis=1))
+        totals = np.asarray(counts[:], dtype=np.float64).sum(axis=1)
+        art.write_array("totals", totals)
     after = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
     if after != before:
         raise AssertionError("the mount wrote into its source")

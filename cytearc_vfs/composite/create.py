@@ -4,8 +4,8 @@ Nothing of the sources' counts is copied. The composite's own store holds
 the root ``composite`` record (sources, virtual array documents, mapping
 manifest, ``complete``), the ``_composite`` mapping arrays, ordinary cell
 and feature tables, and preparation summaries. The root's first document
-names the writer (``cytearc:pending_store``); the record follows with
-``complete=False``, and one attribute write at the end sets ``complete`` and
+names the writer (``cytearc:pending_store``) and holds the record with
+``complete=False``; one attribute write at the end sets ``complete`` and
 removes the marker, so a creation that dies at any instant never opens.
 """
 
@@ -51,6 +51,7 @@ from .columns import merge_cell_columns, merge_feature_columns, read_source_tabl
 from .maps import FeatureChoice, array_fingerprint, plan_composite
 from .records import (
     COMPOSITE_ATTR,
+    IDS_ATTR,
     MAPS_GROUP,
     AxisIds,
     CompositeRecord,
@@ -350,33 +351,31 @@ def create_composite(
     )
     summaries = composite_summaries(plan, bound, read_bytes(cost, budget), progress)
     record = CompositeRecord(
-        assay=assay,
-        sources=bindings,
-        arrays=arrays,
-        maps=map_records,
-        complete=False,
-        # the ids are fingerprinted as the tables are prepared; every open checks them
-        ids=AxisIds(cell_table.ids_fingerprint, feature_table.ids_fingerprint),
+        assay=assay, sources=bindings, arrays=arrays, maps=map_records, complete=False
     )
+    # the ids are fingerprinted as the tables are prepared; every open checks
+    # them (kept beside the record, whose fields the spec fixes)
+    ids = AxisIds(cell_table.ids_fingerprint, feature_table.ids_fingerprint)
 
+    # the root's first document holds the record with complete=false beside
+    # the writer's marker: a creation that dies at any instant is refused as
+    # incomplete by any reader of the record, not only by this package
     root = create_destination(
         destination,
         overwrite=overwrite,
         writer="create_composite",
         storage_options=storage_options,
         held_bytes=held_bytes(budget),
+        attributes={
+            COMPOSITE_ATTR: record.to_json(),
+            "assayTypes": dump_assay_types({assay: plan.assay_type}),
+            "defaultAssay": assay,
+        },
     )
     with settled_on_failure(root):
         where = describe_location(destination)
         logger.info("creating composite of %d sources (%d x %d) at %s", len(bound), *shape, where)
-        root.attrs.update(  # keeps the in-progress marker of the root's first document
-            {
-                COMPOSITE_ATTR: record.to_json(),
-                "assayTypes": dump_assay_types({assay: plan.assay_type}),
-                "defaultAssay": assay,
-            }
-        )
-        maps_group = root.create_group(MAPS_GROUP)
+        maps_group = root.create_group(MAPS_GROUP, attributes={IDS_ATTR: ids.to_json()})
         for name, values in maps.items():
             # Small chunks: a read loads only the mapping windows it selects.
             chunk = (

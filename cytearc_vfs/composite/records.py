@@ -8,7 +8,6 @@ Shape (strict, unversioned, spec "Composite sources and virtual counts")::
       "arrays": {"RNA/counts": <zarr.json document>, "RNA/countsT": <zarr.json document>},
       "maps": {"rowSources": {...}, "sourceRows": {...}, "featureColumns": {...}},
       "complete": false | true,
-      "ids": {"cells": "sha256:...", "features": "sha256:..."},   # optional, see below
     }
 
 Each ``maps`` entry is ``{"path": "_composite/<name>", "shape": [...], "dtype": str,
@@ -16,13 +15,18 @@ Each ``maps`` entry is ``{"path": "_composite/<name>", "shape": [...], "dtype": 
 and reopening verifies it. Missing or unknown fields anywhere fail closed
 with :class:`RecordShapeError`.
 
-``ids`` holds the fingerprints of the output cell and feature ids, written by
-every composite created since they were recorded; a composite written before
-has no ``ids`` and still opens (its ids arrays' own ``fingerprint`` attributes
-are checked instead). It is the one optional field: absent is accepted,
-anything else in it is strict. (The sealed source documents of
-:mod:`cytearc_vfs.composite.source_seals` are not part of the record: the
-spec fixes its fields, and the seals are a cache the open can do without.)
+The fingerprints of the output cell and feature ids are kept beside the
+record, as the ``cytearc:ids`` attribute of the ``_composite`` group
+(``{"cells": "sha256:...", "features": "sha256:..."}``, strict), which the
+composite protects as it protects its mappings. Composites written by
+releases before this one carry them as a sixth record field ``ids`` instead:
+the one compatibility decision of the reader, which accepts that field (its
+value as strict) so those composites still open, and never writes it. A
+composite written before either has neither, and its ids arrays' own
+``fingerprint`` attributes are checked instead. (The sealed source
+documents of :mod:`cytearc_vfs.composite.source_seals` are not part of the
+record either: the spec fixes its fields, and the seals are a cache the
+open can do without.)
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ..format.records import check_fields, parse_fingerprint
 
 __all__ = [
     "COMPOSITE_ATTR",
+    "IDS_ATTR",
     "MAP_NAMES",
     "AxisIds",
     "CompositeRecord",
@@ -47,6 +52,8 @@ __all__ = [
 COMPOSITE_ATTR = "composite"
 MAPS_GROUP = "_composite"
 MAP_NAMES = ("rowSources", "sourceRows", "featureColumns")
+#: Attribute of the ``_composite`` group holding the ids fingerprints (:class:`AxisIds`).
+IDS_ATTR = "cytearc:ids"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,21 +196,19 @@ class CompositeRecord:
     complete: bool
     """Whether creation finished; an incomplete composite never opens."""
     ids: AxisIds | None = None
-    """Fingerprints of the output ids; ``None`` in composites written before they
-    were recorded."""
+    """The ``ids`` field of a record written before the ids fingerprints moved to
+    the ``_composite`` group's ``cytearc:ids`` attribute (read, never written);
+    ``None`` otherwise."""
 
     def to_json(self) -> dict[str, Any]:
-        """Serialise to the persisted JSON shape."""
-        value: dict[str, Any] = {
+        """Serialise to the persisted JSON shape (the spec's five fields)."""
+        return {
             "assay": self.assay,
             "sources": [source.to_json() for source in self.sources],
             "arrays": {path: dict(document) for path, document in self.arrays.items()},
             "maps": {name: self.maps[name].to_json() for name in MAP_NAMES if name in self.maps},
             "complete": self.complete,
         }
-        if self.ids is not None:
-            value["ids"] = self.ids.to_json()
-        return value
 
     def source(self, name: str) -> SourceBinding:
         """The binding named ``name``."""
@@ -224,7 +229,8 @@ class CompositeRecord:
             "complete": bool,
         }
         if isinstance(value, Mapping) and "ids" in value:
-            required["ids"] = dict  # written since ids are fingerprinted; older records lack it
+            # written by releases before the ids moved to _composite (see the module docstring)
+            required["ids"] = dict
         fields = check_fields(value, required, record=record, where=where)
         sources = tuple(
             SourceBinding.from_json(item, where=f"{where} sources[{index}]")

@@ -27,9 +27,12 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from ..errors import UnsupportedSourceError
+from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
-from ..format.paths import join
+from ..format.paths import AssayPaths, join
+from ..format.source_store import missing_assay_error
 from ..format.store_io import document_attribute
 from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns
@@ -146,6 +149,10 @@ class CompositeStore(KeyCheckedStore):
     ) -> CompositeStore:
         """Open ``backing`` as a composite after :func:`verify_composite` checked it
         (``created``: the sources and cache its creation just bound)."""
+        if isinstance(backing, CompositeStore):
+            # an open composite given as the location: verified again from its
+            # own store, never through the virtual arrays it serves
+            backing = backing.backing
         verified = verify_composite(backing, where, source_storage_options, created=created)
         return cls(
             backing,
@@ -233,10 +240,20 @@ class CompositeStore(KeyCheckedStore):
 
     # --------------------------------------------------------- count access
 
-    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
-        """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``."""
-        if assay != self._record.assay:
-            raise ValueError(f"this composite composes assay {self._record.assay!r}, not {assay!r}")
+    def count_mapping(
+        self, assay: str, counters: ReadCounters, *, workspace: str | None = None
+    ) -> CountMapping:
+        """The mapping a :class:`VirtualArrayReader` reads through, counted into ``counters``.
+
+        A composite has one assay in its root layout and no workspaces: any other
+        ``assay``, and any ``workspace``, is refused as an ordinary store refuses it.
+        """
+        if assay != self._record.assay or workspace is not None:
+            raise missing_assay_error(
+                describe_location(self._backing),
+                AssayPaths(assay, workspace),
+                [AssayPaths(self._record.assay)],
+            )
         root = zarr.open_group(self._documents, mode="r", zarr_format=3)
         counts_doc = self._record.arrays[join(assay, "counts")]
         shape = (int(counts_doc["shape"][0]), int(counts_doc["shape"][1]))
@@ -250,6 +267,23 @@ class CompositeStore(KeyCheckedStore):
             cell_runs=self._cell_runs,
             cell_id_array=array_at(root, "cellData/ids"),
             feature_id_array=array_at(root, join(assay, "featureData", "ids")),
+        )
+
+    def assay_fingerprints(self, assay: str, workspace: str | None = None) -> tuple[str, str]:
+        """Refused: a composite has no dataset or counts fingerprint of its own.
+
+        The spec fingerprints each source (its binding's ``datasetFingerprint``
+        and ``countsFingerprint``), not the composite, whose counts are computed
+        from them; the error says where those are.
+        """
+        self.count_mapping(assay, ReadCounters(), workspace=workspace)  # an unknown assay first
+        raise UnsupportedSourceError(
+            f"{describe_location(self._backing)} is a composite: its counts are computed from "
+            f"{len(self._record.sources)} source(s), and it has no dataset or counts fingerprint "
+            "of its own. Each source's are recorded in its composite record: "
+            "cv.open_store(LOCATION).record.sources[i].dataset_fingerprint and "
+            ".counts_fingerprint (`cytearc-vfs info LOCATION --json` lists them), or ask a "
+            "source itself with cv.dataset_fingerprint(SOURCE_LOCATION)"
         )
 
     def reader(self, assay: str | None = None) -> Any:
@@ -368,15 +402,20 @@ class CompositeStore(KeyCheckedStore):
         return int(rows) * int(cols) * int(np.dtype(document["data_type"]).itemsize)
 
     def _chunk_index(self, path: str, rest: str) -> int | None:
-        """The row-chunk index of a chunk key ``c/{i}/0`` of ``path``, or ``None``."""
-        parts = rest.split("/")
-        if len(parts) != 3 or parts[0] != "c" or parts[2] != "0" or not parts[1].isdigit():
-            return None
-        index = int(parts[1])
-        return index if index < self._n_chunks(path) else None
+        """The row-chunk index of chunk key ``rest`` of ``path``, or ``None``: exactly the
+        keys :meth:`_chunk_keys` lists (``c/00/0`` or ``c/\u0660/0`` is no key, not chunk 0)."""
+        coords = self._chunk_names(path).decode_in(rest, (self._n_chunks(path), 1))
+        return None if coords is None else coords[0]
 
     def _chunk_keys(self, path: str) -> list[str]:
-        return [f"c/{i}/0" for i in range(self._n_chunks(path))]
+        names = self._chunk_names(path)
+        return [names.encode((i, 0)) for i in range(self._n_chunks(path))]
+
+    def _chunk_names(self, path: str) -> ChunkKeys:
+        """How ``path``'s served ``zarr.json`` names its chunks (zarr asks for those keys)."""
+        return ChunkKeys.from_document(
+            self._record.arrays[path], where=f"composite at {self._backing}: {path!r}"
+        )
 
     # -------------------------------------------------------------- writing
 

@@ -22,10 +22,12 @@ from zarr.api.asynchronous import open_array as open_array_async
 from zarr.core.array import AsyncArray
 from zarr.core.sync import sync
 
+from ..errors import RecordShapeError
 from ..format.count_dtype import summary_dtype
 from ..format.count_totals import RowTotalOverflowError, add_totals, row_totals
 from ..format.nodes import array_at
 from ..format.paths import join
+from ..format.source_store import REPAIR
 from ..read.count_mapping import IdentityMapping
 from ..read.read_stats import ReadCounters
 from ..read.reader import VirtualArrayReader
@@ -36,6 +38,7 @@ __all__ = [
     "MIN_BAND_BYTES",
     "SourcePart",
     "band_value_bytes",
+    "check_consistent_summaries",
     "composite_summaries",
     "source_parts",
 ]
@@ -141,6 +144,39 @@ def band_value_bytes(dtype: np.dtype) -> int:
     return 3 * max(8, dtype.itemsize)
 
 
+def check_consistent_summaries(
+    summaries: dict[str, npt.NDArray[Any]], row_sums_dtype: Any, *, where: str
+) -> None:
+    """Refuse summaries that contradict each other, as a lost chunk makes them.
+
+    zarr reads a missing chunk as zeros, so a summary chunk deleted from a
+    source reads as cells without counts, and the composite would publish
+    those zeros as its own. Two facts hold for every store a writer made:
+    the cells' and the features' positive counts both count the matrix's
+    positive values, and for unsigned counts a cell sums to zero exactly when
+    it has no positive value. Checking them costs nothing beyond the read.
+    """
+    row_positive, column_positive = summaries["rowPositive"], summaries["columnPositive"]
+    by_cells, by_features = int(row_positive.sum()), int(column_positive.sum())
+    problem = None
+    if by_cells != by_features:
+        problem = f"rowPositive counts {by_cells} positive values, columnPositive {by_features}"
+    elif np.dtype(row_sums_dtype).kind == "u":
+        empty = (summaries["rowSums"] == 0) != (row_positive == 0)
+        if empty.any():
+            cell = int(np.flatnonzero(empty)[0])
+            problem = (
+                f"cell {cell} has rowSums {summaries['rowSums'][cell]} but rowPositive "
+                f"{row_positive[cell]} ({int(empty.sum())} such cells)"
+            )
+    if problem is not None:
+        raise RecordShapeError(
+            f"{where}: its countSummaries contradict each other ({problem}); a summary chunk "
+            f"is missing or damaged, and a composite would publish it. Run `cytearc-vfs verify` "
+            f"on the source; {REPAIR}"
+        )
+
+
 async def _source_summaries(
     sources: list[BoundSource],
 ) -> list[dict[str, npt.NDArray[Any]] | None]:
@@ -165,7 +201,11 @@ async def _source_summaries(
             )
         )
         values = await asyncio.gather(*(array.getitem(...) for array in arrays))
-        return {name: np.asarray(value) for name, value in zip(_SUMMARY_NAMES, values, strict=True)}
+        summaries = {
+            name: np.asarray(value) for name, value in zip(_SUMMARY_NAMES, values, strict=True)
+        }
+        check_consistent_summaries(summaries, arrays[0].dtype, where=f"source {source.name!r}")
+        return summaries
 
     async def none() -> None:
         return None

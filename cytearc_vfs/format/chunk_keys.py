@@ -123,3 +123,24 @@ class ChunkKeys:
                 return None
             coords.append(int(part))
         return tuple(coords)
+
+    def decode_in(self, key: str, grid: Sequence[int]) -> tuple[int, ...] | None:
+        """The grid position of chunk ``key`` of an array with ``grid`` chunks along
+        each dimension, or ``None`` when ``key`` names no chunk of it.
+
+        The one reading of a chunk key for every store that computes its chunks
+        (a composite's counts, an AnnData view): such a store answers exactly the
+        keys it lists, so a key zarr would not write (``c/00/0``, ``c/+1/0``,
+        ``c/\\u0660/0``, ``c/ 1/0``, another rank) or a position outside the grid
+        is no key at all, never another chunk's bytes.
+
+        >>> keys = ChunkKeys("default", "/")
+        >>> keys.decode_in("c/1/0", (2, 1)), keys.decode_in("c", ())
+        ((1, 0), ())
+        >>> [keys.decode_in(k, (2, 1)) for k in ("c/2/0", "c/01/0", "c/\\u0661/0", "c/1")]
+        [None, None, None, None]
+        """
+        coords = self.decode(key, len(grid))
+        if coords is None or any(c >= n for c, n in zip(coords, grid, strict=True)):
+            return None
+        return coords

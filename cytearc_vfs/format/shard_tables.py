@@ -42,7 +42,8 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, ObjectStore
 
 from ..errors import IdentityMismatchError, RecordShapeError
-from .object_keys import listing_prefix, store_key
+from .object_keys import store_key
+from .object_listing import list_recursive
 
 __all__ = [
     "SHARD_TABLE_ATTR",
@@ -227,45 +228,13 @@ async def _scan_any(store: Store, array_path: str, shards: int, *, tails: bool) 
 async def _listed_sizes(store: Store, prefix: str) -> dict[str, int | None]:
     """Keys below ``prefix`` with their sizes where the listing carries them."""
     if isinstance(store, ObjectStore):  # an object store lists sizes: no request per key
-        import obstore
-        from obstore.exceptions import PermissionDeniedError
-
-        listed: dict[str, int | None] = {}
-        try:
-            async for batch in obstore.list(store.store, prefix=listing_prefix(store, prefix)):
-                for item in batch:
-                    listed[store_key(store, item["path"])] = int(item["size"])
-        except PermissionDeniedError:
-            if type(store.store).__name__ != "HTTPStore":
-                raise
-            # a WebDAV server that refuses Depth: infinity (403) must answer Depth: 1
-            listed.clear()
-            await _walk_sizes(store, prefix, listed)
-        return listed
+        # an HTTP server that refuses Depth: infinity is walked at Depth: 1
+        # (a shard directory: one request, then one per shard)
+        return {
+            store_key(store, item["path"]): int(item["size"])
+            for item in await list_recursive(store, prefix)
+        }
     return {key: None async for key in store.list_prefix(prefix)}
-
-
-async def _walk_sizes(store: ObjectStore[Any], prefix: str, listed: dict[str, int | None]) -> None:
-    """List an HTTP store one directory level at a time, with the sizes each level carries.
-
-    obstore's recursive listing of an HTTP store is one WebDAV ``PROPFIND``
-    with ``Depth: infinity``, which servers may refuse with ``403`` (RFC 4918
-    allows it; ``cytearc-vfs serve`` and Apache's default do); ``Depth: 1``
-    must be answered. A shard directory is two levels deep: one request for
-    it, one per shard.
-    """
-    import obstore
-
-    limit = asyncio.Semaphore(_CONCURRENT_REQUESTS)
-
-    async def level(directory: str | None) -> None:
-        async with limit:
-            found = await obstore.list_with_delimiter_async(store.store, prefix=directory)
-        for item in found["objects"]:
-            listed[store_key(store, item["path"])] = int(item["size"])
-        await asyncio.gather(*(level(below) for below in found["common_prefixes"]))
-
-    await level(listing_prefix(store, prefix))
 
 
 def _shard_number(array_path: str, name: str, shards: int) -> int:

@@ -55,6 +55,7 @@ __all__ = [
     "StoreContents",
     "check_assay_shards",
     "contents_documents",
+    "missing_assay_error",
     "read_contents",
     "refuse_pending_assays",
     "unfinished_message",
@@ -356,14 +357,25 @@ def verify_assay(
         raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc
 
 
-def _assays_hint(store: Store) -> str:
-    """``"; its assays: [...]"`` for a refusal of an assay that is not there (best effort)."""
+def _assays_hint(store: Store) -> list[AssayPaths]:
+    """The assays of ``store``, for a refusal of an assay that is not there (best effort)."""
     try:
-        assays = read_contents(store, where="").assays
+        return list(read_contents(store, where="").assays)
     except Exception:  # the refusal stands without the hint
-        return ""
-    names = [f"{p.workspace}/{p.assay}" if p.workspace else p.assay for p in assays]
-    return f"; its assays: {names} (give one of them)" if names else ""
+        return []
+
+
+def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths]) -> ValueError:
+    """The refusal of an assay (or workspace) that ``where`` does not hold, naming those it holds.
+
+    One message for every store kind: an ordinary store, a composite, a mount.
+    """
+    label = f"{where}: assay {paths.assay!r}" + (
+        f" of workspace {paths.workspace!r}" if paths.workspace else ""
+    )
+    names = [f"{p.workspace}/{p.assay}" if p.workspace else p.assay for p in held]
+    hint = f"; its assays: {names} (give one of them)" if names else ""
+    return ValueError(f"{label} does not exist (no group at {paths.assay_group!r}){hint}")
 
 
 def _verify_assay(
@@ -379,9 +391,7 @@ def _verify_assay(
         )
     kind, assay_attrs = _node_attrs(store, paths.assay_group)
     if kind != "group":
-        raise ValueError(
-            f"{label} does not exist (no group at {paths.assay_group!r}){_assays_hint(store)}"
-        )
+        raise missing_assay_error(where, paths, _assays_hint(store))
     if PENDING_ASSAY_ATTR in assay_attrs:
         raise UnsupportedSourceError(
             f"{label} is pending ({assay_attrs[PENDING_ASSAY_ATTR]!r} never finished); discard "

@@ -174,7 +174,9 @@ def classify_location(
 def _legacy_anndata(raw: Callable[[str], bytes | None], zarr_format: int) -> bool:
     """Whether a group without attributes is laid out as an AnnData: anndata 0.7
     wrote no encoding attributes (seed 001: such files "are classified
-    structurally"), but always the groups ``obs`` and ``var`` beside ``X``."""
+    structurally"), but always ``obs`` and ``var`` beside ``X``: groups, or
+    before 0.7 record arrays (the commands that take an AnnData store then
+    say what they read of it)."""
 
     def node(path: str) -> str | None:
         if zarr_format == 2:
@@ -185,4 +187,5 @@ def _legacy_anndata(raw: Callable[[str], bytes | None], zarr_format: int) -> boo
         kind = None if document is None else document.get("node_type")
         return kind if kind in ("group", "array") else None
 
-    return node("obs") == "group" and node("var") == "group" and node("X") is not None
+    frames = {node("obs"), node("var")}
+    return (frames == {"group"} or frames == {"array"}) and node("X") is not None

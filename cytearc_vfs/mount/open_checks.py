@@ -9,35 +9,39 @@ counterpart is :mod:`cytearc_vfs.composite.open_checks`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zarr
 from zarr.abc.store import Store
 
-from ..errors import IncompleteStoreError
+from ..errors import IncompleteStoreError, RecordShapeError
 from ..format.identity_checks import (
     check_declared_assays,
     check_ids,
     refuse_target_counts,
 )
+from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import read_contents
 
 if TYPE_CHECKING:
     from ..format.source_store import AssayInfo
+    from .records import MountRecord
 
 __all__ = ["verify_mount_tables"]
 
 
 def verify_mount_tables(
-    target: Store, workspace: str | None, infos: Mapping[str, AssayInfo], *, where: str
+    target: Store, record: MountRecord, infos: Mapping[str, AssayInfo], *, where: str
 ) -> None:
     """What a mount target must agree on with its (verified) source assays.
 
     The copied cell and feature ids must be the source's (whose identity the
     mount record pins), each mounted assay must be a published assay group of
-    the target, the declarations must name only those, and the target must hold
-    no node where the source's counts are read.
+    the target, the declarations must name only those, each assay that opens
+    as RNA must have the source's countsT (and the record must say so), and
+    the target must hold no node where the source's counts are read.
     """
+    workspace = record.workspace
     remedy = "the target was edited after mounting; mount the source again"
     contents = read_contents(target, where=where)
     present = [paths.assay for paths in contents.assays if paths.workspace == workspace]
@@ -56,6 +60,7 @@ def verify_mount_tables(
         where=f"mount at {where}",
         remedy=remedy,
     )
+    check_opening_types(dict(container.attrs), record, infos, where=where)
     for name, info in infos.items():
         refuse_target_counts(target, info.paths, where=where)
         check_ids(
@@ -77,3 +82,43 @@ def verify_mount_tables(
         where=f"mount at {where}",
         remedy=remedy,
     )
+
+
+def check_opening_types(
+    container_attrs: Mapping[str, Any],
+    record: MountRecord,
+    infos: Mapping[str, AssayInfo],
+    *,
+    where: str,
+) -> None:
+    """Each mounted assay opens as the target's ``assayTypes`` entry, else as the
+    source declares it; the source's countsT is required for exactly the assays
+    that open as RNA (spec, "Assay types"), and ``requiresTranspose`` must say so.
+    """
+    label = record.workspace or "/"
+    declared = parse_assay_types(container_attrs.get("assayTypes", {}), where=label)
+    for name, info in infos.items():
+        opens_as = declared.get(name) or info.assay_type
+        how = (
+            f"the target's assayTypes declares {opens_as!r}"
+            if name in declared
+            else f"the source declares {opens_as!r}"
+        )
+        needs = requires_transpose(opens_as)
+        if needs and not info.has_counts_t:
+            raise IncompleteStoreError(
+                f"mount at {where}: assay {name!r} opens as {opens_as} ({how}) and needs the "
+                f"source's countsT, which {record.location} lacks (the source declares it "
+                f"{info.assay_type!r}); set the target's assayTypes[{name!r}] back to "
+                f"{info.assay_type!r}, or re-import the source with an RNA-typed assay "
+                "(cytearc-vfs write, cv.write_counts) and mount it again"
+            )
+        recorded = record.assays[name].requires_transpose
+        if recorded != needs:
+            raise RecordShapeError(
+                f"mount at {where}: matrixSource records requiresTranspose: "
+                f"{str(recorded).lower()} for assay {name!r}, but it opens as {opens_as} "
+                f"({how}), which {'requires' if needs else 'does not require'} the source's "
+                "countsT; the record or the declaration was edited after mounting. Restore the "
+                "declaration, or mount the source again (assay_types= chooses the type)"
+            )

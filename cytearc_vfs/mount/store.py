@@ -25,7 +25,7 @@ from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
 from ..format.option_names import source_options_example
 from ..format.paths import AssayPaths, join
-from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..format.source_store import AssayInfo, missing_assay_error, read_contents, verify_assay
 from ..format.store_io import document_attribute, get_json
 from ..read.count_mapping import CountMapping, IdentityMapping
 from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents, prefetched
@@ -168,7 +168,7 @@ class MountStore(KeyCheckedStore):
                 join(record.workspace or "", "artifacts", "zarr.json"),
             ],
         )
-        verify_mount_tables(target_documents, record.workspace, infos, where=where)
+        verify_mount_tables(target_documents, record, infos, where=where)
         mount = cls(
             target,
             source,
@@ -255,11 +255,22 @@ class MountStore(KeyCheckedStore):
 
     # ------------------------------------------------------------ counts
 
-    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
-        """The source's counts of ``assay``, verified at open."""
+    def count_mapping(
+        self, assay: str, counters: ReadCounters, *, workspace: str | None = None
+    ) -> CountMapping:
+        """The source's counts of ``assay``, verified at open.
+
+        ``workspace`` is the mount's (``None`` stands for it too); another
+        workspace, or an assay not mounted, is refused as an ordinary store
+        refuses it.
+        """
         info = self._infos.get(assay)
-        if info is None:
-            raise ValueError(f"assay {assay!r} is not mounted; mounted: {sorted(self._infos)}")
+        if info is None or workspace not in (None, self._record.workspace):
+            raise missing_assay_error(
+                describe_location(self._target),
+                AssayPaths(assay, workspace),
+                [info.paths for info in self._infos.values()],
+            )
         # the verified documents serve the arrays' metadata: a reader costs no
         # request before its first read
         view = self._documents if self._documents is not None else self._source
@@ -270,6 +281,18 @@ class MountStore(KeyCheckedStore):
             array_at(root, join(info.paths.cell_data, "ids")),
             array_at(root, join(info.paths.feature_data, "ids")),
         )
+
+    def assay_fingerprints(self, assay: str, workspace: str | None = None) -> tuple[str, str]:
+        """``(dataset, counts)`` fingerprints of a mounted assay: its source's, as
+        ``matrixSource`` records them (the open checked the source against them)."""
+        mounted = self._record.assays.get(assay)
+        if mounted is None or workspace not in (None, self._record.workspace):
+            raise missing_assay_error(
+                describe_location(self._target),
+                AssayPaths(assay, workspace),
+                [info.paths for info in self._infos.values()],
+            )
+        return mounted.dataset_fingerprint, mounted.counts_fingerprint
 
     def reader(self, assay: str = "RNA") -> Any:
         """A :class:`VirtualArrayReader` of a mounted assay's (source) counts."""

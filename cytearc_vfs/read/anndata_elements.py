@@ -41,6 +41,7 @@ __all__ = [
     "node_attributes",
     "obs_var_index",
     "open_element_array",
+    "pre_07_message",
     "read_index",
 ]
 
@@ -60,12 +61,19 @@ def document_keys(path: str, zarr_format: int, *, array: bool = False) -> list[s
     return [join(path, ".zarray" if array else ".zgroup"), join(path, ".zattrs")]
 
 
-async def anndata_format(documents: Documents) -> int | None:
+async def anndata_format(documents: Documents, *, where: str = "the store") -> int | None:
     """The Zarr format of an AnnData store's root, or ``None`` when the root is not one.
 
     An AnnData root is a group whose attributes say ``encoding-type: anndata``
     (anndata 0.7 wrote none: a group without attributes holding an ``obs`` group
     counts too, in v2 as anndata 0.7 wrote it and in v3 as the element layer reads it).
+
+    Raises
+    ------
+    UnsupportedSourceError
+        The pre-0.7 layout (Zarr v2, no root attributes, ``obs`` and ``var``
+        stored as record arrays), which a composite does not read where it is;
+        the message names the import that does.
     """
     root = await documents("zarr.json")
     if isinstance(root, dict):
@@ -84,7 +92,24 @@ async def anndata_format(documents: Documents) -> int | None:
     if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata":
         return 2
     legacy = await documents("obs/.zgroup")  # anndata 0.7: no root attributes
-    return 2 if isinstance(legacy, dict) and not attrs else None
+    if isinstance(legacy, dict) and not attrs:
+        return 2
+    if not attrs and all(
+        [isinstance(await documents(f"{frame}/.zarray"), dict) for frame in ("obs", "var")]
+    ):
+        raise UnsupportedSourceError(pre_07_message(where))
+    return None
+
+
+def pre_07_message(where: str) -> str:
+    """The refusal of an AnnData store written by anndata before 0.7 (obs and var as
+    record arrays), with the import that reads it."""
+    return (
+        f"{where} is an AnnData Zarr store in the layout of anndata before 0.7 (obs and var "
+        "stored as record arrays), which a composite does not read where it is; import it "
+        f"with cv.write_counts(DEST, {where!r}) (cytearc-vfs write {where} DEST), which reads "
+        "that layout, and use the imported store as the source"
+    )
 
 
 async def node_attributes(

@@ -39,7 +39,8 @@ from .cell_plan import CellPlan
 from .decode_threads import hand_over
 from .direct_chunks import DirectChunks
 from .feature_plan import FeaturePlan
-from .gather import as_slice, distinct_chunks
+from .gather import distinct_chunks
+from .placement import as_slice
 from .sparse_entries import canonical_entries, read_ranges, scatter_entries
 from .sparse_rows import SourceRows, sorted_rows
 

@@ -225,7 +225,7 @@ async def _has_x(documents: Documents) -> bool:
 
 
 async def _layout(documents: Documents, element: str, *, where: str) -> _Layout | None:
-    fmt = await anndata_format(documents)
+    fmt = await anndata_format(documents, where=where)
     if fmt is None:
         return None
     matrix, obs, var = await asyncio.gather(

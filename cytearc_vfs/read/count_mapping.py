@@ -20,7 +20,8 @@ import zarr
 from zarr.core.array import AsyncArray
 
 from .cell_runs import CellRuns
-from .gather import as_slice, sorted_unique
+from .gather import sorted_unique
+from .placement import as_slice
 from .read_stats import ReadCounters
 from .sources import BoundSource
 
@@ -70,8 +71,14 @@ class CountMapping(Protocol):
 class ProvidesCountMapping(Protocol):
     """A store that carries its own mapping (composite stores)."""
 
-    def count_mapping(self, assay: str, counters: ReadCounters) -> CountMapping:
-        """The mapping of ``assay``'s virtual counts, reading sources into ``counters``."""
+    def count_mapping(
+        self, assay: str, counters: ReadCounters, *, workspace: str | None = None
+    ) -> CountMapping:
+        """The mapping of ``assay``'s virtual counts, reading sources into ``counters``.
+
+        An assay or ``workspace`` the store does not hold raises the ``ValueError``
+        of :func:`~cytearc_vfs.format.source_store.missing_assay_error`.
+        """
         ...
 
 

@@ -52,6 +52,7 @@ from zarr.core.buffer import default_buffer_prototype
 from ..errors import VfsError
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .local_shards import local_files
+from .placement import as_slice
 from .prefetch import MAX_IN_FLIGHT
 
 __all__ = ["ChunkDecodeError", "ChunkPieces", "DirectChunks", "chunk_pieces", "direct_chunks_for"]
@@ -393,7 +394,9 @@ class DirectChunks:
             i, j = divmod(position, len(col_chunks))
             r0, r1 = int(row_cuts[i]), int(row_cuts[i + 1])
             c0, c1 = int(col_cuts[j]), int(col_cuts[j + 1])
-            target_rows, target_cols = _axis(out_rows[r0:r1]), _axis(out_cols[c0:c1])
+            # output positions follow the selection's order (any order, not
+            # sorted): a slice only where they truly count up by one
+            target_rows, target_cols = as_slice(out_rows[r0:r1]), as_slice(out_cols[c0:c1])
             target: Any = (target_rows, target_cols)
             if not isinstance(target_rows, slice) and not isinstance(target_cols, slice):
                 target = np.ix_(target_rows, target_cols)  # two arrays: orthogonal, as one would be
@@ -401,8 +404,8 @@ class DirectChunks:
                 out[target] = self._fill
                 return
             block = decoded.reshape(-1, chunk_cols)
-            local_rows = _axis(rows[r0:r1] - int(row_chunks[i]) * chunk_rows)
-            local_cols = _axis(cols[c0:c1] - int(col_chunks[j]) * chunk_cols)
+            local_rows = as_slice(rows[r0:r1] - int(row_chunks[i]) * chunk_rows)
+            local_cols = as_slice(cols[c0:c1] - int(col_chunks[j]) * chunk_cols)
             out[target] = block[local_rows][:, local_cols]
 
         await self._each_chunk(ids, stops, place)
@@ -590,10 +593,3 @@ def _read_file(path: str) -> npt.NDArray[np.uint8] | None:
     finally:
         os.close(descriptor)
     return buffer
-
-
-def _axis(positions: Indices) -> slice | Indices:
-    """``positions`` as a slice when they are consecutive ascending, else as they are."""
-    if len(positions) and int(positions[-1]) - int(positions[0]) + 1 == len(positions):
-        return slice(int(positions[0]), int(positions[-1]) + 1)
-    return positions

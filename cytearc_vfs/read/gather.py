@@ -18,11 +18,11 @@ import numpy.typing as npt
 
 from ..encoding.row_frames import rows_per_frame
 from ..format.records import ArrayGeometry, CountLayout
+from .placement import contiguous
 
 __all__ = [
     "Orientation",
     "OrientationChoice",
-    "as_slice",
     "choose_orientation",
     "distinct_chunks",
     "sorted_unique",
@@ -44,9 +44,9 @@ def distinct_chunks(values: Indices, size: int) -> Indices:
     """
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
-    first, last = int(values[0]), int(values[-1])
-    if last - first + 1 == len(values) and bool(np.all(values[1:] - values[:-1] == 1)):
-        return np.arange(first // size, last // size + 1, dtype=np.int64)  # a range
+    run = contiguous(values)
+    if run is not None:
+        return np.arange(run.start // size, (run.stop - 1) // size + 1, dtype=np.int64)
     chunks = values // size
     marks = np.zeros(int(chunks.max()) + 1, dtype=bool)
     marks[chunks] = True
@@ -193,16 +193,3 @@ def sorted_unique(values: Indices) -> tuple[Indices, Indices]:
         return values, np.arange(len(values), dtype=np.int64)
     unique, inverse = np.unique(values, return_inverse=True)
     return unique, inverse.astype(np.int64, copy=False)
-
-
-def as_slice(indices: Indices) -> slice | Indices:
-    """A slice when sorted unique ``indices`` are contiguous (zarr reads those fastest).
-
-    >>> as_slice(np.array([3, 4, 5]))
-    slice(3, 6, None)
-    >>> as_slice(np.array([3, 5]))
-    array([3, 5])
-    """
-    if len(indices) and int(indices[-1]) - int(indices[0]) + 1 == len(indices):
-        return slice(int(indices[0]), int(indices[-1]) + 1)
-    return indices

@@ -9,7 +9,7 @@ no import of the layers above it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from zarr.abc.store import Store
 
@@ -91,11 +91,53 @@ def verified_assay(store: Location, assay: str = "RNA", workspace: str | None = 
     return verify_assay(backend, AssayPaths(assay, workspace), where=where)
 
 
+def _fingerprints(store: Location, assay: str, workspace: str | None) -> tuple[str, str]:
+    """``(dataset, counts)`` fingerprints of ``assay`` of any store kind.
+
+    An ordinary store's are verified from its records. A composite or a mount
+    is opened verified, and answers itself (``assay_fingerprints``): a
+    mount's are its source's, recorded in ``matrixSource`` and checked by the
+    open; a composite has none of its own and says where its sources' are.
+    """
+    if isinstance(store, ProvidesFingerprints):  # an open composite or mount
+        return store.assay_fingerprints(assay, workspace)
+    where = describe_location(store)
+    backend = open_location(store, read_only=True)
+    opener = mapping_provider_for(read_contents(backend, where=where).root_attrs)
+    if opener is None:
+        info = verify_assay(backend, AssayPaths(assay, workspace), where=where)
+        return info.dataset_fingerprint, info.counts_fingerprint
+    opened = cast("ProvidesFingerprints", opener(backend, where, None))
+    try:
+        return opened.assay_fingerprints(assay, workspace)
+    finally:
+        opened.close()
+
+
 def dataset_fingerprint(store: Location, assay: str = "RNA", workspace: str | None = None) -> str:
-    """Identity of an assay's counts with its ordered cell and feature ids."""
-    return verified_assay(store, assay, workspace).dataset_fingerprint
+    """Identity of an assay's counts with its ordered cell and feature ids.
+
+    A mount's is its source's (recorded in ``matrixSource``, checked as it
+    opens); a composite has none of its own (``UnsupportedSourceError`` names
+    where each source's is recorded).
+    """
+    return _fingerprints(store, assay, workspace)[0]
 
 
 def counts_fingerprint(store: Location, assay: str = "RNA", workspace: str | None = None) -> str:
-    """Identity of an assay's stored count values."""
-    return verified_assay(store, assay, workspace).counts_fingerprint
+    """Identity of an assay's stored count values (a mount's: its source's; see
+    :func:`dataset_fingerprint`)."""
+    return _fingerprints(store, assay, workspace)[1]
+
+
+@runtime_checkable
+class ProvidesFingerprints(Protocol):
+    """A store that answers for its own fingerprints (composites and mounts)."""
+
+    def assay_fingerprints(self, assay: str, workspace: str | None) -> tuple[str, str]:
+        """``(dataset, counts)`` fingerprints of ``assay``."""
+        ...
+
+    def close(self) -> None:
+        """Release what the open holds."""
+        ...

@@ -48,6 +48,7 @@ __all__ = [
     "ColumnPlacement",
     "Placement",
     "RowPlacement",
+    "as_slice",
     "chunk_runs",
     "column_map",
     "contiguous",
@@ -99,6 +100,21 @@ def contiguous(positions: Indices) -> slice | None:
     ):
         return slice(first, last + 1)
     return None
+
+
+def as_slice(positions: Indices) -> slice | Indices:
+    """``positions`` as a slice when they are consecutive ascending integers (zarr
+    and numpy read and write those fastest), else as they are: positions in any
+    order, or repeated, stay an array (one whose span equals its length, like
+    ``[0, 2, 1, 3]``, is not ``0:4``).
+
+    >>> as_slice(np.array([3, 4, 5]))
+    slice(3, 6, None)
+    >>> as_slice(np.array([0, 2, 1, 3])).tolist()
+    [0, 2, 1, 3]
+    """
+    run = contiguous(positions)
+    return positions if run is None else run
 
 
 def first_positions(values: Indices, positions: Indices) -> tuple[Indices, Indices, Indices]:
@@ -319,7 +335,7 @@ class ColumnPlacement:
             )
             return
         values = strip[:, self._cells].T
-        targets_at: slice | Indices = contiguous(columns) or columns
+        targets_at: slice | Indices = as_slice(columns)
         if isinstance(self._rows, slice) or isinstance(targets_at, slice):
             out[self._rows, targets_at] = values
         else:

@@ -33,12 +33,13 @@ from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
 from .feature_plan import FeaturePlan
-from .gather import OrientationChoice, as_slice, sorted_unique
+from .gather import OrientationChoice, sorted_unique
 from .mapping_providers import mapping_provider_for
 from .placement import (
     ColumnPlacement,
     Placement,
     RowPlacement,
+    as_slice,
     column_map,
 )
 from .read_stats import ReadCounters, ReaderStats
@@ -120,7 +121,9 @@ class VirtualArrayReader:
                 refuse_pending_assays(backend, contents, where=where)
                 store = cast("ProvidesCountMapping", opener(backend, where, None))
         if isinstance(store, ProvidesCountMapping):
-            self._mapping: CountMapping = store.count_mapping(assay, self._counters)
+            self._mapping: CountMapping = store.count_mapping(
+                assay, self._counters, workspace=workspace
+            )
         else:
             source = bind_source(
                 "store", backend, assay, workspace=workspace, counters=self._counters

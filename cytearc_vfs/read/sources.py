@@ -28,6 +28,7 @@ from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import get_json
 from ..remote.cached_store import cached_source
+from ..remote.failures import failure_remedy, first_line, is_http_location
 from ..remote.locations import Location, describe_location, local_path, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import SourceCache
@@ -325,17 +326,22 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
         raise
     except Exception as exc:
         where = describe_location(spec.location)
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        remedy = (
-            "check that it exists (a source moved or deleted after the composite was made "
-            "must be restored at that path)"
-            if local_path(spec.location) is not None
-            else "check that it exists, and pass its endpoint and credentials as "
-            + source_options_example(spec.name)
-        )
+        # an error pinned_store named already carries the backend's as its cause
+        cause = exc.__cause__ if getattr(exc, "cytearc_source", False) else None
+        cause = exc if cause is None else cause
+        if local_path(spec.location) is not None:
+            remedy = (
+                "check that it exists (a source moved or deleted after the composite was made "
+                "must be restored at that path)"
+            )
+        else:
+            remedy = failure_remedy(
+                cause, http=is_http_location(where), options=source_options_example(spec.name)
+            )
+        said = first_line(exc)
         raise OSError(
-            f"source {spec.name!r} at {where} cannot be read ({type(exc).__name__}: "
-            f"{first_line}); {remedy}"
+            f"source {spec.name!r} at {where} cannot be read ({type(exc).__name__}: {said})"
+            + ("" if remedy in said else f"; {remedy}")  # a backend may name it already
         ) from exc
 
 

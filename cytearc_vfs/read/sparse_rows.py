@@ -28,7 +28,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from .decode_threads import thread_scratch
-from .placement import ColumnMap, RowPlacement
+from .placement import ColumnMap, RowPlacement, contiguous
 
 NonzeroRows = Callable[
     [Buffer, int, int, bool, Buffer, int, int, Buffer, Buffer, Buffer], tuple[int, int]
@@ -306,7 +306,7 @@ def assemble(
     data = np.empty(nnz, dtype=dtype)
     for rows, first_rows, repeats in shares:
         if rows.nnz:
-            if len(first_rows) and bool(np.all(np.diff(first_rows) == 1)):
+            if len(first_rows) and contiguous(first_rows) is not None:
                 # consecutive output rows (a slice, a sorted selection): one
                 # copy per part
                 start = int(indptr[first_rows[0]])

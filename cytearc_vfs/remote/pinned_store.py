@@ -32,6 +32,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 
 from zarr.abc.store import (
@@ -46,9 +47,10 @@ from zarr.storage import ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
 from ..format.key_checked import KeyCheckedWrapperStore
-from ..format.object_keys import listing_prefix, object_key, store_key
+from ..format.object_keys import object_key, store_key
+from ..format.object_listing import list_recursive, list_unless_refused
 from ..format.option_names import source_options_example
-from .timeouts import TIMEOUT_ENV
+from .failures import failure_remedy, first_line, is_http_location
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -92,13 +94,20 @@ def is_chunk_key(key: str) -> bool:
     return key.startswith("c/") or "/c/" in key
 
 
+#: What obstore reports as the modification time of an answer that gave none.
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def version_token(meta: Any) -> str | None:
     """What identifies one version of an object in obstore's ``ObjectMeta``.
 
     The ETag where the backend gives one, else its version id, else
     last-modified and size together. An ETag is kept in its quoted form
     (RFC 9110): Azure lists ETags bare but answers a GET with them quoted,
-    and one object must give one token both ways.
+    and one object must give one token both ways. obstore reports a
+    response without ``Last-Modified`` (an HTTP server's answer that carries
+    no version, such as ``cytearc-vfs serve``'s) as the Unix epoch: that
+    is no version, and gives no token.
 
     >>> version_token({"e_tag": '"9f3e"', "version": None, "size": 3})
     'etag:"9f3e"'
@@ -106,6 +115,8 @@ def version_token(meta: Any) -> str | None:
     'etag:"0x8DC9F3E"'
     >>> version_token({"e_tag": None, "version": None, "last_modified": "2026-01-01", "size": 3})
     'modified:2026-01-01:3'
+    >>> version_token({"e_tag": None, "last_modified": _UNIX_EPOCH, "size": 3}) is None
+    True
     """
     tag = meta.get("e_tag")
     if tag:
@@ -115,7 +126,8 @@ def version_token(meta: Any) -> str | None:
         return f"etag:{'W/' if weak else ''}{quoted}"
     if meta.get("version"):
         return f"version:{meta['version']}"
-    if meta.get("last_modified") is not None and meta.get("size") is not None:
+    modified = meta.get("last_modified")
+    if modified is not None and modified != _UNIX_EPOCH and meta.get("size") is not None:
         return f"modified:{meta['last_modified']}:{meta['size']}"
     return None
 
@@ -160,17 +172,6 @@ def check_byte_range(byte_range: object) -> None:
         byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
     ):
         raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """Whether ``exc`` says a request ran out of time (obstore reports it in its text)."""
-    text = str(exc).lower()
-    return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class SourceReadWrapper(KeyCheckedWrapperStore):
@@ -274,13 +275,10 @@ class PinnedSourceStore(SourceReadWrapper):
         """
         if not isinstance(self._store, ObjectStore):
             return 0
-        import obstore
-
         prefix = f"{array}/c/"
         try:
-            listed = await obstore.list(
-                self._store.store, prefix=listing_prefix(self._store, prefix)
-            ).collect_async()
+            # an HTTP server that refuses Depth: infinity is walked at Depth: 1
+            listed = await list_recursive(self._store, prefix)
         except Exception as exc:
             raise _mark(self._failed(prefix, exc)) from exc
         pinned = 0
@@ -297,18 +295,21 @@ class PinnedSourceStore(SourceReadWrapper):
         One request per 1,000 objects on S3 (pages follow each other); the
         answer holds each object's ETag, so an open learns every version it
         needs without a request per object. ``None`` when the backend cannot
-        list with metadata (only obstore-backed stores do).
+        list with metadata (only obstore-backed stores do), or is an HTTP
+        server that refuses recursive listings (``cytearc-vfs serve``; one
+        refused request): the open then reads the documents it needs one by
+        one, as it would read them anyway, and :meth:`pin_listing` walks only
+        the count arrays' shard directories, instead of a ``Depth: 1`` walk
+        of every directory of the store.
         """
         if not isinstance(self._store, ObjectStore):
             return None
-        import obstore
-
         try:
-            listed = await obstore.list(
-                self._store.store, prefix=listing_prefix(self._store, "")
-            ).collect_async()
+            listed = await list_unless_refused(self._store, "")
         except Exception as exc:
             raise _mark(self._failed("its listing", exc)) from exc
+        if listed is None:
+            return None
         return {
             store_key(self._store, str(meta["path"])): ListedObject(
                 int(meta["size"]), version_token(meta)
@@ -374,15 +375,11 @@ class PinnedSourceStore(SourceReadWrapper):
 
     def _failed(self, key: str, exc: BaseException) -> OSError:
         # one remedy, the one the failure points at
-        if _timed_out(exc):
-            remedy = f"if the source is slow rather than unreachable, allow slower requests with {TIMEOUT_ENV}=SECONDS"
-        else:
-            remedy = (
-                "check that the source is reachable, and pass its endpoint and credentials as "
-                + source_options_example(self._name)
-            )
+        remedy = failure_remedy(
+            exc, http=is_http_location(self._where), options=source_options_example(self._name)
+        )
         return OSError(
-            f"{self._label()}: reading {key} failed ({type(exc).__name__}: {_first_line(exc)}); "
+            f"{self._label()}: reading {key} failed ({type(exc).__name__}: {first_line(exc)}); "
             + remedy
         )
 

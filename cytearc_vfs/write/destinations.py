@@ -347,6 +347,7 @@ def create_destination(
     writer: str,
     storage_options: Mapping[str, Any] | None = None,
     held_bytes: int = MAX_HELD_BYTES,
+    attributes: Mapping[str, Any] | None = None,
 ) -> zarr.Group:
     """Check and create the destination; returns its writable root group.
 
@@ -367,10 +368,15 @@ def create_destination(
         Bound of the values the destination's write-behind store holds for
         writes not yet stored (:func:`~cytearc_vfs.write.budget.held_bytes`
         of the writer's memory budget: taken out of it, not added to it).
+    attributes
+        Further attributes of the root's first document, stored with the
+        marker before anything else (a composite's record with
+        ``complete: false``, so that any reader finds a failed creation
+        incomplete).
     """
     mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
     store = open_location(location, read_only=False, storage_options=storage_options)
-    marker: dict[str, Any] = {PENDING_STORE_ATTR: writer}
+    marker: dict[str, Any] = {**(attributes or {}), PENDING_STORE_ATTR: writer}
     if not WRITE_BEHIND:
         if mode == "w":
             _replace_with_marker(store, marker)

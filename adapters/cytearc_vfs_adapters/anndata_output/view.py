@@ -43,6 +43,7 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from cytearc_vfs.format.chunk_keys import ChunkKeys
 from cytearc_vfs.format.key_checked import KeyCheckedStore
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import get_json
@@ -300,26 +301,10 @@ def _build(opened: OpenedAssay) -> _Layout:
     return layout
 
 
-def _chunk_index(rest: str, grid: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The chunk index a key below an array names, or ``None`` if it names none.
-
-    >>> _chunk_index("c/1/0", (2, 1)), _chunk_index("c", ()), _chunk_index("c/2", (2,))
-    ((1, 0), (), None)
-    """
-    parts = rest.split("/")
-    if parts[0] != "c" or len(parts) != len(grid) + 1:
-        return None
-    try:
-        index = tuple(int(part) for part in parts[1:])
-    except ValueError:
-        return None
-    if any(i < 0 or i >= n for i, n in zip(index, grid, strict=True)):
-        return None
-    return index
-
-
-def _chunk_key(index: tuple[int, ...]) -> str:
-    return "/".join(("c", *map(str, index)))
+# How array_document names the chunks of the computed arrays; the one chunk-key
+# reader (cytearc_vfs.format.chunk_keys) reads keys back, so the view answers
+# exactly the keys it lists.
+_CHUNK_KEYS = ChunkKeys("default", "/")
 
 
 class AnnDataViewStore(KeyCheckedStore):
@@ -439,7 +424,7 @@ class AnnDataViewStore(KeyCheckedStore):
         _, array, rest = found
         if isinstance(array, _Rekeyed):
             return await array.store.get(join(array.path, rest), prototype, byte_range)
-        index = _chunk_index(rest, array.grid)
+        index = _CHUNK_KEYS.decode_in(rest, array.grid)
         if index is None:
             return None
         return _ranged(prototype, await array.chunk(index), byte_range)
@@ -456,7 +441,7 @@ class AnnDataViewStore(KeyCheckedStore):
         _, array, rest = found
         if isinstance(array, _Rekeyed):
             return rest != "zarr.json" and await array.store.exists(join(array.path, rest))
-        return _chunk_index(rest, array.grid) is not None
+        return _CHUNK_KEYS.decode_in(rest, array.grid) is not None
 
     # ------------------------------------------------------------ listing
 
@@ -477,7 +462,9 @@ class AnnDataViewStore(KeyCheckedStore):
 
     async def _chunk_keys(self, path: str, array: _Rekeyed | _Computed) -> list[str]:
         if isinstance(array, _Computed):
-            return [join(path, _chunk_key(index)) for index in product(*map(range, array.grid))]
+            return [
+                join(path, _CHUNK_KEYS.encode(index)) for index in product(*map(range, array.grid))
+            ]
         prefix = join(array.path, "c")
         return [
             join(path, key[len(array.path) + 1 :])

@@ -17,6 +17,7 @@ from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 
 from .budget import Lease
+from .listings import href
 from .pieces import StreamedSpan
 
 __all__ = [
@@ -79,7 +80,18 @@ def text_answer(status: HTTPStatus, message: str, *, close: bool = False) -> Ans
 
 
 def not_found(key: str) -> Answer:
-    return text_answer(HTTPStatus.NOT_FOUND, f"no key {key!r} in this store")
+    """``404`` for a key the store does not hold, also a directory's name.
+
+    A directory's name without the final ``/`` is no key (HTTP clients that
+    follow a ``301`` would take the listing page for the value of a key named
+    so): the line names where its listing is, for a person at a browser. No
+    store call decides it.
+    """
+    return text_answer(
+        HTTPStatus.NOT_FOUND,
+        f"no key {key!r} in this store (a directory is listed at its path with a final "
+        f"'/': {href(key, directory=True)})",
+    )
 
 
 def nothing_under(prefix: str) -> Answer:

@@ -27,7 +27,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-__all__ = ["Entry", "finite_depth_error", "html_index", "json_listing", "multistatus", "wants_json"]
+__all__ = [
+    "Entry",
+    "finite_depth_error",
+    "href",
+    "html_index",
+    "json_listing",
+    "multistatus",
+    "wants_json",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +100,8 @@ def json_listing(prefix: str, names: Sequence[str]) -> bytes:
     return (json.dumps(document) + "\n").encode()
 
 
-def _href(path: str, *, directory: bool) -> str:
+def href(path: str, *, directory: bool) -> str:
+    """The absolute request path of a key, or of a directory's listing (ends in ``/``)."""
     encoded = "/".join(quote(segment, safe="") for segment in path.split("/")) if path else ""
     if directory:
         return f"/{encoded}/" if encoded else "/"
@@ -118,7 +127,7 @@ def html_index(prefix: str, children: Sequence[Entry]) -> bytes:
     </body></html>
     <BLANKLINE>
     """
-    title = html.escape(_href(prefix, directory=True))
+    title = html.escape(href(prefix, directory=True))
     lines = [
         "<!DOCTYPE html>",
         f'<html><head><meta charset="utf-8"><title>Index of {title}</title></head>',
@@ -135,13 +144,13 @@ def html_index(prefix: str, children: Sequence[Entry]) -> bytes:
 
 
 def _response(entry: Entry, modified: str) -> str:
-    href = html.escape(_href(entry.path, directory=entry.is_directory), quote=False)
+    location = html.escape(href(entry.path, directory=entry.is_directory), quote=False)
     if entry.is_directory:
         kind = "<D:resourcetype><D:collection/></D:resourcetype>"
     else:
         kind = f"<D:resourcetype/><D:getcontentlength>{entry.size}</D:getcontentlength>"
     return (
-        f"<D:response><D:href>{href}</D:href><D:propstat><D:prop>{kind}"
+        f"<D:response><D:href>{location}</D:href><D:propstat><D:prop>{kind}"
         f"<D:getlastmodified>{modified}</D:getlastmodified></D:prop>"
         "<D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>"
     )

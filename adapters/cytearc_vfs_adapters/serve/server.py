@@ -35,7 +35,6 @@ from collections import Counter
 from email.utils import formatdate
 from http import HTTPStatus
 from types import TracebackType
-from urllib.parse import quote
 
 from zarr.abc.store import Store
 from zarr.core.sync import sync
@@ -150,9 +149,7 @@ class StoreServer:
 
     async def _listen(self, listener: socket.socket) -> None:
         self._reads = asyncio.Semaphore(self._options.max_reads)
-        self._keys = KeyAnswers(
-            self._store, self._options, self._budget, self._reads, self._count, self._absent
-        )
+        self._keys = KeyAnswers(self._store, self._options, self._budget, self._reads, self._count)
         self._server = await asyncio.start_server(
             self._connection, sock=listener, limit=self._options.max_head_bytes
         )
@@ -475,23 +472,6 @@ class StoreServer:
         message = f"{head.method} {key!r}: {type(exc).__name__}: {one_line(str(exc))}"
         log.error("%d %s", status.value, message)
         return text_answer(status, message)
-
-    async def _absent(self, key: str) -> Answer:
-        """A key the store does not hold: ``404``, or ``301`` to ``KEY/`` when it is a directory.
-
-        zarr's ``FsspecStore`` lists ``RNA`` by fetching ``/RNA``, without the
-        final ``/``; like any web server, this one sends the client on to the
-        directory's URL, where the listing is (and a page's relative links
-        resolve). Listing never computes a chunk.
-        """
-        if self._store.supports_listing and await self._names(key):
-            location = "/" + "/".join(quote(segment, safe="") for segment in key.split("/")) + "/"
-            answer = text_answer(
-                HTTPStatus.MOVED_PERMANENTLY, f"{key!r} is a directory: {location}"
-            )
-            answer.fields.append(("Location", location))
-            return answer
-        return not_found(key)
 
     async def _names(self, prefix: str) -> list[str]:
         return sorted({name async for name in self._store.list_dir(prefix)})

@@ -46,8 +46,6 @@ class KeyAnswers:
         The server's read slots.
     count
         Counts an event of the server's stats (``"streamed"``, ``"piece_read"``).
-    absent
-        The answer for a key the store does not hold (``404``, or ``301`` to a directory).
     """
 
     def __init__(
@@ -57,14 +55,12 @@ class KeyAnswers:
         budget: AnswerBudget,
         reads: asyncio.Semaphore,
         count: Callable[[str], None],
-        absent: Callable[[str], Awaitable[Answer]],
     ) -> None:
         self._store = store
         self._options = options
         self._budget = budget
         self._reads = reads
         self._count = count
-        self._absent = absent
 
     async def value(self, key: str, head: RequestHead) -> Answer:
         assert self._reads is not None
@@ -73,7 +69,7 @@ class KeyAnswers:
             # sizes only: a composite's chunk is never computed for a HEAD
             async with self._reads:
                 if not await self._store.exists(key):
-                    return await self._absent(key)
+                    return not_found(key)
                 try:
                     size = await self._store.getsize(key)
                 except FileNotFoundError:
@@ -102,14 +98,14 @@ class KeyAnswers:
         if lease is None:
             size = await self._size_of(key)
             if size is None:
-                return await self._absent(key)
+                return not_found(key)
             # one byte more than the size: a value that grew meanwhile reads as large
             lease = await self._lease(min(size + 1, piece))
             if lease is None:
                 return self._busy(key)
         data = await self._read_held(key, lease, RangeByteRequest(0, lease.nbytes))
         if data is None:
-            return await self._absent(key)
+            return not_found(key)
         if len(data) < lease.nbytes:
             lease.shrink(len(data))
             return Answer(HTTPStatus.OK, data, fields, lease=lease)
@@ -164,7 +160,7 @@ class KeyAnswers:
         """
         size = await self._size_of(key)
         if size is None:
-            return await self._absent(key)
+            return not_found(key)
         byte_range = None
         due = size
         if spec is not None:
@@ -178,7 +174,7 @@ class KeyAnswers:
             return self._busy(key)
         data = await self._read_held(key, lease, byte_range)
         if data is None:
-            return not_found(key) if spec is not None else await self._absent(key)
+            return not_found(key)
         if len(data) != due:
             raise self._changed(key, lease, size, len(data), due)
         status = HTTPStatus.OK if spec is None else HTTPStatus.PARTIAL_CONTENT

@@ -1,0 +1,124 @@
+"""The cause of a remote backend's failure, and the one remedy it points at.
+
+A source that cannot be read fails for one of a few causes, and each has its
+own remedy: a server that did not answer in time (allow more time), one that
+cannot be reached (start it, or fix the URL), one that refused (403: on a
+cloud, credentials allowed to read and list; on a plain HTTP server, a
+server that lets clients read and list, which no credential changes), or
+anything else (the location and its options). Error messages name the
+remedy of the cause found, never all of them.
+
+>>> failure_remedy(TimeoutError("operation timed out"), http=False, options="storage_options={...}")
+'if the source is slow rather than unreachable, allow slower requests with CYTEARC_SOURCE_TIMEOUT=SECONDS'
+>>> failure_remedy(ConnectionRefusedError(), http=True, options="x")[:32]
+'nothing answered at that address'
+"""
+
+from __future__ import annotations
+
+import re
+
+from .timeouts import TIMEOUT_ENV
+
+__all__ = [
+    "failure_remedy",
+    "first_line",
+    "is_http_location",
+    "refused",
+    "timed_out",
+    "unreachable",
+]
+
+
+#: obstore's account of a request's retries.
+_RETRIES = re.compile(r"after (\d+) retries, max_retries: (\d+)")
+
+
+def is_http_location(where: str) -> bool:
+    """Whether the printed location ``where`` is read over plain HTTP(S) (a URL, or a
+    store over an HTTP client, which prints its URL)."""
+    return "http://" in where or "https://" in where
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _text(exc: BaseException) -> str:
+    # obstore's errors print the client's settings ("retry_timeout: 30s"),
+    # which say nothing about what happened; the cause is in the debug part
+    # ("kind: Connect", "kind: Timeout"), not in the first line
+    return str(exc).lower().replace("retry_timeout", "")
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` says a request ran out of time (obstore reports it in its text):
+    a request that timed out, or retries that stopped before their count for lack of time
+    (``after 6 retries, max_retries: 10``: a lasting ``503``, as far as the time allowed).
+
+    >>> timed_out(OSError("GET x after 6 retries, max_retries: 10, retry_timeout: 2s - 503"))
+    True
+    >>> timed_out(OSError("GET x after 10 retries, max_retries: 10, retry_timeout: 30s - HTTP"))
+    False
+    """
+    text = _text(exc)
+    retries = _RETRIES.search(text)
+    if retries is not None and int(retries.group(1)) < int(retries.group(2)):
+        return True
+    return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says no connection could be made (refused, no route, bad name)."""
+    if isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionResetError):
+        return True
+    text = _text(exc)
+    return any(
+        words in text
+        for words in (
+            "connection refused",
+            "kind: connect",
+            "dns error",
+            "no route to host",
+        )
+    )
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing the request (``403``, permission denied)."""
+    if isinstance(exc, PermissionError) or type(exc).__name__ == "PermissionDeniedError":
+        return True
+    return "403 forbidden" in _text(exc)
+
+
+def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
+    """The remedy of the cause ``exc`` names, for a source read over plain HTTP(S)
+    (``http``) or from another remote backend, whose options are passed as ``options``."""
+    if timed_out(exc):
+        return (
+            "if the source is slow rather than unreachable, allow slower requests with "
+            f"{TIMEOUT_ENV}=SECONDS"
+        )
+    if unreachable(exc) and http:
+        return (
+            "nothing answered at that address (the connection failed): check that the "
+            "server is running and that the URL is right"
+        )
+    if unreachable(exc):
+        return (
+            "nothing answered at that address (the connection failed): check that the "
+            f"endpoint is right and reachable, and pass it (and credentials) as {options}"
+        )
+    if refused(exc) and http:
+        return (
+            "the web server refused it (403 Forbidden): serve the store from a server that "
+            "lets clients read its keys and list its directories (WebDAV PROPFIND with "
+            "Depth: 1, as `cytearc-vfs serve` and WsgiDAV do)"
+        )
+    if refused(exc):
+        return f"the credentials given may not read or list it: pass ones that may, as {options}"
+    if http:
+        return "check that the server is running at that URL and serves the store there"
+    return f"check that the source is reachable, and pass its endpoint and credentials as {options}"
