@@ -32,6 +32,8 @@ __all__ = [
 
 #: obstore's account of a request's retries.
 _RETRIES = re.compile(r"after (\d+) retries, max_retries: (\d+)")
+#: A server's answer that it is failing or busy for now (5xx, S3's SlowDown).
+_SERVER_FAILING = re.compile(r"status code: 5\d\d|slowdown|service unavailable")
 
 
 def is_http_location(where: str) -> bool:
@@ -55,17 +57,24 @@ def _text(exc: BaseException) -> str:
 
 def timed_out(exc: BaseException) -> bool:
     """Whether ``exc`` says a request ran out of time (obstore reports it in its text):
-    a request that timed out, or retries that stopped before their count for lack of time
-    (``after 6 retries, max_retries: 10``: a lasting ``503``, as far as the time allowed).
+    a request that timed out, retries that stopped before their count for lack of time
+    (``after 6 retries, max_retries: 10``: a lasting ``503``, as far as the time allowed),
+    or every retry answered by a failing or busy server (a quick ``503`` each time:
+    more time is the remedy there too).
 
     >>> timed_out(OSError("GET x after 6 retries, max_retries: 10, retry_timeout: 2s - 503"))
+    True
+    >>> timed_out(OSError("GET x after 10 retries, max_retries: 10, retry_timeout: 2s - "
+    ...                   "Server returned non-2xx status code: 503 Service Unavailable"))
     True
     >>> timed_out(OSError("GET x after 10 retries, max_retries: 10, retry_timeout: 30s - HTTP"))
     False
     """
     text = _text(exc)
     retries = _RETRIES.search(text)
-    if retries is not None and int(retries.group(1)) < int(retries.group(2)):
+    if retries is not None and (
+        int(retries.group(1)) < int(retries.group(2)) or _SERVER_FAILING.search(text)
+    ):
         return True
     return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
 
