@@ -255,7 +255,7 @@ def _closed_port() -> int:
         # obstore refuses an option it does not know: the user's input
         ({"bogus_option": 1}, 2, "the storage backend refused its options"),
         # nothing listens at the endpoint: the system, not a bug (was exit 70)
-        ({}, 4, "the storage backend failed"),
+        ({}, 4, "s3://bucket/store.zarr cannot be read"),
     ],
 )
 def test_backend_errors_are_not_bugs(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
+from ..remote.failures import StoreUnreadableError, failure_remedy, is_http_location
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 
@@ -63,6 +64,9 @@ def one_line(text: str) -> str:
 _DECODE_ERROR = re.compile(r"decompress|codec|checksum|crc32c|corrupt", re.IGNORECASE)
 
 
+#: Where the command line takes a backend's options.
+_OPTIONS = "--storage-options (JSON or @FILE)"
+
 #: obstore's errors that name a wrong option or path, not a failing system
 _BACKEND_REFUSALS = frozenset({"UnknownConfigurationKeyError", "InvalidPathError"})
 
@@ -84,12 +88,12 @@ def _backend_failure(exc: BaseException) -> Failure | None:
             f"the storage backend refused its options: {first} ({type(exc).__name__}); "
             "fix --storage-options (or --source-storage-options)",
         )
+    # the remedy of the cause the error names (timed out, nothing answering, refused)
+    remedy = failure_remedy(exc, http=is_http_location(first), options=_OPTIONS)
     return Failure(
         ExitCode.ENVIRONMENT,
         "environment",
-        f"the storage backend failed: {first} ({type(exc).__name__}); check that the "
-        "location exists and is reachable, and give its endpoint and credentials with "
-        "--storage-options (JSON or @FILE)",
+        f"the storage backend failed: {first} ({type(exc).__name__}); {remedy}",
     )
 
 
@@ -106,6 +110,11 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, ImportError) and "pip install" in message:
         # an optional extra that is not installed: the message names it
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
+    if isinstance(exc, StoreUnreadableError) and exc.__cause__ is not None:
+        # named by the Python API, whose remedy says storage_options=: said again with
+        # the command line's option
+        said = StoreUnreadableError(exc.where, exc.__cause__, options=_OPTIONS)
+        return Failure(ExitCode.ENVIRONMENT, "environment", one_line(str(said)))
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy
         return Failure(ExitCode.ENVIRONMENT, "environment", message)

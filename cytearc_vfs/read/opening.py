@@ -22,6 +22,7 @@ from ..format.source_store import (
     verify_assay,
     verify_store,
 )
+from ..remote.failures import named_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from .mapping_providers import mapping_provider_for
 from .prefetch import assay_documents, prefetched
@@ -55,6 +56,17 @@ def open_store(
         raise ValueError(f"mode must be 'r', 'r+' or 'a', not {mode!r}")
     where = describe_location(location)
     store = open_location(location, read_only=mode == "r", storage_options=storage_options)
+    # an unreachable server or refused credentials name the store and the remedy,
+    # not only the backend's own words
+    with named_backend_failures(where, options="storage_options"):
+        return _opened_verified(store, where, source_storage_options)
+
+
+def _opened_verified(
+    store: Store, where: str, source_storage_options: Mapping[str, Mapping[str, Any]] | None
+) -> Store:
+    """``store`` at ``where`` verified: the store itself, or the composite or mount
+    its root records."""
     # refuses a store whose writer never finished (root marker)
     contents = read_contents(store, where=where)
     if contents.root_attrs.get("encoding-type") == "anndata":

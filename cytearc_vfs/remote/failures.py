@@ -17,13 +17,18 @@ remedy of the cause found, never all of them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from ..errors import VfsError
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
+    "StoreUnreadableError",
     "failure_remedy",
     "first_line",
     "is_http_location",
+    "named_backend_failures",
     "refused",
     "timed_out",
     "unreachable",
@@ -131,3 +136,57 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
     if http:
         return "check that the server is running at that URL and serves the store there"
     return f"check that the source is reachable, and pass its endpoint and credentials as {options}"
+
+
+class StoreUnreadableError(VfsError, OSError):
+    """The backend of a store could not read it (unreachable, refused, timed out); the
+    message names the store and the remedy of the cause, the backend's error is the
+    ``__cause__``."""
+
+    def __init__(self, where: str, backend_error: BaseException, *, options: str) -> None:
+        self.where = where
+        """The store, as printed."""
+        remedy = failure_remedy(backend_error, http=is_http_location(where), options=options)
+        super().__init__(
+            f"{where} cannot be read ({type(backend_error).__name__}: "
+            f"{first_line(backend_error)}); {remedy}"
+        )
+
+
+#: The backends' own errors: obstore's are not ``OSError``s, and fsspec's clients
+#: raise their HTTP libraries' errors as they come.
+_BACKEND_MODULES = frozenset({"obstore", "aiohttp", "botocore", "fsspec", "s3fs", "gcsfs"})
+#: obstore's errors that name a wrong option or path, which pass as they are.
+_OPTION_REFUSALS = frozenset({"UnknownConfigurationKeyError", "InvalidPathError"})
+
+
+def _backend_error(exc: BaseException) -> bool:
+    if type(exc).__name__ in _OPTION_REFUSALS or isinstance(exc, VfsError):
+        return False
+    if type(exc).__module__.partition(".")[0] in _BACKEND_MODULES:
+        return True
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+@contextmanager
+def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
+    """Re-raise a backend's own error (obstore's, or a network error of an fsspec
+    client) from reading the store at ``where`` as a :class:`StoreUnreadableError`
+    naming the store, the backend's first line and the remedy of its cause (whose
+    options are passed as ``options``); everything else passes as it is.
+
+    >>> try:
+    ...     with named_backend_failures("http://127.0.0.1:9/a.zarr", options="..."):
+    ...         raise ConnectionRefusedError("connection refused")
+    ... except StoreUnreadableError as exc:
+    ...     said, remedy = str(exc).split("; ")
+    ...     print(said, remedy.split(":")[0], sep="\\n")
+    http://127.0.0.1:9/a.zarr cannot be read (ConnectionRefusedError: connection refused)
+    nothing answered at that address (the connection failed)
+    """
+    try:
+        yield
+    except Exception as exc:
+        if not _backend_error(exc):
+            raise
+        raise StoreUnreadableError(where, exc, options=options) from exc

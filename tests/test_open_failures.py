@@ -1,0 +1,81 @@
+"""Opening a store the backend cannot reach names the store and the remedy.
+
+obstore's own errors are not ``OSError``s and end in a page of debug text;
+``open_store`` re-raises them as :class:`StoreUnreadableError` (an
+``OSError``) whose message names the location and the remedy of the cause,
+with the backend's error kept as its ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from cloud_servers import free_port
+
+import cytearc_vfs as cv
+from cytearc_vfs.cli import main
+from cytearc_vfs.remote.failures import StoreUnreadableError
+
+pytestmark = pytest.mark.remote
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+def test_nothing_answering_at_a_url_is_named_with_its_remedy() -> None:
+    url = f"http://127.0.0.1:{free_port()}/store.zarr"
+    with pytest.raises(StoreUnreadableError) as raised:
+        cv.open_store(url)
+    message = str(raised.value)
+    assert message.startswith(f"{url} cannot be read (")
+    assert "nothing answered at that address" in message
+    assert "check that the server is running and that the URL is right" in message
+    assert "Debug source" not in message  # obstore's debug dump stays in the cause
+    assert type(raised.value.__cause__).__module__.startswith("obstore")
+    assert isinstance(raised.value, OSError)
+
+
+def test_an_object_store_endpoint_that_is_down_points_at_the_options() -> None:
+    options = {
+        "endpoint": f"http://127.0.0.1:{free_port()}",
+        "access_key_id": "k",
+        "secret_access_key": "s",
+        "region": "us-east-1",
+        "client_options": {"allow_http": True},
+    }
+    with pytest.raises(StoreUnreadableError, match="pass it \\(and credentials\\) as storage_opt"):
+        cv.open_store("s3://bucket/store.zarr", storage_options=options)
+
+
+def test_a_server_that_never_answers_points_at_the_timeout(
+    silent_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CYTEARC_SOURCE_TIMEOUT", "1")
+    with pytest.raises(StoreUnreadableError, match="CYTEARC_SOURCE_TIMEOUT=SECONDS"):
+        cv.open_store(f"http://127.0.0.1:{silent_server}/store.zarr")
+
+
+def test_the_command_line_names_the_remedy_of_the_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}/store.zarr"
+    assert main(["info", url]) == 4  # the system failed, not the input
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cytearc-vfs info: ")
+    assert url in err
+    assert "nothing answered at that address" in err
+    assert "check that the server is running" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_options_the_backend_refuses_pass_as_they_are() -> None:
+    # a wrong option is the caller's input, not an unreachable store
+    with pytest.raises(Exception) as raised:
+        cv.open_store("s3://bucket/store.zarr", storage_options={"no_such_option": 1})
+    assert not isinstance(raised.value, StoreUnreadableError)
