@@ -381,6 +381,7 @@ def test_targets_that_leave_the_store_are_refused(raw: str) -> None:
         (b"GET / HTTP/1.1\r\nHost: a\r\n folded", 400),
         (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2", 400),
         (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1", 400),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: \xb2", 400),  # "²" is a digit to str
         (b"GET  / HTTP/1.1\r\nHost: a", 400),
         (b"GET /\xc3\xa9 HTTP/1.1\r\nHost: a", 400),
         (b"GET / HTTX/1.1\r\nHost: a", 400),

@@ -89,8 +89,11 @@ def test_the_writer_records_every_shard(written: tuple[Path, np.ndarray]) -> Non
             r"'RNA/counts/c/0/0' holds \d+ bytes, \d+ were written",
         ),
         (lambda root: _extra_shard(root), r"shard .*never written|not one of the"),
+        # names that int() reads as a shard number but are not a chunk key's
+        (lambda root: _extra_shard(root, "01"), r"c/01 is not one of the"),
+        (lambda root: _extra_shard(root, "\u00b2"), "c/\u00b2 is not one of the"),
     ],
-    ids=["deleted counts", "deleted countsT", "swapped", "truncated", "extra"],
+    ids=["deleted counts", "deleted countsT", "swapped", "truncated", "extra", "zero", "sup"],
 )
 def test_open_store_refuses_shards_that_are_not_the_written_ones(
     written: tuple[Path, np.ndarray], tmp_path: Path, damage, message: str
@@ -108,9 +111,11 @@ def _swap(a: Path, b: Path) -> None:
     b.write_bytes(data_a)
 
 
-def _extra_shard(root: Path) -> None:
+def _extra_shard(root: Path, name: str | None = None) -> None:
     last = max(int(p.name) for p in (root / "RNA" / "counts" / "c").iterdir())
     target = _shard(root, "counts", last + 1)
+    if name is not None:
+        target = target.parent.with_name(name) / target.name
     target.parent.mkdir()
     shutil.copy(_shard(root, "counts", 0), target)
 

@@ -238,7 +238,9 @@ async def _listed_sizes(store: Store, prefix: str) -> dict[str, int | None]:
 
 
 def _shard_number(array_path: str, name: str, shards: int) -> int:
-    if not name.isdigit() or int(name) >= shards:
+    # a chunk key's index is ASCII digits without a leading zero ("²" and "01" are not)
+    canonical = name.isascii() and name.isdigit() and str(int(name)) == name
+    if not canonical or int(name) >= shards:
         raise IdentityMismatchError(
             f"{array_path}/c/{name} is not one of the {shards} row shards of {array_path}; {REMEDY}"
         )

@@ -100,7 +100,7 @@ def _unescape(field: str) -> str:
     out, i = [], 0
     while i < len(field):
         digits = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(digits) == 3 and digits.isdigit():
+        if field[i] == "\\" and len(digits) == 3 and set(digits) <= set("01234567"):
             out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:

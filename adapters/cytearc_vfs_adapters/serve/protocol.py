@@ -137,7 +137,7 @@ def parse_head(data: bytes) -> RequestHead:
         else:
             fields[key] = value
     length = fields.get("content-length")
-    if length is not None and not length.isdigit():
+    if length is not None and not (length.isascii() and length.isdigit()):
         raise MalformedRequestError(HTTPStatus.BAD_REQUEST, f"malformed Content-Length {length!r}")
     if int(matched.group(2)) >= 1 and "host" not in fields:
         raise MalformedRequestError(HTTPStatus.BAD_REQUEST, "an HTTP/1.1 request needs a Host")
