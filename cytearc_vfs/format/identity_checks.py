@@ -28,6 +28,7 @@ import zarr
 from zarr.abc.store import Store
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError
+from .chunk_keys import ChunkKeys
 from .fingerprints import ids_fingerprint
 from .nodes import array_at
 from .paths import AssayPaths, join
@@ -236,6 +237,15 @@ def check_virtual_arrays(
                 f"composite at {where}: {path!r} has codecs {codecs}; computed chunks are served "
                 f"as plain little-endian bytes. {remedy}"
             )
+        grid = document.get("chunk_grid")
+        if not isinstance(grid, Mapping) or grid.get("name") != "regular":
+            raise RecordShapeError(
+                f"composite at {where}: {path!r} has chunk grid {grid!r}; computed chunks are "
+                f"a regular grid. {remedy}"
+            )
+        # zarr asks for the keys this encoding names: one it does not know must fail
+        # here, not at the first read
+        ChunkKeys.from_document(document, where=f"composite at {where}: {path!r}")
         check_fill_value(fill_value, where=f"composite at {where}: {path!r}", remedy=remedy)
     if len(dtypes) != 1:
         raise RecordShapeError(
