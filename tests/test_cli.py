@@ -63,21 +63,6 @@ def test_installed_entry_point(tmp_path: Path, counts: sp.csr_array) -> None:
     assert "RNA (RNA)" in result.stdout
 
 
-@pytest.mark.slow
-def test_demo_runs_on_real_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--directory", str(tmp_path), "--json"]) == 0
-    payload = json.loads(capsys.readouterr().out)
-    assert payload["kept"] is True
-    steps = payload["steps"]
-    assert any(step["step"].startswith("write_counts wu2020") for step in steps)
-    assert all(step.get("equal", True) for step in steps)
-    assert cv.open_store(tmp_path / "wu2020.zarr")
-    # API.md: the demo builds a mount too, which reads the source's artifact through
-    mounted = next(step for step in steps if step["step"].startswith("mount wu2020"))
-    assert mounted["read_through"] == 1 and mounted["listed"] == 2
-    assert isinstance(cv.open_store(tmp_path / "mounted.zarr"), cv.MountStore)
-
-
 def test_composite_info_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from conftest import realistic_counts
 

@@ -7,6 +7,7 @@ point on a pty with a window size, as a person's terminal does.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from cli_harness import run_in_terminal, write_h5ad
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
+from cytearc_vfs.cli import main
 
 
 def _clean(run_output: str) -> None:
@@ -81,17 +83,27 @@ def test_errors_in_a_terminal_are_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_readme_demo_in_a_terminal(tmp_path: Path) -> None:
-    """The README's first command, as a person runs it."""
+def test_readme_demo_in_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command, as a person runs it, then again as a script does."""
     run = run_in_terminal(["demo", "--directory", str(tmp_path / "demo")])
     assert run.returncode == 0, run.output
     _clean(run.output)
     assert "done: 11 steps" in run.output
     assert "%|" in run.output
-    # a second run into the same directory replaces the demo's own stores
-    again = run_in_terminal(["demo", "--directory", str(tmp_path / "demo")])
-    assert again.returncode == 0, again.output
-    _clean(again.output)
+    # a second run into the same directory replaces the demo's own stores; run in
+    # this process with --json (the terminal's part was just checked), it stands for
+    # the piped and scripted runs too, which report every step
+    assert main(["demo", "--directory", str(tmp_path / "demo"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["kept"] is True
+    steps = payload["steps"]
+    assert any(step["step"].startswith("write_counts wu2020") for step in steps)
+    assert all(step.get("equal", True) for step in steps)
+    assert cv.open_store(tmp_path / "demo" / "wu2020.zarr")
+    # API.md: the demo builds a mount too, which reads the source's artifact through
+    mounted = next(step for step in steps if step["step"].startswith("mount wu2020"))
+    assert mounted["read_through"] == 1 and mounted["listed"] == 2
+    assert isinstance(cv.open_store(tmp_path / "demo" / "mounted.zarr"), cv.MountStore)
 
 
 def test_pipe_gets_no_bars(tmp_path: Path, store: Path) -> None:

@@ -147,11 +147,27 @@ def test_chr21_matches_the_h5_file() -> None:
     assert set(adata.var["genome"]) == {"GRCh38_chr21"}
 
 
+def test_celltypist_is_parsed_once_and_each_caller_gets_its_own_copy() -> None:
+    first = rd.celltypist_sample()
+    expected = first.X.copy()
+    first.X.data[:] = 0
+    first.obs["changed"] = 1
+    again = rd.celltypist_sample()
+    assert (again.X != expected).nnz == 0 and "changed" not in again.obs
+    assert len(rd_loaders._PARSED_CELLTYPIST) >= 1  # kept by its verified file
+
+
 def test_celltypist_rounds_noise_but_refuses_non_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     csv_path = tmp_path / "sample.csv"
-    monkeypatch.setattr(rd_loaders, "fetch", lambda name, cache_dir=None: csv_path)
+    # the real fetch verifies the file's pinned hash; this one rewrites it in place,
+    # so the parsed copies the loader keeps by file are forgotten on each call
+    def fetch(name: str, cache_dir: object = None) -> Path:
+        rd_loaders._PARSED_CELLTYPIST.clear()
+        return csv_path
+
+    monkeypatch.setattr(rd_loaders, "fetch", fetch)
     csv_path.write_text(",A,B\nCell_1,0.999999999999,0\nCell_2,3.00000000001,2\n")
     adata = rd.celltypist_sample()
     assert adata.X.toarray().tolist() == [[1, 0], [3, 2]]
