@@ -7,8 +7,10 @@ size, as a terminal emulator sets one) so the terminal path runs in CI.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import pty
 import select
@@ -39,6 +41,19 @@ def readable(source: Any, timeout: float) -> bool:
     poller = select.poll()
     poller.register(source, select.POLLIN | select.POLLHUP | select.POLLERR)
     return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
+def run_main(*args: str) -> subprocess.CompletedProcess[str]:
+    """``cytearc-vfs ARGS`` run in this process: its exit code, stdout and stderr, as
+    ``subprocess.run`` gives them. For commands that end by themselves (refusals,
+    exports), where a new interpreter would cost a second or more of imports each;
+    tests of the program itself (signals, terminals, exit paths) run the executable."""
+    from cytearc_vfs.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def cli_executable() -> str:

@@ -126,7 +126,7 @@ def _attempt(config: dict[str, Any], trial: dict[str, Any], again: bool) -> dict
         if config["mode"] == "api":
             _run_api(config["argv"], trial["destination"], config.get("storage_options"), again)
             return {"outcome": "finished"}
-        from cytearc_vfs.cli.main import main as cli_main
+        from cytearc_vfs.cli.running import main as cli_main
 
         code = cli_main(trial["argv"])
         return {"outcome": "interrupted" if code == 130 else "finished", "code": code}

@@ -17,7 +17,7 @@ from pathlib import Path
 import anndata as ad
 import pytest
 import scipy.sparse as sp
-from cli_harness import cli_executable, run_in_terminal
+from cli_harness import run_in_terminal, run_main
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
@@ -31,9 +31,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [cli_executable(), *args], capture_output=True, text=True, timeout=300, check=False
-    )
+    # in this process: these exports end by themselves (the killed ones below run
+    # the program)
+    return run_main(*args)
 
 
 @pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])

@@ -207,7 +207,7 @@ def test_intersection_and_cell_selection(tmp_path: Path, mixed: Any) -> None:
 def test_the_command_line_composes_anndata_sources(
     tmp_path: Path, mixed: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cytearc_vfs.cli.main import main
+    from cytearc_vfs.cli import main
 
     sources, expected = mixed
     arguments = [f"{name}={path}" for name, path in sources.items()]

@@ -63,6 +63,21 @@ def test_installed_entry_point(tmp_path: Path, counts: sp.csr_array) -> None:
     assert "RNA (RNA)" in result.stdout
 
 
+def test_main_stays_the_function_after_a_command_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    # the module that runs a command is not named "main": importing it would have
+    # replaced the package's function, and `from cytearc_vfs.cli import main` after a
+    # first command gave a module
+    import cytearc_vfs.cli
+
+    assert main(["--version"]) == 0  # returned, as every status is, not raised
+    assert main(["info", "--no-such-option"]) == 2
+    assert main(["info", "/nonexistent/a.zarr"]) == 2
+    capsys.readouterr()
+    from cytearc_vfs.cli import main as again
+
+    assert again is main and callable(cytearc_vfs.cli.main)
+
+
 def test_composite_info_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from conftest import realistic_counts
 

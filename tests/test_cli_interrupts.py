@@ -198,7 +198,7 @@ import importlib.abc, os, signal, sys
 
 class SignalOnLoad(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "cytearc_vfs.cli.main":
+        if name == "cytearc_vfs.cli.running":
             os.kill(os.getpid(), signal.SIGINT)
         return None
 

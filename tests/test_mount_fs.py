@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import TerminalSession, cli_executable, readable
+from cli_harness import TerminalSession, cli_executable, readable, run_main
 from conftest import realistic_counts
 from cytearc_vfs_adapters.fuse.mounting import check_fuse, is_mounted
 from cytearc_vfs_adapters.fuse.operations import TreeOperations
@@ -291,16 +291,16 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 def test_refusals_are_one_line(tmp_path: Path) -> None:
     cv.write_counts(tmp_path / "a.zarr", realistic_counts(50, 20, seed=1))
-    missing = run_cli("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "absent"))
+    missing = run_main("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "absent"))
     assert missing.returncode == 2, missing.stderr
     assert missing.stderr.count("\n") == 1 and "mkdir" in missing.stderr
     (tmp_path / "file").write_text("x")
-    not_dir = run_cli("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "file"))
+    not_dir = run_main("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "file"))
     assert not_dir.returncode == 2 and "not a directory" in not_dir.stderr
     (tmp_path / "mp").mkdir()
-    not_store = run_cli("mount-fs", str(tmp_path / "mp"), str(tmp_path / "mp"))
+    not_store = run_main("mount-fs", str(tmp_path / "mp"), str(tmp_path / "mp"))
     assert not_store.returncode == 2 and "mount-fs needs a CyteArc store" in not_store.stderr
-    bad_options = run_cli(
+    bad_options = run_main(
         "mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "mp"), "--storage-options", "[1]"
     )
     assert bad_options.returncode == 2 and "must be a JSON object" in bad_options.stderr
@@ -573,7 +573,7 @@ def test_a_mount_point_the_file_system_reads_from_is_refused(
         ("m.zarr", tmp_path / "a.zarr" / "RNA", "is inside"),  # a mount's source
     ]
     for location, mountpoint, relation in cases:
-        result = run_cli("mount-fs", str(tmp_path / location), str(mountpoint))
+        result = run_main("mount-fs", str(tmp_path / location), str(mountpoint))
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
         assert f"mount point {mountpoint} {relation} " in result.stderr
@@ -585,7 +585,7 @@ def test_a_mount_point_that_holds_files_is_refused(fuse_works: None, tmp_path: P
     cv.write_counts(tmp_path / "a.zarr", realistic_counts(60, 20, seed=1))
     (tmp_path / "mp").mkdir()
     (tmp_path / "mp" / "notes.txt").write_text("mine")
-    result = run_cli("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "mp"))
+    result = run_main("mount-fs", str(tmp_path / "a.zarr"), str(tmp_path / "mp"))
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1
     assert "is not empty (it holds 'notes.txt')" in result.stderr

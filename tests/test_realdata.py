@@ -153,7 +153,7 @@ def test_celltypist_is_parsed_once_and_each_caller_gets_its_own_copy() -> None:
     first.X.data[:] = 0
     first.obs["changed"] = 1
     again = rd.celltypist_sample()
-    assert (again.X != expected).nnz == 0 and "changed" not in again.obs
+    assert (expected != again.X).nnz == 0 and "changed" not in again.obs
     assert len(rd_loaders._PARSED_CELLTYPIST) >= 1  # kept by its verified file
 
 
@@ -161,6 +161,7 @@ def test_celltypist_rounds_noise_but_refuses_non_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     csv_path = tmp_path / "sample.csv"
+
     # the real fetch verifies the file's pinned hash; this one rewrites it in place,
     # so the parsed copies the loader keeps by file are forgotten on each call
     def fetch(name: str, cache_dir: object = None) -> Path:

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import cli_executable, readable, tree_digest
+from cli_harness import cli_executable, readable, run_main, tree_digest
 from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve.protocol import MalformedRequestError, parse_head
@@ -1526,13 +1526,7 @@ def test_cli_serves_a_remote_composite_and_reports_errors_on_stderr(
     ],
 )
 def test_cli_refusals(world: World, args: list[str], code: int, words: str) -> None:
-    result = subprocess.run(
-        [cli_executable(), "serve", str(world.composite), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = run_main("serve", str(world.composite), *args)
     assert result.returncode == code, result.stderr
     assert result.stdout == "" and words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -1540,25 +1534,13 @@ def test_cli_refusals(world: World, args: list[str], code: int, words: str) -> N
 
 
 def test_cli_refuses_what_it_cannot_serve(world: World, tmp_path: Path) -> None:
-    missing = subprocess.run(
-        [cli_executable(), "serve", str(tmp_path / "missing.zarr")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    missing = run_main("serve", str(tmp_path / "missing.zarr"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        busy = subprocess.run(
-            [cli_executable(), "serve", str(world.ordinary), "--port", str(port)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
+        busy = run_main("serve", str(world.ordinary), "--port", str(port))
     assert busy.returncode == 4, busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr and busy.stdout == ""
     # the line docs/serve.md shows: the remedy, no "[Errno 98]", no generic advice

@@ -1,7 +1,7 @@
 """The ``cytearc-vfs`` command line.
 
 Modules: :mod:`.parser` (arguments and help), :mod:`.commands` (what each
-command does), :mod:`.main` (running one and reporting it), :mod:`.failures`
+command does), :mod:`.running` (running one and reporting it), :mod:`.failures`
 (exit codes and one-line errors), :mod:`.interrupts` (SIGINT/SIGTERM and
 unfinished destinations), :mod:`.progress` (bars), :mod:`.demo`.
 The package imports nothing heavy until a command runs.
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         faulthandler.enable()
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        from .main import main as run
+        from .running import main as run
     except KeyboardInterrupt:
         return _interrupted_while_loading(arguments)
     code = run(arguments)

@@ -3,7 +3,7 @@
 Each command first checks what its locations hold (:mod:`cytearc_vfs.inspection.store_kind`)
 and refuses anything that is not the kind of store it needs, naming what it
 found and what to run instead. Commands return a JSON-able payload and the
-text printed for people; :mod:`cytearc_vfs.cli.main` prints one or the other.
+text printed for people; :mod:`cytearc_vfs.cli.running` prints one or the other.
 """
 
 from __future__ import annotations

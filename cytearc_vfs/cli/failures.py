@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
-from ..remote.failures import StoreUnreadableError, failure_remedy, is_http_location
+from ..remote.failures import StoreUnreadableError, failure_remedy
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 
@@ -89,7 +89,9 @@ def _backend_failure(exc: BaseException) -> Failure | None:
             "fix --storage-options (or --source-storage-options)",
         )
     # the remedy of the cause the error names (timed out, nothing answering, refused)
-    remedy = failure_remedy(exc, http=is_http_location(first), options=_OPTIONS)
+    # obstore names its store in its first words ("Generic HTTP error", "Generic S3
+    # error"); the URLs after them may be an object store's endpoint or metadata service
+    remedy = failure_remedy(exc, http=first.startswith("Generic HTTP"), options=_OPTIONS)
     return Failure(
         ExitCode.ENVIRONMENT,
         "environment",

@@ -86,7 +86,12 @@ class _RunState:
 
 def _run(arguments: list[str], state: _RunState) -> int:
     _Parser.json_errors = state.as_json
-    args = build_parser().parse_args(arguments)
+    try:
+        args = build_parser().parse_args(arguments)
+    except SystemExit as exited:
+        # usage errors, --help and --version: their status is returned as every
+        # command's is, so main([...]) called in a process returns it too
+        return exited.code if isinstance(exited.code, int) else int(exited.code is not None)
     state.command = args.command
     debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
     from ..format.option_names import command_line_names
