@@ -8,6 +8,7 @@ with the backend's error kept as its ``__cause__``.
 
 from __future__ import annotations
 
+import pickle
 import socket
 from collections.abc import Iterator
 
@@ -40,7 +41,10 @@ def test_nothing_answering_at_a_url_is_named_with_its_remedy() -> None:
     assert "check that the server is running and that the URL is right" in message
     assert "Debug source" not in message  # obstore's debug dump stays in the cause
     assert type(raised.value.__cause__).__module__.startswith("obstore")
-    assert isinstance(raised.value, OSError)
+    assert isinstance(raised.value, OSError) and raised.value.where == url
+    # a worker process's error comes back pickled
+    again = pickle.loads(pickle.dumps(raised.value))
+    assert str(again) == message and again.where == url
 
 
 def test_an_object_store_endpoint_that_is_down_points_at_the_options() -> None:

@@ -88,7 +88,7 @@ def _backend_failure(exc: BaseException) -> Failure | None:
             f"the storage backend refused its options: {first} ({type(exc).__name__}); "
             "fix --storage-options (or --source-storage-options)",
         )
-    # the remedy of the cause the error names (timed out, nothing answering, refused)
+    # the remedy of the cause the error names (timed out, nothing answering, refused).
     # obstore names its store in its first words ("Generic HTTP error", "Generic S3
     # error"); the URLs after them may be an object store's endpoint or metadata service
     remedy = failure_remedy(exc, http=first.startswith("Generic HTTP"), options=_OPTIONS)
@@ -115,7 +115,7 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, StoreUnreadableError) and exc.__cause__ is not None:
         # named by the Python API, whose remedy says storage_options=: said again with
         # the command line's option
-        said = StoreUnreadableError(exc.where, exc.__cause__, options=_OPTIONS)
+        said = StoreUnreadableError.naming(exc.where, exc.__cause__, options=_OPTIONS)
         return Failure(ExitCode.ENVIRONMENT, "environment", one_line(str(said)))
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy

@@ -143,14 +143,24 @@ class StoreUnreadableError(VfsError, OSError):
     message names the store and the remedy of the cause, the backend's error is the
     ``__cause__``."""
 
-    def __init__(self, where: str, backend_error: BaseException, *, options: str) -> None:
-        self.where = where
-        """The store, as printed."""
+    where: str = ""
+    """The store, as printed."""
+
+    @classmethod
+    def naming(
+        cls, where: str, backend_error: BaseException, *, options: str
+    ) -> StoreUnreadableError:
+        """The error of ``backend_error`` from the store at ``where``, whose options are
+        passed as ``options``."""
         remedy = failure_remedy(backend_error, http=is_http_location(where), options=options)
-        super().__init__(
+        error = cls(
             f"{where} cannot be read ({type(backend_error).__name__}: "
             f"{first_line(backend_error)}); {remedy}"
         )
+        # an attribute, not an argument: OSError reads two arguments as errno and text,
+        # and pickling (a worker process's error) passes the message alone
+        error.where = where
+        return error
 
 
 #: The backends' own errors: obstore's are not ``OSError``s, and fsspec's clients
@@ -189,4 +199,4 @@ def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
     except Exception as exc:
         if not _backend_error(exc):
             raise
-        raise StoreUnreadableError(where, exc, options=options) from exc
+        raise StoreUnreadableError.naming(where, exc, options=options) from exc
