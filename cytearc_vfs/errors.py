@@ -7,6 +7,8 @@ package, while ``except VfsError`` catches only ours.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "IdentityMismatchError",
     "IncompleteStoreError",
@@ -19,7 +21,23 @@ __all__ = [
 
 
 class VfsError(Exception):
-    """Base of every error raised by cytearc_vfs itself."""
+    """Base of every error raised by cytearc_vfs itself.
+
+    Every one pickles with its message and attributes (an error raised in a dask
+    worker process comes back to the caller so), whatever its constructor takes:
+    Python's own pickling calls the constructor with the message alone.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restored, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restored(kind: type[VfsError], args: tuple[Any, ...], state: dict[str, Any]) -> VfsError:
+    """``kind``'s error with ``args`` and attributes ``state``, its constructor not called."""
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class VfsWarning(UserWarning):
