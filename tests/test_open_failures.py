@@ -11,6 +11,8 @@ from __future__ import annotations
 import pickle
 import socket
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from cloud_servers import free_port
@@ -45,6 +47,28 @@ def test_nothing_answering_at_a_url_is_named_with_its_remedy() -> None:
     # a worker process's error comes back pickled
     again = pickle.loads(pickle.dumps(raised.value))
     assert str(again) == message and again.where == url
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda url, out: cv.VirtualArrayReader(url),
+        lambda url, out: cv.dataset_fingerprint(url),
+        lambda url, out: cv.list_artifacts(url, "RNA/artifacts"),
+        lambda url, out: cv.to_anndata(url),
+        lambda url, out: cv.mount_datastore(url, out),
+        lambda url, out: cv.repack(url, out),
+        lambda url, out: cv.write_counts(out, url),
+    ],
+    ids=["reader", "fingerprint", "artifacts", "to_anndata", "mount", "repack", "write_counts"],
+)
+def test_every_entry_point_names_the_unreachable_store(call: Any, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/store.zarr"
+    with pytest.raises(StoreUnreadableError) as raised:
+        call(url, tmp_path / "out.zarr")
+    assert str(raised.value).startswith(f"{url} cannot be read (")
+    assert "nothing answered at that address" in str(raised.value)
+    assert not (tmp_path / "out.zarr").exists()  # nothing was left behind
 
 
 def test_an_object_store_endpoint_that_is_down_points_at_the_options() -> None:

@@ -37,6 +37,7 @@ from ..format.paths import check_name, join
 from ..format.source_store import read_contents
 from ..format.store_io import document_attribute, get_json, list_dir
 from ..read.opening import open_store
+from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from .arrays import Artifact, ArtifactArrays
 from .records import (
@@ -225,6 +226,7 @@ def publish_artifact(
 # ---------------------------------------------------------------- reading
 
 
+@names_backend_failures("store")
 def read_artifact(store: ArtifactStore, path: str) -> Artifact:
     """Read the complete artifact at ``path``: its record now, its arrays when asked.
 
@@ -298,6 +300,7 @@ def _list_in(
     return found
 
 
+@names_backend_failures("store")
 def list_artifacts(store: ArtifactStore, root: str, kind: str | None = None) -> list[Artifact]:
     """The complete artifacts under ``root``, optionally of one ``kind``.
 

@@ -35,6 +35,7 @@ from ..format.tables import prepare_table, write_table
 from ..read.anndata_sources import AnnDataSpec
 from ..read.read_stats import ReadCounters
 from ..read.sources import SourceSpec, bind_sources
+from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, reopenable_location
 from ..remote.source_cache import SourceCache
 from ..write.budget import held_bytes
@@ -164,6 +165,7 @@ def _named_sources(sources: Sources) -> Mapping[str, Location]:
     return source_names_from_locations(list(sources))
 
 
+@names_backend_failures("destination")
 @stops_on_exception
 def create_composite(
     destination: Location,

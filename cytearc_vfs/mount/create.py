@@ -23,6 +23,7 @@ from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
 from ..read.prefetch import assay_documents, prefetched
+from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location, reopenable_location
 from ..write.copying import copy_group
 from ..write.destinations import (
@@ -56,6 +57,7 @@ def _refuse(contents: StoreContents, where: str) -> None:
         )
 
 
+@names_backend_failures("source", "destination")
 @stops_on_exception
 def mount_datastore(
     source: Location,

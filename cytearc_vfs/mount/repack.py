@@ -60,6 +60,7 @@ from ..format.source_store import (
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..format.tables import read_table
 from ..read.prefetch import assay_documents, prefetched
+from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from ..write.budget import held_bytes
 from ..write.destinations import (
@@ -416,6 +417,7 @@ class _ZarrRows:
         return np.asarray(self._array[rows])
 
 
+@names_backend_failures("location", "destination")
 @stops_on_exception
 def repack(
     location: Location,

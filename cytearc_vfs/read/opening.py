@@ -22,7 +22,7 @@ from ..format.source_store import (
     verify_assay,
     verify_store,
 )
-from ..remote.failures import named_backend_failures
+from ..remote.failures import named_backend_failures, names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from .mapping_providers import mapping_provider_for
 from .prefetch import assay_documents, prefetched
@@ -103,6 +103,7 @@ def verified_assay(store: Location, assay: str = "RNA", workspace: str | None = 
     return verify_assay(backend, AssayPaths(assay, workspace), where=where)
 
 
+@names_backend_failures("store")
 def _fingerprints(store: Location, assay: str, workspace: str | None) -> tuple[str, str]:
     """``(dataset, counts)`` fingerprints of ``assay`` of any store kind.
 

@@ -28,6 +28,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from ..format.source_store import read_contents, refuse_pending_assays
+from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
@@ -99,6 +100,7 @@ class VirtualArrayReader:
         Backend options when ``store`` is a URL of an ordinary store.
     """
 
+    @names_backend_failures("store")
     def __init__(
         self,
         store: Location | Store | ProvidesCountMapping,

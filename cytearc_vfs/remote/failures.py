@@ -16,11 +16,19 @@ remedy of the cause found, never all of them.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from zarr.abc.store import Store
 
 from ..errors import VfsError
+from .locations import describe_location
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "first_line",
     "is_http_location",
     "named_backend_failures",
+    "names_backend_failures",
     "refused",
     "timed_out",
     "unreachable",
@@ -200,3 +209,65 @@ def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
         if not _backend_error(exc):
             raise
         raise StoreUnreadableError.naming(where, exc, options=options) from exc
+
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+#: The remedy's words for where a public function takes a location's options.
+_API_OPTIONS = "storage_options (or the *_storage_options argument of that location)"
+
+
+def names_backend_failures(*parameters: str) -> Callable[[_Function], _Function]:
+    """Decorate a public function whose parameters ``parameters`` are locations: a
+    backend's own error raised while it runs becomes a :class:`StoreUnreadableError`
+    naming the location it is about (the one whose bucket or URL path the backend's
+    message names, else the only remote one) and the remedy of its cause."""
+
+    def decorate(function: _Function) -> _Function:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def named(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except Exception as exc:
+                if not _backend_error(exc):
+                    raise
+                given = signature.bind_partial(*args, **kwargs).arguments
+                wheres = [
+                    describe_location(given[name])
+                    for name in parameters
+                    # a parameter may hold a location or data (write_counts' counts)
+                    if isinstance(given.get(name), (str, os.PathLike, Store))
+                ]
+                where = failing_location(exc, wheres)
+                raise StoreUnreadableError.naming(where, exc, options=_API_OPTIONS) from exc
+
+        return named  # type: ignore[return-value]
+
+    return decorate
+
+
+def failing_location(exc: BaseException, wheres: Sequence[str]) -> str:
+    """Which of the printed locations ``wheres`` the backend's error ``exc`` is about.
+
+    >>> error = OSError("Error performing GET http://127.0.0.1:9000/bkt/b.zarr/zarr.json")
+    >>> failing_location(error, ["s3://bkt/a.zarr", "s3://bkt/b.zarr"])
+    's3://bkt/b.zarr'
+    >>> failing_location(OSError("refused"), ["/data/a.zarr", "http://h/b.zarr"])
+    'http://h/b.zarr'
+    """
+    text = str(exc)
+
+    def named_in_text(where: str) -> bool:
+        parts = urlsplit(where)
+        key = (parts.netloc + parts.path).rstrip("/") if parts.scheme else ""
+        return bool(key) and key in text
+
+    for candidates in (
+        [where for where in wheres if named_in_text(where)],
+        [where for where in wheres if "://" in where and not where.startswith("file://")],
+    ):
+        if len(candidates) == 1:
+            return candidates[0]
+    return " or ".join(wheres) or "a remote store"

@@ -53,6 +53,7 @@ from ..format.records import (
 )
 from ..format.sizes import format_size, parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
+from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, canonical_location, describe_location
 from .budget import budget_for, held_bytes, preparation_bytes, row_bytes
 from .count_source import (
@@ -223,6 +224,7 @@ def _feature_groups(
     ] or [(0, 0)]
 
 
+@names_backend_failures("destination", "counts")
 @stops_on_exception
 def write_counts(
     destination: Location,

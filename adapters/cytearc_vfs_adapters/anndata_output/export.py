@@ -41,6 +41,7 @@ from zarr.core.common import ZarrFormat
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.option_names import option_name
 from cytearc_vfs.format.sizes import parse_size
+from cytearc_vfs.remote.failures import names_backend_failures
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.destinations import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
@@ -341,6 +342,7 @@ def _unfinished_root(temporary: Path, zarr_format: ZarrFormat) -> Any:
     return zarr.create_group(store, zarr_format=zarr_format, attributes=dict(UNFINISHED_ROOT))
 
 
+@names_backend_failures("location", "destination")
 @stops_on_exception
 def export_anndata(
     location: Location | Store,
