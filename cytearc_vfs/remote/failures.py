@@ -25,10 +25,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from zarr.abc.store import Store
-
 from ..errors import VfsError
-from .locations import describe_location
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
@@ -233,6 +230,11 @@ def names_backend_failures(*parameters: str) -> Callable[[_Function], _Function]
             except Exception as exc:
                 if not _backend_error(exc):
                     raise
+                # imported here: the command line loads this module before zarr
+                from zarr.abc.store import Store
+
+                from .locations import describe_location
+
                 given = signature.bind_partial(*args, **kwargs).arguments
                 wheres = [
                     describe_location(given[name])
