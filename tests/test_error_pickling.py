@@ -13,7 +13,7 @@ import cytearc_vfs as cv
 from cytearc_vfs.format.count_totals import RowTotalOverflowError
 from cytearc_vfs.read.anndata_elements import MissingElementError
 from cytearc_vfs.read.direct_chunks import ChunkDecodeError
-from cytearc_vfs.remote.failures import StoreUnreadableError
+from cytearc_vfs.remote.failures import StoreAccessError
 from cytearc_vfs.write.count_source import DuplicateSumOverflowError
 
 ERRORS = [
@@ -26,7 +26,7 @@ ERRORS = [
     ),
     MissingElementError("no layer 'raw' in the store", "layers/raw"),
     ChunkDecodeError("chunk X/data/c/3 cannot be decoded"),
-    StoreUnreadableError.naming(
+    StoreAccessError.naming(
         "http://127.0.0.1:9/a.zarr", ConnectionRefusedError("connection refused"), options="o"
     ),
 ]

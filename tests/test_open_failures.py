@@ -1,7 +1,7 @@
 """Opening a store the backend cannot reach names the store and the remedy.
 
 obstore's own errors are not ``OSError``s and end in a page of debug text;
-``open_store`` re-raises them as :class:`StoreUnreadableError` (an
+``open_store`` re-raises them as :class:`StoreAccessError` (an
 ``OSError``) whose message names the location and the remedy of the cause,
 with the backend's error kept as its ``__cause__``.
 """
@@ -19,7 +19,7 @@ from cloud_servers import free_port
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
-from cytearc_vfs.remote.failures import StoreUnreadableError
+from cytearc_vfs.remote.failures import StoreAccessError
 
 pytestmark = pytest.mark.remote
 
@@ -35,7 +35,7 @@ def silent_server() -> Iterator[int]:
 
 def test_nothing_answering_at_a_url_is_named_with_its_remedy() -> None:
     url = f"http://127.0.0.1:{free_port()}/store.zarr"
-    with pytest.raises(StoreUnreadableError) as raised:
+    with pytest.raises(StoreAccessError) as raised:
         cv.open_store(url)
     message = str(raised.value)
     assert message.startswith(f"{url} cannot be read (")
@@ -64,7 +64,7 @@ def test_nothing_answering_at_a_url_is_named_with_its_remedy() -> None:
 )
 def test_every_entry_point_names_the_unreachable_store(call: Any, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/store.zarr"
-    with pytest.raises(StoreUnreadableError) as raised:
+    with pytest.raises(StoreAccessError) as raised:
         call(url, tmp_path / "out.zarr")
     assert str(raised.value).startswith(f"{url} cannot be read (")
     assert "nothing answered at that address" in str(raised.value)
@@ -79,7 +79,7 @@ def test_an_object_store_endpoint_that_is_down_points_at_the_options() -> None:
         "region": "us-east-1",
         "client_options": {"allow_http": True},
     }
-    with pytest.raises(StoreUnreadableError, match="pass it \\(and credentials\\) as storage_opt"):
+    with pytest.raises(StoreAccessError, match="pass it \\(and credentials\\) as storage_opt"):
         cv.open_store("s3://bucket/store.zarr", storage_options=options)
 
 
@@ -87,7 +87,7 @@ def test_a_server_that_never_answers_points_at_the_timeout(
     silent_server: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CYTEARC_SOURCE_TIMEOUT", "1")
-    with pytest.raises(StoreUnreadableError, match="CYTEARC_SOURCE_TIMEOUT=SECONDS"):
+    with pytest.raises(StoreAccessError, match="CYTEARC_SOURCE_TIMEOUT=SECONDS"):
         cv.open_store(f"http://127.0.0.1:{silent_server}/store.zarr")
 
 
@@ -106,4 +106,4 @@ def test_options_the_backend_refuses_pass_as_they_are() -> None:
     # a wrong option is the caller's input, not an unreachable store
     with pytest.raises(Exception) as raised:
         cv.open_store("s3://bucket/store.zarr", storage_options={"no_such_option": 1})
-    assert not isinstance(raised.value, StoreUnreadableError)
+    assert not isinstance(raised.value, StoreAccessError)

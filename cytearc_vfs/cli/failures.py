@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
-from ..remote.failures import StoreUnreadableError, failure_remedy
+from ..remote.failures import StoreAccessError, failure_remedy
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 
@@ -112,10 +112,10 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, ImportError) and "pip install" in message:
         # an optional extra that is not installed: the message names it
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
-    if isinstance(exc, StoreUnreadableError) and exc.__cause__ is not None:
+    if isinstance(exc, StoreAccessError) and exc.__cause__ is not None:
         # named by the Python API, whose remedy says storage_options=: said again with
         # the command line's option
-        said = StoreUnreadableError.naming(exc.where, exc.__cause__, options=_OPTIONS)
+        said = StoreAccessError.naming(exc.where, exc.__cause__, options=_OPTIONS)
         return Failure(ExitCode.ENVIRONMENT, "environment", one_line(str(said)))
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy

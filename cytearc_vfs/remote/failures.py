@@ -29,7 +29,7 @@ from ..errors import VfsError
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
-    "StoreUnreadableError",
+    "StoreAccessError",
     "failure_remedy",
     "first_line",
     "is_http_location",
@@ -144,29 +144,56 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
     return f"check that the source is reachable, and pass its endpoint and credentials as {options}"
 
 
-class StoreUnreadableError(VfsError, OSError):
-    """The backend of a store could not read it (unreachable, refused, timed out); the
-    message names the store and the remedy of the cause, the backend's error is the
-    ``__cause__``."""
+class StoreAccessError(VfsError, OSError):
+    """The backend of a store could not read or write it (unreachable, refused, timed
+    out); the message names the store and the remedy of the cause, the backend's error
+    is the ``__cause__``."""
 
     where: str = ""
     """The store, as printed."""
 
     @classmethod
-    def naming(
-        cls, where: str, backend_error: BaseException, *, options: str
-    ) -> StoreUnreadableError:
+    def naming(cls, where: str, backend_error: BaseException, *, options: str) -> StoreAccessError:
         """The error of ``backend_error`` from the store at ``where``, whose options are
         passed as ``options``."""
         remedy = failure_remedy(backend_error, http=is_http_location(where), options=options)
         error = cls(
-            f"{where} cannot be read ({type(backend_error).__name__}: "
+            f"{where} cannot be {_access(backend_error, where)} "
+            f"({type(backend_error).__name__}: "
             f"{first_line(backend_error)}); {remedy}"
         )
         # an attribute, not an argument: OSError reads two arguments as errno and text,
         # and pickling (a worker process's error) passes the message alone
         error.where = where
         return error
+
+
+#: A request a backend's error names (obstore: "Error performing PUT http://...").
+_REQUEST = re.compile(r"\b(GET|HEAD|PROPFIND|LIST|PUT|POST|PATCH|DELETE|COPY|MOVE) (\S+)")
+_WRITES = frozenset({"PUT", "POST", "PATCH", "DELETE", "COPY", "MOVE"})
+
+
+def _access(exc: BaseException, where: str) -> str:
+    """``"written"`` when the request of ``exc`` to the store at ``where`` wrote, else
+    ``"read"`` (a credential request, such as the PUT of a cloud's metadata token, is
+    not a write of the store).
+
+    >>> _access(OSError("Error performing PUT http://h:9/bkt/b.zarr/zarr.json"), "s3://bkt/b.zarr")
+    'written'
+    >>> _access(OSError("Error performing PUT http://169.254.169.254/token"), "s3://bkt/b.zarr")
+    'read'
+    """
+    for method, url in _REQUEST.findall(str(exc)):
+        if method in _WRITES and _location_key(where) in url:
+            return "written"
+    return "read"
+
+
+def _location_key(where: str) -> str:
+    """What a backend's URLs hold of the location ``where``: its bucket or host and path
+    (``""`` for a local path)."""
+    parts = urlsplit(where)
+    return (parts.netloc + parts.path).rstrip("/") if parts.scheme else ""
 
 
 #: The backends' own errors: obstore's are not ``OSError``s, and fsspec's clients
@@ -187,14 +214,14 @@ def _backend_error(exc: BaseException) -> bool:
 @contextmanager
 def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
     """Re-raise a backend's own error (obstore's, or a network error of an fsspec
-    client) from reading the store at ``where`` as a :class:`StoreUnreadableError`
+    client) from reading the store at ``where`` as a :class:`StoreAccessError`
     naming the store, the backend's first line and the remedy of its cause (whose
     options are passed as ``options``); everything else passes as it is.
 
     >>> try:
     ...     with named_backend_failures("http://127.0.0.1:9/a.zarr", options="..."):
     ...         raise ConnectionRefusedError("connection refused")
-    ... except StoreUnreadableError as exc:
+    ... except StoreAccessError as exc:
     ...     said, remedy = str(exc).split("; ")
     ...     print(said, remedy.split(":")[0], sep="\\n")
     http://127.0.0.1:9/a.zarr cannot be read (ConnectionRefusedError: connection refused)
@@ -205,7 +232,7 @@ def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
     except Exception as exc:
         if not _backend_error(exc):
             raise
-        raise StoreUnreadableError.naming(where, exc, options=options) from exc
+        raise StoreAccessError.naming(where, exc, options=options) from exc
 
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
@@ -216,7 +243,7 @@ _API_OPTIONS = "storage_options (or the *_storage_options argument of that locat
 
 def names_backend_failures(*parameters: str) -> Callable[[_Function], _Function]:
     """Decorate a public function whose parameters ``parameters`` are locations: a
-    backend's own error raised while it runs becomes a :class:`StoreUnreadableError`
+    backend's own error raised while it runs becomes a :class:`StoreAccessError`
     naming the location it is about (the one whose bucket or URL path the backend's
     message names, else the only remote one) and the remedy of its cause."""
 
@@ -243,7 +270,7 @@ def names_backend_failures(*parameters: str) -> Callable[[_Function], _Function]
                     if isinstance(given.get(name), (str, os.PathLike, Store))
                 ]
                 where = failing_location(exc, wheres)
-                raise StoreUnreadableError.naming(where, exc, options=_API_OPTIONS) from exc
+                raise StoreAccessError.naming(where, exc, options=_API_OPTIONS) from exc
 
         return named  # type: ignore[return-value]
 
@@ -262,8 +289,7 @@ def failing_location(exc: BaseException, wheres: Sequence[str]) -> str:
     text = str(exc)
 
     def named_in_text(where: str) -> bool:
-        parts = urlsplit(where)
-        key = (parts.netloc + parts.path).rstrip("/") if parts.scheme else ""
+        key = _location_key(where)
         return bool(key) and key in text
 
     for candidates in (
