@@ -34,9 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Test processes keep the memory they free (the workers and every process a test
     starts inherit these variables; the suite's own, set outside, win).
 
-    On VMs that report free pages to their host (virtio-balloon, as this suite's CI
-    machines), memory handed back to the kernel is taken by the host, and touching a
-    fresh block costs up to 100x more (368 MB took 2-5 s instead of 0.05 s). The
+    On VMs that report free pages to their host (virtio-balloon, as the machine this
+    was measured on), memory handed back to the kernel is taken by the host, and
+    touching a fresh block costs up to 100x more (368 MB took 2-5 s instead of 0.05 s). The
     suite allocates and frees large arrays all the time: measured on its real-data
     modules, 75 s became 67-70 s (the kernel's time, 31 s, became 19-23 s). Peak
     memory is unchanged.

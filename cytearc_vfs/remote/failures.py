@@ -30,6 +30,7 @@ from .timeouts import TIMEOUT_ENV
 
 __all__ = [
     "StoreAccessError",
+    "failing_location",
     "failure_remedy",
     "first_line",
     "is_http_location",
