@@ -107,3 +107,16 @@ def test_options_the_backend_refuses_pass_as_they_are() -> None:
     with pytest.raises(Exception) as raised:
         cv.open_store("s3://bucket/store.zarr", storage_options={"no_such_option": 1})
     assert not isinstance(raised.value, StoreAccessError)
+
+
+def test_an_unreachable_source_is_named_once(tmp_path: Path) -> None:
+    # the source's pinned reads name it, its key and the remedy; the composite's
+    # creation says so without naming the source a second time around it
+    url = f"http://127.0.0.1:{free_port()}/store.zarr"
+    with pytest.raises(OSError) as raised:
+        cv.create_composite(tmp_path / "c.zarr", {"a": url})
+    message = str(raised.value)
+    assert message.startswith(f"source 'a' at {url} cannot be read: reading ")
+    assert message.count("source 'a'") == 1
+    assert "nothing answered at that address" in message
+    assert not (tmp_path / "c.zarr").exists()

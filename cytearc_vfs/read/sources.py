@@ -326,6 +326,12 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
         raise
     except Exception as exc:
         where = describe_location(spec.location)
+        if getattr(exc, "cytearc_source", False):
+            # pinned_store named the source, the key and the remedy already: said
+            # once, not nested in a second naming of the same source
+            label, named, detail = first_line(exc).partition(": ")
+            if named and label.startswith(f"source {spec.name!r} at "):
+                raise OSError(f"{label} cannot be read: {detail}") from exc
         # an error pinned_store named already carries the backend's as its cause
         cause = exc.__cause__ if getattr(exc, "cytearc_source", False) else None
         cause = exc if cause is None else cause
