@@ -117,11 +117,8 @@ def refused(exc: BaseException) -> bool:
 def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
     """The remedy of the cause ``exc`` names, for a source read over plain HTTP(S)
     (``http``) or from another remote backend, whose options are passed as ``options``."""
-    if timed_out(exc):
-        return (
-            "if the source is slow rather than unreachable, allow slower requests with "
-            f"{TIMEOUT_ENV}=SECONDS"
-        )
+    # a refused connection first: its retries may be cut short by the time limit too,
+    # and more time is not its remedy
     if unreachable(exc) and http:
         return (
             "nothing answered at that address (the connection failed): check that the "
@@ -131,6 +128,11 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return (
             "nothing answered at that address (the connection failed): check that the "
             f"endpoint is right and reachable, and pass it (and credentials) as {options}"
+        )
+    if timed_out(exc):
+        return (
+            "if the source is slow rather than unreachable, allow slower requests with "
+            f"{TIMEOUT_ENV}=SECONDS"
         )
     if refused(exc) and http:
         return (
