@@ -60,6 +60,8 @@ class _Delivery:
     cleaning = False
     #: inside the hook that delivers a swallowed interrupt again
     redelivering = False
+    #: the signal whose Interrupted was raised in this command, if any
+    raised: int | None = None
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
@@ -69,7 +71,23 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
         # inside the hook below: raised here it would be swallowed again
         _redeliver_later(signum)
         return
+    _Delivery.raised = signum
     raise Interrupted(signum)
+
+
+def interrupt_behind(exc: BaseException) -> Interrupted | None:
+    """The interrupt that ``exc`` stands for, or ``None``.
+
+    An :class:`Interrupted` raised inside a C extension's import (pandas' parser
+    importing pandas, at the moment Ctrl-C lands) comes out as that module's
+    ``ImportError``, its cause dropped: an error of the command while an
+    interrupt was raised in it is that interrupt, not a bug to report.
+    """
+    if isinstance(exc, Interrupted):
+        return exc
+    if _Delivery.raised is None:
+        return None
+    return Interrupted(_Delivery.raised)
 
 
 def _redeliver_later(signum: int) -> None:
@@ -113,6 +131,7 @@ def interruptible() -> Iterator[None]:
     previous = {each: signal.getsignal(each) for each in _SIGNALS}
     _previous_hook = sys.unraisablehook
     _Delivery.cleaning = False
+    _Delivery.raised = None
     sys.unraisablehook = _redeliver_swallowed
     for each in _SIGNALS:
         signal.signal(each, _raise_interrupted)
@@ -123,6 +142,7 @@ def interruptible() -> Iterator[None]:
             signal.signal(each, handler)
         sys.unraisablehook = _previous_hook
         _Delivery.cleaning = False
+        _Delivery.raised = None
 
 
 @contextmanager

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .failures import ExitCode, classify_failure
-from .interrupts import Interrupted, begin_cleanup, interruptible, stop_background_io
+from .interrupts import (
+    Interrupted,
+    begin_cleanup,
+    interrupt_behind,
+    interruptible,
+    stop_background_io,
+)
 from .parser import _Parser, build_parser
 
 __all__ = ["main"]
@@ -129,8 +135,13 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
                     args.destination_guard = state.guard
                 outcome = run(args, bars)
                 library_warnings.succeeded()
-            except Exception:
+            except Exception as exc:
                 bars.close()
+                interrupt = interrupt_behind(exc)
+                if interrupt is not None:
+                    # swallowed on its way (an import in C): cleaned up and reported
+                    # as the interrupt it was
+                    raise interrupt from exc
                 if state.guard is not None and not state.guard.existed:
                     state.guard.discard()
                 raise
@@ -161,7 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # command needs, during its work, and (ignored by then) during cleanup.
     with interruptible():
         try:
-            return _run(arguments, state)
+            try:
+                return _run(arguments, state)
+            except Exception as exc:
+                # an interrupt swallowed by an import in C while the command loaded
+                interrupt = interrupt_behind(exc)
+                if interrupt is None:
+                    raise
+                raise interrupt from exc
         except Interrupted as interrupt:
             begin_cleanup()
             try:
