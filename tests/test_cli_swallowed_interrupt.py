@@ -20,7 +20,7 @@ import pytest
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
-from cytearc_vfs.cli import commands, main, running
+from cytearc_vfs.cli import commands, main
 
 
 def _swallowed_interrupt(*_: Any) -> Any:
@@ -37,10 +37,6 @@ def test_an_interrupt_swallowed_by_an_import_is_reported_as_the_interrupt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cv.write_counts(tmp_path / "a.zarr", realistic_counts(40, 10, seed=1))
-    # the cleanup closes zarr's event loop, which fsspec clients cached by other tests
-    # of this worker stay bound to: what it stops is tested by test_cli_interrupts,
-    # in processes of their own
-    monkeypatch.setattr(running, "stop_background_io", lambda: None)
     _run, destination = commands.COMMANDS["mount"]
     monkeypatch.setitem(commands.COMMANDS, "mount", (_swallowed_interrupt, destination))
     code = main(["mount", str(tmp_path / "a.zarr"), str(tmp_path / "m.zarr")])

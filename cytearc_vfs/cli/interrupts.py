@@ -186,9 +186,49 @@ def stop_background_io(timeout: float = 10.0) -> None:
     future = asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop)
     with suppress(TimeoutError, asyncio.CancelledError, RuntimeError):
         future.result(timeout)
+    # fsspec's clients made on this loop cannot outlive it: close them on it
+    with suppress(TimeoutError, asyncio.CancelledError, RuntimeError):
+        asyncio.run_coroutine_threadsafe(_close_async_filesystems(), loop).result(timeout)
     # The loop's executor is shut down for good: let zarr start a fresh loop
     # on its next call, so a process that goes on (a test, a notebook) can.
     zarr_sync.cleanup_resources()
+
+
+async def _close_async_filesystems() -> None:
+    """Close and forget fsspec's cached asynchronous filesystems (gcsfs, s3fs, http).
+
+    fsspec caches one instance per set of options, and an instance made with
+    ``asynchronous=True`` (as zarr makes them) keeps the HTTP session of the
+    loop it first ran on: zarr's, about to close. Left cached, the next store
+    opened with the same options would get it and fail with "Event loop is
+    closed"; dropped unclosed, its sockets would leak. fsspec has no public
+    close for them, so this closes the sessions the three libraries keep
+    (``_session``: aiohttp; ``_s3creator``: aiobotocore), as their own
+    finalizers do. Synchronous instances run on fsspec's own loop and stay.
+    """
+    fsspec_asyn = sys.modules.get("fsspec.asyn")
+    if fsspec_asyn is None:
+        return  # no fsspec filesystem was ever made
+    pending = [fsspec_asyn.AsyncFileSystem]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        cache = cls.__dict__.get("_cache")
+        if not isinstance(cache, dict):
+            continue
+        for token, instance in list(cache.items()):
+            if not getattr(instance, "asynchronous", False):
+                continue
+            del cache[token]
+            session = getattr(instance, "_session", None)
+            creator = getattr(instance, "_s3creator", None)
+            # a session another loop made may refuse to close on this one; it
+            # is dropped from the cache either way
+            with suppress(Exception):
+                if session is not None and not getattr(session, "closed", True):
+                    await session.close()
+                if creator is not None:
+                    await creator.__aexit__(None, None, None)
 
 
 def end_interrupted_process(code: int) -> NoReturn:
