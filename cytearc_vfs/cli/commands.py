@@ -31,24 +31,25 @@ from .serving import cmd_mount_fs, cmd_serve
 __all__ = ["COMMANDS", "DESTINATION_OPTIONS", "INTERRUPT_NOTES", "Outcome", "parse_sources"]
 
 
-def _clear_for_overwrite(
+def _checked_overwrite(
     args: argparse.Namespace, storage_options: Mapping[str, Any] | None = None
-) -> None:
-    """Make room at ``args.destination`` for a writer that has no overwrite of its own.
+) -> bool:
+    """Whether the writer may replace ``args.destination``: the ``overwrite`` to pass it.
 
-    An empty or absent destination needs nothing. With ``overwrite`` a
+    An empty or absent destination needs nothing. With ``--overwrite`` a
     composite, an unfinished destination, or a store the writers may replace
-    (spec, "Writer destinations") is removed; a mount target is refused,
-    because analyses depend on it.
+    (spec, "Writer destinations") is replaced; a mount target is refused,
+    because analyses depend on it. Nothing is removed here: the writer
+    removes the old destination after it has checked its inputs (run it
+    inside :func:`~cytearc_vfs.write.destinations.composites_replaceable`),
+    so a command refused for any reason leaves the destination as it was.
     """
     from ..inspection.store_kind import classify_location
-    from ..write.destinations import check_destination
-    from .interrupts import DestinationGuard
+    from ..write.destinations import check_destination, composites_replaceable
 
     destination = args.destination
-    guard: DestinationGuard = args.destination_guard
-    if not guard.existed:
-        return
+    if not args.destination_guard.existed:
+        return False
     # what --overwrite would refuse is refused first, with its own reason: the
     # message never suggests --overwrite where it would not be accepted
     found = classify_location(destination, storage_options=storage_options)
@@ -57,15 +58,13 @@ def _clear_for_overwrite(
             f"{found.words}; its analyses depend on it, so --overwrite does not replace it. "
             "Choose another destination, or delete it yourself if you mean to"
         )
-    if found.kind != "composite":
+    with composites_replaceable():
         check_destination(destination, overwrite=True, storage_options=storage_options)
     if not args.overwrite:
         raise FileExistsError(
             f"{found.words}; give --overwrite to replace it, or choose another destination"
         )
-    # from here on the destination is this command's: an interrupt removes it
-    guard.existed = False
-    guard.discard()
+    return True
 
 
 def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
@@ -124,12 +123,12 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
     return chosen
 
 
-def _opened_for_reading(
+def _checked_for_reading(
     args: argparse.Namespace, *, command: str
-) -> tuple[Any, str, dict[str, Any] | None]:
-    """``args.location`` checked to be a CyteArc store and opened read-only with
-    ``--storage-options``; with its name and the ``--source-storage-options``."""
-    from ..remote.locations import describe_location, open_location
+) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    """``args.location`` checked to be a CyteArc store: its name, its
+    ``--storage-options`` and the ``--source-storage-options`` of what it reads."""
+    from ..remote.locations import describe_location
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -141,6 +140,17 @@ def _opened_for_reading(
         storage_options=storage_options,
     )
     refuse_unused_source_options(found.kind, source_options, where=where)
+    return where, storage_options, source_options
+
+
+def _opened_for_reading(
+    args: argparse.Namespace, *, command: str
+) -> tuple[Any, str, dict[str, Any] | None]:
+    """``args.location`` checked (:func:`_checked_for_reading`) and opened read-only
+    with ``--storage-options``; with its name and the ``--source-storage-options``."""
+    from ..remote.locations import open_location
+
+    where, storage_options, source_options = _checked_for_reading(args, command=command)
     store = open_location(args.location, read_only=True, storage_options=storage_options)
     return store, where, source_options
 
@@ -286,6 +296,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``composite DEST [NAME=]SOURCE...``."""
     from ..composite.create import create_composite
     from ..remote.locations import describe_location
+    from ..write.destinations import composites_replaceable
 
     sources = parse_sources(args.sources)
     from ..remote.locations import local_path
@@ -315,20 +326,22 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             "feature ids, one per line)"
         )
     cells = _cell_ids(args.cells, sources)
-    _clear_for_overwrite(args, storage_options)
+    overwrite = _checked_overwrite(args, storage_options)
     started = time.perf_counter()
-    store = create_composite(
-        args.destination,
-        sources,
-        assay=args.assay,
-        features=features,
-        cells=cells,
-        source_layers=layers,
-        source_storage_options=source_options,
-        storage_options=storage_options,
-        mem_budget=budget,
-        progress=bars,
-    )
+    with composites_replaceable():
+        store = create_composite(
+            args.destination,
+            sources,
+            assay=args.assay,
+            features=features,
+            cells=cells,
+            source_layers=layers,
+            source_storage_options=source_options,
+            storage_options=storage_options,
+            mem_budget=budget,
+            progress=bars,
+            overwrite=overwrite,
+        )
     seconds = time.perf_counter() - started
     reader = store.reader()
     payload = {
@@ -351,6 +364,7 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``mount SOURCE DEST``."""
     from ..mount.create import mount_datastore
     from ..remote.locations import describe_location
+    from ..write.destinations import composites_replaceable
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -361,16 +375,18 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         storage_options=source_options,
     )
     _check_sources_differ(args.destination, {"source": args.source})
-    _clear_for_overwrite(args, storage_options)
+    overwrite = _checked_overwrite(args, storage_options)
     started = time.perf_counter()
-    store = mount_datastore(
-        args.source,
-        args.destination,
-        workspace=args.workspace,
-        assays=args.assay or None,
-        source_storage_options=source_options,
-        storage_options=storage_options,
-    )
+    with composites_replaceable():
+        store = mount_datastore(
+            args.source,
+            args.destination,
+            workspace=args.workspace,
+            assays=args.assay or None,
+            source_storage_options=source_options,
+            storage_options=storage_options,
+            overwrite=overwrite,
+        )
     seconds = time.perf_counter() - started
     record = store.record
     payload = {
@@ -392,6 +408,7 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``repack SOURCE DEST``."""
     from ..mount.repack import repack
     from ..remote.locations import describe_location
+    from ..write.destinations import composites_replaceable
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -417,18 +434,20 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         )
     refuse_unused_source_options(found.kind, source_options, where=describe_location(args.source))
     _check_sources_differ(args.destination, {"source": args.source})
-    _clear_for_overwrite(args, destination_options)
+    overwrite = _checked_overwrite(args, destination_options)
     started = time.perf_counter()
-    repack(
-        args.source,
-        args.destination,
-        data_only=args.data_only,
-        mem_budget=budget,
-        storage_options=storage_options,
-        source_storage_options=source_options,
-        destination_storage_options=destination_options,
-        progress=bars,
-    )
+    with composites_replaceable():
+        repack(
+            args.source,
+            args.destination,
+            data_only=args.data_only,
+            mem_budget=budget,
+            storage_options=storage_options,
+            source_storage_options=source_options,
+            destination_storage_options=destination_options,
+            progress=bars,
+            overwrite=overwrite,
+        )
     seconds = time.perf_counter() - started
     payload = {
         "source": describe_location(args.source),
@@ -446,11 +465,11 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``artifacts LOCATION``."""
     from ..artifacts.catalog import describe_artifacts
-    from ..remote.locations import describe_location
 
-    require_store(args.location, command="artifacts", kinds=("ordinary", "composite", "mount"))
-    where = describe_location(args.location)
-    found = describe_artifacts(args.location)
+    where, storage_options, source_options = _checked_for_reading(args, command="artifacts")
+    found = describe_artifacts(
+        args.location, storage_options=storage_options, source_storage_options=source_options
+    )
     if args.kind:
         found = [entry for entry in found if entry["kind"] == args.kind]
     lines = [

@@ -309,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     artifacts.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     artifacts.add_argument("--kind", help="only artifacts of this kind")
+    _remote_options(artifacts, own="LOCATION", sources=_OPENED_SOURCES)
 
     export = sub.add_parser(
         "export",

@@ -193,15 +193,10 @@ def _refuse_nonempty(mountpoint: str) -> None:
 def _read_directories(location: str, store: object) -> list[Path]:
     """The local directories a mount of ``store`` reads from: the store's own,
     a composite's sources', a mount's source's (remote ones have none)."""
-    from ..composite.store import CompositeStore
-    from ..mount.store import MountStore
+    from ..inspection.read_sources import stores_read_by
     from ..remote.locations import local_path
 
-    locations: list[str] = [location]
-    if isinstance(store, CompositeStore):
-        locations += [source.location for source in store.record.sources]
-    elif isinstance(store, MountStore):
-        locations.append(store.record.location)
+    locations = [location, *stores_read_by(store).values()]
     return [path for path in map(local_path, locations) if path is not None]
 
 

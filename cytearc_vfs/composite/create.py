@@ -253,7 +253,12 @@ def create_composite(
     check_name(assay, what="assay")
     check_flag(overwrite, "overwrite")
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
-    check_no_overlap(destination, sources)
+    check_no_overlap(
+        destination,
+        sources,
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
+    )
     locations = {
         name: reopenable_location(location, what=f"source {name!r}")
         for name, location in sources.items()

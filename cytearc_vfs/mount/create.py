@@ -105,7 +105,12 @@ def mount_datastore(
     check_flag(overwrite, "overwrite")
     if workspace is not None:
         check_name(workspace, what="workspace")
-    check_no_overlap(destination, {"source": source})
+    check_no_overlap(
+        destination,
+        {"source": source},
+        storage_options=storage_options,
+        source_storage_options={"source": source_storage_options},
+    )
     opened = open_location(source, read_only=True, storage_options=source_storage_options)
     contents = read_contents(opened, where=where)
     _refuse(contents, where)

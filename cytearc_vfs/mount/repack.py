@@ -220,13 +220,17 @@ def _copy_assays(
     copier: _KeyCopier,
     budget: int,
     documents: Store | None = None,
-) -> list[str]:
-    """Re-lay-out each assay whose layout does not fit; returns the keys left for a plain copy.
+) -> tuple[list[str], set[str]]:
+    """Re-lay-out each assay whose layout does not fit.
 
+    Returns the keys of ``keys`` left for a plain copy, and the matrix group
+    documents written with the new layout record: a plain copy of the same
+    document from elsewhere (a mount's namespace) would put the old one back.
     ``documents`` is where the matrix group's own document is read (a mount's
     namespace holds the target's copy of a root-layout assay group).
     """
     remaining = keys
+    relaid: set[str] = set()
     source_root = zarr.open_group(source, mode="r")
     for info in infos:
         layout = repack_layout(info, budget)
@@ -240,6 +244,7 @@ def _copy_assays(
         document = join(info.paths.matrix_group, "zarr.json")
         holder = documents if documents is not None and info.paths.workspace is None else source
         copier.copy(holder, [document], _with_layout(layout))
+        relaid.add(document)
         remaining = [k for k in remaining if k != document]
         _copy_counts(
             source_root,
@@ -248,7 +253,7 @@ def _copy_assays(
             layout,
             copier.progress,
         )
-    return remaining
+    return remaining, relaid
 
 
 def _blosc_blocks(source_root: zarr.Group, info: AssayInfo) -> bool:
@@ -306,7 +311,7 @@ def _repack_ordinary(
     )
     retired = [join(info.paths.assay_group, "state") for info in infos]
     keys = [k for k in _list(source) if not any(_under(k, r) for r in retired)]
-    keys = _copy_assays(source, root, infos, keys, copier, budget)
+    keys, _ = _copy_assays(source, root, infos, keys, copier, budget)
     _copy_in_phases(copier, [(source, keys, None)])
     return infos, (source, ["zarr.json"], None)
 
@@ -338,9 +343,10 @@ def _repack_mount(
         or (info.paths.workspace is not None and k == join(info.paths.matrix_group, "zarr.json"))
         or (info.paths.workspace is not None and k == "matrices/zarr.json")
     ]
-    counts_keys = _copy_assays(
+    counts_keys, relaid = _copy_assays(
         mount.source, root, infos, sorted(set(counts_keys)), copier, budget, documents=mount
     )
+    namespace = [k for k in namespace if k not in relaid]
     _copy_in_phases(copier, [(mount, namespace, None), (mount.source, counts_keys, None)])
     return infos, (mount, ["zarr.json"], without_record)
 
@@ -450,7 +456,12 @@ def repack(
     check_flag(data_only, "data_only")
     check_flag(overwrite, "overwrite")
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
-    check_no_overlap(destination, {"source": location})
+    check_no_overlap(
+        destination,
+        {"source": location},
+        storage_options=destination_storage_options,
+        source_storage_options={"source": storage_options},
+    )
     source = open_location(location, read_only=True, storage_options=storage_options)
     contents = read_contents(source, where=where)
     is_mount = MATRIX_SOURCE_ATTR in contents.root_attrs
@@ -470,6 +481,13 @@ def repack(
         return open_store(destination, storage_options=destination_storage_options)
     if is_mount:
         mount = MountStore._verified(source, where, source_storage_options)
+        # the mount's source is read too: writing inside it would change it
+        check_no_overlap(
+            destination,
+            {"the mount's source": mount.record.location},
+            storage_options=destination_storage_options,
+            source_storage_options={"the mount's source": source_storage_options},
+        )
         for name in mount.record.assays:
             repack_layout(mount._infos[name], budget)  # refuses a budget before anything is written
             # copying a shard that is not the written one would bake it in

@@ -33,6 +33,7 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ from ..format.chunk_keys import ChunkKeys
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
+from ..remote.addresses import store_address
 from ..remote.locations import Location, describe_location, local_path, open_location
 from .stopping import finish_sent, stop_work
 from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
@@ -53,6 +55,7 @@ from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
 __all__ = [
     "check_destination",
     "check_no_overlap",
+    "composites_replaceable",
     "clears_pending_marker",
     "create_destination",
     "destination_is_prepared",
@@ -203,6 +206,27 @@ def _check_keys(
         )
 
 
+#: Whether ``overwrite=True`` replaces a composite (:func:`composites_replaceable`).
+_COMPOSITES_REPLACEABLE: ContextVar[bool] = ContextVar("composites_replaceable", default=False)
+
+
+@contextmanager
+def composites_replaceable() -> Iterator[None]:
+    """Let ``overwrite=True`` replace a composite destination within this block.
+
+    The command line's ``--overwrite`` replaces a composite (it holds no
+    counts, only its record and its sources' names); the library's
+    ``overwrite=True`` does not. The command passes its flag to the writer
+    inside this block, so the old destination is removed by the writer after
+    it has checked its inputs, never before.
+    """
+    token = _COMPOSITES_REPLACEABLE.set(True)
+    try:
+        yield
+    finally:
+        _COMPOSITES_REPLACEABLE.reset(token)
+
+
 def check_destination(
     location: Location, *, overwrite: bool, storage_options: Mapping[str, Any] | None = None
 ) -> Literal["w", "w-"]:
@@ -268,10 +292,12 @@ def _check_replaceable(
             "destination, or delete it yourself if you mean to replace it"
         )
     if "composite" in root_attrs and not unfinished:
+        if _COMPOSITES_REPLACEABLE.get():
+            return  # holds no counts of its own: the command line's --overwrite replaces it
         raise FileExistsError(
             f"destination {where} is a composite; no writer replaces it (overwrite=True "
             "neither). Choose another destination, or delete it yourself (the command "
-            "line's --overwrite removes a composite first)"
+            "line's --overwrite replaces a composite)"
         )
     nodes = _nodes(store, keys)
     _check_members(where, nodes, keys, unfinished=unfinished)
@@ -538,21 +564,34 @@ def settle_destination(root: zarr.Group) -> None:
             logger.warning("putting the unfinished root of %s back failed: %r", root.store, exc)
 
 
-def check_no_overlap(destination: Location, sources: Mapping[str, Location]) -> None:
-    """Refuse a destination inside, equal to, or around any of ``sources``."""
-    target = local_path(destination)
+def check_no_overlap(
+    destination: Location,
+    sources: Mapping[str, Location],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> None:
+    """Refuse a destination inside, equal to, or around any of ``sources``.
+
+    Locations compare by where their keys live (:func:`store_address`), so a
+    second spelling of a source (``s3://bkt//a.zarr``, ``S3://bkt/a.zarr/``,
+    a Store over the same bucket and prefix) is refused like the first.
+    ``storage_options`` are the destination's and ``source_storage_options``
+    the sources' by name: a custom endpoint in both tells two servers apart.
+    """
+    options = source_storage_options or {}
+    target = store_address(destination, storage_options)
     for name, location in sources.items():
-        source = local_path(location)
+        source = store_address(location, options.get(name))
         if target is not None and source is not None:
-            a, b = target.resolve(), source.resolve()
-            if a == b or a in b.parents or b in a.parents:
-                raise ValueError(
-                    f"destination {str(a)!r} overlaps source {name!r} at {str(b)!r}; a writer "
-                    "must not write inside, over or around one of its sources"
-                )
-        elif target is None and source is None and not isinstance(destination, Store):
-            d, s = str(destination).rstrip("/") + "/", str(location).rstrip("/") + "/"
-            if d.startswith(s) or s.startswith(d):
-                raise ValueError(
-                    f"destination {destination!r} overlaps source {name!r} at {location!r}"
-                )
+            overlaps = target.overlaps(source)
+        else:  # a Store whose place is unknown is only the same as itself
+            overlaps = destination is location or (
+                isinstance(destination, Store) and destination == location
+            )
+        if overlaps:
+            raise ValueError(
+                f"destination {describe_location(destination)!r} overlaps source {name!r} at "
+                f"{describe_location(location)!r}; a writer must not write inside, over or "
+                "around one of its sources: choose a destination outside it"
+            )

@@ -41,6 +41,7 @@ from zarr.core.common import ZarrFormat
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.option_names import option_name
 from cytearc_vfs.format.sizes import parse_size
+from cytearc_vfs.inspection.read_sources import stores_read_by
 from cytearc_vfs.remote.failures import names_backend_failures
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.destinations import check_no_overlap
@@ -409,6 +410,8 @@ def export_anndata(
         # overwrite would remove the store itself
         check_no_overlap(path, {"exported store": location})
     opened = open_assay(location, assay, **options)
+    # nor inside (or around) what a composite or a mount reads: its sources
+    check_no_overlap(path, stores_read_by(opened.store))
     # the tables are read and the bands planned before the temporary exists: a
     # budget too small is refused with nothing written
     tables, held = _read_tables(opened)
