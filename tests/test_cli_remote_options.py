@@ -133,6 +133,18 @@ def test_mount_and_repack_of_a_remote_source(
     assert code == 0 and payload["kind"] == "mount", payload
     code, payload = _run(["verify", mount, *sources], capsys)
     assert code == 0 and payload["ok"], payload
+    # the source's artifacts show through the mount, read with the source's options
+    with cv.publish_artifact(
+        cv.open_store(remote["a"], mode="r+", storage_options=json.loads(remote["options"])),
+        "RNA/artifacts",
+        "pca",
+        provenance={"operation": "test.pca", "parameters": {}, "inputs": {}},
+    ) as art:
+        art.write_array("x", [[1.0]])
+    code, payload = _run(["artifacts", mount, *sources], capsys)
+    assert code == 0 and [a["kind"] for a in payload["artifacts"]] == ["pca"], payload
+    code, payload = _run(["artifacts", remote["a"], "--storage-options", remote["options"]], capsys)
+    assert code == 0 and len(payload["artifacts"]) == 1, payload
     # the mount's counts are in the bucket: repack reads them with the source's options
     code, payload = _run(["repack", mount, str(tmp_path / "standalone.zarr"), *sources], capsys)
     assert code == 0, payload
@@ -300,3 +312,23 @@ def test_write_from_a_remote_anndata_to_a_remote_destination(
     code, payload = _run(["write", source, str(tmp_path / "x.zarr")], capsys)
     assert code in (2, 4) and "s3cr3t" not in json.dumps(payload), payload
     assert not (tmp_path / "x.zarr").exists()
+
+
+def test_a_mounts_source_remedy_names_the_options_of_a_mount(
+    s3_server: S3Server,
+    remote: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mount has one source: its options are ``{...}``, never ``{"source": {...}}``."""
+    mount = tmp_path / "m.zarr"
+    cv.mount_datastore(remote["a"], mount, source_storage_options=s3_server.storage_options())
+    wrong = json.dumps(_unreachable(s3_server))
+    for argv in (["info", str(mount)], ["verify", str(mount)], ["artifacts", str(mount)]):
+        code = main([*argv, "--source-storage-options", wrong])
+        err = capsys.readouterr().err
+        assert code == 4, err
+        assert "--source-storage-options '{...}'" in err, err
+        assert '"source"' not in err and "Future exception" not in err, err
+        assert "fix the cause" not in err, err  # the cause's own remedy, said once
+        assert len(err.strip().splitlines()) == 1, err

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
-from ..remote.failures import StoreAccessError, failure_remedy
+from ..remote.failures import StoreAccessError, failure_remedy, named_source_failure
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 
@@ -119,6 +119,10 @@ def classify_failure(exc: BaseException) -> Failure:
         return Failure(ExitCode.ENVIRONMENT, "environment", one_line(str(said)))
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy
+        return Failure(ExitCode.ENVIRONMENT, "environment", message)
+    if isinstance(exc, OSError) and named_source_failure(exc):
+        # a source that cannot be read, named with what failed and the remedy of its
+        # cause, in the command line's option names already
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
     backend = _backend_failure(exc)
     if backend is not None:

@@ -26,7 +26,19 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["command_line_names", "option_name", "option_offered", "source_options_example"]
+__all__ = [
+    "MOUNT_SOURCE",
+    "command_line_names",
+    "option_name",
+    "option_offered",
+    "source_label",
+    "source_options_example",
+]
+
+#: The name a mount's one source is read under. No composite source has it
+#: (their names are never empty), and its options are the whole
+#: ``source_storage_options``, not an entry of them.
+MOUNT_SOURCE = ""
 
 #: Python keyword -> the command line's flag for the same value
 COMMAND_LINE_FLAGS = {
@@ -66,9 +78,21 @@ def option_offered(keyword: str) -> bool:
     return not (_command_line() and keyword in NO_COMMAND_LINE_FLAG)
 
 
+def source_label(source: str) -> str:
+    """How messages name ``source``: a composite's source by its name, or a mount's.
+
+    >>> source_label("a"), source_label(MOUNT_SOURCE)
+    ("source 'a'", "the mount's source")
+    """
+    return "the mount's source" if source == MOUNT_SOURCE else f"source {source!r}"
+
+
 def source_options_example(source: str | None) -> str:
     """How a caller passes backend options for ``source`` (a composite's source by
-    name), or for a mount's one source (``None``), written as the caller writes it."""
+    name), or for a mount's one source (``None`` or :data:`MOUNT_SOURCE`), written
+    as the caller writes it."""
+    if source == MOUNT_SOURCE:
+        source = None
     if _command_line():
         inner = "{...}" if source is None else '{"' + source + '": {...}}'
         return f"--source-storage-options '{inner}' (JSON, or @FILE holding it)"

@@ -23,7 +23,7 @@ from zarr.core.sync import sync
 from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
-from ..format.option_names import source_options_example
+from ..format.option_names import MOUNT_SOURCE, source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, missing_assay_error, read_contents, verify_assay
 from ..format.store_io import document_attribute, get_json
@@ -32,6 +32,7 @@ from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents, p
 from ..read.read_stats import ReadCounters
 from ..read.sources import bound_from_verified
 from ..remote.cached_store import cached_source, source_cache_of
+from ..remote.failures import first_line, source_failure
 from ..remote.locations import Location, describe_location, local_path, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
@@ -71,7 +72,7 @@ class MountStore(KeyCheckedStore):
         # a remote source reads through a bounded cache (shared by the stores
         # with_read_only derives, made anew where the store is unpickled)
         self._cache = source_cache_of(source) or SourceCache()
-        self._source = cached_source(source, self._cache, "source", where=record.location)
+        self._source = cached_source(source, self._cache, MOUNT_SOURCE, where=record.location)
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
@@ -113,7 +114,7 @@ class MountStore(KeyCheckedStore):
             opened = open_location(
                 record.location, read_only=True, storage_options=source_storage_options
             )
-            source = cached_source(opened, SourceCache(), "source", where=record.location)
+            source = cached_source(opened, SourceCache(), MOUNT_SOURCE, where=record.location)
             # every document the checks below read, and on an object store one
             # listing of the source (pins, absent keys), in one concurrent round
             documents = sync(
@@ -127,6 +128,15 @@ class MountStore(KeyCheckedStore):
         except (ValueError, TypeError):
             raise
         except Exception as exc:
+            if getattr(exc, "cytearc_source", False):
+                # the pinned store named the source, the key and the remedy: said once
+                detail = first_line(exc).partition(": ")[2]
+                raise source_failure(
+                    OSError(
+                        f"the source of the mount at {where}, {record.location}, cannot be "
+                        f"read: {detail}"
+                    )
+                ) from exc
             raise OSError(
                 f"the source of the mount at {where}, {record.location}, cannot be read "
                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
@@ -274,7 +284,7 @@ class MountStore(KeyCheckedStore):
         # the verified documents serve the arrays' metadata: a reader costs no
         # request before its first read
         view = self._documents if self._documents is not None else self._source
-        bound = bound_from_verified("source", self._record.location, view, info, counters)
+        bound = bound_from_verified(MOUNT_SOURCE, self._record.location, view, info, counters)
         root = zarr.open_group(view, mode="r", zarr_format=3)
         return IdentityMapping(
             bound,

@@ -22,13 +22,13 @@ from zarr.core.sync import sync
 from zarr.storage import StorePath
 
 from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
-from ..format.option_names import source_options_example
+from ..format.option_names import source_label, source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import get_json
 from ..remote.cached_store import cached_source
-from ..remote.failures import failure_remedy, first_line, is_http_location
+from ..remote.failures import failure_remedy, first_line, is_http_location, source_failure
 from ..remote.locations import Location, describe_location, local_path, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import SourceCache
@@ -330,8 +330,8 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
             # pinned_store named the source, the key and the remedy already: said
             # once, not nested in a second naming of the same source
             label, named, detail = first_line(exc).partition(": ")
-            if named and label.startswith(f"source {spec.name!r} at "):
-                raise OSError(f"{label} cannot be read: {detail}") from exc
+            if named and label.startswith(f"{source_label(spec.name)} at "):
+                raise source_failure(OSError(f"{label} cannot be read: {detail}")) from exc
         # an error pinned_store named already carries the backend's as its cause
         cause = exc.__cause__ if getattr(exc, "cytearc_source", False) else None
         cause = exc if cause is None else cause
@@ -345,9 +345,12 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
                 cause, http=is_http_location(where), options=source_options_example(spec.name)
             )
         said = first_line(exc)
-        raise OSError(
-            f"source {spec.name!r} at {where} cannot be read ({type(exc).__name__}: {said})"
-            + ("" if remedy in said else f"; {remedy}")  # a backend may name it already
+        raise source_failure(
+            OSError(
+                f"{source_label(spec.name)} at {where} cannot be read "
+                f"({type(exc).__name__}: {said})"
+                + ("" if remedy in said else f"; {remedy}")  # a backend may name it already
+            )
         ) from exc
 
 

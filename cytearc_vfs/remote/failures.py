@@ -36,7 +36,9 @@ __all__ = [
     "is_http_location",
     "named_backend_failures",
     "names_backend_failures",
+    "named_source_failure",
     "refused",
+    "source_failure",
     "timed_out",
     "unreachable",
 ]
@@ -145,6 +147,24 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
     if http:
         return "check that the server is running at that URL and serves the store there"
     return f"check that the source is reachable, and pass its endpoint and credentials as {options}"
+
+
+def source_failure(exc: OSError) -> OSError:
+    """Mark ``exc`` as a source's failure said in full: the source, what failed and
+    the remedy of its cause. Outer layers pass it on (or quote its detail) instead
+    of naming the source again, and the command line prints it as it is."""
+    exc.cytearc_source = True  # type: ignore[attr-defined]
+    return exc
+
+
+def named_source_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from, is a :func:`source_failure`."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "cytearc_source", False):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 class StoreAccessError(VfsError, OSError):

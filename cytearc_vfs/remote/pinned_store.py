@@ -49,8 +49,8 @@ from ..errors import IdentityMismatchError, VfsError
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
 from ..format.object_listing import list_recursive, list_unless_refused
-from ..format.option_names import source_options_example
-from .failures import failure_remedy, first_line, is_http_location
+from ..format.option_names import source_label, source_options_example
+from .failures import failure_remedy, first_line, is_http_location, source_failure
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -280,7 +280,7 @@ class PinnedSourceStore(SourceReadWrapper):
             # an HTTP server that refuses Depth: infinity is walked at Depth: 1
             listed = await list_recursive(self._store, prefix)
         except Exception as exc:
-            raise _mark(self._failed(prefix, exc)) from exc
+            raise source_failure(self._failed(prefix, exc)) from exc
         pinned = 0
         for meta in listed:
             token = version_token(meta)
@@ -307,7 +307,7 @@ class PinnedSourceStore(SourceReadWrapper):
         try:
             listed = await list_unless_refused(self._store, "")
         except Exception as exc:
-            raise _mark(self._failed("its listing", exc)) from exc
+            raise source_failure(self._failed("its listing", exc)) from exc
         if listed is None:
             return None
         return {
@@ -338,7 +338,7 @@ class PinnedSourceStore(SourceReadWrapper):
         except (NotFoundError, FileNotFoundError):
             return None, None
         except Exception as exc:
-            raise _mark(self._failed(key, exc)) from exc
+            raise source_failure(self._failed(key, exc)) from exc
         return bytes(data), version_token(result.meta)
 
     def pin_listed(self, listing: Listing, arrays: Iterable[str]) -> int:
@@ -357,7 +357,7 @@ class PinnedSourceStore(SourceReadWrapper):
     # ------------------------------------------------------------ messages
 
     def _label(self) -> str:
-        return f"source {self._name!r} at {self._where}"
+        return f"{source_label(self._name)} at {self._where}"
 
     def _replaced(self, key: str, pinned: str, found: str | None) -> IdentityMismatchError:
         return IdentityMismatchError(
@@ -397,9 +397,9 @@ class PinnedSourceStore(SourceReadWrapper):
         except (VfsError, OSError) as exc:
             if isinstance(exc, VfsError) or getattr(exc, "cytearc_source", False):
                 raise
-            raise _mark(self._failed(key, exc)) from exc
+            raise source_failure(self._failed(key, exc)) from exc
         except Exception as exc:
-            raise _mark(self._failed(key, exc)) from exc
+            raise source_failure(self._failed(key, exc)) from exc
         if buffer is None and is_chunk_key(key):
             await self._check_absent(key)
         return buffer
@@ -412,14 +412,14 @@ class PinnedSourceStore(SourceReadWrapper):
         request on this rare path only.
         """
         if self.pins.get(key) is not None:
-            raise _mark(self._deleted(key))
+            raise source_failure(self._deleted(key))
         document = f"{key[: key.index('/c/')]}/zarr.json" if "/c/" in key else "zarr.json"
         try:
             present = await self._store.exists(document)
         except Exception as exc:
-            raise _mark(self._failed(document, exc)) from exc
+            raise source_failure(self._failed(document, exc)) from exc
         if not present:
-            raise _mark(self._deleted(key))
+            raise source_failure(self._deleted(key))
 
     async def _get_pinned(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
@@ -445,7 +445,7 @@ class PinnedSourceStore(SourceReadWrapper):
             assert pinned is not None
             # Azure answers a conditional GET of a deleted blob 412, not 404
             if not await self._store.exists(key):
-                raise _mark(self._deleted(key)) from exc
+                raise source_failure(self._deleted(key)) from exc
             raise self._replaced(key, pinned, None) from exc
         except (NotFoundError, FileNotFoundError):
             await self._check_absent(key)
@@ -472,7 +472,7 @@ class PinnedSourceStore(SourceReadWrapper):
             leaf = _first_failure(group)
             if isinstance(leaf, VfsError) or getattr(leaf, "cytearc_source", False):
                 raise leaf from None
-            raise _mark(self._failed(key, leaf)) from leaf
+            raise source_failure(self._failed(key, leaf)) from leaf
 
 
 def pin_arrays(store: Store, arrays: Iterable[str]) -> int:
@@ -502,12 +502,6 @@ def pinned_store_of(store: Store) -> PinnedSourceStore | None:
             return None
         store = inner
     return store
-
-
-def _mark(exc: OSError) -> OSError:
-    # translated once: outer layers pass it on unchanged
-    exc.cytearc_source = True  # type: ignore[attr-defined]
-    return exc
 
 
 def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
