@@ -252,6 +252,8 @@ def edit_record(target: Path, change) -> None:
         lambda r: r["assays"]["RNA"].pop("requiresTranspose"),
         lambda r: r["assays"]["RNA"].update(requiresTranspose="yes"),
         lambda r: r.update(location="relative/path"),
+        lambda r: r.update(workspace=""),
+        lambda r: r.update(workspace="../up"),
     ],
 )
 def test_record_shape_is_strict(mounted, change) -> None:

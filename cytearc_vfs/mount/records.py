@@ -102,6 +102,12 @@ class MountRecord:
             raise RecordShapeError(
                 f"{record} at {where!r}: location {location!r} is neither an absolute path nor a URI"
             )
+        workspace = fields["workspace"]
+        if workspace is not None:
+            try:
+                check_name(workspace, what="workspace")
+            except ValueError as exc:  # a record written by hand, or damaged
+                raise RecordShapeError(f"{record} at {where!r}: {exc}") from exc
         assays = {}
         for name, entry in fields["assays"].items():
             try:
@@ -111,4 +117,4 @@ class MountRecord:
             assays[name] = MountedAssay.from_json(entry, where=f"{where} assays.{name}")
         if not assays:
             raise RecordShapeError(f"{record} at {where!r} mounts no assay")
-        return cls(location=location, workspace=fields["workspace"], assays=assays)
+        return cls(location=location, workspace=workspace, assays=assays)
