@@ -237,3 +237,21 @@ def test_an_export_stays_out_of_what_the_store_reads(tmp_path: Path) -> None:
         refused = run_main("export", str(store), str(src / "x.h5ad"))
         assert refused.returncode == 2 and "overlaps" in refused.stderr, refused.stderr
     assert tree_digest(src) == before
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_read_only_store_as_destination_is_refused_by_name(tmp_path: Path, exists: bool) -> None:
+    _write(tmp_path / "src.zarr")
+    if exists:
+        (tmp_path / "out.zarr").mkdir()
+    read_only = zarr.storage.LocalStore(tmp_path / "out.zarr", read_only=True)
+    writes = [
+        lambda: cv.mount_datastore(tmp_path / "src.zarr", read_only),
+        lambda: cv.repack(tmp_path / "src.zarr", read_only),
+        lambda: cv.create_composite(read_only, {"a": tmp_path / "src.zarr"}),
+        lambda: cv.write_counts(read_only, realistic_counts(5, 3)),
+    ]
+    for write in writes:
+        with pytest.raises(ValueError, match=r"is a read-only Store.*read_only=False"):
+            write()
+    assert not (tmp_path / "out.zarr").exists() or not any((tmp_path / "out.zarr").iterdir())

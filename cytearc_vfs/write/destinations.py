@@ -236,6 +236,11 @@ def check_destination(
     an assay, and ``FileExistsError`` for keys that may not be replaced.
     """
     where = describe_location(location)
+    if isinstance(location, Store) and location.read_only:
+        raise ValueError(
+            f"destination {where} is a read-only Store, which no writer can write; open it "
+            "with read_only=False, or pass its path or URL"
+        )
     path = local_path(location)
     if path is not None:
         _refuse_below_zarr_node(path)
