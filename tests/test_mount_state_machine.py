@@ -62,6 +62,8 @@ class MountMachine(RuleBasedStateMachine):
         record = MountRecord("/source", None, {"RNA": MountedAssay(FP, FP, True)})
         self.target_backing = MemoryStore()
         self.target: dict[str, bytes] = {}
+        # roots and kinds whose document the mount has seen to in the target
+        self.held: set[str] = set()
         self.mount = cv.MountStore(
             self.target_backing, self.source_backing.with_read_only(True), record, {}
         )
@@ -100,6 +102,16 @@ class MountMachine(RuleBasedStateMachine):
                 sync(self.mount.set(key, buffer))
         else:
             sync(self.mount.set(key, buffer))
+            place = place_of(key, ROOTS)
+            if place.kind == "group" and place.group is not None:
+                # a group's root and kind get the target's own documents (the source's)
+                kind = place.group.rsplit("/", 1)[0]
+                for directory in (kind.rsplit("/", 1)[0], kind):
+                    document = f"{directory}/zarr.json"
+                    unheld = directory not in self.held and document not in self.target
+                    if unheld and document in self.source:
+                        self.target[document] = self.source[document]
+                    self.held.add(directory)
             self.target[key] = value
 
     @rule(key=keys)
@@ -110,6 +122,8 @@ class MountMachine(RuleBasedStateMachine):
         else:
             sync(self.mount.delete(key))
             self.target.pop(key, None)
+            gone = key.removesuffix("/zarr.json")
+            self.held = {d for d in self.held if d != gone and not d.startswith(gone + "/")}
 
     @rule(key=keys)
     def read(self, key: str) -> None:

@@ -128,6 +128,11 @@ def test_listings_are_unions_and_writes_land_in_the_target(mounted) -> None:
     assert ids == {artifact_id, mine.artifact_id}
     assert {a.artifact_id for a in cv.list_artifacts(target, "RNA/artifacts")} == {mine.artifact_id}
     assert (target / "artifacts" / "cell_selection" / sel.artifact_id / "zarr.json").is_file()
+    # a kind the source has already: the target holds its own kind document, so
+    # zarr opening the target directly sees the target's artifact of that kind
+    assert (target / "RNA" / "artifacts" / "pca" / "zarr.json").is_file()
+    kind = zarr.open_group(target, path="RNA/artifacts/pca", mode="r")
+    assert [name for name, _ in kind.groups()] == [mine.artifact_id]
     assert tree_hashes(source) == before
 
 

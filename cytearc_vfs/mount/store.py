@@ -82,6 +82,8 @@ class MountStore(KeyCheckedStore):
         # Which store holds each artifact group seen so far. Only positive
         # answers are kept: a group no store holds may be created later.
         self._owners: dict[str, Owner] = {}
+        # artifact roots and kind directories whose document the target holds
+        self._held_documents: set[str] = set()
 
     # ------------------------------------------------------------- opening
 
@@ -327,9 +329,16 @@ class MountStore(KeyCheckedStore):
         return owner
 
     def _forget_owners(self, directory: str) -> None:
-        """Drop the cached owners of groups at or under a deleted ``directory``."""
+        """Drop what is cached of groups and documents at or under a deleted ``directory``
+        (a document's key names its directory's document)."""
+        directory = directory.removesuffix("/zarr.json")
         for group in [g for g in self._owners if g == directory or g.startswith(directory + "/")]:
             self._owners.pop(group, None)
+        self._held_documents -= {
+            held
+            for held in self._held_documents
+            if held == directory or held.startswith(directory + "/")
+        }
 
     async def _store_for(self, key: str) -> Store:
         """The store that serves ``key`` (a checked key)."""
@@ -418,14 +427,37 @@ class MountStore(KeyCheckedStore):
                 f"cannot change or remove the matrixSource record of {self._target}: it binds "
                 "the target to its source. Mount again to bind another source"
             )
-        await self._target.set(key, value)
         place = place_of(key, self._roots)
+        if place.kind == "group" and place.group is not None:
+            await self._hold_parent_documents(place.group)
+        await self._target.set(key, value)
         if (
             place.kind == "group"
             and place.group is not None
             and key == join(place.group, "zarr.json")
         ):
             self._owners[place.group] = "target"
+
+    async def _hold_parent_documents(self, group: str) -> None:
+        """Give the target its own documents of the root and kind holding ``group``.
+
+        zarr creates a group's parents only where none shows, and through the
+        mount a kind the source already has shows the source's document: the
+        target would hold the new group under a directory with no document of
+        its own, and opened directly it would show none of its artifacts of
+        that kind. The source's document is copied first (before the group's
+        keys, so a crash leaves at most an empty kind).
+        """
+        kind = group.rsplit("/", 1)[0]
+        for directory in (kind.rsplit("/", 1)[0], kind):
+            if directory in self._held_documents:
+                continue
+            key = join(directory, "zarr.json")
+            if not await self._target.exists(key):
+                document = await self._source.get(key, prototype=default_buffer_prototype())
+                if document is not None:
+                    await self._target.set(key, document)
+            self._held_documents.add(directory)
 
     async def delete(self, key: str) -> None:
         self._check_key(key, "delete")
