@@ -1,0 +1,167 @@
+"""What publication refuses before it can corrupt a store or publish wrong values.
+
+An audited defect (spec, "Artifact publication"; docs/artifacts.md): values
+an integer or boolean array cannot hold were cast to arbitrary ones. Checked
+on a plain local store and through a mount (whose writes go to its target),
+for ``write_array`` and for streamed ``create_array`` bands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cytearc_vfs as cv
+from cytearc_vfs.artifacts.catalog import list_artifacts, publish_artifact
+from cytearc_vfs.errors import NonFiniteArtifactError
+
+ROOT = "RNA/artifacts"
+KIND = "scores"
+PROVENANCE = {"operation": "test.score", "parameters": {}, "inputs": {"counts": "RNA"}}
+COUNTS = np.arange(12, dtype=np.int32).reshape(4, 3)
+
+
+@pytest.fixture(params=["local", "mount"])
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, Path]:
+    """(writable store, directory its writes land in): a store, or a mount's target."""
+    source = tmp_path / "source.zarr"
+    cv.write_counts(source, COUNTS)
+    if request.param == "local":
+        return cv.open_store(source, mode="r+"), source
+    target = tmp_path / "mount.zarr"
+    cv.mount_datastore(source, target)
+    return cv.open_store(target, mode="r+"), target
+
+
+def write(store: Any, how: str, values: Any, dtype: Any, finite: bool = True) -> Any:
+    with publish_artifact(store, ROOT, KIND, provenance=PROVENANCE) as art:
+        if how == "write_array":
+            art.write_array("x", np.asarray(values), dtype=dtype, finite=finite, chunks=2)
+        else:
+            values = np.asarray(values)
+            writer = art.create_array("x", values.shape, dtype, finite=finite, chunks=2)
+            for start in range(0, values.shape[0], 2):
+                writer.write(values[start : start + 2])
+    return art
+
+
+# ---------------------------------------------------------------- values
+
+
+NAN, INF = float("nan"), float("inf")
+
+# (stored dtype, values, error, first offending row, words of the message)
+REFUSED = [
+    # NaN and infinity into every integer family and bool: non-finite
+    (np.int32, [1.0, NAN, 2.0], NonFiniteArtifactError, 1, "is NaN"),
+    (np.int64, [1.0, 2.0, INF], NonFiniteArtifactError, 2, "is infinite"),
+    (np.int16, [1.0, 2.0, 3.0, -INF], NonFiniteArtifactError, 3, "is infinite"),
+    (np.int8, [NAN], NonFiniteArtifactError, 0, "is NaN"),
+    (np.uint8, [0.0, 0.0, NAN], NonFiniteArtifactError, 2, "is NaN"),
+    (np.uint64, [INF], NonFiniteArtifactError, 0, "is infinite"),
+    (np.bool_, [0.0, NAN], NonFiniteArtifactError, 1, "is NaN"),
+    # out of range: counts as infinite, never wraps
+    (np.uint8, [-1, 300], NonFiniteArtifactError, 0, "range 0..255"),
+    (np.uint8, [1, 2, 300], NonFiniteArtifactError, 2, "range 0..255"),
+    (np.uint16, [-1.0], NonFiniteArtifactError, 0, "range 0..65535"),
+    (np.int8, [127.0, 128.0], NonFiniteArtifactError, 1, "range -128..127"),
+    (np.int8, [-129], NonFiniteArtifactError, 0, "range -128..127"),
+    (np.int32, [2.0**31], NonFiniteArtifactError, 0, "range"),
+    (np.int64, [2.0**63], NonFiniteArtifactError, 0, "range"),
+    (np.int64, np.array([2**64 - 1], dtype=np.uint64), NonFiniteArtifactError, 0, "range"),
+    (np.uint32, np.array([0, -5], dtype=np.int64), NonFiniteArtifactError, 1, "range"),
+    # not representable: a plain ValueError, the artifact still unpublished
+    (np.int32, [1.0, 1.5], ValueError, 1, "not a whole number"),
+    (np.uint8, [0.25], ValueError, 0, "not a whole number"),
+    (np.bool_, [0, 1, 2], ValueError, 2, "neither 0 nor 1"),
+    (np.bool_, [0.5], ValueError, 0, "not a whole number"),
+    (np.int16, np.array([1 + 0j, 2 + 1j]), ValueError, 1, "imaginary"),
+    (np.float64, np.array([1 + 0j, 0 + 1j]), ValueError, 1, "imaginary"),
+    # floating and complex targets: caught after the cast, as before
+    (np.float16, [1.0, 1e6], NonFiniteArtifactError, 1, "non-finite"),
+    (np.float32, [1e300], NonFiniteArtifactError, 0, "non-finite"),
+    (np.complex64, np.array([1 + 1j, complex(NAN, 0)]), NonFiniteArtifactError, 1, "non-finite"),
+]
+
+
+@pytest.mark.parametrize("how", ["write_array", "create_array"])
+@pytest.mark.parametrize(
+    ("dtype", "values", "error", "row", "words"),
+    REFUSED,
+    ids=[f"{np.dtype(case[0]).name}-{i}" for i, case in enumerate(REFUSED)],
+)
+def test_values_the_dtype_cannot_hold_are_refused_and_nothing_is_published(
+    place: tuple[Any, Path],
+    how: str,
+    dtype: Any,
+    values: Any,
+    error: type[Exception],
+    row: int,
+    words: str,
+) -> None:
+    store, directory = place
+    with pytest.raises(error, match=words) as caught:
+        write(store, how, values, dtype)
+    message = str(caught.value)
+    assert "'x'" in message
+    assert f"row {row}" in message
+    assert "nothing is published" in message
+    if isinstance(caught.value, NonFiniteArtifactError):
+        assert (caught.value.operation, caught.value.array, caught.value.row) == (
+            "test.score",
+            "x",
+            row,
+        )
+    assert list_artifacts(store, ROOT) == []
+    assert [p.name for p in (directory / ROOT / KIND).iterdir()] == ["zarr.json"]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint64, np.bool_])
+def test_integer_and_boolean_arrays_refuse_nan_even_when_finite_is_false(
+    place: tuple[Any, Path], dtype: Any
+) -> None:
+    store, _ = place
+    with pytest.raises(NonFiniteArtifactError, match="float dtype with finite=False"):
+        write(store, "write_array", [0.0, NAN], dtype, finite=False)
+    assert list_artifacts(store, ROOT) == []
+
+
+ACCEPTED = [
+    (np.int8, [-128.0, 0.0, 127.0], [-128, 0, 127]),
+    (np.int8, np.array([-128, 127], dtype=np.int64), [-128, 127]),
+    (np.uint8, [0, 255], [0, 255]),
+    (np.uint64, np.array([0, 2**64 - 1], dtype=np.uint64), [0, 2**64 - 1]),
+    (np.int64, [2.0**53, -(2.0**63)], [2**53, -(2**63)]),
+    (np.int32, np.array([True, False]), [1, 0]),
+    (np.int16, np.array([3 + 0j]), [3]),
+    (np.bool_, [0, 1, 1], [False, True, True]),
+    (np.bool_, [1.0, 0.0], [True, False]),
+    (np.float32, [1.5, -2.0], [1.5, -2.0]),
+    (np.float32, np.array([1.5 + 0j]), [1.5]),
+]
+
+
+@pytest.mark.parametrize("how", ["write_array", "create_array"])
+@pytest.mark.parametrize(("dtype", "values", "stored"), ACCEPTED)
+def test_values_the_dtype_holds_exactly_are_published_unchanged(
+    place: tuple[Any, Path], how: str, dtype: Any, values: Any, stored: list[Any]
+) -> None:
+    store, _ = place
+    art = write(store, how, values, dtype)
+    [found] = list_artifacts(store, ROOT)
+    assert found.path == art.path
+    loaded = found.load("x")
+    assert loaded.dtype == np.dtype(dtype)
+    assert loaded.tolist() == stored
+
+
+def test_a_refused_value_in_a_later_band_is_named_by_its_row(place: tuple[Any, Path]) -> None:
+    store, _ = place
+    values = np.zeros((6, 2))
+    values[5, 1] = 256
+    with pytest.raises(NonFiniteArtifactError) as caught:
+        write(store, "create_array", values, np.uint8)
+    assert caught.value.row == 5
