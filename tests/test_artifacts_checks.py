@@ -1,9 +1,10 @@
 """What publication refuses before it can corrupt a store or publish wrong values.
 
-An audited defect (spec, "Artifact publication"; docs/artifacts.md): values
-an integer or boolean array cannot hold were cast to arbitrary ones. Checked
-on a plain local store and through a mount (whose writes go to its target),
-for ``write_array`` and for streamed ``create_array`` bands.
+Audited defects (spec, "Artifact publication"; docs/artifacts.md): values
+an integer or boolean array cannot hold were cast to arbitrary ones; names
+that are Zarr's own keys (``zarr.json``) replaced a group's metadata.
+Each is checked on a plain local store and through a mount (whose writes go
+to its target), for ``write_array`` and for streamed ``create_array`` bands.
 """
 
 from __future__ import annotations
@@ -13,15 +14,22 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
+from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.artifacts.catalog import list_artifacts, publish_artifact
 from cytearc_vfs.errors import NonFiniteArtifactError
+from cytearc_vfs.format.paths import AssayPaths, check_name
 
 ROOT = "RNA/artifacts"
 KIND = "scores"
 PROVENANCE = {"operation": "test.score", "parameters": {}, "inputs": {"counts": "RNA"}}
 COUNTS = np.arange(12, dtype=np.int32).reshape(4, 3)
+
+
+def store_keys(location: Path) -> list[str]:
+    return sorted(str(p.relative_to(location)) for p in location.rglob("*"))
 
 
 @pytest.fixture(params=["local", "mount"])
@@ -165,3 +173,52 @@ def test_a_refused_value_in_a_later_band_is_named_by_its_row(place: tuple[Any, P
     with pytest.raises(NonFiniteArtifactError) as caught:
         write(store, "create_array", values, np.uint8)
     assert caught.value.row == 5
+
+
+# ---------------------------------------------------------------- reserved names
+
+
+@pytest.mark.parametrize("name", ["zarr.json", "ZARR.JSON", "Zarr.Json"])
+def test_a_kind_named_like_zarrs_metadata_is_refused_before_writing(
+    place: tuple[Any, Path], name: str
+) -> None:
+    store, directory = place
+    with publish_artifact(store, ROOT, KIND, provenance=PROVENANCE) as art:
+        art.write_array("x", np.ones(3))
+    before = store_keys(directory)
+    with pytest.raises(ValueError, match=rf"artifact kind {name!r} is reserved.*another name"):
+        publish_artifact(store, ROOT, name, provenance=PROVENANCE)
+    assert store_keys(directory) == before
+    # The root is still a group, to plain zarr and to listing.
+    assert isinstance(zarr.open_group(LocalStore(directory), path=ROOT, mode="r"), zarr.Group)
+    assert [a.path for a in list_artifacts(store, ROOT)] == [art.path]
+
+
+def test_an_array_named_zarr_json_is_refused_and_nothing_is_published(
+    place: tuple[Any, Path],
+) -> None:
+    store, _ = place
+    for create in (
+        lambda art: art.write_array("zarr.json", np.ones(3)),
+        lambda art: art.create_array("zarr.json", (3,), np.float64),
+    ):
+        with (  # noqa: PT012 - the block under test is the with-body
+            pytest.raises(ValueError, match=r"array name 'zarr\.json' is reserved"),
+            publish_artifact(store, ROOT, KIND, provenance=PROVENANCE) as art,
+        ):
+            art.write_array("before", np.ones(3))
+            create(art)
+        assert not art.published
+    assert list_artifacts(store, ROOT) == []
+
+
+def test_a_root_segment_or_layout_name_like_zarrs_metadata_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        publish_artifact(tmp_path, "zarr.json/artifacts", KIND, provenance=PROVENANCE)
+    with pytest.raises(ValueError, match=r"assay 'zarr\.json' is reserved"):
+        check_name("zarr.json", what="assay")
+    with pytest.raises(ValueError, match="reserved"):
+        AssayPaths("RNA", "ZARR.json")
+    # Names that merely contain it, or a chunk directory's name, stay valid.
+    assert check_name("zarr.json.bak", what="kind") == "zarr.json.bak"
+    assert check_name("c", what="array name") == "c"
