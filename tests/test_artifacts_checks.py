@@ -1,8 +1,9 @@
 """What publication refuses before it can corrupt a store or publish wrong values.
 
-Audited defects (spec, "Artifact publication"; docs/artifacts.md): values
-an integer or boolean array cannot hold were cast to arbitrary ones; names
-that are Zarr's own keys (``zarr.json``) replaced a group's metadata.
+Three audited defects (spec, "Artifact publication"; docs/artifacts.md):
+values an integer or boolean array cannot hold were cast to arbitrary ones;
+names that are Zarr's own keys (``zarr.json``) replaced a group's metadata;
+roots outside the store's layout published artifacts nothing ever lists.
 Each is checked on a plain local store and through a mount (whose writes go
 to its target), for ``write_array`` and for streamed ``create_array`` bands.
 """
@@ -222,3 +223,120 @@ def test_a_root_segment_or_layout_name_like_zarrs_metadata_is_refused(tmp_path: 
     # Names that merely contain it, or a chunk directory's name, stay valid.
     assert check_name("zarr.json.bak", what="kind") == "zarr.json.bak"
     assert check_name("c", what="array name") == "c"
+
+
+# ---------------------------------------------------------------- roots
+
+
+@pytest.mark.parametrize(
+    ("root", "words"),
+    [
+        ("RNA/artifact", "not an artifact root"),
+        ("artifact", "not an artifact root"),
+        ("cellData", "not an artifact root"),
+        ("RNA/counts", "not an artifact root"),
+        ("RNA/artifacts/pca", "not an artifact root"),
+        ("a/b/c/artifacts", "not an artifact root"),
+        ("cellData/artifacts", "'cellData' is a group of the store layout"),
+        ("matrices/RNA/artifacts", "'matrices' is a group of the store layout"),
+    ],
+)
+def test_a_root_of_no_root_form_is_refused_before_writing(
+    place: tuple[Any, Path], root: str, words: str
+) -> None:
+    store, directory = place
+    before = store_keys(directory)
+    with pytest.raises(ValueError, match=words) as caught:
+        publish_artifact(store, root, KIND, provenance=PROVENANCE)
+    assert "'{workspace}/{assay}/artifacts'" in str(caught.value)
+    assert store_keys(directory) == before
+
+
+@pytest.mark.parametrize(
+    ("root", "words"),
+    [
+        ("ADT/artifacts", "'ADT' is neither an assay"),
+        ("ws/artifacts", "'ws' is neither an assay"),
+        ("ws/RNA/artifacts", "'ws' is not a workspace"),
+    ],
+)
+def test_a_root_of_an_assay_or_workspace_the_store_lacks_is_refused(
+    place: tuple[Any, Path], root: str, words: str
+) -> None:
+    store, directory = place
+    before = store_keys(directory)
+    with pytest.raises(ValueError, match=words) as caught:
+        publish_artifact(store, root, KIND, provenance=PROVENANCE)
+    assert "its artifact roots: ['artifacts', 'RNA/artifacts']" in str(caught.value)
+    assert store_keys(directory) == before
+
+
+def test_a_refused_assay_root_leaves_the_store_rewritable(tmp_path: Path) -> None:
+    # Before the fix, an orphan ADT group made write_counts(overwrite=True) refuse the store.
+    location = tmp_path / "s.zarr"
+    cv.write_counts(location, COUNTS)
+    with pytest.raises(ValueError, match="'ADT' is neither an assay"):
+        publish_artifact(location, "ADT/artifacts", KIND, provenance=PROVENANCE)
+    cv.write_counts(location, COUNTS + 1, overwrite=True)
+    assert not (location / "ADT").exists()
+
+
+def test_a_location_without_a_group_is_refused_before_writing(tmp_path: Path) -> None:
+    location = tmp_path / "empty.zarr"
+    with pytest.raises(ValueError, match=r"root is not a Zarr group.*write_counts"):
+        publish_artifact(location, "artifacts", KIND, provenance=PROVENANCE)
+    # Opening a local store writable makes its directory; no key is written.
+    assert not location.exists() or store_keys(location) == []
+
+
+def test_every_root_of_a_workspace_store_and_its_mount_is_accepted(tmp_path: Path) -> None:
+    source, target = tmp_path / "w.zarr", tmp_path / "wm.zarr"
+    cv.write_counts(source, COUNTS, workspace="ws")
+    cv.mount_datastore(source, target, workspace="ws")
+    roots = ["artifacts", "ws/artifacts", "ws/RNA/artifacts"]
+    for location in (source, target):
+        store = cv.open_store(location, mode="r+")
+        for root in roots:
+            with publish_artifact(store, root, KIND, provenance=PROVENANCE) as art:
+                art.write_array("x", np.ones(2))
+            assert [a.path for a in list_artifacts(store, root)][-1] == art.path
+        for root, words in [
+            ("RNA/artifacts", "'RNA' is neither an assay"),
+            ("ws/ADT/artifacts", "workspace 'ws' has no assay 'ADT'"),
+            ("wz/RNA/artifacts", "'wz' is not a workspace"),
+        ]:
+            with pytest.raises(ValueError, match=words):
+                publish_artifact(store, root, KIND, provenance=PROVENANCE)
+    described = {(d["root"], d["path"].split("/")[-1]) for d in cv.describe_artifacts(target)}
+    assert {root for root, _ in described} == set(roots)
+
+
+def test_a_group_root_is_checked_by_its_full_path(tmp_path: Path) -> None:
+    location = tmp_path / "w.zarr"
+    cv.write_counts(location, COUNTS, workspace="ws")
+    group = zarr.open_group(LocalStore(location), path="ws", mode="r+")
+    with publish_artifact(group, ROOT, KIND, provenance=PROVENANCE) as art:
+        art.write_array("x", np.ones(2))
+    assert [a.path for a in list_artifacts(location, f"ws/{ROOT}")] == [f"ws/{art.path}"]
+    with pytest.raises(ValueError, match=r"at 'ws/ws/RNA/artifacts', below group 'ws'"):
+        publish_artifact(group, f"ws/{ROOT}", KIND, provenance=PROVENANCE)
+
+
+def test_a_composite_publishes_under_its_own_roots(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "s.zarr", COUNTS)
+    cv.create_composite(tmp_path / "c.zarr", [tmp_path / "s.zarr"])
+    store = cv.open_store(tmp_path / "c.zarr", mode="r+")
+    for root in ("artifacts", ROOT):
+        with publish_artifact(store, root, KIND, provenance=PROVENANCE) as art:
+            art.write_array("x", np.ones(4))
+        assert [a.path for a in list_artifacts(store, root)] == [art.path]
+    with pytest.raises(ValueError, match="'ADT' is neither an assay"):
+        publish_artifact(store, "ADT/artifacts", KIND, provenance=PROVENANCE)
+
+
+def test_listing_refuses_a_root_of_no_root_form(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "s.zarr", COUNTS)
+    with pytest.raises(ValueError, match="not an artifact root"):
+        list_artifacts(tmp_path / "s.zarr", "RNA/artifact")
+    # A well-formed root the store has not used yet lists empty, as before.
+    assert list_artifacts(tmp_path / "s.zarr", "ADT/artifacts") == []
