@@ -84,6 +84,8 @@ def chunk_reads(reads: list[str]) -> list[str]:
 
 @pytest.fixture
 def observed(tmp_path: Path) -> ObservedStore:
+    # A real store with assay RNA, so ROOT is one of its artifact roots.
+    cv.write_counts(tmp_path / "store.zarr", realistic_counts(20, 6, seed=0))
     return ObservedStore(LocalStore(tmp_path / "store.zarr"))
 
 
@@ -132,6 +134,7 @@ def test_listing_and_finding_open_no_array(observed: ObservedStore) -> None:
 
 
 def test_the_record_fields_stay_available(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "s.zarr", realistic_counts(20, 6, seed=0))
     path = publish_pca(tmp_path / "s.zarr")
     art = read_artifact(tmp_path / "s.zarr", path)
     record = art.record
@@ -149,6 +152,7 @@ def test_the_record_fields_stay_available(tmp_path: Path) -> None:
 
 
 def test_the_arrays_mapping_is_read_only(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "s.zarr", realistic_counts(20, 6, seed=0))
     art = read_artifact(tmp_path / "s.zarr", publish_pca(tmp_path / "s.zarr"))
     assert isinstance(art.arrays, Mapping)
     with pytest.raises(TypeError):
@@ -158,6 +162,7 @@ def test_the_arrays_mapping_is_read_only(tmp_path: Path) -> None:
 
 def test_a_missing_array_names_the_artifact_and_its_arrays(tmp_path: Path) -> None:
     location = tmp_path / "s.zarr"
+    cv.write_counts(location, realistic_counts(20, 6, seed=0))
     path = publish_pca(location)
     zarr.open_group(LocalStore(location), path=path, mode="r+").create_group("notes")
     art = read_artifact(location, path)
@@ -175,7 +180,8 @@ def test_a_missing_array_names_the_artifact_and_its_arrays(tmp_path: Path) -> No
 
 def test_groups_paths_and_stores_read_the_same_arrays(tmp_path: Path) -> None:
     location = tmp_path / "s.zarr"
-    workspace = zarr.open_group(LocalStore(location), mode="a").require_group("ws")
+    cv.write_counts(location, realistic_counts(20, 6, seed=0), workspace="ws")
+    workspace = zarr.open_group(LocalStore(location), path="ws", mode="r+")
     nested = publish_pca(workspace)
     for store, path in (
         (location, f"ws/{nested}"),
@@ -300,6 +306,7 @@ def test_an_undeletable_group_is_said_to_stay(
 
 
 def test_messages_name_states_not_internals(tmp_path: Path) -> None:
+    cv.write_counts(tmp_path / "s.zarr", realistic_counts(20, 6, seed=0))
     writer = publish_artifact(tmp_path / "s.zarr", ROOT, "pca", provenance=PROVENANCE)
     with pytest.raises(RuntimeError, match="with-block has not started"):
         _ = writer.group

@@ -18,6 +18,7 @@ from zarr.core.attributes import Attributes
 from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore, WrapperStore
 
+import cytearc_vfs as cv
 from cytearc_vfs.artifacts.catalog import (
     Artifact,
     ArtifactRecord,
@@ -68,9 +69,16 @@ class RecordingStore(WrapperStore[LocalStore]):
         return await self._store.get(key, prototype, byte_range)
 
 
+def counts_store(location: Path, **layout: Any) -> Path:
+    """A small real store whose layout has the artifact roots publication accepts."""
+    cv.write_counts(location, np.arange(12, dtype=np.int32).reshape(4, 3), **layout)
+    return location
+
+
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
-    return tmp_path / "store.zarr"
+    # Assay RNA at the root: artifacts go under RNA/artifacts (ROOT) or artifacts.
+    return counts_store(tmp_path / "store.zarr")
 
 
 @pytest.fixture
@@ -215,16 +223,22 @@ def test_a_failed_publishing_write_that_persisted_stays_published(store_dir: Pat
 
 
 def test_paths_groups_and_stores_address_the_same_artifacts(tmp_path: Path) -> None:
-    location = tmp_path / "ws.zarr"
-    path = publish(str(location))
-    assert [r.path for r in list_artifacts(location, ROOT)] == [path]
-    root = zarr.open_group(LocalStore(location), mode="a")
-    workspace = root.require_group("ws")
+    location = counts_store(tmp_path / "ws.zarr", workspace="ws")
+    with publish_artifact(str(location), f"ws/{ROOT}", KIND, provenance=provenance()) as art:
+        pass
+    assert [r.path for r in list_artifacts(location, f"ws/{ROOT}")] == [art.path]
+    root = zarr.open_group(LocalStore(location), mode="r+")
+    workspace = root["ws"]
+    assert isinstance(workspace, zarr.Group)
     nested = publish(workspace)
     assert (location / "ws" / nested / "zarr.json").is_file()
-    assert [r.path for r in list_artifacts(workspace, ROOT)] == [nested]
+    # Paths are relative to what was passed: the group, or the store.
+    assert [r.path for r in list_artifacts(workspace, ROOT)] == [art.path[len("ws/") :], nested]
     assert read_artifact(location, f"ws/{nested}").path == f"ws/{nested}"
-    assert [r.path for r in list_artifacts(location, f"ws/{ROOT}")] == [f"ws/{nested}"]
+    assert [r.path for r in list_artifacts(location, f"ws/{ROOT}")] == [
+        art.path,
+        f"ws/{nested}",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -236,7 +250,7 @@ def test_bad_roots_and_kinds_are_refused_before_writing(
 ) -> None:
     with pytest.raises(ValueError, match=r"not a valid name|non-empty"):
         publish_artifact(store, root, kind, provenance=provenance())
-    assert not store_dir.exists()
+    assert not (store_dir / ROOT).exists()
 
 
 # ---------------------------------------------------------------- finite values
@@ -346,7 +360,7 @@ def test_row_band_writer_streams_and_must_finish(store: LocalStore, store_dir: P
 def test_revision_rules(store: LocalStore, store_dir: Path, revision: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         publish_artifact(store, ROOT, KIND, provenance={**provenance(), "revision": revision})
-    assert not store_dir.exists()
+    assert not (store_dir / ROOT).exists()
 
 
 def test_revision_two_or_more_is_recorded(store: LocalStore, store_dir: Path) -> None:
@@ -377,7 +391,7 @@ def test_provenance_must_be_canonical_json(
 ) -> None:
     with pytest.raises(error, match=match):
         publish_artifact(store, ROOT, KIND, provenance=bad)
-    assert not store_dir.exists()
+    assert not (store_dir / ROOT).exists()
 
 
 def test_execution_options_must_be_json(store: LocalStore) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from conftest import realistic_counts
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
@@ -135,7 +136,9 @@ def test_interrupted_write_counts_leaves_nothing_running(point: int) -> None:
 @pytest.mark.parametrize("point", [2, 4, 7])
 def test_interrupted_artifact_block_leaves_nothing_running(point: int) -> None:
     """KeyboardInterrupt while a band is written: the group is deleted after the last write."""
-    store = SlowWrites(MemoryStore(), interrupt_at=point)
+    inner = MemoryStore()
+    zarr.create_group(inner, zarr_format=3)  # a datastore root: its "artifacts" root exists
+    store = SlowWrites(inner, interrupt_at=point)
     provenance = {"operation": "normalize", "parameters": {}, "inputs": {"counts": "RNA"}}
     values = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
     started: list[Any] = []

@@ -34,7 +34,6 @@ from zarr.core.sync import sync
 
 from ..errors import IncompleteStoreError
 from ..format.paths import check_name, join
-from ..format.source_store import read_contents
 from ..format.store_io import document_attribute, get_json, list_dir
 from ..read.opening import open_store
 from ..remote.failures import names_backend_failures
@@ -47,6 +46,7 @@ from .records import (
     check_execution_options,
     check_provenance,
 )
+from .roots import artifact_roots, check_root, check_root_in_store
 from .writers import ArrayWriter, ArtifactWriter
 
 __all__ = [
@@ -82,17 +82,6 @@ def _resolve(store: ArtifactStore, *, read_only: bool) -> tuple[Store, str, str]
             backend = backend.with_read_only(True)
         return backend, store.path, join(str(store.store), store.path)
     return open_location(store, read_only=read_only), "", describe_location(store)
-
-
-def _check_root(root: str) -> str:
-    if not isinstance(root, str) or not root.strip("/"):
-        raise ValueError(
-            f"artifact root must be a non-empty path such as 'artifacts', not {root!r}"
-        )
-    normalized = root.strip("/")
-    for segment in normalized.split("/"):
-        check_name(segment, what=f"segment of artifact root {root!r}")
-    return normalized
 
 
 def _check_writable(backend: Store, given: ArtifactStore, where: str, root: str, kind: str) -> None:
@@ -199,7 +188,9 @@ def publish_artifact(
     ------
     ValueError, TypeError
         Invalid provenance, execution options, root or kind, before anything
-        is written.
+        is written. A root is refused unless it has one of the forms above
+        and names an assay and workspace ``store`` holds; the message names
+        the roots it has. A kind named ``zarr.json`` is refused.
     PermissionError
         ``store`` is opened read-only or cannot write, before anything is
         written.
@@ -214,12 +205,13 @@ def publish_artifact(
     >>> art.path  # doctest: +SKIP
     'RNA/artifacts/normalized/4f0c...'
     """
-    normalized_root = _check_root(root)
+    normalized_root = check_root(root)
     check_name(kind, what="artifact kind")
     canonical = check_provenance(provenance)
     options = check_execution_options(execution_options)
     backend, key_prefix, where = _resolve(store, read_only=False)
     _check_writable(backend, store, where, join(key_prefix, normalized_root), kind)
+    check_root_in_store(backend, key_prefix, normalized_root, where)
     return ArtifactWriter(backend, key_prefix, where, normalized_root, kind, canonical, options)
 
 
@@ -329,7 +321,7 @@ def list_artifacts(store: ArtifactStore, root: str, kind: str | None = None) -> 
     FileNotFoundError
         ``store`` holds no Zarr group at all (a mistyped path).
     """
-    normalized_root = _check_root(root)
+    normalized_root = check_root(root)
     if kind is not None:
         check_name(kind, what="artifact kind")
     backend, key_prefix, where = _resolve(store, read_only=True)
@@ -370,15 +362,6 @@ def find_artifact(
 
 
 # ---------------------------------------------------------------- describing
-
-
-def _artifact_roots(backend: Store, where: str) -> list[str]:
-    """Every artifact root the store's layout has: the datastore's and each assay's."""
-    contents = read_contents(backend, where=where)
-    workspaces = sorted({paths.workspace for paths in contents.assays if paths.workspace})
-    roots = ["artifacts", *(join(workspace, "artifacts") for workspace in workspaces)]
-    roots += [join(paths.assay_group, "artifacts") for paths in contents.assays]
-    return roots
 
 
 def _describe(artifact: Artifact, root: str) -> dict[str, Any]:
@@ -462,7 +445,7 @@ def describe_artifacts(
         )
         where = describe_location(store)
     described: list[dict[str, Any]] = []
-    for root in _artifact_roots(backend, where):
+    for root in artifact_roots(backend, where):
         for artifact in _list_in(backend, backend, "", where, root, None):
             described.append(_describe(artifact, root))
     return described

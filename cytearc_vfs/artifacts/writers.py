@@ -27,6 +27,7 @@ from zarr.types import AnyArray
 from ..errors import IncompleteStoreError, NonFiniteArtifactError
 from ..format.paths import check_name, join
 from ..write.stopping import FinishingStore, Work, owned_work, stop_work
+from .values import Unrepresentable, first_unrepresentable
 
 __all__ = ["ArrayWriter", "ArtifactWriter"]
 
@@ -47,11 +48,15 @@ def _package_version() -> str:
 
 
 class ArrayWriter:
-    """Writes one artifact array row band by row band, checking finite values.
+    """Writes one artifact array row band by row band, checking its values.
 
     Obtained from :meth:`ArtifactWriter.create_array`. Bands are appended in
-    row order; each is cast to the array's dtype first, so a value that
-    overflows the dtype (``1e300`` into ``float32``) is caught as infinity.
+    row order. An integer or boolean array refuses, before the cast, any
+    value its dtype cannot hold exactly (see
+    :func:`~cytearc_vfs.artifacts.values.first_unrepresentable`). A floating
+    or complex array that must be finite is checked after the cast, so a
+    value that overflows the dtype (``1e300`` into ``float32``) is caught as
+    infinity.
     """
 
     def __init__(self, owner: ArtifactWriter, array: AnyArray, name: str, finite: bool) -> None:
@@ -60,7 +65,7 @@ class ArrayWriter:
         """The zarr array being written."""
         self.name = name
         """Array name inside the artifact group."""
-        self._check = finite and array.dtype.kind in "fc"
+        self._check_finite = finite and array.dtype.kind in "fc"
         self.rows_written = 0
         """Rows written so far."""
 
@@ -81,29 +86,44 @@ class ArrayWriter:
         ------
         NonFiniteArtifactError
             ``band`` holds NaN or infinity (after the cast) and the array
-            must hold finite values; the band is not written, and the
-            artifact will not be published.
+            must hold finite values; or the array is integer or boolean and
+            ``band`` holds NaN, infinity or a value outside the dtype's range
+            (whatever ``finite`` says: such an array cannot hold them). The
+            band is not written, and the artifact will not be published.
         ValueError
-            ``band`` does not fit the array's remaining rows or its shape.
+            ``band`` does not fit the array's remaining rows or its shape; or
+            the array is integer or boolean and ``band`` holds a value it
+            cannot hold exactly (``1.5`` into an integer dtype, ``2`` into
+            ``bool``, a complex value with an imaginary part). Nothing is
+            published.
         """
         # A published artifact is immutable; a discarded one is gone.
         self._owner._open_group()
         array = self.array
-        # Overflow in the cast is the point of the check below, not a warning.
-        with np.errstate(over="ignore", invalid="ignore"):
-            values = np.asarray(band).astype(array.dtype, copy=False)
-        if values.ndim != array.ndim or values.shape[1:] != array.shape[1:]:
+        given = np.asarray(band)
+        if given.ndim != array.ndim or given.shape[1:] != array.shape[1:]:
             raise ValueError(
-                f"array {self.name!r}: a band of shape {values.shape} does not fit an array "
+                f"array {self.name!r}: a band of shape {given.shape} does not fit an array "
                 f"of shape {array.shape}; give rows of shape {array.shape[1:]}"
             )
         start = self.rows_written
-        stop = start + values.shape[0]
+        stop = start + given.shape[0]
         if stop > self.rows:
             raise ValueError(
                 f"array {self.name!r} has {self.rows} rows; rows {start}:{stop} do not fit"
             )
-        if self._check:
+        # Before the cast: numpy would turn these into other values without a word.
+        refused = first_unrepresentable(given, array.dtype)
+        if refused is not None:
+            error = self._owner._unrepresentable(self.name, array.dtype, start, refused)
+            self._owner._poison(error)
+            raise error
+        if given.dtype.kind == "c" and array.dtype.kind != "c":
+            given = given.real  # every imaginary part is zero: checked above
+        # Overflow in the cast is the point of the finite check below, not a warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = given.astype(array.dtype, copy=False)
+        if self._check_finite:
             # One flag per row; axis=() keeps a 1-D array as it is.
             finite = np.isfinite(values).all(axis=tuple(range(1, values.ndim)))
             if not finite.all():
@@ -362,6 +382,28 @@ class ArtifactWriter:
             row=row,
         )
 
+    def _unrepresentable(
+        self, name: str, dtype: np.dtype[Any], start: int, refused: Unrepresentable
+    ) -> ValueError:
+        row = start + refused.row
+        told = (
+            f"{self.operation} wrote {refused.value!r} to the {dtype.name} array {name!r} at row "
+            f"{row} of artifact {self.path!r}: it {refused.reason}, so {dtype.name} cannot "
+            "hold it and nothing is published"
+        )
+        remedy = (
+            f"fix the values {self.operation} computes for that row, or store the array as a "
+            "dtype that holds them"
+        )
+        if refused.non_finite:
+            return NonFiniteArtifactError(
+                f"{told}; {remedy} (a float dtype with finite=False keeps NaN and infinity)",
+                operation=self.operation,
+                array=name,
+                row=row,
+            )
+        return ValueError(f"{told}; {remedy} (convert them explicitly if that is intended)")
+
     def _open_group(self) -> zarr.Group:
         if self._state != "open":
             raise RuntimeError(
@@ -388,10 +430,13 @@ class ArtifactWriter:
         shape
             Full shape; the first axis is the rows.
         dtype
-            Stored dtype; bands are cast to it before they are checked.
+            Stored dtype. An integer or boolean dtype refuses values it
+            cannot hold exactly (NaN, infinity, out of range, fractional;
+            for ``bool`` anything but 0 and 1) before the cast; other bands
+            are cast to it before they are checked.
         finite
-            Refuse NaN and infinity (floating and complex dtypes only; other
-            dtypes are finite by construction).
+            Refuse NaN and infinity in a floating or complex array (integer
+            and boolean arrays refuse them whatever this says).
         chunks
             Chunk shape; by default whole rows of about 8 MiB per chunk.
 
@@ -436,8 +481,9 @@ class ArtifactWriter:
         values
             At least one-dimensional; the first axis is the rows.
         finite
-            Refuse NaN and infinity in floating values, naming the first
-            offending row.
+            Refuse NaN and infinity in a floating or complex array, naming
+            the first offending row (integer and boolean arrays refuse them,
+            and any value they cannot hold exactly, whatever this says).
         chunks
             Chunk shape; by default whole rows of about 8 MiB per chunk.
         dtype
@@ -450,9 +496,13 @@ class ArtifactWriter:
         Raises
         ------
         NonFiniteArtifactError
-            A NaN or infinite value, with ``operation``, ``array`` and the
-            first offending ``row``; earlier bands may be written, but the
-            artifact is deleted and nothing is published.
+            A NaN or infinite value, or one outside an integer dtype's range,
+            with ``operation``, ``array`` and the first offending ``row``;
+            earlier bands may be written, but the artifact is deleted and
+            nothing is published.
+        ValueError
+            A value an integer or boolean ``dtype`` cannot hold exactly
+            (``1.5``, ``2`` into ``bool``); nothing is published.
         """
         data = np.asarray(values)
         writer = self.create_array(

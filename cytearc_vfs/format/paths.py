@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .store_keys import METADATA_DOCUMENTS
+
 __all__ = ["AssayPaths", "check_name", "join"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -20,11 +22,27 @@ RESERVED_TOP_LEVEL = frozenset(
 
 
 def check_name(value: str, *, what: str) -> str:
-    """Return ``value`` if it is a safe single path segment (assay or workspace name)."""
+    """Return ``value`` if it is a safe single path segment (assay or workspace name).
+
+    Zarr's own metadata keys (``zarr.json``; the v2 ``.zarray`` and the like
+    already fail the pattern) are refused in any letter case: a node of that
+    name would replace its parent's metadata document, on a case-insensitive
+    file system too.
+
+    >>> check_name("Zarr.JSON", what="artifact kind")
+    Traceback (most recent call last):
+    ...
+    ValueError: artifact kind 'Zarr.JSON' is reserved: Zarr keeps a group's metadata under that key, so a node of that name would replace it; choose another name
+    """
     if not isinstance(value, str) or not _NAME.match(value) or value in {".", ".."}:
         raise ValueError(
             f"{what} {value!r} is not a valid name; use letters, digits, '_', '-' and '.', "
             "not starting with '.' or '-'"
+        )
+    if value.lower() in METADATA_DOCUMENTS:
+        raise ValueError(
+            f"{what} {value!r} is reserved: Zarr keeps a group's metadata under that key, so a "
+            "node of that name would replace it; choose another name"
         )
     return value
 

@@ -56,6 +56,7 @@ __all__ = [
     "check_assay_shards",
     "contents_documents",
     "missing_assay_error",
+    "node_attrs",
     "read_contents",
     "refuse_pending_assays",
     "unfinished_message",
@@ -146,7 +147,7 @@ def _get_json(store: Store, key: str) -> dict[str, Any] | None:
     return value
 
 
-def _node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
+def node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
     """(node_type, attributes) of the v3 node at ``path``, or (None, {})."""
     document = _get_json(store, join(path, "zarr.json"))
     if document is None:
@@ -221,18 +222,18 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     for child in list_dir(store, ""):
         if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
             continue
-        kind, attrs = _node_attrs(store, child)
+        kind, attrs = node_attrs(store, child)
         if kind != "group" or child in _NOT_ASSAYS:
             continue
         if attrs.get("is_assay") is True:
             assays.append(AssayPaths(child))
         elif PENDING_ASSAY_ATTR in attrs:
             pending.append(AssayPaths(child))
-        elif child != "cellData" and _node_attrs(store, join(child, "cellData"))[0] == "group":
+        elif child != "cellData" and node_attrs(store, join(child, "cellData"))[0] == "group":
             for grandchild in list_dir(store, child):
                 if grandchild in METADATA_DOCUMENTS:
                     continue
-                kind2, attrs2 = _node_attrs(store, join(child, grandchild))
+                kind2, attrs2 = node_attrs(store, join(child, grandchild))
                 if kind2 != "group":
                     continue
                 if attrs2.get("is_assay") is True:
@@ -337,7 +338,7 @@ def _has_state_group(store: Store, paths: AssayPaths) -> bool:
     v2 names, and a caller that listed the whole store answers from memory.
     """
     state = join(paths.assay_group, "state")
-    if _node_attrs(store, state)[0] is not None:
+    if node_attrs(store, state)[0] is not None:
         return True
     if store.supports_listing and "state" not in list_dir(store, paths.assay_group):
         return False
@@ -389,7 +390,7 @@ def _verify_assay(
             f"{label} holds a retired {paths.assay}/state group, which this layout no longer "
             f"reads or migrates; {REPAIR} (the rewrite omits it)"
         )
-    kind, assay_attrs = _node_attrs(store, paths.assay_group)
+    kind, assay_attrs = node_attrs(store, paths.assay_group)
     if kind != "group":
         raise missing_assay_error(where, paths, _assays_hint(store))
     if PENDING_ASSAY_ATTR in assay_attrs:
@@ -400,7 +401,7 @@ def _verify_assay(
     if assay_attrs.get("is_assay") is not True:
         raise ValueError(f"{label}: {paths.assay_group!r} is not an assay group (no is_assay)")
     if assay_types is None:
-        container_attrs = _node_attrs(store, paths.root)[1]
+        container_attrs = node_attrs(store, paths.root)[1]
         assay_types = parse_assay_types(
             container_attrs.get("assayTypes", {}), where=paths.root or "/"
         )
@@ -410,7 +411,7 @@ def _verify_assay(
 
     # the assay group's zarr.json exists, so the store is Zarr v3: arrays are
     # built from their documents (read once), no v2 probes
-    _, matrix_attrs = _node_attrs(store, paths.matrix_group)
+    _, matrix_attrs = node_attrs(store, paths.matrix_group)
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
     counts_doc = _array_document(store, paths.counts)
     if counts_doc is None:
@@ -521,7 +522,7 @@ def _check_summaries(
     *,
     label: str,
 ) -> None:
-    kind, attrs = _node_attrs(store, paths.summaries)
+    kind, attrs = node_attrs(store, paths.summaries)
     if kind != "group":
         raise IncompleteStoreError(
             f"{label} has no countSummaries group at {paths.summaries!r}; preparation reads it "
@@ -555,7 +556,7 @@ def refuse_pending_assays(store: Store, contents: StoreContents, *, where: str) 
     directly, and its counts may hold chunks not yet written (read as zeros).
     """
     for paths in contents.pending:
-        writer = _node_attrs(store, paths.assay_group)[1].get(PENDING_ASSAY_ATTR)
+        writer = node_attrs(store, paths.assay_group)[1].get(PENDING_ASSAY_ATTR)
         scope = f" of workspace {paths.workspace!r}" if paths.workspace else ""
         raise IncompleteStoreError(
             unfinished_message(where, writer, f"assay {paths.assay!r}{scope}")
@@ -577,7 +578,7 @@ def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[Assay
     # every container that declares or holds assays: the root always (its
     # declarations must not name an assay that lost its group), and each workspace
     for container in dict.fromkeys(["", *(p.root for p in (*contents.assays, *contents.pending))]):
-        attrs = contents.root_attrs if container == "" else _node_attrs(store, container)[1]
+        attrs = contents.root_attrs if container == "" else node_attrs(store, container)[1]
         check_declared_assays(
             attrs,
             [p.assay for p in contents.assays if p.root == container],
