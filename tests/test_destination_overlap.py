@@ -24,6 +24,7 @@ from zarr.core.sync import sync
 
 import cytearc_vfs as cv
 from cytearc_vfs.remote.addresses import StoreAddress, store_address
+from cytearc_vfs.remote.locations import open_location
 
 
 def _write(location: Any, *, seed: int = 0, **options: Any) -> None:
@@ -31,7 +32,7 @@ def _write(location: Any, *, seed: int = 0, **options: Any) -> None:
 
 
 def _keys(url: str, options: dict[str, Any]) -> list[str]:
-    store = cv.open_store(url, storage_options=options)
+    store = open_location(url, read_only=True, storage_options=options)
 
     async def listed() -> list[str]:
         return sorted([key async for key in store.list()])
@@ -255,3 +256,26 @@ def test_a_read_only_store_as_destination_is_refused_by_name(tmp_path: Path, exi
         with pytest.raises(ValueError, match=r"is a read-only Store.*read_only=False"):
             write()
     assert not (tmp_path / "out.zarr").exists() or not any((tmp_path / "out.zarr").iterdir())
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("name", ["sample#1.zarr", "run?v=1.zarr"])
+def test_a_url_with_a_query_or_fragment_is_refused(
+    s3_backend: Any, tmp_path: Path, name: str
+) -> None:
+    """obstore dropped what follows '#' or '?': two such URLs wrote one store."""
+    options = s3_backend.storage_options()
+    bucket = s3_backend.new_root()[0]
+    mark = "#" if "#" in name else "?"
+    for attempt in (
+        lambda: cv.write_counts(
+            f"{bucket}/{name}", realistic_counts(5, 3), storage_options=options
+        ),
+        lambda: cv.open_store(f"{bucket}/{name}", storage_options=options),
+        lambda: cv.create_composite(f"{bucket}/{name}", {"a": f"{bucket}/{name}"}),
+        lambda: cv.write_counts(f"file://{tmp_path}/{name}", realistic_counts(5, 3)),
+    ):
+        with pytest.raises(ValueError, match=f"holds '\\{mark}'"):
+            attempt()
+    assert _keys(bucket, options) == []
+    assert list(tmp_path.iterdir()) == []

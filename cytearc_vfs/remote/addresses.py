@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from zarr.abc.store import Store
 
-from .locations import Location, local_path
+from .locations import Location, check_url, local_path
 
 __all__ = ["StoreAddress", "store_address"]
 
@@ -70,7 +70,7 @@ def store_address(
         return _file_address(path)
     if isinstance(location, Store):
         return _address_of_store(location)
-    url = urlsplit(os.fspath(location))
+    url = urlsplit(check_url(os.fspath(location)))
     scheme = _SCHEME_FAMILIES.get(url.scheme.lower(), url.scheme.lower())
     root = url.netloc.lower()
     if scheme == "http":

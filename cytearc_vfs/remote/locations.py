@@ -20,6 +20,7 @@ from zarr.abc.store import Store
 __all__ = [
     "Location",
     "StoreOpener",
+    "check_url",
     "describe_location",
     "local_path",
     "open_location",
@@ -81,6 +82,33 @@ def _scheme(location: str) -> str:
     return scheme if len(scheme) > 1 else ""
 
 
+def check_url(url: str) -> str:
+    """Refuse a URL with a query (``?``) or fragment (``#``); returns it otherwise.
+
+    No backend reads them as part of a store's path (obstore drops them, fsspec
+    keeps them literally, HTTP never sends a fragment), so ``s3://b/x#1.zarr``
+    and ``s3://b/x#2.zarr`` would name one store and a write to one would
+    replace the other.
+
+    >>> check_url("s3://bkt/a.zarr")
+    's3://bkt/a.zarr'
+    >>> check_url("s3://bkt/run#1.zarr")
+    Traceback (most recent call last):
+    ...
+    ValueError: location 's3://bkt/run#1.zarr' holds '#'...
+    """
+    parts = urlsplit(url)
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        marks = " and ".join(repr(mark) for mark in "#?" if mark in url)
+        raise ValueError(
+            f"location {url!r} holds {marks}, which begin a URL's fragment or query: no backend "
+            "reads them as part of the store's path, so two such URLs could name one store. "
+            "Rename the store (or its folders) without them, or open it as a Store object "
+            "(zarr.storage.ObjectStore over an obstore client with that prefix)"
+        )
+    return url
+
+
 def local_path(location: Location) -> Path | None:
     """The local directory of ``location``, or ``None`` when it is not local."""
     if isinstance(location, Store):
@@ -95,7 +123,7 @@ def local_path(location: Location) -> Path | None:
     if scheme == "":
         return Path(text)
     if scheme == "file":
-        return Path(urlsplit(text).path)
+        return Path(urlsplit(check_url(text)).path)
     return None
 
 
@@ -169,4 +197,6 @@ def open_location(
         path = local_path(location)
         assert path is not None
         text = str(path)
+    else:
+        check_url(text)
     return entries[0].opener(text, read_only, storage_options)

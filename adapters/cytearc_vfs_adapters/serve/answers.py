@@ -84,13 +84,15 @@ def not_found(key: str) -> Answer:
 
     A directory's name without the final ``/`` is no key (HTTP clients that
     follow a ``301`` would take the listing page for the value of a key named
-    so): the line names where its listing is, for a person at a browser. No
-    store call decides it.
+    so): the line names where its listing would be, for a person at a browser.
+    No store call decides whether there is one (zarr readers ask for many
+    absent chunks; a listing for each would cost more than the answer), so
+    the line says it conditionally.
     """
     return text_answer(
         HTTPStatus.NOT_FOUND,
-        f"no key {key!r} in this store (a directory is listed at its path with a final "
-        f"'/': {href(key, directory=True)})",
+        f"no key {key!r} in this store (if it is a directory, its listing is at "
+        f"{href(key, directory=True)}, with the final '/')",
     )
 
 
