@@ -42,7 +42,7 @@ from zarr.codecs import TransposeCodec
 from zarr.errors import MetadataValidationError
 from zarr.storage import LocalStore, MemoryStore
 
-from cytearc_vfs import RecordShapeError
+from cytearc_vfs import IncompleteStoreError, RecordShapeError
 from cytearc_vfs.arrays import (
     ArrayWriter,
     hierarchy,
@@ -477,7 +477,7 @@ def test_sharded_writer_writes_each_shard_once() -> None:
             writer.write(np.full(4, row + 1), (row,))
         assert writer.stale_units == 2
     assert sorted(store.set_keys) == ["a/c/0/0", "a/c/1/0"]
-    assert store.counts["get"] == 0  # whole shards: nothing read back
+    assert store.get_keys == ["a/zarr.json"]  # the flush's check; whole shards: none read back
     assert array[:, 0].tolist() == list(range(1, 9))
 
 
@@ -497,6 +497,31 @@ def test_writer_context_discards_on_error_and_refuses_a_changed_array() -> None:
     resize(array, high=[2])
     with pytest.raises(ValueError, match="flush the writer before"):
         writer.flush()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda b: resize(b, low=[2]), lambda b: promote(b, 0)],
+    ids=["resize", "promote"],
+)
+def test_writer_refuses_an_array_changed_through_another_handle(
+    tmp_path: Path, change: Callable[[zarr.Array[Any]], object]
+) -> None:
+    where = tmp_path / "s.zarr"
+    array, values = make(LocalStore(where), (4,), (2,))
+    other = zarr.open_array(LocalStore(where), path="a", mode="r+")
+    writer = ArrayWriter(array)
+    writer.write([9], [range(0, 1)])
+    change(other)
+    files = {p: p.read_bytes() for p in where.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"zarr.json changed since this ArrayWriter"):
+        writer.flush()
+    assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
+    assert writer.stale_units == 1  # kept: nothing was written
+    with pytest.raises(ValueError, match=r"open the array again"):
+        ArrayWriter(array)  # a writer on the stale object is refused from the start
+    fresh = zarr.open_array(LocalStore(where), path="a", mode="r+")
+    assert np.array_equal(fresh[...].ravel()[-4:], values)
 
 
 # ------------------------------------------------------------------ the journal
@@ -605,13 +630,25 @@ def test_recovery_itself_interrupted_anywhere() -> None:
     assert first > 10
 
 
-def test_a_stale_handle_is_recovered_and_refreshed() -> None:
+def test_an_unfinished_operation_is_refused_until_recovered() -> None:
+    """read, ArrayWriter, resize and promote never recover (the operation may be live)."""
     array, values = make(MemoryStore(), (6,), (2,))
     store = memory_copy(array.store)
     handle = zarr.open_array(store, path="a", mode="r+")
     with pytest.raises(WriteInterruptedError):
         resize(zarr.open_array(CountingStore(store, fail_at=8), path="a", mode="r+"), low=[2])
-    got = read(handle, raw=True)  # the old handle: the operation is finished, then read
+    snapshot = dict(store._store_dict)
+    for attempt in (  # handle was opened before the marker, so zarr does not refuse it
+        lambda: read(handle),
+        lambda: ArrayWriter(handle),
+        lambda: resize(handle, high=[1]),
+        lambda: promote(handle, 0),
+    ):
+        with pytest.raises(IncompleteStoreError, match=r"under way or was interrupted.*recover"):
+            attempt()
+    assert dict(store._store_dict) == snapshot  # nothing written
+    assert recover(handle)  # the explicit call finishes it and refreshes the handle
+    got = read(handle, raw=True)
     assert handle.shape == (8,) and np.array_equal(got[2:], values)
 
 
@@ -759,7 +796,7 @@ def test_cli_array_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["array", "promote", str(where), "g/a", "--dimension", "7", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["category"] == "refused"
     assert main(["array", "info", str(where), "nothing"]) == 2
-    assert "no Zarr v3 node" in capsys.readouterr().err
+    assert "no Zarr node here" in capsys.readouterr().err
 
 
 def test_cli_refuses_an_unfinished_array_and_recovers_it(
@@ -774,6 +811,49 @@ def test_cli_refuses_an_unfinished_array_and_recovers_it(
     assert main(["array", "recover", str(where), "a", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["finished"] is True
     assert np.array_equal(zarr.open_array(where, path="a")[2:], values)
+
+
+def test_cli_remedy_for_an_unfinished_root_array_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "r.zarr"
+    values = np.arange(1, 7, dtype="i4")
+    zarr.create_array(LocalStore(where), shape=(6,), chunks=(2,), dtype="i4", fill_value=0)[:] = (
+        values
+    )
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(LocalStore(where), fail_at=5), mode="r+"), low=[1])
+    for action in (["info"], ["resize", "/", "--high=1"], ["promote", "/", "--dimension", "0"]):
+        assert main(["array", action[0], str(where), *action[1:]]) == 3
+        err = capsys.readouterr().err
+        remedy = err[err.index("cytearc-vfs array recover") :].split()
+        assert remedy[:5] == ["cytearc-vfs", "array", "recover", str(where), "/"]
+    assert main(["array", "recover", str(where)]) == 0  # PATH defaults to the root
+    assert "finished the interrupted operation" in capsys.readouterr().out
+    assert np.array_equal(zarr.open_array(where)[2:], values)
+
+
+def test_cli_and_operations_name_v2_arrays_and_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "v2.zarr"
+    group = zarr.open_group(LocalStore(where), mode="w", zarr_format=2)
+    legacy = group.create_array("x", shape=(3,), chunks=(2,), dtype="i4")
+    legacy[:] = [1, 2, 3]
+    for operation in (lambda: resize(legacy, high=[1]), lambda: promote(legacy, 0)):
+        with pytest.raises(ValueError, match=r"is Zarr v2 \(.zarray\): convert it first"):
+            operation()
+    assert main(["array", "info", str(where), "x", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["array"]["zarrFormat"] == 2
+    assert main(["array", "info", str(where)]) == 0
+    assert "x (array)" in capsys.readouterr().out
+    assert main(["array", "resize", str(where), "x", "--high=1"]) == 2
+    assert "Zarr v2 array; array resize works on Zarr v3 arrays" in capsys.readouterr().err
+    v3 = tmp_path / "v3.zarr"
+    make(LocalStore(v3), (4,), (2,))
+    assert main(["array", "resize", str(v3), "/", "--high=1"]) == 2
+    err = capsys.readouterr().err
+    assert "is a group, not an array" in err and "node_type" not in err
 
 
 # ------------------------------------------------------------------ other readers, S3

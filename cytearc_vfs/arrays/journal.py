@@ -16,9 +16,11 @@ carried out in this order (each step one store write, delete or rename):
 5. write the new ``zarr.json`` (no marker);
 6. delete the progress and the journal.
 
-Recovery (:func:`recover_array`, run by every operation of
-:mod:`cytearc_vfs.arrays` first) always rolls forward: the journal has the
-new document and the whole plan. Where it resumes:
+Recovery (:func:`recover_array`) always rolls forward: the journal has the
+new document and the whole plan. It runs only when asked (:func:`recover`):
+nothing can tell a live operation of another process from a dead one, so
+every other operation refuses an array whose journal is present
+(:func:`~.documents.refuse_unfinished`) rather than race it. Where it resumes:
 
 - ``zarr.json`` is the new document: only step 6 is left;
 - no progress: steps 2 and 3 again (both are idempotent), then on;

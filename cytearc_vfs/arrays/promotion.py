@@ -32,9 +32,11 @@ from .documents import (
     array_location,
     read_document,
     refresh,
+    refuse_unfinished,
+    require_v3,
     require_writable,
 )
-from .journal import Plan, chained_marks, execute, recover_array
+from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
 from .resizing import _reserved, relative_keys
 
@@ -163,8 +165,9 @@ def describe_document(document: ArrayDocument) -> str:
 def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> PromoteChange:
     """:func:`promote`, reporting what it did."""
     store, path = array_location(array)
+    require_v3(array, "promote")
     require_writable(store, path, "promote")
-    recover_array(store, path)
+    refuse_unfinished(store, path)
     document = read_document(store, path)
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)

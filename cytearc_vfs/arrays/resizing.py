@@ -41,10 +41,12 @@ from .documents import (
     array_location,
     read_document,
     refresh,
+    refuse_unfinished,
+    require_v3,
     require_writable,
 )
 from .edges import EdgeChunks, Outcome
-from .journal import Plan, chained_marks, execute, recover_array
+from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
 
 __all__ = ["ResizeChange", "applied_low", "plan_resize", "resize", "resize_array"]
@@ -276,8 +278,9 @@ def relative_keys(store_keys: Iterable[str], prefix: str) -> list[str]:
 def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = None) -> ResizeChange:
     """:func:`resize`, reporting what it did."""
     store, path = array_location(array)
+    require_v3(array, "resize")
     require_writable(store, path, "resize")
-    recover_array(store, path)
+    refuse_unfinished(store, path)
     document = read_document(store, path)
     prefix = document.prefix
     keys = relative_keys(sync(mover_for(store).existing(prefix)), prefix)
