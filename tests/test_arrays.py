@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 from zarr.codecs import TransposeCodec
 from zarr.errors import MetadataValidationError
-from zarr.storage import LocalStore, MemoryStore
+from zarr.storage import LocalStore, MemoryStore, ZipStore
 
 from cytearc_vfs import IncompleteStoreError, RecordShapeError
 from cytearc_vfs.arrays import (
@@ -54,7 +55,7 @@ from cytearc_vfs.arrays import (
 )
 from cytearc_vfs.arrays.documents import JOURNAL_NAME, MARKER_FIELD
 from cytearc_vfs.arrays.journal import identify
-from cytearc_vfs.arrays.resizing import applied_low
+from cytearc_vfs.arrays.resizing import applied_low, resize_array
 from cytearc_vfs.arrays.selection import region_of
 from cytearc_vfs.cli import main
 from cytearc_vfs.remote.locations import open_location
@@ -522,6 +523,60 @@ def test_writer_refuses_an_array_changed_through_another_handle(
         ArrayWriter(array)  # a writer on the stale object is refused from the start
     fresh = zarr.open_array(LocalStore(where), path="a", mode="r+")
     assert np.array_equal(fresh[...].ravel()[-4:], values)
+
+
+def test_stores_that_cannot_delete_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    where = tmp_path / "z.zip"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zip's duplicate-name warnings are not ours
+        store = ZipStore(where, mode="w")
+        array = zarr.create_array(store, shape=(6,), chunks=(2,), dtype="i4", fill_value=0)
+        array[:] = np.arange(1, 7)
+        for operation in (lambda: resize(array, low=[2]), lambda: promote(array, 0)):
+            with pytest.raises(ValueError, match=r"cannot delete keys .* nothing was changed"):
+                operation()
+        assert keys_of(store) == ["c/0", "c/1", "c/2", "zarr.json"]
+        store.close()
+        reopened = zarr.open_array(ZipStore(where, mode="r"), mode="r")
+        assert reopened[...].tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_lengths_past_2_53_keep_every_chunk_and_past_int64_are_refused() -> None:
+    store = MemoryStore()
+    n = 2**53 + 1  # n / 1 as a float is 2**53: the last chunk was dropped as outside
+    array = zarr.create_array(store, shape=(n,), chunks=(1,), dtype="i4", fill_value=0)
+    array[n - 3 : n] = [7, 8, 9]
+    change = resize_array(array, high=[1])
+    assert change.dropped == 0 and array.shape == (n + 1,)
+    assert array[n - 3 : n + 1].tolist() == [7, 8, 9, 0]
+    small = zarr.create_array(MemoryStore(), shape=(5,), chunks=(2,), dtype="i4", fill_value=0)
+    small[:] = [1, 2, 3, 4, 5]
+    resize(small, low=[2**62])  # the chunks move 2**61 places: every one kept
+    assert small[2**62 - 1 :].tolist() == [0, 1, 2, 3, 4, 5]
+    resize(small, low=[-(2**62)])
+    assert small[...].tolist() == [1, 2, 3, 4, 5]
+    before = dict(small.store._store_dict)
+    with pytest.raises(ValueError, match=r"at most 2\*\*63 - 1 = 9223372036854775807"):
+        resize(small, high=[2**64])
+    assert dict(small.store._store_dict) == before and small.shape == (5,)
+    resize(small, high=[2**63 - 1 - 5])  # the largest length is allowed
+    assert small.shape == (2**63 - 1,)
+
+
+@pytest.mark.parametrize("dtype", ["M8[s]", "m8[s]"])
+def test_nat_fill_reads_missing_and_needs_no_edge_rewrite(dtype: str) -> None:
+    nat = np.array("NaT", dtype=dtype)[()]
+    store = CountingStore(MemoryStore())
+    array = zarr.create_array(store, shape=(5,), chunks=(2,), dtype=dtype, fill_value=nat)
+    array[:] = np.array([1, 2, 3, 4, 5]).astype(dtype)
+    array[1] = nat
+    assert np.ma.getmaskarray(read(array)).tolist() == [False, True, False, False, False]
+    store.reset()
+    change = resize_array(array, high=[1])  # from a non-aligned edge: cells past it are NaT
+    assert change.edge_chunks == 0 and not any(k.startswith("c/") for k in store.set_keys)
+    assert np.ma.getmaskarray(read(array)).tolist()[-1] is True
 
 
 # ------------------------------------------------------------------ the journal

@@ -131,12 +131,14 @@ class ArrayDocument:
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
-        """Chunks per dimension.
+        """Chunks per dimension (integer ceiling: exact for lengths past 2**53).
 
         >>> ArrayDocument("", {}, (10, 0), (4, 3), ChunkKeys("default", "/")).grid_shape
         (3, 0)
+        >>> ArrayDocument("", {}, (2**53 + 1,), (1,), ChunkKeys("default", "/")).grid_shape
+        (9007199254740993,)
         """
-        return tuple(math.ceil(n / c) for n, c in zip(self.shape, self.grid, strict=True))
+        return tuple(-(-n // c) for n, c in zip(self.shape, self.grid, strict=True))
 
     @property
     def fill_value(self) -> object:
@@ -295,15 +297,20 @@ def refresh(array: zarr.Array[Any], document: Mapping[str, Any]) -> None:
 
 
 def fill_cells(values: npt.NDArray[Any], fill: object) -> npt.NDArray[np.bool_]:
-    """Which cells of ``values`` hold ``fill`` (NaN matches NaN).
+    """Which cells of ``values`` hold ``fill`` (NaN matches NaN, NaT matches NaT).
 
     >>> fill_cells(np.array([0.0, np.nan, 1.0]), float("nan")).tolist()
     [False, True, False]
+    >>> fill_cells(np.array(["2020-01-01", "NaT"], dtype="M8[s]"), np.datetime64("NaT", "s")).tolist()
+    [False, True]
     >>> fill_cells(np.array([0, 3, 0], dtype="u2"), 0).tolist()
     [True, False, True]
     """
     if fill is None:
         return np.zeros(values.shape, dtype=bool)
+    if values.dtype.kind in "mM" and _is_nat(fill):
+        # NaT never equals itself, as NaN does not
+        return np.asarray(np.isnat(values), dtype=bool)
     if values.dtype.kind in "fc":
         fill_number = complex(cast("complex", fill))
         if math.isnan(fill_number.real) or math.isnan(fill_number.imag):
@@ -318,6 +325,14 @@ def fill_cells(values: npt.NDArray[Any], fill: object) -> npt.NDArray[np.bool_]:
     if found.shape != values.shape:  # numpy could not compare element by element
         return np.zeros(values.shape, dtype=bool)
     return found.astype(bool, copy=False)
+
+
+def _is_nat(fill: object) -> bool:
+    """Whether ``fill`` is NaT (as zarr gives it, or as JSON spells it)."""
+    if isinstance(fill, str):
+        return fill == "NaT"
+    found = np.asarray(fill)
+    return found.dtype.kind in "mM" and found.ndim == 0 and bool(np.isnat(found))
 
 
 def dumps(document: Mapping[str, Any] | Sequence[Any]) -> bytes:

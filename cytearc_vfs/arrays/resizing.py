@@ -49,7 +49,7 @@ from .edges import EdgeChunks, Outcome
 from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
 
-__all__ = ["ResizeChange", "applied_low", "plan_resize", "resize", "resize_array"]
+__all__ = ["MAX_LENGTH", "ResizeChange", "applied_low", "plan_resize", "resize", "resize_array"]
 
 Changes = Sequence[int] | None
 
@@ -111,6 +111,9 @@ def applied_low(low: Sequence[int], grid: Sequence[int]) -> tuple[int, ...]:
     # -(-c // s) * s is the ceiling for growths and truncation towards 0 for shrinks
     return tuple(-(-change // size) * size for change, size in zip(low, grid, strict=True))
 
+
+#: The longest dimension a resize makes: int64's maximum, what Zarr readers index with.
+MAX_LENGTH = 2**63 - 1
 
 _RESERVED = frozenset({"zarr.json", JOURNAL_NAME, PROGRESS_NAME})
 
@@ -178,6 +181,13 @@ def plan_resize(
         n + lo + hi for n, lo, hi in zip(shape, low_changes, high_changes, strict=True)
     )
     for axis, length in enumerate(new_shape):
+        if length > MAX_LENGTH:
+            raise ValueError(
+                f"resize would make dimension {axis} {length} long (length {shape[axis]}, low "
+                f"{low_changes[axis]}, high {high_changes[axis]}); Zarr readers index with "
+                f"64-bit signed integers (tensorstore refuses more), so a dimension is at most "
+                f"2**63 - 1 = {MAX_LENGTH}: give smaller changes"
+            )
         if length < 0:
             raise ValueError(
                 f"resize would leave dimension {axis} with length {length} (length "
