@@ -53,7 +53,7 @@ from cytearc_vfs.arrays import (
     recover,
     resize,
 )
-from cytearc_vfs.arrays.documents import JOURNAL_NAME, MARKER_FIELD
+from cytearc_vfs.arrays.documents import JOURNAL_NAME, MARKER_FIELD, PROGRESS_NAME
 from cytearc_vfs.arrays.journal import identify
 from cytearc_vfs.arrays.resizing import applied_low, resize_array
 from cytearc_vfs.arrays.selection import region_of
@@ -610,6 +610,11 @@ SCENARIOS: dict[str, tuple[dict[str, Any], Operation]] = {
         lambda a: resize(a, low=[-4, 0], high=[3, 0]),
     ),
     "promote": ({"shape": (5, 4), "chunks": (2, 2), "transpose": (1, 0)}, lambda a: promote(a, 1)),
+    # the shape, so zarr.json, stays the same while chunks move
+    "resize-same-shape": (
+        {"shape": (7,), "chunks": (1,), "shards": (2,)},
+        lambda a: resize(a, low=[-4], high=[4]),
+    ),
 }
 
 
@@ -653,6 +658,29 @@ def test_interrupted_before_any_write_recovers_before_or_after(name: str) -> Non
     assert outcomes["before"] == 1
     assert outcomes["after"] == outcomes["points"] - 1 >= 6
     assert outcomes["refused"] == outcomes["points"] - 4  # marker on, until zarr.json is new
+
+
+def test_a_progress_key_left_without_journal_is_never_read_as_the_next_operations() -> None:
+    """A crash between step 6's deletes leaves the progress; it must not stand for the next op."""
+    array, values = make(MemoryStore(), (9,), (2,))
+    store = array.store
+    full = CountingStore(memory_copy(store))
+    resize(zarr.open_array(full, path="a", mode="r+"), low=[4], high=[-2])
+    last = full.counts["set"] + full.counts["delete"]
+    assert full.deleted_keys[-1] == f"a/{PROGRESS_NAME}"  # the journal goes first
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(store, fail_at=last), path="a", mode="r+"), [4], [-2])
+    first = reference_resize(values, [4], [-2], (2,), -1)
+    assert leftovers(store) == [f"a/{PROGRESS_NAME}"]
+    assert np.array_equal(open_plain(store, "a")[...], first)  # complete, and readable
+    spare = memory_copy(store)
+    assert recover(spare, "a") is False and leftovers(spare) == []  # tidied
+    # the next operation, interrupted right after its journal: recovery must roll it
+    # forward from the start, not from the stale {"done": N}
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(store, fail_at=3), path="a", mode="r+"), [-4], [4])
+    assert recover(store, "a") is True and leftovers(store) == []
+    assert np.array_equal(open_plain(store, "a")[...], reference_resize(first, [-4], [4], (2,), -1))
 
 
 def test_recovery_itself_interrupted_anywhere() -> None:

@@ -27,6 +27,7 @@ from zarr.core.sync import sync
 
 from .axis_insertion import insert_axis
 from .documents import (
+    PROGRESS_NAME,
     STAGING_NAME,
     ArrayDocument,
     array_location,
@@ -172,7 +173,7 @@ def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> Pr
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
     plan = plan_promote(document, keys, dimension, length, flat=mover.flat)
-    execute(store, path, plan)
+    execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return PromoteChange(
         shape_before=document.shape,

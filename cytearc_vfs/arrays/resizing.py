@@ -302,7 +302,7 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
         outcomes = {coords: inspector.inspect(coords) for coords in plan.clear_chunks}
         plan = plan_resize(document, keys, low, high, edges=outcomes)
     if not plan.changes_nothing:
-        execute(store, path, plan)
+        execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return ResizeChange(
         shape_before=document.shape,
