@@ -992,7 +992,8 @@ def test_resize_and_promote_on_s3_count_requests(s3_server: S3Server) -> None:
         assert len(puts) == 4  # journal, marked zarr.json, progress, zarr.json
         assert sum(s.length for s in puts) < 8192
         assert len(deletes) == chunks + 2
-        assert len(seen) == len(copies) + len(puts) + len(deletes) + 3  # + 2 GETs, 1 LIST
+        # + 3 GETs (journal, zarr.json, the root's zarr.json for CyteArc records), 1 LIST
+        assert len(seen) == len(copies) + len(puts) + len(deletes) + 4
         assert np.array_equal(array[2:], values)
         promote(array, 0)
         seen = proxy.take()
@@ -1012,3 +1013,37 @@ def test_recover_refuses_a_marker_whose_journal_is_gone() -> None:
     del store._store_dict[f"a/{JOURNAL_NAME}"]
     with pytest.raises(RecordShapeError, match=r"journal .* is gone"):
         recover(store, "a")
+
+
+# ------------------------------------------------------------------ CyteArc stores
+
+
+FIXTURE = Path(__file__).with_name("fixtures") / "row_framed_before_issue14.zarr"
+
+
+@pytest.mark.parametrize(
+    ("path", "holder"),
+    [
+        ("RNA/counts", "RNA/counts"),
+        ("RNA/countsT", "RNA/countsT"),
+        ("RNA/countSummaries/rowSums", "RNA"),
+        ("RNA/featureData/ids", "RNA"),
+        ("cellData/ids", "/"),
+    ],
+)
+def test_arrays_a_cytearc_store_records_describe_are_refused(
+    tmp_path: Path, path: str, holder: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    where = tmp_path / "s.zarr"
+    shutil.copytree(FIXTURE, where)
+    files = {p: p.read_bytes() for p in where.rglob("*") if p.is_file()}
+    array = zarr.open_array(LocalStore(where), path=path, mode="r+")
+    for operation in (lambda: resize(array, high=[1] * array.ndim), lambda: promote(array, 0)):
+        with pytest.raises(ValueError, match=rf"belongs to a CyteArc store .* of '{holder}'"):
+            operation()
+    assert main(["array", "resize", str(where), path, "--high=" + ",".join(["1"] * array.ndim)])
+    assert "belongs to a CyteArc store" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
+    assert main(["verify", str(where)]) == 0

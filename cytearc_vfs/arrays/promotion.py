@@ -40,6 +40,7 @@ from .documents import (
 from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
 from .resizing import _reserved, relative_keys
+from .store_records import require_unrecorded
 
 __all__ = ["PromoteChange", "plan_promote", "promote", "promote_array"]
 
@@ -170,6 +171,7 @@ def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> Pr
     require_writable(store, path, "promote")
     refuse_unfinished(store, path)
     document = read_document(store, path)
+    require_unrecorded(store, path, document.document, "promote")
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
     plan = plan_promote(document, keys, dimension, length, flat=mover.flat)

@@ -48,6 +48,7 @@ from .documents import (
 from .edges import EdgeChunks, Outcome
 from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
+from .store_records import require_unrecorded
 
 __all__ = ["MAX_LENGTH", "ResizeChange", "applied_low", "plan_resize", "resize", "resize_array"]
 
@@ -292,6 +293,7 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
     require_writable(store, path, "resize")
     refuse_unfinished(store, path)
     document = read_document(store, path)
+    require_unrecorded(store, path, document.document, "resize")
     prefix = document.prefix
     keys = relative_keys(sync(mover_for(store).existing(prefix)), prefix)
     plan = plan_resize(document, keys, low, high)
