@@ -858,9 +858,13 @@ def test_info_and_hierarchy_read_like_the_seed() -> None:
     assert tree.splitlines() == [
         "/ (group)",
         "├── RNA (group)",
-        "│   └── counts (array) int32 6 x 4, chunks 4 x 4",
+        "│   └── counts (array) int32 6 x 4, chunks 2 x 2, shards 4 x 4",
         "└── obs (group)",
     ]
+    node = hierarchy(root).to_dict()["children"][0]["children"][0]
+    assert node["chunks"] == [2, 2] and node["shards"] == [4, 4]
+    make(root.store, (3,), (2,), path="obs/x")
+    assert str(hierarchy(root)).splitlines()[-1] == "    └── x (array) int32 3, chunks 2"
 
 
 def test_cli_array_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
