@@ -166,6 +166,8 @@ def marked(document: Mapping[str, Any], operation: str) -> dict[str, Any]:
             "must_understand": True,
             "operation": operation,
             "journal": JOURNAL_NAME,
+            # unchanged wording: recovery compares the stored marker with this
+            # text, so arrays an earlier version left marked stay recoverable
             "remedy": "finish it with cytearc_vfs.arrays.recover(store, path) or "
             "cytearc-vfs array recover LOCATION PATH",
         },

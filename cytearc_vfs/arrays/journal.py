@@ -465,10 +465,15 @@ def recover_array(store: Store, path: str) -> bool:
 def recover(target: zarr.Array[Any] | Store, path: str | None = None) -> bool:
     """Finish a resize or promote that a crash (or an error) left unfinished.
 
-    Every operation of :mod:`cytearc_vfs.arrays` does this first; call it
-    yourself when zarr refuses to open an array whose ``zarr.json`` carries
-    ``cytearc_unfinished_operation`` (which is why it also takes a store and
-    a path). The operation is always completed (rolled forward), never undone.
+    The only way an unfinished operation is finished: the other operations
+    of :mod:`cytearc_vfs.arrays` refuse the array while its journal is
+    present, because an operation another process is running right now looks
+    the same as one that died. Call it only when no other process is
+    changing the array: when they refuse, or when zarr refuses to open an
+    array whose ``zarr.json`` carries ``cytearc_unfinished_operation`` (which
+    is why it also takes a store and a path). The operation is always
+    completed (rolled forward), never undone. It also deletes a progress key
+    a crash left after an operation completed (and then returns ``False``).
 
     Parameters
     ----------
