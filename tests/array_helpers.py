@@ -35,6 +35,7 @@ class CountingStore(WrapperStore[Store]):
         self.counts: Counter[str] = Counter()
         self.set_keys: list[str] = []
         self.deleted_keys: list[str] = []
+        self.get_keys: list[str] = []
         self.bytes_set = 0
         self.fail_at = fail_at
 
@@ -50,6 +51,7 @@ class CountingStore(WrapperStore[Store]):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         self.counts["get"] += 1
+        self.get_keys.append(key)
         return await self._store.get(key, prototype, byte_range)
 
     async def set(self, key: str, value: Buffer) -> None:
@@ -70,6 +72,7 @@ class CountingStore(WrapperStore[Store]):
         self.counts.clear()
         self.set_keys.clear()
         self.deleted_keys.clear()
+        self.get_keys.clear()
         self.bytes_set = 0
 
 

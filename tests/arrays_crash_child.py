@@ -54,6 +54,11 @@ def _scenarios() -> None:
                 {"shape": (12, 4), "chunks": (2, 2), "shards": (4, 4)},
                 lambda a: resize(a, low=[-4, 0], high=[-1, 1]),
             ),
+            # chunks move, the shape (so zarr.json) stays: recovery must still roll forward
+            "resize-same-shape": (
+                {"shape": (7,), "chunks": (1,), "shards": (2,)},
+                lambda a: resize(a, low=[-4], high=[4]),
+            ),
             "promote-transpose": (
                 {"shape": (5, 4), "chunks": (2, 2), "filters": [TransposeCodec(order=(1, 0))]},
                 lambda a: promote(a, 1),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,9 @@ from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 from zarr.codecs import TransposeCodec
 from zarr.errors import MetadataValidationError
-from zarr.storage import LocalStore, MemoryStore
+from zarr.storage import LocalStore, MemoryStore, ZipStore
 
-from cytearc_vfs import RecordShapeError
+from cytearc_vfs import IncompleteStoreError, RecordShapeError
 from cytearc_vfs.arrays import (
     ArrayWriter,
     hierarchy,
@@ -52,9 +53,9 @@ from cytearc_vfs.arrays import (
     recover,
     resize,
 )
-from cytearc_vfs.arrays.documents import JOURNAL_NAME, MARKER_FIELD
+from cytearc_vfs.arrays.documents import JOURNAL_NAME, MARKER_FIELD, PROGRESS_NAME
 from cytearc_vfs.arrays.journal import identify
-from cytearc_vfs.arrays.resizing import applied_low
+from cytearc_vfs.arrays.resizing import applied_low, resize_array
 from cytearc_vfs.arrays.selection import region_of
 from cytearc_vfs.cli import main
 from cytearc_vfs.remote.locations import open_location
@@ -477,7 +478,7 @@ def test_sharded_writer_writes_each_shard_once() -> None:
             writer.write(np.full(4, row + 1), (row,))
         assert writer.stale_units == 2
     assert sorted(store.set_keys) == ["a/c/0/0", "a/c/1/0"]
-    assert store.counts["get"] == 0  # whole shards: nothing read back
+    assert store.get_keys == ["a/zarr.json"]  # the flush's check; whole shards: none read back
     assert array[:, 0].tolist() == list(range(1, 9))
 
 
@@ -497,6 +498,85 @@ def test_writer_context_discards_on_error_and_refuses_a_changed_array() -> None:
     resize(array, high=[2])
     with pytest.raises(ValueError, match="flush the writer before"):
         writer.flush()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda b: resize(b, low=[2]), lambda b: promote(b, 0)],
+    ids=["resize", "promote"],
+)
+def test_writer_refuses_an_array_changed_through_another_handle(
+    tmp_path: Path, change: Callable[[zarr.Array[Any]], object]
+) -> None:
+    where = tmp_path / "s.zarr"
+    array, values = make(LocalStore(where), (4,), (2,))
+    other = zarr.open_array(LocalStore(where), path="a", mode="r+")
+    writer = ArrayWriter(array)
+    writer.write([9], [range(0, 1)])
+    change(other)
+    files = {p: p.read_bytes() for p in where.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"zarr.json changed since this ArrayWriter"):
+        writer.flush()
+    assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
+    assert writer.stale_units == 1  # kept: nothing was written
+    with pytest.raises(ValueError, match=r"open the array again"):
+        ArrayWriter(array)  # a writer on the stale object is refused from the start
+    fresh = zarr.open_array(LocalStore(where), path="a", mode="r+")
+    assert np.array_equal(fresh[...].ravel()[-4:], values)
+
+
+def test_stores_that_cannot_delete_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    where = tmp_path / "z.zip"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zip's duplicate-name warnings are not ours
+        store = ZipStore(where, mode="w")
+        array = zarr.create_array(store, shape=(6,), chunks=(2,), dtype="i4", fill_value=0)
+        array[:] = np.arange(1, 7)
+        for operation in (lambda: resize(array, low=[2]), lambda: promote(array, 0)):
+            with pytest.raises(ValueError, match=r"cannot delete keys .* nothing was changed"):
+                operation()
+        assert keys_of(store) == ["c/0", "c/1", "c/2", "zarr.json"]
+        store.close()
+        reopened = zarr.open_array(ZipStore(where, mode="r"), mode="r")
+        assert reopened[...].tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_lengths_past_2_53_keep_every_chunk_and_past_int64_are_refused() -> None:
+    store = MemoryStore()
+    n = 2**53 + 1  # n / 1 as a float is 2**53: the last chunk was dropped as outside
+    array = zarr.create_array(store, shape=(n,), chunks=(1,), dtype="i4", fill_value=0)
+    array[n - 3 : n] = [7, 8, 9]
+    change = resize_array(array, high=[1])
+    assert change.dropped == 0 and array.shape == (n + 1,)
+    assert array[n - 3 : n + 1].tolist() == [7, 8, 9, 0]
+    small = zarr.create_array(MemoryStore(), shape=(5,), chunks=(2,), dtype="i4", fill_value=0)
+    small[:] = [1, 2, 3, 4, 5]
+    resize(small, low=[2**62])  # the chunks move 2**61 places: every one kept
+    assert small[2**62 - 1 :].tolist() == [0, 1, 2, 3, 4, 5]
+    resize(small, low=[-(2**62)])
+    assert small[...].tolist() == [1, 2, 3, 4, 5]
+    before = dict(small.store._store_dict)
+    with pytest.raises(ValueError, match=r"at most 2\*\*63 - 1 = 9223372036854775807"):
+        resize(small, high=[2**64])
+    assert dict(small.store._store_dict) == before and small.shape == (5,)
+    resize(small, high=[2**63 - 1 - 5])  # the largest length is allowed
+    assert small.shape == (2**63 - 1,)
+
+
+@pytest.mark.parametrize("dtype", ["M8[s]", "m8[s]"])
+def test_nat_fill_reads_missing_and_needs_no_edge_rewrite(dtype: str) -> None:
+    nat = np.array("NaT", dtype=dtype)[()]
+    store = CountingStore(MemoryStore())
+    array = zarr.create_array(store, shape=(5,), chunks=(2,), dtype=dtype, fill_value=nat)
+    array[:] = np.array([1, 2, 3, 4, 5]).astype(dtype)
+    array[1] = nat
+    assert np.ma.getmaskarray(read(array)).tolist() == [False, True, False, False, False]
+    store.reset()
+    change = resize_array(array, high=[1])  # from a non-aligned edge: cells past it are NaT
+    assert change.edge_chunks == 0 and not any(k.startswith("c/") for k in store.set_keys)
+    assert np.ma.getmaskarray(read(array)).tolist()[-1] is True
 
 
 # ------------------------------------------------------------------ the journal
@@ -530,6 +610,11 @@ SCENARIOS: dict[str, tuple[dict[str, Any], Operation]] = {
         lambda a: resize(a, low=[-4, 0], high=[3, 0]),
     ),
     "promote": ({"shape": (5, 4), "chunks": (2, 2), "transpose": (1, 0)}, lambda a: promote(a, 1)),
+    # the shape, so zarr.json, stays the same while chunks move
+    "resize-same-shape": (
+        {"shape": (7,), "chunks": (1,), "shards": (2,)},
+        lambda a: resize(a, low=[-4], high=[4]),
+    ),
 }
 
 
@@ -575,6 +660,29 @@ def test_interrupted_before_any_write_recovers_before_or_after(name: str) -> Non
     assert outcomes["refused"] == outcomes["points"] - 4  # marker on, until zarr.json is new
 
 
+def test_a_progress_key_left_without_journal_is_never_read_as_the_next_operations() -> None:
+    """A crash between step 6's deletes leaves the progress; it must not stand for the next op."""
+    array, values = make(MemoryStore(), (9,), (2,))
+    store = array.store
+    full = CountingStore(memory_copy(store))
+    resize(zarr.open_array(full, path="a", mode="r+"), low=[4], high=[-2])
+    last = full.counts["set"] + full.counts["delete"]
+    assert full.deleted_keys[-1] == f"a/{PROGRESS_NAME}"  # the journal goes first
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(store, fail_at=last), path="a", mode="r+"), [4], [-2])
+    first = reference_resize(values, [4], [-2], (2,), -1)
+    assert leftovers(store) == [f"a/{PROGRESS_NAME}"]
+    assert np.array_equal(open_plain(store, "a")[...], first)  # complete, and readable
+    spare = memory_copy(store)
+    assert recover(spare, "a") is False and leftovers(spare) == []  # tidied
+    # the next operation, interrupted right after its journal: recovery must roll it
+    # forward from the start, not from the stale {"done": N}
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(store, fail_at=3), path="a", mode="r+"), [-4], [4])
+    assert recover(store, "a") is True and leftovers(store) == []
+    assert np.array_equal(open_plain(store, "a")[...], reference_resize(first, [-4], [4], (2,), -1))
+
+
 def test_recovery_itself_interrupted_anywhere() -> None:
     """An interrupted recovery is recovered like the operation (every pair of points)."""
     setup, operation = SCENARIOS["resize-chain"]
@@ -605,13 +713,25 @@ def test_recovery_itself_interrupted_anywhere() -> None:
     assert first > 10
 
 
-def test_a_stale_handle_is_recovered_and_refreshed() -> None:
+def test_an_unfinished_operation_is_refused_until_recovered() -> None:
+    """read, ArrayWriter, resize and promote never recover (the operation may be live)."""
     array, values = make(MemoryStore(), (6,), (2,))
     store = memory_copy(array.store)
     handle = zarr.open_array(store, path="a", mode="r+")
     with pytest.raises(WriteInterruptedError):
         resize(zarr.open_array(CountingStore(store, fail_at=8), path="a", mode="r+"), low=[2])
-    got = read(handle, raw=True)  # the old handle: the operation is finished, then read
+    snapshot = dict(store._store_dict)
+    for attempt in (  # handle was opened before the marker, so zarr does not refuse it
+        lambda: read(handle),
+        lambda: ArrayWriter(handle),
+        lambda: resize(handle, high=[1]),
+        lambda: promote(handle, 0),
+    ):
+        with pytest.raises(IncompleteStoreError, match=r"under way or was interrupted.*recover"):
+            attempt()
+    assert dict(store._store_dict) == snapshot  # nothing written
+    assert recover(handle)  # the explicit call finishes it and refreshes the handle
+    got = read(handle, raw=True)
     assert handle.shape == (8,) and np.array_equal(got[2:], values)
 
 
@@ -738,9 +858,13 @@ def test_info_and_hierarchy_read_like_the_seed() -> None:
     assert tree.splitlines() == [
         "/ (group)",
         "├── RNA (group)",
-        "│   └── counts (array) int32 6 x 4, chunks 4 x 4",
+        "│   └── counts (array) int32 6 x 4, chunks 2 x 2, shards 4 x 4",
         "└── obs (group)",
     ]
+    node = hierarchy(root).to_dict()["children"][0]["children"][0]
+    assert node["chunks"] == [2, 2] and node["shards"] == [4, 4]
+    make(root.store, (3,), (2,), path="obs/x")
+    assert str(hierarchy(root)).splitlines()[-1] == "    └── x (array) int32 3, chunks 2"
 
 
 def test_cli_array_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -759,7 +883,7 @@ def test_cli_array_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["array", "promote", str(where), "g/a", "--dimension", "7", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["category"] == "refused"
     assert main(["array", "info", str(where), "nothing"]) == 2
-    assert "no Zarr v3 node" in capsys.readouterr().err
+    assert "no Zarr node here" in capsys.readouterr().err
 
 
 def test_cli_refuses_an_unfinished_array_and_recovers_it(
@@ -774,6 +898,49 @@ def test_cli_refuses_an_unfinished_array_and_recovers_it(
     assert main(["array", "recover", str(where), "a", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["finished"] is True
     assert np.array_equal(zarr.open_array(where, path="a")[2:], values)
+
+
+def test_cli_remedy_for_an_unfinished_root_array_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "r.zarr"
+    values = np.arange(1, 7, dtype="i4")
+    zarr.create_array(LocalStore(where), shape=(6,), chunks=(2,), dtype="i4", fill_value=0)[:] = (
+        values
+    )
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(LocalStore(where), fail_at=5), mode="r+"), low=[1])
+    for action in (["info"], ["resize", "/", "--high=1"], ["promote", "/", "--dimension", "0"]):
+        assert main(["array", action[0], str(where), *action[1:]]) == 3
+        err = capsys.readouterr().err
+        remedy = err[err.index("cytearc-vfs array recover") :].split()
+        assert remedy[:5] == ["cytearc-vfs", "array", "recover", str(where), "/"]
+    assert main(["array", "recover", str(where)]) == 0  # PATH defaults to the root
+    assert "finished the interrupted operation" in capsys.readouterr().out
+    assert np.array_equal(zarr.open_array(where)[2:], values)
+
+
+def test_cli_and_operations_name_v2_arrays_and_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "v2.zarr"
+    group = zarr.open_group(LocalStore(where), mode="w", zarr_format=2)
+    legacy = group.create_array("x", shape=(3,), chunks=(2,), dtype="i4")
+    legacy[:] = [1, 2, 3]
+    for operation in (lambda: resize(legacy, high=[1]), lambda: promote(legacy, 0)):
+        with pytest.raises(ValueError, match=r"is Zarr v2 \(.zarray\): convert it first"):
+            operation()
+    assert main(["array", "info", str(where), "x", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["array"]["zarrFormat"] == 2
+    assert main(["array", "info", str(where)]) == 0
+    assert "x (array)" in capsys.readouterr().out
+    assert main(["array", "resize", str(where), "x", "--high=1"]) == 2
+    assert "Zarr v2 array; array resize works on Zarr v3 arrays" in capsys.readouterr().err
+    v3 = tmp_path / "v3.zarr"
+    make(LocalStore(v3), (4,), (2,))
+    assert main(["array", "resize", str(v3), "/", "--high=1"]) == 2
+    err = capsys.readouterr().err
+    assert "is a group, not an array" in err and "node_type" not in err
 
 
 # ------------------------------------------------------------------ other readers, S3
@@ -829,7 +996,8 @@ def test_resize_and_promote_on_s3_count_requests(s3_server: S3Server) -> None:
         assert len(puts) == 4  # journal, marked zarr.json, progress, zarr.json
         assert sum(s.length for s in puts) < 8192
         assert len(deletes) == chunks + 2
-        assert len(seen) == len(copies) + len(puts) + len(deletes) + 3  # + 2 GETs, 1 LIST
+        # + 3 GETs (journal, zarr.json, the root's zarr.json for CyteArc records), 1 LIST
+        assert len(seen) == len(copies) + len(puts) + len(deletes) + 4
         assert np.array_equal(array[2:], values)
         promote(array, 0)
         seen = proxy.take()
@@ -849,3 +1017,37 @@ def test_recover_refuses_a_marker_whose_journal_is_gone() -> None:
     del store._store_dict[f"a/{JOURNAL_NAME}"]
     with pytest.raises(RecordShapeError, match=r"journal .* is gone"):
         recover(store, "a")
+
+
+# ------------------------------------------------------------------ CyteArc stores
+
+
+FIXTURE = Path(__file__).with_name("fixtures") / "row_framed_before_issue14.zarr"
+
+
+@pytest.mark.parametrize(
+    ("path", "holder"),
+    [
+        ("RNA/counts", "RNA/counts"),
+        ("RNA/countsT", "RNA/countsT"),
+        ("RNA/countSummaries/rowSums", "RNA"),
+        ("RNA/featureData/ids", "RNA"),
+        ("cellData/ids", "/"),
+    ],
+)
+def test_arrays_a_cytearc_store_records_describe_are_refused(
+    tmp_path: Path, path: str, holder: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    where = tmp_path / "s.zarr"
+    shutil.copytree(FIXTURE, where)
+    files = {p: p.read_bytes() for p in where.rglob("*") if p.is_file()}
+    array = zarr.open_array(LocalStore(where), path=path, mode="r+")
+    for operation in (lambda: resize(array, high=[1] * array.ndim), lambda: promote(array, 0)):
+        with pytest.raises(ValueError, match=rf"belongs to a CyteArc store .* of '{holder}'"):
+            operation()
+    assert main(["array", "resize", str(where), path, "--high=" + ",".join(["1"] * array.ndim)])
+    assert "belongs to a CyteArc store" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
+    assert main(["verify", str(where)]) == 0

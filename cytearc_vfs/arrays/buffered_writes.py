@@ -24,9 +24,21 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 import zarr
+from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from .documents import array_location, require_writable, view_array
-from .reading import ensure_finished
+from ..errors import IncompleteStoreError
+from ..format.store_io import get_json
+from .documents import (
+    MARKER_FIELD,
+    RECOVER_REMEDY,
+    array_location,
+    describe,
+    refuse_unfinished,
+    require_v3,
+    require_writable,
+    view_array,
+)
+from .journal import same_document
 from .selection import Region, Selection, region_of
 
 __all__ = ["ArrayWriter"]
@@ -83,14 +95,23 @@ class ArrayWriter:
         require_writable(store, path, "ArrayWriter")
         if max_stale_bytes < 0:
             raise ValueError(f"max_stale_bytes {max_stale_bytes} is negative")
-        ensure_finished(array)
+        require_v3(array, "ArrayWriter")
+        refuse_unfinished(store, path)
+        self._store, self._path = store, path
         self._array = array
         self._metadata = array.metadata
+        self._document = self._stored()
+        if ArrayV3Metadata.from_dict(dict(self._document)) != array.metadata:
+            raise ValueError(
+                f"{describe(store, path)}: this array object's metadata is not the array's "
+                "zarr.json (another object or process resized or promoted it since this one "
+                "was opened); open the array again (zarr.open_array) and write through that"
+            )
         self._unit = tuple(array.shards or array.chunks)
         self._max = int(max_stale_bytes)
         self._stale: OrderedDict[tuple[int, ...], _Stale] = OrderedDict()
         self._bytes = 0
-        self._target = _checked(array)
+        self._target = view_array(store, path, array.metadata.to_dict())
 
     @property
     def stale_bytes(self) -> int:
@@ -102,11 +123,42 @@ class ArrayWriter:
         """Chunks (shards, for a sharded array) with pending edits."""
         return len(self._stale)
 
+    def _stored(self) -> dict[str, Any]:
+        """The array's ``zarr.json`` as stored now (one ``get``)."""
+        where = describe(self._store, self._path)
+        key = f"{self._path}/zarr.json" if self._path else "zarr.json"
+        document = get_json(self._store, key, where=where)
+        if not isinstance(document, dict):
+            raise FileNotFoundError(f"{where}: no zarr.json at {key!r} (the array is gone)")
+        if MARKER_FIELD in document:
+            raise IncompleteStoreError(
+                f"{where}: a resize or promote is under way or was interrupted; nothing was "
+                "written; " + RECOVER_REMEDY
+            )
+        return document
+
     def _check_unchanged(self) -> None:
         if self._array.metadata is not self._metadata:
             raise ValueError(
                 "the array's metadata changed since this ArrayWriter was created (resize or "
                 "promote); flush the writer before changing the array, then create a new one"
+            )
+
+    def _check_stored(self) -> None:
+        """Refuse to write when ``zarr.json`` changed since the writer was made.
+
+        Another object or process may have resized or promoted the array: the
+        pending units are positions in the old grid, and writing them would
+        put values where other cells now are. One ``get`` per flush.
+        """
+        self._check_unchanged()
+        stored = self._stored()
+        if not same_document(stored, self._document):
+            raise ValueError(
+                f"{describe(self._store, self._path)}: zarr.json changed since this "
+                f"ArrayWriter was created (resized or promoted through another object or "
+                f"process); its {len(self._stale)} pending unit(s) are positions in the old "
+                "chunk grid and were not written. Open the array again and write them anew"
             )
 
     def write(self, data: object, selection: Selection = None, flush: bool = False) -> None:
@@ -155,13 +207,27 @@ class ArrayWriter:
         return unit
 
     def _bound(self) -> None:
+        if self._bytes > self._max and self._stale:
+            self._check_stored()
         while self._bytes > self._max and self._stale:
             coords = next(iter(self._stale))
             self._persist(coords)
 
     def flush(self) -> int:
-        """Persist every unit with pending edits; returns how many were written."""
-        self._check_unchanged()
+        """Persist every unit with pending edits; returns how many were written.
+
+        Raises
+        ------
+        ValueError
+            The array was resized or promoted since the writer was made (through
+            this object, another one, or another process): nothing is written.
+        IncompleteStoreError
+            A resize or promote is under way on the array (or was interrupted).
+        """
+        if not self._stale:
+            self._check_unchanged()
+            return 0
+        self._check_stored()
         count = 0
         while self._stale:
             self._persist(next(iter(self._stale)))
@@ -204,14 +270,6 @@ class ArrayWriter:
             self.flush()
         else:
             self.discard()
-
-
-def _checked(array: zarr.Array[Any]) -> zarr.Array[Any]:
-    """``array`` over its store with every key checked (the writes go through it)."""
-    store, path = array_location(array)
-    if array.metadata.zarr_format != 3:
-        raise ValueError("ArrayWriter writes Zarr v3 arrays")
-    return view_array(store, path, array.metadata.to_dict())
 
 
 def _pieces(

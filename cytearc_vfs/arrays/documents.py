@@ -46,6 +46,7 @@ __all__ = [
     "JOURNAL_NAME",
     "MARKER_FIELD",
     "PROGRESS_NAME",
+    "RECOVER_REMEDY",
     "STAGING_NAME",
     "ArrayDocument",
     "array_location",
@@ -53,6 +54,8 @@ __all__ = [
     "marked",
     "read_document",
     "refresh",
+    "refuse_unfinished",
+    "require_v3",
     "require_writable",
     "view_array",
 ]
@@ -128,12 +131,14 @@ class ArrayDocument:
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
-        """Chunks per dimension.
+        """Chunks per dimension (integer ceiling: exact for lengths past 2**53).
 
         >>> ArrayDocument("", {}, (10, 0), (4, 3), ChunkKeys("default", "/")).grid_shape
         (3, 0)
+        >>> ArrayDocument("", {}, (2**53 + 1,), (1,), ChunkKeys("default", "/")).grid_shape
+        (9007199254740993,)
         """
-        return tuple(math.ceil(n / c) for n, c in zip(self.shape, self.grid, strict=True))
+        return tuple(-(-n // c) for n, c in zip(self.shape, self.grid, strict=True))
 
     @property
     def fill_value(self) -> object:
@@ -161,6 +166,8 @@ def marked(document: Mapping[str, Any], operation: str) -> dict[str, Any]:
             "must_understand": True,
             "operation": operation,
             "journal": JOURNAL_NAME,
+            # unchanged wording: recovery compares the stored marker with this
+            # text, so arrays an earlier version left marked stay recoverable
             "remedy": "finish it with cytearc_vfs.arrays.recover(store, path) or "
             "cytearc-vfs array recover LOCATION PATH",
         },
@@ -178,12 +185,56 @@ def describe(store: Store, path: str) -> str:
     return f"array {path or '/'!r} in {store}"
 
 
+def require_v3(array: zarr.Array[Any], what: str) -> None:
+    """Refuse a Zarr v2 array (no ``zarr.json``; its chunks are not renamed here)."""
+    if array.metadata.zarr_format != 3:
+        raise ValueError(
+            f"{what} works on Zarr v3 arrays; {describe(*array_location(array))} is Zarr v2 "
+            f"(.zarray): convert it first (for example by copying it with zarr-python 3)"
+        )
+
+
 def require_writable(store: Store, path: str, what: str) -> None:
     """Refuse a read-only store before anything is planned."""
     if store.read_only:
         raise ValueError(
             f"{what} needs a writable store; {describe(store, path)} is read-only: "
             "open it with mode='r+' (or read_only=False)"
+        )
+
+
+#: What to do about an unfinished operation (:func:`refuse_unfinished`, the marker).
+RECOVER_REMEDY = (
+    "if another process is resizing or promoting it, wait for it to finish; if none is "
+    "(it crashed or was interrupted), finish the operation with "
+    "cytearc_vfs.arrays.recover(store, path) or cytearc-vfs array recover LOCATION PATH"
+)
+
+
+def refuse_unfinished(store: Store, path: str) -> None:
+    """Refuse an array whose journal is present: an operation is live, or died unfinished.
+
+    One ``get``. Nothing here can tell a live operation of another process
+    from a dead one, so nothing here finishes it: recovery racing a live
+    resize would rename chunks under it. Only :func:`~.journal.recover`,
+    called by someone who knows no operation is live, finishes one.
+
+    Raises
+    ------
+    IncompleteStoreError
+        ``cytearc.journal.json`` exists (even torn: a writer may be writing it).
+    """
+    where = describe(store, path)
+    key = f"{path}/{JOURNAL_NAME}" if path else JOURNAL_NAME
+    try:
+        present = get_json(store, key, where=where) is not None
+    except RecordShapeError:  # torn, or being written right now
+        present = True
+    if present:
+        raise IncompleteStoreError(
+            f"{where}: a resize or promote is under way or was interrupted ({JOURNAL_NAME} "
+            f"is present), so its chunks may be half-moved and nothing was read or written; "
+            + RECOVER_REMEDY
         )
 
 
@@ -204,10 +255,14 @@ def read_document(store: Store, path: str) -> ArrayDocument:
         raise FileNotFoundError(f"{where}: no zarr.json at {key!r}")
     if isinstance(document, dict) and MARKER_FIELD in document:
         raise IncompleteStoreError(
-            f"{where}: an array operation did not finish; finish it with "
-            "cytearc_vfs.arrays.recover(store, path) or cytearc-vfs array recover LOCATION PATH"
+            f"{where}: zarr.json marks an unfinished {_operation(document)}; " + RECOVER_REMEDY
         )
     return ArrayDocument.parse(path, document, where=where)
+
+
+def _operation(document: Mapping[str, Any]) -> str:
+    marker = document.get(MARKER_FIELD)
+    return str(marker.get("operation", "operation")) if isinstance(marker, Mapping) else "operation"
 
 
 def view_array(store: Store, path: str, document: Mapping[str, Any]) -> zarr.Array[Any]:
@@ -244,15 +299,20 @@ def refresh(array: zarr.Array[Any], document: Mapping[str, Any]) -> None:
 
 
 def fill_cells(values: npt.NDArray[Any], fill: object) -> npt.NDArray[np.bool_]:
-    """Which cells of ``values`` hold ``fill`` (NaN matches NaN).
+    """Which cells of ``values`` hold ``fill`` (NaN matches NaN, NaT matches NaT).
 
     >>> fill_cells(np.array([0.0, np.nan, 1.0]), float("nan")).tolist()
     [False, True, False]
+    >>> fill_cells(np.array(["2020-01-01", "NaT"], dtype="M8[s]"), np.datetime64("NaT", "s")).tolist()
+    [False, True]
     >>> fill_cells(np.array([0, 3, 0], dtype="u2"), 0).tolist()
     [True, False, True]
     """
     if fill is None:
         return np.zeros(values.shape, dtype=bool)
+    if values.dtype.kind in "mM" and _is_nat(fill):
+        # NaT never equals itself, as NaN does not
+        return np.asarray(np.isnat(values), dtype=bool)
     if values.dtype.kind in "fc":
         fill_number = complex(cast("complex", fill))
         if math.isnan(fill_number.real) or math.isnan(fill_number.imag):
@@ -267,6 +327,14 @@ def fill_cells(values: npt.NDArray[Any], fill: object) -> npt.NDArray[np.bool_]:
     if found.shape != values.shape:  # numpy could not compare element by element
         return np.zeros(values.shape, dtype=bool)
     return found.astype(bool, copy=False)
+
+
+def _is_nat(fill: object) -> bool:
+    """Whether ``fill`` is NaT (as zarr gives it, or as JSON spells it)."""
+    if isinstance(fill, str):
+        return fill == "NaT"
+    found = np.asarray(fill)
+    return found.dtype.kind in "mM" and found.ndim == 0 and bool(np.isnat(found))
 
 
 def dumps(document: Mapping[str, Any] | Sequence[Any]) -> bytes:

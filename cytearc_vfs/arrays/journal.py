@@ -14,13 +14,24 @@ carried out in this order (each step one store write, delete or rename):
 4. the renames, one after the other; after rename ``m`` for each ``m`` in
    the plan's ``marks``, progress = ``{"done": m}``;
 5. write the new ``zarr.json`` (no marker);
-6. delete the progress and the journal.
+6. delete the journal, then the progress.
 
-Recovery (:func:`recover_array`, run by every operation of
-:mod:`cytearc_vfs.arrays` first) always rolls forward: the journal has the
-new document and the whole plan. Where it resumes:
+Recovery (:func:`recover_array`) always rolls forward: the journal has the
+new document and the whole plan. It runs only when asked (:func:`recover`):
+nothing can tell a live operation of another process from a dead one, so
+every other operation refuses an array whose journal is present
+(:func:`~.documents.refuse_unfinished`) rather than race it. Where it resumes:
 
-- ``zarr.json`` is the new document: only step 6 is left;
+- ``zarr.json`` is the new document and differs from the old one: only
+  step 6 is left;
+- ``zarr.json`` is the new document and the same as the old one (a resize
+  that moves chunks but keeps the shape, ``low=[-4], high=[4]``): the
+  progress key tells step 5 (present: only step 6 is left) from step 1
+  (absent: all of it). Step 6 deletes the journal before the progress so
+  that no state after step 5 lacks the progress while the journal is there;
+  a progress left without a journal (a crash between the two deletes) is
+  deleted by the next :func:`recover` or operation before it writes a
+  journal, so it never stands for the next operation's;
 - no progress: steps 2 and 3 again (both are idempotent), then on;
 - progress ``{"done": c}``: the renames after ``c`` are located from which
   of the plan's keys exist, which alone pins the state down. A rename is
@@ -350,8 +361,12 @@ class _Run:
     def finish(self) -> None:
         """Steps 5 and 6."""
         self.set_json("zarr.json", self.plan.after)
-        self.delete(PROGRESS_NAME)
+        self.close()
+
+    def close(self) -> None:
+        """Step 6: the journal first (the operation is done), then the progress."""
         self.delete(JOURNAL_NAME)
+        self.delete(PROGRESS_NAME)
         sync(self.mover.tidy(self.prefix))
 
 
@@ -364,9 +379,16 @@ def same_document(stored: object, expected: Mapping[str, Any]) -> bool:
     return json.dumps(stored, sort_keys=True) == json.dumps(expected, sort_keys=True)
 
 
-def execute(store: Store, path: str, plan: Plan) -> None:
-    """Carry ``plan`` out from the start (steps 1 to 6 of the module docstring)."""
+def execute(store: Store, path: str, plan: Plan, *, stale_progress: bool = False) -> None:
+    """Carry ``plan`` out from the start (steps 1 to 6 of the module docstring).
+
+    ``stale_progress``: the array's keys include a progress key, which a
+    crash between the two deletes of step 6 of an earlier operation left; it
+    is deleted first, or a recovery would read it as this operation's.
+    """
     run = _Run(store, path, mover_for(store), plan)
+    if stale_progress:
+        run.delete(PROGRESS_NAME)
     run.set_json(JOURNAL_NAME, plan.to_json())
     run.set_json("zarr.json", marked(plan.before, plan.operation))
     run.prepare()
@@ -395,6 +417,9 @@ def recover_array(store: Store, path: str) -> bool:
     except RecordShapeError:
         journal = _torn
     if journal is None:
+        # a crash between step 6's two deletes: the operation is complete
+        if get_json(store, prefix + PROGRESS_NAME, where=where) is not None:
+            sync(mover_for(store).delete(prefix + PROGRESS_NAME))
         return False
     current = get_json(store, prefix + "zarr.json", where=where)
     started = isinstance(current, dict) and MARKER_FIELD in current
@@ -408,8 +433,12 @@ def recover_array(store: Store, path: str) -> bool:
         return True
     plan = Plan.from_json(journal, where=f"{where}, {JOURNAL_NAME}")
     run = _Run(store, path, mover_for(store), plan)
-    if same_document(current, plan.after):
-        run.finish()
+    progress = get_json(store, prefix + PROGRESS_NAME, where=where)
+    unchanged = same_document(plan.before, plan.after)
+    if same_document(current, plan.after) and not (unchanged and progress is None):
+        # step 5 done (for an unchanged document the progress says so: step 6
+        # deletes it last); with no progress, an unchanged document is step 1
+        run.close()
         return True
     if same_document(current, plan.before):
         run.set_json("zarr.json", marked(plan.before, plan.operation))
@@ -419,7 +448,6 @@ def recover_array(store: Store, path: str) -> bool:
             f"{plan.operation} its journal describes; the array was changed by something else. "
             "Restore it from a copy"
         )
-    progress = get_json(store, prefix + PROGRESS_NAME, where=where)
     if progress is None:
         run.prepare()
         start = 0
@@ -437,10 +465,15 @@ def recover_array(store: Store, path: str) -> bool:
 def recover(target: zarr.Array[Any] | Store, path: str | None = None) -> bool:
     """Finish a resize or promote that a crash (or an error) left unfinished.
 
-    Every operation of :mod:`cytearc_vfs.arrays` does this first; call it
-    yourself when zarr refuses to open an array whose ``zarr.json`` carries
-    ``cytearc_unfinished_operation`` (which is why it also takes a store and
-    a path). The operation is always completed (rolled forward), never undone.
+    The only way an unfinished operation is finished: the other operations
+    of :mod:`cytearc_vfs.arrays` refuse the array while its journal is
+    present, because an operation another process is running right now looks
+    the same as one that died. Call it only when no other process is
+    changing the array: when they refuse, or when zarr refuses to open an
+    array whose ``zarr.json`` carries ``cytearc_unfinished_operation`` (which
+    is why it also takes a store and a path). The operation is always
+    completed (rolled forward), never undone. It also deletes a progress key
+    a crash left after an operation completed (and then returns ``False``).
 
     Parameters
     ----------

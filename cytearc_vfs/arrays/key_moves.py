@@ -98,6 +98,13 @@ class KeyMover:
                 f"{self.where} cannot list its keys; resize and promote need to find the "
                 "chunks an array holds"
             )
+        if not self.store.supports_deletes:
+            raise ValueError(
+                f"{self.where} cannot delete keys (a zip file, for one, can only be added "
+                "to); resize and promote rename chunks, which deletes their old keys, so "
+                "nothing was changed. Copy the array to a directory or object store, change "
+                "it there, and write a new zip from that copy"
+            )
         return frozenset([key async for key in self.store.list_prefix(prefix)])
 
     async def tidy(self, prefix: str) -> None:

@@ -27,16 +27,20 @@ from zarr.core.sync import sync
 
 from .axis_insertion import insert_axis
 from .documents import (
+    PROGRESS_NAME,
     STAGING_NAME,
     ArrayDocument,
     array_location,
     read_document,
     refresh,
+    refuse_unfinished,
+    require_v3,
     require_writable,
 )
-from .journal import Plan, chained_marks, execute, recover_array
+from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
 from .resizing import _reserved, relative_keys
+from .store_records import require_unrecorded
 
 __all__ = ["PromoteChange", "plan_promote", "promote", "promote_array"]
 
@@ -163,13 +167,15 @@ def describe_document(document: ArrayDocument) -> str:
 def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> PromoteChange:
     """:func:`promote`, reporting what it did."""
     store, path = array_location(array)
+    require_v3(array, "promote")
     require_writable(store, path, "promote")
-    recover_array(store, path)
+    refuse_unfinished(store, path)
     document = read_document(store, path)
+    require_unrecorded(store, path, document.document, "promote")
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
     plan = plan_promote(document, keys, dimension, length, flat=mover.flat)
-    execute(store, path, plan)
+    execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return PromoteChange(
         shape_before=document.shape,

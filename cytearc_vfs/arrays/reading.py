@@ -16,35 +16,10 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from ..errors import IncompleteStoreError
-from ..format.store_io import get_json
-from .documents import JOURNAL_NAME, array_location, describe, fill_cells, refresh
-from .journal import recover_array
+from .documents import array_location, fill_cells, refuse_unfinished
 from .selection import Selection, region_of
 
-__all__ = ["ensure_finished", "read"]
-
-
-def ensure_finished(array: zarr.Array[Any]) -> None:
-    """Finish an operation a crash left unfinished on ``array``, and refresh ``array``.
-
-    One ``get`` when there is none. On a read-only store an unfinished
-    operation cannot be finished here and is refused.
-    """
-    store, path = array_location(array)
-    key = f"{path}/{JOURNAL_NAME}" if path else JOURNAL_NAME
-    if get_json(store, key, where=describe(store, path)) is None:
-        return
-    if store.read_only:
-        raise IncompleteStoreError(
-            f"{describe(store, path)}: an array operation did not finish and this store is "
-            "read-only; open it writable and call cytearc_vfs.arrays.recover, or run "
-            "cytearc-vfs array recover LOCATION PATH"
-        )
-    recover_array(store, path)
-    document = get_json(store, f"{path}/zarr.json" if path else "zarr.json")
-    assert isinstance(document, dict)
-    refresh(array, document)
+__all__ = ["read"]
 
 
 def read(
@@ -92,7 +67,7 @@ def read(
     """
     if missing not in ("mask", "nan"):
         raise ValueError(f"missing={missing!r}: give 'mask' or 'nan'")
-    ensure_finished(array)
+    refuse_unfinished(*array_location(array))
     region = region_of(selection, array.shape)
     values = np.asarray(array[region.key()])
     if raw or values.dtype == np.bool_:

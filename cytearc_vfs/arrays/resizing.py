@@ -41,13 +41,16 @@ from .documents import (
     array_location,
     read_document,
     refresh,
+    refuse_unfinished,
+    require_v3,
     require_writable,
 )
 from .edges import EdgeChunks, Outcome
-from .journal import Plan, chained_marks, execute, recover_array
+from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
+from .store_records import require_unrecorded
 
-__all__ = ["ResizeChange", "applied_low", "plan_resize", "resize", "resize_array"]
+__all__ = ["MAX_LENGTH", "ResizeChange", "applied_low", "plan_resize", "resize", "resize_array"]
 
 Changes = Sequence[int] | None
 
@@ -109,6 +112,9 @@ def applied_low(low: Sequence[int], grid: Sequence[int]) -> tuple[int, ...]:
     # -(-c // s) * s is the ceiling for growths and truncation towards 0 for shrinks
     return tuple(-(-change // size) * size for change, size in zip(low, grid, strict=True))
 
+
+#: The longest dimension a resize makes: int64's maximum, what Zarr readers index with.
+MAX_LENGTH = 2**63 - 1
 
 _RESERVED = frozenset({"zarr.json", JOURNAL_NAME, PROGRESS_NAME})
 
@@ -176,6 +182,13 @@ def plan_resize(
         n + lo + hi for n, lo, hi in zip(shape, low_changes, high_changes, strict=True)
     )
     for axis, length in enumerate(new_shape):
+        if length > MAX_LENGTH:
+            raise ValueError(
+                f"resize would make dimension {axis} {length} long (length {shape[axis]}, low "
+                f"{low_changes[axis]}, high {high_changes[axis]}); Zarr readers index with "
+                f"64-bit signed integers (tensorstore refuses more), so a dimension is at most "
+                f"2**63 - 1 = {MAX_LENGTH}: give smaller changes"
+            )
         if length < 0:
             raise ValueError(
                 f"resize would leave dimension {axis} with length {length} (length "
@@ -276,9 +289,11 @@ def relative_keys(store_keys: Iterable[str], prefix: str) -> list[str]:
 def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = None) -> ResizeChange:
     """:func:`resize`, reporting what it did."""
     store, path = array_location(array)
+    require_v3(array, "resize")
     require_writable(store, path, "resize")
-    recover_array(store, path)
+    refuse_unfinished(store, path)
     document = read_document(store, path)
+    require_unrecorded(store, path, document.document, "resize")
     prefix = document.prefix
     keys = relative_keys(sync(mover_for(store).existing(prefix)), prefix)
     plan = plan_resize(document, keys, low, high)
@@ -289,7 +304,7 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
         outcomes = {coords: inspector.inspect(coords) for coords in plan.clear_chunks}
         plan = plan_resize(document, keys, low, high, edges=outcomes)
     if not plan.changes_nothing:
-        execute(store, path, plan)
+        execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return ResizeChange(
         shape_before=document.shape,

@@ -208,7 +208,9 @@ class HierarchyNode:
     dtype: str | None = None
     """Data type of an array."""
     chunks: tuple[int, ...] | None = None
-    """Chunk grid (shard shape when sharded) of an array."""
+    """Chunk shape of an array: the inner chunk when sharded."""
+    shards: tuple[int, ...] | None = None
+    """Shard shape (the chunk grid, one store key each) of a sharded array, else ``None``."""
     children: tuple[HierarchyNode, ...] = ()
     """Members of a group."""
 
@@ -220,6 +222,7 @@ class HierarchyNode:
                 shape=None if self.shape is None else list(self.shape),
                 dtype=self.dtype,
                 chunks=None if self.chunks is None else list(self.chunks),
+                shards=None if self.shards is None else list(self.shards),
             )
         else:
             out["children"] = [child.to_dict() for child in self.children]
@@ -229,7 +232,9 @@ class HierarchyNode:
         if self.kind == "group":
             return f"{self.name} (group)"
         text = f"{self.name} ({self.kind}) {self.dtype} {_dims(self.shape)}"
-        return text + (f", chunks {_dims(self.chunks)}" if self.chunks is not None else "")
+        if self.chunks is not None:
+            text += f", chunks {_dims(self.chunks)}"
+        return text + (f", shards {_dims(self.shards)}" if self.shards is not None else "")
 
     def lines(self) -> list[str]:
         """The tree drawn with box characters, one line per node."""
@@ -269,13 +274,16 @@ def _node(store: Store, path: str, name: str, depth: int) -> HierarchyNode | Non
     if document.get("node_type") == "array":
         grid = (document.get("chunk_grid") or {}).get("configuration") or {}
         dtype = document.get("data_type")
+        outer = tuple(grid["chunk_shape"]) if "chunk_shape" in grid else None
+        inner = _inner_chunks(document.get("codecs"))
         return HierarchyNode(
             name,
             path,
             "unfinished array" if MARKER_FIELD in document else "array",
             tuple(document.get("shape", ())),
             dtype if isinstance(dtype, str) else json.dumps(dtype),
-            tuple(grid["chunk_shape"]) if "chunk_shape" in grid else None,
+            outer if inner is None else inner,
+            None if inner is None else outer,
         )
     children: list[HierarchyNode] = []
     if depth < 64 and store.supports_listing:
@@ -287,6 +295,16 @@ def _node(store: Store, path: str, name: str, depth: int) -> HierarchyNode | Non
                 children.append(child)
     children.sort(key=lambda node: (node.kind != "group", node.name))
     return HierarchyNode(name, path, "group", children=tuple(children))
+
+
+def _inner_chunks(codecs: object) -> tuple[int, ...] | None:
+    """The inner chunk shape of a sharded array's codec chain, or ``None`` (not sharded)."""
+    for codec in codecs if isinstance(codecs, list) else []:
+        if isinstance(codec, Mapping) and codec.get("name") == "sharding_indexed":
+            configuration = codec.get("configuration") or {}
+            if "chunk_shape" in configuration:
+                return tuple(configuration["chunk_shape"])
+    return None
 
 
 def hierarchy(node: zarr.Group | zarr.Array[Any]) -> HierarchyNode:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .failures import InputRefusedError
 from .outcome import Outcome, plural
 from .progress import ProgressBars
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
 
 __all__ = ["cmd_array"]
 
@@ -23,13 +27,26 @@ def _changes(text: str | None, option: str) -> list[int] | None:
         ) from None
 
 
+def _legacy_kind(store: Store, path: str) -> str | None:
+    """``array`` or ``group`` for a Zarr v2 node at ``path`` (no ``zarr.json``), else ``None``."""
+    from ..format.store_io import get_json
+
+    prefix = f"{path}/" if path else ""
+    for name, kind in ((".zarray", "array"), (".zgroup", "group")):
+        if get_json(store, prefix + name) is not None:
+            return kind
+    return None
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``array info | resize | promote | recover LOCATION PATH``."""
+    """``array info | resize | promote | recover LOCATION [PATH]``."""
     import zarr
 
     from ..arrays import hierarchy, info, recover
+    from ..arrays.documents import MARKER_FIELD
     from ..arrays.promotion import promote_array
     from ..arrays.resizing import resize_array
+    from ..errors import IncompleteStoreError
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
 
@@ -39,27 +56,50 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     node = "zarr.json" if not path else f"{path}/zarr.json"
     document = get_json(store, node, where=where)
     if document is None:
-        raise FileNotFoundError(f"{where}: no Zarr v3 node here (no {node}); check the path")
-    if action == "info":
-        if isinstance(document, dict) and document.get("node_type") == "group":
-            tree = hierarchy(zarr.open_group(store, path=path, mode="r"))
-            return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
-        if isinstance(document, dict) and "cytearc_unfinished_operation" in document:
-            from ..errors import IncompleteStoreError
-
-            raise IncompleteStoreError(
-                f"{where}: an array operation did not finish; finish it with: cytearc-vfs "
-                f"array recover {args.location} {path}"
+        legacy = _legacy_kind(store, path)
+        if legacy is None:
+            raise FileNotFoundError(
+                f"{where}: no Zarr node here (no {node}, .zarray or .zgroup); check the path"
             )
-        summary = info(zarr.open_array(store, path=path, mode="r"))
-        return Outcome({"location": where, "array": summary.to_dict()}, str(summary))
+        if action == "info" and legacy == "group":
+            tree = hierarchy(zarr.open_group(store, path=path, mode="r", zarr_format=2))
+            return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
+        if action == "info":
+            summary = info(zarr.open_array(store, path=path, mode="r", zarr_format=2))
+            return Outcome({"location": where, "array": summary.to_dict()}, str(summary))
+        if action == "recover":
+            return Outcome({"location": where, "finished": False}, f"{where}: nothing to finish")
+        raise InputRefusedError(
+            f"{where} is a Zarr v2 {legacy}; array {action} works on Zarr v3 arrays: convert it "
+            "first (for example by copying it with zarr-python 3)"
+        )
+    is_group = isinstance(document, dict) and document.get("node_type") == "group"
+    if action == "info" and is_group:
+        tree = hierarchy(zarr.open_group(store, path=path, mode="r"))
+        return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
     if action == "recover":
         finished = recover(store, path)
         text = f"{where}: " + (
             "finished the interrupted operation" if finished else "nothing to finish"
         )
         return Outcome({"location": where, "finished": finished}, text)
-    recover(store, path)  # an interrupted operation first: the array opens only then
+    if is_group:
+        raise InputRefusedError(
+            f"{where} is a group, not an array; give the path of an array in it "
+            f"(cytearc-vfs array info {args.location} {path or '/'} lists them)"
+        )
+    if isinstance(document, dict) and MARKER_FIELD in document:
+        # no recovery here: the operation may be another process's, still running
+        raise IncompleteStoreError(
+            f"{where}: an array operation is under way or was interrupted; if no other "
+            f"process is changing the array, finish it with: cytearc-vfs array recover "
+            f"{args.location} {path or '/'}"
+        )
+    if action == "info":
+        summary = info(zarr.open_array(store, path=path, mode="r"))
+        return Outcome({"location": where, "array": summary.to_dict()}, str(summary))
+    # resize_array and promote_array refuse a journal without a marker (an
+    # operation that has just started) themselves
     array = zarr.open_array(store, path=path, mode="r+")
     if action == "resize":
         resized = resize_array(array, _changes(args.low, "--low"), _changes(args.high, "--high"))

@@ -565,8 +565,8 @@ def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 INTERRUPT_NOTES = {
     "export": "nothing was written: an export is written under a temporary name beside OUT "
     "(removed now) and renamed into place only when complete",
-    "array": "a resize or promote under way is journaled: the next cytearc-vfs array command "
-    "on that array (or cytearc-vfs array recover) finishes it",
+    "array": "a resize or promote under way is journaled: cytearc-vfs array recover "
+    "LOCATION PATH finishes it",
 }
 
 #: Command -> the flag holding the backend options of the destination it creates

@@ -486,7 +486,7 @@ def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         description=(
             "Operations on one Zarr v3 array of any Zarr store (docs/arrays.md). resize and "
             "promote rename chunks instead of rewriting them, under a journal: an interrupted "
-            "one is finished by the next array command on that array (or array recover)."
+            "one is finished by array recover (the other actions refuse the array until then)."
         ),
     )
     actions = array.add_subparsers(
@@ -502,10 +502,11 @@ def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         action.add_argument(
             "path",
             metavar="PATH",
-            nargs="?" if name == "info" else None,
+            nargs="?" if name in ("info", "recover") else None,
             default="",
-            help="path of the array in the store"
-            + (" (or of a group; default: the root)" if name == "info" else ""),
+            help="path of the array in the store ('/' for the root)"
+            + (" (or of a group; default: the root)" if name == "info" else "")
+            + (" (default: the root)" if name == "recover" else ""),
         )
         _common(action)
         return action
@@ -555,5 +556,6 @@ def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "recover",
         "finish a resize or promote that was interrupted",
         "Finish (roll forward) an interrupted resize or promote of the array; zarr refuses "
-        "to open the array until then.",
+        "to open the array until then. Run it only when no other process is changing the "
+        "array (a live operation looks the same as an interrupted one).",
     )
