@@ -224,11 +224,11 @@ def test_an_object_store_client_error_is_the_environment_not_a_bug() -> None:
 def test_credential_values_are_never_echoed(
     places: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # artifacts takes no --storage-options: argparse would echo the value it does not know
+    # demo takes no --storage-options: argparse would echo the value it does not know
     secret = '{"secret_access_key":"s3cr3t-value"}'
     for argv in (
-        ["artifacts", str(places["STORE"]), "--storage-options", secret],
-        ["artifacts", str(places["STORE"]), f"--source-storage-options={secret}", "--bogus"],
+        ["demo", "--directory", str(places["NEW"]), "--storage-options", secret],
+        ["demo", f"--source-storage-options={secret}", "--bogus"],
     ):
         assert _run(argv) == 2
         captured = capsys.readouterr()
