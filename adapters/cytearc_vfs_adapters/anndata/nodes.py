@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "is_group",
     "is_h5ad_path",
     "open_container",
+    "own_metadata",
     "read_values",
     "text_values",
 ]
@@ -70,7 +71,8 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     what the root is.
     """
     if isinstance(location, zarr.Group):
-        return Container(location, str(location.store_path), "zarr", location.metadata.zarr_format)
+        root = own_metadata(location)
+        return Container(root, str(location.store_path), "zarr", location.metadata.zarr_format)
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
@@ -112,6 +114,24 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     return Container(root, where, "zarr", root.metadata.zarr_format)
 
 
+def own_metadata(node: Any) -> Any:
+    """``node`` without the consolidated metadata its own document may carry inline.
+
+    zarr 3 writes a copy of a subtree's metadata into a group's ``zarr.json``
+    (``consolidated_metadata``), also below the root: ``del group[name]`` on a
+    group opened through a consolidated root leaves one there, and a later
+    ``consolidate_metadata`` of the root does not refresh it. A group that keeps
+    it answers ``group[name]`` and lists its members from that copy, so a
+    member added since is missing and one deleted since is still there. Each
+    member is read from its own document instead (one request per lookup, as
+    for a group without the copy); no I/O here.
+    """
+    if isinstance(node, zarr.Group) and node.metadata.consolidated_metadata is not None:
+        metadata = replace(node.metadata, consolidated_metadata=None)
+        return zarr.Group(zarr.AsyncGroup(metadata=metadata, store_path=node.store_path))
+    return node
+
+
 def is_group(node: Any) -> bool:
     """Whether ``node`` is a group (zarr or h5py), as opposed to an array."""
     return not hasattr(node, "dtype")
@@ -123,9 +143,13 @@ def children(group: Any) -> list[str]:
 
 
 def child(group: Any, name: str) -> Any | None:
-    """Member ``name`` of ``group`` (a path with ``/`` is followed), or ``None``."""
+    """Member ``name`` of ``group`` (a path with ``/`` is followed), or ``None``.
+
+    Every lookup of the element layer goes through here, so a group is never
+    read through a consolidated copy (:func:`own_metadata`).
+    """
     try:
-        return group[name]
+        return own_metadata(group[name])
     except KeyError:
         return None
 
