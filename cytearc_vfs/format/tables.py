@@ -186,9 +186,24 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             "strings; convert it with .astype(str) or fill missing values first (or pass "
             'fill_missing=True, cytearc-vfs write --fill-missing, to store missing text as "")'
         )
+    _refuse_trailing_nul(values, table=table, name=name)
     # kept as Python strings: written chunk by chunk at the column's width, so a
     # long string costs its own length, not the width times every row
     return values, attrs
+
+
+def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: str, name: str) -> None:
+    """Refuse text that ends in NUL: fixed-width ``<U`` text drops trailing NULs,
+    so ``"x\\0"`` would read back as ``"x"`` (and a categorical's value would leave
+    its recorded categories). A NUL inside the text is kept."""
+    for position, text in enumerate(values.tolist()):
+        if text.endswith("\0"):
+            raise ValueError(
+                f"{table} column {name!r} holds text ending in a NUL character at row "
+                f"{position} ({text[:40]!r}), which fixed-width text cannot keep (it drops "
+                "trailing NULs, so the value would change); remove them first, e.g. "
+                "column.str.rstrip('\\x00')"
+            )
 
 
 def _json_scalar(value: object) -> Any:
