@@ -20,6 +20,8 @@ import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
 
+from .errors import MalformedElementError
+
 __all__ = [
     "HDF5_MAGIC",
     "Container",
@@ -76,9 +78,8 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
-        h5py = _h5py()
         path = Path(os.fspath(location)).absolute()
-        return Container(h5py.File(path, "r"), str(path), "hdf5", None)
+        return Container(_open_h5(path), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
     where = describe_location(location)
@@ -175,6 +176,28 @@ def attribute(node: Any, name: str, default: Any = None) -> Any:
     if name not in node.attrs:
         return default
     return _plain(node.attrs[name])
+
+
+def _open_h5(path: Path) -> Any:
+    """The HDF5 file at ``path``, opened read-only.
+
+    A file that starts with the HDF5 signature but that HDF5 cannot open (cut
+    short by an interrupted copy, or damaged) is refused as the damaged input
+    it is, naming the file; a failure of the system (the operating system's
+    errno in HDF5's message, such as permission denied) stays an ``OSError``.
+    """
+    h5py = _h5py()
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        detail = str(exc)
+        if exc.errno is not None or "errno =" in detail:
+            raise
+        cause = "truncated" if "truncated file" in detail else "damaged"
+        raise MalformedElementError(
+            f"{path} is an HDF5 file that cannot be opened: it is {cause} (HDF5: {detail}). "
+            "Restore it from a copy or download it again, or write it again with anndata"
+        ) from exc
 
 
 def _h5py() -> Any:
