@@ -32,12 +32,14 @@ __all__ = [
     "CATEGORICAL_ATTR",
     "MAX_COLUMN_NAME_BYTES",
     "MAX_ID_LENGTH",
+    "ORIG_PREFIX",
     "RESERVED_COLUMNS",
     "PreparedTable",
     "StoredColumn",
     "checked_ids",
     "column_values",
     "fill_missing",
+    "free_column_name",
     "prepare_table",
     "read_columns",
     "column_name_problem",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 RESERVED_COLUMNS = ("ids", "names", "I")
+#: Prefix of a carried column whose name the composite reserves.
+ORIG_PREFIX = "orig_"
 CATEGORICAL_ATTR = "cytearc:categorical"
 MAX_ID_LENGTH = 1024
 """Longest id accepted, in characters.
@@ -96,6 +100,18 @@ def _check_column_name(name: object, *, table: str) -> str:
             "'\\', a leading '.', control characters or URL escapes of those"
         )
     assert isinstance(name, str)
+    return name
+
+
+def free_column_name(name: str, taken: set[str]) -> str:
+    """``name`` prefixed with :data:`ORIG_PREFIX` until ``taken`` does not hold it (as
+    DataStoreMerge names merged columns ``orig_<name>``).
+
+    >>> free_column_name("ids", {"ids", "orig_ids"})
+    'orig_orig_ids'
+    """
+    while name in taken:
+        name = ORIG_PREFIX + name
     return name
 
 
