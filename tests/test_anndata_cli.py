@@ -125,6 +125,35 @@ def test_ls_names_a_file_that_is_not_hdf5(tmp_path: Path) -> None:
     assert "truncated.h5ad is a file but not an HDF5 file" in refused.stderr
 
 
+@pytest.mark.parametrize("damage", ["truncated", "damaged"])
+def test_an_h5ad_file_hdf5_cannot_open_is_named_as_damaged(tmp_path: Path, damage: str) -> None:
+    """It starts with the HDF5 signature but is cut short (an interrupted copy) or its
+    superblock is damaged: refused (exit 2) naming the file and the remedy, not a
+    system failure (exit 4) with HDF5's message alone; nothing is written."""
+    from anndata_fixtures import modern_adata
+
+    whole = tmp_path / "whole.h5ad"
+    with ad.settings.override(allow_write_nullable_strings=True):
+        modern_adata().write_h5ad(whole)
+    data = bytearray(whole.read_bytes())
+    if damage == "truncated":
+        data = data[:5000]
+    else:
+        data[8:40] = b"\xff" * 32  # the superblock, after the signature
+    bad = tmp_path / f"{damage}.h5ad"
+    bad.write_bytes(bytes(data))
+    for args in (["anndata", "ls", str(bad)], ["write", str(bad), str(tmp_path / "w.zarr")]):
+        refused = run(*args, "--json")
+        assert refused.returncode == 2, refused.stderr
+        answer = json.loads(refused.stdout)
+        assert answer["category"] == "refused" and answer["error"] == "MalformedElementError"
+        assert answer["message"].startswith(
+            f"{bad} is an HDF5 file that cannot be opened: it is {damage} (HDF5: "
+        )
+        assert "Restore it from a copy" in answer["message"]
+    assert not (tmp_path / "w.zarr").exists()
+
+
 def test_ls_into_a_reader_that_leaves_early(stores: dict[str, Path]) -> None:
     """`cytearc-vfs anndata ls X | head -1`: no BrokenPipeError traceback."""
     with subprocess.Popen(

@@ -411,3 +411,40 @@ def test_unusual_columns_and_ids_are_carried_by_the_rule(tmp_path: Path) -> None
     assert cells["Zelltyp_细胞_🧬"].tolist() == back.obs["Zelltyp_细胞_🧬"].tolist()
     assert features["feature_name"].tolist() == back.var["feature_name"].tolist()
     store.close()
+
+
+def test_a_stale_consolidated_copy_inside_a_group_is_not_read(tmp_path: Path) -> None:
+    """zarr's ``del group[name]`` through a consolidated root leaves a copy of the
+    group's members inline in its own ``zarr.json``, which a later
+    ``consolidate_metadata`` of the root does not refresh. Here that copy lacks
+    ``X/indices`` (swapped to int64 through the consolidated open) and records
+    ``X/indptr`` as int32 (rewritten as int64 in place): each member is
+    read from its own document, so every reader sees what anndata sees."""
+    from cytearc_vfs_adapters.anndata import AnnDataContainer
+
+    source = write_anndata_zarr(named(base()), tmp_path / "s.zarr", 3)
+    x = zarr.open_group(source, mode="a")["X"]  # zarr's default open: consolidated
+    indices = x["indices"][:]
+    del x["indices"]
+    x.create_array("indices", data=indices.astype(np.int64))
+    indptr = zarr.open_array(source / "X" / "indptr", mode="r")[:]
+    # rewritten where it is, as a tool that knows nothing of X's copy would
+    zarr.create_array(source / "X" / "indptr", data=indptr.astype(np.int64), overwrite=True)
+    zarr.consolidate_metadata(source)
+    inline = json.loads((source / "X" / "zarr.json").read_text())["consolidated_metadata"]
+    assert set(inline["metadata"]) == {"data", "indptr"}  # the stale copy the test is about
+    assert inline["metadata"]["indptr"]["data_type"] == "int32"
+    expected = np.asarray(ad.read_zarr(source).X.toarray())
+    with AnnDataContainer.open(source) as container:
+        matrix = container.matrix()
+        assert matrix.nnz == int(np.count_nonzero(expected))
+        np.testing.assert_array_equal(matrix.row_band(0, N_CELLS).toarray(), expected)
+        documents = container.identity()["documents"]
+        assert documents["X/indices"]["dtype"] == documents["X/indptr"]["dtype"] == "int64"
+    cv.write_counts(tmp_path / "w.zarr", source)
+    written = cv.open_store(tmp_path / "w.zarr")
+    np.testing.assert_array_equal(cv.VirtualArrayReader(written, assay="RNA").read(), expected)
+    written.close()
+    store = cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    store.close()

@@ -17,11 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+import zarr
+from anndata_files import write_anndata_zarr
 from conftest import realistic_counts
 from cytearc_vfs_adapters.anndata import AnnDataContainer, SparseMatrixElement
 
 import cytearc_vfs as cv
 from cytearc_vfs import realdata
+from cytearc_vfs.format.tables import read_table
 
 FORMATS = [2, 3]
 
@@ -215,3 +218,40 @@ def test_a_remote_zarr_store_is_read_with_the_source_storage_options(
             tmp_path / "x.zarr", sp.csr_array(np.ones((2, 2))), source_storage_options={"a": 1}
         )
     assert not (tmp_path / "x.zarr").exists()
+
+
+@pytest.mark.parametrize("column", ["category", "text"])
+def test_text_ending_in_nul_is_refused_naming_the_column(
+    tmp_path: Path, column: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fixed-width text drops trailing NULs: such a value would read back changed (a
+    categorical's would leave its categories, and its readers refuse the store), so
+    it is refused before anything is written; a NUL inside the text is kept."""
+    values = {"category": pd.Categorical(["x\0", "y"]), "text": ["p\0", "q"]}[column]
+    data = ad.AnnData(
+        X=sp.csr_matrix(np.ones((2, 1), np.float32)),
+        obs=pd.DataFrame({column: values, "inner": ["a\0b", "c"]}, index=["a", "b"]),
+        var=pd.DataFrame(index=["g"]),
+    )
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 3)
+    message = rf"cellData column '{column}' holds text ending in a NUL character at row 0 .*rstrip"
+    for given in (data, source):
+        with pytest.raises(ValueError, match=message):
+            cv.write_counts(tmp_path / "w.zarr", given)
+        assert not (tmp_path / "w.zarr").exists()
+    data.obs[column] = data.obs[column].astype(str).str.rstrip("\0")  # the remedy
+    cv.write_counts(tmp_path / "w.zarr", data)
+    obs = cv.to_anndata(tmp_path / "w.zarr").obs
+    assert obs[column].tolist() == [
+        "x" if column == "category" else "p",
+        "y" if column == "category" else "q",
+    ]
+    assert obs["inner"].tolist() == ["a\0b", "c"]
+    # a composite over the AnnData does not carry the column, and says why
+    with caplog.at_level("WARNING", logger="cytearc_vfs"):
+        store = cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    cells = read_table(zarr.open_group(store, mode="r")["cellData"])
+    assert column not in cells.columns and cells["inner"].tolist() == ["a\0b", "c"]
+    store.close()
+    assert [r for r in caplog.records if "ending in a NUL" in r.getMessage()]
+    cv.to_anndata(tmp_path / "c.zarr")  # its own readers read what it wrote

@@ -10,6 +10,7 @@ line, and a composite created at a small budget equals one at the default.
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from test_memory_budgets import s3_process, smallest_budget, traced_peak  # noqa
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
+from cytearc_vfs.format.sizes import format_size
 from cytearc_vfs.write.budget import BUDGET_ALLOWANCE
 
 MiB = 1 << 20
@@ -141,9 +143,24 @@ def test_a_budget_below_the_smallest_is_refused_before_writing(
     locations = [sources["a"], sources["b"]]
     least = _least(tmp_path, locations)
     destination = tmp_path / "c.zarr"
-    with pytest.raises(ValueError, match=rf"at least .* \({least} bytes\).*Nothing was written"):
+    with pytest.raises(
+        ValueError, match=rf"at least .* \({least} bytes\).*Nothing was written"
+    ) as refused:
         cv.create_composite(destination, locations, mem_budget=least * 9 // 10)
     assert not destination.exists()
+    # one figure for the need and the remedy: the write-behind share is in both (the
+    # need once left it out, and read below the budget it was refused at)
+    message = str(refused.value)
+    found = re.search(
+        r"needs about ([\d.]+) MiB: ([\d.]+) MiB for its tables.*, and ([\d.]+) MiB for the "
+        r"destination's buffered writes \(a share of the budget\), over mem_budget ([\d.]+) MiB",
+        message,
+    )
+    assert found is not None, message
+    need, held, share, budget = (float(figure) for figure in found.groups())
+    assert f"raise mem_budget to at least {format_size(least)} ({least} bytes)" in message
+    assert format_size(least) == f"{need:.1f} MiB" and need > budget
+    assert abs(held + share - need) <= 0.11  # each rounded to 0.1 MiB
     cv.create_composite(destination, locations, mem_budget=least)
     assert destination.exists()
 

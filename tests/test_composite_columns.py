@@ -501,3 +501,37 @@ def test_more_anndata_sources_than_executor_threads_create(tmp_path: Path) -> No
     cv.create_composite(tmp_path / "comp.zarr", sources).close()
     cells, _ = _tables(tmp_path / "comp.zarr")
     assert cells["depth"].tolist() == [index for index in range(count) for _ in range(20)]
+
+
+def test_anndata_columns_named_as_reserved_ones_are_carried_prefixed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An obs or var column called ``ids`` is kept as ``orig_ids``, as ``names``,
+    ``source`` and ``sourceId`` are (it was dropped, the warning saying its name
+    repeats); one called ``orig_ids`` beside it keeps its name."""
+    obs = pd.DataFrame(
+        {
+            "ids": ["x1", "x2", "x3", "x4"],
+            "orig_ids": ["o1", "o2", "o3", "o4"],
+            "names": ["n1", "n2", "n3", "n4"],
+            "source": ["s"] * 4,
+            "sourceId": ["q"] * 4,
+        },
+        index=["c0", "c1", "c2", "c3"],
+    )
+    var = pd.DataFrame({"ids": ["E1", "E2", "E3"]}, index=["g0", "g1", "g2"])
+    data = ad.AnnData(X=sp.csr_matrix(np.ones((4, 3), np.float32)), obs=obs, var=var)
+    source = write_anndata_zarr(data, tmp_path / "a.zarr", 3)
+    with caplog.at_level(logging.WARNING, logger="cytearc_vfs"):
+        store = cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    assert not [r for r in caplog.records if "not carried" in r.getMessage()]
+    group = zarr.open_group(store, mode="r")
+    cells, features = read_table(group["cellData"]), read_table(group["RNA/featureData"])
+    assert list(cells.index) == cells["sourceId"].tolist() == list(obs.index)
+    assert cells["orig_orig_ids"].tolist() == obs["ids"].tolist()
+    assert cells["orig_ids"].tolist() == obs["orig_ids"].tolist()
+    for name in ("names", "source", "sourceId"):
+        assert cells[f"orig_{name}"].tolist() == obs[name].tolist()
+    assert list(features.index) == list(var.index)
+    assert features["orig_ids"].tolist() == var["ids"].tolist()
+    store.close()

@@ -52,6 +52,7 @@ from ..format.tables import (
     column_name_problem,
     column_values,
     fill_missing,
+    free_column_name,
 )
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
@@ -128,7 +129,12 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
     table: ``ids`` from the index, the others converted by the rule of the module."""
     ids = np.asarray(frame.index.astype(str), dtype=str)
     columns = {"ids": StoredColumn(ids, {})}
+    names = {str(name) for name in frame.columns}
     for position, name in enumerate(frame.columns):
+        if name == "ids":
+            # "ids" is the index here: a column of that name is carried as the
+            # composite carries every name it reserves, prefixed (orig_ids)
+            name = free_column_name(name, {*names, "ids"})
         problem = column_name_problem(name) or ("it repeats" if name in columns else None)
         if problem is not None:
             logger.warning(

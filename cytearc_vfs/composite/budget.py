@@ -203,11 +203,16 @@ def require_budget(cost: CreationCost, budget: int) -> None:
     if cost.peak <= usable_bytes(budget):
         return
     least = budget_for(cost.peak)
+    # the "needs" figure is the whole: what creation holds and the write-behind
+    # share a budget that holds it reserves, so it equals the budget named
+    share = least - cost.peak
     raise ValueError(
         f"creating this composite ({cost.n_cells} cells x {cost.n_features} features) needs "
-        f"about {format_size(cost.peak)} for its tables, cell maps, summaries and reads, over "
-        f"{option_name('mem_budget')} {format_size(budget)}; raise {option_name('mem_budget')} "
-        f"to at least {format_size(least)} ({least} bytes). Nothing was written"
+        f"about {format_size(least)}: {format_size(cost.peak)} for its tables, cell maps, "
+        f"summaries and reads, and {format_size(share)} for the destination's buffered writes "
+        f"(a share of the budget), over {option_name('mem_budget')} {format_size(budget)}; "
+        f"raise {option_name('mem_budget')} to at least {format_size(least)} ({least} bytes). "
+        "Nothing was written"
     )
 
 

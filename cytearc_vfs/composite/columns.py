@@ -51,7 +51,14 @@ from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError
 from ..format.paths import join
-from ..format.tables import CATEGORICAL_ATTR, RESERVED_COLUMNS, StoredColumn, read_columns
+from ..format.tables import (
+    CATEGORICAL_ATTR,
+    ORIG_PREFIX,
+    RESERVED_COLUMNS,
+    StoredColumn,
+    free_column_name,
+    read_columns,
+)
 from ..read.sources import BoundSource
 from ..write.membership import MEMBERSHIP_ROLE
 from .anndata_columns import anndata_columns
@@ -71,8 +78,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Prefix of a carried column whose name the composite reserves.
-ORIG_PREFIX = "orig_"
 #: Cell columns every composite writes besides ``ids``, ``names`` and ``I``.
 COMPOSITE_CELL_COLUMNS = ("source", "sourceId")
 #: Attribute of a feature column: how many features' values disagree between sources.
@@ -274,12 +279,6 @@ def _merge(
     return values, attrs, target
 
 
-def _free_name(name: str, taken: set[str]) -> str:
-    while name in taken:
-        name = ORIG_PREFIX + name
-    return name
-
-
 def _usable(
     table: Mapping[str, StoredColumn], length: int, *, source: str, what: str
 ) -> dict[str, StoredColumn]:
@@ -306,7 +305,7 @@ def _output_names(
     """Source column name -> composite column name, in order of first appearance."""
     seen = list(dict.fromkeys(name for table in tables for name in table))
     taken = reserved | set(seen)
-    return {name: _free_name(name, taken) if name in reserved else name for name in seen}
+    return {name: free_column_name(name, taken) if name in reserved else name for name in seen}
 
 
 def reserved_cell_columns(assay: str, assay_attrs: Iterable[Mapping[str, Any]]) -> set[str]:

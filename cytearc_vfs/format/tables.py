@@ -32,12 +32,14 @@ __all__ = [
     "CATEGORICAL_ATTR",
     "MAX_COLUMN_NAME_BYTES",
     "MAX_ID_LENGTH",
+    "ORIG_PREFIX",
     "RESERVED_COLUMNS",
     "PreparedTable",
     "StoredColumn",
     "checked_ids",
     "column_values",
     "fill_missing",
+    "free_column_name",
     "prepare_table",
     "read_columns",
     "column_name_problem",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 RESERVED_COLUMNS = ("ids", "names", "I")
+#: Prefix of a carried column whose name the composite reserves.
+ORIG_PREFIX = "orig_"
 CATEGORICAL_ATTR = "cytearc:categorical"
 MAX_ID_LENGTH = 1024
 """Longest id accepted, in characters.
@@ -96,6 +100,18 @@ def _check_column_name(name: object, *, table: str) -> str:
             "'\\', a leading '.', control characters or URL escapes of those"
         )
     assert isinstance(name, str)
+    return name
+
+
+def free_column_name(name: str, taken: set[str]) -> str:
+    """``name`` prefixed with :data:`ORIG_PREFIX` until ``taken`` does not hold it (as
+    DataStoreMerge names merged columns ``orig_<name>``).
+
+    >>> free_column_name("ids", {"ids", "orig_ids"})
+    'orig_orig_ids'
+    """
+    while name in taken:
+        name = ORIG_PREFIX + name
     return name
 
 
@@ -186,9 +202,24 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             "strings; convert it with .astype(str) or fill missing values first (or pass "
             'fill_missing=True, cytearc-vfs write --fill-missing, to store missing text as "")'
         )
+    _refuse_trailing_nul(values, table=table, name=name)
     # kept as Python strings: written chunk by chunk at the column's width, so a
     # long string costs its own length, not the width times every row
     return values, attrs
+
+
+def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: str, name: str) -> None:
+    """Refuse text that ends in NUL: fixed-width ``<U`` text drops trailing NULs,
+    so ``"x\\0"`` would read back as ``"x"`` (and a categorical's value would leave
+    its recorded categories). A NUL inside the text is kept."""
+    for position, text in enumerate(values.tolist()):
+        if text.endswith("\0"):
+            raise ValueError(
+                f"{table} column {name!r} holds text ending in a NUL character at row "
+                f"{position} ({text[:40]!r}), which fixed-width text cannot keep (it drops "
+                "trailing NULs, so the value would change); remove them first, e.g. "
+                "column.str.rstrip('\\x00')"
+            )
 
 
 def _json_scalar(value: object) -> Any:

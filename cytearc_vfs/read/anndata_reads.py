@@ -73,6 +73,7 @@ class ElementReads:
     whose fields these are)."""
 
     element: MatrixElement
+    source: str
     dtype: np.dtype
     arrays: dict[str, AsyncArray[Any]]
     pointers: dict[int, Indices]
@@ -143,12 +144,40 @@ class ElementReads:
         except IndexError as exc:
             raise self._damaged() from exc
 
-    def _damaged(self) -> RecordShapeError:
+    def _damaged(
+        self, what: str = "has an entry whose index lies outside its shape"
+    ) -> RecordShapeError:
+        """The refusal of a damaged element: names the source, the element, what is
+        wrong and the remedy."""
         element = self.element
         return RecordShapeError(
-            f"the AnnData element {element.path!r} ({element.encoding}, shape {element.shape}) "
-            "has an entry whose index lies outside its shape: the source is damaged. Write it "
-            "again with anndata, or restore it"
+            f"{self.source}: the AnnData element {element.path!r} ({element.encoding}, shape "
+            f"{element.shape}) {what}: the source is damaged. Write it again with anndata, or "
+            "restore it, then recreate the composite"
+        )
+
+    def _check_ranges(self, majors: Indices, starts: Indices, ends: Indices) -> None:
+        """Refuse ``indptr`` entries that are no range of stored entries: a decreasing
+        ``indptr`` or one past the entries stored would otherwise read another
+        major's entries, or fail in numpy with a message that names nothing.
+
+        Only the majors read are checked (a read never decodes all of ``indptr``);
+        creation reads every major for the summaries, so a composite over a
+        damaged source is never made.
+        """
+        stored = min(int(self.arrays["indices"].shape[0]), int(self.arrays["data"].shape[0]))
+        bad = (starts < 0) | (ends < starts) | (ends > stored)
+        if len(majors) and int(majors[0]) == 0:
+            bad[0] |= bool(starts[0] != 0)
+        if not bool(bad.any()):
+            return
+        at = int(np.argmax(bad))
+        major = int(majors[at])
+        axis = "row" if self.element.encoding == "csr_matrix" else "column"
+        raise self._damaged(
+            f"has an indptr that is no range of its {stored} stored entries: "
+            f"indptr[{major}:{major + 2}] = {int(starts[at])}, {int(ends[at])} for {axis} "
+            f"{major} (indptr must start at 0, never decrease and end at most at {stored})"
         )
 
     async def _read_dense(
@@ -346,6 +375,7 @@ class ElementReads:
             pointers, decoded = await self._pointers(direct, bounds)
         starts = pointers[np.searchsorted(bounds, majors)]
         ends = pointers[np.searchsorted(bounds, majors + 1)]
+        self._check_ranges(majors, starts, ends)
         return starts, ends, decoded
 
     async def _pointers(self, direct: DirectChunks, bounds: Indices) -> tuple[Indices, int]:

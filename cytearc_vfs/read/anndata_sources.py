@@ -56,7 +56,7 @@ from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import StorePath
 
-from ..errors import IdentityMismatchError, UnsupportedSourceError
+from ..errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
 from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
 from ..format.fingerprints import dataset_fingerprint_of
 from ..format.paths import join
@@ -243,6 +243,8 @@ class AnnDataCounts(ElementReads):
 
     element: MatrixElement
     """The element read."""
+    source: str
+    """How messages name the source: ``source 'b' at s3://bkt/b.zarr``."""
     dtype: np.dtype
     """The integer dtype values are read as."""
     arrays: dict[str, AsyncArray[Any]]
@@ -341,7 +343,7 @@ async def bind_anndata(
             # element opens from the recorded documents, without reading a file
             pin_element(backend, versions, recorded["element"])
             return await _open(
-                backend, held, dict(recorded), dict(recorded["fingerprints"]), where=where
+                backend, held, dict(recorded), dict(recorded["fingerprints"]), name, where=where
             )
     reader = _DocumentReader(backend)
     try:
@@ -395,7 +397,7 @@ async def bind_anndata(
                 f"created ({what}); restore the source, or recreate the composite"
             )
         entry = dict(recorded)
-        return await _open(backend, reader.fetched, entry, fingerprints, where=where)
+        return await _open(backend, reader.fetched, entry, fingerprints, name, where=where)
     entry = {
         "element": layout.element.path,
         "encoding": layout.element.encoding,
@@ -421,7 +423,7 @@ async def bind_anndata(
         "fingerprints": fingerprints,
         "dtype": "",
     }
-    counts = await _open(backend, reader.fetched, entry, fingerprints, where=where)
+    counts = await _open(backend, reader.fetched, entry, fingerprints, name, where=where)
     dtype = await _scan_dtype(
         counts.arrays, counts.element, name=name, where=where, scan_bytes=spec.scan_bytes
     )
@@ -448,10 +450,12 @@ async def _open(
     documents: Mapping[str, bytes | None],
     entry: dict[str, Any],
     fingerprints: dict[str, str],
+    name: str,
     *,
     where: str,
 ) -> AnnDataCounts:
-    """The element's arrays, opened from ``documents`` (no document is read again)."""
+    """The element's arrays, opened from ``documents`` (no document is read again),
+    of the source called ``name``."""
     fmt = int(entry["zarrFormat"])
     shape = (int(entry["shape"][0]), int(entry["shape"][1]))
     element = MatrixElement(entry["element"], entry["encoding"], shape, fmt)
@@ -474,11 +478,40 @@ async def _open(
         raise UnsupportedSourceError(
             f"{element.path} of {where} changed shape; recreate the composite"
         )
+    if element.encoding != "array":
+        _check_sparse_shapes(element, arrays, f"source {name!r} at {where}")
     dtype = np.dtype(entry["dtype"]) if entry.get("dtype") else np.dtype(np.int64)
     cells, features = (zarr.Array(array) for array in opened[len(names) :])
     return AnnDataCounts(
-        element, dtype, arrays, (cells, features), entry, fingerprints=fingerprints
+        element,
+        f"source {name!r} at {where}",
+        dtype,
+        arrays,
+        (cells, features),
+        entry,
+        fingerprints=fingerprints,
     )
+
+
+def _check_sparse_shapes(
+    element: MatrixElement, arrays: Mapping[str, AsyncArray[Any]], source: str
+) -> None:
+    """Refuse a sparse element whose arrays' lengths disagree with its shape (from
+    their documents: no value is read). The values of ``indptr`` are checked
+    where they are read (:meth:`~.anndata_reads.ElementReads._check_ranges`)."""
+    major = element.shape[0] if element.encoding == "csr_matrix" else element.shape[1]
+    indptr, indices, data = (tuple(arrays[n].shape) for n in ("indptr", "indices", "data"))
+    faults = []
+    if indptr != (major + 1,):
+        faults.append(f"indptr of shape {indptr}, not ({major + 1},)")
+    if len(indices) != 1 or indices != data:
+        faults.append(f"indices of shape {indices} and data {data}, not one length")
+    if faults:
+        raise RecordShapeError(
+            f"{source}: the AnnData element {element.path!r} ({element.encoding}, shape "
+            f"{element.shape}) has {' and '.join(faults)}: the source is damaged. Write it "
+            "again with anndata, or restore it, then recreate the composite"
+        )
 
 
 def dataset_fingerprint(fingerprints: Mapping[str, str]) -> str:

@@ -104,7 +104,8 @@ class AnnDataContainer:
         return classify(self.root, "")
 
     def _index_length(self, name: str) -> int:
-        node = self.root[name]
+        node = child(self.root, name)
+        assert node is not None  # checked when the container was opened
         if not is_group(node):  # anndata < 0.7: a record array
             return int(node.shape[0])
         # only the index member is looked up: on object storage each lookup of a
@@ -261,7 +262,7 @@ class AnnDataContainer:
             documents[path or "/"] = self._metadata(node, path)
             if is_group(node):
                 for name in children(node):
-                    documents[f"{path}/{name}"] = self._metadata(node[name], name)
+                    documents[f"{path}/{name}"] = self._metadata(child(node, name), name)
         digest = hashlib.sha256(
             json.dumps(documents, sort_keys=True, default=str).encode()
         ).hexdigest()

@@ -18,7 +18,7 @@ import pandas as pd
 
 from cytearc_vfs.format.store_keys import key_problem
 
-from .encodings import Encoding
+from .encodings import LEGACY_CATEGORIES, Encoding, column_order
 from .errors import MalformedElementError, UnsupportedElementError
 from .matrices import SparseMatrixElement
 from .nodes import attribute, child, is_group, read_values
@@ -42,10 +42,6 @@ class SkippedColumn(NamedTuple):
     """The column's element path (``obs/cell_type``)."""
     reason: str
     """The error that reading it raised: what the element holds and what is wrong."""
-
-
-#: The reserved subgroup of legacy categorical labels.
-LEGACY_CATEGORIES = "__categories"
 
 
 def index_name(node: Any, path: str) -> str:
@@ -87,7 +83,7 @@ def column_names(
     reason and not looked up.
     """
     index = index_name(node, path)
-    order = attribute(node, "column-order", [])
+    order = column_order(node, index)
     if isinstance(order, str):  # h5py returns a single-column order as a plain string
         order = [order]
     if not isinstance(order, list) or not all(isinstance(name, str) for name in order):

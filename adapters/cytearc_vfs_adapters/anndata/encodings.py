@@ -19,9 +19,21 @@ from typing import Any
 import numpy as np
 
 from .errors import UnsupportedElementError
-from .nodes import attribute, child, is_group
+from .nodes import attribute, child, children, is_group
 
-__all__ = ["KNOWN_VERSIONS", "MATRIX_TYPES", "Encoding", "classify", "shape_of"]
+__all__ = [
+    "KNOWN_VERSIONS",
+    "LEGACY_CATEGORIES",
+    "MATRIX_TYPES",
+    "Encoding",
+    "classify",
+    "column_order",
+    "shape_of",
+]
+
+#: The reserved subgroup of a legacy (0.1.0) dataframe holding its categorical
+#: columns' labels; not a column.
+LEGACY_CATEGORIES = "__categories"
 
 #: The versions of each encoding this layer reads (the spec's table, plus
 #: ``rec-array``, which anndata < 0.7 wrote for obs and var).
@@ -189,7 +201,7 @@ def shape_of(node: Any, encoding: Encoding) -> tuple[int, ...] | None:
         if member is None:
             return None
         rows = shape_of(member, classify(member, ""))
-        columns = attribute(node, "column-order", [])
+        columns = column_order(node, str(index))
         return (rows[0] if rows else 0, len(columns) if isinstance(columns, list) else 0)
     if kind == "awkward-array":
         length = attribute(node, "length")
@@ -199,3 +211,17 @@ def shape_of(node: Any, encoding: Encoding) -> tuple[int, ...] | None:
     if is_group(node):
         return None
     return tuple(int(n) for n in node.shape) if node.shape is not None else ()
+
+
+def column_order(node: Any, index: str) -> Any:
+    """A dataframe group's columns in order, as stated: its ``column-order`` attribute
+    (a plain string where h5py gives one column so; checked by the reader).
+
+    A group without the attribute (anndata 0.7's attribute-less dataframes,
+    classified by their ``_index``) has as columns its members other than the
+    index and the legacy ``__categories`` labels, by name: reading none of them
+    would drop them silently.
+    """
+    if "column-order" in node.attrs:
+        return attribute(node, "column-order")
+    return [name for name in children(node) if name not in (index, LEGACY_CATEGORIES)]

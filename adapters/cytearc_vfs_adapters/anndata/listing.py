@@ -18,7 +18,7 @@ from typing import Any
 from .dataframes import LEGACY_CATEGORIES
 from .encodings import Encoding, classify, shape_of
 from .errors import UnsupportedElementError
-from .nodes import attribute, children, is_group
+from .nodes import attribute, child, children, is_group
 
 __all__ = ["ElementInfo", "list_elements"]
 
@@ -100,4 +100,4 @@ def _walk(node: Any, path: str, found: list[ElementInfo]) -> None:
         for name in children(node):
             if encoding.type == "dataframe" and name == LEGACY_CATEGORIES:
                 continue  # the labels of legacy categorical columns, shown with them
-            _walk(node[name], f"{path}/{name}" if path else name, found)
+            _walk(child(node, name), f"{path}/{name}" if path else name, found)

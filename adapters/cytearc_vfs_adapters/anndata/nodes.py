@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
+
+from .errors import MalformedElementError
 
 __all__ = [
     "HDF5_MAGIC",
@@ -30,6 +32,7 @@ __all__ = [
     "is_group",
     "is_h5ad_path",
     "open_container",
+    "own_metadata",
     "read_values",
     "text_values",
 ]
@@ -70,13 +73,13 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     what the root is.
     """
     if isinstance(location, zarr.Group):
-        return Container(location, str(location.store_path), "zarr", location.metadata.zarr_format)
+        root = own_metadata(location)
+        return Container(root, str(location.store_path), "zarr", location.metadata.zarr_format)
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
-        h5py = _h5py()
         path = Path(os.fspath(location)).absolute()
-        return Container(h5py.File(path, "r"), str(path), "hdf5", None)
+        return Container(_open_h5(path), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
     where = describe_location(location)
@@ -112,6 +115,24 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     return Container(root, where, "zarr", root.metadata.zarr_format)
 
 
+def own_metadata(node: Any) -> Any:
+    """``node`` without the consolidated metadata its own document may carry inline.
+
+    zarr 3 writes a copy of a subtree's metadata into a group's ``zarr.json``
+    (``consolidated_metadata``), also below the root: ``del group[name]`` on a
+    group opened through a consolidated root leaves one there, and a later
+    ``consolidate_metadata`` of the root does not refresh it. A group that keeps
+    it answers ``group[name]`` and lists its members from that copy, so a
+    member added since is missing and one deleted since is still there. Each
+    member is read from its own document instead (one request per lookup, as
+    for a group without the copy); no I/O here.
+    """
+    if isinstance(node, zarr.Group) and node.metadata.consolidated_metadata is not None:
+        metadata = replace(node.metadata, consolidated_metadata=None)
+        return zarr.Group(zarr.AsyncGroup(metadata=metadata, store_path=node.store_path))
+    return node
+
+
 def is_group(node: Any) -> bool:
     """Whether ``node`` is a group (zarr or h5py), as opposed to an array."""
     return not hasattr(node, "dtype")
@@ -123,9 +144,13 @@ def children(group: Any) -> list[str]:
 
 
 def child(group: Any, name: str) -> Any | None:
-    """Member ``name`` of ``group`` (a path with ``/`` is followed), or ``None``."""
+    """Member ``name`` of ``group`` (a path with ``/`` is followed), or ``None``.
+
+    Every lookup of the element layer goes through here, so a group is never
+    read through a consolidated copy (:func:`own_metadata`).
+    """
     try:
-        return group[name]
+        return own_metadata(group[name])
     except KeyError:
         return None
 
@@ -151,6 +176,28 @@ def attribute(node: Any, name: str, default: Any = None) -> Any:
     if name not in node.attrs:
         return default
     return _plain(node.attrs[name])
+
+
+def _open_h5(path: Path) -> Any:
+    """The HDF5 file at ``path``, opened read-only.
+
+    A file that starts with the HDF5 signature but that HDF5 cannot open (cut
+    short by an interrupted copy, or damaged) is refused as the damaged input
+    it is, naming the file; a failure of the system (the operating system's
+    errno in HDF5's message, such as permission denied) stays an ``OSError``.
+    """
+    h5py = _h5py()
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        detail = str(exc)
+        if exc.errno is not None or "errno =" in detail:
+            raise
+        cause = "truncated" if "truncated file" in detail else "damaged"
+        raise MalformedElementError(
+            f"{path} is an HDF5 file that cannot be opened: it is {cause} (HDF5: {detail}). "
+            "Restore it from a copy or download it again, or write it again with anndata"
+        ) from exc
 
 
 def _h5py() -> Any:

@@ -68,7 +68,9 @@ class ElementReader:
         encoding = classify(node, path)
         kind = encoding.type
         if kind in ("anndata", "raw", "dict"):
-            return {name: self.read(node[name], _join(path, name)) for name in children(node)}
+            return {
+                name: self.read(child(node, name), _join(path, name)) for name in children(node)
+            }
         if kind == "dataframe":
             return read_dataframe(self, node, path, encoding)
         if kind in ("csr_matrix", "csc_matrix"):

@@ -1,0 +1,132 @@
+"""AnnData sources whose sparse arrays are damaged: a composite refuses them by name.
+
+A decreasing ``indptr``, one that runs past the entries stored, or arrays whose
+lengths disagree with the element's shape are each refused with a
+``RecordShapeError`` that names the source, the element and the remedy (the
+command line exits 3), never numpy's own message, and no composite is left.
+``write_counts`` refuses the same files through the element layer
+(``MalformedElementError``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import zarr
+from anndata_files import write_anndata_zarr
+from cytearc_vfs_adapters.anndata import MalformedElementError
+
+import cytearc_vfs as cv
+from cytearc_vfs.cli import main
+from cytearc_vfs.errors import RecordShapeError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+def source(tmp_path: Path, encoding: str, zarr_format: int = 3) -> Path:
+    """A 6 x 5 AnnData whose X (``encoding``) stores one entry per major."""
+    matrix: Any = {"csr": sp.csr_matrix, "csc": sp.csc_matrix}[encoding](
+        np.eye(6, 5, dtype=np.float32) * 3
+    )
+    data = ad.AnnData(
+        X=matrix,
+        obs=pd.DataFrame(index=[f"c{i}" for i in range(6)]),
+        var=pd.DataFrame(index=[f"g{i}" for i in range(5)]),
+    )
+    return write_anndata_zarr(data, tmp_path / f"{encoding}.zarr", zarr_format)
+
+
+def damage_indptr(path: Path, case: str) -> None:
+    """Rewrite ``X/indptr`` in place (same shape and dtype)."""
+    indptr = zarr.open_array(path / "X" / "indptr", mode="r+")
+    values = indptr[:]
+    if case == "decreasing":
+        values[2], values[3] = values[3], values[2]
+    elif case == "past-the-entries":
+        values[-1] += 5
+    else:  # "not-from-zero"
+        values[0] = 1
+    indptr[:] = values
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("encoding", ["csr", "csc"])
+@pytest.mark.parametrize("case", ["decreasing", "past-the-entries", "not-from-zero"])
+def test_a_damaged_indptr_is_refused_naming_the_source(
+    tmp_path: Path, case: str, encoding: str, zarr_format: int
+) -> None:
+    path = source(tmp_path, encoding, zarr_format)
+    damage_indptr(path, case)
+    axis = "row" if encoding == "csr" else "column"
+    with pytest.raises(
+        RecordShapeError,
+        match=(
+            rf"^source 's' at .*{encoding}\.zarr: the AnnData element 'X' \({encoding}_matrix, "
+            rf"shape \(6, 5\)\) has an indptr that is no range of its 5 stored entries: "
+            rf"indptr\[\d:\d\] = -?\d+, \d+ for {axis} \d .*the source is damaged\. Write it "
+            "again with anndata, or restore it"
+        ),
+    ):
+        cv.create_composite(tmp_path / "c.zarr", {"s": path})
+    assert not (tmp_path / "c.zarr").exists()
+    if case != "not-from-zero":  # the element layer reads such an indptr as scipy does
+        with pytest.raises(MalformedElementError, match="element X: indptr"):
+            cv.write_counts(tmp_path / "w.zarr", path)
+
+
+def test_the_command_line_exits_3_naming_the_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = source(tmp_path, "csr")
+    damage_indptr(path, "decreasing")
+    assert main(["composite", str(tmp_path / "c.zarr"), f"s={path}", "--json"]) == 3
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["category"] == "damaged" and answer["error"] == "RecordShapeError"
+    assert answer["message"].startswith("source 's' at ") and "indptr[2:4] = " in answer["message"]
+
+
+@pytest.mark.parametrize("member", ["indptr", "indices"])
+def test_arrays_whose_lengths_disagree_with_the_shape_are_refused_at_binding(
+    tmp_path: Path, member: str
+) -> None:
+    """Found from the documents: no value is read."""
+    path = source(tmp_path, "csr")
+    x = zarr.open_group(path / "X", mode="a", use_consolidated=False)
+    values = x[member][:]
+    del x[member]
+    x.create_array(member, data=values[:-1])
+    with pytest.raises(
+        RecordShapeError,
+        match=r"^source 's' at .*: the AnnData element 'X' \(csr_matrix, shape \(6, 5\)\) has "
+        + (
+            r"indptr of shape \(6,\), not \(7,\): "
+            if member == "indptr"
+            else r"indices of shape \(4,\) and data \(5,\), not one length: "
+        )
+        + "the source is damaged",
+    ):
+        cv.create_composite(tmp_path / "c.zarr", {"s": path})
+
+
+def test_a_source_damaged_after_open_is_refused_on_the_read(tmp_path: Path) -> None:
+    """Reads check the ``indptr`` entries of the majors they read: a read through a
+    composite opened before the damage raises the same error (creation read every
+    major, so it was whole then)."""
+    path = source(tmp_path, "csr")
+    cv.create_composite(tmp_path / "c.zarr", {"s": path}).close()
+    store = cv.open_store(tmp_path / "c.zarr")
+    reader = store.reader()
+    damage_indptr(path, "decreasing")
+    np.testing.assert_array_equal(reader.read([0], [0]), [[3]])  # row 0 is whole
+    with pytest.raises(RecordShapeError, match=r"indptr\[2:4\] = 3, 2 for row 2"):
+        reader.read([2, 5])
+    with pytest.raises(RecordShapeError, match="for row 2"):
+        reader.read_sparse(cells=[1, 2])
+    store.close()
