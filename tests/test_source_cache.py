@@ -18,6 +18,7 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from conftest import realistic_counts
+from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 
 import cytearc_vfs as cv
@@ -580,3 +581,68 @@ def test_deep_verify_of_an_open_remote_mount_keeps_its_credentials(
     reports = deep_verify(backing, where="m.zarr", source_storage_options=options)
     assert reports and all(r.ok for r in reports)
     mount.close()
+
+
+# ------------------------------------------------- bytes damaged on the way
+
+
+def _proxied(
+    tmp_path: Path, remote_sources: RemoteSources, proxy: LoopbackProxy
+) -> cv.CompositeStore:
+    """The composite of ``remote_sources``, its sources read through ``proxy``."""
+    sources, options, _ = remote_sources
+    cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=options)
+    through = {name: {**opts, "endpoint": proxy.endpoint} for name, opts in options.items()}
+    store = cv.open_store(tmp_path / "c.zarr", source_storage_options=through)
+    assert isinstance(store, cv.CompositeStore)
+    return store
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("how", ["flip", "short"])
+def test_a_shard_damaged_on_the_way_is_fetched_again_not_cached(
+    tmp_path: Path, remote_sources: RemoteSources, s3_server: S3Server, how: str
+) -> None:
+    _, _, expected = remote_sources
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        store = _proxied(tmp_path, remote_sources, proxy)
+        proxy.take()
+        proxy.corrupt(1, how=how, match="/c/")  # exactly one answer of a shard damaged
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        assert proxy.faulted == 1
+        first = store.cache_info()
+        assert first.refetches == 1
+        gets = [seen.path for seen in proxy.take() if seen.method == "GET"]
+        assert len(gets) == len(set(gets)) + 1  # one shard fetched twice, the rest once
+        # the damaged bytes were not kept: a fresh reader reads it all from the cache
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        assert [seen for seen in proxy.take() if "/c/" in seen.path] == []
+        assert store.cache_info().misses == first.misses
+        assert store.cache_info().refetches == 1
+        store.close()
+    finally:
+        proxy.close()
+
+
+@pytest.mark.remote
+def test_a_shard_damaged_at_every_fetch_is_named_as_such(
+    tmp_path: Path, remote_sources: RemoteSources, s3_server: S3Server
+) -> None:
+    _, _, expected = remote_sources
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        store = _proxied(tmp_path, remote_sources, proxy)
+        proxy.corrupt(1000, match="/c/")
+        with pytest.raises(cv.RecordShapeError) as caught:
+            store.reader().read()
+        message = str(caught.value)
+        assert "again when fetched anew from the source" in message
+        assert "stored bytes are damaged, or every transfer" in message
+        assert "cytearc-vfs verify" in message
+        assert store.cache_info().refetches >= 1
+        proxy.clear()  # the transfers heal: the same store reads right, nothing damaged kept
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        store.close()
+    finally:
+        proxy.close()
