@@ -3,6 +3,7 @@ mounts over a real S3 API server on loopback."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -268,12 +269,37 @@ def test_owner_records_guard_against_reused_pids_and_reboots() -> None:
     stat_fields = Path(f"/proc/{os.getpid()}/stat").read_text()
     started = stat_fields[stat_fields.rfind(")") + 2 :].split()[19]
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    me = {"pid": os.getpid(), "boot_id": boot, "start_time": started}
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    me = {"pid": os.getpid(), "pid_ns": namespace, "boot_id": boot, "start_time": started}
     assert not owner_is_gone(me)
     assert owner_is_gone({**me, "start_time": str(int(started) + 1)})  # the pid was reused
     assert owner_is_gone({**me, "boot_id": "another-boot"})  # recorded before a restart
     assert not owner_is_gone({**me, "start_time": None})  # unknown: kept
     assert not owner_is_gone({"pid": "12"}) and not owner_is_gone(None)
+    # another pid namespace's ids name other processes here: kept, whatever they name
+    assert not owner_is_gone({**me, "pid_ns": namespace + 1, "start_time": "1"})
+    assert not owner_is_gone({**me, "pid": 1, "pid_ns": namespace + 1})
+    # a record without one (an older version) is uncertain too, unless from another boot
+    unrecorded = {key: value for key, value in me.items() if key != "pid_ns"}
+    assert not owner_is_gone({**unrecorded, "start_time": str(int(started) + 1)})
+    assert owner_is_gone({**unrecorded, "boot_id": "another-boot"})
+
+
+def test_the_cache_of_a_process_in_another_pid_namespace_is_kept(tmp_path: Path) -> None:
+    """A container or ``unshare -p`` sharing TMPDIR: its owner record says pid 1, which
+    here is init, started at another time; its cache is alive and must stay."""
+    directory = tmp_path / "cytearc-source-cache-contained"
+    directory.mkdir()
+    (directory / "entry").write_bytes(b"x")
+    here = os.stat("/proc/self/ns/pid").st_ino
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    record = {"pid": 1, "pid_ns": here + 1, "boot_id": boot, "start_time": "999999999"}
+    (directory / OWNER_FILE).write_text(json.dumps(record))
+    assert sweep_orphans(str(tmp_path)) == []
+    assert (directory / "entry").is_file()
+    # in this namespace, a pid now held by a process started at another time: gone
+    (directory / OWNER_FILE).write_text(json.dumps({**record, "pid": os.getpid(), "pid_ns": here}))
+    assert sweep_orphans(str(tmp_path)) == [str(directory)]
 
 
 # ------------------------------------------------------- remote composites
