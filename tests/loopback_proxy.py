@@ -136,7 +136,8 @@ class LoopbackProxy:
                     self.send_response(fault[3])
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":  # an answer to HEAD has no body
+                        self.wfile.write(payload)
                     return
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
