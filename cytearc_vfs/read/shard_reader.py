@@ -22,7 +22,6 @@ hundreds of small chunks.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 from collections.abc import Awaitable
@@ -38,6 +37,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ..encoding.row_frames import rows_per_frame
 from ..errors import RecordShapeError
+from ..format.gathering import gather_all
 from ..format.shard_tables import ShardTable, read_shard_table
 from ..remote.cached_store import forget_failed
 from . import range_requests
@@ -280,13 +280,13 @@ class ShardedReader:
                 if self._whole_share(shard, n, len(col_chunks)) >= WHOLE_SHARD_SHARE
                 or self._small(shard)
             ]
-            found = await asyncio.gather(
+            found = await gather_all(
                 *(self._checked(shard, self._whole) for shard in dense),
                 *(self._checked(shard, self._index) for shard, _ in missing if shard not in dense),
             )
             wholes = dict(zip(dense, found[: len(dense)], strict=True))
         elif missing:
-            await asyncio.gather(*(self._index(shard) for shard, _ in missing))
+            await gather_all(*(self._index(shard) for shard, _ in missing))
         # Shards are planned here, without a task each: once the indexes are
         # known a read's planning is pure computation.
         jobs: list[Awaitable[None]] = []
@@ -325,7 +325,7 @@ class ShardedReader:
                         wholes.get(shard_row),
                     )
                 )
-        await asyncio.gather(*jobs)
+        await gather_all(*jobs)
         return decoded
 
     async def _checked(self, shard_row: int, attempt: Any, *args: Any) -> Any:
@@ -393,7 +393,7 @@ class ShardedReader:
                     max_requests=MAX_RANGE_REQUESTS if self._joined or self._blocks else None,
                     max_gap=SMALL_GAP_BYTES,
                 )
-                fetched_runs = await asyncio.gather(
+                fetched_runs = await gather_all(
                     *(self._store.get(key, prototype, RangeByteRequest(a, b)) for a, b, _ in runs)
                 )
                 for (start, _, members), buffer in zip(runs, fetched_runs, strict=True):

@@ -51,6 +51,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
+from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
 from ..format.object_listing import list_recursive, list_unless_refused
@@ -217,7 +218,7 @@ class SourceReadWrapper(KeyCheckedWrapperStore):
     ) -> list[Buffer | None]:
         # every key is checked before any is fetched
         requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
-        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
+        return list(await gather_all(*(self.get(key, prototype, rng) for key, rng in requests)))
 
     async def get_ranges(
         self,
@@ -510,7 +511,7 @@ def pin_arrays(store: Store, arrays: Iterable[str]) -> int:
     pinned = found
 
     async def pin_all() -> list[int]:
-        return list(await asyncio.gather(*(pinned.pin_listing(array) for array in arrays)))
+        return list(await gather_all(*(pinned.pin_listing(array) for array in arrays)))
 
     return sum(sync(pin_all()))
 
