@@ -236,13 +236,14 @@ class ShardedReader:
         else:
             if len(data) != self._index_bytes:
                 raise failed_check(
-                    f"shard {shard_row} of {self._label} has an index of {len(data)} bytes, "
-                    f"not {self._index_bytes}"
+                    f"{self._label}: shard {self._key(shard_row)} has an index of {len(data)} "
+                    f"bytes, not {self._index_bytes}"
                 )
             body, checksum = data[:-4], data[-4:]
             if np.frombuffer(checksum, dtype="<u4")[0] != google_crc32c.value(body):
                 raise failed_check(
-                    f"shard {shard_row} of {self._label} has an index whose crc32c does not match"
+                    f"{self._label}: shard {self._key(shard_row)} has an index whose crc32c does "
+                    "not match"
                 )
             if self._table is not None:  # a damaged index is named as such first
                 self._table.check_index(
