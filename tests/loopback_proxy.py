@@ -121,7 +121,10 @@ class LoopbackProxy:
                     self._control()
                     return
                 seen = proxy._record(self)
-                fault = proxy._fault(self.path)
+                fault = proxy._fault(self.path, self.command)
+                damage = None
+                if fault is not None and fault[0] in ("flip", "short"):
+                    damage, fault = fault[0], None  # forwarded, then its answer damaged
                 if fault is not None:
                     self.rfile.read(int(self.headers.get("Content-Length") or 0))
                     if fault[0] == "drop":  # the connection reset, no answer at all
@@ -133,7 +136,8 @@ class LoopbackProxy:
                     self.send_response(fault[3])
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":  # an answer to HEAD has no body
+                        self.wfile.write(payload)
                     return
                 if proxy.hang:
                     proxy._release.wait()  # accept, never answer
@@ -149,6 +153,15 @@ class LoopbackProxy:
                     upstream.request(self.command, self.path, body=body, headers=headers)
                     response = upstream.getresponse()
                     payload = response.read()
+                    if damage == "flip" and payload:  # one byte flipped in the middle
+                        middle = len(payload) // 2
+                        payload = (
+                            payload[:middle]
+                            + bytes([payload[middle] ^ 0xFF])
+                            + payload[middle + 1 :]
+                        )
+                    elif damage == "short":  # a consistent but shorter answer
+                        payload = payload[: len(payload) // 2]
                     if proxy.rate and self.command != "HEAD":
                         time.sleep(len(payload) / proxy.rate)  # the body's time on the wire
                     proxy._count(0 if self.command == "HEAD" else len(payload))
@@ -251,6 +264,14 @@ class LoopbackProxy:
         with self._lock:
             self._faults.append(["drop", count, match, 0])
 
+    def corrupt(self, count: int, *, how: str = "flip", match: str = "") -> None:
+        """Damage the answers to the next ``count`` GET requests whose path holds ``match``:
+        ``"flip"`` inverts the middle byte of the body, ``"short"`` answers its first half
+        (with a Content-Length to match), as a faulty proxy or link might."""
+        assert how in ("flip", "short"), how
+        with self._lock:
+            self._faults.append([how, count, match, 0])
+
     def on(
         self, count: int, action: Callable[[], object], *, methods: str = "PUT POST DELETE"
     ) -> None:
@@ -265,10 +286,11 @@ class LoopbackProxy:
             self._faults.clear()
             self._actions.clear()
 
-    def _fault(self, path: str) -> list[Any] | None:
+    def _fault(self, path: str, method: str) -> list[Any] | None:
         with self._lock:
             for fault in self._faults:
-                if fault[1] > 0 and fault[2] in path:
+                damages = fault[0] in ("flip", "short")
+                if fault[1] > 0 and fault[2] in path and (method == "GET" or not damages):
                     fault[1] -= 1
                     self.faulted += 1
                     return fault

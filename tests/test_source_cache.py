@@ -3,6 +3,7 @@ mounts over a real S3 API server on loopback."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -18,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from conftest import realistic_counts
+from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 
 import cytearc_vfs as cv
@@ -267,12 +269,37 @@ def test_owner_records_guard_against_reused_pids_and_reboots() -> None:
     stat_fields = Path(f"/proc/{os.getpid()}/stat").read_text()
     started = stat_fields[stat_fields.rfind(")") + 2 :].split()[19]
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    me = {"pid": os.getpid(), "boot_id": boot, "start_time": started}
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    me = {"pid": os.getpid(), "pid_ns": namespace, "boot_id": boot, "start_time": started}
     assert not owner_is_gone(me)
     assert owner_is_gone({**me, "start_time": str(int(started) + 1)})  # the pid was reused
     assert owner_is_gone({**me, "boot_id": "another-boot"})  # recorded before a restart
     assert not owner_is_gone({**me, "start_time": None})  # unknown: kept
     assert not owner_is_gone({"pid": "12"}) and not owner_is_gone(None)
+    # another pid namespace's ids name other processes here: kept, whatever they name
+    assert not owner_is_gone({**me, "pid_ns": namespace + 1, "start_time": "1"})
+    assert not owner_is_gone({**me, "pid": 1, "pid_ns": namespace + 1})
+    # a record without one (an older version) is uncertain too, unless from another boot
+    unrecorded = {key: value for key, value in me.items() if key != "pid_ns"}
+    assert not owner_is_gone({**unrecorded, "start_time": str(int(started) + 1)})
+    assert owner_is_gone({**unrecorded, "boot_id": "another-boot"})
+
+
+def test_the_cache_of_a_process_in_another_pid_namespace_is_kept(tmp_path: Path) -> None:
+    """A container or ``unshare -p`` sharing TMPDIR: its owner record says pid 1, which
+    here is init, started at another time; its cache is alive and must stay."""
+    directory = tmp_path / "cytearc-source-cache-contained"
+    directory.mkdir()
+    (directory / "entry").write_bytes(b"x")
+    here = os.stat("/proc/self/ns/pid").st_ino
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    record = {"pid": 1, "pid_ns": here + 1, "boot_id": boot, "start_time": "999999999"}
+    (directory / OWNER_FILE).write_text(json.dumps(record))
+    assert sweep_orphans(str(tmp_path)) == []
+    assert (directory / "entry").is_file()
+    # in this namespace, a pid now held by a process started at another time: gone
+    (directory / OWNER_FILE).write_text(json.dumps({**record, "pid": os.getpid(), "pid_ns": here}))
+    assert sweep_orphans(str(tmp_path)) == [str(directory)]
 
 
 # ------------------------------------------------------- remote composites
@@ -580,3 +607,68 @@ def test_deep_verify_of_an_open_remote_mount_keeps_its_credentials(
     reports = deep_verify(backing, where="m.zarr", source_storage_options=options)
     assert reports and all(r.ok for r in reports)
     mount.close()
+
+
+# ------------------------------------------------- bytes damaged on the way
+
+
+def _proxied(
+    tmp_path: Path, remote_sources: RemoteSources, proxy: LoopbackProxy
+) -> cv.CompositeStore:
+    """The composite of ``remote_sources``, its sources read through ``proxy``."""
+    sources, options, _ = remote_sources
+    cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=options)
+    through = {name: {**opts, "endpoint": proxy.endpoint} for name, opts in options.items()}
+    store = cv.open_store(tmp_path / "c.zarr", source_storage_options=through)
+    assert isinstance(store, cv.CompositeStore)
+    return store
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("how", ["flip", "short"])
+def test_a_shard_damaged_on_the_way_is_fetched_again_not_cached(
+    tmp_path: Path, remote_sources: RemoteSources, s3_server: S3Server, how: str
+) -> None:
+    _, _, expected = remote_sources
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        store = _proxied(tmp_path, remote_sources, proxy)
+        proxy.take()
+        proxy.corrupt(1, how=how, match="/c/")  # exactly one answer of a shard damaged
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        assert proxy.faulted == 1
+        first = store.cache_info()
+        assert first.refetches == 1
+        gets = [seen.path for seen in proxy.take() if seen.method == "GET"]
+        assert len(gets) == len(set(gets)) + 1  # one shard fetched twice, the rest once
+        # the damaged bytes were not kept: a fresh reader reads it all from the cache
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        assert [seen for seen in proxy.take() if "/c/" in seen.path] == []
+        assert store.cache_info().misses == first.misses
+        assert store.cache_info().refetches == 1
+        store.close()
+    finally:
+        proxy.close()
+
+
+@pytest.mark.remote
+def test_a_shard_damaged_at_every_fetch_is_named_as_such(
+    tmp_path: Path, remote_sources: RemoteSources, s3_server: S3Server
+) -> None:
+    _, _, expected = remote_sources
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        store = _proxied(tmp_path, remote_sources, proxy)
+        proxy.corrupt(1000, match="/c/")
+        with pytest.raises(cv.RecordShapeError) as caught:
+            store.reader().read()
+        message = str(caught.value)
+        assert "again when fetched anew from the source" in message
+        assert "stored bytes are damaged, or every transfer" in message
+        assert "cytearc-vfs verify" in message
+        assert store.cache_info().refetches >= 1
+        proxy.clear()  # the transfers heal: the same store reads right, nothing damaged kept
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        store.close()
+    finally:
+        proxy.close()

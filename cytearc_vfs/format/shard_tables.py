@@ -42,6 +42,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, ObjectStore
 
 from ..errors import IdentityMismatchError, RecordShapeError
+from .gathering import gather_all
 from .object_keys import store_key
 from .object_listing import list_recursive
 
@@ -221,7 +222,7 @@ async def _scan_any(store: Store, array_path: str, shards: int, *, tails: bool) 
                 tail = got.to_bytes()
         found.record(shard, size, tail)
 
-    await asyncio.gather(*(one(key) for key in sizes))
+    await gather_all(*(one(key) for key in sizes))
     return found
 
 

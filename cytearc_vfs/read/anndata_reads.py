@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from zarr.core.array import AsyncArray
 
 from ..errors import RecordShapeError, UnsupportedSourceError
+from ..format.gathering import gather_all
 from .anndata_elements import MatrixElement
 from .cell_plan import CellPlan
 from .decode_threads import hand_over
@@ -129,7 +130,7 @@ class ElementReads:
                             lookup,
                         )
                     )
-            await asyncio.gather(*placing)
+            await gather_all(*placing)
         if len(repeated_cols):
             out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
                 np.ix_(first_rows, repeated_cols[:, 1])
@@ -265,7 +266,7 @@ class ElementReads:
                 )
             kept_minor.append(minor)
             kept_values.append(values)
-        await asyncio.gather(*sorts)
+        await gather_all(*sorts)
         per_major = np.concatenate(counts) if counts else np.zeros(len(majors), dtype=np.int64)
         indptr = np.zeros(len(majors) + 1, dtype=np.int64)
         np.cumsum(per_major, out=indptr[1:])
@@ -301,9 +302,11 @@ class ElementReads:
 
         async def read(first: int, stop: int) -> tuple[tuple[npt.NDArray[Any], int], ...]:
             more = stop < len(majors)  # the next batch starts in this one's last chunk
-            return await asyncio.gather(
-                self._read_ranges("indices", starts[first:stop], ends[first:stop], more),
-                self._read_ranges("data", starts[first:stop], ends[first:stop], more),
+            return tuple(
+                await gather_all(
+                    self._read_ranges("indices", starts[first:stop], ends[first:stop], more),
+                    self._read_ranges("data", starts[first:stop], ends[first:stop], more),
+                )
             )
 
         pending = asyncio.ensure_future(read(cuts[0], cuts[1]))

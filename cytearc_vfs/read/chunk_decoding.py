@@ -29,12 +29,24 @@ from ..encoding.row_frames import frame_index
 from ..errors import RecordShapeError
 from .decode_threads import thread_decompressor, thread_scratch
 
-__all__ = ["WIDE_ROW_BYTES", "ChunkDecoder", "PendingRows"]
+__all__ = ["WIDE_ROW_BYTES", "ChunkDecoder", "PendingRows", "failed_check"]
 
 # One-row blocks at least this wide are decoded straight into their strip
 # rows: a decode call per row costs under 2 % of decoding it, and the strip
 # is spared a copy; narrower rows are decoded a strip at a time.
 WIDE_ROW_BYTES = 64 << 10
+
+
+def failed_check(check: str) -> RecordShapeError:
+    """The error for stored bytes that fail their check (``check`` says which, and how).
+
+    The error keeps ``check`` as its attribute ``check``: a reader of a
+    remote source fetches such bytes once more (they may have been damaged
+    on the way) and, if they fail again, says so in words of its own.
+    """
+    error = RecordShapeError(f"{check}; the array is damaged. Re-import the dataset")
+    error.check = check  # type: ignore[attr-defined]
+    return error
 
 
 class PendingRows(NamedTuple):
@@ -91,10 +103,7 @@ class ChunkDecoder:
 
     def _undecodable(self, exc: Exception) -> RecordShapeError:
         """The error for an inner chunk that does not decode (``exc`` says why)."""
-        return RecordShapeError(
-            f"an inner chunk of {self._path} does not decode ({exc}); the array is damaged. "
-            "Re-import the dataset"
-        )
+        return failed_check(f"an inner chunk of {self._path} does not decode ({exc})")
 
     def decode(
         self,

@@ -50,6 +50,7 @@ from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import VfsError
+from ..format.gathering import gather_all
 from .decode_threads import hand_over, thread_decompressor, thread_scratch
 from .local_shards import local_files
 from .placement import as_slice
@@ -456,7 +457,7 @@ class DirectChunks:
                     counters.add(nbytes=len(data), requests=1)
                 decode(position, data)
 
-            await asyncio.gather(*(hand_over(read_and_decode, p) for p in range(len(chunks))))
+            await gather_all(*(hand_over(read_and_decode, p) for p in range(len(chunks))))
             return
         if self._sharding is None:
 
@@ -466,7 +467,7 @@ class DirectChunks:
                     buffer = await self._store.get(key, prototype)
                 await one(position, None if buffer is None else buffer.as_numpy_array())
 
-            await asyncio.gather(*(fetch(p) for p in range(len(chunks))))
+            await gather_all(*(fetch(p) for p in range(len(chunks))))
             return
         per_shard = np.asarray(self._sharding.per_shard)
         shard_coords = coords // per_shard
@@ -493,7 +494,7 @@ class DirectChunks:
                     gate,
                 )
             )
-        await asyncio.gather(*tasks)
+        await gather_all(*tasks)
 
     async def _shard(
         self,
@@ -514,13 +515,13 @@ class DirectChunks:
             async with gate:
                 buffer = await self._store.get(key, prototype)
             if buffer is None:
-                await asyncio.gather(*(one(int(p), None) for p in positions))
+                await gather_all(*(one(int(p), None) for p in positions))
                 return
             whole = buffer.as_numpy_array()
             size = sharding.index_bytes
             raw = whole[-size:] if sharding.at_end else whole[:size]
             index = self._indexes[shard] = self._parse_index(raw, key)
-            await asyncio.gather(
+            await gather_all(
                 *(
                     one(int(p), self._inner(whole, index[int(i)]))
                     for p, i in zip(positions, inner, strict=True)
@@ -536,7 +537,7 @@ class DirectChunks:
             async with gate:
                 buffer = await self._store.get(key, prototype, request)
             if buffer is None:
-                await asyncio.gather(*(one(int(p), None) for p in positions))
+                await gather_all(*(one(int(p), None) for p in positions))
                 return
             index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
         stored = [
@@ -551,7 +552,7 @@ class DirectChunks:
                 for number, part in batch:
                     p = present[number][0]
                     tasks.append(one(p, None if part is None else part.as_numpy_array()))
-        await asyncio.gather(*tasks)
+        await gather_all(*tasks)
 
     @staticmethod
     def _inner(whole: npt.NDArray[Any], entry: npt.NDArray[np.uint64]) -> Any:

@@ -30,6 +30,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
 
+from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
 from ..format.source_store import contents_documents
@@ -264,14 +265,14 @@ async def fetch_documents(
         wanted = [key for key in wanted if key not in documents]
         if listing is not None:
             wanted = [key for key in wanted if key in listing]
-        await asyncio.gather(*(fetch(key) for key in wanted))
+        await gather_all(*(fetch(key) for key in wanted))
     else:
-        listing, *_ = await asyncio.gather(listed(), *(fetch(key) for key in wanted))
+        listing, *_ = await gather_all(listed(), *(fetch(key) for key in wanted))
     if listing is not None:
         later = [
             key for key in contents_documents(listing) if key in listing and key not in documents
         ]
-        await asyncio.gather(*(fetch(key) for key in later))
+        await gather_all(*(fetch(key) for key in later))
     return PrefetchedStore(store, documents, listing, tokens, limit=gate)
 
 

@@ -27,6 +27,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from ..format.gathering import gather_all
 from ..format.source_store import read_contents, refuse_pending_assays
 from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
@@ -354,7 +355,7 @@ class VirtualArrayReader:
             for index, cell_plan in enumerate(cell_plans)
             if cell_plan is not None and not plans[index].empty
         ]
-        await asyncio.gather(*tasks)
+        await gather_all(*tasks)
         return out
 
     async def _gather_sparse(self, cells: Indices, features: Indices) -> sp.csr_matrix:
@@ -366,7 +367,7 @@ class VirtualArrayReader:
             return sp.csr_matrix((len(cells), len(features)), dtype=self.dtype)
         cell_plans = await self._cell_plans(cells)
         plans = await self._feature_plans(unique)
-        shares = await asyncio.gather(
+        shares = await gather_all(
             *(
                 source_rows(
                     self._mapping.sources[index],

@@ -22,7 +22,6 @@ hundreds of small chunks.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 from collections.abc import Awaitable
@@ -38,9 +37,11 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ..encoding.row_frames import rows_per_frame
 from ..errors import RecordShapeError
+from ..format.gathering import gather_all
 from ..format.shard_tables import ShardTable, read_shard_table
+from ..remote.cached_store import forget_failed
 from . import range_requests
-from .chunk_decoding import ChunkDecoder
+from .chunk_decoding import ChunkDecoder, failed_check
 from .decode_threads import hand_over
 from .local_shards import LocalShardReader, local_files
 from .placement import Placement, chunk_runs
@@ -130,6 +131,7 @@ class ShardedReader:
         # every shard index read is compared with the table its writer recorded
         self._table = shard_table
         self._path = path
+        self._label = label or path
         self.shape = shape
         self.chunks = chunks
         self._per_shard = (shards[0] // chunks[0], shards[1] // chunks[1])
@@ -232,11 +234,16 @@ class ShardedReader:
         if data is None:
             index = None  # a shard never written holds only the fill value
         else:
+            if len(data) != self._index_bytes:
+                raise failed_check(
+                    f"{self._label}: shard {self._key(shard_row)} has an index of {len(data)} "
+                    f"bytes, not {self._index_bytes}"
+                )
             body, checksum = data[:-4], data[-4:]
             if np.frombuffer(checksum, dtype="<u4")[0] != google_crc32c.value(body):
-                raise RecordShapeError(
-                    f"shard {self._key(shard_row)} has an index whose crc32c does not match; the "
-                    "array is damaged. Re-import the dataset"
+                raise failed_check(
+                    f"{self._label}: shard {self._key(shard_row)} has an index whose crc32c does "
+                    "not match"
                 )
             if self._table is not None:  # a damaged index is named as such first
                 self._table.check_index(
@@ -274,13 +281,13 @@ class ShardedReader:
                 if self._whole_share(shard, n, len(col_chunks)) >= WHOLE_SHARD_SHARE
                 or self._small(shard)
             ]
-            found = await asyncio.gather(
-                *(self._whole(shard) for shard in dense),
-                *(self._index(shard) for shard, _ in missing if shard not in dense),
+            found = await gather_all(
+                *(self._checked(shard, self._whole) for shard in dense),
+                *(self._checked(shard, self._index) for shard, _ in missing if shard not in dense),
             )
             wholes = dict(zip(dense, found[: len(dense)], strict=True))
         elif missing:
-            await asyncio.gather(*(self._index(shard) for shard, _ in missing))
+            await gather_all(*(self._index(shard) for shard, _ in missing))
         # Shards are planned here, without a task each: once the indexes are
         # known a read's planning is pure computation.
         jobs: list[Awaitable[None]] = []
@@ -309,12 +316,50 @@ class ShardedReader:
                 jobs.append(hand_over(files.read, path, offsets, sizes, work))
             else:
                 jobs.append(
-                    self._fetch_and_decode(
-                        shard_row, index, offsets, sizes, work, wholes.get(shard_row)
+                    self._checked(
+                        shard_row,
+                        self._fetch_and_decode,
+                        index,
+                        offsets,
+                        sizes,
+                        work,
+                        wholes.get(shard_row),
                     )
                 )
-        await asyncio.gather(*jobs)
+        await gather_all(*jobs)
         return decoded
+
+    async def _checked(self, shard_row: int, attempt: Any, *args: Any) -> Any:
+        """``await attempt(shard_row, *args)``; if the shard's bytes fail their check and
+        the store reads a remote source, once more from the source (its cached bytes
+        dropped, and a shard the first attempt fetched whole fetched anew).
+
+        A transfer can damage bytes (a proxy, a faulty link) while the source
+        holds them intact; kept in the cache, they would fail every later read.
+        Placements are keyed by strip, so strips placed by the first attempt are
+        placed again, not twice.
+        """
+        try:
+            return await attempt(shard_row, *args)
+        except RecordShapeError as exc:
+            check = getattr(exc, "check", None)
+            if check is None or not forget_failed(self._store, self._key(shard_row)):
+                raise
+        if attempt == self._fetch_and_decode:
+            args = (*args[:-1], None)  # not the whole shard the first attempt fetched
+        try:
+            return await attempt(shard_row, *args)
+        except RecordShapeError as again:
+            check = getattr(again, "check", None)
+            if check is None:
+                raise
+            raise RecordShapeError(
+                f"{check}, and again when fetched anew from the source (past the cache). "
+                "The source's stored bytes are damaged, or every transfer from it is "
+                "damaged on the way (a proxy or network fault). Check the source with "
+                "`cytearc-vfs verify`: if it fails there too, restore it or re-import the "
+                "dataset; if it passes, the transfers are at fault"
+            ) from again
 
     async def _fetch_and_decode(
         self,
@@ -349,7 +394,7 @@ class ShardedReader:
                     max_requests=MAX_RANGE_REQUESTS if self._joined or self._blocks else None,
                     max_gap=SMALL_GAP_BYTES,
                 )
-                fetched_runs = await asyncio.gather(
+                fetched_runs = await gather_all(
                     *(self._store.get(key, prototype, RangeByteRequest(a, b)) for a, b, _ in runs)
                 )
                 for (start, _, members), buffer in zip(runs, fetched_runs, strict=True):

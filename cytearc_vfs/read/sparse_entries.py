@@ -9,13 +9,14 @@ majors into a dense output block.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Buffer, Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from zarr.core.array import AsyncArray
+
+from ..format.gathering import gather_all
 
 ScatterKernel = Callable[
     [Buffer, int, int, bool, Buffer, Buffer, Buffer, int, Buffer, Buffer], None
@@ -192,7 +193,7 @@ async def read_ranges(
     if len(positions) < SLICE_SHARE * int((run_ends - run_starts).sum()):
         values = np.asarray(await array.get_orthogonal_selection((positions,)))
         return values, int(touched.sum())
-    runs = await asyncio.gather(
+    runs = await gather_all(
         *(array.getitem(slice(int(a), int(b))) for a, b in zip(run_starts, run_ends, strict=True))
     )
     if len(runs) == 1:  # often every chunk is touched: no copy into one buffer

@@ -3,17 +3,23 @@
 A source cache directory is removed when its store closes or its process
 exits, but a process killed with SIGKILL (or by the out-of-memory killer)
 runs no cleanup. Each directory therefore holds a small owner record: the
-process id, the machine's boot id and the process's start time. When a
-process makes its own cache directory it removes the ``cytearc-source-cache-*``
-directories in the same temporary directory whose owner is certainly gone:
+process id, the process id namespace it belongs to (the inode of
+``/proc/self/ns/pid``), the machine's boot id and the process's start time.
+When a process makes its own cache directory it removes the
+``cytearc-source-cache-*`` directories in the same temporary directory whose
+owner is certainly gone:
 
 - recorded on another boot (the machine restarted since), or
-- a process id that no longer exists, is a zombie, or now belongs to a
-  process started at another time (the id was reused).
+- recorded in this process's pid namespace, by a process id that no longer
+  exists, is a zombie, or now belongs to a process started at another time
+  (the id was reused).
 
 Anything uncertain is kept: a directory without a readable record (another
 version, or one being created this instant), another user's directory, a
-process that exists but whose start time cannot be read.
+record of another pid namespace (a container, ``unshare -p``, sharing the
+temporary directory: its ids name other processes here, its pid 1 is not
+ours) or without one (written before namespaces were recorded), a process
+that exists but whose start time cannot be read.
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ def _boot_id() -> str | None:
         return None  # not Linux: pid reuse across boots cannot be told apart
 
 
+def _pid_namespace() -> int | None:
+    """The inode of this process's pid namespace (``None`` where /proc has none)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def _start_time(pid: int) -> tuple[str, str] | None:
     """``(state, start time in clock ticks since boot)`` of ``pid`` from /proc, if readable."""
     try:
@@ -62,6 +76,7 @@ def write_owner(directory: str) -> None:
     started = _start_time(os.getpid())
     record = {
         "pid": os.getpid(),
+        "pid_ns": _pid_namespace(),
         "boot_id": _boot_id(),
         "start_time": None if started is None else started[1],
     }
@@ -74,7 +89,8 @@ def write_owner(directory: str) -> None:
 def owner_is_gone(record: object) -> bool:
     """Whether the process an owner record names is certainly not running.
 
-    >>> owner_is_gone({"pid": os.getpid(), "boot_id": _boot_id(), "start_time": None})
+    >>> me = {"pid": os.getpid(), "pid_ns": _pid_namespace(), "boot_id": _boot_id()}
+    >>> owner_is_gone({**me, "start_time": None})
     False
     >>> owner_is_gone("not a record")
     False
@@ -88,6 +104,11 @@ def owner_is_gone(record: object) -> bool:
     current_boot = _boot_id()
     if isinstance(boot, str) and current_boot is not None and boot != current_boot:
         return True  # written before the machine restarted
+    if record.get("pid_ns") != _pid_namespace():
+        # another namespace's pid names another process here (or none), and a
+        # record without one (on Linux) may be of any: not ours to judge
+        # (where there are no namespaces, both are None)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

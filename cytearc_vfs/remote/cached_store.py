@@ -39,7 +39,7 @@ from .pinned_store import (
 )
 from .source_cache import SourceCache
 
-__all__ = ["CachedSourceStore", "cached_source", "source_cache_of"]
+__all__ = ["CachedSourceStore", "cached_source", "forget_failed", "source_cache_of"]
 
 
 def cached_source(
@@ -62,6 +62,28 @@ def source_cache_of(store: Store) -> SourceCache | None:
     return store.cache if isinstance(store, CachedSourceStore) else None
 
 
+def forget_failed(store: Store, key: str) -> bool:
+    """Before a read of ``key`` whose bytes failed their check is repeated: drop what the
+    source cache ``store`` reads through (through ``wrapped``) holds of ``key``, so the
+    repeat fetches from the source. Returns whether ``store`` reads a remote source
+    (pinned or cached): only then can a second fetch bring other bytes.
+
+    The object's pin stays: a check that fails says the bytes were damaged on
+    the way or at the source, not that the object has another version (a
+    replaced object fails its ``If-Match`` before any bytes arrive).
+    """
+    remote = False
+    while True:
+        if isinstance(store, CachedSourceStore):
+            store.discard(key)
+            return True
+        remote = remote or isinstance(store, PinnedSourceStore)
+        inner = getattr(store, "wrapped", None)
+        if not isinstance(inner, Store) or inner is store:
+            return remote
+        store = inner
+
+
 class CachedSourceStore(SourceReadWrapper):
     """A read-only remote store whose shards and shard indexes go through a cache."""
 
@@ -77,6 +99,11 @@ class CachedSourceStore(SourceReadWrapper):
 
     def _with_store(self, store: Store) -> CachedSourceStore:
         return type(self)(store, self._cache, self._name)
+
+    def discard(self, key: str) -> int:
+        """Drop every cached part of ``key`` (whole, index suffixes, ranges, any version);
+        returns how many entries went. See :func:`forget_failed`."""
+        return self._cache.discard(f"{self._name}\0{key}\0")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A cache is a directory of this process: a copy elsewhere (a dask

@@ -24,16 +24,21 @@ returns, so they apply to stores zarr opens through obstore
 translation and the deleted-object check for keys read before, not the
 replaced-object check. Pins live in memory with the open store: a reopen pins
 the objects as it finds them (``cytearc-vfs verify`` re-reads every value).
+
+Every request to a backend other than obstore's is bounded by
+``CYTEARC_SOURCE_TIMEOUT`` in total, retries included (:mod:`.timeouts`):
+obstore stops its own retries then, but s3fs retries a hung server or a
+lasting ``503`` for minutes whatever botocore's per-attempt timeouts say.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from zarr.abc.store import (
     ByteRequest,
@@ -46,15 +51,18 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
+from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
 from ..format.object_listing import list_recursive, list_unless_refused
 from ..format.option_names import source_label, source_options_example
 from .failures import failure_remedy, first_line, is_http_location, source_failure
+from .timeouts import TIMEOUT_ENV, timeouts
 
 if TYPE_CHECKING:
     from obstore import GetOptions
 
+T = TypeVar("T")
 Ranges = Sequence[ByteRequest | None]
 #: What ``get_ranges`` yields: batches of (input index, bytes), one per fetch.
 Batches = AsyncIterator[Sequence[tuple[int, Buffer | None]]]
@@ -210,7 +218,7 @@ class SourceReadWrapper(KeyCheckedWrapperStore):
     ) -> list[Buffer | None]:
         # every key is checked before any is fetched
         requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
-        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
+        return list(await gather_all(*(self.get(key, prototype, rng) for key, rng in requests)))
 
     async def get_ranges(
         self,
@@ -256,6 +264,20 @@ class PinnedSourceStore(SourceReadWrapper):
         self._name = name
         self._where = where
         self.pins = ObjectPins() if pins is None else pins
+        # obstore's client stops at the total itself (its retry_timeout)
+        self._limit = None if isinstance(store, ObjectStore) else timeouts().total
+
+    async def _bounded(self, request: Awaitable[T]) -> T:
+        """``await request``, within ``CYTEARC_SOURCE_TIMEOUT`` for backends that do not
+        bound their own retries (a ``TimeoutError`` then, the request cancelled)."""
+        if self._limit is None:
+            return await request
+        try:
+            return await asyncio.wait_for(request, self._limit)
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"no answer within {TIMEOUT_ENV}={self._limit:g} seconds, retries included"
+            ) from exc
 
     def _with_store(self, store: Store) -> PinnedSourceStore:
         return type(self)(store, name=self._name, where=self._where, pins=self.pins)
@@ -393,7 +415,7 @@ class PinnedSourceStore(SourceReadWrapper):
         try:
             if is_chunk_key(key) and isinstance(self._store, ObjectStore):
                 return await self._get_pinned(key, prototype, byte_range)
-            buffer = await self._store.get(key, prototype, byte_range)
+            buffer = await self._bounded(self._store.get(key, prototype, byte_range))
         except (VfsError, OSError) as exc:
             if isinstance(exc, VfsError) or getattr(exc, "cytearc_source", False):
                 raise
@@ -415,7 +437,7 @@ class PinnedSourceStore(SourceReadWrapper):
             raise source_failure(self._deleted(key))
         document = f"{key[: key.index('/c/')]}/zarr.json" if "/c/" in key else "zarr.json"
         try:
-            present = await self._store.exists(document)
+            present = await self._bounded(self._store.exists(document))
         except Exception as exc:
             raise source_failure(self._failed(document, exc)) from exc
         if not present:
@@ -489,7 +511,7 @@ def pin_arrays(store: Store, arrays: Iterable[str]) -> int:
     pinned = found
 
     async def pin_all() -> list[int]:
-        return list(await asyncio.gather(*(pinned.pin_listing(array) for array in arrays)))
+        return list(await gather_all(*(pinned.pin_listing(array) for array in arrays)))
 
     return sum(sync(pin_all()))
 

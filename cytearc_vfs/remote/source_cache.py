@@ -26,6 +26,7 @@ cleaning up (killed with SIGKILL, say).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -78,6 +79,9 @@ class CacheInfo(NamedTuple):
     """False when the budget is 0 or a fault of the directory turned it off."""
     directory: str | None
     """Its directory, once the first fetch created it."""
+    refetches: int = 0
+    """Cached parts (a shard, its index, a range) whose bytes failed a reader's check:
+    each was dropped and fetched again from the source once."""
 
 
 def parse_cache_bytes(text: str) -> int:
@@ -123,6 +127,7 @@ def block_checksums(data: bytes | memoryview) -> bytes:
 class _Entry(NamedTuple):
     size: int
     checksums: bytes  # block_checksums of the bytes written
+    key: str  # what it was stored under (discard finds a part's entries by it)
 
 
 class SourceCache:
@@ -142,7 +147,7 @@ class SourceCache:
         self._enabled = self.max_bytes > 0
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # by file name, LRU first
-        self._bytes = self._hits = self._misses = self._evictions = 0
+        self._bytes = self._hits = self._misses = self._evictions = self._refetches = 0
         self._directory: str | None = None
         self._finalizer: weakref.finalize[[str], SourceCache] | None = None
         self._swept = False
@@ -239,8 +244,26 @@ class SourceCache:
             except OSError as exc:
                 self._fault(f"cannot write to {self._directory or tempfile.gettempdir()} ({exc})")
                 return
-            self._entries[name] = _Entry(size, checksums)
+            self._entries[name] = _Entry(size, checksums, key)
             self._bytes += size
+
+    def discard(self, prefix: str) -> int:
+        """Drop every entry whose key starts with ``prefix`` (bytes that failed a reader's
+        check: the read fetches them again from the source); returns how many.
+
+        Each call counts one refetch (:attr:`CacheInfo.refetches`), entries or not.
+        """
+        with self._lock:
+            self._refetches += 1
+            names = [name for name, entry in self._entries.items() if entry.key.startswith(prefix)]
+            for name in names:
+                entry = self._entries.pop(name)
+                self._bytes -= entry.size
+                if self._directory is not None:
+                    # dropped from the index already: never served, even if it stays
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self._directory, name))
+            return len(names)
 
     def info(self) -> CacheInfo:
         """Counters and state (see :class:`CacheInfo`)."""
@@ -253,6 +276,7 @@ class SourceCache:
                 evictions=self._evictions,
                 enabled=self._enabled,
                 directory=self._directory,
+                refetches=self._refetches,
             )
 
     def close(self) -> None:

@@ -1,0 +1,137 @@
+"""Composites over sources read through fsspec (s3fs), behind a loopback proxy that fails.
+
+obstore bounds its own retries by ``CYTEARC_SOURCE_TIMEOUT``; s3fs retries a
+hung server or a lasting 503 for minutes, so the source's read path bounds
+each request itself. Counted in requests the proxy saw, not in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cli_harness import cli_executable
+from conftest import realistic_counts
+from loopback_proxy import LoopbackProxy
+from s3_server import S3Server
+
+import cytearc_vfs as cv
+from cytearc_vfs.remote.source_cache import CACHE_ENV
+from cytearc_vfs.remote.timeouts import TIMEOUT_ENV
+
+pytestmark = pytest.mark.remote
+
+SMALL = cv.LayoutPolicy(64 * 1024, 4096)
+
+
+def fsspec_options(endpoint: str) -> dict[str, Any]:
+    """s3fs options for the loopback S3 server at ``endpoint``."""
+    return {
+        "backend": "fsspec",
+        "endpoint_url": endpoint,
+        "key": "testing-key",
+        "secret": "testing-secret",
+        "client_kwargs": {"region_name": "us-east-1"},
+    }
+
+
+Composite = tuple[Path, dict[str, str], np.ndarray]
+
+
+def _composite(tmp_path: Path, s3_server: S3Server, cells: int, genes: int) -> Composite:
+    """A composite of two S3 sources of ``cells`` x ``genes`` and ``cells // 2`` x
+    ``genes``; its location, sources and expected values."""
+    bucket = s3_server.new_bucket()
+    direct = s3_server.storage_options()
+    a = realistic_counts(cells, genes, density=0.2, seed=31)
+    b = realistic_counts(cells // 2, genes, density=0.2, seed=32)
+    features = [f"g{i}" for i in range(genes)]
+    sources = {"a": f"s3://{bucket}/a.zarr", "b": f"s3://{bucket}/b.zarr"}
+    for name, counts in (("a", a), ("b", b)):
+        cv.write_counts(
+            sources[name], counts, features=features, layout=SMALL, storage_options=direct
+        )
+    location = tmp_path / "c.zarr"
+    options = {name: direct for name in sources}
+    cv.create_composite(location, sources, source_storage_options=options).close()
+    return location, sources, np.vstack([a.toarray(), b.toarray()])
+
+
+@pytest.fixture
+def composite(tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Composite:
+    """A small composite: a shard per source array."""
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    return _composite(tmp_path, s3_server, 600, 40)
+
+
+def _shard_gets(proxy: LoopbackProxy) -> Counter[str]:
+    return Counter(seen.path for seen in proxy.take() if "/c/" in seen.path)
+
+
+@pytest.mark.parametrize("fault", ["hang", "503"])
+def test_an_fsspec_source_read_fails_within_the_timeout(
+    composite: Composite,
+    s3_server: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+) -> None:
+    location, sources, _ = composite
+    monkeypatch.setenv(TIMEOUT_ENV, "3")
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        options = {name: fsspec_options(proxy.endpoint) for name in sources}
+        store = cv.open_store(location, source_storage_options=options)
+        proxy.take()
+        if fault == "hang":
+            proxy.hang = True
+        else:
+            proxy.fail(10_000, status=503, match="/c/")
+        with pytest.raises(OSError, match=rf"source '[ab]' at s3://.*{TIMEOUT_ENV}") as info:
+            store.reader().read()
+        assert "no answer within CYTEARC_SOURCE_TIMEOUT=3 seconds" in str(info.value)
+        gets = _shard_gets(proxy)
+        # each shard asked a few times within the second, not retried for minutes
+        # (before: 124 requests to a hung server in 430 s, a 503 retried for 45 s)
+        assert gets and max(gets.values()) <= 6, gets
+        store.close()
+    finally:
+        proxy.close()
+
+
+def test_a_lasting_failure_of_an_fsspec_source_is_one_line_of_the_command_line(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """Requests in flight when the first fails are cancelled and awaited: none is left to
+    fail again unseen and print "Exception ignored in: <coroutine ...>" at exit (before:
+    a traceback for each of a scan's shards, ~360 lines)."""
+    location, sources, _ = _composite(tmp_path, s3_server, 3000, 400)  # shards: many
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        options = {name: fsspec_options(proxy.endpoint) for name in sources}
+        proxy.fail(10_000, status=503, match="/c/")
+        run = subprocess.run(
+            [
+                cli_executable(),
+                "verify",
+                str(location),
+                "--source-storage-options",
+                json.dumps(options),
+            ],
+            env={**os.environ, TIMEOUT_ENV: "3"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        proxy.close()
+    assert run.returncode not in (0, 1), run.stderr  # an error, not a verification finding
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1, run.stderr[:3000]
+    assert lines[0].startswith("cytearc-vfs verify: source '")
+    assert "RNA/counts" in lines[0]
