@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from .encodings import Encoding
 from .errors import MalformedElementError
 from .nodes import attribute, child, is_group, read_values
-from .transposed import TransposedSpill
+from .transposed import TransposedSpill, least_spill_bytes, spill_entries
 
 __all__ = [
     "BandStats",
@@ -162,6 +162,20 @@ class SparseMatrixElement(MatrixElement):
         self.stats = BandStats()
         self._transposed: Any = None
         self._transpose_lock = threading.Lock()
+        self._spill_entries: int | None = None
+
+    def reserve_memory(self, nbytes: int) -> int:
+        """Keep the row-major spill of a CSC element (built for its first row band)
+        within ``nbytes``, and return the bytes a writer reserves for it: ``nbytes``,
+        ``0`` for a CSR element (its row bands are read as stored), or more than
+        ``nbytes`` (the least the spill needs) when it cannot fit, left unchanged."""
+        if self.format == "csr":
+            return 0
+        entries = spill_entries(self.shape, self.format, nbytes)
+        if entries == 0:
+            return least_spill_bytes(self.shape, self.format)
+        self._spill_entries = entries
+        return nbytes
 
     @property
     def nnz(self) -> int:
@@ -220,7 +234,7 @@ class SparseMatrixElement(MatrixElement):
     def _transposed_copy(self) -> Any:
         with self._transpose_lock:
             if self._transposed is None:
-                self._transposed = TransposedSpill(self)
+                self._transposed = TransposedSpill(self, self._spill_entries)
             return self._transposed
 
 
