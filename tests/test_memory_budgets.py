@@ -270,6 +270,25 @@ def test_a_csc_h5ad_too_large_for_the_budget_is_refused_naming_the_smallest(
     assert smallest_budget(refused.value) >= 4 * 8 * (20_000 + 2 * 1_000)
 
 
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_write_counts_from_a_dense_anndata_zarr_x_holds_its_budget(
+    tmp_path: Path, budget: int
+) -> None:
+    # anndata's default dense Zarr X (chunks of thousands of rows in larger shards)
+    # is read a few whole chunks at a time, not a band of rows across every column
+    rng = np.random.default_rng(8)
+    n_cells, n_features = 20_000, 400
+    x = (rng.random((n_cells, n_features)) < 0.1) * rng.integers(1, 9, (n_cells, n_features))
+    data = _adata(sp.csr_array(x.astype(np.float32)))
+    data.X = x.astype(np.float32)
+    data.write_zarr(tmp_path / "in.zarr")
+    del data, x
+    source = AnnDataContainer.open(tmp_path / "in.zarr")
+    _write_within(
+        tmp_path, Destination("local", lambda: (tmp_path / uuid.uuid4().hex, None)), source, budget
+    )
+
+
 @pytest.mark.parametrize("budget", [8 * MiB, 24 * MiB])
 def test_repack_holds_its_budget(tmp_path: Path, destination: Destination, budget: int) -> None:
     source = tmp_path / "source.zarr"

@@ -199,11 +199,11 @@ def _reserve_for_source(source: Any, budget: int) -> None:
     if needed > share:
         least = needed * _SOURCE_SHARE
         raise LayoutTooLargeError(
-            f"reading the CSC counts in row bands needs a row-major copy of at least "
-            f"{format_size(needed)} (a quarter of the budget), over "
+            f"reading the counts in row bands needs {format_size(needed)} for the input's "
+            "row-major copy (a CSC element) or its dense chunks (a quarter of the budget), over "
             f"{option_name('mem_budget')} {format_size(budget)}; raise "
             f"{option_name('mem_budget')} to at least {format_size(least)} ({least} bytes), "
-            "the smallest that works. Nothing was written"
+            "the smallest whose quarter holds it. Nothing was written"
         )
 
 
