@@ -304,7 +304,7 @@ def test_an_unchanged_source_opens_without_reading_a_file(
     _, location = _two_sources(tmp_path)
     reads = FileReads(monkeypatch, tmp_path / "src")
     store = cv.open_store(location)
-    assert reads.keys == []  # a stat per watched file, no read
+    assert reads.keys == []  # stats of directories, documents and a sample; no read
     store.reader().read([0, 500])
     assert reads.keys  # reads do read the sources
     store.close()

@@ -129,7 +129,10 @@ def test_the_write_reads_row_bands_never_the_matrix(tmp_path: Path, layer: str |
     largest = (
         max(_largest_band(x, rows) for rows in bands) if layer is None else max(bands) * x.shape[1]
     )
-    assert stats.largest_band_entries == largest
+    if layer is None:
+        assert stats.largest_band_entries == largest
+    else:  # a dense band is read a few whole chunks at a time, within the budget
+        assert 0 < stats.largest_band_entries <= largest
     assert stats.largest_band_entries * 3 <= (x.nnz if layer is None else x.shape[0] * x.shape[1])
     np.testing.assert_array_equal(cv.VirtualArrayReader(info.location).read(), x.toarray())
 

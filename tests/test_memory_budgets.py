@@ -235,6 +235,60 @@ def test_write_counts_from_an_anndata_zarr_store_holds_its_budget(
     _write_within(tmp_path, destination, AnnDataContainer.open(path), budget)
 
 
+def _csc_h5ad(path: Path) -> Path:
+    """A CSC ``.h5ad`` of 20,000 x 1,000 with 400,000 stored entries: its row-major
+    spill at the old fixed piece size (4M entries: all of them) held about 30 MiB."""
+    n_cells, n_features = 20_000, 1_000
+    rng = np.random.default_rng(7)
+    x = sp.random_array(
+        (n_cells, n_features), density=0.02, format="csc", dtype=np.float32, rng=rng
+    )
+    x.data = np.ceil(x.data * 30)
+    data = _adata(sp.csr_array(x))
+    data.X = sp.csc_matrix(x)
+    data.write_h5ad(path)
+    return path
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_write_counts_from_a_csc_h5ad_holds_its_budget(tmp_path: Path, budget: int) -> None:
+    # the spill that serves a CSC element's row bands takes its piece size from the budget
+    source = AnnDataContainer.open(_csc_h5ad(tmp_path / "in.h5ad"))
+    _write_within(
+        tmp_path, Destination("local", lambda: (tmp_path / uuid.uuid4().hex, None)), source, budget
+    )
+
+
+def test_a_csc_h5ad_too_large_for_the_budget_is_refused_naming_the_smallest(
+    tmp_path: Path,
+) -> None:
+    path = _csc_h5ad(tmp_path / "in.h5ad")
+    with pytest.raises(LayoutTooLargeError, match="row-major copy") as refused:
+        cv.write_counts(tmp_path / "s.zarr", AnnDataContainer.open(path), mem_budget=1 * MiB)
+    assert not (tmp_path / "s.zarr").exists()
+    # a quarter of the budget named holds the spill's pointers and its least piece
+    assert smallest_budget(refused.value) >= 4 * 8 * (20_000 + 2 * 1_000)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_write_counts_from_a_dense_anndata_zarr_x_holds_its_budget(
+    tmp_path: Path, budget: int
+) -> None:
+    # anndata's default dense Zarr X (chunks of thousands of rows in larger shards)
+    # is read a few whole chunks at a time, not a band of rows across every column
+    rng = np.random.default_rng(8)
+    n_cells, n_features = 20_000, 400
+    x = (rng.random((n_cells, n_features)) < 0.1) * rng.integers(1, 9, (n_cells, n_features))
+    data = _adata(sp.csr_array(x.astype(np.float32)))
+    data.X = x.astype(np.float32)
+    data.write_zarr(tmp_path / "in.zarr")
+    del data, x
+    source = AnnDataContainer.open(tmp_path / "in.zarr")
+    _write_within(
+        tmp_path, Destination("local", lambda: (tmp_path / uuid.uuid4().hex, None)), source, budget
+    )
+
+
 @pytest.mark.parametrize("budget", [8 * MiB, 24 * MiB])
 def test_repack_holds_its_budget(tmp_path: Path, destination: Destination, budget: int) -> None:
     source = tmp_path / "source.zarr"

@@ -49,6 +49,13 @@ ENTRY_FIELDS: Mapping[str, type | tuple[type, ...]] = {
     "fingerprints": dict,
     "dtype": str,
 }
+#: The fields of an entry written by this release: also the local source's
+#: watched directories (``{}`` for others; entries written before lack it, and
+#: their sources are checked file by file at each open).
+CURRENT_ENTRY_FIELDS: Mapping[str, type | tuple[type, ...]] = {
+    **ENTRY_FIELDS,
+    "directories": dict,
+}
 
 
 def write_anndata_sources(
@@ -76,6 +83,15 @@ def read_anndata_sources(
             f"composite at {where}: {ANNDATA_SOURCES_PATH} names unknown sources; {remedy}"
         )
     return {
-        name: dict(check_fields(entry, ENTRY_FIELDS, record=ANNDATA_SOURCES_PATH, where=where))
+        name: dict(
+            check_fields(
+                entry,
+                CURRENT_ENTRY_FIELDS
+                if isinstance(entry, Mapping) and "directories" in entry
+                else ENTRY_FIELDS,
+                record=ANNDATA_SOURCES_PATH,
+                where=where,
+            )
+        )
         for name, entry in payload.items()
     }

@@ -8,6 +8,12 @@ the stored bytes of each group's objects (``counts``: the matrix element;
 ``cells``/``features``: the obs and var index columns), read a window at a
 time; computed at creation, and at an open only for a group whose versions
 changed. :mod:`.anndata_sources` records both and compares them.
+
+**The open of a local source** (:func:`unchanged_locally`) costs no walk: it
+stats the directories recorded at creation (:func:`watched_directories`:
+an object added, removed or renamed into place moves its directory's times),
+every metadata document, and a bounded sample of the other files (an edit in
+place); anything different sends the open to the full walk and digests.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,18 +33,65 @@ from ..format.fingerprints import combine
 from ..remote.locations import Location, local_path
 from ..remote.pinned_store import pinned_store_of
 
-__all__ = ["GROUPS", "fingerprints_of", "listed_versions", "pin_element"]
+__all__ = [
+    "GROUPS",
+    "fingerprints_of",
+    "listed_versions",
+    "pin_element",
+    "unchanged_locally",
+    "watched_directories",
+]
 
 #: The fingerprinted groups of an AnnData source.
 GROUPS = ("counts", "cells", "features")
 # Objects digested concurrently (their bytes are held until hashed in order).
 DIGEST_WINDOW = 32
+#: Chunk files of each watched prefix that a local open stats (all when fewer).
+SAMPLED_FILES = 64
+_DOCUMENT_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup"})
+# a fresh draw at every open: an edit in place is found by some open
+_DRAW = random.SystemRandom()
 
 
 def _version_of(stat: os.stat_result) -> str:
     # the change time moves on any rewrite, even one that restores the
     # modification time, so a file replaced with one of equal size is seen
     return f"mtime:{stat.st_mtime_ns}:ctime:{stat.st_ctime_ns}"
+
+
+def _directory_version(stat: os.stat_result) -> str:
+    # a directory's modification time moves when an entry is added, removed or
+    # renamed into it (zarr's LocalStore writes every object by an atomic
+    # rename); the inode changes when the directory itself is replaced
+    return f"ino:{stat.st_ino}:mtime:{stat.st_mtime_ns}:ctime:{stat.st_ctime_ns}"
+
+
+def _walk(root: Path, prefixes: list[str]) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    """``({file key: [size, version]}, {directory key: version})`` under ``prefixes``.
+
+    Keys are built as strings (no ``pathlib`` per file): the walk at creation, and
+    at an open of a changed source, costs one ``stat`` per file and nothing more.
+    """
+    files: dict[str, list[Any]] = {}
+    directories: dict[str, str] = {}
+    base = os.fspath(root)
+    pending = [prefix.rstrip("/") for prefix in prefixes]
+    while pending:
+        relative = pending.pop()
+        try:
+            directories[relative + "/"] = _directory_version(os.stat(os.path.join(base, relative)))
+            entries = list(os.scandir(os.path.join(base, relative)))
+        except (FileNotFoundError, NotADirectoryError):
+            directories.pop(relative + "/", None)
+            continue
+        for entry in entries:
+            key = f"{relative}/{entry.name}"
+            if entry.is_dir(follow_symlinks=True):
+                pending.append(key)
+            else:
+                stat = entry.stat()
+                files[key] = [stat.st_size, _version_of(stat)]
+    return files, directories
 
 
 def _local_versions(root: Path, prefixes: list[str], documents: list[str]) -> dict[str, list[Any]]:
@@ -48,12 +102,7 @@ def _local_versions(root: Path, prefixes: list[str], documents: list[str]) -> di
         except FileNotFoundError:
             continue
         found[key] = [stat.st_size, _version_of(stat)]
-    for prefix in prefixes:
-        for directory, _, files in os.walk(root / prefix):
-            for name in files:
-                path = Path(directory) / name
-                stat = path.stat()
-                found[path.relative_to(root).as_posix()] = [stat.st_size, _version_of(stat)]
+    found.update(_walk(root, prefixes)[0])
     return found
 
 
@@ -78,6 +127,79 @@ async def listed_versions(
     if root is None:
         return None
     return await asyncio.to_thread(_local_versions, root, list(wanted), documents)
+
+
+def _local_directories(root: Path, prefixes: list[str], absent: list[str]) -> dict[str, str]:
+    directories = _walk(root, prefixes)[1]
+    for key in absent:
+        # a document absent at creation appears by an entry added to its directory
+        parent = key.rpartition("/")[0]
+        try:
+            directories[parent + "/"] = _directory_version(os.stat(root / parent))
+        except FileNotFoundError:
+            continue
+    return directories
+
+
+async def watched_directories(
+    location: Location, prefixes: list[str], absent: list[str]
+) -> dict[str, str] | None:
+    """``{directory key: version}`` of a local source: every directory under
+    ``prefixes`` and the directory of each ``absent`` document (``None`` for a
+    source not on the local filesystem). An open compares them, not every file."""
+    root = local_path(location)
+    if root is None:
+        return None
+    return await asyncio.to_thread(_local_directories, root, prefixes, absent)
+
+
+def _sampled(objects: Mapping[str, list[Any]], prefixes: list[str]) -> list[str]:
+    """The files a local open stats: every metadata document, and of each
+    prefix's other files all when at most :data:`SAMPLED_FILES`, else that many
+    drawn afresh at each open."""
+    keys = [key for key in objects if key.rpartition("/")[2] in _DOCUMENT_NAMES]
+    for prefix in prefixes:
+        wanted = prefix.rstrip("/") + "/"
+        chunks = [
+            key
+            for key in objects
+            if key.startswith(wanted) and key.rpartition("/")[2] not in _DOCUMENT_NAMES
+        ]
+        keys += chunks if len(chunks) <= SAMPLED_FILES else _DRAW.sample(chunks, SAMPLED_FILES)
+    return keys
+
+
+def _local_unchanged(root: Path, recorded: Mapping[str, Any]) -> bool:
+    base = os.fspath(root)
+    for key, version in recorded["directories"].items():
+        try:
+            stat = os.stat(os.path.join(base, key))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        if _directory_version(stat) != version:
+            return False
+    objects = recorded["objects"]
+    for key in _sampled(objects, recorded["prefixes"]):
+        try:
+            stat = os.stat(os.path.join(base, key))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        if [stat.st_size, _version_of(stat)] != objects[key]:
+            return False
+    return True
+
+
+async def unchanged_locally(location: Location, recorded: Mapping[str, Any]) -> bool:
+    """Whether a local source is as ``recorded``, at a cost independent of its
+    number of files: the watched directories (an object added, removed or
+    replaced by a rename), every metadata document, and a sample of the other
+    files (an object rewritten in place). ``False`` (the full check is due) when
+    anything differs, the source is not local, or the record holds no
+    directories (a composite created before they were recorded)."""
+    root = local_path(location)
+    if root is None or not recorded.get("directories") or not recorded["objects"]:
+        return False
+    return await asyncio.to_thread(_local_unchanged, root, recorded)
 
 
 async def _keys_under(store: Store, prefixes: list[str]) -> list[str]:

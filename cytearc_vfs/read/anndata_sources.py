@@ -23,8 +23,11 @@ and the ids (every object of the ``obs`` and ``var`` index columns). Creation
 also records, per object, its size and version (the ETag on object storage,
 the modification and change times of a local file), and the metadata
 documents the element was opened from; a composite keeps them in
-``_composite/anndataSources``. An open lists the objects (one listing, or a
-``stat`` per local file: no file is read) and compares: unchanged, the
+``_composite/anndataSources``, with a local source's directory versions. An
+open lists the objects on object storage (one listing), or stats a local
+source's directories, documents and a bounded sample of its files
+(:func:`.anndata_identity.unchanged_locally`; no walk, whatever its number
+of files), and compares: unchanged, the
 recorded fingerprints stand and the arrays open from the recorded
 documents; changed, the digest of every group whose objects changed (element,
 ``obs`` index, ``var`` index) is computed again from the bytes and must
@@ -74,7 +77,14 @@ from .anndata_elements import (
     open_element_array,
     read_index,
 )
-from .anndata_identity import GROUPS, fingerprints_of, listed_versions, pin_element
+from .anndata_identity import (
+    GROUPS,
+    fingerprints_of,
+    listed_versions,
+    pin_element,
+    unchanged_locally,
+    watched_directories,
+)
 from .anndata_reads import ElementReads
 from .direct_chunks import DirectChunks, direct_chunks_for
 from .prefetch import PrefetchedStore
@@ -333,6 +343,12 @@ async def bind_anndata(
     if recorded is not None:
         held = {k: (None if v is None else v.encode()) for k, v in recorded["documents"].items()}
         prefixes, documents = recorded["prefixes"], list(held)
+        if await unchanged_locally(location, recorded):
+            # a local source whose watched directories, documents and sampled files
+            # are as recorded: no walk of its files, whatever their number
+            return await _open(
+                backend, held, dict(recorded), dict(recorded["fingerprints"]), where=where
+            )
         versions = await listed_versions(backend, location, prefixes, documents)
         if (
             versions is not None
@@ -375,6 +391,9 @@ async def bind_anndata(
         )
     await reader.fetch(layout.documents())
     prefixes, documents = layout.watched()
+    # the directories before the files: a change between the two is seen at the next open
+    absent = [key for key in documents if reader.fetched.get(key) is None]
+    directories = await watched_directories(location, prefixes, absent)
     versions = await listed_versions(backend, location, prefixes, documents)
     if versions is not None:
         pin_element(backend, versions, layout.element.path)
@@ -421,6 +440,7 @@ async def bind_anndata(
         },
         "objects": versions if versions is not None else {},
         "fingerprints": fingerprints,
+        "directories": directories if directories and versions is not None else {},
         "dtype": "",
     }
     counts = await _open(backend, reader.fetched, entry, fingerprints, name, where=where)

@@ -265,6 +265,16 @@ class _BandedSource:
         self.dtype = np.dtype(matrix.dtype)
         nnz = getattr(matrix, "nnz", None)
         self.nnz_estimate = int(nnz) if nnz is not None else self.shape[0] * self.shape[1] // 10
+        #: Bytes the matrix holds through the write beside the bands (:meth:`reserve`).
+        self.copied_bytes = 0
+
+    def reserve(self, nbytes: int) -> int:
+        """Let the matrix keep what it builds to serve row bands (a CSC element's
+        row-major spill) within ``nbytes``; the bytes it then holds through the
+        write, more than ``nbytes`` when it cannot fit them (nothing is changed)."""
+        reserve = getattr(self._matrix, "reserve_memory", None)
+        self.copied_bytes = int(reserve(nbytes)) if reserve is not None else 0
+        return self.copied_bytes
 
     def band(self, start: int, stop: int) -> sp.csr_array:
         piece = self._matrix[start:stop]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -26,7 +27,7 @@ import scipy.sparse as sp
 from .encodings import Encoding
 from .errors import MalformedElementError
 from .nodes import attribute, child, is_group, read_values
-from .transposed import TransposedSpill
+from .transposed import TransposedSpill, least_spill_bytes, spill_entries
 
 __all__ = [
     "BandStats",
@@ -162,6 +163,20 @@ class SparseMatrixElement(MatrixElement):
         self.stats = BandStats()
         self._transposed: Any = None
         self._transpose_lock = threading.Lock()
+        self._spill_entries: int | None = None
+
+    def reserve_memory(self, nbytes: int) -> int:
+        """Keep the row-major spill of a CSC element (built for its first row band)
+        within ``nbytes``, and return the bytes a writer reserves for it: ``nbytes``,
+        ``0`` for a CSR element (its row bands are read as stored), or more than
+        ``nbytes`` (the least the spill needs) when it cannot fit, left unchanged."""
+        if self.format == "csr":
+            return 0
+        entries = spill_entries(self.shape, self.format, nbytes)
+        if entries == 0:
+            return least_spill_bytes(self.shape, self.format)
+        self._spill_entries = entries
+        return nbytes
 
     @property
     def nnz(self) -> int:
@@ -220,7 +235,7 @@ class SparseMatrixElement(MatrixElement):
     def _transposed_copy(self) -> Any:
         with self._transpose_lock:
             if self._transposed is None:
-                self._transposed = TransposedSpill(self)
+                self._transposed = TransposedSpill(self, self._spill_entries)
             return self._transposed
 
 
@@ -238,6 +253,7 @@ class DenseMatrixElement(MatrixElement):
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(array.dtype)
         self.stats = BandStats()
+        self._blocks: tuple[int, int] | None = None
 
     def _dense(self, selection: tuple[slice, slice]) -> npt.NDArray[Any]:
         values = np.asarray(read_values(self._array, selection))
@@ -245,9 +261,45 @@ class DenseMatrixElement(MatrixElement):
         # scipy.sparse has no float16; float32 holds every float16 exactly
         return values.astype(np.float32) if values.dtype == np.float16 else values
 
+    def reserve_memory(self, nbytes: int) -> int:
+        """Read each row band in blocks of whole chunks (pieces of chunk rows cut at
+        chunk boundaries, a chunk's columns at a time) that fit ``nbytes``; the bytes
+        a writer reserves for them, or more (the least that reads one chunk) when
+        even one does not fit, left unchanged."""
+        chunks = getattr(self._array, "chunks", None)
+        rows, columns = (max(1, int(chunks[0])), max(1, int(chunks[1]))) if chunks else (1, 0)
+        columns = columns or self.shape[1]
+        # per chunk of a block: the decoded chunk, the block's values beside it,
+        # then the non-zero mask and the CSR made from them
+        per_chunk = 3 * rows * max(1, columns) * max(1, self.dtype.itemsize)
+        pieces = nbytes // per_chunk
+        if pieces < 1:
+            return per_chunk
+        self._blocks = (pieces * rows, columns)
+        return pieces * per_chunk
+
     def row_band(self, start: int, stop: int) -> sp.csr_array:
         self._check_range(start, stop, self.shape[0], "rows")
-        return sp.csr_array(self._dense((slice(start, stop), slice(None))))
+        if self._blocks is None:
+            return sp.csr_array(self._dense((slice(start, stop), slice(None))))
+        step, width = self._blocks
+        # cut at multiples of step: each block decodes only its own chunks
+        edges = [start, *range((start // step + 1) * step, stop, step), stop]
+        parts = [
+            sp.hstack(
+                [
+                    sp.csr_array(
+                        self._dense(
+                            (slice(low, high), slice(left, min(self.shape[1], left + width)))
+                        )
+                    )
+                    for left in range(0, max(1, self.shape[1]), width)
+                ],
+                format="csr",
+            )
+            for low, high in pairwise(edges)
+        ]
+        return sp.csr_array(sp.vstack(parts, format="csr"))
 
     def column_band(self, start: int, stop: int) -> sp.csc_array:
         self._check_range(start, stop, self.shape[1], "columns")

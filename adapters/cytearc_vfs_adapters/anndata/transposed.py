@@ -6,7 +6,8 @@ matrix each time. Instead the element is transposed once, out of core:
 
 1. a first pass counts the entries of each minor index (reading only
    ``indices``) and cuts the minor axis into *buckets* of consecutive minor
-   indices holding at most ``CYTEARC_ANNDATA_PIECE_ENTRIES`` entries;
+   indices holding at most ``CYTEARC_ANNDATA_PIECE_ENTRIES`` entries (fewer
+   under a memory budget: :func:`spill_entries`);
 2. a second pass reads pieces of major indices (of at most as many entries)
    and appends each entry to its bucket's files with plain writes.
 
@@ -33,7 +34,14 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PIECE_ENTRIES_ENV", "SparseSource", "TransposedSpill", "piece_entries"]
+__all__ = [
+    "PIECE_ENTRIES_ENV",
+    "SparseSource",
+    "TransposedSpill",
+    "least_spill_bytes",
+    "piece_entries",
+    "spill_entries",
+]
 
 
 class _Recording(Protocol):
@@ -74,6 +82,43 @@ def piece_entries() -> int:
     return max(1, int(text)) if text.strip() else _DEFAULT_PIECE_ENTRIES
 
 
+# Peak bytes per entry of a piece or a bucket: the entries read (indices, data),
+# their major indices (int64), bucket numbers and sort order, the permuted
+# copies and the narrowed writes, for values up to 8 bytes (measured 60-70).
+_BYTES_PER_ENTRY = 80
+# Fewest entries a piece holds, however small the budget: below it the passes
+# are all per-call overhead.
+_MIN_ENTRIES = 1024
+
+
+def _axes(shape: tuple[int, int], fmt: str) -> tuple[int, int]:
+    return (shape[0], shape[1]) if fmt == "csr" else (shape[1], shape[0])
+
+
+def spill_entries(shape: tuple[int, int], fmt: str, nbytes: int) -> int:
+    """Entries of a piece and of a bucket for a spill of ``shape`` within ``nbytes``
+    (at most :func:`piece_entries`); ``0`` when ``nbytes`` cannot hold the spill's
+    pointers and one piece of the fewest entries.
+
+    >>> spill_entries((100_000, 2_000), "csc", 32 << 20) > 300_000
+    True
+    >>> spill_entries((100_000, 2_000), "csc", 1 << 20)
+    0
+    """
+    entries = (nbytes - _fixed_bytes(shape, fmt)) // _BYTES_PER_ENTRY
+    return 0 if entries < _MIN_ENTRIES else min(piece_entries(), entries)
+
+
+def _fixed_bytes(shape: tuple[int, int], fmt: str) -> int:
+    major, minor = _axes(shape, fmt)
+    return 8 * (major + 2 * minor + 4)  # the source's indptr, the counts, the new indptr
+
+
+def least_spill_bytes(shape: tuple[int, int], fmt: str) -> int:
+    """The fewest bytes a spill of ``shape`` is built in (:func:`spill_entries` > 0)."""
+    return _fixed_bytes(shape, fmt) + _MIN_ENTRIES * _BYTES_PER_ENTRY
+
+
 def _pieces(indptr: npt.NDArray[np.int64], limit: int) -> Iterator[tuple[int, int]]:
     """Consecutive ranges of at most ``limit`` entries (or one index holding more).
 
@@ -91,11 +136,12 @@ def _pieces(indptr: npt.NDArray[np.int64], limit: int) -> Iterator[tuple[int, in
 class TransposedSpill:
     """The minor-axis orientation of a sparse element, built once on disk in buckets."""
 
-    def __init__(self, element: SparseSource) -> None:
+    def __init__(self, element: SparseSource, limit: int | None = None) -> None:
+        """Build the spill, reading ``limit`` entries at a time (default:
+        :func:`piece_entries`); a bucket holds at most as many."""
         self._element = element
-        major_len = element.shape[0] if element.format == "csr" else element.shape[1]
-        minor_len = element.shape[1] if element.format == "csr" else element.shape[0]
-        limit = piece_entries()
+        major_len, minor_len = _axes(element.shape, element.format)
+        limit = limit or piece_entries()
         source_indptr = element.read_indptr(0, major_len)
         counts = np.zeros(minor_len, dtype=np.int64)
         for start, stop in _pieces(source_indptr, limit):

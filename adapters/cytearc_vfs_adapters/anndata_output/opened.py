@@ -18,7 +18,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from cytearc_vfs.format.paths import AssayPaths, join
-from cytearc_vfs.read.opening import open_store
+from cytearc_vfs.read.opening import ProvidesFingerprints, open_store
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location, describe_location
 
@@ -75,11 +75,22 @@ def open_assay(
         The store has no assay of that name.
     """
     where = describe_location(location)
-    store = open_store(
-        location,
-        storage_options=storage_options,
-        source_storage_options=source_storage_options,
-    )
+    given: object = location
+    if (
+        isinstance(given, Store)
+        and isinstance(given, ProvidesFingerprints)
+        and not (storage_options or source_storage_options)
+    ):
+        # an open composite or mount (verified, holding its sources' options; a
+        # pickled view's in a worker): opening it again would rebind its sources
+        # without those options, and a remote source could not be read
+        store: Store = given
+    else:
+        store = open_store(
+            location,
+            storage_options=storage_options,
+            source_storage_options=source_storage_options,
+        )
     paths = AssayPaths(assay, workspace)
     # an unknown assay is refused here, naming the store's assays
     reader = VirtualArrayReader(store, assay, workspace=workspace)

@@ -363,7 +363,8 @@ class AnnDataViewStore(KeyCheckedStore):
     # ----------------------------------------------------------- identity
 
     def _viewed_pickle(self) -> bytes:
-        # the viewed store pickles without credentials
+        # the viewed store pickles with its sources' storage options (credentials
+        # in memory): a worker reads its remote sources (docs/anndata-out.md)
         return self._pickled if self._viewed is None else pickle.dumps(self._viewed)
 
     def __eq__(self, value: object) -> bool:
