@@ -347,7 +347,7 @@ async def bind_anndata(
             # a local source whose watched directories, documents and sampled files
             # are as recorded: no walk of its files, whatever their number
             return await _open(
-                backend, held, dict(recorded), dict(recorded["fingerprints"]), where=where
+                backend, held, dict(recorded), dict(recorded["fingerprints"]), name, where=where
             )
         versions = await listed_versions(backend, location, prefixes, documents)
         if (
