@@ -40,11 +40,11 @@ from ..remote.locations import Location, describe_location, reopenable_location
 from ..remote.source_cache import SourceCache
 from ..write.budget import held_bytes
 from ..write.destinations import (
-    check_no_overlap,
     create_destination,
     finish_destination,
     settled_on_failure,
 )
+from ..write.overlaps import check_no_overlap
 from ..write.stopping import stops_on_exception
 from .anndata_records import write_anndata_sources
 from .budget import creation_cost, read_bytes, require_budget, usable_bytes

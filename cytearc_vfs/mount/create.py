@@ -27,11 +27,11 @@ from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location, reopenable_location
 from ..write.copying import copy_group
 from ..write.destinations import (
-    check_no_overlap,
     create_destination,
     finish_destination,
     settled_on_failure,
 )
+from ..write.overlaps import check_no_overlap
 from ..write.stopping import stops_on_exception
 from .records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
 

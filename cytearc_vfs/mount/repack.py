@@ -64,11 +64,11 @@ from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from ..write.budget import held_bytes
 from ..write.destinations import (
-    check_no_overlap,
     create_destination,
     flush_destination,
     settled_on_failure,
 )
+from ..write.overlaps import check_no_overlap
 from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
 from ..write.stopping import stops_on_exception
 from .records import MATRIX_SOURCE_ATTR

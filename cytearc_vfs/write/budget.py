@@ -21,9 +21,21 @@ before anything is written, naming the smallest that works.
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..format.layout import LayoutTooLargeError
+from ..format.option_names import option_name
+from ..format.sizes import format_size
 from .write_behind import MAX_HELD_BYTES
 
-__all__ = ["BUDGET_ALLOWANCE", "budget_for", "held_bytes", "preparation_bytes", "row_bytes"]
+__all__ = [
+    "BUDGET_ALLOWANCE",
+    "budget_for",
+    "held_bytes",
+    "preparation_bytes",
+    "reserve_for_source",
+    "row_bytes",
+]
 
 #: Bytes a write may use beyond its budget, for what does not scale with the data.
 BUDGET_ALLOWANCE = 4 << 20
@@ -80,3 +92,28 @@ def preparation_bytes(n_cells: int, n_features: int, table_bytes: int) -> int:
     223200
     """
     return (n_cells + n_features) * _TABLE_BYTES_PER_ID + 2 * table_bytes
+
+
+# Share of the budget a source may keep to serve row bands (a CSC AnnData
+# element's row-major spill, built at the first band and held through the write).
+_SOURCE_SHARE = 4
+
+
+def reserve_for_source(source: Any, budget: int) -> None:
+    """Give a source that builds something to serve row bands its share of the
+    budget (its ``reserve``; counted in ``copied_bytes``), or refuse naming the
+    smallest budget whose share holds it."""
+    reserve = getattr(source, "reserve", None)
+    if reserve is None:
+        return
+    share = budget // _SOURCE_SHARE
+    needed = int(reserve(share))
+    if needed > share:
+        least = needed * _SOURCE_SHARE
+        raise LayoutTooLargeError(
+            f"reading the counts in row bands needs {format_size(needed)} for the input's "
+            "row-major copy (a CSC element) or its dense chunks (a quarter of the budget), over "
+            f"{option_name('mem_budget')} {format_size(budget)}; raise "
+            f"{option_name('mem_budget')} to at least {format_size(least)} ({least} bytes), "
+            "the smallest whose quarter holds it. Nothing was written"
+        )

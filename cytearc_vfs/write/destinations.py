@@ -47,14 +47,12 @@ from ..format.chunk_keys import ChunkKeys
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
-from ..remote.addresses import store_address
 from ..remote.locations import Location, describe_location, local_path, open_location
 from .stopping import finish_sent, stop_work
 from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
 
 __all__ = [
     "check_destination",
-    "check_no_overlap",
     "composites_replaceable",
     "clears_pending_marker",
     "create_destination",
@@ -567,36 +565,3 @@ def settle_destination(root: zarr.Group) -> None:
             sync(root.store.revert_commit())
         except Exception as exc:  # the writer's own error is the one to raise
             logger.warning("putting the unfinished root of %s back failed: %r", root.store, exc)
-
-
-def check_no_overlap(
-    destination: Location,
-    sources: Mapping[str, Location],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    source_storage_options: Mapping[str, Mapping[str, Any] | None] | None = None,
-) -> None:
-    """Refuse a destination inside, equal to, or around any of ``sources``.
-
-    Locations compare by where their keys live (:func:`store_address`), so a
-    second spelling of a source (``s3://bkt//a.zarr``, ``S3://bkt/a.zarr/``,
-    a Store over the same bucket and prefix) is refused like the first.
-    ``storage_options`` are the destination's and ``source_storage_options``
-    the sources' by name: a custom endpoint in both tells two servers apart.
-    """
-    options = source_storage_options or {}
-    target = store_address(destination, storage_options)
-    for name, location in sources.items():
-        source = store_address(location, options.get(name))
-        if target is not None and source is not None:
-            overlaps = target.overlaps(source)
-        else:  # a Store whose place is unknown is only the same as itself
-            overlaps = destination is location or (
-                isinstance(destination, Store) and destination == location
-            )
-        if overlaps:
-            raise ValueError(
-                f"destination {describe_location(destination)!r} overlaps source {name!r} at "
-                f"{describe_location(location)!r}; a writer must not write inside, over or "
-                "around one of its sources: choose a destination outside it"
-            )

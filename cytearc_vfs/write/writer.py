@@ -55,7 +55,7 @@ from ..format.sizes import format_size, parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, canonical_location, describe_location
-from .budget import budget_for, held_bytes, preparation_bytes, row_bytes
+from .budget import budget_for, held_bytes, preparation_bytes, reserve_for_source, row_bytes
 from .count_source import (
     CountSource,
     DuplicateSumOverflowError,
@@ -180,31 +180,6 @@ def _fitted_layout(
         return fit_layout(*sizes, budget, min_shard_rows=fit_rows, **options)
     # the command line takes no layout: its refusal names only the budget
     return require_fit(*sizes, budget, layout_option=option_offered("layout"), **options)
-
-
-# Share of the budget a source may keep to serve row bands (a CSC AnnData
-# element's row-major spill, built at the first band and held through the write).
-_SOURCE_SHARE = 4
-
-
-def _reserve_for_source(source: Any, budget: int) -> None:
-    """Give a source that builds something to serve row bands its share of the
-    budget (its ``reserve``; counted in ``copied_bytes``), or refuse naming the
-    smallest budget whose share holds it."""
-    reserve = getattr(source, "reserve", None)
-    if reserve is None:
-        return
-    share = budget // _SOURCE_SHARE
-    needed = int(reserve(share))
-    if needed > share:
-        least = needed * _SOURCE_SHARE
-        raise LayoutTooLargeError(
-            f"reading the counts in row bands needs {format_size(needed)} for the input's "
-            "row-major copy (a CSC element) or its dense chunks (a quarter of the budget), over "
-            f"{option_name('mem_budget')} {format_size(budget)}; raise "
-            f"{option_name('mem_budget')} to at least {format_size(least)} ({least} bytes), "
-            "the smallest whose quarter holds it. Nothing was written"
-        )
 
 
 #: While set (:func:`fitting_layout`), the policy is fitted to the budget instead of used exactly.
@@ -350,7 +325,7 @@ def write_counts(
     )
 
     # Everything that can refuse runs before the destination exists.
-    _reserve_for_source(source, budget)
+    reserve_for_source(source, budget)
     try:
         value_range = scan_source(source, scan_bytes := max(1 << 20, min(budget // 4, 64 << 20)))
     except DuplicateSumOverflowError as exc:

@@ -44,7 +44,7 @@ from cytearc_vfs.format.sizes import parse_size
 from cytearc_vfs.inspection.read_sources import stores_read_by
 from cytearc_vfs.remote.failures import names_backend_failures
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
-from cytearc_vfs.write.destinations import check_no_overlap
+from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 
 from .columns import check_encodable, plain_text
