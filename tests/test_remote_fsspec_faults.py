@@ -92,9 +92,13 @@ def test_an_fsspec_source_read_fails_within_the_timeout(
             proxy.hang = True
         else:
             proxy.fail(10_000, status=503, match="/c/")
-        with pytest.raises(OSError, match=rf"source '[ab]' at s3://.*{TIMEOUT_ENV}") as info:
+        # a hung server is cut at the limit; a lasting 503 ends at the limit or, when
+        # botocore's own few retries end first (a loaded machine), with the 503
+        ended = TIMEOUT_ENV if fault == "hang" else f"({TIMEOUT_ENV}|Service Unavailable)"
+        with pytest.raises(OSError, match=rf"source '[ab]' at s3://.*{ended}") as info:
             store.reader().read()
-        assert "no answer within CYTEARC_SOURCE_TIMEOUT=3 seconds" in str(info.value)
+        if fault == "hang":
+            assert "no answer within CYTEARC_SOURCE_TIMEOUT=3 seconds" in str(info.value)
         gets = _shard_gets(proxy)
         # each shard asked a few times within the second, not retried for minutes
         # (before: 124 requests to a hung server in 430 s, a 503 retried for 45 s)
