@@ -48,12 +48,40 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _conditional_puts_are_atomic() -> None:
+    """Make moto's ``PUT`` with ``If-None-Match: *`` one step, as S3's is.
+
+    moto checks that the key is absent and then stores it, with no lock, and
+    its threaded server runs requests at once: two racing claims can both
+    pass the check (CI saw two winners of 16 threads once). AWS decides a
+    conditional write in one step, which is what the atomic-claim tests rely on.
+    """
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "_serialized", False):
+        return
+    put_object = S3Response.put_object
+    lock = threading.Lock()
+
+    def serialized(self: Any) -> Any:
+        if self.headers.get("If-None-Match") != "*":
+            return put_object(self)  # other writes stay concurrent (tests count rounds)
+        with lock:
+            return put_object(self)
+
+    serialized._serialized = True  # type: ignore[attr-defined]
+    S3Response.put_object = serialized  # type: ignore[method-assign]
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """Start moto's S3 server on a free loopback port for the session."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    _conditional_puts_are_atomic()
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
