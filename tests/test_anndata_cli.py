@@ -150,7 +150,7 @@ def test_an_h5ad_file_hdf5_cannot_open_is_named_as_damaged(tmp_path: Path, damag
         assert answer["message"].startswith(
             f"{bad} is an HDF5 file that cannot be opened: it is {damage} (HDF5: "
         )
-        assert "Restore it from a copy" in answer["message"]
+        assert "restore it from a copy" in answer["message"]
     assert not (tmp_path / "w.zarr").exists()
 
 

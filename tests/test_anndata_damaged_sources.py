@@ -5,7 +5,9 @@ lengths disagree with the element's shape are each refused with a
 ``RecordShapeError`` that names the source, the element and the remedy (the
 command line exits 3), never numpy's own message, and no composite is left.
 ``write_counts`` refuses the same files through the element layer
-(``MalformedElementError``).
+(``MalformedElementError``, naming the file), and containers whose stored
+values do not decode (a damaged chunk of a Zarr store or of an ``.h5ad``)
+the same way, not with the codec's or HDF5's bare error.
 """
 
 from __future__ import annotations
@@ -77,8 +79,12 @@ def test_a_damaged_indptr_is_refused_naming_the_source(
         cv.create_composite(tmp_path / "c.zarr", {"s": path})
     assert not (tmp_path / "c.zarr").exists()
     if case != "not-from-zero":  # the element layer reads such an indptr as scipy does
-        with pytest.raises(MalformedElementError, match="element X: indptr"):
+        with pytest.raises(
+            MalformedElementError,
+            match=rf"^{path}: element X: indptr.*the container is damaged; restore it",
+        ):
             cv.write_counts(tmp_path / "w.zarr", path)
+        assert not (tmp_path / "w.zarr").exists()
 
 
 def test_the_command_line_exits_3_naming_the_source(
@@ -130,3 +136,60 @@ def test_a_source_damaged_after_open_is_refused_on_the_read(tmp_path: Path) -> N
     with pytest.raises(RecordShapeError, match="for row 2"):
         reader.read_sparse(cells=[1, 2])
     store.close()
+
+
+def damage_first_chunk(path: Path) -> None:
+    """Overwrite 40 bytes inside the first stored chunk of ``X/data`` (same size)."""
+    if path.suffix == ".h5ad":
+        import h5py
+
+        with h5py.File(path, "r") as file:
+            offset = file["X/data"].id.get_chunk_info(0).byte_offset
+    else:
+        chunks = sorted(
+            found
+            for found in (path / "X" / "data").rglob("*")
+            if found.is_file() and found.name not in {".zarray", ".zattrs", "zarr.json"}
+        )
+        path, offset = chunks[0], 0
+    with open(path, "r+b") as file:
+        file.seek(offset + 20)
+        file.write(b"\x07" * 40)
+
+
+@pytest.mark.parametrize("container", ["zarr-v2", "zarr-v3", "h5ad"])
+def test_values_that_do_not_decode_are_refused_naming_the_file(
+    tmp_path: Path, container: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Blosc (v2), zstd (v3) and gzip (HDF5) chunks that fail to decode: a
+    ``MalformedElementError`` naming the container, the array and the remedy (the
+    command line exits 2 with it), not a bare ``RuntimeError`` or ``OSError``."""
+    rng = np.random.default_rng(3)
+    matrix = sp.random(300, 40, density=0.3, format="csr", dtype=np.float32, random_state=rng)
+    matrix.data = np.ceil(matrix.data * 9)
+    data = ad.AnnData(
+        X=matrix,
+        obs=pd.DataFrame(index=[f"c{i}" for i in range(300)]),
+        var=pd.DataFrame(index=[f"g{i}" for i in range(40)]),
+    )
+    if container == "h5ad":
+        path = tmp_path / "a.h5ad"
+        data.write_h5ad(path, compression="gzip")
+        where = rf"{path}: element X/data"
+        backend = r"HDF5: "
+    else:
+        path = write_anndata_zarr(data, tmp_path / "a.zarr", int(container[-1]))
+        where = rf"file://{path}/X/data"
+        backend = r"RuntimeError: .*decompression"
+    damage_first_chunk(path)
+    with pytest.raises(
+        MalformedElementError,
+        match=rf"^{where}: stored values cannot be decoded \({backend}.*the container is "
+        "damaged; restore it from a copy",
+    ):
+        cv.write_counts(tmp_path / "w.zarr", path)
+    assert not (tmp_path / "w.zarr").exists()
+    assert main(["write", str(path), str(tmp_path / "w.zarr"), "--json"]) == 2
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["error"] == "MalformedElementError" and "cannot be decoded" in answer["message"]
+    assert not (tmp_path / "w.zarr").exists()

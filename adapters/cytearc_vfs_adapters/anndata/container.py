@@ -227,10 +227,10 @@ class AnnDataContainer:
                     f"{self.where} has no layer {layer!r}; its layers are "
                     f"{self.layers() or 'none'}" + (" (or give no layer to use X)" if x else "")
                 )
-        matrix = matrix_element(node, path, classify(node, path))
+        matrix = matrix_element(node, path, classify(node, path), where=self.where)
         if matrix.shape != self.shape:
             raise MalformedElementError(
-                f"element {path}: shape {matrix.shape} differs from the AnnData's "
+                f"{matrix.label}: shape {matrix.shape} differs from the AnnData's "
                 f"{self.shape} (obs x var)"
             )
         return matrix

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from cytearc_vfs.errors import VfsError
 
-__all__ = ["MalformedElementError", "UnsupportedElementError"]
+__all__ = ["DAMAGED_REMEDY", "MalformedElementError", "UnsupportedElementError"]
+
+#: What a user does about a container whose stored bytes are damaged.
+DAMAGED_REMEDY = "restore it from a copy or download it again, or write it again with anndata"
 
 
 class MalformedElementError(VfsError, ValueError):

@@ -25,7 +25,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from .encodings import Encoding
-from .errors import MalformedElementError
+from .errors import DAMAGED_REMEDY, MalformedElementError
 from .nodes import attribute, child, is_group, read_values
 from .transposed import TransposedSpill, least_spill_bytes, spill_entries
 
@@ -34,6 +34,7 @@ __all__ = [
     "DenseMatrixElement",
     "MatrixElement",
     "SparseMatrixElement",
+    "element_label",
     "matrix_element",
 ]
 
@@ -71,10 +72,16 @@ class MatrixElement:
     """
 
     path: str
+    where: str
     encoding: Encoding
     shape: tuple[int, int]
     dtype: np.dtype
     stats: BandStats
+
+    @property
+    def label(self) -> str:
+        """The element as errors name it: the container's location and the element's path."""
+        return element_label(self.where, self.path)
 
     @property
     def nnz(self) -> int | None:
@@ -99,7 +106,7 @@ class MatrixElement:
 
     def __getitem__(self, rows: slice) -> sp.csr_array:
         if not isinstance(rows, slice) or rows.step not in (None, 1):
-            raise TypeError(f"{self.path}: only contiguous row slices are read, not {rows!r}")
+            raise TypeError(f"{self.label}: only contiguous row slices are read, not {rows!r}")
         start, stop, _ = rows.indices(self.shape[0])
         return self.row_band(start, max(start, stop))
 
@@ -112,15 +119,15 @@ class MatrixElement:
     def _check_range(self, start: int, stop: int, length: int, what: str) -> None:
         if not 0 <= start <= stop <= length:
             raise IndexError(
-                f"{self.path}: {what} {start}:{stop} outside 0:{length} of a {self.shape} matrix"
+                f"{self.label}: {what} {start}:{stop} outside 0:{length} of a {self.shape} matrix"
             )
 
 
 class SparseMatrixElement(MatrixElement):
     """A ``csr_matrix`` or ``csc_matrix`` group, read band by band."""
 
-    def __init__(self, group: Any, path: str, encoding: Encoding) -> None:
-        self.path = path
+    def __init__(self, group: Any, path: str, encoding: Encoding, *, where: str = "") -> None:
+        self.path, self.where = path, where
         self.encoding = encoding
         self.format: Literal["csr", "csc"] = "csr" if encoding.type == "csr_matrix" else "csc"
         arrays = {}
@@ -128,7 +135,7 @@ class SparseMatrixElement(MatrixElement):
             member = child(group, name)
             if member is None or is_group(member):
                 raise MalformedElementError(
-                    f"element {path}: a {encoding.type} needs an array {name!r}, which is "
+                    f"{self.label}: a {encoding.type} needs an array {name!r}, which is "
                     f"{'missing' if member is None else 'a group'}"
                 )
             arrays[name] = member
@@ -144,19 +151,19 @@ class SparseMatrixElement(MatrixElement):
             or not all(isinstance(n, int) and n >= 0 for n in shape)
         ):
             raise MalformedElementError(
-                f"element {path}: a {encoding.type} needs a 'shape' attribute of two "
+                f"{self.label}: a {encoding.type} needs a 'shape' attribute of two "
                 f"non-negative integers, found {shape!r}"
             )
         self.shape = (shape[0], shape[1])
         major = self.shape[0] if self.format == "csr" else self.shape[1]
         if tuple(self._indptr.shape) != (major + 1,):
             raise MalformedElementError(
-                f"element {path}: indptr has shape {tuple(self._indptr.shape)}, but a "
+                f"{self.label}: indptr has shape {tuple(self._indptr.shape)}, but a "
                 f"{encoding.type} of shape {self.shape} needs ({major + 1},)"
             )
         if self._data.shape != self._indices.shape or len(self._data.shape) != 1:
             raise MalformedElementError(
-                f"element {path}: data {tuple(self._data.shape)} and indices "
+                f"{self.label}: data {tuple(self._data.shape)} and indices "
                 f"{tuple(self._indices.shape)} must be one-dimensional and of one length"
             )
         self.dtype = np.dtype(self._data.dtype)
@@ -188,8 +195,9 @@ class SparseMatrixElement(MatrixElement):
         low, high = int(indptr[0]), int(indptr[-1])
         if low > high or np.any(np.diff(indptr) < 0) or high > self.nnz or low < 0:
             raise MalformedElementError(
-                f"element {self.path}: indptr[{start}:{stop + 1}] runs from {low} to {high}, "
-                f"not a non-decreasing range within the {self.nnz} stored entries"
+                f"{self.label}: indptr[{start}:{stop + 1}] runs from {low} to {high}, "
+                f"not a non-decreasing range within the {self.nnz} stored entries: the "
+                f"container is damaged; {DAMAGED_REMEDY}"
             )
         return indptr
 
@@ -211,7 +219,8 @@ class SparseMatrixElement(MatrixElement):
         minor = self.shape[1] if self.format == "csr" else self.shape[0]
         if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= minor):
             raise MalformedElementError(
-                f"element {self.path}: indices of entries {low}:{high} leave 0:{minor}"
+                f"{self.label}: indices of entries {low}:{high} leave 0:{minor}: the "
+                f"container is damaged; {DAMAGED_REMEDY}"
             )
         self.stats.record(high - low, indices.nbytes + data.nbytes)
         return indptr - low, indices, data
@@ -242,13 +251,13 @@ class SparseMatrixElement(MatrixElement):
 class DenseMatrixElement(MatrixElement):
     """A two-dimensional dense ``array`` element, sliced either way."""
 
-    def __init__(self, array: Any, path: str, encoding: Encoding) -> None:
+    def __init__(self, array: Any, path: str, encoding: Encoding, *, where: str = "") -> None:
+        self.path, self.where = path, where
         if array.shape is None or len(array.shape) != 2:
             raise MalformedElementError(
-                f"element {path}: a matrix must be two-dimensional, found shape {array.shape}"
+                f"{self.label}: a matrix must be two-dimensional, found shape {array.shape}"
             )
         self._array = array
-        self.path = path
         self.encoding = encoding
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = np.dtype(array.dtype)
@@ -306,13 +315,26 @@ class DenseMatrixElement(MatrixElement):
         return sp.csc_array(self._dense((slice(None), slice(start, stop))))
 
 
-def matrix_element(node: Any, path: str, encoding: Encoding) -> MatrixElement:
-    """The matrix element of ``node`` (a sparse group or a 2-D dense array)."""
+def element_label(where: str, path: str) -> str:
+    """An element as errors name it: ``where`` (the container's location, if known) and
+    its path.
+
+    >>> element_label("/data/a.zarr", "X")
+    '/data/a.zarr: element X'
+    >>> element_label("", "layers/counts")
+    'element layers/counts'
+    """
+    return f"{where}: element {path}" if where else f"element {path}"
+
+
+def matrix_element(node: Any, path: str, encoding: Encoding, *, where: str = "") -> MatrixElement:
+    """The matrix element of ``node`` (a sparse group or a 2-D dense array); ``where``, the
+    container's location, is named in its errors."""
     if encoding.type in ("csr_matrix", "csc_matrix"):
-        return SparseMatrixElement(node, path, encoding)
+        return SparseMatrixElement(node, path, encoding, where=where)
     if encoding.type == "array":
-        return DenseMatrixElement(node, path, encoding)
+        return DenseMatrixElement(node, path, encoding, where=where)
     raise MalformedElementError(
-        f"element {path}: a count matrix must be a csr_matrix, csc_matrix or dense array, "
-        f"found {encoding.label}"
+        f"{element_label(where, path)}: a count matrix must be a csr_matrix, csc_matrix or "
+        f"dense array, found {encoding.label}"
     )

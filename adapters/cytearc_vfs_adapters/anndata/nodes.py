@@ -10,6 +10,8 @@ smoothed here, once, so the readers above never ask which format they read.
 from __future__ import annotations
 
 import os
+import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +22,7 @@ import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
 
-from .errors import MalformedElementError
+from .errors import DAMAGED_REMEDY, MalformedElementError
 
 __all__ = [
     "HDF5_MAGIC",
@@ -195,9 +197,38 @@ def _open_h5(path: Path) -> Any:
             raise
         cause = "truncated" if "truncated file" in detail else "damaged"
         raise MalformedElementError(
-            f"{path} is an HDF5 file that cannot be opened: it is {cause} (HDF5: {detail}). "
-            "Restore it from a copy or download it again, or write it again with anndata"
+            f"{path} is an HDF5 file that cannot be opened: it is {cause} (HDF5: {detail}); "
+            f"{DAMAGED_REMEDY}"
         ) from exc
+
+
+#: zarr's codecs (numcodecs' blosc and zstd, zlib) name a failed decoding so
+_DECODE_FAILURE = re.compile(r"decompress|corrupt|codec|checksum|crc32c", re.IGNORECASE)
+
+
+def _damaged_values(array: Any, exc: BaseException) -> MalformedElementError | None:
+    """The error for values of ``array`` whose stored bytes do not decode, or ``None``
+    where ``exc`` is not that (a failing system keeps its own error).
+
+    HDF5 fails such a read with an ``OSError`` that carries no errno ("filter
+    returned failure during read"); zarr's codecs with a ``RuntimeError`` or
+    ``zlib.error`` naming the decompression.
+    """
+    detail = str(exc)
+    if type(array).__module__.startswith("h5py"):
+        if not isinstance(exc, OSError) or exc.errno is not None or "errno =" in detail:
+            return None
+        where = f"{array.file.filename}: element {array.name.lstrip('/')}"
+        backend = f"HDF5: {detail}"
+    else:
+        if isinstance(exc, OSError) or not _DECODE_FAILURE.search(detail):
+            return None
+        where = f"{array.store_path}"
+        backend = f"{type(exc).__name__}: {detail}"
+    return MalformedElementError(
+        f"{where}: stored values cannot be decoded ({backend}): the container is damaged; "
+        f"{DAMAGED_REMEDY}"
+    )
 
 
 def _h5py() -> Any:
@@ -244,7 +275,13 @@ def read_values(array: Any, selection: Any = ...) -> Any:
             array = array.asstr()
     elif selection is ...:
         selection = () if array.ndim == 0 else slice(None)
-    values = array[selection]
+    try:
+        values = array[selection]
+    except (RuntimeError, ValueError, OSError, zlib.error) as exc:
+        damaged = _damaged_values(array, exc)
+        if damaged is None:
+            raise
+        raise damaged from exc
     if not isinstance(values, np.ndarray):
         values = np.asarray(values)
     if text and values.dtype.kind in "OSTU":
