@@ -27,7 +27,8 @@ from cytearc_vfs_adapters.anndata import MalformedElementError
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
-from cytearc_vfs.errors import RecordShapeError
+from cytearc_vfs.errors import IdentityMismatchError, RecordShapeError
+from cytearc_vfs.read.local_chunk_files import RecordedFiles
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -121,15 +122,30 @@ def test_arrays_whose_lengths_disagree_with_the_shape_are_refused_at_binding(
         cv.create_composite(tmp_path / "c.zarr", {"s": path})
 
 
-def test_a_source_damaged_after_open_is_refused_on_the_read(tmp_path: Path) -> None:
-    """Reads check the ``indptr`` entries of the majors they read: a read through a
-    composite opened before the damage raises the same error (creation read every
-    major, so it was whole then)."""
+def test_a_source_damaged_after_open_is_refused_on_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local source's chunk file rewritten after the open is refused by the read
+    that opens it (its version differs from the record). Where no version tells
+    (a store that reports none), reads check the ``indptr`` entries of the majors
+    they read: a read through a composite opened before the damage raises the
+    same error as creation would (creation read every major, so it was whole then)."""
     path = source(tmp_path, "csr")
     cv.create_composite(tmp_path / "c.zarr", {"s": path}).close()
     store = cv.open_store(tmp_path / "c.zarr")
     reader = store.reader()
     damage_indptr(path, "decreasing")
+    with pytest.raises(IdentityMismatchError, match="the chunk file X/indptr/c/0 was rewritten"):
+        reader.read([2, 5])
+    store.close()
+    # the second line of defence, with the file check out of the way
+    monkeypatch.setattr(RecordedFiles, "check", lambda self, key, stat: None)
+    (tmp_path / "fresh").mkdir()
+    fresh = source(tmp_path / "fresh", "csr")
+    cv.create_composite(tmp_path / "c2.zarr", {"s": fresh}).close()
+    store = cv.open_store(tmp_path / "c2.zarr")
+    reader = store.reader()
+    damage_indptr(fresh, "decreasing")
     np.testing.assert_array_equal(reader.read([0], [0]), [[3]])  # row 0 is whole
     with pytest.raises(RecordShapeError, match=r"indptr\[2:4\] = 3, 2 for row 2"):
         reader.read([2, 5])

@@ -26,10 +26,11 @@ from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.read import anndata_identity
 
 
-def _source(path: Path, chunk: int) -> Path:
+def _source(path: Path, chunk: int, *, compressed: bool = True) -> Path:
     """A CSR AnnData store (Zarr v3) whose ``X/data`` and ``X/indices`` are
     stored in chunks of ``chunk`` entries: about 3,000 / chunk files each (at 8,
-    375 each: several times the files an open samples, and quick to write)."""
+    375 each: several times the files an open samples, and quick to write);
+    uncompressed unless ``compressed``."""
     rng = np.random.default_rng(3)
     matrix = sp.random(300, 40, density=0.25, format="csr", random_state=rng, dtype=np.float32)
     matrix.data = rng.integers(1, 30, matrix.nnz).astype(np.int32)
@@ -43,7 +44,13 @@ def _source(path: Path, chunk: int) -> Path:
     for name in ("data", "indices"):
         values = group[name][:]  # type: ignore[index]
         del group[name]
-        group.create_array(name, data=values, chunks=(chunk,), shards=None)
+        group.create_array(
+            name,
+            data=values,
+            chunks=(chunk,),
+            shards=None,
+            compressors="auto" if compressed else None,
+        )
     zarr.consolidate_metadata(path)
     return path
 
@@ -125,3 +132,91 @@ def test_a_deleted_chunk_or_a_replaced_source_fails_closed(tmp_path: Path) -> No
     os.rename(other, source)
     with pytest.raises(IdentityMismatchError):
         cv.open_store(location)
+
+
+def _rewrite_in_place(path: Path) -> None:
+    """Change one byte of ``path`` without a rename (no directory's times move) and
+    keep its size, as a raw write into the file would."""
+    with open(path, "r+b") as file:
+        first = file.read(1)
+        file.seek(0)
+        file.write(bytes([first[0] ^ 0xFF]))
+
+
+def test_a_chunk_file_edited_in_place_is_refused_when_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edit in place that the open's sample missed is refused by the read of
+    that chunk (checked against the record from the stat the read makes), not
+    read as other values (the chunks are uncompressed: the changed byte would
+    decode); rows in other chunks still read."""
+    source = _source(tmp_path / "src" / "a.zarr", 8, compressed=False)
+    location = tmp_path / "comp.zarr"
+    cv.create_composite(location, {"a": source}).close()
+    expected = cv.open_store(location).reader().read()
+    edited = "X/data/c/300"
+    monkeypatch.setattr(anndata_identity, "SAMPLED_FILES", 0)  # the sample misses it
+    _rewrite_in_place(source / edited)
+    store = cv.open_store(location)
+    reader = store.reader()
+    indptr = zarr.open_array(source / "X" / "indptr", mode="r")[:]
+    row = int(np.searchsorted(indptr, 300 * 8, side="right")) - 1  # holds entry 2,400
+    with pytest.raises(IdentityMismatchError, match=rf"the chunk file {edited} was rewritten in"):
+        reader.read([row])
+    with pytest.raises(IdentityMismatchError, match="restore the source, or recreate"):
+        reader.read_sparse(cells=[row])
+    far = 0 if row > 10 else 299
+    np.testing.assert_array_equal(reader.read([far]), expected[[far]])
+    store.close()
+
+
+def test_a_chunk_file_deleted_after_the_open_is_refused_not_read_as_zeros(
+    tmp_path: Path,
+) -> None:
+    source = _source(tmp_path / "src" / "a.zarr", 8)
+    location = tmp_path / "comp.zarr"
+    cv.create_composite(location, {"a": source}).close()
+    store = cv.open_store(location)
+    reader = store.reader()
+    (source / "X" / "data" / "c" / "0").unlink()
+    with pytest.raises(IdentityMismatchError, match=r"the chunk file X/data/c/0 is gone"):
+        reader.read([0])
+    store.close()
+
+
+def test_a_sharded_source_rewritten_in_place_is_refused_when_read(tmp_path: Path) -> None:
+    """Shards are read through their kept index: a shard rewritten after the open
+    is refused before its index is used."""
+    source = _source(tmp_path / "src" / "a.zarr", 8)
+    group = zarr.open_group(source / "X", mode="r+", use_consolidated=False)
+    values = group["data"][:]  # type: ignore[index]
+    del group["data"]
+    group.create_array("data", data=values, chunks=(8,), shards=(800,))
+    zarr.consolidate_metadata(source)
+    location = tmp_path / "comp.zarr"
+    cv.create_composite(location, {"a": source}).close()
+    store = cv.open_store(location)
+    reader = store.reader()
+    expected = reader.read()
+    _rewrite_in_place(source / "X" / "data" / "c" / "0")
+    with pytest.raises(IdentityMismatchError, match=r"the chunk file X/data/c/0 was rewritten"):
+        reader.read([0, 1])
+    np.testing.assert_array_equal(reader.read([299]), expected[[299]])
+    store.close()
+
+
+def test_files_rewritten_with_their_own_bytes_still_read(tmp_path: Path) -> None:
+    """Every chunk file rewritten with the same bytes (new times, same digests): the
+    open digests them again and passes, and the reads check the files as they are
+    now, not as recorded at creation."""
+    source = _source(tmp_path / "src" / "a.zarr", 400)
+    location = tmp_path / "comp.zarr"
+    cv.create_composite(location, {"a": source}).close()
+    expected = cv.open_store(location).reader().read()
+    for path in (source / "X").rglob("*"):
+        if path.is_file() and path.name != "zarr.json":
+            path.write_bytes(path.read_bytes())
+    store = cv.open_store(location)
+    np.testing.assert_array_equal(store.reader().read(), expected)
+    np.testing.assert_array_equal(store.reader().read_sparse().toarray(), expected)
+    store.close()

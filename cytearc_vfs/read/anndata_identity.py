@@ -13,7 +13,10 @@ changed. :mod:`.anndata_sources` records both and compares them.
 stats the directories recorded at creation (:func:`watched_directories`:
 an object added, removed or renamed into place moves its directory's times),
 every metadata document, and a bounded sample of the other files (an edit in
-place); anything different sends the open to the full walk and digests.
+place); anything different sends the open to the full walk and digests. The
+reads check each chunk file they open against the same record
+(:mod:`.local_chunk_files`), so an edit in place that the sample missed is
+refused when the edited file is read.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from zarr.core.buffer import default_buffer_prototype
 from ..format.fingerprints import combine
 from ..remote.locations import Location, local_path
 from ..remote.pinned_store import pinned_store_of
+from .local_chunk_files import file_version
 
 __all__ = [
     "GROUPS",
@@ -51,12 +55,6 @@ SAMPLED_FILES = 64
 _DOCUMENT_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup"})
 # a fresh draw at every open: an edit in place is found by some open
 _DRAW = random.SystemRandom()
-
-
-def _version_of(stat: os.stat_result) -> str:
-    # the change time moves on any rewrite, even one that restores the
-    # modification time, so a file replaced with one of equal size is seen
-    return f"mtime:{stat.st_mtime_ns}:ctime:{stat.st_ctime_ns}"
 
 
 def _directory_version(stat: os.stat_result) -> str:
@@ -90,7 +88,7 @@ def _walk(root: Path, prefixes: list[str]) -> tuple[dict[str, list[Any]], dict[s
                 pending.append(key)
             else:
                 stat = entry.stat()
-                files[key] = [stat.st_size, _version_of(stat)]
+                files[key] = [stat.st_size, file_version(stat)]
     return files, directories
 
 
@@ -101,7 +99,7 @@ def _local_versions(root: Path, prefixes: list[str], documents: list[str]) -> di
             stat = (root / key).stat()
         except FileNotFoundError:
             continue
-        found[key] = [stat.st_size, _version_of(stat)]
+        found[key] = [stat.st_size, file_version(stat)]
     found.update(_walk(root, prefixes)[0])
     return found
 
@@ -184,7 +182,7 @@ def _local_unchanged(root: Path, recorded: Mapping[str, Any]) -> bool:
             stat = os.stat(os.path.join(base, key))
         except (FileNotFoundError, NotADirectoryError):
             return False
-        if [stat.st_size, _version_of(stat)] != objects[key]:
+        if [stat.st_size, file_version(stat)] != objects[key]:
             return False
     return True
 

@@ -87,6 +87,7 @@ from .anndata_identity import (
 )
 from .anndata_reads import ElementReads
 from .direct_chunks import DirectChunks, direct_chunks_for
+from .local_chunk_files import RecordedFiles
 from .prefetch import PrefetchedStore
 
 __all__ = [
@@ -272,11 +273,17 @@ class AnnDataCounts(ElementReads):
     pointers: dict[int, Indices] = field(default_factory=dict, repr=False)
     """Decoded ``indptr`` chunks, by chunk, kept for the element's lifetime (shared
     by its counting views: the source's identity was checked at open)."""
+    recorded_files: RecordedFiles | None = field(default=None, repr=False)
+    """The recorded sizes and versions of a local source's files, which its reads
+    check the chunk files they open against (``None``: not recorded)."""
     direct: dict[str, DirectChunks | None] = field(init=False, repr=False)
     """Direct chunk decoders of the arrays (``None``: read through zarr's pipeline)."""
 
     def __post_init__(self) -> None:
-        self.direct = {name: direct_chunks_for(array) for name, array in self.arrays.items()}
+        self.direct = {
+            name: direct_chunks_for(array, self.recorded_files)
+            for name, array in self.arrays.items()
+        }
 
     def on(self, store: Store) -> AnnDataCounts:
         """The same element read through ``store`` (a counting view); no I/O."""
@@ -416,6 +423,10 @@ async def bind_anndata(
                 f"created ({what}); restore the source, or recreate the composite"
             )
         entry = dict(recorded)
+        if versions is not None:
+            # rewritten with the same bytes (its digests match): its reads check the
+            # files against what they are now, not what they were at creation
+            entry["objects"] = versions
         return await _open(backend, reader.fetched, entry, fingerprints, name, where=where)
     entry = {
         "element": layout.element.path,
@@ -502,14 +513,17 @@ async def _open(
         _check_sparse_shapes(element, arrays, f"source {name!r} at {where}")
     dtype = np.dtype(entry["dtype"]) if entry.get("dtype") else np.dtype(np.int64)
     cells, features = (zarr.Array(array) for array in opened[len(names) :])
+    source = f"source {name!r} at {where}"
+    objects = entry.get("objects")
     return AnnDataCounts(
         element,
-        f"source {name!r} at {where}",
+        source,
         dtype,
         arrays,
         (cells, features),
         entry,
         fingerprints=fingerprints,
+        recorded_files=RecordedFiles(objects, source) if objects else None,
     )
 
 

@@ -32,26 +32,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import google_crc32c
-import numcodecs
 import numpy as np
 import numpy.typing as npt
-import zstandard
-from numcodecs import blosc
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest
-from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec, ZstdCodec
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import VfsError
 from ..format.gathering import gather_all
-from .decode_threads import hand_over, thread_decompressor, thread_scratch
+from .chunk_codecs import Decode, v2_decode, v3_decode
+from .decode_threads import hand_over
+from .local_chunk_files import RecordedFiles, read_file
 from .local_shards import local_files
 from .placement import as_slice
 from .prefetch import MAX_IN_FLIGHT
@@ -64,82 +61,6 @@ MISSING = 2**64 - 1
 
 class ChunkDecodeError(VfsError, ValueError):
     """A stored chunk that its array's codec cannot decode (a damaged source)."""
-
-
-# How a chunk's bytes are decoded: ``decode(data, nbytes)`` returns a byte
-# array holding at least the decoded chunk's first ``nbytes`` bytes (the
-# decoding thread's buffer, or ``data`` itself: valid until the thread's next
-# decode).
-Decode = Callable[[Any, int], npt.NDArray[np.uint8]]
-
-
-def _zstd(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
-    target = thread_scratch(nbytes, name="direct")
-    view = memoryview(target)
-    with thread_decompressor().stream_reader(data, read_across_frames=True) as reader:
-        filled = 0
-        while filled < nbytes:
-            n = reader.readinto(view[filled:])
-            if n == 0:
-                raise zstandard.ZstdError(f"the chunk ends after {filled} bytes")
-            filled += n
-    return target
-
-
-def _deflate(wbits: int) -> Decode:
-    def decode(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
-        inflated = zlib.decompressobj(wbits).decompress(data, nbytes)
-        if len(inflated) < nbytes:
-            raise zlib.error(f"the chunk ends after {len(inflated)} bytes")
-        return np.frombuffer(inflated, dtype=np.uint8)
-
-    return decode
-
-
-def _blosc(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
-    # blosc decodes whole chunks (its blocks are most of a chunk anyway)
-    whole = int.from_bytes(bytes(data[4:8]), "little")  # the header's decoded size
-    target = thread_scratch(whole, name="direct")
-    blosc.decompress(data, target)
-    return target
-
-
-def _raw(data: Any, nbytes: int) -> npt.NDArray[np.uint8]:
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if len(raw) < nbytes:
-        raise ValueError(f"the chunk holds {len(raw)} bytes, not {nbytes}")
-    return raw
-
-
-def _v2_decode(compressor: Any) -> Decode | None:
-    if compressor is None:
-        return _raw
-    if isinstance(compressor, numcodecs.Blosc):
-        return _blosc
-    if isinstance(compressor, numcodecs.Zstd):
-        return _zstd
-    if isinstance(compressor, numcodecs.GZip):
-        return _deflate(16 + zlib.MAX_WBITS)
-    if isinstance(compressor, numcodecs.Zlib):
-        return _deflate(zlib.MAX_WBITS)
-    return None
-
-
-def _v3_decode(codecs: tuple[Any, ...]) -> tuple[Decode, str | None] | None:
-    """The decoder and byte order of ``bytes`` + at most one compressor."""
-    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
-        return None
-    endian = codecs[0].endian
-    if len(codecs) == 1:
-        return _raw, endian
-    compressor = codecs[1]
-    if isinstance(compressor, ZstdCodec):
-        return _zstd, endian
-    if isinstance(compressor, GzipCodec):
-        return _deflate(16 + zlib.MAX_WBITS), endian
-    if isinstance(compressor, BloscCodec):
-        return _blosc, endian
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +95,13 @@ def _index_codecs_known(codec: ShardingCodec) -> bool:
     )
 
 
-def direct_chunks_for(array: AsyncArray[Any]) -> DirectChunks | None:
+def direct_chunks_for(
+    array: AsyncArray[Any], recorded: RecordedFiles | None = None
+) -> DirectChunks | None:
     """A :class:`DirectChunks` of ``array`` (1-D or 2-D, numeric), or ``None`` when its
-    layout or codecs are not among those it decodes (then zarr's pipeline reads it)."""
+    layout or codecs are not among those it decodes (then zarr's pipeline reads it).
+    On a plain local store, the chunk files it reads are checked against
+    ``recorded`` (:mod:`.local_chunk_files`)."""
     if array.ndim not in (1, 2) or np.dtype(array.dtype).kind not in "biuf":
         return None
     metadata = array.metadata
@@ -185,7 +110,7 @@ def direct_chunks_for(array: AsyncArray[Any]) -> DirectChunks | None:
     if metadata.zarr_format == 2:
         if metadata.filters or (array.ndim > 1 and metadata.order != "C"):
             return None
-        decode = _v2_decode(metadata.compressor)
+        decode = v2_decode(metadata.compressor)
         wire = np.dtype(metadata.dtype.to_native_dtype())
         chunks = tuple(int(c) for c in metadata.chunks)
     else:
@@ -201,7 +126,7 @@ def direct_chunks_for(array: AsyncArray[Any]) -> DirectChunks | None:
                 per_shard, codec.index_location == "end", len(codec.index_codecs) == 2
             )
             chunks, codecs = inner, tuple(codec.codecs)
-        found = _v3_decode(codecs)
+        found = v3_decode(codecs)
         if found is None:
             return None
         decode, endian = found
@@ -209,7 +134,8 @@ def direct_chunks_for(array: AsyncArray[Any]) -> DirectChunks | None:
     if decode is None:
         return None
     fill = metadata.fill_value
-    return DirectChunks(array, decode, wire, chunks, sharding, 0 if fill is None else fill)
+    fill = 0 if fill is None else fill
+    return DirectChunks(array, decode, wire, chunks, sharding, fill, recorded=recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +193,8 @@ class DirectChunks:
         chunks: tuple[int, ...],
         sharding: _Sharding | None,
         fill: Any,
+        *,
+        recorded: RecordedFiles | None = None,
     ) -> None:
         self._store = array.store_path.store
         self._path = array.store_path.path
@@ -284,7 +212,11 @@ class DirectChunks:
         self._fill = fill
         # a plain local store's chunk files are read with pread on the decoding
         # thread, into its reused buffer (unsharded arrays: one file a chunk)
-        self._local = None if sharding is not None else local_files(self._store)
+        local = local_files(self._store)
+        self._local = None if sharding is not None else local
+        # the chunk files of a local source are checked against the record as
+        # they are read: its open compared only a sample of them
+        self._recorded = (local[0], recorded) if local is not None and recorded else None
         # shard -> its index ((offset, nbytes) per inner chunk), kept: the
         # source's identity was checked at open and is pinned for its reads
         self._indexes: dict[int, npt.NDArray[np.uint64]] = {}
@@ -449,10 +381,11 @@ class DirectChunks:
         coords = np.stack(np.unravel_index(chunks, self.grid), axis=1)
         if self._local is not None:
             root, counters = self._local
-            keys = [os.path.join(root, self._key(tuple(int(c) for c in at))) for at in coords]
+            keys = [self._key(tuple(int(c) for c in at)) for at in coords]
+            recorded = self._recorded[1] if self._recorded is not None else None
 
             def read_and_decode(position: int) -> None:
-                data = _read_file(keys[position])
+                data = read_file(root, keys[position], recorded)
                 if counters is not None and data is not None:
                     counters.add(nbytes=len(data), requests=1)
                 decode(position, data)
@@ -510,6 +443,10 @@ class DirectChunks:
         every inner chunk is touched (as zarr does), else its index and their ranges."""
         sharding = self._sharding
         assert sharding is not None
+        if self._recorded is not None:
+            # the shard's index is kept by the reader: a shard rewritten since must
+            # not be read through it
+            await asyncio.to_thread(self._recorded[1].check_path, self._recorded[0], key)
         prototype = default_buffer_prototype()
         if len(positions) == in_bounds and shard not in self._indexes:
             async with gate:
@@ -577,20 +514,3 @@ class DirectChunks:
                 "(restore the source)"
             )
         return np.frombuffer(entries, dtype="<u8").reshape(sharding.inner, 2)
-
-
-def _read_file(path: str) -> npt.NDArray[np.uint8] | None:
-    """A chunk file's bytes in this thread's buffer (``None``: no such file, a
-    chunk never written)."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    try:
-        size = os.fstat(descriptor).st_size
-        buffer = thread_scratch(size, name="file")
-        if os.preadv(descriptor, [memoryview(buffer)], 0) != size:
-            raise OSError(f"{path} changed while it was read; read again")
-    finally:
-        os.close(descriptor)
-    return buffer
