@@ -69,9 +69,15 @@ class RecordedFiles:
             )
         else:
             return
+        reopen = (
+            "; if only its times changed (the same bytes written again), reopen the store, "
+            "whose open compares the bytes"
+            if stat is not None and stat.st_size == recorded[0]
+            else ""
+        )
         raise IdentityMismatchError(
             f"{self.source}: the chunk file {key} {found} after the composite was created; "
-            "restore the source, or recreate the composite"
+            f"restore the source, or recreate the composite{reopen}"
         )
 
     def check_path(self, root: str, key: str) -> None:
