@@ -23,6 +23,7 @@ from test_anndata_sources import remote_anndata
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.tables import read_table
+from cytearc_vfs.read.direct_chunks import ChunkDecodeError
 
 pytestmark = [
     pytest.mark.remote,
@@ -145,3 +146,31 @@ def test_a_resized_remote_object_fails_the_open_without_reading_the_element(
     paths = [seen.path.split("?")[0] for seen in proxy.take()]
     documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
     assert [path for path in paths if "/X/" in path and not path.endswith(documents)] == []
+
+
+def test_a_chunk_damaged_on_the_way_is_fetched_again_not_kept(
+    flaky: dict[str, Any], tmp_path: Path
+) -> None:
+    """One answer of a chunk of r3's ``X/data`` (Zarr v3: its chunk keys go through
+    the source cache) cut short on the way: the read drops what the cache holds of
+    it and fetches it once more, and the values are right; the damaged bytes are
+    not kept for later reads. Damaged at every fetch, the error says so."""
+    proxy: LoopbackProxy = flaky["proxy"]
+    location = tmp_path / "c.zarr"
+    cv.create_composite(location, flaky["sources"], source_storage_options=flaky["options"]).close()
+    store = cv.open_store(location, source_storage_options=flaky["options"])
+    assert isinstance(store, cv.CompositeStore)
+    proxy.faulted = 0
+    proxy.corrupt(1, how="short", match="r3.zarr/X/data/c/")
+    _check(store, flaky["expected"])
+    assert proxy.faulted == 1 and store.cache_info().refetches == 1
+    _check(store, flaky["expected"])  # read from the cache: nothing damaged was kept
+    assert store.cache_info().refetches == 1
+    store.close()
+    store = cv.open_store(location, source_storage_options=flaky["options"])
+    proxy.corrupt(1000, how="short", match="r3.zarr/X/data/c/")
+    with pytest.raises(ChunkDecodeError, match="failed again when fetched anew from the source"):
+        store.reader().read()
+    proxy.clear()  # the transfers heal: the same store reads right
+    _check(store, flaky["expected"])
+    store.close()

@@ -31,8 +31,9 @@ chunk); an index whose checksum fails is an error naming the shard.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import VfsError
 from ..format.gathering import gather_all
+from ..remote.cached_store import forget_failed
 from .chunk_codecs import Decode, v2_decode, v3_decode
 from .decode_threads import hand_over
 from .local_chunk_files import RecordedFiles, read_file
@@ -396,9 +398,13 @@ class DirectChunks:
 
             async def fetch(position: int) -> None:
                 key = self._key(tuple(int(c) for c in coords[position]))
-                async with gate:
-                    buffer = await self._store.get(key, prototype)
-                await one(position, None if buffer is None else buffer.as_numpy_array())
+
+                async def attempt() -> None:
+                    async with gate:
+                        buffer = await self._store.get(key, prototype)
+                    await one(position, None if buffer is None else buffer.as_numpy_array())
+
+                await self._with_refetch(key, attempt)
 
             await gather_all(*(fetch(p) for p in range(len(chunks))))
             return
@@ -416,18 +422,46 @@ class DirectChunks:
             corner = shard_coords[positions[0]]
             in_bounds = int(np.prod(np.minimum(per_shard, grid - corner * per_shard)))
             key = self._key(tuple(int(c) for c in corner))
+            shard = int(shards[positions[0]])
             tasks.append(
-                self._shard(
-                    int(shards[positions[0]]),
+                self._with_refetch(
                     key,
-                    positions,
-                    inner[positions],
-                    in_bounds,
-                    one,
-                    gate,
+                    functools.partial(
+                        self._shard, shard, key, positions, inner[positions], in_bounds, one, gate
+                    ),
+                    shard=shard,
                 )
             )
         await gather_all(*tasks)
+
+    async def _with_refetch(
+        self, key: str, attempt: Callable[[], Awaitable[None]], *, shard: int | None = None
+    ) -> None:
+        """``attempt`` (the reads of chunk or shard ``key``), made once more when a chunk
+        or shard index did not decode and ``key`` came from a remote source.
+
+        A transfer can damage bytes (a proxy, a faulty link) that the source
+        holds intact; kept in the source cache, they would fail every later
+        read. What the cache holds of ``key`` is dropped, and a shard's kept
+        index, so the repeat fetches from the source. Chunks placed by the
+        first attempt are placed again with the same values.
+        """
+        try:
+            await attempt()
+            return
+        except ChunkDecodeError:
+            if not forget_failed(self._store, key):
+                raise
+        if shard is not None:
+            self._indexes.pop(shard, None)
+        try:
+            await attempt()
+        except ChunkDecodeError as again:
+            raise ChunkDecodeError(
+                f"{again}; it failed again when fetched anew from the source (past the "
+                "cache): the source's stored bytes are damaged, or every transfer from it "
+                "is damaged on the way (a proxy or network fault)"
+            ) from again
 
     async def _shard(
         self,
