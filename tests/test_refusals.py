@@ -93,6 +93,19 @@ def test_overwrite_refuses_prepared_assay(
     assert snapshot_tree(tmp_path / "s.zarr") == before
 
 
+def test_overwrite_refuses_prepared_assay_of_a_workspace(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
+    # the QC columns of a workspace's assay sit in the workspace's cell table
+    cv.write_counts(tmp_path / "s.zarr", counts, workspace="ws")
+    root = zarr.open_group(tmp_path / "s.zarr", mode="a")
+    root["ws/cellData"].create_array("RNA_nCounts", shape=(counts.shape[0],), dtype="float64")
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="prepared assay 'ws/RNA'"):
+        cv.write_counts(tmp_path / "s.zarr", counts, workspace="ws", overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
 def test_overwrite_refuses_mount_target(
     tmp_path: Path, counts: sp.csr_array, snapshot_tree
 ) -> None:
