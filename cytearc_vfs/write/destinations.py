@@ -277,8 +277,14 @@ def _check_replaceable(
     where: str, store: Store, keys: list[str], root: dict[str, object] | None
 ) -> None:
     """Raise ``FileExistsError`` naming why ``overwrite=True`` may not replace the destination."""
-    if root is None and all(_intended_key(key) == "zarr.json" for key in keys):
-        return  # a writer died writing its very first document
+    if root is None and all(
+        key != "zarr.json" and _intended_key(key) == "zarr.json" for key in keys
+    ):
+        # A writer died writing its very first document: only the temporary
+        # file of that write is there. A zarr.json that is not a JSON object
+        # was never written by a writer (document writes replace whole
+        # files), so it is a key without a root group and is refused below.
+        return
     if root is None or root.get("node_type") != "group":
         raise FileExistsError(
             f"destination {where} holds keys but no root group (first: {sorted(keys)[0]!r}); "
