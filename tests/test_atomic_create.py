@@ -184,6 +184,33 @@ def test_a_directory_at_the_key_is_refused(tmp_path: Path) -> None:
         create_if_absent(LocalStore(tmp_path), "group", b"x")
 
 
+def test_a_mount_claims_in_its_target_and_never_in_its_source(tmp_path: Path) -> None:
+    """Pipeline runs and their atomic label claims stay per store (spec, "Mounted
+    targets"): a claim through a mount is the target's own conditional create."""
+    import numpy as np
+
+    cv.write_counts(tmp_path / "src.zarr", np.ones((6, 3)))
+    with cv.publish_artifact(
+        cv.open_store(tmp_path / "src.zarr", mode="r+"),
+        "RNA/artifacts",
+        "pca",
+        provenance={"operation": "pca", "parameters": {}, "inputs": {}},
+    ) as art:
+        art.write_array("data", np.ones((6, 2)))
+    mount = cv.mount_datastore(tmp_path / "src.zarr", tmp_path / "tgt.zarr")
+    assert supports_atomic_create(mount)
+    key = "pipeline/runs/.label-claims/abc"
+    results = _race_threads(mount, key)
+    _check_round(mount, key, results)
+    assert (tmp_path / "tgt.zarr" / key).is_file()
+    assert not (tmp_path / "src.zarr" / "pipeline").exists()
+    with pytest.raises(PermissionError, match="belongs to the mounted source"):
+        create_if_absent(mount, f"{art.path}/claim", b"x")
+    assert not (tmp_path / "src.zarr" / art.path / "claim").exists()
+    with pytest.raises(ValueError, match="read-only"):
+        create_if_absent(cv.open_store(tmp_path / "tgt.zarr"), "pipeline/other", b"x")
+
+
 def test_a_generic_fsspec_filesystem_is_refused_not_emulated() -> None:
     store = FsspecStore.from_url(f"memory://claims-{uuid.uuid4().hex[:6]}")
     assert not supports_atomic_create(store)

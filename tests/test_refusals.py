@@ -93,6 +93,42 @@ def test_overwrite_refuses_prepared_assay(
     assert snapshot_tree(tmp_path / "s.zarr") == before
 
 
+def test_overwrite_refuses_prepared_assay_of_a_workspace(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
+    # the QC columns of a workspace's assay sit in the workspace's cell table
+    cv.write_counts(tmp_path / "s.zarr", counts, workspace="ws")
+    root = zarr.open_group(tmp_path / "s.zarr", mode="a")
+    root["ws/cellData"].create_array("RNA_nCounts", shape=(counts.shape[0],), dtype="float64")
+    before = snapshot_tree(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="prepared assay 'ws/RNA'"):
+        cv.write_counts(tmp_path / "s.zarr", counts, workspace="ws", overwrite=True)
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+
+
+@pytest.mark.parametrize("text", ["my notes", "[1, 2]", ""])
+def test_overwrite_refuses_a_root_document_that_is_not_a_group(
+    tmp_path: Path, counts: sp.csr_array, text: str
+) -> None:
+    # a zarr.json that is not a JSON object is a key without a root group
+    (tmp_path / "s.zarr").mkdir()
+    (tmp_path / "s.zarr" / "zarr.json").write_text(text)
+    with pytest.raises(FileExistsError, match="no root group"):
+        cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    assert (tmp_path / "s.zarr" / "zarr.json").read_text() == text
+
+
+def test_overwrite_replaces_a_first_document_left_half_written(
+    tmp_path: Path, counts: sp.csr_array
+) -> None:
+    # what a LocalStore write interrupted before its rename leaves
+    (tmp_path / "s.zarr").mkdir()
+    (tmp_path / "s.zarr" / f"zarr.{'0' * 32}.partial").write_text('{"zarr_fo')
+    cv.write_counts(tmp_path / "s.zarr", counts, overwrite=True)
+    stored = zarr.open_array(cv.open_store(tmp_path / "s.zarr"), path="RNA/counts", mode="r")
+    np.testing.assert_array_equal(stored[:], counts.toarray())
+
+
 def test_overwrite_refuses_mount_target(
     tmp_path: Path, counts: sp.csr_array, snapshot_tree
 ) -> None:

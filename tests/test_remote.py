@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -84,6 +86,26 @@ def test_credentials_never_written(s3_server: S3Server, counts: sp.csr_array) ->
     assert blobs
     for secret in (b"testing-secret", b"testing-key"):
         assert not any(secret in blob for blob in blobs)
+
+
+def test_a_password_in_a_source_url_is_refused_not_recorded(
+    s3_server: S3Server, counts: sp.csr_array, tmp_path: Path
+) -> None:
+    """A mount's or composite's record keeps its source locations: a URL that carries
+    user:password@ would persist the password, so it is refused (masked) before the
+    destination exists; a user name alone (abfs://container@account) is a place."""
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    cv.write_counts(f"s3://{bucket}/src.zarr", counts, storage_options=options)
+    url = f"s3://KEY:hunter2@{bucket}/src.zarr"
+    with pytest.raises(ValueError, match=r"KEY:\*\*\*@.*storage options") as raised:
+        cv.mount_datastore(url, tmp_path / "t.zarr", source_storage_options=options)
+    assert "hunter2" not in str(raised.value)
+    assert not (tmp_path / "t.zarr").exists()
+    with pytest.raises(ValueError, match=r"source 'a' s3://KEY:\*\*\*@") as raised:
+        cv.create_composite(tmp_path / "c.zarr", {"a": url}, source_storage_options={"a": options})
+    assert "hunter2" not in str(raised.value)
+    assert not (tmp_path / "c.zarr").exists()
 
 
 def test_clients_keep_a_bounded_number_of_idle_connections(s3_server: S3Server) -> None:

@@ -141,6 +141,40 @@ def test_the_directory_is_in_tmpdir_and_gone_when_the_process_exits(tmp_path: Pa
     assert not directory.exists()
 
 
+FORKED_CHILD = (
+    "import os, sys\n"
+    "from cytearc_vfs.remote.source_cache import SourceCache\n"
+    "cache = SourceCache(1000)\n"
+    "cache.put('k', b'v' * 10)\n"
+    "parent = cache.info().directory\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    # the child neither serves nor touches the parent's entries\n"
+    "    assert cache.get('k') is None, 'child served the parent entry'\n"
+    "    cache.put('c', b'c' * 10)\n"
+    "    own = cache.info().directory\n"
+    "    assert own not in (None, parent), own\n"
+    "    print(own, flush=True)\n"
+    "    cache.close()\n"
+    "    sys.exit(0)  # a normal exit: its exit handlers run\n"
+    "_, status = os.waitpid(pid, 0)\n"
+    "assert status == 0, status\n"
+    "assert os.path.isdir(parent), 'the child removed the parent directory'\n"
+    "assert cache.get('k') == b'v' * 10 and cache.info().enabled\n"
+    "print(parent, flush=True)\n"
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_leaves_the_parents_directory_alone(tmp_path: Path) -> None:
+    run = _in_subprocess(FORKED_CHILD, tmpdir=tmp_path)
+    assert run.returncode == 0, run.stderr
+    child, parent = (Path(line) for line in run.stdout.split())
+    assert child.parent == parent.parent == tmp_path
+    # each directory went with the process that made it
+    assert not child.exists() and not parent.exists()
+
+
 def test_a_fault_of_the_directory_turns_the_cache_off() -> None:
     cache = SourceCache(1000)
     cache.put("a", b"a" * 10)

@@ -85,6 +85,12 @@ def _refusal(store: Store, why: str) -> AtomicCreateUnsupportedError:
 
 def _unsupported_reason(store: Store) -> str | None:
     """Why ``store`` has no atomic creation, or ``None`` when it has."""
+    from cytearc_vfs.mount.store import MountStore
+
+    if isinstance(store, MountStore):
+        # every write of a mount goes to its target (spec, "Mounted targets"):
+        # label claims stay per store
+        return _unsupported_reason(store.target)
     if isinstance(store, (LocalStore, MemoryStore)):
         return None
     if isinstance(store, ObjectStore):
@@ -206,6 +212,11 @@ async def create_if_absent_async(store: Store, key: str, value: Value) -> bool:
             f"create_if_absent of {key!r} in {where}: the store is read-only; "
             "open it with read_only=False"
         )
+    from cytearc_vfs.mount.store import MountStore
+
+    if isinstance(store, MountStore):
+        target = await store.conditional_target(key)
+        return await create_if_absent_async(target, key, data)
     if isinstance(store, LocalStore):
         import asyncio
 

@@ -459,6 +459,27 @@ class MountStore(KeyCheckedStore):
                     await self._target.set(key, document)
             self._held_documents.add(directory)
 
+    async def conditional_target(self, key: str) -> Store:
+        """The store that an atomic create of ``key`` (a pipeline label claim) goes to.
+
+        Every write goes to the target, so a conditional create is the
+        target's own, once ``key`` passes the checks of :meth:`set`: inside
+        an artifact group of the source, or the root document that holds
+        ``matrixSource``, it raises ``PermissionError``.
+        """
+        self._check_key(key, "create_if_absent")
+        self._check_writable()
+        await self._check_target_key(key, "create")
+        if key == "zarr.json":
+            raise PermissionError(
+                f"cannot create the root document of the mounted target {self._target}: "
+                "it holds the matrixSource record"
+            )
+        place = place_of(key, self._roots)
+        if place.kind == "group" and place.group is not None:
+            await self._hold_parent_documents(place.group)
+        return self._target
+
     async def delete(self, key: str) -> None:
         self._check_key(key, "delete")
         self._check_writable()

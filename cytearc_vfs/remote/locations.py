@@ -146,7 +146,7 @@ def reopenable_location(location: Location, *, what: str) -> str:
     with the remedy: pass its URL and options instead.
     """
     if not isinstance(location, Store) or local_path(location) is not None:
-        return canonical_location(location)
+        return _without_credentials(canonical_location(location), what=what)
     from zarr.storage import ManagedMemoryStore
 
     if isinstance(location, ManagedMemoryStore):
@@ -154,6 +154,36 @@ def reopenable_location(location: Location, *, what: str) -> str:
     raise ValueError(
         f"{what} is a {type(location).__name__} object, which a record cannot reopen; pass its "
         "path or URL (with storage options) instead, or a named memory://NAME store"
+    )
+
+
+def _without_credentials(location: str, *, what: str) -> str:
+    """Refuse a URL that carries a password (``s3://KEY:SECRET@bucket/x.zarr``).
+
+    A record keeps its locations, and credentials are never persisted (spec,
+    "Composite sources and virtual counts"): they belong in the storage
+    options. A user name alone (``abfs://container@account...``) is a place,
+    not a secret, and stays.
+
+    >>> _without_credentials("s3://bkt/a.zarr", what="the source")
+    's3://bkt/a.zarr'
+    >>> _without_credentials("s3://KEY:SECRET@bkt/a.zarr", what="the source")
+    Traceback (most recent call last):
+    ...
+    ValueError: the source s3://KEY:***@bkt/a.zarr carries a password in its URL...
+    """
+    parts = urlsplit(location)
+    try:
+        password = parts.password
+    except ValueError:  # a netloc urlsplit cannot take apart
+        password = None
+    if not parts.scheme or password is None:
+        return location
+    shown = location.replace(f":{password}@", ":***@", 1)
+    raise ValueError(
+        f"{what} {shown} carries a password in its URL, which the record would persist; "
+        "give the URL without user:password@ and pass the credentials as storage options "
+        "(source_storage_options, --source-storage-options), which are used and never written"
     )
 
 

@@ -107,8 +107,21 @@ def cache_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
     return DEFAULT_CACHE_BYTES if not text else parse_cache_bytes(text)
 
 
-def _remove(directory: str) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
+def _remove(directory: str, owner: int) -> None:
+    # Only the process that made the directory removes it: a forked child
+    # that exits (or closes its copy of the store) must not take the
+    # directory from under its parent, whose cache still serves from it.
+    if os.getpid() == owner:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+#: Every cache of this process, so a forked child can let go of its parent's directories.
+_LIVE: weakref.WeakSet[SourceCache] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_LIVE):
+        cache._forget_after_fork()
 
 
 def block_checksums(data: bytes | memoryview) -> bytes:
@@ -149,8 +162,9 @@ class SourceCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # by file name, LRU first
         self._bytes = self._hits = self._misses = self._evictions = self._refetches = 0
         self._directory: str | None = None
-        self._finalizer: weakref.finalize[[str], SourceCache] | None = None
+        self._finalizer: weakref.finalize[[str, int], SourceCache] | None = None
         self._swept = False
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ use
 
@@ -301,7 +315,7 @@ class SourceCache:
             # tempfile honours TMPDIR; the name says whose it is
             directory = tempfile.mkdtemp(prefix=CACHE_PREFIX)
             # removed at garbage collection or interpreter exit at the latest
-            self._finalizer = weakref.finalize(self, _remove, directory)
+            self._finalizer = weakref.finalize(self, _remove, directory, os.getpid())
             self._directory = directory
             write_owner(directory)
         return self._directory
@@ -312,6 +326,22 @@ class SourceCache:
         self._finalizer = None
         self._directory = None
         self._entries.clear()
+        self._bytes = 0
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the parent's directory and index stay the parent's.
+
+        The child starts empty and makes its own directory at its first fetch
+        (removed when the child closes the store or exits); it never evicts,
+        writes or removes the parent's files. The lock is made anew, since
+        another thread of the parent may have held it at the fork.
+        """
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = None
+        self._lock = threading.Lock()
+        self._directory = None
+        self._entries = OrderedDict()
         self._bytes = 0
 
     def _fault(self, reason: str) -> None:
@@ -330,3 +360,7 @@ def _damaged(path: str, size: int, expected: int) -> str:
 
 def _name(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)

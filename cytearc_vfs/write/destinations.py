@@ -44,6 +44,7 @@ from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 from ..format.chunk_keys import ChunkKeys
+from ..format.paths import join
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
@@ -276,8 +277,14 @@ def _check_replaceable(
     where: str, store: Store, keys: list[str], root: dict[str, object] | None
 ) -> None:
     """Raise ``FileExistsError`` naming why ``overwrite=True`` may not replace the destination."""
-    if root is None and all(_intended_key(key) == "zarr.json" for key in keys):
-        return  # a writer died writing its very first document
+    if root is None and all(
+        key != "zarr.json" and _intended_key(key) == "zarr.json" for key in keys
+    ):
+        # A writer died writing its very first document: only the temporary
+        # file of that write is there. A zarr.json that is not a JSON object
+        # was never written by a writer (document writes replace whole
+        # files), so it is a key without a root group and is refused below.
+        return
     if root is None or root.get("node_type") != "group":
         raise FileExistsError(
             f"destination {where} holds keys but no root group (first: {sorted(keys)[0]!r}); "
@@ -324,7 +331,11 @@ def _check_members(
             "so no writer replaces the destination (overwrite=True neither). Move that file or "
             "choose another destination"
         )
-    cell_columns = [p.rsplit("/", 1)[-1] for p in nodes if p.startswith("cellData/")]
+
+    def cell_columns(container: str) -> list[str]:
+        """The columns of the cell table of ``container`` (the root, or a workspace)."""
+        table = join(container, "cellData") + "/"
+        return [p.rsplit("/", 1)[-1] for p in nodes if p.startswith(table)]
 
     def allowed(member: str, nested: bool) -> bool:
         node = nodes.get(member)
@@ -342,7 +353,10 @@ def _check_members(
         if unfinished and not nested and name == "_composite":
             return True
         if attrs.get("is_assay"):
-            if not unfinished and destination_is_prepared(attrs, cell_columns, name):
+            # an assay's QC columns sit in the cell table beside it: the
+            # workspace's for an assay of a workspace, the root's otherwise
+            container = member.rsplit("/", 1)[0] if nested else ""
+            if not unfinished and destination_is_prepared(attrs, cell_columns(container), name):
                 raise FileExistsError(
                     f"destination {where} holds the prepared assay {member!r}; replacing it "
                     "would discard its analyses, so no writer does (overwrite=True neither). "
