@@ -211,6 +211,30 @@ def test_a_mount_claims_in_its_target_and_never_in_its_source(tmp_path: Path) ->
         create_if_absent(cv.open_store(tmp_path / "tgt.zarr"), "pipeline/other", b"x")
 
 
+def test_a_composite_claims_in_its_backing_store_never_in_its_record(tmp_path: Path) -> None:
+    """The same for a composite: a claim is its backing store's own conditional
+    create; the virtual counts and the record's root document are refused."""
+    import numpy as np
+
+    cv.write_counts(tmp_path / "a.zarr", np.ones((4, 3)))
+    cv.write_counts(tmp_path / "b.zarr", np.ones((5, 3)))
+    cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"})
+    composite = cv.open_store(tmp_path / "c.zarr", mode="r+")
+    assert supports_atomic_create(composite)
+    key = "pipeline/runs/.label-claims/abc"
+    results = _race_threads(composite, key)
+    _check_round(composite, key, results)
+    assert (tmp_path / "c.zarr" / key).is_file()
+    assert not (tmp_path / "a.zarr" / "pipeline").exists()
+    with pytest.raises(PermissionError, match="cannot create 'RNA/counts/c/9/9' in the composite"):
+        create_if_absent(composite, "RNA/counts/c/9/9", b"x")
+    with pytest.raises(PermissionError, match="holds the composite record"):
+        create_if_absent(composite, "zarr.json", b"{}")
+    with pytest.raises(ValueError, match="read-only"):
+        create_if_absent(cv.open_store(tmp_path / "c.zarr"), "pipeline/other", b"x")
+    composite.close()
+
+
 def test_a_generic_fsspec_filesystem_is_refused_not_emulated() -> None:
     store = FsspecStore.from_url(f"memory://claims-{uuid.uuid4().hex[:6]}")
     assert not supports_atomic_create(store)

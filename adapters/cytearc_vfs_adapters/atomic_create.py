@@ -83,14 +83,30 @@ def _refusal(store: Store, why: str) -> AtomicCreateUnsupportedError:
     )
 
 
-def _unsupported_reason(store: Store) -> str | None:
-    """Why ``store`` has no atomic creation, or ``None`` when it has."""
+def _written_store(store: Store) -> Store | None:
+    """The store a mount's or a composite's writes go to (its target or backing
+    store), or ``None`` for any other store.
+
+    Pipeline runs and their atomic label claims stay per store (spec,
+    "Mounted targets"): a claim in a mount or a composite is a claim in the
+    store that holds its writes, after the checks of a write through it
+    (``conditional_target``).
+    """
+    from cytearc_vfs.composite.store import CompositeStore
     from cytearc_vfs.mount.store import MountStore
 
     if isinstance(store, MountStore):
-        # every write of a mount goes to its target (spec, "Mounted targets"):
-        # label claims stay per store
-        return _unsupported_reason(store.target)
+        return store.target
+    if isinstance(store, CompositeStore):
+        return store.backing
+    return None
+
+
+def _unsupported_reason(store: Store) -> str | None:
+    """Why ``store`` has no atomic creation, or ``None`` when it has."""
+    written = _written_store(store)
+    if written is not None:
+        return _unsupported_reason(written)
     if isinstance(store, (LocalStore, MemoryStore)):
         return None
     if isinstance(store, ObjectStore):
@@ -212,10 +228,9 @@ async def create_if_absent_async(store: Store, key: str, value: Value) -> bool:
             f"create_if_absent of {key!r} in {where}: the store is read-only; "
             "open it with read_only=False"
         )
-    from cytearc_vfs.mount.store import MountStore
-
-    if isinstance(store, MountStore):
-        target = await store.conditional_target(key)
+    if _written_store(store) is not None:
+        forwarding: Any = store
+        target = await forwarding.conditional_target(key)
         return await create_if_absent_async(target, key, data)
     if isinstance(store, LocalStore):
         import asyncio

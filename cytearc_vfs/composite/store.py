@@ -453,6 +453,20 @@ class CompositeStore(KeyCheckedStore):
             )
         await self._backing.set(key, value)
 
+    async def conditional_target(self, key: str) -> Store:
+        """The store that an atomic create of ``key`` (a pipeline label claim) goes to:
+        the backing store, once ``key`` passes the checks of :meth:`set` (the virtual
+        counts and the root document holding the record raise ``PermissionError``)."""
+        self._check_key(key, "create_if_absent")
+        self._check_writable()
+        self._check_protected(key, "create")
+        if key == "zarr.json":
+            raise PermissionError(
+                f"cannot create the root document of the composite at {self._backing}: "
+                "it holds the composite record"
+            )
+        return self._backing
+
     async def delete(self, key: str) -> None:
         self._check_key(key, "delete")
         self._check_writable()
