@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import zarr
 from cli_harness import run_main, tree_digest
@@ -279,3 +280,18 @@ def test_a_url_with_a_query_or_fragment_is_refused(
             attempt()
     assert _keys(bucket, options) == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_url_is_percent_decoded(tmp_path: Path) -> None:
+    """RFC 8089: ``file:///d/a%20b.zarr`` is the directory ``a b.zarr`` (and ``%23``
+    writes a '#', which a URL cannot hold as itself)."""
+    counts = realistic_counts(5, 3)
+    for name, encoded in (("a b.zarr", "a%20b.zarr"), ("run#1.zarr", "run%231.zarr")):
+        url = f"file://{tmp_path}/{encoded}"
+        cv.write_counts(url, counts)
+        assert (tmp_path / name / "zarr.json").is_file()
+        assert not (tmp_path / encoded).exists()
+        reader = cv.VirtualArrayReader(url)
+        np.testing.assert_array_equal(reader.read(), counts.toarray())
+        with pytest.raises(FileExistsError):
+            cv.write_counts(tmp_path / name, counts)

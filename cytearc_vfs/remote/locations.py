@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from zarr.abc.store import Store
 
@@ -123,7 +123,9 @@ def local_path(location: Location) -> Path | None:
     if scheme == "":
         return Path(text)
     if scheme == "file":
-        return Path(urlsplit(check_url(text)).path)
+        # a file URL's path is percent-encoded (RFC 8089): file:///data/a%20b.zarr
+        # is the directory "a b.zarr", and %23 the way to write a '#' in one
+        return Path(unquote(urlsplit(check_url(text)).path))
     return None
 
 
