@@ -161,6 +161,33 @@ def test_virtual_array_documents_are_checked(
         cv.open_store(composite)
 
 
+@pytest.mark.parametrize("data_type", ["uint8", "int8", "float32", "int64"])
+def test_a_record_data_type_other_than_the_sources_common_type_is_refused(
+    tmp_path: Path, data_type: str
+) -> None:
+    # both documents edited together pass the one-dtype check; reading a uint16
+    # source as uint8 returned 300 as 44 and 1000 as 232
+    cv.write_counts(tmp_path / "a.zarr", np.array([[1, 2]], dtype=np.uint8), features=["x", "y"])
+    cv.write_counts(
+        tmp_path / "b.zarr", np.array([[300, 1000]], dtype=np.uint16), features=["y", "z"]
+    )
+    destination = tmp_path / "comp.zarr"
+    sources = {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
+    cv.create_composite(destination, sources).close()
+
+    def retype(document: dict[str, Any]) -> None:
+        for array in document["attributes"]["composite"]["arrays"].values():
+            array["data_type"] = data_type
+
+    edit_json(destination / "zarr.json", retype)
+    with pytest.raises(
+        cv.RecordShapeError,
+        match=rf"'RNA/counts' data type '{data_type}'.*\['uint16', 'uint8'\].*common type is "
+        r"uint16.*recreate the composite",
+    ):
+        cv.open_store(destination)
+
+
 @pytest.mark.parametrize("kind", ["composite", "mount"])
 def test_declarations_of_composites_and_mounts_are_checked(
     request: pytest.FixtureRequest, kind: str
