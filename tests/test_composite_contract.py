@@ -235,6 +235,30 @@ def test_missing_source_names_its_location(tmp_path: Path, two_sources: dict[str
     assert str(two_sources["a"].resolve()) in str(info.value)
 
 
+@pytest.mark.parametrize("replacement", ["empty directory", "file", "anndata"])
+def test_a_source_replaced_by_something_else_names_the_source(
+    tmp_path: Path, two_sources: dict[str, Path], replacement: str
+) -> None:
+    # was the source's own "holds no Zarr group ... write a store there" or
+    # "assay 'RNA' does not exist", naming neither the source nor the composite
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    shutil.rmtree(two_sources["a"])
+    if replacement == "empty directory":
+        two_sources["a"].mkdir()
+    elif replacement == "file":
+        two_sources["a"].write_text("not a store")
+    else:
+        import anndata
+
+        anndata.AnnData(np.ones((3, 2), dtype=np.float32)).write_zarr(two_sources["a"])
+    with pytest.raises(
+        ValueError,
+        match=r"source 'a' at .* is not the store the composite recorded .*replaced or moved "
+        r"after the composite was created. Restore the source at that path, or recreate",
+    ):
+        cv.open_store(tmp_path / "c.zarr")
+
+
 # -------------------------------------------------------------- immutability
 
 
