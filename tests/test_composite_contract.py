@@ -124,6 +124,25 @@ def test_mixed_integer_and_float_sources_take_float(tmp_path: Path) -> None:
     assert comp.reader().dtype == np.float32
 
 
+def test_prefixed_cell_ids_that_collide_are_refused_naming_both_cells(tmp_path: Path) -> None:
+    # 'dup' repeats across sources, so ids are prefixed: a's 'b-x' and a-b's 'x'
+    # both become 'a-b-x'; the sources themselves are valid
+    counts = np.array([[1, 2], [3, 4]], dtype=np.uint16)
+    cv.write_counts(tmp_path / "a.zarr", counts, cells=["b-x", "dup"], features=["g1", "g2"])
+    cv.write_counts(tmp_path / "a-b.zarr", counts, cells=["x", "dup"], features=["g1", "g2"])
+    sources = {"a": tmp_path / "a.zarr", "a-b": tmp_path / "a-b.zarr"}
+    with pytest.raises(ValueError) as caught:
+        cv.create_composite(tmp_path / "d.zarr", sources)
+    message = str(caught.value)
+    assert "source 'a' cell 'b-x' and source 'a-b' cell 'x' both become 'a-b-x'" in message
+    assert "not valid stores" not in message
+    assert "name the sources" in message
+    assert not (tmp_path / "d.zarr").exists()
+    # renaming a source resolves it
+    comp = cv.create_composite(tmp_path / "d.zarr", {"a": sources["a"], "b": sources["a-b"]})
+    assert list(comp.reader().cell_ids) == ["a-b-x", "a-dup", "b-x", "b-dup"]
+
+
 def test_non_empty_destination_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
     cv.create_composite(tmp_path / "c.zarr", two_sources)
     with pytest.raises(FileExistsError):
@@ -214,6 +233,30 @@ def test_missing_source_names_its_location(tmp_path: Path, two_sources: dict[str
     ) as info:
         cv.open_store(tmp_path / "c.zarr")
     assert str(two_sources["a"].resolve()) in str(info.value)
+
+
+@pytest.mark.parametrize("replacement", ["empty directory", "file", "anndata"])
+def test_a_source_replaced_by_something_else_names_the_source(
+    tmp_path: Path, two_sources: dict[str, Path], replacement: str
+) -> None:
+    # was the source's own "holds no Zarr group ... write a store there" or
+    # "assay 'RNA' does not exist", naming neither the source nor the composite
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    shutil.rmtree(two_sources["a"])
+    if replacement == "empty directory":
+        two_sources["a"].mkdir()
+    elif replacement == "file":
+        two_sources["a"].write_text("not a store")
+    else:
+        import anndata
+
+        anndata.AnnData(np.ones((3, 2), dtype=np.float32)).write_zarr(two_sources["a"])
+    with pytest.raises(
+        ValueError,
+        match=r"source 'a' at .* is not the store the composite recorded .*replaced or moved "
+        r"after the composite was created. Restore the source at that path, or recreate",
+    ):
+        cv.open_store(tmp_path / "c.zarr")
 
 
 # -------------------------------------------------------------- immutability

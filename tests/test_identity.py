@@ -161,6 +161,66 @@ def test_virtual_array_documents_are_checked(
         cv.open_store(composite)
 
 
+@pytest.mark.parametrize(
+    ("codec", "match"),
+    [
+        ({"endian": "big"}, r"configuration \{'endian': 'big'\}.*served little-endian"),
+        (None, "configuration None"),
+    ],
+)
+def test_a_multi_byte_virtual_array_must_be_little_endian(
+    tmp_path: Path, codec: dict[str, str] | None, match: str
+) -> None:
+    # computed chunks are little-endian: with endian big plain zarr read a uint16 1 as 256
+    cv.write_counts(tmp_path / "a.zarr", np.array([[1, 300]], dtype=np.uint16))
+    destination = tmp_path / "comp.zarr"
+    cv.create_composite(destination, {"a": tmp_path / "a.zarr"}).close()
+    bytes_codec = {"name": "bytes"} if codec is None else {"name": "bytes", "configuration": codec}
+
+    def reorder(document: dict[str, Any]) -> None:
+        for array in document["attributes"]["composite"]["arrays"].values():
+            array["codecs"] = [bytes_codec]
+
+    edit_json(destination / "zarr.json", reorder)
+    with pytest.raises(cv.RecordShapeError, match=match):
+        cv.open_store(destination)
+
+
+def test_a_one_byte_virtual_array_needs_no_byte_order(composite: Path) -> None:
+    document = json.loads((composite / "zarr.json").read_text())
+    arrays = document["attributes"]["composite"]["arrays"]
+    assert arrays["RNA/counts"]["data_type"] == "uint8"
+    assert arrays["RNA/counts"]["codecs"] == [{"name": "bytes"}]  # as creation writes it
+    cv.open_store(composite).close()
+
+
+@pytest.mark.parametrize("data_type", ["uint8", "int8", "float32", "int64"])
+def test_a_record_data_type_other_than_the_sources_common_type_is_refused(
+    tmp_path: Path, data_type: str
+) -> None:
+    # both documents edited together pass the one-dtype check; reading a uint16
+    # source as uint8 returned 300 as 44 and 1000 as 232
+    cv.write_counts(tmp_path / "a.zarr", np.array([[1, 2]], dtype=np.uint8), features=["x", "y"])
+    cv.write_counts(
+        tmp_path / "b.zarr", np.array([[300, 1000]], dtype=np.uint16), features=["y", "z"]
+    )
+    destination = tmp_path / "comp.zarr"
+    sources = {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
+    cv.create_composite(destination, sources).close()
+
+    def retype(document: dict[str, Any]) -> None:
+        for array in document["attributes"]["composite"]["arrays"].values():
+            array["data_type"] = data_type
+
+    edit_json(destination / "zarr.json", retype)
+    with pytest.raises(
+        cv.RecordShapeError,
+        match=rf"'RNA/counts' data type '{data_type}'.*\['uint16', 'uint8'\].*common type is "
+        r"uint16.*recreate the composite",
+    ):
+        cv.open_store(destination)
+
+
 @pytest.mark.parametrize("kind", ["composite", "mount"])
 def test_declarations_of_composites_and_mounts_are_checked(
     request: pytest.FixtureRequest, kind: str

@@ -318,6 +318,14 @@ def test_unknown_ids_name_the_first_few_and_the_axis(case: Case) -> None:
         (np.ones(3, dtype=bool), "boolean cells mask has length 3"),
         (pd.Series([True, None], dtype="boolean"), "missing values"),
         ([10_000], "cells index 10000 is out of range"),
+        # unsigned and huge positions are checked before any cast to int64: a -1
+        # cast to uint64 read the last cell, 2**63 was named as -2**63, and a
+        # Python int past int64 raised OverflowError
+        (np.asarray([2**64 - 1], dtype=np.uint64), "cells index 18446744073709551615 is out"),
+        (np.asarray([2**63], dtype=np.uint64), "cells index 9223372036854775808 is out"),
+        (pd.Series([2**64 - 1], dtype="UInt64"), "cells index 18446744073709551615 is out"),
+        ([2**63], "cells index 9223372036854775808 is out"),
+        ([2**64], "cells index 18446744073709551616 is out of range"),
     ],
 )
 def test_refused_selections(case: Case, selection: Any, message: str) -> None:
@@ -337,6 +345,8 @@ def test_refused_keys(case: Case) -> None:
         (None, "numpy.newaxis"),
         ((0, None), "numpy.newaxis"),
         (True, "a bool is not an index"),
+        (np.uint64(2**64 - 1), "cells index 18446744073709551615 is out of range"),
+        (2**64, "cells index 18446744073709551616 is out of range"),
     ]
     for key, message in refusals:
         with pytest.raises(IndexError, match=message):

@@ -227,8 +227,7 @@ def plan_composite(
         if len(np.unique(all_ids)) == len(all_ids)
         else np.char.add(np.char.add(cell_sources, "-"), all_ids)
     )
-    if len(np.unique(unique_ids)) != len(unique_ids):
-        raise ValueError("cell ids repeat within a source; the sources are not valid stores")
+    _check_prefixed_unique(unique_ids, cell_sources, all_ids)
     return CompositePlan(
         row_sources=np.concatenate(row_sources),
         source_rows=np.concatenate(source_rows),
@@ -240,4 +239,29 @@ def plan_composite(
         feature_names=names.astype(str),
         dtype=dtype,
         assay_type=next(iter(types.values())),
+    )
+
+
+def _check_prefixed_unique(
+    cell_ids: npt.NDArray[Any], cell_sources: npt.NDArray[Any], source_ids: npt.NDArray[Any]
+) -> None:
+    """Refuse output cell ids that repeat after prefixing, naming one and its two cells.
+
+    Ids are unique within each source (checked before), so a repeat can only
+    come from the ``"{source}-"`` prefix: source ``a``'s cell ``b-x`` and
+    source ``a-b``'s cell ``x`` both become ``a-b-x``.
+    """
+    values, counts = np.unique(cell_ids, return_counts=True)
+    if (counts == 1).all():
+        return
+    repeated = int(np.flatnonzero(counts > 1)[0])
+    value = str(values[repeated])
+    at = np.flatnonzero(cell_ids == value)[:2]
+    (one, other) = (f"source {str(cell_sources[i])!r} cell {str(source_ids[i])!r}" for i in at)
+    raise ValueError(
+        f"cell ids repeat across sources, so every id is prefixed with its source name, "
+        f"but the prefixed ids still collide: {one} and {other} both become {value!r} "
+        f"({int((counts > 1).sum())} such id(s)); name the sources so that no source name "
+        "followed by '-' begins another source's name, or select cells (cells=) so that "
+        "the sources' ids are unique"
     )

@@ -19,7 +19,8 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from ..errors import IdentityMismatchError, IncompleteStoreError
+from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError
+from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
 from ..format.nodes import array_at
 from ..format.paths import join
@@ -35,7 +36,7 @@ from .open_checks import verify_composite_tables
 from .records import COMPOSITE_ATTR, MAP_NAMES, MAPS_GROUP, CompositeRecord
 from .source_seals import SEALS_PATH, read_seals
 
-__all__ = ["VerifiedComposite", "verify_composite"]
+__all__ = ["VerifiedComposite", "check_record_dtype", "verify_composite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +146,7 @@ def verify_composite(
             counters=ReadCounters(),
             cache=cache,
         )
+    check_record_dtype(record, sources, where=where)
     return VerifiedComposite(
         record,
         sources,
@@ -168,6 +170,35 @@ def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = No
         "cytearc:map",
         {"dtype": array.dtype.str, "shape": list(array.shape), "values": digest.hexdigest()},
     )
+
+
+def check_record_dtype(
+    record: CompositeRecord, sources: Sequence[BoundSource], *, where: str
+) -> None:
+    """Refuse virtual documents whose data type is not the sources' common type.
+
+    Creation writes the common type of the sources' dtypes
+    (:func:`~cytearc_vfs.format.count_dtype.merge_dtype`); the reader and the
+    computed chunks cast every source's values to the recorded type, so a
+    record edited to a narrower type would wrap or round them silently
+    (``uint16`` 300 read as ``uint8`` 44). The sources' identities are
+    verified first, so their dtypes are the ones the composite was made from.
+    """
+    path = join(record.assay, "counts")
+    found = record.arrays[path].get("data_type")
+    expected = merge_dtype([source.info.dtype for source in sources])
+    try:
+        matches = isinstance(found, str) and np.dtype(found) == expected
+    except TypeError:
+        matches = False
+    if not matches:
+        stored = sorted({str(source.info.dtype) for source in sources})
+        raise RecordShapeError(
+            f"composite at {where}: the record gives {path!r} data type {found!r}, but its "
+            f"sources store counts as {stored}, whose common type is {expected}; reading them "
+            "as another type would wrap or round values. The composite record was edited; "
+            "recreate the composite"
+        )
 
 
 def _as_recorded(

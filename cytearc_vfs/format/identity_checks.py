@@ -252,6 +252,33 @@ def check_virtual_arrays(
             f"composite at {where}: counts and countsT have data types {sorted(dtypes)}; they "
             f"are one matrix. {remedy}"
         )
+    for path, document in arrays.items():
+        _check_little_endian(document["codecs"][0], document, path=path, where=where, remedy=remedy)
+
+
+def _check_little_endian(
+    codec: Mapping[str, Any], document: Mapping[str, Any], *, path: str, where: str, remedy: str
+) -> None:
+    """Refuse a ``bytes`` codec that would decode the served little-endian chunks otherwise.
+
+    Computed chunks are always little-endian; a document declaring
+    ``endian: big`` made plain zarr read a ``uint16`` 1 as 256. Creation
+    writes ``endian: little`` for multi-byte types and no configuration for
+    one-byte types, whose values no byte order changes.
+    """
+    config = codec.get("configuration")
+    try:
+        single_byte = np.dtype(document.get("data_type")).itemsize == 1
+    except (TypeError, ValueError, KeyError):
+        single_byte = False  # an unknown type is refused with the record's dtype check
+    if single_byte:
+        return
+    if not isinstance(config, Mapping) or config.get("endian") != "little":
+        raise RecordShapeError(
+            f"composite at {where}: {path!r} has bytes codec configuration {config!r}; computed "
+            f"chunks are served little-endian (endian: little), and any other byte order would "
+            f"make plain zarr read other values. {remedy}"
+        )
 
 
 def refuse_target_counts(target: Store, paths: AssayPaths, *, where: str) -> None:

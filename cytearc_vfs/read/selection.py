@@ -112,6 +112,10 @@ def normalize_selection(
         raise IndexError(
             f"{axis} must be a slice, integers, a boolean mask or ids, not {values.dtype} values"
         )
+    if kind == "u" and values.size and values.max() >= length:
+        # before the cast: uint64 2**64 - 1 (a -1 cast to unsigned) would wrap to -1, the last
+        bad = values[values >= length][0]
+        raise IndexError(f"{axis} index {bad} is out of range for {length} {axis}")
     positions = values.astype(np.int64, copy=False)
     if positions.size and (positions.min() < -length or positions.max() >= length):
         bad = positions[(positions < -length) | (positions >= length)][0]
@@ -129,7 +133,8 @@ def _values(selection: Any, axis: str) -> npt.NDArray[Any]:
         if pd.api.types.is_bool_dtype(selection.dtype):
             return selection.to_numpy(dtype=bool)
         if pd.api.types.is_integer_dtype(selection.dtype):
-            return selection.to_numpy(dtype=np.int64)
+            # the values' own type (UInt64 kept unsigned, checked before any cast)
+            return selection.to_numpy(dtype=getattr(selection.dtype, "numpy_dtype", None))
         values = selection.to_numpy()
     else:
         values = np.asarray(selection)
@@ -146,7 +151,11 @@ def _values(selection: Any, axis: str) -> npt.NDArray[Any]:
     if inferred == "string":
         return values
     if inferred == "integer":
-        return values.astype(np.int64)
+        try:
+            return values.astype(np.int64)
+        except OverflowError:
+            bad = next(v for v in values if not -(2**63) <= int(v) < 2**63)
+            raise IndexError(f"{axis} index {bad} is out of range") from None
     if inferred == "boolean":
         return values.astype(bool)
     if inferred == "mixed-integer":

@@ -215,8 +215,9 @@ def bind_sources(
     bound: list[BoundSource] = []
     for spec, fetched in zip(specs, sync(fetch_all()), strict=True):
         if isinstance(fetched, BaseException):
+            _refuse_replaced(spec, fetched)
             raise fetched  # the first failing source, in the order given
-        with _named_failures(spec):
+        with _named_failures(spec), _replaced_sources(spec):
             backend, found = fetched
             if isinstance(found, AnnDataCounts):
                 bound.append(_anndata_bound(spec, backend, found, counters))
@@ -314,6 +315,36 @@ def _check_expected(spec: SourceSpec, info: AssayInfo, *, where: str) -> None:
                 f"composite record {expected}; the source changed after the composite was "
                 "created. Restore the source, or recreate the composite"
             )
+
+
+@contextmanager
+def _replaced_sources(spec: SourceSpec) -> Iterator[None]:
+    """See :func:`_refuse_replaced`."""
+    try:
+        yield
+    except ValueError as exc:
+        _refuse_replaced(spec, exc)
+        raise
+
+
+def _refuse_replaced(spec: SourceSpec, exc: BaseException) -> None:
+    """A recorded source that is no longer a CyteArc store: say so, naming the source.
+
+    When the record holds the source's fingerprints (an open), a plain
+    ``ValueError`` from reading it ("holds no Zarr group", "assay 'RNA' does
+    not exist") means something else now sits at the recorded location (an
+    AnnData store, an empty directory, a file), and its own remedy (write a
+    store there) is not this one. The package's own errors name what they
+    checked and pass unchanged.
+    """
+    if spec.expected_dataset is None or isinstance(exc, VfsError) or type(exc) is not ValueError:
+        return
+    where = describe_location(spec.location)
+    raise ValueError(
+        f"{source_label(spec.name)} at {where} is not the store the composite recorded "
+        f"({first_line(exc)}); the source was replaced or moved after the composite was "
+        "created. Restore the source at that path, or recreate the composite"
+    ) from exc
 
 
 @contextmanager
