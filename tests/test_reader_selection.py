@@ -306,6 +306,12 @@ def test_unknown_ids_name_the_first_few_and_the_axis(case: Case) -> None:
         assert str(caught.value) == single
     with pytest.raises(KeyError, match="feature ids are not"):
         next(case.reader.iter_cells(features=["FOO", "BAR"]))
+    for batch in (2.5, "3", True):
+        with pytest.raises(TypeError, match="batch must be a whole number"):
+            next(case.reader.iter_cells(batch))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="batch must be a whole number"):
+            next(case.reader.iter_features(batch))  # type: ignore[arg-type]
+    assert sum(len(block) for _, block in case.reader.iter_cells(np.int64(2))) == len(case.cell_ids)
 
 
 @pytest.mark.parametrize(

@@ -64,9 +64,14 @@ def batch_size(
     10
     """
     if batch is not None:
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)):
+            raise TypeError(
+                f"batch must be a whole number of cells or features, got {batch!r} "
+                f"({type(batch).__name__}); pass an int, or none to size batches by mem_budget"
+            )
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
-        return batch
+        return int(batch)
     budget = (
         DEFAULT_MEM_BUDGET // 4 if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     )
