@@ -246,6 +246,18 @@ def test_a_nul_in_an_id_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.parametrize("table", ["cells", "features"])
+def test_a_lone_surrogate_in_an_id_is_refused(tmp_path: Path, table: str) -> None:
+    """Ids are fingerprinted as UTF-8: a lone surrogate (bytes decoded with
+    surrogateescape) raised a bare UnicodeEncodeError from the fingerprint."""
+    ids = {"cells": ["a", "b\udcff"], "features": ["g\ud800", "h"]}[table]
+    position = {"cells": 1, "features": 0}[table]
+    what = {"cells": "cellData", "features": "featureData"}[table]
+    with pytest.raises(ValueError, match=rf"{what} id at position {position} .* lone surrogate"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), **{table: ids})
+    assert not (tmp_path / "s.zarr").exists()
+
+
 def test_one_string_is_not_a_sequence_of_ids(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"cells= is one string"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells="abc")
@@ -260,6 +272,37 @@ def test_duplicate_column_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"cellData has more than one column named \['n'\]"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=cells)
     assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("zarr.json", "metadata document of the table itself"),
+        ("ZARR.JSON", "metadata document of the table itself"),
+        ("n\udcff", "lone surrogate"),
+    ],
+)
+@pytest.mark.parametrize("destination", ["local", "memory"])
+def test_a_column_name_no_store_keeps_is_refused_before_writing(
+    tmp_path: Path, name: str, reason: str, destination: str
+) -> None:
+    """A column named ``zarr.json`` sits where its table's own document is: a
+    local write failed half-way (a directory over the file), and an object
+    store kept both keys and never listed the column, so the store opened
+    without it. A lone surrogate cannot be a key (not UTF-8) and failed
+    half-way too. Both are refused before anything is written."""
+    from zarr.storage import MemoryStore
+
+    cells = pd.DataFrame({name: [1, 2], "b": [3, 4]}, index=["c0", "c1"])
+    target: Any = tmp_path / "s.zarr" if destination == "local" else MemoryStore()
+    with pytest.raises(
+        ValueError, match=rf"cellData column .* cannot be a Zarr array name .*{reason}"
+    ):
+        cv.write_counts(target, np.ones((2, 2), dtype=np.uint8), cells=cells)
+    if destination == "local":
+        assert not (tmp_path / "s.zarr").exists()
+    else:
+        assert not target._store_dict
 
 
 def test_a_column_of_long_text_is_written_without_a_giant_array(tmp_path: Path) -> None:
