@@ -76,6 +76,28 @@ def test_duplicates_in_a_csr_input_are_summed_exactly_too(tmp_path: Path) -> Non
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("form", ["coo", "csr"])
+def test_finite_float_duplicates_whose_sum_overflows_are_named(
+    tmp_path: Path, dtype: Any, form: str
+) -> None:
+    """Two finite duplicates summed past the float range were refused as
+    "counts hold a non-finite value (inf) ... Replace NaN/inf", which the
+    input does not hold; the refusal now names the position and the sum."""
+    big = float(np.finfo(dtype).max)
+    matrix: Any = _duplicates([big, big], dtype)
+    if form == "csr":  # repeated column indices in one row
+        values = np.array([big, big], dtype=dtype)
+        matrix = sp.csr_array((values, np.array([1, 1]), np.array([0, 0, 0, 2, 2])), shape=(4, 3))
+    with pytest.raises(DuplicateSumOverflowError) as raised:
+        cv.write_counts(tmp_path / "s.zarr", matrix, cells=list("abcd"), features=list("xyz"))
+    message = str(raised.value)
+    assert "cell 'c' (row 2) and feature 'y' (column 1) sum to inf" in message, message
+    assert "each entry is finite" in message and "NaN" not in message
+    assert (raised.value.row, raised.value.column) == (2, 1)
+    assert not (tmp_path / "s.zarr").exists()
+
+
 class _RowBands:
     """A matrix readable only in row bands (as a backed AnnData's X)."""
 
