@@ -327,6 +327,29 @@ def test_a_column_name_no_store_keeps_is_refused_before_writing(
         assert not target._store_dict
 
 
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [
+        (pd.to_datetime(["2020-01-01", "2021-06-01"]).tz_localize("UTC"), "datetime64"),
+        (pd.to_timedelta([1, 2], unit="s"), "timedelta64"),
+        (np.array([1 + 1j, 2]), "complex128"),
+    ],
+)
+def test_a_column_of_a_type_no_column_stores_is_named_by_its_type(
+    tmp_path: Path, values: Any, dtype: str
+) -> None:
+    """A column of time-zone-aware datetimes, timedeltas or complex numbers was
+    refused as holding "non-string values ... among strings" (it holds no
+    string at all), with a remedy about missing text."""
+    cells = pd.DataFrame({"when": values}, index=["a", "b"])
+    with pytest.raises(
+        ValueError, match=rf"cellData column 'when' holds {dtype}.* cannot store"
+    ) as raised:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=cells)
+    assert "among strings" not in str(raised.value) and "fill_missing" not in str(raised.value)
+    assert not (tmp_path / "s.zarr").exists()
+
+
 def test_a_column_of_long_text_is_written_without_a_giant_array(tmp_path: Path) -> None:
     n = 2000
     notes = ["short"] * n

@@ -220,6 +220,16 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     # strings (object, pandas string dtypes)
     values = series.to_numpy(dtype=object)
     bad = [v for v in values if not isinstance(v, str)]
+    if bad and len(bad) == len(values) and not series.isna().any():
+        # no text at all: a type no column stores (say so, rather than "among strings")
+        timezone = (
+            " (for a time zone: .dt.tz_convert(None) stores UTC)" if dtype.kind == "M" else ""
+        )
+        raise ValueError(
+            f"{table} column {name!r} holds {dtype} values such as {bad[0]!r}, which a Zarr "
+            "column cannot store (numbers, booleans, text, datetimes without a time zone and "
+            f"categoricals can); convert it, e.g. with .astype(str){timezone}"
+        )
     if bad:
         raise ValueError(
             f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
