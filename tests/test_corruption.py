@@ -387,3 +387,53 @@ def test_a_damaged_source_chunk_is_named_by_its_source(tmp_path: Path, array: st
     with pytest.raises(cv.RecordShapeError) as raised:
         reader.read(**selection)
     assert f"{tmp_path / 'b.zarr'}/RNA/{array} does not decode" in str(raised.value)
+
+
+def _float_counts(seed: int, shape: tuple[int, int] = (300, 200)) -> Any:
+    import scipy.sparse as sp
+
+    matrix = sp.random(*shape, density=0.5, random_state=seed, format="csr", dtype=np.float64)
+    matrix.data = matrix.data * 10  # non-integers: stored float64
+    return matrix
+
+
+@pytest.mark.parametrize("kind", ["store", "composite"])
+def test_verify_of_float64_counts_finds_nothing_in_a_fresh_store(tmp_path: Path, kind: str) -> None:
+    """Writers sum a row's non-zeros in column order; verification summed the
+    dense row with numpy's pairwise sum, whose last bit differs for float64
+    values, so every freshly written float64 store was reported with
+    "countSummaries/rowSums does not match the counts"."""
+    cv.write_counts(tmp_path / "a.zarr", _float_counts(3))
+    where = tmp_path / "a.zarr"
+    if kind == "composite":
+        cv.write_counts(tmp_path / "b.zarr", _float_counts(4, (100, 200)))
+        cv.create_composite(tmp_path / "comp.zarr", [where, tmp_path / "b.zarr"])
+        where = tmp_path / "comp.zarr"
+    reports = deep_verify(cv.open_store(where), where=str(where))
+    assert [r.problems for r in reports] == [[]]
+
+
+def test_verify_finds_a_float_countsT_that_differs_only_in_fractions(tmp_path: Path) -> None:
+    """The transpose check summed values cast to integers, so a countsT whose
+    float values differ from counts below 1 (2.5 stored as 2.75) passed
+    ``verify`` although readers of countsT get other values than counts."""
+    import scipy.sparse as sp
+
+    matrix = sp.random(50, 40, density=0.3, random_state=3, format="csr", dtype=np.float32)
+    matrix.data = (np.round(matrix.data * 10) + 0.5).astype(np.float32)
+    other = matrix.copy()
+    other.data[0] += 0.25
+    cv.write_counts(tmp_path / "a.zarr", matrix)
+    cv.write_counts(tmp_path / "b.zarr", other)
+    # countsT of the other matrix, with its shard table, so only the values tell
+    shutil.rmtree(tmp_path / "a.zarr" / "RNA" / "countsT" / "c")
+    shutil.copytree(
+        tmp_path / "b.zarr" / "RNA" / "countsT" / "c", tmp_path / "a.zarr" / "RNA" / "countsT" / "c"
+    )
+    table = zarr.open_array(tmp_path / "b.zarr", path="RNA/countsT", mode="r").attrs
+    target = zarr.open_array(tmp_path / "a.zarr", path="RNA/countsT", mode="r+")
+    target.attrs["cytearc:shardTable"] = table["cytearc:shardTable"]
+    assert not np.array_equal(target[:], matrix.toarray().T)
+
+    (report,) = deep_verify(cv.open_store(tmp_path / "a.zarr"), where="a.zarr")
+    assert report.problems == ["countsT is not the transpose of counts (first at feature 1)"]

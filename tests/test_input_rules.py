@@ -76,6 +76,28 @@ def test_duplicates_in_a_csr_input_are_summed_exactly_too(tmp_path: Path) -> Non
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("form", ["coo", "csr"])
+def test_finite_float_duplicates_whose_sum_overflows_are_named(
+    tmp_path: Path, dtype: Any, form: str
+) -> None:
+    """Two finite duplicates summed past the float range were refused as
+    "counts hold a non-finite value (inf) ... Replace NaN/inf", which the
+    input does not hold; the refusal now names the position and the sum."""
+    big = float(np.finfo(dtype).max)
+    matrix: Any = _duplicates([big, big], dtype)
+    if form == "csr":  # repeated column indices in one row
+        values = np.array([big, big], dtype=dtype)
+        matrix = sp.csr_array((values, np.array([1, 1]), np.array([0, 0, 0, 2, 2])), shape=(4, 3))
+    with pytest.raises(DuplicateSumOverflowError) as raised:
+        cv.write_counts(tmp_path / "s.zarr", matrix, cells=list("abcd"), features=list("xyz"))
+    message = str(raised.value)
+    assert "cell 'c' (row 2) and feature 'y' (column 1) sum to inf" in message, message
+    assert "each entry is finite" in message and "NaN" not in message
+    assert (raised.value.row, raised.value.column) == (2, 1)
+    assert not (tmp_path / "s.zarr").exists()
+
+
 class _RowBands:
     """A matrix readable only in row bands (as a backed AnnData's X)."""
 
@@ -246,6 +268,18 @@ def test_a_nul_in_an_id_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.parametrize("table", ["cells", "features"])
+def test_a_lone_surrogate_in_an_id_is_refused(tmp_path: Path, table: str) -> None:
+    """Ids are fingerprinted as UTF-8: a lone surrogate (bytes decoded with
+    surrogateescape) raised a bare UnicodeEncodeError from the fingerprint."""
+    ids = {"cells": ["a", "b\udcff"], "features": ["g\ud800", "h"]}[table]
+    position = {"cells": 1, "features": 0}[table]
+    what = {"cells": "cellData", "features": "featureData"}[table]
+    with pytest.raises(ValueError, match=rf"{what} id at position {position} .* lone surrogate"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), **{table: ids})
+    assert not (tmp_path / "s.zarr").exists()
+
+
 def test_one_string_is_not_a_sequence_of_ids(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"cells= is one string"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells="abc")
@@ -259,6 +293,60 @@ def test_duplicate_column_names_are_refused(tmp_path: Path) -> None:
     cells = pd.DataFrame([[1, 2, 3], [4, 5, 6]], index=["a", "b"], columns=["n", "batch", "n"])
     with pytest.raises(ValueError, match=r"cellData has more than one column named \['n'\]"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=cells)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("zarr.json", "metadata document of the table itself"),
+        ("ZARR.JSON", "metadata document of the table itself"),
+        ("n\udcff", "lone surrogate"),
+    ],
+)
+@pytest.mark.parametrize("destination", ["local", "memory"])
+def test_a_column_name_no_store_keeps_is_refused_before_writing(
+    tmp_path: Path, name: str, reason: str, destination: str
+) -> None:
+    """A column named ``zarr.json`` sits where its table's own document is: a
+    local write failed half-way (a directory over the file), and an object
+    store kept both keys and never listed the column, so the store opened
+    without it. A lone surrogate cannot be a key (not UTF-8) and failed
+    half-way too. Both are refused before anything is written."""
+    from zarr.storage import MemoryStore
+
+    cells = pd.DataFrame({name: [1, 2], "b": [3, 4]}, index=["c0", "c1"])
+    target: Any = tmp_path / "s.zarr" if destination == "local" else MemoryStore()
+    with pytest.raises(
+        ValueError, match=rf"cellData column .* cannot be a Zarr array name .*{reason}"
+    ):
+        cv.write_counts(target, np.ones((2, 2), dtype=np.uint8), cells=cells)
+    if destination == "local":
+        assert not (tmp_path / "s.zarr").exists()
+    else:
+        assert not target._store_dict
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [
+        (pd.to_datetime(["2020-01-01", "2021-06-01"]).tz_localize("UTC"), "datetime64"),
+        (pd.to_timedelta([1, 2], unit="s"), "timedelta64"),
+        (np.array([1 + 1j, 2]), "complex128"),
+    ],
+)
+def test_a_column_of_a_type_no_column_stores_is_named_by_its_type(
+    tmp_path: Path, values: Any, dtype: str
+) -> None:
+    """A column of time-zone-aware datetimes, timedeltas or complex numbers was
+    refused as holding "non-string values ... among strings" (it holds no
+    string at all), with a remedy about missing text."""
+    cells = pd.DataFrame({"when": values}, index=["a", "b"])
+    with pytest.raises(
+        ValueError, match=rf"cellData column 'when' holds {dtype}.* cannot store"
+    ) as raised:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=cells)
+    assert "among strings" not in str(raised.value) and "fill_missing" not in str(raised.value)
     assert not (tmp_path / "s.zarr").exists()
 
 

@@ -120,18 +120,22 @@ def row_totals(
 ) -> npt.NDArray[Any]:
     """Per-row totals of ``values`` (canonical CSR or a dense 2-D block) in ``dtype``.
 
-    ``dtype`` is the summary dtype of the counts. A total it cannot hold
+    ``dtype`` is the summary dtype of the counts. Float totals come out the
+    same bits whichever form the values arrive in (the non-zeros of a row
+    summed in column order), so a verification that reads the stored counts
+    back densely finds the totals the writer stored. A total it cannot hold
     raises :class:`RowTotalOverflowError` naming the row (counted from
     ``row_offset``) and the exact total; nothing is wrapped.
     """
     if not sp.issparse(values):
         dense = np.asarray(values)
-        if dense.dtype.kind == "f" or not may_overflow(_largest(dense), dense.shape[1], dtype):
-            with np.errstate(over="ignore"):  # an infinite float total is refused below
-                sums = dense.sum(axis=1, dtype=dtype)
-            _check_finite(sums, row_offset)
-            return sums
-        values = sp.csr_array(dense)  # values near 64 bits: the exact path below
+        if dense.dtype.kind != "f" and not may_overflow(_largest(dense), dense.shape[1], dtype):
+            return dense.sum(axis=1, dtype=dtype)  # integers: exact in any order
+        # Floats are summed as the writers sum them, over the row's non-zeros in
+        # column order (numpy's pairwise sum of a dense row groups them otherwise,
+        # and the last bit could differ from the stored total); integers near 64
+        # bits take the exact path.
+        values = sp.csr_array(dense)
     csr = sp.csr_array(values)
     lengths = np.diff(csr.indptr)
     sums = np.zeros(len(lengths), dtype=dtype)

@@ -26,7 +26,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
-from .store_keys import key_problem
+from .store_keys import METADATA_DOCUMENTS, key_problem
 
 __all__ = [
     "CATEGORICAL_ATTR",
@@ -81,7 +81,15 @@ def column_name_problem(name: object) -> str | None:
     """
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
         return "it is not a non-empty string without '/', '\\' or a leading '.'"
-    size = len(name.encode("utf-8", "surrogatepass"))
+    if name.lower() in METADATA_DOCUMENTS:
+        # the column's array would sit where its table keeps its own document:
+        # a file system refuses it half-way through the write, and an object
+        # store keeps both keys while the column is never listed (lost)
+        return "it is the key of Zarr's metadata document of the table itself"
+    surrogate = _lone_surrogate(name)
+    if surrogate is not None:
+        return f"it holds the lone surrogate {surrogate!r}, which is not UTF-8 text"
+    size = len(name.encode("utf-8"))
     if size > MAX_COLUMN_NAME_BYTES:
         return f"it is {size} bytes long in UTF-8, over the {MAX_COLUMN_NAME_BYTES} a file name may have"
     # the column is a key segment: what every store refuses in a key (a
@@ -91,13 +99,29 @@ def column_name_problem(name: object) -> str | None:
     return None if problem is None else f"it {problem.replace('has the segment', 'is')}"
 
 
+def _lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate of ``text`` (not UTF-8 text), or ``None``.
+
+    >>> _lone_surrogate("caf\\u00e9") is None
+    True
+    >>> _lone_surrogate("a\\udcff")
+    '\\udcff'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return text[exc.start]
+    return None
+
+
 def _check_column_name(name: object, *, table: str) -> str:
     problem = column_name_problem(name)
     if problem is not None:
         raise ValueError(
             f"{table} column {name!r} cannot be a Zarr array name ({problem}); rename it to a "
             f"non-empty string of at most {MAX_COLUMN_NAME_BYTES} UTF-8 bytes without '/', "
-            "'\\', a leading '.', control characters or URL escapes of those"
+            "'\\', a leading '.', control characters or URL escapes of those, other than "
+            "'zarr.json'"
         )
     assert isinstance(name, str)
     return name
@@ -196,6 +220,16 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     # strings (object, pandas string dtypes)
     values = series.to_numpy(dtype=object)
     bad = [v for v in values if not isinstance(v, str)]
+    if bad and len(bad) == len(values) and not series.isna().any():
+        # no text at all: a type no column stores (say so, rather than "among strings")
+        timezone = (
+            " (for a time zone: .dt.tz_convert(None) stores UTC)" if dtype.kind == "M" else ""
+        )
+        raise ValueError(
+            f"{table} column {name!r} holds {dtype} values such as {bad[0]!r}, which a Zarr "
+            "column cannot store (numbers, booleans, text, datetimes without a time zone and "
+            f"categoricals can); convert it, e.g. with .astype(str){timezone}"
+        )
     if bad:
         raise ValueError(
             f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
@@ -310,7 +344,8 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
     Strings are kept and integers converted with ``str()``. Anything else
     (bool, float, NaN, ``None``, bytes, other objects), the empty string, a
     NUL character (fixed-width text drops trailing NULs, so the id would
-    change) and ids longer than :data:`MAX_ID_LENGTH` are refused, naming
+    change), a lone surrogate (not UTF-8, so no fingerprint) and ids longer
+    than :data:`MAX_ID_LENGTH` are refused, naming
     ``table``, the position and the value. Unique ids are not checked here.
 
     >>> checked_ids(pd.Index([3, 10]), table="cellData").tolist()
@@ -353,6 +388,15 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
             raise ValueError(
                 f"{table} id at position {position} ({text[:40]!r}) holds a NUL character, "
                 "which fixed-width text cannot keep; remove it. Nothing was written"
+            )
+        surrogate = _lone_surrogate(text)
+        if surrogate is not None:
+            # ids are fingerprinted as UTF-8, which has no lone surrogates
+            raise ValueError(
+                f"{table} id at position {position} ({text[:40]!r}) holds the lone surrogate "
+                f"{surrogate!r}, which is not UTF-8 text (often a file name or bytes decoded "
+                "with errors='surrogateescape'); decode the ids correctly or replace it. "
+                "Nothing was written"
             )
     return np.array(texts, dtype=str) if texts else np.array([], dtype="<U1")
 

@@ -53,7 +53,13 @@ def _column_checksums(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarr
     # both, so a moved or changed value is caught without holding either matrix.
     # Integer arithmetic modulo 2**64 is exact (floats would round a +1 away);
     # both orientations wrap identically, so equality still means agreement.
-    as_int = values.astype(np.uint64, copy=False)
+    # Float counts are summed as the bits of their float64 value: cast to an
+    # integer, 2.5 and 2.75 (or -1.5 and 0.0) would be the same word.
+    as_int = (
+        np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+        if values.dtype.kind == "f"
+        else values.astype(np.uint64, copy=False)
+    )
     return as_int.sum(axis=0, dtype=np.uint64), weights @ as_int
 
 

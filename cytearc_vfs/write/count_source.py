@@ -68,7 +68,7 @@ class DuplicateSumOverflowError(VfsError, OverflowError):
         *,
         row: int,
         column: int,
-        total: int,
+        total: int | float,
         dtype: np.dtype,
         cell: str | None = None,
         feature: str | None = None,
@@ -81,11 +81,17 @@ class DuplicateSumOverflowError(VfsError, OverflowError):
         feature_text = (
             f"feature {feature!r} (column {column})" if feature is not None else f"column {column}"
         )
+        how = (
+            "each entry is finite, but float duplicates are summed in source order and their "
+            "sum overflows"
+            if self.dtype.kind == "f"
+            else "integer duplicates are summed exactly in 64 bits, never wrapped"
+        )
+        fits = "smaller values" if self.dtype.kind == "f" else "values that fit (e.g. float64)"
         super().__init__(
             f"duplicate count entries of {cell_text} and {feature_text} sum to {total}, which "
-            f"{self.dtype} cannot hold (integer duplicates are summed exactly in 64 bits, never "
-            "wrapped); check the input for corrupt values, or sum the duplicates yourself into "
-            "values that fit (e.g. float64) before writing. Nothing was written"
+            f"{self.dtype} cannot hold ({how}); check the input for corrupt values, or sum the "
+            f"duplicates yourself into {fits} before writing. Nothing was written"
         )
 
     def naming(self, cell: str, feature: str) -> DuplicateSumOverflowError:
@@ -155,14 +161,36 @@ def canonical_csr(matrix: Any, *, row_offset: int = 0) -> sp.csr_array:
             matrix = sp.csr_array(
                 (matrix.data.astype(wide), matrix.indices, matrix.indptr), shape=matrix.shape
             )
+    given = matrix
     matrix = sp.csr_array(matrix) if not isinstance(matrix, sp.csr_array) else matrix
     if not matrix.has_canonical_format:
         matrix = matrix.copy()  # never edit the caller's arrays in place
         matrix.sum_duplicates()
+    if matrix.dtype.kind == "f" and not given.has_canonical_format:
+        _refuse_infinite_sums(given, matrix, row_offset)
     if matrix.nnz and not np.all(matrix.data != 0):
         matrix = matrix.copy()
         matrix.eliminate_zeros()
     return cast("sp.csr_array", matrix)
+
+
+def _refuse_infinite_sums(given: Any, summed: sp.csr_array, row_offset: int) -> None:
+    """Refuse finite float duplicates whose sum overflowed to infinity.
+
+    The scan refuses non-finite values afterwards, but it would blame the
+    input for holding an infinity that only the sum made.
+    """
+    infinite = np.isinf(summed.data)
+    if not infinite.any() or not np.isfinite(given.data).all():
+        return  # none, or the input's own (the scan names them)
+    position = int(np.flatnonzero(infinite)[0])
+    row = int(np.searchsorted(summed.indptr, position, side="right")) - 1
+    raise DuplicateSumOverflowError(
+        row=row_offset + row,
+        column=int(summed.indices[position]),
+        total=float(summed.data[position]),
+        dtype=summed.dtype,
+    )
 
 
 def _cannot_wrap(values: npt.NDArray[Any]) -> bool:
