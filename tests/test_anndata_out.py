@@ -287,6 +287,13 @@ def test_membership_column_rules_of_an_import(
     assert "RNA_I" not in columns and "ADT_I" in columns
     assert "reserved for the membership of assay 'RNA'" in caplog.text
     assert cv.to_anndata(tmp_path / "u.zarr", lazy=False).uns == {}
+    # a cells= table declares nothing: its RNA_I is skipped the same way
+    caplog.clear()
+    table = pd.DataFrame({"RNA_I": True, "depth": 1.0}, index=data.obs_names)
+    cv.write_counts(tmp_path / "t.zarr", data.X, cells=table, features=data.var_names)
+    columns = zarr.open_group(tmp_path / "t.zarr" / "cellData", mode="r")
+    assert "RNA_I" not in columns and "depth" in columns
+    assert "reserved for the membership of assay 'RNA'" in caplog.text
 
     data.uns["cytearc"] = {"assayMembership": {"RNA": "RNA_I"}}
     data.obs["RNA_I"] = np.arange(data.n_obs) % 2  # declared, but not boolean

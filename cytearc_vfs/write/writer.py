@@ -307,11 +307,11 @@ def write_counts(
 
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
     cell_frame = _table(found.cells, cells, source.shape[0], "cells")
-    membership = None
-    if cells is None and found.cells is not None:
-        # the import side of the membership rule, for an AnnData's obs (a cells=
-        # table given instead is written as given): a declared <assay>_I is restored
-        cell_frame, membership = split_membership(cell_frame, found.membership, assay)
+    # the import side of the membership rule: the name <assay>_I is reserved; an
+    # AnnData's declared column is restored, any other of that name (in its obs or
+    # in a cells= table, which declares nothing) is skipped with a warning
+    declared = found.membership if cells is None else None
+    cell_frame, membership = split_membership(cell_frame, declared, assay)
     cell_table = prepare_table(cell_frame, table="cellData", fill=fill_missing)
     # the frame's Python strings (a megabyte per 20,000 generated ids) are not
     # the write's to keep: the prepared table holds the ids as numpy text
