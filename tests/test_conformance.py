@@ -48,3 +48,61 @@ def test_unopenable_store_is_reported(tmp_path: Path, counts: sp.csr_array) -> N
     zarr.open_group(tmp_path / "s.zarr", mode="a")["RNA"].create_group("state")
     failures = {f.check for f in check_source_store(tmp_path / "s.zarr") if not f.ok}
     assert "open_store verifies" in failures
+
+
+RULE_TESTS = """
+import pytest
+
+@pytest.mark.rule("dtype.checked-cast")
+@pytest.mark.parametrize("case", [1, 2])
+def test_parametrized(case):
+    assert case == 2  # the first case fails, the last passes
+
+@pytest.mark.rule("destination.w-minus")
+def test_passing():
+    pass
+
+@pytest.mark.rule("layout.batches")
+def test_skipping():
+    pytest.skip("not here")
+"""
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_rule_outcomes_keep_a_failing_case_and_survive_xdist(tmp_path: Path, workers: str) -> None:
+    """A rule passed when the last of its parametrized cases passed, whatever the
+    others did; under pytest-xdist each worker wrote the outcomes file over the
+    others', so rules run elsewhere showed "not run"."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from cytearc_vfs_conformance.families import ENV
+    from cytearc_vfs_conformance.pytest_plugin import OUTCOMES_FILE
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text(
+        'pytest_plugins = ["cytearc_vfs_conformance.pytest_plugin"]\n'
+    )
+    (project / "test_third_party.py").write_text(RULE_TESTS)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "report"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers],
+        cwd=project,
+        env={**os.environ, ENV: str(report)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr  # the failing case
+    outcomes = json.loads((report / OUTCOMES_FILE).read_text())
+    assert {key: value["status"] for key, value in outcomes.items()} == {
+        "dtype.checked-cast": "failed",
+        "destination.w-minus": "passed",
+        "layout.batches": "skipped: Skipped: not here",
+    }
+    assert outcomes["dtype.checked-cast"]["test"] == "test_third_party.py::test_parametrized[1]"
