@@ -106,3 +106,19 @@ def test_rule_outcomes_keep_a_failing_case_and_survive_xdist(tmp_path: Path, wor
         "layout.batches": "skipped: Skipped: not here",
     }
     assert outcomes["dtype.checked-cast"]["test"] == "test_third_party.py::test_parametrized[1]"
+
+
+def test_a_location_that_is_no_store_is_reported_not_raised(tmp_path: Path) -> None:
+    """A directory without zarr.json raised zarr's GroupNotFoundError, and a root
+    array ContainsArrayError, out of check_source_store instead of failed checks;
+    the conventions check passed when there was nothing to check them on."""
+    (tmp_path / "empty.zarr").mkdir()
+    zarr.create_array(tmp_path / "array.zarr", shape=(3,), dtype="int32")
+    for name in ("empty.zarr", "array.zarr", "absent.zarr"):
+        findings = {f.check: f for f in check_source_store(tmp_path / name)}
+        assert not findings["open_store verifies"].ok
+        assert not findings["plain zarr opens the root read-only"].ok
+        conventions = findings["conventions the DataStore relies on"]
+        assert not conventions.ok and conventions.detail.startswith("not checked: ")
+    absent = check_source_store(tmp_path / "absent.zarr")[0]
+    assert "absent.zarr does not exist" in absent.detail
