@@ -280,6 +280,26 @@ def test_changes_are_erofs_and_absent_paths_enoent(tmp_path: Path) -> None:
         assert missing.value.errno == errno.ENOENT
 
 
+def test_every_listed_name_can_be_stat_ed(tmp_path: Path) -> None:
+    # A composite refuses keys spelled with a backslash or a newline; files of
+    # its directory so named were listed as directories that then answered
+    # ENOENT, so `find` and `cp -r` of the mount failed on them.
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(40, 20, seed=seed))
+    cv.create_composite(tmp_path / "c.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    odd = ["sp ace %20 \u00fc", "L" * 255]
+    for name in ["back\\slash", "new\nline", *odd]:
+        (tmp_path / "c.zarr" / "cellData" / name).write_bytes(name.encode())
+    operations = TreeOperations(StoreTree(cv.open_store(tmp_path / "c.zarr")))
+    listed = {entry[0] for entry in operations.readdir("/cellData", 0) if isinstance(entry, tuple)}
+    assert set(odd) <= listed
+    assert not {"back\\slash", "new\nline"} & listed
+    for name in listed:
+        assert operations.getattr(f"/cellData/{name}")["st_mode"]
+    for name in odd:
+        assert read_through(operations, f"/cellData/{name}") == name.encode()
+
+
 # ------------------------------------------------------------------ command line
 
 
