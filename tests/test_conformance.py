@@ -122,3 +122,28 @@ def test_a_location_that_is_no_store_is_reported_not_raised(tmp_path: Path) -> N
         assert not conventions.ok and conventions.detail.startswith("not checked: ")
     absent = check_source_store(tmp_path / "absent.zarr")[0]
     assert "absent.zarr does not exist" in absent.detail
+
+
+def test_report_takes_pytest_arguments_after_the_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The documented ``report --output other.md --tests DIR -- -x`` was refused
+    ("unrecognized arguments: -- -x"), and a --tests directory without the
+    rule tests ran pytest with no file: every test under the current directory."""
+    from cytearc_vfs_conformance.report import MARKER, main
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as refused:
+        main(["report", "--output", str(tmp_path / "no.md"), "--tests", str(empty), "--", "-x"])
+    assert refused.value.code == 2
+    assert f"--tests {empty}: no test file matches test_rules.py" in capsys.readouterr().err
+    assert not (tmp_path / "no.md").exists()
+
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_rules.py").write_text("def test_one():\n    pass\n")
+    page = tmp_path / "page.md"
+    code = main(["report", "--output", str(page), "--tests", str(tests), "--", "-x"])
+    assert code == 0
+    assert MARKER in page.read_text()
