@@ -280,6 +280,26 @@ def test_changes_are_erofs_and_absent_paths_enoent(tmp_path: Path) -> None:
         assert missing.value.errno == errno.ENOENT
 
 
+def test_every_listed_name_can_be_stat_ed(tmp_path: Path) -> None:
+    # A composite refuses keys spelled with a backslash or a newline; files of
+    # its directory so named were listed as directories that then answered
+    # ENOENT, so `find` and `cp -r` of the mount failed on them.
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(40, 20, seed=seed))
+    cv.create_composite(tmp_path / "c.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    odd = ["sp ace %20 \u00fc", "L" * 255]
+    for name in ["back\\slash", "new\nline", *odd]:
+        (tmp_path / "c.zarr" / "cellData" / name).write_bytes(name.encode())
+    operations = TreeOperations(StoreTree(cv.open_store(tmp_path / "c.zarr")))
+    listed = {entry[0] for entry in operations.readdir("/cellData", 0) if isinstance(entry, tuple)}
+    assert set(odd) <= listed
+    assert not {"back\\slash", "new\nline"} & listed
+    for name in listed:
+        assert operations.getattr(f"/cellData/{name}")["st_mode"]
+    for name in odd:
+        assert read_through(operations, f"/cellData/{name}") == name.encode()
+
+
 # ------------------------------------------------------------------ command line
 
 
@@ -415,7 +435,8 @@ def mount_fs(location: Path, mountpoint: Path, *extra: str) -> Iterator[Mounted]
             if "could not mount" in said or "FUSE is not available" in said:
                 pytest.skip(f"FUSE does not work here: {said}")
             raise AssertionError(f"mount-fs did not mount (exit {process.returncode}): {said}")
-        assert line.strip() == f"mounted {location} at {mountpoint}", line
+        # the mount point is named resolved (a symbolic link followed), as the mount table has it
+        assert line.strip() == f"mounted {location} at {mountpoint.resolve()}", line
         assert is_mounted(mountpoint)
         yield Mounted(process, mountpoint, stderr)
     finally:
@@ -609,6 +630,50 @@ def test_an_unmount_from_elsewhere_ends_the_command(
         ended = "SIGHUP" if how == "SIGHUP" else "unmounted from elsewhere"
         assert f"({ended})" in out, out
         assert not is_mounted(mounted.mountpoint)
+
+
+def test_a_mount_point_given_through_a_symbolic_link_is_unmounted(
+    fuse_works: None, tmp_path: Path
+) -> None:
+    # The kernel mounts at the resolved directory; the command used to look for
+    # the link's own path in the mount table, found nothing, said "unmounted"
+    # and left a dead mount behind ("Transport endpoint is not connected").
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(60, 20, seed=1))
+    real = tmp_path / "real mp"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real.name)
+    with mount_fs(tmp_path / "a.zarr", link) as mounted:
+        assert is_mounted(real) and is_mounted(link)
+        assert (real / "zarr.json").read_bytes() == (tmp_path / "a.zarr/zarr.json").read_bytes()
+        code, out, err = mounted.stop()
+    assert code == 0, err
+    assert f"unmounted {real} (SIGTERM)" in out, out
+    assert not is_mounted(real)
+    assert list(real.iterdir()) == []
+
+
+def test_a_stale_mount_is_refused_naming_fusermount3(fuse_works: None, tmp_path: Path) -> None:
+    # A mount-fs killed with SIGKILL leaves its mount behind; the next mount-fs
+    # there used to fail with "[Errno 107] Transport endpoint is not connected
+    # (OSError); fix the cause (space, permissions, network)", exit 4.
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(60, 20, seed=1))
+    mountpoint = tmp_path / "mp"
+    with mount_fs(tmp_path / "a.zarr", mountpoint) as mounted:
+        mounted.process.kill()
+        mounted.process.wait(timeout=60)
+        assert is_mounted(mountpoint)
+        for point in (mountpoint, mountpoint / "RNA"):
+            result = run_main("mount-fs", str(tmp_path / "a.zarr"), str(point))
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+            # the mount point itself may still stat (its attributes are cached):
+            # it is then refused as a mount point already, with the same remedy
+            assert f"fusermount3 -u {mountpoint}" in result.stderr
+        inside = f"mount point {mountpoint / 'RNA'} lies inside {mountpoint}, a FUSE mount whose"
+        assert inside in result.stderr
+        subprocess.run(["fusermount3", "-u", str(mountpoint)], check=True)
+    assert not is_mounted(mountpoint)
 
 
 def test_a_deleted_source_reads_as_eio_through_the_mount(

@@ -111,13 +111,28 @@ def render(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite and write the page; returns pytest's exit code."""
-    parser = argparse.ArgumentParser(prog="python -m cytearc_vfs_conformance report")
+    parser = argparse.ArgumentParser(
+        prog="python -m cytearc_vfs_conformance",
+        epilog="Arguments after -- go to pytest: report --output other.md -- -x",
+    )
     parser.add_argument("command", choices=["report"])
     parser.add_argument("--output", type=Path, default=Path("docs/conformance.md"))
     parser.add_argument("--tests", type=Path, default=Path("tests"), help="the tests directory")
-    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # split by hand: argparse cannot take positionals after the options that
+    # follow the command ("report --output X -- -x" was an error)
+    pytest_args: list[str] = []
+    if "--" in words:
+        cut = words.index("--")
+        words, pytest_args = words[:cut], words[cut + 1 :]
+    args = parser.parse_args(words)
     files = sorted({str(p) for pattern in DEFAULT_TESTS for p in args.tests.glob(pattern)})
+    if not files:
+        # pytest given no file runs every test under the current directory
+        parser.error(
+            f"--tests {args.tests}: no test file matches {', '.join(DEFAULT_TESTS)} there; "
+            "give the directory that holds the rule and family tests"
+        )
     with tempfile.TemporaryDirectory(prefix="cytearc-conformance-") as directory:
         env = {**os.environ, ENV: directory}
         code = subprocess.call(
@@ -132,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "-n",
                 "0",
                 *files,
-                *args.pytest_args,
+                *pytest_args,
             ],
             env=env,
         )

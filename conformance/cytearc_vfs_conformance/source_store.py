@@ -103,7 +103,11 @@ def check_source_store(
     storage_options: Mapping[str, Any] | None = None,
     deep: bool = True,
 ) -> list[Finding]:
-    """Run every conformance check on the store at ``location``."""
+    """Run every conformance check on the store at ``location``.
+
+    A location that is no store (absent, a directory without ``zarr.json``,
+    a root array) is reported as failed checks, not raised.
+    """
     where = describe_location(location)
     findings: list[Finding] = []
 
@@ -125,15 +129,23 @@ def check_source_store(
         return [] if infos else ["no published assay"]
 
     run("open_store verifies", verified_open)
-    root = zarr.open_group(store, mode="r")
-    run(
-        "plain zarr opens the root read-only",
-        lambda: [] if isinstance(root, zarr.Group) else ["not a group"],
-    )
-    run(
-        "conventions the DataStore relies on",
-        lambda: [problem for info in infos for problem in _assay_conventions(root, info)],
-    )
+    roots: list[zarr.Group] = []
+
+    def open_root() -> list[str]:
+        # a directory without zarr.json, or a root array, raises: a failed check
+        roots.append(zarr.open_group(store, mode="r"))
+        return []
+
+    def conventions() -> list[str]:
+        if not roots or not infos:
+            # nothing to check them on is no pass
+            return [
+                "not checked: " + ("the root is no group" if not roots else "no verified assay")
+            ]
+        return [problem for info in infos for problem in _assay_conventions(roots[0], info)]
+
+    run("plain zarr opens the root read-only", open_root)
+    run("conventions the DataStore relies on", conventions)
     if deep:
         run(
             "values agree with their records",

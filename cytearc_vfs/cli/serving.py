@@ -159,10 +159,25 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 
 def _check_mountpoint(mountpoint: str) -> None:
-    from cytearc_vfs_adapters.fuse.mounting import is_mounted
+    import errno
+
+    from cytearc_vfs_adapters.fuse.mounting import enclosing_mount, is_mounted
 
     path = Path(mountpoint)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            raise
+        # a FUSE mount whose server is gone (a mount-fs killed with SIGKILL)
+        dead = enclosing_mount(path) or mountpoint
+        where = "is" if dead == str(path.resolve()) else "lies inside"
+        raise InputRefusedError(
+            f"mount point {mountpoint} {where} {dead}, a FUSE mount whose server has stopped "
+            f"(it answers 'Transport endpoint is not connected'); remove the stale mount with "
+            f"fusermount3 -u {dead} and run the command again"
+        ) from None
+    if not exists:
         raise FileNotFoundError(
             f"mount point {mountpoint} does not exist; create the directory first (mkdir {mountpoint})"
         )

@@ -426,7 +426,8 @@ def _source_artifact_over_fuse(ws: Workspace) -> Iterator[Target]:
 def fuse_mount(location: Path, mountpoint: Path, *, timeout: float = 60) -> Iterator[Path]:
     """Run ``cytearc-vfs mount-fs LOCATION MOUNTPOINT`` until the block ends.
 
-    Skips (every reader of the row) where this machine cannot mount FUSE.
+    Skips (every reader of the row) where this machine cannot mount FUSE;
+    fails when the command itself fails to mount.
     """
     import pytest
 
@@ -448,7 +449,15 @@ def fuse_mount(location: Path, mountpoint: Path, *, timeout: float = 60) -> Iter
         if not first.startswith("mounted ") or not is_mounted(mountpoint):
             process.kill()
             _, err = process.communicate(timeout=timeout)
-            pytest.skip(f"mount-fs did not mount ({first!r}): {err.strip()[-500:]}")
+            said = err.strip()[-500:]
+            if "could not mount" in said or "FUSE is not available" in said:
+                # the machine refuses mounts (a container without SYS_ADMIN...)
+                pytest.skip(f"FUSE does not work here: {said}")
+            # anything else is mount-fs failing: a finding, never a quiet skip
+            raise AssertionError(
+                f"mount-fs {location} {mountpoint} did not mount (first line {first!r}, "
+                f"exit {process.returncode}): {said}"
+            )
         yield mountpoint
     finally:
         if not _interrupt(process, timeout):  # killed: its mount is left behind

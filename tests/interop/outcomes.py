@@ -8,7 +8,9 @@ type and every value; floats bit for bit up to NaN == NaN), and classified:
   silent wrong values, which the test reports as a failure;
 - ``fails``: the reader raised; the first line of its error is kept;
 - ``n/a``: the reader cannot address this kind of location at all (an HTTP
-  URL for a reader without an HTTP store), said with the reason.
+  URL for a reader without an HTTP store), said with the reason;
+- ``not run``: the test skipped (a reader not installed, a row that cannot
+  run on this machine, such as FUSE without ``/dev/fuse``), with the reason.
 
 When ``$CYTEARC_INTEROP_REPORT`` names a directory, each cell is written there
 as ``{kind}__{reader}.json`` (:func:`record`); ``report.py`` reads them back
@@ -43,7 +45,7 @@ __all__ = [
 
 ENV = "CYTEARC_INTEROP_REPORT"
 
-Status = Literal["exact", "differs", "fails", "n/a"]
+Status = Literal["exact", "differs", "fails", "n/a", "not run"]
 
 # Long enough for tensorstore's messages, which put the cause at the end.
 _MAX_MESSAGE = 240
@@ -87,7 +89,7 @@ class CellRecord:
     kind_label: str
     """The row's heading (markdown)."""
     status: Status
-    """As :attr:`Outcome.status`."""
+    """As :attr:`Outcome.status`, or ``not run`` (then ``detail`` says why)."""
     detail: str
     """As :attr:`Outcome.detail`."""
     reader_version: str

@@ -4,10 +4,12 @@ As ``python -m cytearc_vfs_conformance report`` does for
 ``docs/conformance.md``, the page keeps its hand-written introduction (all
 above the ``<!-- generated -->`` line) and the rest is replaced by:
 
-- the table: rows = array kinds, columns = readers, cells = ``exact``,
-  ``**differs**`` or ``fails [n]`` (a cell whose reader did not run is
-  ``not run``);
-- the failures, numbered: each distinct first line of an error;
+- the table: rows = array kinds, columns = readers (every registered one,
+  whether or not its tests ran), cells = ``exact``, ``**differs**``,
+  ``fails [n]`` or ``not run [n]`` (skipped, the note says why; ``not run``
+  alone when the test never reached the cell);
+- the failures and skips, numbered: each distinct first line of an error,
+  each distinct reason a cell was not run;
 - what each row is (data type, chunking, codecs, row frames);
 - the version of each reader.
 
@@ -45,16 +47,36 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def render(intro: str, cells: Sequence[CellRecord], command: str = COMMAND) -> str:
-    """The page: ``intro``, the marker, then the generated sections."""
+def render(
+    intro: str,
+    cells: Sequence[CellRecord],
+    command: str = COMMAND,
+    *,
+    rows: Sequence[tuple[str, str]] = (),
+    columns: Sequence[str] = (),
+) -> str:
+    """The page: ``intro``, the marker, then the generated sections.
+
+    ``rows`` (``(name, label)`` of every registered kind) and ``columns``
+    (every registered reader) are shown even when no cell of theirs was
+    recorded (a row whose tests never ran), as ``not run``: a row or a
+    column must not drop out of the page unnoticed.
+    """
     kinds: dict[str, CellRecord] = {}
     readers: dict[str, CellRecord] = {}
     for cell in sorted(cells, key=lambda c: c.position):
         kinds.setdefault(cell.kind, cell)
         readers.setdefault(cell.reader, cell)
-    row_order = sorted(kinds, key=lambda k: kinds[k].position[0])
-    column_order = sorted(readers, key=lambda r: readers[r].position[1])
+    labels = {name: label for name, label in rows}
+    labels.update({name: cell.kind_label for name, cell in kinds.items()})
+    row_order = [name for name, _ in rows] + sorted(
+        (k for k in kinds if k not in dict(rows)), key=lambda k: kinds[k].position[0]
+    )
+    column_order = list(columns) + sorted(
+        (r for r in readers if r not in columns), key=lambda r: readers[r].position[1]
+    )
     by_key = {(c.kind, c.reader): c for c in cells}
+    reads = [c for c in cells if c.status != "not run"]
 
     failures: dict[tuple[str, str], int] = {}  # (reader, message) -> note number
     table = [
@@ -67,6 +89,9 @@ def render(intro: str, cells: Sequence[CellRecord], command: str = COMMAND) -> s
             cell = by_key.get((kind, reader))
             if cell is None:
                 row.append("not run")
+            elif cell.status == "not run":
+                number = failures.setdefault((reader, f"not run: {cell.detail}"), len(failures) + 1)
+                row.append(f"not run [{number}]")
             elif cell.status == "exact":
                 row.append("exact")
             elif cell.status == "differs":
@@ -76,9 +101,10 @@ def render(intro: str, cells: Sequence[CellRecord], command: str = COMMAND) -> s
             else:
                 number = failures.setdefault((reader, cell.detail), len(failures) + 1)
                 row.append(f"fails [{number}]")
-        table.append(f"| {kinds[kind].kind_label} | " + " | ".join(row) + " |")
+        table.append(f"| {labels[kind]} | " + " | ".join(row) + " |")
 
-    counts = {status: sum(c.status == status for c in cells) for status in ("exact", "differs")}
+    counts = {status: sum(c.status == status for c in reads) for status in ("exact", "differs")}
+    not_run = len(row_order) * len(column_order) - len(reads)
     lines = [
         intro.rstrip(),
         "",
@@ -88,9 +114,9 @@ def render(intro: str, cells: Sequence[CellRecord], command: str = COMMAND) -> s
         "",
         "## Table",
         "",
-        f"{len(cells)} reads: {counts['exact']} exact, {counts['differs']} with silently "
-        f"different values, {len(cells) - counts['exact'] - counts['differs']} failed or not "
-        "applicable.",
+        f"{len(reads)} reads: {counts['exact']} exact, {counts['differs']} with silently "
+        f"different values, {len(reads) - counts['exact'] - counts['differs']} failed or not "
+        "applicable." + (f" {not_run} of the table's cells were not run." if not_run else ""),
         "",
         *table,
         "",
@@ -109,11 +135,12 @@ def render(intro: str, cells: Sequence[CellRecord], command: str = COMMAND) -> s
                 lines.append(f"- {cell.reader} on {cell.kind_label}: `{_cell(warning)}`")
     lines += ["", "## Arrays", "", "| array | what is stored |", "| --- | --- |"]
     for kind in row_order:
-        lines.append(f"| {kinds[kind].kind_label} | {_cell(kinds[kind].kind_note)} |")
+        notes = sorted({c.kind_note for c in reads if c.kind == kind and c.kind_note})
+        lines.append(f"| {labels[kind]} | {_cell(', '.join(notes) or 'not run')} |")
     lines += ["", "## Readers", "", "| reader | version |", "| --- | --- |"]
     for reader in column_order:
-        versions = sorted({c.reader_version for c in cells if c.reader == reader})
-        lines.append(f"| {reader} | {_cell(', '.join(versions))} |")
+        versions = sorted({c.reader_version for c in reads if c.reader == reader})
+        lines.append(f"| {reader} | {_cell(', '.join(versions) or 'not run')} |")
     lines += [
         "",
         f"Python {platform.python_version()} on {platform.system()} {platform.machine()}.",
@@ -148,7 +175,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         cells = read_records(Path(directory))
     old = args.output.read_text(encoding="utf-8") if args.output.exists() else "# Interop\n"
-    args.output.write_text(render(old.split(MARKER, 1)[0], cells), encoding="utf-8")
+    from .kinds import KINDS
+    from .readers import READERS
+
+    page = render(
+        old.split(MARKER, 1)[0],
+        cells,
+        rows=[(kind.name, kind.label) for kind in KINDS.values()],
+        columns=list(READERS),
+    )
+    args.output.write_text(page, encoding="utf-8")
     print(f"wrote {args.output} ({len(cells)} cells)")
     return code
 

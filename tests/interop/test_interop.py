@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from .kinds import KINDS, ArrayKind, Workspace, cli_server
-from .outcomes import CellRecord, NotApplicableError, Outcome, compare, record, run_reader
+from .outcomes import (
+    CellRecord,
+    NotApplicableError,
+    Outcome,
+    Status,
+    compare,
+    record,
+    run_reader,
+)
 from .readers import READERS, Target
+from .report import render
 
 KIND_NAMES = list(KINDS)
 READER_NAMES = list(READERS)
@@ -21,11 +32,32 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     return Workspace(tmp_path_factory.mktemp("interop"))
 
 
+def _record_not_run(kind: ArrayKind, reader: str, reason: str) -> None:
+    """A cell that was skipped: the page shows it as ``not run`` with the reason."""
+    record(
+        CellRecord(
+            kind=kind.name,
+            reader=reader,
+            position=[KIND_NAMES.index(kind.name), READER_NAMES.index(reader)],
+            kind_label=kind.label,
+            status="not run",
+            detail=reason,
+            reader_version="",
+        )
+    )
+
+
 @pytest.fixture(scope="module", params=KIND_NAMES)
 def row(request: pytest.FixtureRequest, workspace: Workspace) -> Iterator[tuple[ArrayKind, Target]]:
     """One kind's target, alive (server running, mount mounted) for all readers of its row."""
     kind = KINDS[request.param]
-    with kind.build(workspace) as target:
+    with ExitStack() as stack:
+        try:
+            target = stack.enter_context(kind.build(workspace))
+        except pytest.skip.Exception as skipped:  # the row cannot run here: every cell says why
+            for reader in READER_NAMES:
+                _record_not_run(kind, reader, str(skipped.msg))
+            raise
         yield kind, target
 
 
@@ -43,6 +75,7 @@ def test_reader_reads_kind_exactly_or_fails(
     reader = READERS[reader_name]
     reason = reader.unavailable()
     if reason is not None:
+        _record_not_run(kind, reader.name, reason)
         pytest.skip(reason)
     outcome = run_reader(lambda: reader.read(target), target.expected, scrub=target.scrub)
     record(
@@ -135,3 +168,53 @@ def test_cli_server_refuses_a_command_that_does_not_serve() -> None:
     with pytest.raises(RuntimeError, match=r"printed 'cytearc-vfs .*' first, not 'serving URL'"):  # noqa: SIM117
         with cli_server(["--version"]):
             pass
+
+
+def _cell_record(kind: str, reader: str, status: Status, detail: str = "") -> CellRecord:
+    return CellRecord(
+        kind=kind,
+        reader=reader,
+        position=[0, 0],
+        kind_label=f"`{kind}`",
+        status=status,
+        detail=detail,
+        reader_version="" if status == "not run" else f"{reader} 1.0",
+        kind_note="" if status == "not run" else f"{kind} note",
+    )
+
+
+def test_the_page_keeps_every_registered_row_and_column() -> None:
+    """A row whose tests never ran (its mount failed to start) and a reader that
+    skipped on every row (node not installed) used to drop out of the page
+    without a word; they are shown as ``not run``, with the reason when known."""
+    cells = [
+        _cell_record("a", "r1", "exact"),
+        _cell_record("a", "r2", "not run", "node is not installed"),
+    ]
+    page = render(
+        "# Interop\n",
+        cells,
+        rows=[("a", "`a`"), ("b", "`b` via mount-fs")],
+        columns=["r1", "r2"],
+    )
+    assert "| `a` | exact | not run [1] |" in page
+    assert "| `b` via mount-fs | not run | not run |" in page
+    assert "1. r2: `not run: node is not installed`" in page
+    assert "1 reads: 1 exact, 0 with silently different values, 0 failed" in page
+    assert "3 of the table's cells were not run." in page
+    assert "| `b` via mount-fs | not run |" in page.split("## Arrays")[1]
+    assert "| r2 | not run |" in page.split("## Readers")[1]
+
+
+def test_the_committed_page_has_every_row_and_column() -> None:
+    """docs/interop.md goes stale when a row or a reader is added (or renamed)
+    without running ``uv run python -m tests.interop.report``."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "interop.md").read_text()
+    table = page.split("## Table", 1)[1].split("## Failures", 1)[0]
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    header = [name.strip() for name in lines[0].strip("|").split("|")]
+    assert header == ["array", *READER_NAMES], "rerun: uv run python -m tests.interop.report"
+    labels = [line.strip("|").split("|")[0].strip() for line in lines[2:]]
+    assert labels == [KINDS[name].label for name in KIND_NAMES], (
+        "rerun: uv run python -m tests.interop.report"
+    )

@@ -31,7 +31,14 @@ from cytearc_vfs.errors import VfsError
 from .operations import TreeOperations
 from .tree import StoreTree
 
-__all__ = ["FuseMount", "FuseUnavailableError", "check_fuse", "is_mounted", "load_binding"]
+__all__ = [
+    "FuseMount",
+    "FuseUnavailableError",
+    "check_fuse",
+    "enclosing_mount",
+    "is_mounted",
+    "load_binding",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -109,21 +116,45 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def _mount_points() -> set[str] | None:
+    """Every mount point of the mount table, or ``None`` when it cannot be read."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return {
+        _unescape(fields[4]) for fields in (line.split(" ") for line in lines) if len(fields) > 4
+    }
+
+
 def is_mounted(mountpoint: str | os.PathLike[str]) -> bool:
     """Whether ``mountpoint`` is a mount point now (by ``/proc/self/mountinfo``).
 
     ``os.path.ismount`` stats the path, which fails on a FUSE mount whose
-    server died; the mount table does not.
+    server died; the mount table does not. The path is resolved first
+    (symbolic links, ``..``), as the kernel resolves it when mounting: the
+    table holds the resolved path.
     """
-    target = os.path.abspath(mountpoint)
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
+    target = os.path.realpath(mountpoint)
+    points = _mount_points()
+    if points is None:
         return os.path.ismount(target)
-    return any(
-        len(fields) > 4 and _unescape(fields[4]) == target
-        for fields in (line.split(" ") for line in lines)
-    )
+    return target in points
+
+
+def enclosing_mount(path: str | os.PathLike[str]) -> str | None:
+    """The nearest mount point that is ``path`` or holds it, by the mount table.
+
+    For naming a dead FUSE mount ("Transport endpoint is not connected")
+    whose path cannot be stat'ed; ``None`` when the table cannot be read.
+    """
+    points = _mount_points()
+    if points is None:
+        return None
+    current = os.path.realpath(path)
+    while current not in points and current != os.path.dirname(current):
+        current = os.path.dirname(current)
+    return current
 
 
 @contextlib.contextmanager
@@ -160,7 +191,8 @@ class FuseMount:
     def __init__(
         self, tree: StoreTree, mountpoint: str | os.PathLike[str], *, allow_other: bool = False
     ) -> None:
-        self.mountpoint = os.path.abspath(mountpoint)
+        # resolved, as the kernel resolves it: the mount table (is_mounted) holds this path
+        self.mountpoint = os.path.realpath(mountpoint)
         self._allow_other = allow_other
         self._ready = threading.Event()
         self.operations = TreeOperations(tree, on_init=self._ready.set)

@@ -135,10 +135,16 @@ class StoreTree:
         return await store.getsize(key)
 
     async def _is_file(self, key: str) -> bool:
+        return await self._kind(key) is True
+
+    async def _kind(self, key: str) -> bool | None:
+        """Whether ``key`` is a key (a file); ``None`` when the store refuses the
+        key's spelling (a backslash, a newline: an escape), so it is neither a
+        file nor a directory."""
         try:
             return await self._store.exists(key)
-        except ValueError:  # a key the store refuses (an escape) is no file
-            return False
+        except ValueError:
+            return None
 
     async def _is_dir(self, key: str) -> bool:
         try:
@@ -165,11 +171,18 @@ class StoreTree:
         """Names directly under the directory ``key``, each with whether it is a directory.
 
         Computes nothing: the names come from ``list_dir``, the kinds from
-        ``exists`` (keys are files; a name that is no key is a prefix).
+        ``exists`` (keys are files; a name that is no key is a prefix). A
+        name the store refuses to read (a file of a local store whose name
+        is no valid key) is left out: listed, it could be neither opened nor
+        entered, and ``find`` or ``cp -r`` of the tree would fail on it.
         """
         names = [name async for name in self._store.list_dir(key)]
-        kinds = await asyncio.gather(*(self._is_file(join(key, name)) for name in names))
-        return [(name, not is_file) for name, is_file in zip(names, kinds, strict=True)]
+        kinds = await asyncio.gather(*(self._kind(join(key, name)) for name in names))
+        return [
+            (name, not is_file)
+            for name, is_file in zip(names, kinds, strict=True)
+            if is_file is not None
+        ]
 
     async def read(self, key: str, start: int, stop: int) -> bytes:
         """Bytes ``start:stop`` of the value at ``key`` (fewer at its end).
