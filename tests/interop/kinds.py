@@ -437,34 +437,46 @@ def fuse_mount(location: Path, mountpoint: Path, *, timeout: float = 60) -> Iter
         check_fuse()
     except Exception as exc:  # no binding, no /dev/fuse, no fusermount3
         pytest.skip(f"FUSE is not available here: {exc}")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cytearc_vfs.cli", "mount-fs", str(location), str(mountpoint)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline().strip()
-        if not first.startswith("mounted ") or not is_mounted(mountpoint):
-            process.kill()
-            _, err = process.communicate(timeout=timeout)
-            said = err.strip()[-500:]
-            if "could not mount" in said or "FUSE is not available" in said:
-                # the machine refuses mounts (a container without SYS_ADMIN...)
-                pytest.skip(f"FUSE does not work here: {said}")
-            # anything else is mount-fs failing: a finding, never a quiet skip
-            raise AssertionError(
-                f"mount-fs {location} {mountpoint} did not mount (first line {first!r}, "
-                f"exit {process.returncode}): {said}"
+    # its log goes to a file, not a pipe nobody drains: a read that fails on
+    # every chunk (EIO lines) must not fill a pipe and block the mount
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cytearc_vfs.cli", "mount-fs", str(location), str(mountpoint)],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            # the first line, waited for at most `timeout`: a hung mount fails the test
+            lines: list[str] = []
+            waiting = threading.Thread(
+                target=lambda: lines.append(process.stdout.readline()),  # type: ignore[union-attr]
+                daemon=True,
             )
-        yield mountpoint
-    finally:
-        if not _interrupt(process, timeout):  # killed: its mount is left behind
-            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
+            waiting.start()
+            waiting.join(timeout)
+            first = lines[0].strip() if lines else ""
+            if not first.startswith("mounted ") or not is_mounted(mountpoint):
+                process.kill()
+                process.wait(timeout=timeout)
+                log.seek(0)
+                said = log.read().strip()[-500:]
+                if "could not mount" in said or "FUSE is not available" in said:
+                    # the machine refuses mounts (a container without SYS_ADMIN...)
+                    pytest.skip(f"FUSE does not work here: {said}")
+                # anything else is mount-fs failing: a finding, never a quiet skip
+                raise AssertionError(
+                    f"mount-fs {location} {mountpoint} did not mount within {timeout:g} s (first "
+                    f"line {first!r}, exit {process.returncode}): {said}"
+                )
+            yield mountpoint
+        finally:
+            _interrupt(process, timeout)
+            if is_mounted(mountpoint):  # killed (here or above): its mount is left behind
+                subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 def _interrupt(process: subprocess.Popen[str], timeout: float) -> bool:
