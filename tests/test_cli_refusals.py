@@ -203,6 +203,23 @@ def test_debug_shows_the_traceback(
     assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")
 
 
+def test_demo_without_its_data_is_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's real data cannot be fetched (offline, a cache that cannot be made):
+    a ``DataFetchError`` exited 2, "refused", as if the command line were wrong."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("CYTEARC_DATA_DIR", str(blocker))
+    assert main(["demo", "--directory", str(tmp_path / "demo"), "--json"]) == 4
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert payload["error"] == "DataFetchError" and payload["category"] == "environment"
+    assert payload["exitCode"] == 4 and "CYTEARC_DATA_DIR" in payload["message"]
+    lines = captured.err.strip().splitlines()
+    assert lines[-1].startswith("cytearc-vfs demo: the real-data cache") and len(lines) == 1
+
+
 def test_an_object_store_client_error_is_the_environment_not_a_bug() -> None:
     """``anndata ls s3://...`` without credentials raised obstore's GenericError, whose
     message is a multi-line debug dump: it exited 70 ("a bug in cytearc-vfs")."""
