@@ -203,6 +203,45 @@ def test_debug_shows_the_traceback(
     assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")
 
 
+def test_a_write_that_fails_says_its_destination_was_removed(
+    places: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A full disk part-way: the line said "the destination is unfinished and does not
+    open: write it again with overwrite=True" (the Python keyword), while the command
+    had removed the destination, and said nothing of that."""
+    import errno
+
+    from zarr.storage import LocalStore
+
+    destination = tmp_path / "full.zarr"
+    real_set = LocalStore.set
+    writes = 0
+
+    async def full_disk(self: LocalStore, key: str, value: object) -> None:
+        nonlocal writes
+        if Path(str(self.root)) == destination:
+            writes += 1
+            if writes == 6:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        await real_set(self, key, value)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalStore, "set", full_disk)
+    assert main(["write", str(places["H5AD"]), str(destination)]) == 4
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "No space left" in lines[0] and "overwrite=True" not in lines[0]
+    assert lines[0].endswith(
+        f"removed the unfinished destination {destination}, so running the command "
+        "again needs no --overwrite"
+    )
+    assert not destination.exists()
+    monkeypatch.setattr(LocalStore, "set", real_set)
+    assert main(["write", str(places["H5AD"]), str(destination)]) == 0
+
+
 def test_demo_without_its_data_is_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
