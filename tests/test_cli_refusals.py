@@ -242,6 +242,22 @@ def test_a_write_that_fails_says_its_destination_was_removed(
     assert main(["write", str(places["H5AD"]), str(destination)]) == 0
 
 
+def test_a_source_name_taken_from_a_directory_name_says_how_to_name_it(
+    places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``composite NEW a.zarr "my data.zarr"``: the refusal named the invalid name
+    'my data' that the user never typed, and not how to give one."""
+    unnamed = tmp_path / "my data.zarr"
+    argv = ["composite", str(tmp_path / "new.zarr"), str(places["STORE"]), str(unnamed)]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert "source name 'my data' is not a valid name" in line
+    assert "taken from its directory name" in line and f"source_2={unnamed}" in line
+    assert not (tmp_path / "new.zarr").exists()
+    # named so, the same source is taken (the refusal came before anything was read)
+    assert main([*argv[:3], f"source_2={places['STORE']}"]) == 0
+
+
 def test_demo_without_its_data_is_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
