@@ -258,6 +258,20 @@ def test_a_source_name_taken_from_a_directory_name_says_how_to_name_it(
     assert main([*argv[:3], f"source_2={places['STORE']}"]) == 0
 
 
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [(["info"], "info"), (["anndata", "ls"], "anndata"), (["array", "info"], "array"), ([], "")],
+)
+def test_a_usage_error_names_its_command_as_other_errors_do(
+    argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json`` usage errors said ``"command": "cytearc-vfs info"`` (argparse's prog),
+    every other error of the same command ``"command": "info"``."""
+    assert _run([*argv, "--json"]) == 2
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["command"] == command and payload["error"] == "UsageError"
+
+
 def test_demo_without_its_data_is_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
