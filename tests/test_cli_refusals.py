@@ -272,6 +272,19 @@ def test_a_usage_error_names_its_command_as_other_errors_do(
     assert payload["command"] == command and payload["error"] == "UsageError"
 
 
+def test_a_destination_below_a_file_says_so(
+    places: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write IN data.h5ad/x.zarr`` said only "[Errno 20] Not a directory: ...": no remedy."""
+    below = places["FILE"] / "x.zarr"
+    assert main(["write", str(places["H5AD"]), str(below)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "Not a directory" in line and str(below) in line
+    assert line.endswith(
+        "a folder of that path is a file: choose a path whose folders are directories"
+    )
+
+
 def test_demo_without_its_data_is_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -115,6 +115,14 @@ def classify_failure(exc: BaseException) -> Failure:
     message = one_line(str(exc))
     if isinstance(exc, (IncompleteStoreError, IdentityMismatchError, RecordShapeError)):
         return Failure(ExitCode.DAMAGED, "damaged", message)
+    if isinstance(exc, NotADirectoryError) and exc.filename is not None:
+        # the operating system's own words ("[Errno 20] Not a directory: 'a.h5ad/x.zarr'")
+        return Failure(
+            ExitCode.REFUSED,
+            "refused",
+            f"{message} (NotADirectoryError); a folder of that path is a file: "
+            "choose a path whose folders are directories",
+        )
     if isinstance(exc, (FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return Failure(ExitCode.REFUSED, "refused", message)
     if isinstance(exc, PermissionError) and exc.errno is None:
