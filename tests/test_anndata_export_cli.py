@@ -85,6 +85,34 @@ def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> 
     assert not (store / "inner.h5ad").exists()
 
 
+def test_an_h5ad_export_on_a_full_disk_is_the_environment(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HDF5 reports a full disk as a RuntimeError when the file is closed ("Set slist
+    enabled failed (file write failed: ..., errno = 28, ...)"): the export exited 70,
+    "a bug in cytearc-vfs". It is the system, exit 4, and no partial file stays."""
+    import h5py
+
+    real_exit = h5py.File.__exit__
+
+    def full_disk(self: h5py.File, *exc: object) -> None:
+        real_exit(self, *exc)
+        raise RuntimeError(
+            "Set slist enabled failed (file write failed: time = Wed Dec  2 12:35:04 2026\n"
+            ", filename = 'x.partial', file descriptor = 6, errno = 28, error message = "
+            "'No space left on device', buf = 0x1, total write size = 32768)"
+        )
+
+    monkeypatch.setattr(h5py.File, "__exit__", full_disk)
+    run = run_main("export", str(store), str(tmp_path / "full.h5ad"), "--json")
+    assert run.returncode == 4, run.stderr
+    payload = json.loads(run.stdout)
+    assert payload["category"] == "environment" and payload["error"] == "OSError"
+    assert "writing the .h5ad failed: No space left on device (errno 28" in payload["message"]
+    assert "bug" not in payload["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_in_a_terminal(store: Path, tmp_path: Path) -> None:
     run = run_in_terminal(["export", str(store), str(tmp_path / "t.h5ad")])
     assert run.returncode == 0, run.output

@@ -1048,6 +1048,9 @@ def test_arrays_a_cytearc_store_records_describe_are_refused(
         with pytest.raises(ValueError, match=rf"belongs to a CyteArc store .* of '{holder}'"):
             operation()
     assert main(["array", "resize", str(where), path, "--high=" + ",".join(["1"] * array.ndim)])
-    assert "belongs to a CyteArc store" in capsys.readouterr().err
+    refusal = capsys.readouterr().err
+    assert "belongs to a CyteArc store" in refusal
+    # the remedy names only commands that exist (it named 'append or delete')
+    assert "cytearc-vfs write" in refusal and "append" not in refusal
     assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
     assert main(["verify", str(where)]) == 0

@@ -203,6 +203,105 @@ def test_debug_shows_the_traceback(
     assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")
 
 
+def test_a_write_that_fails_says_its_destination_was_removed(
+    places: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A full disk part-way: the line said "the destination is unfinished and does not
+    open: write it again with overwrite=True" (the Python keyword), while the command
+    had removed the destination, and said nothing of that."""
+    import errno
+
+    from zarr.storage import LocalStore
+
+    destination = tmp_path / "full.zarr"
+    real_set = LocalStore.set
+    writes = 0
+
+    async def full_disk(self: LocalStore, key: str, value: object) -> None:
+        nonlocal writes
+        if Path(str(self.root)) == destination:
+            writes += 1
+            if writes == 6:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        await real_set(self, key, value)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalStore, "set", full_disk)
+    assert main(["write", str(places["H5AD"]), str(destination)]) == 4
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "No space left" in lines[0] and "overwrite=True" not in lines[0]
+    assert lines[0].endswith(
+        f"removed the unfinished destination {destination}, so running the command "
+        "again needs no --overwrite"
+    )
+    assert not destination.exists()
+    monkeypatch.setattr(LocalStore, "set", real_set)
+    assert main(["write", str(places["H5AD"]), str(destination)]) == 0
+
+
+def test_a_source_name_taken_from_a_directory_name_says_how_to_name_it(
+    places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``composite NEW a.zarr "my data.zarr"``: the refusal named the invalid name
+    'my data' that the user never typed, and not how to give one."""
+    unnamed = tmp_path / "my data.zarr"
+    argv = ["composite", str(tmp_path / "new.zarr"), str(places["STORE"]), str(unnamed)]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert "source name 'my data' is not a valid name" in line
+    assert "taken from its directory name" in line and f"source_2={unnamed}" in line
+    assert not (tmp_path / "new.zarr").exists()
+    # named so, the same source is taken (the refusal came before anything was read)
+    assert main([*argv[:3], f"source_2={places['STORE']}"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [(["info"], "info"), (["anndata", "ls"], "anndata"), (["array", "info"], "array"), ([], "")],
+)
+def test_a_usage_error_names_its_command_as_other_errors_do(
+    argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json`` usage errors said ``"command": "cytearc-vfs info"`` (argparse's prog),
+    every other error of the same command ``"command": "info"``."""
+    assert _run([*argv, "--json"]) == 2
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["command"] == command and payload["error"] == "UsageError"
+
+
+def test_a_destination_below_a_file_says_so(
+    places: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write IN data.h5ad/x.zarr`` said only "[Errno 20] Not a directory: ...": no remedy."""
+    below = places["FILE"] / "x.zarr"
+    assert main(["write", str(places["H5AD"]), str(below)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "Not a directory" in line and str(below) in line
+    assert line.endswith(
+        "a folder of that path is a file: choose a path whose folders are directories"
+    )
+
+
+def test_demo_without_its_data_is_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's real data cannot be fetched (offline, a cache that cannot be made):
+    a ``DataFetchError`` exited 2, "refused", as if the command line were wrong."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("CYTEARC_DATA_DIR", str(blocker))
+    assert main(["demo", "--directory", str(tmp_path / "demo"), "--json"]) == 4
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert payload["error"] == "DataFetchError" and payload["category"] == "environment"
+    assert payload["exitCode"] == 4 and "CYTEARC_DATA_DIR" in payload["message"]
+    lines = captured.err.strip().splitlines()
+    assert lines[-1].startswith("cytearc-vfs demo: the real-data cache") and len(lines) == 1
+
+
 def test_an_object_store_client_error_is_the_environment_not_a_bug() -> None:
     """``anndata ls s3://...`` without credentials raised obstore's GenericError, whose
     message is a multi-line debug dump: it exited 70 ("a bug in cytearc-vfs")."""

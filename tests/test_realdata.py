@@ -512,3 +512,36 @@ def test_no_working_pip_is_a_clear_error(
     with pytest.raises(rd.DataFetchError, match="exited 3"):
         rd.fetch_spec(spec)
     assert _leftovers(cache) == []
+
+
+def test_a_cache_dir_that_cannot_be_made_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a file where the cache root should be: was a raw FileExistsError traceback
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(rd.DATA_DIR_ENV, str(blocker))
+    with pytest.raises(rd.DataFetchError, match=rd.DATA_DIR_ENV) as info:
+        rd.data_dir()
+    assert str(blocker) in str(info.value) and "writable directory" in str(info.value)
+    for argv in (["describe"], ["path", "wu2020"], ["fetch", "wu2020"]):
+        assert rd.main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert str(blocker) in err and rd.DATA_DIR_ENV in err
+
+
+def test_path_offline_is_one_error_with_its_remedy(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `path` fetches too: offline it raised a raw DataFetchError traceback
+    monkeypatch.setattr(rd_fetching, "_pip_candidates", lambda: [[sys.executable, "-c", "exit(3)"]])
+    monkeypatch.setattr(rd_fetching, "_pip_cache", None)
+    assert rd.main(["path", "chr21_10x"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    first = captured.err.splitlines()[0]
+    assert first.startswith("python -m cytearc_vfs.realdata path: error: pip could not download")
+    # the remedy: the network, another pip, or a cache copied from elsewhere
+    assert "can be reached" in first and rd.PIP_ENV in first and rd.DATA_DIR_ENV in first
+    assert "exited 3" in captured.err  # what pip said is kept

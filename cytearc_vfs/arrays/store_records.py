@@ -66,6 +66,7 @@ def require_unrecorded(store: Store, path: str, document: Mapping[str, Any], wha
             f"{what} of {describe(store, path)} refused: it belongs to a CyteArc store "
             f"(attribute {found!r} of {holder or '/'!r}), whose records describe its shape "
             "and chunks; changing the array alone would break the store (verify and open "
-            "would refuse it). Change it with the store's writers (cytearc-vfs write, "
-            "append or delete), or copy the array out of the store first"
+            "would refuse it). Change it by writing the store again from changed counts "
+            "(cv.write_counts, or cytearc-vfs write), or copy the array out of the store "
+            "first"
         )

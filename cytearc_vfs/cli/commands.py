@@ -20,6 +20,7 @@ from .failures import ExitCode, InputRefusedError
 from .inputs import (
     json_option,
     mem_budget_option,
+    parse_sources,
     per_source_options,
     refuse_unused_source_options,
     require_store,
@@ -76,26 +77,6 @@ def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
             raise InputRefusedError(
                 f"source {name!r} is the destination {target}; choose another destination"
             )
-
-
-def parse_sources(values: Sequence[str]) -> dict[str, str]:
-    """``NAME=LOCATION`` or ``LOCATION`` arguments as an ordered name -> location mapping."""
-    from ..composite.create import source_name_of
-
-    sources: dict[str, str] = {}
-    for value in values:
-        name, sep, location = value.partition("=")
-        if not sep or "/" in name or ":" in name:
-            # no NAME= (an "=" inside a path or URL is part of it)
-            location = value
-            name = source_name_of(value)
-        if name in sources:
-            raise InputRefusedError(
-                f"two sources are named {name!r}; name them with NAME=LOCATION "
-                f"(e.g. {name}_1={location})"
-            )
-        sources[name] = location
-    return sources
 
 
 def _read_lines(path: str, *, what: str) -> list[str]:

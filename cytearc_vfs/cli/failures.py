@@ -10,6 +10,7 @@ are bugs the line says so and how to report them.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -99,11 +100,29 @@ def _backend_failure(exc: BaseException) -> Failure | None:
     )
 
 
+def _is_fetch_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a :class:`~cytearc_vfs.realdata.DataFetchError`.
+
+    Looked up among the loaded modules: importing :mod:`cytearc_vfs.realdata`
+    loads anndata, and an error of it can only come from a command that loaded it.
+    """
+    errors = sys.modules.get("cytearc_vfs.realdata.errors")
+    return errors is not None and isinstance(exc, errors.DataFetchError)
+
+
 def classify_failure(exc: BaseException) -> Failure:
     """The exit code, category and one-line message of ``exc``."""
     message = one_line(str(exc))
     if isinstance(exc, (IncompleteStoreError, IdentityMismatchError, RecordShapeError)):
         return Failure(ExitCode.DAMAGED, "damaged", message)
+    if isinstance(exc, NotADirectoryError) and exc.filename is not None:
+        # the operating system's own words ("[Errno 20] Not a directory: 'a.h5ad/x.zarr'")
+        return Failure(
+            ExitCode.REFUSED,
+            "refused",
+            f"{message} (NotADirectoryError); a folder of that path is a file: "
+            "choose a path whose folders are directories",
+        )
     if isinstance(exc, (FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return Failure(ExitCode.REFUSED, "refused", message)
     if isinstance(exc, PermissionError) and exc.errno is None:
@@ -123,6 +142,10 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, OSError) and named_source_failure(exc):
         # a source that cannot be read, named with what failed and the remedy of its
         # cause, in the command line's option names already
+        return Failure(ExitCode.ENVIRONMENT, "environment", message)
+    if _is_fetch_failure(exc):
+        # the demo's real data could not be downloaded (offline, no pip, a cache
+        # that cannot be made): the system, not the command line; the message says why
         return Failure(ExitCode.ENVIRONMENT, "environment", message)
     backend = _backend_failure(exc)
     if backend is not None:

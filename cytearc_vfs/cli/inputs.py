@@ -13,6 +13,7 @@ __all__ = [
     "USEFUL_MEM_BUDGET",
     "json_option",
     "mem_budget_option",
+    "parse_sources",
     "per_source_options",
     "refuse_unused_source_options",
     "require_store",
@@ -142,3 +143,33 @@ def mem_budget_option(value: str | None) -> int | None:
     if budget <= 0:
         raise InputRefusedError(f"--mem-budget {shown} leaves no working memory; {remedy}")
     return budget
+
+
+def parse_sources(values: Sequence[str]) -> dict[str, str]:
+    """``NAME=LOCATION`` or ``LOCATION`` arguments as an ordered name -> location mapping."""
+    from ..composite.create import source_name_of
+    from ..format.paths import check_name
+
+    sources: dict[str, str] = {}
+    for value in values:
+        name, sep, location = value.partition("=")
+        if not sep or "/" in name or ":" in name:
+            # no NAME= (an "=" inside a path or URL is part of it)
+            location = value
+            name = source_name_of(value)
+            try:
+                check_name(name, what="source name")
+            except ValueError as exc:
+                # the user never typed this name: say where it came from and how to give one
+                raise InputRefusedError(
+                    f"{exc}; it is the name of source {value}, taken from its directory "
+                    f"name; name the source yourself with NAME=LOCATION (e.g. "
+                    f"source_{len(sources) + 1}={value})"
+                ) from exc
+        if name in sources:
+            raise InputRefusedError(
+                f"two sources are named {name!r}; name them with NAME=LOCATION "
+                f"(e.g. {name}_1={location})"
+            )
+        sources[name] = location
+    return sources

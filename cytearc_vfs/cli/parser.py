@@ -73,9 +73,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if _Parser.json_errors:
+            # the command's first word, as every other error of it reports it
+            # ("anndata" for "cytearc-vfs anndata ls"); "" before any command
+            words = self.prog.split()
             payload = {
                 "ok": False,
-                "command": self.prog,
+                "command": words[1] if len(words) > 1 else "",
                 "error": "UsageError",
                 "category": "refused",
                 "exitCode": 2,

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .failures import ExitCode, classify_failure
@@ -39,8 +39,14 @@ def _emit(payload: dict[str, Any], *, as_json: bool, text: str) -> None:
     sys.stdout.flush()
 
 
-def _report_failure(command: str, exc: BaseException, *, as_json: bool, debug: bool) -> ExitCode:
+def _report_failure(
+    command: str, exc: BaseException, *, as_json: bool, debug: bool, cleanup: str = ""
+) -> ExitCode:
     failure = classify_failure(exc)
+    if cleanup:
+        # what became of the destination this command created, after the message
+        # that described it unfinished
+        failure = replace(failure, message=f"{failure.message}; {cleanup}")
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
     _emit(
@@ -88,6 +94,8 @@ class _RunState:
     command: str
     as_json: bool
     guard: Any = None
+    cleanup: str = ""
+    """What a failed command did with the destination it created, for its error line."""
 
 
 def _run(arguments: list[str], state: _RunState) -> int:
@@ -143,10 +151,12 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
                     # as the interrupt it was
                     raise interrupt from exc
                 if state.guard is not None and not state.guard.existed:
-                    state.guard.discard()
+                    state.cleanup = _discarded(state.guard)
                 raise
     except Exception as exc:
-        return _report_failure(args.command, exc, as_json=state.as_json, debug=debug)
+        return _report_failure(
+            args.command, exc, as_json=state.as_json, debug=debug, cleanup=state.cleanup
+        )
     try:
         _emit(outcome.payload, as_json=state.as_json, text=outcome.text)
     except BrokenPipeError:
@@ -155,6 +165,19 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     return int(outcome.code)
+
+
+def _discarded(guard: Any) -> str:
+    """Remove the destination a failed command created; what was done, in words."""
+    try:
+        done: str = guard.discard()
+    except Exception as exc:  # the command's own error stays the one reported
+        return f"removing it failed ({type(exc).__name__}: {exc}); delete {guard.where} yourself"
+    if done.startswith("removed"):
+        # the library's message, written for a caller left with the destination,
+        # says to write it again with --overwrite: not needed once it is gone
+        return f"{done}, so running the command again needs no --overwrite"
+    return "" if done == "nothing was written" else done
 
 
 def _untouched(state: _RunState) -> str:

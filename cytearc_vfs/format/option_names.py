@@ -33,6 +33,7 @@ __all__ = [
     "option_offered",
     "source_label",
     "source_options_example",
+    "switched_on",
 ]
 
 #: The name a mount's one source is read under. No composite source has it
@@ -44,6 +45,7 @@ MOUNT_SOURCE = ""
 COMMAND_LINE_FLAGS = {
     "assay_type": "--assay-type",
     "mem_budget": "--mem-budget",
+    "overwrite": "--overwrite",
     "source_storage_options": "--source-storage-options",
     "storage_options": "--storage-options",
 }
@@ -64,6 +66,20 @@ def option_name(keyword: str) -> str:
     if _command_line():
         return COMMAND_LINE_FLAGS.get(keyword, keyword)
     return keyword
+
+
+def switched_on(keyword: str) -> str:
+    """How a caller turns the yes/no option ``keyword`` on.
+
+    >>> switched_on("overwrite")
+    'overwrite=True'
+    >>> with command_line_names():
+    ...     switched_on("overwrite")
+    '--overwrite'
+    """
+    if _command_line() and keyword in COMMAND_LINE_FLAGS:
+        return COMMAND_LINE_FLAGS[keyword]
+    return f"{keyword}=True"
 
 
 def option_offered(keyword: str) -> bool:

@@ -101,12 +101,26 @@ def data_dir(cache_dir: PathLike | None = None) -> Path:
     -------
     Path
         The existing root directory.
+
+    Raises
+    ------
+    DataFetchError
+        The root cannot be created (not writable, or a file is in the way);
+        the message names the path and ``CYTEARC_DATA_DIR``.
     """
+    given = "given"
     if cache_dir is None:
         env = os.environ.get(DATA_DIR_ENV)
+        given = f"from {DATA_DIR_ENV}" if env else "the default"
         cache_dir = env if env else Path.home() / ".cache" / "cytearc_vfs" / "data"
     root = Path(cache_dir).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataFetchError(
+            f"the real-data cache {root} ({given}) cannot be made a directory: "
+            f"{exc.strerror or exc}; set {DATA_DIR_ENV} to a writable directory"
+        ) from exc
     return root
 
 

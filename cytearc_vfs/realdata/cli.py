@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from .errors import DataFetchError
-from .fetching import fetch, fetch_many
+from .fetching import fetch_many
 from .listing import describe
 from .specs import SPECS
 
@@ -16,6 +16,9 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``describe``, ``fetch NAME... | all`` or ``path NAME``.
+
+    A data set that cannot be fetched (offline, no pip) ends with one error
+    line naming the remedy and status 1, for ``fetch`` and ``path`` alike.
 
     Parameters
     ----------
@@ -37,20 +40,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     path_p = sub.add_parser("path", help="print a data set's cached path, fetching it if needed")
     path_p.add_argument("name", choices=list(SPECS))
     args = parser.parse_args(argv)
-    if args.command == "describe":
-        print(describe())
-        return 0
-    if args.command == "path":
-        print(fetch(args.name))
-        return 0
-    names = list(SPECS) if "all" in args.names else args.names
+    names = [args.name] if args.command == "path" else getattr(args, "names", [])
+    if "all" in names:
+        names = list(SPECS)
     unknown = [n for n in names if n not in SPECS]
     if unknown:
         parser.error(f"unknown data set(s): {', '.join(unknown)}")
     try:
+        if args.command == "describe":
+            print(describe())
+            return 0
+        # `path` fetches too (offline: the same one error, never a traceback)
         for name, path in fetch_many(names).items():
-            print(f"{name}\t{path}")
+            print(path if args.command == "path" else f"{name}\t{path}")
     except DataFetchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return 1
     return 0

