@@ -150,17 +150,17 @@ def test_a_chunk_file_edited_in_place_is_refused_when_read(
     that chunk (checked against the record from the stat the read makes), not
     read as other values (the chunks are uncompressed: the changed byte would
     decode); rows in other chunks still read."""
-    source = _source(tmp_path / "src" / "a.zarr", 8, compressed=False)
+    source = _source(tmp_path / "src" / "a.zarr", 50, compressed=False)
     location = tmp_path / "comp.zarr"
     cv.create_composite(location, {"a": source}).close()
     expected = cv.open_store(location).reader().read()
-    edited = "X/data/c/300"
+    edited = "X/data/c/30"
     monkeypatch.setattr(anndata_identity, "SAMPLED_FILES", 0)  # the sample misses it
     _rewrite_in_place(source / edited)
     store = cv.open_store(location)
     reader = store.reader()
     indptr = zarr.open_array(source / "X" / "indptr", mode="r")[:]
-    row = int(np.searchsorted(indptr, 300 * 8, side="right")) - 1  # holds entry 2,400
+    row = int(np.searchsorted(indptr, 30 * 50, side="right")) - 1  # holds entry 1,500
     with pytest.raises(IdentityMismatchError, match=rf"the chunk file {edited} was rewritten in"):
         reader.read([row])
     with pytest.raises(IdentityMismatchError, match="restore the source, or recreate"):
@@ -173,7 +173,7 @@ def test_a_chunk_file_edited_in_place_is_refused_when_read(
 def test_a_chunk_file_deleted_after_the_open_is_refused_not_read_as_zeros(
     tmp_path: Path,
 ) -> None:
-    source = _source(tmp_path / "src" / "a.zarr", 8)
+    source = _source(tmp_path / "src" / "a.zarr", 50)
     location = tmp_path / "comp.zarr"
     cv.create_composite(location, {"a": source}).close()
     store = cv.open_store(location)
@@ -187,7 +187,7 @@ def test_a_chunk_file_deleted_after_the_open_is_refused_not_read_as_zeros(
 def test_a_sharded_source_rewritten_in_place_is_refused_when_read(tmp_path: Path) -> None:
     """Shards are read through their kept index: a shard rewritten after the open
     is refused before its index is used."""
-    source = _source(tmp_path / "src" / "a.zarr", 8)
+    source = _source(tmp_path / "src" / "a.zarr", 50)
     group = zarr.open_group(source / "X", mode="r+", use_consolidated=False)
     values = group["data"][:]  # type: ignore[index]
     del group["data"]
