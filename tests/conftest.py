@@ -49,16 +49,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: two workers more than the machine's cores, at most 4.
+    """``-n auto``: one worker more than the machine's cores, at most 4.
 
     About a quarter of the suite's time is spent waiting (on the command-line
     processes it starts, the loopback servers, the crash sweeps' children):
-    on 2 cores a third worker took the suite from 16 to 14 minutes, and a
-    fourth (2026-12-02, 3,700 tests summing 2,825 s) from 16 min 26 s to
-    the figure in the closing note of that day.
+    on 2 cores a third worker took the suite from 16 to 14 minutes.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(4, (cores or 1) + 2)
+    return min(4, (cores or 1) + 1)
 
 
 def realistic_counts(
