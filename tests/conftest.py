@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,32 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     for name, value in KEEP_FREED_MEMORY.items():
         os.environ.setdefault(name, value)
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
+        compile_project_bytecode()
+
+
+#: The project's own source folders, whose bytecode the suite's processes share.
+PROJECT_FOLDERS = ("cytearc_vfs", "adapters", "conformance", "tests")
+
+
+def compile_project_bytecode() -> None:
+    """Write the bytecode of the project's own modules once, before any test process starts.
+
+    Where ``PYTHONDONTWRITEBYTECODE`` is set (as on the CI machines), no process
+    writes bytecode, so every process the suite starts (its workers, each
+    ``cytearc-vfs`` command, each crash sweep's child: hundreds) compiled the
+    package from source again: 0.25 s of a 2.2 s command, measured. Those
+    processes still read bytecode that exists. The installed packages have
+    theirs already (``uv sync --compile-bytecode`` in ``.ci/run``). A folder
+    that cannot be written (a read-only checkout) is skipped as it is.
+    """
+    if not sys.dont_write_bytecode:
+        return  # each process writes what it compiles, as usual
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in PROJECT_FOLDERS:
+        compileall.compile_dir(root / folder, quiet=2, rx=re.compile(r"node_modules"))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FINISHED", "RAISED", "install_kill_hook", "reports", "sweep"]
+__all__ = ["FINISHED", "RAISED", "count_writes", "install_kill_hook", "reports", "strided", "sweep"]
 
 #: Exit status of a child whose operation returned before the kill point.
 FINISHED = 0
@@ -59,15 +59,63 @@ def install_kill_hook(point: int, *also: tuple[Any, str]) -> list[int]:
     return count
 
 
+def strided(writes: int, edge: int, stride: int) -> list[int]:
+    """Every point of the first and last ``edge`` writes, every ``stride``-th between."""
+    return sorted(
+        set(range(1, min(edge, writes) + 1))
+        | set(range(1, writes + 1, stride))
+        | set(range(max(1, writes - edge + 1), writes + 1))
+    )
+
+
+def count_writes(
+    prepare: Callable[[int], Any], operate: Callable[[Any], None], *also: tuple[Any, str]
+) -> int | None:
+    """The writes of a whole run of ``operate`` (on ``prepare(0)``), in a forked child
+    never killed; None if it raised (reported as point 0's error)."""
+    destination = prepare(0)
+    sys.stdout.flush()
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(readable)
+        count = install_kill_hook(0, *also)  # point 0: counts, never kills
+        try:
+            operate(destination)
+        except BaseException as exc:
+            print(json.dumps({"point": 0, "error": repr(exc)}), flush=True)
+            os._exit(RAISED)
+        os.write(writable, str(count[0]).encode())
+        os._exit(FINISHED)
+    os.close(writable)
+    with os.fdopen(readable, "rb") as answer:
+        reported = answer.read()
+    _, status = os.waitpid(pid, 0)
+    finished = os.WIFEXITED(status) and os.WEXITSTATUS(status) == FINISHED
+    return int(reported) if finished else None
+
+
 def sweep(
-    points: list[int],
+    points: list[int] | dict[str, int],
     prepare: Callable[[int], Any],
     operate: Callable[[Any], None],
     *also: tuple[Any, str],
 ) -> int:
     """For each of ``points``: ``prepare(point)`` (in this process) makes the
     destination, and a forked child runs ``operate(destination)`` until the
-    kill point. Returns the script's exit status (1 if a child failed otherwise)."""
+    kill point. Returns the script's exit status (1 if a child failed otherwise).
+
+    ``points`` may instead be ``{"edge": E, "stride": S}``: a first run counts the
+    writes (reported as ``{"point": 0, "outcome": "counted", "writes": n}``, its
+    destination that of ``prepare(0)``), then the points are :func:`strided`
+    (a stride of 1: every point, and one past the last)."""
+    if isinstance(points, dict):
+        writes = count_writes(prepare, operate, *also)
+        if writes is None:
+            return 1
+        print(json.dumps({"point": 0, "outcome": "counted", "writes": writes}), flush=True)
+        edge, stride = points["edge"], points["stride"]
+        points = list(range(1, writes + 2)) if stride == 1 else strided(writes, edge, stride)
     for point in points:
         destination = prepare(point)
         sys.stdout.flush()

@@ -13,16 +13,16 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from anndata_fixtures import N_OBS, N_VAR, counts, write_legacy, write_modern
-from cli_harness import cli_executable, run_in_terminal
+from cli_harness import cli_executable, run_in_terminal, run_main
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.store_kind import classify_location
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [cli_executable(), *args], capture_output=True, text=True, check=False, timeout=300
-    )
+    """The command run in this process: the executable's own paths (a terminal, a
+    reader that leaves early) have tests of their own below."""
+    return run_main(*args)
 
 
 @pytest.fixture(scope="module")

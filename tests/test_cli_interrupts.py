@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_harness import cli_executable, tree_digest, write_h5ad
+from cli_harness import cli_executable, run_main, tree_digest, write_h5ad
 from conftest import realistic_counts
 
 import cytearc_vfs as cv
@@ -119,12 +119,7 @@ def test_interrupt_at_random_moments(kind: str, inputs: dict[str, Path], tmp_pat
         assert inputs["h5ad"].read_bytes() == h5ad_bytes
         if result.returncode != 0:
             # the removed destination leaves nothing in the way of the same command
-            rerun = subprocess.run(
-                [cli_executable(), *_command(kind, inputs, destination)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
+            rerun = run_main(*_command(kind, inputs, destination))
             assert rerun.returncode == 0, rerun.stderr
             assert cv.open_store(destination)
     # at least one trial must have stopped the command mid-way, or the test saw nothing
@@ -150,19 +145,12 @@ def test_interrupt_of_an_overwrite_leaves_a_named_state(
         assert result.returncode in (0, 130), result.stderr
     else:
         pytest.skip("no signal landed while the replacement was being written")
-    info = subprocess.run(
-        [cli_executable(), "info", str(destination)], capture_output=True, text=True, check=False
-    )
+    info = run_main("info", str(destination))
     assert "Traceback" not in info.stderr
     assert info.returncode in (0, 2, 3)
     if info.returncode == 0:
         assert "unfinished" in info.stdout or "cells x" in info.stdout
-    rerun = subprocess.run(
-        [cli_executable(), *_command("write", inputs, destination), "--overwrite"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    rerun = run_main(*_command("write", inputs, destination), "--overwrite")
     assert rerun.returncode == 0, rerun.stderr
 
 

@@ -19,7 +19,6 @@ gets ``crash_sweep.json``), merged into that JSON file under
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import cli_executable, tree_digest
+from cli_harness import run_main, tree_digest
 from conftest import realistic_counts
 from crash_child import run_writer
 from cytearc_vfs_conformance.families import record_family
@@ -322,11 +321,6 @@ def test_cli_verify_refuses_an_unfinished_store(work: dict[str, Any], tmp_path: 
     """``cytearc-vfs verify`` goes through the same checks: exit 3, the writer and remedy named."""
     lines = list(_run_child("mount_datastore", work, tmp_path / "points", [5]))
     assert lines == [{"point": 5, "outcome": "killed"}]
-    done = subprocess.run(
-        [cli_executable(), "verify", str(tmp_path / "points" / "0005.zarr")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_main("verify", str(tmp_path / "points" / "0005.zarr"))
     assert done.returncode == 3, done.stdout + done.stderr
     assert "mount_datastore" in done.stderr and "--overwrite" in done.stderr

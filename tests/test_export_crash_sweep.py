@@ -26,7 +26,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import realistic_counts
 from cytearc_vfs_adapters.anndata_output import export_anndata
-from kill_points import reports
+from kill_points import reports, strided
 
 import cytearc_vfs as cv
 
@@ -55,15 +55,6 @@ def _same(found: ad.AnnData, expected: ad.AnnData) -> bool:
     return bool(np.array_equal(sp.csr_array(found.X).toarray(), sp.csr_array(expected.X).toarray()))
 
 
-def _strided(writes: int) -> list[int]:
-    """Every point of the first and last :data:`EDGE` writes, every :data:`STRIDE`-th between."""
-    return sorted(
-        set(range(1, min(EDGE, writes) + 1))
-        | set(range(1, writes + 1, STRIDE))
-        | set(range(max(1, writes - EDGE + 1), writes + 1))
-    )
-
-
 def _sweep(
     stores: dict[str, Path],
     tmp_path: Path,
@@ -85,14 +76,15 @@ def _sweep(
         "previous": None if previous is None else str(previous),
         "band_bytes": BAND_BYTES,
         "zarr_format": zarr_format,
-        "points": [100_000],  # past the last write: the run reports how many there are
+        # the child counts the writes of a whole run first (point 0), then sweeps
+        "points": {"edge": EDGE, "stride": 1 if every else STRIDE},
     }
-    (counted,) = reports(CHILD, config, tmp_path / "config.json")
-    shutil.rmtree(tmp_path / "points")
-    writes = counted["writes"]
-    config["points"] = list(range(1, writes + 2)) if every else _strided(writes)
-    figures = {"points": 0, "absent": 0, "old": 0, "new": 0, "leftovers": 0, "writes": writes}
+    figures = {"points": 0, "absent": 0, "old": 0, "new": 0, "leftovers": 0, "writes": 0}
     for line in reports(CHILD, config, tmp_path / "config.json"):
+        if line.get("outcome") == "counted":
+            figures["writes"] = writes = line["writes"]
+            shutil.rmtree(tmp_path / "points" / "0000")
+            continue
         if line.get("outcome") == "finished":
             assert line["writes"] == writes  # the same writes, run after run
             continue
@@ -154,7 +146,7 @@ def test_export_killed_after_every_write(
 ) -> None:
     figures = _sweep(stores, tmp_path, name, zarr_format, replace, every)
     print(f"\nexport crash sweep {name} v{zarr_format} replace={replace}: {figures}")
-    expected = figures["writes"] if every else len(_strided(figures["writes"]))
+    expected = figures["writes"] if every else len(strided(figures["writes"], EDGE, STRIDE))
     assert figures["points"] == expected and figures["points"] > 0
     # the last write puts the export in place: killing right after it leaves it whole
     assert figures["new"] >= 1

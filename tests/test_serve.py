@@ -841,13 +841,7 @@ def test_open_store_and_info_over_served_http(
         np.testing.assert_array_equal(counts[:], expected)
     finally:
         opened.close()
-    result = subprocess.run(
-        [cli_executable(), "info", here.url, "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = run_main("info", here.url, "--json")
     assert result.returncode == 0, result.stderr
     assert str(expected.shape[0]) in result.stdout
 

@@ -21,7 +21,6 @@ import re
 import signal
 import socket
 import struct
-import subprocess
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -32,7 +31,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import zarr
-from cli_harness import cli_executable
+from cli_harness import run_main
 from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve import budget as budget_module
@@ -639,13 +638,7 @@ def test_cli_refuses_an_answer_memory_that_cannot_work(
 ) -> None:
     location = tmp_path / "a.zarr"
     cv.write_counts(location, realistic_counts(20, 10, seed=3))
-    result = subprocess.run(
-        [cli_executable(), "serve", str(location), f"--max-answer-memory={value}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = run_main("serve", str(location), f"--max-answer-memory={value}")
     assert result.returncode == 2, result.stderr
     assert result.stdout == "" and words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
