@@ -137,11 +137,17 @@ def smallest_budget(error: BaseException) -> int:
 
 
 def layout_for(write: Callable[..., object], budget: int) -> cv.LayoutPolicy | None:
-    """The layout a refusal at ``budget`` names (``None``: the default fits)."""
+    """The layout a refusal at ``budget`` names (``None``: the default fits).
+
+    ``write`` may aim at an occupied destination: the layout is checked before the
+    destination, so a layout that fits is answered by the destination's refusal,
+    without a whole write."""
     try:
         write(mem_budget=budget)
     except LayoutTooLargeError as exc:
         refusal = str(exc)
+    except FileExistsError:
+        return None
     else:
         return None
     found = re.search(r"layout=LayoutPolicy\(unit_bytes=(\d+), chunk_bytes=(\d+)\)", refusal)
@@ -153,10 +159,10 @@ def _write_within(
     tmp_path: Path, destination: Destination, source: Any, budget: int, **options: Any
 ) -> None:
     """Write ``source`` at ``budget`` (in the layout a refusal names) and check the peak."""
-    policy = layout_for(
-        lambda **kw: cv.write_counts(tmp_path / uuid.uuid4().hex, source, **options, **kw),
-        budget,
-    )
+    occupied = tmp_path / "occupied.zarr"
+    if not occupied.exists():
+        cv.write_counts(occupied, np.eye(2, dtype=np.uint8))
+    policy = layout_for(lambda **kw: cv.write_counts(occupied, source, **options, **kw), budget)
     location, storage = destination.new()
     peak = traced_peak(
         lambda: cv.write_counts(
