@@ -1,14 +1,14 @@
 """Run one array operation and SIGKILL the process right after its n-th store write.
 
-Used by ``test_arrays_crash.py``: ``python arrays_crash_child.py CONFIG.json``.
-The config names a scenario (:data:`SCENARIOS`), how the store is opened
+Used by ``test_arrays_crash.py`` through :func:`kill_points.reports`, one JSON
+config per line of stdin. Each config names a scenario (:data:`SCENARIOS`), how the store is opened
 (``local``: zarr's ``LocalStore``, whose renames are ``os.replace``;
 ``wrapped``: the same directory behind a plain ``WrapperStore``, so renames
 are get + set + delete), what runs (``operate``, or ``recover`` on a
 directory an earlier kill left), a template directory and the kill points.
 
-The script imports everything once, then :func:`kill_points.sweep` forks
-one child per point before any zarr call (an event-loop thread does not
+The script imports everything once, then for each sweep
+:func:`kill_points.sweep` forks one child per point before any zarr call (an event-loop thread does not
 survive a fork). The child counts every file write and delete
 ``LocalStore`` makes and every rename (``key_moves.replace_file``) and
 sends itself SIGKILL right after the n-th.
@@ -18,7 +18,6 @@ Each point prints one JSON line: ``{"point": n, "outcome": "killed"}``, or
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from kill_points import sweep
+from kill_points import serve_sweeps, sweep
 
 #: name -> (zarr.create_array arguments, the operation)
 SCENARIOS: dict[str, tuple[dict[str, Any], Callable[[Any], object]]] = {}
@@ -110,12 +109,10 @@ def run(scenario: str, directory: Path, via: str, what: str) -> None:
     operation(zarr.open_array(store, path="a", mode="r+"))
 
 
-def main() -> int:
-    import cytearc_vfs.arrays  # noqa: F401  (imported before forking)
+def run_sweep(config: dict[str, Any]) -> int:
+    """One sweep of the scenario (or its recovery) the config names."""
     from cytearc_vfs.arrays import key_moves
 
-    _scenarios()
-    config = json.loads(Path(sys.argv[1]).read_text())
     template, out = Path(config["template"]), Path(config["out"])
 
     def prepare(point: int) -> Path:
@@ -128,6 +125,13 @@ def main() -> int:
 
     # renames count as writes too
     return sweep(config["points"], prepare, operate, (key_moves, "replace_file"))
+
+
+def main() -> int:
+    import cytearc_vfs.arrays  # noqa: F401  (imported before forking)
+
+    _scenarios()
+    return serve_sweeps(run_sweep)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Run one writer and kill the process right after its n-th store write.
 
-Used by ``test_crash_sweep.py``: ``python crash_child.py CONFIG.json``. The
-config names the writer, its inputs, a destination folder and the kill
-points. This script imports the package once, then :func:`kill_points.sweep`
-forks one child per kill point, which counts every file write and delete
-that zarr's ``LocalStore`` makes and sends itself SIGKILL right after the
-n-th. A point past the writer's last write lets the writer finish: the
+Used by ``test_crash_sweep.py`` through :func:`kill_points.reports`: one
+JSON config per line of stdin, each naming the writer, its inputs, a
+destination folder and the kill points. This script imports the package
+once, then for each sweep :func:`kill_points.sweep` forks one child per kill
+point, which counts every file write and delete that zarr's ``LocalStore``
+makes and sends itself SIGKILL right after the n-th. A point past the writer's last write lets the writer finish: the
 child exits 0 and the script reports ``finished``.
 
 Each point prints one JSON line: ``{"point": n, "outcome": "killed" |
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from kill_points import sweep
+from kill_points import serve_sweeps, sweep
 
 import cytearc_vfs as cv
 
@@ -109,9 +109,8 @@ def _preload() -> None:
         getattr(cv, name)
 
 
-def main() -> int:
-    _preload()
-    config = json.loads(Path(sys.argv[1]).read_text())
+def run_sweep(config: dict[str, Any]) -> int:
+    """One sweep: the config names the writer, its inputs, the folder and the points."""
     writer, work, out = config["writer"], Path(config["work"]), Path(config["out"])
 
     def prepare(point: int) -> Path:
@@ -123,6 +122,11 @@ def main() -> int:
         run_writer(writer, work, destination, overwrite=False)
 
     return sweep(config["points"], prepare, operate)
+
+
+def main() -> int:
+    _preload()
+    return serve_sweeps(run_sweep)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Run ``export_anndata`` and kill the process right after its n-th write, for every n.
 
-Used by ``test_export_crash_sweep.py``: ``python export_crash_child.py CONFIG.json``.
-The config names the exported store, a folder of points, the Zarr format,
+Used by ``test_export_crash_sweep.py`` through :func:`kill_points.reports`, one
+JSON config per line of stdin. Each config names the exported store, a folder of points, the Zarr format,
 whether an earlier export is replaced, and the kill points. Counted writes:
 zarr ``LocalStore`` file writes and deletes, renames, and the atomic
 exchange of :mod:`cytearc_vfs_adapters.anndata_output.replacement`.
@@ -9,21 +9,19 @@ exchange of :mod:`cytearc_vfs_adapters.anndata_output.replacement`.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
-from kill_points import sweep
+from kill_points import serve_sweeps, sweep
 
 
-def main() -> int:
-    import anndata  # noqa: F401  (imported before forking: the export imports it lazily)
-    import h5py  # noqa: F401
+def run_sweep(config: dict[str, Any]) -> int:
+    """One sweep of the export the config describes."""
     from cytearc_vfs_adapters.anndata_output import export_anndata, replacement
 
-    config = json.loads(Path(sys.argv[1]).read_text())
     store, out, name = config["store"], Path(config["out"]), config["name"]
     previous = config.get("previous")
 
@@ -46,6 +44,14 @@ def main() -> int:
 
     also = [(os, "rename"), (os, "replace"), (replacement, "_exchange")]
     return sweep(config["points"], prepare, operate, *also)
+
+
+def main() -> int:
+    import anndata  # noqa: F401  (imported before forking: the export imports it lazily)
+    import cytearc_vfs_adapters.anndata_output  # noqa: F401
+    import h5py  # noqa: F401
+
+    return serve_sweeps(run_sweep)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Kill a writer right after its n-th store write, for every n: the crash sweeps' engine.
 
-Used by the sweep children (``crash_child.py``, ``arrays_crash_child.py``),
-which import everything they need once and then call :func:`sweep`. For
+Used by the sweep children (``crash_child.py``, ``arrays_crash_child.py``,
+``export_crash_child.py``), which import everything they need once and then
+serve sweeps (:func:`serve_sweeps`, :func:`reports`), each by :func:`sweep`. For
 each kill point it forks a child (before any zarr call, so no event-loop
 thread is forked) that counts every file write and delete zarr's
 ``LocalStore`` makes (and any other functions named) and sends itself
@@ -16,17 +17,29 @@ operation's last write (later points would finish too: the sweep stops), or
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FINISHED", "RAISED", "count_writes", "install_kill_hook", "reports", "strided", "sweep"]
+__all__ = [
+    "FINISHED",
+    "RAISED",
+    "count_writes",
+    "install_kill_hook",
+    "reports",
+    "serve_sweeps",
+    "strided",
+    "sweep",
+]
 
 #: Exit status of a child whose operation returned before the kill point.
 FINISHED = 0
@@ -141,21 +154,95 @@ def sweep(
     return 0
 
 
-def reports(script: Path, config: dict[str, Any], config_path: Path) -> Iterator[dict[str, Any]]:
-    """Run a sweep child ``script`` with ``config`` (written to ``config_path``); yields
-    each point's JSON line as it is reported, so the caller checks the last
-    destination while the next child runs (the two cores share the sweep).
-    The script must end with status 0."""
-    config_path.write_text(json.dumps(config))
-    with subprocess.Popen(
-        [sys.executable, str(script), str(config_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as child:
-        assert child.stdout is not None and child.stderr is not None
-        for line in child.stdout:
-            if line.startswith("{"):
-                yield json.loads(line)
-        errors = child.stderr.read()
-    assert child.returncode == 0, errors
+def serve_sweeps(run: Callable[[dict[str, Any]], int]) -> int:
+    """A sweep child's main loop: each line of stdin is one sweep's JSON config, run by
+    ``run`` (which calls :func:`sweep`), its points' lines followed by ``{"done": status}``.
+
+    One child serves every sweep of a test process (:func:`reports`): it imports
+    the package once, where a child per sweep cost a new interpreter (2-4 s of
+    imports on a loaded machine) each time. It makes no zarr call itself, so
+    nothing it holds is unsafe to fork.
+    """
+    for line in sys.stdin:
+        if line.strip():
+            status = run(json.loads(line))
+            print(json.dumps({"done": status}), flush=True)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _SweepChild:
+    process: subprocess.Popen[str]
+    errors: Path
+    """Where the child's stderr goes (a pipe nobody reads could fill and block it)."""
+
+
+#: The sweep child serving each script, in this test process.
+_CHILDREN: dict[Path, _SweepChild] = {}
+
+
+def _child(script: Path) -> _SweepChild:
+    running = _CHILDREN.get(script)
+    if running is not None and running.process.poll() is None:
+        return running
+    handle, name = tempfile.mkstemp(prefix=f"{script.stem}-", suffix=".stderr")
+    with os.fdopen(handle, "w") as errors:
+        process = subprocess.Popen(
+            [sys.executable, str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+    if not _CHILDREN:
+        atexit.register(_stop_all)
+    _CHILDREN[script] = running = _SweepChild(process, Path(name))
+    return running
+
+
+def _stop(script: Path) -> None:
+    running = _CHILDREN.pop(script, None)
+    if running is None:
+        return
+    running.process.kill()
+    running.process.wait()
+    for stream in (running.process.stdin, running.process.stdout):
+        if stream is not None:
+            stream.close()
+    running.errors.unlink(missing_ok=True)
+
+
+def _stop_all() -> None:
+    for script in list(_CHILDREN):
+        _stop(script)
+
+
+def reports(script: Path, config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Run one sweep of ``config`` in the sweep child of ``script`` (started on first
+    use, see :func:`serve_sweeps`); yields each point's JSON line as it is
+    reported, so the caller checks the last destination while the next point
+    runs (the two cores share the sweep). The sweep must end with status 0.
+
+    A caller that stops reading early (a failed check) stops the child too: the
+    next sweep gets a fresh one rather than this sweep's remaining lines."""
+    running = _child(script)
+    assert running.process.stdin is not None and running.process.stdout is not None
+    running.process.stdin.write(json.dumps(config) + "\n")
+    running.process.stdin.flush()
+    done = False
+    try:
+        for line in running.process.stdout:
+            if not line.startswith("{"):
+                continue
+            report = json.loads(line)
+            if "done" in report:
+                done = True
+                assert report["done"] == 0, running.errors.read_text()[-4000:]
+                return
+            yield report
+        done = True
+        _stop(script)
+        raise AssertionError(f"the sweep child {script.name} ended: {running.errors.read_text()}")
+    finally:
+        if not done:
+            _stop(script)

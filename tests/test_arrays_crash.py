@@ -57,8 +57,8 @@ class Figures:
     """Anything else (must stay empty)."""
 
 
-def _child(config: dict[str, Any], where: Path) -> Iterator[dict[str, Any]]:
-    return reports(CHILD, config, where / "config.json")
+def _child(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return reports(CHILD, config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ def sweep(
         "out": str(out),
         "points": list(range(1, 10_000)),
     }
-    for line in _child(config, root):
+    for line in _child(config):
         if line.get("outcome") == "finished":
             figures.writes = line["writes"]
             continue
@@ -176,8 +176,7 @@ def test_a_killed_recovery_is_recovered(scenario: str, via: str, tmp_path: Path)
                 "template": str(template),
                 "out": str(first),
                 "points": [3, 6, 9],  # in the prepare step, early and later in the renames
-            },
-            first,
+            }
         )
     ]
     assert [line["outcome"] for line in killed] == ["killed"] * 3

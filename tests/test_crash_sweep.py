@@ -139,7 +139,7 @@ def _run_child(
     """
     out.mkdir(parents=True, exist_ok=True)
     config = {"writer": writer, "work": str(work["root"]), "out": str(out), "points": points}
-    return reports(CHILD, config, out.with_suffix(".json"))
+    return reports(CHILD, config)
 
 
 # ------------------------------------------------------------------ checks

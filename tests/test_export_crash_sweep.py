@@ -80,7 +80,7 @@ def _sweep(
         "points": {"edge": EDGE, "stride": 1 if every else STRIDE},
     }
     figures = {"points": 0, "absent": 0, "old": 0, "new": 0, "leftovers": 0, "writes": 0}
-    for line in reports(CHILD, config, tmp_path / "config.json"):
+    for line in reports(CHILD, config):
         if line.get("outcome") == "counted":
             figures["writes"] = writes = line["writes"]
             shutil.rmtree(tmp_path / "points" / "0000")
