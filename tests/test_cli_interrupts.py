@@ -247,3 +247,41 @@ def test_an_interrupted_process_ends_without_waiting_for_its_threads(tmp_path: P
     assert run.returncode == 130, run.stderr
     assert run.stdout == "reported"
     assert marker.read_text() == "ran"
+
+
+# A command run as the program (``main()`` with no arguments, as the console
+# script calls it) that leaves a pool thread finishing queued work and an exit
+# handler: both must be done before the process ends without teardown.
+_A_COMMAND_ENDING = """
+import atexit, sys, threading, time
+from pathlib import Path
+
+marker, finished = Path(sys.argv[1]), Path(sys.argv[2])
+atexit.register(marker.write_text, "ran")
+
+def work() -> None:
+    time.sleep(0.5)
+    finished.write_text("done")
+
+threading.Thread(target=work).start()  # not a daemon: waited for, as shutdown does
+sys.argv = ["cytearc-vfs", "--version"]
+from cytearc_vfs.cli import main
+main()
+print("not reached: main() ends the process")
+"""
+
+
+def test_a_command_run_as_the_program_ends_without_teardown(tmp_path: Path) -> None:
+    """Interpreter teardown cost 1-2 s of CPU after every command: it is skipped, after
+    what shutdown must do (threads that are not daemons, exit handlers, output)."""
+    marker, finished = tmp_path / "exit-handler", tmp_path / "thread"
+    run = subprocess.run(
+        [sys.executable, "-c", _A_COMMAND_ENDING, str(marker), str(finished)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("cytearc-vfs ") and "not reached" not in run.stdout
+    assert finished.read_text() == "done" and marker.read_text() == "ran"

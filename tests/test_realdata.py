@@ -183,6 +183,58 @@ def test_celltypist_rounds_noise_but_refuses_non_counts(
         rd.celltypist_sample()
 
 
+def test_celltypist_is_kept_parsed_beside_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parsed sample is kept as an ``.npz`` beside its file: the next process reads
+    it instead of parsing the CSV; a damaged copy, or one of another file, is parsed
+    again and replaced; a folder that cannot take the copy only costs the parse."""
+    from cytearc_vfs.realdata import parsed_cache
+
+    csv_path = tmp_path / "sample.csv"
+
+    def fetch(name: str, cache_dir: object = None) -> Path:
+        rd_loaders._PARSED_CELLTYPIST.clear()  # as a new process: only the disk copy
+        return csv_path
+
+    monkeypatch.setattr(rd_loaders, "fetch", fetch)
+    csv_path.write_text(",A,B,C\nCell_1,1,0,0\nCell_2,3,2,0\n")
+    first = rd.celltypist_sample()
+    (kept,) = tmp_path.glob("parsed-*.npz")
+    parse = rd_loaders._parse_celltypist
+
+    def not_again(path: Path) -> ad.AnnData:
+        raise AssertionError("parsed again although a copy is kept")
+
+    monkeypatch.setattr(rd_loaders, "_parse_celltypist", not_again)
+    again = rd.celltypist_sample()
+    assert (again.X != first.X).nnz == 0 and again.X.dtype == np.float32
+    assert list(again.obs_names) == ["Cell_1", "Cell_2"] and list(again.var_names) == [
+        "A",
+        "B",
+        "C",
+    ]
+    monkeypatch.setattr(rd_loaders, "_parse_celltypist", parse)
+    # damaged: cut short
+    kept.write_bytes(kept.read_bytes()[: kept.stat().st_size // 2])
+    with caplog.at_level(logging.WARNING):
+        assert (rd.celltypist_sample().X != first.X).nnz == 0
+    assert "cannot be read" in caplog.text
+    assert parsed_cache.load_parsed(kept, csv_path) is not None  # replaced whole
+    # another file under the same name: its own values, never the copy's
+    csv_path.write_text(",A,B,C\nCell_1,5,0,0\nCell_2,7,2,1\nCell_3,1,1,1\n")
+    assert rd.celltypist_sample().X.toarray().tolist() == [[5, 0, 0], [7, 2, 1], [1, 1, 1]]
+    # a folder that cannot take the copy
+    kept.unlink()
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError("read-only cache")
+
+    monkeypatch.setattr(parsed_cache.tempfile, "mkstemp", refused)
+    assert rd.celltypist_sample().shape == (3, 3)
+    assert not list(tmp_path.glob("parsed-*")) and not list(tmp_path.glob(".parsed-*"))
+
+
 # --------------------------------------------------------------------------- registry
 
 

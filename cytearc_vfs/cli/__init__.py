@@ -36,9 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     by the default action, as before any handler exists.)
 
     Run as the program (``argv`` None), a crash in native code prints the
-    Python stack of every thread (``faulthandler``), and an interrupted
-    command ends its process as soon as it has cleaned up and reported
-    (:func:`~cytearc_vfs.cli.interrupts.end_interrupted_process`).
+    Python stack of every thread (``faulthandler``), and the process ends as
+    soon as the command has cleaned up and reported, without interpreter
+    teardown (:mod:`~cytearc_vfs.cli.process_end`; an interrupted command
+    without waiting for its threads either,
+    :func:`~cytearc_vfs.cli.interrupts.end_interrupted_process`).
     """
     as_program = argv is None
     if as_program:
@@ -53,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .interrupts import end_interrupted_process
 
         end_interrupted_process(code)
+    if as_program:
+        from .process_end import end_process
+
+        end_process(code)
     return code
 
 

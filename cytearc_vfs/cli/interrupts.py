@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import atexit
-import os
 import shutil
 import signal
 import sys
@@ -25,6 +23,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
+
+from .process_end import end_process
 
 if TYPE_CHECKING:
     from ..remote.locations import Location
@@ -240,15 +240,11 @@ def end_interrupted_process(code: int) -> NoReturn:
     crash that (seen once under load: SIGSEGV after the report, so exit -11
     instead of 130). What an interrupted command must do is done by now: its
     writes were stopped, its destination removed or named, its line printed.
-    So the exit handlers run (they remove the temporary folders of source
-    caches), the output is flushed, and the process ends without the rest.
+    So the exit handlers run, the output is flushed, and the process ends
+    without the rest, and without waiting for those threads
+    (:func:`~cytearc_vfs.cli.process_end.end_process`).
     """
-    with suppress(Exception):
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    end_process(code, wait_for_threads=False)
 
 
 def _has_keys(location: Location, storage_options: Mapping[str, Any] | None) -> bool:
