@@ -10,6 +10,7 @@ Malformed elements fail with an error naming the element and the fault.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from anndata_fixtures import (
     counts,
     legacy_expected,
     modern_adata,
+    write_awkward,
     write_legacy,
     write_modern,
 )
@@ -68,14 +70,40 @@ def assert_same(mine: Any, theirs: Any, where: str = "") -> None:
         assert mine == theirs and type(mine) is type(theirs), f"{where}: {mine!r} != {theirs!r}"
 
 
-# The containers are only read: written once for the module (about 1.3 s each).
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """``write_modern(path, zarr_format, awkward=False)``, written once per format for the
+    module and only read: anndata's readable twin of each container, the source the
+    damaging and editing tests copy, and the remote upload (a write is about 1.3 s)."""
+    written: dict[int, Path] = {}
+
+    def get(zarr_format: int) -> Path:
+        if zarr_format not in written:
+            path = tmp_path_factory.mktemp(f"plain-v{zarr_format}") / "modern.zarr"
+            write_modern(path, zarr_format, awkward=False)
+            written[zarr_format] = path
+        return written[zarr_format]
+
+    return get
+
+
+# The containers are only read: made once for the module.
 @pytest.fixture(scope="module", params=FORMATS, ids=lambda f: f"v{f}")
 def modern(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    plain: Callable[[int], Path],
 ) -> tuple[AnnDataContainer, Path, int]:
+    zarr_format = request.param
     path = tmp_path_factory.mktemp("modern") / "modern.zarr"
-    write_modern(path, request.param)
-    return AnnDataContainer.open(path), path, request.param
+    # write_modern(path, zarr_format) is anndata's write (the plain twin's, copied here
+    # rather than written again), then the awkward array and consolidation, as below
+    shutil.copytree(plain(zarr_format), path)
+    root = zarr.open_group(path, mode="r+", use_consolidated=False)
+    write_awkward(root["uns"], "ragged")  # type: ignore[arg-type]
+    if zarr_format == 3 or (path / ".zmetadata").exists():
+        zarr.consolidate_metadata(path, zarr_format=zarr_format)
+    return AnnDataContainer.open(path), path, zarr_format
 
 
 @pytest.fixture(scope="module", params=FORMATS, ids=lambda f: f"v{f}")
@@ -88,18 +116,9 @@ def legacy(
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pristine(plain: Callable[[int], Path]) -> Path:
     """A modern v3 container without awkward arrays, copied by each test that damages it."""
-    path = tmp_path_factory.mktemp("pristine") / "pristine.zarr"
-    write_modern(path, 3, awkward=False)
-    return path
-
-
-def _anndata_read(path: Path, zarr_format: int, tmp_path: Path) -> ad.AnnData:
-    # anndata reads awkward arrays only with the awkward package; read a twin without it
-    twin = tmp_path / "twin.zarr"
-    write_modern(twin, zarr_format, awkward=False)
-    return ad.read_zarr(twin)
+    return plain(3)
 
 
 MODERN_ELEMENTS = [
@@ -119,10 +138,11 @@ MODERN_ELEMENTS = [
 
 
 def test_modern_elements_read_as_anndata_reads_them(
-    modern: tuple[AnnDataContainer, Path, int], tmp_path: Path
+    modern: tuple[AnnDataContainer, Path, int], plain: Callable[[int], Path]
 ) -> None:
-    container, path, zarr_format = modern
-    theirs = _anndata_read(path, zarr_format, tmp_path)
+    container, _, zarr_format = modern
+    # anndata reads awkward arrays only with the awkward package; read a twin without it
+    theirs = ad.read_zarr(plain(zarr_format))
     assert container.zarr_format == zarr_format
     assert container.shape == theirs.shape == (N_OBS, N_VAR)
     assert list(container.obs_names()) == list(theirs.obs_names)
@@ -512,14 +532,13 @@ def test_csc_row_bands_come_from_a_bounded_spill(
         assert band.has_sorted_indices
 
 
-def test_remote_container_over_s3(tmp_path: Path, s3_server: Any) -> None:
+def test_remote_container_over_s3(pristine: Path, s3_server: Any) -> None:
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
     from cytearc_vfs.remote.locations import open_location
 
-    local = tmp_path / "modern.zarr"
-    write_modern(local, 3, awkward=False)
+    local = pristine  # only read: uploaded, and read by anndata
     bucket = s3_server.new_bucket()
     url = f"s3://{bucket}/modern.zarr"
     options = s3_server.storage_options()
@@ -534,9 +553,9 @@ def test_remote_container_over_s3(tmp_path: Path, s3_server: Any) -> None:
     np.testing.assert_array_equal(container.matrix("csc")[0:N_OBS].toarray(), counts().toarray())
 
 
-def test_identity_reads_metadata_only_and_changes_with_it(tmp_path: Path) -> None:
+def test_identity_reads_metadata_only_and_changes_with_it(pristine: Path, tmp_path: Path) -> None:
     path = tmp_path / "m.zarr"
-    write_modern(path, 3, awkward=False)
+    shutil.copytree(pristine, path)  # edited below
     first = AnnDataContainer.open(path).identity()
     again = AnnDataContainer.open(path).identity()
     assert first["digest"] == again["digest"] and first["zarrFormat"] == 3

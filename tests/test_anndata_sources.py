@@ -60,9 +60,13 @@ def dense(data: ad.AnnData, features: list[str]) -> np.ndarray:
     return np.asarray(x.toarray() if sp.issparse(x) else x)
 
 
-@pytest.fixture
-def mixed(tmp_path: Path) -> tuple[dict[str, Any], ad.AnnData]:
-    """Five sources: CSR v3, CSC v2, dense v3, a CSR v2 layer, a CyteArc store."""
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], ad.AnnData]:
+    """Five sources: CSR v3, CSC v2, dense v3, a CSR v2 layer, a CyteArc store.
+
+    Written once for the module: the tests only read them (each composite goes to
+    the test's own directory), and ``expected`` is only indexed."""
+    tmp_path = tmp_path_factory.mktemp("mixed")
     parts = {
         "csr3": adata(300, GENES[:40], "a", seed=1),
         "csc2": adata(200, GENES[20:], "b", seed=2, encoding="csc"),
@@ -286,22 +290,30 @@ class FileReads:
         monkeypatch.setattr(LocalStore, "get", get)
 
 
-def _two_sources(tmp_path: Path) -> tuple[dict[str, Path], Path]:
-    sources = {
-        "a": write(adata(400, GENES[:30], "a", seed=1), tmp_path / "src" / "a.zarr", 3),
-        "b": write(
-            adata(300, GENES[10:], "b", seed=2, encoding="csc"), tmp_path / "src" / "b.zarr", 2
-        ),
-    }
+@pytest.fixture(scope="module")
+def two_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two AnnData sources of ``_two_sources``, written by anndata once for the
+    module; no test opens them, each copies them."""
+    root = tmp_path_factory.mktemp("two")
+    write(adata(400, GENES[:30], "a", seed=1), root / "a.zarr", 3)
+    write(adata(300, GENES[10:], "b", seed=2, encoding="csc"), root / "b.zarr", 2)
+    return root
+
+
+def _two_sources(tmp_path: Path, written: Path) -> tuple[dict[str, Path], Path]:
+    """A copy of the sources ``written`` in ``tmp_path / "src"`` (the tests edit, move
+    or count reads of it), and a composite over the copy, created after it."""
+    shutil.copytree(written, tmp_path / "src")
+    sources = {"a": tmp_path / "src" / "a.zarr", "b": tmp_path / "src" / "b.zarr"}
     location = tmp_path / "comp.zarr"
     cv.create_composite(location, sources).close()
     return sources, location
 
 
 def test_an_unchanged_source_opens_without_reading_a_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
-    _, location = _two_sources(tmp_path)
+    _, location = _two_sources(tmp_path, two_written)
     reads = FileReads(monkeypatch, tmp_path / "src")
     store = cv.open_store(location)
     assert reads.keys == []  # stats of directories, documents and a sample; no read
@@ -311,9 +323,9 @@ def test_an_unchanged_source_opens_without_reading_a_file(
 
 
 def test_a_touched_but_equal_source_is_digested_again_and_opens(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
-    sources, location = _two_sources(tmp_path)
+    sources, location = _two_sources(tmp_path, two_written)
     chunk = next(
         p for p in (sources["a"] / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json"
     )
@@ -325,9 +337,9 @@ def test_a_touched_but_equal_source_is_digested_again_and_opens(
 
 
 def test_a_changed_obs_document_costs_no_digest_of_x(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
-    sources, location = _two_sources(tmp_path)
+    sources, location = _two_sources(tmp_path, two_written)
     obs = zarr.open_group(sources["a"] / "obs", mode="r+")
     obs.attrs["note"] = "a new obs attribute (as a new column rewrites obs's document)"
     reads = FileReads(monkeypatch, tmp_path / "src")
@@ -371,8 +383,10 @@ def _replace_equal_size(sources: dict[str, Path]) -> None:
         (_replace_equal_size, r"\(the counts \(X\): recorded"),
     ],
 )
-def test_a_changed_anndata_source_fails_closed(tmp_path: Path, edit: Any, part: str) -> None:
-    sources, location = _two_sources(tmp_path)
+def test_a_changed_anndata_source_fails_closed(
+    tmp_path: Path, edit: Any, part: str, two_written: Path
+) -> None:
+    sources, location = _two_sources(tmp_path, two_written)
     edit(sources)
     # the message names only what changed, in AnnData's words
     with pytest.raises(
@@ -382,12 +396,12 @@ def test_a_changed_anndata_source_fails_closed(tmp_path: Path, edit: Any, part: 
 
 
 def test_a_resized_object_fails_closed_without_reading_the_element(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
     """An object of X added, removed or resized cannot give the recorded digest (it
     covers every key and length): the open fails from the listing and the
     documents, whatever the size of X."""
-    sources, location = _two_sources(tmp_path)
+    sources, location = _two_sources(tmp_path, two_written)
     _edit_data(sources)
     reads = FileReads(monkeypatch, tmp_path / "src")
     with pytest.raises(IdentityMismatchError, match=r"'X/data/c/0' \(\d+ -> \d+ bytes\)"):
@@ -396,8 +410,8 @@ def test_a_resized_object_fails_closed_without_reading_the_element(
     assert [key for key in reads.keys if not key.endswith(documents)] == []
 
 
-def test_an_edited_anndata_record_is_refused(tmp_path: Path) -> None:
-    _, location = _two_sources(tmp_path)
+def test_an_edited_anndata_record_is_refused(tmp_path: Path, two_written: Path) -> None:
+    _, location = _two_sources(tmp_path, two_written)
     array = zarr.open_array(location, path=ANNDATA_SOURCES_PATH, mode="r+")
     values = array[:]
     values[-2] = ord(" ")
@@ -549,9 +563,9 @@ def test_remote_anndata_sources_read_equal_and_open_with_one_listing(
         cv.open_store(location, source_storage_options=options)
 
 
-def test_sources_copy_elsewhere_still_open(tmp_path: Path) -> None:
+def test_sources_copy_elsewhere_still_open(tmp_path: Path, two_written: Path) -> None:
     """A copy keeps the bytes: versions differ, the digests match, the open succeeds."""
-    _, location = _two_sources(tmp_path)
+    _, location = _two_sources(tmp_path, two_written)
     moved = tmp_path / "moved"
     shutil.copytree(tmp_path / "src", moved)
     shutil.rmtree(tmp_path / "src")

@@ -84,10 +84,12 @@ def test_an_ordinary_store(tmp_path: Path) -> None:
     )
 
 
-@pytest.fixture
-def mixed(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A composite over CSR v3, CSC v2, dense v3, CSR v2 and dense v2 AnnData stores and a
-    CyteArc store, with overlapping gene sets in different orders."""
+    CyteArc store, with overlapping gene sets in different orders. Built once for the
+    module: each test opens it afresh and only reads it."""
+    tmp_path = tmp_path_factory.mktemp("mixed")
     shuffled = list(np.random.default_rng(2).permutation(GENES[10:55]))
     sources: dict[str, Any] = {
         "csr3": write(adata(90, GENES[:40], "a", seed=1), tmp_path / "csr3.zarr", 3),
