@@ -10,16 +10,20 @@ failed creation leaves nothing behind.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anndata as ad
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
 from loopback_proxy import LoopbackProxy
-from test_anndata_sources import remote_anndata
+from s3_server import S3Server
+from test_anndata_sources import GENES, adata, write
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.tables import read_table
@@ -30,8 +34,85 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning"),
 ]
 
+
+@dataclass(frozen=True)
+class Written:
+    """The sources as anndata wrote them (local files), and in a bucket."""
+
+    local: dict[str, Path]
+    expected: ad.AnnData
+    bucket: str
+
+
+def _upload(s3_server: S3Server, local: dict[str, Path]) -> str:
+    """Every file of the ``local`` stores into a new bucket; its name."""
+    import obstore
+    from obstore.store import from_url
+
+    bucket = s3_server.new_bucket()
+    raw = from_url(f"s3://{bucket}", **s3_server.storage_options())
+    for name, root in local.items():
+        for file in root.rglob("*"):
+            if file.is_file():
+                obstore.put(
+                    raw, f"{name}.zarr/{file.relative_to(root).as_posix()}", file.read_bytes()
+                )
+    return bucket
+
+
+@pytest.fixture(scope="module")
+def written(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Written:
+    """The sources of ``test_anndata_sources.remote_anndata``, written by anndata and
+    uploaded once for the module: most tests only read them (writing them was most of
+    each test's time); a test that changes them takes ``own_flaky``."""
+    directory = tmp_path_factory.mktemp("anndata_remote_faults")
+    parts = {
+        "r3": adata(500, GENES[:40], "a", seed=11),
+        "r2": adata(300, GENES[20:], "b", seed=12, encoding="csc"),
+    }
+    rng = np.random.default_rng(13)
+    parts["r3"].obs["kind"] = pd.Categorical(rng.choice(["t", "b", "nk"], 500))
+    parts["r3"].obs["depth"] = rng.random(500)
+    parts["r2"].obs["depth"] = rng.random(300)
+    parts["r2"].var["symbol"] = [f"S{i}" for i in range(parts["r2"].n_vars)]
+    local = {
+        name: write(data, directory / f"{name}.zarr", int(name[1])) for name, data in parts.items()
+    }
+    expected = ad.concat(list(parts.values()), join="outer")
+    return Written(local, expected, _upload(s3_server, local))
+
+
+def _flaky(s3_server: S3Server, written: Written, bucket: str) -> Iterator[dict[str, Any]]:
+    from obstore.store import from_url
+
+    # a proxy of the test's own: its faults and counts are this test's alone
+    proxy = LoopbackProxy(s3_server.endpoint)
+    direct = s3_server.storage_options()
+    try:
+        yield {
+            "sources": {name: f"s3://{bucket}/{name}.zarr" for name in written.local},
+            "options": {name: {**direct, "endpoint": proxy.endpoint} for name in written.local},
+            "expected": written.expected,
+            "proxy": proxy,
+            "raw": from_url(f"s3://{bucket}", **direct),
+            "bucket": bucket,
+        }
+    finally:
+        proxy.close()
+
+
 # two AnnData sources on S3 behind the proxy: r3 (CSR, Zarr v3, obs "kind"), r2 (CSC, v2)
-flaky = remote_anndata
+@pytest.fixture
+def flaky(s3_server: S3Server, written: Written) -> Iterator[dict[str, Any]]:
+    """The module's sources (read, never changed) behind a proxy of this test's."""
+    yield from _flaky(s3_server, written, written.bucket)
+
+
+@pytest.fixture
+def own_flaky(s3_server: S3Server, written: Written) -> Iterator[dict[str, Any]]:
+    """The same sources uploaded to a bucket of this test's own: for a test that
+    changes them."""
+    yield from _flaky(s3_server, written, _upload(s3_server, written.local))
 
 
 def _check(store: cv.CompositeStore, expected: ad.AnnData) -> None:
@@ -104,16 +185,16 @@ def test_lasting_faults_end_in_errors_naming_the_source(
     store.close()
 
 
-def test_a_deleted_source_is_named_at_open(flaky: dict[str, Any], tmp_path: Path) -> None:
+def test_a_deleted_source_is_named_at_open(own_flaky: dict[str, Any], tmp_path: Path) -> None:
     import obstore
 
     location = tmp_path / "c.zarr"
-    options = flaky["options"]
-    cv.create_composite(location, flaky["sources"], source_storage_options=options).close()
-    raw = flaky["raw"]
+    options = own_flaky["options"]
+    cv.create_composite(location, own_flaky["sources"], source_storage_options=options).close()
+    raw = own_flaky["raw"]
     for batch in obstore.list(raw, prefix="r2.zarr/"):
         obstore.delete(raw, [entry["path"] for entry in batch])
-    proxy: LoopbackProxy = flaky["proxy"]
+    proxy: LoopbackProxy = own_flaky["proxy"]
     proxy.take()
     with pytest.raises(OSError, match=r"source 'r2' at s3://.*r2\.zarr is gone.*restored"):
         cv.open_store(location, source_storage_options=options)
@@ -121,7 +202,7 @@ def test_a_deleted_source_is_named_at_open(flaky: dict[str, Any], tmp_path: Path
 
 
 def test_a_resized_remote_object_fails_the_open_without_reading_the_element(
-    flaky: dict[str, Any], tmp_path: Path
+    own_flaky: dict[str, Any], tmp_path: Path
 ) -> None:
     """A chunk of X rewritten with another size: the open fails from the listing and
     the documents; no chunk of the element is fetched (the cost does not grow
@@ -129,9 +210,9 @@ def test_a_resized_remote_object_fails_the_open_without_reading_the_element(
     import obstore
 
     location = tmp_path / "c.zarr"
-    options = flaky["options"]
-    cv.create_composite(location, flaky["sources"], source_storage_options=options).close()
-    raw = flaky["raw"]
+    options = own_flaky["options"]
+    cv.create_composite(location, own_flaky["sources"], source_storage_options=options).close()
+    raw = own_flaky["raw"]
     key = next(
         entry["path"]
         for batch in obstore.list(raw, prefix="r3.zarr/X/data/")
@@ -139,7 +220,7 @@ def test_a_resized_remote_object_fails_the_open_without_reading_the_element(
         if not entry["path"].endswith("zarr.json")
     )
     obstore.put(raw, key, bytes(obstore.get(raw, key).bytes()) + b"\0")
-    proxy: LoopbackProxy = flaky["proxy"]
+    proxy: LoopbackProxy = own_flaky["proxy"]
     proxy.take()
     with pytest.raises(cv.IdentityMismatchError, match=r"'r3'.*not digested.*X/data/c/0"):
         cv.open_store(location, source_storage_options=options)

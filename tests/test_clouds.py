@@ -53,10 +53,27 @@ def write_source(cloud: CloudBackend, root: tuple[str, Path | None], name: str, 
     return f"{url}/{name}"
 
 
+TwoSources = tuple[dict[str, str], np.ndarray]
+
+
+@pytest.fixture(scope="module")
+def written_sources() -> dict[str, TwoSources]:
+    """``two_sources`` of each backend, by its name: written once for the module
+    (writing them was most of each test's time), read by every test that takes them
+    (none changes its sources; a test that removes objects writes its own)."""
+    return {}
+
+
 @pytest.fixture
-def two_sources(cloud: CloudBackend) -> tuple[dict[str, str], np.ndarray]:
+def two_sources(cloud: CloudBackend, written_sources: dict[str, TwoSources]) -> TwoSources:
     """Two sources on the backend (cells 0-299 and 300-499, genes shared) and the
     composite's expected dense values."""
+    if cloud.name not in written_sources:
+        written_sources[cloud.name] = _write_two_sources(cloud)
+    return written_sources[cloud.name]
+
+
+def _write_two_sources(cloud: CloudBackend) -> TwoSources:
     root = cloud.new_root()
     a = realistic_counts(300, 40, density=0.2, seed=1)
     b = realistic_counts(200, 40, density=0.2, seed=2)

@@ -63,11 +63,18 @@ def _composite(tmp_path: Path, s3_server: S3Server, cells: int, genes: int) -> C
     return location, sources, np.vstack([a.toarray(), b.toarray()])
 
 
+@pytest.fixture(scope="module")
+def shared_composite(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Composite:
+    """A small composite: a shard per source array. Made once for the module: the
+    tests open and read it (each through a proxy of its own), none changes it."""
+    return _composite(tmp_path_factory.mktemp("fsspec_faults"), s3_server, 600, 40)
+
+
 @pytest.fixture
-def composite(tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Composite:
-    """A small composite: a shard per source array."""
+def composite(shared_composite: Composite, monkeypatch: pytest.MonkeyPatch) -> Composite:
+    """``shared_composite``, opened with the default cache budget."""
     monkeypatch.delenv(CACHE_ENV, raising=False)
-    return _composite(tmp_path, s3_server, 600, 40)
+    return shared_composite
 
 
 def _shard_gets(proxy: LoopbackProxy) -> Counter[str]:

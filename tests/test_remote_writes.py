@@ -57,14 +57,18 @@ class Remote:
         return f"s3://{self.bucket}/{name}"
 
 
-@pytest.fixture
-def remote(s3_server: S3Server) -> Iterator[Remote]:
+def _remote(s3_server: S3Server, bucket: str) -> Iterator[Remote]:
     proxy = LoopbackProxy(s3_server.endpoint)
     direct = s3_server.storage_options()
     try:
-        yield Remote(s3_server.new_bucket(), direct, {**direct, "endpoint": proxy.endpoint}, proxy)
+        yield Remote(bucket, direct, {**direct, "endpoint": proxy.endpoint}, proxy)
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def remote(s3_server: S3Server) -> Iterator[Remote]:
+    yield from _remote(s3_server, s3_server.new_bucket())
 
 
 @dataclass(frozen=True)
@@ -166,18 +170,43 @@ def test_an_overwrite_writes_the_marker_before_any_delete(remote: Remote) -> Non
     np.testing.assert_array_equal(stored, second.toarray())
 
 
-@pytest.fixture
-def sources(remote: Remote) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Sources:
+    bucket: str
+    matrices: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def shared_sources(s3_server: S3Server) -> Sources:
+    """Sources a.zarr and b.zarr in a bucket, written once for the module: the tests
+    that take them only read them (each writes a destination of another name)."""
+    bucket = s3_server.new_bucket()
     matrices = {
         name: realistic_counts(400, 50, density=0.1, seed=seed)
         for name, seed in (("a", 8), ("b", 9))
     }
     for name, matrix in matrices.items():
-        cv.write_counts(remote.url(f"{name}.zarr"), matrix, storage_options=remote.direct)
-    return matrices
+        url = f"s3://{bucket}/{name}.zarr"
+        cv.write_counts(url, matrix, storage_options=s3_server.storage_options())
+    return Sources(bucket, matrices)
 
 
-def test_create_composite_writes_in_a_few_rounds(remote: Remote, sources: dict[str, Any]) -> None:
+@pytest.fixture
+def remote_with_sources(s3_server: S3Server, shared_sources: Sources) -> Iterator[Remote]:
+    """The bucket of ``shared_sources`` through a proxy of this test's."""
+    yield from _remote(s3_server, shared_sources.bucket)
+
+
+@pytest.fixture
+def sources(shared_sources: Sources) -> dict[str, Any]:
+    """The counts of a.zarr and b.zarr, beside the destination (``remote_with_sources``)."""
+    return shared_sources.matrices
+
+
+def test_create_composite_writes_in_a_few_rounds(
+    remote_with_sources: Remote, sources: dict[str, Any]
+) -> None:
+    remote = remote_with_sources
     urls = {name: remote.url(f"{name}.zarr") for name in sources}
     remote.proxy.delay = DELAY
     remote.proxy.take()
@@ -203,7 +232,8 @@ def test_create_composite_writes_in_a_few_rounds(remote: Remote, sources: dict[s
     store.close()
 
 
-def test_mount_writes_in_a_few_rounds(remote: Remote, sources: dict[str, Any]) -> None:
+def test_mount_writes_in_a_few_rounds(remote_with_sources: Remote, sources: dict[str, Any]) -> None:
+    remote = remote_with_sources
     remote.proxy.delay = DELAY
     remote.proxy.take()
     mount = cv.mount_datastore(
@@ -220,7 +250,10 @@ def test_mount_writes_in_a_few_rounds(remote: Remote, sources: dict[str, Any]) -
     assert mount.record.assays.keys() == {"RNA"}
 
 
-def test_repack_writes_in_a_few_rounds(remote: Remote, sources: dict[str, Any]) -> None:
+def test_repack_writes_in_a_few_rounds(
+    remote_with_sources: Remote, sources: dict[str, Any]
+) -> None:
+    remote = remote_with_sources
     remote.proxy.delay = DELAY
     remote.proxy.take()
     destination = open_location(

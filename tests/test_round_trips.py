@@ -84,9 +84,15 @@ class Remote:
         return requests(self.proxy.take())
 
 
-@pytest.fixture
-def remote(s3_server: S3Server) -> Iterator[Remote]:
-    proxy = LoopbackProxy(s3_server.endpoint)
+@dataclass(frozen=True)
+class Sources:
+    bucket: str
+    sources: dict[str, str]
+    expected: np.ndarray
+
+
+def _write_sources(s3_server: S3Server) -> Sources:
+    """Three sources of 2000 cells in a new bucket, written directly (not counted)."""
     bucket = s3_server.new_bucket()
     direct = s3_server.storage_options()
     matrices = [realistic_counts(2000, 40, density=0.2, seed=30 + i) for i in range(3)]
@@ -95,13 +101,64 @@ def remote(s3_server: S3Server) -> Iterator[Remote]:
         url = f"s3://{bucket}/s{index}.zarr"
         cv.write_counts(url, matrix, layout=SMALL, storage_options=direct)
         sources[f"s{index}"] = url
-    expected = np.vstack([matrix.toarray() for matrix in matrices])
+    return Sources(bucket, sources, np.vstack([matrix.toarray() for matrix in matrices]))
+
+
+@pytest.fixture(scope="module")
+def shared_sources(s3_server: S3Server) -> Sources:
+    """The sources of every test that leaves them as they are: written once per
+    module (writing them was most of each test's time). A test that changes a
+    source takes ``fresh_remote`` instead."""
+    return _write_sources(s3_server)
+
+
+def _remote(s3_server: S3Server, written: Sources) -> Iterator[Remote]:
+    # a proxy of the test's own: its requests alone are counted, and its
+    # endpoint (so the clients and stores over it) is new
+    proxy = LoopbackProxy(s3_server.endpoint)
+    direct = s3_server.storage_options()
     try:
         yield Remote(
-            bucket, sources, {**direct, "endpoint": proxy.endpoint}, direct, expected, proxy
+            written.bucket,
+            written.sources,
+            {**direct, "endpoint": proxy.endpoint},
+            direct,
+            written.expected,
+            proxy,
         )
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def remote(s3_server: S3Server, shared_sources: Sources) -> Iterator[Remote]:
+    """The module's sources, read (never changed) through a proxy of this test's."""
+    yield from _remote(s3_server, shared_sources)
+
+
+@pytest.fixture
+def fresh_remote(s3_server: S3Server) -> Iterator[Remote]:
+    """Sources of this test's own, in a bucket of its own: for a test that changes them."""
+    yield from _remote(s3_server, _write_sources(s3_server))
+
+
+@pytest.fixture(scope="module")
+def shared_composite(
+    s3_server: S3Server, shared_sources: Sources, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A composite of the module's sources, created once (directly: its creation is
+    not what a test counts)."""
+    location = tmp_path_factory.mktemp("round_trips") / "c.zarr"
+    direct = s3_server.storage_options()
+    options = {name: direct for name in shared_sources.sources}
+    cv.create_composite(location, shared_sources.sources, source_storage_options=options).close()
+    return location
+
+
+@pytest.fixture
+def composite(shared_composite: Path, tmp_path: Path) -> Path:
+    """A copy of ``shared_composite`` of this test's own (a test may edit its record)."""
+    return Path(shutil.copytree(shared_composite, tmp_path / "c.zarr"))
 
 
 def _create(remote: Remote, tmp_path: Path) -> Path:
@@ -121,8 +178,8 @@ def _open(remote: Remote, location: Path) -> cv.CompositeStore:
 # ---------------------------------------------------------------- opening
 
 
-def test_an_open_is_one_listing_per_unchanged_source(remote: Remote, tmp_path: Path) -> None:
-    location = _create(remote, tmp_path)
+def test_an_open_is_one_listing_per_unchanged_source(remote: Remote, composite: Path) -> None:
+    location = composite
     remote.take()
     store = _open(remote, location)
     found = remote.take()
@@ -148,7 +205,10 @@ def test_creation_costs_a_bounded_number_of_requests_per_source(
     assert sum(request.listing for request in found) == 3
 
 
-def test_a_changed_source_document_is_fetched_and_checked(remote: Remote, tmp_path: Path) -> None:
+def test_a_changed_source_document_is_fetched_and_checked(
+    fresh_remote: Remote, tmp_path: Path
+) -> None:
+    remote = fresh_remote
     location = _create(remote, tmp_path)
     writable = open_location(remote.sources["s1"], read_only=False, storage_options=remote.direct)
     group = zarr.open_group(writable, path="RNA/countSummaries", mode="r+", zarr_format=3)
@@ -162,7 +222,10 @@ def test_a_changed_source_document_is_fetched_and_checked(remote: Remote, tmp_pa
     assert [r.key for r in changed] == ["s1.zarr/RNA/countSummaries/zarr.json"]
 
 
-def test_a_new_assay_in_a_source_is_read_from_the_listing(remote: Remote, tmp_path: Path) -> None:
+def test_a_new_assay_in_a_source_is_read_from_the_listing(
+    fresh_remote: Remote, tmp_path: Path
+) -> None:
+    remote = fresh_remote
     location = _create(remote, tmp_path)
     writable = open_location(remote.sources["s2"], read_only=False, storage_options=remote.direct)
     zarr.open_group(writable, mode="r+", zarr_format=3).create_group(
@@ -177,8 +240,8 @@ def test_a_new_assay_in_a_source_is_read_from_the_listing(remote: Remote, tmp_pa
     ]
 
 
-def test_an_edited_seal_is_refused(remote: Remote, tmp_path: Path) -> None:
-    location = _create(remote, tmp_path)
+def test_an_edited_seal_is_refused(remote: Remote, composite: Path) -> None:
+    location = composite
     seal = zarr.open_array(LocalStore(location), path=SEALS_PATH, mode="r+", zarr_format=3)
     values = np.asarray(seal[:])
     values[-2] = ord(" ")  # still JSON, another document
@@ -187,10 +250,10 @@ def test_an_edited_seal_is_refused(remote: Remote, tmp_path: Path) -> None:
         _open(remote, location)
 
 
-def test_a_seal_copied_from_another_composite_is_refused(remote: Remote, tmp_path: Path) -> None:
+def test_a_seal_copied_from_another_composite_is_refused(remote: Remote, composite: Path) -> None:
     """A seal binds the sources of the record it was written for: one copied
     beside another record (here: its sources renamed) is refused, not read."""
-    location = _create(remote, tmp_path)
+    location = composite
     root = json.loads((location / "zarr.json").read_bytes())
     for source in root["attributes"]["composite"]["sources"]:
         source["location"] += "/"
@@ -199,8 +262,8 @@ def test_a_seal_copied_from_another_composite_is_refused(remote: Remote, tmp_pat
         _open(remote, location)
 
 
-def test_a_seal_without_its_fingerprints_is_refused(remote: Remote, tmp_path: Path) -> None:
-    location = _create(remote, tmp_path)
+def test_a_seal_without_its_fingerprints_is_refused(remote: Remote, composite: Path) -> None:
+    location = composite
     document = location / SEALS_PATH / "zarr.json"
     array = json.loads(document.read_bytes())
     array["attributes"] = {}
@@ -209,19 +272,19 @@ def test_a_seal_without_its_fingerprints_is_refused(remote: Remote, tmp_path: Pa
         _open(remote, location)
 
 
-def test_the_record_holds_only_the_fields_of_the_spec(remote: Remote, tmp_path: Path) -> None:
-    location = _create(remote, tmp_path)
+def test_the_record_holds_only_the_fields_of_the_spec(remote: Remote, composite: Path) -> None:
+    location = composite
     record = json.loads((location / "zarr.json").read_bytes())["attributes"]["composite"]
     assert set(record) == {"assay", "sources", "arrays", "maps", "complete"}
     assert (location / SEALS_PATH / "zarr.json").exists()
 
 
 def test_a_composite_without_seals_opens_in_one_round_per_source(
-    remote: Remote, tmp_path: Path
+    remote: Remote, composite: Path
 ) -> None:
     """A composite created before sources were sealed: every document is fetched,
     all in one round with the listing, and still no v2 key."""
-    location = _create(remote, tmp_path)
+    location = composite
     shutil.rmtree(location / SEALS_PATH)
     remote.take()
     store = _open(remote, location)
@@ -277,8 +340,8 @@ def _shard_rows(store: cv.CompositeStore) -> tuple[int, int]:
     return counts.shards[0], counts.chunks[0]  # type: ignore[index]
 
 
-def test_a_dense_read_is_one_request_per_touched_shard(remote: Remote, tmp_path: Path) -> None:
-    store = _open(remote, _create(remote, tmp_path))
+def test_a_dense_read_is_one_request_per_touched_shard(remote: Remote, composite: Path) -> None:
+    store = _open(remote, composite)
     shard_rows, _ = _shard_rows(store)
     cells = np.arange(0, 6000, 2)  # every chunk of every shard of every source
     remote.take()
@@ -291,10 +354,10 @@ def test_a_dense_read_is_one_request_per_touched_shard(remote: Remote, tmp_path:
 
 
 def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
-    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    remote: Remote, composite: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)  # the ranged path
-    store = _open(remote, _create(remote, tmp_path))
+    store = _open(remote, composite)
     shard_rows, chunk_rows = _shard_rows(store)
     assert shard_rows >= 4 * chunk_rows, "the test needs shards of several chunks"
     cells = np.array([0, chunk_rows])  # two neighbouring chunks of the first shard of s0
@@ -307,11 +370,11 @@ def test_neighbouring_chunks_of_a_sparse_read_share_one_request(
 
 
 def test_a_small_shard_is_one_request_whatever_a_read_touches(
-    remote: Remote, tmp_path: Path
+    remote: Remote, composite: Path
 ) -> None:
     """A shard the table records as small is fetched whole: one round trip, not
     its index's and its chunks'."""
-    store = _open(remote, _create(remote, tmp_path))
+    store = _open(remote, composite)
     shard_rows, _ = _shard_rows(store)
     cells = np.array([0, 2000 + shard_rows])  # one cell in each of two shards
     remote.take()
@@ -322,12 +385,12 @@ def test_a_small_shard_is_one_request_whatever_a_read_touches(
 
 
 def test_scattered_cells_cost_one_request_per_touched_shard(
-    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    remote: Remote, composite: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cells far apart in a shard: their chunks are fetched in one range request
     (the gaps cost less than another round trip), after the index."""
     monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)  # the ranged path
-    store = _open(remote, _create(remote, tmp_path))
+    store = _open(remote, composite)
     shard_rows, chunk_rows = _shard_rows(store)
     assert shard_rows >= 8 * chunk_rows, "the test needs shards of several chunks"
     cells = np.arange(0, 6000, 4 * chunk_rows)  # every 4th chunk: a sparse read
@@ -342,13 +405,13 @@ def test_scattered_cells_cost_one_request_per_touched_shard(
 
 
 def test_a_sparse_read_makes_the_requests_of_a_dense_one(
-    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    remote: Remote, composite: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``read_sparse`` over remote CyteArc sources (strips made CSR as they are
     decoded) equals ``read`` and fetches the same ranges (each from a fresh open:
     the source cache would answer the second)."""
     monkeypatch.setattr(range_requests, "SMALL_SHARD_BYTES", 0)  # the ranged path
-    location = _create(remote, tmp_path)
+    location = composite
     rng = np.random.default_rng(3)
     for cells in (np.sort(rng.choice(6000, 300, replace=False)), np.arange(1500, 4500)):
         found = []

@@ -1174,13 +1174,11 @@ def test_a_client_that_leaves_mid_answer_is_dropped_quietly(
 # ---------------------------------------------------------- store errors
 
 
-@pytest.fixture
-def remote_composite(
-    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray]]:
-    """A local composite over one S3 source ``s``, reached through a loopback proxy."""
-    monkeypatch.delenv(CACHE_ENV, raising=False)
-    monkeypatch.setenv(TIMEOUT_ENV, "2")
+RemoteComposite = tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray]
+
+
+def _remote_sources(s3_server: S3Server) -> tuple[str, np.ndarray]:
+    """S3 sources ``s`` and ``other`` in a new bucket; its name and the counts of ``s``."""
     bucket = s3_server.new_bucket()
     direct = s3_server.storage_options()
     counts = realistic_counts(2000, 60, density=0.2, seed=31)
@@ -1193,6 +1191,25 @@ def remote_composite(
             layout=layout,
             storage_options=direct,
         )
+    return bucket, counts.toarray()
+
+
+@pytest.fixture(scope="module")
+def shared_remote_sources(s3_server: S3Server) -> tuple[str, np.ndarray]:
+    """``_remote_sources`` written once for the tests that leave the source as it is."""
+    return _remote_sources(s3_server)
+
+
+def _remote_composite(
+    tmp_path: Path,
+    s3_server: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+    sources: tuple[str, np.ndarray],
+) -> Iterator[RemoteComposite]:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    bucket, expected = sources
+    direct = s3_server.storage_options()
     proxy = LoopbackProxy(s3_server.endpoint)
     options = {**direct, "endpoint": proxy.endpoint}
     location = tmp_path / "remote-comp.zarr"
@@ -1201,9 +1218,29 @@ def remote_composite(
             location, {"s": f"s3://{bucket}/s.zarr"}, source_storage_options={"s": options}
         ).close()
     try:
-        yield location, options, proxy, bucket, counts.toarray()
+        yield location, options, proxy, bucket, expected
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def remote_composite(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RemoteComposite]:
+    """A local composite over one S3 source ``s``, reached through a loopback proxy;
+    the source in a bucket of this test's own (the test replaces it)."""
+    yield from _remote_composite(tmp_path, s3_server, monkeypatch, _remote_sources(s3_server))
+
+
+@pytest.fixture
+def shared_remote_composite(
+    tmp_path: Path,
+    s3_server: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+    shared_remote_sources: tuple[str, np.ndarray],
+) -> Iterator[RemoteComposite]:
+    """``remote_composite`` over the module's source, for a test that leaves it as it is."""
+    yield from _remote_composite(tmp_path, s3_server, monkeypatch, shared_remote_sources)
 
 
 def replace_source(s3_server: S3Server, bucket: str) -> int:
@@ -1223,12 +1260,12 @@ def replace_source(s3_server: S3Server, bucket: str) -> int:
 
 @pytest.mark.remote
 def test_a_remote_composite_is_served_through_its_cache(
-    remote_composite: tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray],
+    shared_remote_composite: RemoteComposite,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tensorstore as ts
 
-    location, options, proxy, _, expected = remote_composite
+    location, options, proxy, _, expected = shared_remote_composite
     monkeypatch.setenv(CACHE_ENV, "64M")
     store = cv.open_store(location, source_storage_options={"s": options})
     assert isinstance(store, cv.CompositeStore)
@@ -1247,10 +1284,10 @@ def test_a_remote_composite_is_served_through_its_cache(
 
 @pytest.mark.remote
 def test_a_remote_ordinary_store_is_served(
-    remote_composite: tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray],
+    shared_remote_composite: RemoteComposite,
     s3_server: S3Server,
 ) -> None:
-    _, _, _, bucket, expected = remote_composite
+    _, _, _, bucket, expected = shared_remote_composite
     # straight to S3: the counting proxy answers a HEAD with Content-Length 0
     options = s3_server.storage_options()
     store = cv.open_store(f"s3://{bucket}/s.zarr", storage_options=options)
@@ -1265,7 +1302,7 @@ def test_a_remote_ordinary_store_is_served(
 
 @pytest.mark.remote
 def test_store_errors_are_5xx_and_the_server_goes_on(
-    remote_composite: tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray],
+    remote_composite: RemoteComposite,
     s3_server: S3Server,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -1467,7 +1504,7 @@ def test_cli_serves_an_ordinary_store_and_a_mount_on_a_given_port(
 
 @pytest.mark.remote
 def test_cli_serves_a_remote_composite_and_reports_errors_on_stderr(
-    remote_composite: tuple[Path, dict[str, Any], LoopbackProxy, str, np.ndarray],
+    remote_composite: RemoteComposite,
     s3_server: S3Server,
     start_serve: Callable[..., Running],
     tmp_path: Path,

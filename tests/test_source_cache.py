@@ -339,8 +339,10 @@ def test_the_cache_of_a_process_in_another_pid_namespace_is_kept(tmp_path: Path)
 # ------------------------------------------------------- remote composites
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def remote_sources(s3_server: S3Server) -> RemoteSources:
+    """Two sources on the S3 server, written once for the module: the tests read
+    them (each through a composite and a cache of its own), none changes them."""
     bucket = s3_server.new_bucket()
     options = s3_server.storage_options()
     a = realistic_counts(300, 40, density=0.2, seed=11)
