@@ -22,6 +22,7 @@ import zarr
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
+from store_copies import copy_stores
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
@@ -39,33 +40,45 @@ def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path.write_text(json.dumps(document))
 
 
-@pytest.fixture
-def sources(tmp_path: Path) -> dict[str, Path]:
-    """Two small ordinary stores with distinct cell ids."""
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stores below, built once and never opened after: each test gets a copy."""
+    root = tmp_path_factory.mktemp("pristine")
     made = {}
     for index, name in enumerate(("a", "b")):
         counts = realistic_counts(200 + 50 * index, 60, seed=index, dtype="int64")
         cells = pd.DataFrame(index=[f"{name}-cell{i}" for i in range(counts.shape[0])])
         features = pd.DataFrame(index=[f"gene{i}" for i in range(counts.shape[1])])
-        made[name] = tmp_path / f"{name}.zarr"
+        made[name] = root / f"{name}.zarr"
         cv.write_counts(made[name], counts, cells=cells, features=features, layout=SMALL)
-    return made
+    cv.create_composite(root / "comp.zarr", made).close()
+    cv.mount_datastore(made["a"], root / "mount.zarr").close()
+    return root
 
 
 @pytest.fixture
-def composite(tmp_path: Path, sources: dict[str, Path]) -> Path:
+def copied(pristine: Path, tmp_path: Path) -> Path:
+    """A copy of the stores of ``pristine`` in ``tmp_path``, the records naming the
+    copied sources: tests edit and rewrite them (a new build was ~2 s a test)."""
+    return copy_stores(pristine, tmp_path)
+
+
+@pytest.fixture
+def sources(copied: Path) -> dict[str, Path]:
+    """Two small ordinary stores with distinct cell ids."""
+    return {name: copied / f"{name}.zarr" for name in ("a", "b")}
+
+
+@pytest.fixture
+def composite(copied: Path) -> Path:
     """A composite of both sources."""
-    destination = tmp_path / "comp.zarr"
-    cv.create_composite(destination, sources).close()
-    return destination
+    return copied / "comp.zarr"
 
 
 @pytest.fixture
-def mount(tmp_path: Path, sources: dict[str, Path]) -> Path:
+def mount(copied: Path) -> Path:
     """A mounted target of source ``a``."""
-    destination = tmp_path / "mount.zarr"
-    cv.mount_datastore(sources["a"], destination).close()
-    return destination
+    return copied / "mount.zarr"
 
 
 # ------------------------------------------------------ composite records
