@@ -10,12 +10,14 @@ to its target), for ``write_array`` and for streamed ``create_array`` bands.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import zarr
+from store_copies import copy_stores
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
@@ -33,15 +35,26 @@ def store_keys(location: Path) -> list[str]:
     return sorted(str(p.relative_to(location)) for p in location.rglob("*"))
 
 
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store and its mount, built once and never opened after: each test
+    below writes to a copy of its own."""
+    root = tmp_path_factory.mktemp("pristine")
+    cv.write_counts(root / "source.zarr", COUNTS)
+    cv.mount_datastore(root / "source.zarr", root / "mount.zarr").close()
+    return root
+
+
 @pytest.fixture(params=["local", "mount"])
-def place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, Path]:
+def place(request: pytest.FixtureRequest, pristine: Path, tmp_path: Path) -> tuple[Any, Path]:
     """(writable store, directory its writes land in): a store, or a mount's target."""
+    # copies, not new builds: 190 tests each wrote a store (and a mount)
     source = tmp_path / "source.zarr"
-    cv.write_counts(source, COUNTS)
     if request.param == "local":
+        shutil.copytree(pristine / "source.zarr", source)
         return cv.open_store(source, mode="r+"), source
     target = tmp_path / "mount.zarr"
-    cv.mount_datastore(source, target)
+    copy_stores(pristine, tmp_path)  # the target's record names the copied source
     return cv.open_store(target, mode="r+"), target
 
 

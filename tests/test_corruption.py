@@ -46,6 +46,7 @@ import pytest
 import zarr
 from conftest import realistic_counts
 from cytearc_vfs_conformance.families import record_family
+from store_copies import copy_stores
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
@@ -340,9 +341,21 @@ def test_corrupted_cache_entries_are_not_served(
     assert np.array_equal(again, original)
 
 
+@pytest.fixture(scope="module")
+def two_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Sources a and b and their composite comp.zarr, built once and never
+    opened after: each test damages a copy of its own (copy_stores points the
+    copied composite at the copied sources)."""
+    root = tmp_path_factory.mktemp("two-sources")
+    for name, seed in (("a", 1), ("b", 2)):
+        cv.write_counts(root / f"{name}.zarr", realistic_counts(1500, 400, seed=seed))
+    cv.create_composite(root / "comp.zarr", [root / "a.zarr", root / "b.zarr"]).close()
+    return root
+
+
 @pytest.mark.parametrize("array", ["counts", "countsT"])
 def test_verify_of_a_composite_finds_damage_in_either_orientation_of_a_source(
-    tmp_path: Path, array: str
+    two_sources: Path, tmp_path: Path, array: str
 ) -> None:
     """``verify`` of a composite reads the virtual counts through the gather
     reader, which takes each source in the orientation (counts or countsT)
@@ -350,9 +363,7 @@ def test_verify_of_a_composite_finds_damage_in_either_orientation_of_a_source(
     other one, which other reads (a few cells through zarr, ``serve`` or
     ``mount-fs``) do. A byte flipped in either must be a finding naming the
     source, not "OK"."""
-    for name, seed in (("a", 1), ("b", 2)):
-        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(1500, 400, seed=seed))
-    cv.create_composite(tmp_path / "comp.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    copy_stores(two_sources, tmp_path)
     assert [r.ok for r in deep_verify(cv.open_store(tmp_path / "comp.zarr"), where="c")] == [True]
     shard = tmp_path / "b.zarr" / "RNA" / array / "c" / "0" / "0"
     damaged = bytearray(shard.read_bytes())
@@ -368,12 +379,12 @@ def test_verify_of_a_composite_finds_damage_in_either_orientation_of_a_source(
 
 
 @pytest.mark.parametrize("array", ["counts", "countsT"])
-def test_a_damaged_source_chunk_is_named_by_its_source(tmp_path: Path, array: str) -> None:
+def test_a_damaged_source_chunk_is_named_by_its_source(
+    two_sources: Path, tmp_path: Path, array: str
+) -> None:
     """The error of a chunk that does not decode names the source's location:
     a composite (and ``serve``'s 500 line) otherwise said only ``RNA/counts``."""
-    for name, seed in (("a", 1), ("b", 2)):
-        cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(1500, 400, seed=seed))
-    cv.create_composite(tmp_path / "comp.zarr", [tmp_path / "a.zarr", tmp_path / "b.zarr"])
+    copy_stores(two_sources, tmp_path)
     shard = tmp_path / "b.zarr" / "RNA" / array / "c" / "0" / "0"
     damaged = bytearray(shard.read_bytes())
     # a byte in every few hundred, up to the shard index: the blocks a read of

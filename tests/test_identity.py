@@ -22,6 +22,7 @@ import zarr
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
+from store_copies import copy_stores
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
@@ -39,33 +40,45 @@ def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path.write_text(json.dumps(document))
 
 
-@pytest.fixture
-def sources(tmp_path: Path) -> dict[str, Path]:
-    """Two small ordinary stores with distinct cell ids."""
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stores below, built once and never opened after: each test gets a copy."""
+    root = tmp_path_factory.mktemp("pristine")
     made = {}
     for index, name in enumerate(("a", "b")):
         counts = realistic_counts(200 + 50 * index, 60, seed=index, dtype="int64")
         cells = pd.DataFrame(index=[f"{name}-cell{i}" for i in range(counts.shape[0])])
         features = pd.DataFrame(index=[f"gene{i}" for i in range(counts.shape[1])])
-        made[name] = tmp_path / f"{name}.zarr"
+        made[name] = root / f"{name}.zarr"
         cv.write_counts(made[name], counts, cells=cells, features=features, layout=SMALL)
-    return made
+    cv.create_composite(root / "comp.zarr", made).close()
+    cv.mount_datastore(made["a"], root / "mount.zarr").close()
+    return root
 
 
 @pytest.fixture
-def composite(tmp_path: Path, sources: dict[str, Path]) -> Path:
+def copied(pristine: Path, tmp_path: Path) -> Path:
+    """A copy of the stores of ``pristine`` in ``tmp_path``, the records naming the
+    copied sources: tests edit and rewrite them (a new build was ~2 s a test)."""
+    return copy_stores(pristine, tmp_path)
+
+
+@pytest.fixture
+def sources(copied: Path) -> dict[str, Path]:
+    """Two small ordinary stores with distinct cell ids."""
+    return {name: copied / f"{name}.zarr" for name in ("a", "b")}
+
+
+@pytest.fixture
+def composite(copied: Path) -> Path:
     """A composite of both sources."""
-    destination = tmp_path / "comp.zarr"
-    cv.create_composite(destination, sources).close()
-    return destination
+    return copied / "comp.zarr"
 
 
 @pytest.fixture
-def mount(tmp_path: Path, sources: dict[str, Path]) -> Path:
+def mount(copied: Path) -> Path:
     """A mounted target of source ``a``."""
-    destination = tmp_path / "mount.zarr"
-    cv.mount_datastore(sources["a"], destination).close()
-    return destination
+    return copied / "mount.zarr"
 
 
 # ------------------------------------------------------ composite records
@@ -161,6 +174,15 @@ def test_virtual_array_documents_are_checked(
         cv.open_store(composite)
 
 
+@pytest.fixture(scope="module")
+def pristine_uint16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A uint16 store a.zarr and its composite comp.zarr, built once and never opened after."""
+    root = tmp_path_factory.mktemp("uint16")
+    cv.write_counts(root / "a.zarr", np.array([[1, 300]], dtype=np.uint16))
+    cv.create_composite(root / "comp.zarr", {"a": root / "a.zarr"}).close()
+    return root
+
+
 @pytest.mark.parametrize(
     ("codec", "match"),
     [
@@ -169,12 +191,11 @@ def test_virtual_array_documents_are_checked(
     ],
 )
 def test_a_multi_byte_virtual_array_must_be_little_endian(
-    tmp_path: Path, codec: dict[str, str] | None, match: str
+    pristine_uint16: Path, tmp_path: Path, codec: dict[str, str] | None, match: str
 ) -> None:
     # computed chunks are little-endian: with endian big plain zarr read a uint16 1 as 256
-    cv.write_counts(tmp_path / "a.zarr", np.array([[1, 300]], dtype=np.uint16))
+    copy_stores(pristine_uint16, tmp_path)  # each case edits its own copy
     destination = tmp_path / "comp.zarr"
-    cv.create_composite(destination, {"a": tmp_path / "a.zarr"}).close()
     bytes_codec = {"name": "bytes"} if codec is None else {"name": "bytes", "configuration": codec}
 
     def reorder(document: dict[str, Any]) -> None:
@@ -194,19 +215,25 @@ def test_a_one_byte_virtual_array_needs_no_byte_order(composite: Path) -> None:
     cv.open_store(composite).close()
 
 
+@pytest.fixture(scope="module")
+def pristine_mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A uint8 and a uint16 store and their composite comp.zarr, built once, never opened after."""
+    root = tmp_path_factory.mktemp("mixed")
+    cv.write_counts(root / "a.zarr", np.array([[1, 2]], dtype=np.uint8), features=["x", "y"])
+    cv.write_counts(root / "b.zarr", np.array([[300, 1000]], dtype=np.uint16), features=["y", "z"])
+    sources = {"a": root / "a.zarr", "b": root / "b.zarr"}
+    cv.create_composite(root / "comp.zarr", sources).close()
+    return root
+
+
 @pytest.mark.parametrize("data_type", ["uint8", "int8", "float32", "int64"])
 def test_a_record_data_type_other_than_the_sources_common_type_is_refused(
-    tmp_path: Path, data_type: str
+    pristine_mixed: Path, tmp_path: Path, data_type: str
 ) -> None:
     # both documents edited together pass the one-dtype check; reading a uint16
     # source as uint8 returned 300 as 44 and 1000 as 232
-    cv.write_counts(tmp_path / "a.zarr", np.array([[1, 2]], dtype=np.uint8), features=["x", "y"])
-    cv.write_counts(
-        tmp_path / "b.zarr", np.array([[300, 1000]], dtype=np.uint16), features=["y", "z"]
-    )
+    copy_stores(pristine_mixed, tmp_path)  # each case edits its own copy
     destination = tmp_path / "comp.zarr"
-    sources = {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
-    cv.create_composite(destination, sources).close()
 
     def retype(document: dict[str, Any]) -> None:
         for array in document["attributes"]["composite"]["arrays"].values():

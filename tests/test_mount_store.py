@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import zarr
 from conftest import realistic_counts
+from store_copies import copy_stores
 from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.storage import LocalStore
 from zarr.testing.store import StoreTests
@@ -41,6 +42,23 @@ def tree_hashes(root: Path) -> dict[str, str]:
     }
 
 
+@pytest.fixture(scope="module")
+def mounted_source(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, MountRecord, dict[str, Any]]:
+    """A real source, its mount's verified record and its verified assay: built
+    once, as the suite only reads them (the source is opened read-only)."""
+    root = tmp_path_factory.mktemp("contract")
+    make_source(root / "src.zarr", with_artifact=False)
+    mount = cv.mount_datastore(root / "src.zarr", root / "tgt.zarr")
+    infos = {
+        "RNA": verify_assay(
+            LocalStore(root / "src.zarr", read_only=True), AssayPaths("RNA"), where="src"
+        )
+    }
+    return root / "src.zarr", mount.record, infos
+
+
 class TestMountStoreContract(StoreTests[cv.MountStore, cpu.Buffer]):
     """zarr's own store test-suite, on a real mount of a real source."""
 
@@ -56,22 +74,17 @@ class TestMountStoreContract(StoreTests[cv.MountStore, cpu.Buffer]):
         return value
 
     @pytest.fixture
-    def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
-        make_source(tmp_path / "src.zarr", with_artifact=False)
-        mount = cv.mount_datastore(tmp_path / "src.zarr", tmp_path / "tgt.zarr")
+    def store_kwargs(
+        self, tmp_path: Path, mounted_source: tuple[Path, MountRecord, dict[str, Any]]
+    ) -> dict[str, Any]:
+        source, record, infos = mounted_source
         # The suite expects to start from an empty store: give the mount's
         # verified record and source an empty target of its own.
         return {
             "target": LocalStore(tmp_path / "suite-target"),
-            "source": LocalStore(tmp_path / "src.zarr", read_only=True),
-            "record": mount.record,
-            "infos": {
-                "RNA": verify_assay(
-                    LocalStore(tmp_path / "src.zarr", read_only=True),
-                    AssayPaths("RNA"),
-                    where="src",
-                )
-            },
+            "source": LocalStore(source, read_only=True),
+            "record": record,
+            "infos": infos,
         }
 
     def test_store_repr(self, store: cv.MountStore) -> None:
@@ -96,11 +109,25 @@ class TestMountStoreContract(StoreTests[cv.MountStore, cpu.Buffer]):
 # ------------------------------------------------------------------ rules
 
 
-@pytest.fixture
-def mounted(tmp_path: Path) -> tuple[cv.MountStore, Path, Path, str]:
-    artifact_id = make_source(tmp_path / "src.zarr")
+@pytest.fixture(scope="module")
+def pristine_mount(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A source with an artifact and its mount, built once and never opened after:
+    each test gets a copy (tests change the source, the target and its record)."""
+    root = tmp_path_factory.mktemp("pristine")
+    artifact_id = make_source(root / "src.zarr")
     assert artifact_id is not None
-    mount = cv.mount_datastore(tmp_path / "src.zarr", tmp_path / "tgt.zarr")
+    cv.mount_datastore(root / "src.zarr", root / "tgt.zarr").close()
+    return root, artifact_id
+
+
+@pytest.fixture
+def mounted(
+    pristine_mount: tuple[Path, str], tmp_path: Path
+) -> tuple[cv.MountStore, Path, Path, str]:
+    template, artifact_id = pristine_mount
+    copy_stores(template, tmp_path)  # the record's source location is the copy's
+    mount = cv.open_store(tmp_path / "tgt.zarr", mode="r+")
+    assert isinstance(mount, cv.MountStore)
     return mount, tmp_path / "src.zarr", tmp_path / "tgt.zarr", artifact_id
 
 

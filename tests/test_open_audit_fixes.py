@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from store_copies import copy_stores
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, WrapperStore
 
@@ -31,28 +32,41 @@ def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path.write_text(json.dumps(document))
 
 
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stores of the fixtures below, built once and never opened after."""
+    root = tmp_path_factory.mktemp("pristine")
+    cv.write_counts(root / "s.zarr", np.arange(1, 7).reshape(3, 2))
+    cv.create_composite(root / "c.zarr", {"s": root / "s.zarr"}).close()
+    cv.mount_datastore(root / "s.zarr", root / "m.zarr").close()
+    cv.write_counts(root / "adt.zarr", np.ones((3, 2)), assay="ADT")
+    cv.mount_datastore(root / "adt.zarr", root / "madt.zarr").close()
+    return root
+
+
 @pytest.fixture
-def source(tmp_path: Path) -> Path:
+def copied(pristine: Path, tmp_path: Path) -> Path:
+    """A copy of the stores of ``pristine`` in ``tmp_path``, the records naming the
+    copied sources: tests edit and rewrite them (a new build was ~1.5 s a test)."""
+    return copy_stores(pristine, tmp_path)
+
+
+@pytest.fixture
+def source(copied: Path) -> Path:
     """An ordinary RNA store of 3 cells x 2 features."""
-    location = tmp_path / "s.zarr"
-    cv.write_counts(location, np.arange(1, 7).reshape(3, 2))
-    return location
+    return copied / "s.zarr"
 
 
 @pytest.fixture
-def composite(tmp_path: Path, source: Path) -> Path:
+def composite(copied: Path) -> Path:
     """A composite of ``source``."""
-    location = tmp_path / "c.zarr"
-    cv.create_composite(location, {"s": source}).close()
-    return location
+    return copied / "c.zarr"
 
 
 @pytest.fixture
-def mount(tmp_path: Path, source: Path) -> Path:
+def mount(copied: Path) -> Path:
     """A mounted target of ``source``."""
-    location = tmp_path / "m.zarr"
-    cv.mount_datastore(source, location).close()
-    return location
+    return copied / "m.zarr"
 
 
 # --------------------------------- 1. a stored array where a virtual one is served
@@ -124,13 +138,9 @@ def test_the_check_costs_one_listing_of_the_assay_group(composite: Path) -> None
 
 
 @pytest.fixture
-def adt_mount(tmp_path: Path) -> tuple[Path, Path]:
+def adt_mount(copied: Path) -> tuple[Path, Path]:
     """A mount of an ADT-only source (no countsT)."""
-    adt = tmp_path / "adt.zarr"
-    cv.write_counts(adt, np.ones((3, 2)), assay="ADT")
-    target = tmp_path / "madt.zarr"
-    cv.mount_datastore(adt, target).close()
-    return adt, target
+    return copied / "adt.zarr", copied / "madt.zarr"
 
 
 def test_an_intact_mount_of_an_adt_source_opens(adt_mount: tuple[Path, Path]) -> None:

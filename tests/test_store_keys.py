@@ -25,6 +25,7 @@ from conftest import realistic_counts
 from cytearc_vfs_adapters.anndata_output import anndata_view
 from cytearc_vfs_adapters.backends import SharedClientObjectStore
 from hypothesis import given
+from store_copies import copy_stores
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.storage import LocalStore
@@ -158,6 +159,16 @@ class World:
         (root / "plain.zarr").mkdir()
         (root / "plain.zarr" / "zarr.json").write_bytes(b"{}")
         self.cache = SourceCache(1 << 20)
+
+    @classmethod
+    def copied_from(cls, template: World, root: Path) -> World:
+        """The stores of ``template`` copied into ``root``: what building them there makes."""
+        made = object.__new__(cls)
+        made.root = copy_stores(template.root, root)
+        made.victim_file = root / VICTIM / "secret.txt"
+        made.source_artifact = template.source_artifact
+        made.cache = SourceCache(1 << 20)
+        return made
 
     def stores(self) -> dict[str, Store]:
         plain = LocalStore(self.root / "plain.zarr")
@@ -409,9 +420,21 @@ async def test_names_that_only_look_like_escapes_stay_inside(tmp_path: Path, key
 # ----------------------------------------------- the review's bypasses, by name
 
 
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Built once and never opened: each test below changes a copy of its own."""
+    made = World(tmp_path_factory.mktemp("pristine"))
+    yield made
+    made.cache.close()
+
+
 @pytest.fixture
-def fresh(tmp_path: Path) -> World:
-    return World(tmp_path)
+def fresh(pristine: World, tmp_path: Path) -> Iterator[World]:
+    # a copy, not a new build: each build wrote two stores, a composite, a
+    # mount and an artifact (1-1.5 s a test, 23 tests)
+    made = World.copied_from(pristine, tmp_path)
+    yield made
+    made.cache.close()
 
 
 async def test_composite_delete_of_a_sibling_source_is_refused(fresh: World) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import shutil
 import threading
 from pathlib import Path
 
@@ -193,14 +194,24 @@ def _write_with(kind: str, sources: Path, destination: Store | Path, overwrite: 
         cv.repack(sources / "a.zarr", destination, overwrite=overwrite)
 
 
+@pytest.fixture(scope="module")
+def pristine_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Sources a.zarr and b.zarr, written once and never opened after."""
+    root = tmp_path_factory.mktemp("sources")
+    cv.write_counts(root / "a.zarr", realistic_counts(600, 80, seed=3))
+    cv.write_counts(root / "b.zarr", realistic_counts(400, 80, seed=4))
+    return root
+
+
 @pytest.mark.parametrize("kind", ["write", "composite", "mount", "repack"])
 @pytest.mark.parametrize("fail_at", [2, 6, 15, -1, 0])
 def test_every_writer_on_a_full_disk_refuses_to_open_and_reruns(
-    tmp_path: Path, kind: str, fail_at: int
+    pristine_sources: Path, tmp_path: Path, kind: str, fail_at: int
 ) -> None:
     """``fail_at`` counts writes from the first, or (0, -1) from the commit, the last."""
-    cv.write_counts(tmp_path / "a.zarr", realistic_counts(600, 80, seed=3))
-    cv.write_counts(tmp_path / "b.zarr", realistic_counts(400, 80, seed=4))
+    # copies of the sources, not new writes (two stores a case, 20 cases)
+    for name in ("a.zarr", "b.zarr"):
+        shutil.copytree(pristine_sources / name, tmp_path / name)
     if fail_at <= 0:
         counted = _full_disk(tmp_path / "counted.zarr", None)
         _write_with(kind, tmp_path, counted, overwrite=False)
