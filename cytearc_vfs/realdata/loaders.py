@@ -116,8 +116,9 @@ def celltypist_sample(*, cache_dir: PathLike | None = None) -> ad.AnnData:
 
 
 #: The CellTypist sample parsed, by its cached file: its CSV takes seconds to
-#: parse (its parsed copy on disk tens of milliseconds to read), a copy milliseconds. ``fetch`` verifies the file's pinned sha256 on
-#: every call, so a file kept here is the pinned one.
+#: parse (its parsed copy on disk tens of milliseconds to read), a copy
+#: milliseconds. ``fetch`` verifies the file's pinned sha256 on every call, so a
+#: file kept here is the pinned one.
 _PARSED_CELLTYPIST: dict[tuple[Path, int, int], ad.AnnData] = {}
 
 

@@ -90,8 +90,8 @@ def store_parsed(path: Path, source: Path, parsed: ParsedCounts) -> None:
         _log.info("cannot keep a parsed copy at %s (%s)", path, exc)
         return
     try:
-        os.fchmod(handle, 0o644)  # as the cached member itself (mkstemp makes 0o600)
         with os.fdopen(handle, "wb") as file:
+            os.fchmod(file.fileno(), 0o644)  # as the cached member (mkstemp makes 0o600)
             np.savez(
                 file,
                 data=parsed.matrix.data,
