@@ -17,13 +17,12 @@ from typing import Any
 
 import anndata as ad
 import numpy as np
-import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
-from test_anndata_sources import GENES, adata, write
+from test_anndata_sources import remote_parts, write
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.tables import read_table
@@ -66,15 +65,7 @@ def written(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Wr
     uploaded once for the module: most tests only read them (writing them was most of
     each test's time); a test that changes them takes ``own_flaky``."""
     directory = tmp_path_factory.mktemp("anndata_remote_faults")
-    parts = {
-        "r3": adata(500, GENES[:40], "a", seed=11),
-        "r2": adata(300, GENES[20:], "b", seed=12, encoding="csc"),
-    }
-    rng = np.random.default_rng(13)
-    parts["r3"].obs["kind"] = pd.Categorical(rng.choice(["t", "b", "nk"], 500))
-    parts["r3"].obs["depth"] = rng.random(500)
-    parts["r2"].obs["depth"] = rng.random(300)
-    parts["r2"].var["symbol"] = [f"S{i}" for i in range(parts["r2"].n_vars)]
+    parts = remote_parts()
     local = {
         name: write(data, directory / f"{name}.zarr", int(name[1])) for name, data in parts.items()
     }

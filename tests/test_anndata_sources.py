@@ -459,15 +459,9 @@ def test_a_csr_read_of_some_cells_touches_only_their_chunks(tmp_path: Path) -> N
 # ------------------------------------------------------------ remote
 
 
-@pytest.fixture
-def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    import obstore
-    from obstore.store import from_url
-
-    proxy = LoopbackProxy(s3_server.endpoint)
-    bucket = s3_server.new_bucket()
-    direct = s3_server.storage_options()
-    raw = from_url(f"s3://{bucket}", **direct)
+def remote_parts() -> dict[str, ad.AnnData]:
+    """The two AnnData sources the remote tests upload (zarr v3 CSR, v2 CSC), with obs
+    and var columns: here and in ``test_anndata_remote_faults``."""
     parts = {
         "r3": adata(500, GENES[:40], "a", seed=11),
         "r2": adata(300, GENES[20:], "b", seed=12, encoding="csc"),
@@ -477,6 +471,19 @@ def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, An
     parts["r3"].obs["depth"] = rng.random(500)
     parts["r2"].obs["depth"] = rng.random(300)
     parts["r2"].var["symbol"] = [f"S{i}" for i in range(parts["r2"].n_vars)]
+    return parts
+
+
+@pytest.fixture
+def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    import obstore
+    from obstore.store import from_url
+
+    proxy = LoopbackProxy(s3_server.endpoint)
+    bucket = s3_server.new_bucket()
+    direct = s3_server.storage_options()
+    raw = from_url(f"s3://{bucket}", **direct)
+    parts = remote_parts()
     for name, data in parts.items():
         local = write(data, tmp_path / f"{name}.zarr", int(name[1]))
         for file in local.rglob("*"):
