@@ -8,7 +8,8 @@ blocks, because count matrices are mostly zeros and anything computed from
 loaded count matrix has; a block is dense only while it is read. ``obs`` and
 ``var`` are read from the tables at once (they are small beside the counts)
 by the rule of :mod:`.columns`. With ``lazy=False`` ``X`` is a CSR matrix
-assembled band by band, so the dense matrix is never in memory.
+filled band by band, so the dense matrix is never in memory, and refused up
+front when it would not fit (:mod:`.loading`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .columns import (
     membership_column,
     membership_uns,
 )
+from .loading import loaded_counts
 from .opened import OpenedAssay, open_assay
 
 __all__ = ["band_rows", "cell_bands", "read_frames", "to_anndata"]
@@ -208,14 +210,6 @@ def lazy_counts(opened: OpenedAssay, workspace: str | None = None) -> Any:
     )
 
 
-def loaded_counts(opened: OpenedAssay) -> sp.csr_matrix:
-    """``X`` read band by band into one CSR matrix (never dense as a whole)."""
-    blocks = [block for _, block in cell_bands(opened)]
-    if not blocks:
-        return sp.csr_matrix(opened.shape, dtype=opened.reader.dtype)
-    return sp.csr_matrix(sp.vstack(blocks, format="csr"))
-
-
 def to_anndata(
     location: Location | Store,
     assay: str = "RNA",
@@ -253,6 +247,12 @@ def to_anndata(
         assay's membership column as an ordinary ``obs`` column declared in
         ``uns["cytearc"]["assayMembership"]``.
 
+    Raises
+    ------
+    LoadTooLargeError
+        ``lazy=False`` where the loaded ``X`` would not fit in the memory
+        available (a ``MemoryError``), before it is read.
+
     Examples
     --------
     >>> adata = cv.to_anndata("pbmc.zarr")  # doctest: +SKIP
@@ -268,5 +268,5 @@ def to_anndata(
         source_storage_options=source_storage_options,
     )
     obs, var, uns = read_frames(opened)
-    counts = lazy_counts(opened, workspace) if lazy else loaded_counts(opened)
+    counts = lazy_counts(opened, workspace) if lazy else loaded_counts(opened, cell_bands(opened))
     return anndata.AnnData(X=counts, obs=obs, var=var, uns=uns)

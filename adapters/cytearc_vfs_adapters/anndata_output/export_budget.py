@@ -54,6 +54,7 @@ __all__ = [
     "MIN_BAND_BYTES",
     "STREAM_CHUNK",
     "BandPlan",
+    "entry_counts",
     "plan_bands",
     "table_bytes",
 ]
@@ -110,7 +111,7 @@ def table_bytes(*frames: pd.DataFrame) -> int:
     return sum(int(frame.memory_usage(index=True, deep=True).sum()) for frame in frames)
 
 
-def _entry_counts(opened: OpenedAssay) -> npt.NDArray[np.int64] | None:
+def entry_counts(opened: OpenedAssay) -> npt.NDArray[np.int64] | None:
     """Each cell's non-zero count, or ``None`` where the store cannot say (see above)."""
     if opened.reader.dtype.kind != "u":
         return None
@@ -153,7 +154,7 @@ def plan_bands(
     value = opened.reader.dtype.itemsize
     entry = value + index_dtype(n_features).itemsize
     dense_row = n_features * value
-    counts = _entry_counts(opened)
+    counts = entry_counts(opened)
     entries = np.full(n_cells, n_features, np.int64) if counts is None else counts
     # bytes each cell adds to a band, read and appended
     read = entries * (_READ_ENTRY_COPIES * entry) + (
