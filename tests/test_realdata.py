@@ -235,6 +235,36 @@ def test_celltypist_is_kept_parsed_beside_its_file(
     assert not list(tmp_path.glob("parsed-*")) and not list(tmp_path.glob(".parsed-*"))
 
 
+def test_parsed_copy_temporaries_of_killed_writers_are_removed(tmp_path: Path) -> None:
+    """A temporary left by a process killed while writing the parsed copy is removed by
+    the next write; one young enough to be another process's write in progress stays."""
+    import os
+    import time
+
+    import scipy.sparse as sp
+
+    from cytearc_vfs.realdata import parsed_cache
+
+    source = tmp_path / "sample.csv"
+    source.write_text(",A\nCell_1,1\n")
+    path = parsed_cache.parsed_path(tmp_path, "ab" * 32)
+    stale = tmp_path / f".{path.name}.killed.tmp"
+    live = tmp_path / f".{path.name}.writing.tmp"
+    other = tmp_path / ".unrelated.tmp"
+    for temporary in (stale, live, other):
+        temporary.write_bytes(b"partial")
+    old = time.time() - parsed_cache.STALE_TEMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    parsed = parsed_cache.ParsedCounts(
+        sp.csr_matrix(np.ones((1, 1), np.float32)), ["Cell_1"], ["A"]
+    )
+    parsed_cache.store_parsed(path, source, parsed)
+    assert not stale.exists() and live.exists() and other.exists()
+    assert parsed_cache.load_parsed(path, source) is not None
+    assert sorted(p.name for p in tmp_path.glob(f".{path.name}.*")) == [live.name]
+
+
 # --------------------------------------------------------------------------- registry
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,21 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-__all__ = ["PARSED_FORMAT", "ParsedCounts", "load_parsed", "parsed_path", "store_parsed"]
+__all__ = [
+    "PARSED_FORMAT",
+    "STALE_TEMP_SECONDS",
+    "ParsedCounts",
+    "load_parsed",
+    "parsed_path",
+    "store_parsed",
+]
 
 _log = logging.getLogger(__name__)
 
 #: Bumped when what is stored changes; copies of another format are not read.
 PARSED_FORMAT = 1
+#: Age after which a temporary of a parsed copy is taken as left by a killed process.
+STALE_TEMP_SECONDS = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +88,28 @@ def load_parsed(path: Path, source: Path) -> ParsedCounts | None:
     return ParsedCounts(matrix, cells, features)
 
 
+def _remove_stale_temps(path: Path) -> None:
+    # Writers hold no lock (a copy is renamed in whole), so another process
+    # may be writing its temporary now: only one far older than a write
+    # takes (seconds) is taken as left behind by a process that was killed.
+    horizon = time.time() - STALE_TEMP_SECONDS
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if stale.stat().st_mtime < horizon:
+                stale.unlink()
+        except OSError:  # gone already, or not ours to remove: the next write tries again
+            continue
+
+
 def store_parsed(path: Path, source: Path, parsed: ParsedCounts) -> None:
     """Keep ``parsed`` (of the file ``source``) at ``path``, whole or not at all (a
     temporary renamed in).
 
     A cache that cannot be written is no error: the next load parses again.
+    Temporaries left by processes killed while writing (older than
+    :data:`STALE_TEMP_SECONDS`) are removed first.
     """
+    _remove_stale_temps(path)
     try:
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
