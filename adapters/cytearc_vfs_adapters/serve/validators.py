@@ -10,21 +10,27 @@ anyway (``getsize``); no value is read and no composite chunk is computed:
   ``mtime_ns``, inode and device (a rewrite in place moves the mtime, a
   replace by rename brings a new inode), and ``Last-Modified`` from the
   mtime once its second has passed (a date of the current second could
-  stay the same over a second write); one ``stat`` gives the size as well;
+  stay the same over a second write); one ``stat`` gives the size as well.
+  An ordinary store's files get their tag at once: this package writes its
+  shards whole and does not rewrite them while served, and a client that
+  pins versions from a listing (this package reading a served store as a
+  source) must find the same tag in the listing and in every later ``GET``;
 * a composite's computed keys (its count arrays' documents and chunks): the
   composite's record (source bindings with their fingerprints, mapping
   fingerprints, array documents), which the open verified against every
   source, plus the key: a verified composite is immutable, and a source that
   changes after the open is refused (``502``), never read. No time is sent:
   a computed chunk has none. Every other key of a composite is its backing
-  store's, described as that store's;
+  store's, described as that store's, settled (below);
 * a mount: a target key from the target's store, a key the source serves
   from the source's store (an ``s``/``t`` mark keeps the two apart). A
-  target file whose mtime is less than :data:`SETTLED_SECONDS` old gets no
-  validators: the target is written by other processes, and two writes of
-  the same size in one clock tick would leave size, mtime and inode equal;
-  a source key read through the remote pins gets its pinned version, and
-  none before it is pinned;
+  target file is *settled*: one whose mtime is less than
+  :data:`SETTLED_SECONDS` old gets no validators, since the target is
+  written by other processes and two writes of the same size in one clock
+  tick would leave size, mtime and inode equal; a target on an object store
+  gets none. A source key read through the remote pins gets its pinned
+  version (the pinned store reads it with ``If-Match`` on it), and none
+  before it is pinned;
 * an object store (obstore, zarr's ``ObjectStore``): the backend's own
   ``ETag`` (or object version) from the ``HEAD`` that gives the size;
   fsspec: the ``ETag`` its ``info`` reports; none when the backend has none;
@@ -44,6 +50,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +92,6 @@ class Validators:
 
     def fields(self) -> list[tuple[str, str]]:
         """The ``ETag`` and ``Last-Modified`` fields of an answer."""
-        from email.utils import formatdate
-
         fields = []
         if self.etag is not None:
             fields.append(("ETag", self.etag))
@@ -134,9 +139,10 @@ async def describe(store: Store, key: str) -> Described | None:
     Raises what the backend raises for other failures (the server answers them ``5xx``).
     """
     if isinstance(store, CompositeStore):
-        if computed_on_read(store, key) or _is_virtual_document(store, key):
+        if computed_on_read(store, key):  # the count arrays' documents and chunks
             return Described(Validators(_composite_tag(store, key)), None)
-        return await describe(store.backing, key)
+        # analyses write the composite's own keys, maybe in another process
+        return await _describe_plain(store.backing, key, settled=True)
     if isinstance(store, MountStore):
         owner, from_source = await store.owner_of(key)
         described = await _describe_mount_side(owner, key, settled=not from_source)
@@ -148,10 +154,6 @@ async def describe(store: Store, key: str) -> Described | None:
             Validators(f'"{mark}{tag[1:]}', described.validators.modified), described.size
         )
     return await _describe_plain(store, key, settled=False)
-
-
-def _is_virtual_document(store: CompositeStore, key: str) -> bool:
-    return key.removesuffix("/zarr.json") in store.record.arrays and key.endswith("/zarr.json")
 
 
 def _composite_tag(store: CompositeStore, key: str) -> str:
