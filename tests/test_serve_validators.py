@@ -23,7 +23,6 @@ from pathlib import Path
 from unittest import mock
 from urllib.parse import urlsplit
 
-import numpy as np
 import pytest
 from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
@@ -31,7 +30,7 @@ from cytearc_vfs_adapters.serve.conditions import entity_tags, precondition, ran
 from cytearc_vfs_adapters.serve.protocol import parse_head
 from cytearc_vfs_adapters.serve.validators import SETTLED_SECONDS, Validators
 from s3_server import S3Server
-from test_serve import propfind, request
+from test_serve import make_mount, propfind, request
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
@@ -41,7 +40,6 @@ import cytearc_vfs.composite.create as composite_create
 
 #: Every file of the test stores is dated here: a real time, long settled.
 PAST = 1_700_000_000
-PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
 
 
 def age(root: Path, when: int = PAST) -> None:
@@ -72,16 +70,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Stores:
         cv.create_composite(
             root / "comp.zarr", {"a": root / "a.zarr", "b": root / "b.zarr"}
         ).close()
-    source = root / "msrc.zarr"
-    cv.write_counts(source, realistic_counts(80, 20, density=0.2, seed=9))
-    writable = cv.open_store(source, mode="r+")
-    with cv.publish_artifact(writable, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
-        art.write_array("data", np.arange(160, dtype=np.float64).reshape(80, 2))
-    mount = cv.mount_datastore(source, root / "mount.zarr")
-    with cv.publish_artifact(mount, "artifacts", "cell_selection", provenance=PROVENANCE) as sel:
-        sel.write_array("mask", np.arange(80) % 3 == 0)
+    artifact = make_mount(root)
     age(root)
-    return Stores(root / "a.zarr", root / "comp.zarr", root / "mount.zarr", art.artifact_id)
+    return Stores(root / "a.zarr", root / "comp.zarr", root / "mount.zarr", artifact)
 
 
 @pytest.fixture

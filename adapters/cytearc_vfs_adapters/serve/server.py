@@ -15,7 +15,8 @@ and sent in pieces (:mod:`.pieces`, read by :mod:`.values`), so a slow
 client holds one piece, not a whole value.
 
 What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
-byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings (JSON, or the HTML
+byte range (:mod:`.ranges`), their ``ETag`` and ``Last-Modified``
+(:mod:`.validators`) and conditions (:mod:`.conditions`), ``GET /PREFIX/`` listings (JSON, or the HTML
 index fsspec reads) and ``PROPFIND`` with ``Depth`` 0 or 1 (the WebDAV
 listing object_store reads; :mod:`.listings`), ``405`` for every other
 method; keys pass the package's key rule (:mod:`.targets`). A store error
