@@ -23,6 +23,7 @@ from pathlib import Path
 from unittest import mock
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
@@ -30,7 +31,9 @@ from cytearc_vfs_adapters.serve.conditions import entity_tags, precondition, ran
 from cytearc_vfs_adapters.serve.protocol import parse_head
 from cytearc_vfs_adapters.serve.validators import SETTLED_SECONDS, Validators
 from s3_server import S3Server
-from test_serve import make_mount, propfind, request
+from test_remote_fsspec_faults import fsspec_options
+from test_serve import PROVENANCE, all_keys, make_mount, propfind, request
+from test_serve import stored as stored_value
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
@@ -441,12 +444,18 @@ def test_obstore_revalidates_through_the_server(served: tuple[Store, StoreServer
 
 
 @pytest.mark.remote
-def test_a_remote_store_sends_its_backends_tag(s3_server: S3Server) -> None:
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+def test_a_remote_store_sends_its_backends_tag(s3_server: S3Server, backend: str) -> None:
     bucket = s3_server.new_bucket()
     options = s3_server.storage_options()
     location = f"s3://{bucket}/r.zarr"
     cv.write_counts(location, realistic_counts(200, 30, seed=4), storage_options=options)
-    store = cv.open_store(location, storage_options=options)
+    reading = options if backend == "obstore" else fsspec_options(s3_server.endpoint)
+    store = cv.open_store(location, storage_options=reading)
+    assert (
+        type(store).__name__
+        == {"obstore": "SharedClientObjectStore", "fsspec": "FsspecStore"}[backend]
+    )
     with StoreServer.start(store) as server:
         key = "RNA/counts/zarr.json"
         status, headers = head(server.url, key)
@@ -462,9 +471,41 @@ def test_a_remote_store_sends_its_backends_tag(s3_server: S3Server) -> None:
             server.url, "GET", "/" + key, {"Range": "bytes=0-4", "If-Range": tag}
         )
         assert (status, ranged, headers["etag"]) == (206, body[:5], tag)
+        _, _, listing = propfind(server.url, "/RNA/counts/", "1")
+        assert f"<D:getetag>{tag}</D:getetag>" in listing.decode()
         # the object replaced: another backend ETag, another tag
         replaced = cv.open_store(location, mode="r+", storage_options=options)
         sync(replaced.set(key, default_buffer_prototype().buffer.from_bytes(body + b" ")))
         status, headers, _ = request(server.url, "GET", "/" + key, {"If-None-Match": tag})
         assert status == 200 and headers["etag"] != tag
+    store.close()
+
+
+@pytest.mark.remote
+def test_a_mount_of_a_remote_source_tags_only_pinned_keys(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    source = f"s3://{bucket}/src.zarr"
+    cv.write_counts(source, realistic_counts(80, 20, density=0.2, seed=9), storage_options=options)
+    writable = cv.open_store(source, mode="r+", storage_options=options)
+    with cv.publish_artifact(writable, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+        art.write_array("data", np.arange(160, dtype=np.float64).reshape(80, 2))
+    cv.mount_datastore(source, tmp_path / "m.zarr", source_storage_options=options).close()
+    store = cv.open_store(tmp_path / "m.zarr", source_storage_options=options)
+    group = f"RNA/artifacts/pca/{art.artifact_id}"
+    chunk = next(key for key in all_keys(store) if key.startswith(f"{group}/data/c/"))
+    with StoreServer.start(store) as server:
+        # not pinned before it is first asked for: no tag it could keep over a replace
+        assert "etag" not in head(server.url, chunk)[1]
+        # asked once, the object is pinned: every later read is checked against the pin
+        status, headers, body = request(server.url, "GET", "/" + chunk)
+        tag = headers["etag"]
+        assert status == 200 and tag.startswith('"s') and head(server.url, chunk)[1]["etag"] == tag
+        assert body == stored_value(store, chunk)
+        status, headers, _ = request(server.url, "GET", "/" + chunk, {"If-None-Match": tag})
+        assert (status, headers["etag"]) == (304, tag)
+        # a source document is not pinned: none
+        assert "etag" not in head(server.url, f"{group}/zarr.json")[1]
     store.close()

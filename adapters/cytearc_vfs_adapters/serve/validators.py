@@ -33,7 +33,8 @@ anyway (``getsize``); no value is read and no composite chunk is computed:
   before it is pinned;
 * an object store (obstore, zarr's ``ObjectStore``): the backend's own
   ``ETag`` (or object version) from the ``HEAD`` that gives the size;
-  fsspec: the ``ETag`` its ``info`` reports; none when the backend has none;
+  fsspec: the ``ETag`` its ``info`` reports, asked of the backend (its
+  listing cache is dropped for the key first); none when the backend has none;
 * anything else: no validators.
 
 The value is the store kind's identity hashed with the key (the composite
@@ -225,6 +226,8 @@ async def _describe_object(store: ObjectStore[Any], key: str) -> Described | Non
 
 async def _describe_fsspec(store: FsspecStore, key: str) -> Described | None:
     path = f"{store.path.rstrip('/')}/{key}" if store.path else key
+    # s3fs answers info from a cached listing, which may describe an older object
+    store.fs.invalidate_cache(path)
     try:
         info = await store.fs._info(path)
     except FileNotFoundError:
