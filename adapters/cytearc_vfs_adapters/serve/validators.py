@@ -50,6 +50,7 @@ import json
 import os
 import stat
 import time
+import weakref
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
@@ -79,6 +80,9 @@ SETTLED_SECONDS = 2.0
 #: Changes when the bytes of a computed chunk would change for the same record
 #: (how this package lays a chunk out): part of every composite tag.
 _COMPUTED_LAYOUT = "cytearc-computed-chunk/1"
+#: A composite's record, digested once per open store (a record of many sources
+#: is large; every HEAD of a chunk needs it).
+_RECORD_DIGESTS: weakref.WeakKeyDictionary[CompositeStore, str] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,15 +162,20 @@ async def describe(store: Store, key: str) -> Described | None:
 
 
 def _composite_tag(store: CompositeStore, key: str) -> str:
-    record = store.record
-    identity = {
-        "layout": _COMPUTED_LAYOUT,
-        "record": record.to_json(),
-        # verified against every source as the composite opened
-        "sources": [[s.name, s.dataset_fingerprint, s.counts_fingerprint] for s in record.sources],
-        "key": key,
-    }
-    return _quoted(json.dumps(identity, sort_keys=True, default=str))
+    digest = _RECORD_DIGESTS.get(store)
+    if digest is None:
+        record = store.record
+        identity = {
+            "layout": _COMPUTED_LAYOUT,
+            "record": record.to_json(),
+            # verified against every source as the composite opened
+            "sources": [
+                [s.name, s.dataset_fingerprint, s.counts_fingerprint] for s in record.sources
+            ],
+        }
+        encoded = json.dumps(identity, sort_keys=True, default=str).encode()
+        digest = _RECORD_DIGESTS[store] = hashlib.sha256(encoded).hexdigest()
+    return _quoted(f"{digest}:{key}")
 
 
 async def _describe_mount_side(store: Store, key: str, *, settled: bool) -> Described | None:
