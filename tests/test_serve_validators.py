@@ -509,3 +509,42 @@ def test_a_mount_of_a_remote_source_tags_only_pinned_keys(
         # a source document is not pinned: none
         assert "etag" not in head(server.url, f"{group}/zarr.json")[1]
     store.close()
+
+
+@pytest.mark.remote
+def test_a_remote_tag_costs_no_request_the_answer_did_not_make(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """obstore's calls counted as they pass (each still goes to the S3 server)."""
+    import obstore
+
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    location = f"s3://{bucket}/c.zarr"
+    cv.write_counts(location, realistic_counts(100, 20, seed=5), storage_options=options)
+    store = cv.open_store(location, storage_options=options)
+    calls: dict[str, int] = {}
+    for name in ("head_async", "get_async", "get_range_async"):
+        real = getattr(obstore, name)
+
+        def counted(*args: object, _real: object = real, _name: str = name, **kw: object) -> object:
+            calls[_name] = calls.get(_name, 0) + 1
+            return _real(*args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(obstore, name, counted)
+
+    def cost(method: str, key: str, fields: dict[str, str] | None = None) -> tuple[int, int, int]:
+        calls.clear()
+        status = request(server.url, method, "/" + key, fields)[0]
+        reads = calls.get("get_async", 0) + calls.get("get_range_async", 0)
+        return status, calls.get("head_async", 0), reads
+
+    key = "RNA/counts/zarr.json"
+    with StoreServer.start(store) as server:
+        tag = head(server.url, key)[1]["etag"]
+        assert cost("HEAD", key) == (200, 1, 0)  # the HEAD that gives the size gives the tag
+        assert cost("GET", key) == (200, 0, 1)  # a whole small value: one read, as before
+        assert cost("GET", key, {"If-None-Match": tag}) == (304, 1, 0)  # a HEAD, no read
+        assert cost("GET", key, {"If-None-Match": '"other"'}) == (200, 1, 1)
+        assert cost("GET", key, {"Range": "bytes=0-3"}) == (206, 1, 1)  # its size, then bytes
+    store.close()
