@@ -191,7 +191,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
             expected[offset : offset + len(values), column[gene]] = values[:, j]
         offset += len(values)
 
-    # a mount whose source holds an artifact (read through) and whose target holds one
+    return World(
+        root,
+        root / "a.zarr",
+        root / "comp.zarr",
+        root / "mount.zarr",
+        dense,
+        expected,
+        make_mount(root),
+    )
+
+
+def make_mount(root: Path) -> str:
+    """``root/mount.zarr``, whose source ``root/msrc.zarr`` holds an artifact (read
+    through) and whose target holds one; returns the source artifact's id."""
     source = root / "msrc.zarr"
     cv.write_counts(source, realistic_counts(80, 20, density=0.2, seed=9))
     writable = cv.open_store(source, mode="r+")
@@ -200,15 +213,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     mount = cv.mount_datastore(source, root / "mount.zarr")
     with cv.publish_artifact(mount, "artifacts", "cell_selection", provenance=PROVENANCE) as sel:
         sel.write_array("mask", np.arange(80) % 3 == 0)
-    return World(
-        root,
-        root / "a.zarr",
-        root / "comp.zarr",
-        root / "mount.zarr",
-        dense,
-        expected,
-        art.artifact_id,
-    )
+    return art.artifact_id
 
 
 @dataclass
@@ -568,7 +573,7 @@ def test_range_requests(composite: Served) -> None:
             assert key in got.decode()
         else:
             assert got == body and "content-range" not in headers, header
-    # If-Range cannot match (no validators are sent): the whole value
+    # If-Range naming other bytes than the key's: the whole value
     status, headers, got = request(
         composite.url, "GET", "/" + key, {"Range": "bytes=0-9", "If-Range": '"x"'}
     )

@@ -350,6 +350,16 @@ class MountStore(KeyCheckedStore):
         assert place.group is not None
         return self._source if await self._owner(place.group) == "source" else self._target
 
+    async def owner_of(self, key: str) -> tuple[Store, bool]:
+        """The store that serves ``key`` now, and whether it is the source.
+
+        The source is the store as it is read (through its pins and cache).
+        Costs what a ``getsize`` costs: whether an artifact group is the
+        target's or the source's is asked once per group, then remembered.
+        """
+        store = await self._store_for(self._check_key(key, "get"))
+        return store, store is self._source
+
     # -------------------------------------------------------------- reading
 
     async def get(

@@ -6,7 +6,9 @@ languages (tensorstore, zarrita, R) read a composite's computed chunks as
 plain Zarr v3 over HTTP: the server (``server``), its options and stats
 (``options``), its listening socket (``sockets``), request heads
 (``protocol``), request targets to checked store keys (``targets``),
-byte ranges (``ranges``), answers and error statuses (``answers``) and the
+byte ranges (``ranges``), validators (``validators``: ``ETag`` and
+``Last-Modified`` per store kind) and conditional requests (``conditions``),
+answers and error statuses (``answers``) and the
 bodies of directory listings, HTML for fsspec, WebDAV multistatus for
 obstore, JSON (``listings``). ``docs/serve.md`` states what is answered.
 

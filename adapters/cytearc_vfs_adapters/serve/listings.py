@@ -11,7 +11,8 @@ JSON listing this server first offered:
   multistatus: each ``response`` has an ``href``, one ``propstat`` whose
   ``status`` says ``200 OK``, and in its ``prop`` a ``getlastmodified`` (an
   RFC 1123 date, required), a ``resourcetype`` (``collection`` for a
-  directory) and, for a key, its ``getcontentlength``: :func:`multistatus`.
+  directory) and, for a key, its ``getcontentlength`` (and ``getetag``,
+  which obstore reports as the object's ``e_tag``): :func:`multistatus`.
 
 :func:`wants_json` picks between the JSON document and the HTML index from
 the request's ``Accept`` field. Names are percent-encoded in links and
@@ -25,6 +26,7 @@ import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from email.utils import formatdate
 from urllib.parse import quote
 
 __all__ = [
@@ -46,6 +48,10 @@ class Entry:
     """The key, or the directory's prefix without its final ``/`` (``""``: the root)."""
     size: int | None
     """The value's size in bytes; ``None`` for a directory."""
+    etag: str | None = None
+    """The key's ``ETag`` (quoted), when its store gives one (``getetag``)."""
+    modified: int | None = None
+    """The key's real modification time (seconds since the epoch), when it has one."""
 
     @property
     def is_directory(self) -> bool:
@@ -143,12 +149,15 @@ def html_index(prefix: str, children: Sequence[Entry]) -> bytes:
     return "\n".join(lines).encode("utf-8")
 
 
-def _response(entry: Entry, modified: str) -> str:
+def _response(entry: Entry, started: str) -> str:
     location = html.escape(href(entry.path, directory=entry.is_directory), quote=False)
     if entry.is_directory:
         kind = "<D:resourcetype><D:collection/></D:resourcetype>"
     else:
         kind = f"<D:resourcetype/><D:getcontentlength>{entry.size}</D:getcontentlength>"
+    if entry.etag is not None:
+        kind += f"<D:getetag>{html.escape(entry.etag, quote=False)}</D:getetag>"
+    modified = started if entry.modified is None else formatdate(entry.modified, usegmt=True)
     return (
         f"<D:response><D:href>{location}</D:href><D:propstat><D:prop>{kind}"
         f"<D:getlastmodified>{modified}</D:getlastmodified></D:prop>"
@@ -156,16 +165,17 @@ def _response(entry: Entry, modified: str) -> str:
     )
 
 
-def multistatus(entries: Sequence[Entry], modified: str) -> bytes:
+def multistatus(entries: Sequence[Entry], started: str) -> bytes:
     """A WebDAV (RFC 4918) ``multistatus`` body describing ``entries``.
 
-    ``modified`` is every entry's ``getlastmodified`` (an RFC 1123 date):
-    object_store requires the property, and a store's keys carry no time
-    of their own (a composite's chunk has none), so the server gives the time
-    it started.
+    Each key has its ``getetag`` where its store gives an ``ETag`` (the same
+    one a ``GET`` sends). ``getlastmodified`` (an RFC 1123 date) is an
+    entry's real modification time where it has one, else ``started``, the
+    time the server started: object_store requires the property, and a
+    directory or a computed chunk has no time of its own.
     """
     lines = ['<?xml version="1.0" encoding="utf-8"?>', '<D:multistatus xmlns:D="DAV:">']
-    lines += [_response(entry, modified) for entry in entries]
+    lines += [_response(entry, started) for entry in entries]
     lines += ["</D:multistatus>", ""]
     return "\n".join(lines).encode("utf-8")
 

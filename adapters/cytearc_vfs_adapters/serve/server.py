@@ -15,7 +15,8 @@ and sent in pieces (:mod:`.pieces`, read by :mod:`.values`), so a slow
 client holds one piece, not a whole value.
 
 What is answered, in ``docs/serve.md``: ``GET``/``HEAD`` of keys with one
-byte range (:mod:`.ranges`), ``GET /PREFIX/`` listings (JSON, or the HTML
+byte range (:mod:`.ranges`), their ``ETag`` and ``Last-Modified``
+(:mod:`.validators`) and conditions (:mod:`.conditions`), ``GET /PREFIX/`` listings (JSON, or the HTML
 index fsspec reads) and ``PROPFIND`` with ``Depth`` 0 or 1 (the WebDAV
 listing object_store reads; :mod:`.listings`), ``405`` for every other
 method; keys pass the package's key rule (:mod:`.targets`). A store error
@@ -61,6 +62,7 @@ from .pieces import StreamAbortedError, StreamedSpan, piece_reads
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, parse_target
+from .validators import describe
 from .values import KeyAnswers
 
 __all__ = [
@@ -75,6 +77,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _ALLOW = "GET, HEAD, PROPFIND"
+# CORS: the answer fields a page's script may read, and the request fields it may send
+_EXPOSED = "Content-Length, Content-Range, Accept-Ranges, ETag, Last-Modified"
+_ALLOWED_FIELDS = "Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since"
 _READ_METHODS = ("GET", "HEAD", "PROPFIND")
 # Children of one listing whose kind and size are asked at once (within one read slot).
 _LISTING_PROBES = 16
@@ -115,7 +120,7 @@ class StoreServer:
         self.port = 0
         self._loopback = True
         self._host_names: set[str] = set()
-        # every PROPFIND entry's getlastmodified: keys carry no time of their own
+        # the getlastmodified of PROPFIND entries without a time of their own
         self._started = formatdate(usegmt=True)
 
     # ------------------------------------------------------------ lifecycle
@@ -339,9 +344,11 @@ class StoreServer:
     ) -> None:
         self._count("status", answer.status.value)
         length = len(answer.body) if answer.length is None else answer.length
+        # a 304 (and a 204) has no body and no length of one (RFC 9110, 8.6)
+        bodiless = answer.status in (HTTPStatus.NOT_MODIFIED, HTTPStatus.NO_CONTENT)
         fields = [
             *answer.fields,
-            ("Content-Length", str(length)),
+            *([] if bodiless else [("Content-Length", str(length))]),
             ("Connection", "close" if answer.close else "keep-alive"),
             ("Server", "cytearc-vfs"),
             *self._cors_fields(head),
@@ -397,7 +404,7 @@ class StoreServer:
             return []
         return [
             ("Access-Control-Allow-Origin", allowed),
-            ("Access-Control-Expose-Headers", "Content-Length, Content-Range, Accept-Ranges"),
+            ("Access-Control-Expose-Headers", _EXPOSED),
             ("Vary", "Origin"),
         ]
 
@@ -424,7 +431,7 @@ class StoreServer:
                 fields=[
                     ("Allow", f"{_ALLOW}, OPTIONS"),
                     ("Access-Control-Allow-Methods", "GET, HEAD"),
-                    ("Access-Control-Allow-Headers", "Range, If-Range"),
+                    ("Access-Control-Allow-Headers", _ALLOWED_FIELDS),
                     ("Access-Control-Max-Age", "600"),
                 ],
             )
@@ -492,9 +499,21 @@ class StoreServer:
         return list(await asyncio.gather(*(entry(name) for name in names)))
 
     async def _entry(self, path: str) -> Entry:
+        """A key with its size and validators, or a directory (nothing is computed).
+
+        Where finding the validators gives the size (a file's ``stat``, an
+        object's ``HEAD``), that is the one request; else ``exists`` and ``getsize``.
+        """
+        described = await describe(self._store, path)
+        if described is None:
+            return Entry(path, None)  # no value there: a directory, or nothing
+        validators = described.validators
+        if described.size is not None:
+            return Entry(path, described.size, validators.etag, validators.modified)
         if await self._store.exists(path):
             try:
-                return Entry(path, await self._store.getsize(path))
+                size = await self._store.getsize(path)
+                return Entry(path, size, validators.etag, validators.modified)
             except FileNotFoundError:
                 pass  # removed meanwhile: it lists as what is left, a directory or nothing
         return Entry(path, None)

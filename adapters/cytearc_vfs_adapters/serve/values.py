@@ -23,12 +23,17 @@ from zarr.core.buffer import default_buffer_prototype
 
 from .answers import Answer, bytes_of, content_type, not_found, one_line, text_answer
 from .budget import AnswerBudget, Lease
+from .conditions import precondition, range_applies
 from .options import ServeOptions
 from .pieces import PieceRead, StreamAbortedError, StreamedSpan, computed_on_read
 from .protocol import RequestHead
 from .ranges import ByteSpan, RangeSpec, parse_range, resolve_range
+from .validators import NO_VALIDATORS, Validators, costs_a_request, describe
 
 __all__ = ["KeyAnswers"]
+
+#: Request fields that make a request conditional (RFC 9110, section 13.1).
+_CONDITIONS = ("if-match", "if-none-match", "if-modified-since", "if-unmodified-since", "if-range")
 
 
 class KeyAnswers:
@@ -63,28 +68,74 @@ class KeyAnswers:
         self._count = count
 
     async def value(self, key: str, head: RequestHead) -> Answer:
+        """The answer to ``GET`` or ``HEAD`` of ``key``: its validators, conditions, then the value.
+
+        The validators (:mod:`.validators`) are found before any byte is read,
+        so a value replaced meanwhile is sent under its older tag, which the
+        next request no longer matches (the other order could tie new
+        validators to old bytes for good).
+        """
         assert self._reads is not None
         fields = [("Content-Type", content_type(key)), ("Accept-Ranges", "bytes")]
+        conditional = any(head.field(name) is not None for name in _CONDITIONS)
+        described = None
+        if head.method == "HEAD" or conditional or not costs_a_request(self._store, key):
+            async with self._reads:
+                described = await describe(self._store, key)
+            if described is None:
+                return not_found(key)
+        validators = NO_VALIDATORS if described is None else described.validators
+        size = None if described is None else described.size
+        if head.method == "HEAD" or conditional:
+            if size is None:
+                size = await self._existing_size(key)
+                if size is None:
+                    return not_found(key)
+            refused = precondition(head, validators)
+            if refused is not None:
+                return self._unmet(key, refused, validators)
+        fields += validators.fields()
         if head.method == "HEAD":
             # sizes only: a composite's chunk is never computed for a HEAD
-            async with self._reads:
-                if not await self._store.exists(key):
-                    return not_found(key)
-                try:
-                    size = await self._store.getsize(key)
-                except FileNotFoundError:
-                    return not_found(key)
             return Answer(HTTPStatus.OK, fields=fields, length=size)
-        # no validators are sent, so an If-Range can never match: whole value (RFC 9110, 13.1.5)
-        header = head.field("range") if head.field("if-range") is None else None
+        # a range whose If-Range names other bytes is the whole value (RFC 9110, 13.1.5)
+        applies = range_applies(head.field("if-range"), validators)
+        header = head.field("range") if applies else None
         spec = None if header is None else parse_range(header)
         if computed_on_read(self._store, key):
-            return await self._computed_value(key, spec, header, fields)
+            return await self._computed_value(key, spec, header, fields, size)
         if spec is None:
-            return await self._stored_value(key, fields)
-        return await self._stored_range(key, spec, header, fields)
+            return await self._stored_value(key, fields, size)
+        return await self._stored_range(key, spec, header, fields, size)
 
-    async def _stored_value(self, key: str, fields: list[tuple[str, str]]) -> Answer:
+    async def _existing_size(self, key: str) -> int | None:
+        """The size of ``key``, ``None`` when the store does not hold it (nothing is computed)."""
+        assert self._reads is not None
+        async with self._reads:
+            if not await self._store.exists(key):
+                return None
+            try:
+                return await self._store.getsize(key)
+            except FileNotFoundError:
+                return None
+
+    @staticmethod
+    def _unmet(key: str, status: HTTPStatus, validators: Validators) -> Answer:
+        """``304`` with the validators and no body, or ``412`` naming the key's tag."""
+        if status == HTTPStatus.NOT_MODIFIED:
+            return Answer(status, fields=validators.fields())
+        current = validators.etag or "none (this store gives no ETag for it)"
+        answer = text_answer(
+            status,
+            f"{key!r}: the request's precondition does not hold (its ETag is {current}); "
+            "read it again without If-Match or If-Unmodified-Since",
+        )
+        answer.fields += validators.fields()
+        return answer
+
+    async def _stored_value(
+        self, key: str, fields: list[tuple[str, str]], known: int | None
+    ) -> Answer:
         """``GET`` of a whole stored value: one read when it is small, pieces when it is large.
 
         The first read asks for one piece: fewer bytes back means that is the
@@ -96,7 +147,7 @@ class KeyAnswers:
         piece = self._options.piece_bytes
         lease = self._budget.try_acquire(piece)
         if lease is None:
-            size = await self._size_of(key)
+            size = known if known is not None else await self._size_of(key)
             if size is None:
                 return not_found(key)
             # one byte more than the size: a value that grew meanwhile reads as large
@@ -109,7 +160,7 @@ class KeyAnswers:
         if len(data) < lease.nbytes:
             lease.shrink(len(data))
             return Answer(HTTPStatus.OK, data, fields, lease=lease)
-        size = await self._size_of(key)
+        size = known if known is not None else await self._size_of(key)
         if size is None:
             lease.release()
             return not_found(key)  # removed just after its first piece was read
@@ -123,10 +174,15 @@ class KeyAnswers:
         return answer
 
     async def _stored_range(
-        self, key: str, spec: RangeSpec, header: str | None, fields: list[tuple[str, str]]
+        self,
+        key: str,
+        spec: RangeSpec,
+        header: str | None,
+        fields: list[tuple[str, str]],
+        known: int | None,
     ) -> Answer:
         """``GET`` of a byte range of a stored value: one read, or pieces when it is large."""
-        size = await self._size_of(key)
+        size = known if known is not None else await self._size_of(key)
         if size is None:
             return not_found(key)
         span = resolve_range(spec, size)
@@ -150,7 +206,12 @@ class KeyAnswers:
         return answer
 
     async def _computed_value(
-        self, key: str, spec: RangeSpec | None, header: str | None, fields: list[tuple[str, str]]
+        self,
+        key: str,
+        spec: RangeSpec | None,
+        header: str | None,
+        fields: list[tuple[str, str]],
+        known: int | None,
     ) -> Answer:
         """``GET`` of a value the store computes (a composite's chunk): computed once, whole.
 
@@ -158,7 +219,7 @@ class KeyAnswers:
         nothing); the budget is asked for the whole chunk, which the
         computation holds whatever range is sent.
         """
-        size = await self._size_of(key)
+        size = known if known is not None else await self._size_of(key)
         if size is None:
             return not_found(key)
         byte_range = None
