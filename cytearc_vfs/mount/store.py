@@ -585,8 +585,7 @@ def _opened(record: MountRecord, paths: list[AssayPaths]) -> OpenedSource | None
         str(root),
         [array for p in paths for array in (p.counts, p.counts_t)],
         label=f"the mount's source at {record.location}",
-        reopen="reopen the mount, whose open compares its source with the fingerprints it "
-        "recorded",
+        reopen="reopen the mount, whose open compares its source with the fingerprints it recorded",
     )
 
 

@@ -161,9 +161,7 @@ class ShardedReader:
         # A local store's shard files are read directly, on the thread that
         # decodes them (local_shards.py); those of a bound source are checked
         # to be the files the open found and the indexes kept were read from.
-        self._files = (
-            None if local_files is None or opened is None else ShardFiles(opened, path)
-        )
+        self._files = None if local_files is None or opened is None else ShardFiles(opened, path)
         self._local = (
             None
             if local_files is None

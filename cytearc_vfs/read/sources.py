@@ -308,8 +308,7 @@ def _opened(spec: SourceSpec, paths: AssayPaths) -> OpenedSource | None:
         return None
     # an open with the recorded fingerprints is a composite's: its open compares them
     reopen = (
-        "reopen the composite, whose open compares the source with the fingerprints it "
-        "recorded"
+        "reopen the composite, whose open compares the source with the fingerprints it recorded"
         if spec.expected_dataset is not None
         else "open the store again"
     )
