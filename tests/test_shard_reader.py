@@ -290,7 +290,7 @@ def test_sources_zarr_reads_place_the_same_values(
     # a layout the shard reader does not know is read through zarr's indexing
     import cytearc_vfs.read.sources as sources
 
-    monkeypatch.setattr(sources, "fast_reader_for", lambda array, where=None: None)
+    monkeypatch.setattr(sources, "fast_reader_for", lambda array, where=None, opened=None: None)
     reader, expected = _overlapping_composite(tmp_path, dense)
     assert reader._mapping.sources[0].counts_fast is None
     for cells, features in SELECTIONS.values():

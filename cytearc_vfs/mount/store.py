@@ -28,6 +28,7 @@ from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, missing_assay_error, read_contents, verify_assay
 from ..format.store_io import document_attribute, get_json
 from ..read.count_mapping import CountMapping, IdentityMapping
+from ..read.opened_files import OpenedSource, opened_source
 from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents, prefetched
 from ..read.read_stats import ReadCounters
 from ..read.sources import bound_from_verified
@@ -63,6 +64,7 @@ class MountStore(KeyCheckedStore):
         source_storage_options: Mapping[str, Any] | None = None,
         read_only: bool | None = None,
         documents: PrefetchedStore | None = None,
+        opened: OpenedSource | None = None,
     ) -> None:
         if read_only is not None and read_only != target.read_only:
             target = target.with_read_only(read_only)
@@ -79,6 +81,9 @@ class MountStore(KeyCheckedStore):
         self._source_options = dict(source_storage_options or {})
         # the source's documents as verified: readers open its arrays from them
         self._documents = documents
+        # what the open found of a local source's count arrays: reads refuse a
+        # source replaced since (read/opened_files.py)
+        self._opened = opened
         # Which store holds each artifact group seen so far. Only positive
         # answers are kept: a group no store holds may be created later.
         self._owners: dict[str, Owner] = {}
@@ -117,6 +122,7 @@ class MountStore(KeyCheckedStore):
                 record.location, read_only=True, storage_options=source_storage_options
             )
             source = cached_source(opened, SourceCache(), MOUNT_SOURCE, where=record.location)
+            files = _opened(record, paths)  # before the documents are read
             # every document the checks below read, and on an object store one
             # listing of the source (pins, absent keys), in one concurrent round
             documents = sync(
@@ -188,6 +194,7 @@ class MountStore(KeyCheckedStore):
             infos,
             source_storage_options=source_storage_options,
             documents=documents,
+            opened=files,
         )
         # the source's shards are pinned as they are now (see pinned_store),
         # from the open's listing where there is one (no request)
@@ -244,6 +251,7 @@ class MountStore(KeyCheckedStore):
             self._infos,
             source_storage_options=self._source_options,
             documents=self._documents,
+            opened=self._opened,
         )
         clone._owners = self._owners
         return clone
@@ -286,7 +294,9 @@ class MountStore(KeyCheckedStore):
         # the verified documents serve the arrays' metadata: a reader costs no
         # request before its first read
         view = self._documents if self._documents is not None else self._source
-        bound = bound_from_verified(MOUNT_SOURCE, self._record.location, view, info, counters)
+        bound = bound_from_verified(
+            MOUNT_SOURCE, self._record.location, view, info, counters, opened=self._opened
+        )
         root = zarr.open_group(view, mode="r", zarr_format=3)
         return IdentityMapping(
             bound,
@@ -573,6 +583,20 @@ class MountStore(KeyCheckedStore):
             store = self._source
         async for name in store.list_dir(directory):
             yield name
+
+
+def _opened(record: MountRecord, paths: list[AssayPaths]) -> OpenedSource | None:
+    """What the open of a local source finds of its count arrays (see
+    :mod:`cytearc_vfs.read.opened_files`); ``None`` for a remote source."""
+    root = local_path(record.location)
+    if root is None:
+        return None
+    return opened_source(
+        str(root),
+        [array for p in paths for array in (p.counts, p.counts_t)],
+        label=f"the mount's source at {record.location}",
+        reopen="reopen the mount, whose open compares its source with the fingerprints it recorded",
+    )
 
 
 def _restore(

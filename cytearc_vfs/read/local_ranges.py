@@ -16,15 +16,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .opened_files import ShardFiles, open_checked
+
 __all__ = ["pread_ranges", "read_local_ranges"]
 
 
-def read_local_ranges(path: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[Any]:
-    """The byte ranges of one file; ranges that follow each other are read as one."""
+def read_local_ranges(
+    path: str, offsets: Sequence[int], sizes: Sequence[int], files: ShardFiles | None = None
+) -> list[Any]:
+    """The byte ranges of one file; ranges that follow each other are read as one.
+
+    ``files`` (when given) refuses a shard file replaced since its index was read.
+    """
     blobs: list[Any] = []
     # a raw descriptor: a Python file object costs more than the reads of a
     # few chunks
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    descriptor = open_checked(path, files)
     try:
         i = 0
         while i < len(offsets):

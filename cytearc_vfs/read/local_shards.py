@@ -25,6 +25,7 @@ from ..encoding.blosc_blocks import chunk_block_bytes
 from ..encoding.row_frames import frame_rows
 from .decode_threads import thread_scratch
 from .local_ranges import pread_ranges, read_local_ranges
+from .opened_files import ShardFiles, open_checked
 from .read_stats import CountingStore, ReadCounters
 from .strip_assembly import ShardWork, StripAssembler
 
@@ -74,6 +75,9 @@ class LocalShardReader:
         Rows of a row frame of the array's chunks.
     blosc_block_bytes
         The Blosc codec's block size, or ``None`` when chunks are zstd frames.
+    files
+        The shard files as their indexes were read: each descriptor a read opens
+        is compared with them (``None``: not a bound source; nothing compared).
     """
 
     def __init__(
@@ -84,12 +88,16 @@ class LocalShardReader:
         *,
         rows_per_frame: int,
         blosc_block_bytes: int | None,
+        files: ShardFiles | None = None,
     ) -> None:
         self.root = root
         """The local store's directory."""
+        self.files = files
+        """The shard files as their indexes were read (see :mod:`.opened_files`)."""
         self.rows_per_frame = rows_per_frame
         """Rows of a row frame of the array's chunks."""
-        self._counters = counters
+        self.counters = counters
+        """Where the bytes and requests read are counted (``None``: nowhere)."""
         self._assembler = assembler
         decoder = assembler.decoder
         chunks = decoder.chunks
@@ -110,7 +118,7 @@ class LocalShardReader:
     def read(self, path: str, offsets: Indices, sizes: Indices, work: ShardWork) -> None:
         """Read the chunks at ``offsets`` (of ``sizes`` bytes) of the shard file ``path``,
         decode their wanted rows and place them as ``work`` says."""
-        counters = self._counters
+        counters = self.counters
         read_bytes = 0
         if self._assembler.joined:
             self._read_joined(path, offsets, sizes, work)
@@ -127,7 +135,7 @@ class LocalShardReader:
             )
             offsets, sizes = offsets[done_chunks:], sizes[done_chunks:]
         if len(work.row_chunks):
-            blobs = read_local_ranges(path, offsets.tolist(), sizes.tolist())
+            blobs = read_local_ranges(path, offsets.tolist(), sizes.tolist(), self.files)
             self._assembler.decode_and_place(work, blobs)
         if counters is not None:
             counters.add(nbytes=read_bytes + int(sizes.sum()), requests=1)
@@ -150,7 +158,7 @@ class LocalShardReader:
         rows_per_frame = self.rows_per_frame
         stored, entry_of, per_chunk, batches = assembler.strips(work)
         read_bytes = done = 0
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        descriptor = open_checked(path, self.files)
         try:
             for first, last in batches:
                 start, stop = int(bounds[first]), int(bounds[last])
@@ -196,7 +204,7 @@ class LocalShardReader:
         """Read a job's touched chunks of one shard file, strip by strip, each strip's
         chunks into one buffer (consecutive chunks in one ``pread``; with the compiled
         ``read_ranges``, without the GIL), and place them."""
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        descriptor = open_checked(path, self.files)
         try:
 
             def read(a: int, b: int) -> Any:

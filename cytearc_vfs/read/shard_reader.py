@@ -22,6 +22,7 @@ hundreds of small chunks.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from collections.abc import Awaitable
@@ -44,6 +45,7 @@ from . import range_requests
 from .chunk_decoding import ChunkDecoder, failed_check
 from .decode_threads import hand_over
 from .local_shards import LocalShardReader, local_files
+from .opened_files import OpenedSource, ShardFiles, open_checked
 from .placement import Placement, chunk_runs
 from .range_requests import (
     COALESCE_RATIO,
@@ -61,11 +63,15 @@ Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
 
 
-def fast_reader_for(array: zarr.Array[Any], *, where: str | None = None) -> ShardedReader | None:
+def fast_reader_for(
+    array: zarr.Array[Any], *, where: str | None = None, opened: OpenedSource | None = None
+) -> ShardedReader | None:
     """A :class:`ShardedReader` when ``array`` uses the layout it understands, else ``None``.
 
     ``where`` names the store in the errors of chunks that do not decode (a
     composite has several sources: the error must say which one is damaged).
+    ``opened`` is what the open of a local source found: reads of a source
+    replaced since are refused (:mod:`.opened_files`).
     """
     codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
     if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or array.ndim != 2:
@@ -104,6 +110,7 @@ def fast_reader_for(array: zarr.Array[Any], *, where: str | None = None) -> Shar
         shard_table=table,
         blosc_block_bytes=int(inner[1].blocksize) if isinstance(inner[1], BloscCodec) else None,
         label=None if where is None else f"{where.rstrip('/')}/{array.path}",
+        opened=opened,
     )
 
 
@@ -123,6 +130,7 @@ class ShardedReader:
         shard_table: ShardTable | None = None,
         blosc_block_bytes: int | None = None,
         label: str | None = None,
+        opened: OpenedSource | None = None,
     ) -> None:
         self._store = store
         # inner chunks are Blosc containers of zstd blocks of this many bytes
@@ -151,7 +159,9 @@ class ShardedReader:
             joined=self._joined,
         )
         # A local store's shard files are read directly, on the thread that
-        # decodes them (local_shards.py).
+        # decodes them (local_shards.py); those of a bound source are checked
+        # to be the files the open found and the indexes kept were read from.
+        self._files = None if local_files is None or opened is None else ShardFiles(opened, path)
         self._local = (
             None
             if local_files is None
@@ -160,6 +170,7 @@ class ShardedReader:
                 self._strips,
                 rows_per_frame=per_frame,
                 blosc_block_bytes=blosc_block_bytes,
+                files=self._files,
             )
         )
 
@@ -194,10 +205,40 @@ class ShardedReader:
     async def _index(self, shard_row: int) -> npt.NDArray[np.uint64] | None:
         if shard_row in self._indexes:
             return self._indexes[shard_row]
+        if self._local is not None:
+            tail = await asyncio.to_thread(self._local_tail, shard_row)
+            return self._keep_index(shard_row, tail)
         raw = await self._store.get(
             self._key(shard_row), default_buffer_prototype(), SuffixByteRequest(self._index_bytes)
         )
         return self._keep_index(shard_row, None if raw is None else raw.to_bytes())
+
+    def _local_tail(self, shard_row: int) -> bytes | None:
+        """The index bytes of a local shard file (``None``: no such file), its identity
+        recorded from the descriptor they are read from (see :mod:`.opened_files`)."""
+        local = self._local
+        assert local is not None
+        path = f"{local.root}/{self._key(shard_row)}"
+        files = self._files
+        try:
+            descriptor = open_checked(path, None)
+        except (FileNotFoundError, NotADirectoryError):
+            if files is not None:
+                files.first_read(path, None)
+            data = None
+        else:
+            try:
+                stat = os.fstat(descriptor)
+                if files is not None:
+                    files.first_read(path, stat)
+                data = os.pread(
+                    descriptor, self._index_bytes, max(0, stat.st_size - self._index_bytes)
+                )
+            finally:
+                os.close(descriptor)
+        if local.counters is not None:
+            local.counters.add(nbytes=0 if data is None else len(data), requests=1)
+        return data
 
     async def _whole(self, shard_row: int) -> Any:
         """The whole shard (``None`` if absent), its index kept from its tail: one request."""

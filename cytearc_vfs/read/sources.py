@@ -36,6 +36,7 @@ from .anndata_sources import AnnDataCounts, AnnDataSpec, bind_anndata, is_anndat
 from .cell_plan import CellPlan
 from .feature_plan import FeaturePlan
 from .gather import OrientationChoice, choose_orientation
+from .opened_files import OpenedSource, opened_source
 from .prefetch import MAX_IN_FLIGHT, PrefetchedStore, Seal, assay_documents, fetch_documents
 from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader, fast_reader_for
@@ -77,6 +78,9 @@ class BoundSource:
     anndata: AnnDataCounts | None = None
     """The matrix element of an AnnData source (then ``counts`` is one of its
     arrays and ``info`` describes it: see :mod:`.anndata_sources`)."""
+    opened: OpenedSource | None = None
+    """What the open found of a local source's count arrays: its reads refuse a
+    source replaced since (:mod:`.opened_files`); ``None`` for other sources."""
 
     def orientation(self, cells: CellPlan, plan: FeaturePlan) -> OrientationChoice:
         """The orientation (``counts`` or ``countsT``) that decodes fewer bytes for
@@ -111,6 +115,14 @@ def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
             f"source {name!r} at {where} holds a pending derived assay ({pending}); finish or "
             "discard it before using the store as a source"
         )
+
+
+# a backend, what it holds (an assay's documents or an AnnData element) and, for
+# a local CyteArc source, what its open found of its files
+Fetched = (
+    tuple[Store, PrefetchedStore | AnnDataCounts]
+    | tuple[Store, PrefetchedStore, OpenedSource | None]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +184,10 @@ def bind_sources(
     found values. A remote source is read through ``cache`` when one is given.
     """
 
-    async def fetch_all() -> list[tuple[Store, PrefetchedStore | AnnDataCounts] | BaseException]:
+    async def fetch_all() -> list[Fetched | BaseException]:
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
 
-        async def fetch(spec: SourceSpec) -> tuple[Store, PrefetchedStore | AnnDataCounts]:
+        async def fetch(spec: SourceSpec) -> Fetched:
             with _named_failures(spec):
                 # On a worker thread: a backend's opener may block or call
                 # zarr's sync API, which the event loop's own thread must not;
@@ -189,6 +201,9 @@ def bind_sources(
                     assert counts is not None
                     return backend, counts
                 paths = AssayPaths(spec.assay, spec.workspace)
+                # before the documents are read: a replacement after this stat
+                # is seen by the reads, one before it by the verification
+                opened = await asyncio.to_thread(_opened, spec, paths)
                 view = await fetch_documents(
                     backend,
                     assay_documents(paths),
@@ -204,7 +219,7 @@ def bind_sources(
                     )
                     if counts is not None:
                         return backend, counts
-                return backend, view
+                return backend, view, opened
 
         tasks = []
         for spec in specs:
@@ -218,12 +233,12 @@ def bind_sources(
             _refuse_replaced(spec, fetched)
             raise fetched  # the first failing source, in the order given
         with _named_failures(spec), _replaced_sources(spec):
-            backend, found = fetched
+            backend, found, *opened = fetched
             if isinstance(found, AnnDataCounts):
                 bound.append(_anndata_bound(spec, backend, found, counters))
                 continue
             # from memory: the documents (and listing) were all fetched above
-            bound.append(_verify_bound(spec, backend, found, counters))
+            bound.append(_verify_bound(spec, backend, found, counters, *opened))
     return bound
 
 
@@ -286,8 +301,31 @@ def _open_backend(spec: SourceSpec, cache: SourceCache | None) -> Store:
     )
 
 
+def _opened(spec: SourceSpec, paths: AssayPaths) -> OpenedSource | None:
+    """What the open of a local source finds (see :mod:`.opened_files`)."""
+    root = local_path(spec.location)
+    if root is None:
+        return None
+    # an open with the recorded fingerprints is a composite's: its open compares them
+    reopen = (
+        "reopen the composite, whose open compares the source with the fingerprints it recorded"
+        if spec.expected_dataset is not None
+        else "open the store again"
+    )
+    return opened_source(
+        str(root),
+        [paths.counts, paths.counts_t],
+        label=f"{source_label(spec.name)} at {describe_location(spec.location)}",
+        reopen=reopen,
+    )
+
+
 def _verify_bound(
-    spec: SourceSpec, backend: Store, view: PrefetchedStore, counters: ReadCounters
+    spec: SourceSpec,
+    backend: Store,
+    view: PrefetchedStore,
+    counters: ReadCounters,
+    opened: OpenedSource | None = None,
 ) -> BoundSource:
     where = describe_location(spec.location)
     refuse_unsupported(view, where=where, name=spec.name)
@@ -301,7 +339,7 @@ def _verify_bound(
     else:
         pin_arrays(backend, arrays)
     _check_expected(spec, info, where=where)
-    return bound_from_verified(spec.name, where, view, info, counters)
+    return bound_from_verified(spec.name, where, view, info, counters, opened=opened)
 
 
 def _check_expected(spec: SourceSpec, info: AssayInfo, *, where: str) -> None:
@@ -405,17 +443,32 @@ def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
         else _array_on(counting, source.counts_t.metadata, source.counts_t.store_path.path)
     )
     return _bound(
-        source.name, source.location, counting, source.info, counts, counts_t, source.view
+        source.name,
+        source.location,
+        counting,
+        source.info,
+        counts,
+        counts_t,
+        source.view,
+        source.opened,
     )
 
 
 def bound_from_verified(
-    name: str, location: str, backend: Store, info: AssayInfo, counters: ReadCounters
+    name: str,
+    location: str,
+    backend: Store,
+    info: AssayInfo,
+    counters: ReadCounters,
+    *,
+    opened: OpenedSource | None = None,
 ) -> BoundSource:
     """A bound source for an assay that was already verified (opens its arrays only).
 
     When ``backend`` is a :class:`PrefetchedStore`, the arrays are built from the
     documents it already holds, and the source reads the store underneath.
+    ``opened`` is what the verifying open found of a local source's files
+    (:func:`~.opened_files.opened_source`, taken before it read them).
     """
     documents = backend if isinstance(backend, PrefetchedStore) else None
     counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
@@ -434,7 +487,7 @@ def bound_from_verified(
 
     counts = open_array(info.paths.counts)
     counts_t = open_array(info.paths.counts_t) if info.has_counts_t else None
-    return _bound(name, location, counting, info, counts, counts_t, documents)
+    return _bound(name, location, counting, info, counts, counts_t, documents, opened)
 
 
 def _array_on(store: Store, metadata: Any, path: str) -> zarr.Array[Any]:
@@ -449,6 +502,7 @@ def _bound(
     counts: zarr.Array[Any],
     counts_t: zarr.Array[Any] | None,
     view: PrefetchedStore | None = None,
+    opened: OpenedSource | None = None,
 ) -> BoundSource:
     return BoundSource(
         name=name,
@@ -457,7 +511,10 @@ def _bound(
         info=info,
         counts=counts.async_array,
         counts_t=None if counts_t is None else counts_t.async_array,
-        counts_fast=fast_reader_for(counts, where=location),
-        counts_t_fast=None if counts_t is None else fast_reader_for(counts_t, where=location),
+        counts_fast=fast_reader_for(counts, where=location, opened=opened),
+        counts_t_fast=(
+            None if counts_t is None else fast_reader_for(counts_t, where=location, opened=opened)
+        ),
         view=view,
+        opened=opened,
     )
