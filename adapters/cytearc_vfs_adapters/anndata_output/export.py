@@ -47,6 +47,7 @@ from cytearc_vfs.remote.failures import names_backend_failures
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
+from cytearc_vfs.write.writable import require_writable
 
 from .columns import check_encodable, plain_text
 from .conversion import _anndata, read_frames
@@ -136,6 +137,9 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
         raise FileNotFoundError(
             f"the folder of the export destination {path} does not exist; create it first"
         )
+    # the export's temporary is made in that folder: /proc, a read-only file
+    # system or a folder without permission is refused now, before the source is read
+    require_writable(path.parent, where=f"export destination {str(path)!r}")
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise FileExistsError(
