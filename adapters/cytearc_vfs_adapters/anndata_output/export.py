@@ -133,13 +133,14 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
             f"export writes local files; {describe_location(destination)} is not a local path. "
             "Export to a local path and upload it, or serve the store with cytearc-vfs serve"
         )
+    # the export's temporary is made in its folder: a folder that is a file, /proc,
+    # a read-only file system or one without permission is refused now, before the
+    # source is read
+    require_writable(path.parent, where=f"export destination {str(path)!r}")
     if not path.parent.is_dir():
         raise FileNotFoundError(
             f"the folder of the export destination {path} does not exist; create it first"
         )
-    # the export's temporary is made in that folder: /proc, a read-only file
-    # system or a folder without permission is refused now, before the source is read
-    require_writable(path.parent, where=f"export destination {str(path)!r}")
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise FileExistsError(
