@@ -185,7 +185,7 @@ class ColumnMoments:
             ``band`` is not a 2-D band of real numbers with ``n_columns``
             columns; the message names what was given.
         """
-        if sp.issparse(band):
+        if isinstance(band, (sp.sparray, sp.spmatrix)):  # what sp.issparse finds
             self._update_sparse(band)
             return
         values = _dense_values(band, self.n_columns)
