@@ -279,10 +279,8 @@ def test_a_destination_below_a_file_says_so(
     below = places["FILE"] / "x.zarr"
     assert main(["write", str(places["H5AD"]), str(below)]) == 2
     line = capsys.readouterr().err.strip()
-    assert "Not a directory" in line and str(below) in line
-    assert line.endswith(
-        "a folder of that path is a file: choose a path whose folders are directories"
-    )
+    assert str(below) in line and f"its folder {str(places['FILE'])!r} is a file" in line
+    assert line.endswith("Choose a destination whose folders are directories. Nothing was written")
 
 
 def test_demo_without_its_data_is_the_environment(

@@ -408,3 +408,77 @@ def test_fill_missing_stores_missing_values_as_a_composite_does(tmp_path: Path) 
     np.testing.assert_array_equal(stored["flag"], [1.0, np.nan, 0.0])
     assert stored["label"].tolist() == ["x", "", "z"]
     assert stored["whole"].tolist() == [1, 2, 3] and stored["whole"].dtype == np.int64
+
+
+# A table's own names column is text, as the DataStore reads names (API.md, "Table
+# and group conventions"): integers are converted with str() as ids are.
+
+_NAMED_AS_INTEGERS = {
+    "int64": [1, 2, 3],
+    "nullable Int64": pd.array([1, 2, 3], dtype="Int64"),
+    "uint8": np.array([1, 2, 3], dtype=np.uint8),
+    "categorical of integers": pd.Categorical([1, 2, 3]),
+    "integers among text": ["1", 2, "3"],
+}
+
+
+@pytest.mark.parametrize("given", sorted(_NAMED_AS_INTEGERS))
+@pytest.mark.parametrize("table", ["cells", "features"])
+def test_integer_names_are_stored_as_text(tmp_path: Path, given: str, table: str) -> None:
+    frame = pd.DataFrame({"names": _NAMED_AS_INTEGERS[given]}, index=["a", "b", "c"])
+    cv.write_counts(tmp_path / "s.zarr", np.ones((3, 3), dtype=np.uint8), **{table: frame})
+    root = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    path = "cellData" if table == "cells" else "RNA/featureData"
+    names = root[f"{path}/names"]
+    assert isinstance(names, zarr.Array) and names.dtype.kind == "U"
+    assert names[:].tolist() == ["1", "2", "3"]
+    assert read_table(root[path])["names"].astype(str).tolist() == ["1", "2", "3"]
+    # the other table keeps its ids as its names
+    other = root["RNA/featureData/names" if table == "cells" else "cellData/names"]
+    assert isinstance(other, zarr.Array) and other.dtype.kind == "U"
+
+
+@pytest.mark.parametrize(
+    ("values", "shown"),
+    [
+        ([1.0, 2.0, 3.0], r"1\.0 \(float\) at row 0"),
+        (["a", True, "c"], r"True \(bool\) at row 1"),
+        ([b"a", b"b", b"c"], r"b'a' \(bytes\) at row 0"),
+        (pd.to_datetime(["2024-01-01"] * 3), r"Timestamp\('2024-01-01 00:00:00'\) \(Timestamp\)"),
+        (pd.Categorical([0.5, 1.5, 0.5]), r"0\.5 \(float\) at category 0"),
+    ],
+)
+@pytest.mark.parametrize("table", ["cells", "features"])
+def test_names_that_are_not_text_or_integers_are_refused(
+    tmp_path: Path, values: Any, shown: str, table: str
+) -> None:
+    frame = pd.DataFrame({"names": values}, index=["a", "b", "c"])
+    which = "cellData" if table == "cells" else "featureData"
+    with pytest.raises(ValueError, match=rf"{which} column 'names' holds {shown}") as caught:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((3, 3), dtype=np.uint8), **{table: frame})
+    assert ".astype(str)" in str(caught.value) and "Nothing was written" in str(caught.value)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_missing_names_follow_the_missing_value_rule(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"names": pd.array([1, None, 3], dtype="Int64")}, index=["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"'names' holds non-string values.*fill_missing=True"):
+        cv.write_counts(tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells=frame)
+    assert not (tmp_path / "s.zarr").exists()
+    cv.write_counts(
+        tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells=frame, fill_missing=True
+    )
+    names = zarr.open_array(tmp_path / "s.zarr" / "cellData" / "names", mode="r")
+    assert names[:].tolist() == ["1", "", "3"]
+
+
+def test_anndata_names_columns_are_text_too(tmp_path: Path) -> None:
+    obs = pd.DataFrame({"names": np.arange(3)}, index=["c0", "c1", "c2"])
+    var = pd.DataFrame({"names": [0.5, 1.5]}, index=["g0", "g1"])
+    adata = anndata.AnnData(X=sp.csr_matrix(np.ones((3, 2))), obs=obs, var=var)
+    with pytest.raises(ValueError, match=r"featureData column 'names' holds 0\.5"):
+        cv.write_counts(tmp_path / "s.zarr", adata)
+    adata.var["names"] = ["G0", "G1"]
+    cv.write_counts(tmp_path / "s.zarr", adata)
+    names = zarr.open_array(tmp_path / "s.zarr" / "cellData" / "names", mode="r")
+    assert names[:].tolist() == ["0", "1", "2"]

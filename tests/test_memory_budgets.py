@@ -32,6 +32,8 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 from cytearc_vfs_adapters.anndata import AnnDataContainer
+from zarr.core.buffer import Buffer
+from zarr.storage import MemoryStore, WrapperStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.layout import LayoutTooLargeError
@@ -136,20 +138,37 @@ def smallest_budget(error: BaseException) -> int:
     return int(found[1])
 
 
+class NothingWrittenError(Exception):
+    """Raised by :class:`RefusesWrites` at the destination's first write."""
+
+
+class RefusesWrites(WrapperStore[MemoryStore]):
+    """Wraps an empty store and fails its first write: a write aimed at it runs every
+    check (the destination's, the input's, the layout's) and stops there."""
+
+    async def set(self, key: str, value: Buffer) -> None:
+        raise NothingWrittenError(key)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        raise NothingWrittenError(key)
+
+
 def layout_for(write: Callable[..., object], budget: int) -> cv.LayoutPolicy | None:
     """The layout a refusal at ``budget`` names (``None``: the default fits).
 
-    ``write`` may aim at an occupied destination: the layout is checked before the
-    destination, so a layout that fits is answered by the destination's refusal,
-    without a whole write."""
+    ``write(destination, **options)`` is aimed at a :class:`RefusesWrites`: the
+    layout is checked before the destination is created, so a layout that fits is
+    answered by the destination's failed first write, without a whole write (the
+    destination is checked before the input is read, so an occupied one would
+    answer before the layout)."""
     try:
-        write(mem_budget=budget)
+        write(RefusesWrites(MemoryStore()), mem_budget=budget)
     except LayoutTooLargeError as exc:
         refusal = str(exc)
-    except FileExistsError:
+    except NothingWrittenError:
         return None
     else:
-        return None
+        raise AssertionError("the write to a store that refuses writes succeeded")
     found = re.search(r"layout=LayoutPolicy\(unit_bytes=(\d+), chunk_bytes=(\d+)\)", refusal)
     assert found, f"no layout named: {refusal}"
     return cv.LayoutPolicy(int(found[1]), int(found[2]))
@@ -159,10 +178,7 @@ def _write_within(
     tmp_path: Path, destination: Destination, source: Any, budget: int, **options: Any
 ) -> None:
     """Write ``source`` at ``budget`` (in the layout a refusal names) and check the peak."""
-    occupied = tmp_path / "occupied.zarr"
-    if not occupied.exists():
-        cv.write_counts(occupied, np.eye(2, dtype=np.uint8))
-    policy = layout_for(lambda **kw: cv.write_counts(occupied, source, **options, **kw), budget)
+    policy = layout_for(lambda to, **kw: cv.write_counts(to, source, **options, **kw), budget)
     location, storage = destination.new()
     peak = traced_peak(
         lambda: cv.write_counts(
@@ -213,9 +229,7 @@ def test_a_csc_copy_over_the_budget_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "s.zarr").exists()
     # the same counts in CSR: a halving of the layout fits 12 MiB; the copy does not
     assert smallest_budget(refused.value) > 12 * MiB
-    assert layout_for(
-        lambda **kw: cv.write_counts(tmp_path / "r.zarr", counts("dense"), **kw), 12 * MiB
-    )
+    assert layout_for(lambda to, **kw: cv.write_counts(to, counts("dense"), **kw), 12 * MiB)
 
 
 def _adata(x: sp.csr_array) -> ad.AnnData:

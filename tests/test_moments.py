@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -178,3 +182,175 @@ def test_merge_checks_columns_and_constructor_checks_count() -> None:
         ColumnMoments(3).merge(ColumnMoments(2))
     with pytest.raises(ValueError, match="non-negative integer"):
         ColumnMoments(-1)
+
+
+# Sparse bands: the moments of their dense equivalents, from the stored entries alone.
+
+SPARSE_FORMATS = [
+    sp.csr_array,
+    sp.csc_array,
+    sp.coo_array,
+    sp.csr_matrix,
+    sp.csc_matrix,
+    sp.coo_matrix,
+]
+
+#: Mostly zeros, as counts are: a third of the drawn values are replaced by zero.
+sparse_matrices = st.tuples(st.integers(1, 60), st.integers(1, 5)).flatmap(
+    lambda shape: hnp.arrays(
+        np.float64,
+        shape,
+        elements=st.one_of(
+            st.just(0.0), st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
+        ),
+    )
+)
+
+
+def assert_same_moments(got: ColumnMoments, want: ColumnMoments, values: npt.NDArray[Any]) -> None:
+    magnitude = float(np.abs(values).max(initial=0.0)) + 1.0
+    n = max(1, len(values))
+    assert got.n == want.n
+    np.testing.assert_allclose(
+        got.feature_m2, want.feature_m2, rtol=1e-9, atol=1e-12 * n * magnitude**2
+    )
+    np.testing.assert_allclose(
+        got.feature_sum, want.feature_sum, rtol=1e-12, atol=1e-12 * n * magnitude
+    )
+    if got.n:
+        np.testing.assert_allclose(got.mean, want.mean, rtol=1e-12, atol=1e-12 * magnitude)
+    assert (got.feature_m2 >= 0).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=sparse_matrices, cuts=cut_lists, kind=st.sampled_from(SPARSE_FORMATS))
+def test_sparse_bands_match_their_dense_equivalents(
+    values: npt.NDArray[np.float64], cuts: list[int], kind: Callable[[Any], Any]
+) -> None:
+    sparse = ColumnMoments(values.shape[1])
+    for band in split_rows(values, cuts):
+        sparse.update(kind(band))
+    assert_same_moments(sparse, streamed(values, cuts), values)
+    np.testing.assert_allclose(
+        sparse.feature_m2,
+        np.var(values, axis=0) * len(values),
+        rtol=1e-9,
+        atol=1e-12 * len(values) * (float(np.abs(values).max()) + 1.0) ** 2,
+    )
+
+
+@pytest.mark.parametrize("kind", [sp.coo_array, sp.coo_matrix])
+def test_coo_duplicates_sum_and_explicit_zeros_count_as_zeros(kind: Callable[..., Any]) -> None:
+    rows = np.array([0, 0, 0, 1, 2, 2, 3, 3, 1])
+    cols = np.array([0, 0, 1, 1, 2, 2, 0, 2, 0])
+    data = np.array([1.0, 2.0, 0.0, 4.0, 0.0, 0.0, 5.0, -1.5, 0.0])  # explicit zeros too
+    band = kind((data, (rows, cols)), shape=(5, 3))
+    kept = (data.copy(), rows.copy(), cols.copy())
+    moments = ColumnMoments(3)
+    moments.update(band)
+    dense = ColumnMoments(3)
+    dense.update(band.toarray())  # toarray sums the duplicates
+    assert_same_moments(moments, dense, band.toarray())
+    np.testing.assert_array_equal(moments.feature_sum, [8.0, 4.0, -1.5])
+    # the caller's band is left as it was: not summed in place, not sorted
+    np.testing.assert_array_equal(band.data, kept[0])
+    np.testing.assert_array_equal(band.row, kept[1])
+    np.testing.assert_array_equal(band.col, kept[2])
+    assert band.nnz == len(data)
+
+
+def test_non_canonical_csr_duplicates_sum() -> None:
+    # a CSR band with a repeated, unsorted column in its first row
+    band = sp.csr_array(
+        (np.array([2.0, 1.0, 3.0]), np.array([1, 0, 1]), np.array([0, 3, 3])), shape=(2, 2)
+    )
+    assert not band.has_canonical_format
+    moments = ColumnMoments.from_band(band)
+    np.testing.assert_array_equal(moments.feature_sum, [1.0, 5.0])
+    np.testing.assert_array_equal(moments.feature_m2, [0.5, 12.5])
+
+
+@pytest.mark.parametrize("kind", SPARSE_FORMATS)
+def test_sparse_equal_values_have_m2_exactly_zero(kind: Callable[[Any], Any]) -> None:
+    values = np.zeros((9, 4))
+    values[:, 1] = 0.1  # every row stored, one value
+    values[:, 3] = 1e300
+    band = sp.coo_array(values)
+    band.data[band.col == 2] = 0.0  # column 2 is not stored at all, column 0 ...
+    explicit = sp.coo_array(
+        (
+            np.concatenate([band.data, np.zeros(9)]),
+            (
+                np.concatenate([band.row, np.arange(9)]),
+                np.concatenate([band.col, np.zeros(9, dtype=np.int64)]),
+            ),
+        ),
+        shape=(9, 4),
+    )  # ... holds explicit zeros in every row
+    moments = ColumnMoments(4)
+    moments.update(kind(explicit))
+    moments.update(kind(explicit[:4]))
+    np.testing.assert_array_equal(moments.feature_m2, [0.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(moments.mean, [0.0, 0.1, 0.0, 1e300])
+    np.testing.assert_array_equal(moments.scale, [1.0, 1.0, 1.0, 1.0])
+
+
+def test_a_sparse_band_is_not_densified() -> None:
+    # 20,000 x 500 float64 is 80 MB dense; its 10,000 stored entries are 160 kB
+    band = sp.random_array(
+        (20_000, 500), density=0.001, format="csr", dtype=np.float64, rng=np.random.default_rng(3)
+    )
+    moments = ColumnMoments(500)
+    tracemalloc.start()
+    try:
+        moments.update(band)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20, f"updating with a sparse band allocated {peak:,} bytes"
+    np.testing.assert_allclose(moments.feature_sum, band.sum(axis=0), rtol=1e-12)
+
+
+def test_empty_sparse_bands_and_bool_values() -> None:
+    moments = ColumnMoments(2)
+    moments.update(sp.csr_array((0, 2)))
+    assert moments.n == 0
+    moments.update(sp.csr_array(np.array([[True, False], [True, True]])))
+    np.testing.assert_array_equal(moments.feature_sum, [2.0, 1.0])
+    np.testing.assert_array_equal(moments.feature_m2, [0.0, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("band", "match"),
+    [
+        ([[1.0, 2.0, 3.0], [4.0]], r"shape \(rows, 3\); list is not one"),
+        ("abc", r"not str \(read as <U3"),
+        ({"a": 1}, r"not dict"),
+        (None, r"not NoneType"),
+        (np.ones((2, 3), dtype=complex), r"ndarray of complex128"),
+        (np.array([[1, None, 2]], dtype=object), r"ndarray of object"),
+        (sp.csr_array(np.ones((2, 3), dtype=complex)), r"real numbers, not complex128"),
+        (
+            sp.csr_array(np.ones((2, 4))),
+            r"shape \(rows, 3\), not \(2, 4\) \(csr_array of float64\)",
+        ),
+        (sp.coo_array(np.ones(3)), r"not \(3,\) \(coo_array of float64\)"),
+        (sp.csc_matrix(np.ones((2, 2))), r"not \(2, 2\) \(csc_matrix of float64\)"),
+    ],
+)
+def test_a_band_that_is_not_one_is_refused_naming_it(band: object, match: str) -> None:
+    moments = ColumnMoments(3)
+    with pytest.raises(ValueError, match=match):
+        moments.update(band)  # type: ignore[arg-type]
+    assert moments.n == 0
+    np.testing.assert_array_equal(moments.feature_sum, [0.0, 0.0, 0.0])
+
+
+def test_from_band_takes_sparse_bands_and_names_bad_ones() -> None:
+    moments = ColumnMoments.from_band(sp.csc_array(np.array([[1.0, 0.0], [3.0, 0.0]])))
+    assert moments.n_columns == 2
+    np.testing.assert_array_equal(moments.feature_m2, [2.0, 0.0])
+    with pytest.raises(ValueError, match=r"2-D \(rows, columns\), not coo_array"):
+        ColumnMoments.from_band(sp.coo_array(np.ones(3)))
+    with pytest.raises(ValueError, match=r"shape \(rows, columns\); list is not one"):
+        ColumnMoments.from_band([[1.0], [1.0, 2.0]])

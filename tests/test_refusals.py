@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anndata as ad
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.layout import LayoutTooLargeError
@@ -232,3 +238,92 @@ def test_duplicate_ids_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unique"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2)), cells=["a", "a"])
     assert not (tmp_path / "s.zarr").exists()
+
+
+class CountingRows:
+    """A real matrix behind the row-slicing protocol write_counts reads (``shape``,
+    ``dtype``, ``matrix[start:stop]``, as a backed AnnData's ``X``), counting reads."""
+
+    def __init__(self, values: sp.csr_array) -> None:
+        self._values = values
+        self.shape = values.shape
+        self.dtype = values.dtype
+        self.reads = 0
+
+    def __getitem__(self, rows: slice) -> sp.csr_array:
+        self.reads += 1
+        return self._values[rows]
+
+
+class CountingStore(WrapperStore[Store]):
+    """A real store that counts every read and listing made through it."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.calls = 0
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self.calls += 1
+        return await self._store.get(key, prototype, byte_range)
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
+        self.calls += 1
+        return await self._store.get_partial_values(prototype, key_ranges)
+
+    async def exists(self, key: str) -> bool:
+        self.calls += 1
+        return await self._store.exists(key)
+
+    def list(self) -> AsyncIterator[str]:
+        self.calls += 1
+        return self._store.list()
+
+    def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        self.calls += 1
+        return self._store.list_dir(prefix)
+
+    def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self.calls += 1
+        return self._store.list_prefix(prefix)
+
+
+def test_an_occupied_destination_is_refused_before_the_input_is_read(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    before = snapshot_tree(tmp_path / "s.zarr")
+    rows = CountingRows(counts)
+    with pytest.raises(FileExistsError, match=r"already holds \d+ key\(s\).*overwrite=True"):
+        cv.write_counts(tmp_path / "s.zarr", rows)
+    assert rows.reads == 0  # not scanned, not sliced: the refusal cost nothing
+    assert snapshot_tree(tmp_path / "s.zarr") == before
+    # the same input to a free destination is read: the counter sees reads
+    cv.write_counts(tmp_path / "free.zarr", rows)
+    assert rows.reads > 0
+
+
+def test_a_destination_overwrite_would_refuse_is_refused_before_the_input_is_read(
+    tmp_path: Path, counts: sp.csr_array, snapshot_tree
+) -> None:
+    (tmp_path / "s.zarr").mkdir()
+    (tmp_path / "s.zarr" / "data.csv").write_text("1,2")
+    rows = CountingRows(counts)
+    with pytest.raises(FileExistsError, match="no root group"):
+        cv.write_counts(tmp_path / "s.zarr", rows, overwrite=True)
+    assert rows.reads == 0
+
+
+def test_an_anndata_store_is_not_opened_for_an_occupied_destination(
+    tmp_path: Path, counts: sp.csr_array
+) -> None:
+    ad.AnnData(X=sp.csr_matrix(counts)).write_zarr(tmp_path / "in.zarr")
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    source = CountingStore(LocalStore(tmp_path / "in.zarr", read_only=True))
+    with pytest.raises(FileExistsError, match="already holds"):
+        cv.write_counts(tmp_path / "s.zarr", source)
+    assert source.calls == 0
+    # with overwrite=True the same input is read and written
+    info = cv.write_counts(tmp_path / "s.zarr", source, overwrite=True)
+    assert source.calls > 0 and info.shape == counts.shape

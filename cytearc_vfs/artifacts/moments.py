@@ -18,16 +18,28 @@ from that row. That shift makes a column of equal values give deviations of
 exactly zero, a band mean equal to the value, a ``delta`` of exactly zero
 and so an ``m2`` of exactly zero, which the spec requires (its scale is 1).
 It also keeps the band's arithmetic near zero for large offsets.
+
+A ``scipy.sparse`` band (CSR, CSC, COO; arrays or matrices) is reduced from
+its stored entries alone, never densified: a column's implicit zeros each
+add ``(0 - mean)**2`` to its ``m2``, counted, not materialised. Its shift is
+a stored value only for a column with no implicit zero (so equal values
+still give exactly zero) and zero otherwise, where the zeros are the shift.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 __all__ = ["ColumnMoments"]
 
 Float64Array = npt.NDArray[np.float64]
+
+#: Value kinds a band may hold: booleans, integers and real floats.
+_NUMERIC_KINDS = "biuf"
 
 
 class ColumnMoments:
@@ -86,10 +98,13 @@ class ColumnMoments:
         >>> ColumnMoments.from_band([[1.0], [3.0]]).feature_m2
         array([2.])
         """
-        values = np.asarray(band, dtype=np.float64)
-        if values.ndim != 2:
-            raise ValueError(f"a band must be 2-D (rows, columns), not of shape {values.shape}")
-        moments = cls(values.shape[1])
+        values = band if sp.issparse(band) else _dense_values(band, None)
+        shape = values.shape
+        if len(shape) != 2:
+            raise ValueError(
+                f"a band must be 2-D (rows, columns), not {_described(band)} of shape {shape}"
+            )
+        moments = cls(int(shape[1]))
         moments.update(values)
         return moments
 
@@ -153,8 +168,13 @@ class ColumnMoments:
         std[std == 0.0] = 1.0
         return std
 
-    def update(self, band: npt.ArrayLike) -> None:
-        """Accumulate a band of rows, ``ndarray[rows, n_columns]``.
+    def update(self, band: npt.ArrayLike | sp.sparray | sp.spmatrix) -> None:
+        """Accumulate a band of rows, ``[rows, n_columns]``: a numeric ``ndarray`` (or
+        anything ``numpy.asarray`` reads as one) or a ``scipy.sparse`` array or
+        matrix (CSR, CSC, COO; duplicate COO entries count as their sum).
+
+        A sparse band is reduced from its stored entries, never densified,
+        and gives the moments of its dense equivalent (up to rounding).
 
         NaN or infinity in a band propagates to its columns' moments; check
         values before accumulating them when that matters.
@@ -162,11 +182,18 @@ class ColumnMoments:
         Raises
         ------
         ValueError
-            ``band`` is not 2-D with ``n_columns`` columns.
+            ``band`` is not a 2-D band of real numbers with ``n_columns``
+            columns; the message names what was given.
         """
-        values = np.asarray(band, dtype=np.float64)
+        if isinstance(band, (sp.sparray, sp.spmatrix)):  # what sp.issparse finds
+            self._update_sparse(band)
+            return
+        values = _dense_values(band, self.n_columns)
         if values.ndim != 2 or values.shape[1] != self.n_columns:
-            raise ValueError(f"a band must have shape (rows, {self.n_columns}), not {values.shape}")
+            raise ValueError(
+                f"a band must have shape (rows, {self.n_columns}), not {values.shape} "
+                f"({_described(band)}); pass one 2-D band of rows with {self.n_columns} columns"
+            )
         rows = int(values.shape[0])
         if rows == 0:
             return
@@ -177,6 +204,39 @@ class ColumnMoments:
         shifted_mean = shifted.mean(axis=0)
         shifted -= shifted_mean
         band_m2 = np.einsum("ij,ij->j", shifted, shifted)
+        self._combine(rows, band_sum, pivot + shifted_mean, band_m2)
+
+    def _update_sparse(self, band: Any) -> None:
+        """:meth:`update` with a ``scipy.sparse`` band, from its stored entries."""
+        shape = tuple(band.shape)
+        if len(shape) != 2 or shape[1] != self.n_columns:
+            raise ValueError(
+                f"a band must have shape (rows, {self.n_columns}), not {shape} "
+                f"({_described(band)}); pass one 2-D band of rows with {self.n_columns} columns"
+            )
+        if band.dtype.kind not in _NUMERIC_KINDS:
+            raise ValueError(
+                f"a band must hold real numbers, not {band.dtype} ({_described(band)}); "
+                "convert it to a float or integer dtype"
+            )
+        rows = int(shape[0])
+        if rows == 0:
+            return
+        columns, data = _stored_entries(band)
+        width = self.n_columns
+        stored = np.bincount(columns, minlength=width)
+        band_sum = _column_sums(columns, data, width)
+        # The shift: a stored value where the column has no implicit zero (equal
+        # values then deviate by exactly zero), else zero, the implicit entries' value.
+        pivot = np.zeros(width, dtype=np.float64)
+        pivot[columns] = data
+        pivot[stored < rows] = 0.0
+        shifted = data - pivot[columns]
+        shifted_mean = _column_sums(columns, shifted, width) / rows
+        shifted -= shifted_mean[columns]
+        # each implicit zero deviates by -shifted_mean (its shift is zero)
+        band_m2 = _column_sums(columns, shifted * shifted, width)
+        band_m2 += (rows - stored) * (shifted_mean * shifted_mean)
         self._combine(rows, band_sum, pivot + shifted_mean, band_m2)
 
     def merge(self, other: ColumnMoments) -> None:
@@ -217,3 +277,54 @@ class ColumnMoments:
 
     def __repr__(self) -> str:
         return f"ColumnMoments(n_columns={self.n_columns}, n={self._n})"
+
+
+def _described(band: object) -> str:
+    """What ``band`` is, for a refusal: its type, and its dtype when it has one."""
+    dtype = getattr(band, "dtype", None)
+    kind = type(band).__name__
+    return kind if dtype is None else f"{kind} of {dtype}"
+
+
+def _dense_values(band: object, n_columns: int | None) -> Float64Array:
+    """``band`` as a float64 ndarray, or a ``ValueError`` naming what it is."""
+    expected = "(rows, columns)" if n_columns is None else f"(rows, {n_columns})"
+    try:
+        values = np.asarray(band)
+    except (TypeError, ValueError) as exc:
+        # ragged nested sequences: numpy's "setting an array element with a sequence"
+        raise ValueError(
+            f"a band must be a 2-D array of real numbers of shape {expected}; "
+            f"{_described(band)} is not one ({exc}). Pass a numpy array or a scipy.sparse "
+            "matrix or array"
+        ) from exc
+    if values.dtype.kind not in _NUMERIC_KINDS:
+        raise ValueError(
+            f"a band must be a 2-D array of real numbers of shape {expected}, not "
+            f"{_described(band)} (read as {values.dtype}, shape {values.shape}); pass a numpy "
+            "array of floats or integers (.astype(float) converts numbers held otherwise) or "
+            "a scipy.sparse matrix or array"
+        )
+    return values.astype(np.float64, copy=False)
+
+
+def _column_sums(columns: npt.NDArray[np.intp], weights: Float64Array, width: int) -> Float64Array:
+    """Per-column sums of ``weights``; float64 even for no entries (where
+    ``numpy.bincount`` answers int64)."""
+    sums: Float64Array = np.bincount(columns, weights=weights, minlength=width).astype(
+        np.float64, copy=False
+    )
+    return sums
+
+
+def _stored_entries(band: Any) -> tuple[npt.NDArray[np.intp], Float64Array]:
+    """The column and float64 value of each stored entry of a sparse ``band``,
+    duplicates summed; the caller's band is never modified."""
+    if getattr(band, "has_canonical_format", False):
+        entries = band.tocoo()
+    else:
+        # a COO (or non-canonical CSR/CSC) band may repeat a position, meaning the
+        # sum: the conversion to CSC sums repeats, into new arrays
+        entries = band.tocoo().tocsc().tocoo()
+    columns = np.asarray(entries.col, dtype=np.intp)
+    return columns, np.asarray(entries.data, dtype=np.float64)

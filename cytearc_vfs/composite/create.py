@@ -46,6 +46,7 @@ from ..write.destinations import (
 )
 from ..write.overlaps import check_no_overlap
 from ..write.stopping import stops_on_exception
+from ..write.writable import require_writable_destination
 from .anndata_records import write_anndata_sources
 from .budget import creation_cost, read_bytes, require_budget, usable_bytes
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
@@ -259,6 +260,9 @@ def create_composite(
         storage_options=storage_options,
         source_storage_options=source_storage_options,
     )
+    # a local destination that cannot be written (/proc, a read-only file system)
+    # is refused before any source is read
+    require_writable_destination(destination)
     locations = {
         name: reopenable_location(location, what=f"source {name!r}")
         for name, location in sources.items()

@@ -6,6 +6,7 @@ stored as fixed-width ``<U`` strings, which the DataStore above requires. A
 categorical column is stored as its values (what plain readers expect) with
 ``categories`` and ``ordered`` attributes so :func:`read_table` restores it.
 
+A ``names`` column given with the table is text too (:func:`names_text`).
 Ids are strings, or integers converted with ``str()``; every other value,
 the empty string, a NUL character and ids longer than :data:`MAX_ID_LENGTH`
 are refused (see ``docs/writing.md``).
@@ -40,6 +41,7 @@ __all__ = [
     "column_values",
     "fill_missing",
     "free_column_name",
+    "names_text",
     "prepare_table",
     "read_columns",
     "column_name_problem",
@@ -440,6 +442,8 @@ def prepare_table(
                 "selection); rename the column. Nothing was written"
             )
         series = frame.iloc[:, position]
+        if key == "names":
+            series = names_text(series, table=table)
         values, attrs = column_values(fill_missing(series) if fill else series, table=table)
         own.append((key, values, attrs))
     fingerprint = ids_fingerprint(ids)
@@ -451,6 +455,51 @@ def prepare_table(
     columns.append(("I", np.ones(len(ids), dtype=bool), {}))
     columns.extend(own)
     return PreparedTable(tuple(columns), fingerprint)
+
+
+def names_text(series: pd.Series, *, table: str) -> pd.Series:
+    """A table's own ``names`` column as text, which the DataStore reads names as.
+
+    Text is kept, and integers are converted with ``str()`` as ids are (``7``
+    is stored as ``"7"``, an exact and reversible change); a categorical's
+    integer categories likewise. Missing values stay missing (refused by
+    :func:`column_values`, or stored as ``""`` by :func:`fill_missing`). Every
+    other value (float, bool, bytes, datetime...) is refused naming the table,
+    the row and the value: its text is a choice (``1.0`` or ``"1"``?) that is
+    the caller's, not the writer's.
+
+    >>> names_text(pd.Series([3, 10], name="names"), table="cellData").tolist()
+    ['3', '10']
+    """
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        categories = dtype.categories
+        if categories.dtype.kind in "iu":
+            return series.cat.rename_categories([str(v) for v in categories.tolist()])
+        values = categories.to_numpy(dtype=object)
+        offsets = np.arange(len(values))  # refused below by category, not by row
+    else:
+        values = series.to_numpy(dtype=object)
+        offsets = None
+    missing = pd.isna(values) if values.dtype == object else np.zeros(len(values), bool)
+    converted: list[object] = []
+    for row, value in enumerate(values.tolist()):
+        if isinstance(value, str) or missing[row]:
+            converted.append(value)
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            converted.append(str(value))
+        else:
+            where = f"category {row}" if offsets is not None else f"row {row}"
+            raise ValueError(
+                f"{table} column 'names' holds {value!r} ({type(value).__name__}) at "
+                f"{where}; names are text (integers are converted with str()), which the "
+                "DataStore reads them as. Convert the column yourself, e.g. "
+                "frame['names'].astype(str) (1.0 becomes '1.0'), or drop it to use the ids. "
+                "Nothing was written"
+            )
+    if offsets is not None:
+        return series  # text categories: stored with the categorical's attributes
+    return pd.Series(converted, index=series.index, name=series.name, dtype=object)
 
 
 def write_table(group: zarr.Group, prepared: PreparedTable) -> str:

@@ -33,6 +33,7 @@ from ..write.destinations import (
 )
 from ..write.overlaps import check_no_overlap
 from ..write.stopping import stops_on_exception
+from ..write.writable import require_writable_destination
 from .records import MATRIX_SOURCE_ATTR, MountedAssay, MountRecord
 
 __all__ = ["mount_datastore"]
@@ -111,6 +112,9 @@ def mount_datastore(
         storage_options=storage_options,
         source_storage_options={"source": source_storage_options},
     )
+    # a local destination that cannot be written (/proc, a read-only file system)
+    # is refused before the source is read
+    require_writable_destination(destination)
     opened = open_location(source, read_only=True, storage_options=source_storage_options)
     contents = read_contents(opened, where=where)
     _refuse(contents, where)

@@ -71,6 +71,7 @@ from ..write.destinations import (
 from ..write.overlaps import check_no_overlap
 from ..write.shards import ShardWriter, blosc_block_bytes, create_count_array
 from ..write.stopping import stops_on_exception
+from ..write.writable import require_writable_destination
 from .records import MATRIX_SOURCE_ATTR
 from .repack_layout import MIN_REPACK_SHARD_ROWS, repack_layout
 
@@ -462,6 +463,9 @@ def repack(
         storage_options=destination_storage_options,
         source_storage_options={"source": storage_options},
     )
+    # a local destination that cannot be written (/proc, a read-only file system)
+    # is refused before any source is read
+    require_writable_destination(destination)
     source = open_location(location, read_only=True, storage_options=storage_options)
     contents = read_contents(source, where=where)
     is_mount = MATRIX_SOURCE_ATTR in contents.root_attrs

@@ -50,6 +50,7 @@ from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
 from .stopping import finish_sent, stop_work
+from .writable import require_writable_destination
 from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
 
 __all__ = [
@@ -232,7 +233,9 @@ def check_destination(
     """Check ``location`` may be written; returns the mode to create it with.
 
     Raises ``ValueError`` for a destination below a Zarr node or whose root is
-    an assay, and ``FileExistsError`` for keys that may not be replaced.
+    an assay, ``FileExistsError`` for keys that may not be replaced, and
+    :class:`~cytearc_vfs.write.writable.UnwritableDestinationError` for a local
+    destination that cannot be created or written where it is asked.
     """
     where = describe_location(location)
     if isinstance(location, Store) and location.read_only:
@@ -247,7 +250,10 @@ def check_destination(
             raise FileExistsError(
                 f"destination {where} is a file, not a directory; choose another path"
             )
-        if path is not None and not path.exists():
+        # a folder that is a file, /proc, a read-only file system: said now, not
+        # by the operating system when the writer makes its first directory
+        require_writable_destination(location)
+        if not path.exists():
             return "w-"
     store = open_location(location, read_only=True, storage_options=storage_options)
     keys = _list(store)
@@ -391,6 +397,7 @@ def create_destination(
     storage_options: Mapping[str, Any] | None = None,
     held_bytes: int = MAX_HELD_BYTES,
     attributes: Mapping[str, Any] | None = None,
+    checked: Literal["w", "w-"] | None = None,
 ) -> zarr.Group:
     """Check and create the destination; returns its writable root group.
 
@@ -416,8 +423,19 @@ def create_destination(
         marker before anything else (a composite's record with
         ``complete: false``, so that any reader finds a failed creation
         incomplete).
+    checked
+        The mode an earlier :func:`check_destination` of this destination
+        returned: a writer checks its destination before it reads its input
+        (a refusal then costs nothing), and creates it only after. ``"w-"``
+        is not checked again (one listing, not two): the creation refuses a
+        root that appeared since. ``"w"`` is checked again, so a replacement
+        never removes what appeared since.
     """
-    mode = check_destination(location, overwrite=overwrite, storage_options=storage_options)
+    mode = (
+        checked
+        if checked == "w-"
+        else check_destination(location, overwrite=overwrite, storage_options=storage_options)
+    )
     store = open_location(location, read_only=False, storage_options=storage_options)
     marker: dict[str, Any] = {**(attributes or {}), PENDING_STORE_ATTR: writer}
     if not WRITE_BEHIND:

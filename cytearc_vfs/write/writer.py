@@ -1,7 +1,8 @@
 """``write_counts``: write a CyteArc source store from a count matrix.
 
-One pass over the input finds the value range (and refuses NaN/inf) before
-the destination exists. The write pass streams row bands: each band is cast
+The destination is checked first, before the input is read. One pass over
+the input then finds the value range (and refuses NaN/inf) before the
+destination exists. The write pass streams row bands: each band is cast
 through a checked cast, hashed into ``content_fingerprint``, summarised and
 written as one ``counts`` shard; its non-zeros are kept, per feature group
 that fits the memory budget, to build ``countsT`` without densifying more
@@ -65,7 +66,12 @@ from .count_source import (
     scan_source,
     stored_band,
 )
-from .destinations import create_destination, finish_destination, settle_destination
+from .destinations import (
+    check_destination,
+    create_destination,
+    finish_destination,
+    settle_destination,
+)
 from .membership import split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
@@ -304,6 +310,9 @@ def write_counts(
     transpose = requires_transpose(resolved_type)
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     policy = current_layout().default_policy if layout is None else LayoutPolicy.parse(layout)
+    # The destination first, before the input is read at all: a destination
+    # refused (occupied, not writable) costs nothing and is said at once
+    mode = check_destination(destination, overwrite=overwrite, storage_options=storage_options)
 
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
     cell_frame = _table(found.cells, cells, source.shape[0], "cells")
@@ -356,6 +365,7 @@ def write_counts(
         writer="write_counts",
         storage_options=storage_options,
         held_bytes=held,
+        checked=mode,
     )
     location = canonical_location(destination)
     logger.info(

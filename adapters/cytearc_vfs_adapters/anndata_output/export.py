@@ -47,6 +47,7 @@ from cytearc_vfs.remote.failures import names_backend_failures
 from cytearc_vfs.remote.locations import Location, describe_location, local_path
 from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
+from cytearc_vfs.write.writable import require_writable
 
 from .columns import check_encodable, plain_text
 from .conversion import _anndata, read_frames
@@ -132,6 +133,10 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
             f"export writes local files; {describe_location(destination)} is not a local path. "
             "Export to a local path and upload it, or serve the store with cytearc-vfs serve"
         )
+    # the export's temporary is made in its folder: a folder that is a file, /proc,
+    # a read-only file system or one without permission is refused now, before the
+    # source is read
+    require_writable(path.parent, where=f"export destination {str(path)!r}")
     if not path.parent.is_dir():
         raise FileNotFoundError(
             f"the folder of the export destination {path} does not exist; create it first"
