@@ -118,7 +118,7 @@ def test_summaries_that_disagree_with_the_counts_are_named(stores: dict[str, Any
     opened = open_assay(stores["root"] / "u.zarr")
     first = stores["counts"][:10]
     wrong = sp.csr_matrix(first.toarray() + 1)  # more entries than rowPositive counts
-    with pytest.raises(VfsError, match="rowPositive summary counts .*cytearc-vfs verify"):
+    with pytest.raises(VfsError, match=r"rowPositive summary counts .*cytearc-vfs verify"):
         loading.loaded_counts(opened, iter([(slice(0, 10), wrong)]))
 
 
