@@ -23,7 +23,9 @@ from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
 import cytearc_vfs.read.decode_threads as decode_threads
+import cytearc_vfs.read.local_shards as local_shards
 import cytearc_vfs.read.placement as placement
+import cytearc_vfs.read.shard_reader as shard_reader
 import cytearc_vfs.read.strip_assembly as strip_assembly
 from cytearc_vfs.errors import RecordShapeError
 from cytearc_vfs.read.gather import choose_orientation
@@ -106,6 +108,51 @@ def test_strips_placed_in_small_batches(
         np.testing.assert_array_equal(
             reader.read(cells, features), _expected(dense, cells, features)
         )
+
+
+def test_a_shard_job_is_cut_in_pieces_for_the_threads(
+    tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read within one shard is decoded by every thread, each a piece of its row
+    chunks (``job_pieces``), and places the same values, dense and sparse."""
+    path = _store(tmp_path, dense, layout=("64KiB", "2KiB"))
+    monkeypatch.setattr(shard_reader, "PIECE_BYTES", 1)
+    monkeypatch.setattr(shard_reader, "decoder_threads", lambda: 4)
+    jobs: list[int] = []
+    read = local_shards.LocalShardReader.read
+
+    def counted(self: Any, path: str, offsets: Any, sizes: Any, work: Any) -> None:
+        jobs.append(len(work.row_chunks))
+        read(self, path, offsets, sizes, work)
+
+    monkeypatch.setattr(local_shards.LocalShardReader, "read", counted)
+    reader = cv.VirtualArrayReader(path)
+    array = zarr.open_array(path, path="RNA/counts", mode="r")
+    chunk_rows = array.metadata.codecs[0].chunk_shape[0]
+    band = slice(0, min(array.shards[0], 8 * chunk_rows))
+    np.testing.assert_array_equal(reader.read(band, None), dense[band])
+    assert len(jobs) == 4 and sum(jobs) == -(-(band.stop - band.start) // chunk_rows)
+    np.testing.assert_array_equal(reader.read_sparse(band, None).toarray(), dense[band])
+    for cells, features in SELECTIONS.values():
+        expected = _expected(dense, cells, features)
+        np.testing.assert_array_equal(reader.read(cells, features), expected)
+        np.testing.assert_array_equal(reader.read_sparse(cells, features).toarray(), expected)
+
+
+def test_job_pieces_hold_equal_rows_at_chunk_edges() -> None:
+    bounds = np.array([0, 10, 20, 30, 40, 50, 60, 70, 80])
+    # cuts at the chunk edges nearest 80/3 and 160/3 rows
+    assert shard_reader.job_pieces(bounds, shard_reader.PIECE_BYTES, 3) == [
+        (0, 3),
+        (3, 5),
+        (5, 8),
+    ]
+    # too few wanted bytes for two pieces, or one chunk: one job
+    assert shard_reader.job_pieces(bounds, 1, 3) == [(0, 8)]
+    assert shard_reader.job_pieces(np.array([0, 10**6]), 10**6, 4) == [(0, 1)]
+    # rows bunched in the first chunks: pieces by rows, not by chunks
+    bunched = np.array([0, 1000, 2000, 2001, 2002, 2003])
+    assert shard_reader.job_pieces(bunched, shard_reader.PIECE_BYTES, 2) == [(0, 1), (1, 5)]
 
 
 def _overlapping_composite(

@@ -22,7 +22,13 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
-__all__ = ["decoder_pool", "hand_over", "thread_decompressor", "thread_scratch"]
+__all__ = [
+    "decoder_pool",
+    "decoder_threads",
+    "hand_over",
+    "thread_decompressor",
+    "thread_scratch",
+]
 
 # Decoding runs on as many threads as there are cores, no more: the GIL-bound
 # parts of more threads would only queue for each other. One pool per process:
@@ -30,11 +36,16 @@ __all__ = ["decoder_pool", "hand_over", "thread_decompressor", "thread_scratch"]
 _DECODERS: tuple[int, ThreadPoolExecutor] | None = None
 
 
+def decoder_threads() -> int:
+    """Threads of the decoding pool: one per core."""
+    return os.cpu_count() or 1
+
+
 def decoder_pool() -> ThreadPoolExecutor:
     global _DECODERS
     if _DECODERS is None or _DECODERS[0] != os.getpid():
         pool = ThreadPoolExecutor(
-            max_workers=os.cpu_count() or 1, thread_name_prefix="cytearc-decode"
+            max_workers=decoder_threads(), thread_name_prefix="cytearc-decode"
         )
         _DECODERS = (os.getpid(), pool)
     return _DECODERS[1]
