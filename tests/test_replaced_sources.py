@@ -12,6 +12,7 @@ or a shard file written again in place.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,31 @@ def test_a_damaged_chunk_of_an_unreplaced_source_is_still_damage(copied: Path) -
         with pytest.raises(cv.RecordShapeError, match="damaged") as caught:
             path(store)(np.arange(CELLS["a"]))
         assert not isinstance(caught.value, cv.IdentityMismatchError)
+
+
+def test_a_process_reopens_a_kept_dask_reader_that_refuses(copied: Path) -> None:
+    """Dask blocks keep one reader per process (``blockwise._PROCESS_READERS``). A
+    source replaced under a kept reader makes the next block open the store anew,
+    once: the composite recreated at the same path then reads its new values
+    instead of the kept reader refusing every later block of the process."""
+    pytest.importorskip("dask")
+    from cytearc_vfs.read import blockwise
+
+    composite, a, b = copied / "comp.zarr", copied / "a.zarr", copied / "b.zarr"
+    lazy = cv.VirtualArrayReader(composite).to_dask()
+    np.testing.assert_array_equal(lazy[:20].compute(scheduler="sync"), expected()[:20])
+    kept = dict(blockwise._PROCESS_READERS)
+    assert kept
+    new_a = counts_of("a", seed=5, density=0.4) * 100
+    write(a, new_a, overwrite=True)
+    shutil.rmtree(composite)  # no writer replaces a composite
+    cv.create_composite(composite, {"a": a, "b": b}).close()
+    again = cv.VirtualArrayReader(composite).to_dask()
+    np.testing.assert_array_equal(again[:20].compute(scheduler="sync"), new_a.toarray()[:20])
+    assert all(blockwise._PROCESS_READERS.get(key) is not reader for key, reader in kept.items())
+    # the source replaced again under this open composite: in this process the
+    # blocks share its open store, which refuses, naming the remedy, every time
+    write(a, counts_of("a", seed=6), overwrite=True)
+    for _ in range(2):
+        with pytest.raises(cv.IdentityMismatchError, match=REMEDY):
+            again[:20].compute(scheduler="sync")

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import IdentityMismatchError
 from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.sizes import parse_size
 
@@ -164,11 +165,21 @@ def _read_block(
     rows: tuple[int, int],
     cols: tuple[int, int],
 ) -> npt.NDArray[Any]:
-    """One dask block: reuse this process's reader of the recipe, or build it once."""
+    """One dask block: reuse this process's reader of the recipe, or build it once.
+
+    A kept reader that refuses a source changed since it was opened is
+    dropped and the store opened anew, once: the new open says what changed
+    (or reads the store now at that location), where the kept reader would
+    refuse every later block of this process.
+    """
     key = pickle.dumps(recipe).hex()
     reader = _PROCESS_READERS.get(key)
-    if reader is None:
-        store, assay, workspace, options = recipe
-        reader = open_reader(store, assay, workspace=workspace, storage_options=options or None)
-        _PROCESS_READERS[key] = reader
+    if reader is not None:
+        try:
+            return reader.read(slice(*rows), slice(*cols))
+        except IdentityMismatchError:
+            del _PROCESS_READERS[key]
+    store, assay, workspace, options = recipe
+    reader = open_reader(store, assay, workspace=workspace, storage_options=options or None)
+    _PROCESS_READERS[key] = reader
     return reader.read(slice(*rows), slice(*cols))

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredColumn, read_columns
 from cytearc_vfs.read.reader import VirtualArrayReader
@@ -136,9 +137,18 @@ class SparseCounts:
     def __getitem__(self, key: tuple[Any, ...]) -> Any:
         rows, cols = key
         reader = self._reader
-        if reader is None:
+        if reader is not None:
+            return reader.read_sparse(rows, cols)
+        reader = self._reader = _process_reader(self._recipe)
+        try:
+            return reader.read_sparse(rows, cols)
+        except IdentityMismatchError:
+            # a reader this process kept refuses a source changed since it was
+            # opened: open anew, once (the open says what changed), rather than
+            # refuse every later block of this process
+            _PROCESS_READERS.pop(pickle.dumps(self._recipe), None)
             reader = self._reader = _process_reader(self._recipe)
-        return reader.read_sparse(rows, cols)
+            return reader.read_sparse(rows, cols)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuilt, (self.shape, self.dtype, self._recipe))
