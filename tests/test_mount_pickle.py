@@ -63,11 +63,11 @@ def mounted(tmp_path: Path, *, seed: int = 1) -> tuple[Path, Path, sp.csr_array]
     return tmp_path / "s.zarr", tmp_path / "m.zarr", matrix
 
 
-def read_rows(data: bytes) -> npt.NDArray[Any]:
-    """In a worker process: unpickle a mount and read its rows ``ROWS``."""
+def read_rows(data: bytes, rows: npt.NDArray[Any] = ROWS) -> npt.NDArray[Any]:
+    """In a worker process: unpickle a mount and read its ``rows``."""
     mount = pickle.loads(data)
     assert isinstance(mount, cv.MountStore)
-    return np.asarray(mount.reader().read(cells=ROWS))
+    return np.asarray(mount.reader().read(cells=rows))
 
 
 def spawned() -> ProcessPoolExecutor:
@@ -251,4 +251,31 @@ def test_a_remote_source_reads_in_a_spawned_process_with_the_pickled_options(
         for rows in pool.map(read_rows, [data] * 2):
             np.testing.assert_array_equal(rows, matrix.toarray()[ROWS])
     copy.close()
+    mount.close()
+
+
+@pytest.mark.remote
+def test_a_remote_source_replaced_after_a_kept_open_is_refused_then_opened_again(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    matrix = realistic_counts(3000, 40, density=0.1, seed=5, dtype="int64")
+    url = f"s3://{bucket}/s.zarr"
+    cv.write_counts(url, matrix, layout=SMALL, storage_options=options)
+    mount = cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
+    data = pickle.dumps(mount)
+    np.testing.assert_array_equal(read_rows(data), matrix.toarray()[ROWS])  # kept now
+    replacement = realistic_counts(3000, 40, density=0.1, seed=8, dtype="int64") * 100
+    cv.write_counts(url, replacement, layout=SMALL, storage_options=options, overwrite=True)
+    # the kept open is reused (no request tells it the source changed): what its
+    # cache holds reads as verified, and its pins refuse the replaced objects
+    # it reads, as in the process that opened the mount
+    np.testing.assert_array_equal(read_rows(data), matrix.toarray()[ROWS])
+    with pytest.raises(cv.IdentityMismatchError, match="changed while this store was open"):
+        read_rows(data, np.arange(2900, 2910))
+    # that refusal drops the kept open: the next unpickling opens again, and
+    # fails as an open fails
+    with pytest.raises(cv.IdentityMismatchError, match="the source changed after it was mounted"):
+        pickle.loads(data)
     mount.close()

@@ -267,10 +267,14 @@ class MountStore(KeyCheckedStore):
         )
 
     def _source_unchanged(self) -> bool:
-        """Whether a local source's count array documents are still the files
-        the open found (a few ``stat`` calls, no read); a remote source's
-        objects are checked by their pins on read instead, so ``True``."""
-        return self._opened is None or self._opened.unchanged()
+        """Whether the source is still, as far as is known without a request, the
+        one the open verified: a local source's count array documents are the
+        files the open found (a few ``stat`` calls); no read of a remote source
+        found a pinned object replaced or deleted (its pins check every read)."""
+        if self._opened is not None:
+            return self._opened.unchanged()
+        pinned = pinned_store_of(self._source)
+        return pinned is None or not pinned.pins.refused
 
     def __eq__(self, value: object) -> bool:
         return (

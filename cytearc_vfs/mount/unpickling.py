@@ -22,7 +22,8 @@ is provably the one verified:
   with the same values opens cleanly;
 - a remote source's count objects are pinned by the kept open (``If-Match``
   on every read, :mod:`cytearc_vfs.remote.pinned_store`): a replaced object is
-  refused on read, as it is in the process that opened the mount.
+  refused on read, as it is in the process that opened the mount, and that
+  refusal drops the kept mount, so the next unpickling opens again.
 
 A reused mount shares the kept one's source cache (one per process and
 mount) and takes the mode of the pickled one. Nothing is written.
