@@ -229,17 +229,24 @@ def test_a_target_mounted_again_since_the_pickling_is_refused(tmp_path: Path) ->
         pickle.loads(data)
 
 
+def remote_mount(
+    tmp_path: Path, s3_server: S3Server, matrix: sp.csr_array
+) -> tuple[cv.MountStore, str, dict[str, Any]]:
+    """A mount of a new S3 source holding ``matrix``; the source's URL and options."""
+    options = s3_server.storage_options()
+    url = f"s3://{s3_server.new_bucket()}/s.zarr"
+    cv.write_counts(url, matrix, layout=SMALL, storage_options=options)
+    mount = cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
+    assert isinstance(mount, cv.MountStore)
+    return mount, url, options
+
+
 @pytest.mark.remote
 def test_a_remote_source_reads_in_a_spawned_process_with_the_pickled_options(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
-    bucket = s3_server.new_bucket()
-    options = s3_server.storage_options()
     matrix = counts(4)
-    url = f"s3://{bucket}/s.zarr"
-    cv.write_counts(url, matrix, layout=SMALL, storage_options=options)
-    mount = cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
-    assert isinstance(mount, cv.MountStore)
+    mount, _, _ = remote_mount(tmp_path, s3_server, matrix)
     np.testing.assert_array_equal(mount.reader().read(cells=ROWS), matrix.toarray()[ROWS])
     data = pickle.dumps(mount)
     assert b"testing-secret" in data  # the options travel in memory, inside the pickle
@@ -258,12 +265,9 @@ def test_a_remote_source_reads_in_a_spawned_process_with_the_pickled_options(
 def test_a_remote_source_replaced_after_a_kept_open_is_refused_then_opened_again(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
-    bucket = s3_server.new_bucket()
-    options = s3_server.storage_options()
+    # several shards: the rows read first do not bring the others into the cache
     matrix = realistic_counts(3000, 40, density=0.1, seed=5, dtype="int64")
-    url = f"s3://{bucket}/s.zarr"
-    cv.write_counts(url, matrix, layout=SMALL, storage_options=options)
-    mount = cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
+    mount, url, options = remote_mount(tmp_path, s3_server, matrix)
     data = pickle.dumps(mount)
     np.testing.assert_array_equal(read_rows(data), matrix.toarray()[ROWS])  # kept now
     replacement = realistic_counts(3000, 40, density=0.1, seed=8, dtype="int64") * 100
