@@ -105,6 +105,17 @@ class TestMountStoreContract(StoreTests[cv.MountStore, cpu.Buffer]):
             await store.clear()
         assert await store.exists("key")
 
+    async def test_serializable_store(self, store: cv.MountStore) -> None:
+        """A pickled mount is opened (verified) again where it is unpickled
+        (tests/test_mount_pickle.py round-trips real mounts): this suite's store
+        puts a verified record over an empty target, which holds no matrixSource
+        record, so it is refused as an open of that target is."""
+        import pickle
+
+        data = pickle.dumps(store)
+        with pytest.raises(ValueError, match="is not a mounted target"):
+            pickle.loads(data)
+
 
 # ------------------------------------------------------------------ rules
 

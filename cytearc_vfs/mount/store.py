@@ -209,11 +209,15 @@ class MountStore(KeyCheckedStore):
         return mount
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The verified state and in-memory options travel (for dask workers);
-        # nothing is written anywhere.
+        # Pickled for dask workers and process pools: the target, the record it
+        # was verified with and the in-memory source options travel; the
+        # process that unpickles verifies again (unpickling.py). Nothing is
+        # written anywhere.
+        from .unpickling import restore
+
         return (
-            _restore,
-            (self._target, self._source, self._record, self._infos, self._source_options),
+            restore,
+            (self._target, self._record, self._source_options, self._target.read_only),
         )
 
     # ------------------------------------------------------------ identity
@@ -244,8 +248,16 @@ class MountStore(KeyCheckedStore):
 
     def with_read_only(self, read_only: bool = False) -> MountStore:
         """The same mount over a read-only (or writable) target; no I/O."""
-        clone = type(self)(
-            self._target.with_read_only(read_only),
+        clone = self._derive(self._target.with_read_only(read_only))
+        clone._owners = self._owners
+        return clone
+
+    def _derive(self, target: Store) -> MountStore:
+        """This verified mount over ``target`` (its own, in another mode or
+        unpickled again): the source with its cache and pins, the verified
+        documents and the open's file identities are shared; no I/O."""
+        return type(self)(
+            target,
             self._source,
             self._record,
             self._infos,
@@ -253,8 +265,16 @@ class MountStore(KeyCheckedStore):
             documents=self._documents,
             opened=self._opened,
         )
-        clone._owners = self._owners
-        return clone
+
+    def _source_unchanged(self) -> bool:
+        """Whether the source is still, as far as is known without a request, the
+        one the open verified: a local source's count array documents are the
+        files the open found (a few ``stat`` calls); no read of a remote source
+        found a pinned object replaced or deleted (its pins check every read)."""
+        if self._opened is not None:
+            return self._opened.unchanged()
+        pinned = pinned_store_of(self._source)
+        return pinned is None or not pinned.pins.refused
 
     def __eq__(self, value: object) -> bool:
         return (
@@ -597,16 +617,6 @@ def _opened(record: MountRecord, paths: list[AssayPaths]) -> OpenedSource | None
         label=f"the mount's source at {record.location}",
         reopen="reopen the mount, whose open compares its source with the fingerprints it recorded",
     )
-
-
-def _restore(
-    target: Store,
-    source: Store,
-    record: MountRecord,
-    infos: Mapping[str, AssayInfo],
-    options: Mapping[str, Any],
-) -> MountStore:
-    return MountStore(target, source, record, infos, source_storage_options=options or None)
 
 
 def open_verified(

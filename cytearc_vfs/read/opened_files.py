@@ -117,6 +117,14 @@ class OpenedSource:
         if change is not None:
             raise self.refusal(path, change)
 
+    def unchanged(self) -> bool:
+        """Whether every array document is still the file the open found (one
+        ``stat`` each): what lets a process reuse an open it verified before."""
+        return all(
+            _identity_at(os.path.join(self.root, array, "zarr.json")) == recorded
+            for array, recorded in self.documents.items()
+        )
+
 
 def opened_source(root: str, arrays: list[str], *, label: str, reopen: str) -> OpenedSource:
     """``stat`` the ``zarr.json`` of each array of ``arrays`` under ``root``: call it

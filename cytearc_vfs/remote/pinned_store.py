@@ -146,6 +146,9 @@ class ObjectPins:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pins: dict[str, str] = {}
+        self.refused = False
+        """Whether a read found a pinned object replaced or deleted: the source is
+        no longer the one the open verified (set once, never cleared)."""
 
     def get(self, key: str) -> str | None:
         """The pinned version token of ``key``, or ``None``."""
@@ -382,6 +385,7 @@ class PinnedSourceStore(SourceReadWrapper):
         return f"{source_label(self._name)} at {self._where}"
 
     def _replaced(self, key: str, pinned: str, found: str | None) -> IdentityMismatchError:
+        self.pins.refused = True
         return IdentityMismatchError(
             f"{self._label()}: {key} changed while this store was open (pinned as "
             f"{pinned}, now {found or 'a different version'}); the source was modified after "
@@ -390,6 +394,7 @@ class PinnedSourceStore(SourceReadWrapper):
         )
 
     def _deleted(self, key: str) -> OSError:
+        self.pins.refused = True
         return FileNotFoundError(
             f"{self._label()}: {key} no longer exists; the source was deleted or moved after "
             "it was opened. Restore it at that location and reopen"
