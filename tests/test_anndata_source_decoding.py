@@ -10,6 +10,7 @@ more requests than zarr's pipeline makes; a damaged shard index is refused.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -361,3 +362,54 @@ def test_arrays_the_decoder_does_not_take_are_read_through_zarr(tmp_path: Path) 
     np.testing.assert_array_equal(
         reader.read_sparse(cells, [4, 1]).toarray(), truth[cells][:, [4, 1]]
     )
+
+
+def test_local_shards_are_read_one_pread_per_touched_inner_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local source's sharded ``indices`` and ``data``: once the shard indexes are
+    kept, a read makes one request per touched inner chunk, of exactly its stored
+    bytes, read on the decoding threads (no hop through the event loop's executor),
+    and reads the same values as zarr."""
+    data = csr_or_csc(600, "a", seed=5)
+    path = write(data, tmp_path / "a.zarr", 3)
+    group = zarr.open_group(path / "X", mode="r+", use_consolidated=False)
+    for name in ("indices", "data"):
+        values = group[name][:]  # type: ignore[index]
+        del group[name]
+        group.create_array(name, data=values, chunks=(500,), shards=(4000,))
+    zarr.consolidate_metadata(path)
+    cv.create_composite(tmp_path / "c.zarr", {"a": path}).close()
+    reader = cv.open_store(tmp_path / "c.zarr").reader()
+    rows = np.array([3, 90, 91, 300, 599])
+    expected = data.X[rows].toarray()
+    np.testing.assert_array_equal(reader.read(rows), expected)  # keeps the indexes
+    indptr = np.asarray(group["indptr"][:])  # type: ignore[index]
+    touched = sorted(
+        {c for r in rows for c in range(indptr[r] // 500, (indptr[r + 1] - 1) // 500 + 1)}
+    )
+    stored = 0
+    for name in ("indices", "data"):
+        for chunk in touched:
+            shard, inner = divmod(chunk, 8)
+            raw = (path / "X" / name / "c" / str(shard)).read_bytes()
+            entries = np.frombuffer(raw[-(16 * 8 + 4) : -4], dtype="<u8").reshape(8, 2)
+            stored += int(entries[inner, 1])
+    hops: list[Any] = []
+    original = asyncio.BaseEventLoop.run_in_executor
+
+    def counting(self: Any, *args: Any) -> Any:
+        hops.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", counting)
+    for read in (reader.read, reader.read_sparse):
+        reader.reset_stats()
+        got = read(rows)
+        np.testing.assert_array_equal(
+            got if isinstance(got, np.ndarray) else got.toarray(), expected
+        )
+        assert reader.stats.requests == 2 * len(touched)
+        assert reader.stats.bytes_read == stored
+        assert reader.stats.chunks_decoded == 2 * len(touched)
+    assert hops == []

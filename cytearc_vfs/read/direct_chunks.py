@@ -216,6 +216,9 @@ class DirectChunks:
         # thread, into its reused buffer (unsharded arrays: one file a chunk)
         local = local_files(self._store)
         self._local = None if sharding is not None else local
+        # a local shard's inner chunks are read the same way, by their index
+        # entries: no thread hop through the store per chunk
+        self._local_shards = local if sharding is not None else None
         # the chunk files of a local source are checked against the record as
         # they are read: its open compared only a sample of them
         self._recorded = (local[0], recorded) if local is not None and recorded else None
@@ -427,7 +430,15 @@ class DirectChunks:
                 self._with_refetch(
                     key,
                     functools.partial(
-                        self._shard, shard, key, positions, inner[positions], in_bounds, one, gate
+                        self._shard,
+                        shard,
+                        key,
+                        positions,
+                        inner[positions],
+                        in_bounds,
+                        one,
+                        decode,
+                        gate,
                     ),
                     shard=shard,
                 )
@@ -471,12 +482,16 @@ class DirectChunks:
         inner: Indices,
         in_bounds: int,
         one: Callable[[int, Any], Any],
+        decode: Callable[[int, Any], None],
         gate: asyncio.Semaphore,
     ) -> None:
         """The touched inner chunks of one shard: the whole shard in one request when
         every inner chunk is touched (as zarr does), else its index and their ranges."""
         sharding = self._sharding
         assert sharding is not None
+        if self._local_shards is not None:
+            await self._local_shard(shard, key, positions, inner, one, decode)
+            return
         if self._recorded is not None:
             # the shard's index is kept by the reader: a shard rewritten since must
             # not be read through it
@@ -524,6 +539,63 @@ class DirectChunks:
                     p = present[number][0]
                     tasks.append(one(p, None if part is None else part.as_numpy_array()))
         await gather_all(*tasks)
+
+    async def _local_shard(
+        self,
+        shard: int,
+        key: str,
+        positions: Indices,
+        inner: Indices,
+        one: Callable[[int, Any], Any],
+        decode: Callable[[int, Any], None],
+    ) -> None:
+        """The touched inner chunks of one shard of a plain local store: its index
+        (kept from an earlier read, or read once), then each chunk read with
+        ``pread`` and decoded on one decoding thread, one job per chunk. Each job
+        checks the shard file it opens against the record (a kept index must not
+        be used on a shard rewritten since)."""
+        sharding, local = self._sharding, self._local_shards
+        assert sharding is not None and local is not None
+        root, counters = local
+        recorded = self._recorded[1] if self._recorded is not None else None
+        index = self._indexes.get(shard)
+        if index is None:
+            size = sharding.index_bytes
+            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
+            buffer = await self._store.get(key, default_buffer_prototype(), request)
+            if buffer is None:
+                if recorded is not None:
+                    await asyncio.to_thread(recorded.check_path, root, key)
+                await gather_all(*(one(int(p), None) for p in positions))
+                return
+            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+        entries = index[inner]
+        present = entries[:, 0] != MISSING
+
+        def read_and_decode(position: int, offset: int, nbytes: int) -> None:
+            data = read_file(root, key, recorded, (offset, nbytes))
+            if data is None:  # the shard is gone: as zarr reads it, all fill
+                decode(position, None)
+                return
+            if counters is not None:
+                counters.add(nbytes=len(data), requests=1)
+            if len(data) < nbytes:
+                raise ChunkDecodeError(
+                    f"shard {key}: its index places an inner chunk at bytes {offset}-"
+                    f"{offset + nbytes}, past the file's end; the shard is damaged (restore "
+                    "the source)"
+                )
+            decode(position, data)
+
+        await gather_all(
+            *(one(int(p), None) for p in positions[~present]),
+            *(
+                hand_over(read_and_decode, int(p), int(offset), int(nbytes))
+                for p, (offset, nbytes) in zip(
+                    positions[present].tolist(), entries[present].tolist(), strict=True
+                )
+            ),
+        )
 
     @staticmethod
     def _inner(whole: npt.NDArray[Any], entry: npt.NDArray[np.uint64]) -> Any:

@@ -93,10 +93,19 @@ class RecordedFiles:
 
 
 def read_file(
-    root: str, key: str, recorded: RecordedFiles | None = None
+    root: str,
+    key: str,
+    recorded: RecordedFiles | None = None,
+    span: tuple[int, int] | None = None,
 ) -> npt.NDArray[np.uint8] | None:
     """The bytes of the chunk file ``key`` under ``root``, in this thread's buffer
-    (``None``: no such file, a chunk never written), checked against ``recorded``."""
+    (``None``: no such file, a chunk never written), checked against ``recorded``.
+
+    ``span`` is ``(offset, nbytes)``: at most those bytes of the file (an inner
+    chunk of a shard, whose index says where it is; fewer where the file ends
+    first); the whole file is still checked against ``recorded``, by its
+    ``fstat``.
+    """
     path = os.path.join(root, key)
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -108,7 +117,11 @@ def read_file(
         stat = os.fstat(descriptor)
         if recorded is not None:
             recorded.check(key, stat)
-        buffer: npt.NDArray[np.uint8] = thread_scratch(stat.st_size, name="file")
+        if span is not None:
+            # a shard cut short gives fewer bytes: the caller names the damage
+            buffer: npt.NDArray[np.uint8] = thread_scratch(span[1], name="file")
+            return buffer[: os.preadv(descriptor, [memoryview(buffer)], span[0])]
+        buffer = thread_scratch(stat.st_size, name="file")
         if os.preadv(descriptor, [memoryview(buffer)], 0) != stat.st_size:
             raise OSError(f"{path} changed while it was read; read again")
     finally:
