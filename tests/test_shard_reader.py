@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from decode_counting import decoding_jobs
 from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
@@ -247,19 +248,6 @@ def test_wrapped_local_store_sees_every_fetch(tmp_path: Path, dense: np.ndarray)
     assert any(key.startswith("RNA/counts/c/") for key in seeing.seen)
 
 
-def _decoding_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The row chunks of each job the strip assembler decodes from now on."""
-    jobs: list[int] = []
-    decode_and_place = strip_assembly.StripAssembler.decode_and_place
-
-    def counted(self: Any, work: Any, blobs: Any) -> None:
-        jobs.append(len(work.row_chunks))
-        decode_and_place(self, work, blobs)
-
-    monkeypatch.setattr(strip_assembly.StripAssembler, "decode_and_place", counted)
-    return jobs
-
-
 def _remote_reads(
     path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
 ) -> tuple[list[int], list[str], list[tuple[int, int]], list[np.ndarray]]:
@@ -269,15 +257,6 @@ def _remote_reads(
     each read returned."""
     monkeypatch.setattr(shard_reader, "PIECE_BYTES", 1)
     monkeypatch.setattr(shard_reader, "decoder_threads", lambda: threads)
-    with monkeypatch.context() as patch:
-        jobs = _decoding_jobs(patch)
-        seen, counts, values = _read_through_wrapper(path)
-    return jobs, seen, counts, values
-
-
-def _read_through_wrapper(
-    path: Path,
-) -> tuple[list[str], list[tuple[int, int]], list[np.ndarray]]:
     seeing = SeeingStore(LocalStore(path, read_only=True))
     reader = cv.VirtualArrayReader(seeing)
     assert reader._mapping.sources[0].counts_fast is not None  # the gather reader, not zarr's
@@ -287,13 +266,15 @@ def _read_through_wrapper(
     band = slice(0, 8 * chunk_rows)
     counts: list[tuple[int, int]] = []
     values: list[np.ndarray] = []
-    for cells, features in [(band, None), *SELECTIONS.values()]:
-        for read in (reader.read, reader.read_sparse):
-            reader.reset_stats()
-            got = read(cells, features)
-            values.append(got if isinstance(got, np.ndarray) else got.toarray())
-            counts.append((reader.stats.requests, reader.stats.chunks_decoded))
-    return seeing.seen, counts, values
+    with monkeypatch.context() as patch:
+        jobs = decoding_jobs(patch)
+        for cells, features in [(band, None), *SELECTIONS.values()]:
+            for read in (reader.read, reader.read_sparse):
+                reader.reset_stats()
+                got = read(cells, features)
+                values.append(got if isinstance(got, np.ndarray) else got.toarray())
+                counts.append((reader.stats.requests, reader.stats.chunks_decoded))
+    return jobs, seeing.seen, counts, values
 
 
 def test_a_remote_shard_job_is_decoded_in_pieces_after_one_fetch(
