@@ -1,4 +1,5 @@
-"""Shared by the chunk-encoding tests: a read, and how many bytes zstd decompressed for it."""
+"""Shared by the decoding tests: how many bytes zstd decompressed for a read, and the
+decoding jobs a store's shards were cut in."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import pytest
 
 import cytearc_vfs as cv
 from cytearc_vfs.read.chunk_decoding import ChunkDecoder
+from cytearc_vfs.read.strip_assembly import ShardWork, StripAssembler
 
 
 def inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.ndarray, int]:
@@ -27,3 +30,17 @@ def inflated_bytes(reader: cv.VirtualArrayReader, *selection: Any) -> tuple[np.n
     with mock.patch.object(ChunkDecoder, "inflate", counting):
         block = reader.read(*selection)
     return np.asarray(block), inflated
+
+
+def decoding_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on (until ``monkeypatch`` undoes it), the row chunks of each job that
+    decodes fetched chunks (a store's remote path), appended as each one starts."""
+    jobs: list[int] = []
+    original = StripAssembler.decode_and_place
+
+    def counting(self: StripAssembler, work: ShardWork, blobs: Any) -> None:
+        jobs.append(len(work.row_chunks))  # list.append is atomic: threads need no lock
+        original(self, work, blobs)
+
+    monkeypatch.setattr(StripAssembler, "decode_and_place", counting)
+    return jobs

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from decode_counting import decoding_jobs
 from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
@@ -245,6 +246,63 @@ def test_wrapped_local_store_sees_every_fetch(tmp_path: Path, dense: np.ndarray)
     reader = cv.VirtualArrayReader(seeing)
     np.testing.assert_array_equal(reader.read(np.array([3, 500]), None), dense[[3, 500]])
     assert any(key.startswith("RNA/counts/c/") for key in seeing.seen)
+
+
+def _remote_reads(
+    path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> tuple[list[int], list[str], list[tuple[int, int]], list[np.ndarray]]:
+    """Every read of the remote-path test through a fresh wrapped store, decoded by
+    ``threads`` threads with pieces of any size: the row chunks of each decoding
+    job, the keys fetched, the (requests, chunks decoded) of each read, and what
+    each read returned."""
+    monkeypatch.setattr(shard_reader, "PIECE_BYTES", 1)
+    monkeypatch.setattr(shard_reader, "decoder_threads", lambda: threads)
+    seeing = SeeingStore(LocalStore(path, read_only=True))
+    reader = cv.VirtualArrayReader(seeing)
+    assert reader._mapping.sources[0].counts_fast is not None  # the gather reader, not zarr's
+    chunk_rows = (
+        zarr.open_array(path, path="RNA/counts", mode="r").metadata.codecs[0].chunk_shape[0]
+    )
+    band = slice(0, 8 * chunk_rows)
+    counts: list[tuple[int, int]] = []
+    values: list[np.ndarray] = []
+    with monkeypatch.context() as patch:
+        jobs = decoding_jobs(patch)
+        for cells, features in [(band, None), *SELECTIONS.values()]:
+            for read in (reader.read, reader.read_sparse):
+                reader.reset_stats()
+                got = read(cells, features)
+                values.append(got if isinstance(got, np.ndarray) else got.toarray())
+                counts.append((reader.stats.requests, reader.stats.chunks_decoded))
+    return jobs, seeing.seen, counts, values
+
+
+def test_a_remote_shard_job_is_decoded_in_pieces_after_one_fetch(
+    tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store read through a wrapper (as an object store is: no local files) fetches
+    a shard's touched chunks as before, then decodes them on every thread, each a
+    piece of its row chunks: the same values, requests and chunks as one job."""
+    path = _store(tmp_path, dense, layout=("64KiB", "2KiB"))
+    chunk_rows = (
+        zarr.open_array(path, path="RNA/counts", mode="r").metadata.codecs[0].chunk_shape[0]
+    )
+    shard_rows = zarr.open_array(path, path="RNA/counts", mode="r").shards[0]
+    assert shard_rows >= 8 * chunk_rows  # the first read's band is within one shard
+    pieces, seen, counts, values = _remote_reads(path, monkeypatch, threads=4)
+    whole, seen_whole, counts_whole, values_whole = _remote_reads(path, monkeypatch, threads=1)
+    # the band, dense then sparse: 8 row chunks in 4 pieces, against one job
+    assert pieces[:8] == [2, 2, 2, 2, 2, 2, 2, 2] and whole[:2] == [8, 8]
+    assert len(pieces) > len(whole) and sum(pieces) == sum(whole)
+    # pieces add no request: the same keys fetched, as often, read by read
+    assert sorted(seen) == sorted(seen_whole)
+    assert counts == counts_whole
+    expected = [dense[band] for band in [slice(0, 8 * chunk_rows)] * 2]
+    for cells, features in SELECTIONS.values():
+        expected += [_expected(dense, cells, features)] * 2
+    for got, got_whole, want in zip(values, values_whole, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got_whole, want)
 
 
 def test_damaged_chunk_fails_with_a_clear_error(tmp_path: Path, dense: np.ndarray) -> None:

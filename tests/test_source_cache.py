@@ -19,12 +19,13 @@ import pytest
 import scipy.sparse as sp
 import zarr
 from conftest import realistic_counts
+from decode_counting import decoding_jobs
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
-from cytearc_vfs.read import range_requests
+from cytearc_vfs.read import range_requests, shard_reader
 from cytearc_vfs.remote.cache_owners import OWNER_FILE, owner_is_gone, sweep_orphans
 from cytearc_vfs.remote.source_cache import (
     BLOCK_BYTES,
@@ -660,10 +661,36 @@ def _proxied(
     return store
 
 
+@pytest.fixture(params=["one job", "pieces"])
+def decoding(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row chunks of each decoding job of a shard: one job per shard, or
+    (``pieces``) each shard's job cut in pieces for 4 threads, however small."""
+    if request.param == "pieces":
+        monkeypatch.setattr(shard_reader, "PIECE_BYTES", 1)
+        monkeypatch.setattr(shard_reader, "decoder_threads", lambda: 4)
+    else:
+        monkeypatch.setattr(shard_reader, "decoder_threads", lambda: 1)
+    return decoding_jobs(monkeypatch)
+
+
+def _cut_as_asked(jobs: list[int], request: pytest.FixtureRequest) -> None:
+    """The decoding jobs were pieces or whole shards. The sources' shards hold 2 or
+    3 row chunks: cut for 4 threads, each is a piece of its own."""
+    if request.node.callspec.params["decoding"] == "pieces":
+        assert set(jobs) == {1}
+    else:
+        assert jobs and max(jobs) > 1
+
+
 @pytest.mark.remote
 @pytest.mark.parametrize("how", ["flip", "short"])
 def test_a_shard_damaged_on_the_way_is_fetched_again_not_cached(
-    tmp_path: Path, remote_sources: RemoteSources, s3_server: S3Server, how: str
+    tmp_path: Path,
+    remote_sources: RemoteSources,
+    s3_server: S3Server,
+    how: str,
+    decoding: list[int],
+    request: pytest.FixtureRequest,
 ) -> None:
     _, _, expected = remote_sources
     proxy = LoopbackProxy(s3_server.endpoint)
@@ -677,6 +704,7 @@ def test_a_shard_damaged_on_the_way_is_fetched_again_not_cached(
         assert first.refetches == 1
         gets = [seen.path for seen in proxy.take() if seen.method == "GET"]
         assert len(gets) == len(set(gets)) + 1  # one shard fetched twice, the rest once
+        _cut_as_asked(decoding, request)
         # the damaged bytes were not kept: a fresh reader reads it all from the cache
         np.testing.assert_array_equal(store.reader().read(), expected)
         assert [seen for seen in proxy.take() if "/c/" in seen.path] == []
@@ -689,7 +717,11 @@ def test_a_shard_damaged_on_the_way_is_fetched_again_not_cached(
 
 @pytest.mark.remote
 def test_a_shard_damaged_at_every_fetch_is_named_as_such(
-    tmp_path: Path, remote_sources: RemoteSources, s3_server: S3Server
+    tmp_path: Path,
+    remote_sources: RemoteSources,
+    s3_server: S3Server,
+    decoding: list[int],
+    request: pytest.FixtureRequest,
 ) -> None:
     _, _, expected = remote_sources
     proxy = LoopbackProxy(s3_server.endpoint)
@@ -705,6 +737,7 @@ def test_a_shard_damaged_at_every_fetch_is_named_as_such(
         assert store.cache_info().refetches >= 1
         proxy.clear()  # the transfers heal: the same store reads right, nothing damaged kept
         np.testing.assert_array_equal(store.reader().read(), expected)
+        _cut_as_asked(decoding, request)
         store.close()
     finally:
         proxy.close()

@@ -65,12 +65,13 @@ __all__ = [
     "coalesce_ranges",
     "fast_reader_for",
     "job_pieces",
+    "work_pieces",
 ]
 
 Indices = npt.NDArray[np.int64]
 MISSING = 2**64 - 1
 
-#: Decoded bytes of wanted rows a piece of a local shard's job holds at least.
+#: Decoded bytes of wanted rows a piece of a shard's job holds at least.
 PIECE_BYTES = 4 << 20
 
 
@@ -103,6 +104,28 @@ def job_pieces(bounds: Indices, row_bytes: int, threads: int) -> list[tuple[int,
     cuts = np.unique(np.clip(above - nearer_below, 1, chunks - 1)).tolist()
     edges = [0, *cuts, chunks]
     return list(itertools.pairwise(edges))
+
+
+def work_pieces(work: ShardWork, row_bytes: int, threads: int) -> list[tuple[ShardWork, int, int]]:
+    """A shard's job cut by :func:`job_pieces`: each piece's work, and the range
+    ``[e, f)`` of the job's stored chunks (row-major, as fetched) that it decodes.
+
+    The local and the remote path cut alike: a piece is the same job on fewer
+    row chunks, so what it places is keyed by the same strips.
+    """
+    stored = np.concatenate([[0], np.cumsum(work.present.sum(axis=1))])
+    return [
+        (
+            work._replace(
+                row_chunks=work.row_chunks[p:q],
+                bounds=work.bounds[p : q + 1],
+                present=work.present[p:q],
+            ),
+            int(stored[p]),
+            int(stored[q]),
+        )
+        for p, q in job_pieces(work.bounds, row_bytes, threads)
+    ]
 
 
 def fast_reader_for(
@@ -399,17 +422,7 @@ class ShardedReader:
                 # off the event loop keeps other shards flowing, and a large
                 # job is cut in pieces that the threads decode side by side
                 path = f"{files.root}/{self._key(shard_row)}"
-                entries = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
-                for p, q in job_pieces(work.bounds, row_bytes, threads):
-                    piece = ShardWork(
-                        rows,
-                        work.row_chunks[p:q],
-                        work.bounds[p : q + 1],
-                        col_chunks,
-                        present[p:q],
-                        placement,
-                    )
-                    e, f = int(entries[p]), int(entries[q])
+                for piece, e, f in work_pieces(work, row_bytes, threads):
                     jobs.append(hand_over(files.read, path, offsets[e:f], sizes[e:f], piece))
             else:
                 jobs.append(
@@ -420,6 +433,8 @@ class ShardedReader:
                         offsets,
                         sizes,
                         work,
+                        row_bytes,
+                        threads,
                         wholes.get(shard_row),
                     )
                 )
@@ -465,10 +480,14 @@ class ShardedReader:
         chunk_offsets: Indices,
         chunk_sizes: Indices,
         work: ShardWork,
+        row_bytes: int,
+        threads: int,
         whole: Any = None,
     ) -> None:
         """Fetch a shard's touched chunks from the store (unless ``whole``, the shard
-        this read already fetched, holds them), then decode and place them."""
+        this read already fetched, holds them), then decode and place them, a large
+        job in pieces (:func:`work_pieces`, wanted rows of ``row_bytes``) that the
+        ``threads`` decode side by side."""
         offsets, sizes = chunk_offsets.tolist(), chunk_sizes.tolist()
         blobs: list[Any] = [None] * len(offsets)
         if offsets:
@@ -500,7 +519,16 @@ class ShardedReader:
                     data = buffer.as_numpy_array()
                     for i in members:
                         blobs[i] = data[offsets[i] - start : offsets[i] - start + sizes[i]]
-        await hand_over(self._strips.decode_and_place, work, blobs)
+        # Only decoding is cut: the fetch above stays one request per shard or
+        # coalesced run. The pieces, handed over in one turn of the loop, end
+        # together (see hand_over): none is still placing when a failed check
+        # makes _checked fetch and place the shard again.
+        await gather_all(
+            *(
+                hand_over(self._strips.decode_and_place, piece, blobs[e:f])
+                for piece, e, f in work_pieces(work, row_bytes, threads)
+            )
+        )
 
     def _vanished(self, key: str) -> OSError:
         return FileNotFoundError(
