@@ -129,7 +129,7 @@ def refused(read: Callable[[], Any], source: Path) -> None:
     assert f"source 'a' at {source}" in message
     assert f"the file {source}/RNA/" in message
     assert "since the source was opened" in message
-    assert REMEDY in message and "or restore the source" in message
+    assert REMEDY in message and "a source restored from a copy" in message
 
 
 @pytest.mark.parametrize("replace", REPLACEMENTS.values(), ids=REPLACEMENTS.keys())
