@@ -14,7 +14,9 @@ place, to the two calls that give what pins need:
 - ``S3FileSystem._call_s3("get_object", Bucket=, Key=, Range=, IfMatch=)``:
   botocore's GetObject through s3fs's client, its retries and its error
   translation (``412`` -> ``OSError(EINVAL)`` whose ``__cause__`` is the
-  botocore ``ClientError``, ``404`` -> ``FileNotFoundError``).
+  botocore ``ClientError``, ``404`` -> ``FileNotFoundError``), wrapped, as
+  ``_cat_file`` wraps it, in ``s3fs.core._error_wrapper`` so that a body cut
+  short is fetched again.
 
 Both are private API. Checked on s3fs 2026.9.0 with aiobotocore 3.10.0 and
 botocore 1.43.117 (the versions ``uv.lock`` pins). Where either is missing
@@ -29,8 +31,8 @@ translation without pins (:mod:`.pinned_store`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
 
 from zarr.abc.store import (
     ByteRequest,
@@ -166,6 +168,18 @@ def range_header(byte_range: ByteRequest | None) -> str | None:
     raise TypeError(f"unsupported byte range {byte_range!r}")
 
 
+async def _retrying(call: Callable[[], Awaitable[bytes]], fs: Any) -> bytes:
+    """``await call()`` as s3fs's ``_cat_file`` does: a connection cut while the body is
+    read is retried with the request (``s3fs.core._error_wrapper``, private too; once
+    where a release lacks it)."""
+    import s3fs.core
+
+    wrapper = getattr(s3fs.core, "_error_wrapper", None)
+    if wrapper is None:
+        return await call()
+    return cast(bytes, await wrapper(call, retries=fs.retries))
+
+
 def _status(exc: BaseException) -> int | None:
     """The HTTP status of the botocore error behind an s3fs error, if any."""
     seen: BaseException | None = exc
@@ -199,8 +213,20 @@ async def get_s3_object(
         request["IfMatch"] = if_match
     if version:
         request["VersionId"] = version
-    try:
+    answered: list[Any] = []  # the ETag of the answer whose body was read
+
+    async def call_and_read() -> bytes:
         response = await fs._call_s3("get_object", **request)
+        body = response["Body"]
+        try:
+            data = await body.read()
+        finally:
+            body.close()
+        answered.append(response.get("ETag"))
+        return bytes(data)
+
+    try:
+        data = await _retrying(call_and_read, fs)
     except OSError as exc:
         status = _status(exc)
         if status == 412:
@@ -208,9 +234,4 @@ async def get_s3_object(
         if status == 416:  # FsspecStore answers a range past the end with no bytes
             return b"", None
         raise
-    body = response["Body"]
-    try:
-        data = await body.read()
-    finally:
-        body.close()
-    return bytes(data), version_token({"e_tag": response.get("ETag")})
+    return data, version_token({"e_tag": answered[-1]})
