@@ -3,9 +3,9 @@
 zarr's ``FsspecStore`` reads bytes only, so a source opened through s3fs
 (``storage_options={"backend": "fsspec"}`` for an ``s3://`` URL) could not be
 pinned: an object replaced after the open read as valid different bytes.
-s3fs's public API has no conditional read and drops a listing's ETags from
-nothing but its detailed entries, so this module reaches past it, in one
-place, to the two calls that give what pins need:
+s3fs's public API has no conditional read, and its public recursive listing
+(``find``) fills its directory cache as it goes, so this module reaches past
+it, in one place, to the two calls that give what pins need:
 
 - ``S3FileSystem._lsdir(path, delimiter="")``: every object under a path,
   from ListObjectsV2 (one request per 1,000 objects), each entry with its
@@ -20,7 +20,8 @@ place, to the two calls that give what pins need:
 
 Both are private API. Checked on s3fs 2026.9.0 with aiobotocore 3.10.0 and
 botocore 1.43.117 (the versions ``uv.lock`` pins). Where either is missing
-(another s3fs), :func:`s3fs_filesystem` answers ``None`` and warns once: the
+(another s3fs), :func:`s3fs_filesystem` answers ``None`` and warns once per
+filesystem class (a ``RuntimeWarning``): the
 source is then read as any other fsspec source (error translation, no
 pins), as before this module, and the warning names the remedy.
 
