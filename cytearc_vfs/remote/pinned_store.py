@@ -34,7 +34,6 @@ lasting ``503`` for minutes whatever botocore's per-attempt timeouts say.
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
+from ..format.chunk_keys import array_documents, is_chunk_key
 from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
@@ -74,7 +74,6 @@ __all__ = [
     "ObjectPins",
     "PinnedSourceStore",
     "SourceReadWrapper",
-    "is_chunk_key",
     "pin_arrays",
     "pinned_store_of",
 ]
@@ -92,69 +91,6 @@ class ListedObject:
 
 #: Every object of a store: key (relative to the store) -> what the listing said.
 Listing = Mapping[str, ListedObject]
-
-
-#: A chunk's indices as one key segment: v2's ``3.1``, or one of ``/``-separated ``3/1``.
-_INDICES = re.compile(r"\d+(\.\d+)*")
-#: v3's default encoding with the ``.`` separator (``c.3.1``; ``c`` for a 0-d array).
-_DOTTED_V3 = re.compile(r"c(\.\d+)*")
-
-
-def _arrays_of_chunk(key: str) -> list[str]:
-    """The paths of the arrays ``key`` can be a chunk of; empty when it is no chunk key.
-
-    One path for zarr v3's default encoding (``{array}/c/3/1``,
-    ``{array}/c.3.1``); for v2's (``{array}/3.1``, ``{array}/3/1``) every
-    split of the trailing index segments, since the key alone does not say
-    how many belong to the array's name.
-    """
-    segments = key.split("/")
-    if _DOTTED_V3.fullmatch(segments[-1]):
-        return ["/".join(segments[:-1])]
-    trailing = 0
-    while trailing < len(segments) and _INDICES.fullmatch(segments[-1 - trailing]):
-        trailing += 1
-    if trailing == 0:
-        return []
-    v2 = ["/".join(segments[: len(segments) - n]) for n in range(1, trailing + 1)]
-    if trailing < len(segments) and segments[-1 - trailing] == "c":
-        # v3's default encoding, or a v2 array named "c" (an obs column, say)
-        return ["/".join(segments[: -1 - trailing]), *v2]
-    return v2
-
-
-def is_chunk_key(key: str) -> bool:
-    """Whether ``key`` is a chunk (shard) key: zarr v3's default encoding, or v2's.
-
-    v2 names chunks by their indices alone (``X/indices/0``, ``X/3.1``, or
-    ``X/3/1`` with the ``/`` separator), as AnnData stores in Zarr v2 do;
-    no other object of a store is named by digits alone.
-
-    >>> is_chunk_key("RNA/counts/c/3/0"), is_chunk_key("RNA/counts/zarr.json")
-    (True, False)
-    >>> is_chunk_key("X/indices/0"), is_chunk_key("X/3.1"), is_chunk_key("X/.zarray")
-    (True, True, False)
-    >>> is_chunk_key("obs/c/zarr.json"), is_chunk_key("a/c.0.2"), is_chunk_key("scalar/c")
-    (False, True, True)
-    """
-    return bool(_arrays_of_chunk(key))
-
-
-def array_documents(chunk_key: str) -> tuple[str, ...]:
-    """Where the document of the array holding ``chunk_key`` can be (v3's, then v2's).
-
-    >>> array_documents("RNA/counts/c/0")
-    ('RNA/counts/zarr.json', 'RNA/counts/.zarray', 'RNA/counts/c/zarr.json', 'RNA/counts/c/.zarray')
-    >>> array_documents("X/indices/0")
-    ('X/indices/zarr.json', 'X/indices/.zarray')
-    >>> array_documents("c/0")
-    ('zarr.json', '.zarray', 'c/zarr.json', 'c/.zarray')
-    """
-    return tuple(
-        f"{array}/{name}" if array else name
-        for array in _arrays_of_chunk(chunk_key)
-        for name in ("zarr.json", ".zarray")
-    )
 
 
 #: What obstore reports as the modification time of an answer that gave none.
