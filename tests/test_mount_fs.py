@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import TerminalSession, cli_executable, readable, run_main
+from cli_harness import TerminalSession, cli_executable, readable, run_main, stop_process
 from conftest import realistic_counts
 from cytearc_vfs_adapters.fuse.mounting import check_fuse, is_mounted
 from cytearc_vfs_adapters.fuse.operations import TreeOperations
@@ -447,13 +447,7 @@ def mount_fs(location: Path, mountpoint: Path, *extra: str) -> Iterator[Mounted]
         assert is_mounted(mountpoint)
         yield Mounted(process, mountpoint, stderr)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+        stop_process(process)
         if is_mounted(mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
         if process.stdout is not None:

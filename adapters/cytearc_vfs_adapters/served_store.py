@@ -87,6 +87,21 @@ class ServedStore:
 
     Make one with :meth:`open` (a location, reopened when a source is
     restored) or :meth:`fixed` (a store already open, never reopened).
+
+    Parameters
+    ----------
+    store
+        The store opened first.
+    reopen
+        Opens the location again with the checks of the first open; ``None``:
+        never reopened.
+    where
+        The location as messages name it.
+    location
+        The location, whose local directories (its own and its sources') are
+        watched for changes; ``None`` watches nothing.
+    pause
+        Seconds after a reopen before the next one when nothing watched changed.
     """
 
     def __init__(
@@ -175,7 +190,7 @@ class ServedStore:
         raised. A store put in service since ``failed`` began is returned at
         once; else, when ``error`` may be cured by a reopen
         (:func:`may_be_restored`), the location is reopened unless the last
-        reopen was less than :attr:`pause` seconds ago and nothing watched
+        reopen began less than ``pause`` seconds ago and nothing watched
         changed on disk since. Runs on zarr's event loop.
         """
         if not may_be_restored(error) or not self.reopenable:
@@ -215,7 +230,11 @@ class ServedStore:
         self._current = store
         self._watched = self._watched_paths(store)
         self.recovered += 1
-        log.warning("reopened %s: its sources are as recorded again", self._where)
+        log.warning(
+            "reopened %s: its sources passed the open's checks; the failed read is tried "
+            "again on it",
+            self._where,
+        )
         return store
 
     def explain(self, error: BaseException) -> str:
@@ -228,7 +247,10 @@ class ServedStore:
             return ""
         last = self._last
         if last.failure is None:
-            found = f"{self._where} was reopened and the read tried again on it, which failed too"
+            found = (
+                f"{self._where} was reopened (its sources passed the open's checks) and the "
+                "read tried again on it, which failed too"
+            )
         else:
             found = f"reopening {self._where} failed: {_first_line(last.failure)}"
         return (
