@@ -26,9 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 from cli_harness import cli_executable, readable, run_main, stop_process
 from cytearc_vfs_adapters.fuse.operations import TreeOperations
@@ -464,3 +466,60 @@ def test_a_replaced_s3_source_put_back_reads_again(
             assert len(served.lines("reopening ")) == len(keys) + 1
     finally:
         proxy.close()
+
+
+@pytest.mark.remote
+def test_a_mount_of_an_s3_source_replaced_and_put_back_reads_again(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import obstore
+    from conftest import realistic_counts
+    from obstore.store import from_url
+
+    monkeypatch.setenv(CACHE_ENV, "0")
+    options = s3_server.storage_options()
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/s.zarr"
+    cv.write_counts(url, realistic_counts(300, 40, seed=4), storage_options=options)
+    source = cv.open_store(url, mode="r+", storage_options=options)
+    provenance = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
+    with cv.publish_artifact(source, "RNA/artifacts", "pca", provenance=provenance) as artifact:
+        artifact.write_array("data", np.arange(600, dtype=np.float64).reshape(300, 2))
+    source.close()
+    cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options).close()
+    mount = cv.open_store(tmp_path / "m.zarr", source_storage_options=options)
+    assert isinstance(mount, cv.MountStore)
+    (key,) = [k for k in sync(_keys(mount)) if "/artifacts/pca/" in k and "/c/" in k]
+    assert sync(mount.owner_of(key))[1]  # read from the source
+    expected = value_of(mount, key)
+    mount.close()
+    bucket_store = from_url(f"s3://{bucket}", **options)
+    original = bytes(obstore.get(bucket_store, f"s.zarr/{key}").bytes())
+    credentials = tmp_path / "creds.json"
+    credentials.write_text(json.dumps(options))
+    with serve(
+        tmp_path / "m.zarr", "--source-storage-options", f"@{credentials}", "--reopen-pause", "0"
+    ) as served:
+        assert get(served.url, key)[:3:2] == (200, expected)
+        # now pinned: the version it pinned is its tag
+        status, fields, body = get(served.url, key)
+        assert (status, body) == (200, expected)
+        first_tag = fields["etag"]
+        # an artifact of the source is no part of the mount's record (only the
+        # counts' fingerprints are): replaced, the pinned read refuses it, and the
+        # reopen, like a restart, pins and answers what the source holds now
+        other = original[::-1]
+        obstore.put(bucket_store, f"s.zarr/{key}", other)
+        status, _, body = get(served.url, key)
+        assert (status, body) == (200, other)
+        assert get(served.url, key)[1]["etag"] != first_tag
+        assert len(served.lines("reopening ")) == 1
+        # put back: the pin of the replaced object refuses it, and a reopen reads it again
+        obstore.put(bucket_store, f"s.zarr/{key}", original)
+        assert get(served.url, key)[:3:2] == (200, expected)
+        assert get(served.url, key)[1]["etag"] == first_tag  # the same object as at first
+        assert len(served.lines("reopening ")) == 2 and len(served.lines("reopened ")) == 2
+
+
+async def _keys(store: Any) -> list[str]:
+    return [key async for key in store.list()]

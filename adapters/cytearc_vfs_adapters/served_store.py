@@ -165,11 +165,6 @@ class ServedStore:
         return self._current
 
     @property
-    def where(self) -> str:
-        """The location as messages name it."""
-        return self._where
-
-    @property
     def reopenable(self) -> bool:
         """Whether a failure may reopen the store: it was opened from a location and reads
         other stores (a composite's sources, a mount's source)."""
