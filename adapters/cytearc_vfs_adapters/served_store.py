@@ -15,8 +15,9 @@ until the server was restarted. :class:`ServedStore` makes that open itself:
   it; if it fails, the request is refused as before, with what the reopen
   found (:meth:`ServedStore.explain`);
 * one reopen at a time: concurrent failing requests wait for the one
-  running and take its outcome (a lock on zarr's event loop, where serve and
-  mount-fs both run their store calls);
+  running and take its outcome (decided under a lock on zarr's event loop,
+  where serve and mount-fs both run their store calls; the open itself runs
+  on a thread, shielded from a request that goes away meanwhile);
 * after a reopen, the next one waits until something changed on disk (the
   stat of the location's or a local source's directory or root ``zarr.json``:
   a deleted, restored or replaced source changes it) or
@@ -124,6 +125,8 @@ class ServedStore:
         self._retired: list[Store] = []
         self._last: _Attempt | None = None
         self._lock: asyncio.Lock | None = None  # made on zarr's event loop, at first use
+        self._running: asyncio.Future[Store | None] | None = None  # the reopen under way
+        self._closed = False
         self.reopens = 0
         """Reopens attempted so far (a count, for tests and the commands' reports)."""
         self.recovered = 0
@@ -172,6 +175,7 @@ class ServedStore:
 
     def close(self) -> None:
         """Close the store in service and every store it replaced."""
+        self._closed = True
         for store in (*self._retired, self._current):
             store.close()
         self._retired.clear()
@@ -192,18 +196,23 @@ class ServedStore:
             return None
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:
+        async with self._lock:  # held for the decision only, never for the open
             if self._current is not failed:
-                return self._current  # reopened while this request waited
-            disk = await asyncio.to_thread(self._disk)
-            last = self._last
-            if (
-                last is not None
-                and disk == last.disk
-                and time.monotonic() - last.began < self._pause
-            ):
-                return None
-            return await self._reopened(disk)
+                return self._current  # reopened since this request began
+            running = self._running
+            if running is None or running.done():
+                disk = await asyncio.to_thread(self._disk)
+                last = self._last
+                if (
+                    last is not None
+                    and disk == last.disk
+                    and time.monotonic() - last.began < self._pause
+                ):
+                    return None
+                running = self._running = asyncio.ensure_future(self._reopened(disk))
+        # shielded: a request that goes away meanwhile does not stop the reopen,
+        # which the others wait for (and a second one would race it)
+        return await asyncio.shield(running)
 
     async def _reopened(self, disk: tuple[_Stat, ...]) -> Store | None:
         assert self._reopen is not None
@@ -221,6 +230,9 @@ class ServedStore:
             )
             return None
         self._last = _Attempt(began, disk, None)
+        if self._closed:  # the server stopped while it opened
+            store.close()
+            return None
         self._retired.append(self._current)  # closed at close(): answers may still read it
         self._current = store
         self._watched = self._watched_paths(store)
