@@ -22,6 +22,10 @@ listing object_store reads; :mod:`.listings`), ``405`` for every other
 method; keys pass the package's key rule (:mod:`.targets`). A store error
 is a ``5xx`` whose one-line body names the key and the error, logged on the
 ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
+A read that finds a composite's or mount's source gone or changed first
+asks its :class:`~cytearc_vfs_adapters.served_store.ServedStore` to reopen
+the location (the source may be back) and, when it did, is read again,
+once, all of it from the new store.
 """
 
 from __future__ import annotations
