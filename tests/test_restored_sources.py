@@ -336,6 +336,51 @@ def test_with_no_pause_every_failing_read_reopens(world: World) -> None:
     served.close()
 
 
+def test_stores_out_of_service_are_closed_once_no_request_reads_them(world: World) -> None:
+    """A server that reopens again and again keeps a store per request in flight, not
+    one per reopen: a replaced store is closed at once when nothing reads it, else
+    when the last request reading it is done (its cache directory goes with it)."""
+    served = ServedStore.open(world.composite.path, pause=0)
+    first = served.current
+    gone = FileNotFoundError("a shard is gone")
+    closed: list[int] = []
+
+    def watched(store: Any) -> None:
+        real_close = store.close
+
+        def close() -> None:
+            closed.append(id(store))
+            real_close()
+
+        store.close = close
+
+    watched(first)
+    # nothing reads the first store when a reopen replaces it: closed at once
+    second = sync(served.recover(first, gone))
+    assert second is not None and second is served.current and second is not first
+    assert closed == [id(first)] and served.retired == 0
+    served.done(second)
+    # a request reads the second store while a reopen replaces it: kept open for it
+    watched(second)
+    reading = served.use()
+    assert reading is second
+    third = sync(served.recover(second, gone))
+    assert third is not None and third is not second
+    assert closed == [id(first)] and served.retired == 1
+    served.done(third)
+    served.done(reading)  # its last request is done: closed now
+    assert closed == [id(first), id(second)] and served.retired == 0
+    # ten more reopens with no request in flight leave nothing behind
+    for _ in range(10):
+        current = served.use()
+        served.done(current)
+        again = sync(served.recover(current, gone))
+        assert again is not None
+        served.done(again)
+    assert served.retired == 0 and served.recovered == 12
+    served.close()
+
+
 def test_ordinary_stores_are_never_reopened(tmp_path: Path) -> None:
     from conftest import realistic_counts
 

@@ -26,11 +26,15 @@ until the server was restarted. :class:`ServedStore` makes that open itself:
 * a store that reads no other store (an ordinary store) is never reopened,
   nor is one handed over already open (:meth:`ServedStore.fixed`).
 
-The caller reads one request entirely from the store it started with (a
-store object, :attr:`ServedStore.current` when the request began): a store
-taken out of service is kept open, not closed, until :meth:`ServedStore.close`,
-so a streamed answer that began on it finishes on it or fails, and never
-continues from another store.
+The caller reads one request entirely from one store object, which it
+takes with :meth:`ServedStore.use` and gives back with
+:meth:`ServedStore.done` when the answer is sent (:meth:`ServedStore.recover`
+hands over the new store taken the same way). A store taken out of service
+stays open while a request still reads it, so a streamed answer that began
+on it finishes on it or fails, and never continues from another store; it is
+closed (its remote cache directory removed) when its last request is done,
+so a server that reopens again and again keeps one store per request in
+flight, not one per reopen.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -122,6 +127,10 @@ class ServedStore:
         self._location = location
         self._pause = pause
         self._watched = self._watched_paths(store)
+        # requests reading each store (by id), and the stores out of service
+        # that some still read: closed when the last is done
+        self._uses_lock = threading.Lock()  # FUSE calls come from its threads
+        self._users: dict[int, int] = {}
         self._retired: list[Store] = []
         self._last: _Attempt | None = None
         self._lock: asyncio.Lock | None = None  # made on zarr's event loop, at first use
@@ -173,12 +182,52 @@ class ServedStore:
         other stores (a composite's sources, a mount's source)."""
         return self._reopen is not None and bool(stores_read_by(self._current))
 
+    @property
+    def retired(self) -> int:
+        """Stores out of service that a request still reads (a count, for tests)."""
+        with self._uses_lock:
+            return len(self._retired)
+
+    def use(self) -> Store:
+        """The store in service, taken for one request: give it back with :meth:`done`."""
+        with self._uses_lock:
+            store = self._current
+            self._users[id(store)] = self._users.get(id(store), 0) + 1
+            return store
+
+    def done(self, store: Store) -> None:
+        """A request that took ``store`` (:meth:`use`, :meth:`recover`) is answered.
+
+        A store out of service that no request reads any more is closed.
+        """
+        with self._uses_lock:
+            left = self._users[id(store)] - 1
+            if left:
+                self._users[id(store)] = left
+                return
+            del self._users[id(store)]
+            if not any(old is store for old in self._retired):
+                return
+            self._retired = [old for old in self._retired if old is not store]
+        store.close()
+
+    def _put_in_service(self, store: Store) -> None:
+        """``store`` takes the place of the current one, which is closed once unread."""
+        with self._uses_lock:
+            old, self._current = self._current, store
+            if self._users.get(id(old)):
+                self._retired.append(old)  # closed by the last request reading it
+                return
+        old.close()
+
     def close(self) -> None:
         """Close the store in service and every store it replaced."""
         self._closed = True
-        for store in (*self._retired, self._current):
+        with self._uses_lock:
+            stores = [*self._retired, self._current]
+            self._retired.clear()
+        for store in stores:
             store.close()
-        self._retired.clear()
 
     # ----------------------------------------------------------- reopening
 
@@ -186,8 +235,9 @@ class ServedStore:
         """The store to read the failed request again from, or ``None`` to refuse it.
 
         ``failed`` is the store the request read from, ``error`` what it
-        raised. A store put in service since ``failed`` began is returned at
-        once; else, when ``error`` may be cured by a reopen
+        raised. A store returned is taken for the request as by :meth:`use`
+        (give it back with :meth:`done`). A store put in service since
+        ``failed`` began is returned at once; else, when ``error`` may be cured by a reopen
         (:func:`may_be_restored`), the location is reopened unless the last
         reopen began less than ``pause`` seconds ago and nothing watched
         changed on disk since. Runs on zarr's event loop.
@@ -198,7 +248,7 @@ class ServedStore:
             self._lock = asyncio.Lock()
         async with self._lock:  # held for the decision only, never for the open
             if self._current is not failed:
-                return self._current  # reopened since this request began
+                return self.use()  # reopened since this request began
             running = self._running
             if running is None or running.done():
                 disk = await asyncio.to_thread(self._disk)
@@ -212,7 +262,9 @@ class ServedStore:
                 running = self._running = asyncio.ensure_future(self._reopened(disk))
         # shielded: a request that goes away meanwhile does not stop the reopen,
         # which the others wait for (and a second one would race it)
-        return await asyncio.shield(running)
+        reopened = await asyncio.shield(running)
+        # the store in service now: the reopened one, or one that passed later
+        return None if reopened is None else self.use()
 
     async def _reopened(self, disk: tuple[_Stat, ...]) -> Store | None:
         assert self._reopen is not None
@@ -233,8 +285,7 @@ class ServedStore:
         if self._closed:  # the server stopped while it opened
             store.close()
             return None
-        self._retired.append(self._current)  # closed at close(): answers may still read it
-        self._current = store
+        self._put_in_service(store)
         self._watched = self._watched_paths(store)
         self.recovered += 1
         log.warning(

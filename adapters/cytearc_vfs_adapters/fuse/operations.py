@@ -137,19 +137,23 @@ class TreeOperations:
         (:meth:`ServedStore.recover`) and asks again, once, on the new store;
         a refusal carries what the reopen found as a note.
         """
-        tree = self._tree_of(self._served.current)
+        first = self._served.use()
         try:
-            return self._run(ask(tree))
+            return self._run(ask(self._tree_of(first)))
         except Exception as exc:
-            store = self._run(self._served.recover(tree.store, exc))
+            store = self._run(self._served.recover(first, exc))
             if store is None:
                 self._note(exc)
                 raise
+        finally:
+            self._served.done(first)
         try:
             return self._run(ask(self._tree_of(store)))
         except Exception as exc:
             self._note(exc)
             raise
+        finally:
+            self._served.done(store)
 
     def _note(self, exc: Exception) -> None:
         note = self._served.explain(exc)

@@ -332,13 +332,18 @@ class StoreServer:
             await self._send(writer, text_answer(exc.status, str(exc), close=True), None)
             return False
         self._count("request")
-        answer = await self._answer(head)
-        keep = head.keep_alive and not head.announces_body and not answer.close
-        answer.close = not keep
+        used: list[Store] = []  # the stores this request reads, given back once it is sent
         try:
-            await self._send(writer, answer, head)
+            answer = await self._answer(head, used)
+            keep = head.keep_alive and not head.announces_body and not answer.close
+            answer.close = not keep
+            try:
+                await self._send(writer, answer, head)
+            finally:
+                answer.release()
         finally:
-            answer.release()
+            for store in used:
+                self._served.done(store)
         return keep
 
     async def _send(
@@ -432,7 +437,9 @@ class StoreServer:
             name = name.partition(":")[0]
         return name in self._host_names or is_loopback(name)
 
-    async def _answer(self, head: RequestHead) -> Answer:
+    async def _answer(self, head: RequestHead, used: list[Store]) -> Answer:
+        """The answer to ``head``; the stores it reads are added to ``used`` (see
+        :meth:`ServedStore.use`)."""
         if head.method == "OPTIONS" and self._options.allow_origin is not None:
             return Answer(
                 HTTPStatus.NO_CONTENT,
@@ -459,7 +466,8 @@ class StoreServer:
             target = parse_target(head.target)
         except BadTargetError as exc:
             return text_answer(HTTPStatus.BAD_REQUEST, str(exc))
-        keys = self._keys_for(self._served.current)
+        used.append(self._served.use())
+        keys = self._keys_for(used[-1])
         try:
             return await self._read(keys, head, target)
         except Exception as exc:
@@ -469,6 +477,7 @@ class StoreServer:
         store = await self._served.recover(keys.store, failure)
         if store is None:
             return self._failed(head, target, failure, self._served.explain(failure))
+        used.append(store)
         try:
             return await self._read(self._keys_for(store), head, target)
         except Exception as exc:
