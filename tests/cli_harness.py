@@ -15,6 +15,7 @@ import os
 import pty
 import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -54,6 +55,18 @@ def run_main(*args: str) -> subprocess.CompletedProcess[str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args))
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def stop_process(process: subprocess.Popen[Any], signum: int = signal.SIGTERM) -> None:
+    """Send ``signum`` to a command still running and wait for it; killed if it will not end."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signum)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
 
 
 def cli_executable() -> str:

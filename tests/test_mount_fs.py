@@ -32,11 +32,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from cli_harness import TerminalSession, cli_executable, readable, run_main
+from cli_harness import TerminalSession, cli_executable, readable, run_main, stop_process
 from conftest import realistic_counts
 from cytearc_vfs_adapters.fuse.mounting import check_fuse, is_mounted
 from cytearc_vfs_adapters.fuse.operations import TreeOperations
 from cytearc_vfs_adapters.fuse.tree import StoreTree
+from cytearc_vfs_adapters.served_store import ServedStore
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
@@ -237,33 +238,31 @@ def test_a_deleted_source_is_eio_never_zeros(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     composite = make_composite(tmp_path, monkeypatch, chunk_bytes=8 << 20)  # one chunk: all sources
-    store = cv.open_store(composite.path)
-    operations = TreeOperations(StoreTree(store))
-    expected = value_of(store, "RNA/counts/c/0/0")
+    served = ServedStore.open(composite.path)
+    operations = TreeOperations(served)
+    expected = value_of(served.current, "RNA/counts/c/0/0")
     shutil.copytree(composite.sources[1], tmp_path / "kept.zarr")
     shutil.rmtree(composite.sources[1])
     handle = operations.open_file("/RNA/counts/c/0/0", os.O_RDONLY)
     with pytest.raises(OSError) as failed:
         operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle)
     assert failed.value.errno == errno.EIO
-    # the next read tries again (and fails again): nothing wrong was kept
+    assert "reopening" in str(failed.value) and "restore the source" in str(failed.value)
+    assert served.reopens == 1  # the failure reopened the composite, which failed too
+    # the next read fails again, without another reopen (nothing changed on disk)
     with pytest.raises(OSError) as again:
         operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle)
     assert again.value.errno == errno.EIO
-    # restored at its path from a copy: other files, which this open store keeps
-    # refusing (only an open compares their bytes with the record) ...
+    assert served.reopens == 1
+    # restored at its path from a copy: the open handle reads the same bytes,
+    # from the store reopened by itself (no restart)
     shutil.copytree(tmp_path / "kept.zarr", composite.sources[1])
-    with pytest.raises(OSError) as restored:
-        operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle)
-    assert restored.value.errno == errno.EIO
+    assert operations.read_file("/RNA/counts/c/0/0", 4096, 0, handle) == expected[:4096]
+    assert (served.reopens, served.recovered) == (2, 1)
     operations.release_file("/RNA/counts/c/0/0", handle)
-    # ... and a new open (a restarted mount-fs) reads again
-    reopened = TreeOperations(StoreTree(cv.open_store(composite.path)))
-    handle = reopened.open_file("/RNA/counts/c/0/0", os.O_RDONLY)
-    assert reopened.read_file("/RNA/counts/c/0/0", 4096, 0, handle) == expected[:4096]
-    reopened.release_file("/RNA/counts/c/0/0", handle)
     # metadata still answers: it never needed the source
     assert operations.getattr("/RNA/counts/zarr.json")["st_size"] > 0
+    served.close()
 
 
 def test_changes_are_erofs_and_absent_paths_enoent(tmp_path: Path) -> None:
@@ -448,13 +447,7 @@ def mount_fs(location: Path, mountpoint: Path, *extra: str) -> Iterator[Mounted]
         assert is_mounted(mountpoint)
         yield Mounted(process, mountpoint, stderr)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+        stop_process(process)
         if is_mounted(mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
         if process.stdout is not None:

@@ -120,6 +120,20 @@ def _mem_budget(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _reopen_pause_option(parser: argparse.ArgumentParser) -> None:
+    """``--reopen-pause SECONDS`` of the long-running commands (``serve``, ``mount-fs``)."""
+    parser.add_argument(
+        "--reopen-pause",
+        metavar="SECONDS",
+        default=None,
+        help=(
+            "after a composite or mount was reopened because a read found a source gone or "
+            "changed, wait this long before reopening again unless a local source's directory "
+            "or root zarr.json changes (default 60; how a remote source's return is noticed)"
+        ),
+    )
+
+
 def _remote_options(parser: argparse.ArgumentParser, *, own: str, sources: str | None) -> None:
     """``--storage-options`` (of ``own``) and, when ``sources`` says whose, ``--source-storage-options``.
 
@@ -384,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
             "a size such as 256M or 1G (default 256M); larger values are sent in 1 MiB pieces"
         ),
     )
+    _reopen_pause_option(serve)
 
     mount_fs = sub.add_parser(
         "mount-fs",
@@ -425,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
             "must say user_allow_other)"
         ),
     )
+    _reopen_pause_option(mount_fs)
 
     for command in (
         demo,

@@ -77,6 +77,24 @@ def _answer_memory(value: str | None, piece_bytes: int) -> int | None:
     return nbytes
 
 
+def _reopen_pause(value: str | None) -> float:
+    """``--reopen-pause`` in seconds (the default when not given): a finite number, 0 or more."""
+    from cytearc_vfs_adapters.served_store import REOPEN_PAUSE_SECONDS
+
+    if value is None:
+        return REOPEN_PAUSE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < float("inf"):
+        raise InputRefusedError(
+            f"--reopen-pause {value} is not a number of seconds; give 0 or more, such as 60 "
+            "(0 reopens on every failing read)"
+        )
+    return seconds
+
+
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``serve LOCATION [--host H] [--port N]``: until SIGINT, SIGTERM or SIGHUP."""
     import logging
@@ -84,8 +102,8 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     import sys
 
     from cytearc_vfs_adapters.serve.server import ServeOptions, StoreServer
+    from cytearc_vfs_adapters.served_store import ServedStore
 
-    from ..read.opening import open_store
     from ..remote.locations import describe_location, local_path
     from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
 
@@ -97,26 +115,29 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         _check_origin(args.allow_origin)
     defaults = ServeOptions()
     answer_memory = _answer_memory(args.max_answer_memory, defaults.piece_bytes)
+    pause = _reopen_pause(args.reopen_pause)
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
         # a remote location is refused by open_store itself (it may need the options above)
         require_store(args.location, command="serve", kinds=("ordinary", "composite", "mount"))
     where = describe_location(args.location)
-    store = open_store(
+    served = ServedStore.open(
         args.location,
-        mode="r",
         storage_options=storage_options,
         source_storage_options=source_options,
+        pause=pause,
     )
-    # Errors met while serving go on: one line each on stderr, in the command's voice.
+    # Errors met while serving go on, and reopens: one line each on stderr, in
+    # the command's voice.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("cytearc-vfs serve: %(message)s"))
-    server_log = logging.getLogger("cytearc_vfs_adapters.serve")
-    server_log.addHandler(handler)
+    logs = [logging.getLogger(f"cytearc_vfs_adapters.{name}") for name in ("serve", "served_store")]
+    for server_log in logs:
+        server_log.addHandler(handler)
     try:
         server = StoreServer.start(
-            store,
+            served,
             host=args.host,
             port=args.port,
             options=ServeOptions(
@@ -151,10 +172,17 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             finally:
                 server.close()
     finally:
-        server_log.removeHandler(handler)
-        store.close()
+        for server_log in logs:
+            server_log.removeHandler(handler)
+        served.close()
     stats = server.stats()
-    payload = {"location": where, "url": server.url, "requests": stats.requests}
+    payload = {
+        "location": where,
+        "url": server.url,
+        "requests": stats.requests,
+        "reopens": served.reopens,
+        "recovered": served.recovered,
+    }
     return Outcome(payload, f"stopped serving {where} ({plural(stats.requests, 'request')})")
 
 
@@ -240,18 +268,19 @@ def _refuse_overlap(mountpoint: str, directories: list[Path]) -> None:
 
 def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
+    import logging
     import signal
     import sys
 
     from cytearc_vfs_adapters.fuse.mounting import FuseMount, check_fuse
-    from cytearc_vfs_adapters.fuse.tree import StoreTree
+    from cytearc_vfs_adapters.served_store import ServedStore
 
-    from ..read.opening import open_store
     from ..remote.locations import describe_location
     from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
+    pause = _reopen_pause(args.reopen_pause)
     require_store(
         args.location,
         command="mount-fs",
@@ -261,19 +290,24 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     _check_mountpoint(args.mountpoint)
     binding = check_fuse()
     where = describe_location(args.location)
-    store = open_store(
+    served = ServedStore.open(
         args.location,
-        mode="r",
         storage_options=storage_options,
         source_storage_options=source_options,
+        pause=pause,
     )
     try:
-        _refuse_overlap(args.mountpoint, _read_directories(args.location, store))
+        _refuse_overlap(args.mountpoint, _read_directories(args.location, served.current))
         _refuse_nonempty(args.mountpoint)
     except InputRefusedError:
-        store.close()
+        served.close()
         raise
-    mounted = FuseMount(StoreTree(store), args.mountpoint, allow_other=args.allow_other)
+    mounted = FuseMount(served, args.mountpoint, allow_other=args.allow_other)
+    # reopens after a source came back (or did not), one line each on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("cytearc-vfs mount-fs: %(message)s"))
+    reopen_log = logging.getLogger("cytearc_vfs_adapters.served_store")
+    reopen_log.addHandler(handler)
     started = time.perf_counter()
     ended = "unmounted from elsewhere"
     # SIGHUP (the terminal closed) stops it like SIGINT and SIGTERM; left to
@@ -296,7 +330,8 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             finally:
                 done = mounted.stop()
     finally:
-        store.close()
+        reopen_log.removeHandler(handler)
+        served.close()
     if mounted.failure is not None:
         raise OSError(
             f"the file system at {mounted.mountpoint} stopped with an error "
@@ -309,6 +344,8 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "ended": ended,
         "unmount": done,
         "computedChunks": mounted.operations.computed_values,
+        "reopens": served.reopens,
+        "recovered": served.recovered,
         "seconds": round(seconds, 3),
     }
     text = (

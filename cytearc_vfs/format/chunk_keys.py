@@ -10,17 +10,22 @@ of a one-dimensional array); anything else under the array's prefix is left
 alone by :mod:`cytearc_vfs.arrays.resizing` and
 :mod:`cytearc_vfs.arrays.promotion` unless it stands where a chunk is about
 to be moved.
+
+A remote source's wrappers see keys without their array's document:
+:func:`is_chunk_key` tells chunk objects (pinned and cached,
+:mod:`cytearc_vfs.remote.pinned_store`) from documents by the key alone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordShapeError
 
-__all__ = ["ChunkKeys"]
+__all__ = ["ChunkKeys", "array_documents", "is_chunk_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +149,66 @@ class ChunkKeys:
         if coords is None or any(c >= n for c, n in zip(coords, grid, strict=True)):
             return None
         return coords
+
+
+#: A chunk's indices as one key segment: v2's ``3.1``, or one of ``/``-separated ``3/1``.
+_INDICES = re.compile(r"\d+(\.\d+)*")
+#: v3's default encoding with the ``.`` separator (``c.3.1``; ``c`` for a 0-d array).
+_DOTTED_V3 = re.compile(r"c(\.\d+)*")
+
+
+def _arrays_of_chunk(key: str) -> list[str]:
+    """The paths of the arrays ``key`` can be a chunk of; empty when it is no chunk key.
+
+    One path for zarr v3's default encoding (``{array}/c/3/1``,
+    ``{array}/c.3.1``); for v2's (``{array}/3.1``, ``{array}/3/1``) every
+    split of the trailing index segments, since the key alone does not say
+    how many belong to the array's name.
+    """
+    segments = key.split("/")
+    if _DOTTED_V3.fullmatch(segments[-1]):
+        return ["/".join(segments[:-1])]
+    trailing = 0
+    while trailing < len(segments) and _INDICES.fullmatch(segments[-1 - trailing]):
+        trailing += 1
+    if trailing == 0:
+        return []
+    v2 = ["/".join(segments[: len(segments) - n]) for n in range(1, trailing + 1)]
+    if trailing < len(segments) and segments[-1 - trailing] == "c":
+        # v3's default encoding, or a v2 array named "c" (an obs column, say)
+        return ["/".join(segments[: -1 - trailing]), *v2]
+    return v2
+
+
+def is_chunk_key(key: str) -> bool:
+    """Whether ``key`` is a chunk (shard) key: zarr v3's default encoding, or v2's.
+
+    v2 names chunks by their indices alone (``X/indices/0``, ``X/3.1``, or
+    ``X/3/1`` with the ``/`` separator), as AnnData stores in Zarr v2 do;
+    no other object of a store is named by digits alone.
+
+    >>> is_chunk_key("RNA/counts/c/3/0"), is_chunk_key("RNA/counts/zarr.json")
+    (True, False)
+    >>> is_chunk_key("X/indices/0"), is_chunk_key("X/3.1"), is_chunk_key("X/.zarray")
+    (True, True, False)
+    >>> is_chunk_key("obs/c/zarr.json"), is_chunk_key("a/c.0.2"), is_chunk_key("scalar/c")
+    (False, True, True)
+    """
+    return bool(_arrays_of_chunk(key))
+
+
+def array_documents(chunk_key: str) -> tuple[str, ...]:
+    """Where the document of the array holding ``chunk_key`` can be (v3's, then v2's).
+
+    >>> array_documents("RNA/counts/c/0")
+    ('RNA/counts/zarr.json', 'RNA/counts/.zarray', 'RNA/counts/c/zarr.json', 'RNA/counts/c/.zarray')
+    >>> array_documents("X/indices/0")
+    ('X/indices/zarr.json', 'X/indices/.zarray')
+    >>> array_documents("c/0")
+    ('zarr.json', '.zarray', 'c/zarr.json', 'c/.zarray')
+    """
+    return tuple(
+        f"{array}/{name}" if array else name
+        for array in _arrays_of_chunk(chunk_key)
+        for name in ("zarr.json", ".zarray")
+    )

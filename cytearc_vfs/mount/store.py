@@ -18,28 +18,26 @@ from typing import Any, Literal
 import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.core.sync import sync
 
-from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
 from ..format.key_checked import KeyCheckedStore
 from ..format.nodes import array_at
-from ..format.option_names import MOUNT_SOURCE, source_options_example
+from ..format.option_names import MOUNT_SOURCE
 from ..format.paths import AssayPaths, join
-from ..format.source_store import AssayInfo, missing_assay_error, read_contents, verify_assay
-from ..format.store_io import document_attribute, get_json
+from ..format.source_store import AssayInfo, missing_assay_error
+from ..format.store_io import document_attribute
 from ..read.count_mapping import CountMapping, IdentityMapping
-from ..read.opened_files import OpenedSource, opened_source
-from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents, prefetched
+from ..read.opened_files import OpenedSource
+from ..read.prefetch import PrefetchedStore, assay_documents, prefetched
 from ..read.read_stats import ReadCounters
 from ..read.sources import bound_from_verified
 from ..remote.cached_store import cached_source, source_cache_of
-from ..remote.failures import first_line, source_failure
-from ..remote.locations import Location, describe_location, local_path, open_location
+from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
 from .open_checks import verify_mount_tables
 from .records import MATRIX_SOURCE_ATTR, MountRecord
 from .resolution import artifact_roots, listing_is_union, place_of
+from .source_checks import verify_mount_source
 
 __all__ = ["MountStore"]
 
@@ -110,74 +108,8 @@ class MountStore(KeyCheckedStore):
     def _verified(
         cls, target: Store, where: str, source_storage_options: Mapping[str, Any] | None
     ) -> MountStore:
-        document = get_json(target, "zarr.json", where=where)
-        attrs = document.get("attributes", {}) if isinstance(document, dict) else {}
-        if MATRIX_SOURCE_ATTR not in attrs:
-            raise ValueError(f"{where} is not a mounted target (no matrixSource record)")
-        record = MountRecord.from_json(attrs[MATRIX_SOURCE_ATTR], where=f"{where} matrixSource")
-        source_where = record.location
-        paths = [AssayPaths(name, record.workspace) for name in record.assays]
-        try:
-            opened = open_location(
-                record.location, read_only=True, storage_options=source_storage_options
-            )
-            source = cached_source(opened, SourceCache(), MOUNT_SOURCE, where=record.location)
-            files = _opened(record, paths)  # before the documents are read
-            # every document the checks below read, and on an object store one
-            # listing of the source (pins, absent keys), in one concurrent round
-            documents = sync(
-                fetch_documents(
-                    source,
-                    [key for p in paths for key in assay_documents(p)],
-                    deferred=[join(p.assay_group, "state", "zarr.json") for p in paths],
-                )
-            )
-            contents = read_contents(documents, where=source_where)
-        except (ValueError, TypeError):
-            raise
-        except Exception as exc:
-            if getattr(exc, "cytearc_source", False):
-                # the pinned store named the source, the key and the remedy: said once
-                detail = first_line(exc).partition(": ")[2]
-                raise source_failure(
-                    OSError(
-                        f"the source of the mount at {where}, {record.location}, cannot be "
-                        f"read: {detail}"
-                    )
-                ) from exc
-            raise OSError(
-                f"the source of the mount at {where}, {record.location}, cannot be read "
-                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
-                + (
-                    "restore it at that path"
-                    if local_path(record.location) is not None
-                    else "restore it, or pass its credentials as " + source_options_example(None)
-                )
-            ) from exc
-        if MATRIX_SOURCE_ATTR in contents.root_attrs:
-            raise UnsupportedSourceError(
-                f"the source of the mount at {where}, {record.location}, is itself a mount; "
-                "mounts do not chain. Mount the store that owns the counts"
-            )
-        infos: dict[str, AssayInfo] = {}
-        for name, expected in record.assays.items():
-            info = verify_assay(documents, AssayPaths(name, record.workspace), where=source_where)
-            for what, wanted, found in (
-                ("dataset", expected.dataset_fingerprint, info.dataset_fingerprint),
-                ("counts", expected.counts_fingerprint, info.counts_fingerprint),
-            ):
-                if wanted != found:
-                    raise IdentityMismatchError(
-                        f"mount at {where}: assay {name!r} of source {record.location} has {what} "
-                        f"fingerprint {found}, but the mount records {wanted}; the source changed "
-                        "after it was mounted. Restore the source, or mount it again"
-                    )
-            if expected.requires_transpose and not info.has_counts_t:
-                raise IncompleteStoreError(
-                    f"mount at {where}: assay {name!r} opens as RNA and needs the source's countsT, "
-                    f"which {record.location} lacks; re-import the source"
-                )
-            infos[name] = info
+        checked = verify_mount_source(target, where, source_storage_options)
+        record, infos, documents = checked.record, checked.infos, checked.documents
         # the target's documents the checks read, in one concurrent round
         target_documents = prefetched(
             target,
@@ -189,12 +121,12 @@ class MountStore(KeyCheckedStore):
         verify_mount_tables(target_documents, record, infos, where=where)
         mount = cls(
             target,
-            source,
+            checked.source,
             record,
             infos,
             source_storage_options=source_storage_options,
             documents=documents,
-            opened=files,
+            opened=checked.opened,
         )
         # the source's shards are pinned as they are now (see pinned_store),
         # from the open's listing where there is one (no request)
@@ -603,20 +535,6 @@ class MountStore(KeyCheckedStore):
             store = self._source
         async for name in store.list_dir(directory):
             yield name
-
-
-def _opened(record: MountRecord, paths: list[AssayPaths]) -> OpenedSource | None:
-    """What the open of a local source finds of its count arrays (see
-    :mod:`cytearc_vfs.read.opened_files`); ``None`` for a remote source."""
-    root = local_path(record.location)
-    if root is None:
-        return None
-    return opened_source(
-        str(root),
-        [array for p in paths for array in (p.counts, p.counts_t)],
-        label=f"the mount's source at {record.location}",
-        reopen="reopen the mount, whose open compares its source with the fingerprints it recorded",
-    )
 
 
 def open_verified(

@@ -100,9 +100,9 @@ class OpenedSource:
         return IdentityMismatchError(
             f"{self.label}: the file {path} {change} since the source was opened, so it is "
             f"not what the open checked. {self.reopen[:1].upper()}{self.reopen[1:]} "
-            "(restart a `cytearc-vfs serve` or `mount-fs` of it): a source restored from "
-            "a copy, or written again with the same values, reads again after that, and "
-            "one with other values is refused there"
+            "(a `cytearc-vfs serve` or `mount-fs` of it reopens by itself): a source "
+            "restored from a copy, or written again with the same values, reads again after "
+            "that, and one with other values is refused there"
         )
 
     def check_document(self, array: str) -> None:

@@ -29,13 +29,13 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore
 
+from ..format.chunk_keys import is_chunk_key
 from .pinned_store import (
     Batches,
     PinnedSourceStore,
     Ranges,
     SourceReadWrapper,
     check_byte_range,
-    is_chunk_key,
 )
 from .source_cache import SourceCache
 

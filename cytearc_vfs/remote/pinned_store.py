@@ -51,6 +51,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import FsspecStore, ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
+from ..format.chunk_keys import array_documents, is_chunk_key
 from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
@@ -79,19 +80,9 @@ __all__ = [
     "ObjectPins",
     "PinnedSourceStore",
     "SourceReadWrapper",
-    "is_chunk_key",
     "pin_arrays",
     "pinned_store_of",
 ]
-
-
-def is_chunk_key(key: str) -> bool:
-    """Whether ``key`` is a chunk (shard) key of zarr v3's default encoding.
-
-    >>> is_chunk_key("RNA/counts/c/3/0"), is_chunk_key("RNA/counts/zarr.json")
-    (True, False)
-    """
-    return key.startswith("c/") or "/c/" in key
 
 
 class ObjectPins:
@@ -424,13 +415,13 @@ class PinnedSourceStore(SourceReadWrapper):
         """
         if self.pins.get(key) is not None:
             raise source_failure(self._deleted(key))
-        document = f"{key[: key.index('/c/')]}/zarr.json" if "/c/" in key else "zarr.json"
-        try:
-            present = await self._bounded(self._store.exists(document))
-        except Exception as exc:
-            raise source_failure(self._failed(document, exc)) from exc
-        if not present:
-            raise source_failure(self._deleted(key))
+        for document in array_documents(key):
+            try:
+                if await self._bounded(self._store.exists(document)):
+                    return
+            except Exception as exc:
+                raise source_failure(self._failed(document, exc)) from exc
+        raise source_failure(self._deleted(key))
 
     async def _get_pinned(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None

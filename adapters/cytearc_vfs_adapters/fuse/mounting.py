@@ -28,6 +28,7 @@ from typing import Any
 
 from cytearc_vfs.errors import VfsError
 
+from ..served_store import ServedStore
 from .operations import TreeOperations
 from .tree import StoreTree
 
@@ -179,8 +180,9 @@ class FuseMount:
 
     Parameters
     ----------
-    tree
-        What to show.
+    shown
+        What to show: the tree of one store, or a served store (reopened when a
+        read finds a source gone or changed and it is back).
     mountpoint
         An existing directory that is not a mount point already.
     allow_other
@@ -189,13 +191,17 @@ class FuseMount:
     """
 
     def __init__(
-        self, tree: StoreTree, mountpoint: str | os.PathLike[str], *, allow_other: bool = False
+        self,
+        shown: StoreTree | ServedStore,
+        mountpoint: str | os.PathLike[str],
+        *,
+        allow_other: bool = False,
     ) -> None:
         # resolved, as the kernel resolves it: the mount table (is_mounted) holds this path
         self.mountpoint = os.path.realpath(mountpoint)
         self._allow_other = allow_other
         self._ready = threading.Event()
-        self.operations = TreeOperations(tree, on_init=self._ready.set)
+        self.operations = TreeOperations(shown, on_init=self._ready.set)
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
 

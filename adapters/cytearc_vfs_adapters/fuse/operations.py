@@ -9,7 +9,11 @@ directory entries, bytes, or an ``OSError`` whose errno the binding returns.
 Errors: an absent path is ``ENOENT``; anything else that goes wrong while
 answering (a source that disappeared, a backend error, a failed checksum) is
 ``EIO``, logged once per failed call with the store's own message, so a
-reader gets an error and never bytes that are not the store's. The tree is
+reader gets an error and never bytes that are not the store's. A call that
+finds a composite's or mount's source gone or changed first asks its
+:class:`~cytearc_vfs_adapters.served_store.ServedStore` to reopen the
+location (the source may have been restored) and is answered again, once, on
+the new store; each call reads from one store only. The tree is
 read-only: every request that would change it is ``EROFS`` (the mount is
 also made with ``ro``, so the kernel refuses most of them before they get
 here).
@@ -42,8 +46,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from ..served_store import ServedStore
 from .tree import Entry, StoreTree
 
 __all__ = ["TreeOperations"]
@@ -83,8 +89,9 @@ class TreeOperations:
 
     Parameters
     ----------
-    tree
-        What the file system shows.
+    shown
+        What the file system shows: the tree of one store, or a served store
+        (reopened when a read finds a source gone or changed and it is back).
     on_init
         Called once libfuse has mounted the tree and the kernel has started
         the session (the tree is usable from then on).
@@ -93,8 +100,13 @@ class TreeOperations:
     # the binding passes times as integer nanoseconds (and warns otherwise)
     use_ns = True
 
-    def __init__(self, tree: StoreTree, *, on_init: Callable[[], None] | None = None) -> None:
-        self._tree = tree
+    def __init__(
+        self, shown: StoreTree | ServedStore, *, on_init: Callable[[], None] | None = None
+    ) -> None:
+        if isinstance(shown, StoreTree):
+            self._served, self._tree = ServedStore.fixed(shown.store), shown
+        else:
+            self._served, self._tree = shown, StoreTree(shown.current)
         self._on_init = on_init
         self._mounted_ns = time.time_ns()
         self._uid = os.getuid()
@@ -111,19 +123,59 @@ class TreeOperations:
     def _run[T](self, coroutine: Coroutine[Any, Any, T]) -> T:
         return sync(coroutine)
 
+    def _tree_of(self, store: Store) -> StoreTree:
+        """The tree of ``store`` (made again when a reopen put another store in service)."""
+        with self._lock:
+            if self._tree.store is not store:
+                self._tree = StoreTree(store)
+            return self._tree
+
+    def _answered[T](self, ask: Callable[[StoreTree], Coroutine[Any, Any, T]]) -> T:
+        """What ``ask`` answers from the store in service, all of it from one store.
+
+        A failure that says a source is gone or changed reopens the location
+        (:meth:`ServedStore.recover`) and asks again, once, on the new store;
+        a refusal carries what the reopen found as a note.
+        """
+        first = self._served.use()
+        try:
+            return self._run(ask(self._tree_of(first)))
+        except Exception as exc:
+            store = self._run(self._served.recover(first, exc))
+            if store is None:
+                self._note(exc)
+                raise
+        finally:
+            self._served.done(first)
+        try:
+            return self._run(ask(self._tree_of(store)))
+        except Exception as exc:
+            self._note(exc)
+            raise
+        finally:
+            self._served.done(store)
+
+    def _note(self, exc: Exception) -> None:
+        note = self._served.explain(exc)
+        if note:
+            exc.add_note(note)
+
     def _failed(self, what: str, key: str, exc: BaseException) -> OSError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
         logger.error(
-            "mount-fs: %s %r failed (%s: %s); answered EIO",
+            "mount-fs: %s %r failed (%s: %s%s); answered EIO",
             what,
             key,
             type(exc).__name__,
-            str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+            first,
+            notes,
         )
-        return OSError(errno.EIO, f"{what} {key!r} failed: {exc}")
+        return OSError(errno.EIO, f"{what} {key!r} failed: {exc}{notes}")
 
     def _entry(self, key: str) -> Entry:
         try:
-            found = self._run(self._tree.entry(key))
+            found = self._answered(lambda tree: tree.entry(key))
         except Exception as exc:
             raise self._failed("stat", key, exc) from exc
         if found is None:
@@ -172,7 +224,7 @@ class TreeOperations:
         """The names in a directory, each with its file type (no value is read)."""
         key = _key_of(path)
         try:
-            children = self._run(self._tree.children(key))
+            children = self._answered(lambda tree: tree.children(key))
         except Exception as exc:
             raise self._failed("list", key, exc) from exc
         entries: list[str | tuple[str, int, int]] = [".", ".."]
@@ -195,9 +247,10 @@ class TreeOperations:
         entry = self._entry(key)
         if entry.is_dir:
             raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        tree = self._tree_of(self._served.current)
         with self._lock:
             computed = None
-            if self._tree.is_computed(key):
+            if tree.is_computed(key):
                 computed = self._computed.setdefault(key, _Computed())
                 computed.handles += 1
             handle = self._next_handle
@@ -216,7 +269,7 @@ class TreeOperations:
         assert future is not None
         if owner:
             try:
-                value = self._run(self._tree.read_whole(handle.key))
+                value = self._answered(lambda tree: tree.read_whole(handle.key))
             except BaseException as exc:
                 with self._lock:
                     computed.value = None  # the next read tries again
@@ -252,7 +305,7 @@ class TreeOperations:
                         f"computed {len(value)} bytes, but its size was given as {handle.size}",
                     )
                 return value[offset:stop]
-            return self._run(self._tree.read(handle.key, offset, stop))
+            return self._answered(lambda tree: tree.read(handle.key, offset, stop))
         except Exception as exc:
             raise self._failed("read", handle.key, exc) from exc
 

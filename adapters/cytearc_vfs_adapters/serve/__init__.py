@@ -8,9 +8,12 @@ plain Zarr v3 over HTTP: the server (``server``), its options and stats
 (``protocol``), request targets to checked store keys (``targets``),
 byte ranges (``ranges``), validators (``validators``: ``ETag`` and
 ``Last-Modified`` per store kind) and conditional requests (``conditions``),
-answers and error statuses (``answers``) and the
+answers and error statuses (``answers``), the answers of keys (``values``)
+and of directories (``directories``: listings and ``PROPFIND``) and the
 bodies of directory listings, HTML for fsspec, WebDAV multistatus for
-obstore, JSON (``listings``). ``docs/serve.md`` states what is answered.
+obstore, JSON (``listings``). The store it answers from is a
+:class:`~cytearc_vfs_adapters.served_store.ServedStore`, reopened when a
+source is restored. ``docs/serve.md`` states what is answered.
 
 May import: every layer below the command line except :mod:`cytearc_vfs.inspection`
 and :mod:`cytearc_vfs.realdata` (its siblings); it needs only :mod:`cytearc_vfs.format`

@@ -18,7 +18,7 @@ from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 
 from .budget import Lease
 from .listings import href
-from .pieces import StreamedSpan
+from .pieces import PieceReader, StreamedSpan
 
 __all__ = [
     "Answer",
@@ -47,6 +47,9 @@ class Answer:
     """Answer memory the body holds, given back once the socket has taken it."""
     rest: StreamedSpan | None = None
     """What follows ``body`` when the value is streamed, read piece by piece while sending."""
+    reader: PieceReader | None = None
+    """Reads the pieces of ``rest``: the store ``body`` came from, so one answer
+    never mixes two stores (a store reopened meanwhile is not asked)."""
 
     def release(self) -> None:
         """Give back the answer memory the body holds (the body is sent or abandoned)."""

@@ -17,12 +17,20 @@ sending a body that looks complete.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from zarr.abc.store import Store
 
 from cytearc_vfs.composite.store import CompositeStore
 
-__all__ = ["PieceRead", "StreamAbortedError", "StreamedSpan", "computed_on_read", "piece_reads"]
+__all__ = [
+    "PieceRead",
+    "PieceReader",
+    "StreamAbortedError",
+    "StreamedSpan",
+    "computed_on_read",
+    "piece_reads",
+]
 
 
 class StreamAbortedError(Exception):
@@ -72,6 +80,14 @@ class PieceRead:
     """Bytes the read returns when the value is unchanged."""
     sent: int
     """Bytes of the read that are sent (the first ``sent``)."""
+
+
+class PieceReader(Protocol):
+    """What reads the pieces of a streamed answer (the store its first piece came from)."""
+
+    async def read_piece(self, key: str, read: PieceRead) -> memoryview:
+        """The bytes of ``read``, or :class:`StreamAbortedError` if they are not the ones due."""
+        ...
 
 
 def piece_reads(span: StreamedSpan, piece_bytes: int) -> list[PieceRead]:

@@ -22,6 +22,10 @@ listing object_store reads; :mod:`.listings`), ``405`` for every other
 method; keys pass the package's key rule (:mod:`.targets`). A store error
 is a ``5xx`` whose one-line body names the key and the error, logged on the
 ``cytearc_vfs_adapters.serve.server`` logger at ERROR; the server goes on.
+A read that finds a composite's or mount's source gone or changed first
+asks its :class:`~cytearc_vfs_adapters.served_store.ServedStore` to reopen
+the location (the source may be back) and, when it did, is read again,
+once, all of it from the new store.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from types import TracebackType
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from ..served_store import ServedStore
 from .answers import (
     Answer,
     error_status,
@@ -49,20 +54,12 @@ from .answers import (
     text_answer,
 )
 from .budget import AnswerBudget
-from .listings import (
-    Entry,
-    finite_depth_error,
-    html_index,
-    json_listing,
-    multistatus,
-    wants_json,
-)
+from .directories import DirectoryAnswers
 from .options import ServeOptions, ServeStats
-from .pieces import StreamAbortedError, StreamedSpan, piece_reads
+from .pieces import PieceReader, StreamAbortedError, StreamedSpan, piece_reads
 from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
 from .sockets import ListenError, is_loopback, listening_socket
-from .targets import BadTargetError, parse_target
-from .validators import describe
+from .targets import BadTargetError, Target, parse_target
 from .values import KeyAnswers
 
 __all__ = [
@@ -81,8 +78,6 @@ _ALLOW = "GET, HEAD, PROPFIND"
 _EXPOSED = "Content-Length, Content-Range, Accept-Ranges, ETag, Last-Modified"
 _ALLOWED_FIELDS = "Range, If-Range, If-None-Match, If-Match, If-Modified-Since, If-Unmodified-Since"
 _READ_METHODS = ("GET", "HEAD", "PROPFIND")
-# Children of one listing whose kind and size are asked at once (within one read slot).
-_LISTING_PROBES = 16
 # Body slices handed to the socket between drains: each must be taken within
 # write_timeout, so a client that stops reading is dropped.
 _SLICE = 1 << 20
@@ -102,13 +97,14 @@ class StoreServer:
     http://127.0.0.1:40123/
     """
 
-    def __init__(self, store: Store, options: ServeOptions) -> None:
-        self._store = store
+    def __init__(self, served: ServedStore, options: ServeOptions) -> None:
+        self._served = served
         self._options = options
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._reads: asyncio.Semaphore | None = None
-        self._keys: KeyAnswers  # made with the read slots, on zarr's event loop
+        # the current store's answers, made with the read slots on zarr's event loop
+        self._keys: KeyAnswers
         self._budget = AnswerBudget(options.max_answer_bytes)
         self._closed = threading.Event()
         self._lock = threading.Lock()  # guards the counters, read from other threads
@@ -128,7 +124,7 @@ class StoreServer:
     @classmethod
     def start(
         cls,
-        store: Store,
+        store: Store | ServedStore,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -136,10 +132,14 @@ class StoreServer:
     ) -> StoreServer:
         """Listen on ``host``:``port`` (``0``: a free port) and serve ``store``.
 
-        Returns once the socket listens. Raises ``OSError`` naming the host and
-        port when it cannot listen.
+        A :class:`~cytearc_vfs_adapters.served_store.ServedStore` is reopened
+        when a read finds a source gone or changed (and is restored); a plain
+        store is served as it is. The caller closes either. Returns once the
+        socket listens. Raises ``OSError`` naming the host and port when it
+        cannot listen.
         """
-        server = cls(store, options or ServeOptions())
+        served = store if isinstance(store, ServedStore) else ServedStore.fixed(store)
+        server = cls(served, options or ServeOptions())
         listener = listening_socket(host, port)
         bound = listener.getsockname()
         server.host, server.port = str(bound[0]), int(bound[1])
@@ -154,7 +154,9 @@ class StoreServer:
 
     async def _listen(self, listener: socket.socket) -> None:
         self._reads = asyncio.Semaphore(self._options.max_reads)
-        self._keys = KeyAnswers(self._store, self._options, self._budget, self._reads, self._count)
+        self._keys = KeyAnswers(
+            self._served.current, self._options, self._budget, self._reads, self._count
+        )
         self._server = await asyncio.start_server(
             self._connection, sock=listener, limit=self._options.max_head_bytes
         )
@@ -330,13 +332,18 @@ class StoreServer:
             await self._send(writer, text_answer(exc.status, str(exc), close=True), None)
             return False
         self._count("request")
-        answer = await self._answer(head)
-        keep = head.keep_alive and not head.announces_body and not answer.close
-        answer.close = not keep
+        used: list[Store] = []  # the stores this request reads, given back once it is sent
         try:
-            await self._send(writer, answer, head)
+            answer = await self._answer(head, used)
+            keep = head.keep_alive and not head.announces_body and not answer.close
+            answer.close = not keep
+            try:
+                await self._send(writer, answer, head)
+            finally:
+                answer.release()
         finally:
-            answer.release()
+            for store in used:
+                self._served.done(store)
         return keep
 
     async def _send(
@@ -360,7 +367,8 @@ class StoreServer:
         await self._write_body(writer, answer.body)
         answer.release()
         if answer.rest is not None:
-            await self._stream(writer, answer.rest)
+            assert answer.reader is not None
+            await self._stream(writer, answer.rest, answer.reader)
 
     async def _write_body(self, writer: asyncio.StreamWriter, body: bytes | memoryview) -> None:
         """Hand ``body`` to the socket slice by slice, each taken within ``write_timeout``."""
@@ -373,8 +381,13 @@ class StoreServer:
             async with asyncio.timeout(self._options.write_timeout):
                 await writer.drain()
 
-    async def _stream(self, writer: asyncio.StreamWriter, rest: StreamedSpan) -> None:
+    async def _stream(
+        self, writer: asyncio.StreamWriter, rest: StreamedSpan, reader: PieceReader
+    ) -> None:
         """Read and send the rest of a streamed value, one piece in memory at a time.
+
+        The pieces come from ``reader``, the store that read the first bytes:
+        a store reopened meanwhile is not the one this answer began on.
 
         Each piece asks the budget anew, at the back of the line, so a slow
         client keeps no memory (and no place) between its pieces.
@@ -391,7 +404,7 @@ class StoreServer:
                     f"{self._options.max_answer_bytes})"
                 ) from exc
             try:
-                data = await self._keys.read_piece(rest.key, read)
+                data = await reader.read_piece(rest.key, read)
                 await self._write_body(writer, data[: read.sent])
                 del data  # freed before its bytes go back to the budget
             finally:
@@ -424,7 +437,9 @@ class StoreServer:
             name = name.partition(":")[0]
         return name in self._host_names or is_loopback(name)
 
-    async def _answer(self, head: RequestHead) -> Answer:
+    async def _answer(self, head: RequestHead, used: list[Store]) -> Answer:
+        """The answer to ``head``; the stores it reads are added to ``used`` (see
+        :meth:`ServedStore.use`)."""
         if head.method == "OPTIONS" and self._options.allow_origin is not None:
             return Answer(
                 HTTPStatus.NO_CONTENT,
@@ -451,123 +466,60 @@ class StoreServer:
             target = parse_target(head.target)
         except BadTargetError as exc:
             return text_answer(HTTPStatus.BAD_REQUEST, str(exc))
+        used.append(self._served.use())
+        keys = self._keys_for(used[-1])
         try:
-            if head.method == "PROPFIND":
-                path, depth = target.path, head.field("depth")
-                return await self._keys.within_budget(
-                    target.path, lambda: self._propfind(path, target.listing, depth)
-                )
-            if target.listing:
-                path, accept = target.path, head.field("accept")
-                return await self._keys.within_budget(path, lambda: self._listing(path, accept))
-            return await self._keys.value(target.path, head)
-        except OSError as exc:
-            if exc.errno != errno.ENAMETOOLONG:
-                return self._store_error(head, target.path, exc)
+            return await self._read(keys, head, target)
+        except Exception as exc:
+            failure: Exception = exc
+        # a source gone or changed: reopened (once for all such requests), and
+        # read again on the new store, once; a request never mixes two stores
+        store = await self._served.recover(keys.store, failure)
+        if store is None:
+            return self._failed(head, target, failure, self._served.explain(failure))
+        used.append(store)
+        try:
+            return await self._read(self._keys_for(store), head, target)
+        except Exception as exc:
+            return self._failed(head, target, exc, self._served.explain(exc))
+
+    async def _read(self, keys: KeyAnswers, head: RequestHead, target: Target) -> Answer:
+        """The answer to a read request, all of it from ``keys``' store; raises what the store raises."""
+        if head.method == "PROPFIND":
+            path, depth = target.path, head.field("depth")
+            directories = DirectoryAnswers(keys.store, keys.reads, self._started)
+            return await keys.within_budget(
+                path, lambda: directories.propfind(path, target.listing, depth)
+            )
+        if target.listing:
+            path, accept = target.path, head.field("accept")
+            directories = DirectoryAnswers(keys.store, keys.reads, self._started)
+            return await keys.within_budget(path, lambda: directories.listing(path, accept))
+        return await keys.value(target.path, head)
+
+    def _keys_for(self, store: Store) -> KeyAnswers:
+        """The answers of ``store`` (made again when a reopen put another store in service)."""
+        assert self._reads is not None
+        if self._keys.store is not store:
+            self._keys = KeyAnswers(store, self._options, self._budget, self._reads, self._count)
+        return self._keys
+
+    def _failed(self, head: RequestHead, target: Target, exc: Exception, note: str) -> Answer:
+        """The answer to a read that raised ``exc`` (``note``: what a reopen found, or ``""``)."""
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
             # a name longer than the file system allows is a key the store cannot
             # hold: absent, not a failure to retry (and its message names the
             # server's directory)
             if target.listing:
                 return nothing_under(target.path)
             return not_found(target.path)
-        except Exception as exc:
-            return self._store_error(head, target.path, exc)
+        return self._store_error(head, target.path, exc, note)
 
-    def _store_error(self, head: RequestHead, key: str, exc: Exception) -> Answer:
+    def _store_error(self, head: RequestHead, key: str, exc: Exception, note: str) -> Answer:
         """The answer to a store error: its status, one line naming the key; logged."""
         status = error_status(exc)
         message = f"{head.method} {key!r}: {type(exc).__name__}: {one_line(str(exc))}"
+        if note:
+            message += f"; {one_line(note)}"
         log.error("%d %s", status.value, message)
         return text_answer(status, message)
-
-    async def _names(self, prefix: str) -> list[str]:
-        return sorted({name async for name in self._store.list_dir(prefix)})
-
-    async def _children(self, prefix: str, names: list[str]) -> list[Entry]:
-        """The entries below ``prefix``: each name a key (with its size) or a directory.
-
-        Sizes come from ``store.getsize``: a composite's chunk is never
-        computed for them (its size follows from the array document).
-        """
-        probes = asyncio.Semaphore(_LISTING_PROBES)
-
-        async def entry(name: str) -> Entry:
-            path = f"{prefix}/{name}" if prefix else name
-            async with probes:
-                return await self._entry(path)
-
-        return list(await asyncio.gather(*(entry(name) for name in names)))
-
-    async def _entry(self, path: str) -> Entry:
-        """A key with its size and validators, or a directory (nothing is computed).
-
-        Where finding the validators gives the size (a file's ``stat``, an
-        object's ``HEAD``), that is the one request; else ``exists`` and ``getsize``.
-        """
-        described = await describe(self._store, path)
-        if described is None:
-            return Entry(path, None)  # no value there: a directory, or nothing
-        validators = described.validators
-        if described.size is not None:
-            return Entry(path, described.size, validators.etag, validators.modified)
-        if await self._store.exists(path):
-            try:
-                size = await self._store.getsize(path)
-                return Entry(path, size, validators.etag, validators.modified)
-            except FileNotFoundError:
-                pass  # removed meanwhile: it lists as what is left, a directory or nothing
-        return Entry(path, None)
-
-    async def _listing(self, prefix: str, accept: str | None) -> Answer:
-        assert self._reads is not None
-        if not self._store.supports_listing:
-            return text_answer(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
-        json_wanted = wants_json(accept)
-        async with self._reads:
-            names = await self._names(prefix)
-            if not names and prefix:
-                return nothing_under(prefix)
-            if json_wanted:
-                body, kind = json_listing(prefix, names), "application/json"
-            else:
-                children = await self._children(prefix, names)
-                body, kind = html_index(prefix, children), "text/html; charset=utf-8"
-        return Answer(HTTPStatus.OK, body, [("Content-Type", kind), ("Vary", "Accept")])
-
-    async def _propfind(self, path: str, collection: bool, depth: str | None) -> Answer:
-        """A WebDAV ``PROPFIND`` (RFC 4918, section 9.1): the resource, and its children at depth 1.
-
-        ``Depth: infinity`` (also what a missing ``Depth`` means) is refused
-        with ``403`` and the ``propfind-finite-depth`` precondition, as RFC
-        4918 lets a server do: a whole store's keys with their sizes is one
-        request the client cannot bound (every computed chunk of a
-        composite; a size request per key of a remote store). A request
-        body, if any, is not read: every live property this server has
-        (``allprop``) is answered.
-        """
-        assert self._reads is not None
-        level = (depth or "infinity").strip().lower()
-        if level == "infinity":
-            return Answer(
-                HTTPStatus.FORBIDDEN,
-                finite_depth_error(),
-                [("Content-Type", "application/xml; charset=utf-8")],
-            )
-        if level not in ("0", "1"):
-            return text_answer(
-                HTTPStatus.BAD_REQUEST, f"Depth {depth!r} is not 0, 1 or infinity; send 0 or 1"
-            )
-        if not self._store.supports_listing:
-            return text_answer(HTTPStatus.NOT_IMPLEMENTED, "this store cannot list its keys")
-        async with self._reads:
-            resource = Entry("", None) if path == "" else await self._entry(path)
-            if collection and not resource.is_directory:
-                resource = Entry(path, None)  # "/KEY/" names a directory, never the key
-            names = await self._names(path) if resource.is_directory else []
-            if resource.is_directory and path and not names:
-                return nothing_under(path) if collection else not_found(path)
-            entries = [resource]
-            if level == "1":
-                entries += await self._children(path, names)
-        fields = [("Content-Type", "application/xml; charset=utf-8")]
-        return Answer(HTTPStatus.MULTI_STATUS, multistatus(entries, self._started), fields)

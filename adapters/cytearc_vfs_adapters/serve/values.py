@@ -67,6 +67,16 @@ class KeyAnswers:
         self._reads = reads
         self._count = count
 
+    @property
+    def store(self) -> Store:
+        """The store these answers read, all of each answer."""
+        return self._store
+
+    @property
+    def reads(self) -> asyncio.Semaphore:
+        """The server's read slots."""
+        return self._reads
+
     async def value(self, key: str, head: RequestHead) -> Answer:
         """The answer to ``GET`` or ``HEAD`` of ``key``: its validators, conditions, then the value.
 
@@ -168,7 +178,7 @@ class KeyAnswers:
             raise self._changed(key, lease, size, len(data), len(data))
         answer = Answer(HTTPStatus.OK, data, fields, length=size, lease=lease)
         if size > len(data):
-            answer.rest = StreamedSpan(key, len(data), size, size)
+            answer.rest, answer.reader = StreamedSpan(key, len(data), size, size), self
             self._count("streamed")
             self._count("piece_read")
         return answer
@@ -200,7 +210,7 @@ class KeyAnswers:
         fields.append(("Content-Range", span.content_range))
         answer = Answer(HTTPStatus.PARTIAL_CONTENT, data, fields, length=span.length, lease=lease)
         if span.length > len(data):
-            answer.rest = StreamedSpan(key, first.end, span.stop, size)
+            answer.rest, answer.reader = StreamedSpan(key, first.end, span.stop, size), self
             self._count("streamed")
             self._count("piece_read")
         return answer
