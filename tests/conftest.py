@@ -129,7 +129,7 @@ from cloud_servers import (  # noqa: E402,F401  (fixture re-exports)
     https_backend,
     s3_backend,
 )
-from s3_server import s3_server  # noqa: E402,F401  (fixture re-export)
+from s3_server import s3_proxy, s3_server  # noqa: E402,F401  (fixture re-exports)
 
 # rule / pending markers and the outcomes the conformance report reads
 pytest_plugins = ["cytearc_vfs_conformance.pytest_plugin"]

@@ -89,3 +89,16 @@ def s3_server() -> Iterator[S3Server]:
         yield S3Server(f"http://127.0.0.1:{port}")
     finally:
         server.stop()
+
+
+@pytest.fixture
+def s3_proxy(s3_server: S3Server) -> Iterator[Any]:
+    """A counting proxy (``loopback_proxy.LoopbackProxy``) in front of the session's
+    S3 server, for one test."""
+    from loopback_proxy import LoopbackProxy
+
+    running = LoopbackProxy(s3_server.endpoint)
+    try:
+        yield running
+    finally:
+        running.close()

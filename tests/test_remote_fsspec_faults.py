@@ -113,9 +113,12 @@ def test_an_fsspec_source_read_fails_within_the_timeout(
         if fault == "hang":
             assert f"no answer within CYTEARC_SOURCE_TIMEOUT={LIMIT} seconds" in str(info.value)
         gets = _shard_gets(proxy)
-        # each shard asked a few times within the second, not retried for minutes
-        # (before: 124 requests to a hung server in 430 s, a 503 retried for 45 s)
-        assert gets and max(gets.values()) <= 6, gets
+        # each shard asked a bounded number of times within the limit, not retried for
+        # minutes (before: 124 requests to a hung server in 430 s, a 503 retried for
+        # 45 s). A pinned read is one GetObject (no HEAD first, whose bodiless 503 s3fs
+        # does not retry itself): s3fs retries a throttled GET (SlowDown) 5 times, each
+        # through botocore's own attempts (at most 5), so at most 25
+        assert gets and max(gets.values()) <= 25, gets
         store.close()
     finally:
         proxy.close()

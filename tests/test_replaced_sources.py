@@ -22,8 +22,8 @@ import numpy.typing as npt
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-import zarr
 from conftest import realistic_counts
+from read_paths import PATHS, Read, gather, plain_zarr
 from store_copies import copy_stores
 
 import cytearc_vfs as cv
@@ -101,22 +101,6 @@ REPLACEMENTS: dict[str, Callable[[Path], None]] = {
 }
 
 
-Read = Callable[[npt.NDArray[np.int64]], Any]
-
-
-def gather(store: Any) -> Read:
-    """Rows read by one gather reader of ``store`` (it keeps the indexes it read)."""
-    reader = store.reader()
-    return lambda rows: reader.read(cells=rows)
-
-
-def plain_zarr(store: Any) -> Read:
-    """Rows read through zarr from ``store``'s computed chunks (one open array)."""
-    array = zarr.open_array(store, path="RNA/counts", mode="r")
-    return lambda rows: np.asarray(array[int(rows[0]) : int(rows[-1]) + 1])
-
-
-PATHS = {"gather reader": gather, "plain zarr": plain_zarr}
 FIRST = np.arange(0, 12)  # rows of a's first shard
 LATER = np.arange(330, 345)  # rows of a's last shard, not read before
 

@@ -34,7 +34,8 @@ from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
 from ..format.source_store import contents_documents
-from ..remote.pinned_store import Listing, pinned_store_of
+from ..remote.object_versions import Listing
+from ..remote.pinned_store import pinned_store_of
 
 __all__ = [
     "MAX_IN_FLIGHT",

@@ -18,12 +18,14 @@ a remote source store for the life of one open store and
 - translates any other backend error once, into an ``OSError`` naming the
   source, its location, the key and the remedy, chained with ``from exc``.
 
-Pins need object metadata with the bytes, which only obstore's own API
-returns, so they apply to stores zarr opens through obstore
-(``zarr.storage.ObjectStore``); other remote backends (fsspec) get the error
-translation and the deleted-object check for keys read before, not the
-replaced-object check. Pins live in memory with the open store: a reopen pins
-the objects as it finds them (``cytearc-vfs verify`` re-reads every value).
+Pins need object metadata with the bytes. Two backends give it: obstore's
+own API (stores zarr opens through obstore, ``zarr.storage.ObjectStore``) and
+s3fs's botocore calls (``zarr.storage.FsspecStore`` over s3fs, reached in
+one module, :mod:`.s3fs_objects`). Other fsspec backends (gcsfs, HTTP, any
+other filesystem) get the error translation and the deleted-object check
+for keys read before, not the replaced-object check. Pins live in memory with
+the open store: a reopen pins the objects as it finds them (``cytearc-vfs
+verify`` re-reads every value).
 
 Every request to a backend other than obstore's is bounded by
 ``CYTEARC_SOURCE_TIMEOUT`` in total, retries included (:mod:`.timeouts`):
@@ -35,9 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from zarr.abc.store import (
@@ -48,7 +48,7 @@ from zarr.abc.store import (
     SuffixByteRequest,
 )
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.storage import ObjectStore
+from zarr.storage import FsspecStore, ObjectStore
 
 from ..errors import IdentityMismatchError, VfsError
 from ..format.chunk_keys import array_documents, is_chunk_key
@@ -58,6 +58,14 @@ from ..format.object_keys import object_key, store_key
 from ..format.object_listing import list_recursive, list_unless_refused
 from ..format.option_names import source_label, source_options_example
 from .failures import failure_remedy, first_line, is_http_location, source_failure
+from .object_versions import ListedObject, Listing, version_token
+from .s3fs_objects import (
+    ObjectReplacedError,
+    get_s3_object,
+    list_s3_objects,
+    object_path,
+    s3fs_filesystem,
+)
 from .timeouts import TIMEOUT_ENV, timeouts
 
 if TYPE_CHECKING:
@@ -69,66 +77,12 @@ Ranges = Sequence[ByteRequest | None]
 Batches = AsyncIterator[Sequence[tuple[int, Buffer | None]]]
 
 __all__ = [
-    "ListedObject",
-    "Listing",
     "ObjectPins",
     "PinnedSourceStore",
     "SourceReadWrapper",
     "pin_arrays",
     "pinned_store_of",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ListedObject:
-    """One object of a listing, as the backend described it."""
-
-    size: int
-    """Its size in bytes."""
-    token: str | None
-    """Its version (:func:`version_token`), ``None`` when the backend gives none."""
-
-
-#: Every object of a store: key (relative to the store) -> what the listing said.
-Listing = Mapping[str, ListedObject]
-
-
-#: What obstore reports as the modification time of an answer that gave none.
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def version_token(meta: Any) -> str | None:
-    """What identifies one version of an object in obstore's ``ObjectMeta``.
-
-    The ETag where the backend gives one, else its version id, else
-    last-modified and size together. An ETag is kept in its quoted form
-    (RFC 9110): Azure lists ETags bare but answers a GET with them quoted,
-    and one object must give one token both ways. obstore reports a
-    response without ``Last-Modified`` (an HTTP server's answer that carries
-    no version, such as ``cytearc-vfs serve``'s) as the Unix epoch: that
-    is no version, and gives no token.
-
-    >>> version_token({"e_tag": '"9f3e"', "version": None, "size": 3})
-    'etag:"9f3e"'
-    >>> version_token({"e_tag": "0x8DC9F3E", "version": None, "size": 3})
-    'etag:"0x8DC9F3E"'
-    >>> version_token({"e_tag": None, "version": None, "last_modified": "2026-01-01", "size": 3})
-    'modified:2026-01-01:3'
-    >>> version_token({"e_tag": None, "last_modified": _UNIX_EPOCH, "size": 3}) is None
-    True
-    """
-    tag = meta.get("e_tag")
-    if tag:
-        weak = tag.startswith("W/")
-        bare = tag.removeprefix("W/")
-        quoted = bare if bare.startswith('"') and bare.endswith('"') else f'"{bare}"'
-        return f"etag:{'W/' if weak else ''}{quoted}"
-    if meta.get("version"):
-        return f"version:{meta['version']}"
-    modified = meta.get("last_modified")
-    if modified is not None and modified != _UNIX_EPOCH and meta.get("size") is not None:
-        return f"modified:{meta['last_modified']}:{meta['size']}"
-    return None
 
 
 class ObjectPins:
@@ -260,6 +214,8 @@ class PinnedSourceStore(SourceReadWrapper):
         self.pins = ObjectPins() if pins is None else pins
         # obstore's client stops at the total itself (its retry_timeout)
         self._limit = None if isinstance(store, ObjectStore) else timeouts().total
+        # an FsspecStore over s3fs lists with ETags and reads with If-Match
+        self._s3fs = s3fs_filesystem(store)
 
     async def _bounded(self, request: Awaitable[T]) -> T:
         """``await request``, within ``CYTEARC_SOURCE_TIMEOUT`` for backends that do not
@@ -287,11 +243,18 @@ class PinnedSourceStore(SourceReadWrapper):
     async def pin_listing(self, array: str) -> int:
         """Pin every chunk object of ``array`` as a listing finds it; returns how many.
 
-        Only obstore-backed stores list with metadata; others pin at first read.
+        Only obstore-backed and s3fs-backed stores list with metadata; others
+        pin at first read.
         """
+        prefix = f"{array}/c/"
+        if self._s3fs is not None:
+            try:
+                listing = await self._bounded(self._list_s3fs(prefix))
+            except Exception as exc:
+                raise source_failure(self._failed(prefix, exc)) from exc
+            return self.pin_listed(listing, [array])
         if not isinstance(self._store, ObjectStore):
             return 0
-        prefix = f"{array}/c/"
         try:
             # an HTTP server that refuses Depth: infinity is walked at Depth: 1
             listed = await list_recursive(self._store, prefix)
@@ -311,13 +274,18 @@ class PinnedSourceStore(SourceReadWrapper):
         One request per 1,000 objects on S3 (pages follow each other); the
         answer holds each object's ETag, so an open learns every version it
         needs without a request per object. ``None`` when the backend cannot
-        list with metadata (only obstore-backed stores do), or is an HTTP
+        list with metadata (obstore-backed and s3fs-backed stores do), or is an HTTP
         server that refuses recursive listings (``cytearc-vfs serve``; one
         refused request): the open then reads the documents it needs one by
         one, as it would read them anyway, and :meth:`pin_listing` walks only
         the count arrays' shard directories, instead of a ``Depth: 1`` walk
         of every directory of the store.
         """
+        if self._s3fs is not None:
+            try:
+                return await self._bounded(self._list_s3fs(""))
+            except Exception as exc:
+                raise source_failure(self._failed("its listing", exc)) from exc
         if not isinstance(self._store, ObjectStore):
             return None
         try:
@@ -333,15 +301,29 @@ class PinnedSourceStore(SourceReadWrapper):
             for meta in listed
         }
 
+    async def _list_s3fs(self, prefix: str) -> dict[str, ListedObject]:
+        assert isinstance(self._store, FsspecStore)
+        return await list_s3_objects(self._s3fs, self._store.path, prefix)
+
     async def get_versioned(self, key: str) -> tuple[bytes | None, str | None]:
         """The whole object at ``key`` and the version it was read at.
 
         ``(None, None)`` for an absent key; the version is ``None`` when the
-        backend reports none (stores other than obstore's). The version comes
-        with the bytes of the same response, so it names exactly the bytes
-        returned (a listing taken beside it could describe a newer object).
+        backend reports none (stores other than obstore's and s3fs's). The
+        version comes with the bytes of the same response, so it names exactly
+        the bytes returned (a listing taken beside it could describe a newer
+        object).
         """
         self._check_key(key, "get")
+        if self._s3fs is not None:
+            assert isinstance(self._store, FsspecStore)
+            path = object_path(self._store.path, key)
+            try:
+                return await self._bounded(get_s3_object(self._s3fs, path, None, None))
+            except FileNotFoundError:
+                return None, None
+            except Exception as exc:
+                raise source_failure(self._failed(key, exc)) from exc
         if not isinstance(self._store, ObjectStore):
             buffer = await self.get(key, default_buffer_prototype())
             return (None if buffer is None else buffer.to_bytes()), None
@@ -409,7 +391,9 @@ class PinnedSourceStore(SourceReadWrapper):
         self._check_key(key, "get")
         check_byte_range(byte_range)
         try:
-            if is_chunk_key(key) and isinstance(self._store, ObjectStore):
+            if is_chunk_key(key) and (
+                isinstance(self._store, ObjectStore) or self._s3fs is not None
+            ):
                 return await self._get_pinned(key, prototype, byte_range)
             buffer = await self._bounded(self._store.get(key, prototype, byte_range))
         except (VfsError, OSError) as exc:
@@ -442,41 +426,63 @@ class PinnedSourceStore(SourceReadWrapper):
     async def _get_pinned(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
+        """A chunk read in one request that also checks (``If-Match``) or takes its pin."""
+        pinned = self.pins.get(key)
+        # conditional: the backend refuses a replaced object in the same request
+        tag = pinned[len("etag:") :] if pinned is not None and pinned.startswith("etag:") else None
+        try:
+            if self._s3fs is not None:
+                assert isinstance(self._store, FsspecStore)
+                path = object_path(self._store.path, key)
+                data, found = await self._bounded(get_s3_object(self._s3fs, path, byte_range, tag))
+            else:
+                fetched = await self._get_obstore(key, byte_range, tag)
+                if fetched is None:
+                    # a backend without suffix ranges (Azure): zarr's own fallback, unpinned
+                    return await self._store.get(key, prototype, byte_range)
+                data, found = fetched
+        except ObjectReplacedError as exc:
+            assert pinned is not None
+            # Azure answers a conditional GET of a deleted blob 412, not 404
+            if not await self._bounded(self._store.exists(key)):
+                raise source_failure(self._deleted(key)) from exc
+            raise self._replaced(key, pinned, None) from exc
+        except FileNotFoundError:
+            await self._check_absent(key)
+            return None
+        if found is not None:
+            kept = self.pins.pin(key, found)
+            if kept != found:  # a backend that ignores If-Match, or pins without ETags
+                raise self._replaced(key, kept, found)
+        return prototype.buffer.from_bytes(data)
+
+    async def _get_obstore(
+        self, key: str, byte_range: ByteRequest | None, if_match: str | None
+    ) -> tuple[Any, str | None] | None:
+        """One obstore GET: the bytes and their version; ``None`` for a range the backend
+        cannot serve. A 412 is :class:`ObjectReplacedError`, a 404 ``FileNotFoundError``."""
         import obstore
         from obstore.exceptions import NotFoundError, NotSupportedError, PreconditionError
 
         assert isinstance(self._store, ObjectStore)
-        pinned = self.pins.get(key)
         options: GetOptions = {}
         requested = _obstore_range(byte_range)
         if requested is not None:
             options["range"] = requested
-        if pinned is not None and pinned.startswith("etag:"):
-            # conditional: the backend refuses a replaced object in the same request
-            options["if_match"] = pinned[len("etag:") :]
+        if if_match is not None:
+            options["if_match"] = if_match
         try:
             result = await obstore.get_async(
                 self._store.store, object_key(self._store, key), options=options
             )
             data = await result.bytes_async()
         except PreconditionError as exc:
-            assert pinned is not None
-            # Azure answers a conditional GET of a deleted blob 412, not 404
-            if not await self._store.exists(key):
-                raise source_failure(self._deleted(key)) from exc
-            raise self._replaced(key, pinned, None) from exc
-        except (NotFoundError, FileNotFoundError):
-            await self._check_absent(key)
-            return None
+            raise ObjectReplacedError(f"{key}: {exc}") from exc
+        except NotFoundError as exc:
+            raise FileNotFoundError(key) from exc
         except NotSupportedError:
-            # a backend without suffix ranges (Azure): zarr's own fallback, unpinned
-            return await self._store.get(key, prototype, byte_range)
-        found = version_token(result.meta)
-        if found is not None:
-            kept = self.pins.pin(key, found)
-            if kept != found:  # a backend that ignores If-Match, or pins without ETags
-                raise self._replaced(key, kept, found)
-        return prototype.buffer.from_bytes(data)  # type: ignore[arg-type]
+            return None
+        return data, version_token(result.meta)
 
     async def _get_ranges(
         self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]

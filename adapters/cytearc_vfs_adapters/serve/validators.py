@@ -61,7 +61,8 @@ from zarr.storage import FsspecStore, LocalStore, ObjectStore
 from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.object_keys import object_key
 from cytearc_vfs.mount.store import MountStore
-from cytearc_vfs.remote.pinned_store import PinnedSourceStore, version_token
+from cytearc_vfs.remote.object_versions import version_token
+from cytearc_vfs.remote.pinned_store import PinnedSourceStore
 
 from .pieces import computed_on_read
 
