@@ -12,8 +12,9 @@ would.
 from __future__ import annotations
 
 import pickle
+import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ class Remote:
     """Sources ``a`` and ``b`` in a bucket of their own and a composite of both."""
 
     bucket: str
+    """The bucket, or a ``bucket/prefix`` in one, where ``a.zarr`` and ``b.zarr`` are."""
     root: Path
     proxy: LoopbackProxy
     server: S3Server
@@ -90,13 +92,7 @@ class Remote:
 
     def filesystem(self) -> Any:
         """An s3fs filesystem of its own, straight to the server (another writer)."""
-        return s3fs.S3FileSystem(
-            endpoint_url=self.server.endpoint,
-            key="testing-key",
-            secret="testing-secret",
-            client_kwargs={"region_name": "us-east-1"},
-            skip_instance_cache=True,
-        )
+        return s3_server_filesystem(self.server)
 
     def shards(self, store: str) -> list[str]:
         """The chunk objects of ``store`` (``a.zarr``, or a ``bucket/name.zarr`` path)."""
@@ -104,6 +100,17 @@ class Remote:
         where = store if "/" in store else f"{self.bucket}/{store}"
         found = fs.find(f"{where}/RNA/")
         return sorted(path for path in found if "/c/" in path)
+
+
+def s3_server_filesystem(server: S3Server) -> Any:
+    """An s3fs filesystem of its own, straight to ``server``."""
+    return s3fs.S3FileSystem(
+        endpoint_url=server.endpoint,
+        key="testing-key",
+        secret="testing-secret",
+        client_kwargs={"region_name": "us-east-1"},
+        skip_instance_cache=True,
+    )
 
 
 def expected() -> npt.NDArray[np.int64]:
@@ -126,28 +133,89 @@ def other(s3_server: S3Server) -> str:
     return f"{bucket}/other.zarr"
 
 
+def written(server: S3Server) -> str:
+    """A new bucket with sources ``a`` and ``b`` written."""
+    bucket = server.new_bucket()
+    for seed, name in enumerate(CELLS):
+        write(server, f"s3://{bucket}/{name}.zarr", counts_of(name, seed))
+    return bucket
+
+
+@pytest.fixture(scope="module")
+def originals(s3_server: S3Server) -> str:
+    """Sources ``a`` and ``b`` written once for the module; no test changes them."""
+    return written(s3_server)
+
+
+def copied(server: S3Server, originals: str) -> str:
+    """The objects of ``originals`` copied by the server (CopyObject, no bytes through
+    the test) under a prefix of their own: a ``bucket/prefix`` where :class:`Remote`
+    takes a bucket."""
+    import obstore
+    from obstore.store import from_url
+
+    bucket = from_url(f"s3://{originals}", **server.storage_options())
+    prefix = uuid.uuid4().hex[:12]
+    for page in obstore.list(bucket, prefix=""):
+        for meta in page:
+            if not meta["path"].startswith(("a.zarr/", "b.zarr/")):
+                continue
+            obstore.copy(bucket, meta["path"], f"{prefix}/{meta['path']}")
+    return f"{originals}/{prefix}"
+
+
+def made(root: Path, bucket: str, server: S3Server, proxy: LoopbackProxy, other: str) -> Remote:
+    """The composite of ``bucket``'s sources in ``root``, its requests taken."""
+    remote = Remote(bucket, root, proxy, server, other)
+    cv.create_composite(
+        root / "comp.zarr", remote.sources, source_storage_options=remote.options
+    ).close()
+    assert len([key for key in remote.shards("a.zarr") if "/counts/c/" in key]) > 2
+    proxy.take()
+    return remote
+
+
+@pytest.fixture
+def no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no source cache: every read reaches the server (a cached shard is served for
+    # the version the open pinned, test_the_cache_serves_only_the_pinned_version)
+    monkeypatch.setenv(CACHE_ENV, "0")
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def shared(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server, originals: str, other: str
+) -> Iterator[Remote]:
+    """Sources and a composite of them made once for the module: for the tests that
+    change nothing."""
+    proxy = LoopbackProxy(s3_server.endpoint)
+    root = tmp_path_factory.mktemp("shared")
+    try:
+        yield made(root, originals, s3_server, proxy, other)
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def unchanged(shared: Remote, no_cache: None) -> Remote:
+    """:func:`shared`, its proxy's requests taken: sources no test changes."""
+    shared.proxy.take()
+    return shared
+
+
 @pytest.fixture
 def remote(
     tmp_path: Path,
     s3_server: S3Server,
     s3_proxy: LoopbackProxy,
+    originals: str,
     other: str,
-    monkeypatch: pytest.MonkeyPatch,
+    no_cache: None,
 ) -> Remote:
-    # no source cache: every read reaches the server (a cached shard is served for
-    # the version the open pinned, test_the_cache_serves_only_the_pinned_version)
-    monkeypatch.setenv(CACHE_ENV, "0")
-    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
-    proxy = s3_proxy
-    made = Remote(s3_server.new_bucket(), tmp_path, proxy, s3_server, other)
-    for seed, name in enumerate(CELLS):
-        write(s3_server, made.sources[name], counts_of(name, seed))
-    cv.create_composite(
-        tmp_path / "comp.zarr", made.sources, source_storage_options=made.options
-    ).close()
-    proxy.take()
-    assert len([key for key in made.shards("a.zarr") if "/counts/c/" in key]) > 2
-    return made
+    """Sources of the test's own (copies of :func:`originals`) and a composite of
+    them: the test may change them."""
+    return made(tmp_path, copied(s3_server, originals), s3_server, s3_proxy, other)
 
 
 # ------------------------------------------------------------- replacing
@@ -276,14 +344,14 @@ def shard_requests(seen: list[Seen]) -> list[Seen]:
     return [request for request in seen if "/c/" in request.path]
 
 
-def test_an_unchanged_source_reads_exactly_with_conditional_requests(remote: Remote) -> None:
-    store = remote.open()
+def test_an_unchanged_source_reads_exactly_with_conditional_requests(unchanged: Remote) -> None:
+    store = unchanged.open()
     reader = store.reader()
     assert isinstance(reader, cv.VirtualArrayReader)
-    remote.proxy.take()
+    unchanged.proxy.take()
     rows = np.arange(0, 700, 3)
     np.testing.assert_array_equal(reader.read(cells=rows), expected()[rows])
-    first = remote.proxy.take()
+    first = unchanged.proxy.take()
     # one GetObject per fetch the reader counted, no HEAD, and each conditional: the
     # open pinned every shard from its listing
     assert len(first) == reader.stats.requests
@@ -303,9 +371,9 @@ def _zarr_reads(store: Any, proxy: LoopbackProxy) -> tuple[list[Any], list[Seen]
     return values, shard_requests(proxy.take())
 
 
-def test_zarr_reads_send_what_fsspec_sends_with_if_match(remote: Remote) -> None:
-    options = fsspec_options(remote.proxy.endpoint)
-    url = remote.sources["a"]
+def test_zarr_reads_send_what_fsspec_sends_with_if_match(unchanged: Remote) -> None:
+    options = fsspec_options(unchanged.proxy.endpoint)
+    url = unchanged.sources["a"]
     plain = open_location(url, read_only=True, storage_options=options)
     assert isinstance(plain, FsspecStore)
     pinned = PinnedSourceStore(
@@ -313,8 +381,8 @@ def test_zarr_reads_send_what_fsspec_sends_with_if_match(remote: Remote) -> None
     )
     assert sync(pinned.pin_listing("RNA/counts")) > 0
     assert sync(pinned.pin_listing("RNA/countsT")) > 0
-    expected_values, plain_seen = _zarr_reads(plain, remote.proxy)
-    values, pinned_seen = _zarr_reads(pinned, remote.proxy)
+    expected_values, plain_seen = _zarr_reads(plain, unchanged.proxy)
+    values, pinned_seen = _zarr_reads(pinned, unchanged.proxy)
     for got, want in zip(values, expected_values, strict=True):
         np.testing.assert_array_equal(got, want)
     plain_gets = [seen for seen in plain_seen if seen.method == "GET"]
@@ -341,10 +409,10 @@ REQUESTS: dict[str, ByteRequest | None] = {
 
 @pytest.mark.parametrize("byte_range", REQUESTS.values(), ids=REQUESTS.keys())
 def test_every_byte_request_gives_fsspec_store_bytes(
-    remote: Remote, byte_range: ByteRequest | None
+    unchanged: Remote, byte_range: ByteRequest | None
 ) -> None:
-    options = fsspec_options(remote.proxy.endpoint)
-    url = remote.sources["a"]
+    options = fsspec_options(unchanged.proxy.endpoint)
+    url = unchanged.sources["a"]
     plain = open_location(url, read_only=True, storage_options=options)
     pinned = PinnedSourceStore(
         open_location(url, read_only=True, storage_options=options), name="a", where=url
@@ -353,19 +421,19 @@ def test_every_byte_request_gives_fsspec_store_bytes(
     prototype = default_buffer_prototype()
     key = "RNA/counts/c/0/0"
     want = sync(plain.get(key, prototype, byte_range))
-    remote.proxy.take()
+    unchanged.proxy.take()
     got = sync(pinned.get(key, prototype, byte_range))
     assert want is not None and got is not None
     assert got.to_bytes() == want.to_bytes()
-    seen = remote.proxy.take()
+    seen = unchanged.proxy.take()
     assert len(seen) == 1 and seen[0].if_match  # one conditional GetObject
     # an absent chunk is absent, as it is through FsspecStore
     assert sync(plain.get("RNA/counts/c/99/0", prototype, byte_range)) is None
 
 
-def test_metadata_keys_are_read_as_fsspec_reads_them(remote: Remote) -> None:
-    options = fsspec_options(remote.proxy.endpoint)
-    url = remote.sources["a"]
+def test_metadata_keys_are_read_as_fsspec_reads_them(unchanged: Remote) -> None:
+    options = fsspec_options(unchanged.proxy.endpoint)
+    url = unchanged.sources["a"]
     plain = open_location(url, read_only=True, storage_options=options)
     pinned = PinnedSourceStore(
         open_location(url, read_only=True, storage_options=options), name="a", where=url
@@ -381,12 +449,12 @@ def test_metadata_keys_are_read_as_fsspec_reads_them(remote: Remote) -> None:
 # ------------------------------------------------------------ the open
 
 
-def test_an_open_through_s3fs_costs_one_listing_per_source(remote: Remote) -> None:
+def test_an_open_through_s3fs_costs_one_listing_per_source(unchanged: Remote) -> None:
     """Creation seals each source's documents with the ETag of the GetObject that read
     them (as through obstore); the open's listing shows them unchanged, so it fetches
     none and pins every shard: before, 12 documents, absent-key probes and HEADs."""
-    store = remote.open()
-    opened = remote.proxy.take()
+    store = unchanged.open()
+    opened = unchanged.proxy.take()
     shown = [(seen.method, seen.path) for seen in opened]
     assert len(opened) == len(CELLS), shown
     assert all(seen.method == "GET" and "list-type=2" in seen.path for seen in opened), shown
@@ -417,19 +485,19 @@ def test_only_s3fs_pins(tmp_path: Path) -> None:
     assert PinnedSourceStore(memory, name="m", where="memory://pins")._s3fs is None
 
 
-def test_an_s3fs_without_the_calls_pins_nothing_and_says_so(remote: Remote) -> None:
+def test_an_s3fs_without_the_calls_pins_nothing_and_says_so(unchanged: Remote) -> None:
     class Older(s3fs.S3FileSystem):  # an s3fs release that renamed its private call
         _call_s3 = None
 
     fs = Older(
-        endpoint_url=remote.server.endpoint,
+        endpoint_url=unchanged.server.endpoint,
         key="testing-key",
         secret="testing-secret",
         client_kwargs={"region_name": "us-east-1"},
         skip_instance_cache=True,
         asynchronous=True,
     )
-    store = FsspecStore(fs, path=f"{remote.bucket}/a.zarr", read_only=True)
+    store = FsspecStore(fs, path=f"{unchanged.bucket}/a.zarr", read_only=True)
     with pytest.warns(RuntimeWarning, match=r"_call_s3.*obstore"):
         assert s3fs_filesystem(store) is None
     with warnings.catch_warnings():
