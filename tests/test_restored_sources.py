@@ -381,6 +381,28 @@ def test_stores_out_of_service_are_closed_once_no_request_reads_them(world: Worl
     served.close()
 
 
+def test_a_request_answered_after_the_server_closed_closes_nothing_again(world: World) -> None:
+    """``close()`` closes every store still read; the requests that end afterwards
+    (answered as the server stops) give theirs back without a second close."""
+    served = ServedStore.open(world.composite.path, pause=0)
+    reading = served.use()
+    closed: list[int] = []
+    real_close = reading.close
+
+    def close() -> None:
+        closed.append(id(reading))
+        real_close()
+
+    reading.close = close  # type: ignore[method-assign]
+    replaced = sync(served.recover(reading, FileNotFoundError("a shard is gone")))
+    assert replaced is not None and served.retired == 1 and closed == []
+    served.close()
+    assert closed == [id(reading)]
+    served.done(reading)
+    served.done(replaced)
+    assert closed == [id(reading)] and served.retired == 0
+
+
 def test_ordinary_stores_are_never_reopened(tmp_path: Path) -> None:
     from conftest import realistic_counts
 

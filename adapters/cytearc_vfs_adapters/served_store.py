@@ -127,11 +127,10 @@ class ServedStore:
         self._location = location
         self._pause = pause
         self._watched = self._watched_paths(store)
-        # requests reading each store (by id), and the stores out of service
-        # that some still read: closed when the last is done
+        # the stores that requests read, by id, with how many read each: one out of
+        # service (not ``_current``) is closed when the last of its requests is done
         self._uses_lock = threading.Lock()  # FUSE calls come from its threads
-        self._users: dict[int, int] = {}
-        self._retired: list[Store] = []
+        self._readers: dict[int, tuple[Store, int]] = {}
         self._last: _Attempt | None = None
         self._lock: asyncio.Lock | None = None  # made on zarr's event loop, at first use
         self._running: asyncio.Future[Store | None] | None = None  # the reopen under way
@@ -186,13 +185,14 @@ class ServedStore:
     def retired(self) -> int:
         """Stores out of service that a request still reads (a count, for tests)."""
         with self._uses_lock:
-            return len(self._retired)
+            return sum(store is not self._current for store, _ in self._readers.values())
 
     def use(self) -> Store:
         """The store in service, taken for one request: give it back with :meth:`done`."""
         with self._uses_lock:
             store = self._current
-            self._users[id(store)] = self._users.get(id(store), 0) + 1
+            _, reading = self._readers.get(id(store), (store, 0))
+            self._readers[id(store)] = (store, reading + 1)
             return store
 
     def done(self, store: Store) -> None:
@@ -201,32 +201,30 @@ class ServedStore:
         A store out of service that no request reads any more is closed.
         """
         with self._uses_lock:
-            left = self._users[id(store)] - 1
-            if left:
-                self._users[id(store)] = left
+            _, reading = self._readers[id(store)]
+            if reading > 1:
+                self._readers[id(store)] = (store, reading - 1)
                 return
-            del self._users[id(store)]
-            if not any(old is store for old in self._retired):
-                return
-            self._retired = [old for old in self._retired if old is not store]
+            del self._readers[id(store)]
+            if store is self._current or self._closed:
+                return  # in service, or closed with the others by close()
         store.close()
 
     def _put_in_service(self, store: Store) -> None:
         """``store`` takes the place of the current one, which is closed once unread."""
         with self._uses_lock:
             old, self._current = self._current, store
-            if self._users.get(id(old)):
-                self._retired.append(old)  # closed by the last request reading it
-                return
+            if id(old) in self._readers:
+                return  # closed by the last request reading it
         old.close()
 
     def close(self) -> None:
-        """Close the store in service and every store it replaced."""
-        self._closed = True
+        """Close the store in service and every store it replaced that a request reads."""
         with self._uses_lock:
-            stores = [*self._retired, self._current]
-            self._retired.clear()
-        for store in stores:
+            self._closed = True
+            stores = {id(store): store for store, _ in self._readers.values()}
+            stores[id(self._current)] = self._current
+        for store in stores.values():
             store.close()
 
     # ----------------------------------------------------------- reopening
