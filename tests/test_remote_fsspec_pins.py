@@ -26,7 +26,7 @@ import s3fs
 import zarr
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy, Seen
-from read_paths import PATHS, Read, gather
+from read_paths import PATHS, Read
 from s3_server import S3Server
 from test_remote_fsspec_faults import fsspec_options
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
@@ -261,46 +261,50 @@ def refused(read: Callable[[], Any], remote: Remote, *, who: str = "source 'a'")
     assert "Restore the source and reopen" in message
 
 
+def _opened_reads(remote: Remote, first_read: bool) -> tuple[list[Any], dict[str, Read]]:
+    """A store opened for each read path (each its own state), and each path's reads;
+    with ``first_read``, each has read rows of a's first shard already."""
+    stores = [remote.open() for _ in PATHS]
+    reads = {name: path(store) for (name, path), store in zip(PATHS.items(), stores, strict=True)}
+    if first_read:
+        for read in reads.values():
+            np.testing.assert_array_equal(read(FIRST), expected()[FIRST])
+    return stores, reads
+
+
 @pytest.mark.parametrize("first_read", [False, True], ids=["before a read", "after a read"])
 @pytest.mark.parametrize("replace", REPLACEMENTS.values(), ids=REPLACEMENTS.keys())
-@pytest.mark.parametrize("path", PATHS.values(), ids=PATHS.keys())
 def test_an_object_replaced_after_the_open_is_refused(
-    remote: Remote,
-    replace: Callable[[Remote], None],
-    path: Callable[[Any], Read],
-    first_read: bool,
+    remote: Remote, replace: Callable[[Remote], None], first_read: bool
 ) -> None:
-    store = remote.open()
-    read = path(store)
-    if first_read:
-        np.testing.assert_array_equal(read(FIRST), expected()[FIRST])
+    """Through the gather reader and plain zarr (read_paths), each from a store of its own."""
+    stores, reads = _opened_reads(remote, first_read)
     replace(remote)
-    refused(lambda: read(FIRST), remote)
-    refused(lambda: read(LATER), remote)
-    if path is gather:  # the other source still reads (plain zarr's chunk spans both)
-        np.testing.assert_array_equal(read(OTHER), expected()[OTHER])
-    store.close()
+    for read in reads.values():
+        refused(lambda read=read: read(FIRST), remote)
+        refused(lambda read=read: read(LATER), remote)
+    # the other source still reads through the gather reader (plain zarr's chunk
+    # spans both sources)
+    np.testing.assert_array_equal(reads["gather reader"](OTHER), expected()[OTHER])
+    for store in stores:
+        store.close()
 
 
 @pytest.mark.parametrize("first_read", [False, True], ids=["before a read", "after a read"])
-@pytest.mark.parametrize("path", PATHS.values(), ids=PATHS.keys())
-def test_a_deleted_object_is_an_os_error(
-    remote: Remote, path: Callable[[Any], Read], first_read: bool
-) -> None:
-    store = remote.open()
-    read = path(store)
-    if first_read:
-        np.testing.assert_array_equal(read(FIRST), expected()[FIRST])
+def test_a_deleted_object_is_an_os_error(remote: Remote, first_read: bool) -> None:
+    stores, reads = _opened_reads(remote, first_read)
     delete_shards(remote)
-    for rows in (FIRST, LATER):
-        with pytest.raises(
-            OSError,
-            match=rf"source 'a' at s3://{remote.bucket}/a\.zarr: .*"
-            r"no longer exists",
-        ) as caught:
-            read(rows)
-        assert not isinstance(caught.value, cv.VfsError)
-    store.close()
+    for read in reads.values():
+        for rows in (FIRST, LATER):
+            with pytest.raises(
+                OSError,
+                match=rf"source 'a' at s3://{remote.bucket}/a\.zarr: .*"
+                r"no longer exists",
+            ) as caught:
+                read(rows)
+            assert not isinstance(caught.value, cv.VfsError)
+    for store in stores:
+        store.close()
 
 
 def test_a_mount_of_an_s3fs_source_is_pinned(remote: Remote) -> None:
