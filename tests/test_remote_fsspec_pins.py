@@ -58,7 +58,7 @@ def counts_of(name: str, seed: int) -> Any:
 
 @dataclass
 class Remote:
-    """Sources ``a`` and ``b`` in a bucket of their own and a composite of both."""
+    """Sources ``a`` and ``b`` in a bucket (or a prefix) of their own and a composite of both."""
 
     bucket: str
     """The bucket, or a ``bucket/prefix`` in one, where ``a.zarr`` and ``b.zarr`` are."""
