@@ -381,6 +381,78 @@ def test_stores_out_of_service_are_closed_once_no_request_reads_them(world: Worl
     served.close()
 
 
+def test_on_an_event_loop_a_store_is_closed_on_a_thread(world: World) -> None:
+    """``serve`` gives its stores back with ``finished`` on its event loop, and reopens
+    there: a store closed then (its cache directory removed) is closed on a thread,
+    never holding up the loop's other requests."""
+    served = ServedStore.open(world.composite.path, pause=0)
+    gone = FileNotFoundError("a shard is gone")
+    closed_on: dict[int, int] = {}
+
+    def watched(store: Any) -> None:
+        real_close = store.close
+
+        def close() -> None:
+            closed_on[id(store)] = threading.get_ident()
+            real_close()
+
+        store.close = close
+
+    first = served.current
+    watched(first)
+
+    async def requests() -> tuple[int, Any]:
+        reading = served.use()  # a request reads the first store
+        second = await served.recover(first, gone)
+        assert second is not None and closed_on == {}  # still read: kept open
+        watched(second)
+        await served.finished([reading, second])  # the first store's last request
+        assert list(closed_on) == [id(first)]
+        # the second store, which no request reads, replaced: closed by the reopen
+        third = await served.recover(second, gone)
+        assert third is not None and list(closed_on) == [id(first), id(second)]
+        await served.finished([third])
+        return threading.get_ident(), third
+
+    loop_thread, third = sync(requests())
+    assert served.current is third and served.retired == 0
+    assert all(thread != loop_thread for thread in closed_on.values()), closed_on
+    served.close()
+
+
+def test_a_reopen_that_ends_after_close_closes_its_store(world: World) -> None:
+    """A server stopped while a reopen runs: the store it opened is closed, never
+    put in service (decided under the lock ``close`` takes)."""
+    store = cv.open_store(world.composite.path, mode="r")
+    started, release = threading.Event(), threading.Event()
+    opened: list[Any] = []
+    closed: list[int] = []
+
+    def reopen() -> Any:
+        started.set()
+        assert release.wait(60)
+        again = cv.open_store(world.composite.path, mode="r")
+        real_close = again.close
+
+        def close() -> None:
+            closed.append(id(again))
+            real_close()
+
+        again.close = close  # type: ignore[method-assign]
+        opened.append(again)
+        return again
+
+    served = ServedStore(store, reopen, where="the composite", location=world.composite.path)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(sync, served.recover(store, FileNotFoundError("a shard is gone")))
+        assert started.wait(60)
+        served.close()  # the server stops while the reopen runs
+        release.set()
+        assert pending.result(timeout=120) is None
+    assert served.current is store and served.reopens == 1 and served.recovered == 0
+    assert closed == [id(opened[0])]
+
+
 def test_a_request_answered_after_the_server_closed_closes_nothing_again(world: World) -> None:
     """``close()`` closes every store still read; the requests that end afterwards
     (answered as the server stops) give theirs back without a second close."""

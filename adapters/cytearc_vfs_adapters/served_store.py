@@ -28,13 +28,15 @@ until the server was restarted. :class:`ServedStore` makes that open itself:
 
 The caller reads one request entirely from one store object, which it
 takes with :meth:`ServedStore.use` and gives back with
-:meth:`ServedStore.done` when the answer is sent (:meth:`ServedStore.recover`
-hands over the new store taken the same way). A store taken out of service
+:meth:`ServedStore.done` (:meth:`ServedStore.finished` on an event loop)
+when the answer is sent (:meth:`ServedStore.recover` hands over the new
+store taken the same way). A store taken out of service
 stays open while a request still reads it, so a streamed answer that began
 on it finishes on it or fails, and never continues from another store; it is
 closed (its remote cache directory removed) when its last request is done,
 so a server that reopens again and again keeps one store per request in
-flight, not one per reopen.
+flight, not one per reopen. On an event loop that close runs on a thread,
+so the removal of a large cache directory holds up no other request.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,25 +200,50 @@ class ServedStore:
     def done(self, store: Store) -> None:
         """A request that took ``store`` (:meth:`use`, :meth:`recover`) is answered.
 
-        A store out of service that no request reads any more is closed.
+        A store out of service that no request reads any more is closed, on
+        the calling thread. On an event loop, use :meth:`finished`.
+        """
+        for unread in self._given_back((store,)):
+            unread.close()
+
+    async def finished(self, stores: Sequence[Store]) -> None:
+        """:meth:`done` for each of ``stores``, from a coroutine on an event loop.
+
+        A store to close is closed on a thread: removing its remote cache
+        directory (up to the cache budget's files) does not hold up the loop's
+        other requests. The close runs to its end even if the caller is
+        cancelled meanwhile.
+        """
+        unread = self._given_back(stores)
+        if unread:
+            await asyncio.shield(asyncio.to_thread(_close_each, unread))
+
+    def _given_back(self, stores: Sequence[Store]) -> list[Store]:
+        """Count ``stores`` as no longer read by one request each; the ones to close now."""
+        unread: list[Store] = []
+        with self._uses_lock:
+            for store in stores:
+                _, reading = self._readers[id(store)]
+                if reading > 1:
+                    self._readers[id(store)] = (store, reading - 1)
+                    continue
+                del self._readers[id(store)]
+                if store is not self._current and not self._closed:
+                    unread.append(store)  # else in service, or closed by close()
+        return unread
+
+    def _put_in_service(self, store: Store) -> list[Store]:
+        """``store`` takes the place of the current one, unless :meth:`close` came first.
+
+        Returns the stores to close now: the old one when no request reads it
+        (else the last one that does closes it), or ``store`` itself when the
+        server closed meanwhile (decided under the lock ``close`` takes).
         """
         with self._uses_lock:
-            _, reading = self._readers[id(store)]
-            if reading > 1:
-                self._readers[id(store)] = (store, reading - 1)
-                return
-            del self._readers[id(store)]
-            if store is self._current or self._closed:
-                return  # in service, or closed with the others by close()
-        store.close()
-
-    def _put_in_service(self, store: Store) -> None:
-        """``store`` takes the place of the current one, which is closed once unread."""
-        with self._uses_lock:
+            if self._closed:
+                return [store]
             old, self._current = self._current, store
-            if id(old) in self._readers:
-                return  # closed by the last request reading it
-        old.close()
+            return [] if id(old) in self._readers else [old]
 
     def close(self) -> None:
         """Close the store in service and every store it replaced that a request reads."""
@@ -280,10 +307,10 @@ class ServedStore:
             )
             return None
         self._last = _Attempt(began, disk, None)
-        if self._closed:  # the server stopped while it opened
-            store.close()
+        unread = self._put_in_service(store)  # closed below, on a thread
+        if self._current is not store:  # the server stopped while it opened
+            await asyncio.to_thread(_close_each, unread)
             return None
-        self._put_in_service(store)
         self._watched = self._watched_paths(store)
         self.recovered += 1
         log.warning(
@@ -291,6 +318,8 @@ class ServedStore:
             "again on it",
             self._where,
         )
+        if unread:
+            await asyncio.to_thread(_close_each, unread)
         return store
 
     def explain(self, error: BaseException) -> str:
@@ -339,6 +368,11 @@ def _stat(path: str) -> _Stat:
     except OSError:
         return None
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _close_each(stores: Sequence[Store]) -> None:
+    for store in stores:
+        store.close()
 
 
 def _first_line(text: str) -> str:

@@ -342,8 +342,7 @@ class StoreServer:
             finally:
                 answer.release()
         finally:
-            for store in used:
-                self._served.done(store)
+            await self._served.finished(used)
         return keep
 
     async def _send(
