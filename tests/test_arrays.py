@@ -525,6 +525,21 @@ def test_writer_refuses_an_array_changed_through_another_handle(
     assert np.array_equal(fresh[...].ravel()[-4:], values)
 
 
+def test_writer_flushes_after_attributes_changed_through_any_handle(tmp_path: Path) -> None:
+    # attributes place no cell: the writer refused to flush, calling them a resize
+    where = tmp_path / "s.zarr"
+    array, values = make(LocalStore(where), (4,), (2,))
+    writer = ArrayWriter(array)
+    writer.write([9], [range(0, 1)])
+    array.attrs["units"] = "counts"
+    zarr.open_array(LocalStore(where), path="a", mode="r+").attrs["note"] = "other handle"
+    assert writer.flush() == 1
+    assert ArrayWriter(array).stale_units == 0  # the stale object's attributes are no refusal
+    fresh = zarr.open_array(LocalStore(where), path="a", mode="r")
+    assert fresh[...].tolist() == [9, *values[1:].tolist()]
+    assert fresh.attrs["note"] == "other handle"
+
+
 def test_stores_that_cannot_delete_are_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:

@@ -56,6 +56,15 @@ class _Stale:
         return int(self.values.nbytes + self.written.nbytes)
 
 
+def _layout(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without its attributes: what places cells in chunks and encodes them.
+
+    >>> _layout({"shape": [4], "attributes": {"units": "counts"}})
+    {'shape': [4]}
+    """
+    return {name: value for name, value in document.items() if name != "attributes"}
+
+
 def _to_values(data: object, dtype: np.dtype[Any], fill: object) -> npt.NDArray[Any]:
     """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans)."""
     if np.ma.isMaskedArray(data):
@@ -101,7 +110,9 @@ class ArrayWriter:
         self._array = array
         self._metadata = array.metadata
         self._document = self._stored()
-        if ArrayV3Metadata.from_dict(dict(self._document)) != array.metadata:
+        stored = ArrayV3Metadata.from_dict(dict(self._document))
+        # attributes say nothing about where cells are: changing them is no reason to refuse
+        if stored.update_attributes({}) != array.metadata.update_attributes({}):
             raise ValueError(
                 f"{describe(store, path)}: this array object's metadata is not the array's "
                 "zarr.json (another object or process resized or promoted it since this one "
@@ -149,11 +160,12 @@ class ArrayWriter:
 
         Another object or process may have resized or promoted the array: the
         pending units are positions in the old grid, and writing them would
-        put values where other cells now are. One ``get`` per flush.
+        put values where other cells now are. Attributes are not compared
+        (they place no cell). One ``get`` per flush.
         """
         self._check_unchanged()
         stored = self._stored()
-        if not same_document(stored, self._document):
+        if not same_document(_layout(stored), _layout(self._document)):
             raise ValueError(
                 f"{describe(self._store, self._path)}: zarr.json changed since this "
                 f"ArrayWriter was created (resized or promoted through another object or "
