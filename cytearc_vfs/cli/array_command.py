@@ -49,10 +49,12 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..errors import IncompleteStoreError
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
+    from .inputs import json_option
 
     action, path = args.array_command, args.path.strip("/")
     where = f"{describe_location(args.location)} {path or '/'}"
-    store = open_location(args.location, read_only=action == "info")
+    options = json_option(args.storage_options, "--storage-options")
+    store = open_location(args.location, read_only=action == "info", storage_options=options)
     node = "zarr.json" if not path else f"{path}/zarr.json"
     document = get_json(store, node, where=where)
     if document is None:
