@@ -915,6 +915,27 @@ def test_cli_refuses_an_unfinished_array_and_recovers_it(
     assert np.array_equal(zarr.open_array(where, path="a")[2:], values)
 
 
+def test_cli_recover_of_a_group_names_the_unfinished_arrays_below_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "nothing to finish" for the root group while g/a was unfinished
+    where = tmp_path / "s.zarr"
+    array, values = make(LocalStore(where), (6,), (2,), path="g/a")
+    make(LocalStore(where), (3,), (2,), path="g/b")
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(array.store, fail_at=2), path="g/a", mode="r+"), [1])
+    for group in ([], ["g"]):
+        assert main(["array", "recover", str(where), *group]) == 2
+        err = capsys.readouterr().err
+        assert "1 array below this group has an unfinished resize or promote: g/a" in err
+        assert f"cytearc-vfs array recover {where} g/a" in err and "g/b" not in err
+    assert main(["array", "recover", str(where), "g/a"]) == 0
+    assert "finished the interrupted operation" in capsys.readouterr().out
+    assert main(["array", "recover", str(where), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["finished"] is False
+    assert np.array_equal(zarr.open_array(where, path="g/a")[2:], values)
+
+
 def test_cli_remedy_for_an_unfinished_root_array_works(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

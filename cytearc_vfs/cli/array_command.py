@@ -38,6 +38,35 @@ def _legacy_kind(store: Store, path: str) -> str | None:
     return None
 
 
+def _unfinished_below(store: Store, path: str) -> list[str]:
+    """Paths of the arrays below the group at ``path`` with a resize or promote to finish.
+
+    An array counts when its ``zarr.json`` carries the marker or its journal is
+    there (a crash right after writing the journal leaves no marker yet).
+    """
+    import zarr
+
+    from ..arrays import hierarchy
+    from ..arrays.documents import JOURNAL_NAME
+    from ..errors import RecordShapeError
+    from ..format.store_io import get_json
+
+    found: list[str] = []
+    pending = [hierarchy(zarr.open_group(store, path=path, mode="r"))]
+    while pending:
+        node = pending.pop()
+        pending.extend(node.children)
+        if node.kind == "group":
+            continue
+        try:
+            journal = get_json(store, f"{node.path}/{JOURNAL_NAME}")
+        except RecordShapeError:  # torn: an operation had begun
+            journal = True
+        if node.kind == "unfinished array" or journal is not None:
+            found.append(node.path)
+    return sorted(found)
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
     import zarr
@@ -79,6 +108,24 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if action == "info" and is_group:
         tree = hierarchy(zarr.open_group(store, path=path, mode="r"))
         return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
+    if action == "recover" and is_group:
+        # recover finishes one array; "nothing to finish" here hid the arrays below
+        unfinished = _unfinished_below(store, path)
+        if unfinished:
+            commands = "; ".join(
+                f"cytearc-vfs array recover {args.location} {name}" for name in unfinished
+            )
+            raise InputRefusedError(
+                f"{where} is a group; array recover finishes one array, and "
+                f"{plural(len(unfinished), 'array')} below this group "
+                f"{'has' if len(unfinished) == 1 else 'have'} an unfinished resize or promote: "
+                f"{', '.join(unfinished)}. If no other process is changing them, finish each "
+                f"with: {commands}"
+            )
+        return Outcome(
+            {"location": where, "finished": False},
+            f"{where}: a group with no unfinished array below it; nothing to finish",
+        )
     if action == "recover":
         finished = recover(store, path)
         text = f"{where}: " + (
