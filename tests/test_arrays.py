@@ -159,6 +159,15 @@ def test_booleans_cannot_be_missing() -> None:
     assert read(array, slice(0, 2)).tolist() == [False, True]  # NA is written as False
 
 
+def test_masked_nan_written_into_integers_without_a_warning() -> None:
+    # masked cells were cast with the rest: NaN there warned "invalid value encountered in cast"
+    array = zarr.create_array(MemoryStore(), shape=(3,), chunks=(3,), dtype="i8", fill_value=-7)
+    with ArrayWriter(array) as writer:  # warnings are errors in this suite
+        writer.write(np.ma.masked_invalid(np.array([1.0, np.nan, 2.0**60])))
+    assert array[...].tolist() == [1, -7, 2**60]
+    assert read(array).mask.tolist() == [False, True, False]
+
+
 def test_nan_fill_and_the_nan_option() -> None:
     array = zarr.create_array(MemoryStore(), shape=(4,), chunks=(2,), dtype="f4", fill_value=np.nan)
     array[:2] = [1.5, np.nan]

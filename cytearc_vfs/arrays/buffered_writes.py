@@ -71,8 +71,12 @@ def _to_values(data: object, dtype: np.dtype[Any], fill: object) -> npt.NDArray[
     """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans)."""
     if np.ma.isMaskedArray(data):
         mask = np.ma.getmaskarray(data)
-        values = np.array(np.ma.getdata(data), dtype=dtype)
+        given = np.ma.getdata(data)
+        values = np.empty(given.shape, dtype=dtype)
         values[mask] = False if dtype == np.bool_ else fill
+        # only cells that carry values are converted: a masked cell may hold
+        # anything, NaN among them, which an integer cast warns about
+        values[~mask] = given[~mask]
         return values
     return np.asarray(data, dtype=dtype)
 
