@@ -168,6 +168,17 @@ def test_masked_nan_written_into_integers_without_a_warning() -> None:
     assert read(array).mask.tolist() == [False, True, False]
 
 
+def test_writer_names_data_that_does_not_fit_its_selection() -> None:
+    # numpy's "operands could not be broadcast together with remapped shapes" named neither
+    array = zarr.create_array(MemoryStore(), shape=(4, 3), chunks=(2, 3), dtype="i4")
+    writer = ArrayWriter(array)
+    with pytest.raises(ValueError, match=r"data of shape \(4,\) does not fit .* \(2, 3\) cells"):
+        writer.write([1, 2, 3, 4], [range(0, 2), None])
+    with pytest.raises(ValueError, match=r"data of shape \(2, 2\) does not fit the selection 1"):
+        writer.write(np.ones((2, 2)), 1)
+    assert writer.stale_units == 0
+
+
 def test_nan_fill_and_the_nan_option() -> None:
     array = zarr.create_array(MemoryStore(), shape=(4,), chunks=(2,), dtype="f4", fill_value=np.nan)
     array[:2] = [1.5, np.nan]

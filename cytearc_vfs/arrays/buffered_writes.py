@@ -203,9 +203,17 @@ class ArrayWriter:
         array = self._array
         region = region_of(selection, array.shape)
         values = _to_values(data, array.dtype, array.fill_value)
+        given = values.shape
         while values.ndim > len(region.shape) and values.shape[0] == 1:
             values = values[0]  # as numpy assigns: leading length-1 axes drop
-        values = np.broadcast_to(values, region.shape).reshape(region.lengths)
+        try:
+            values = np.broadcast_to(values, region.shape).reshape(region.lengths)
+        except ValueError as exc:
+            raise ValueError(
+                f"data of shape {given} does not fit the selection {selection!r}, "
+                f"which holds {region.shape} cells in {array.shape}: give data of shape "
+                f"{region.shape} (or one that broadcasts to it), or a selection of the data's shape"
+            ) from exc
         if values.size:
             with self._pending:
                 for coords, local, source in _pieces(region, self._unit):
