@@ -902,6 +902,20 @@ def test_info_and_hierarchy_read_like_the_seed() -> None:
     assert str(hierarchy(root)).splitlines()[-1] == "    └── x (array) int32 3, chunks 2"
 
 
+def test_info_says_what_read_makes_of_the_fill_value(tmp_path: Path) -> None:
+    # it said "cells holding it read as missing" for booleans and for no fill value
+    flags = zarr.create_array(MemoryStore(), shape=(2,), dtype=bool, fill_value=False)
+    assert "fill value : false (booleans are never missing)" in str(info(flags))
+    assert type(read(flags)) is np.ndarray
+    legacy = zarr.create_array(
+        LocalStore(tmp_path / "v2.zarr"), shape=(2,), dtype="i4", fill_value=None, zarr_format=2
+    )
+    assert "fill value : null (none: no cell reads as missing)" in str(info(legacy))
+    assert not np.ma.getmaskarray(read(legacy)).any()
+    counts = zarr.create_array(MemoryStore(), shape=(2,), dtype="u2", fill_value=0)
+    assert "fill value : 0 (cells holding it read as missing)" in str(info(counts))
+
+
 def test_cli_array_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     where = tmp_path / "s.zarr"
     _, values = make(LocalStore(where), (5, 4), (2, 2), path="g/a")
