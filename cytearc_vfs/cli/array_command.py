@@ -67,6 +67,15 @@ def _unfinished_below(store: Store, path: str) -> list[str]:
     return sorted(found)
 
 
+def _unconsolidated_text(groups: tuple[str, ...]) -> str:
+    if not groups:
+        return ""
+    return (
+        f"; consolidated metadata removed from {', '.join(groups)} (it hid the change from "
+        "zarr): consolidate again with zarr.consolidate_metadata if you want it"
+    )
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
     import zarr
@@ -161,12 +170,13 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             "renamed": resized.moved,
             "deleted": resized.dropped,
             "edgeChunksRead": resized.edge_chunks,
+            "unconsolidated": list(resized.unconsolidated),
         }
         text = (
             f"resized {where}: {resized.shape_before} -> {resized.shape_after} (low "
             f"{list(resized.low)} in whole chunks, high {list(resized.high)}); "
             f"{plural(resized.moved, 'chunk')} renamed, {resized.dropped} deleted"
-        )
+        ) + _unconsolidated_text(resized.unconsolidated)
         return Outcome(payload, text)
     promoted = promote_array(array, args.dimension, args.length)
     payload = {
@@ -175,9 +185,10 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "shapeAfter": list(promoted.shape_after),
         "renamed": promoted.moved,
         "staged": promoted.staged,
+        "unconsolidated": list(promoted.unconsolidated),
     }
     text = (
         f"promoted {where}: {promoted.shape_before} -> {promoted.shape_after}; "
         f"{plural(promoted.moved, 'chunk')} renamed, bytes unchanged"
-    )
+    ) + _unconsolidated_text(promoted.unconsolidated)
     return Outcome(payload, text)
