@@ -159,6 +159,26 @@ def test_booleans_cannot_be_missing() -> None:
     assert read(array, slice(0, 2)).tolist() == [False, True]  # NA is written as False
 
 
+def test_masked_nan_written_into_integers_without_a_warning() -> None:
+    # masked cells were cast with the rest: NaN there warned "invalid value encountered in cast"
+    array = zarr.create_array(MemoryStore(), shape=(3,), chunks=(3,), dtype="i8", fill_value=-7)
+    with ArrayWriter(array) as writer:  # warnings are errors in this suite
+        writer.write(np.ma.masked_invalid(np.array([1.0, np.nan, 2.0**60])))
+    assert array[...].tolist() == [1, -7, 2**60]
+    assert read(array).mask.tolist() == [False, True, False]
+
+
+def test_writer_names_data_that_does_not_fit_its_selection() -> None:
+    # numpy's "operands could not be broadcast together with remapped shapes" named neither
+    array = zarr.create_array(MemoryStore(), shape=(4, 3), chunks=(2, 3), dtype="i4")
+    writer = ArrayWriter(array)
+    with pytest.raises(ValueError, match=r"data of shape \(4,\) does not fit .* \(2, 3\) cells"):
+        writer.write([1, 2, 3, 4], [range(0, 2), None])
+    with pytest.raises(ValueError, match=r"data of shape \(2, 2\) does not fit the selection 1"):
+        writer.write(np.ones((2, 2)), 1)
+    assert writer.stale_units == 0
+
+
 def test_nan_fill_and_the_nan_option() -> None:
     array = zarr.create_array(MemoryStore(), shape=(4,), chunks=(2,), dtype="f4", fill_value=np.nan)
     array[:2] = [1.5, np.nan]
@@ -525,6 +545,21 @@ def test_writer_refuses_an_array_changed_through_another_handle(
     assert np.array_equal(fresh[...].ravel()[-4:], values)
 
 
+def test_writer_flushes_after_attributes_changed_through_any_handle(tmp_path: Path) -> None:
+    # attributes place no cell: the writer refused to flush, calling them a resize
+    where = tmp_path / "s.zarr"
+    array, values = make(LocalStore(where), (4,), (2,))
+    writer = ArrayWriter(array)
+    writer.write([9], [range(0, 1)])
+    array.attrs["units"] = "counts"
+    zarr.open_array(LocalStore(where), path="a", mode="r+").attrs["note"] = "other handle"
+    assert writer.flush() == 1
+    assert ArrayWriter(array).stale_units == 0  # the stale object's attributes are no refusal
+    fresh = zarr.open_array(LocalStore(where), path="a", mode="r")
+    assert fresh[...].tolist() == [9, *values[1:].tolist()]
+    assert fresh.attrs["note"] == "other handle"
+
+
 def test_stores_that_cannot_delete_are_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
@@ -867,6 +902,20 @@ def test_info_and_hierarchy_read_like_the_seed() -> None:
     assert str(hierarchy(root)).splitlines()[-1] == "    └── x (array) int32 3, chunks 2"
 
 
+def test_info_says_what_read_makes_of_the_fill_value(tmp_path: Path) -> None:
+    # it said "cells holding it read as missing" for booleans and for no fill value
+    flags = zarr.create_array(MemoryStore(), shape=(2,), dtype=bool, fill_value=False)
+    assert "fill value : false (booleans are never missing)" in str(info(flags))
+    assert type(read(flags)) is np.ndarray
+    legacy = zarr.create_array(
+        LocalStore(tmp_path / "v2.zarr"), shape=(2,), dtype="i4", fill_value=None, zarr_format=2
+    )
+    assert "fill value : null (none: no cell reads as missing)" in str(info(legacy))
+    assert not np.ma.getmaskarray(read(legacy)).any()
+    counts = zarr.create_array(MemoryStore(), shape=(2,), dtype="u2", fill_value=0)
+    assert "fill value : 0 (cells holding it read as missing)" in str(info(counts))
+
+
 def test_cli_array_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     where = tmp_path / "s.zarr"
     _, values = make(LocalStore(where), (5, 4), (2, 2), path="g/a")
@@ -898,6 +947,27 @@ def test_cli_refuses_an_unfinished_array_and_recovers_it(
     assert main(["array", "recover", str(where), "a", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["finished"] is True
     assert np.array_equal(zarr.open_array(where, path="a")[2:], values)
+
+
+def test_cli_recover_of_a_group_names_the_unfinished_arrays_below_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "nothing to finish" for the root group while g/a was unfinished
+    where = tmp_path / "s.zarr"
+    array, values = make(LocalStore(where), (6,), (2,), path="g/a")
+    make(LocalStore(where), (3,), (2,), path="g/b")
+    with pytest.raises(WriteInterruptedError):
+        resize(zarr.open_array(CountingStore(array.store, fail_at=2), path="g/a", mode="r+"), [1])
+    for group in ([], ["g"]):
+        assert main(["array", "recover", str(where), *group]) == 2
+        err = capsys.readouterr().err
+        assert "1 array below this group has an unfinished resize or promote: g/a" in err
+        assert f"cytearc-vfs array recover {where} g/a" in err and "g/b" not in err
+    assert main(["array", "recover", str(where), "g/a"]) == 0
+    assert "finished the interrupted operation" in capsys.readouterr().out
+    assert main(["array", "recover", str(where), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["finished"] is False
+    assert np.array_equal(zarr.open_array(where, path="g/a")[2:], values)
 
 
 def test_cli_remedy_for_an_unfinished_root_array_works(

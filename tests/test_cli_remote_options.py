@@ -332,3 +332,34 @@ def test_a_mounts_source_remedy_names_the_options_of_a_mount(
         assert '"source"' not in err and "Future exception" not in err, err
         assert "fix the cause" not in err, err  # the cause's own remedy, said once
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_array_commands_on_a_remote_array(
+    remote: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the array command took no --storage-options, while its errors named them as the remedy
+    import numpy as np
+    import zarr
+
+    from cytearc_vfs.remote.locations import open_location
+
+    location = f"s3://{remote['bucket']}/arrays.zarr"
+    options = json.loads(remote["options"])
+    store = open_location(location, read_only=False, storage_options=options)
+    array = zarr.create_array(store, name="t", shape=(5, 4), chunks=(2, 2), dtype="i2")
+    array[:] = np.arange(20).reshape(5, 4)
+    own = ["--storage-options", remote["options"]]
+    code, payload = _run(["array", "info", location, "t", *own], capsys)
+    assert code == 0 and payload["array"]["shape"] == [5, 4], payload
+    code, payload = _run(
+        ["array", "resize", location, "t", "--low=2,0", "--high=0,-1", *own], capsys
+    )
+    assert code == 0 and payload["shapeAfter"] == [7, 3], payload
+    code, payload = _run(["array", "promote", location, "t", "--dimension", "0", *own], capsys)
+    assert code == 0 and payload["shapeAfter"] == [1, 7, 3], payload
+    code, payload = _run(["array", "recover", location, "t", *own], capsys)
+    assert code == 0 and payload["finished"] is False, payload
+    reopened = zarr.open_array(
+        open_location(location, read_only=True, storage_options=options), path="t", mode="r"
+    )
+    assert reopened[0, 2:].tolist() == np.arange(20).reshape(5, 4)[:, :3].tolist()

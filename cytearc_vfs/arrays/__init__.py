@@ -8,7 +8,8 @@ argument in ``axis_insertion``) by renaming chunks (``key_moves``, keys read
 strictly by :mod:`cytearc_vfs.format.chunk_keys`), all-or-nothing through a journal with
 recovery (``journal``, the documents beside ``zarr.json`` in
 ``documents``), the refusal of arrays a CyteArc store's records describe
-(``store_records``), and summaries (``summary``). ``docs/arrays.md`` has the
+(``store_records``), the removal of consolidated metadata that would hide
+a change from zarr (``consolidated``), and summaries (``summary``). ``docs/arrays.md`` has the
 conventions, the byte-order argument, the journal and the limits.
 
 May import: :mod:`cytearc_vfs.remote`, :mod:`cytearc_vfs.encoding`,

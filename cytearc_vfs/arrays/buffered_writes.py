@@ -9,12 +9,14 @@ unit once: a unit written all over (within the array's shape) is encoded
 straight away, a partial one is read first and the written cells laid over
 it. Masked values are written as the fill value (``False`` for booleans,
 which cannot be missing). ``max_stale_bytes`` bounds the memory the stale
-units hold: past it, the least recently written units are flushed.
+units hold: past it, the least recently written units are flushed. Threads
+may share a writer (``docs/arrays.md``).
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,12 +58,25 @@ class _Stale:
         return int(self.values.nbytes + self.written.nbytes)
 
 
+def _layout(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without its attributes: what places cells in chunks and encodes them.
+
+    >>> _layout({"shape": [4], "attributes": {"units": "counts"}})
+    {'shape': [4]}
+    """
+    return {name: value for name, value in document.items() if name != "attributes"}
+
+
 def _to_values(data: object, dtype: np.dtype[Any], fill: object) -> npt.NDArray[Any]:
     """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans)."""
     if np.ma.isMaskedArray(data):
         mask = np.ma.getmaskarray(data)
-        values = np.array(np.ma.getdata(data), dtype=dtype)
+        given = np.ma.getdata(data)
+        values = np.empty(given.shape, dtype=dtype)
         values[mask] = False if dtype == np.bool_ else fill
+        # only cells that carry values are converted: a masked cell may hold
+        # anything, NaN among them, which an integer cast warns about
+        values[~mask] = given[~mask]
         return values
     return np.asarray(data, dtype=dtype)
 
@@ -101,7 +116,9 @@ class ArrayWriter:
         self._array = array
         self._metadata = array.metadata
         self._document = self._stored()
-        if ArrayV3Metadata.from_dict(dict(self._document)) != array.metadata:
+        stored = ArrayV3Metadata.from_dict(dict(self._document))
+        # attributes say nothing about where cells are: changing them is no reason to refuse
+        if stored.update_attributes({}) != array.metadata.update_attributes({}):
             raise ValueError(
                 f"{describe(store, path)}: this array object's metadata is not the array's "
                 "zarr.json (another object or process resized or promoted it since this one "
@@ -111,6 +128,12 @@ class ArrayWriter:
         self._max = int(max_stale_bytes)
         self._stale: OrderedDict[tuple[int, ...], _Stale] = OrderedDict()
         self._bytes = 0
+        # Threads may share a writer. _pending guards the units and is never
+        # held during I/O; _flushing lets one unit be persisted at a time, as a
+        # read-modify-write of a unit racing another of the same unit would
+        # write back the older cells over the newer ones.
+        self._pending = threading.Lock()
+        self._flushing = threading.Lock()
         self._target = view_array(store, path, array.metadata.to_dict())
 
     @property
@@ -149,11 +172,12 @@ class ArrayWriter:
 
         Another object or process may have resized or promoted the array: the
         pending units are positions in the old grid, and writing them would
-        put values where other cells now are. One ``get`` per flush.
+        put values where other cells now are. Attributes are not compared
+        (they place no cell). One ``get`` per flush.
         """
         self._check_unchanged()
         stored = self._stored()
-        if not same_document(stored, self._document):
+        if not same_document(_layout(stored), _layout(self._document)):
             raise ValueError(
                 f"{describe(self._store, self._path)}: zarr.json changed since this "
                 f"ArrayWriter was created (resized or promoted through another object or "
@@ -179,14 +203,23 @@ class ArrayWriter:
         array = self._array
         region = region_of(selection, array.shape)
         values = _to_values(data, array.dtype, array.fill_value)
+        given = values.shape
         while values.ndim > len(region.shape) and values.shape[0] == 1:
             values = values[0]  # as numpy assigns: leading length-1 axes drop
-        values = np.broadcast_to(values, region.shape).reshape(region.lengths)
+        try:
+            values = np.broadcast_to(values, region.shape).reshape(region.lengths)
+        except ValueError as exc:
+            raise ValueError(
+                f"data of shape {given} does not fit the selection {selection!r}, "
+                f"which holds {region.shape} cells in {array.shape}: give data of shape "
+                f"{region.shape} (or one that broadcasts to it), or a selection of the data's shape"
+            ) from exc
         if values.size:
-            for coords, local, source in _pieces(region, self._unit):
-                unit = self._unit_at(coords)
-                unit.values[local] = values[source]
-                unit.written[local] = True
+            with self._pending:
+                for coords, local, source in _pieces(region, self._unit):
+                    unit = self._unit_at(coords)
+                    unit.values[local] = values[source]
+                    unit.written[local] = True
         if flush:
             self.flush()
         else:
@@ -206,12 +239,22 @@ class ArrayWriter:
             self._stale.move_to_end(coords)
         return unit
 
+    def _over_bound(self) -> tuple[int, ...] | None:
+        """The least recently written unit while the units hold more than the bound."""
+        with self._pending:
+            if self._bytes > self._max and self._stale:
+                return next(iter(self._stale))
+            return None
+
     def _bound(self) -> None:
-        if self._bytes > self._max and self._stale:
+        if self._bytes <= self._max:
+            return
+        with self._flushing:
+            if self._over_bound() is None:
+                return  # another thread flushed meanwhile
             self._check_stored()
-        while self._bytes > self._max and self._stale:
-            coords = next(iter(self._stale))
-            self._persist(coords)
+            while (coords := self._over_bound()) is not None:
+                self._persist(coords)
 
     def flush(self) -> int:
         """Persist every unit with pending edits; returns how many were written.
@@ -224,18 +267,48 @@ class ArrayWriter:
         IncompleteStoreError
             A resize or promote is under way on the array (or was interrupted).
         """
-        if not self._stale:
-            self._check_unchanged()
-            return 0
-        self._check_stored()
-        count = 0
-        while self._stale:
-            self._persist(next(iter(self._stale)))
-            count += 1
-        return count
+        with self._flushing:
+            with self._pending:
+                # what is pending now: units written while the flush runs may wait
+                pending = list(self._stale)
+            if not pending:
+                self._check_unchanged()
+                return 0
+            self._check_stored()
+            return sum(self._persist(coords) for coords in pending)
 
-    def _persist(self, coords: tuple[int, ...]) -> None:
-        unit = self._stale[coords]
+    def _persist(self, coords: tuple[int, ...]) -> bool:
+        """Write the unit at ``coords``, if still pending (the caller holds ``_flushing``).
+
+        The unit leaves the pending ones before its I/O, so that writes made
+        meanwhile go to a new unit rather than into one half written.
+        """
+        with self._pending:
+            unit = self._stale.pop(coords, None)
+            if unit is None:
+                return False
+            self._bytes -= unit.nbytes
+        try:
+            self._store_unit(coords, unit)
+        except BaseException:
+            self._restore(coords, unit)
+            raise
+        return True
+
+    def _restore(self, coords: tuple[int, ...], unit: _Stale) -> None:
+        """Put back the edits of a unit whose write failed, under any made since."""
+        with self._pending:
+            newer = self._stale.get(coords)
+            if newer is None:
+                self._stale[coords] = unit
+                self._stale.move_to_end(coords, last=False)  # still the least recent
+                self._bytes += unit.nbytes
+            else:
+                older = ~newer.written
+                newer.values[older] = unit.values[older]
+                newer.written |= unit.written
+
+    def _store_unit(self, coords: tuple[int, ...], unit: _Stale) -> None:
         shape = self._array.shape
         region = tuple(
             slice(i * u, min((i + 1) * u, n))
@@ -248,14 +321,12 @@ class ArrayWriter:
             stored = np.asarray(self._target[region])
             values = np.where(written, values, stored)
         self._target[region] = values
-        # forgotten only once stored: a failed write leaves the edits pending
-        del self._stale[coords]
-        self._bytes -= unit.nbytes
 
     def discard(self) -> None:
         """Drop every pending edit without writing it."""
-        self._stale.clear()
-        self._bytes = 0
+        with self._pending:
+            self._stale.clear()
+            self._bytes = 0
 
     def __enter__(self) -> Self:
         return self

@@ -26,6 +26,7 @@ import zarr
 from zarr.core.sync import sync
 
 from .axis_insertion import insert_axis
+from .consolidated import unconsolidate_above
 from .documents import (
     PROGRESS_NAME,
     STAGING_NAME,
@@ -57,6 +58,8 @@ class PromoteChange:
     """Chunks (shards) renamed."""
     staged: bool
     """Whether the chunks went through the staging prefix (two renames each)."""
+    unconsolidated: tuple[str, ...] = ()
+    """Groups above the array whose consolidated metadata was removed (``/``: the root)."""
 
 
 def _ancestors(key: str) -> Iterable[str]:
@@ -171,10 +174,12 @@ def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> Pr
     require_writable(store, path, "promote")
     refuse_unfinished(store, path)
     document = read_document(store, path)
-    require_unrecorded(store, path, document.document, "promote")
+    ancestors = require_unrecorded(store, path, document.document, "promote")
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
     plan = plan_promote(document, keys, dimension, length, flat=mover.flat)
+    # first: zarr reading through consolidated metadata would not see the marker
+    unconsolidated = unconsolidate_above(store, ancestors)
     execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return PromoteChange(
@@ -182,6 +187,7 @@ def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> Pr
         shape_after=tuple(plan.after["shape"]),
         moved=len(plan.moves) // (2 if plan.arguments["staged"] else 1),
         staged=bool(plan.arguments["staged"]),
+        unconsolidated=unconsolidated,
     )
 
 

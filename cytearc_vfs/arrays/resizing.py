@@ -33,6 +33,7 @@ from typing import Any
 import zarr
 from zarr.core.sync import sync
 
+from .consolidated import unconsolidate_above
 from .documents import (
     JOURNAL_NAME,
     PROGRESS_NAME,
@@ -73,6 +74,8 @@ class ResizeChange:
     """Chunks deleted (outside the new shape, or stray keys in the way)."""
     edge_chunks: int
     """Edge chunks rewritten to clear cells past the new or old edge."""
+    unconsolidated: tuple[str, ...] = ()
+    """Groups above the array whose consolidated metadata was removed (``/``: the root)."""
 
 
 def changes(value: Changes, rank: int, name: str) -> tuple[int, ...]:
@@ -293,7 +296,7 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
     require_writable(store, path, "resize")
     refuse_unfinished(store, path)
     document = read_document(store, path)
-    require_unrecorded(store, path, document.document, "resize")
+    ancestors = require_unrecorded(store, path, document.document, "resize")
     prefix = document.prefix
     keys = relative_keys(sync(mover_for(store).existing(prefix)), prefix)
     plan = plan_resize(document, keys, low, high)
@@ -303,7 +306,10 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
         inspector = EdgeChunks(store, path, plan.before, plan.clear_bounds)
         outcomes = {coords: inspector.inspect(coords) for coords in plan.clear_chunks}
         plan = plan_resize(document, keys, low, high, edges=outcomes)
+    unconsolidated: tuple[str, ...] = ()
     if not plan.changes_nothing:
+        # first: zarr reading through consolidated metadata would not see the marker
+        unconsolidated = unconsolidate_above(store, ancestors)
         execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return ResizeChange(
@@ -314,6 +320,7 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
         moved=len(plan.moves),
         dropped=len(plan.drops),
         edge_chunks=len(plan.clear_chunks),
+        unconsolidated=unconsolidated,
     )
 
 

@@ -41,11 +41,14 @@ def _recorded(document: object) -> str | None:
     return None
 
 
-def require_unrecorded(store: Store, path: str, document: Mapping[str, Any], what: str) -> None:
+def require_unrecorded(
+    store: Store, path: str, document: Mapping[str, Any], what: str
+) -> dict[str, object]:
     """Refuse an array that a CyteArc store's records describe.
 
     ``document`` is the array's own ``zarr.json``; each group above it is
-    read (one ``get`` per level, the root included).
+    read (one ``get`` per level, the root included). Returns those groups'
+    documents by path (``""`` for the root), for the caller's further use.
 
     Raises
     ------
@@ -55,12 +58,14 @@ def require_unrecorded(store: Store, path: str, document: Mapping[str, Any], wha
     parts = path.split("/") if path else []
     found = _recorded(document)
     holder = path
+    ancestors: dict[str, object] = {}
     for depth in range(len(parts) - 1, -1, -1):
         if found is not None:
             break
         holder = "/".join(parts[:depth])
         key = f"{holder}/zarr.json" if holder else "zarr.json"
-        found = _recorded(get_json(store, key, where=describe(store, holder)))
+        ancestors[holder] = get_json(store, key, where=describe(store, holder))
+        found = _recorded(ancestors[holder])
     if found is not None:
         raise ValueError(
             f"{what} of {describe(store, path)} refused: it belongs to a CyteArc store "
@@ -70,3 +75,4 @@ def require_unrecorded(store: Store, path: str, document: Mapping[str, Any], wha
             "(cv.write_counts, or cytearc-vfs write), or copy the array out of the store "
             "first"
         )
+    return ancestors

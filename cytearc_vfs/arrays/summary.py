@@ -100,6 +100,14 @@ class ArrayInfo:
             "dimensionNames": None if self.dimension_names is None else list(self.dimension_names),
         }
 
+    def _missing(self) -> str:
+        """What :func:`~.reading.read` makes of the fill value (as it decides)."""
+        if self.dtype == "bool":
+            return "booleans are never missing"
+        if self.fill_value is None:
+            return "none: no cell reads as missing"
+        return "cells holding it read as missing"
+
     def __str__(self) -> str:
         keys = "c" + self.separator + self.separator.join(["0"] * len(self.shape))
         if self.chunk_key_encoding == "v2":
@@ -117,7 +125,7 @@ class ArrayInfo:
         lines += [
             f"  chunk keys : {self.chunk_key_encoding}, separator {self.separator!r} ({keys})",
             f"  codecs     : {' -> '.join(self.codecs) or 'none'}",
-            f"  fill value : {json.dumps(self.fill_value)} (cells holding it read as missing)",
+            f"  fill value : {json.dumps(self.fill_value)} ({self._missing()})",
         ]
         if self.dimension_names is not None:
             names = ", ".join("-" if n is None else n for n in self.dimension_names)

@@ -38,6 +38,44 @@ def _legacy_kind(store: Store, path: str) -> str | None:
     return None
 
 
+def _unfinished_below(store: Store, path: str) -> list[str]:
+    """Paths of the arrays below the group at ``path`` with a resize or promote to finish.
+
+    An array counts when its ``zarr.json`` carries the marker or its journal is
+    there (a crash right after writing the journal leaves no marker yet).
+    """
+    import zarr
+
+    from ..arrays import hierarchy
+    from ..arrays.documents import JOURNAL_NAME
+    from ..errors import RecordShapeError
+    from ..format.store_io import get_json
+
+    found: list[str] = []
+    pending = [hierarchy(zarr.open_group(store, path=path, mode="r"))]
+    while pending:
+        node = pending.pop()
+        pending.extend(node.children)
+        if node.kind == "group":
+            continue
+        try:
+            journal = get_json(store, f"{node.path}/{JOURNAL_NAME}")
+        except RecordShapeError:  # torn: an operation had begun
+            journal = True
+        if node.kind == "unfinished array" or journal is not None:
+            found.append(node.path)
+    return sorted(found)
+
+
+def _unconsolidated_text(groups: tuple[str, ...]) -> str:
+    if not groups:
+        return ""
+    return (
+        f"; consolidated metadata removed from {', '.join(groups)} (it hid the change from "
+        "zarr): consolidate again with zarr.consolidate_metadata if you want it"
+    )
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
     import zarr
@@ -49,10 +87,12 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..errors import IncompleteStoreError
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
+    from .inputs import json_option
 
     action, path = args.array_command, args.path.strip("/")
     where = f"{describe_location(args.location)} {path or '/'}"
-    store = open_location(args.location, read_only=action == "info")
+    options = json_option(args.storage_options, "--storage-options")
+    store = open_location(args.location, read_only=action == "info", storage_options=options)
     node = "zarr.json" if not path else f"{path}/zarr.json"
     document = get_json(store, node, where=where)
     if document is None:
@@ -77,6 +117,24 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if action == "info" and is_group:
         tree = hierarchy(zarr.open_group(store, path=path, mode="r"))
         return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
+    if action == "recover" and is_group:
+        # recover finishes one array; "nothing to finish" here hid the arrays below
+        unfinished = _unfinished_below(store, path)
+        if unfinished:
+            commands = "; ".join(
+                f"cytearc-vfs array recover {args.location} {name}" for name in unfinished
+            )
+            raise InputRefusedError(
+                f"{where} is a group; array recover finishes one array, and "
+                f"{plural(len(unfinished), 'array')} below this group "
+                f"{'has' if len(unfinished) == 1 else 'have'} an unfinished resize or promote: "
+                f"{', '.join(unfinished)}. If no other process is changing them, finish each "
+                f"with: {commands}"
+            )
+        return Outcome(
+            {"location": where, "finished": False},
+            f"{where}: a group with no unfinished array below it; nothing to finish",
+        )
     if action == "recover":
         finished = recover(store, path)
         text = f"{where}: " + (
@@ -112,12 +170,13 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             "renamed": resized.moved,
             "deleted": resized.dropped,
             "edgeChunksRead": resized.edge_chunks,
+            "unconsolidated": list(resized.unconsolidated),
         }
         text = (
             f"resized {where}: {resized.shape_before} -> {resized.shape_after} (low "
             f"{list(resized.low)} in whole chunks, high {list(resized.high)}); "
             f"{plural(resized.moved, 'chunk')} renamed, {resized.dropped} deleted"
-        )
+        ) + _unconsolidated_text(resized.unconsolidated)
         return Outcome(payload, text)
     promoted = promote_array(array, args.dimension, args.length)
     payload = {
@@ -126,9 +185,10 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "shapeAfter": list(promoted.shape_after),
         "renamed": promoted.moved,
         "staged": promoted.staged,
+        "unconsolidated": list(promoted.unconsolidated),
     }
     text = (
         f"promoted {where}: {promoted.shape_before} -> {promoted.shape_after}; "
         f"{plural(promoted.moved, 'chunk')} renamed, bytes unchanged"
-    )
+    ) + _unconsolidated_text(promoted.unconsolidated)
     return Outcome(payload, text)

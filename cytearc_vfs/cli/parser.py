@@ -527,6 +527,7 @@ def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
             + (" (or of a group; default: the root)" if name == "info" else "")
             + (" (default: the root)" if name == "recover" else ""),
         )
+        _remote_options(action, own="LOCATION", sources=None)
         _common(action)
         return action
 
