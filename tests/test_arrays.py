@@ -1124,3 +1124,45 @@ def test_arrays_a_cytearc_store_records_describe_are_refused(
     assert "cytearc-vfs write" in refusal and "append" not in refusal
     assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
     assert main(["verify", str(where)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "attribute"),
+    [
+        ("RNA/counts", "cytearc:countMatrixLayout"),
+        ("RNA/countsT", "cytearc:countMatrixLayout"),
+        ("RNA/countSummaries/rowSums", "source_fingerprint"),
+        ("RNA/featureData/ids", "fingerprint"),
+        ("cellData/ids", "fingerprint"),
+    ],
+)
+def test_arraywriter_refuses_values_a_cytearc_store_fingerprints(
+    tmp_path: Path, path: str, attribute: str
+) -> None:
+    # it wrote them: the store then failed its identity check at every open
+    import shutil
+
+    where = tmp_path / "s.zarr"
+    shutil.copytree(FIXTURE, where)
+    files = {p: p.read_bytes() for p in where.rglob("*") if p.is_file()}
+    array = zarr.open_array(LocalStore(where), path=path, mode="r+")
+    with pytest.raises(
+        ValueError, match=rf"fingerprints cover its values \(attribute '{attribute}'"
+    ):
+        ArrayWriter(array)
+    assert {p: p.read_bytes() for p in where.rglob("*") if p.is_file()} == files
+
+
+def test_arraywriter_writes_a_cytearc_store_s_other_arrays(tmp_path: Path) -> None:
+    import shutil
+
+    where = tmp_path / "s.zarr"
+    shutil.copytree(FIXTURE, where)
+    names = zarr.open_array(LocalStore(where), path="cellData/names", mode="r+")
+    renamed = np.array([f"c-{i}" for i in range(names.shape[0])])
+    with ArrayWriter(names) as writer:
+        writer.write(renamed)
+    assert zarr.open_array(LocalStore(where), path="cellData/names", mode="r")[:].tolist() == (
+        renamed.tolist()
+    )
+    assert main(["verify", str(where)]) == 0

@@ -42,6 +42,7 @@ from .documents import (
 )
 from .journal import same_document
 from .selection import Region, Selection, region_of
+from .store_records import require_unfingerprinted
 
 __all__ = ["ArrayWriter"]
 
@@ -116,6 +117,7 @@ class ArrayWriter:
         self._array = array
         self._metadata = array.metadata
         self._document = self._stored()
+        require_unfingerprinted(store, path, self._document, "ArrayWriter")
         stored = ArrayV3Metadata.from_dict(dict(self._document))
         # attributes say nothing about where cells are: changing them is no reason to refuse
         if stored.update_attributes({}) != array.metadata.update_attributes({}):
