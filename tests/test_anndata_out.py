@@ -16,6 +16,7 @@ from unittest import mock
 
 import anndata as ad
 import dask.array as da
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -535,6 +536,27 @@ def test_export_refuses_what_it_must_not_replace(built: dict[str, Any], tmp_path
     with pytest.raises(ValueError, match=r"\.zarr.*\.h5ad"):
         export_anndata(source, tmp_path / "x.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.h5ad"]
+
+
+def test_overwrite_replaces_an_hdf5_file_only_when_it_holds_an_anndata(
+    built: dict[str, Any], tmp_path: Path
+) -> None:
+    """The HDF5 signature alone let --overwrite replace a renamed 10x .h5 named .h5ad."""
+    source = built["root"] / "a.zarr"
+    tenx = tmp_path / "tenx.h5ad"
+    with h5py.File(tenx, "w") as file:
+        file.create_group("matrix").create_dataset("data", data=np.arange(3))
+    before = tenx.read_bytes()
+    with pytest.raises(FileExistsError, match="not an AnnData"):
+        export_anndata(source, tenx, overwrite=True)
+    assert tenx.read_bytes() == before
+    # anndata 0.7 stamped no encoding on the root: obs and var make it an AnnData
+    legacy = tmp_path / "legacy.h5ad"
+    with h5py.File(legacy, "w") as file:
+        file.create_group("obs")
+        file.create_group("var")
+    export_anndata(source, legacy, overwrite=True)
+    assert ad.read_h5ad(legacy).n_obs == cv.to_anndata(source).n_obs
 
 
 # ------------------------------------------------------------------ remote

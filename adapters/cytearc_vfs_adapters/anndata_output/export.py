@@ -113,7 +113,9 @@ def _is_anndata(path: Path) -> bool:
     """Whether ``path`` holds an AnnData this export may replace."""
     if path.is_file():
         with path.open("rb") as file:
-            return path.suffix == ".h5ad" and file.read(8) == b"\x89HDF\r\n\x1a\n"
+            if path.suffix != ".h5ad" or file.read(8) != b"\x89HDF\r\n\x1a\n":
+                return False
+        return _is_anndata_hdf5(path)
     for name in ("zarr.json", ".zattrs"):
         document = path / name
         if document.is_file():
@@ -124,6 +126,28 @@ def _is_anndata(path: Path) -> bool:
             attrs = attrs.get("attributes", {}) if name == "zarr.json" else attrs
             return isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata"
     return False
+
+
+def _is_anndata_hdf5(path: Path) -> bool:
+    """Whether the HDF5 file ``path`` holds an AnnData, as the Zarr check asks of a store.
+
+    The HDF5 signature alone let ``--overwrite`` replace any HDF5 file named
+    ``.h5ad`` (a renamed 10x ``.h5``). An AnnData root says ``encoding-type:
+    anndata``, or (anndata 0.7) says nothing and holds ``obs`` and ``var``. A
+    file HDF5 cannot open is not known to be one, so it is not replaced.
+    """
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as file:
+            kind = file.attrs.get("encoding-type")
+            if isinstance(kind, bytes):
+                kind = kind.decode("utf-8", "replace")
+            if kind is None:
+                return "obs" in file and "var" in file
+            return bool(kind == "anndata")
+    except OSError:
+        return False
 
 
 def _checked_destination(destination: Location, overwrite: bool) -> Path:
