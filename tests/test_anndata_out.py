@@ -559,6 +559,24 @@ def test_overwrite_replaces_an_hdf5_file_only_when_it_holds_an_anndata(
     assert ad.read_h5ad(legacy).n_obs == cv.to_anndata(source).n_obs
 
 
+def test_text_with_a_nul_is_refused_for_an_h5ad_naming_where_it_is(tmp_path: Path) -> None:
+    """The store and a .zarr keep a NUL inside a value; HDF5 cannot, and h5py stopped the
+    export with "VLEN strings do not support embedded NULLs", naming no column."""
+    cells = pd.DataFrame(
+        {"note": ["a", "b\x00c", "d"], "kind": pd.Categorical(["x", "y", "x"])},
+        index=["c1", "c2", "c3"],
+    )
+    store = tmp_path / "s.zarr"
+    cv.write_counts(store, sp.csr_matrix(np.eye(3, dtype=np.uint8)), cells=cells)
+    with pytest.raises(
+        ValueError, match=r"cellData column 'note' row 1 \(id 'c2'\) holds a NUL.*\.zarr"
+    ):
+        export_anndata(store, tmp_path / "out.h5ad")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    export_anndata(store, tmp_path / "out.zarr")
+    assert ad.read_zarr(tmp_path / "out.zarr").obs["note"].tolist() == ["a", "b\x00c", "d"]
+
+
 # ------------------------------------------------------------------ remote
 
 

@@ -49,7 +49,7 @@ from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
 
-from .columns import check_encodable, plain_text
+from .columns import check_encodable, check_hdf5_text, plain_text
 from .conversion import _anndata, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
 from .export_budget import EXPORT_BUDGET, STREAM_CHUNK, BandPlan, plan_bands, table_bytes
@@ -473,6 +473,9 @@ def export_anndata(
     # the tables are read and the bands planned before the temporary exists: a
     # budget too small is refused with nothing written
     tables, held = _read_tables(opened)
+    if kind == "h5ad":
+        check_hdf5_text(tables[0], table=opened.paths.cell_data, destination=str(destination))
+        check_hdf5_text(tables[1], table=opened.paths.feature_data, destination=str(destination))
     plan = plan_bands(opened, budget, kind, held, band_bytes)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
