@@ -160,7 +160,7 @@ def check_hdf5_text(frame: pd.DataFrame, *, table: str, destination: str) -> Non
     for what, values in texts:
         if values.dtype.kind not in "OUS" and not isinstance(values.dtype, pd.StringDtype):
             continue
-        series = pd.Series(np.asarray(values, dtype=object), copy=False)
+        series: Any = pd.Series(np.asarray(values, dtype=object), copy=False)
         found = np.flatnonzero(series.str.contains("\x00", regex=False, na=False).to_numpy())
         if found.size:
             row = int(found[0])
