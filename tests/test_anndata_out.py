@@ -16,6 +16,7 @@ from unittest import mock
 
 import anndata as ad
 import dask.array as da
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -535,6 +536,45 @@ def test_export_refuses_what_it_must_not_replace(built: dict[str, Any], tmp_path
     with pytest.raises(ValueError, match=r"\.zarr.*\.h5ad"):
         export_anndata(source, tmp_path / "x.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.h5ad"]
+
+
+def test_overwrite_replaces_an_hdf5_file_only_when_it_holds_an_anndata(
+    built: dict[str, Any], tmp_path: Path
+) -> None:
+    """The HDF5 signature alone let --overwrite replace a renamed 10x .h5 named .h5ad."""
+    source = built["root"] / "a.zarr"
+    tenx = tmp_path / "tenx.h5ad"
+    with h5py.File(tenx, "w") as file:
+        file.create_group("matrix").create_dataset("data", data=np.arange(3))
+    before = tenx.read_bytes()
+    with pytest.raises(FileExistsError, match="not an AnnData"):
+        export_anndata(source, tenx, overwrite=True)
+    assert tenx.read_bytes() == before
+    # anndata 0.7 stamped no encoding on the root: obs and var make it an AnnData
+    legacy = tmp_path / "legacy.h5ad"
+    with h5py.File(legacy, "w") as file:
+        file.create_group("obs")
+        file.create_group("var")
+    export_anndata(source, legacy, overwrite=True)
+    assert ad.read_h5ad(legacy).n_obs == cv.to_anndata(source).n_obs
+
+
+def test_text_with_a_nul_is_refused_for_an_h5ad_naming_where_it_is(tmp_path: Path) -> None:
+    """The store and a .zarr keep a NUL inside a value; HDF5 cannot, and h5py stopped the
+    export with "VLEN strings do not support embedded NULLs", naming no column."""
+    cells = pd.DataFrame(
+        {"note": ["a", "b\x00c", "d"], "kind": pd.Categorical(["x", "y", "x"])},
+        index=["c1", "c2", "c3"],
+    )
+    store = tmp_path / "s.zarr"
+    cv.write_counts(store, sp.csr_matrix(np.eye(3, dtype=np.uint8)), cells=cells)
+    with pytest.raises(
+        ValueError, match=r"cellData column 'note' row 1 \(id 'c2'\) holds a NUL.*\.zarr"
+    ):
+        export_anndata(store, tmp_path / "out.h5ad")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    export_anndata(store, tmp_path / "out.zarr")
+    assert ad.read_zarr(tmp_path / "out.zarr").obs["note"].tolist() == ["a", "b\x00c", "d"]
 
 
 # ------------------------------------------------------------------ remote

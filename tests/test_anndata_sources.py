@@ -267,7 +267,7 @@ def test_layer_options_are_checked(tmp_path: Path, mixed: Any) -> None:
         cv.create_composite(
             tmp_path / "c2.zarr", {"e": sources["cytearc"]}, source_layers={"e": "counts"}
         )
-    with pytest.raises(ValueError, match="unknown source"):
+    with pytest.raises(ValueError, match=r"source_layers names unknown source\(s\) \['b'\]"):
         cv.create_composite(tmp_path / "c3.zarr", {"a": sources["csr3"]}, source_layers={"b": "x"})
 
 

@@ -8,6 +8,7 @@ row bands: the largest band read is counted, never the whole matrix.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,44 @@ def test_a_location_that_is_not_anndata_is_refused_and_nothing_written(tmp_path:
     with pytest.raises(KeyError, match=r"no layer 'spliced'"):
         cv.write_counts(tmp_path / "out.zarr", source, layer="spliced")
     assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize("layer", ["", "..", "../X", "csc/data"])
+def test_a_layer_name_that_is_not_one_layer_is_refused_naming_the_layers(
+    tmp_path: Path, layer: str
+) -> None:
+    """'' opened the layers mapping, 'csc/data' an array inside a layer, '../X' failed
+    in zarr's path check: each must be the missing layer's refusal, naming the layers."""
+    data = adata_of(sp.csr_array(np.eye(4)))
+    data.write_h5ad(tmp_path / "in.h5ad")
+    for source in (write_zarr(data, tmp_path / "in.zarr", 3), tmp_path / "in.h5ad"):
+        with pytest.raises(
+            KeyError, match=rf"has no layer {re.escape(repr(layer))}; its layers are \["
+        ):
+            cv.write_counts(tmp_path / "out.zarr", source, layer=layer)
+        assert not (tmp_path / "out.zarr").exists()
+
+
+def test_repeated_var_names_name_the_features_remedy_that_works_on_a_path(
+    tmp_path: Path,
+) -> None:
+    """scanpy's 10x-10k-subset repeats var names ('Rp1'): the refusals told a user holding
+    only a path to edit the AnnData, and the composite's sent them to write_counts, which
+    refused too; ``features=`` with unique ids imports it."""
+    data = adata_of(sp.csr_array(np.eye(4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # anndata: var_names are not unique
+        data.var_names = ["g0", "g1", "g1", "g2"]
+        source = write_zarr(data, tmp_path / "in.zarr", 3)
+    with pytest.raises(ValueError, match=r"or give write_counts features= \(a table whose index"):
+        cv.write_counts(tmp_path / "out.zarr", source)
+    with pytest.raises(ValueError, match=r"cv\.write_counts\(DEST, PATH, features=TABLE\)"):
+        cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    with AnnDataContainer.open(source) as container:
+        var = container.var()
+    var.index = ad.utils.make_index_unique(var.index.astype(str))
+    cv.write_counts(tmp_path / "out.zarr", source, features=var)
+    assert list(cv.to_anndata(tmp_path / "out.zarr").var_names) == ["g0", "g1", "g1-1", "g2"]
 
 
 def _largest_band(x: sp.csr_array, rows: int) -> int:

@@ -161,8 +161,31 @@ def test_a_budget_below_the_smallest_is_refused_before_writing(
     assert f"raise mem_budget to at least {format_size(least)} ({least} bytes)" in message
     assert format_size(least) == f"{need:.1f} MiB" and need > budget
     assert abs(held + share - need) <= 0.11  # each rounded to 0.1 MiB
+    assert "shorten" not in message  # no text column makes this cost
     cv.create_composite(destination, locations, mem_budget=least)
     assert destination.exists()
+
+
+def test_a_refusal_names_the_wide_text_column_that_makes_its_cost(tmp_path: Path) -> None:
+    """Text is held as wide as its longest value: one long note in one cell made the
+    refusal ask for a budget hundreds of times the counts, without saying why."""
+    n_cells = 2_000
+    cells = pd.DataFrame(index=[f"cell{i}" for i in range(n_cells)])
+    cells["note"] = [f"n{i}" for i in range(n_cells)]
+    cells.loc["cell7", "note"] = "x" * 5_000
+    source = tmp_path / "noted.zarr"
+    x = sp.csr_matrix(_counts(3, n_cells, 10).astype(np.float32))
+    ad.AnnData(X=x, obs=cells, var=pd.DataFrame(index=[f"g{i}" for i in range(10)])).write_zarr(
+        source
+    )
+    destination = tmp_path / "c.zarr"
+    with pytest.raises(
+        ValueError,
+        match=r"or shorten the longest value of the cell column 'note' of source 'noted' "
+        r"\(5000 characters\).*Nothing was written",
+    ):
+        cv.create_composite(destination, [source], mem_budget=16 * MiB)
+    assert not destination.exists()
 
 
 def test_the_command_line_refuses_a_budget_too_small_in_one_line(

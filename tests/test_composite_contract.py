@@ -159,7 +159,9 @@ def test_non_empty_destination_refused(tmp_path: Path, two_sources: dict[str, Pa
         ({"cells": {"a": np.ones(3, dtype=bool)}}, "mask of length 3"),
         ({"cells": {"a": [0, 0]}}, "repeats rows"),
         ({"cells": {"a": [500]}}, "outside"),
-        ({"source_storage_options": {"zz": {}}}, "unknown source"),
+        ({"source_storage_options": {"zz": {}}}, r"^source_storage_options names unknown source"),
+        ({"source_layers": {"zz": "counts"}}, r"^source_layers names unknown source"),
+        ({"source_workspaces": {"zz": "ws"}}, r"^source_workspaces names unknown source"),
     ],
 )
 def test_bad_arguments_refused(

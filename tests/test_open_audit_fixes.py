@@ -238,6 +238,20 @@ def test_an_unknown_workspace_gives_one_message_for_every_kind(
     assert not (tmp_path / "x.h5ad").exists()
 
 
+def test_the_assays_named_in_a_refusal_say_how_to_ask_for_them(
+    source: Path, tmp_path: Path
+) -> None:
+    """'its assays: ['ws1/ADT'] (give one of them)': assay='ws1/ADT' is not a valid name;
+    and 'RNA' offered under an unknown workspace is asked for with no workspace."""
+    store = tmp_path / "ws.zarr"
+    cv.write_counts(store, np.arange(6).reshape(3, 2), workspace="ws1", assay="ADT")
+    with pytest.raises(ValueError, match=r"\['ws1/ADT'\].*'W/A' is assay 'A' of workspace 'W'"):
+        cv.to_anndata(store, assay="ADT")
+    cv.to_anndata(store, assay="ADT", workspace="ws1")  # what the hint says
+    with pytest.raises(ValueError, match=r"\['RNA'\].*in the root layout: give no workspace"):
+        cv.to_anndata(source, workspace="zz")
+
+
 def test_an_unknown_assay_of_a_composite_names_its_assay(composite: Path) -> None:
     with pytest.raises(ValueError, match=r"assay 'ADT' does not exist.*its assays: \['RNA'\]"):
         cv.to_anndata(composite, assay="ADT")

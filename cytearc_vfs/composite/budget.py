@@ -21,7 +21,7 @@ against ``tracemalloc`` (tests/test_composite_budget.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,10 @@ class CreationCost:
     """Bytes of the smallest band a read source needs, with its edges (0: none is read)."""
     scan: int
     """Bytes of scanning the AnnData sources' float counts a chunk at a time, at binding."""
+    widest_text: str = ""
+    """The widest carried text column (``"cell column 'note' of source 'a' (20000
+    characters)"``), named
+    in a refusal when its rows dominate the cost; empty when no column does."""
 
     @property
     def held(self) -> int:
@@ -116,6 +120,29 @@ def _text_bytes(count: int, arrays: Sequence[npt.NDArray[Any]]) -> int:
     """
     width = max((values.itemsize for values in arrays if values.dtype.kind == "U"), default=4)
     return count * (_ID_OBJECT_BYTES + width // 4)
+
+
+def _widest_text(tables: Sequence[SourceTables], lengths: Mapping[str, int], peak: int) -> str:
+    """The widest carried text column, when its rows make a quarter of ``peak`` or more.
+
+    Text is held fixed-width: one long value (a note in one cell) makes every
+    row that wide, and raising the budget is then a poor remedy beside
+    shortening that value.
+    """
+    width, axis, name, source = max(
+        (
+            (column.values.itemsize // 4, axis, name, table.name)
+            for table in tables
+            for axis in ("cells", "features")
+            for name, column in getattr(table, axis).items()
+            if column.values.dtype.kind == "U"
+        ),
+        default=(0, "cells", "", ""),
+    )
+    if 4 * width * lengths[axis] < peak // 4:  # its output rows, 4 bytes a character
+        return ""
+    kind = "cell" if axis == "cells" else "feature"
+    return f"{kind} column {name!r} of source {source!r} ({width} characters)"
 
 
 def _columns(tables: Sequence[SourceTables], axis: str) -> list[npt.NDArray[Any]]:
@@ -169,7 +196,7 @@ def creation_cost(
     scan = sum(
         _smallest_scan(source.anndata.arrays) for source in sources if source.anndata is not None
     )
-    return CreationCost(
+    cost = CreationCost(
         n_cells,
         n_features,
         held_tables,
@@ -181,6 +208,8 @@ def creation_cost(
         read,
         scan,
     )
+    lengths = {"cells": n_cells, "features": n_features}
+    return replace(cost, widest_text=_widest_text(tables, lengths, cost.peak))
 
 
 def _smallest_scan(arrays: Mapping[str, AsyncArray[Any]]) -> int:
@@ -211,8 +240,14 @@ def require_budget(cost: CreationCost, budget: int) -> None:
         f"about {format_size(least)}: {format_size(cost.peak)} for its tables, cell maps, "
         f"summaries and reads, and {format_size(share)} for the destination's buffered writes "
         f"(a share of the budget), over {option_name('mem_budget')} {format_size(budget)}; "
-        f"raise {option_name('mem_budget')} to at least {format_size(least)} ({least} bytes). "
-        "Nothing was written"
+        f"raise {option_name('mem_budget')} to at least {format_size(least)} ({least} bytes)"
+        + (
+            f", or shorten the longest value of the {cost.widest_text}: text is held as wide "
+            "as its longest value in every row"
+            if cost.widest_text
+            else ""
+        )
+        + ". Nothing was written"
     )
 
 

@@ -241,16 +241,17 @@ def create_composite(
         raise ValueError("a composite needs at least one source")
     for name in sources:
         check_name(name, what="source name")
-    unknown = sorted(
-        (
-            set(source_workspaces or {})
-            | set(source_storage_options or {})
-            | set(source_layers or {})
-        )
-        - set(sources)
-    )
-    if unknown:
-        raise ValueError(f"options name unknown source(s) {unknown}; sources are {list(sources)}")
+    for option, given in (
+        ("source_workspaces", source_workspaces),
+        ("source_storage_options", source_storage_options),
+        ("source_layers", source_layers),
+    ):
+        unknown = sorted(set(given or {}) - set(sources))
+        if unknown:
+            raise ValueError(
+                f"{option} names unknown source(s) {unknown}; sources are {list(sources)}: "
+                "key it by the names the sources mapping gives"
+            )
     check_name(assay, what="assay")
     check_flag(overwrite, "overwrite")
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")

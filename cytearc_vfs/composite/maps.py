@@ -120,9 +120,11 @@ def _check_unique(source: BoundSource, ids: npt.NDArray[Any], what: str) -> None
     repeated = index[index.duplicated()].unique()
     shown = ", ".join(repr(str(v)) for v in repeated[:3])
     axis = "var_names" if what == "feature" else "obs_names"
+    option = "features" if what == "feature" else "cells"
     remedy = (
         f"make them unique in the AnnData (e.g. adata.{axis}_make_unique()) and write it again, "
-        "or import it with cv.write_counts, which refuses repeats"
+        f"or import it with cv.write_counts(DEST, PATH, {option}=TABLE), TABLE's index "
+        "holding unique ids"
         if source.anndata is not None
         else "the source is not a valid store; rebuild it"
     )

@@ -374,8 +374,15 @@ def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths
     label = f"{where}: assay {paths.assay!r}" + (
         f" of workspace {paths.workspace!r}" if paths.workspace else ""
     )
+    held = list(held)
     names = [f"{p.workspace}/{p.assay}" if p.workspace else p.assay for p in held]
-    hint = f"; its assays: {names} (give one of them)" if names else ""
+    # 'ws/ADT' is not an assay name (names hold no '/'): say how to ask for it
+    how = ["give one of them"]
+    if any(p.workspace for p in held):
+        how.append("'W/A' is assay 'A' of workspace 'W'")
+    if paths.workspace and any(not p.workspace for p in held):
+        how.append("a name without 'W/' is in the root layout: give no workspace")
+    hint = f"; its assays: {names} ({'; '.join(how)})" if names else ""
     return ValueError(f"{label} does not exist (no group at {paths.assay_group!r}){hint}")
 
 

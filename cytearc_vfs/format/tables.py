@@ -429,9 +429,13 @@ def prepare_table(
     if len(ids) != len(set(ids.tolist())):
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
         axis = "var" if table == "featureData" else "obs"
+        option = "features" if table == "featureData" else "cells"
+        # an AnnData given by its path cannot be edited in place: the table option can
         raise ValueError(
             f"{table} ids must be unique; {duplicated} repeat. Make the index unique "
-            f"(e.g. AnnData.{axis}_names_make_unique()) before writing. Nothing was written"
+            f"(e.g. AnnData.{axis}_names_make_unique()) before writing, or give write_counts "
+            f"{option}= (a table whose index holds unique ids, such as the {axis} table with "
+            f"anndata.utils.make_index_unique(index)). Nothing was written"
         )
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
     for position, name in enumerate(frame.columns):

@@ -220,7 +220,10 @@ class AnnDataContainer:
                 )
         else:
             path = f"layers/{layer}"
-            node = child(self.root, path)
+            # a layer is one member of `layers`: '' would open the mapping itself,
+            # 'a/b' a member of a member, '..' a path zarr refuses without naming the layer
+            named = isinstance(layer, str) and layer not in ("", ".", "..") and "/" not in layer
+            node = child(self.root, path) if named else None
             if node is None:
                 x = child(self.root, "X") is not None
                 raise KeyError(

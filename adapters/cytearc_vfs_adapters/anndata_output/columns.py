@@ -41,6 +41,7 @@ __all__ = [
     "ExportedColumn",
     "categorical_codes",
     "check_encodable",
+    "check_hdf5_text",
     "column_kind",
     "exported_columns",
     "membership_column",
@@ -134,6 +135,45 @@ def check_encodable(names: Iterable[str], *, table: str) -> None:
             "the index under, so it cannot be written or viewed as AnnData; rename the "
             "column in the store (to_anndata keeps it, in memory only)"
         )
+
+
+def check_hdf5_text(frame: pd.DataFrame, *, table: str, destination: str) -> None:
+    """Refuse text with a NUL character for an ``.h5ad``, naming where it is.
+
+    The store keeps a NUL inside a value (fixed-width text drops only trailing
+    ones), and a ``.zarr`` keeps it too, but HDF5's variable-length strings
+    cannot: h5py stopped the export midway with only "VLEN strings do not
+    support embedded NULLs", naming no column.
+
+    >>> frame = pd.DataFrame({"t": ["a", "b\\x00c"]}, index=["c1", "c2"])
+    >>> check_hdf5_text(frame, table="cellData", destination="x.h5ad")
+    Traceback (most recent call last):
+    ...
+    ValueError: cellData column 't' row 1 (id 'c2') holds a NUL character ...
+    """
+    texts: list[tuple[str, Any]] = [("index", frame.index)]
+    for name, values in frame.items():
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            texts.append((f"column {name!r} (a category)", values.cat.categories))
+        else:
+            texts.append((f"column {name!r}", values))
+    for what, values in texts:
+        if values.dtype.kind not in "OUS" and not isinstance(values.dtype, pd.StringDtype):
+            continue
+        series: Any = pd.Series(np.asarray(values, dtype=object), copy=False)
+        found = np.flatnonzero(series.str.contains("\x00", regex=False, na=False).to_numpy())
+        if found.size:
+            row = int(found[0])
+            where = (
+                f"row {row} (id {frame.index[row]!r})"
+                if not what.endswith("(a category)")
+                else f"value {values[row]!r}"
+            )
+            raise ValueError(
+                f"{table} {what} {where} holds a NUL character, which an .h5ad's text "
+                f"cannot keep ({destination}); export to a .zarr, which keeps it, or remove "
+                "the NUL from the store's column. Nothing was written"
+            )
 
 
 def plain_text(frame: pd.DataFrame) -> pd.DataFrame:

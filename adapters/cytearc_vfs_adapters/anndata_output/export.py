@@ -49,7 +49,7 @@ from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
 
-from .columns import check_encodable, plain_text
+from .columns import check_encodable, check_hdf5_text, plain_text
 from .conversion import _anndata, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
 from .export_budget import EXPORT_BUDGET, STREAM_CHUNK, BandPlan, plan_bands, table_bytes
@@ -113,7 +113,9 @@ def _is_anndata(path: Path) -> bool:
     """Whether ``path`` holds an AnnData this export may replace."""
     if path.is_file():
         with path.open("rb") as file:
-            return path.suffix == ".h5ad" and file.read(8) == b"\x89HDF\r\n\x1a\n"
+            if path.suffix != ".h5ad" or file.read(8) != b"\x89HDF\r\n\x1a\n":
+                return False
+        return _is_anndata_hdf5(path)
     for name in ("zarr.json", ".zattrs"):
         document = path / name
         if document.is_file():
@@ -124,6 +126,28 @@ def _is_anndata(path: Path) -> bool:
             attrs = attrs.get("attributes", {}) if name == "zarr.json" else attrs
             return isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata"
     return False
+
+
+def _is_anndata_hdf5(path: Path) -> bool:
+    """Whether the HDF5 file ``path`` holds an AnnData, as the Zarr check asks of a store.
+
+    The HDF5 signature alone let ``--overwrite`` replace any HDF5 file named
+    ``.h5ad`` (a renamed 10x ``.h5``). An AnnData root says ``encoding-type:
+    anndata``, or (anndata 0.7) says nothing and holds ``obs`` and ``var``. A
+    file HDF5 cannot open is not known to be one, so it is not replaced.
+    """
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as file:
+            kind = file.attrs.get("encoding-type")
+            if isinstance(kind, bytes):
+                kind = kind.decode("utf-8", "replace")
+            if kind is None:
+                return "obs" in file and "var" in file
+            return bool(kind == "anndata")
+    except OSError:
+        return False
 
 
 def _checked_destination(destination: Location, overwrite: bool) -> Path:
@@ -449,6 +473,9 @@ def export_anndata(
     # the tables are read and the bands planned before the temporary exists: a
     # budget too small is refused with nothing written
     tables, held = _read_tables(opened)
+    if kind == "h5ad":
+        check_hdf5_text(tables[0], table=opened.paths.cell_data, destination=str(destination))
+        check_hdf5_text(tables[1], table=opened.paths.feature_data, destination=str(destination))
     plan = plan_bands(opened, budget, kind, held, band_bytes)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
