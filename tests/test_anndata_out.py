@@ -277,6 +277,40 @@ def test_an_import_restores_the_declared_membership(
     np.testing.assert_array_equal(merged.obs["RNA_I"].to_numpy(), partial["measured"])
 
 
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_a_narrowed_selection_exported_imports_again_as_the_selection(
+    tmp_path: Path, suffix: str
+) -> None:
+    """An export keeps a narrowed ``I``; the import took it for a reserved name and refused."""
+    counts = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0], [4, 0, 0]], dtype=np.uint8))
+    frames = {
+        "obs": pd.DataFrame(index=["c1", "c2", "c3"]),
+        "var": pd.DataFrame({"names": ["A", "B", "C"]}, index=["g1", "g2", "g3"]),
+    }
+    cv.write_counts(tmp_path / "s.zarr", ad.AnnData(X=counts, **frames))
+    cells, genes = [True, False, True], [True, True, False]
+    zarr.open_array(tmp_path / "s.zarr", path="cellData/I", mode="r+")[:] = cells
+    zarr.open_array(tmp_path / "s.zarr", path="RNA/featureData/I", mode="r+")[:] = genes
+    export_anndata(tmp_path / "s.zarr", tmp_path / f"e{suffix}")
+    cv.write_counts(tmp_path / "back.zarr", tmp_path / f"e{suffix}")
+    for path, selection in (("cellData/I", cells), ("RNA/featureData/I", genes)):
+        assert zarr.open_array(tmp_path / "back.zarr", path=path, mode="r")[:].tolist() == (
+            selection
+        )
+    back = cv.to_anndata(tmp_path / "back.zarr", lazy=False)
+    assert back.obs["I"].tolist() == cells and "I" not in back.obs.columns.drop("I")
+    np.testing.assert_array_equal(back.X.toarray(), counts.toarray())
+
+
+@pytest.mark.parametrize("values", [[1, 0, 1], [True, None, True], ["yes", "no", "yes"]])
+def test_an_i_column_that_is_no_selection_is_refused(tmp_path: Path, values: list[Any]) -> None:
+    obs = pd.DataFrame({"I": pd.array(values)}, index=["c1", "c2", "c3"])
+    source = ad.AnnData(X=sp.csr_matrix(np.eye(3, dtype=np.uint8)), obs=obs)
+    with pytest.raises(ValueError, match="column 'I' is the live selection, which must be boolean"):
+        cv.write_counts(tmp_path / "s.zarr", source)
+    assert not (tmp_path / "s.zarr").exists()
+
+
 def test_membership_column_rules_of_an_import(
     built: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,7 +1,9 @@
 """Cell and feature tables: one 1-D Zarr array per column, all of one length.
 
 Every table has ``ids`` (unique, from the DataFrame index), ``names`` and
-``I`` (bool, the live selection), then the DataFrame's own columns. Text is
+``I`` (bool, the live selection: every row, unless the DataFrame has a
+boolean ``I`` column, as an export of a narrowed selection writes), then the
+DataFrame's own columns. Text is
 stored as fixed-width ``<U`` strings, which the DataStore above requires. A
 categorical column is stored as its values (what plain readers expect) with
 ``categories`` and ``ordered`` attributes so :func:`read_table` restores it.
@@ -438,14 +440,19 @@ def prepare_table(
             f"anndata.utils.make_index_unique(index)). Nothing was written"
         )
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
+    selection = np.ones(len(ids), dtype=bool)
     for position, name in enumerate(frame.columns):
         key = _check_column_name(name, table=table)
-        if key in ("ids", "I"):
+        if key == "ids":
             raise ValueError(
-                f"{table} column {key!r} is reserved (ids come from the index, I is the live "
-                "selection); rename the column. Nothing was written"
+                f"{table} column 'ids' is reserved (ids come from the index); rename the "
+                "column. Nothing was written"
             )
         series = frame.iloc[:, position]
+        if key == "I":
+            # an export keeps a narrowed live selection as this column: it comes back as one
+            selection = _live_selection(series, table=table)
+            continue
         if key == "names":
             series = names_text(series, table=table)
         values, attrs = column_values(fill_missing(series) if fill else series, table=table)
@@ -456,9 +463,20 @@ def prepare_table(
     ]
     if not any(key == "names" for key, _, _ in own):
         columns.append(("names", ids if names is None else np.asarray(names, dtype=str), {}))
-    columns.append(("I", np.ones(len(ids), dtype=bool), {}))
+    columns.append(("I", selection, {}))
     columns.extend(own)
     return PreparedTable(tuple(columns), fingerprint)
+
+
+def _live_selection(series: pd.Series, *, table: str) -> npt.NDArray[np.bool_]:
+    """A table's own ``I`` column as the live selection: booleans, none missing."""
+    if pd.api.types.is_bool_dtype(series.dtype) and not series.isna().any():
+        return series.to_numpy(dtype=bool)
+    raise ValueError(
+        f"{table} column 'I' is the live selection, which must be boolean without missing "
+        f"values (it is {series.dtype}); rename the column to keep it as an ordinary one. "
+        "Nothing was written"
+    )
 
 
 def names_text(series: pd.Series, *, table: str) -> pd.Series:
