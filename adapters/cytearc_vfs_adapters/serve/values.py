@@ -21,7 +21,7 @@ from http import HTTPStatus
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 
-from .answers import Answer, bytes_of, content_type, not_found, one_line, text_answer
+from .answers import Answer, bytes_of, content_type, error_detail, not_found, text_answer
 from .budget import AnswerBudget, Lease
 from .conditions import precondition, range_applies
 from .options import ServeOptions
@@ -261,8 +261,7 @@ class KeyAnswers:
                 )
         except Exception as exc:
             raise StreamAbortedError(
-                f"{key!r}: reading bytes {read.start}-{read.stop - 1} failed: "
-                f"{type(exc).__name__}: {one_line(str(exc))}"
+                f"{key!r}: reading bytes {read.start}-{read.stop - 1} failed: {error_detail(exc)}"
             ) from exc
         self._count("piece_read")
         if value is None:
