@@ -175,6 +175,17 @@ def test_bad_arguments_refused(
 # ------------------------------------------------------------ fail-closed opens
 
 
+def test_options_for_an_unknown_source_name_the_sources(
+    tmp_path: Path, two_sources: dict[str, Path]
+) -> None:
+    """A reopen (``serve --source-storage-options``, ``info``, ...) keyed by a name the
+    composite has not: the refusal names the sources it has, so the options can be fixed."""
+    cv.create_composite(tmp_path / "c.zarr", two_sources).close()
+    with pytest.raises(ValueError, match=r"unknown source\(s\) \['zz'\]") as raised:
+        cv.open_store(tmp_path / "c.zarr", source_storage_options={"zz": {}})
+    assert f"its sources are {list(two_sources)}" in str(raised.value)
+
+
 def test_incomplete_composite_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
     cv.create_composite(tmp_path / "c.zarr", two_sources)
     edit_root_attrs(tmp_path / "c.zarr", lambda a: a["composite"].update(complete=False))

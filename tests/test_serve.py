@@ -417,6 +417,12 @@ def test_loopback_names_and_error_statuses() -> None:
     assert error_status(TimeoutError("slow")) == 503
     assert error_status(PermissionError(13, "denied")) == 503
     assert error_status(RuntimeError("bug")) == 500
+    # obstore's own errors (a served remote ordinary store) are the backend's, not a bug
+    from obstore.exceptions import GenericError, NotFoundError, PermissionDeniedError
+
+    assert error_status(GenericError("Generic S3 error: ...")) == 503
+    assert error_status(PermissionDeniedError("403")) == 503
+    assert error_status(NotFoundError("gone")) == 502
 
 
 # ------------------------------------------------ every value, every client

@@ -276,6 +276,41 @@ def test_an_unreachable_source_names_the_connection(world: World, tmp_path: Path
     assert "credentials" not in text and "CYTEARC_SOURCE_TIMEOUT" not in text, text
 
 
+def test_a_served_url_whose_server_stopped_is_503_with_the_remedy(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve http://...`` (a remote ordinary store) whose upstream stops answering: the
+    obstore backend's error was a 500 ("a bug") whose body was its multi-line debug dump;
+    it is a 503 (a retry may clear it) naming the cause and its remedy on one line."""
+    from cytearc_vfs_adapters.serve import StoreServer
+
+    monkeypatch.setenv("CYTEARC_SOURCE_TIMEOUT", "1")  # obstore's retries end within a second
+    with serve(world.a) as upstream:
+        remote = cv.open_store(upstream)
+        with StoreServer.start(remote) as front:
+            host, port = front.url.removeprefix("http://").rstrip("/").split(":")
+            connection = http.client.HTTPConnection(host, int(port), timeout=60)
+            connection.request("GET", "/RNA/counts/zarr.json")
+            assert (
+                connection.getresponse().read() == (world.a / "RNA/counts/zarr.json").read_bytes()
+            )
+            connection.close()
+    # the upstream server is stopped: nothing answers at its address
+    with StoreServer.start(remote) as front:
+        host, port = front.url.removeprefix("http://").rstrip("/").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        connection.request("GET", "/RNA/counts/zarr.json")
+        answer = connection.getresponse()
+        text = answer.read().decode()
+        connection.close()
+        assert answer.status == 503, text
+        assert text.count("\n") == 1 and "Debug source" not in text, text
+        assert "'RNA/counts/zarr.json'" in text and upstream in text, text
+        assert "nothing answered at that address" in text, text
+        assert front.stats().statuses == {503: 1}
+    remote.close()
+
+
 # --------------------------------------------------- folders are not keys
 
 

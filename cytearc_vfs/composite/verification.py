@@ -91,10 +91,12 @@ def verify_composite(
             f"composite at {where} is not complete (complete=false): its creation failed or is "
             "still running. Delete it and create the composite again"
         )
-    unknown = sorted(set(source_storage_options or {}) - {s.name for s in record.sources})
+    names = [s.name for s in record.sources]
+    unknown = sorted(set(source_storage_options or {}) - set(names))
     if unknown:
         raise ValueError(
-            f"source_storage_options name unknown source(s) {unknown} of the composite at {where}"
+            f"source_storage_options name unknown source(s) {unknown} of the composite at "
+            f"{where}; its sources are {names}: key the options by those names"
         )
     # The composite's own documents the checks below read, in one concurrent
     # round (its store may be remote too); the root document was read

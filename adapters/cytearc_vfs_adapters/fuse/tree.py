@@ -12,12 +12,20 @@ its full chunk shape with only the ``bytes`` codec, so it holds
 ``prod(chunk_shape) * itemsize`` bytes (:func:`served_chunk_nbytes`). Listing
 and sizing a composite therefore never reads a source; reading a virtual
 chunk computes it once, whole (:meth:`StoreTree.read_whole`).
+
+A name can be a key and a prefix at once on an object store: a *directory
+marker*, the zero-byte object ``RNA/counts/`` that S3 consoles ("Create
+folder") and some sync tools write, which obstore lists (and finds) as the
+key ``RNA/counts``, beside the prefix ``RNA/counts/``. A Zarr key never has
+keys below it, so such a name is shown as the directory: otherwise the
+marker would hide the array behind a zero-byte file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,9 +168,12 @@ class StoreTree:
             return Entry(is_dir=True, size=0)
         if await self._is_file(key):
             try:
-                return Entry(is_dir=False, size=await self._size(key))
+                size = await self._size(key)
             except FileNotFoundError:  # deleted between the two questions
                 return None
+            if size == 0 and await self._is_dir(key):
+                return Entry(is_dir=True, size=0)  # a directory marker (see the module)
+            return Entry(is_dir=False, size=size)
         if await self._is_dir(key):
             return Entry(is_dir=True, size=0)
         return None
@@ -176,10 +187,13 @@ class StoreTree:
         is no valid key) is left out: listed, it could be neither opened nor
         entered, and ``find`` or ``cp -r`` of the tree would fail on it.
         """
-        names = [name async for name in self._store.list_dir(key)]
+        listed = [name async for name in self._store.list_dir(key)]
+        # a name listed twice is a prefix and a key: a directory marker (see the module)
+        names = list(dict.fromkeys(listed))
+        markers = {name for name, count in Counter(listed).items() if count > 1}
         kinds = await asyncio.gather(*(self._kind(join(key, name)) for name in names))
         return [
-            (name, not is_file)
+            (name, name in markers or not is_file)
             for name, is_file in zip(names, kinds, strict=True)
             if is_file is not None
         ]

@@ -15,6 +15,7 @@ from zarr.core.buffer import Buffer
 
 from cytearc_vfs.errors import IdentityMismatchError, IncompleteStoreError
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
+from cytearc_vfs.remote.failures import failure_remedy, first_line
 
 from .budget import Lease
 from .listings import href
@@ -24,6 +25,7 @@ __all__ = [
     "Answer",
     "bytes_of",
     "content_type",
+    "error_detail",
     "error_status",
     "not_found",
     "nothing_under",
@@ -62,19 +64,51 @@ def one_line(text: str) -> str:
     return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
 
 
+#: Where a backend error's remedy says the served store's options go.
+_OPTIONS = "the serve command's --storage-options"
+
+
+def _from_backend(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the obstore backend itself.
+
+    obstore's errors are not ``OSError``s (a served remote ordinary store is
+    zarr's ``ObjectStore``, read without a translating layer), and their text
+    goes on with a multi-line debug dump after its first line.
+    """
+    return type(exc).__module__.partition(".")[0] == "obstore"
+
+
 def error_status(exc: BaseException) -> HTTPStatus:
     """The status of an answer that met ``exc`` while reading the store.
 
     ``502`` when a source no longer holds what the store recorded (changed,
-    incomplete or deleted); ``503`` for other system errors (a source that
-    cannot be reached, a timeout, permissions), which a retry may clear;
-    ``500`` for anything else.
+    incomplete or deleted); ``503`` for other system errors (a source or a
+    served remote store that cannot be reached, a timeout, permissions, the
+    obstore backend's own errors), which a retry may clear; ``500`` for
+    anything else.
     """
-    if isinstance(exc, (IdentityMismatchError, IncompleteStoreError, FileNotFoundError)):
+    gone = _from_backend(exc) and type(exc).__name__ == "NotFoundError"
+    if gone or isinstance(exc, (IdentityMismatchError, IncompleteStoreError, FileNotFoundError)):
         return HTTPStatus.BAD_GATEWAY
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or _from_backend(exc):
         return HTTPStatus.SERVICE_UNAVAILABLE
     return HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+def error_detail(exc: BaseException) -> str:
+    """``exc`` on one line, for an error answer: its type and message.
+
+    An obstore error gives its first line and the remedy of its cause (its
+    debug dump, many lines of the client's internals, is left out).
+
+    >>> error_detail(ValueError("bad\\nvalue"))
+    'ValueError: bad; value'
+    """
+    if not _from_backend(exc):
+        return f"{type(exc).__name__}: {one_line(str(exc))}"
+    first = first_line(exc)
+    remedy = failure_remedy(exc, http=first.startswith("Generic HTTP"), options=_OPTIONS)
+    return f"{type(exc).__name__}: {first}; {remedy}"
 
 
 def text_answer(status: HTTPStatus, message: str, *, close: bool = False) -> Answer:

@@ -9,6 +9,7 @@ under the server's read slots. Sizes and validators come from ``describe``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from http import HTTPStatus
 
 from zarr.abc.store import Store
@@ -69,15 +70,25 @@ class DirectoryAnswers:
         if described is None:
             return Entry(path, None)  # no value there: a directory, or nothing
         validators = described.validators
-        if described.size is not None:
-            return Entry(path, described.size, validators.etag, validators.modified)
-        if await self._store.exists(path):
-            try:
+        size = described.size
+        if size is None and await self._store.exists(path):
+            # removed meanwhile: it lists as what is left, a directory or nothing
+            with contextlib.suppress(FileNotFoundError):
                 size = await self._store.getsize(path)
-                return Entry(path, size, validators.etag, validators.modified)
-            except FileNotFoundError:
-                pass  # removed meanwhile: it lists as what is left, a directory or nothing
-        return Entry(path, None)
+        if size is None or (size == 0 and await self._has_keys_below(path)):
+            # the second: an object store's directory marker (a zero-byte object named
+            # like the prefix, "RNA/counts/"), which obstore finds as the key "RNA/counts";
+            # a Zarr key has no keys below it, so the name is the directory
+            return Entry(path, None)
+        return Entry(path, size, validators.etag, validators.modified)
+
+    async def _has_keys_below(self, path: str) -> bool:
+        try:
+            async for _ in self._store.list_dir(path):
+                return True
+        except ValueError:  # a name the store refuses as a prefix has nothing below it
+            return False
+        return False
 
     async def listing(self, prefix: str, accept: str | None) -> Answer:
         """``GET /PREFIX/``: the names below ``prefix`` as JSON or as an HTML index."""

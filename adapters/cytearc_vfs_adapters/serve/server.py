@@ -47,6 +47,7 @@ from zarr.core.sync import sync
 from ..served_store import ServedStore
 from .answers import (
     Answer,
+    error_detail,
     error_status,
     not_found,
     nothing_under,
@@ -517,7 +518,7 @@ class StoreServer:
     def _store_error(self, head: RequestHead, key: str, exc: Exception, note: str) -> Answer:
         """The answer to a store error: its status, one line naming the key; logged."""
         status = error_status(exc)
-        message = f"{head.method} {key!r}: {type(exc).__name__}: {one_line(str(exc))}"
+        message = f"{head.method} {key!r}: {error_detail(exc)}"
         if note:
             message += f"; {one_line(note)}"
         log.error("%d %s", status.value, message)
