@@ -78,6 +78,9 @@ def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> 
     assert wrong.returncode == 2 and ".zarr" in wrong.stderr and ".h5ad" in wrong.stderr
     missing = _cli("export", str(tmp_path / "absent.zarr"), str(tmp_path / "x.h5ad"))
     assert missing.returncode == 2 and "export needs" in missing.stderr
+    # a Zarr format for an HDF5 file was ignored without a word
+    format_ = _cli("export", str(store), str(tmp_path / "v2.h5ad"), "--zarr-format", "2")
+    assert format_.returncode == 2 and "applies to a .zarr OUT only" in format_.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5ad"]
     # inside the exported store: it would gain foreign keys
     inside = _cli("export", str(store), str(store / "inner.h5ad"))

@@ -480,9 +480,14 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..remote.locations import local_path
 
     try:
-        export_format(args.destination)
+        kind = export_format(args.destination)
     except ValueError as exc:
         raise InputRefusedError(str(exc)) from exc
+    if kind == "h5ad" and args.zarr_format is not None:
+        raise InputRefusedError(
+            f"--zarr-format {args.zarr_format} applies to a .zarr OUT only, and "
+            f"{args.destination} is an .h5ad (HDF5): leave the option out, or export to a .zarr"
+        )
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
@@ -497,7 +502,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         storage_options=storage_options,
         source_storage_options=source_options,
         mem_budget=EXPORT_BUDGET if budget is None else budget,
-        zarr_format=args.zarr_format,
+        zarr_format=3 if args.zarr_format is None else args.zarr_format,
         progress=bars,
     )
     payload = {

@@ -352,7 +352,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--zarr-format",
         type=int,
         choices=(2, 3),
-        default=3,
         help="Zarr format of a .zarr OUT (default 3; 2 for anndata < 0.11 and other v2 readers)",
     )
     export.add_argument(
