@@ -203,6 +203,25 @@ class DirectChunks:
         key = self._metadata.encode_chunk_key(coords)
         return f"{self._path}/{key}" if self._path else key
 
+    async def inner_chunks_present(self, shard: int) -> npt.NDArray[np.bool_] | None:
+        """Which inner chunks of 1-D ``shard`` its index marks stored (``None``: the
+        shard is absent, or the array is not sharded). The index is kept for the
+        reads that follow."""
+        sharding = self._sharding
+        if sharding is None:
+            return None
+        index = self._indexes.get(shard)
+        if index is None:
+            key = self._key((shard,))
+            size = sharding.index_bytes
+            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
+            buffer = await self._store.get(key, default_buffer_prototype(), request)
+            if buffer is None:
+                return None
+            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+        present: npt.NDArray[np.bool_] = index[:, 0] != MISSING
+        return present
+
     # ------------------------------------------------------------ 1-D reads
 
     async def read_ranges(
