@@ -129,6 +129,13 @@ async def absent_chunks(
     return sorted(found, key=lambda chunk: chunk.start)
 
 
+def _stores_any(array: AsyncArray[Any], keys: Collection[str]) -> bool:
+    """Whether any chunk (or shard) of 1-D ``array`` is among the stored ``keys``."""
+    shards = array.shards
+    outer = int(shards[0]) if shards is not None else int(array.chunks[0])
+    return any(_chunk_key(array, n) in keys for n in range(-(-int(array.shape[0]) // outer)))
+
+
 def _reads_as_zero(array: AsyncArray[Any]) -> bool:
     fill = array.metadata.fill_value
     return fill is None or bool(np.asarray(fill) == 0)
@@ -184,7 +191,12 @@ async def check_stored_chunks(
             raise MissingChunkError(_refusal(source, element, "indptr", chunk, ""))
         leading = chunk.stop
     if leading == length:
-        return  # no indptr chunk stored: all zeros, a matrix without entries
+        # no indptr chunk stored: all zeros, a matrix without entries... unless its
+        # entries are stored, and the indptr that placed them was lost
+        if _stores_any(arrays["data"], keys):
+            why = ", and with it every chunk of indptr, while entries are stored"
+            raise MissingChunkError(_refusal(source, element, "indptr", missing[0], why))
+        return
     first = int(await indptr.getitem(leading)) if leading else 0
     if first > minor:
         # leading empty rows read as zeros; but then the first stored value is the
