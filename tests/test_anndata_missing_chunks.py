@@ -267,3 +267,72 @@ def test_an_indptr_lost_whole_is_refused_when_entries_are_stored(
         if chunk.is_file() and chunk.name not in ("zarr.json", ".zarray", ".zattrs"):
             chunk.unlink()
     refused(tmp_path, source, r"of its indptr .*every chunk of indptr, while entries are stored")
+
+
+def _upload(raw: Any, local: Path, name: str) -> None:
+    import obstore
+
+    for file in local.rglob("*"):
+        if file.is_file():
+            obstore.put(raw, f"{name}/{file.relative_to(local).as_posix()}", file.read_bytes())
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_remote_source_is_checked_from_the_creation_listing(
+    s3_server: Any, s3_proxy: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """On object storage the check lists nothing: the listing creation takes for the
+    versions names the stored chunks. What else it reads (the chunk of ``indptr[-1]``,
+    the shard indexes) creation reads anyway: the check adds no request."""
+    from obstore.store import from_url
+
+    from cytearc_vfs.read import anndata_sources
+
+    bucket = s3_server.new_bucket()
+    raw = from_url(f"s3://{bucket}", **s3_server.storage_options())
+    x = matrix("csr")
+    _upload(raw, write(tmp_path / "whole.zarr", x, layout), "whole.zarr")
+    broken = write(tmp_path / "broken.zarr", x, layout)
+    (broken / chunk_key(layout, "indices", 1)).unlink()
+    _upload(raw, broken, "broken.zarr")
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+
+    def requests(destination: Path) -> list[str]:
+        s3_proxy.take()
+        cv.create_composite(
+            destination,
+            {"s": f"s3://{bucket}/whole.zarr"},
+            source_storage_options={"s": options},
+        ).close()
+        return [f"{r.method} {r.path.split('?')[0]}" for r in s3_proxy.take()]
+
+    with_check = requests(tmp_path / "checked.zarr")
+    with monkeypatch.context() as patch:
+
+        async def unchecked(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        patch.setattr(anndata_sources, "check_stored_chunks", unchecked)
+        without = requests(tmp_path / "unchecked.zarr")
+    extra = collections.Counter(with_check) - collections.Counter(without)
+    # none: the indptr chunk and the shard indexes it reads are read by creation
+    # anyway, and kept (the source cache, the element's kept indexes)
+    assert not extra and len(with_check) == len(without), extra
+    read = cv.to_anndata(
+        tmp_path / "checked.zarr", lazy=False, source_storage_options={"s": options}
+    ).X
+    np.testing.assert_array_equal(sp.csr_matrix(read).toarray(), x.toarray())
+    key = chunk_key(layout, "indices", 1)
+    with pytest.raises(MissingChunkError, match=rf"^source 's' at s3://.*lacks the chunk '{key}'"):
+        cv.create_composite(
+            tmp_path / "c.zarr",
+            {"s": f"s3://{bucket}/broken.zarr"},
+            source_storage_options={"s": options},
+        )
+    assert not (tmp_path / "c.zarr").exists()
+    with pytest.raises(MissingChunkError, match=rf"lacks the chunk '{key}'"):
+        cv.write_counts(
+            tmp_path / "w.zarr", f"s3://{bucket}/broken.zarr", source_storage_options=options
+        )
+    assert not (tmp_path / "w.zarr").exists()
