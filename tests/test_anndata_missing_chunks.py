@@ -331,8 +331,12 @@ def test_a_remote_source_is_checked_from_the_creation_listing(
             source_storage_options={"s": options},
         )
     assert not (tmp_path / "c.zarr").exists()
+    s3_proxy.take()
     with pytest.raises(MissingChunkError, match=rf"lacks the chunk '{key}'"):
         cv.write_counts(
             tmp_path / "w.zarr", f"s3://{bucket}/broken.zarr", source_storage_options=options
         )
     assert not (tmp_path / "w.zarr").exists()
+    # write_counts lists nothing else: the check's one listing, of the element
+    listings = [r.path for r in s3_proxy.take() if "list-type" in r.path]
+    assert len(listings) == 1 and "prefix=broken.zarr%2FX%2F" in listings[0], listings

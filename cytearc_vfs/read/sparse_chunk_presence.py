@@ -68,11 +68,13 @@ class AbsentChunk:
 
 
 async def stored_keys(arrays: Mapping[str, AsyncArray[Any]]) -> set[str]:
-    """The stored keys under ``arrays`` (one listing of each array's prefix)."""
+    """The stored keys under the element holding ``arrays`` (one listing of the
+    element's prefix: its arrays are its members)."""
     keys: set[str] = set()
-    for array in arrays.values():
-        store, path = array.store_path.store, array.store_path.path
-        keys.update([key async for key in store.list_prefix(path.rstrip("/") + "/")])
+    prefixes = {array.store_path.path.rpartition("/")[0] for array in arrays.values()}
+    store = next(iter(arrays.values())).store_path.store
+    for prefix in sorted(prefixes):
+        keys.update([key async for key in store.list_prefix(prefix + "/" if prefix else "")])
     return keys
 
 
@@ -136,6 +138,11 @@ def _stores_any(array: AsyncArray[Any], keys: Collection[str]) -> bool:
     return any(_chunk_key(array, n) in keys for n in range(-(-int(array.shape[0]) // outer)))
 
 
+async def _value_at(array: AsyncArray[Any], position: int) -> int:
+    """One value of 1-D integer ``array``."""
+    return int(np.asarray(await array.getitem(position)))
+
+
 def _reads_as_zero(array: AsyncArray[Any]) -> bool:
     fill = array.metadata.fill_value
     return fill is None or bool(np.asarray(fill) == 0)
@@ -197,13 +204,13 @@ async def check_stored_chunks(
             why = ", and with it every chunk of indptr, while entries are stored"
             raise MissingChunkError(_refusal(source, element, "indptr", missing[0], why))
         return
-    first = int(await indptr.getitem(leading)) if leading else 0
+    first = await _value_at(indptr, leading) if leading else 0
     if first > minor:
         # leading empty rows read as zeros; but then the first stored value is the
         # entries of one row, and it holds more than a row can
         why = f", before a stored value of {first}, more entries than one row can hold"
         raise MissingChunkError(_refusal(source, element, "indptr", missing[-1], why))
-    nnz = int(await indptr.getitem(length - 1))
+    nnz = await _value_at(indptr, length - 1)
     data_missing, indices_missing = await gather_all(
         absent_chunks(arrays["data"], keys, nnz, readers.get("data")),
         absent_chunks(arrays["indices"], keys, nnz, readers.get("indices")),
