@@ -13,6 +13,7 @@ matrix without entries) are accepted and read right.
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +341,21 @@ def test_a_remote_source_is_checked_from_the_creation_listing(
     # write_counts lists nothing else: the check's one listing, of the element
     listings = [r.path for r in s3_proxy.take() if "list-type" in r.path]
     assert len(listings) == 1 and "prefix=broken.zarr%2FX%2F" in listings[0], listings
+
+
+def test_the_command_line_exits_3_naming_the_chunk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cytearc_vfs.cli import main
+
+    source = write(tmp_path / "s.zarr", matrix("csr"), "v2")
+    (source / "X" / "data" / "1").unlink()
+    for command in (
+        ["composite", str(tmp_path / "c.zarr"), f"s={source}", "--json"],
+        ["write", str(source), str(tmp_path / "w.zarr"), "--json"],
+    ):
+        assert main(command) == 3
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["category"] == "damaged" and answer["error"] == "MissingChunkError"
+        assert "lacks the chunk 'X/data/1' of its data (entries 50:100)" in answer["message"]
+    assert not (tmp_path / "c.zarr").exists() and not (tmp_path / "w.zarr").exists()
