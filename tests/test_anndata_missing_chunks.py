@@ -359,3 +359,28 @@ def test_the_command_line_exits_3_naming_the_chunk(
         assert answer["category"] == "damaged" and answer["error"] == "MissingChunkError"
         assert "lacks the chunk 'X/data/1' of its data (entries 50:100)" in answer["message"]
     assert not (tmp_path / "c.zarr").exists() and not (tmp_path / "w.zarr").exists()
+
+
+def test_a_store_that_cannot_list_is_checked_chunk_by_chunk(tmp_path: Path) -> None:
+    """``write_counts`` from a Store without listing asks for each chunk instead."""
+    from zarr.storage import LocalStore, WrapperStore
+
+    class Unlisted(WrapperStore[LocalStore]):
+        @property
+        def supports_listing(self) -> bool:
+            return False
+
+        def list_prefix(self, prefix: str) -> Any:
+            if prefix.startswith("X"):
+                raise AssertionError(f"listed {prefix!r}")
+            return super().list_prefix(prefix)
+
+    whole = write(tmp_path / "whole.zarr", matrix("csr"), "v3")
+    broken = write(tmp_path / "broken.zarr", matrix("csr"), "v3")
+    (broken / chunk_key("v3", "indices", 2)).unlink()
+    with pytest.raises(MissingChunkError, match=r"lacks the chunk 'X/indices/c/2'"):
+        cv.write_counts(tmp_path / "b.zarr", Unlisted(LocalStore(broken, read_only=True)))
+    assert not (tmp_path / "b.zarr").exists()
+    cv.write_counts(tmp_path / "w.zarr", Unlisted(LocalStore(whole, read_only=True)))
+    read = cv.to_anndata(tmp_path / "w.zarr", lazy=False).X
+    np.testing.assert_array_equal(sp.csr_matrix(read).toarray(), matrix("csr").toarray())

@@ -68,14 +68,27 @@ class AbsentChunk:
 
 
 async def stored_keys(arrays: Mapping[str, AsyncArray[Any]]) -> set[str]:
-    """The stored keys under the element holding ``arrays`` (one listing of the
-    element's prefix: its arrays are its members)."""
+    """The stored chunk keys of ``arrays``: one listing of their element's prefix (its
+    arrays are its members), or, on a store that cannot list, an ``exists`` per chunk."""
+    store = next(iter(arrays.values())).store_path.store
+    if not store.supports_listing:
+        candidates = [
+            _chunk_key(array, n) for array in arrays.values() for n in range(_outer_count(array))
+        ]
+        found = await gather_all(*(store.exists(key) for key in candidates))
+        return {key for key, exists in zip(candidates, found, strict=True) if exists}
     keys: set[str] = set()
     prefixes = {array.store_path.path.rpartition("/")[0] for array in arrays.values()}
-    store = next(iter(arrays.values())).store_path.store
     for prefix in sorted(prefixes):
         keys.update([key async for key in store.list_prefix(prefix + "/" if prefix else "")])
     return keys
+
+
+def _outer_count(array: AsyncArray[Any]) -> int:
+    """Chunks (shards, when sharded) of 1-D ``array``."""
+    shards = array.shards
+    outer = int(shards[0]) if shards is not None else int(array.chunks[0])
+    return -(-int(array.shape[0]) // outer)
 
 
 def _chunk_key(array: AsyncArray[Any], chunk: int) -> str:
@@ -133,9 +146,7 @@ async def absent_chunks(
 
 def _stores_any(array: AsyncArray[Any], keys: Collection[str]) -> bool:
     """Whether any chunk (or shard) of 1-D ``array`` is among the stored ``keys``."""
-    shards = array.shards
-    outer = int(shards[0]) if shards is not None else int(array.chunks[0])
-    return any(_chunk_key(array, n) in keys for n in range(-(-int(array.shape[0]) // outer)))
+    return any(_chunk_key(array, n) in keys for n in range(_outer_count(array)))
 
 
 async def _value_at(array: AsyncArray[Any], position: int) -> int:
