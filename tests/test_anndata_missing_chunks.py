@@ -384,3 +384,21 @@ def test_a_store_that_cannot_list_is_checked_chunk_by_chunk(tmp_path: Path) -> N
     cv.write_counts(tmp_path / "w.zarr", Unlisted(LocalStore(whole, read_only=True)))
     read = cv.to_anndata(tmp_path / "w.zarr", lazy=False).X
     np.testing.assert_array_equal(sp.csr_matrix(read).toarray(), matrix("csr").toarray())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_leading_empty_rows_whose_indptr_chunks_zarr_left_out_are_accepted(
+    tmp_path: Path, layout: str
+) -> None:
+    """Rows 0-8 empty: the first two chunks of ``indptr`` are zeros, not stored."""
+    x = matrix("csr").tolil()
+    x[:9] = 0
+    x = sp.csr_matrix(x)
+    x.eliminate_zeros()
+    source = write(tmp_path / "s.zarr", x, layout)
+    # two chunks of 4 positions, or the first shard (two inner chunks)
+    leading = 1 if layout == "v3-sharded" else 2
+    for number in range(leading):
+        assert not (source / chunk_key(layout, "indptr", number)).exists()
+    assert (source / chunk_key(layout, "indptr", leading)).exists()
+    accepted(tmp_path, source, x)
