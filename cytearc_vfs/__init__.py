@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     IdentityMismatchError,
     IncompleteStoreError,
+    MissingChunkError,
     NonFiniteArtifactError,
     RecordShapeError,
     UnsupportedSourceError,
@@ -81,6 +82,7 @@ __all__ = [
     "IdentityMismatchError",
     "IncompleteStoreError",
     "LayoutPolicy",
+    "MissingChunkError",
     "MountStore",
     "NonFiniteArtifactError",
     "RecordShapeError",

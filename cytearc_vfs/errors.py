@@ -12,6 +12,7 @@ from typing import Any
 __all__ = [
     "IdentityMismatchError",
     "IncompleteStoreError",
+    "MissingChunkError",
     "NonFiniteArtifactError",
     "RecordShapeError",
     "UnsupportedSourceError",
@@ -50,6 +51,10 @@ class IdentityMismatchError(VfsError, ValueError):
 
 class IncompleteStoreError(VfsError, ValueError):
     """A composite, an artifact, an assay or an array is not marked complete."""
+
+
+class MissingChunkError(VfsError, ValueError):
+    """A source's sparse matrix lacks a stored chunk inside its entries: a partial copy."""
 
 
 class RecordShapeError(VfsError, ValueError):

@@ -33,6 +33,7 @@ PUBLIC_NAMES = [
     "RecordShapeError",
     "UnsupportedSourceError",
     "NonFiniteArtifactError",
+    "MissingChunkError",
     "__version__",
 ]
 
@@ -72,6 +73,7 @@ def test_errors_have_the_documented_bases() -> None:
         "RecordShapeError",
         "UnsupportedSourceError",
         "NonFiniteArtifactError",
+        "MissingChunkError",
     ):
         error = getattr(cv, name)
         assert issubclass(error, cv.VfsError) and issubclass(error, ValueError), name

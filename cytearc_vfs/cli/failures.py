@@ -14,7 +14,13 @@ import sys
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeError, VfsError
+from ..errors import (
+    IdentityMismatchError,
+    IncompleteStoreError,
+    MissingChunkError,
+    RecordShapeError,
+    VfsError,
+)
 from ..remote.failures import StoreAccessError, failure_remedy, named_source_failure
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
@@ -113,7 +119,8 @@ def _is_fetch_failure(exc: BaseException) -> bool:
 def classify_failure(exc: BaseException) -> Failure:
     """The exit code, category and one-line message of ``exc``."""
     message = one_line(str(exc))
-    if isinstance(exc, (IncompleteStoreError, IdentityMismatchError, RecordShapeError)):
+    damaged = (IncompleteStoreError, IdentityMismatchError, RecordShapeError, MissingChunkError)
+    if isinstance(exc, damaged):
         return Failure(ExitCode.DAMAGED, "damaged", message)
     if isinstance(exc, NotADirectoryError) and exc.filename is not None:
         # the operating system's own words ("[Errno 20] Not a directory: 'a.h5ad/x.zarr'")

@@ -89,6 +89,7 @@ from .anndata_reads import ElementReads
 from .direct_chunks import DirectChunks, direct_chunks_for
 from .local_chunk_files import RecordedFiles
 from .prefetch import PrefetchedStore
+from .sparse_chunk_presence import check_stored_chunks
 
 __all__ = [
     "AnnDataCounts",
@@ -455,6 +456,18 @@ async def bind_anndata(
         "dtype": "",
     }
     counts = await _open(backend, reader.fetched, entry, fingerprints, name, where=where)
+    if layout.element.encoding != "array":
+        # a partial copy reads as zeros where chunks are missing: refused before any value
+        # is read, from the listing the versions came from (``None``: listed now)
+        csr = layout.element.encoding == "csr_matrix"
+        await check_stored_chunks(
+            counts.arrays,
+            minor=layout.element.shape[1 if csr else 0],
+            keys=versions.keys() if versions is not None else None,
+            source=counts.source,
+            element=layout.element.path,
+            direct=counts.direct,
+        )
     dtype = await _scan_dtype(
         counts.arrays, counts.element, name=name, where=where, scan_bytes=spec.scan_bytes
     )

@@ -203,6 +203,33 @@ class DirectChunks:
         key = self._metadata.encode_chunk_key(coords)
         return f"{self._path}/{key}" if self._path else key
 
+    async def inner_chunks_present(self, shard: int) -> npt.NDArray[np.bool_] | None:
+        """Which inner chunks of 1-D ``shard`` its index marks stored (``None``: the
+        shard is absent, or the array is not sharded). The index is kept for the
+        reads that follow."""
+        sharding = self._sharding
+        if sharding is None:
+            return None
+        index = await self._index(shard, self._key((shard,)))
+        if index is None:
+            return None
+        present: npt.NDArray[np.bool_] = index[:, 0] != MISSING
+        return present
+
+    async def _index(self, shard: int, key: str) -> npt.NDArray[np.uint64] | None:
+        """The index of ``shard`` (kept, or read and kept); ``None``: the shard is absent."""
+        sharding = self._sharding
+        assert sharding is not None
+        index = self._indexes.get(shard)
+        if index is None:
+            size = sharding.index_bytes
+            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
+            buffer = await self._store.get(key, default_buffer_prototype(), request)
+            if buffer is None:
+                return None
+            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+        return index
+
     # ------------------------------------------------------------ 1-D reads
 
     async def read_ranges(
@@ -475,18 +502,12 @@ class DirectChunks:
                 )
             )
             return
-        kept = self._indexes.get(shard)
-        if kept is not None:
-            index = kept
-        else:
-            size = sharding.index_bytes
-            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
-            async with gate:
-                buffer = await self._store.get(key, prototype, request)
-            if buffer is None:
-                await gather_all(*(one(int(p), None) for p in positions))
-                return
-            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+        async with gate:
+            found = await self._index(shard, key)
+        if found is None:
+            await gather_all(*(one(int(p), None) for p in positions))
+            return
+        index = found
         stored = [
             (int(p), int(index[int(i), 0]), int(index[int(i), 1]))
             for p, i in zip(positions, inner, strict=True)
@@ -519,17 +540,12 @@ class DirectChunks:
         assert sharding is not None and local is not None
         root, counters = local
         recorded = self._recorded[1] if self._recorded is not None else None
-        index = self._indexes.get(shard)
+        index = await self._index(shard, key)
         if index is None:
-            size = sharding.index_bytes
-            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
-            buffer = await self._store.get(key, default_buffer_prototype(), request)
-            if buffer is None:
-                if recorded is not None:
-                    await asyncio.to_thread(recorded.check_path, root, key)
-                await gather_all(*(one(int(p), None) for p in positions))
-                return
-            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+            if recorded is not None:
+                await asyncio.to_thread(recorded.check_path, root, key)
+            await gather_all(*(one(int(p), None) for p in positions))
+            return
         entries = index[inner]
         present = entries[:, 0] != MISSING
 

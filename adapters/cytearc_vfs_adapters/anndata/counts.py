@@ -33,6 +33,7 @@ from cytearc_vfs.write.membership import declared_membership
 
 from .container import AnnDataContainer, NotAnnDataError
 from .dataframes import SkippedColumn
+from .matrices import SparseMatrixElement
 
 __all__ = ["count_input", "membership_of"]
 
@@ -73,6 +74,8 @@ def count_input(
         return found
     container = counts if isinstance(counts, AnnDataContainer) else _opened(counts, storage_options)
     matrix = container.matrix(layer)
+    if isinstance(matrix, SparseMatrixElement):
+        matrix.check_stored_chunks()  # a partial copy is refused before anything is written
     skipped: list[SkippedColumn] = []
     obs, var = container.obs(skipped=skipped), container.var(skipped=skipped)
     for column in skipped:
