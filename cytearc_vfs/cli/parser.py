@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Mount LOCATION read-only at MOUNTPOINT with FUSE: every key becomes a file "
             "(zarr.json documents, chunks), so any Zarr reader (zarr-python, tensorstore, "
             "zarrs, R) reads it from the path; a composite's counts are computed as they are "
-            "read. Stays in the foreground; Ctrl-C (SIGINT) or SIGTERM unmounts and exits 0. "
+            "read. Stays in the foreground; Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGQUIT "
+            "unmounts and exits 0. "
             "Needs FUSE 3 (the fuse3 package, /dev/fuse) and pip install 'cytearc-vfs[fuse]'."
         ),
     )

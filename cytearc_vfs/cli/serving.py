@@ -267,7 +267,8 @@ def _refuse_overlap(mountpoint: str, directories: list[Path]) -> None:
 
 
 def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM or an unmount."""
+    """``mount-fs LOCATION MOUNTPOINT``: serve until SIGINT, SIGTERM, SIGHUP, SIGQUIT or
+    an unmount."""
     import logging
     import signal
     import sys
@@ -311,9 +312,11 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     started = time.perf_counter()
     ended = "unmounted from elsewhere"
     # SIGHUP (the terminal closed) stops it like SIGINT and SIGTERM; left to
-    # libfuse, its handler would mark the session ended without waking it
+    # libfuse, its handler would mark the session ended without waking it.
+    # SIGQUIT (Ctrl-\) too: its default ends the process without unmounting,
+    # leaving a dead mount point ("Transport endpoint is not connected")
     try:
-        with also_interrupted_by(signal.SIGHUP):
+        with also_interrupted_by(signal.SIGHUP), also_interrupted_by(signal.SIGQUIT):
             try:
                 mounted.start(binding)
                 # the first line, flushed at once: scripts wait for it before reading
