@@ -78,6 +78,8 @@ def _unconsolidated_text(groups: tuple[str, ...]) -> str:
 
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
+    import shlex
+
     import zarr
 
     from ..arrays import hierarchy, info, recover
@@ -122,7 +124,8 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         unfinished = _unfinished_below(store, path)
         if unfinished:
             commands = "; ".join(
-                f"cytearc-vfs array recover {args.location} {name}" for name in unfinished
+                f"cytearc-vfs array recover {shlex.quote(args.location)} {shlex.quote(name)}"
+                for name in unfinished
             )
             raise InputRefusedError(
                 f"{where} is a group; array recover finishes one array, and "
