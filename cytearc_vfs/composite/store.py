@@ -30,9 +30,9 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from ..errors import UnsupportedSourceError
 from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedStore
+from ..format.missing_assay import missing_assay_error
 from ..format.nodes import array_at
 from ..format.paths import AssayPaths, join
-from ..format.source_store import missing_assay_error
 from ..format.store_io import document_attribute
 from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns

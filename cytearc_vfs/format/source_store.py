@@ -34,6 +34,7 @@ from ..errors import (
 )
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
 from .identity_checks import check_declared_assays, check_fill_value
+from .missing_assay import missing_assay_error
 from .paths import AssayPaths, join
 from .records import (
     ASSAY_TYPE_PRESETS,
@@ -364,26 +365,6 @@ def _assays_hint(store: Store) -> list[AssayPaths]:
         return list(read_contents(store, where="").assays)
     except Exception:  # the refusal stands without the hint
         return []
-
-
-def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths]) -> ValueError:
-    """The refusal of an assay (or workspace) that ``where`` does not hold, naming those it holds.
-
-    One message for every store kind: an ordinary store, a composite, a mount.
-    """
-    label = f"{where}: assay {paths.assay!r}" + (
-        f" of workspace {paths.workspace!r}" if paths.workspace else ""
-    )
-    held = list(held)
-    names = [f"{p.workspace}/{p.assay}" if p.workspace else p.assay for p in held]
-    # 'ws/ADT' is not an assay name (names hold no '/'): say how to ask for it
-    how = ["give one of them"]
-    if any(p.workspace for p in held):
-        how.append("'W/A' is assay 'A' of workspace 'W'")
-    if paths.workspace and any(not p.workspace for p in held):
-        how.append("a name without 'W/' is in the root layout: give no workspace")
-    hint = f"; its assays: {names} ({'; '.join(how)})" if names else ""
-    return ValueError(f"{label} does not exist (no group at {paths.assay_group!r}){hint}")
 
 
 def _verify_assay(

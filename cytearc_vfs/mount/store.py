@@ -20,10 +20,11 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from ..format.key_checked import KeyCheckedStore
+from ..format.missing_assay import missing_assay_error
 from ..format.nodes import array_at
 from ..format.option_names import MOUNT_SOURCE
 from ..format.paths import AssayPaths, join
-from ..format.source_store import AssayInfo, missing_assay_error
+from ..format.source_store import AssayInfo
 from ..format.store_io import document_attribute
 from ..read.count_mapping import CountMapping, IdentityMapping
 from ..read.opened_files import OpenedSource

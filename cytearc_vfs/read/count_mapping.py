@@ -77,7 +77,7 @@ class ProvidesCountMapping(Protocol):
         """The mapping of ``assay``'s virtual counts, reading sources into ``counters``.
 
         An assay or ``workspace`` the store does not hold raises the ``ValueError``
-        of :func:`~cytearc_vfs.format.source_store.missing_assay_error`.
+        of :func:`~cytearc_vfs.format.missing_assay.missing_assay_error`.
         """
         ...
 
