@@ -18,7 +18,7 @@ from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 
-__all__ = ["HeldDocuments", "document_attribute", "get_json", "list_dir"]
+__all__ = ["HeldDocuments", "document_attribute", "get_json", "holds_names_below", "list_dir"]
 
 
 @runtime_checkable
@@ -109,6 +109,17 @@ def list_dir(store: Store, prefix: str) -> list[str]:
         return [name async for name in store.list_dir(prefix)]
 
     return sorted(sync(collect()))
+
+
+async def holds_names_below(store: Store, prefix: str) -> bool:
+    """Whether ``store`` lists any name directly below ``prefix`` (one listing, stopped
+    at the first name); a prefix the store refuses to spell holds nothing."""
+    try:
+        async for _ in store.list_dir(prefix):
+            return True
+    except ValueError:
+        return False
+    return False
 
 
 def document_attribute(data: bytes, name: str) -> object:

@@ -36,6 +36,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import join
+from cytearc_vfs.format.store_io import holds_names_below
 
 __all__ = ["Entry", "StoreTree", "served_chunk_nbytes"]
 
@@ -155,12 +156,7 @@ class StoreTree:
             return None
 
     async def _is_dir(self, key: str) -> bool:
-        try:
-            async for _ in self._store.list_dir(key):
-                return True
-        except ValueError:
-            return False
-        return False
+        return await holds_names_below(self._store, key)
 
     async def entry(self, key: str) -> Entry | None:
         """What ``key`` is: a file with its size, a directory, or ``None`` (absent)."""

@@ -14,6 +14,8 @@ from http import HTTPStatus
 
 from zarr.abc.store import Store
 
+from cytearc_vfs.format.store_io import holds_names_below
+
 from .answers import Answer, not_found, nothing_under, text_answer
 from .listings import Entry, finite_depth_error, html_index, json_listing, multistatus, wants_json
 from .validators import describe
@@ -75,20 +77,12 @@ class DirectoryAnswers:
             # removed meanwhile: it lists as what is left, a directory or nothing
             with contextlib.suppress(FileNotFoundError):
                 size = await self._store.getsize(path)
-        if size is None or (size == 0 and await self._has_keys_below(path)):
+        if size is None or (size == 0 and await holds_names_below(self._store, path)):
             # the second: an object store's directory marker (a zero-byte object named
             # like the prefix, "RNA/counts/"), which obstore finds as the key "RNA/counts";
             # a Zarr key has no keys below it, so the name is the directory
             return Entry(path, None)
         return Entry(path, size, validators.etag, validators.modified)
-
-    async def _has_keys_below(self, path: str) -> bool:
-        try:
-            async for _ in self._store.list_dir(path):
-                return True
-        except ValueError:  # a name the store refuses as a prefix has nothing below it
-            return False
-        return False
 
     async def listing(self, prefix: str, accept: str | None) -> Answer:
         """``GET /PREFIX/``: the names below ``prefix`` as JSON or as an HTML index."""
