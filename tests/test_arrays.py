@@ -518,6 +518,7 @@ def test_writer_context_discards_on_error_and_refuses_a_changed_array() -> None:
     resize(array, high=[2])
     with pytest.raises(ValueError, match="flush the writer before"):
         writer.flush()
+    writer.discard()  # the refused edit: dropped on purpose, not lost unawares
 
 
 @pytest.mark.parametrize(
@@ -543,6 +544,7 @@ def test_writer_refuses_an_array_changed_through_another_handle(
         ArrayWriter(array)  # a writer on the stale object is refused from the start
     fresh = zarr.open_array(LocalStore(where), path="a", mode="r+")
     assert np.array_equal(fresh[...].ravel()[-4:], values)
+    writer.discard()  # the refused edit: dropped on purpose, not lost unawares
 
 
 def test_writer_flushes_after_attributes_changed_through_any_handle(tmp_path: Path) -> None:
@@ -1166,3 +1168,22 @@ def test_arraywriter_writes_a_cytearc_store_s_other_arrays(tmp_path: Path) -> No
         renamed.tolist()
     )
     assert main(["verify", str(where)]) == 0
+
+
+def test_a_writer_dropped_with_edits_never_flushed_warns() -> None:
+    """Edits never flushed are lost with the writer: it says so, naming the remedy."""
+    from cytearc_vfs.errors import VfsWarning
+
+    array, values = make(MemoryStore(), (4,), (2,))
+    writer = ArrayWriter(array)
+    writer.write([9], [range(0, 1)])
+    with pytest.warns(VfsWarning, match=r"1 unit\(s\) of edits never flushed.*Call flush\(\)"):
+        del writer  # no cycle holds a writer: it goes at once
+    assert np.array_equal(array[...], values)
+    for settled in ("flush", "discard"):
+        writer = ArrayWriter(array)
+        writer.write([9], [range(0, 1)])
+        getattr(writer, settled)()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            del writer

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import numpy.typing as npt
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from ..errors import IncompleteStoreError
+from ..errors import IncompleteStoreError, VfsWarning
 from ..format.store_io import get_json
 from .documents import (
     MARKER_FIELD,
@@ -329,6 +330,20 @@ class ArrayWriter:
         with self._pending:
             self._stale.clear()
             self._bytes = 0
+
+    def __del__(self) -> None:
+        # Edits never flushed are lost when the writer goes; say so, as
+        # Python does of a file never closed, but where a user sees it.
+        stale = getattr(self, "_stale", None)
+        if stale:
+            warnings.warn(
+                f"an ArrayWriter of {describe(self._store, self._path)} was dropped with "
+                f"{len(stale)} unit(s) of edits never flushed: they are lost. Call flush() "
+                "(or use the writer as a context manager) before letting it go, or "
+                "discard() to drop edits on purpose",
+                VfsWarning,
+                stacklevel=2,
+            )
 
     def __enter__(self) -> Self:
         return self
