@@ -1004,6 +1004,13 @@ def test_protocol_refusals_over_the_wire(composite: Served) -> None:
     # HTTP/1.0 without Host is served, and the connection closes after the answer
     answer = raw_exchange(url, b"GET /zarr.json HTTP/1.0\r\n\r\n")
     assert raw_status(answer) == 200 and b"Connection: close" in answer
+    # lines ending at a bare LF, as `printf ... | nc` sends them (RFC 9112, section 2.2):
+    # answered at once; they waited out the header timeout
+    for data in (b"GET /zarr.json HTTP/1.0\n\n", b"\nGET /zarr.json HTTP/1.0\nX: 1\r\n\n"):
+        answer = raw_exchange(url, data)
+        assert raw_status(answer) == 200 and answer.endswith(stored(composite.store, "zarr.json"))
+    # a CR inside a line is no line's end: refused
+    assert raw_status(raw_exchange(url, b"GET /zarr.json HTTP/1.0\nX: a\rb\n\n")) == 400
 
 
 def test_cors_only_when_allowed(world: World) -> None:

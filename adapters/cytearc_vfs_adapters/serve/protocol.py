@@ -7,18 +7,29 @@ two differing ``Content-Length`` fields) is refused with ``400``, as RFC 9112
 asks of a server, so a proxy in front cannot be made to see another request
 than this server does. Request bodies are never read: a request that
 announces one is answered and its connection closed, so the body is never
-taken for the next request. :func:`response_head` writes a status line and
+taken for the next request. :func:`read_head` reads a head off a stream,
+ending its lines at CRLF or at a bare LF (which RFC 9112, section 2.2, lets a
+recipient take as a line's end: ``printf 'GET / HTTP/1.0\n\n' | nc`` is
+answered, not left waiting). :func:`response_head` writes a status line and
 fields.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 
-__all__ = ["MalformedRequestError", "RequestHead", "parse_head", "response_head"]
+__all__ = [
+    "HeadTooLargeError",
+    "MalformedRequestError",
+    "RequestHead",
+    "parse_head",
+    "read_head",
+    "response_head",
+]
 
 # token (RFC 9110, section 5.6.2): a method, a field name
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -34,6 +45,39 @@ class MalformedRequestError(ValueError):
     def __init__(self, status: HTTPStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class HeadTooLargeError(ValueError):
+    """A request head longer than the server reads."""
+
+
+async def read_head(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    """The next request head on ``reader``: its lines up to the empty one, which is left out.
+
+    Empty lines before the request line are skipped (RFC 9112, section 2.2).
+
+    Raises
+    ------
+    HeadTooLargeError
+        The head (with any empty lines before it) passes ``max_bytes``.
+    asyncio.IncompleteReadError
+        The stream ended before the head did.
+    """
+    lines: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError as exc:
+            raise HeadTooLargeError(f"a line longer than {max_bytes} bytes") from exc
+        size += len(line)
+        if size > max_bytes:
+            raise HeadTooLargeError(f"more than {max_bytes} bytes")
+        if line in (b"\r\n", b"\n"):
+            if lines:
+                return b"\n".join(lines)
+            continue
+        lines.append(line[:-2] if line.endswith(b"\r\n") else line[:-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +135,11 @@ def parse_head(data: bytes) -> RequestHead:
         text = data.decode("latin-1")
     except UnicodeDecodeError as exc:  # pragma: no cover (latin-1 decodes any byte)
         raise MalformedRequestError(HTTPStatus.BAD_REQUEST, "undecodable request head") from exc
-    # RFC 9112, section 2.2: empty lines before the request line are ignored
-    lines = text.lstrip("\r\n").split("\r\n")
+    # RFC 9112, section 2.2: empty lines before the request line are ignored, and
+    # a line may end at a bare LF (a CR left inside a line is refused below)
+    lines = [
+        line.removesuffix("\r") for line in text.lstrip("\r\n").replace("\r\n", "\n").split("\n")
+    ]
     request_line, field_lines = lines[0], lines[1:]
     parts = request_line.split(" ")
     if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:

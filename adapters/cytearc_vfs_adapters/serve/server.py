@@ -58,7 +58,14 @@ from .budget import AnswerBudget
 from .directories import DirectoryAnswers
 from .options import ServeOptions, ServeStats
 from .pieces import PieceReader, StreamAbortedError, StreamedSpan, piece_reads
-from .protocol import MalformedRequestError, RequestHead, parse_head, response_head
+from .protocol import (
+    HeadTooLargeError,
+    MalformedRequestError,
+    RequestHead,
+    parse_head,
+    read_head,
+    response_head,
+)
 from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, Target, parse_target
 from .values import KeyAnswers
@@ -312,14 +319,14 @@ class StoreServer:
         """Read one request and answer it; ``True`` to read another on this connection."""
         try:
             async with asyncio.timeout(self._options.header_timeout):
-                data = await reader.readuntil(b"\r\n\r\n")
+                data = await read_head(reader, self._options.max_head_bytes)
         except TimeoutError:
             self._count("timed_out")
             writer.transport.abort()
             return False
         except asyncio.IncompleteReadError:
             return False  # the client closed the connection between requests
-        except asyncio.LimitOverrunError:
+        except HeadTooLargeError:
             answer = text_answer(
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                 f"the request head is larger than {self._options.max_head_bytes} bytes",
@@ -328,7 +335,7 @@ class StoreServer:
             await self._send(writer, answer, None)
             return False
         try:
-            head = parse_head(data[:-4])
+            head = parse_head(data)
         except MalformedRequestError as exc:
             await self._send(writer, text_answer(exc.status, str(exc), close=True), None)
             return False
