@@ -1009,6 +1009,14 @@ def test_protocol_refusals_over_the_wire(composite: Served) -> None:
     for data in (b"GET /zarr.json HTTP/1.0\n\n", b"\nGET /zarr.json HTTP/1.0\nX: 1\r\n\n"):
         answer = raw_exchange(url, data)
         assert raw_status(answer) == 200 and answer.endswith(stored(composite.store, "zarr.json"))
+    # an absolute-form target's authority is the host asked for, not Host (RFC 9112, 3.2.2)
+    port = composite.server.port
+    for target, host, status in (
+        (b"http://evil.example/zarr.json", b"127.0.0.1", 421),
+        (b"http://127.0.0.1:%d/zarr.json" % port, b"evil.example", 200),
+    ):
+        data = b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (target, host)
+        assert raw_status(raw_exchange(url, data)) == status, target
     # a CR inside a line is no line's end: refused
     assert raw_status(raw_exchange(url, b"GET /zarr.json HTTP/1.0\nX: a\rb\n\n")) == 400
 

@@ -67,7 +67,7 @@ from .protocol import (
     response_head,
 )
 from .sockets import ListenError, is_loopback, listening_socket
-from .targets import BadTargetError, Target, parse_target
+from .targets import BadTargetError, Target, parse_target, target_host
 from .values import KeyAnswers
 
 __all__ = [
@@ -464,10 +464,11 @@ class StoreServer:
             )
             answer.fields.append(("Allow", _ALLOW))
             return answer
-        if not self._host_allowed(head.field("host")):
+        host = target_host(head.target, head.field("host"))
+        if not self._host_allowed(host):
             return text_answer(
                 HTTPStatus.MISDIRECTED_REQUEST,
-                f"Host {head.field('host')!r} does not name this server; use {self.url}",
+                f"Host {host!r} does not name this server; use {self.url}",
             )
         try:
             target = parse_target(head.target)

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from cytearc_vfs.format.store_keys import check_key, check_prefix
 
-__all__ = ["BadTargetError", "Target", "parse_target"]
+__all__ = ["BadTargetError", "Target", "parse_target", "target_host"]
 
 # What a refusal names as the store: the client must not learn the server's paths.
 _WHERE = "this server"
@@ -68,6 +68,22 @@ def _decoded(segment: str) -> str:
             "send separators unencoded"
         )
     return decoded
+
+
+def target_host(raw: str, host_field: str | None) -> str | None:
+    """The host a request names: an absolute-form target's authority, else its ``Host``.
+
+    RFC 9112, section 3.2.2: a server receiving an absolute-form target
+    ignores the ``Host`` field and uses the target's authority.
+
+    >>> target_host("http://evil.example/zarr.json", "127.0.0.1")
+    'evil.example'
+    >>> target_host("/zarr.json", "127.0.0.1")
+    '127.0.0.1'
+    """
+    if raw.startswith(("http://", "https://")):
+        return urlsplit(raw).netloc
+    return host_field
 
 
 def parse_target(raw: str) -> Target:
