@@ -9,12 +9,21 @@ mount, though it reads in process; the server's listings showed it as a
 key, and its ``GET`` (a ranged read of an empty object, which S3 refuses
 with ``416``) was a ``503``. A Zarr key never has keys below it: both show
 the directory, and an empty value reads as empty.
+
+The other kind of listed name with nothing below it: an empty directory of a
+local store. zarr's deletes leave them (writing the fill value over a chunk
+deletes its file, not its directory), and ``LocalStore`` lists them; the tree
+listed such a name as a directory and then answered ``ENOENT`` for it (so
+``cp -r`` and ``find`` of the mount failed), and the server linked to a
+listing it answered ``404``. Both show it as an empty directory now.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import shutil
 import stat
 import urllib.request
 from pathlib import Path
@@ -22,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import obstore
+import pytest
 import zarr
 from conftest import realistic_counts
 from cytearc_vfs_adapters.fuse.operations import TreeOperations
@@ -99,3 +109,62 @@ def test_the_server_lists_a_directory_marker_as_a_directory(s3_server: Any) -> N
             assert server.stats().statuses == {200: 2, 207: 1}
     finally:
         store.close()
+
+
+def _store_with_an_empty_directory(root: Path) -> tuple[Path, np.ndarray]:
+    """A local CyteArc store holding an array whose chunk directory ``a/c/0`` zarr left empty."""
+    where = root / "e.zarr"
+    cv.write_counts(where, realistic_counts(20, 8, seed=42))
+    array = zarr.create_array(
+        where, name="a", shape=(4, 4), chunks=(2, 2), dtype="i4", fill_value=0
+    )
+    array[:] = np.arange(16).reshape(4, 4) + 1
+    array[0:2, :] = 0  # all fill: zarr deletes both chunk files of c/0, not c/0 itself
+    assert (where / "a" / "c" / "0").is_dir() and not any((where / "a" / "c" / "0").iterdir())
+    return where, array[:]
+
+
+def test_an_empty_local_directory_is_an_empty_directory_of_the_tree(tmp_path: Path) -> None:
+    where, _ = _store_with_an_empty_directory(tmp_path)
+    operations = TreeOperations(StoreTree(cv.open_store(where)))
+    names = [e[:2] for e in operations.readdir("/a/c", 0) if isinstance(e, tuple)]
+    assert ("0", stat.S_IFDIR) in names
+    assert stat.S_ISDIR(operations.getattr("/a/c/0")["st_mode"])  # was ENOENT
+    assert operations.readdir("/a/c/0", 0) == [".", ".."]
+    with pytest.raises(OSError) as absent:
+        operations.getattr("/a/c/9")
+    assert absent.value.errno == errno.ENOENT
+
+
+def test_an_empty_local_directory_copies_through_the_mount(
+    fuse_works: None, tmp_path: Path
+) -> None:
+    where, values = _store_with_an_empty_directory(tmp_path)
+    with mount_fs(where, tmp_path / "mp") as mounted:
+        shutil.copytree(mounted.mountpoint, tmp_path / "copy")  # failed: cannot stat c/0
+        code, _, err = mounted.stop()
+    assert code == 0, err
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "copy" / "a", mode="r")[:], values)
+
+
+def test_the_server_lists_an_empty_local_directory_as_empty(tmp_path: Path) -> None:
+    where, _ = _store_with_an_empty_directory(tmp_path)
+
+    def answer(path: str, **fields: str) -> tuple[int, bytes]:
+        method = fields.pop("method", "GET")
+        request = urllib.request.Request(server.url + path, headers=fields, method=method)
+        try:
+            with urllib.request.urlopen(request) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as refused:
+            with refused:
+                return refused.code, refused.read()
+
+    with StoreServer.start(cv.open_store(where)) as server:
+        status, index = answer("a/c/", Accept="text/html")
+        assert status == 200 and "0/" in re.findall(r'href="([^"]+)"', index.decode())
+        status, listing = answer("a/c/0/", Accept="application/json")
+        assert (status, json.loads(listing)["names"]) == (200, [])  # was 404
+        assert answer("a/c/0/", method="PROPFIND", Depth="1")[0] == 207
+        assert answer("a/c/9/")[0] == 404
+        assert answer("a/zarr.json/")[0] == 404  # a key is no directory

@@ -18,7 +18,14 @@ from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 
-__all__ = ["HeldDocuments", "document_attribute", "get_json", "holds_names_below", "list_dir"]
+__all__ = [
+    "HeldDocuments",
+    "document_attribute",
+    "get_json",
+    "holds_names_below",
+    "list_dir",
+    "lists_as_empty_directory",
+]
 
 
 @runtime_checkable
@@ -117,6 +124,27 @@ async def holds_names_below(store: Store, prefix: str) -> bool:
     try:
         async for _ in store.list_dir(prefix):
             return True
+    except ValueError:
+        return False
+    return False
+
+
+async def lists_as_empty_directory(store: Store, key: str) -> bool:
+    """Whether ``key`` is an empty directory: named by the listing above it, no key itself.
+
+    The one way to tell an empty directory of a local store from nothing:
+    zarr's ``LocalStore`` lists directories with no file below them (its
+    deletes leave them: overwriting chunks with the fill value deletes their
+    files, not their directories), and a listing of the directory itself
+    does not tell it from an absent name. Object stores list no empty
+    prefix, so there this costs one listing and finds nothing. Callers ask
+    only once they found nothing below ``key``.
+    """
+    parent, _, name = key.rstrip("/").rpartition("/")
+    try:
+        async for listed in store.list_dir(parent):
+            if listed == name:
+                return not await store.exists(key.rstrip("/"))
     except ValueError:
         return False
     return False

@@ -36,7 +36,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import join
-from cytearc_vfs.format.store_io import holds_names_below
+from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
 __all__ = ["Entry", "StoreTree", "served_chunk_nbytes"]
 
@@ -143,9 +143,6 @@ class StoreTree:
         # (a codec other than bytes) is measured the slow, exact way
         return await store.getsize(key)
 
-    async def _is_file(self, key: str) -> bool:
-        return await self._kind(key) is True
-
     async def _kind(self, key: str) -> bool | None:
         """Whether ``key`` is a key (a file); ``None`` when the store refuses the
         key's spelling (a backslash, a newline: an escape), so it is neither a
@@ -162,7 +159,10 @@ class StoreTree:
         """What ``key`` is: a file with its size, a directory, or ``None`` (absent)."""
         if key == "":
             return Entry(is_dir=True, size=0)
-        if await self._is_file(key):
+        kind = await self._kind(key)
+        if kind is None:
+            return None  # a spelling the store refuses: children() leaves it out too
+        if kind:
             try:
                 size = await self._size(key)
             except FileNotFoundError:  # deleted between the two questions
@@ -170,7 +170,9 @@ class StoreTree:
             if size == 0 and await self._is_dir(key):
                 return Entry(is_dir=True, size=0)  # a directory marker (see the module)
             return Entry(is_dir=False, size=size)
-        if await self._is_dir(key):
+        if await self._is_dir(key) or await lists_as_empty_directory(self._store, key):
+            # the second: an empty directory of a local store, which its parent lists
+            # (children() shows it, so it must be entered, or find and cp -r fail on it)
             return Entry(is_dir=True, size=0)
         return None
 

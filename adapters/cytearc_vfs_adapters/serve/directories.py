@@ -14,7 +14,7 @@ from http import HTTPStatus
 
 from zarr.abc.store import Store
 
-from cytearc_vfs.format.store_io import holds_names_below
+from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
 from .answers import Answer, not_found, nothing_under, text_answer
 from .listings import Entry, finite_depth_error, html_index, json_listing, multistatus, wants_json
@@ -91,7 +91,9 @@ class DirectoryAnswers:
         json_wanted = wants_json(accept)
         async with self._reads:
             names = await self._names(prefix)
-            if not names and prefix:
+            if not names and prefix and not await lists_as_empty_directory(self._store, prefix):
+                # (an empty directory of a local store, which its parent lists, is
+                # listed as empty: its parent's listing links to it)
                 return nothing_under(prefix)
             if json_wanted:
                 body, kind = json_listing(prefix, names), "application/json"
@@ -129,7 +131,12 @@ class DirectoryAnswers:
             if collection and not resource.is_directory:
                 resource = Entry(path, None)  # "/KEY/" names a directory, never the key
             names = await self._names(path) if resource.is_directory else []
-            if resource.is_directory and path and not names:
+            if (
+                resource.is_directory
+                and path
+                and not names
+                and not await lists_as_empty_directory(self._store, path)
+            ):
                 return nothing_under(path) if collection else not_found(path)
             entries = [resource]
             if level == "1":
