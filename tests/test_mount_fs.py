@@ -465,6 +465,11 @@ def test_an_ordinary_store_reads_byte_for_byte(fuse_works: None, tmp_path: Path)
     cv.write_counts(tmp_path / "a.zarr", counts)
     with mount_fs(tmp_path / "a.zarr", tmp_path / "mp") as mounted:
         assert tree_bytes(mounted.mountpoint) == tree_bytes(tmp_path / "a.zarr")
+        # each file has its own time, as serve's Last-Modified (all had the mount's)
+        for source in (tmp_path / "a.zarr").rglob("*"):
+            if source.is_file():
+                shown = mounted.mountpoint / source.relative_to(tmp_path / "a.zarr")
+                assert shown.stat().st_mtime_ns == source.stat().st_mtime_ns, shown
         dense = counts.toarray()
         assert np.array_equal(
             zarr.open_array(mounted.mountpoint / "RNA/counts", mode="r")[:], dense

@@ -183,6 +183,7 @@ class TreeOperations:
         return found
 
     def _attributes(self, entry: Entry) -> dict[str, Any]:
+        modified = self._mounted_ns if entry.modified_ns is None else entry.modified_ns
         if entry.is_dir:
             mode, links = stat.S_IFDIR | 0o555, 2
         else:
@@ -195,10 +196,11 @@ class TreeOperations:
             "st_blksize": 1 << 20,
             "st_uid": self._uid,
             "st_gid": self._gid,
-            # The store keeps no times; the mount's start stands for all of them.
-            "st_atime": self._mounted_ns,
-            "st_mtime": self._mounted_ns,
-            "st_ctime": self._mounted_ns,
+            # a local file's own time, as serve's Last-Modified; where the store
+            # keeps none (directories, computed chunks, remote keys) the mount's start
+            "st_atime": modified,
+            "st_mtime": modified,
+            "st_ctime": modified,
         }
 
     # ----------------------------------------------------------- lifecycle

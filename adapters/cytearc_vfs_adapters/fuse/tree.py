@@ -38,6 +38,8 @@ from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
+from ..serve.validators import costs_a_request, describe
+
 __all__ = ["Entry", "StoreTree", "served_chunk_nbytes"]
 
 
@@ -49,6 +51,10 @@ class Entry:
     """A key prefix (directory) rather than a key (file)."""
     size: int
     """Bytes of the file's value; 0 for a directory."""
+    modified_ns: int | None = None
+    """The file's modification time (ns since the epoch) where the store keeps one
+    that costs no request: a local file's (of an ordinary store, a composite's own
+    keys, a mount's local side); ``None`` for directories and everything else."""
 
 
 def served_chunk_nbytes(document: Mapping[str, Any]) -> int | None:
@@ -143,6 +149,14 @@ class StoreTree:
         # (a codec other than bytes) is measured the slow, exact way
         return await store.getsize(key)
 
+    async def _modified(self, key: str) -> int | None:
+        """The real modification time of the file ``key``, when finding it asks no backend:
+        the ``stat`` that gives the server's ``Last-Modified`` (``serve.validators``)."""
+        if costs_a_request(self._store, key):
+            return None
+        described = await describe(self._store, key)
+        return None if described is None else described.modified_ns
+
     async def _kind(self, key: str) -> bool | None:
         """Whether ``key`` is a key (a file); ``None`` when the store refuses the
         key's spelling (a backslash, a newline: an escape), so it is neither a
@@ -169,7 +183,7 @@ class StoreTree:
                 return None
             if size == 0 and await self._is_dir(key):
                 return Entry(is_dir=True, size=0)  # a directory marker (see the module)
-            return Entry(is_dir=False, size=size)
+            return Entry(is_dir=False, size=size, modified_ns=await self._modified(key))
         if await self._is_dir(key) or await lists_as_empty_directory(self._store, key):
             # the second: an empty directory of a local store, which its parent lists
             # (children() shows it, so it must be entered, or find and cp -r fail on it)

@@ -117,6 +117,9 @@ class Described:
     """Its ``ETag`` and ``Last-Modified``."""
     size: int | None
     """Its size in bytes, when the same request told it (``None``: ask ``getsize``)."""
+    modified_ns: int | None = None
+    """A local file's modification time in nanoseconds, exact and even while it may
+    still change (``mount-fs`` shows it as the file's time); ``None`` elsewhere."""
 
 
 def _quoted(identity: str) -> str:
@@ -156,7 +159,9 @@ async def describe(store: Store, key: str) -> Described | None:
         mark = "s" if from_source else "t"
         tag = described.validators.etag
         return Described(
-            Validators(f'"{mark}{tag[1:]}', described.validators.modified), described.size
+            Validators(f'"{mark}{tag[1:]}', described.validators.modified),
+            described.size,
+            described.modified_ns,
         )
     return await _describe_plain(store, key, settled=False)
 
@@ -214,12 +219,13 @@ def _describe_file(path: Path, *, settled: bool) -> Described | None:
     if not stat.S_ISREG(info.st_mode):
         return None  # a directory is no key
     if settled and time.time_ns() - info.st_mtime_ns < SETTLED_SECONDS * 1e9:
-        return Described(NO_VALIDATORS, info.st_size)  # may still be written: no validators
+        # may still be written: no validators
+        return Described(NO_VALIDATORS, info.st_size, info.st_mtime_ns)
     tag = f'"{info.st_size:x}-{info.st_mtime_ns:x}-{info.st_ino:x}-{info.st_dev:x}"'
     # a date in the current second could stay the same over a second write (RFC
     # 9110, 8.8.2.2): Last-Modified only once its second has passed
     modified = int(info.st_mtime) if time.time() - info.st_mtime >= 1 else None
-    return Described(Validators(tag, modified), info.st_size)
+    return Described(Validators(tag, modified), info.st_size, info.st_mtime_ns)
 
 
 async def _describe_object(store: ObjectStore[Any], key: str) -> Described | None:
