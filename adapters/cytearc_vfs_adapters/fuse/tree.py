@@ -184,9 +184,15 @@ class StoreTree:
             if size == 0 and await self._is_dir(key):
                 return Entry(is_dir=True, size=0)  # a directory marker (see the module)
             return Entry(is_dir=False, size=size, modified_ns=await self._modified(key))
-        if await self._is_dir(key) or await lists_as_empty_directory(self._store, key):
-            # the second: an empty directory of a local store, which its parent lists
-            # (children() shows it, so it must be entered, or find and cp -r fail on it)
+        if await self._is_dir(key):
+            return Entry(is_dir=True, size=0)
+        if not costs_a_request(self._store, key) and await lists_as_empty_directory(
+            self._store, key
+        ):
+            # an empty directory of a local store, which its parent lists (children()
+            # shows it, so it must be entered, or find and cp -r fail on it); object
+            # stores list no empty prefix, so a name looked up in vain there (zarr
+            # readers probe .zarray, .zattrs...) costs no third request
             return Entry(is_dir=True, size=0)
         return None
 
