@@ -279,3 +279,21 @@ def test_promote_under_a_consolidated_root_and_group(tmp_path: Path) -> None:
     assert_consolidated_as_fresh(where, ("g", ""))
     nested = zarr.open_consolidated(LocalStore(where), path="g", mode="r")
     assert nested["x"].shape == (4, 1)
+
+
+def test_a_group_consolidated_while_the_resize_ran_is_consolidated_again(
+    tmp_path: Path,
+) -> None:
+    """The root was not consolidated when the resize was planned, so the journal
+    records nothing; someone consolidated it before the marker (another resize
+    finishing below it), so its copy holds the old document. Finishing consolidates
+    it again: no consolidated copy outlives the change with the old shape."""
+    where = tmp_path / "s.zarr"
+    _consolidated(where, "x", np.arange(6, dtype="i4"), ())
+    with pytest.raises(WriteInterruptedError):  # the journal only
+        resize(zarr.open_array(CountingStore(LocalStore(where), fail_at=2), path="x"), low=[2])
+    _consolidate(where, ("",))
+    assert zarr.open_consolidated(LocalStore(where), mode="r")["x"].shape == (6,)
+    assert recover(LocalStore(where), "x")
+    assert zarr.open_consolidated(LocalStore(where), mode="r")["x"].shape == (8,)
+    assert_consolidated_as_fresh(where, ("",))

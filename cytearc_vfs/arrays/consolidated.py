@@ -41,7 +41,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from ..errors import VfsWarning
+from ..errors import RecordShapeError, VfsWarning
 from ..format.store_io import get_json
 from .documents import JOURNAL_NAME, MARKER_FIELD, describe, dumps
 from .key_moves import mover_for
@@ -172,31 +172,65 @@ def _reason(store: Store, group: str, array: str, exc: Exception) -> str:
     )
 
 
+def _groups_above(array: str) -> list[str]:
+    """The groups above the array at ``array``, innermost first (``""``: the root).
+
+    >>> _groups_above("a/b/x")
+    ['a/b', 'a', '']
+    """
+    parts = array.split("/") if array else []
+    return ["/".join(parts[:depth]) for depth in range(len(parts) - 1, -1, -1)]
+
+
+def _holds_consolidated(store: Store, group: str) -> bool:
+    try:
+        return _consolidated(get_json(store, _document_key(group)))
+    except RecordShapeError:  # unreadable: consolidating it would fail too
+        return False
+
+
 def reconsolidate(
     store: Store, groups: Iterable[str], *, array: str, operation: str
 ) -> Reconsolidation:
-    """Consolidate each of ``groups`` again, in order; warn for each that fails.
+    """Consolidate each of ``groups`` (those the plan recorded) again, innermost first.
 
-    Never raises for a group that cannot be consolidated: the operation is
-    complete by then and its journal must still be deleted. ``array`` is
-    the array's path (for messages).
+    A group above the array that ``groups`` lacks but that holds
+    consolidated metadata now is consolidated too (one ``get`` per such
+    level to find it): someone consolidated it while the operation ran (such
+    as another resize finishing below the same group), and its copy holds
+    the array's old document. A group that fails is left without
+    consolidated metadata (removed, if it holds any: a copy never outlives
+    the change) and a :class:`~cytearc_vfs.errors.VfsWarning` says so;
+    nothing raises, since the operation is complete by then and its journal
+    must still be deleted. ``array`` is the array's path.
     """
+    recorded = set(groups)
     done: list[str] = []
     failed: list[tuple[str, str]] = []
-    for group in groups:
+    for group in _groups_above(array):
+        if group not in recorded and not _holds_consolidated(store, group):
+            continue
         try:
             _consolidate(store, group)
         except Exception as exc:  # any failure: the array is complete, say so and go on
             reason = _reason(store, group, array, exc)
+            try:
+                unconsolidate(store, [group])
+            except Exception as again:
+                reason += (
+                    f"; removing its consolidated metadata failed too ({type(again).__name__}: "
+                    f"{again}), so it may hold the array's old document: open the group with "
+                    "use_consolidated=False until it is consolidated again"
+                )
             failed.append((shown(group), reason))
             warnings.warn(
                 f"{describe(store, array)}: the {operation} is complete, but group "
-                f"{shown(group)!r} above it, whose consolidated metadata it removed, could not "
-                f"be consolidated again ({reason}). The group is valid without it (zarr reads "
-                "each member's own zarr.json), but zarr.open_consolidated refuses it and remote "
-                "opens are slower. If another resize or promote below the group is unfinished, "
-                "finish it first (cytearc-vfs array recover); then run "
-                f"zarr.consolidate_metadata(store, path={group!r})",
+                f"{shown(group)!r} above it could not be consolidated again ({reason}). The "
+                "group is valid without consolidated metadata (zarr reads each member's own "
+                "zarr.json), but zarr.open_consolidated refuses it and remote opens are slower. "
+                "If another resize or promote below the group is unfinished, finish it first "
+                f"(cytearc-vfs array recover); then run zarr.consolidate_metadata(store, "
+                f"path={group!r})",
                 VfsWarning,
                 stacklevel=2,
             )

@@ -78,7 +78,9 @@ class ResizeChange:
     """Groups above the array whose consolidated metadata was removed while it ran
     (``/``: the root), innermost first."""
     reconsolidated: tuple[str, ...] = ()
-    """Those of :attr:`unconsolidated` consolidated again once it was done."""
+    """Groups above the array consolidated again once it was done, innermost first:
+    those of :attr:`unconsolidated`, and any that someone consolidated meanwhile
+    (its copy held the array's old document)."""
     not_reconsolidated: tuple[tuple[str, str], ...] = ()
     """``(group, reason)`` for those that could not be (a ``VfsWarning`` said so too)."""
 
