@@ -41,7 +41,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from ..errors import RecordShapeError, VfsWarning
+from ..errors import VfsWarning
 from ..format.store_io import get_json
 from .documents import JOURNAL_NAME, MARKER_FIELD, describe, dumps
 from .key_moves import mover_for
@@ -183,9 +183,10 @@ def _groups_above(array: str) -> list[str]:
 
 
 def _holds_consolidated(store: Store, group: str) -> bool:
+    """Whether a group the plan did not record holds consolidated metadata now."""
     try:
         return _consolidated(get_json(store, _document_key(group)))
-    except RecordShapeError:  # unreadable: consolidating it would fail too
+    except Exception:  # unreadable or unreachable: it must not keep the journal
         return False
 
 
