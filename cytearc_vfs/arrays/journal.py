@@ -16,8 +16,10 @@ carried out in this order (each step one store write, delete or rename):
 4. the renames, one after the other; after rename ``m`` for each ``m`` in
    the plan's ``marks``, progress = ``{"done": m}``;
 5. write the new ``zarr.json`` (no marker), then consolidate the recorded
-   groups again, innermost first (one write each; a group that fails is
-   left unconsolidated with a warning, never stops the operation);
+   groups again, innermost first (one write each), with any other group
+   above the array that holds consolidated metadata by then (its copy
+   holds the old document); a group that fails is left unconsolidated
+   with a warning and never stops the operation;
 6. delete the journal, then the progress.
 
 Recovery (:func:`recover_array`) always rolls forward: the journal has the
