@@ -11,6 +11,15 @@ server on loopback (moto's server mode, through obstore):
 * **promote**: ``cytearc_vfs.arrays.promote(a, 0)`` against zarr-python
   writing a new ``(1, rows, cols)`` array and copying the values in.
 
+**Consolidating again** (``anndata``): an AnnData store written by anndata
+(consolidated, as anndata writes it by default; ~100 nodes), with
+``obsm/X_pca`` grown by 14 columns by ``resize``: once on the store as
+written (its root's consolidated metadata removed before the marker and
+consolidated again at the end, which reads every node's document) and once
+on a copy whose root holds no consolidated metadata (nothing to do), on
+fresh copies, alternating, the median of each; the ratio is the cost of
+keeping the store consolidated. Locally and on the S3 server.
+
 Each operation runs on its own fresh copy of the array. **Bytes written**
 are the bytes the client sent: locally what zarr's ``LocalStore`` wrote
 (renames are ``os.replace`` calls: counted, no bytes); on S3 the bodies of
@@ -18,7 +27,8 @@ PUT requests (a rename is a server-side copy: counted, no body). Deletes
 are counted too. The issue's target: at least 100 times fewer bytes
 written than the rewrite.
 
-    uv run python benchmarks/bench_arrays.py [--size 256] [--no-s3] [--json -]
+    uv run python benchmarks/bench_arrays.py [--size 256] [--no-s3] [--consolidation-only]
+        [--json -]
 """
 
 from __future__ import annotations
@@ -268,6 +278,164 @@ def s3_runs(values: np.ndarray) -> list[dict[str, Any]]:
         server.stop()
 
 
+#: The array the consolidation figure resizes, and how (14 more columns).
+ANNDATA_ARRAY, ANNDATA_HIGH = "obsm/X_pca", [0, 14]
+#: Runs of each kind per place (S3: fewer, each copy is ~100 uploads).
+CONSOLIDATION_REPEATS = {"local": 5, "s3": 3}
+
+
+def write_anndata(where: Path) -> int:
+    """An AnnData store as anndata writes it (consolidated); returns its node count."""
+    import warnings
+
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(3)
+    n_obs, n_vars = 2000, 500
+    obs = pd.DataFrame(
+        {
+            **{f"score_{i}": rng.random(n_obs) for i in range(12)},
+            **{f"count_{i}": rng.integers(0, 1000, n_obs) for i in range(8)},
+            **{
+                f"label_{i}": pd.Categorical(rng.choice(["a", "b", "c", "d"], n_obs))
+                for i in range(8)
+            },
+        },
+        index=[f"cell{i}" for i in range(n_obs)],
+    )
+    var = pd.DataFrame(
+        {"mean": rng.random(n_vars), "kind": pd.Categorical(rng.choice(["x", "y"], n_vars))},
+        index=[f"gene{i}" for i in range(n_vars)],
+    )
+    x = sp.random(n_obs, n_vars, density=0.03, format="csr", dtype=np.float32, random_state=4)
+    data = ad.AnnData(
+        X=x,
+        obs=obs,
+        var=var,
+        obsm={"X_pca": rng.random((n_obs, 50)), "X_umap": rng.random((n_obs, 2))},
+        layers={"counts": x.copy()},
+        uns={"params": {"n_pcs": 50, "method": "pca"}, "colors": np.array(["red", "blue"])},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata 0.13 deprecates the format setting
+        ad.settings.zarr_write_format = 3
+        data.write_zarr(where)
+    return sum(1 for _ in where.rglob("zarr.json"))
+
+
+def unconsolidated_copy(source: Path, target: Path) -> None:
+    """``source`` copied, its root's consolidated metadata removed."""
+    shutil.copytree(source, target)
+    document = json.loads((target / "zarr.json").read_text())
+    document.pop("consolidated_metadata", None)
+    (target / "zarr.json").write_text(json.dumps(document))
+
+
+def _upload(template: Path, store: Any) -> None:
+    """Every file of ``template`` put into ``store``, concurrently."""
+    import asyncio
+
+    from zarr.core.buffer.cpu import Buffer
+    from zarr.core.sync import sync
+
+    files = [f for f in template.rglob("*") if f.is_file()]
+
+    async def put_all() -> None:
+        await asyncio.gather(
+            *(
+                store.set(f.relative_to(template).as_posix(), Buffer.from_bytes(f.read_bytes()))
+                for f in files
+            )
+        )
+
+    sync(put_all())
+
+
+class _Copies:
+    """Fresh copies of a local store template, locally or in new buckets of an S3 server."""
+
+    def __init__(self, place: str, root: Path) -> None:
+        self.place, self.root = place, root
+        self.server: Any = None
+        if place == "s3":
+            self.server, self.endpoint = _server()
+            self.options = {**CREDENTIALS, "endpoint": self.endpoint}
+            self.options["client_options"] = {"allow_http": True}
+
+    def fresh(self, template: Path, name: str) -> Any:
+        if self.place == "local":
+            shutil.copytree(template, self.root / name)
+            return LocalStore(self.root / name)
+        bucket = f"bench-{uuid.uuid4().hex[:10]}"
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT")
+        ):
+            pass
+        store = open_location(
+            f"s3://{bucket}/a.zarr", read_only=False, storage_options=self.options
+        )
+        _upload(template, store)
+        return store
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def consolidation_runs(root: Path, places: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Resize on a consolidated AnnData store against the same store unconsolidated."""
+    import statistics
+
+    from cytearc_vfs.arrays.resizing import resize_array
+
+    started = time.perf_counter()
+    source, plain = root / "anndata.zarr", root / "anndata-plain.zarr"
+    nodes = write_anndata(source)
+    unconsolidated_copy(source, plain)
+    print(f"  an AnnData store of {nodes} nodes written in {time.perf_counter() - started:.1f} s")
+    out: list[dict[str, Any]] = []
+    for place in places:
+        copies = _Copies(place, root)
+        timings: dict[bool, list[float]] = {True: [], False: []}
+        writes: dict[bool, int] = {}
+        try:
+            for repeat in range(CONSOLIDATION_REPEATS[place]):
+                # alternating which goes first, so neither always runs on a warmer machine
+                for consolidated in (True, False) if repeat % 2 == 0 else (False, True):
+                    store = copies.fresh(
+                        source if consolidated else plain, f"{place}-{repeat}-{consolidated}"
+                    )
+                    array = zarr.open_array(store, path=ANNDATA_ARRAY, mode="r+")
+                    TALLY.reset()
+                    started = time.perf_counter()
+                    change = resize_array(array, high=ANNDATA_HIGH)
+                    timings[consolidated].append(time.perf_counter() - started)
+                    writes[consolidated] = TALLY.calls["write"]
+                    assert change.reconsolidated == (("/",) if consolidated else ())
+        finally:
+            copies.close()
+        with_it, without = (statistics.median(timings[c]) for c in (True, False))
+        entry = {
+            "what": f"{place} anndata: resize {ANNDATA_ARRAY} high={ANNDATA_HIGH}",
+            "nodes": nodes,
+            "runs": CONSOLIDATION_REPEATS[place],
+            "secondsConsolidatedAgain": round(with_it, 4),
+            "secondsUnconsolidated": round(without, 4),
+            "timeRatio": round(with_it / max(1e-9, without), 2),
+            "writesConsolidatedAgain": writes[True],
+            "writesUnconsolidated": writes[False],
+        }
+        print(
+            f"  {place} resize {ANNDATA_ARRAY} high={ANNDATA_HIGH}, median of "
+            f"{CONSOLIDATION_REPEATS[place]}: {with_it:.3f} s consolidated again, {without:.3f} s "
+            f"without: {entry['timeRatio']}x; {writes[True]} writes against {writes[False]}"
+        )
+        out.append(entry)
+    return out
+
+
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_name = {r["what"]: r for r in results}
     out = []
@@ -297,15 +465,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=256, help="MiB of cells (default 256)")
     parser.add_argument("--no-s3", action="store_true", help="local runs only")
     parser.add_argument("--json", metavar="FILE", help="also write the results ('-': stdout)")
+    parser.add_argument(
+        "--consolidation-only",
+        action="store_true",
+        help="only the cost of consolidating an AnnData store again",
+    )
     args = parser.parse_args(argv)
+    places = ("local",) if args.no_s3 else ("local", "s3")
+    TALLY.install()
+    if args.consolidation_only:
+        print("consolidating again:")
+        with tempfile.TemporaryDirectory(prefix="cytearc-bench-arrays-") as scratch:
+            results = consolidation_runs(Path(scratch), places)
+        if args.json:
+            _write_json({"results": results}, args.json)
+        return 0
     rows = max(CHUNKS[0], (args.size << 20) // (2 * COLUMNS) // CHUNKS[0] * CHUNKS[0])
     values = generate(rows)
-    TALLY.install()
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cytearc-bench-arrays-") as scratch:
         results += local_runs(values, Path(scratch))
     if not args.no_s3:
         results += s3_runs(values)
+    print("consolidating again:")
+    with tempfile.TemporaryDirectory(prefix="cytearc-bench-arrays-") as scratch:
+        results += consolidation_runs(Path(scratch), places)
     print("ratios (target: >= 100x fewer bytes written than the rewrite):")
     summary = {
         "cells": list(values.shape),
@@ -314,12 +498,16 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios(results),
     }
     if args.json:
-        text = json.dumps(summary, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text)
+        _write_json(summary, args.json)
     return 0
+
+
+def _write_json(summary: dict[str, Any], where: str) -> None:
+    text = json.dumps(summary, indent=2)
+    if where == "-":
+        print(text)
+    else:
+        Path(where).write_text(text)
 
 
 if __name__ == "__main__":

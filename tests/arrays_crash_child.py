@@ -29,6 +29,8 @@ from kill_points import serve_sweeps, sweep
 
 #: name -> (zarr.create_array arguments, the operation)
 SCENARIOS: dict[str, tuple[dict[str, Any], Callable[[Any], object]]] = {}
+#: Scenarios whose root group holds consolidated metadata (as anndata writes it).
+CONSOLIDATED = frozenset({"resize-consolidated"})
 
 
 def _scenarios() -> None:
@@ -45,6 +47,12 @@ def _scenarios() -> None:
                 lambda a: resize(a, low=[1, -2], high=[-2, 3]),
             ),
             # one chain of chunks: every rename refills the last one's source
+            # resize-2d under a consolidated root: removed after the journal, consolidated
+            # again after the new zarr.json
+            "resize-consolidated": (
+                {"shape": (7, 5), "chunks": (2, 2)},
+                lambda a: resize(a, low=[1, -2], high=[-2, 3]),
+            ),
             "resize-chain": (
                 {"shape": (9,), "chunks": (2,)},
                 lambda a: resize(a, low=[4], high=[-2]),
@@ -85,6 +93,8 @@ def create(directory: Path, scenario: str) -> None:
         LocalStore(directory), name="a", dtype="i4", fill_value=-1, **arguments
     )
     array[...] = values_of(arguments["shape"])
+    if scenario in CONSOLIDATED:
+        zarr.consolidate_metadata(LocalStore(directory))
 
 
 def open_store(directory: Path, via: str) -> Any:

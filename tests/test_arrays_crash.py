@@ -14,10 +14,17 @@ Both ways of renaming are swept: ``local`` (``os.replace``, atomic) and
 ``wrapped`` (get + set + delete through a wrapper store, with the
 half-done renames recovery must tell apart). A second sweep kills the
 recovery itself after each of its writes, at chosen first crash points.
+
+Under a consolidated root (``resize-consolidated``), zarr opening the root
+group (which reads the array through the consolidated copy while there is
+one) is checked the same way before recovery, and after it the root holds
+consolidated metadata again, exactly what ``zarr.consolidate_metadata``
+gives on the recovered store.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +35,15 @@ import numpy as np
 import pytest
 import zarr
 from array_helpers import leftovers
-from arrays_crash_child import SCENARIOS, _scenarios, create, open_store, run, values_of
+from arrays_crash_child import (
+    CONSOLIDATED,
+    SCENARIOS,
+    _scenarios,
+    create,
+    open_store,
+    run,
+    values_of,
+)
 from kill_points import reports
 from zarr.errors import MetadataValidationError
 from zarr.storage import LocalStore
@@ -83,17 +98,47 @@ def _expected(scenario: str, root: Path) -> tuple[Path, Expected]:
     return template, Expected(values_of(SCENARIOS[scenario][0]["shape"]), after)
 
 
-def _check(where: Path, expected: Expected, figures: Figures, point: int) -> None:
-    store = LocalStore(where)
+def _read_before_recovery(
+    store: LocalStore, expected: Expected, figures: Figures, point: int, *, through_root: bool
+) -> bool:
+    """Whether zarr refused the array (the marker); a read that is neither exactly
+    before nor exactly after is a failure. ``through_root``: open the root group
+    first, so that zarr reads the array from consolidated metadata while there is some."""
     try:
-        seen = zarr.open_array(store, path="a", mode="r")[...]
+        if through_root:
+            seen = zarr.open_group(store, mode="r")["a"][...]
+        else:
+            seen = zarr.open_array(store, path="a", mode="r")[...]
     except MetadataValidationError as exc:
         if "cytearc_unfinished_operation" not in str(exc):
             figures.failures.append(f"point {point}: refused for another reason: {exc}")
-        figures.refused_before_recovery += 1
-    else:
-        if expected.state(seen) is None:
-            figures.failures.append(f"point {point}: plain zarr read a mix before recovery")
+        return True
+    if expected.state(seen) is None:
+        how = "through the root group" if through_root else "plain"
+        figures.failures.append(f"point {point}: zarr read a mix before recovery ({how})")
+    return False
+
+
+def _consolidated_failures(where: Path) -> list[str]:
+    """What is wrong with the root's consolidated metadata, recovered."""
+    document = where / "zarr.json"
+    found = json.loads(document.read_text()).get("consolidated_metadata")
+    if found is None:
+        return ["the root is not consolidated again"]
+    zarr.consolidate_metadata(LocalStore(where))
+    if json.loads(document.read_text())["consolidated_metadata"] != found:
+        return ["the root's consolidated metadata is not what zarr.consolidate_metadata gives"]
+    return []
+
+
+def _check(
+    where: Path, expected: Expected, figures: Figures, point: int, *, consolidated: bool
+) -> None:
+    store = LocalStore(where)
+    refused = _read_before_recovery(store, expected, figures, point, through_root=False)
+    if consolidated:
+        _read_before_recovery(store, expected, figures, point, through_root=True)
+    figures.refused_before_recovery += refused
     recover(store, "a")
     state = expected.state(zarr.open_array(store, path="a", mode="r")[...])
     if state is None:
@@ -101,6 +146,12 @@ def _check(where: Path, expected: Expected, figures: Figures, point: int) -> Non
         return
     if leftovers(store):
         figures.failures.append(f"point {point}: left {leftovers(store)}")
+    if consolidated:
+        problems = _consolidated_failures(where)
+        through = zarr.open_consolidated(store, mode="r")["a"][...]
+        if expected.state(through) != state:
+            problems.append("zarr.open_consolidated reads another array")
+        figures.failures += [f"point {point}: {problem}" for problem in problems]
     setattr(figures, state, getattr(figures, state) + 1)
 
 
@@ -134,14 +185,28 @@ def sweep(
             continue
         figures.points += 1
         try:
-            _check(out / f"{line['point']:04d}", expected, figures, line["point"])
+            _check(
+                out / f"{line['point']:04d}",
+                expected,
+                figures,
+                line["point"],
+                consolidated=scenario in CONSOLIDATED,
+            )
         except Exception as exc:  # every other outcome is a finding
             figures.failures.append(f"point {line['point']}: {type(exc).__name__}: {exc}")
     return figures
 
 
-@pytest.mark.parametrize("via", ["local", "wrapped"])
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize(
+    ("scenario", "via"),
+    # under a consolidated root only local: the consolidation writes are the same either way
+    [
+        (s, v)
+        for s in SCENARIOS
+        for v in ("local", "wrapped")
+        if v == "local" or s not in CONSOLIDATED
+    ],
+)
 def test_killed_after_every_write_reads_before_or_after(
     scenario: str, via: str, tmp_path: Path
 ) -> None:
@@ -156,11 +221,17 @@ def test_killed_after_every_write_reads_before_or_after(
     assert figures.points == figures.writes >= 8
     # the journal is the first write: from then on every point rolls forward
     assert figures.after == figures.points and figures.before == 0
-    # the marker goes on at write 2 and off with the new zarr.json, 3 writes before the end
-    assert figures.refused_before_recovery == figures.points - 4
+    # the marker goes on at write 2 and off with the new zarr.json, 3 writes before the
+    # end; under a consolidated root, one write later (the root's after the journal) and
+    # one write earlier (consolidating it again before the journal goes)
+    assert figures.refused_before_recovery == figures.points - (
+        6 if scenario in CONSOLIDATED else 4
+    )
 
 
-@pytest.mark.parametrize(("scenario", "via"), [("resize-chain", "wrapped"), ("resize-2d", "local")])
+@pytest.mark.parametrize(
+    ("scenario", "via"), [("resize-chain", "wrapped"), ("resize-consolidated", "local")]
+)
 def test_a_killed_recovery_is_recovered(scenario: str, via: str, tmp_path: Path) -> None:
     """Kill the operation at a few points, then kill the recovery after each of its writes."""
     template, expected = _expected(scenario, tmp_path)

@@ -348,6 +348,7 @@ def test_array_commands_on_a_remote_array(
     store = open_location(location, read_only=False, storage_options=options)
     array = zarr.create_array(store, name="t", shape=(5, 4), chunks=(2, 2), dtype="i2")
     array[:] = np.arange(20).reshape(5, 4)
+    zarr.consolidate_metadata(store)  # kept: removed while each change runs, then restored
     own = ["--storage-options", remote["options"]]
     code, payload = _run(["array", "info", location, "t", *own], capsys)
     assert code == 0 and payload["array"]["shape"] == [5, 4], payload
@@ -355,11 +356,17 @@ def test_array_commands_on_a_remote_array(
         ["array", "resize", location, "t", "--low=2,0", "--high=0,-1", *own], capsys
     )
     assert code == 0 and payload["shapeAfter"] == [7, 3], payload
+    assert payload["unconsolidated"] == payload["reconsolidated"] == ["/"], payload
     code, payload = _run(["array", "promote", location, "t", "--dimension", "0", *own], capsys)
     assert code == 0 and payload["shapeAfter"] == [1, 7, 3], payload
+    assert payload["reconsolidated"] == ["/"], payload
     code, payload = _run(["array", "recover", location, "t", *own], capsys)
     assert code == 0 and payload["finished"] is False, payload
     reopened = zarr.open_array(
         open_location(location, read_only=True, storage_options=options), path="t", mode="r"
     )
     assert reopened[0, 2:].tolist() == np.arange(20).reshape(5, 4)[:, :3].tolist()
+    consolidated = zarr.open_consolidated(
+        open_location(location, read_only=True, storage_options=options), mode="r"
+    )
+    assert consolidated["t"].shape == (1, 7, 3)

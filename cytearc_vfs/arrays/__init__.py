@@ -9,7 +9,8 @@ strictly by :mod:`cytearc_vfs.format.chunk_keys`), all-or-nothing through a jour
 recovery (``journal``, the documents beside ``zarr.json`` in
 ``documents``), the refusal of arrays a CyteArc store's records describe
 (``store_records``), the removal of consolidated metadata that would hide
-a change from zarr (``consolidated``), and summaries (``summary``). ``docs/arrays.md`` has the
+a change from zarr and its restoration once done (``consolidated``), and
+summaries (``summary``). ``docs/arrays.md`` has the
 conventions, the byte-order argument, the journal and the limits.
 
 May import: :mod:`cytearc_vfs.remote`, :mod:`cytearc_vfs.encoding`,

@@ -4,7 +4,9 @@ A resize or a promote is planned in full before anything changes, then
 carried out in this order (each step one store write, delete or rename):
 
 1. write the plan to ``{array}/cytearc.journal.json``: the document before
-   and after, the chunks to clear, the keys to drop, the renames in order;
+   and after, the chunks to clear, the keys to drop, the renames in order,
+   the groups above the array that hold consolidated metadata; then remove
+   that metadata, one write per group (:mod:`.consolidated`);
 2. rewrite ``zarr.json`` with the in-progress marker
    (:data:`~.documents.MARKER_FIELD`, ``must_understand: true``): from here
    on zarr, tensorstore and zarrs refuse to open the array;
@@ -13,7 +15,11 @@ carried out in this order (each step one store write, delete or rename):
    ``cytearc.journal.progress.json`` = ``{"done": 0}``;
 4. the renames, one after the other; after rename ``m`` for each ``m`` in
    the plan's ``marks``, progress = ``{"done": m}``;
-5. write the new ``zarr.json`` (no marker);
+5. write the new ``zarr.json`` (no marker), then consolidate the recorded
+   groups again, innermost first (one write each), with any other group
+   above the array that holds consolidated metadata by then (its copy
+   holds the old document); a group that fails is left unconsolidated
+   with a warning and never stops the operation;
 6. delete the journal, then the progress.
 
 Recovery (:func:`recover_array`) always rolls forward: the journal has the
@@ -22,8 +28,8 @@ nothing can tell a live operation of another process from a dead one, so
 every other operation refuses an array whose journal is present
 (:func:`~.documents.refuse_unfinished`) rather than race it. Where it resumes:
 
-- ``zarr.json`` is the new document and differs from the old one: only
-  step 6 is left;
+- ``zarr.json`` is the new document and differs from the old one: the
+  consolidation of step 5 (again: it is idempotent), then step 6;
 - ``zarr.json`` is the new document and the same as the old one (a resize
   that moves chunks but keeps the shape, ``low=[-4], high=[4]``): the
   progress key tells step 5 (present: only step 6 is left) from step 1
@@ -32,6 +38,8 @@ every other operation refuses an array whose journal is present
   a progress left without a journal (a crash between the two deletes) is
   deleted by the next :func:`recover` or operation before it writes a
   journal, so it never stands for the next operation's;
+- ``zarr.json`` is the old document: the rest of step 1 (the recorded
+  groups that still hold consolidated metadata lose it), then on;
 - no progress: steps 2 and 3 again (both are idempotent), then on;
 - progress ``{"done": c}``: the renames after ``c`` are located from which
   of the plan's keys exist, which alone pins the state down. A rename is
@@ -62,6 +70,7 @@ from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 from ..format.store_io import get_json
+from .consolidated import Reconsolidation, reconsolidate, unconsolidate
 from .documents import (
     JOURNAL_NAME,
     MARKER_FIELD,
@@ -84,8 +93,28 @@ __all__ = [
     "recover_array",
 ]
 
-#: ``cytearc_array_journal`` of the documents this version writes and reads.
-JOURNAL_VERSION = 1
+#: ``cytearc_array_journal`` of the documents this version writes.
+JOURNAL_VERSION = 2
+#: The fields of a journal, by the versions this one reads: version 1 (no
+#: ``reconsolidate``: its operation removed consolidated metadata before
+#: writing the journal, and nothing is consolidated again) is finished too.
+_FIELDS: dict[int, frozenset[str]] = {
+    1: frozenset(
+        {
+            "cytearc_array_journal",
+            "operation",
+            "arguments",
+            "before",
+            "after",
+            "clear_bounds",
+            "clear_chunks",
+            "drops",
+            "moves",
+            "marks",
+        }
+    ),
+}
+_FIELDS[2] = _FIELDS[1] | {"reconsolidate"}
 #: Stands for a journal that is not valid JSON (torn while being written).
 _torn: object = object()
 
@@ -115,6 +144,9 @@ class Plan:
     """Renames ``(source, target)`` in the order they run (relative keys)."""
     marks: tuple[int, ...] = field(default=())
     """After how many renames a progress mark is written."""
+    reconsolidate: tuple[str, ...] = ()
+    """Groups above the array (``""``: the root), innermost first, whose
+    consolidated metadata the operation removes and consolidates again."""
 
     @property
     def changes_nothing(self) -> bool:
@@ -139,6 +171,7 @@ class Plan:
             "drops": list(self.drops),
             "moves": [list(m) for m in self.moves],
             "marks": list(self.marks),
+            "reconsolidate": list(self.reconsolidate),
         }
 
     @classmethod
@@ -150,25 +183,19 @@ class Plan:
         RecordShapeError
             Any field missing, unknown or of the wrong type.
         """
-        fields = {
-            "cytearc_array_journal",
-            "operation",
-            "arguments",
-            "before",
-            "after",
-            "clear_bounds",
-            "clear_chunks",
-            "drops",
-            "moves",
-            "marks",
-        }
-        if not isinstance(data, dict) or set(data) != fields:
-            found = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise RecordShapeError(f"{where}: journal fields {found} are not {sorted(fields)}")
-        if data["cytearc_array_journal"] != JOURNAL_VERSION:
+        if not isinstance(data, dict):
+            raise RecordShapeError(f"{where}: a journal is an object, not {type(data).__name__}")
+        version = data.get("cytearc_array_journal")
+        fields = _FIELDS.get(version) if type(version) is int else None
+        if fields is None:
             raise RecordShapeError(
-                f"{where}: journal version {data['cytearc_array_journal']!r} is not "
-                f"{JOURNAL_VERSION}; finish it with the cytearc-vfs version that started it"
+                f"{where}: journal version {version!r} is not one of {sorted(_FIELDS)}; "
+                "finish it with the cytearc-vfs version that started it"
+            )
+        if set(data) != fields:
+            raise RecordShapeError(
+                f"{where}: journal fields {sorted(data)} are not {sorted(fields)} "
+                f"(version {version})"
             )
         try:
             plan = cls(
@@ -183,6 +210,7 @@ class Plan:
                 drops=tuple(_text(k) for k in _list(data["drops"])),
                 moves=tuple(_pair(m) for m in _list(data["moves"])),
                 marks=tuple(_int(m) for m in _list(data["marks"])),
+                reconsolidate=tuple(_text(g) for g in _list(data.get("reconsolidate", []))),
             )
         except (TypeError, ValueError) as exc:
             raise RecordShapeError(f"{where}: malformed journal ({exc})") from exc
@@ -358,16 +386,21 @@ class _Run:
             if index + 1 in marks:
                 self.set_json(PROGRESS_NAME, {"done": index + 1})
 
-    def finish(self) -> None:
+    def finish(self) -> Reconsolidation:
         """Steps 5 and 6."""
         self.set_json("zarr.json", self.plan.after)
-        self.close()
+        return self.close()
 
-    def close(self) -> None:
-        """Step 6: the journal first (the operation is done), then the progress."""
+    def close(self) -> Reconsolidation:
+        """The consolidation of step 5 (the array is complete), then step 6: the
+        journal first (the operation is done), then the progress."""
+        again = reconsolidate(
+            self.store, self.plan.reconsolidate, array=self.path, operation=self.plan.operation
+        )
         self.delete(JOURNAL_NAME)
         self.delete(PROGRESS_NAME)
         sync(self.mover.tidy(self.prefix))
+        return again
 
 
 def same_document(stored: object, expected: Mapping[str, Any]) -> bool:
@@ -379,8 +412,12 @@ def same_document(stored: object, expected: Mapping[str, Any]) -> bool:
     return json.dumps(stored, sort_keys=True) == json.dumps(expected, sort_keys=True)
 
 
-def execute(store: Store, path: str, plan: Plan, *, stale_progress: bool = False) -> None:
+def execute(
+    store: Store, path: str, plan: Plan, *, stale_progress: bool = False
+) -> Reconsolidation:
     """Carry ``plan`` out from the start (steps 1 to 6 of the module docstring).
+
+    Returns what consolidating the recorded groups again did.
 
     ``stale_progress``: the array's keys include a progress key, which a
     crash between the two deletes of step 6 of an earlier operation left; it
@@ -390,10 +427,12 @@ def execute(store: Store, path: str, plan: Plan, *, stale_progress: bool = False
     if stale_progress:
         run.delete(PROGRESS_NAME)
     run.set_json(JOURNAL_NAME, plan.to_json())
+    # before the marker: zarr reading through consolidated metadata would not see it
+    unconsolidate(store, plan.reconsolidate)
     run.set_json("zarr.json", marked(plan.before, plan.operation))
     run.prepare()
     run.run_moves(0)
-    run.finish()
+    return run.finish()
 
 
 def recover_array(store: Store, path: str) -> bool:
@@ -441,6 +480,8 @@ def recover_array(store: Store, path: str) -> bool:
         run.close()
         return True
     if same_document(current, plan.before):
+        # the rest of step 1 (the marker is written only after it)
+        unconsolidate(store, plan.reconsolidate)
         run.set_json("zarr.json", marked(plan.before, plan.operation))
     elif not same_document(current, marked(plan.before, plan.operation)):
         raise RecordShapeError(

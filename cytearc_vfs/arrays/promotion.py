@@ -19,14 +19,14 @@ Object stores and memory hold flat keys and move each chunk once.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import zarr
 from zarr.core.sync import sync
 
 from .axis_insertion import insert_axis
-from .consolidated import unconsolidate_above
+from .consolidated import consolidated_groups, shown
 from .documents import (
     PROGRESS_NAME,
     STAGING_NAME,
@@ -59,7 +59,14 @@ class PromoteChange:
     staged: bool
     """Whether the chunks went through the staging prefix (two renames each)."""
     unconsolidated: tuple[str, ...] = ()
-    """Groups above the array whose consolidated metadata was removed (``/``: the root)."""
+    """Groups above the array whose consolidated metadata was removed while it ran
+    (``/``: the root), innermost first."""
+    reconsolidated: tuple[str, ...] = ()
+    """Groups above the array consolidated again once it was done, innermost first:
+    those of :attr:`unconsolidated`, and any that someone consolidated meanwhile
+    (its copy held the array's old document)."""
+    not_reconsolidated: tuple[tuple[str, str], ...] = ()
+    """``(group, reason)`` for those that could not be (a ``VfsWarning`` said so too)."""
 
 
 def _ancestors(key: str) -> Iterable[str]:
@@ -178,16 +185,17 @@ def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> Pr
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
     plan = plan_promote(document, keys, dimension, length, flat=mover.flat)
-    # first: zarr reading through consolidated metadata would not see the marker
-    unconsolidated = unconsolidate_above(store, ancestors)
-    execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
+    plan = replace(plan, reconsolidate=consolidated_groups(ancestors))
+    again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return PromoteChange(
         shape_before=document.shape,
         shape_after=tuple(plan.after["shape"]),
         moved=len(plan.moves) // (2 if plan.arguments["staged"] else 1),
         staged=bool(plan.arguments["staged"]),
-        unconsolidated=unconsolidated,
+        unconsolidated=tuple(shown(group) for group in plan.reconsolidate),
+        reconsolidated=again.done,
+        not_reconsolidated=again.failed,
     )
 
 

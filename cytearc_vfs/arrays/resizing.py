@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import zarr
 from zarr.core.sync import sync
 
-from .consolidated import unconsolidate_above
+from .consolidated import Reconsolidation, consolidated_groups, shown
 from .documents import (
     JOURNAL_NAME,
     PROGRESS_NAME,
@@ -75,7 +75,14 @@ class ResizeChange:
     edge_chunks: int
     """Edge chunks rewritten to clear cells past the new or old edge."""
     unconsolidated: tuple[str, ...] = ()
-    """Groups above the array whose consolidated metadata was removed (``/``: the root)."""
+    """Groups above the array whose consolidated metadata was removed while it ran
+    (``/``: the root), innermost first."""
+    reconsolidated: tuple[str, ...] = ()
+    """Groups above the array consolidated again once it was done, innermost first:
+    those of :attr:`unconsolidated`, and any that someone consolidated meanwhile
+    (its copy held the array's old document)."""
+    not_reconsolidated: tuple[tuple[str, str], ...] = ()
+    """``(group, reason)`` for those that could not be (a ``VfsWarning`` said so too)."""
 
 
 def changes(value: Changes, rank: int, name: str) -> tuple[int, ...]:
@@ -306,11 +313,10 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
         inspector = EdgeChunks(store, path, plan.before, plan.clear_bounds)
         outcomes = {coords: inspector.inspect(coords) for coords in plan.clear_chunks}
         plan = plan_resize(document, keys, low, high, edges=outcomes)
-    unconsolidated: tuple[str, ...] = ()
+    again = Reconsolidation()
     if not plan.changes_nothing:
-        # first: zarr reading through consolidated metadata would not see the marker
-        unconsolidated = unconsolidate_above(store, ancestors)
-        execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
+        plan = replace(plan, reconsolidate=consolidated_groups(ancestors))
+        again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return ResizeChange(
         shape_before=document.shape,
@@ -320,7 +326,9 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
         moved=len(plan.moves),
         dropped=len(plan.drops),
         edge_chunks=len(plan.clear_chunks),
-        unconsolidated=unconsolidated,
+        unconsolidated=tuple(shown(group) for group in plan.reconsolidate),
+        reconsolidated=again.done,
+        not_reconsolidated=again.failed,
     )
 
 

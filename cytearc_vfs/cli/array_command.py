@@ -12,6 +12,9 @@ from .progress import ProgressBars
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
+    from ..arrays.promotion import PromoteChange
+    from ..arrays.resizing import ResizeChange
+
 __all__ = ["cmd_array"]
 
 
@@ -67,13 +70,31 @@ def _unfinished_below(store: Store, path: str) -> list[str]:
     return sorted(found)
 
 
-def _unconsolidated_text(groups: tuple[str, ...]) -> str:
-    if not groups:
-        return ""
-    return (
-        f"; consolidated metadata removed from {', '.join(groups)} (it hid the change from "
-        "zarr): consolidate again with zarr.consolidate_metadata if you want it"
-    )
+def _consolidation_text(change: ResizeChange | PromoteChange) -> str:
+    """What became of the consolidated metadata above the array, for the report's text."""
+    text = ""
+    if change.reconsolidated:
+        text += (
+            f"; consolidated metadata of {', '.join(change.reconsolidated)} removed while it "
+            "ran (it would have hidden the change from zarr) and consolidated again"
+        )
+    for group, reason in change.not_reconsolidated:
+        text += (
+            f"; consolidated metadata of {group} removed while it ran, NOT consolidated again "
+            f"({reason}): the group is valid without it; once no other operation below it is "
+            f"unfinished, run zarr.consolidate_metadata(store, path={group.strip('/')!r})"
+        )
+    return text
+
+
+def _consolidation_payload(change: ResizeChange | PromoteChange) -> dict[str, object]:
+    return {
+        "unconsolidated": list(change.unconsolidated),
+        "reconsolidated": list(change.reconsolidated),
+        "notReconsolidated": [
+            {"group": group, "reason": reason} for group, reason in change.not_reconsolidated
+        ],
+    }
 
 
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
@@ -173,13 +194,13 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             "renamed": resized.moved,
             "deleted": resized.dropped,
             "edgeChunksRead": resized.edge_chunks,
-            "unconsolidated": list(resized.unconsolidated),
+            **_consolidation_payload(resized),
         }
         text = (
             f"resized {where}: {resized.shape_before} -> {resized.shape_after} (low "
             f"{list(resized.low)} in whole chunks, high {list(resized.high)}); "
             f"{plural(resized.moved, 'chunk')} renamed, {resized.dropped} deleted"
-        ) + _unconsolidated_text(resized.unconsolidated)
+        ) + _consolidation_text(resized)
         return Outcome(payload, text)
     promoted = promote_array(array, args.dimension, args.length)
     payload = {
@@ -188,10 +209,10 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "shapeAfter": list(promoted.shape_after),
         "renamed": promoted.moved,
         "staged": promoted.staged,
-        "unconsolidated": list(promoted.unconsolidated),
+        **_consolidation_payload(promoted),
     }
     text = (
         f"promoted {where}: {promoted.shape_before} -> {promoted.shape_after}; "
         f"{plural(promoted.moved, 'chunk')} renamed, bytes unchanged"
-    ) + _unconsolidated_text(promoted.unconsolidated)
+    ) + _consolidation_text(promoted)
     return Outcome(payload, text)
