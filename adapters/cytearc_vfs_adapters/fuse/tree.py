@@ -38,7 +38,7 @@ from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
-from ..serve.validators import costs_a_request, describe
+from ..serve.validators import Described, costs_a_request, describe
 
 __all__ = ["Entry", "StoreTree", "served_chunk_nbytes"]
 
@@ -149,13 +149,12 @@ class StoreTree:
         # (a codec other than bytes) is measured the slow, exact way
         return await store.getsize(key)
 
-    async def _modified(self, key: str) -> int | None:
-        """The real modification time of the file ``key``, when finding it asks no backend:
-        the ``stat`` that gives the server's ``Last-Modified`` (``serve.validators``)."""
+    async def _described(self, key: str) -> Described | None:
+        """What the server's validators know of the file ``key`` (a local file's
+        ``stat``: its size and time), when finding it asks no backend."""
         if costs_a_request(self._store, key):
             return None
-        described = await describe(self._store, key)
-        return None if described is None else described.modified_ns
+        return await describe(self._store, key)
 
     async def _kind(self, key: str) -> bool | None:
         """Whether ``key`` is a key (a file); ``None`` when the store refuses the
@@ -177,13 +176,17 @@ class StoreTree:
         if kind is None:
             return None  # a spelling the store refuses: children() leaves it out too
         if kind:
+            described = await self._described(key)
             try:
-                size = await self._size(key)
+                # a local file's stat gives its size too; else the store's getsize
+                known = None if described is None else described.size
+                size = await self._size(key) if known is None else known
             except FileNotFoundError:  # deleted between the two questions
                 return None
             if size == 0 and await self._is_dir(key):
                 return Entry(is_dir=True, size=0)  # a directory marker (see the module)
-            return Entry(is_dir=False, size=size, modified_ns=await self._modified(key))
+            modified = None if described is None else described.modified_ns
+            return Entry(is_dir=False, size=size, modified_ns=modified)
         if await self._is_dir(key):
             return Entry(is_dir=True, size=0)
         if not costs_a_request(self._store, key) and await lists_as_empty_directory(
