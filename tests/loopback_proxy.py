@@ -221,7 +221,11 @@ class LoopbackProxy:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: close() (shutdown) waits for the serving loop to look, up to
+        # poll_interval (0.5 s by default, paid in the teardown of every test with a proxy)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
 
     @property
