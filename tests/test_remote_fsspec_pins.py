@@ -15,7 +15,7 @@ import pickle
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ class Remote:
     server: S3Server
     other: str
     """``bucket/other.zarr`` of :func:`other`."""
+    _writer: Any = field(default=None, repr=False)
 
     @property
     def sources(self) -> dict[str, str]:
@@ -91,8 +92,16 @@ class Remote:
         return mount
 
     def filesystem(self) -> Any:
-        """An s3fs filesystem of its own, straight to the server (another writer)."""
-        return s3_server_filesystem(self.server)
+        """An s3fs filesystem of its own, straight to the server (another writer).
+
+        Made once per :class:`Remote`: each new one costs ~0.2 s of CPU (a botocore
+        session loading the S3 service model), and a test asked for three or more.
+        Its listing cache is dropped at each call, so each call sees the bucket as a
+        new filesystem would."""
+        if self._writer is None:
+            self._writer = s3_server_filesystem(self.server)
+        self._writer.invalidate_cache()
+        return self._writer
 
     def shards(self, store: str) -> list[str]:
         """The chunk objects of ``store`` (``a.zarr``, or a ``bucket/name.zarr`` path)."""
