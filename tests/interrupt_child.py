@@ -154,6 +154,15 @@ def _say(message: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    # A process started with SIGINT ignored (SIG_IGN survives exec) or blocked (the
+    # mask of the thread that started it) never gets KeyboardInterrupt: the trials
+    # would run to the end. Such an inheritance from the test worker is no part of
+    # what is tested: start as a process a person starts does.
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        print(f"interrupt_child: SIGINT was {signal.getsignal(signal.SIGINT)!r}", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]):
+        print("interrupt_child: SIGINT was blocked", file=sys.stderr)
     config = json.loads(sys.argv[1])
     log = _Log(0, float(config.get("delay", 0.0)))
     log.install()
