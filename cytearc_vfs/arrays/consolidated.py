@@ -47,6 +47,7 @@ from .documents import JOURNAL_NAME, MARKER_FIELD, describe, dumps
 from .key_moves import mover_for
 
 __all__ = [
+    "ConsolidationReport",
     "Reconsolidation",
     "consolidated_groups",
     "reconsolidate",
@@ -63,6 +64,23 @@ class Reconsolidation:
     """Groups consolidated again (``"/"`` for the root), innermost first."""
     failed: tuple[tuple[str, str], ...] = ()
     """``(group, reason)`` for each group that could not be (a warning said so)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsolidationReport:
+    """What became of the consolidated metadata above an array a change resized or
+    promoted (the fields :class:`~.resizing.ResizeChange` and
+    :class:`~.promotion.PromoteChange` share)."""
+
+    unconsolidated: tuple[str, ...] = ()
+    """Groups above the array whose consolidated metadata was removed while it ran
+    (``/``: the root), innermost first."""
+    reconsolidated: tuple[str, ...] = ()
+    """Groups above the array consolidated again once it was done, innermost first:
+    those of :attr:`unconsolidated`, and any that someone consolidated meanwhile
+    (its copy held the array's old document)."""
+    not_reconsolidated: tuple[tuple[str, str], ...] = ()
+    """``(group, reason)`` for those that could not be (a ``VfsWarning`` said so too)."""
 
 
 def shown(group: str) -> str:

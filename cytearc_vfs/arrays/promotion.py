@@ -26,7 +26,7 @@ import zarr
 from zarr.core.sync import sync
 
 from .axis_insertion import insert_axis
-from .consolidated import consolidated_groups, shown
+from .consolidated import ConsolidationReport, consolidated_groups, shown
 from .documents import (
     PROGRESS_NAME,
     STAGING_NAME,
@@ -47,8 +47,9 @@ __all__ = ["PromoteChange", "plan_promote", "promote", "promote_array"]
 
 
 @dataclass(frozen=True, slots=True)
-class PromoteChange:
-    """What a promote did."""
+class PromoteChange(ConsolidationReport):
+    """What a promote did (and, from
+    :class:`~.consolidated.ConsolidationReport`, what became of consolidated metadata)."""
 
     shape_before: tuple[int, ...]
     """Shape before."""
@@ -58,15 +59,6 @@ class PromoteChange:
     """Chunks (shards) renamed."""
     staged: bool
     """Whether the chunks went through the staging prefix (two renames each)."""
-    unconsolidated: tuple[str, ...] = ()
-    """Groups above the array whose consolidated metadata was removed while it ran
-    (``/``: the root), innermost first."""
-    reconsolidated: tuple[str, ...] = ()
-    """Groups above the array consolidated again once it was done, innermost first:
-    those of :attr:`unconsolidated`, and any that someone consolidated meanwhile
-    (its copy held the array's old document)."""
-    not_reconsolidated: tuple[tuple[str, str], ...] = ()
-    """``(group, reason)`` for those that could not be (a ``VfsWarning`` said so too)."""
 
 
 def _ancestors(key: str) -> Iterable[str]:

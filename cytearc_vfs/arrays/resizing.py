@@ -33,7 +33,7 @@ from typing import Any
 import zarr
 from zarr.core.sync import sync
 
-from .consolidated import Reconsolidation, consolidated_groups, shown
+from .consolidated import ConsolidationReport, Reconsolidation, consolidated_groups, shown
 from .documents import (
     JOURNAL_NAME,
     PROGRESS_NAME,
@@ -57,8 +57,9 @@ Changes = Sequence[int] | None
 
 
 @dataclass(frozen=True, slots=True)
-class ResizeChange:
-    """What a resize did."""
+class ResizeChange(ConsolidationReport):
+    """What a resize did (and, from
+    :class:`~.consolidated.ConsolidationReport`, what became of consolidated metadata)."""
 
     shape_before: tuple[int, ...]
     """Shape before."""
@@ -74,15 +75,6 @@ class ResizeChange:
     """Chunks deleted (outside the new shape, or stray keys in the way)."""
     edge_chunks: int
     """Edge chunks rewritten to clear cells past the new or old edge."""
-    unconsolidated: tuple[str, ...] = ()
-    """Groups above the array whose consolidated metadata was removed while it ran
-    (``/``: the root), innermost first."""
-    reconsolidated: tuple[str, ...] = ()
-    """Groups above the array consolidated again once it was done, innermost first:
-    those of :attr:`unconsolidated`, and any that someone consolidated meanwhile
-    (its copy held the array's old document)."""
-    not_reconsolidated: tuple[tuple[str, str], ...] = ()
-    """``(group, reason)`` for those that could not be (a ``VfsWarning`` said so too)."""
 
 
 def changes(value: Changes, rank: int, name: str) -> tuple[int, ...]:

@@ -12,8 +12,7 @@ from .progress import ProgressBars
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
-    from ..arrays.promotion import PromoteChange
-    from ..arrays.resizing import ResizeChange
+    from ..arrays.consolidated import ConsolidationReport
 
 __all__ = ["cmd_array"]
 
@@ -70,7 +69,7 @@ def _unfinished_below(store: Store, path: str) -> list[str]:
     return sorted(found)
 
 
-def _consolidation_text(change: ResizeChange | PromoteChange) -> str:
+def _consolidation_text(change: ConsolidationReport) -> str:
     """What became of the consolidated metadata above the array, for the report's text."""
     text = ""
     if change.reconsolidated:
@@ -87,7 +86,7 @@ def _consolidation_text(change: ResizeChange | PromoteChange) -> str:
     return text
 
 
-def _consolidation_payload(change: ResizeChange | PromoteChange) -> dict[str, object]:
+def _consolidation_payload(change: ConsolidationReport) -> dict[str, object]:
     return {
         "unconsolidated": list(change.unconsolidated),
         "reconsolidated": list(change.reconsolidated),
