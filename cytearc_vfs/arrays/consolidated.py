@@ -43,8 +43,9 @@ from zarr.core.sync import sync
 
 from ..errors import VfsWarning
 from ..format.store_io import get_json
-from .documents import JOURNAL_NAME, MARKER_FIELD, describe, dumps
+from .documents import describe, dumps
 from .key_moves import mover_for
+from .summary import unfinished_below
 
 __all__ = [
     "ConsolidationReport",
@@ -155,33 +156,12 @@ def _consolidate(store: Store, group: str) -> None:
         zarr.consolidate_metadata(store, path=group or None)
 
 
-def _unfinished_below(store: Store, group: str, array: str) -> list[str]:
-    """Arrays below ``group`` other than ``array`` with an unfinished resize or promote
-    (a journal, or the marker in ``zarr.json``), for the message. One listing and
-    a ``get`` per node: only once consolidating has failed."""
-    prefix = f"{group}/" if group else ""
-
-    async def keys() -> list[str]:
-        return [key async for key in store.list_prefix(prefix)]
-
-    found: set[str] = set()
-    try:
-        for key in sync(keys()):
-            holder, _, name = key.rpartition("/")
-            if name == JOURNAL_NAME:
-                found.add(holder)
-            elif name == "zarr.json":
-                document = get_json(store, key)
-                if isinstance(document, Mapping) and MARKER_FIELD in document:
-                    found.add(holder)
-    except Exception:  # the message goes without the names: it must not fail
-        return []
-    return sorted(found - {array})
-
-
 def _reason(store: Store, group: str, array: str, exc: Exception) -> str:
     reason = f"{type(exc).__name__}: {exc}"
-    unfinished = _unfinished_below(store, group, array)
+    try:  # the arrays that stopped zarr, named; without them the message still goes
+        unfinished = [path for path in unfinished_below(store, group) if path != array]
+    except Exception:
+        unfinished = []
     if not unfinished:
         return reason
     return (

@@ -18,10 +18,11 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 
+from ..errors import RecordShapeError
 from ..format.store_io import get_json, list_dir
-from .documents import MARKER_FIELD, array_location
+from .documents import JOURNAL_NAME, MARKER_FIELD, array_location
 
-__all__ = ["ArrayInfo", "HierarchyNode", "codec_text", "hierarchy", "info"]
+__all__ = ["ArrayInfo", "HierarchyNode", "codec_text", "hierarchy", "info", "unfinished_below"]
 
 
 def _dims(shape: Sequence[int] | None) -> str:
@@ -303,6 +304,32 @@ def _node(store: Store, path: str, name: str, depth: int) -> HierarchyNode | Non
                 children.append(child)
     children.sort(key=lambda node: (node.kind != "group", node.name))
     return HierarchyNode(name, path, "group", children=tuple(children))
+
+
+def unfinished_below(store: Store, path: str) -> list[str]:
+    """Paths of the arrays at or below ``path`` with a resize or promote to finish.
+
+    An array counts when its ``zarr.json`` carries the marker or its journal
+    is there (a crash right after writing the journal leaves no marker yet).
+    Walks the groups as :func:`hierarchy` does (a listing per group, never the
+    chunk keys), then one ``get`` per array for its journal.
+    """
+    found: list[str] = []
+    root = _node(store, path, "/", 0)
+    pending = [] if root is None else [root]
+    while pending:
+        node = pending.pop()
+        pending.extend(node.children)
+        if node.kind == "group":
+            continue
+        prefix = f"{node.path}/" if node.path else ""
+        try:
+            journal = get_json(store, prefix + JOURNAL_NAME)
+        except RecordShapeError:  # torn: an operation had begun
+            journal = True
+        if node.kind == "unfinished array" or journal is not None:
+            found.append(node.path)
+    return sorted(found)
 
 
 def _inner_chunks(codecs: object) -> tuple[int, ...] | None:

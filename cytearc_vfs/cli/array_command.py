@@ -40,35 +40,6 @@ def _legacy_kind(store: Store, path: str) -> str | None:
     return None
 
 
-def _unfinished_below(store: Store, path: str) -> list[str]:
-    """Paths of the arrays below the group at ``path`` with a resize or promote to finish.
-
-    An array counts when its ``zarr.json`` carries the marker or its journal is
-    there (a crash right after writing the journal leaves no marker yet).
-    """
-    import zarr
-
-    from ..arrays import hierarchy
-    from ..arrays.documents import JOURNAL_NAME
-    from ..errors import RecordShapeError
-    from ..format.store_io import get_json
-
-    found: list[str] = []
-    pending = [hierarchy(zarr.open_group(store, path=path, mode="r"))]
-    while pending:
-        node = pending.pop()
-        pending.extend(node.children)
-        if node.kind == "group":
-            continue
-        try:
-            journal = get_json(store, f"{node.path}/{JOURNAL_NAME}")
-        except RecordShapeError:  # torn: an operation had begun
-            journal = True
-        if node.kind == "unfinished array" or journal is not None:
-            found.append(node.path)
-    return sorted(found)
-
-
 def _consolidation_text(change: ConsolidationReport) -> str:
     """What became of the consolidated metadata above the array, for the report's text."""
     text = ""
@@ -106,6 +77,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..arrays.documents import MARKER_FIELD
     from ..arrays.promotion import promote_array
     from ..arrays.resizing import resize_array
+    from ..arrays.summary import unfinished_below
     from ..errors import IncompleteStoreError
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
@@ -141,7 +113,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         return Outcome({"location": where, "hierarchy": tree.to_dict()}, str(tree))
     if action == "recover" and is_group:
         # recover finishes one array; "nothing to finish" here hid the arrays below
-        unfinished = _unfinished_below(store, path)
+        unfinished = unfinished_below(store, path)
         if unfinished:
             commands = "; ".join(
                 f"cytearc-vfs array recover {shlex.quote(args.location)} {shlex.quote(name)}"
