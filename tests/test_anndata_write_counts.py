@@ -297,3 +297,45 @@ def test_text_ending_in_nul_is_refused_naming_the_column(
     store.close()
     assert [r for r in caplog.records if "ending in a NUL" in r.getMessage()]
     cv.to_anndata(tmp_path / "c.zarr")  # its own readers read what it wrote
+
+
+def test_an_anndata_ids_column_is_stored_as_orig_ids_as_a_composite_carries_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CyteArc table keeps its ids under the name ``ids``. An AnnData's own ``obs``
+    or ``var`` column of that name was refused ("rename the column"), which
+    ``cytearc-vfs write`` of a file gave no way to do, while a composite over the
+    same AnnData carried it as ``orig_ids``; the import now carries it the same way."""
+    data = ad.AnnData(
+        X=sp.csr_matrix(np.arange(6, dtype=np.float32).reshape(3, 2)),
+        obs=pd.DataFrame({"ids": ["x", "y", "z"], "orig_ids": [1, 2, 3]}, index=["a", "b", "c"]),
+        var=pd.DataFrame({"ids": ["p", "q"]}, index=["g1", "g2"]),
+    )
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 3)
+    data.write_h5ad(tmp_path / "s.h5ad")
+    composite = cv.create_composite(tmp_path / "c.zarr", {"s": source})
+    composed = {
+        table: read_table(zarr.open_group(composite, mode="r")[table])
+        for table in ("cellData", "RNA/featureData")
+    }
+    composite.close()
+    for number, given in enumerate((data, source, tmp_path / "s.h5ad")):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="cytearc_vfs"):
+            info = cv.write_counts(tmp_path / f"w{number}.zarr", given)
+        warned = [
+            r.getMessage() for r in caplog.records if "column 'ids' is stored as" in r.getMessage()
+        ]
+        assert len(warned) == 2, warned  # obs and var
+        group = zarr.open_group(cv.open_store(info.location), mode="r")
+        cells, features = read_table(group["cellData"]), read_table(group["RNA/featureData"])
+        assert cells["orig_orig_ids"].tolist() == ["x", "y", "z"]
+        assert cells["orig_ids"].tolist() == [1, 2, 3]
+        assert features["orig_ids"].tolist() == ["p", "q"]
+        # the same columns, under the same names, as the composite over the AnnData
+        assert cells["orig_orig_ids"].tolist() == composed["cellData"]["orig_orig_ids"].tolist()
+        assert features["orig_ids"].tolist() == composed["RNA/featureData"]["orig_ids"].tolist()
+    # a table passed by the caller can be renamed by the caller: refused, nothing written
+    with pytest.raises(ValueError, match=r"cellData column 'ids' is reserved .*rename"):
+        cv.write_counts(tmp_path / "given.zarr", data, cells=data.obs)
+    assert not (tmp_path / "given.zarr").exists()

@@ -56,6 +56,7 @@ from ..format.sizes import format_size, parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, canonical_location, describe_location
+from .anndata_ids_column import carry_ids_column
 from .budget import budget_for, held_bytes, preparation_bytes, reserve_for_source, row_bytes
 from .count_source import (
     CountSource,
@@ -127,6 +128,9 @@ def _table(
             # object dtype keeps each id as given (pandas would turn None into NaN)
             else pd.DataFrame(index=pd.Index(list(given), dtype=object))
         )
+    elif frame is not None:
+        # an AnnData's own obs/var: its 'ids' column is carried as a composite carries it
+        frame = carry_ids_column(frame, table="obs" if what == "cells" else "var")
     if frame is None:
         prefix = "cell" if what == "cells" else "feature"
         frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
