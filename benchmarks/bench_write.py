@@ -366,7 +366,7 @@ def run_child(contender: str, npz: Path, out: Path, mem_budget: str) -> dict[str
     import zarr
 
     import cytearc_vfs
-    from cytearc_vfs import writer as cv_writer
+    from cytearc_vfs.write import writer as cv_writer
 
     load_started = time.perf_counter()
     matrix = sp.load_npz(npz)
