@@ -73,6 +73,12 @@ CASES: list[tuple[str, int, str]] = [
     *[(f"composite NEW {kind}", 2, WORDS[kind]) for kind in NOT_STORES if kind != "ANNDATA"],
     *[(f"mount {kind} NEW", 2, WORDS[kind]) for kind in NOT_STORES],
     *[(f"repack {kind} NEW", 2, WORDS[kind]) for kind in NOT_STORES],
+    # an AnnData: what describes it, or (a Zarr store) a composite over it, no copy
+    ("info ANNDATA", 2, "anndata ls"),
+    ("verify H5AD", 2, "anndata ls"),
+    ("export ANNDATA NEW", 2, "cytearc-vfs composite DEST.zarr NAME="),
+    ("serve ANNDATA", 2, "give DEST.zarr to serve"),
+    ("export H5AD NEW", 2, "import it with: cytearc-vfs write"),
     ("write MISSING NEW", 2, "does not exist"),
     ("write PLAIN NEW", 2, "give an .h5ad file or an AnnData Zarr store"),
     ("write STORE NEW", 2, "cytearc-vfs repack"),

@@ -43,8 +43,8 @@ def require_store(
     }[tuple(kinds)]
     remedy = {
         "missing": "check the path",
-        "h5ad": _IMPORT_HINT.format(where=location),
-        "anndata": _IMPORT_HINT.format(where=location),
+        "h5ad": _anndata_remedy(location, command, zarr=False),
+        "anndata": _anndata_remedy(location, command, zarr=True),
         "file": "give the directory of a CyteArc store",
         "empty": "give the directory of a CyteArc store, or write one there",
         "directory": "give the directory of a CyteArc store (it holds zarr.json)",
@@ -57,6 +57,24 @@ def require_store(
         f"cytearc-vfs repack {location} OUT.zarr",
     }[found.kind]
     raise InputRefusedError(f"{found.words}; {command} needs {wanted}: {remedy}")
+
+
+def _anndata_remedy(location: str, command: str, *, zarr: bool) -> str:
+    """What to do with an AnnData given to ``command``, which takes CyteArc stores.
+
+    Importing it always works; where the command would show or give counts,
+    an AnnData Zarr store needs no copy: a composite over it alone is a
+    CyteArc store that reads its counts in place.
+    """
+    imported = _IMPORT_HINT.format(where=location)
+    if command in ("info", "verify"):
+        return f"cytearc-vfs anndata ls {location} lists its elements; or {imported}"
+    if zarr and command in ("serve", "mount-fs", "export"):
+        return (
+            f"compose it without copying its counts, with: cytearc-vfs composite DEST.zarr "
+            f"NAME={location}, and give DEST.zarr to {command}; or {imported}"
+        )
+    return imported
 
 
 def json_option(value: str | None, option: str) -> dict[str, Any] | None:
