@@ -150,11 +150,26 @@ class ServedStore:
         storage_options: Mapping[str, Any] | None = None,
         source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
         pause: float = REOPEN_PAUSE_SECONDS,
+        as_anndata: str | None = None,
     ) -> ServedStore:
-        """Open ``location`` read-only with ``cv.open_store``; the same call reopens it."""
+        """Open ``location`` read-only with ``cv.open_store``; the same call reopens it.
+
+        ``as_anndata`` names an assay: the store is served as an AnnData
+        container presenting that assay (``cv.anndata_view``), opened again the
+        same way.
+        """
         from cytearc_vfs.read.opening import open_store
 
         def opened() -> Store:
+            if as_anndata is not None:
+                from .anndata_output.view import anndata_view
+
+                return anndata_view(
+                    location,
+                    as_anndata,
+                    storage_options=storage_options,
+                    source_storage_options=source_storage_options,
+                )
             return open_store(
                 location,
                 mode="r",

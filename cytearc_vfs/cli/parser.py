@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from .serving_options import add_anndata_view_options, add_reopen_pause_option
+
 __all__ = ["DESCRIPTION", "build_parser", "package_version"]
 
 DESCRIPTION = (
@@ -117,20 +119,6 @@ def _mem_budget(parser: argparse.ArgumentParser, default: str) -> None:
         metavar="SIZE",
         default=None,
         help=f"working-memory bound, bytes or a size such as 512M or 2G (default {default})",
-    )
-
-
-def _reopen_pause_option(parser: argparse.ArgumentParser) -> None:
-    """``--reopen-pause SECONDS`` of the long-running commands (``serve``, ``mount-fs``)."""
-    parser.add_argument(
-        "--reopen-pause",
-        metavar="SECONDS",
-        default=None,
-        help=(
-            "after a composite or mount was reopened because a read found a source gone or "
-            "changed, wait this long before reopening again unless a local source's directory "
-            "or root zarr.json changes (default 60; how a remote source's return is noticed)"
-        ),
     )
 
 
@@ -397,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
             "a size such as 256M or 1G (default 256M); larger values are sent in 1 MiB pieces"
         ),
     )
-    _reopen_pause_option(serve)
+    add_reopen_pause_option(serve)
+    add_anndata_view_options(serve)
 
     mount_fs = sub.add_parser(
         "mount-fs",
@@ -440,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
             "must say user_allow_other)"
         ),
     )
-    _reopen_pause_option(mount_fs)
+    add_reopen_pause_option(mount_fs)
+    add_anndata_view_options(mount_fs)
 
     for command in (
         demo,

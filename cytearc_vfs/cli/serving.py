@@ -95,6 +95,19 @@ def _reopen_pause(value: str | None) -> float:
     return seconds
 
 
+def _anndata_assay(args: argparse.Namespace) -> str | None:
+    """The assay ``--as-anndata`` presents, or ``None`` (the store as it is); an
+    ``--assay`` without ``--as-anndata``, which would be ignored, is refused."""
+    if not args.as_anndata:
+        if args.assay is not None:
+            raise InputRefusedError(
+                f"--assay {args.assay} applies only with --as-anndata (the assay whose counts "
+                "become X); add --as-anndata, or leave --assay out to present the store as it is"
+            )
+        return None
+    return "RNA" if args.assay is None else str(args.assay)
+
+
 def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``serve LOCATION [--host H] [--port N]``: until SIGINT, SIGTERM or SIGHUP."""
     import logging
@@ -116,6 +129,7 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     defaults = ServeOptions()
     answer_memory = _answer_memory(args.max_answer_memory, defaults.piece_bytes)
     pause = _reopen_pause(args.reopen_pause)
+    as_anndata = _anndata_assay(args)
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
@@ -127,6 +141,7 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         storage_options=storage_options,
         source_storage_options=source_options,
         pause=pause,
+        as_anndata=as_anndata,
     )
     # Errors met while serving go on, and reopens: one line each on stderr, in
     # the command's voice.
@@ -282,6 +297,7 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     pause = _reopen_pause(args.reopen_pause)
+    as_anndata = _anndata_assay(args)
     require_store(
         args.location,
         command="mount-fs",
@@ -296,6 +312,7 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         storage_options=storage_options,
         source_storage_options=source_options,
         pause=pause,
+        as_anndata=as_anndata,
     )
     try:
         _refuse_overlap(args.mountpoint, _read_directories(args.location, served.current))

@@ -15,6 +15,11 @@ def stores_read_by(store: object) -> dict[str, str]:
     change it) and what a FUSE mount point must not lie in. An ordinary store
     reads nothing else: ``{}``.
     """
+    viewed = getattr(store, "viewed_store", None)
+    if viewed is not None and viewed is not store:
+        # a store presenting another (the AnnData view of cytearc_vfs_adapters)
+        # reads what that one reads
+        return stores_read_by(viewed)
     if isinstance(store, CompositeStore):
         return {f"source {source.name!r}": source.location for source in store.record.sources}
     if isinstance(store, MountStore):

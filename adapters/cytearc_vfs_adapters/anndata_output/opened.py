@@ -92,8 +92,13 @@ def open_assay(
             source_storage_options=source_storage_options,
         )
     paths = AssayPaths(assay, workspace)
-    # an unknown assay is refused here, naming the store's assays
-    reader = VirtualArrayReader(store, assay, workspace=workspace)
-    counts = paths.counts
-    served = sync(store.exists(join(counts, "zarr.json")))
+    try:
+        # an unknown assay is refused here, naming the store's assays
+        reader = VirtualArrayReader(store, assay, workspace=workspace)
+        counts = paths.counts
+        served = sync(store.exists(join(counts, "zarr.json")))
+    except BaseException:
+        if store is not given:
+            store.close()  # opened here: nothing else will close it
+        raise
     return OpenedAssay(store, assay, paths, reader, where, counts if served else None)

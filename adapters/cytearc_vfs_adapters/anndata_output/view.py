@@ -29,276 +29,30 @@ and anndata opens every element without a request per document.
 from __future__ import annotations
 
 import asyncio
-import json
 import pickle
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from itertools import product
 from typing import Any, Unpack
 
-import numpy as np
-import numpy.typing as npt
-import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from cytearc_vfs.format.chunk_keys import ChunkKeys
 from cytearc_vfs.format.key_checked import KeyCheckedStore
 from cytearc_vfs.format.paths import join
-from cytearc_vfs.format.store_io import get_json
 from cytearc_vfs.remote.locations import Location
 
-from .columns import (
-    ExportedColumn,
-    categorical_codes,
-    check_encodable,
-    exported_columns,
-    membership_column,
-    membership_uns,
-)
-from .conversion import band_rows
-from .documents import (
-    ANNDATA_ROOT,
-    array_document,
-    encoded_attributes,
-    group_document,
-    numeric_chunk,
-    text_chunk,
-)
 from .opened import OpenedAssay, OpenOptions, open_assay
+from .view_layout import Computed, Rekeyed, ViewLayout, build_layout
 
 __all__ = ["AnnDataViewStore", "anndata_view"]
 
-#: Bytes of one computed chunk of a mount's ``X``.
-_COMPUTED_X_CHUNK_BYTES = 4 << 20
-_EMPTY_MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
 _READ_ONLY = (
     "store was opened in read-only mode and does not support writing: the AnnData view of "
     "{where} is computed from that store; write to the store itself, or export a copy with "
     "'cytearc-vfs export'"
 )
-
-ChunkFunction = Callable[[tuple[int, ...]], Awaitable[bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Rekeyed:
-    """An array whose chunks are another array's keys in the viewed store."""
-
-    store: Store
-    path: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Computed:
-    """An array whose chunks are computed on request."""
-
-    grid: tuple[int, ...]
-    """Chunks per dimension (``()`` for a 0-d array: one chunk, key ``c``)."""
-    chunk: ChunkFunction
-
-
-class _Layout:
-    """The view's documents and arrays, built once at open."""
-
-    def __init__(self) -> None:
-        self.documents: dict[str, bytes] = {}
-        self.arrays: dict[str, _Rekeyed | _Computed] = {}
-
-    def consolidate(self) -> None:
-        """Put every other document into the root's, as consolidated metadata.
-
-        The view's documents never change, so the consolidated copy is exact;
-        zarr and anndata then open every element without asking for it.
-        """
-        root = json.loads(self.documents["zarr.json"])
-        root["consolidated_metadata"] = {
-            "kind": "inline",
-            "must_understand": False,
-            "metadata": {
-                key.removesuffix("/zarr.json"): json.loads(document)
-                for key, document in sorted(self.documents.items())
-                if key != "zarr.json"
-            },
-        }
-        self.documents["zarr.json"] = json.dumps(root).encode()
-
-    def group(self, path: str, attributes: Mapping[str, Any]) -> None:
-        self.documents[join(path, "zarr.json")] = group_document(attributes)
-
-    def rekeyed(
-        self, path: str, store: Store, source: str, attributes: Mapping[str, Any], where: str
-    ) -> None:
-        document = get_json(store, join(source, "zarr.json"), where=where)
-        if not isinstance(document, dict) or document.get("node_type") != "array":
-            raise ValueError(f"{where}: {source} is not a Zarr v3 array; the store is damaged")
-        self.documents[join(path, "zarr.json")] = json.dumps(
-            {**document, "attributes": dict(attributes)}
-        ).encode()
-        self.arrays[path] = _Rekeyed(store, source)
-
-    def computed(
-        self,
-        path: str,
-        shape: tuple[int, ...],
-        chunks: tuple[int, ...],
-        dtype: np.dtype | str,
-        attributes: Mapping[str, Any],
-        chunk: ChunkFunction,
-    ) -> None:
-        self.documents[join(path, "zarr.json")] = array_document(shape, chunks, dtype, attributes)
-        grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
-        self.arrays[path] = _Computed(grid, chunk)
-
-
-def _column_chunks(array: zarr.Array[Any]) -> tuple[int, int]:
-    """(length, chunk length) of a 1-D table column."""
-    length = int(array.shape[0])
-    return length, max(1, int(array.chunks[0]))
-
-
-def _rows_of(array: zarr.Array[Any], index: tuple[int, ...]) -> Awaitable[Any]:
-    length, size = _column_chunks(array)
-    start = index[0] * size
-    return array._async_array.getitem(slice(start, min(length, start + size)))
-
-
-def _text_array(
-    layout: _Layout, path: str, array: zarr.Array[Any], attributes: Mapping[str, Any]
-) -> None:
-    """A ``string-array`` whose chunks are the stored text column's chunks, re-encoded."""
-    length, size = _column_chunks(array)
-
-    async def chunk(index: tuple[int, ...]) -> bytes:
-        values = np.asarray(await _rows_of(array, index))
-        return await asyncio.to_thread(text_chunk, values.astype(str).tolist(), size)
-
-    layout.computed(path, (length,), (size,), "string", attributes, chunk)
-
-
-def _categorical(
-    layout: _Layout, path: str, array: zarr.Array[Any], column: ExportedColumn
-) -> None:
-    """A ``categorical`` 0.2.0 group: codes computed from the stored values."""
-    layout.group(path, encoded_attributes("categorical", "0.2.0", ordered=column.ordered))
-    length, size = _column_chunks(array)
-    categories = list(column.categories)
-    codes_dtype = categorical_codes(np.asarray(categories[:1], dtype=object), column).dtype
-
-    async def codes(index: tuple[int, ...]) -> bytes:
-        values = np.asarray(await _rows_of(array, index))
-        return await asyncio.to_thread(
-            lambda: numeric_chunk(categorical_codes(values, column), (size,))
-        )
-
-    plain = encoded_attributes("array", "0.2.0")
-    layout.computed(join(path, "codes"), (length,), (size,), codes_dtype, plain, codes)
-    count = max(1, len(categories))
-    text = all(isinstance(value, str) for value in categories)
-    kind: np.dtype | str = "string" if text else np.asarray(categories).dtype
-
-    async def labels(index: tuple[int, ...]) -> bytes:
-        if text:
-            return text_chunk(categories, count)
-        return numeric_chunk(np.asarray(categories), (count,))
-
-    attributes = encoded_attributes("string-array", "0.2.0") if text else plain
-    layout.computed(
-        join(path, "categories"), (len(categories),), (count,), kind, attributes, labels
-    )
-
-
-def _frame(layout: _Layout, path: str, table: str, opened: OpenedAssay) -> str | None:
-    """The ``dataframe`` element of the table at ``table``; returns its membership column."""
-    group = zarr.open_group(opened.store, path=table, mode="r", zarr_format=3)
-    arrays = {name: array for name, array in group.arrays()}
-    if "ids" not in arrays:
-        raise ValueError(f"{opened.where}: {table} has no ids column; the store is damaged")
-    loaded: dict[str, npt.NDArray[Any]] = {}
-
-    def values(name: str) -> npt.NDArray[Any]:
-        if name not in loaded:
-            loaded[name] = np.asarray(arrays[name][:])
-        return loaded[name]
-
-    attrs = {name: dict(array.attrs) for name, array in arrays.items()}
-    kept = exported_columns(
-        {name: array.dtype for name, array in arrays.items()}, attrs, opened.assay, values
-    )
-    check_encodable([column.name for column in kept], table=table)
-    layout.group(
-        path,
-        encoded_attributes(
-            "dataframe", "0.2.0", **{"_index": "_index", "column-order": [c.name for c in kept]}
-        ),
-    )
-    strings = encoded_attributes("string-array", "0.2.0")
-    _text_array(layout, join(path, "_index"), arrays["ids"], strings)
-    for column in kept:
-        array = arrays[column.name]
-        where = join(path, column.name)
-        if column.kind == "text":
-            _text_array(layout, where, array, strings)
-        elif column.kind == "categorical":
-            _categorical(layout, where, array, column)
-        else:
-            layout.rekeyed(
-                where,
-                opened.store,
-                join(table, column.name),
-                encoded_attributes("array", "0.2.0"),
-                opened.where,
-            )
-    return membership_column(attrs, opened.assay)
-
-
-def _counts(layout: _Layout, opened: OpenedAssay) -> None:
-    attributes = encoded_attributes("array", "0.2.0")
-    if opened.counts_path is not None:
-        layout.rekeyed("X", opened.store, opened.counts_path, attributes, opened.where)
-        return
-    n_cells, n_features = opened.shape
-    dtype = opened.reader.dtype
-    rows = min(max(1, n_cells), band_rows(n_features, dtype.itemsize, _COMPUTED_X_CHUNK_BYTES))
-    chunks = (rows, max(1, n_features))
-    reader = opened.reader
-
-    async def chunk(index: tuple[int, ...]) -> bytes:
-        start = index[0] * rows
-        block = await reader.read_async(slice(start, min(n_cells, start + rows)), None)
-        return await asyncio.to_thread(numeric_chunk, block, chunks)
-
-    layout.computed("X", (n_cells, n_features), chunks, dtype, attributes, chunk)
-
-
-def _mapping(layout: _Layout, path: str, content: Mapping[str, Any]) -> None:
-    """A ``dict`` element of nested mappings and strings (what ``uns`` holds here)."""
-    layout.group(path, encoded_attributes("dict", "0.1.0"))
-    for key, value in content.items():
-        where = join(path, key)
-        if isinstance(value, Mapping):
-            _mapping(layout, where, value)
-            continue
-        text = str(value)
-
-        async def chunk(index: tuple[int, ...], text: str = text) -> bytes:
-            return text_chunk([text], 1)
-
-        layout.computed(where, (), (), "string", encoded_attributes("string", "0.2.0"), chunk)
-
-
-def _build(opened: OpenedAssay) -> _Layout:
-    layout = _Layout()
-    layout.group("", ANNDATA_ROOT)
-    _counts(layout, opened)
-    membership = _frame(layout, "obs", opened.paths.cell_data, opened)
-    _frame(layout, "var", opened.paths.feature_data, opened)
-    _mapping(layout, "uns", membership_uns(membership, opened.assay))
-    for name in _EMPTY_MAPPINGS:
-        layout.group(name, encoded_attributes("dict", "0.1.0"))
-    layout.consolidate()
-    return layout
 
 
 # How array_document names the chunks of the computed arrays; the one chunk-key
@@ -313,13 +67,18 @@ class AnnDataViewStore(KeyCheckedStore):
     Build it with :func:`anndata_view`. See the module for the layout.
     """
 
-    def __init__(self, opened: OpenedAssay, workspace: str | None = None) -> None:
+    def __init__(
+        self, opened: OpenedAssay, workspace: str | None = None, *, owns_viewed: bool = False
+    ) -> None:
         super().__init__(read_only=True)
         self._viewed: Store | None = opened.store
+        # a store the view opened itself (from a location, or unpickled) is closed
+        # with it: a composite's remote shard cache lives until its store closes
+        self._owns_viewed = owns_viewed
         self._assay, self._workspace = opened.assay, workspace
         self._pickled = b""
         self._where = opened.where
-        self._built: _Layout | None = _build(opened)
+        self._built: ViewLayout | None = build_layout(opened)
         self._opening = threading.Lock()
 
     @classmethod
@@ -336,23 +95,24 @@ class AnnDataViewStore(KeyCheckedStore):
         view = cls.__new__(cls)
         KeyCheckedStore.__init__(view, read_only=True)
         view._viewed, view._assay, view._workspace = None, assay, workspace
+        view._owns_viewed = True
         view._pickled = viewed
         view._where = "a pickled AnnData view"
         view._built = None
         view._opening = threading.Lock()
         return view
 
-    def _open_viewed(self) -> _Layout:
+    def _open_viewed(self) -> ViewLayout:
         with self._opening:
             if self._built is None:
                 if self._viewed is None:
                     self._viewed = pickle.loads(self._pickled)
                 opened = open_assay(self._viewed, self._assay, workspace=self._workspace)
                 self._where = opened.where
-                self._built = _build(opened)
+                self._built = build_layout(opened)
             return self._built
 
-    async def _layout(self) -> _Layout:
+    async def _layout(self) -> ViewLayout:
         """The view's layout, the viewed store opened first if it is not yet (off the
         event loop: opening reads through zarr's synchronous calls)."""
         built = self._built
@@ -390,6 +150,17 @@ class AnnDataViewStore(KeyCheckedStore):
     def __repr__(self) -> str:
         return f"AnnDataViewStore({self._where!r}, assay={self._assay!r})"
 
+    @property
+    def viewed_store(self) -> Store | None:
+        """The CyteArc store the view presents (``None`` until an unpickled view's first read)."""
+        return self._viewed
+
+    def close(self) -> None:
+        """Close the view, and the viewed store when the view opened it (given a location)."""
+        super().close()
+        if self._owns_viewed and self._viewed is not None:
+            self._viewed.close()
+
     def with_read_only(self, read_only: bool = False) -> AnnDataViewStore:
         """The view itself for ``read_only=True``; a view has no writable form."""
         if not read_only:
@@ -399,7 +170,7 @@ class AnnDataViewStore(KeyCheckedStore):
     # -------------------------------------------------------------- reads
 
     @staticmethod
-    def _find(layout: _Layout, key: str) -> tuple[str, _Rekeyed | _Computed, str] | None:
+    def _find(layout: ViewLayout, key: str) -> tuple[str, Rekeyed | Computed, str] | None:
         """(array path, array, key below it) of a chunk key, or ``None``."""
         head, rest = key, ""
         while "/" in head:
@@ -409,6 +180,33 @@ class AnnDataViewStore(KeyCheckedStore):
             if array is not None:
                 return head, array, rest
         return None
+
+    def _layout_now(self) -> ViewLayout:
+        # built at construction, except in an unpickled view before its first read
+        return self._built if self._built is not None else self._open_viewed()
+
+    def rekeyed_key(self, key: str) -> tuple[Store, str] | None:
+        """The viewed store and the key there when ``key`` is a chunk of an array the view
+        re-keys (``X`` over the stored or a composite's computed counts, numeric
+        columns); ``None`` for documents, computed arrays and absent keys.
+
+        What a directory tree of the view needs to size and time such a file as the
+        viewed store's own (``cytearc-vfs mount-fs --as-anndata``). Called where
+        blocking is allowed: an unpickled view opens its store first.
+        """
+        layout = self._layout_now()
+        found = None if key in layout.documents else self._find(layout, key)
+        if found is None:
+            return None
+        _, array, rest = found
+        return (array.store, join(array.path, rest)) if isinstance(array, Rekeyed) else None
+
+    def computes(self, key: str) -> bool:
+        """Whether reading ``key`` computes its value in the view (a text column's or a
+        categorical's codes chunk, ``X`` of a mount): a value to read whole, once,
+        never range by range."""
+        found = self._find(self._layout_now(), key)
+        return found is not None and isinstance(found[1], Computed)
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -423,7 +221,7 @@ class AnnDataViewStore(KeyCheckedStore):
         if found is None:
             return None
         _, array, rest = found
-        if isinstance(array, _Rekeyed):
+        if isinstance(array, Rekeyed):
             return await array.store.get(join(array.path, rest), prototype, byte_range)
         index = _CHUNK_KEYS.decode_in(rest, array.grid)
         if index is None:
@@ -440,7 +238,7 @@ class AnnDataViewStore(KeyCheckedStore):
         if found is None:
             return False
         _, array, rest = found
-        if isinstance(array, _Rekeyed):
+        if isinstance(array, Rekeyed):
             return rest != "zarr.json" and await array.store.exists(join(array.path, rest))
         return _CHUNK_KEYS.decode_in(rest, array.grid) is not None
 
@@ -461,8 +259,8 @@ class AnnDataViewStore(KeyCheckedStore):
         """``True``."""
         return True
 
-    async def _chunk_keys(self, path: str, array: _Rekeyed | _Computed) -> list[str]:
-        if isinstance(array, _Computed):
+    async def _chunk_keys(self, path: str, array: Rekeyed | Computed) -> list[str]:
+        if isinstance(array, Computed):
             return [
                 join(path, _CHUNK_KEYS.encode(index)) for index in product(*map(range, array.grid))
             ]
@@ -569,4 +367,8 @@ def anndata_view(
     >>> view = cv.anndata_view("pbmc.zarr")  # doctest: +SKIP
     >>> adata = anndata.experimental.read_lazy(view)  # doctest: +SKIP
     """
-    return AnnDataViewStore(open_assay(location, assay, **options), options.get("workspace"))
+    # a Store given stays the caller's to close; one opened here is the view's
+    owned = not isinstance(location, Store)
+    return AnnDataViewStore(
+        open_assay(location, assay, **options), options.get("workspace"), owns_viewed=owned
+    )

@@ -38,6 +38,7 @@ from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
+from ..anndata_output.view import AnnDataViewStore
 from ..serve.validators import Described, costs_a_request, describe
 
 __all__ = ["Entry", "StoreTree", "served_chunk_nbytes"]
@@ -111,6 +112,21 @@ class StoreTree:
                 path: served_chunk_nbytes(document)
                 for path, document in store.record.arrays.items()
             }
+        # an AnnData view (mount-fs --as-anndata) re-keys the viewed store's chunks:
+        # those are sized, timed and told computed or not as the viewed store's own
+        self._view: AnnDataViewStore | None = None
+        self._viewed: StoreTree | None = None
+        if isinstance(store, AnnDataViewStore) and store.viewed_store is not None:
+            self._view, self._viewed = store, StoreTree(store.viewed_store)
+
+    def _in_viewed(self, key: str) -> tuple[StoreTree, str] | None:
+        """The viewed store's tree and key of a chunk an AnnData view re-keys."""
+        if self._view is None or self._viewed is None:
+            return None
+        found = self._view.rekeyed_key(key)
+        if found is None or found[0] is not self._viewed.store:
+            return None
+        return self._viewed, found[1]
 
     @property
     def store(self) -> Store:
@@ -128,11 +144,20 @@ class StoreTree:
         """Whether reading ``key`` computes its value (a composite's count chunk).
 
         Such a value is read whole, once per open file, not range by range:
-        every ranged read of it would compute the whole chunk again.
+        every ranged read of it would compute the whole chunk again. So is a
+        chunk an AnnData view computes, or re-keys from a composite's computed one.
         """
+        inner = self._in_viewed(key)
+        if inner is not None:
+            return inner[0].is_computed(inner[1])
+        if self._view is not None:
+            return self._view.computes(key)
         return self._virtual_chunk(key) is not None
 
     async def _size(self, key: str) -> int:
+        inner = self._in_viewed(key)
+        if inner is not None:
+            return await inner[0]._size(inner[1])
         store = self._store
         virtual = self._virtual_chunk(key)
         if virtual is not None:
@@ -152,6 +177,9 @@ class StoreTree:
     async def _described(self, key: str) -> Described | None:
         """What the server's validators know of the file ``key`` (a local file's
         ``stat``: its size and time), when finding it asks no backend."""
+        inner = self._in_viewed(key)
+        if inner is not None:
+            return await inner[0]._described(inner[1])
         if costs_a_request(self._store, key):
             return None
         return await describe(self._store, key)

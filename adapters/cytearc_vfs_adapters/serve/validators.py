@@ -35,6 +35,10 @@ anyway (``getsize``); no value is read and no composite chunk is computed:
   ``ETag`` (or object version) from the ``HEAD`` that gives the size;
   fsspec: the ``ETag`` its ``info`` reports, asked of the backend (its
   listing cache is dropped for the key first); none when the backend has none;
+* an AnnData view (``serve --as-anndata``): a chunk it re-keys from the
+  viewed store (``X``, numeric columns) as that store's key, whose bytes
+  it is; its own documents and the chunks it computes (text columns,
+  categorical codes) get none;
 * anything else: no validators.
 
 The value is the store kind's identity hashed with the key (the composite
@@ -64,6 +68,7 @@ from cytearc_vfs.mount.store import MountStore
 from cytearc_vfs.remote.object_versions import version_token
 from cytearc_vfs.remote.pinned_store import PinnedSourceStore
 
+from ..anndata_output.view import AnnDataViewStore
 from .pieces import computed_on_read
 
 __all__ = [
@@ -138,6 +143,9 @@ def costs_a_request(store: Store, key: str) -> bool:
         return not computed_on_read(store, key) and costs_a_request(store.backing, key)
     if isinstance(store, MountStore):
         return False  # a remote source gives only its pins, a local one a stat
+    if isinstance(store, AnnDataViewStore):
+        inner = store.rekeyed_key(key)
+        return inner is not None and costs_a_request(*inner)
     return isinstance(store, ObjectStore | FsspecStore)
 
 
@@ -163,6 +171,10 @@ async def describe(store: Store, key: str) -> Described | None:
             described.size,
             described.modified_ns,
         )
+    if isinstance(store, AnnDataViewStore):
+        inner = store.rekeyed_key(key)
+        # a re-keyed chunk holds the viewed store's bytes: its validators are theirs
+        return Described(NO_VALIDATORS, None) if inner is None else await describe(*inner)
     return await _describe_plain(store, key, settled=False)
 
 
