@@ -508,3 +508,44 @@ def test_raw_var_may_list_features_var_lacks(tmp_path: Path) -> None:
     info = cv.write_counts(tmp_path / "w.zarr", path, layer="raw/X")
     features = read_table(zarr.open_group(info.location, mode="r")["RNA/featureData"])
     assert list(features.index) == list(frame)
+
+
+# ------------------------------------------------------------ real data
+
+
+def test_real_pbmc68k_raw_is_refused_as_fractional_and_its_recovered_counts_compose(
+    tmp_path: Path,
+) -> None:
+    """scanpy's PBMC 68k reduced, as published: scaled values in X, log-normalized
+    values in raw.X (Wu 2020, the other real file with AnnData elements, has no raw).
+    Its raw/X is refused as a fractional X is, and the refusal of its X names raw/X;
+    with raw.X replaced by the counts the loader recovers (real counts, real X and
+    var beside them), the raw/X source reads exactly those counts."""
+    from cytearc_vfs import realdata
+
+    published = ad.read_h5ad(realdata.fetch("pbmc68k_reduced"))
+    assert published.raw is not None
+    path = write(published, tmp_path / "pbmc.zarr", 3)
+    with pytest.raises(
+        UnsupportedSourceError, match=r"raw/X holds fractional float32 values.*raw-counts layer"
+    ):
+        cv.create_composite(tmp_path / "c1.zarr", {"p": path}, source_layers={"p": "raw/X"})
+    with pytest.raises(UnsupportedSourceError, match=r"X holds .*source_layers=\{'p': 'raw/X'\}"):
+        cv.create_composite(tmp_path / "c2.zarr", {"p": path})
+    # write_counts stores float raw counts by the spec's rule, as from the AnnData
+    streamed = cv.write_counts(
+        tmp_path / "s.zarr", realdata.fetch("pbmc68k_reduced"), layer="raw/X"
+    )
+    loaded = cv.write_counts(tmp_path / "l.zarr", raw_view(published))
+    assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
+
+    counts = realdata.pbmc68k_reduced()
+    published.raw = ad.AnnData(X=counts.X, obs=published.obs, var=published.raw.var)
+    recovered = write(published, tmp_path / "recovered.zarr", 2)
+    store = cv.create_composite(
+        tmp_path / "c3.zarr", {"p": recovered}, source_layers={"p": "raw/X"}
+    )
+    reader = store.reader()
+    assert list(reader.feature_ids) == list(counts.var_names)
+    np.testing.assert_array_equal(reader.read(), counts.X.toarray())
+    store.close()
