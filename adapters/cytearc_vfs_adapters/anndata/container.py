@@ -243,36 +243,15 @@ class AnnDataContainer:
         return cached
 
     def _open_matrix(self, layer: str | None) -> MatrixElement:
-        if layer is None:
-            path = "X"
-            node = child(self.root, path)
-            if node is None:
-                raise KeyError(
-                    f"{self.where} has no X; name the layer holding the counts "
-                    f"({self.count_choices()})"
-                )
-        elif layer == RAW_COUNTS:
-            path = RAW_COUNTS
-            node = child(self.root, path)
-            if node is None:
-                x = child(self.root, "X") is not None
-                raise KeyError(
-                    f"{self.where} has no raw counts (no {RAW_COUNTS!r}: the AnnData was "
-                    f"written without adata.raw); {self.count_choices()}"
-                    + (" (or give no layer to use X)" if x else "")
-                )
-        else:
-            path = f"layers/{layer}"
-            # a layer is one member of `layers`: '' would open the mapping itself,
-            # 'a/b' a member of a member, '..' a path zarr refuses without naming the layer
-            named = isinstance(layer, str) and layer not in ("", ".", "..") and "/" not in layer
-            node = child(self.root, path) if named else None
-            if node is None:
-                x = child(self.root, "X") is not None
-                raise KeyError(
-                    f"{self.where} has no layer {layer!r}; {self.count_choices()}"
-                    + (" (or give no layer to use X)" if x else "")
-                )
+        try:
+            path: str | None = layer_element(layer)
+        except ValueError:
+            # not one member of `layers`: '' would open the mapping itself, 'a/b' a
+            # member of a member, '..' a path zarr refuses without naming the layer
+            path = None
+        node = child(self.root, path) if path is not None else None
+        if node is None or path is None:
+            raise KeyError(self._missing_matrix(layer))
         matrix = matrix_element(node, path, classify(node, path), where=self.where)
         expected = (
             (self._index_length("obs"), self._index_length("raw/var"))
@@ -286,6 +265,20 @@ class AnnDataContainer:
                 f"{expected} (obs x {frame})"
             )
         return matrix
+
+    def _missing_matrix(self, layer: str | None) -> str:
+        """The refusal of a matrix the container lacks, naming what it holds."""
+        if layer is None:
+            return (
+                f"{self.where} has no X; name the layer holding the counts ({self.count_choices()})"
+            )
+        x = " (or give no layer to use X)" if child(self.root, "X") is not None else ""
+        if layer == RAW_COUNTS:
+            return (
+                f"{self.where} has no raw counts (no {RAW_COUNTS!r}: the AnnData was written "
+                f"without adata.raw); {self.count_choices()}{x}"
+            )
+        return f"{self.where} has no layer {layer!r}; {self.count_choices()}{x}"
 
     def elements(self) -> list[ElementInfo]:
         """Every element, with encoding, version and shape (metadata only)."""
