@@ -549,3 +549,17 @@ def test_real_pbmc68k_raw_is_refused_as_fractional_and_its_recovered_counts_comp
     assert list(reader.feature_ids) == list(counts.var_names)
     np.testing.assert_array_equal(reader.read(), counts.X.toarray())
     store.close()
+
+
+def test_a_partial_copy_of_raw_counts_is_refused_naming_the_chunk(tmp_path: Path) -> None:
+    """A chunk of raw/X/data missing (zarr would read zeros): refused by both paths."""
+    from cytearc_vfs.errors import MissingChunkError
+
+    data = with_raw(40, GENES[:12], "a", seed=18)
+    path = write(data, tmp_path / "a.zarr", 2)
+    (path / "raw" / "X" / "data" / "0").unlink()
+    match = r"the AnnData element 'raw/X' lacks the chunk 'raw/X/data/0'"
+    with pytest.raises(MissingChunkError, match=match):
+        cv.create_composite(tmp_path / "c.zarr", {"a": path}, source_layers={"a": "raw/X"})
+    with pytest.raises(MissingChunkError, match=r"raw/X/data/0"):
+        cv.write_counts(tmp_path / "w.zarr", path, layer="raw/X")
