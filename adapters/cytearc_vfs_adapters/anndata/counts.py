@@ -5,9 +5,10 @@ group (see :mod:`cytearc_vfs.write.count_source`). Two inputs are recognised:
 
 - an ``anndata.AnnData`` object: its ``X`` (or ``layer``), ``obs`` and
   ``var``; ``layer="raw/X"`` takes its raw counts ``adata.raw.X`` with
-  ``adata.raw.var`` as the features. anndata is the optional extra ``cytearc-vfs[anndata]``: an AnnData
-  can only exist where anndata was imported, so this adapter looks for the
-  module instead of importing it, and scipy or numpy input never pays for it;
+  ``adata.raw.var`` as the features. anndata is the optional extra
+  ``cytearc-vfs[anndata]``: an AnnData can only exist where anndata was
+  imported, so this adapter looks for the module instead of importing it,
+  and scipy or numpy input never pays for it;
 - the location of an AnnData container: a path or URL of an AnnData Zarr
   store (v2 or v3), an ``.h5ad`` file, a zarr ``Store`` or ``Group``. Its
   matrix (``X``, a layer, or ``raw/X`` with ``raw/var`` as the features)
