@@ -438,6 +438,26 @@ def test_write_counts_of_raw_counts_equals_writing_the_raw_anndata(
         assert list(features["symbol"]) == [f"S-{gene}" for gene in GENES[:30]]
 
 
+@pytest.mark.remote
+def test_write_counts_of_remote_raw_counts_equals_writing_the_raw_anndata(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """An AnnData Zarr store with raw on the loopback S3 server, given by its URL."""
+    from obstore.store import S3Store
+
+    data = with_raw(150, GENES[:25], "a", seed=19, encoding="csc")
+    bucket = s3_server.new_bucket()
+    upload(S3Store(bucket, **s3_server.storage_options()), write(data, tmp_path / "r.zarr", 3))
+    streamed = cv.write_counts(
+        tmp_path / "s.zarr",
+        f"s3://{bucket}/r.zarr",
+        layer="raw/X",
+        source_storage_options=s3_server.storage_options(),
+    )
+    loaded = cv.write_counts(tmp_path / "l.zarr", raw_view(data))
+    assert streamed.dataset_fingerprint == loaded.dataset_fingerprint
+
+
 @pytest.mark.parametrize("kind", ["zarr", "h5ad"])
 def test_write_counts_streams_raw_counts_in_bands(tmp_path: Path, kind: str) -> None:
     """A container's raw/X is read in the writer's row bands (counted by the element), never
