@@ -324,6 +324,22 @@ def test_a_changed_raw_x_or_raw_var_fails_closed(
     check_fails_closed(location, sources, edit, part)
 
 
+def test_a_changed_raw_var_document_is_seen_and_costs_no_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw_written: Path
+) -> None:
+    """raw/var's document is watched as var's is: a new attribute (as a new column
+    rewrites it) sends the open to the documents, and no chunk is digested."""
+    sources, location = _raw_sources(tmp_path, raw_written)
+    raw_var = zarr.open_group(sources["a"] / "raw" / "var", mode="r+")
+    raw_var.attrs["note"] = "a new raw/var attribute"
+    reads = FileReads(monkeypatch, tmp_path / "src")
+    store = cv.open_store(location)
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert "raw/var/zarr.json" in reads.keys
+    assert [key for key in reads.keys if not key.endswith(documents)] == []
+    store.close()
+
+
 def test_a_changed_normalized_x_leaves_a_raw_source_readable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw_written: Path
 ) -> None:
