@@ -292,7 +292,7 @@ class FileReads:
 
 @pytest.fixture(scope="module")
 def two_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The two AnnData sources of ``_two_sources``, written by anndata once for the
+    """The two AnnData sources of ``two_sources``, written by anndata once for the
     module; no test opens them, each copies them."""
     root = tmp_path_factory.mktemp("two")
     write(adata(400, GENES[:30], "a", seed=1), root / "a.zarr", 3)
@@ -300,20 +300,31 @@ def two_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _two_sources(tmp_path: Path, written: Path) -> tuple[dict[str, Path], Path]:
+def two_sources(tmp_path: Path, written: Path, **options: Any) -> tuple[dict[str, Path], Path]:
     """A copy of the sources ``written`` in ``tmp_path / "src"`` (the tests edit, move
-    or count reads of it), and a composite over the copy, created after it."""
+    or count reads of it), and a composite over the copy, created after it (with
+    ``options`` of ``create_composite``)."""
     shutil.copytree(written, tmp_path / "src")
     sources = {"a": tmp_path / "src" / "a.zarr", "b": tmp_path / "src" / "b.zarr"}
     location = tmp_path / "comp.zarr"
-    cv.create_composite(location, sources).close()
+    cv.create_composite(location, sources, **options).close()
     return sources, location
+
+
+def check_fails_closed(location: Path, sources: dict[str, Path], edit: Any, part: str) -> None:
+    """After ``edit(sources)``, the open of the composite at ``location`` fails closed,
+    its message naming only what changed (``part``), in AnnData's words."""
+    edit(sources)
+    with pytest.raises(
+        IdentityMismatchError, match=rf"changed after the composite was created {part}.*recreate"
+    ):
+        cv.open_store(location)
 
 
 def test_an_unchanged_source_opens_without_reading_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
-    _, location = _two_sources(tmp_path, two_written)
+    _, location = two_sources(tmp_path, two_written)
     reads = FileReads(monkeypatch, tmp_path / "src")
     store = cv.open_store(location)
     assert reads.keys == []  # stats of directories, documents and a sample; no read
@@ -325,7 +336,7 @@ def test_an_unchanged_source_opens_without_reading_a_file(
 def test_a_touched_but_equal_source_is_digested_again_and_opens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
-    sources, location = _two_sources(tmp_path, two_written)
+    sources, location = two_sources(tmp_path, two_written)
     chunk = next(
         p for p in (sources["a"] / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json"
     )
@@ -339,7 +350,7 @@ def test_a_touched_but_equal_source_is_digested_again_and_opens(
 def test_a_changed_obs_document_costs_no_digest_of_x(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_written: Path
 ) -> None:
-    sources, location = _two_sources(tmp_path, two_written)
+    sources, location = two_sources(tmp_path, two_written)
     obs = zarr.open_group(sources["a"] / "obs", mode="r+")
     obs.attrs["note"] = "a new obs attribute (as a new column rewrites obs's document)"
     reads = FileReads(monkeypatch, tmp_path / "src")
@@ -351,27 +362,43 @@ def test_a_changed_obs_document_costs_no_digest_of_x(
     store.close()
 
 
-def _edit_data(sources: dict[str, Path]) -> None:
-    group = zarr.open_group(sources["a"], mode="r+")
-    data = group["X/data"]
-    values = data[:]
-    values[0] += 1
-    data[:] = values
+def edit_first_value(store: Path, array: str) -> None:
+    """Add one to the first value of ``array`` (``X/data``) of the AnnData store at
+    ``store``, through zarr (its chunk is rewritten, resized)."""
+    values = zarr.open_group(store, mode="r+")[array]
+    assert isinstance(values, zarr.Array)
+    stored = values[:]
+    stored[0] += 1
+    values[:] = stored
 
 
-def _edit_obs_index(sources: dict[str, Path]) -> None:
-    group = zarr.open_group(sources["b"], mode="r+", zarr_format=2)
-    values = group["obs/_index/values"]
+def rename_in_index(store: Path, index: str) -> None:
+    """Rename the fourth id of the index column ``index`` (``obs/_index``) of the Zarr v2
+    AnnData store at ``store`` (a string array, or a nullable one's ``values``)."""
+    column = zarr.open_group(store, mode="r+", zarr_format=2)[index]
+    values = column["values"] if isinstance(column, zarr.Group) else column
+    assert isinstance(values, zarr.Array)
     names = values[:]
     names[3] = "renamed"
     values[:] = names
 
 
+def reverse_file(path: Path) -> None:
+    """Replace the file at ``path`` by its bytes reversed: same size, other bytes."""
+    path.write_bytes(bytes(reversed(path.read_bytes())))
+
+
+def _edit_data(sources: dict[str, Path]) -> None:
+    edit_first_value(sources["a"], "X/data")
+
+
+def _edit_obs_index(sources: dict[str, Path]) -> None:
+    rename_in_index(sources["b"], "obs/_index")
+
+
 def _replace_equal_size(sources: dict[str, Path]) -> None:
     # a chunk of b's indices (Zarr v2) replaced by a file of the same size
-    chunk = sources["b"] / "X" / "indices" / "0"
-    size = chunk.stat().st_size
-    chunk.write_bytes(bytes(reversed(chunk.read_bytes()))[:size])
+    reverse_file(sources["b"] / "X" / "indices" / "0")
 
 
 @pytest.mark.parametrize(
@@ -386,13 +413,8 @@ def _replace_equal_size(sources: dict[str, Path]) -> None:
 def test_a_changed_anndata_source_fails_closed(
     tmp_path: Path, edit: Any, part: str, two_written: Path
 ) -> None:
-    sources, location = _two_sources(tmp_path, two_written)
-    edit(sources)
-    # the message names only what changed, in AnnData's words
-    with pytest.raises(
-        IdentityMismatchError, match=rf"changed after the composite was created {part}.*recreate"
-    ):
-        cv.open_store(location)
+    sources, location = two_sources(tmp_path, two_written)
+    check_fails_closed(location, sources, edit, part)
 
 
 def test_a_resized_object_fails_closed_without_reading_the_element(
@@ -401,7 +423,7 @@ def test_a_resized_object_fails_closed_without_reading_the_element(
     """An object of X added, removed or resized cannot give the recorded digest (it
     covers every key and length): the open fails from the listing and the
     documents, whatever the size of X."""
-    sources, location = _two_sources(tmp_path, two_written)
+    sources, location = two_sources(tmp_path, two_written)
     _edit_data(sources)
     reads = FileReads(monkeypatch, tmp_path / "src")
     with pytest.raises(IdentityMismatchError, match=r"'X/data/c/0' \(\d+ -> \d+ bytes\)"):
@@ -411,7 +433,7 @@ def test_a_resized_object_fails_closed_without_reading_the_element(
 
 
 def test_an_edited_anndata_record_is_refused(tmp_path: Path, two_written: Path) -> None:
-    _, location = _two_sources(tmp_path, two_written)
+    _, location = two_sources(tmp_path, two_written)
     array = zarr.open_array(location, path=ANNDATA_SOURCES_PATH, mode="r+")
     values = array[:]
     values[-2] = ord(" ")
@@ -474,9 +496,20 @@ def remote_parts() -> dict[str, ad.AnnData]:
     return parts
 
 
+def upload(bucket: Any, local: Path) -> None:
+    """Put every file of the store at ``local`` into ``bucket`` (an obstore store) under
+    the store's name."""
+    import obstore
+
+    for file in local.rglob("*"):
+        if file.is_file():
+            obstore.put(
+                bucket, f"{local.name}/{file.relative_to(local).as_posix()}", file.read_bytes()
+            )
+
+
 @pytest.fixture
 def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    import obstore
     from obstore.store import from_url
 
     proxy = LoopbackProxy(s3_server.endpoint)
@@ -485,12 +518,7 @@ def remote_anndata(s3_server: S3Server, tmp_path: Path) -> Iterator[dict[str, An
     raw = from_url(f"s3://{bucket}", **direct)
     parts = remote_parts()
     for name, data in parts.items():
-        local = write(data, tmp_path / f"{name}.zarr", int(name[1]))
-        for file in local.rglob("*"):
-            if file.is_file():
-                obstore.put(
-                    raw, f"{name}.zarr/{file.relative_to(local).as_posix()}", file.read_bytes()
-                )
+        upload(raw, write(data, tmp_path / f"{name}.zarr", int(name[1])))
     try:
         yield {
             "sources": {name: f"s3://{bucket}/{name}.zarr" for name in parts},
@@ -572,7 +600,7 @@ def test_remote_anndata_sources_read_equal_and_open_with_one_listing(
 
 def test_sources_copy_elsewhere_still_open(tmp_path: Path, two_written: Path) -> None:
     """A copy keeps the bytes: versions differ, the digests match, the open succeeds."""
-    _, location = _two_sources(tmp_path, two_written)
+    _, location = two_sources(tmp_path, two_written)
     moved = tmp_path / "moved"
     shutil.copytree(tmp_path / "src", moved)
     shutil.rmtree(tmp_path / "src")

@@ -35,11 +35,13 @@ def refuse_remote_h5ad(location: str) -> None:
 def checked_anndata_input(
     location: str, layer: str | None, storage_options: Mapping[str, Any] | None = None
 ) -> str:
-    """Check that ``location`` is an AnnData container holding ``layer``; the writer then
+    """Check that ``location`` is an AnnData container holding ``layer`` (a layer's name,
+    or ``raw/X`` for its raw counts); the writer then
     streams it band by band (``X`` is never loaded). ``storage_options`` open a URL."""
     from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
 
     from ..inspection.store_kind import classify_location
+    from ..read.anndata_elements import RAW_COUNTS
 
     refuse_remote_h5ad(location)
     found = classify_location(location, storage_options=storage_options)
@@ -57,12 +59,20 @@ def checked_anndata_input(
         raise InputRefusedError(str(exc)) from exc
     try:
         layers = container.layers()
+        raw = container.has_raw_counts()
     finally:
         container.close()
-    if layer is not None and layer not in layers:
+    choices = f"its layers are: {', '.join(layers) or 'none'}" + (
+        f", and its raw counts {RAW_COUNTS}" if raw else ""
+    )
+    if layer == RAW_COUNTS and not raw:
         raise InputRefusedError(
-            f"{found.where} has no layer {layer!r}; its layers are: "
-            f"{', '.join(layers) or 'none'} (leave out --layer to use X)"
+            f"{found.where} has no raw counts (no {RAW_COUNTS}: the AnnData was written "
+            f"without adata.raw); {choices} (leave out --layer to use X)"
+        )
+    if layer is not None and layer != RAW_COUNTS and layer not in layers:
+        raise InputRefusedError(
+            f"{found.where} has no layer {layer!r}; {choices} (leave out --layer to use X)"
         )
     return location
 

@@ -197,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--assay-type", metavar="TYPE", help="assay preset (default: taken from the assay name)"
     )
     write.add_argument(
-        "--layer", metavar="NAME", help="AnnData layer holding the counts (default: X)"
+        "--layer",
+        metavar="NAME",
+        help="AnnData layer holding the counts, or raw/X for its raw counts (adata.raw.X, "
+        "features from raw/var) (default: X)",
     )
     write.add_argument("--workspace", metavar="NAME", help="write the workspace layout under NAME")
     write.add_argument(
@@ -256,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=LAYER",
-        help="read layer LAYER of the AnnData source NAME instead of its X (repeatable)",
+        help="read layer LAYER of the AnnData source NAME instead of its X, or its raw "
+        "counts with NAME=raw/X (features from raw/var) (repeatable)",
     )
     _remote_options(
         composite,

@@ -1,7 +1,8 @@
 """The cell and feature columns of an AnnData source: its ``obs`` and ``var``.
 
 A composite carries every column of its sources' tables (:mod:`.columns`).
-An AnnData source keeps them as dataframe elements (``obs``, ``var``) in
+An AnnData source keeps them as dataframe elements (``obs``, and ``var``, or
+``raw/var`` for a source read from its raw counts ``raw/X``) in
 any encoding the AnnData specification has had: categorical 0.2.0 and both
 legacy layouts, nullable integers and booleans, string arrays. The element
 layer that reads all of them lives above the core, in
@@ -77,7 +78,7 @@ class AnnDataTables(NamedTuple):
     obs: pd.DataFrame
     """The cell table (index: the cell ids)."""
     var: pd.DataFrame
-    """The feature table (index: the feature ids)."""
+    """The feature table (index: the feature ids): ``var``, or ``raw/var``."""
     membership: Mapping[str, Any] | None
     """``uns["cytearc"]["assayMembership"]``, or ``None``."""
     skipped: tuple[tuple[str, str], ...] = ()
@@ -85,7 +86,9 @@ class AnnDataTables(NamedTuple):
     frames: ``(element path, reason)`` each."""
 
 
-TablesReader = Callable[[Store], AnnDataTables]
+#: ``reader(store, features)``: ``features`` names the dataframe of the feature
+#: table, ``var`` or ``raw/var``.
+TablesReader = Callable[[Store, str], AnnDataTables]
 
 _reader: TablesReader | None = None
 _reader_found = False
@@ -161,13 +164,16 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
 
 
 #: What the tables reader reads: the root's documents (either Zarr format) and
-#: everything under these prefixes (the membership declaration lives in uns/cytearc).
+#: everything under these prefixes (the membership declaration lives in uns/cytearc),
+#: and under the features' dataframe (``var/`` or ``raw/var/``).
 _ROOT_DOCUMENTS = ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")
-_TABLE_PREFIXES = ("obs/", "var/", "uns/cytearc/")
+_TABLE_PREFIXES = ("obs/", "uns/cytearc/")
+_RAW_DOCUMENTS = ("raw/zarr.json", "raw/.zgroup", "raw/.zattrs")
 
 
-async def tables_prefetched(store: Store) -> PrefetchedStore:
-    """``store`` with the objects the tables reader reads fetched concurrently.
+async def tables_prefetched(store: Store, features: str = "var") -> PrefetchedStore:
+    """``store`` with the objects the tables reader reads fetched concurrently
+    (``features``: the dataframe of the feature table, ``var`` or ``raw/var``).
 
     The element layer reads a dataframe column by column through zarr's
     synchronous API, one request after another: Wu 2020's 45 ``obs`` columns
@@ -175,11 +181,13 @@ async def tables_prefetched(store: Store) -> PrefetchedStore:
     loopback S3 server). Listed under :data:`_TABLE_PREFIXES` and fetched
     with :data:`MAX_IN_FLIGHT` requests in flight, they cost a few round trips.
     """
-    prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in _TABLE_PREFIXES))
+    complete = (*_TABLE_PREFIXES, f"{features}/")
+    prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in complete))
     # A key no store of the package takes (a column named 'CD4%2fCD8') is left
     # out: its column reads as absent, and is reported and not carried.
     listed = [key for keys in prefixes for key in keys if key_problem(key) is None]
-    keys = [*_ROOT_DOCUMENTS, *listed]
+    # raw/var is reached through the raw group's documents
+    keys = [*_ROOT_DOCUMENTS, *(_RAW_DOCUMENTS if features != "var" else ()), *listed]
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
     prototype = default_buffer_prototype()
 
@@ -191,7 +199,7 @@ async def tables_prefetched(store: Store) -> PrefetchedStore:
     values = await asyncio.gather(*(fetch(key) for key in keys))
     # a key under the prefixes that was not listed is absent (zarr and the element
     # layer probe for optional arrays, such as a nullable column's mask)
-    return PrefetchedStore(store, dict(zip(keys, values, strict=True)), complete=_TABLE_PREFIXES)
+    return PrefetchedStore(store, dict(zip(keys, values, strict=True)), complete=complete)
 
 
 async def _listed(store: Store, prefix: str) -> list[str]:
@@ -199,21 +207,25 @@ async def _listed(store: Store, prefix: str) -> list[str]:
 
 
 async def anndata_columns(
-    store: Store, *, assay: str, source: str
+    store: Store, *, assay: str, source: str, features: str = "var"
 ) -> tuple[dict[str, StoredColumn], dict[str, StoredColumn]] | None:
-    """The cell and feature columns of the AnnData store ``store``, or ``None``
-    when no reader is registered (the adapters are not installed)."""
+    """The cell and feature columns of the AnnData store ``store`` (the feature
+    columns from the dataframe ``features``: ``var``, or ``raw/var`` for a source
+    read from ``raw/X``), or ``None`` when no reader is registered (the adapters
+    are not installed)."""
     reader = _tables_reader()
     if reader is None:
         return None
-    view = await tables_prefetched(store)
+    view = await tables_prefetched(store, features)
     # The element layer reads through zarr's synchronous API, so it runs off the
     # event loop, on threads of its own: each waits for coroutines that need the
     # loop's default executor (zarr decodes there), and readers holding every
     # thread of that executor would wait for each other forever.
-    tables = await asyncio.get_running_loop().run_in_executor(_reading_threads(), reader, view)
+    tables = await asyncio.get_running_loop().run_in_executor(
+        _reading_threads(), reader, view, features
+    )
     for path, reason in tables.skipped:
-        table, _, column = path.partition("/")
+        table, _, column = path.rpartition("/")
         logger.warning(
             "source %r: %s column %r cannot be read, it is not carried (the counts and the "
             "other columns are): %s",

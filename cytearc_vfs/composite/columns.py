@@ -59,6 +59,7 @@ from ..format.tables import (
     free_column_name,
     read_columns,
 )
+from ..read.anndata_elements import features_frame
 from ..read.sources import BoundSource
 from ..write.membership import MEMBERSHIP_ROLE
 from .anndata_columns import anndata_columns
@@ -108,8 +109,12 @@ async def _read_source(source: BoundSource) -> SourceTables:
         # an AnnData source's obs and var, read by the adapters' element layer
         counts = source.anndata
         assert counts.cell_ids is not None and counts.feature_ids is not None
+        features_table = features_frame(counts.element.path)
         read = await anndata_columns(
-            source.store, assay=source.info.paths.assay, source=source.name
+            source.store,
+            assay=source.info.paths.assay,
+            source=source.name,
+            features=features_table,
         )
         if read is None:  # no element reader installed: the indexes alone
             return SourceTables(
@@ -121,7 +126,7 @@ async def _read_source(source: BoundSource) -> SourceTables:
             )
         cells, features = read
         _check_same_ids(source.name, cells["ids"].values, counts.cell_ids, "obs")
-        _check_same_ids(source.name, features["ids"].values, counts.feature_ids, "var")
+        _check_same_ids(source.name, features["ids"].values, counts.feature_ids, features_table)
         return SourceTables(source.name, source.info.shape, cells, features, {})
     paths = source.info.paths
     # through the documents and listing the source was verified from: the

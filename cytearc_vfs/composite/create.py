@@ -32,6 +32,7 @@ from ..format.records import dump_assay_types, requires_transpose
 from ..format.sizes import parse_size
 from ..format.store_io import get_json
 from ..format.tables import prepare_table, write_table
+from ..read.anndata_elements import layer_element
 from ..read.anndata_sources import AnnDataSpec
 from ..read.read_stats import ReadCounters
 from ..read.sources import SourceSpec, bind_sources
@@ -207,10 +208,13 @@ def create_composite(
     source_storage_options
         Per source, backend options (credentials); used, never written.
     source_layers
-        Per AnnData source, the layer read instead of ``X`` (``{name: layer}``).
-        A source may be an AnnData Zarr store (v2 or v3; ``X`` or the layer
-        encoded ``csr_matrix``, ``csc_matrix`` or dense): its counts are read
-        where they are, its obs and var indexes are its cell and feature ids
+        Per AnnData source, the layer read instead of ``X`` (``{name: layer}``),
+        or ``"raw/X"`` for its raw counts (``adata.raw.X``; its features are
+        then ``raw/var``, which may list more than ``var``; a layer literally
+        named ``raw`` stays ``{name: "raw"}``). A source may be an AnnData Zarr
+        store (v2 or v3; the element encoded ``csr_matrix``, ``csc_matrix`` or
+        dense): its counts are read where they are, its obs index and the
+        index of its var (or raw/var) are its cell and feature ids
         (``docs/composite.md``, "AnnData sources").
     mem_budget
         Bound of the creation's memory (default 2 GiB, as for ``write_counts``;
@@ -437,14 +441,12 @@ def create_composite(
 
 
 def _layer_element(name: str, layer: str | None) -> str:
-    """The element an AnnData source is read from: ``X``, or ``layers/{layer}``."""
-    if layer is None:
-        return "X"
-    if not isinstance(layer, str) or not layer or "/" in layer:
-        raise ValueError(
-            f"source_layers[{name!r}] must be the name of one layer (e.g. 'counts'), not {layer!r}"
-        )
-    return f"layers/{layer}"
+    """The element an AnnData source is read from: ``X``, ``layers/{layer}``, or
+    ``raw/X`` for the raw counts."""
+    try:
+        return layer_element(layer)
+    except ValueError as exc:
+        raise ValueError(f"source_layers[{name!r}]: {exc}") from None
 
 
 def _frame(ids: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> Any:

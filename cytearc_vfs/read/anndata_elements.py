@@ -1,10 +1,12 @@
 """The few AnnData Zarr elements a composite source needs, parsed from their documents.
 
 A composite reads an AnnData store's counts without converting it: the root
-(``encoding-type: anndata``), one matrix element (``X`` or ``layers/{name}``,
-encoded ``csr_matrix``, ``csc_matrix`` or a dense ``array``) and the indexes
-of ``obs`` and ``var`` (the dataframe's ``_index`` attribute names the index
-column, a ``string-array`` or a ``nullable-string-array``). Zarr v2 and v3.
+(``encoding-type: anndata``), one matrix element (``X``, ``layers/{name}`` or
+the raw counts ``raw/X``, encoded ``csr_matrix``, ``csc_matrix`` or a dense
+``array``) and the indexes of ``obs`` and of the dataframe naming the
+element's features (``var``; ``raw/var`` for ``raw/X``: the dataframe's
+``_index`` attribute names the index column, a ``string-array`` or a
+``nullable-string-array``). Zarr v2 and v3.
 
 This is the one module that knows AnnData's element encodings. It reads
 documents through a :data:`Documents` callable (key -> parsed JSON or
@@ -35,8 +37,11 @@ __all__ = [
     "IndexElement",
     "MatrixElement",
     "MissingElementError",
+    "RAW_COUNTS",
     "anndata_format",
     "document_keys",
+    "features_frame",
+    "layer_element",
     "matrix_element",
     "node_attributes",
     "obs_var_index",
@@ -48,6 +53,41 @@ __all__ = [
 #: key -> parsed JSON document, or ``None`` when the store has no such key.
 Documents = Callable[[str], Awaitable[Any]]
 Encoding = Literal["csr_matrix", "csc_matrix", "array"]
+
+#: The name that selects an AnnData's raw counts (``adata.raw.X``, whose features
+#: are ``raw/var``) wherever a layer can be named. No layer is called so: a layer
+#: name holds no ``/``.
+RAW_COUNTS = "raw/X"
+
+
+def layer_element(layer: str | None) -> str:
+    """The element a layer name reads: ``X`` for none, ``raw/X`` for
+    :data:`RAW_COUNTS`, else ``layers/{layer}``; a name that cannot be one layer
+    is refused.
+
+    >>> layer_element(None), layer_element("counts"), layer_element("raw/X"), layer_element("raw")
+    ('X', 'layers/counts', 'raw/X', 'layers/raw')
+    """
+    if layer is None:
+        return "X"
+    if layer == RAW_COUNTS:
+        return RAW_COUNTS
+    if not isinstance(layer, str) or layer in ("", ".", "..") or "/" in layer:
+        raise ValueError(
+            f"{layer!r} is not the name of one layer (e.g. 'counts'), nor {RAW_COUNTS!r} "
+            "(the raw counts, adata.raw.X)"
+        )
+    return f"layers/{layer}"
+
+
+def features_frame(element: str) -> str:
+    """The dataframe naming the features of the matrix ``element``: ``raw/var``
+    for the raw counts (which may list more features than ``var``), else ``var``.
+
+    >>> features_frame("X"), features_frame("layers/counts"), features_frame("raw/X")
+    ('var', 'var', 'raw/var')
+    """
+    return "raw/var" if element == RAW_COUNTS else "var"
 
 
 def document_keys(path: str, zarr_format: int, *, array: bool = False) -> list[str]:
@@ -146,7 +186,7 @@ class MatrixElement:
     """One count matrix element of an AnnData store."""
 
     path: str
-    """``X`` or ``layers/{name}``."""
+    """``X``, ``layers/{name}`` or ``raw/X``."""
     encoding: Encoding
     """``csr_matrix`` (cell-major), ``csc_matrix`` (feature-major) or a dense ``array``."""
     shape: tuple[int, int]
@@ -165,7 +205,7 @@ class MatrixElement:
 async def matrix_element(
     documents: Documents, path: str, zarr_format: int, *, where: str
 ) -> MatrixElement:
-    """Parse the matrix element at ``path`` (``X`` or ``layers/{name}``).
+    """Parse the matrix element at ``path`` (``X``, ``layers/{name}`` or ``raw/X``).
 
     Raises :class:`UnsupportedSourceError` naming the element and the remedy
     when it is absent or encoded otherwise.
@@ -174,8 +214,8 @@ async def matrix_element(
     if node is None:
         raise MissingElementError(
             f"AnnData store at {where} has no {path!r}; give an existing layer with "
-            "source_layers={name: layer} (command line: --layer NAME=LAYER), or X "
-            "(cytearc-vfs anndata ls lists the layers)",
+            "source_layers={name: layer} (command line: --layer NAME=LAYER), the raw "
+            f"counts with {RAW_COUNTS!r}, or X (cytearc-vfs anndata ls lists the elements)",
             path,
         )
     kind, attrs = node
@@ -207,7 +247,7 @@ async def matrix_element(
 
 @dataclass(frozen=True, slots=True)
 class IndexElement:
-    """The index column of ``obs`` or ``var``."""
+    """The index column of ``obs``, ``var`` or ``raw/var``."""
 
     path: str
     """The column's node (``obs/_index``)."""
@@ -220,7 +260,7 @@ class IndexElement:
 async def obs_var_index(
     documents: Documents, frame: str, zarr_format: int, *, where: str
 ) -> IndexElement:
-    """The index column of the dataframe ``frame`` (``obs`` or ``var``)."""
+    """The index column of the dataframe ``frame`` (``obs``, ``var`` or ``raw/var``)."""
     node = await node_attributes(documents, frame, zarr_format)
     if node is None or node[0] != "group":
         raise UnsupportedSourceError(f"AnnData store at {where} has no {frame!r} dataframe")
@@ -238,7 +278,7 @@ async def obs_var_index(
         return IndexElement(path, path, False)
     # anndata writes a CategoricalIndex as a categorical column and reads it
     # back; a composite looks ids up in one array of strings per row
-    names = f"{frame}_names"
+    names = f"{frame.replace('/', '.')}_names"  # adata.raw.var_names for raw/var
     raise UnsupportedSourceError(
         f"AnnData store at {where}: {frame} index {path!r} is encoded "
         f"{attrs.get('encoding-type')!r}; a composite source's index must be a string array. "

@@ -1,8 +1,9 @@
 """AnnData Zarr stores as composite sources: binding and identity.
 
-A composite reads the counts of an AnnData store (``X`` or a layer, encoded
-``csr_matrix``, ``csc_matrix`` or a dense ``array``; Zarr v2 or v3) where
-they are, through :class:`AnnDataCounts`, whose reads
+A composite reads the counts of an AnnData store (``X``, a layer or the raw
+counts ``raw/X``, encoded ``csr_matrix``, ``csc_matrix`` or a dense
+``array``; Zarr v2 or v3) where they are, through :class:`AnnDataCounts`,
+whose reads
 (:mod:`.anndata_reads`) are:
 
 * **CSR** (cell-major): a read of cells fetches the ``indptr`` entries of the
@@ -19,7 +20,8 @@ features, a dense one by its chunks.
 **Identity.** The record binds each source by a dataset and a counts
 fingerprint. For an AnnData source they are digests of the stored bytes of
 the objects that define the counts (every object under the matrix element)
-and the ids (every object of the ``obs`` and ``var`` index columns). Creation
+and the ids (every object of the ``obs`` index column and of the index of the
+dataframe naming the features: ``var``, or ``raw/var`` for ``raw/X``). Creation
 also records, per object, its size and version (the ETag on object storage,
 the modification and change times of a local file), and the metadata
 documents the element was opened from; a composite keeps them in
@@ -40,7 +42,8 @@ open. Versions and digests are computed by :mod:`.anndata_identity`.
 accepted when every stored value is a finite non-negative whole number
 (scanned at creation, streamed in blocks), and are read as the narrowest
 unsigned dtype that holds the largest; any other float value is refused
-with the remedy (a raw-counts layer through ``source_layers``).
+with the remedy (a raw-counts layer, or the store's ``raw/X``, through
+``source_layers``).
 """
 
 from __future__ import annotations
@@ -66,12 +69,14 @@ from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location
 from .anndata_elements import (
+    RAW_COUNTS,
     Documents,
     IndexElement,
     MatrixElement,
     MissingElementError,
     anndata_format,
     document_keys,
+    features_frame,
     matrix_element,
     obs_var_index,
     open_element_array,
@@ -113,7 +118,7 @@ class AnnDataSpec:
     """How to bind an AnnData source: its element, and what creation recorded of it."""
 
     element: str = "X"
-    """``X`` or ``layers/{name}``."""
+    """``X``, ``layers/{name}`` or ``raw/X``."""
     recorded: Mapping[str, Any] | None = None
     """The source's entry of ``_composite/anndataSources`` (at open), or ``None`` (creation)."""
     scan_bytes: int | None = None
@@ -191,13 +196,19 @@ class _Layout:
     element: MatrixElement
     obs_index: IndexElement
     var_index: IndexElement
+    """The index of the features' dataframe: ``var``, or ``raw/var`` for ``raw/X``."""
 
     def documents(self) -> list[str]:
         """The documents opening the element and the indexes reads."""
         fmt = self.zarr_format
-        keys = [*document_keys("", fmt), *document_keys("obs", fmt), *document_keys("var", fmt)]
-        if self.element.path.startswith("layers/"):
-            keys += document_keys("layers", fmt)
+        features = features_frame(self.element.path)
+        keys = [*document_keys("", fmt), *document_keys("obs", fmt)]
+        # the group holding the element (layers, raw) and raw/var are watched as
+        # layers and var are: a changed document sends the open to the digests
+        group = self.element.path.rpartition("/")[0]
+        if group:
+            keys += document_keys(group, fmt)
+        keys += document_keys(features, fmt)
         keys += document_keys(self.element.path, fmt, array=self.element.encoding == "array")
         for array in self.element.arrays:
             keys += document_keys(array, fmt, array=True)
@@ -228,23 +239,41 @@ async def _layer_names(backend: Store) -> list[str]:
     return sorted([name async for name in names if name not in METADATA_DOCUMENTS])
 
 
-async def _has_x(documents: Documents) -> bool:
-    """Whether the store holds an ``X`` node (an array or a group), in either format."""
-    for key in ("X/zarr.json", "X/.zarray", "X/.zgroup"):
-        if isinstance(await documents(key), dict):
+async def _holds(documents: Documents, path: str) -> bool:
+    """Whether the store holds a node (an array or a group) at ``path`` (``X``,
+    ``raw/X``), in either format."""
+    for name in ("zarr.json", ".zarray", ".zgroup"):
+        if isinstance(await documents(join(path, name)), dict):
             return True
     return False
+
+
+async def _held_counts(backend: Store, documents: Documents) -> tuple[bool, bool, str]:
+    """What a store holds that a source can read, for messages: ``(X, raw/X, the
+    layers as text)``."""
+    x, raw = await asyncio.gather(_holds(documents, "X"), _holds(documents, RAW_COUNTS))
+    layers = ", ".join(repr(layer) for layer in await _layer_names(backend)) or "none"
+    return x, raw, layers
 
 
 async def _layout(documents: Documents, element: str, *, where: str) -> _Layout | None:
     fmt = await anndata_format(documents, where=where)
     if fmt is None:
         return None
-    matrix, obs, var = await asyncio.gather(
+    parsed = await asyncio.gather(
         matrix_element(documents, element, fmt, where=where),
         obs_var_index(documents, "obs", fmt, where=where),
-        obs_var_index(documents, "var", fmt, where=where),
+        obs_var_index(documents, features_frame(element), fmt, where=where),
+        return_exceptions=True,
     )
+    for result in parsed:
+        # the element's refusal first: a store without raw lacks raw/var too, and the
+        # missing raw/X is what names the remedy
+        if isinstance(result, BaseException):
+            raise result
+    matrix, obs, var = parsed
+    assert isinstance(matrix, MatrixElement)
+    assert isinstance(obs, IndexElement) and isinstance(var, IndexElement)
     return _Layout(fmt, matrix, obs, var)
 
 
@@ -300,6 +329,7 @@ class AnnDataCounts(ElementReads):
 async def _scan_dtype(
     arrays: dict[str, AsyncArray[Any]],
     element: MatrixElement,
+    documents: Documents,
     *,
     name: str,
     where: str,
@@ -328,9 +358,17 @@ async def _scan_dtype(
     if scanned is None or (scanned.integral and scanned.minimum >= 0):
         return resolve_count_dtype(scanned) if scanned is not None else np.dtype(np.uint8)
     what = "fractional" if not scanned.integral else "negative"
+    # normalized values in X beside the raw counts in raw/X (every CELLxGENE file)
+    raw = element.path != RAW_COUNTS and await _holds(documents, RAW_COUNTS)
+    raw_remedy = (
+        f"Give the store's raw counts with source_layers={{{name!r}: {RAW_COUNTS!r}}} "
+        f"(command line: --layer {name}={RAW_COUNTS}), or the raw-counts layer"
+        if raw
+        else "Give the raw-counts layer"
+    )
     raise UnsupportedSourceError(
         f"source {name!r} at {where}: {element.path} holds {what} {dtype} values; a composite "
-        "composes whole non-negative counts. Give the raw-counts layer with "
+        f"composes whole non-negative counts. {raw_remedy} with "
         f"source_layers={{{name!r}: 'counts'}} (command line: --layer {name}=counts; or the "
         "layer that holds them), or import the counts with cv.write_counts (cytearc-vfs write)"
     )
@@ -373,15 +411,7 @@ async def bind_anndata(
     try:
         layout = await _layout(reader, spec.element, where=where)
     except MissingElementError as exc:
-        # name what the store does hold, so the remedy can be followed as it is
-        layers = ", ".join(repr(layer) for layer in await _layer_names(backend)) or "none"
-        x = "X and " if exc.path != "X" and await _has_x(reader) else ""
-        raise MissingElementError(
-            f"source {name!r} at {where} has no {exc.path!r}; it holds {x}the layers {layers}. "
-            f"Name a layer with source_layers={{{name!r}: LAYER}} (command line: --layer "
-            f"{name}=LAYER){', or none to read X' if x else ''}",
-            exc.path,
-        ) from None
+        raise await _missing_element(exc.path, backend, reader, name, where=where) from None
     if layout is None:
         if recorded is None:
             return None
@@ -413,7 +443,7 @@ async def bind_anndata(
             parts = {
                 "counts": f"the counts ({layout.element.path})",
                 "cells": "the obs index (cell ids)",
-                "features": "the var index (feature ids)",
+                "features": f"the {features_frame(layout.element.path)} index (feature ids)",
             }
             what = "; ".join(
                 f"{parts[g]}: recorded {recorded['fingerprints'][g]}, now {fingerprints[g]}"
@@ -469,7 +499,12 @@ async def bind_anndata(
             direct=counts.direct,
         )
     dtype = await _scan_dtype(
-        counts.arrays, counts.element, name=name, where=where, scan_bytes=spec.scan_bytes
+        counts.arrays,
+        counts.element,
+        reader,
+        name=name,
+        where=where,
+        scan_bytes=spec.scan_bytes,
     )
     entry["dtype"] = dtype.name
     obs = IndexElement(*entry["obsIndex"])
@@ -487,6 +522,27 @@ async def bind_anndata(
             "valid AnnData"
         )
     return replace(counts, dtype=dtype, cell_ids=cell_ids, feature_ids=feature_ids)
+
+
+async def _missing_element(
+    path: str, backend: Store, documents: Documents, name: str, *, where: str
+) -> MissingElementError:
+    """The refusal of an element the store lacks, naming what it does hold
+    (``X``, ``raw/X``, its layers), so the remedy can be followed as it is."""
+    x, raw, layers = await _held_counts(backend, documents)
+    held = [*(["X"] if x and path != "X" else []), *([RAW_COUNTS] if raw else [])]
+    holds = ", ".join(held) + (" and " if held else "")
+    what = " (the AnnData has no raw counts: no raw/X)" if path == RAW_COUNTS else ""
+    also = [
+        *([f"{RAW_COUNTS!r} for the raw counts"] if raw else []),
+        *(["none to read X"] if x and path != "X" else []),
+    ]
+    return MissingElementError(
+        f"source {name!r} at {where} has no {path!r}{what}; it holds {holds}the layers "
+        f"{layers}. Name a layer with source_layers={{{name!r}: LAYER}} (command line: "
+        f"--layer {name}=LAYER){''.join(f', or {choice}' for choice in also)}",
+        path,
+    )
 
 
 async def _open(

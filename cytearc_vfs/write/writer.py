@@ -263,7 +263,7 @@ def write_counts(
         (which replaces only a store this layer could have written).
     counts
         ``scipy.sparse`` matrix (CSR, CSC, COO with duplicates), ``numpy``
-        array or ``anndata.AnnData`` (its ``X`` or ``layer``), cells x features;
+        array or ``anndata.AnnData`` (its ``X``, ``layer`` or raw counts), cells x features;
         or the location of an AnnData container (an ``.h5ad`` file, an
         AnnData Zarr store's path, URL or Store), read in row bands without
         loading ``X`` (docs/anndata.md).
@@ -288,7 +288,10 @@ def write_counts(
         layout fits is refused before anything is written, naming the
         smallest that works.
     layer
-        AnnData layer holding the counts (default: ``X``).
+        AnnData layer holding the counts (default: ``X``), or ``"raw/X"`` for
+        the AnnData's raw counts (``adata.raw.X``; the feature table is then
+        ``raw/var``, which may list more features than ``var``). A layer
+        literally named ``raw`` is ``layer="raw"``.
     storage_options
         Backend options for a URL destination (endpoint, credentials);
         never written into the store.

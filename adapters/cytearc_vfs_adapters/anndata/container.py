@@ -1,8 +1,10 @@
 """An AnnData container (Zarr v2 or v3 on any store, or an h5ad file), element by element.
 
 :class:`AnnDataContainer` is what the rest of the package uses: the
-container's shape, its ``obs`` and ``var`` tables, any element's value and
-encoding, the count matrix (``X`` or a layer) as a band-readable
+container's shape, its ``obs`` and ``var`` tables (and ``raw/var``), any
+element's value and encoding, the count matrix (``X``, a layer, or the raw
+counts ``raw/X``, named :data:`~cytearc_vfs.read.anndata_elements.RAW_COUNTS`)
+as a band-readable
 :class:`~.matrices.MatrixElement`, a listing of every element, and a cheap
 identity (metadata only, no values) to fingerprint a source by.
 """
@@ -16,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from cytearc_vfs.read.anndata_elements import RAW_COUNTS, features_frame, layer_element
 
 from .dataframes import SkippedColumn, index_member, read_dataframe
 from .encodings import Encoding, classify
@@ -105,7 +109,11 @@ class AnnDataContainer:
 
     def _index_length(self, name: str) -> int:
         node = child(self.root, name)
-        assert node is not None  # checked when the container was opened
+        if node is None:  # raw/var: obs and var were checked when the container was opened
+            raise MalformedElementError(
+                f"{self.where}: the AnnData element {name!r} is missing, so the features of "
+                f"{name.rpartition('/')[0]}/X are unnamed; write the AnnData again with anndata"
+            )
         if not is_group(node):  # anndata < 0.7: a record array
             return int(node.shape[0])
         # only the index member is looked up: on object storage each lookup of a
@@ -177,6 +185,29 @@ class AnnDataContainer:
         :meth:`obs`."""
         return self._table("var", skipped)
 
+    def dataframe(self, path: str, *, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
+        """The dataframe at ``path`` (``obs``, ``var``, ``raw/var``); ``skipped`` as for
+        :meth:`obs`."""
+        return self._table(path, skipped)
+
+    def features(
+        self, layer: str | None = None, *, skipped: list[SkippedColumn] | None = None
+    ) -> pd.DataFrame:
+        """The feature table of the matrix ``layer`` names (:meth:`matrix`): ``var``,
+        or ``raw/var`` for the raw counts (which may list more features than
+        ``var``); ``skipped`` as for :meth:`obs`."""
+        return self._table(features_frame(layer_element(layer)), skipped)
+
+    def has_raw_counts(self) -> bool:
+        """Whether the container holds raw counts (``raw/X``; ``adata.raw.X``)."""
+        return child(self.root, RAW_COUNTS) is not None
+
+    def count_choices(self) -> str:
+        """The layers, and ``raw/X`` when held, as messages list what may be named."""
+        layers = self.layers()
+        text = f"its layers are {layers or 'none'}"
+        return text + (f", and its raw counts {RAW_COUNTS!r}" if self.has_raw_counts() else "")
+
     def _names(self, name: str) -> pd.Index:
         node = self._node(name)
         if not is_group(node):
@@ -201,42 +232,53 @@ class AnnDataContainer:
         return children(node) if node is not None and is_group(node) else []
 
     def matrix(self, layer: str | None = None) -> MatrixElement:
-        """``X`` (or ``layers/<layer>``) as a band-readable matrix element, checked against
-        the container's shape. The same element is returned each time, so its
-        :attr:`~.matrices.MatrixElement.stats` count every read through it."""
+        """``X`` (or ``layers/<layer>``, or the raw counts ``raw/X`` for ``layer="raw/X"``)
+        as a band-readable matrix element, checked against the container's shape
+        (``raw/X``: the obs length by the length of ``raw/var``). The same element
+        is returned each time, so its :attr:`~.matrices.MatrixElement.stats` count
+        every read through it."""
         cached = self._matrices.get(layer)
         if cached is None:
             cached = self._matrices[layer] = self._open_matrix(layer)
         return cached
 
     def _open_matrix(self, layer: str | None) -> MatrixElement:
-        if layer is None:
-            path = "X"
-            node = child(self.root, path)
-            if node is None:
-                raise KeyError(
-                    f"{self.where} has no X; name the layer holding the counts "
-                    f"(its layers: {self.layers() or 'none'})"
-                )
-        else:
-            path = f"layers/{layer}"
-            # a layer is one member of `layers`: '' would open the mapping itself,
-            # 'a/b' a member of a member, '..' a path zarr refuses without naming the layer
-            named = isinstance(layer, str) and layer not in ("", ".", "..") and "/" not in layer
-            node = child(self.root, path) if named else None
-            if node is None:
-                x = child(self.root, "X") is not None
-                raise KeyError(
-                    f"{self.where} has no layer {layer!r}; its layers are "
-                    f"{self.layers() or 'none'}" + (" (or give no layer to use X)" if x else "")
-                )
+        try:
+            path: str | None = layer_element(layer)
+        except ValueError:
+            # not one member of `layers`: '' would open the mapping itself, 'a/b' a
+            # member of a member, '..' a path zarr refuses without naming the layer
+            path = None
+        node = child(self.root, path) if path is not None else None
+        if node is None or path is None:
+            raise KeyError(self._missing_matrix(layer))
         matrix = matrix_element(node, path, classify(node, path), where=self.where)
-        if matrix.shape != self.shape:
+        expected = (
+            (self._index_length("obs"), self._index_length("raw/var"))
+            if path == RAW_COUNTS
+            else self.shape
+        )
+        if matrix.shape != expected:
+            frame = features_frame(path)
             raise MalformedElementError(
                 f"{matrix.label}: shape {matrix.shape} differs from the AnnData's "
-                f"{self.shape} (obs x var)"
+                f"{expected} (obs x {frame})"
             )
         return matrix
+
+    def _missing_matrix(self, layer: str | None) -> str:
+        """The refusal of a matrix the container lacks, naming what it holds."""
+        if layer is None:
+            return (
+                f"{self.where} has no X; name the layer holding the counts ({self.count_choices()})"
+            )
+        x = " (or give no layer to use X)" if child(self.root, "X") is not None else ""
+        if layer == RAW_COUNTS:
+            return (
+                f"{self.where} has no raw counts (no {RAW_COUNTS!r}: the AnnData was written "
+                f"without adata.raw); {self.count_choices()}{x}"
+            )
+        return f"{self.where} has no layer {layer!r}; {self.count_choices()}{x}"
 
     def elements(self) -> list[ElementInfo]:
         """Every element, with encoding, version and shape (metadata only)."""
@@ -258,9 +300,9 @@ class AnnDataContainer:
         ``digest`` (sha256 of the canonical JSON) sums them up. Object versions
         (ETags, modification times) are the store's to add.
         """
-        matrix_path = "X" if layer is None else f"layers/{layer}"
+        matrix_path = layer_element(layer)
         documents: dict[str, Any] = {}
-        for path in ("", matrix_path, "obs", "var"):
+        for path in ("", matrix_path, "obs", features_frame(matrix_path)):
             node = self._node(path)
             documents[path or "/"] = self._metadata(node, path)
             if is_group(node):

@@ -4,12 +4,15 @@ Registered as the ``anndata`` entry of the core's ``cytearc_vfs.count_sources``
 group (see :mod:`cytearc_vfs.write.count_source`). Two inputs are recognised:
 
 - an ``anndata.AnnData`` object: its ``X`` (or ``layer``), ``obs`` and
-  ``var``. anndata is the optional extra ``cytearc-vfs[anndata]``: an AnnData
-  can only exist where anndata was imported, so this adapter looks for the
-  module instead of importing it, and scipy or numpy input never pays for it;
+  ``var``; ``layer="raw/X"`` takes its raw counts ``adata.raw.X`` with
+  ``adata.raw.var`` as the features. anndata is the optional extra
+  ``cytearc-vfs[anndata]``: an AnnData can only exist where anndata was
+  imported, so this adapter looks for the module instead of importing it,
+  and scipy or numpy input never pays for it;
 - the location of an AnnData container: a path or URL of an AnnData Zarr
   store (v2 or v3), an ``.h5ad`` file, a zarr ``Store`` or ``Group``. Its
-  matrix is handed to the writer as a :class:`~.matrices.MatrixElement`,
+  matrix (``X``, a layer, or ``raw/X`` with ``raw/var`` as the features)
+  is handed to the writer as a :class:`~.matrices.MatrixElement`,
   which the writer reads in row bands (a CSR's rows directly, a CSC's from a
   transposed spill, a dense array's by slicing): ``X`` is never loaded.
   An opened :class:`~.container.AnnDataContainer` is taken as well (its
@@ -28,6 +31,7 @@ import zarr
 from zarr.abc.store import Store
 
 from cytearc_vfs.errors import VfsWarning
+from cytearc_vfs.read.anndata_elements import RAW_COUNTS
 from cytearc_vfs.write.count_source import CountInput
 from cytearc_vfs.write.membership import declared_membership
 
@@ -42,20 +46,34 @@ def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
     anndata = sys.modules.get("anndata")
     if anndata is None or not isinstance(counts, anndata.AnnData):
         return None
+    # recent anndata lists X among the layers under the key None
+    names = sorted(name for name in counts.layers if isinstance(name, str))
+    raw = counts.raw
+    choices = f"its layers are {names}" + (
+        f", and its raw counts {RAW_COUNTS!r}" if raw is not None else ""
+    )
+    features = counts.var
     if layer is None:
         matrix = counts.X
         if matrix is None:
-            raise ValueError("the AnnData has no X; pass layer= naming the layer with counts")
+            raise ValueError(
+                f"the AnnData has no X; pass layer= naming the layer with counts ({choices})"
+            )
+    elif layer == RAW_COUNTS:
+        if raw is None:
+            raise KeyError(
+                f"the AnnData has no raw counts (adata.raw is None), so layer={RAW_COUNTS!r} "
+                f"names nothing; {choices} (or pass no layer= to write X)"
+            )
+        # the raw counts' own features: raw.var may list more than var
+        matrix, features = raw.X, raw.var
     else:
         if layer not in counts.layers:
-            # recent anndata lists X among the layers under the key None
-            names = sorted(name for name in counts.layers if isinstance(name, str))
             raise KeyError(
-                f"the AnnData has no layer {layer!r}; its layers are {names} (or pass no "
-                "layer= to write X)"
+                f"the AnnData has no layer {layer!r}; {choices} (or pass no layer= to write X)"
             )
         matrix = counts.layers[layer]
-    return CountInput(matrix, counts.obs, counts.var, declared_membership(counts.uns))
+    return CountInput(matrix, counts.obs, features, declared_membership(counts.uns))
 
 
 def _is_location(counts: Any) -> bool:
@@ -77,7 +95,7 @@ def count_input(
     if isinstance(matrix, SparseMatrixElement):
         matrix.check_stored_chunks()  # a partial copy is refused before anything is written
     skipped: list[SkippedColumn] = []
-    obs, var = container.obs(skipped=skipped), container.var(skipped=skipped)
+    obs, var = container.obs(skipped=skipped), container.features(layer, skipped=skipped)
     for column in skipped:
         # one unreadable column (an awkward array, an unknown encoding) does not
         # cost the import: it is left out, and said so before anything is written

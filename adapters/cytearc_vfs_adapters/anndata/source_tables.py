@@ -1,4 +1,4 @@
-"""An AnnData store's ``obs``, ``var`` and declared membership, for composites.
+"""An AnnData store's ``obs``, ``var`` (or ``raw/var``) and declared membership, for composites.
 
 Registered as the ``anndata`` entry of the core's
 ``cytearc_vfs.anndata_tables`` group (see
@@ -21,12 +21,14 @@ from .dataframes import SkippedColumn
 __all__ = ["source_tables"]
 
 
-def source_tables(store: Store) -> AnnDataTables:
-    """The ``obs`` and ``var`` dataframes of the AnnData store ``store`` (read only),
-    and its ``uns["cytearc"]["assayMembership"]``."""
+def source_tables(store: Store, features: str = "var") -> AnnDataTables:
+    """The ``obs`` dataframe of the AnnData store ``store`` (read only), its
+    ``features`` dataframe (``var``, or ``raw/var`` for a source read from
+    ``raw/X``) and its ``uns["cytearc"]["assayMembership"]``."""
     skipped: list[SkippedColumn] = []
     with AnnDataContainer.open(store) as container:
-        obs, var = container.obs(skipped=skipped), container.var(skipped=skipped)
+        obs = container.obs(skipped=skipped)
+        var = container.dataframe(features, skipped=skipped)
         return AnnDataTables(
             obs, var, membership_of(container), tuple((s.path, s.reason) for s in skipped)
         )
