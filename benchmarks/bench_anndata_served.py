@@ -115,11 +115,14 @@ def main() -> None:
         def exported() -> ad.AnnData:
             out = root / "exported.zarr"
             shutil.rmtree(out, ignore_errors=True)
-            subprocess.run(
+            run = subprocess.run(
                 [sys.executable, "-m", "cytearc_vfs.cli", "export", str(composite), str(out)],
-                check=True,
                 capture_output=True,
+                text=True,
+                check=False,
             )
+            if run.returncode != 0:
+                raise RuntimeError(f"export failed (exit {run.returncode}): {run.stderr.strip()}")
             return ad.experimental.read_lazy(out)
 
         measure("exported .zarr", exported)
