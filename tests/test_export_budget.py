@@ -216,3 +216,25 @@ def test_band_bytes_bounds_a_band_within_the_budget(
     assert info.band_cells == 300_000 // 1_500
     with pytest.raises(ValueError, match="band_bytes must be a positive"):
         _export(stores["dense-ish"], tmp_path / "p.h5ad", band_bytes=0)
+
+
+def test_the_default_budget_exports_an_ordinary_100000_cell_store(tmp_path: Path) -> None:
+    """The default was 64 MiB, which the obs and var tables alone (read, made plain and
+    encoded: five copies) outgrow near 60,000 cells with two text columns: an export
+    of such a store with no --mem-budget was refused. It is every writer's default."""
+    from cytearc_vfs_adapters.anndata_output.export_budget import EXPORT_BUDGET
+
+    from cytearc_vfs.format.layout import DEFAULT_MEM_BUDGET
+
+    assert EXPORT_BUDGET == DEFAULT_MEM_BUDGET
+    n = 100_000
+    counts = sp.random(n, 4, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    counts.data[:] = 1
+    ids = [f"sample-{i % 7}-cell-barcode-{i:08d}" for i in range(n)]
+    cells = pd.DataFrame(
+        {"sample": [f"sample-{i % 7}" for i in range(n)], "barcode": ids}, index=ids
+    )
+    cv.write_counts(tmp_path / "s.zarr", counts, cells=cells)
+    assert main(["export", str(tmp_path / "s.zarr"), str(tmp_path / "out.zarr")]) == 0
+    exported = ad.read_zarr(tmp_path / "out.zarr")
+    assert exported.shape == (n, 4) and exported.obs["barcode"].iloc[-1] == ids[-1]

@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--workspace", help="workspace of the assay (workspace layout)")
     _remote_options(export, own="STORE", sources=_OPENED_SOURCES)
-    _mem_budget(export, "64M")
+    _mem_budget(export, "2G")
     export.add_argument(
         "--zarr-format",
         type=int,

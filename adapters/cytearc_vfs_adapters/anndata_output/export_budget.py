@@ -42,6 +42,7 @@ import numpy.typing as npt
 import pandas as pd
 import zarr
 
+from cytearc_vfs.format.layout import DEFAULT_MEM_BUDGET
 from cytearc_vfs.format.option_names import option_name
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.sizes import format_size
@@ -59,8 +60,11 @@ __all__ = [
     "table_bytes",
 ]
 
-#: The default ``mem_budget`` of an export.
-EXPORT_BUDGET = 64 << 20
+#: The default ``mem_budget`` of an export: every writer's (2 GiB). It was 64 MiB,
+#: which the obs and var tables alone outgrow at about 60,000 cells with two text
+#: columns (read, made plain and encoded: five copies), so a default export of an
+#: ordinary 100,000-cell store was refused.
+EXPORT_BUDGET = DEFAULT_MEM_BUDGET
 #: Values per chunk of the streamed ``data`` and ``indices`` arrays (and at most of ``indptr``).
 STREAM_CHUNK = 1 << 20
 #: Dense bytes of cells a band holds at least (one cell at least), as creation's bands.
