@@ -228,6 +228,20 @@ class AnnDataViewStore(KeyCheckedStore):
             return None
         return _ranged(prototype, await array.chunk(index), byte_range)
 
+    async def getsize(self, key: str) -> int:
+        """Size of the value at ``key``: a document's, or a re-keyed chunk's as the
+        viewed store gives it (a stat, or a composite's computed chunk's from its
+        document: nothing is read or computed); a computed chunk is computed."""
+        self._check_key(key, "getsize")
+        layout = await self._layout()
+        document = layout.documents.get(key)
+        if document is not None:
+            return len(document)
+        found = self._find(layout, key)
+        if found is not None and isinstance(found[1], Rekeyed) and found[2] != "zarr.json":
+            return await found[1].store.getsize(join(found[1].path, found[2]))
+        return await super().getsize(key)
+
     async def exists(self, key: str) -> bool:
         """Whether the view holds ``key``."""
         self._check_key(key, "exists")

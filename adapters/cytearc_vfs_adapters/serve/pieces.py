@@ -23,6 +23,8 @@ from zarr.abc.store import Store
 
 from cytearc_vfs.composite.store import CompositeStore
 
+from ..anndata_output.view import AnnDataViewStore
+
 __all__ = [
     "PieceRead",
     "PieceReader",
@@ -47,8 +49,15 @@ def computed_on_read(store: Store, key: str) -> bool:
     """Whether reading ``key`` of ``store`` computes its value (a composite's virtual array).
 
     Such a value is at most one chunk of the virtual array (about 8 MiB, see
-    ``docs/serve.md``) and is read whole, once per answer.
+    ``docs/serve.md``) and is read whole, once per answer. So is a chunk an
+    AnnData view (``serve --as-anndata``) computes, or re-keys from such a chunk:
+    read in pieces, it was computed again for every piece (a 1,000-cell read of a
+    100,000-cell composite's view took 10.6 s over HTTP, against 1.5 s from its
+    mount).
     """
+    if isinstance(store, AnnDataViewStore):
+        inner = store.rekeyed_key(key)
+        return store.computes(key) if inner is None else computed_on_read(*inner)
     if not isinstance(store, CompositeStore):
         return False
     return any(key.startswith(path + "/") for path in store.record.arrays)
