@@ -11,7 +11,8 @@ and what these tests hold them to:
   per open file, not once per ranged read (the tree did both for the plain
   store only: a copy of the view took 4x as long as of the store);
 - the server gives a re-keyed chunk its validators (a conditional GET
-  answers ``304``);
+  answers ``304``), sizes a composite's re-keyed chunk without computing it
+  and computes it once per GET, not once per 1 MiB piece sent;
 - a view closes the store it opened itself, never one it was given;
 - ``--assay`` without ``--as-anndata`` is refused.
 """
