@@ -30,7 +30,7 @@ from zarr.core.array import AsyncArray
 
 from ..format.option_names import option_name
 from ..format.sizes import format_size
-from ..read.anndata_sources import scan_cost, scan_rows
+from ..read.anndata_count_dtype import scan_cost, scan_rows
 from ..read.sources import BoundSource
 from ..write.budget import budget_for, held_bytes
 from .columns import SourceTables

@@ -41,6 +41,7 @@ __all__ = [
     "anndata_format",
     "document_keys",
     "features_frame",
+    "holds_node",
     "layer_element",
     "matrix_element",
     "node_attributes",
@@ -88,6 +89,15 @@ def features_frame(element: str) -> str:
     ('var', 'var', 'raw/var')
     """
     return "raw/var" if element == RAW_COUNTS else "var"
+
+
+async def holds_node(documents: Documents, path: str) -> bool:
+    """Whether the store holds a node (an array or a group) at ``path`` (``X``,
+    ``raw/X``), in either format."""
+    for name in ("zarr.json", ".zarray", ".zgroup"):
+        if isinstance(await documents(join(path, name)), dict):
+            return True
+    return False
 
 
 def document_keys(path: str, zarr_format: int, *, array: bool = False) -> list[str]:

@@ -40,7 +40,7 @@ open. Versions and digests are computed by :mod:`.anndata_identity`.
 **Counts dtype.** Integer counts are read in their dtype, booleans as
 ``uint8``. Float counts are
 accepted when every stored value is a finite non-negative whole number
-(scanned at creation, streamed in blocks), and are read as the narrowest
+(scanned at creation, streamed in blocks: :mod:`.anndata_count_dtype`), and are read as the narrowest
 unsigned dtype that holds the largest; any other float value is refused
 with the remedy (a raw-counts layer, or the store's ``raw/X``, through
 ``source_layers``).
@@ -63,11 +63,11 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import StorePath
 
 from ..errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
-from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
 from ..format.fingerprints import dataset_fingerprint_of
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location
+from .anndata_count_dtype import scan_count_dtype
 from .anndata_elements import (
     RAW_COUNTS,
     Documents,
@@ -77,6 +77,7 @@ from .anndata_elements import (
     anndata_format,
     document_keys,
     features_frame,
+    holds_node,
     matrix_element,
     obs_var_index,
     open_element_array,
@@ -101,16 +102,9 @@ __all__ = [
     "AnnDataSpec",
     "bind_anndata",
     "is_anndata_root",
-    "scan_cost",
-    "scan_rows",
 ]
 
 Indices = npt.NDArray[np.int64]
-# Values scanned per block when checking float counts at creation.
-SCAN_BLOCK = 1 << 23
-# Bytes a scanned float value costs beside its own: its decoded chunk before
-# the block is assembled, its encoded bytes, its floor and two masks.
-_SCAN_EXTRA_BYTES = 26
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,33 +116,8 @@ class AnnDataSpec:
     recorded: Mapping[str, Any] | None = None
     """The source's entry of ``_composite/anndataSources`` (at open), or ``None`` (creation)."""
     scan_bytes: int | None = None
-    """Bytes a block of float counts scanned at creation may take (:func:`scan_rows`);
-    ``None``: :data:`SCAN_BLOCK` values."""
-
-
-def scan_rows(values: AsyncArray[Any], scan_bytes: int | None) -> int:
-    """Rows of ``values`` (``data`` or dense ``X``) scanned per block within ``scan_bytes``.
-
-    Whole chunks at a time (a block that cut a chunk would decode it twice),
-    at least one.
-    """
-    row_values = max(1, int(np.prod(values.shape[1:], dtype=np.int64)))
-    if scan_bytes is None:
-        return max(1, SCAN_BLOCK // row_values)
-    chunk = max(1, values.chunks[0])
-    value_bytes = values.dtype.itemsize + _SCAN_EXTRA_BYTES
-    # no larger than the block scanned without a budget: a larger one only
-    # holds more memory (a 2 GiB budget would scan a source in 1 GiB blocks)
-    within = min(scan_bytes, SCAN_BLOCK * value_bytes)
-    return max(chunk, within // (row_values * value_bytes) // chunk * chunk)
-
-
-def scan_cost(values: AsyncArray[Any], rows: int) -> int:
-    """Bytes of scanning ``rows`` rows of ``values`` at once (0 for integer values, not scanned)."""
-    if values.dtype.kind != "f":
-        return 0
-    row_values = max(1, int(np.prod(values.shape[1:], dtype=np.int64)))
-    return rows * row_values * (values.dtype.itemsize + _SCAN_EXTRA_BYTES)
+    """Bytes a block of float counts scanned at creation may take (:func:`~.anndata_count_dtype.scan_rows`);
+    ``None``: :data:`~.anndata_count_dtype.SCAN_BLOCK` values."""
 
 
 def is_anndata_root(root_document: bytes | None) -> bool:
@@ -239,19 +208,10 @@ async def _layer_names(backend: Store) -> list[str]:
     return sorted([name async for name in names if name not in METADATA_DOCUMENTS])
 
 
-async def _holds(documents: Documents, path: str) -> bool:
-    """Whether the store holds a node (an array or a group) at ``path`` (``X``,
-    ``raw/X``), in either format."""
-    for name in ("zarr.json", ".zarray", ".zgroup"):
-        if isinstance(await documents(join(path, name)), dict):
-            return True
-    return False
-
-
 async def _held_counts(backend: Store, documents: Documents) -> tuple[bool, bool, str]:
     """What a store holds that a source can read, for messages: ``(X, raw/X, the
     layers as text)``."""
-    x, raw = await asyncio.gather(_holds(documents, "X"), _holds(documents, RAW_COUNTS))
+    x, raw = await asyncio.gather(holds_node(documents, "X"), holds_node(documents, RAW_COUNTS))
     layers = ", ".join(repr(layer) for layer in await _layer_names(backend)) or "none"
     return x, raw, layers
 
@@ -324,54 +284,6 @@ class AnnDataCounts(ElementReads):
             for name, array in self.arrays.items()
         }
         return replace(self, arrays=arrays)
-
-
-async def _scan_dtype(
-    arrays: dict[str, AsyncArray[Any]],
-    element: MatrixElement,
-    documents: Documents,
-    *,
-    name: str,
-    where: str,
-    scan_bytes: int | None,
-) -> np.dtype:
-    """The dtype the element's values are read as; float values must all be whole counts."""
-    values = arrays["dense"] if element.encoding == "array" else arrays["data"]
-    dtype = np.dtype(values.dtype)
-    if dtype.kind in "iu":
-        return dtype
-    if dtype.kind == "b":  # presence counts: 0 and 1, as write_counts stores them
-        return np.dtype(np.uint8)
-    if dtype.kind != "f":
-        raise UnsupportedSourceError(
-            f"source {name!r} at {where}: {element.path} holds {dtype} values, not counts; "
-            "give a layer of integer counts with source_layers"
-        )
-    scanned: ValueRange | None = None
-    step = scan_rows(values, scan_bytes)
-    for start in range(0, values.shape[0], step):
-        block = np.asarray(await values.getitem(slice(start, start + step)))
-        part = scan_values(block, where=f"{element.path} of source {name!r}")
-        scanned = part if scanned is None else scanned.merge(part)
-        if not scanned.integral or scanned.minimum < 0:
-            break
-    if scanned is None or (scanned.integral and scanned.minimum >= 0):
-        return resolve_count_dtype(scanned) if scanned is not None else np.dtype(np.uint8)
-    what = "fractional" if not scanned.integral else "negative"
-    # normalized values in X beside the raw counts in raw/X (every CELLxGENE file)
-    raw = element.path != RAW_COUNTS and await _holds(documents, RAW_COUNTS)
-    raw_remedy = (
-        f"Give the store's raw counts with source_layers={{{name!r}: {RAW_COUNTS!r}}} "
-        f"(command line: --layer {name}={RAW_COUNTS}), or the raw-counts layer"
-        if raw
-        else "Give the raw-counts layer"
-    )
-    raise UnsupportedSourceError(
-        f"source {name!r} at {where}: {element.path} holds {what} {dtype} values; a composite "
-        f"composes whole non-negative counts. {raw_remedy} with "
-        f"source_layers={{{name!r}: 'counts'}} (command line: --layer {name}=counts; or the "
-        "layer that holds them), or import the counts with cv.write_counts (cytearc-vfs write)"
-    )
 
 
 async def bind_anndata(
@@ -498,7 +410,7 @@ async def bind_anndata(
             element=layout.element.path,
             direct=counts.direct,
         )
-    dtype = await _scan_dtype(
+    dtype = await scan_count_dtype(
         counts.arrays,
         counts.element,
         reader,
