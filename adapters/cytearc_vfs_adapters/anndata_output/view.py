@@ -194,12 +194,19 @@ class AnnDataViewStore(KeyCheckedStore):
         viewed store's own (``cytearc-vfs mount-fs --as-anndata``). Called where
         blocking is allowed: an unpickled view opens its store first.
         """
-        layout = self._layout_now()
-        found = None if key in layout.documents else self._find(layout, key)
+        return self._rekeyed_in(self._layout_now(), key)
+
+    @classmethod
+    def _rekeyed_in(cls, layout: ViewLayout, key: str) -> tuple[Store, str] | None:
+        """:meth:`rekeyed_key` in ``layout``: the view's own documents (``X/zarr.json``
+        is the view's, not the store's) are not re-keyed."""
+        found = None if key in layout.documents else cls._find(layout, key)
         if found is None:
             return None
         _, array, rest = found
-        return (array.store, join(array.path, rest)) if isinstance(array, Rekeyed) else None
+        if not isinstance(array, Rekeyed) or rest == "zarr.json":
+            return None
+        return array.store, join(array.path, rest)
 
     def computes(self, key: str) -> bool:
         """Whether reading ``key`` computes its value in the view (a text column's or a
@@ -237,10 +244,8 @@ class AnnDataViewStore(KeyCheckedStore):
         document = layout.documents.get(key)
         if document is not None:
             return len(document)
-        found = self._find(layout, key)
-        if found is not None and isinstance(found[1], Rekeyed) and found[2] != "zarr.json":
-            return await found[1].store.getsize(join(found[1].path, found[2]))
-        return await super().getsize(key)
+        inner = self._rekeyed_in(layout, key)
+        return await (super().getsize(key) if inner is None else inner[0].getsize(inner[1]))
 
     async def exists(self, key: str) -> bool:
         """Whether the view holds ``key``."""
