@@ -753,6 +753,63 @@ def test_mount_fs_in_a_terminal_stops_on_ctrl_c(fuse_works: None, tmp_path: Path
     assert not is_mounted(mountpoint)
 
 
+@pytest.mark.parametrize("kind", ["ordinary", "composite"])
+def test_relative_paths_typed_in_a_terminal_show_the_whole_store(
+    fuse_works: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """``cytearc-vfs mount-fs a.zarr mp`` typed in the store's directory showed an empty
+    directory (a composite: only its computed counts, no zarr.json): libfuse moves the
+    process to ``/`` as it mounts, and the store, opened at the relative path, read
+    ``/a.zarr`` from then on, without an error."""
+    counts = realistic_counts(200, 30, seed=6)
+    cv.write_counts(tmp_path / "a.zarr", counts)
+    cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr"})
+    location = "a.zarr" if kind == "ordinary" else "c.zarr"
+    (tmp_path / "mp").mkdir()
+    monkeypatch.chdir(tmp_path)  # the terminal's working directory
+    session = TerminalSession(["mount-fs", location, "mp"])
+    mountpoint = tmp_path / "mp"
+    try:
+        seen = session.read_until("mounted ")
+        if "mounted " not in seen:
+            run = session.finish()
+            if "could not mount" in run.output:
+                pytest.skip(f"FUSE does not work here: {run.output.strip()}")
+            raise AssertionError(run.output)
+        session.read_until(str(mountpoint))
+        if kind == "ordinary":
+            assert tree_bytes(mountpoint) == tree_bytes(tmp_path / "a.zarr")
+        else:
+            assert (mountpoint / "zarr.json").read_bytes() == (
+                tmp_path / "c.zarr" / "zarr.json"
+            ).read_bytes()
+            assert {"RNA", "_composite", "cellData", "zarr.json"} <= set(os.listdir(mountpoint))
+            # what cytearc-vfs info reads: the composite, opened from the mount
+            shown = cv.open_store(mountpoint)
+            assert np.array_equal(shown.reader().read(), counts.toarray())
+        session.type(b"\x03")  # Ctrl-C
+        run = session.finish()
+    finally:
+        if session.process.poll() is None:
+            session.process.kill()
+        if is_mounted(mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    assert run.returncode == 0, run.output
+    assert not is_mounted(mountpoint)
+
+
+def test_a_store_opened_at_a_relative_path_stays_there_when_the_process_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = realistic_counts(50, 10, seed=7)
+    cv.write_counts(tmp_path / "a.zarr", counts)
+    monkeypatch.chdir(tmp_path)
+    store = cv.open_store("a.zarr")
+    monkeypatch.chdir("/")
+    assert np.array_equal(zarr.open_array(store, path="RNA/counts", mode="r")[:], counts.toarray())
+    assert sync(store.exists("zarr.json"))
+
+
 @pytest.mark.remote
 def test_a_composite_of_a_remote_source_reads_through_its_cache(
     fuse_works: None, tmp_path: Path, s3_server: Any

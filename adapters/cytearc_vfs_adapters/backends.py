@@ -55,10 +55,16 @@ BACKEND_CHOICES = ("obstore", "fsspec")
 
 
 def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | None) -> Store:
-    """A LocalStore rooted at ``path``."""
+    """A LocalStore rooted at ``path``, made absolute.
+
+    A relative root is resolved against the working directory at every file
+    access, not at the open: once the process moves (libfuse moves
+    ``mount-fs`` to ``/`` as it mounts), the same store reads another
+    directory, or none, and shows an empty or partial tree without an error.
+    """
     if storage_options:
         raise ValueError(f"storage_options do not apply to the local path {path!r}")
-    return LocalStore(Path(path), read_only=read_only)
+    return LocalStore(Path(path).absolute(), read_only=read_only)
 
 
 # zarr drops a ManagedMemoryStore's dict once no instance refers to it; a
