@@ -118,6 +118,9 @@ CASES: list[tuple[str, int, str]] = [
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    # argparse takes a negative value for an option: the line says how to give one
+    ("array resize STORE RNA/x --low -1,0", 2, "starts with '-' is written --low=VALUE"),
+    ("repack STORE NEW --mem-budget -1G", 2, "starts with '-' is written --mem-budget=VALUE"),
     ("repack STORE", 2, "the following arguments are required"),
     ("frobnicate STORE", 2, "invalid choice"),
 ]
@@ -342,6 +345,56 @@ def test_credential_values_are_never_echoed(
         captured = capsys.readouterr()
         assert "s3cr3t" not in captured.err + captured.out
         assert "<value not shown>" in json.loads(captured.out)["message"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "meant"),
+    [
+        (["info", "STORE", "--jsn"], "info", "--json"),
+        (["composite", "NEW", "STORE", "--featurs", "union"], "composite", "--features"),
+        (["array", "info", "STORE", "--sotrage-options", "{}"], "array info", "--storage-options"),
+        (["anndata", "ls", "ANNDATA", "--debgu"], "anndata ls", "--debug"),
+    ],
+)
+def test_a_mistyped_option_is_refused_by_its_command(
+    argv: list[str],
+    command: str,
+    meant: str,
+    places: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mistyped option was refused as the program's ("cytearc-vfs: unrecognized
+    arguments: --jsn; run 'cytearc-vfs --help'"), with "command": "" in the JSON, though a
+    command was given: the line now names the command, its --help and the option meant."""
+    argv = _argv(" ".join(argv), places)
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"cytearc-vfs {command}: unrecognized arguments: "), line
+    assert f"(did you mean {meant}?)" in line
+    assert line.endswith(f"run 'cytearc-vfs {command} --help' for the options")
+    assert _run([*argv, "--json"]) == 2
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["command"] == command.split()[0]
+    assert f"(did you mean {meant}?)" in payload["message"]
+
+
+def test_a_mistyped_credential_option_hides_its_value(
+    places: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in a credential option's name (--storage-optoins) made it unknown, and the
+    refusal printed its value: the secret on stderr and in logs."""
+    secret = '{"secret_access_key":"s3cr3t-value"}'
+    for argv in (
+        ["info", str(places["STORE"]), f"--storage-optoins={secret}"],
+        ["info", str(places["STORE"]), "--source-storag-options", secret],
+        ["write", str(places["H5AD"]), str(places["NEW"]), "--sotrage-options", secret],
+    ):
+        for extra in ([], ["--json"]):
+            assert _run([*argv, *extra]) == 2
+            captured = capsys.readouterr()
+            assert "s3cr3t" not in captured.err + captured.out
+            assert "<value not shown>" in captured.err
+    assert not places["NEW"].exists()
 
 
 def _closed_port() -> int:

@@ -1,6 +1,7 @@
 """The ``cytearc-vfs`` command line.
 
-Modules: :mod:`.parser` (arguments and help), :mod:`.commands` (what each
+Modules: :mod:`.parser` (arguments and help), :mod:`.usage_errors` (a command
+line it refuses, in one line), :mod:`.commands` (what each
 command does), :mod:`.running` (running one and reporting it), :mod:`.failures`
 (exit codes and one-line errors), :mod:`.interrupts` (SIGINT/SIGTERM and
 unfinished destinations), :mod:`.progress` (bars), :mod:`.demo`.

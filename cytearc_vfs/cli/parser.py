@@ -7,12 +7,9 @@ at once; the commands import what they need when they run.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
 
 from .serving_options import add_anndata_view_options, add_reopen_pause_option
+from .usage_errors import _Parser
 
 __all__ = ["DESCRIPTION", "build_parser", "package_version"]
 
@@ -31,64 +28,6 @@ def package_version() -> str:
     from .. import __version__
 
     return str(__version__)
-
-
-#: options whose values are credentials: never echoed in an error
-_SECRET_OPTIONS = ("--storage-options", "--source-storage-options", "--destination-storage-options")
-
-
-def _hidden_values(arguments: Sequence[str]) -> list[str]:
-    """``arguments`` with the values of credential options replaced.
-
-    argparse echoes arguments it does not know; given to a command that has
-    no such option, ``--storage-options '{"secret_access_key": ...}'`` would
-    put the secret on stderr and in logs.
-    """
-    shown: list[str] = []
-    follows_secret = False
-    for argument in arguments:
-        name, equals, _ = argument.partition("=")
-        if follows_secret and not argument.startswith("-"):
-            shown.append("<value not shown>")
-        elif equals and name in _SECRET_OPTIONS:
-            shown.append(f"{name}=<value not shown>")
-        else:
-            shown.append(argument)
-        follows_secret = argument in _SECRET_OPTIONS
-    return shown
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors honour ``--json`` (one JSON object)."""
-
-    json_errors = False
-
-    def parse_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> argparse.Namespace:
-        """Parse like argparse; unknown arguments are refused with credential values hidden."""
-        parsed, extras = self.parse_known_args(args, namespace)
-        if extras:
-            self.error("unrecognized arguments: " + " ".join(_hidden_values(extras)))
-        assert isinstance(parsed, argparse.Namespace)
-        return parsed
-
-    def error(self, message: str) -> NoReturn:
-        if _Parser.json_errors:
-            # the command's first word, as every other error of it reports it
-            # ("anndata" for "cytearc-vfs anndata ls"); "" before any command
-            words = self.prog.split()
-            payload = {
-                "ok": False,
-                "command": words[1] if len(words) > 1 else "",
-                "error": "UsageError",
-                "category": "refused",
-                "exitCode": 2,
-                "message": message,
-            }
-            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-        # one line, like every other error; --help shows the usage
-        self.exit(2, f"{self.prog}: {message}; run '{self.prog} --help' for the options\n")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

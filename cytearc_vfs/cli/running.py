@@ -26,7 +26,8 @@ from .interrupts import (
     interruptible,
     stop_background_io,
 )
-from .parser import _Parser, build_parser
+from .parser import build_parser
+from .usage_errors import _Parser
 
 __all__ = ["main"]
 
