@@ -80,7 +80,9 @@ def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
 
 
 def _read_lines(path: str, *, what: str) -> list[str]:
-    file = Path(path)
+    from ..remote.locations import expand_home
+
+    file = Path(expand_home(path))
     if not file.is_file():
         raise InputRefusedError(
             f"{what} file {path} does not exist; give a text file with one id per line"

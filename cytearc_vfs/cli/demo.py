@@ -95,6 +95,8 @@ def run_demo(
     """Run the demo; returns the folder used and one record per step (printed through ``say``)."""
     import cytearc_vfs as cv
 
+    from ..remote.locations import expand_home
+
     try:
         import anndata  # noqa: F401  (the real datasets are AnnData files)
     except ImportError as exc:
@@ -106,7 +108,7 @@ def run_demo(
 
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cytearc-demo-") as scratch:
-        root = Path(directory) if directory else Path(scratch)
+        root = Path(expand_home(directory)) if directory else Path(scratch)
         root.mkdir(parents=True, exist_ok=True)
         if say:
             say(f"cytearc_vfs demo in {root}")

@@ -83,7 +83,9 @@ def json_option(value: str | None, option: str) -> dict[str, Any] | None:
         return None
     text = value
     if value.startswith("@"):
-        source = Path(value[1:])
+        from ..remote.locations import expand_home
+
+        source = Path(expand_home(value[1:]))
         if not source.is_file():
             raise InputRefusedError(f"{option} file {source} does not exist; give a JSON file")
         text = source.read_text()

@@ -291,7 +291,7 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from cytearc_vfs_adapters.fuse.mounting import FuseMount, check_fuse
     from cytearc_vfs_adapters.served_store import ServedStore
 
-    from ..remote.locations import describe_location
+    from ..remote.locations import describe_location, expand_home
     from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
 
     storage_options = json_option(args.storage_options, "--storage-options")
@@ -304,6 +304,7 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         kinds=("ordinary", "composite", "mount"),
         storage_options=storage_options,
     )
+    args.mountpoint = expand_home(args.mountpoint)  # a quoted "~/mnt" reaches us as typed
     _check_mountpoint(args.mountpoint)
     binding = check_fuse()
     where = describe_location(args.location)

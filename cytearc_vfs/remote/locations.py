@@ -22,6 +22,7 @@ __all__ = [
     "StoreOpener",
     "check_url",
     "describe_location",
+    "expand_home",
     "local_path",
     "open_location",
     "register_backend",
@@ -109,8 +110,28 @@ def check_url(url: str) -> str:
     return url
 
 
+def expand_home(path: str) -> str:
+    """``path`` with a leading ``~`` (or ``~user``) replaced by that home directory.
+
+    The shell does this only where a word starts with ``~``: ``--directory=~/x``,
+    ``@~/options.json`` and a path in Python reach the program as typed, and
+    were taken as a directory named ``~`` in the working directory (which a
+    later ``rm -rf ~`` would take for the home). A directory really named ``~``
+    is ``./~``.
+
+    >>> expand_home("~/data.zarr") == os.path.join(os.path.expanduser("~"), "data.zarr")
+    True
+    >>> expand_home("./~/data.zarr")
+    './~/data.zarr'
+    """
+    return os.path.expanduser(path) if path.startswith("~") else path
+
+
 def local_path(location: Location) -> Path | None:
-    """The local directory of ``location``, or ``None`` when it is not local."""
+    """The local directory of ``location``, or ``None`` when it is not local.
+
+    A path starting with ``~`` is in the home directory (:func:`expand_home`).
+    """
     if isinstance(location, Store):
         root = getattr(location, "root", None)
         from zarr.storage import LocalStore
@@ -118,10 +139,10 @@ def local_path(location: Location) -> Path | None:
         return Path(root) if isinstance(location, LocalStore) and root is not None else None
     text = os.fspath(location)
     if isinstance(location, os.PathLike):
-        return Path(text)
+        return Path(expand_home(text))
     scheme = _scheme(text)
     if scheme == "":
-        return Path(text)
+        return Path(expand_home(text))
     if scheme == "file":
         # a file URL's path is percent-encoded (RFC 8089): file:///data/a%20b.zarr
         # is the directory "a b.zarr", and %23 the way to write a '#' in one

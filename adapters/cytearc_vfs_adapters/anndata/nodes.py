@@ -60,7 +60,11 @@ def is_h5ad_path(location: Any) -> bool:
     """Whether ``location`` is a local HDF5 file (by its first bytes)."""
     if not isinstance(location, (str, os.PathLike)):
         return False
-    path = Path(os.fspath(location))
+    from cytearc_vfs.remote.locations import local_path
+
+    path = local_path(location)
+    if path is None:
+        return False
     if not path.is_file():
         return False
     with path.open("rb") as handle:
@@ -80,7 +84,11 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
-        path = Path(os.fspath(location)).absolute()
+        from cytearc_vfs.remote.locations import local_path
+
+        found = local_path(location)
+        assert found is not None  # is_h5ad_path said it is a local file
+        path = found.absolute()
         return Container(_open_h5(path), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
