@@ -9,6 +9,7 @@ and the destinations involved must be exactly as before.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -262,6 +263,9 @@ def test_a_source_name_taken_from_a_directory_name_says_how_to_name_it(
     line = capsys.readouterr().err.strip()
     assert "source name 'my data' is not a valid name" in line
     assert "taken from its directory name" in line and f"source_2={unnamed}" in line
+    # quoted as the shell needs it: copied as printed, "my data.zarr" stays one argument
+    example = line.rpartition("(e.g. ")[2].removesuffix(")")
+    assert shlex.split(example) == [f"source_2={unnamed}"]
     assert not (tmp_path / "new.zarr").exists()
     # named so, the same source is taken (the refusal came before anything was read)
     assert main([*argv[:3], f"source_2={places['STORE']}"]) == 0

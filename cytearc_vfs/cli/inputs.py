@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -181,15 +182,16 @@ def parse_sources(values: Sequence[str]) -> dict[str, str]:
                 check_name(name, what="source name")
             except ValueError as exc:
                 # the user never typed this name: say where it came from and how to give one
+                # the example is quoted as a shell needs it: "my data.zarr" is one argument
                 raise InputRefusedError(
                     f"{exc}; it is the name of source {value}, taken from its directory "
                     f"name; name the source yourself with NAME=LOCATION (e.g. "
-                    f"source_{len(sources) + 1}={value})"
+                    f"{shlex.quote(f'source_{len(sources) + 1}={value}')})"
                 ) from exc
         if name in sources:
             raise InputRefusedError(
                 f"two sources are named {name!r}; name them with NAME=LOCATION "
-                f"(e.g. {name}_1={location})"
+                f"(e.g. {shlex.quote(f'{name}_1={location}')})"
             )
         sources[name] = location
     return sources
