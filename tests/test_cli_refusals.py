@@ -119,6 +119,27 @@ CASES: list[tuple[str, int, str]] = [
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    # options for a local source: said so, not "the source was replaced or moved"
+    (
+        'info COMPOSITE --source-storage-options {"a":{"endpoint":"http://x"}}',
+        2,
+        "--source-storage-options give options for source 'a' of the composite",
+    ),
+    (
+        'info MOUNT --source-storage-options {"a":{}}',
+        2,
+        "is the local path",
+    ),
+    (
+        'composite NEW a=STORE --source-storage-options {"a":{"endpoint":"http://x"}}',
+        2,
+        "which takes none: they are for remote URLs",
+    ),
+    (
+        'mount STORE NEW --source-storage-options {"endpoint":"http://x"}',
+        2,
+        "which takes none: they are for remote URLs",
+    ),
     # argparse takes a negative value for an option: the line says how to give one
     ("array resize STORE RNA/x --low -1,0", 2, "starts with '-' is written --low=VALUE"),
     ("repack STORE NEW --mem-budget -1G", 2, "starts with '-' is written --mem-budget=VALUE"),
@@ -399,6 +420,64 @@ def test_a_mistyped_credential_option_hides_its_value(
             assert "s3cr3t" not in captured.err + captured.out
             assert "<value not shown>" in captured.err
     assert not places["NEW"].exists()
+
+
+@pytest.mark.parametrize("options", ["{}", '{"a": {}}'])
+@pytest.mark.parametrize("command", ["serve", "mount-fs", "export"])
+def test_source_options_for_an_ordinary_store_are_refused_by_every_command(
+    command: str, options: str, places: dict[str, Path], tmp_path: Path
+) -> None:
+    """``info`` and ``verify`` refused --source-storage-options for an ordinary store;
+    ``serve``, ``mount-fs`` and ``export`` served or exported with ``{}``, and refused
+    anything else naming the Python keywords (source_storage_options) to a shell user."""
+    import subprocess
+    import sys
+
+    from cli_harness import stop_process
+    from cytearc_vfs_adapters.fuse.mounting import is_mounted
+
+    mountpoint = tmp_path / "mp"
+    mountpoint.mkdir()
+    extra = {"serve": [], "mount-fs": [str(mountpoint)], "export": [str(tmp_path / "out.h5ad")]}
+    argv = [command, str(places["STORE"]), *extra[command], "--source-storage-options", options]
+    # a process of its own: serve and mount-fs that are not refused run until stopped
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cytearc_vfs.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        stop_process(process)  # SIGTERM: mount-fs unmounts, serve stops listening
+        _, stderr = process.communicate()
+    finally:
+        if is_mounted(mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    assert process.returncode == 2, stderr
+    assert stderr.strip() == (
+        f"cytearc-vfs {command}: {places['STORE']} is an ordinary store: "
+        "--source-storage-options apply to a composite's or a mount's sources only; give the "
+        "store's own options with --storage-options"
+    )
+    assert not (tmp_path / "out.h5ad").exists()
+
+
+def test_the_library_names_source_options_as_the_caller_gives_them(
+    places: dict[str, Path],
+) -> None:
+    from cytearc_vfs.format.option_names import command_line_names
+
+    with pytest.raises(ValueError, match=r"ordinary store; source_storage_options apply"):
+        cv.open_store(places["STORE"], source_storage_options={"a": {}})
+    with command_line_names(), pytest.raises(ValueError) as refused:
+        cv.open_store(places["STORE"], source_storage_options={"a": {}})
+    assert "--source-storage-options apply" in str(refused.value)
+    assert "use --storage-options for the store itself" in str(refused.value)
+    # a composite's local source given options: refused as such, not as a moved source
+    with pytest.raises(ValueError, match=r"source_storage_options give options for source 'a'"):
+        cv.open_store(places["COMPOSITE"], source_storage_options={"a": {"endpoint": "x"}})
 
 
 def _closed_port() -> int:

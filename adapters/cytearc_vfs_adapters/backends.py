@@ -63,7 +63,12 @@ def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | 
     directory, or none, and shows an empty or partial tree without an error.
     """
     if storage_options:
-        raise ValueError(f"storage_options do not apply to the local path {path!r}")
+        # whose options they were (--storage-options, a source's) only the caller knows
+        raise ValueError(
+            f"backend options were given for the local path {path!r}, which takes none: "
+            "they are for remote URLs (s3://, gs://, az://, http://); leave them out for a "
+            "local store"
+        )
     return LocalStore(Path(path).absolute(), read_only=read_only)
 
 

@@ -493,7 +493,10 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
-        require_store(args.location, command="export", kinds=("ordinary", "composite", "mount"))
+        found = require_store(
+            args.location, command="export", kinds=("ordinary", "composite", "mount")
+        )
+        refuse_unused_source_options(found.kind, source_options, where=found.where)
     budget = mem_budget_option(args.mem_budget)
     info = export_anndata(
         args.location,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .failures import InputRefusedError
-from .inputs import json_option, require_store
+from .inputs import json_option, refuse_unused_source_options, require_store
 from .outcome import Outcome, plural
 from .progress import ProgressBars
 
@@ -134,7 +134,11 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     if local_path(args.location) is not None:
         # a remote location is refused by open_store itself (it may need the options above)
-        require_store(args.location, command="serve", kinds=("ordinary", "composite", "mount"))
+        found = require_store(
+            args.location, command="serve", kinds=("ordinary", "composite", "mount")
+        )
+        # as info and verify refuse them, "{}" included: an ordinary store has no sources
+        refuse_unused_source_options(found.kind, source_options, where=found.where)
     where = describe_location(args.location)
     served = ServedStore.open(
         args.location,
@@ -298,12 +302,13 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     pause = _reopen_pause(args.reopen_pause)
     as_anndata = _anndata_assay(args)
-    require_store(
+    found = require_store(
         args.location,
         command="mount-fs",
         kinds=("ordinary", "composite", "mount"),
         storage_options=storage_options,
     )
+    refuse_unused_source_options(found.kind, source_options, where=found.where)
     args.mountpoint = expand_home(args.mountpoint)  # a quoted "~/mnt" reaches us as typed
     _check_mountpoint(args.mountpoint)
     binding = check_fuse()

@@ -23,6 +23,7 @@ from ..errors import IdentityMismatchError, IncompleteStoreError, RecordShapeErr
 from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
 from ..format.nodes import array_at
+from ..format.option_names import option_name
 from ..format.paths import join
 from ..format.store_io import get_json
 from ..read.anndata_sources import AnnDataSpec
@@ -30,6 +31,7 @@ from ..read.cell_runs import CellRuns, RunCollector, merge_runs
 from ..read.prefetch import fetch_documents
 from ..read.read_stats import ReadCounters
 from ..read.sources import BoundSource, SourceSpec, bind_sources
+from ..remote.locations import local_path
 from ..remote.source_cache import SourceCache
 from .anndata_records import ANNDATA_SOURCES_PATH, read_anndata_sources
 from .open_checks import verify_composite_tables
@@ -92,12 +94,24 @@ def verify_composite(
             "still running. Delete it and create the composite again"
         )
     names = [s.name for s in record.sources]
+    option = option_name("source_storage_options")
     unknown = sorted(set(source_storage_options or {}) - set(names))
     if unknown:
         raise ValueError(
-            f"source_storage_options name unknown source(s) {unknown} of the composite at "
+            f"{option} name unknown source(s) {unknown} of the composite at "
             f"{where}; its sources are {names}: key the options by those names"
         )
+    for binding in record.sources:
+        if (source_storage_options or {}).get(binding.name) and local_path(
+            binding.location
+        ) is not None:
+            # the local backend's own refusal, met while binding the source, read as
+            # "the source was replaced or moved": the wrong remedy for a wrong option
+            raise ValueError(
+                f"{option} give options for source {binding.name!r} of the composite at "
+                f"{where}, which is the local path {binding.location}: a local source takes "
+                "none. Give options only for the remote sources"
+            )
     # The composite's own documents the checks below read, in one concurrent
     # round (its store may be remote too); the root document was read
     # above: a Zarr v3 group, so no v2 probes.

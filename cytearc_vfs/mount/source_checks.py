@@ -20,7 +20,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
-from ..format.option_names import MOUNT_SOURCE, source_options_example
+from ..format.option_names import MOUNT_SOURCE, option_name, source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_io import get_json
@@ -68,6 +68,12 @@ def verify_mount_source(
         raise ValueError(f"{where} is not a mounted target (no matrixSource record)")
     record = MountRecord.from_json(attrs[MATRIX_SOURCE_ATTR], where=f"{where} matrixSource")
     source_where = record.location
+    if source_storage_options and local_path(record.location) is not None:
+        raise ValueError(
+            f"{option_name('source_storage_options')} are the backend options of a mount's "
+            f"source, and the source of the mount at {where} is the local path "
+            f"{record.location}, which takes none: leave them out"
+        )
     paths = [AssayPaths(name, record.workspace) for name in record.assays]
     try:
         location_store = open_location(

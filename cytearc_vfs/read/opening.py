@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from zarr.abc.store import Store
 
+from ..format.option_names import option_name
 from ..format.paths import AssayPaths
 from ..format.source_store import (
     AssayInfo,
@@ -82,9 +83,11 @@ def _opened_verified(
     if opener is not None:
         return cast("Store", opener(store, where, source_storage_options))
     if source_storage_options:
+        # named as the caller gives them: keywords in Python, flags at a shell
         raise ValueError(
-            f"{where} is an ordinary store; source_storage_options apply to composites and "
-            "mounts only (use storage_options for the store itself)"
+            f"{where} is an ordinary store; {option_name('source_storage_options')} apply to "
+            f"composites and mounts only (use {option_name('storage_options')} for the store "
+            "itself)"
         )
     # the documents verification reads, in one concurrent round (on an object
     # store, one round trip instead of one per document)
