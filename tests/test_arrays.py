@@ -902,6 +902,12 @@ def test_info_and_hierarchy_read_like_the_seed() -> None:
     assert node["chunks"] == [2, 2] and node["shards"] == [4, 4]
     make(root.store, (3,), (2,), path="obs/x")
     assert str(hierarchy(root)).splitlines()[-1] == "    └── x (array) int32 3, chunks 2"
+    # a group below the root is named by its path, not shown as the root "/"
+    assert str(hierarchy(root["obs"])).splitlines() == [
+        "obs (group)",
+        "└── x (array) int32 3, chunks 2",
+    ]
+    assert hierarchy(root["RNA"]).to_dict()["name"] == "RNA"
 
 
 def test_info_says_what_read_makes_of_the_fill_value(tmp_path: Path) -> None:

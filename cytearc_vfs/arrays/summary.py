@@ -357,7 +357,9 @@ def hierarchy(node: zarr.Group | zarr.Array[Any]) -> HierarchyNode:
     └── obs (group)
     """
     store_path = node.store_path
-    found = _node(store_path.store, store_path.path, "/", 0)
+    # the tree starts where it was asked for: a group below the root is named by its
+    # path (it was shown as "/", the store's root, whatever its path)
+    found = _node(store_path.store, store_path.path, store_path.path or "/", 0)
     if found is None:
         raise FileNotFoundError(f"no Zarr node at {store_path.path or '/'!r} in {store_path.store}")
     return found
