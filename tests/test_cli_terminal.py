@@ -156,3 +156,63 @@ def test_bars_are_drawn_inside_a_jupyter_kernel(monkeypatch: pytest.MonkeyPatch)
     assert watched()
     with progress_bars() as bars:
         assert bars.enabled
+
+
+def test_a_closed_terminal_stops_a_write_and_removes_its_destination(tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed, an SSH session dropped) ended ``write`` at once by
+    Python's default action: the destination stayed behind unfinished (info exits 3, a
+    rerun needs --overwrite). It now stops the command as SIGTERM does."""
+    import signal
+
+    from cli_harness import TerminalSession
+
+    write_h5ad(tmp_path / "in.h5ad", realistic_counts(80_000, 2_000, seed=2))
+    destination = tmp_path / "out.zarr"
+    session = TerminalSession(["write", str(tmp_path / "in.h5ad"), str(destination)])
+    try:
+        seen = session.read_until("counts")
+        assert "counts" in seen and session.process.poll() is None, seen
+        session.process.send_signal(signal.SIGHUP)
+        run = session.finish()
+    finally:
+        if session.process.poll() is None:
+            session.process.kill()
+    assert run.returncode == 143, run.output
+    _clean(run.output)
+    assert "interrupted (SIGHUP); removed the unfinished destination" in run.output
+    assert not destination.exists()
+
+
+def test_serve_under_nohup_outlives_its_terminal(store: Path) -> None:
+    """``nohup cytearc-vfs serve ...``: SIGHUP is ignored from the start, so closing the
+    terminal must not stop the server; serve set its own SIGHUP handler over the ignore."""
+    import signal
+    import subprocess
+    import time
+    import urllib.request
+
+    from cli_harness import cli_executable, readable, stop_process
+
+    def as_nohup_does() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    process = subprocess.Popen(
+        [cli_executable(), "serve", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_nohup_does,
+    )
+    try:
+        assert process.stdout is not None and readable(process.stdout, 120)
+        url = process.stdout.readline().removeprefix("serving ").strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        process.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert process.poll() is None, "serve stopped on SIGHUP under nohup"
+        with urllib.request.urlopen(url + "zarr.json") as answer:
+            assert answer.status == 200
+    finally:
+        stop_process(process)  # SIGTERM
+        process.communicate()  # and its pipes closed
+    assert process.returncode == 143

@@ -1,4 +1,4 @@
-"""Stopping cleanly on SIGINT and SIGTERM.
+"""Stopping cleanly on SIGINT, SIGTERM and SIGHUP.
 
 A command that writes a destination runs inside :func:`interruptible`: both
 signals raise :class:`Interrupted` in the main thread (as Ctrl-C raises
@@ -40,6 +40,11 @@ __all__ = [
 ]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: SIGHUP: the terminal closed (an SSH session dropped). Left to its default it
+#: ended a write at once, its destination left unfinished for a rerun with
+#: --overwrite; it stops a command as SIGTERM does, unless it was ignored when
+#: the command started (``nohup``), which keeps the command running
+_HANGUP = signal.SIGHUP
 
 
 class Interrupted(BaseException):
@@ -126,14 +131,18 @@ def begin_cleanup() -> None:
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`Interrupted` inside the block."""
+    """SIGINT and SIGTERM (and SIGHUP, unless ignored) raise :class:`Interrupted` inside
+    the block."""
     global _previous_hook
-    previous = {each: signal.getsignal(each) for each in _SIGNALS}
+    caught: tuple[signal.Signals, ...] = _SIGNALS
+    if signal.getsignal(_HANGUP) is not signal.SIG_IGN:
+        caught = (*_SIGNALS, _HANGUP)
+    previous = {each: signal.getsignal(each) for each in caught}
     _previous_hook = sys.unraisablehook
     _Delivery.cleaning = False
     _Delivery.raised = None
     sys.unraisablehook = _redeliver_swallowed
-    for each in _SIGNALS:
+    for each in caught:
         signal.signal(each, _raise_interrupted)
     try:
         yield
@@ -153,6 +162,10 @@ def also_interrupted_by(signum: int) -> Iterator[None]:
     SIGHUP, the terminal closing, ends it the same way as SIGINT and SIGTERM.
     """
     previous = signal.getsignal(signum)
+    if previous is signal.SIG_IGN:
+        # ignored when the command started (nohup): the command is meant to outlive it
+        yield
+        return
     signal.signal(signum, _raise_interrupted)
     try:
         yield
