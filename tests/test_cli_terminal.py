@@ -65,6 +65,9 @@ def test_verify_composite_and_repack_draw_bars(tmp_path: Path, store: Path) -> N
     assert repack.returncode == 0, repack.output
     _clean(repack.output)
     assert "copy keys" in repack.output and "%|" in repack.output
+    # what it counts: keys, not rows (it said "0.00/6.00 [00:00<?, ?row/s]")
+    copying = [line for line in repack.output.split("\r") if "copy keys" in line]
+    assert copying and all("key/s" in line for line in copying), copying
 
 
 def test_a_terminal_without_a_size_still_gets_bars(tmp_path: Path, store: Path) -> None:

@@ -40,6 +40,10 @@ def watched() -> bool:
     return bool(isatty and isatty()) or _in_notebook()
 
 
+#: phases that count something other than rows (repack copies keys, not rows)
+_UNITS = {"copy keys": "key"}
+
+
 class ProgressBars:
     """A ``progress(phase, done, total)`` callback that keeps one bar per phase.
 
@@ -70,7 +74,7 @@ class ProgressBars:
             bar = tqdm(
                 total=total,
                 desc=phase,
-                unit="row",
+                unit=_UNITS.get(phase, "row"),
                 unit_scale=True,
                 leave=False,
                 file=sys.stderr,
