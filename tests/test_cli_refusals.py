@@ -39,6 +39,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     cv.create_composite(root / "composite.zarr", {"a": root / "store.zarr"})
     cv.mount_datastore(root / "store.zarr", root / "mount.zarr")
     (root / "ids.txt").write_text("no-such-cell\n")
+    (root / "empty-ids.txt").write_text("\n  \n")
     return {
         "STORE": root / "store.zarr",
         "EXISTING": root / "existing.zarr",
@@ -53,6 +54,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "MOUNT": root / "mount.zarr",
         "NEW": root / "new.zarr",
         "IDS": root / "ids.txt",
+        "EMPTYIDS": root / "empty-ids.txt",
     }
 
 
@@ -119,6 +121,10 @@ CASES: list[tuple[str, int, str]] = [
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    # an empty id file made a composite of 0 features (or cells) and exited 0
+    ("composite NEW STORE --features-file EMPTYIDS", 2, "lists no ids (it is empty or blank)"),
+    ("composite NEW STORE --features @EMPTYIDS", 2, "lists no ids (it is empty or blank)"),
+    ("composite NEW a=STORE --cells a=EMPTYIDS", 2, "lists no ids (it is empty or blank)"),
     # options for a local source: said so, not "the source was replaced or moved"
     (
         'info COMPOSITE --source-storage-options {"a":{"endpoint":"http://x"}}',

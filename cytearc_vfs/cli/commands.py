@@ -87,7 +87,15 @@ def _read_lines(path: str, *, what: str) -> list[str]:
         raise InputRefusedError(
             f"{what} file {path} does not exist; give a text file with one id per line"
         )
-    return [line.strip() for line in file.read_text().splitlines() if line.strip()]
+    ids = [line.strip() for line in file.read_text().splitlines() if line.strip()]
+    if not ids:
+        # an empty list made a composite of 0 cells or 0 features, and exit 0: an empty
+        # file is a step that produced nothing (a grep that matched nothing), not a wish
+        raise InputRefusedError(
+            f"{what} file {path} lists no ids (it is empty or blank); give a text file with "
+            "one id per line"
+        )
+    return ids
 
 
 def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, list[str]] | None:
