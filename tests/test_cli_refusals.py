@@ -12,6 +12,7 @@ import json
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_harness import tree_digest, write_h5ad
 from conftest import realistic_counts
@@ -522,3 +523,27 @@ def test_backend_errors_are_not_bugs(
     assert len(lines) == 1 and words in lines[0], captured.err
     assert "This is a bug" not in lines[0] and "s3cr3t" not in lines[0]
     assert "--storage-options" in lines[0]  # the remedy names where the options go
+
+
+def test_a_composite_of_a_store_written_in_a_workspace(
+    places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write --workspace w1`` makes a store whose assay is 'w1/RNA'. ``composite`` of it
+    was refused with "give one of them; 'W/A' is assay 'A' of workspace 'W'", yet
+    ``--assay w1/RNA`` is no valid name and the command had no option for a source's
+    workspace (Python's source_workspaces=): such a store could not be composed from the
+    shell. ``--workspace NAME=WS`` gives it, and the refusal says so."""
+    store = tmp_path / "ws.zarr"
+    assert main(["write", str(places["H5AD"]), str(store), "--workspace", "w1"]) == 0
+    capsys.readouterr()
+    assert main(["composite", str(tmp_path / "c.zarr"), f"ws={store}"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "its assays: ['w1/RNA']" in line and "--workspace NAME=W" in line, line
+    assert main(["export", str(store), str(tmp_path / "x.h5ad")]) == 2
+    assert "give --assay A --workspace W" in capsys.readouterr().err
+    assert main(["composite", str(tmp_path / "c.zarr"), f"ws={store}", "--workspace", "ws=w1"]) == 0
+    reader = cv.open_store(tmp_path / "c.zarr").reader()
+    expected = cv.VirtualArrayReader(cv.open_store(store), assay="RNA", workspace="w1").read()
+    assert np.array_equal(reader.read(), expected)
+    assert main(["composite", str(tmp_path / "d.zarr"), f"ws={store}", "--workspace", "x=w1"]) == 2
+    assert "--workspace 'x=w1' must be NAME=WS" in capsys.readouterr().err

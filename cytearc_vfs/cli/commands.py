@@ -270,17 +270,20 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, text)
 
 
-def _source_layers(values: list[str], sources: Mapping[str, Any]) -> dict[str, str]:
-    """``--layer NAME=LAYER`` options as ``source_layers``."""
-    layers: dict[str, str] = {}
+def _per_source(
+    values: list[str], sources: Mapping[str, Any], *, option: str, what: str
+) -> dict[str, str]:
+    """``--layer NAME=LAYER`` / ``--workspace NAME=WS`` options as a mapping by source."""
+    chosen: dict[str, str] = {}
     for value in values:
-        name, separator, layer = value.partition("=")
-        if not separator or not layer or name not in sources:
+        name, separator, choice = value.partition("=")
+        if not separator or not choice or name not in sources:
             raise InputRefusedError(
-                f"--layer {value!r} must be NAME=LAYER with NAME one of the sources {list(sources)}"
+                f"{option} {value!r} must be NAME={what} with NAME one of the sources "
+                f"{list(sources)}"
             )
-        layers[name] = layer
-    return layers
+        chosen[name] = choice
+    return chosen
 
 
 def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
@@ -301,7 +304,8 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
                 location, command=f"composite (source {name})", kinds=("ordinary", "anndata")
             )
     _check_sources_differ(args.destination, sources)
-    layers = _source_layers(args.layer, sources)
+    layers = _per_source(args.layer, sources, option="--layer", what="LAYER")
+    workspaces = _per_source(args.workspace, sources, option="--workspace", what="WS")
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = per_source_options(args.source_storage_options, list(sources))
     budget = mem_budget_option(args.mem_budget)
@@ -326,6 +330,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             assay=args.assay,
             features=features,
             cells=cells,
+            source_workspaces=workspaces,
             source_layers=layers,
             source_storage_options=source_options,
             storage_options=storage_options,

@@ -201,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="read layer LAYER of the AnnData source NAME instead of its X, or its raw "
         "counts with NAME=raw/X (features from raw/var) (repeatable)",
     )
+    composite.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="NAME=WS",
+        help="read the assay of source NAME from its workspace WS (a store written with "
+        "write --workspace WS) (repeatable)",
+    )
     _remote_options(
         composite,
         own="DEST",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .option_names import on_command_line
 from .paths import AssayPaths
 
 __all__ = ["missing_assay_error"]
@@ -26,7 +27,15 @@ def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths
     # 'ws/ADT' is not an assay name (names hold no '/'): say how to ask for it
     how = ["give one of them"]
     if any(p.workspace for p in held):
-        how.append("'W/A' is assay 'A' of workspace 'W'")
+        # no command takes 'W/A' as an assay: each names the workspace apart
+        how.append(
+            "'W/A' is assay 'A' of workspace 'W'"
+            + (
+                ": give --assay A --workspace W (a composite's source: --workspace NAME=W)"
+                if on_command_line()
+                else ""
+            )
+        )
     if paths.workspace and any(not p.workspace for p in held):
         how.append("a name without 'W/' is in the root layout: give no workspace")
     hint = f"; its assays: {names} ({'; '.join(how)})" if names else ""

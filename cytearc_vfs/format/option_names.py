@@ -29,6 +29,7 @@ from contextlib import contextmanager
 __all__ = [
     "MOUNT_SOURCE",
     "command_line_names",
+    "on_command_line",
     "option_name",
     "option_offered",
     "source_label",
@@ -59,6 +60,16 @@ _command_line_depth = 0
 
 def _command_line() -> bool:
     return _command_line_depth > 0
+
+
+def on_command_line() -> bool:
+    """Whether messages are read at a shell (inside :func:`command_line_names`), for a
+    remedy that has no Python keyword to name.
+
+    >>> on_command_line()
+    False
+    """
+    return _command_line()
 
 
 def option_name(keyword: str) -> str:
