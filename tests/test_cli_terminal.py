@@ -219,3 +219,44 @@ def test_serve_under_nohup_outlives_its_terminal(store: Path) -> None:
         stop_process(process)  # SIGTERM
         process.communicate()  # and its pipes closed
     assert process.returncode == 143
+
+
+def test_a_background_job_keeps_the_sigint_its_shell_ignored(tmp_path: Path) -> None:
+    """A shell starts ``cytearc-vfs write ... &`` of a script with SIGINT ignored, so that
+    Ctrl-C stops the script and not the job; Python leaves such a signal ignored, but the
+    command set its own handler over it, and the Ctrl-C meant for the script stopped the
+    write (exit 130, its destination removed)."""
+    import signal
+    import subprocess
+    import time
+
+    from cli_harness import cli_executable
+
+    write_h5ad(tmp_path / "in.h5ad", realistic_counts(80_000, 2_000, seed=2))
+    destination = tmp_path / "out.zarr"
+
+    def as_a_shell_starts_a_background_job() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    process = subprocess.Popen(
+        [cli_executable(), "write", str(tmp_path / "in.h5ad"), str(destination)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_a_shell_starts_a_background_job,
+    )
+    try:
+        # as soon as the writer has begun (the destination exists), Ctrl-C at the script
+        deadline = time.monotonic() + 120
+        while not destination.exists() and process.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "wrote 80000 cells" in out
+    assert cv.open_store(destination)

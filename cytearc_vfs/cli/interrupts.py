@@ -39,12 +39,10 @@ __all__ = [
     "stop_background_io",
 ]
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-#: SIGHUP: the terminal closed (an SSH session dropped). Left to its default it
+#: SIGHUP is the terminal closing (an SSH session dropped): left to its default it
 #: ended a write at once, its destination left unfinished for a rerun with
-#: --overwrite; it stops a command as SIGTERM does, unless it was ignored when
-#: the command started (``nohup``), which keeps the command running
-_HANGUP = signal.SIGHUP
+#: --overwrite, so it stops a command as SIGTERM does.
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(BaseException):
@@ -131,12 +129,15 @@ def begin_cleanup() -> None:
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """SIGINT and SIGTERM (and SIGHUP, unless ignored) raise :class:`Interrupted` inside
-    the block."""
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` inside the block.
+
+    A signal ignored when the command started stays ignored, as Python leaves
+    it: ``nohup`` ignores SIGHUP so the command outlives its terminal, and a
+    shell ignores SIGINT for a job it starts in the background (``cmd &`` in a
+    script) so Ctrl-C stops the script, not the job.
+    """
     global _previous_hook
-    caught: tuple[signal.Signals, ...] = _SIGNALS
-    if signal.getsignal(_HANGUP) is not signal.SIG_IGN:
-        caught = (*_SIGNALS, _HANGUP)
+    caught = tuple(each for each in _SIGNALS if signal.getsignal(each) is not signal.SIG_IGN)
     previous = {each: signal.getsignal(each) for each in caught}
     _previous_hook = sys.unraisablehook
     _Delivery.cleaning = False
