@@ -122,6 +122,11 @@ CASES: list[tuple[str, int, str]] = [
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    # a composite's or a mount's count arrays, which info lists, are not stored there:
+    # "no Zarr node here; check the path" sent the user looking for a typo
+    ("array info COMPOSITE RNA/counts", 2, "is a composite, whose count arrays are not stored"),
+    ("array info MOUNT RNA/countsT", 2, "is a mounted target, whose count arrays are not stored"),
+    ("array info COMPOSITE RNA/nothing", 2, "no Zarr node here"),
     # an empty id file made a composite of 0 features (or cells) and exited 0
     ("composite NEW STORE --features-file EMPTYIDS", 2, "lists no ids (it is empty or blank)"),
     ("composite NEW STORE --features @EMPTYIDS", 2, "lists no ids (it is empty or blank)"),

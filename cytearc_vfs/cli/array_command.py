@@ -67,6 +67,32 @@ def _consolidation_payload(change: ConsolidationReport) -> dict[str, object]:
     }
 
 
+def _not_stored(store: Store, path: str, location: str) -> str:
+    """The remedy for a path with no node: "check the path", or, for the count arrays of
+    a composite or a mount (``info`` lists them, and they are not stored there), why."""
+    import shlex
+
+    from ..composite.records import COMPOSITE_ATTR
+    from ..format.store_io import get_json
+    from ..mount.records import MATRIX_SOURCE_ATTR
+
+    if path.rpartition("/")[2] not in ("counts", "countsT"):
+        return "check the path"
+    root = get_json(store, "zarr.json", where=location)
+    attributes = root.get("attributes", {}) if isinstance(root, dict) else {}
+    if COMPOSITE_ATTR in attributes:
+        kind, origin = "a composite", "computed from its sources when read"
+    elif MATRIX_SOURCE_ATTR in attributes:
+        kind, origin = "a mounted target", "its source's, read through"
+    else:
+        return "check the path"
+    return (
+        f"{location} is {kind}, whose count arrays are not stored in it ({origin}); "
+        f"cytearc-vfs info {shlex.quote(location)} describes them, and zarr reads them "
+        "from cv.open_store(LOCATION)"
+    )
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
     import shlex
@@ -93,7 +119,8 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         legacy = _legacy_kind(store, path)
         if legacy is None:
             raise FileNotFoundError(
-                f"{where}: no Zarr node here (no {node}, .zarray or .zgroup); check the path"
+                f"{where}: no Zarr node here (no {node}, .zarray or .zgroup); "
+                + _not_stored(store, path, args.location)
             )
         if action == "info" and legacy == "group":
             tree = hierarchy(zarr.open_group(store, path=path, mode="r", zarr_format=2))
