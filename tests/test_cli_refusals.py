@@ -552,3 +552,18 @@ def test_a_composite_of_a_store_written_in_a_workspace(
     assert np.array_equal(reader.read(), expected)
     assert main(["composite", str(tmp_path / "d.zarr"), f"ws={store}", "--workspace", "x=w1"]) == 2
     assert "--workspace 'x=w1' must be NAME=WS" in capsys.readouterr().err
+    # mount named no workspace it could give ("name the workspace that holds the assays"),
+    # and told a root-layout store given a workspace to name one too
+    assert main(["mount", str(store), str(tmp_path / "m.zarr")]) == 2
+    assert "has no assay in its root layout; name the workspace that holds them, one of 'w1'" in (
+        capsys.readouterr().err
+    )
+    assert main(["mount", str(places["STORE"]), str(tmp_path / "m.zarr"), "--workspace", "w2"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "has no assay in workspace 'w2'; its assays are in its root layout: give no workspace"
+        )
+    )
+    assert main(["mount", str(store), str(tmp_path / "m.zarr"), "--workspace", "w1"]) == 0

@@ -120,11 +120,19 @@ def mount_datastore(
     _refuse(contents, where)
     available = [p.assay for p in contents.assays if p.workspace == workspace]
     if not available:
-        raise ValueError(
-            f"{where} has no assay in {'workspace ' + repr(workspace) if workspace else 'its root layout'}; "
-            "name the workspace that holds the assays (workspace in Python, --workspace on the "
-            "command line), or check the location"
-        )
+        # what it does hold, so the remedy can be followed as written
+        held = sorted({repr(p.workspace) for p in contents.assays if p.workspace})
+        place = f"workspace {workspace!r}" if workspace else "its root layout"
+        if workspace and any(not p.workspace for p in contents.assays):
+            remedy = "its assays are in its root layout: give no workspace"
+        elif held:
+            remedy = (
+                f"name the workspace that holds them, one of {', '.join(held)} (workspace in "
+                "Python, --workspace on the command line)"
+            )
+        else:
+            remedy = "check the location"
+        raise ValueError(f"{where} has no assay in {place}; {remedy}")
     chosen = list(assays) if assays is not None else available
     unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
     if unknown:
