@@ -260,3 +260,24 @@ def test_a_background_job_keeps_the_sigint_its_shell_ignored(tmp_path: Path) -> 
     assert process.returncode == 0, err
     assert "wrote 80000 cells" in out
     assert cv.open_store(destination)
+
+
+def test_ctrl_backslash_stops_serve_as_it_stops_mount_fs(store: Path) -> None:
+    """Ctrl-\\ (SIGQUIT) in serve's terminal ended it by the default action ("Quit (core
+    dumped)", exit -3, no line, a remote composite's cache directory left behind), where
+    mount-fs takes it as the end; serve now stops on it as on SIGTERM."""
+    from cli_harness import TerminalSession
+
+    session = TerminalSession(["serve", str(store)])
+    try:
+        seen = session.read_until("serving http://")
+        assert "serving http://" in seen, seen
+        session.read_until("\n")
+        session.type(b"\x1c")  # Ctrl-\
+        run = session.finish()
+    finally:
+        if session.process.poll() is None:
+            session.process.kill()
+    assert run.returncode == 143, run.output
+    _clean(run.output)
+    assert "cytearc-vfs serve: interrupted (SIGQUIT)" in run.output

@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Serve a CyteArc store, composite or mount read-only over HTTP, so Zarr v3 "
             "clients of any language (tensorstore, zarrita, R) read it; a composite's "
             "counts are computed per chunk as they are asked for. Prints 'serving URL' "
-            "first and runs until SIGINT, SIGTERM or SIGHUP."
+            "first and runs until SIGINT, SIGTERM, SIGHUP or SIGQUIT."
         ),
     )
     serve.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")

@@ -164,9 +164,11 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
                 max_answer_bytes=answer_memory or defaults.max_answer_bytes,
             ),
         )
-        # SIGHUP (the terminal closed) stops it like SIGTERM; left to Python's
-        # default it would end the process without a word or a clean close
-        with also_interrupted_by(signal.SIGHUP):
+        # SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\, which mount-fs takes too)
+        # stop it like SIGTERM; left to their defaults they ended the process without
+        # a word or a clean close (SIGQUIT: "Quit (core dumped)", and no exit handler
+        # ran, such as the one removing a remote composite's source cache folder)
+        with also_interrupted_by(signal.SIGHUP), also_interrupted_by(signal.SIGQUIT):
             try:
                 if not server.loopback:
                     # before the first line: whoever waits for that line has the warning too
