@@ -127,6 +127,9 @@ CASES: list[tuple[str, int, str]] = [
     ("array info COMPOSITE RNA/counts", 2, "is a composite, whose count arrays are not stored"),
     ("array info MOUNT RNA/countsT", 2, "is a mounted target, whose count arrays are not stored"),
     ("array info COMPOSITE RNA/nothing", 2, "no Zarr node here"),
+    # ids in a --cells file that the source lacks: named as given at the shell (it said
+    # "cells['a']: ... give ids of its cellData/ids, a boolean mask or integer rows")
+    ("composite NEW a=STORE --cells a=IDS", 2, "--cells a=FILE: 1 id(s) are not cells"),
     # an empty id file made a composite of 0 features (or cells) and exited 0
     ("composite NEW STORE --features-file EMPTYIDS", 2, "lists no ids (it is empty or blank)"),
     ("composite NEW STORE --features @EMPTYIDS", 2, "lists no ids (it is empty or blank)"),

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
+from ..format.option_names import on_command_line
 from ..format.tables import StoredColumn
 from ..read.sources import BoundSource
 from .columns import SourceTables
@@ -81,9 +82,15 @@ def _cell_rows(
         missing = values.ravel()[positions < 0]
         if missing.size:
             shown = ", ".join(repr(str(v)) for v in missing[:3])
+            # at a shell the ids came from --cells NAME=FILE, which takes nothing else
+            given, other = (
+                (f"--cells {name}=FILE", "")
+                if on_command_line()
+                else (f"cells[{name!r}]", ", a boolean mask or integer rows")
+            )
             raise ValueError(
-                f"cells[{name!r}]: {missing.size} id(s) are not cells of that source "
-                f"(first: {shown}); give ids of its cellData/ids, a boolean mask or integer rows"
+                f"{given}: {missing.size} id(s) are not cells of that source "
+                f"(first: {shown}); give ids of its cellData/ids{other}"
             )
         values = positions
     if values.dtype == np.bool_:
