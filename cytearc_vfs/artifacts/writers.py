@@ -454,6 +454,18 @@ class ArtifactWriter:
                 f"array {name!r} has no rows (shape ()); artifact arrays have at least one axis"
             )
         stored = np.dtype(dtype)
+        if stored.hasobject:
+            raise TypeError(
+                f"array {name!r} would have dtype object, which no artifact array stores; "
+                "convert the values to numbers, booleans or strings first (values.astype(float), "
+                "values.astype(str))"
+            )
+        # the writers know every array of this artifact: no store request to ask
+        if any(writer.name == name for writer in self._writers):
+            raise ValueError(
+                f"artifact {self.path!r} already holds an array {name!r}; give each array of an "
+                "artifact its own name"
+            )
         if chunks is None:
             row_bytes = max(1, stored.itemsize * math.prod(dims[1:]))
             rows = min(max(1, dims[0]), max(1, _CHUNK_BYTES // row_bytes))
@@ -504,6 +516,12 @@ class ArtifactWriter:
             A value an integer or boolean ``dtype`` cannot hold exactly
             (``1.5``, ``2`` into ``bool``); nothing is published.
         """
+        if hasattr(values, "toarray") and type(values).__module__.startswith("scipy.sparse"):
+            raise TypeError(
+                f"values of array {name!r} are a scipy.sparse {type(values).__name__}; artifact "
+                "arrays are dense: pass values.toarray(), or write its data, indices and indptr "
+                "as three arrays"
+            )
         data = np.asarray(values)
         writer = self.create_array(
             name, data.shape, data.dtype if dtype is None else dtype, finite=finite, chunks=chunks
