@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from ..errors import VfsError
 from ..format.count_dtype import ValueRange, checked_cast, empty_range, scan_values, summary_dtype
 from ..format.count_totals import RowTotalOverflowError, exact_group_sums, may_overflow, row_totals
+from .sparse_structure import checked_sparse
 
 __all__ = [
     "COUNT_SOURCE_ENTRY_POINTS",
@@ -235,10 +236,13 @@ class _SparseSource:
     @property
     def _csr(self) -> sp.csr_array:
         if self._canonical is None:
+            # checked here, in the scan before the destination exists: slicing a
+            # matrix with an index past its shape fails deep in numpy, mid-write
             given = self._matrix
-            self._canonical = canonical_csr(given)
+            self._canonical = canonical_csr(checked_sparse(given))
             self._matrix = None
             self.nnz_estimate = int(self._canonical.nnz)
+            # a DIA, LIL or DOK input is held as a CSR copy: counted like a canonical copy
             if self._canonical is not given:
                 canonical = self._canonical
                 self.copied_bytes = canonical.data.nbytes + canonical.indices.nbytes
