@@ -147,3 +147,35 @@ def test_artifact_arrays_that_cannot_be_stored_are_named_and_nothing_is_publishe
     with pytest.raises(error, match=message):
         publish()
     assert cv.list_artifacts(store, "RNA/artifacts") == []
+
+
+@pytest.mark.parametrize(
+    ("shape", "error", "message"),
+    [
+        # int(2.5) made a 2-row array without a word
+        ((2.5, 2), TypeError, r"shape \(2\.5, 2\) must hold whole lengths \(ints\), not 2\.5"),
+        # tuple(int(d) for d in "3") made a 3-row array
+        ("3", TypeError, r"shape '3' must hold whole lengths \(ints\), not '3' \(str\)"),
+        ((True, 2), TypeError, r"not True \(bool\)"),
+        # zarr's "Expected all values to be non-negative. Got (-1, 2) instead."
+        ((-1, 2), ValueError, r"shape \(-1, 2\) holds a negative length"),
+    ],
+)
+def test_an_artifact_array_shape_of_lengths_that_are_not_whole_is_refused(
+    tmp_path: Path, shape: object, error: type[Exception], message: str
+) -> None:
+    location = cv.write_counts(tmp_path / "a.zarr", np.ones((3, 2))).location
+    store = cv.open_store(location, mode="r+")
+
+    def publish() -> None:
+        with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+            art.create_array("x", shape, np.float32)  # type: ignore[arg-type]
+
+    with pytest.raises(error, match=message):
+        publish()
+    assert cv.list_artifacts(store, "RNA/artifacts") == []
+    with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+        art.create_array("x", (np.int64(2), 0), np.float32).write(np.ones((2, 0)))
+    assert [found.load("x").shape for found in cv.list_artifacts(store, "RNA/artifacts")] == [
+        (2, 0)
+    ]

@@ -12,7 +12,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, Self
@@ -141,6 +141,32 @@ class ArrayWriter:
                 self._owner._poison(exc)
                 raise
         self.rows_written = stop
+
+
+def _dimensions(name: str, shape: object) -> tuple[int, ...]:
+    """``shape`` as whole, non-negative lengths; ``2.5`` or ``"3"`` is refused, never truncated.
+
+    >>> _dimensions("x", 3), _dimensions("x", (2, 0))
+    ((3,), (2, 0))
+    >>> _dimensions("x", (2.5, 2))
+    Traceback (most recent call last):
+    ...
+    TypeError: array 'x': shape (2.5, 2) must hold whole lengths (ints), not 2.5 (float)
+    """
+    given = (
+        (shape,) if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable) else shape
+    )
+    dims = []
+    for length in given:
+        if isinstance(length, bool) or not hasattr(length, "__index__"):
+            raise TypeError(
+                f"array {name!r}: shape {shape!r} must hold whole lengths (ints), not "
+                f"{length!r} ({type(length).__name__})"
+            )
+        if length.__index__() < 0:
+            raise ValueError(f"array {name!r}: shape {shape!r} holds a negative length")
+        dims.append(length.__index__())
+    return tuple(dims)
 
 
 class ArtifactWriter:
@@ -448,7 +474,7 @@ class ArtifactWriter:
         """
         group = self._open_group()
         check_name(name, what="artifact array name")
-        dims = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+        dims = _dimensions(name, shape)
         if len(dims) == 0:
             raise ValueError(
                 f"array {name!r} has no rows (shape ()); artifact arrays have at least one axis"
