@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
@@ -75,3 +76,19 @@ def test_every_sparse_format_is_written_exactly(tmp_path: Path, kind: str) -> No
     assert info.dtype == np.uint8
     assert np.array_equal(cv.VirtualArrayReader(info.location).read(), dense)
     assert np.array_equal(matrix.toarray(), dense)  # the caller's matrix is as it was
+
+
+@pytest.mark.parametrize(
+    ("counts", "remedy"),
+    [
+        (pd.DataFrame(np.ones((2, 2))), r"not DataFrame; pass frame\.to_numpy\(\) with cells="),
+        ([[1, 2], [3, 4]], r"not list; pass numpy\.asarray\(counts\)"),
+    ],
+    ids=["DataFrame", "list"],
+)
+def test_counts_in_a_table_or_lists_are_refused_with_the_conversion(
+    tmp_path: Path, counts: Any, remedy: str
+) -> None:
+    with pytest.raises(TypeError, match=rf"a numpy array or an AnnData, {remedy}"):
+        cv.write_counts(tmp_path / "s.zarr", counts)
+    assert not (tmp_path / "s.zarr").exists()

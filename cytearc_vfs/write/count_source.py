@@ -393,6 +393,14 @@ def _source_of(matrix: Any) -> CountSource:
         if kind == "AnnData"
         else ""
     )
+    if kind == "DataFrame":
+        # a cells x features table: its values are the counts, its labels the ids
+        hint = (
+            "; pass frame.to_numpy() with cells=frame.index.astype(str) and "
+            "features=frame.columns.astype(str)"
+        )
+    elif isinstance(matrix, (list, tuple)):
+        hint = "; pass numpy.asarray(counts) for nested lists of numbers"
     raise TypeError(
         f"counts must be a scipy.sparse matrix, a numpy array or an AnnData, not {kind}{hint}"
     )
