@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+import zarr
 
 import cytearc_vfs as cv
 
@@ -92,3 +93,31 @@ def test_counts_in_a_table_or_lists_are_refused_with_the_conversion(
     with pytest.raises(TypeError, match=rf"a numpy array or an AnnData, {remedy}"):
         cv.write_counts(tmp_path / "s.zarr", counts)
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_cell_column_named_for_a_preparation_metric_is_carried_as_orig(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dense = np.array([[1, 0, 2], [0, 0, 5], [3, 3, 3]], dtype=np.int64)
+    cells = pd.DataFrame(
+        {
+            "RNA_nCounts": [0.0, 0.0, 0.0],  # totals of other counts: not these
+            "orig_RNA_nCounts": [7.0, 8.0, 9.0],
+            "RNA_nFeatures": [1, 1, 1],
+            "ADT_nCounts": [4.0, 5.0, 6.0],  # another assay's: an ordinary column
+        },
+        index=["c0", "c1", "c2"],
+    )
+    with caplog.at_level("WARNING", logger="cytearc_vfs"):
+        info = cv.write_counts(tmp_path / "s.zarr", dense, cells=cells)
+    assert "preparation metrics of assay 'RNA'" in caplog.text
+    stored = zarr.open_group(info.location, mode="r")["cellData"]
+    # RNA_nCounts of zeros made the store a prepared assay with wrong totals
+    assert "RNA_nCounts" not in stored and "RNA_nFeatures" not in stored
+    assert stored["orig_orig_RNA_nCounts"][:].tolist() == [0.0, 0.0, 0.0]
+    assert stored["orig_RNA_nCounts"][:].tolist() == [7.0, 8.0, 9.0]
+    assert stored["orig_RNA_nFeatures"][:].tolist() == [1, 1, 1]
+    assert stored["ADT_nCounts"][:].tolist() == [4.0, 5.0, 6.0]
+    # not a prepared assay: the writer may replace the store
+    again = cv.write_counts(tmp_path / "s.zarr", dense * 2, overwrite=True)
+    assert np.array_equal(cv.VirtualArrayReader(again.location).read(), dense * 2)
