@@ -7,6 +7,9 @@ not a ``zarr.Array`` is named as such; nothing is changed by a refusal.
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +182,41 @@ def test_an_artifact_array_shape_of_lengths_that_are_not_whole_is_refused(
     assert [found.load("x").shape for found in cv.list_artifacts(store, "RNA/artifacts")] == [
         (2, 0)
     ]
+
+
+@pytest.fixture
+def read_only_store(tmp_path: Path) -> Iterator[str]:
+    """A CyteArc store in a folder that refuses writes: without permission, or, for the
+    root user (who writes anywhere), a read-only bind mount of it."""
+    folder, view = tmp_path / "folder", tmp_path / "view"
+    folder.mkdir()
+    cv.write_counts(folder / "a.zarr", np.ones((3, 2)))
+    if os.geteuid() != 0:
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        yield str(folder / "a.zarr")
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        return
+    view.mkdir()
+    if subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True).returncode:
+        pytest.skip("the root user writes anywhere, and cannot make a read-only bind mount here")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(view)]
+        if subprocess.run(remount, capture_output=True).returncode:
+            pytest.skip("cannot make the bind mount read-only here")
+        yield str(view / "a.zarr")
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_publishing_into_a_folder_that_refuses_writes_names_the_store(read_only_store: str) -> None:
+    def publish(store: object) -> None:
+        with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+            art.write_array("x", np.ones(3))
+
+    for store in (read_only_store, cv.open_store(read_only_store, mode="r+")):
+        # OSError: [Errno 30] Read-only file system: '.../a.zarr/zarr.<uuid>.partial'
+        with pytest.raises(PermissionError, match=r"cannot publish an artifact of kind 'pca' in "):
+            publish(store)
+    assert cv.list_artifacts(read_only_store, "RNA/artifacts") == []

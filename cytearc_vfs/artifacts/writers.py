@@ -7,6 +7,7 @@ See :mod:`cytearc_vfs.artifacts.catalog` for the protocol.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import math
@@ -143,6 +144,10 @@ class ArrayWriter:
         self.rows_written = stop
 
 
+#: ``errno`` values of a folder that refuses writes: read-only file system, no permission.
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def _dimensions(name: str, shape: object) -> tuple[int, ...]:
     """``shape`` as whole, non-negative lengths; ``2.5`` or ``"3"`` is refused, never truncated.
 
@@ -268,6 +273,14 @@ class ArtifactWriter:
             # The path is ours alone, so a half-created group can be removed.
             self._end_work()
             self._discard(exc)
+            if isinstance(exc, OSError) and exc.errno in _UNWRITABLE:
+                # zarr's own error names a temporary file of its atomic write
+                raise PermissionError(
+                    exc.errno,
+                    f"cannot publish an artifact of kind {self._record['kind']!r} in "
+                    f"{self._where}: its folder refuses writes ({exc.strerror}); publish into a "
+                    "writable copy of the store, or make the folder writable. Nothing was written",
+                ) from exc
             raise
         logger.debug("created artifact %s in %s", self.path, self._where)
         return self
