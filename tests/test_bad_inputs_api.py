@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 
 import cytearc_vfs as cv
 
@@ -41,7 +42,9 @@ LOCATIONS: list[tuple[object, type[Exception], str]] = [
     (b"a.zarr", TypeError, r"location b'a\.zarr' is bytes; pass the path or URL as a str"),
     # os.fspath's "expected str, bytes or os.PathLike object" (bytes are not taken)
     (None, TypeError, r"location must be a path, a URL or a zarr Store, not NoneType"),
-    (["a.zarr"], TypeError, r"location must be a path, a URL or a zarr Store, not list"),
+    (["a.zarr"], TypeError, r"location must be a path, a URL or a zarr Store, not list$"),
+    # a Group opened on the store (zarr.open_group(path)) is not the store
+    (zarr.group(), TypeError, r"not Group; pass the path or URL .*, or its store \(group\.store\)"),
     # "" was the current directory: a writer refused it as a folder of foreign keys
     ("", ValueError, r"location is an empty string; give a path or URL"),
 ]

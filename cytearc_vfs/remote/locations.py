@@ -132,9 +132,14 @@ def location_text(location: object) -> str:
             "(os.fsdecode(path) decodes a bytes path)"
         )
     if not isinstance(text, str):
-        raise TypeError(
-            f"location must be a path, a URL or a zarr Store, not {type(location).__name__}"
+        kind = type(location).__name__
+        # a zarr Group or Array opened on the store: its store is what was meant
+        hint = (
+            f"; pass the path or URL it was opened from, or its store ({kind.lower()}.store)"
+            if hasattr(location, "store_path")
+            else ""
         )
+        raise TypeError(f"location must be a path, a URL or a zarr Store, not {kind}{hint}")
     if not text:
         raise ValueError(
             "location is an empty string; give a path or URL ('.' names the current directory)"
