@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import zarr
 
 import cytearc_vfs as cv
-from cytearc_vfs.arrays import ArrayWriter, info, promote, read, resize
+from cytearc_vfs.arrays import ArrayWriter, hierarchy, info, promote, read, resize
 
 
 def _array(tmp_path: Path, dtype: str, fill: object = 0) -> zarr.Array[Any]:
@@ -95,6 +95,13 @@ def test_what_is_not_a_zarr_array_is_named(call: Any, given: object) -> None:
     # AttributeError: 'numpy.ndarray' object has no attribute 'store_path'
     with pytest.raises(TypeError, match=r"expected a zarr\.Array, not .*zarr\.open_array"):
         call(given)
+
+
+@pytest.mark.parametrize("given", [np.arange(3), None, "data.zarr"], ids=["ndarray", "None", "str"])
+def test_hierarchy_of_what_is_not_a_zarr_node_is_named(given: object) -> None:
+    # AttributeError: 'numpy.ndarray' object has no attribute 'store_path'
+    with pytest.raises(TypeError, match=r"hierarchy takes a zarr\.Group or zarr\.Array, not "):
+        hierarchy(given)  # type: ignore[arg-type]
 
 
 def test_an_index_array_in_a_tuple_selection_is_named(tmp_path: Path) -> None:
