@@ -227,3 +227,16 @@ def test_publishing_into_a_folder_that_refuses_writes_names_the_store(read_only_
         with pytest.raises(PermissionError, match=r"cannot publish an artifact of kind 'pca' in "):
             publish(store)
     assert cv.list_artifacts(read_only_store, "RNA/artifacts") == []
+
+
+@pytest.mark.parametrize("kind", [None, "", "a/b"])
+def test_find_artifact_takes_one_kind(tmp_path: Path, kind: object) -> None:
+    location = cv.write_counts(tmp_path / "a.zarr", np.ones((3, 2))).location
+    with cv.publish_artifact(location, "RNA/artifacts", "normalized", provenance=PROVENANCE) as art:
+        art.write_array("x", np.ones(3))
+    # kind=None listed every kind and returned the 'normalized' artifact
+    with pytest.raises(ValueError, match=r"artifact kind .* is not a valid name"):
+        cv.find_artifact(location, "RNA/artifacts", kind, PROVENANCE)  # type: ignore[arg-type]
+    assert cv.find_artifact(location, "RNA/artifacts", "pca", PROVENANCE) is None
+    found = cv.find_artifact(location, "RNA/artifacts", "normalized", PROVENANCE)
+    assert found is not None and found.path == art.path
