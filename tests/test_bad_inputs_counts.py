@@ -121,3 +121,16 @@ def test_a_cell_column_named_for_a_preparation_metric_is_carried_as_orig(
     # not a prepared assay: the writer may replace the store
     again = cv.write_counts(tmp_path / "s.zarr", dense * 2, overwrite=True)
     assert np.array_equal(cv.VirtualArrayReader(again.location).read(), dense * 2)
+
+
+def test_a_masked_array_is_refused_while_it_hides_values(tmp_path: Path) -> None:
+    counts = np.ma.masked_array([[1, 99], [2, 3]], mask=[[False, True], [False, False]])
+    # the masked 99 was stored as a count
+    with pytest.raises(TypeError, match=r"masked array with 1 masked cell.*counts\.filled\(0\)"):
+        cv.write_counts(tmp_path / "s.zarr", counts)
+    assert not (tmp_path / "s.zarr").exists()
+    info = cv.write_counts(tmp_path / "s.zarr", counts.filled(0))
+    assert cv.VirtualArrayReader(info.location).read().tolist() == [[1, 0], [2, 3]]
+    unmasked = np.ma.masked_array([[4, 5]], mask=False)  # nothing hidden: its values
+    info = cv.write_counts(tmp_path / "u.zarr", unmasked)
+    assert cv.VirtualArrayReader(info.location).read().tolist() == [[4, 5]]

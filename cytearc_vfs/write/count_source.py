@@ -383,6 +383,16 @@ def _source_of(matrix: Any) -> CountSource:
             raise ValueError(f"counts must be 2-D (cells x features), got shape {shape}")
         return _SparseSource(matrix)
     if isinstance(matrix, np.ndarray):
+        if np.ma.isMaskedArray(matrix):
+            masked = int(np.ma.count_masked(matrix))
+            if masked:
+                # the values under the mask would be stored as counts
+                raise TypeError(
+                    f"counts are a masked array with {masked} masked cell(s), whose hidden "
+                    "values would be stored as counts; pass counts.filled(0) to store them as "
+                    "zeros, or counts.data to store the values under the mask. Nothing was written"
+                )
+            matrix = np.ma.getdata(matrix)
         return _DenseSource(matrix)
     if hasattr(matrix, "shape") and hasattr(matrix, "dtype") and hasattr(matrix, "__getitem__"):
         return _BandedSource(matrix)
