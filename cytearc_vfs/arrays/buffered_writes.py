@@ -44,6 +44,7 @@ from .documents import (
 from .journal import same_document
 from .selection import Region, Selection, region_of
 from .store_records import require_unfingerprinted
+from .value_casts import exact_values
 
 __all__ = ["ArrayWriter"]
 
@@ -69,18 +70,22 @@ def _layout(document: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in document.items() if name != "attributes"}
 
 
-def _to_values(data: object, dtype: np.dtype[Any], fill: object) -> npt.NDArray[Any]:
-    """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans)."""
+def _to_values(data: object, dtype: np.dtype[Any], fill: object, what: str) -> npt.NDArray[Any]:
+    """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans).
+
+    A value the dtype cannot hold is refused, never wrapped or truncated
+    (:func:`exact_values`).
+    """
     if np.ma.isMaskedArray(data):
         mask = np.ma.getmaskarray(data)
         given = np.ma.getdata(data)
-        values = np.empty(given.shape, dtype=dtype)
+        # only cells that carry values are checked: a masked cell may hold
+        # anything, NaN among them, which an integer cast would refuse
+        carried = np.where(mask, np.zeros((), dtype=given.dtype), given)
+        values = exact_values(carried, dtype, what=what)
         values[mask] = False if dtype == np.bool_ else fill
-        # only cells that carry values are converted: a masked cell may hold
-        # anything, NaN among them, which an integer cast warns about
-        values[~mask] = given[~mask]
         return values
-    return np.asarray(data, dtype=dtype)
+    return exact_values(data, dtype, what=what)
 
 
 class ArrayWriter:
@@ -110,6 +115,11 @@ class ArrayWriter:
     def __init__(self, array: zarr.Array[Any], max_stale_bytes: int = 64 << 20) -> None:
         store, path = array_location(array)
         require_writable(store, path, "ArrayWriter")
+        if isinstance(max_stale_bytes, bool) or not isinstance(max_stale_bytes, (int, np.integer)):
+            raise TypeError(
+                f"max_stale_bytes is a number of bytes (an int such as 64 << 20), not "
+                f"{max_stale_bytes!r} ({type(max_stale_bytes).__name__})"
+            )
         if max_stale_bytes < 0:
             raise ValueError(f"max_stale_bytes {max_stale_bytes} is negative")
         require_v3(array, "ArrayWriter")
@@ -205,7 +215,7 @@ class ArrayWriter:
         self._check_unchanged()
         array = self._array
         region = region_of(selection, array.shape)
-        values = _to_values(data, array.dtype, array.fill_value)
+        values = _to_values(data, array.dtype, array.fill_value, describe(self._store, self._path))
         given = values.shape
         while values.ndim > len(region.shape) and values.shape[0] == 1:
             values = values[0]  # as numpy assigns: leading length-1 axes drop

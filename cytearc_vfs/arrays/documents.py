@@ -175,7 +175,12 @@ def marked(document: Mapping[str, Any], operation: str) -> dict[str, Any]:
 
 
 def array_location(array: zarr.Array[Any]) -> tuple[Store, str]:
-    """The store and path of ``array``."""
+    """The store and path of ``array``; refuses anything but a ``zarr.Array``."""
+    if not isinstance(array, zarr.Array):
+        raise TypeError(
+            f"expected a zarr.Array, not {type(array).__name__}; open the array with "
+            "zarr.open_array(store, path=..., mode='r+') (mode='r' to read) and pass that"
+        )
     store_path = array.store_path
     return store_path.store, store_path.path
 

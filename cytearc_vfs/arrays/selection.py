@@ -143,10 +143,12 @@ def region_of(selection: Selection | Sequence[Any], shape: Sequence[int]) -> Reg
             (False,) * rank,
         )
     items = selection if isinstance(selection, tuple) else (selection,)
-    if sum(item is Ellipsis for item in items) > 1:
+    # identity, not ==: an index array among the items has no truth value
+    marks = [at for at, item in enumerate(items) if item is Ellipsis]
+    if len(marks) > 1:
         raise IndexError("a selection holds at most one '...'")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if marks:
+        at = marks[0]
         fill = rank - (len(items) - 1)
         items = items[:at] + (slice(None),) * max(fill, 0) + items[at + 1 :]
     if len(items) > rank:

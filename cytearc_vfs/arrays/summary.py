@@ -356,6 +356,11 @@ def hierarchy(node: zarr.Group | zarr.Array[Any]) -> HierarchyNode:
     │   └── counts (array) uint16 4 x 3, chunks 2 x 3
     └── obs (group)
     """
+    if not isinstance(node, (zarr.Group, zarr.Array)):
+        raise TypeError(
+            f"hierarchy takes a zarr.Group or zarr.Array, not {type(node).__name__}; open one "
+            "with zarr.open_group(store, mode='r')"
+        )
     store_path = node.store_path
     # the tree starts where it was asked for: a group below the root is named by its
     # path (it was shown as "/", the store's root, whatever its path)

@@ -354,6 +354,8 @@ def find_artifact(
     Artifact or None
         The earliest created match, or ``None``.
     """
+    # None would list every kind (list_artifacts' meaning) and return another kind's artifact
+    check_name(kind, what="artifact kind")
     wanted = canonical_json(check_provenance(provenance))
     for artifact in list_artifacts(store, root, kind):
         if artifact.is_current and canonical_json(artifact.provenance) == wanted:

@@ -7,12 +7,13 @@ See :mod:`cytearc_vfs.artifacts.catalog` for the protocol.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, Self
@@ -143,6 +144,36 @@ class ArrayWriter:
         self.rows_written = stop
 
 
+#: ``errno`` values of a folder that refuses writes: read-only file system, no permission.
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _dimensions(name: str, shape: object) -> tuple[int, ...]:
+    """``shape`` as whole, non-negative lengths; ``2.5`` or ``"3"`` is refused, never truncated.
+
+    >>> _dimensions("x", 3), _dimensions("x", (2, 0))
+    ((3,), (2, 0))
+    >>> _dimensions("x", (2.5, 2))
+    Traceback (most recent call last):
+    ...
+    TypeError: array 'x': shape (2.5, 2) must hold whole lengths (ints), not 2.5 (float)
+    """
+    given = (
+        (shape,) if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable) else shape
+    )
+    dims = []
+    for length in given:
+        if isinstance(length, bool) or not hasattr(length, "__index__"):
+            raise TypeError(
+                f"array {name!r}: shape {shape!r} must hold whole lengths (ints), not "
+                f"{length!r} ({type(length).__name__})"
+            )
+        if length.__index__() < 0:
+            raise ValueError(f"array {name!r}: shape {shape!r} holds a negative length")
+        dims.append(length.__index__())
+    return tuple(dims)
+
+
 class ArtifactWriter:
     """A context manager that creates, fills and publishes one artifact group.
 
@@ -242,6 +273,14 @@ class ArtifactWriter:
             # The path is ours alone, so a half-created group can be removed.
             self._end_work()
             self._discard(exc)
+            if isinstance(exc, OSError) and exc.errno in _UNWRITABLE:
+                # zarr's own error names a temporary file of its atomic write
+                raise PermissionError(
+                    exc.errno,
+                    f"cannot publish an artifact of kind {self._record['kind']!r} in "
+                    f"{self._where}: its folder refuses writes ({exc.strerror}); publish into a "
+                    "writable copy of the store, or make the folder writable. Nothing was written",
+                ) from exc
             raise
         logger.debug("created artifact %s in %s", self.path, self._where)
         return self
@@ -448,12 +487,24 @@ class ArtifactWriter:
         """
         group = self._open_group()
         check_name(name, what="artifact array name")
-        dims = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+        dims = _dimensions(name, shape)
         if len(dims) == 0:
             raise ValueError(
                 f"array {name!r} has no rows (shape ()); artifact arrays have at least one axis"
             )
         stored = np.dtype(dtype)
+        if stored.hasobject:
+            raise TypeError(
+                f"array {name!r} would have dtype object, which no artifact array stores; "
+                "convert the values to numbers, booleans or strings first (values.astype(float), "
+                "values.astype(str))"
+            )
+        # the writers know every array of this artifact: no store request to ask
+        if any(writer.name == name for writer in self._writers):
+            raise ValueError(
+                f"artifact {self.path!r} already holds an array {name!r}; give each array of an "
+                "artifact its own name"
+            )
         if chunks is None:
             row_bytes = max(1, stored.itemsize * math.prod(dims[1:]))
             rows = min(max(1, dims[0]), max(1, _CHUNK_BYTES // row_bytes))
@@ -504,6 +555,12 @@ class ArtifactWriter:
             A value an integer or boolean ``dtype`` cannot hold exactly
             (``1.5``, ``2`` into ``bool``); nothing is published.
         """
+        if hasattr(values, "toarray") and type(values).__module__.startswith("scipy.sparse"):
+            raise TypeError(
+                f"values of array {name!r} are a scipy.sparse {type(values).__name__}; artifact "
+                "arrays are dense: pass values.toarray(), or write its data, indices and indptr "
+                "as three arrays"
+            )
         data = np.asarray(values)
         writer = self.create_array(
             name, data.shape, data.dtype if dtype is None else dtype, finite=finite, chunks=chunks

@@ -37,7 +37,12 @@ from ..read.anndata_sources import AnnDataSpec
 from ..read.read_stats import ReadCounters
 from ..read.sources import SourceSpec, bind_sources
 from ..remote.failures import names_backend_failures
-from ..remote.locations import Location, describe_location, reopenable_location
+from ..remote.locations import (
+    Location,
+    describe_location,
+    location_text,
+    reopenable_location,
+)
 from ..remote.source_cache import SourceCache
 from ..write.budget import held_bytes
 from ..write.destinations import (
@@ -51,7 +56,7 @@ from ..write.writable import require_writable_destination
 from .anndata_records import write_anndata_sources
 from .budget import creation_cost, read_bytes, require_budget, usable_bytes
 from .columns import merge_cell_columns, merge_feature_columns, read_source_tables
-from .maps import FeatureChoice, array_fingerprint, plan_composite
+from .maps import FeatureChoice, array_fingerprint, check_feature_choice, plan_composite
 from .records import (
     COMPOSITE_ATTR,
     IDS_ATTR,
@@ -122,7 +127,7 @@ def source_name_of(location: str | os.PathLike[str]) -> str:
     >>> source_name_of("s3://bucket/atlas/pbmc.v2.zarr/")
     'pbmc'
     """
-    text = os.fspath(location)
+    text = location_text(location)
     # a URL's query or fragment is not part of its last path component
     path = urlsplit(text).path if "://" in text else text
     return Path(path.rstrip("/")).name.split(".")[0] or "source"
@@ -249,7 +254,13 @@ def create_composite(
         ("source_workspaces", source_workspaces),
         ("source_storage_options", source_storage_options),
         ("source_layers", source_layers),
+        ("cells", cells),
     ):
+        if given is not None and not isinstance(given, Mapping):
+            raise TypeError(
+                f"{option}= maps source names to values, such as {{{next(iter(sources))!r}: ...}}; "
+                f"got a {type(given).__name__}. Nothing was written"
+            )
         unknown = sorted(set(given or {}) - set(sources))
         if unknown:
             raise ValueError(
@@ -258,6 +269,7 @@ def create_composite(
             )
     check_name(assay, what="assay")
     check_flag(overwrite, "overwrite")
+    check_feature_choice(features)
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     check_no_overlap(
         destination,

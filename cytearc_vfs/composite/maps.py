@@ -7,7 +7,7 @@ and the dtype. Nothing here writes; :mod:`cytearc_vfs.composite.create` does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,9 +141,31 @@ def _check_unique(source: BoundSource, ids: npt.NDArray[Any], what: str) -> None
     )
 
 
+def check_feature_choice(features: object) -> None:
+    """Refuse a ``features=`` that is neither a choice's name nor an ordered list of ids.
+
+    Called before any source is read. A set is refused: Python does not keep
+    its order (string hashes differ between runs), and the list's order is the
+    composite's feature order, which its identity depends on.
+    """
+    if isinstance(features, str):
+        if features not in ("union", "intersection"):
+            raise ValueError(
+                f"features must be 'union', 'intersection' or a list of feature ids, not {features!r}"
+            )
+        return
+    if isinstance(features, (set, frozenset, Mapping)) or not isinstance(features, Iterable):
+        raise TypeError(
+            f"features= is of type {type(features).__name__}; give 'union', 'intersection' or an "
+            "ordered sequence of feature ids (a list; sorted(ids) if no order matters), whose "
+            "order is the composite's feature order"
+        )
+
+
 def _choose_features(
     per_source: Sequence[npt.NDArray[Any]], features: FeatureChoice
 ) -> npt.NDArray[Any]:
+    check_feature_choice(features)
     if isinstance(features, str):
         if features == "union":
             seen: dict[str, None] = {}

@@ -86,6 +86,15 @@ class LayoutPolicy:
     decodes one 8 KiB block of them."""
 
     def __post_init__(self) -> None:
+        for field, value in (("unit_bytes", self.unit_bytes), ("chunk_bytes", self.chunk_bytes)):
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
+                raise TypeError(
+                    f"LayoutPolicy {field} is a byte count (an int), not {value!r}; for sizes "
+                    "such as '64M' use LayoutPolicy.parse(('64M', '2M')) or pass "
+                    "layout=('64M', '2M')"
+                )
+            # a numpy integer would reach the JSON record, which takes Python ints only
+            object.__setattr__(self, field, int(value))
         if self.chunk_bytes < 1 or self.unit_bytes < self.chunk_bytes:
             raise ValueError(
                 f"layout policy needs 1 <= chunkBytes <= unitBytes, got unitBytes="

@@ -11,7 +11,7 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import zarr
@@ -56,6 +56,45 @@ def _refuse(contents: StoreContents, where: str) -> None:
         raise UnsupportedSourceError(
             f"{where} holds a pending derived assay ({pending}); finish or discard it before mounting"
         )
+
+
+def _chosen_assays(assays: object) -> list[str]:
+    """``assays=`` as a list of distinct names, refused before anything is written.
+
+    >>> _chosen_assays(("RNA", "ADT"))
+    ['RNA', 'ADT']
+    >>> _chosen_assays("RNA")
+    Traceback (most recent call last):
+    ...
+    TypeError: assays= is one string ('RNA'); pass a list of assay names, such as assays=['RNA']
+    """
+    if isinstance(assays, (str, bytes)):
+        raise TypeError(
+            f"assays= is one string ({assays!r}); pass a list of assay names, such as "
+            f"assays=[{assays!r}]"
+        )
+    if not isinstance(assays, Iterable):
+        raise TypeError(
+            f"assays= is a list of assay names, not {type(assays).__name__}; pass one such as "
+            "assays=['RNA'], or None for every assay"
+        )
+    chosen = list(assays)
+    if not chosen:
+        raise ValueError(
+            "assays= is empty: a mount holds at least one assay; name the assays to mount, or "
+            "pass None (the default) to mount every assay"
+        )
+    for name in chosen:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"assays= holds {name!r} ({type(name).__name__}); assay names are strings"
+            )
+    repeated = sorted({name for name in chosen if chosen.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"assays= names {', '.join(map(repr, repeated))} more than once; give each assay once"
+        )
+    return chosen
 
 
 @names_backend_failures("source", "destination")
@@ -106,6 +145,7 @@ def mount_datastore(
     check_flag(overwrite, "overwrite")
     if workspace is not None:
         check_name(workspace, what="workspace")
+    requested = None if assays is None else _chosen_assays(assays)
     check_no_overlap(
         destination,
         {"source": source},
@@ -120,6 +160,7 @@ def mount_datastore(
     _refuse(contents, where)
     available = [p.assay for p in contents.assays if p.workspace == workspace]
     if not available:
+<<<<<<< HEAD
         # what it does hold, so the remedy can be followed as written
         held = sorted({repr(p.workspace) for p in contents.assays if p.workspace})
         place = f"workspace {workspace!r}" if workspace else "its root layout"
@@ -134,6 +175,14 @@ def mount_datastore(
             remedy = "check the location"
         raise ValueError(f"{where} has no assay in {place}; {remedy}")
     chosen = list(assays) if assays is not None else available
+=======
+        raise ValueError(
+            f"{where} has no assay in {'workspace ' + repr(workspace) if workspace else 'its root layout'}; "
+            "name the workspace that holds the assays (workspace in Python, --workspace on the "
+            "command line), or check the location"
+        )
+    chosen = requested if requested is not None else available
+>>>>>>> badinput
     unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
     if unknown:
         raise ValueError(

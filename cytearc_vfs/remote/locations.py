@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,12 @@ from zarr.abc.store import Store
 __all__ = [
     "Location",
     "StoreOpener",
+    "check_scheme_slashes",
     "check_url",
     "describe_location",
     "expand_home",
     "local_path",
+    "location_text",
     "open_location",
     "register_backend",
 ]
@@ -127,6 +129,66 @@ def expand_home(path: str) -> str:
     return os.path.expanduser(path) if path.startswith("~") else path
 
 
+def location_text(location: object) -> str:
+    """The text of a path or URL, refusing what names no place (bytes, ``None``, ``""``).
+
+    >>> location_text(Path("data/a.zarr"))
+    'data/a.zarr'
+    >>> location_text(b"data/a.zarr")
+    Traceback (most recent call last):
+    ...
+    TypeError: location b'data/a.zarr' is bytes; pass the path or URL as a str...
+    >>> location_text("")
+    Traceback (most recent call last):
+    ...
+    ValueError: location is an empty string; give a path or URL ('.' names the current directory)
+    """
+    text = os.fspath(location) if isinstance(location, (str, os.PathLike)) else location
+    if isinstance(text, (bytes, bytearray)):
+        raise TypeError(
+            f"location {text!r} is bytes; pass the path or URL as a str "
+            "(os.fsdecode(path) decodes a bytes path)"
+        )
+    if not isinstance(text, str):
+        kind = type(location).__name__
+        # a zarr Group or Array opened on the store: its store is what was meant
+        hint = (
+            f"; pass the path or URL it was opened from, or its store ({kind.lower()}.store)"
+            if hasattr(location, "store_path")
+            else ""
+        )
+        raise TypeError(f"location must be a path, a URL or a zarr Store, not {kind}{hint}")
+    if not text:
+        raise ValueError(
+            "location is an empty string; give a path or URL ('.' names the current directory)"
+        )
+    return text
+
+
+def check_scheme_slashes(text: str, known: Collection[str]) -> None:
+    """Refuse ``s3:/bucket`` (a ``://`` short of a slash) and ``s3:///x`` (no bucket or host).
+
+    ``known`` holds the schemes a backend opens; ``file:`` URLs may have one
+    slash (RFC 8089), and other schemes are left to the registry's refusal.
+
+    >>> check_scheme_slashes("s3://bkt/a.zarr", {"s3"})
+    >>> check_scheme_slashes("s3:/bkt/a.zarr", {"s3"})
+    Traceback (most recent call last):
+    ...
+    ValueError: location 's3:/bkt/a.zarr' is not a well-formed s3:// URL: ... did you mean 's3://bkt/a.zarr'?
+    """
+    scheme = _scheme(text)
+    if scheme not in known or scheme in ("file", "memory"):
+        return
+    rest = text[len(scheme) + 1 :]
+    if not rest.startswith("//") or not rest[2:3].strip("/"):
+        meant = f"{scheme}://{rest.lstrip('/')}"
+        raise ValueError(
+            f"location {text!r} is not a well-formed {scheme}:// URL: {scheme + ':'!r} must be "
+            f"followed by '//' and the bucket or host; did you mean {meant!r}?"
+        )
+
+
 def local_path(location: Location) -> Path | None:
     """The local directory of ``location``, or ``None`` when it is not local.
 
@@ -137,7 +199,7 @@ def local_path(location: Location) -> Path | None:
         from zarr.storage import LocalStore
 
         return Path(root) if isinstance(location, LocalStore) and root is not None else None
-    text = os.fspath(location)
+    text = location_text(location)
     if isinstance(location, os.PathLike):
         return Path(expand_home(text))
     scheme = _scheme(text)
@@ -225,19 +287,22 @@ def open_location(
     storage_options: Mapping[str, Any] | None = None,
 ) -> Store:
     """Return a Store for ``location`` (a Store is returned as given, or read-only)."""
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(
+            f"storage_options of {describe_location(location)} must be a mapping of backend "
+            f"options, such as {{'endpoint': ..., 'region': ...}}, not "
+            f"{type(storage_options).__name__}"
+        )
     if isinstance(location, Store):
         if storage_options:
             raise ValueError("storage_options apply to URLs, not to a Store that is already open")
         if read_only and not location.read_only:
             return location.with_read_only(True)
         return location
-    if not isinstance(location, (str, os.PathLike)):
-        raise TypeError(
-            f"location must be a path, a URL or a zarr Store, not {type(location).__name__}"
-        )
-    text = os.fspath(location)
+    text = location_text(location)
     scheme = "file" if local_path(location) is not None else _scheme(text)
     _load_backend_plugins()
+    check_scheme_slashes(text, _BACKENDS)
     entries = _BACKENDS.get(scheme)
     if not entries:
         known = ", ".join(sorted(f"{s}://" for s in _BACKENDS)) or "none"

@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from ..errors import VfsError
 from ..format.count_dtype import ValueRange, checked_cast, empty_range, scan_values, summary_dtype
 from ..format.count_totals import RowTotalOverflowError, exact_group_sums, may_overflow, row_totals
+from .sparse_structure import checked_sparse
 
 __all__ = [
     "COUNT_SOURCE_ENTRY_POINTS",
@@ -235,10 +236,13 @@ class _SparseSource:
     @property
     def _csr(self) -> sp.csr_array:
         if self._canonical is None:
+            # checked here, in the scan before the destination exists: slicing a
+            # matrix with an index past its shape fails deep in numpy, mid-write
             given = self._matrix
-            self._canonical = canonical_csr(given)
+            self._canonical = canonical_csr(checked_sparse(given))
             self._matrix = None
             self.nnz_estimate = int(self._canonical.nnz)
+            # a DIA, LIL or DOK input is held as a CSR copy: counted like a canonical copy
             if self._canonical is not given:
                 canonical = self._canonical
                 self.copied_bytes = canonical.data.nbytes + canonical.indices.nbytes
@@ -379,6 +383,16 @@ def _source_of(matrix: Any) -> CountSource:
             raise ValueError(f"counts must be 2-D (cells x features), got shape {shape}")
         return _SparseSource(matrix)
     if isinstance(matrix, np.ndarray):
+        if np.ma.isMaskedArray(matrix):
+            masked = int(np.ma.count_masked(matrix))
+            if masked:
+                # the values under the mask would be stored as counts
+                raise TypeError(
+                    f"counts are a masked array with {masked} masked cell(s), whose hidden "
+                    "values would be stored as counts; pass counts.filled(0) to store them as "
+                    "zeros, or counts.data to store the values under the mask. Nothing was written"
+                )
+            matrix = np.ma.getdata(matrix)
         return _DenseSource(matrix)
     if hasattr(matrix, "shape") and hasattr(matrix, "dtype") and hasattr(matrix, "__getitem__"):
         return _BandedSource(matrix)
@@ -389,6 +403,14 @@ def _source_of(matrix: Any) -> CountSource:
         if kind == "AnnData"
         else ""
     )
+    if kind == "DataFrame":
+        # a cells x features table: its values are the counts, its labels the ids
+        hint = (
+            "; pass frame.to_numpy() with cells=frame.index.astype(str) and "
+            "features=frame.columns.astype(str)"
+        )
+    elif isinstance(matrix, (list, tuple)):
+        hint = "; pass numpy.asarray(counts) for nested lists of numbers"
     raise TypeError(
         f"counts must be a scipy.sparse matrix, a numpy array or an AnnData, not {kind}{hint}"
     )

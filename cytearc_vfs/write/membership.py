@@ -27,7 +27,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-__all__ = ["MEMBERSHIP_ROLE", "declared_membership", "split_membership"]
+from ..format.tables import free_column_name
+
+__all__ = ["MEMBERSHIP_ROLE", "declared_membership", "rename_metrics", "split_membership"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +117,35 @@ def split_membership(
         )
         dropped.append(reserved)
     return (cells.drop(columns=dropped) if dropped else cells), restored
+
+
+def rename_metrics(cells: pd.DataFrame, assay: str) -> pd.DataFrame:
+    """``cells`` with ``<assay>_nCounts`` and ``<assay>_nFeatures`` carried as ``orig_<name>``.
+
+    Those names are the preparation metrics of the assay: a DataStore takes a
+    cell table that holds them as prepared and reads them as the totals of
+    the store's own counts, and the writers refuse to replace a store that
+    holds them. A column of that name in the input describes other counts
+    (an export of a prepared store, an AnnData whose features were
+    filtered since), so it is kept under the name a composite and a
+    DataStore merge give it, with a warning, never as the metric.
+
+    >>> rename_metrics(pd.DataFrame({"RNA_nCounts": [0.0], "ADT_nCounts": [1.0]}), "RNA").columns.tolist()
+    ['orig_RNA_nCounts', 'ADT_nCounts']
+    """
+    metrics = [name for name in (f"{assay}_nCounts", f"{assay}_nFeatures") if name in cells.columns]
+    if not metrics:
+        return cells
+    taken = {str(name) for name in cells.columns}
+    renamed = {}
+    for name in metrics:
+        renamed[name] = free_column_name(name, taken)
+        taken.add(renamed[name])
+    logger.warning(
+        "cell column(s) %s name preparation metrics of assay %r, which a DataStore computes "
+        "from the stored counts; they are imported as %s",
+        ", ".join(map(repr, metrics)),
+        assay,
+        ", ".join(repr(renamed[name]) for name in metrics),
+    )
+    return cells.rename(columns=renamed)

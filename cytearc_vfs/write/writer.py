@@ -73,7 +73,7 @@ from .destinations import (
     finish_destination,
     settle_destination,
 )
-from .membership import split_membership
+from .membership import rename_metrics, split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
 from .stopping import stops_on_exception
@@ -328,6 +328,7 @@ def write_counts(
     # in a cells= table, which declares nothing) is skipped with a warning
     declared = found.membership if cells is None else None
     cell_frame, membership = split_membership(cell_frame, declared, assay)
+    cell_frame = rename_metrics(cell_frame, assay)  # metrics of other counts: never the assay's
     cell_table = prepare_table(cell_frame, table="cellData", fill=fill_missing)
     # the frame's Python strings (a megabyte per 20,000 generated ids) are not
     # the write's to keep: the prepared table holds the ids as numpy text

@@ -386,6 +386,12 @@ def anndata_view(
     >>> view = cv.anndata_view("pbmc.zarr")  # doctest: +SKIP
     >>> adata = anndata.experimental.read_lazy(view)  # doctest: +SKIP
     """
+    unknown = sorted(set(options) - set(OpenOptions.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"anndata_view() takes no option {', '.join(map(repr, unknown))}; its options are "
+            f"{', '.join(sorted(OpenOptions.__annotations__))} (and assay)"
+        )
     # a Store given stays the caller's to close; one opened here is the view's
     owned = not isinstance(location, Store)
     return AnnDataViewStore(

@@ -1,0 +1,218 @@
+"""Bad inputs a user passes to the public functions: a clear refusal, and nothing written.
+
+Each case is what a real caller writes by mistake (a URL short of a slash, a
+bytes path, an empty variable, one assay name where a list belongs, a set of
+feature ids). The refusal names the problem and the remedy, comes before
+anything is read or created, and leaves the folder as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+
+import cytearc_vfs as cv
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> str:
+    counts = np.arange(12, dtype=np.int64).reshape(4, 3)
+    return cv.write_counts(tmp_path / "a.zarr", counts, features=["g0", "g1", "g2"]).location
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+# ------------------------------------------------------------------ locations
+
+#: (location, error, message): what each malformed location is refused with
+LOCATIONS: list[tuple[object, type[Exception], str]] = [
+    # obstore's "Generic URL error" with a Rust debug dump, or advice to check credentials
+    ("s3:/bucket/a.zarr", ValueError, r"did you mean 's3://bucket/a\.zarr'\?"),
+    ("s3:///bucket/a.zarr", ValueError, r"did you mean 's3://bucket/a\.zarr'\?"),
+    ("gs:bucket/a.zarr", ValueError, r"did you mean 'gs://bucket/a\.zarr'\?"),
+    ("https:/host/a.zarr", ValueError, r"did you mean 'https://host/a\.zarr'\?"),
+    # pathlib's "argument should be a str or an os.PathLike object ... not 'bytes'"
+    (b"a.zarr", TypeError, r"location b'a\.zarr' is bytes; pass the path or URL as a str"),
+    # os.fspath's "expected str, bytes or os.PathLike object" (bytes are not taken)
+    (None, TypeError, r"location must be a path, a URL or a zarr Store, not NoneType"),
+    (["a.zarr"], TypeError, r"location must be a path, a URL or a zarr Store, not list$"),
+    # a Group opened on the store (zarr.open_group(path)) is not the store
+    (zarr.group(), TypeError, r"not Group; pass the path or URL .*, or its store \(group\.store\)"),
+    # "" was the current directory: a writer refused it as a folder of foreign keys
+    ("", ValueError, r"location is an empty string; give a path or URL"),
+]
+
+
+def _open(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.open_store(location)
+
+
+def _write(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.write_counts(location, np.ones((2, 2)))
+
+
+def _compose_from(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.create_composite(tmp_path / "c.zarr", {"a": source, "b": location})
+
+
+def _compose_into(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.create_composite(location, {"a": source})
+
+
+def _mount_from(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.mount_datastore(location, tmp_path / "m.zarr")
+
+
+def _mount_into(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.mount_datastore(source, location)
+
+
+def _read(source: str, location: Any, tmp_path: Path) -> object:
+    return cv.VirtualArrayReader(location)
+
+
+ENTRY_POINTS: dict[str, Callable[[str, Any, Path], object]] = {
+    "open_store": _open,
+    "write_counts": _write,
+    "create_composite source": _compose_from,
+    "create_composite destination": _compose_into,
+    "mount_datastore source": _mount_from,
+    "mount_datastore destination": _mount_into,
+    "VirtualArrayReader": _read,
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize(("location", "error", "message"), LOCATIONS)
+def test_a_malformed_location_is_refused_by_name_and_writes_nothing(
+    tmp_path: Path,
+    source: str,
+    monkeypatch: pytest.MonkeyPatch,
+    entry: str,
+    location: object,
+    error: type[Exception],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a location taken as a relative path would land here
+    before = _listing(tmp_path)
+    with pytest.raises(error, match=message):
+        ENTRY_POINTS[entry](source, location, tmp_path)
+    assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("options", ["anon", [("anon", True)], 1])
+def test_storage_options_that_are_not_a_mapping_are_named(tmp_path: Path, options: object) -> None:
+    # "cannot convert dictionary update sequence element #0 to a sequence"
+    with pytest.raises(TypeError, match=r"storage_options of s3://bkt/a\.zarr must be a mapping"):
+        cv.open_store("s3://bkt/a.zarr", storage_options=options)  # type: ignore[arg-type]
+
+
+def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> None:
+    # file: with one slash is a valid file URL (RFC 8089), and memory:// has no host
+    assert cv.open_store("file:" + source) is not None
+    assert cv.open_store(Path(source)) is not None
+    with pytest.raises(ValueError, match="holds no Zarr group"):
+        cv.open_store("memory://nothing-here")
+
+
+# ------------------------------------------------------------------ mounts
+
+
+@pytest.mark.parametrize(
+    ("assays", "error", "message"),
+    [
+        # IndexError: list index out of range, after the destination was created
+        ([], ValueError, r"assays= is empty: a mount holds at least one assay"),
+        # zarr's ContainsGroupError, after the destination was created
+        (["RNA", "RNA"], ValueError, r"assays= names 'RNA' more than once"),
+        # "assay(s) A, N, R are not in ...": the string was read letter by letter
+        ("RNA", TypeError, r"assays= is one string \('RNA'\); pass a list .* assays=\['RNA'\]"),
+        ([1], TypeError, r"assays= holds 1 \(int\); assay names are strings"),
+        (5, TypeError, r"assays= is a list of assay names, not int"),
+    ],
+)
+def test_a_bad_assays_list_is_refused_before_the_mount_is_created(
+    tmp_path: Path, source: str, assays: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        cv.mount_datastore(source, tmp_path / "m.zarr", assays=assays)  # type: ignore[arg-type]
+    assert not (tmp_path / "m.zarr").exists()
+    # and a tuple of names is a list of names
+    mounted = cv.mount_datastore(source, tmp_path / "m.zarr", assays=("RNA",))
+    assert cv.VirtualArrayReader(mounted).read().tolist() == np.arange(12).reshape(4, 3).tolist()
+
+
+# ------------------------------------------------------------------ composites
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        # "cells= names unknown source(s) [0, 1]", after every source was read
+        ({"cells": [0, 1]}, TypeError, r"cells= maps source names to values, such as \{'a': "),
+        ({"source_layers": "counts"}, TypeError, r"source_layers= maps source names to values"),
+        # a set's order changes between runs, and with it the composite's identity
+        ({"features": {"g1", "g0"}}, TypeError, r"features= is of type set; .* ordered sequence"),
+        ({"features": 3}, TypeError, r"features= is of type int"),
+    ],
+)
+def test_composite_options_of_the_wrong_kind_are_refused_before_the_sources_are_read(
+    tmp_path: Path,
+    source: str,
+    monkeypatch: pytest.MonkeyPatch,
+    options: dict[str, Any],
+    error: type[Exception],
+    message: str,
+) -> None:
+    import cytearc_vfs.composite.create as creating
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a source was bound before the options were checked")
+
+    monkeypatch.setattr(creating, "bind_sources", unreachable)
+    with pytest.raises(error, match=message):
+        cv.create_composite(tmp_path / "c.zarr", {"a": source}, **options)
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_an_ordered_feature_list_keeps_its_order(tmp_path: Path, source: str) -> None:
+    reader = cv.create_composite(tmp_path / "c.zarr", {"a": source}, features=("g2", "g0")).reader(
+        "RNA"
+    )
+    assert reader.feature_ids.tolist() == ["g2", "g0"]
+    assert reader.read().tolist() == np.arange(12).reshape(4, 3)[:, [2, 0]].tolist()
+
+
+# ------------------------------------------------------------------ small public types
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [("64M", "1M"), (1.5, 1), (True, 1), (2**20, None)],
+    ids=["str", "float", "bool", "None"],
+)
+def test_a_layout_policy_takes_byte_counts_and_names_parse_for_sizes(
+    sizes: tuple[Any, Any],
+) -> None:
+    # "'<' not supported between instances of 'str' and 'int'"
+    with pytest.raises(TypeError, match=r"is a byte count \(an int\), not .*LayoutPolicy\.parse"):
+        cv.LayoutPolicy(*sizes)
+
+
+def test_a_layout_policy_of_numpy_integers_records_python_ints() -> None:
+    policy = cv.LayoutPolicy(np.int64(2**20), np.int32(2**10))
+    assert type(policy.unit_bytes) is int and type(policy.chunk_bytes) is int
+    assert policy == cv.LayoutPolicy(2**20, 2**10)
+
+
+def test_anndata_view_names_an_unknown_option_and_the_options_it_takes(source: str) -> None:
+    # "open_assay() got an unexpected keyword argument 'foo'"
+    with pytest.raises(TypeError, match=r"anndata_view\(\) takes no option 'foo'; its options are"):
+        cv.anndata_view(source, foo=1)  # type: ignore[call-arg]

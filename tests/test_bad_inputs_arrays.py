@@ -1,0 +1,242 @@
+"""Bad values and objects given to cytearc_vfs.arrays and to artifact writers.
+
+A value an array's dtype cannot hold is refused, never stored as another
+value (numpy and zarr wrap 300 to 44 in ``uint8`` without a word); what is
+not a ``zarr.Array`` is named as such; nothing is changed by a refusal.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+
+import cytearc_vfs as cv
+from cytearc_vfs.arrays import ArrayWriter, hierarchy, info, promote, read, resize
+
+
+def _array(tmp_path: Path, dtype: str, fill: object = 0) -> zarr.Array[Any]:
+    array = zarr.create_array(
+        str(tmp_path / f"{dtype}.zarr"), shape=(4,), chunks=(2,), dtype=dtype, fill_value=fill
+    )
+    array[:] = np.arange(4).astype(dtype)
+    return array
+
+
+@pytest.mark.parametrize(
+    ("dtype", "data", "message"),
+    [
+        ("u1", np.array([300, 1]), r"value 300 at position \(0,\) .* would be stored as 44"),
+        ("u1", [300, 1], r"value 300 at position \(0,\) .* would be stored as 44"),
+        ("u1", np.array([1, -1]), r"value -1 at position \(1,\) .* would be stored as 255"),
+        ("i8", np.array([2**64 - 1], dtype=np.uint64), r"value 18446744073709551615 .* as -1"),
+        ("u2", np.array([1.5, 2.0]), r"value 1\.5 at position \(0,\) .* would be stored as 1"),
+        ("i4", np.array([np.nan, 1.0]), r"value nan at position \(0,\) .* dtype int32"),
+        ("i4", np.array([np.inf, 1.0]), r"value inf at position \(0,\) .* dtype int32"),
+        ("f4", np.array([1e39]), r"value 1e\+39 at position \(0,\) .* would be stored as inf"),
+        ("i4", np.array([1 + 2j]), r"value \(1\+2j\) .* is complex, .* drop its imaginary part"),
+        ("u1", np.ma.masked_array([7.5, 1.0], mask=[False, True]), r"value 7\.5 at position"),
+        ("f8", np.array(["a", "b"]), r"dtype <U1\) cannot be stored as its dtype float64"),
+    ],
+)
+def test_a_value_the_dtype_cannot_hold_is_refused_and_nothing_changes(
+    tmp_path: Path, dtype: str, data: Any, message: str
+) -> None:
+    array = _array(tmp_path, dtype)
+    before = array[:].copy()
+    with ArrayWriter(array) as writer:
+        writer.write(np.arange(2), [range(2, 4)])  # pending, then discarded with the refusal
+        with pytest.raises((ValueError, TypeError), match=message):
+            writer.write(data, [range(0, 2)], flush=True)
+        writer.discard()
+    assert np.array_equal(zarr.open_array(array.store, mode="r")[:], before, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "data", "expected"),
+    [
+        ("u1", np.array([255.0, 0.0]), [255, 0]),  # whole floats are whole numbers
+        ("u8", np.array([2**64 - 1], dtype=np.uint64), [2**64 - 1]),
+        ("i4", np.array([3 + 0j]), [3]),  # no imaginary part to lose
+        ("u1", np.ma.masked_array([np.nan, 9.0], mask=[True, False]), [0, 9]),  # masked: fill
+        ("f4", np.array([np.inf]), [np.inf]),  # an infinity stays one
+        ("bool", np.array([0, 2]), [False, True]),  # numpy's truth, as before
+    ],
+)
+def test_values_the_dtype_holds_are_written_exactly(
+    tmp_path: Path, dtype: str, data: Any, expected: list[Any]
+) -> None:
+    array = _array(tmp_path, dtype)
+    with ArrayWriter(array) as writer:
+        writer.write(data, [range(0, len(expected))])
+    assert array[: len(expected)].tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda given: read(given),
+        lambda given: info(given),
+        lambda given: resize(given, high=[1]),
+        lambda given: promote(given, 0),
+        lambda given: ArrayWriter(given),
+    ],
+    ids=["read", "info", "resize", "promote", "ArrayWriter"],
+)
+@pytest.mark.parametrize("given", [np.arange(3), None, [1, 2]], ids=["ndarray", "None", "list"])
+def test_what_is_not_a_zarr_array_is_named(call: Any, given: object) -> None:
+    # AttributeError: 'numpy.ndarray' object has no attribute 'store_path'
+    with pytest.raises(TypeError, match=r"expected a zarr\.Array, not .*zarr\.open_array"):
+        call(given)
+
+
+@pytest.mark.parametrize("given", [np.arange(3), None, "data.zarr"], ids=["ndarray", "None", "str"])
+def test_hierarchy_of_what_is_not_a_zarr_node_is_named(given: object) -> None:
+    # AttributeError: 'numpy.ndarray' object has no attribute 'store_path'
+    with pytest.raises(TypeError, match=r"hierarchy takes a zarr\.Group or zarr\.Array, not "):
+        hierarchy(given)  # type: ignore[arg-type]
+
+
+def test_an_index_array_in_a_tuple_selection_is_named(tmp_path: Path) -> None:
+    array = _array(tmp_path, "f4")
+    # "The truth value of an array with more than one element is ambiguous"
+    for selection in (np.array([0, 1]), (np.array([0, 1]), ...)):
+        with pytest.raises(TypeError, match=r"in a tuple selection; .* use zarr's oindex"):
+            read(array, selection)
+    assert read(array, (..., slice(1, 3)), raw=True).tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("bound", ["64M", 1.5, None])
+def test_max_stale_bytes_must_be_a_byte_count(tmp_path: Path, bound: object) -> None:
+    # "'<' not supported between instances of 'str' and 'int'"
+    with pytest.raises(TypeError, match=r"max_stale_bytes is a number of bytes"):
+        ArrayWriter(_array(tmp_path, "f4"), max_stale_bytes=bound)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ artifacts
+
+PROVENANCE = {"operation": "normalize", "parameters": {}, "inputs": {}}
+
+
+@pytest.mark.parametrize(
+    ("arrays", "error", "message"),
+    [
+        # "array 'x' has no rows (shape ())": np.asarray of a sparse matrix is a 0-d object
+        (
+            [("x", sp.csr_matrix(np.eye(3)))],
+            TypeError,
+            r"scipy\.sparse csr_matrix; .*values\.toarray\(\)",
+        ),
+        # zarr's "Zarr data type resolution from object failed..."
+        ([("x", np.array([1, "a"], dtype=object))], TypeError, r"would have dtype object"),
+        # zarr's ContainsArrayError naming its FinishingStore
+        ([("x", np.ones(3)), ("x", np.zeros(3))], ValueError, r"already holds an array 'x'"),
+    ],
+    ids=["sparse", "object", "repeated-name"],
+)
+def test_artifact_arrays_that_cannot_be_stored_are_named_and_nothing_is_published(
+    tmp_path: Path, arrays: list[tuple[str, Any]], error: type[Exception], message: str
+) -> None:
+    location = cv.write_counts(tmp_path / "a.zarr", np.ones((3, 2))).location
+    store = cv.open_store(location, mode="r+")
+
+    def publish() -> None:
+        with cv.publish_artifact(
+            store, "RNA/artifacts", "normalized", provenance=PROVENANCE
+        ) as art:
+            for name, values in arrays:
+                art.write_array(name, values)
+
+    with pytest.raises(error, match=message):
+        publish()
+    assert cv.list_artifacts(store, "RNA/artifacts") == []
+
+
+@pytest.mark.parametrize(
+    ("shape", "error", "message"),
+    [
+        # int(2.5) made a 2-row array without a word
+        ((2.5, 2), TypeError, r"shape \(2\.5, 2\) must hold whole lengths \(ints\), not 2\.5"),
+        # tuple(int(d) for d in "3") made a 3-row array
+        ("3", TypeError, r"shape '3' must hold whole lengths \(ints\), not '3' \(str\)"),
+        ((True, 2), TypeError, r"not True \(bool\)"),
+        # zarr's "Expected all values to be non-negative. Got (-1, 2) instead."
+        ((-1, 2), ValueError, r"shape \(-1, 2\) holds a negative length"),
+    ],
+)
+def test_an_artifact_array_shape_of_lengths_that_are_not_whole_is_refused(
+    tmp_path: Path, shape: object, error: type[Exception], message: str
+) -> None:
+    location = cv.write_counts(tmp_path / "a.zarr", np.ones((3, 2))).location
+    store = cv.open_store(location, mode="r+")
+
+    def publish() -> None:
+        with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+            art.create_array("x", shape, np.float32)  # type: ignore[arg-type]
+
+    with pytest.raises(error, match=message):
+        publish()
+    assert cv.list_artifacts(store, "RNA/artifacts") == []
+    with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+        art.create_array("x", (np.int64(2), 0), np.float32).write(np.ones((2, 0)))
+    assert [found.load("x").shape for found in cv.list_artifacts(store, "RNA/artifacts")] == [
+        (2, 0)
+    ]
+
+
+@pytest.fixture
+def read_only_store(tmp_path: Path) -> Iterator[str]:
+    """A CyteArc store in a folder that refuses writes: without permission, or, for the
+    root user (who writes anywhere), a read-only bind mount of it."""
+    folder, view = tmp_path / "folder", tmp_path / "view"
+    folder.mkdir()
+    cv.write_counts(folder / "a.zarr", np.ones((3, 2)))
+    if os.geteuid() != 0:
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        yield str(folder / "a.zarr")
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        return
+    view.mkdir()
+    if subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True).returncode:
+        pytest.skip("the root user writes anywhere, and cannot make a read-only bind mount here")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(view)]
+        if subprocess.run(remount, capture_output=True).returncode:
+            pytest.skip("cannot make the bind mount read-only here")
+        yield str(view / "a.zarr")
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_publishing_into_a_folder_that_refuses_writes_names_the_store(read_only_store: str) -> None:
+    def publish(store: object) -> None:
+        with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+            art.write_array("x", np.ones(3))
+
+    for store in (read_only_store, cv.open_store(read_only_store, mode="r+")):
+        # OSError: [Errno 30] Read-only file system: '.../a.zarr/zarr.<uuid>.partial'
+        with pytest.raises(PermissionError, match=r"cannot publish an artifact of kind 'pca' in "):
+            publish(store)
+    assert cv.list_artifacts(read_only_store, "RNA/artifacts") == []
+
+
+@pytest.mark.parametrize("kind", [None, "", "a/b"])
+def test_find_artifact_takes_one_kind(tmp_path: Path, kind: object) -> None:
+    location = cv.write_counts(tmp_path / "a.zarr", np.ones((3, 2))).location
+    with cv.publish_artifact(location, "RNA/artifacts", "normalized", provenance=PROVENANCE) as art:
+        art.write_array("x", np.ones(3))
+    # kind=None listed every kind and returned the 'normalized' artifact
+    with pytest.raises(ValueError, match=r"artifact kind .* is not a valid name"):
+        cv.find_artifact(location, "RNA/artifacts", kind, PROVENANCE)  # type: ignore[arg-type]
+    assert cv.find_artifact(location, "RNA/artifacts", "pca", PROVENANCE) is None
+    found = cv.find_artifact(location, "RNA/artifacts", "normalized", PROVENANCE)
+    assert found is not None and found.path == art.path
