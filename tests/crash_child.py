@@ -39,7 +39,10 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
     """Run ``writer`` on the inputs in ``work``, writing ``destination``."""
     # the first run passes no overwrite, as a user would; a rerun passes it
     again: dict[str, Any] = {"overwrite": True} if overwrite else {}
-    if writer in ("write_counts", "write_counts_overwrite"):
+    if writer == "write_counts_anndata":
+        # an AnnData Zarr store's raw counts: its obs columns and raw/var become the tables
+        cv.write_counts(destination, work / "adata.zarr", layer="raw/X", **again)
+    elif writer in ("write_counts", "write_counts_overwrite"):
         counts = _counts(work)
         cv.write_counts(
             destination,
@@ -51,6 +54,11 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
         )
     elif writer == "repack":
         cv.repack(work / "src_a.zarr", destination, **again)
+    elif writer == "repack_row_framed":
+        # counts written as before issue 14: repack rewrites them, not copies them
+        cv.repack(work / "src_rf.zarr", destination, **again)
+    elif writer == "repack_data_only":
+        cv.repack(work / "src_a.zarr", destination, data_only=True, **again)
     elif writer == "repack_mount":
         cv.repack(work / "mount.zarr", destination, **again)
     elif writer == "create_composite":
@@ -61,17 +69,25 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
         )
     elif writer == "mount_datastore":
         cv.mount_datastore(work / "src_a.zarr", destination, **again)
-    elif writer == "publish_artifact":
-        store = cv.open_store(destination, mode="r+")
+    elif writer in ARTIFACT_KINDS:
+        store = cv.open_store(destination, mode="r+")  # a MountStore for a mount
         values = np.load(work / "artifact.npy")
         with cv.publish_artifact(
-            store, "RNA/artifacts", "reduction", provenance=json.loads(ARTIFACT_PROVENANCE)
+            store,
+            "RNA/artifacts",
+            ARTIFACT_KINDS[writer],
+            provenance=json.loads(ARTIFACT_PROVENANCE),
         ) as art:
             art.write_array("embedding", values)
             art.write_array("loadings", values[: values.shape[0] // 2] * 2)
     else:
         raise ValueError(f"unknown writer {writer!r}")
 
+
+#: The artifact publications swept, and the kind each publishes. Through a mount the
+#: kind is one the mounted source holds and the target lacks: the mount first copies
+#: the source's kind document into the target (``MountStore._hold_parent_documents``).
+ARTIFACT_KINDS = {"publish_artifact": "reduction", "publish_artifact_mount": "pca"}
 
 ARTIFACT_PROVENANCE = json.dumps(
     {"operation": "test.crash_sweep", "parameters": {"k": 3}, "inputs": {}}
@@ -83,6 +99,7 @@ def _prepare(writer: str, work: Path, destination: Path) -> None:
     template = {
         "write_counts_overwrite": work / "existing.zarr",
         "publish_artifact": work / "src_a.zarr",
+        "publish_artifact_mount": work / "mount.zarr",
     }.get(writer)
     if template is not None:
         shutil.copytree(template, destination)

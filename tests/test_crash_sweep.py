@@ -32,7 +32,7 @@ import scipy.sparse as sp
 import zarr
 from cli_harness import run_main, tree_digest
 from conftest import realistic_counts
-from crash_child import run_writer
+from crash_child import ARTIFACT_KINDS, run_writer
 from cytearc_vfs_conformance.families import record_family
 from kill_points import reports
 
@@ -40,6 +40,7 @@ import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
 from cytearc_vfs.remote.locations import open_location
 from cytearc_vfs.write.destinations import check_destination
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 CHILD = Path(__file__).with_name("crash_child.py")
 #: Reruns with overwrite: over the first and last RERUN_EDGE refused destinations
@@ -50,11 +51,16 @@ SHAPE = (240, 90)
 WRITER_NAMES = {
     "write_counts": "write_counts",
     "write_counts_overwrite": "write_counts",
+    "write_counts_anndata": "write_counts",
     "repack": "repack",
     "repack_mount": "repack",
+    # through write_counts, but a user ran repack: the refusal must name it
+    "repack_data_only": "repack",
+    "repack_row_framed": "repack",
     "create_composite": "create_composite",
     "mount_datastore": "mount_datastore",
     "publish_artifact": "publish_artifact",
+    "publish_artifact_mount": "publish_artifact",
 }
 
 
@@ -108,9 +114,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         root / "src_b.zarr", b, cells=_ids("bcell", b.shape[0]), features=genes, layout=layout
     )
     cv.write_counts(root / "existing.zarr", realistic_counts(50, 20, seed=13))
+    with row_framed_writes():  # as stores were written before issue 14
+        cv.write_counts(
+            root / "src_rf.zarr", a, cells=_ids("cell", SHAPE[0]), features=genes, layout=layout
+        )
     # artifacts in the source and in the mount, which a repack of the mount gathers
     _publish(cv.open_store(root / "src_a.zarr", mode="r+"), "pca", np.arange(SHAPE[0] * 2.0))
     _publish(cv.mount_datastore(root / "src_a.zarr", root / "mount.zarr"), "umap", np.ones(480))
+    _anndata_input(root / "adata.zarr", a, genes)
     artifact = np.random.default_rng(3).normal(size=(SHAPE[0], 3))
     np.save(root / "artifact.npy", artifact)
     return {
@@ -118,8 +129,29 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "a": a.toarray(),
         "composite": np.vstack([a.toarray(), b.toarray()]),
         "artifact": artifact,
-        "sources": ("src_a.zarr", "src_b.zarr", "mount.zarr"),
+        "sources": ("src_a.zarr", "src_b.zarr", "mount.zarr", "src_rf.zarr", "adata.zarr"),
     }
+
+
+def _anndata_input(path: Path, counts: Any, genes: list[str]) -> None:
+    """An AnnData Zarr store whose raw counts are ``counts`` (X holds other values),
+    with obs columns of several kinds: what ``write_counts(..., layer="raw/X")`` reads."""
+    import anndata as ad
+    import pandas as pd
+
+    n = counts.shape[0]
+    obs = pd.DataFrame(
+        {
+            "batch": pd.Categorical(["b1", "b2", "b3"] * (n // 3) + ["b1"] * (n % 3)),
+            "score": np.linspace(0.0, 1.0, n),
+            "kept": np.arange(n) % 2 == 0,
+        },
+        index=_ids("cell", n),
+    )
+    raw = ad.AnnData(X=sp.csr_matrix(counts), obs=obs, var=pd.DataFrame(index=genes))
+    adata = ad.AnnData(X=sp.csr_matrix(counts * 0.5), obs=obs, var=pd.DataFrame(index=genes))
+    adata.raw = raw
+    adata.write_zarr(path)
 
 
 def _source_digests(work: dict[str, Any]) -> dict[str, str]:
@@ -197,16 +229,21 @@ def _artifact_correct(store: Any, path: str, expected: np.ndarray) -> bool:
     )
 
 
-def _check_artifact(where: Path, expected: np.ndarray, figures: Figures) -> str:
-    """Classify one crashed artifact publication into an existing store."""
+def _check_artifact(where: Path, writer: str, expected: np.ndarray, figures: Figures) -> str:
+    """Classify one crashed artifact publication into an existing store (or mount)."""
+    kind = ARTIFACT_KINDS[writer]
     store = cv.open_store(where)  # the store itself stays sound whatever the artifact
-    kind_dir = where / "RNA" / "artifacts" / "reduction"
+    kind_dir = where / "RNA" / "artifacts" / kind
     paths = (
-        [f"RNA/artifacts/reduction/{p.name}" for p in kind_dir.iterdir() if p.is_dir()]
+        [f"RNA/artifacts/{kind}/{p.name}" for p in kind_dir.iterdir() if p.is_dir()]
         if (kind_dir.is_dir())
         else []
     )
-    listed = {record.path for record in cv.list_artifacts(store, "RNA/artifacts", "reduction")}
+    listed = {record.path for record in cv.list_artifacts(store, "RNA/artifacts", kind)}
+    if writer == "publish_artifact_mount":
+        # the source's artifact of the kind still reads through the mount at every point
+        (inherited,) = [path for path in listed if not (where / path).exists()]
+        assert cv.read_artifact(store, inherited).path == inherited
     outcome = "refused"
     for path in paths:
         try:
@@ -229,9 +266,9 @@ def _check_artifact(where: Path, expected: np.ndarray, figures: Figures) -> str:
 def _rerun(writer: str, work: dict[str, Any], where: Path, expected: np.ndarray) -> None:
     """Run the writer again with overwrite over a refused destination; it must come out right."""
     run_writer(writer, work["root"], where, overwrite=True)
-    if writer == "publish_artifact":
+    if writer in ARTIFACT_KINDS:
         store = cv.open_store(where)
-        published = cv.list_artifacts(store, "RNA/artifacts", "reduction")
+        published = cv.list_artifacts(store, "RNA/artifacts", ARTIFACT_KINDS[writer])
         assert published and _artifact_correct(store, published[-1].path, expected)
         return
     assert _read_correct(cv.open_store(where), expected, plain=writer != "mount_datastore")
@@ -245,8 +282,7 @@ REPORT: dict[str, Figures] = {}
 def _expected(writer: str, work: dict[str, Any]) -> np.ndarray:
     return {
         "create_composite": work["composite"],
-        "publish_artifact": work["artifact"],
-    }.get(writer, work["a"])
+    }.get(writer, work["artifact"] if writer in ARTIFACT_KINDS else work["a"])
 
 
 def rerun_sample(refused: int) -> list[int]:
@@ -275,8 +311,8 @@ def sweep(writer: str, work: dict[str, Any], tmp_path: Path) -> Figures:
         figures.points += 1
         where = tmp_path / "points" / f"{line['point']:04d}.zarr"
         try:
-            if writer == "publish_artifact":
-                outcome = _check_artifact(where, expected, figures)
+            if writer in ARTIFACT_KINDS:
+                outcome = _check_artifact(where, writer, expected, figures)
             else:
                 outcome = _check_store(where, writer, expected, figures)
             if outcome == "refused":
@@ -324,11 +360,15 @@ def _assert_sound(figures: Figures) -> None:
 WRITERS = [
     pytest.param("write_counts", id="write_counts"),
     pytest.param("write_counts_overwrite", id="write_counts-overwrite", marks=pytest.mark.slow),
+    pytest.param("write_counts_anndata", id="write_counts-anndata-raw"),
     pytest.param("repack", id="repack"),
     pytest.param("repack_mount", id="repack-mount", marks=pytest.mark.slow),
+    pytest.param("repack_data_only", id="repack-data-only"),
+    pytest.param("repack_row_framed", id="repack-row-framed"),
     pytest.param("create_composite", id="create_composite"),
     pytest.param("mount_datastore", id="mount_datastore"),
     pytest.param("publish_artifact", id="publish_artifact"),
+    pytest.param("publish_artifact_mount", id="publish_artifact-mount"),
 ]
 
 
