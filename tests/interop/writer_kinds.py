@@ -4,6 +4,10 @@
 the composite and mount read through ``serve`` and ``mount-fs``). Here, what
 the other writers leave on disk, read directly by every reader:
 
+- ``write_counts`` of counts in every other dtype (uint8, uint32, uint64,
+  int32, float32, float64: the Blosc containers are built by this package, for
+  each type size, with whole chunks, or single blocks, stored raw where zstd
+  cannot shrink them);
 - ``repack`` of a row-framed store (written as before issue 14): its counts
   must read everywhere, tensorstore included, since repack is the documented
   remedy for the row frames tensorstore cannot read (docs/layout.md);
@@ -53,6 +57,68 @@ def _values(shape: tuple[int, ...]) -> npt.NDArray[np.uint16]:
 
 def _local(root: Path, path: str, expected: npt.NDArray[Any]) -> Target:
     return Target(str(root), path, expected, describe(root, path), scrub=(str(root),))
+
+
+# ------------------------------------------------------------------ count dtypes
+
+#: The count dtypes other than uint16 (the count rows' own), and the values that make
+#: ``write_counts`` store each (docs/layout.md, "Count dtype"). The Blosc containers
+#: of the inner chunks are built here, not by a Blosc library
+#: (``encoding/blosc_blocks.py``): each type size, and blocks stored raw where zstd
+#: cannot shrink them (random float64), must read in every reader.
+DTYPES: dict[str, tuple[int, int]] = {
+    "uint8": (0, 200),
+    "uint32": (0, 3_000_000),
+    "uint64": (0, 2**40),
+    "int32": (-5_000, 5_000),
+}
+
+
+def _dtype_counts(name: str) -> npt.NDArray[Any]:
+    """A 300 x 500 matrix, 30 % non-zero, that ``write_counts`` stores as ``name``;
+    floats of random bits (finite: the top exponent bit clear), which zstd cannot
+    shrink, so their Blosc blocks are stored raw: float64 every value (whole chunks
+    stored raw), float32 the first 5 rows of every 8 (a chunk's first block, of 5
+    rows, stored raw beside its second, of zeros, compressed)."""
+    rng = np.random.default_rng(21)
+    shape = (300, 500)
+    present = rng.random(shape) < 0.3
+    if name.startswith("float"):
+        bits = np.dtype(name).itemsize * 8
+        unsigned = np.dtype(f"uint{bits}")
+        raw = rng.integers(0, 2**bits, shape, dtype=unsigned, endpoint=False)
+        values = (raw & unsigned.type(~(1 << (bits - 2)) & (2**bits - 1))).view(name)
+        present[...] = values != 0
+        if name == "float32":
+            present[np.arange(shape[0]) % 8 >= 5] = False
+    else:
+        low, high = DTYPES[name]
+        values = rng.integers(low, high, shape, dtype=np.int64, endpoint=True)
+        values[0, 0] = high  # the largest value decides the dtype
+        present[0, 0] = True
+    return np.where(present, values, 0).astype(name)
+
+
+@cache
+def _dtype_store(ws: Workspace, name: str) -> tuple[Path, npt.NDArray[Any]]:
+    counts = _dtype_counts(name)
+    path = ws.root / f"counts-{name}.zarr"
+    info = cv.write_counts(path, sp.csr_array(counts), layout=("256K", "16K"))
+    if info.dtype != counts.dtype:  # the row would test another dtype than it says
+        raise AssertionError(f"write_counts stored {info.dtype}, expected {counts.dtype}")
+    return path, counts
+
+
+def _dtype_row(name: str) -> None:
+    @array_kind(f"counts-{name}", f"`RNA/counts`, {name} counts", everywhere=True)
+    @contextmanager
+    def row(ws: Workspace) -> Iterator[Target]:
+        path, counts = _dtype_store(ws, name)
+        yield _local(path, "RNA/counts", counts)
+
+
+for _name in (*DTYPES, "float32", "float64"):
+    _dtype_row(_name)
 
 
 # ------------------------------------------------------------------ repack
