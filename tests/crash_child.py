@@ -42,7 +42,7 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
     if writer == "write_counts_anndata":
         # an AnnData Zarr store's raw counts: its obs columns and raw/var become the tables
         cv.write_counts(destination, work / "adata.zarr", layer="raw/X", **again)
-    elif writer in ("write_counts", "write_counts_overwrite"):
+    elif writer in ("write_counts", "write_counts_overwrite", "write_counts_workspace"):
         counts = _counts(work)
         cv.write_counts(
             destination,
@@ -51,6 +51,7 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
             features=_ids("gene", counts.shape[1]),
             layout=(8192, 2048),
             overwrite=True if writer == "write_counts_overwrite" else overwrite,
+            workspace=WORKSPACES.get(writer),
         )
     elif writer == "repack":
         cv.repack(work / "src_a.zarr", destination, **again)
@@ -83,6 +84,9 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
     else:
         raise ValueError(f"unknown writer {writer!r}")
 
+
+#: Writers that write the workspace layout, and its workspace.
+WORKSPACES = {"write_counts_workspace": "ws1"}
 
 #: The artifact publications swept, and the kind each publishes. Through a mount the
 #: kind is one the mounted source holds and the target lacks: the mount first copies

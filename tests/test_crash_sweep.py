@@ -32,7 +32,7 @@ import scipy.sparse as sp
 import zarr
 from cli_harness import run_main, tree_digest
 from conftest import realistic_counts
-from crash_child import ARTIFACT_KINDS, run_writer
+from crash_child import ARTIFACT_KINDS, WORKSPACES, run_writer
 from cytearc_vfs_conformance.families import record_family
 from kill_points import reports
 
@@ -52,6 +52,7 @@ WRITER_NAMES = {
     "write_counts": "write_counts",
     "write_counts_overwrite": "write_counts",
     "write_counts_anndata": "write_counts",
+    "write_counts_workspace": "write_counts",
     "repack": "repack",
     "repack_mount": "repack",
     # through write_counts, but a user ran repack: the refusal must name it
@@ -186,14 +187,16 @@ def _expect_refused(where: Path, writer: str, exc: Exception) -> None:
     assert check_destination(where, overwrite=True) == "w"
 
 
-def _read_correct(store: Any, expected: np.ndarray, *, plain: bool) -> bool:
+def _read_correct(store: Any, expected: np.ndarray, *, plain: bool, writer: str) -> bool:
     """Whether the counts read exactly ``expected``, through the reader and plain zarr."""
-    reader = cv.VirtualArrayReader(store, "RNA")
+    workspace = WORKSPACES.get(writer)
+    reader = cv.VirtualArrayReader(store, "RNA", workspace=workspace)
     if reader.shape != expected.shape or not np.array_equal(reader.read(), expected):
         return False
     if plain:
-        counts = zarr.open_array(store, path="RNA/counts", mode="r")
-        counts_t = zarr.open_array(store, path="RNA/countsT", mode="r")
+        group = "RNA" if workspace is None else "matrices/RNA"
+        counts = zarr.open_array(store, path=f"{group}/counts", mode="r")
+        counts_t = zarr.open_array(store, path=f"{group}/countsT", mode="r")
         if not np.array_equal(counts[:], expected) or not np.array_equal(counts_t[:], expected.T):
             return False
     return True
@@ -208,7 +211,7 @@ def _check_store(where: Path, writer: str, expected: np.ndarray, figures: Figure
         figures.refused += 1
         return "refused"
     plain = writer != "mount_datastore"  # a mount's counts are its source's
-    correct = _read_correct(store, expected, plain=plain)
+    correct = _read_correct(store, expected, plain=plain, writer=writer)
     reports = deep_verify(open_location(where, read_only=True), where=str(where))
     if not correct or not all(report.ok for report in reports):
         figures.wrong_values += 1
@@ -271,7 +274,8 @@ def _rerun(writer: str, work: dict[str, Any], where: Path, expected: np.ndarray)
         published = cv.list_artifacts(store, "RNA/artifacts", ARTIFACT_KINDS[writer])
         assert published and _artifact_correct(store, published[-1].path, expected)
         return
-    assert _read_correct(cv.open_store(where), expected, plain=writer != "mount_datastore")
+    plain = writer != "mount_datastore"
+    assert _read_correct(cv.open_store(where), expected, plain=plain, writer=writer)
 
 
 # ------------------------------------------------------------------ the sweep
@@ -361,6 +365,7 @@ WRITERS = [
     pytest.param("write_counts", id="write_counts"),
     pytest.param("write_counts_overwrite", id="write_counts-overwrite", marks=pytest.mark.slow),
     pytest.param("write_counts_anndata", id="write_counts-anndata-raw"),
+    pytest.param("write_counts_workspace", id="write_counts-workspace"),
     pytest.param("repack", id="repack"),
     pytest.param("repack_mount", id="repack-mount", marks=pytest.mark.slow),
     pytest.param("repack_data_only", id="repack-data-only"),
