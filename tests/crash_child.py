@@ -71,7 +71,8 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
     elif writer == "mount_datastore":
         cv.mount_datastore(work / "src_a.zarr", destination, **again)
     elif writer in ARTIFACT_KINDS:
-        store = cv.open_store(destination, mode="r+")  # a MountStore for a mount
+        # a MountStore for a mount, a CompositeStore (writing to its backing) for a composite
+        store = cv.open_store(destination, mode="r+")
         values = np.load(work / "artifact.npy")
         with cv.publish_artifact(
             store,
@@ -91,7 +92,11 @@ WORKSPACES = {"write_counts_workspace": "ws1"}
 #: The artifact publications swept, and the kind each publishes. Through a mount the
 #: kind is one the mounted source holds and the target lacks: the mount first copies
 #: the source's kind document into the target (``MountStore._hold_parent_documents``).
-ARTIFACT_KINDS = {"publish_artifact": "reduction", "publish_artifact_mount": "pca"}
+ARTIFACT_KINDS = {
+    "publish_artifact": "reduction",
+    "publish_artifact_mount": "pca",
+    "publish_artifact_composite": "reduction",
+}
 
 ARTIFACT_PROVENANCE = json.dumps(
     {"operation": "test.crash_sweep", "parameters": {"k": 3}, "inputs": {}}
@@ -104,6 +109,7 @@ def _prepare(writer: str, work: Path, destination: Path) -> None:
         "write_counts_overwrite": work / "existing.zarr",
         "publish_artifact": work / "src_a.zarr",
         "publish_artifact_mount": work / "mount.zarr",
+        "publish_artifact_composite": work / "composite.zarr",
     }.get(writer)
     if template is not None:
         shutil.copytree(template, destination)

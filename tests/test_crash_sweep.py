@@ -62,6 +62,7 @@ WRITER_NAMES = {
     "mount_datastore": "mount_datastore",
     "publish_artifact": "publish_artifact",
     "publish_artifact_mount": "publish_artifact",
+    "publish_artifact_composite": "publish_artifact",
 }
 
 
@@ -123,6 +124,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _publish(cv.open_store(root / "src_a.zarr", mode="r+"), "pca", np.arange(SHAPE[0] * 2.0))
     _publish(cv.mount_datastore(root / "src_a.zarr", root / "mount.zarr"), "umap", np.ones(480))
     _anndata_input(root / "adata.zarr", a, genes)
+    cv.create_composite(
+        root / "composite.zarr", {"a": root / "src_a.zarr", "b": root / "src_b.zarr"}
+    ).close()
     artifact = np.random.default_rng(3).normal(size=(SHAPE[0], 3))
     np.save(root / "artifact.npy", artifact)
     return {
@@ -130,7 +134,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "a": a.toarray(),
         "composite": np.vstack([a.toarray(), b.toarray()]),
         "artifact": artifact,
-        "sources": ("src_a.zarr", "src_b.zarr", "mount.zarr", "src_rf.zarr", "adata.zarr"),
+        "sources": (
+            "src_a.zarr",
+            "src_b.zarr",
+            "mount.zarr",
+            "src_rf.zarr",
+            "adata.zarr",
+            "composite.zarr",
+        ),
     }
 
 
@@ -374,6 +385,7 @@ WRITERS = [
     pytest.param("mount_datastore", id="mount_datastore"),
     pytest.param("publish_artifact", id="publish_artifact"),
     pytest.param("publish_artifact_mount", id="publish_artifact-mount"),
+    pytest.param("publish_artifact_composite", id="publish_artifact-composite"),
 ]
 
 

@@ -32,6 +32,12 @@ from cytearc_vfs.format.records import PENDING_STORE_ATTR
 from cytearc_vfs.write.destinations import check_destination
 
 SUBSETS = 25
+#: The writer each refusal names, where the parameter is not that name.
+NAMES = {
+    "write_counts_workspace": "write_counts",
+    "write_counts_anndata": "write_counts",
+    "repack_mount": "repack",
+}
 
 
 class RecordingStore(WrapperStore[LocalStore]):
@@ -85,8 +91,23 @@ def _writers(tmp_path: Path) -> dict[str, Any]:
     cv.write_counts(
         tmp_path / "b.zarr", b, cells=[f"b{i}" for i in range(120)], features=genes, layout=layout
     )
+    mount = tmp_path / "mount.zarr"
+    provenance = {"operation": "pca", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(
+        cv.mount_datastore(tmp_path / "a.zarr", mount),
+        "RNA/artifacts",
+        "pca",
+        provenance=provenance,
+    ) as art:
+        art.write_array("embedding", np.ones((240, 2)))
+    adata = _anndata(a, genes)
     return {
         "write_counts": (lambda dest: cv.write_counts(dest, a, layout=layout), a.toarray()),
+        # obs columns of three kinds (categorical, float, bool), counts from raw/X
+        "write_counts_anndata": (
+            lambda dest: cv.write_counts(dest, adata, layer="raw/X", layout=layout),
+            a.toarray(),
+        ),
         # the workspace layout: its workspace group may land before its cell table
         "write_counts_workspace": (
             lambda dest: cv.write_counts(dest, a, layout=layout, workspace="ws1"),
@@ -103,12 +124,42 @@ def _writers(tmp_path: Path) -> dict[str, Any]:
             a.toarray(),
         ),
         "repack": (lambda dest: cv.repack(tmp_path / "a.zarr", dest), a.toarray()),
+        # the mount's artifact and the source's counts, gathered
+        "repack_mount": (lambda dest: cv.repack(mount, dest), a.toarray()),
     }
+
+
+def _anndata(counts: Any, genes: list[str]) -> Any:
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    n = counts.shape[0]
+    obs = pd.DataFrame(
+        {
+            "batch": pd.Categorical([f"b{i % 3}" for i in range(n)]),
+            "score": np.linspace(0.0, 1.0, n),
+            "kept": np.arange(n) % 2 == 0,
+        },
+        index=[f"cell{i}" for i in range(n)],
+    )
+    var = pd.DataFrame(index=genes)
+    adata = ad.AnnData(X=sp.csr_matrix(counts * 0.5), obs=obs, var=var)
+    adata.raw = ad.AnnData(X=sp.csr_matrix(counts), obs=obs, var=var)
+    return adata
 
 
 @pytest.mark.parametrize(
     "writer",
-    ["write_counts", "write_counts_workspace", "create_composite", "mount_datastore", "repack"],
+    [
+        "write_counts",
+        "write_counts_workspace",
+        "write_counts_anndata",
+        "create_composite",
+        "mount_datastore",
+        "repack",
+        "repack_mount",
+    ],
 )
 def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, writer: str) -> None:
     write, expected = _writers(tmp_path)[writer]
@@ -133,7 +184,7 @@ def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, w
     for number, chosen in enumerate(subsets):
         where = tmp_path / f"subset{number}.zarr"
         _replay(where, [marker, *chosen])
-        with pytest.raises(cv.IncompleteStoreError, match=writer.removesuffix("_workspace")):
+        with pytest.raises(cv.IncompleteStoreError, match=NAMES.get(writer, writer)):
             cv.open_store(where)
         assert check_destination(where, overwrite=True) == "w"
     whole = tmp_path / "whole.zarr"
