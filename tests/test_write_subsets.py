@@ -37,6 +37,9 @@ NAMES = {
     "write_counts_workspace": "write_counts",
     "write_counts_anndata": "write_counts",
     "repack_mount": "repack",
+    "repack_workspace": "repack",
+    "mount_datastore_workspace": "mount_datastore",
+    "create_composite_workspace": "create_composite",
 }
 
 
@@ -101,6 +104,8 @@ def _writers(tmp_path: Path) -> dict[str, Any]:
     ) as art:
         art.write_array("embedding", np.ones((240, 2)))
     adata = _anndata(a, genes)
+    ws_source = tmp_path / "ws.zarr"
+    cv.write_counts(ws_source, a, features=genes, layout=layout, workspace="ws1")
     return {
         "write_counts": (lambda dest: cv.write_counts(dest, a, layout=layout), a.toarray()),
         # obs columns of three kinds (categorical, float, bool), counts from raw/X
@@ -126,6 +131,20 @@ def _writers(tmp_path: Path) -> dict[str, Any]:
         "repack": (lambda dest: cv.repack(tmp_path / "a.zarr", dest), a.toarray()),
         # the mount's artifact and the source's counts, gathered
         "repack_mount": (lambda dest: cv.repack(mount, dest), a.toarray()),
+        # stores of the workspace layout, copied, mounted and composed
+        "repack_workspace": (lambda dest: cv.repack(ws_source, dest), a.toarray()),
+        "mount_datastore_workspace": (
+            lambda dest: cv.mount_datastore(ws_source, dest, workspace="ws1"),
+            a.toarray(),
+        ),
+        "create_composite_workspace": (
+            lambda dest: cv.create_composite(
+                dest,
+                {"a": ws_source, "b": tmp_path / "b.zarr"},
+                source_workspaces={"a": "ws1"},
+            ).close(),
+            np.vstack([a.toarray(), b.toarray()]),
+        ),
     }
 
 
@@ -159,6 +178,9 @@ def _anndata(counts: Any, genes: list[str]) -> Any:
         "mount_datastore",
         "repack",
         "repack_mount",
+        "repack_workspace",
+        "mount_datastore_workspace",
+        "create_composite_workspace",
     ],
 )
 def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, writer: str) -> None:
@@ -190,7 +212,8 @@ def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, w
     whole = tmp_path / "whole.zarr"
     _replay(whole, record)
     store = cv.open_store(whole)
-    workspace = "ws1" if writer.endswith("_workspace") else None
+    # a composite's cells are its own (no workspace); the others keep the source's
+    workspace = "ws1" if writer.endswith("_workspace") and "composite" not in writer else None
     reader = (
         store.reader()
         if hasattr(store, "reader")
