@@ -68,6 +68,12 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
             {"a": work / "src_a.zarr", "b": work / "src_b.zarr"},
             **again,
         )
+    elif writer == "create_composite_overwrite":
+        # the command line's composite --overwrite: a composite of one source replaces one of two
+        from cytearc_vfs.write.destinations import composites_replaceable
+
+        with composites_replaceable():
+            cv.create_composite(destination, {"a": work / "src_a.zarr"}, overwrite=True)
     elif writer == "mount_datastore":
         cv.mount_datastore(work / "src_a.zarr", destination, **again)
     elif writer in ARTIFACT_KINDS:
@@ -110,6 +116,7 @@ def _prepare(writer: str, work: Path, destination: Path) -> None:
         "publish_artifact": work / "src_a.zarr",
         "publish_artifact_mount": work / "mount.zarr",
         "publish_artifact_composite": work / "composite.zarr",
+        "create_composite_overwrite": work / "composite.zarr",
     }.get(writer)
     if template is not None:
         shutil.copytree(template, destination)

@@ -59,6 +59,7 @@ WRITER_NAMES = {
     "repack_data_only": "repack",
     "repack_row_framed": "repack",
     "create_composite": "create_composite",
+    "create_composite_overwrite": "create_composite",
     "mount_datastore": "mount_datastore",
     "publish_artifact": "publish_artifact",
     "publish_artifact_mount": "publish_artifact",
@@ -227,7 +228,7 @@ def _check_store(where: Path, writer: str, expected: np.ndarray, figures: Figure
     if not correct or not all(report.ok for report in reports):
         figures.wrong_values += 1
         return "wrong"
-    if writer in ("mount_datastore", "create_composite"):
+    if writer in ("mount_datastore", "create_composite", "create_composite_overwrite"):
         # complete mounts and composites are not the writers' to replace
         with pytest.raises(FileExistsError):
             check_destination(where, overwrite=True)
@@ -382,6 +383,7 @@ WRITERS = [
     pytest.param("repack_data_only", id="repack-data-only"),
     pytest.param("repack_row_framed", id="repack-row-framed"),
     pytest.param("create_composite", id="create_composite"),
+    pytest.param("create_composite_overwrite", id="create_composite-overwrite"),
     pytest.param("mount_datastore", id="mount_datastore"),
     pytest.param("publish_artifact", id="publish_artifact"),
     pytest.param("publish_artifact_mount", id="publish_artifact-mount"),
