@@ -31,6 +31,10 @@ from kill_points import serve_sweeps, sweep
 SCENARIOS: dict[str, tuple[dict[str, Any], Callable[[Any], object]]] = {}
 #: Scenarios whose root group holds consolidated metadata (as anndata writes it).
 CONSOLIDATED = frozenset({"resize-consolidated"})
+#: name -> (zarr.create_array arguments, buffered writes flushed): swept by
+#: ``test_arrays_flush_crash.py``, where each unit (chunk, or shard) must read as
+#: before or as after, since a flush writes unit by unit
+FLUSHES: dict[str, tuple[dict[str, Any], Callable[[Any], object]]] = {}
 
 
 def _scenarios() -> None:
@@ -78,6 +82,30 @@ def _scenarios() -> None:
     )
 
 
+def _buffered(array: Any) -> None:
+    """Edits of three kinds, flushed together: a partial unit with a missing (masked)
+    cell, read, laid over and written; a unit written all over with the fill value,
+    which zarr deletes; a unit written all over."""
+    from cytearc_vfs.arrays import ArrayWriter
+
+    rows = array.shape[0]
+    with ArrayWriter(array) as writer:
+        edit = np.ma.masked_array(np.full((2, 4), 100, dtype="i4"), mask=False)
+        edit.mask[0, 0] = True
+        writer.write(edit, [range(1, 3), range(1, 5)])
+        writer.write(np.full((4, 6), -1, dtype="i4"), [range(4, 8), None])
+        writer.write(np.arange(24, dtype="i4").reshape(4, 6) + 200, [range(rows - 4, rows), None])
+
+
+def _flushes() -> None:
+    FLUSHES.update(
+        {
+            "flush-sharded": ({"shape": (12, 6), "chunks": (2, 3), "shards": (4, 6)}, _buffered),
+            "flush-chunks": ({"shape": (12, 6), "chunks": (2, 3)}, _buffered),
+        }
+    )
+
+
 def values_of(shape: tuple[int, ...]) -> np.ndarray:
     """The values every scenario writes first (no cell holds the fill value -1)."""
     return np.arange(int(np.prod(shape)), dtype="i4").reshape(shape)
@@ -88,7 +116,7 @@ def create(directory: Path, scenario: str) -> None:
     import zarr
     from zarr.storage import LocalStore
 
-    arguments, _ = SCENARIOS[scenario]
+    arguments, _ = {**SCENARIOS, **FLUSHES}[scenario]
     array = zarr.create_array(
         LocalStore(directory), name="a", dtype="i4", fill_value=-1, **arguments
     )
@@ -115,7 +143,7 @@ def run(scenario: str, directory: Path, via: str, what: str) -> None:
     if what == "recover":
         recover(store, "a")
         return
-    _, operation = SCENARIOS[scenario]
+    _, operation = {**SCENARIOS, **FLUSHES}[scenario]
     operation(zarr.open_array(store, path="a", mode="r+"))
 
 
@@ -141,6 +169,7 @@ def main() -> int:
     import cytearc_vfs.arrays  # noqa: F401  (imported before forking)
 
     _scenarios()
+    _flushes()
     return serve_sweeps(run_sweep)
 
 

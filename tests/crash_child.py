@@ -39,7 +39,10 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
     """Run ``writer`` on the inputs in ``work``, writing ``destination``."""
     # the first run passes no overwrite, as a user would; a rerun passes it
     again: dict[str, Any] = {"overwrite": True} if overwrite else {}
-    if writer in ("write_counts", "write_counts_overwrite"):
+    if writer == "write_counts_anndata":
+        # an AnnData Zarr store's raw counts: its obs columns and raw/var become the tables
+        cv.write_counts(destination, work / "adata.zarr", layer="raw/X", **again)
+    elif writer in ("write_counts", "write_counts_overwrite", "write_counts_workspace"):
         counts = _counts(work)
         cv.write_counts(
             destination,
@@ -48,9 +51,15 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
             features=_ids("gene", counts.shape[1]),
             layout=(8192, 2048),
             overwrite=True if writer == "write_counts_overwrite" else overwrite,
+            workspace=WORKSPACES.get(writer),
         )
     elif writer == "repack":
         cv.repack(work / "src_a.zarr", destination, **again)
+    elif writer == "repack_row_framed":
+        # counts written as before issue 14: repack rewrites them, not copies them
+        cv.repack(work / "src_rf.zarr", destination, **again)
+    elif writer == "repack_data_only":
+        cv.repack(work / "src_a.zarr", destination, data_only=True, **again)
     elif writer == "repack_mount":
         cv.repack(work / "mount.zarr", destination, **again)
     elif writer == "create_composite":
@@ -59,19 +68,41 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
             {"a": work / "src_a.zarr", "b": work / "src_b.zarr"},
             **again,
         )
+    elif writer == "create_composite_overwrite":
+        # the command line's composite --overwrite: a composite of one source replaces one of two
+        from cytearc_vfs.write.destinations import composites_replaceable
+
+        with composites_replaceable():
+            cv.create_composite(destination, {"a": work / "src_a.zarr"}, overwrite=True)
     elif writer == "mount_datastore":
         cv.mount_datastore(work / "src_a.zarr", destination, **again)
-    elif writer == "publish_artifact":
+    elif writer in ARTIFACT_KINDS:
+        # a MountStore for a mount, a CompositeStore (writing to its backing) for a composite
         store = cv.open_store(destination, mode="r+")
         values = np.load(work / "artifact.npy")
         with cv.publish_artifact(
-            store, "RNA/artifacts", "reduction", provenance=json.loads(ARTIFACT_PROVENANCE)
+            store,
+            "RNA/artifacts",
+            ARTIFACT_KINDS[writer],
+            provenance=json.loads(ARTIFACT_PROVENANCE),
         ) as art:
             art.write_array("embedding", values)
             art.write_array("loadings", values[: values.shape[0] // 2] * 2)
     else:
         raise ValueError(f"unknown writer {writer!r}")
 
+
+#: Writers that write the workspace layout, and its workspace.
+WORKSPACES = {"write_counts_workspace": "ws1"}
+
+#: The artifact publications swept, and the kind each publishes. Through a mount the
+#: kind is one the mounted source holds and the target lacks: the mount first copies
+#: the source's kind document into the target (``MountStore._hold_parent_documents``).
+ARTIFACT_KINDS = {
+    "publish_artifact": "reduction",
+    "publish_artifact_mount": "pca",
+    "publish_artifact_composite": "reduction",
+}
 
 ARTIFACT_PROVENANCE = json.dumps(
     {"operation": "test.crash_sweep", "parameters": {"k": 3}, "inputs": {}}
@@ -83,6 +114,9 @@ def _prepare(writer: str, work: Path, destination: Path) -> None:
     template = {
         "write_counts_overwrite": work / "existing.zarr",
         "publish_artifact": work / "src_a.zarr",
+        "publish_artifact_mount": work / "mount.zarr",
+        "publish_artifact_composite": work / "composite.zarr",
+        "create_composite_overwrite": work / "composite.zarr",
     }.get(writer)
     if template is not None:
         shutil.copytree(template, destination)

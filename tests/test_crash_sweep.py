@@ -32,29 +32,52 @@ import scipy.sparse as sp
 import zarr
 from cli_harness import run_main, tree_digest
 from conftest import realistic_counts
-from crash_child import run_writer
+from crash_child import ARTIFACT_KINDS, WORKSPACES, run_writer
 from cytearc_vfs_conformance.families import record_family
-from kill_points import reports
+from kill_points import reports, strided
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
 from cytearc_vfs.remote.locations import open_location
 from cytearc_vfs.write.destinations import check_destination
+from cytearc_vfs.write.row_framed import row_framed_writes
 
 CHILD = Path(__file__).with_name("crash_child.py")
 #: Reruns with overwrite: over the first and last RERUN_EDGE refused destinations
 #: and every RERUN_STRIDE-th between (each refused one is checked as replaceable).
 RERUN_EDGE, RERUN_STRIDE = 3, 6
 SHAPE = (240, 90)
+#: Variants of writers swept at every point above, killed at the first and last
+#: STRIDED_EDGE writes and every STRIDED_STRIDE-th between: their markers and commit
+#: are those writers', and the writes between go out together (test_write_subsets.py
+#: replays any subset of them)
+STRIDED = frozenset(
+    {
+        "write_counts_anndata",
+        "write_counts_workspace",
+        "repack_data_only",
+        "repack_row_framed",
+        "create_composite_overwrite",
+    }
+)
+STRIDED_EDGE, STRIDED_STRIDE = 6, 3
 #: The writer name each refusal must carry, per swept writer.
 WRITER_NAMES = {
     "write_counts": "write_counts",
     "write_counts_overwrite": "write_counts",
+    "write_counts_anndata": "write_counts",
+    "write_counts_workspace": "write_counts",
     "repack": "repack",
     "repack_mount": "repack",
+    # through write_counts, but a user ran repack: the refusal must name it
+    "repack_data_only": "repack",
+    "repack_row_framed": "repack",
     "create_composite": "create_composite",
+    "create_composite_overwrite": "create_composite",
     "mount_datastore": "mount_datastore",
     "publish_artifact": "publish_artifact",
+    "publish_artifact_mount": "publish_artifact",
+    "publish_artifact_composite": "publish_artifact",
 }
 
 
@@ -108,9 +131,17 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         root / "src_b.zarr", b, cells=_ids("bcell", b.shape[0]), features=genes, layout=layout
     )
     cv.write_counts(root / "existing.zarr", realistic_counts(50, 20, seed=13))
+    with row_framed_writes():  # as stores were written before issue 14
+        cv.write_counts(
+            root / "src_rf.zarr", a, cells=_ids("cell", SHAPE[0]), features=genes, layout=layout
+        )
     # artifacts in the source and in the mount, which a repack of the mount gathers
     _publish(cv.open_store(root / "src_a.zarr", mode="r+"), "pca", np.arange(SHAPE[0] * 2.0))
     _publish(cv.mount_datastore(root / "src_a.zarr", root / "mount.zarr"), "umap", np.ones(480))
+    _anndata_input(root / "adata.zarr", a, genes)
+    cv.create_composite(
+        root / "composite.zarr", {"a": root / "src_a.zarr", "b": root / "src_b.zarr"}
+    ).close()
     artifact = np.random.default_rng(3).normal(size=(SHAPE[0], 3))
     np.save(root / "artifact.npy", artifact)
     return {
@@ -118,8 +149,36 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "a": a.toarray(),
         "composite": np.vstack([a.toarray(), b.toarray()]),
         "artifact": artifact,
-        "sources": ("src_a.zarr", "src_b.zarr", "mount.zarr"),
+        "sources": (
+            "src_a.zarr",
+            "src_b.zarr",
+            "mount.zarr",
+            "src_rf.zarr",
+            "adata.zarr",
+            "composite.zarr",
+        ),
     }
+
+
+def _anndata_input(path: Path, counts: Any, genes: list[str]) -> None:
+    """An AnnData Zarr store whose raw counts are ``counts`` (X holds other values),
+    with obs columns of several kinds: what ``write_counts(..., layer="raw/X")`` reads."""
+    import anndata as ad
+    import pandas as pd
+
+    n = counts.shape[0]
+    obs = pd.DataFrame(
+        {
+            "batch": pd.Categorical(["b1", "b2", "b3"] * (n // 3) + ["b1"] * (n % 3)),
+            "score": np.linspace(0.0, 1.0, n),
+            "kept": np.arange(n) % 2 == 0,
+        },
+        index=_ids("cell", n),
+    )
+    raw = ad.AnnData(X=sp.csr_matrix(counts), obs=obs, var=pd.DataFrame(index=genes))
+    adata = ad.AnnData(X=sp.csr_matrix(counts * 0.5), obs=obs, var=pd.DataFrame(index=genes))
+    adata.raw = raw
+    adata.write_zarr(path)
 
 
 def _source_digests(work: dict[str, Any]) -> dict[str, str]:
@@ -130,7 +189,7 @@ def _source_digests(work: dict[str, Any]) -> dict[str, str]:
 
 
 def _run_child(
-    writer: str, work: dict[str, Any], out: Path, points: list[int]
+    writer: str, work: dict[str, Any], out: Path, points: list[int] | dict[str, int]
 ) -> Iterator[dict[str, Any]]:
     """Run the crash script over ``points``; yields each point's line as it is reported.
 
@@ -154,14 +213,16 @@ def _expect_refused(where: Path, writer: str, exc: Exception) -> None:
     assert check_destination(where, overwrite=True) == "w"
 
 
-def _read_correct(store: Any, expected: np.ndarray, *, plain: bool) -> bool:
+def _read_correct(store: Any, expected: np.ndarray, *, plain: bool, writer: str) -> bool:
     """Whether the counts read exactly ``expected``, through the reader and plain zarr."""
-    reader = cv.VirtualArrayReader(store, "RNA")
+    workspace = WORKSPACES.get(writer)
+    reader = cv.VirtualArrayReader(store, "RNA", workspace=workspace)
     if reader.shape != expected.shape or not np.array_equal(reader.read(), expected):
         return False
     if plain:
-        counts = zarr.open_array(store, path="RNA/counts", mode="r")
-        counts_t = zarr.open_array(store, path="RNA/countsT", mode="r")
+        group = "RNA" if workspace is None else "matrices/RNA"
+        counts = zarr.open_array(store, path=f"{group}/counts", mode="r")
+        counts_t = zarr.open_array(store, path=f"{group}/countsT", mode="r")
         if not np.array_equal(counts[:], expected) or not np.array_equal(counts_t[:], expected.T):
             return False
     return True
@@ -176,12 +237,12 @@ def _check_store(where: Path, writer: str, expected: np.ndarray, figures: Figure
         figures.refused += 1
         return "refused"
     plain = writer != "mount_datastore"  # a mount's counts are its source's
-    correct = _read_correct(store, expected, plain=plain)
+    correct = _read_correct(store, expected, plain=plain, writer=writer)
     reports = deep_verify(open_location(where, read_only=True), where=str(where))
     if not correct or not all(report.ok for report in reports):
         figures.wrong_values += 1
         return "wrong"
-    if writer in ("mount_datastore", "create_composite"):
+    if writer in ("mount_datastore", "create_composite", "create_composite_overwrite"):
         # complete mounts and composites are not the writers' to replace
         with pytest.raises(FileExistsError):
             check_destination(where, overwrite=True)
@@ -197,16 +258,21 @@ def _artifact_correct(store: Any, path: str, expected: np.ndarray) -> bool:
     )
 
 
-def _check_artifact(where: Path, expected: np.ndarray, figures: Figures) -> str:
-    """Classify one crashed artifact publication into an existing store."""
+def _check_artifact(where: Path, writer: str, expected: np.ndarray, figures: Figures) -> str:
+    """Classify one crashed artifact publication into an existing store (or mount)."""
+    kind = ARTIFACT_KINDS[writer]
     store = cv.open_store(where)  # the store itself stays sound whatever the artifact
-    kind_dir = where / "RNA" / "artifacts" / "reduction"
+    kind_dir = where / "RNA" / "artifacts" / kind
     paths = (
-        [f"RNA/artifacts/reduction/{p.name}" for p in kind_dir.iterdir() if p.is_dir()]
+        [f"RNA/artifacts/{kind}/{p.name}" for p in kind_dir.iterdir() if p.is_dir()]
         if (kind_dir.is_dir())
         else []
     )
-    listed = {record.path for record in cv.list_artifacts(store, "RNA/artifacts", "reduction")}
+    listed = {record.path for record in cv.list_artifacts(store, "RNA/artifacts", kind)}
+    if writer == "publish_artifact_mount":
+        # the source's artifact of the kind still reads through the mount at every point
+        (inherited,) = [path for path in listed if not (where / path).exists()]
+        assert cv.read_artifact(store, inherited).path == inherited
     outcome = "refused"
     for path in paths:
         try:
@@ -229,12 +295,13 @@ def _check_artifact(where: Path, expected: np.ndarray, figures: Figures) -> str:
 def _rerun(writer: str, work: dict[str, Any], where: Path, expected: np.ndarray) -> None:
     """Run the writer again with overwrite over a refused destination; it must come out right."""
     run_writer(writer, work["root"], where, overwrite=True)
-    if writer == "publish_artifact":
+    if writer in ARTIFACT_KINDS:
         store = cv.open_store(where)
-        published = cv.list_artifacts(store, "RNA/artifacts", "reduction")
+        published = cv.list_artifacts(store, "RNA/artifacts", ARTIFACT_KINDS[writer])
         assert published and _artifact_correct(store, published[-1].path, expected)
         return
-    assert _read_correct(cv.open_store(where), expected, plain=writer != "mount_datastore")
+    plain = writer != "mount_datastore"
+    assert _read_correct(cv.open_store(where), expected, plain=plain, writer=writer)
 
 
 # ------------------------------------------------------------------ the sweep
@@ -245,8 +312,7 @@ REPORT: dict[str, Figures] = {}
 def _expected(writer: str, work: dict[str, Any]) -> np.ndarray:
     return {
         "create_composite": work["composite"],
-        "publish_artifact": work["artifact"],
-    }.get(writer, work["a"])
+    }.get(writer, work["artifact"] if writer in ARTIFACT_KINDS else work["a"])
 
 
 def rerun_sample(refused: int) -> list[int]:
@@ -264,9 +330,15 @@ def sweep(writer: str, work: dict[str, Any], tmp_path: Path) -> Figures:
     figures = Figures()
     expected = _expected(writer, work)
     refused: list[Path] = []
-    # points 1, 2, ... until the writer finishes before its kill point
-    for line in _run_child(writer, work, tmp_path / "points", list(range(1, 100_000))):
-        if line.get("outcome") == "finished":
+    # points 1, 2, ... until the writer finishes before its kill point (or, strided,
+    # the points of the writes counted first)
+    points: list[int] | dict[str, int] = (
+        {"edge": STRIDED_EDGE, "stride": STRIDED_STRIDE}
+        if writer in STRIDED
+        else list(range(1, 100_000))
+    )
+    for line in _run_child(writer, work, tmp_path / "points", points):
+        if line.get("outcome") in ("finished", "counted"):
             figures.writes = line["writes"]
             continue
         if line.get("outcome") != "killed":
@@ -275,8 +347,8 @@ def sweep(writer: str, work: dict[str, Any], tmp_path: Path) -> Figures:
         figures.points += 1
         where = tmp_path / "points" / f"{line['point']:04d}.zarr"
         try:
-            if writer == "publish_artifact":
-                outcome = _check_artifact(where, expected, figures)
+            if writer in ARTIFACT_KINDS:
+                outcome = _check_artifact(where, writer, expected, figures)
             else:
                 outcome = _check_store(where, writer, expected, figures)
             if outcome == "refused":
@@ -311,10 +383,13 @@ def _publish_figures(writer: str, figures: Figures) -> None:
     )
 
 
-def _assert_sound(figures: Figures) -> None:
+def _assert_sound(figures: Figures, writer: str) -> None:
     assert not figures.failures, "\n".join(figures.failures[:10])
     assert figures.wrong_values == 0
-    assert figures.points == figures.writes
+    if writer in STRIDED:
+        assert figures.points == len(strided(figures.writes, STRIDED_EDGE, STRIDED_STRIDE))
+    else:
+        assert figures.points == figures.writes
     assert figures.refused + figures.opened_correct == figures.points
     assert figures.reruns == len(rerun_sample(figures.refused))
     # the last write publishes: killing right after it leaves a complete store
@@ -324,18 +399,25 @@ def _assert_sound(figures: Figures) -> None:
 WRITERS = [
     pytest.param("write_counts", id="write_counts"),
     pytest.param("write_counts_overwrite", id="write_counts-overwrite", marks=pytest.mark.slow),
+    pytest.param("write_counts_anndata", id="write_counts-anndata-raw"),
+    pytest.param("write_counts_workspace", id="write_counts-workspace"),
     pytest.param("repack", id="repack"),
     pytest.param("repack_mount", id="repack-mount", marks=pytest.mark.slow),
+    pytest.param("repack_data_only", id="repack-data-only"),
+    pytest.param("repack_row_framed", id="repack-row-framed"),
     pytest.param("create_composite", id="create_composite"),
+    pytest.param("create_composite_overwrite", id="create_composite-overwrite"),
     pytest.param("mount_datastore", id="mount_datastore"),
     pytest.param("publish_artifact", id="publish_artifact"),
+    pytest.param("publish_artifact_mount", id="publish_artifact-mount"),
+    pytest.param("publish_artifact_composite", id="publish_artifact-composite"),
 ]
 
 
 @pytest.mark.parametrize("writer", WRITERS)
 def test_crash_at_every_write(writer: str, work: dict[str, Any], tmp_path: Path) -> None:
     figures = sweep(writer, work, tmp_path)
-    _assert_sound(figures)
+    _assert_sound(figures, writer)
 
 
 def test_cli_verify_refuses_an_unfinished_store(work: dict[str, Any], tmp_path: Path) -> None:

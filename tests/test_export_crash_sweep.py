@@ -134,6 +134,7 @@ def _sweep(
         pytest.param("out.zarr", 2, False, False, id="zarr2"),
         # h5py's own writes are not counted (the file is written whole under its
         # temporary name): this sweeps the replacement, one os.replace
+        pytest.param("out.h5ad", 3, False, True, id="h5ad"),
         pytest.param("out.h5ad", 3, True, True, id="h5ad-replace"),
     ],
 )

@@ -5,9 +5,10 @@ A writer's writes between its marker and its commit go out together
 not only a prefix (which ``tests/test_crash_sweep.py`` kills at). Here each
 writer writes once into a real directory through :class:`RecordingStore`,
 which records every write and delete in the order the store finished them.
-Then, for many random subsets of the writes before the commit, a fresh
-directory receives the first write (the marker: stored before anything
-else goes out) and that subset: every open must refuse it with
+Then, for many random subsets of the writes before the commit, and for
+every group the subset of all writes but those below it, a fresh directory
+receives the first write (the marker: stored before anything else goes
+out) and that subset: every open must refuse it with
 ``IncompleteStoreError``, and ``check_destination(overwrite=True)`` must
 accept it. The full record replayed opens and reads the input.
 """
@@ -31,6 +32,15 @@ from cytearc_vfs.format.records import PENDING_STORE_ATTR
 from cytearc_vfs.write.destinations import check_destination
 
 SUBSETS = 25
+#: The writer each refusal names, where the parameter is not that name.
+NAMES = {
+    "write_counts_workspace": "write_counts",
+    "write_counts_anndata": "write_counts",
+    "repack_mount": "repack",
+    "repack_workspace": "repack",
+    "mount_datastore_workspace": "mount_datastore",
+    "create_composite_workspace": "create_composite",
+}
 
 
 class RecordingStore(WrapperStore[LocalStore]):
@@ -84,8 +94,30 @@ def _writers(tmp_path: Path) -> dict[str, Any]:
     cv.write_counts(
         tmp_path / "b.zarr", b, cells=[f"b{i}" for i in range(120)], features=genes, layout=layout
     )
+    mount = tmp_path / "mount.zarr"
+    provenance = {"operation": "pca", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(
+        cv.mount_datastore(tmp_path / "a.zarr", mount),
+        "RNA/artifacts",
+        "pca",
+        provenance=provenance,
+    ) as art:
+        art.write_array("embedding", np.ones((240, 2)))
+    adata = _anndata(a, genes)
+    ws_source = tmp_path / "ws.zarr"
+    cv.write_counts(ws_source, a, features=genes, layout=layout, workspace="ws1")
     return {
         "write_counts": (lambda dest: cv.write_counts(dest, a, layout=layout), a.toarray()),
+        # obs columns of three kinds (categorical, float, bool), counts from raw/X
+        "write_counts_anndata": (
+            lambda dest: cv.write_counts(dest, adata, layer="raw/X", layout=layout),
+            a.toarray(),
+        ),
+        # the workspace layout: its workspace group may land before its cell table
+        "write_counts_workspace": (
+            lambda dest: cv.write_counts(dest, a, layout=layout, workspace="ws1"),
+            a.toarray(),
+        ),
         "create_composite": (
             lambda dest: cv.create_composite(
                 dest, {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
@@ -97,11 +129,59 @@ def _writers(tmp_path: Path) -> dict[str, Any]:
             a.toarray(),
         ),
         "repack": (lambda dest: cv.repack(tmp_path / "a.zarr", dest), a.toarray()),
+        # the mount's artifact and the source's counts, gathered
+        "repack_mount": (lambda dest: cv.repack(mount, dest), a.toarray()),
+        # stores of the workspace layout, copied, mounted and composed
+        "repack_workspace": (lambda dest: cv.repack(ws_source, dest), a.toarray()),
+        "mount_datastore_workspace": (
+            lambda dest: cv.mount_datastore(ws_source, dest, workspace="ws1"),
+            a.toarray(),
+        ),
+        "create_composite_workspace": (
+            lambda dest: cv.create_composite(
+                dest,
+                {"a": ws_source, "b": tmp_path / "b.zarr"},
+                source_workspaces={"a": "ws1"},
+            ).close(),
+            np.vstack([a.toarray(), b.toarray()]),
+        ),
     }
 
 
+def _anndata(counts: Any, genes: list[str]) -> Any:
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    n = counts.shape[0]
+    obs = pd.DataFrame(
+        {
+            "batch": pd.Categorical([f"b{i % 3}" for i in range(n)]),
+            "score": np.linspace(0.0, 1.0, n),
+            "kept": np.arange(n) % 2 == 0,
+        },
+        index=[f"cell{i}" for i in range(n)],
+    )
+    var = pd.DataFrame(index=genes)
+    adata = ad.AnnData(X=sp.csr_matrix(counts * 0.5), obs=obs, var=var)
+    adata.raw = ad.AnnData(X=sp.csr_matrix(counts), obs=obs, var=var)
+    return adata
+
+
 @pytest.mark.parametrize(
-    "writer", ["write_counts", "create_composite", "mount_datastore", "repack"]
+    "writer",
+    [
+        "write_counts",
+        "write_counts_workspace",
+        "write_counts_anndata",
+        "create_composite",
+        "mount_datastore",
+        "repack",
+        "repack_mount",
+        "repack_workspace",
+        "mount_datastore_workspace",
+        "create_composite_workspace",
+    ],
 )
 def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, writer: str) -> None:
     write, expected = _writers(tmp_path)[writer]
@@ -115,15 +195,28 @@ def test_any_subset_of_the_writes_before_the_commit_is_refused(tmp_path: Path, w
     assert marker[0] == "zarr.json" and not _is_commit(*marker)
     assert len(middle) > 10
     rng = random.Random(writer)
-    for number in range(SUBSETS):
-        chosen = [w for w in middle if rng.random() < rng.choice((0.1, 0.5, 0.9, 1.0))]
+    subsets = [
+        [w for w in middle if rng.random() < rng.choice((0.1, 0.5, 0.9, 1.0))]
+        for _ in range(SUBSETS)
+    ]
+    # and every write but those below one group: a group's members not yet stored
+    # while its parent's other members are (a workspace without its cell table)
+    groups = sorted({key.rsplit("/", 1)[0] for key, _ in middle if key.endswith("/zarr.json")})
+    subsets += [[w for w in middle if not w[0].startswith(f"{group}/")] for group in groups]
+    for number, chosen in enumerate(subsets):
         where = tmp_path / f"subset{number}.zarr"
         _replay(where, [marker, *chosen])
-        with pytest.raises(cv.IncompleteStoreError, match=writer):
+        with pytest.raises(cv.IncompleteStoreError, match=NAMES.get(writer, writer)):
             cv.open_store(where)
         assert check_destination(where, overwrite=True) == "w"
     whole = tmp_path / "whole.zarr"
     _replay(whole, record)
     store = cv.open_store(whole)
-    reader = store.reader() if hasattr(store, "reader") else cv.VirtualArrayReader(whole)
+    # a composite's cells are its own (no workspace); the others keep the source's
+    workspace = "ws1" if writer.endswith("_workspace") and "composite" not in writer else None
+    reader = (
+        store.reader()
+        if hasattr(store, "reader")
+        else cv.VirtualArrayReader(whole, workspace=workspace)
+    )
     np.testing.assert_array_equal(reader.read(), expected)

@@ -362,6 +362,7 @@ def _repack_data_only(
     destination_options: Mapping[str, Any] | None,
 ) -> None:
     from ..write.writer import fitting_layout, write_counts
+    from ..write.writer_name import writing_for
 
     contents = read_contents(source, where=where)
     raw = zarr.open_group(source, mode="r")
@@ -395,7 +396,8 @@ def _repack_data_only(
     assay_type = declared.get(paths.assay) if isinstance(declared, dict) else None
     # the layout is fitted to the budget, as every repack fits it (spec, "Count
     # layout"): a data-only repack never refuses naming a layout= it does not take
-    with fitting_layout(MIN_REPACK_SHARD_ROWS):
+    # an unfinished destination names repack, the command to run again, not write_counts
+    with fitting_layout(MIN_REPACK_SHARD_ROWS), writing_for("repack"):
         write_counts(
             destination,
             _ZarrRows(counts),

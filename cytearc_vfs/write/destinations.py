@@ -374,8 +374,9 @@ def _check_members(
         if nested:
             return False
         children = {p.split("/")[1] for p in nodes if p.startswith(member + "/")}
-        # a workspace is a group with its own cell table and only writer members
-        return "cellData" in children and all(
+        # a workspace: its own cell table (an unfinished one's may not be written yet) and
+        # only writer members; the writes before the commit land in any order
+        return (unfinished or "cellData" in children) and all(
             allowed(f"{member}/{child}", True) for child in children
         )
 

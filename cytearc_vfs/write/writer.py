@@ -77,6 +77,7 @@ from .membership import rename_metrics, split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
 from .stopping import stops_on_exception
+from .writer_name import current_writer
 
 __all__ = ["WriteInfo", "fitting_layout", "write_counts"]
 
@@ -370,7 +371,7 @@ def write_counts(
     root = create_destination(
         destination,
         overwrite=overwrite,
-        writer="write_counts",
+        writer=current_writer("write_counts"),
         storage_options=storage_options,
         held_bytes=held,
         checked=mode,

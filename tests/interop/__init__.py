@@ -17,6 +17,9 @@ Modules:
   the few lines a row over ``cytearc-vfs serve`` (HTTP) or
   ``cytearc-vfs mount-fs`` (FUSE) takes: a kind is a context manager, so it
   can start a server or a mount and every reader reads while it runs.
+- ``writer_kinds``: the rows of the other writers (counts of every dtype,
+  repack, a mount's target, a composite's summaries, the array operations,
+  the AnnData export), registered after ``kinds``' own.
 - ``outcomes``: classification and the JSON cells.
 - ``static_http``: a loopback static file server with byte ranges.
 - ``test_interop``: the table as tests (``-k 'tensorstore'`` for a column,

@@ -15,6 +15,9 @@ columns, the
 ``cellData/I`` flags, two count summaries, an artifact array, and the
 default-policy counts over plain HTTP (a static range server).
 
+The rows of the other writers (repack, a mount's target, the array
+operations, the AnnData export) are in ``writer_kinds.py``.
+
 How a later row is added (a few lines each), e.g. a composite served over
 HTTP by ``cytearc-vfs serve``, or mounted with FUSE::
 
@@ -529,3 +532,8 @@ def cli_server(args: Sequence[str], *, timeout: float = 60) -> Iterator[str]:
             _interrupt(process, timeout)
             if process.stdout is not None:
                 process.stdout.close()
+
+
+# the rows of the other writers (repack, mounts, array operations, AnnData export),
+# registered after these; that module imports this one's names, all defined by now
+from . import writer_kinds  # noqa: E402, F401

@@ -136,7 +136,9 @@ def first_line(exc: BaseException, *, scrub: Sequence[str] = ()) -> str:
 def compare(expected: npt.NDArray[Any], got: Any) -> Outcome:
     """``exact`` or ``differs`` (with where and how) for values a reader returned.
 
-    Strings compare as Python strings, whatever their numpy width.
+    Strings compare as Python strings, whatever their numpy width or type (fixed
+    width, object, or the variable-width ``StringDType`` zarr-python reads Zarr's
+    ``string`` type as).
 
     >>> compare(np.arange(3, dtype=np.uint16), np.arange(3, dtype=np.uint16)).status
     'exact'
@@ -149,7 +151,7 @@ def compare(expected: npt.NDArray[Any], got: Any) -> Outcome:
     if got.shape != expected.shape:
         return Outcome("differs", f"shape {got.shape}, expected {expected.shape}")
     if expected.dtype.kind == "U":
-        if got.dtype.kind not in "UO":
+        if got.dtype.kind not in "UOT":
             return Outcome("differs", f"data type {got.dtype}, expected text ({expected.dtype})")
         wrong = np.array(
             [str(a) != str(b) for a, b in zip(expected.ravel(), got.ravel(), strict=True)],

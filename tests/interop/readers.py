@@ -271,7 +271,13 @@ def _read_zarrita(target: Target) -> npt.NDArray[Any]:
         dtype = _ZARRITA_DTYPES.get(meta["data_type"])
         if dtype is None:
             raise ReaderError(f"zarrita returned data type {meta['data_type']!r}, unknown here")
-        return np.fromfile(values_file, dtype=dtype).reshape(shape)
+        flat = np.fromfile(values_file, dtype=dtype)
+        # zarrita lays out an array with a transpose codec in that codec's order: read
+        # each value where its stride (in elements) puts it, not in C order
+        stride = tuple(int(n) * dtype.itemsize for n in meta.get("stride", ()))
+        if len(stride) != len(shape):
+            return flat.reshape(shape)
+        return np.lib.stride_tricks.as_strided(flat, shape, stride, writeable=False).copy()
 
 
 def _zarrita_unavailable() -> str | None:

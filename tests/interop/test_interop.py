@@ -138,6 +138,9 @@ def test_compare_floats_bit_for_bit_and_text_by_value() -> None:
     ids = np.array(["a", "Hba-\u03b11"], dtype="<U6")
     assert compare(ids, np.array(["a", "Hba-\u03b11"], dtype=object)).status == "exact"
     assert compare(ids, np.array(["a", "Hba-a1"], dtype="<U8")).status == "differs"
+    strings = np.array(["a", "Hba-\u03b11"], dtype=np.dtypes.StringDType())
+    assert compare(ids, strings).status == "exact"
+    assert compare(ids, strings[::-1]).status == "differs"
 
 
 def test_run_reader_records_errors_and_warnings() -> None:

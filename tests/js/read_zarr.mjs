@@ -6,11 +6,13 @@
 // STORE is a local directory or an http(s):// URL of a store's root.
 //
 // Prints one JSON line on stdout: {"zarrita": version, "shape": [...],
-// "data_type": <the array's Zarr data type>, "values": "raw-le" | "json"}.
-// Numeric and bool values go to VALUES_FILE as their raw little-endian bytes
-// in C order (bool as one byte per value), because JSON would turn uint64
-// into imprecise doubles and is slow for a million values; string values go
-// there as a JSON list of strings.
+// "stride": [...], "data_type": <the array's Zarr data type>, "values":
+// "raw-le" | "json"}. Numeric and bool values go to VALUES_FILE as their raw
+// little-endian bytes as zarrita holds them (bool as one byte per value),
+// because JSON would turn uint64 into imprecise doubles and is slow for a
+// million values; string values go there as a JSON list of strings. The
+// stride (in elements) places each value: zarrita lays out an array with a
+// transpose codec in that codec's order, not in C order.
 //
 // Any error is printed on stderr and the exit code is 1: the harness records
 // the first line of stderr as the reader's outcome.
@@ -65,6 +67,7 @@ async function main(argv) {
   const out = {
     zarrita: await zarritaVersion(),
     shape: chunk.shape,
+    stride: chunk.stride,
     data_type: array.dtype,
     values,
   };
