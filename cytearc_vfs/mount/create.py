@@ -160,7 +160,6 @@ def mount_datastore(
     _refuse(contents, where)
     available = [p.assay for p in contents.assays if p.workspace == workspace]
     if not available:
-<<<<<<< HEAD
         # what it does hold, so the remedy can be followed as written
         held = sorted({repr(p.workspace) for p in contents.assays if p.workspace})
         place = f"workspace {workspace!r}" if workspace else "its root layout"
@@ -174,15 +173,7 @@ def mount_datastore(
         else:
             remedy = "check the location"
         raise ValueError(f"{where} has no assay in {place}; {remedy}")
-    chosen = list(assays) if assays is not None else available
-=======
-        raise ValueError(
-            f"{where} has no assay in {'workspace ' + repr(workspace) if workspace else 'its root layout'}; "
-            "name the workspace that holds the assays (workspace in Python, --workspace on the "
-            "command line), or check the location"
-        )
     chosen = requested if requested is not None else available
->>>>>>> badinput
     unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
     if unknown:
         raise ValueError(

@@ -318,8 +318,7 @@ def write_counts(
     transpose = requires_transpose(resolved_type)
     budget = DEFAULT_MEM_BUDGET if mem_budget is None else parse_size(mem_budget, what="mem_budget")
     policy = current_layout().default_policy if layout is None else LayoutPolicy.parse(layout)
-    # The destination first, before the input is read at all: a destination
-    # refused (occupied, not writable) costs nothing and is said at once
+    # The destination first, before the input is read: a refusal costs nothing
     mode = check_destination(destination, overwrite=overwrite, storage_options=storage_options)
 
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
