@@ -161,6 +161,8 @@ def test_a_bad_assays_list_is_refused_before_the_mount_is_created(
         # a set's order changes between runs, and with it the composite's identity
         ({"features": {"g1", "g0"}}, TypeError, r"features= is of type set; .* ordered sequence"),
         ({"features": 3}, TypeError, r"features= is of type int"),
+        # a composite of no features reads nothing
+        ({"features": []}, ValueError, r"features= is an empty list"),
     ],
 )
 def test_composite_options_of_the_wrong_kind_are_refused_before_the_sources_are_read(
@@ -188,6 +190,20 @@ def test_an_ordered_feature_list_keeps_its_order(tmp_path: Path, source: str) ->
     )
     assert reader.feature_ids.tolist() == ["g2", "g0"]
     assert reader.read().tolist() == np.arange(12).reshape(4, 3)[:, [2, 0]].tolist()
+
+
+def test_sources_that_share_no_feature_id_are_refused_an_intersection(
+    tmp_path: Path, source: str
+) -> None:
+    # symbols against the fixture's g0..g2: before, a composite of 4 + 2 cells and no features
+    symbols = cv.write_counts(tmp_path / "b.zarr", np.ones((2, 2)), features=["CD3E", "CD4"])
+    with pytest.raises(ValueError, match="share no feature id") as refused:
+        cv.create_composite(
+            tmp_path / "c.zarr", {"a": source, "b": symbols.location}, features="intersection"
+        )
+    assert "'a': ['g0', 'g1', 'g2']; 'b': ['CD3E', 'CD4']" in str(refused.value)
+    assert "features='union'" in str(refused.value)
+    assert not (tmp_path / "c.zarr").exists()
 
 
 # ------------------------------------------------------------------ small public types

@@ -7,7 +7,7 @@ and the dtype. Nothing here writes; :mod:`cytearc_vfs.composite.create` does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,10 +160,30 @@ def check_feature_choice(features: object) -> None:
             "ordered sequence of feature ids (a list; sorted(ids) if no order matters), whose "
             "order is the composite's feature order"
         )
+    if isinstance(features, Sized) and len(features) == 0:
+        raise ValueError(_NO_FEATURES)
+
+
+_NO_FEATURES = (
+    "features= is an empty list: a composite of no features reads nothing; give the feature "
+    "ids to keep, or 'union' / 'intersection'"
+)
+
+
+def _no_common_features(names: Sequence[str], per_source: Sequence[npt.NDArray[Any]]) -> str:
+    """The refusal of an empty intersection: a few ids of each source, side by side."""
+    shown = "; ".join(
+        f"{name!r}: {ids[:3].tolist()}" for name, ids in zip(names, per_source, strict=True)
+    )
+    return (
+        f"the sources share no feature id, so features='intersection' would make a composite "
+        f"of no features (first ids: {shown}). Features are matched by id: write the sources "
+        "with ids of one kind (Ensembl ids or symbols, not both), or give features='union'"
+    )
 
 
 def _choose_features(
-    per_source: Sequence[npt.NDArray[Any]], features: FeatureChoice
+    per_source: Sequence[npt.NDArray[Any]], features: FeatureChoice, names: Sequence[str]
 ) -> npt.NDArray[Any]:
     check_feature_choice(features)
     if isinstance(features, str):
@@ -176,11 +196,16 @@ def _choose_features(
             common = set(per_source[0].tolist())
             for ids in per_source[1:]:
                 common &= set(ids.tolist())
+            if not common and len(per_source) > 1 and all(ids.size for ids in per_source):
+                # sources of Ensembl ids and of symbols: a 0-feature composite, no error
+                raise ValueError(_no_common_features(names, per_source))
             return np.asarray([i for i in per_source[0].tolist() if i in common], dtype=str)
         raise ValueError(
             f"features must be 'union', 'intersection' or a list of feature ids, not {features!r}"
         )
     chosen = [str(f) for f in features]
+    if not chosen:
+        raise ValueError(_NO_FEATURES)
     if len(set(chosen)) != len(chosen):
         raise ValueError("the explicit feature list repeats ids; give each feature once")
     known: set[str] = set()
@@ -219,7 +244,9 @@ def plan_composite(
     feature_ids_per_source = [_text(table.features, "ids") for table in tables]
     for source, ids in zip(sources, feature_ids_per_source, strict=True):
         _check_unique(source, ids, "feature")
-    output_features = _choose_features(feature_ids_per_source, features)
+    output_features = _choose_features(
+        feature_ids_per_source, features, [source.name for source in sources]
+    )
     lookup = pd.Index(output_features)
     feature_columns = np.full((len(sources), len(output_features)), -1, dtype=np.int64)
     names = np.asarray(output_features, dtype=object)
