@@ -206,6 +206,20 @@ def test_sources_that_share_no_feature_id_are_refused_an_intersection(
     assert not (tmp_path / "c.zarr").exists()
 
 
+def test_one_store_as_two_sources_is_warned_of_and_listed_twice_refused(
+    tmp_path: Path, source: str
+) -> None:
+    with pytest.warns(cv.VfsWarning, match="'x' and 'y' are the same store .* twice") as caught:
+        reader = cv.create_composite(tmp_path / "c.zarr", {"x": source, "y": source}).reader()
+    assert caught[0].filename == __file__  # the line that asked for it
+    assert reader.shape == (8, 3)
+    assert [i.split("-")[0] for i in reader.cell_ids] == ["x"] * 4 + ["y"] * 4
+    # a list names both 'a': the remedy said to map two names to the same store
+    with pytest.raises(ValueError, match="is listed twice; list each source once"):
+        cv.create_composite(tmp_path / "d.zarr", [source, source])
+    assert not (tmp_path / "d.zarr").exists()
+
+
 # ------------------------------------------------------------------ small public types
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import MemoryStore
 
+from ..errors import VfsWarning
 from ..format.fingerprints import combine
 from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET
@@ -154,6 +156,12 @@ def source_names_from_locations(locations: Sequence[Location]) -> dict[str, Loca
         name = f"source{index}" if isinstance(location, Store) else source_name_of(location)
         if name in named:
             first = describe_location(named[name])
+            if first == describe_location(location):
+                raise ValueError(
+                    f"source {first!r} is listed twice; list each source once (to have its "
+                    f"cells twice, as two sources, name each: "
+                    f"{{{name + '_1'!r}: {first!r}, {name + '_2'!r}: {first!r}}})"
+                )
             raise ValueError(
                 f"sources {first!r} and {describe_location(location)!r} are both named "
                 f"{name!r} (a source is named by its last path component without suffixes); "
@@ -164,8 +172,27 @@ def source_names_from_locations(locations: Sequence[Location]) -> dict[str, Loca
     return named
 
 
+def _warn_repeated(named: Mapping[str, Location]) -> None:
+    """Warn of one store named twice: each of its cells is then in the composite twice."""
+    seen: dict[str, str] = {}
+    for name, location in named.items():
+        if isinstance(location, Store):
+            continue  # an open store has no location to compare
+        where = describe_location(location)
+        if where in seen:
+            warnings.warn(
+                f"sources {seen[where]!r} and {name!r} are the same store {where}: each of its "
+                f"cells is in the composite twice (ids prefixed '{seen[where]}-' and '{name}-'); "
+                "list it once unless that is what you mean",
+                VfsWarning,
+                stacklevel=6,  # the caller of create_composite, past its decorators
+            )
+        seen.setdefault(where, name)
+
+
 def _named_sources(sources: Sources) -> Mapping[str, Location]:
     if isinstance(sources, Mapping):
+        _warn_repeated(sources)
         return sources
     if isinstance(sources, str | os.PathLike | Store):
         return source_names_from_locations([sources])  # one source
