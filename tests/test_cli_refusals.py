@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from cli_harness import tree_digest, write_h5ad
 from conftest import realistic_counts
@@ -198,6 +199,8 @@ def test_wrong_input(
         lines = [line for line in captured.err.splitlines() if line.strip()]
         assert len(lines) == 1, captured.err
         assert words in lines[0], lines[0]
+        # a shell's remedy names flags, never Python's overwrite=True or fill_missing=True
+        assert "=True" not in lines[0], lines[0]
     after = {name: tree_digest(path) for name, path in places.items() if path.suffix != ".txt"}
     assert after == before, "a refused command changed a location"
 
@@ -570,3 +573,25 @@ def test_a_composite_of_a_store_written_in_a_workspace(
         )
     )
     assert main(["mount", str(store), str(tmp_path / "m.zarr"), "--workspace", "w1"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("column", "flag"),
+    [
+        (pd.Categorical(["a", None]), "--fill-missing"),
+        (pd.array([1, None], dtype="Int64"), "--fill-missing"),
+    ],
+    ids=["categorical", "nullable-int"],
+)
+def test_a_table_refusal_at_a_shell_names_the_flag(column: object, flag: str) -> None:
+    from cytearc_vfs.format.option_names import command_line_names
+    from cytearc_vfs.format.tables import prepare_table
+
+    frame = pd.DataFrame({"c": column}, index=["x", "y"])
+    with pytest.raises(ValueError, match="fill_missing=True to store") as in_python:
+        prepare_table(frame, table="cellData")
+    assert "--fill-missing" not in str(in_python.value)
+    with command_line_names(), pytest.raises(ValueError) as at_shell:
+        prepare_table(frame, table="cellData")
+    assert f"pass {flag} to store" in str(at_shell.value)
+    assert "fill_missing" not in str(at_shell.value)

@@ -45,6 +45,7 @@ MOUNT_SOURCE = ""
 #: Python keyword -> the command line's flag for the same value
 COMMAND_LINE_FLAGS = {
     "assay_type": "--assay-type",
+    "fill_missing": "--fill-missing",
     "mem_budget": "--mem-budget",
     "overwrite": "--overwrite",
     "source_storage_options": "--source-storage-options",

@@ -35,6 +35,7 @@ from ..errors import (
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
 from .identity_checks import check_declared_assays, check_fill_value
 from .missing_assay import missing_assay_error
+from .option_names import switched_on
 from .paths import AssayPaths, join
 from .records import (
     ASSAY_TYPE_PRESETS,
@@ -73,7 +74,7 @@ def unfinished_message(where: str, writer: object, what: str = "the store") -> s
     return (
         f"{where}: {what} is unfinished: {writer!s} began writing it and never finished (it "
         "was interrupted or failed), so it does not open. Write it again with "
-        "overwrite=True (--overwrite on the command line), which replaces it"
+        f"{switched_on('overwrite')}, which replaces it"
     )
 
 

@@ -29,6 +29,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
+from .option_names import switched_on
 from .store_keys import METADATA_DOCUMENTS, key_problem
 
 __all__ = [
@@ -195,7 +196,7 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             raise ValueError(
                 f"{table} column {name!r} is categorical with missing values; fill them "
                 "(e.g. add an 'unknown' category) before writing, or pass "
-                'fill_missing=True (cytearc-vfs write --fill-missing) to store them as ""'
+                f'{switched_on("fill_missing")} to store them as ""'
             )
         categories = dtype.categories
         attrs[CATEGORICAL_ATTR] = {
@@ -218,7 +219,7 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             raise ValueError(
                 f"{table} column {name!r} ({dtype}) holds missing values, which a "
                 "Zarr column cannot mark; fill them or convert the column to float, or pass "
-                "fill_missing=True (cytearc-vfs write --fill-missing) to store them as NaN"
+                f"{switched_on('fill_missing')} to store them as NaN"
             )
         return series.to_numpy(dtype=getattr(dtype, "numpy_dtype", None)), attrs
     # strings (object, pandas string dtypes)

@@ -42,6 +42,7 @@ from ..errors import IdentityMismatchError, UnsupportedSourceError
 from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.nodes import array_at, group_at
+from ..format.option_names import switched_on
 from ..format.paths import AssayPaths, join
 from ..format.records import COUNT_LAYOUT_ATTR, CountLayout
 from ..format.shard_tables import (
@@ -550,7 +551,7 @@ def _verify_and_commit(
                 f"repack of {where} to {describe_location(destination)}: assay {info.paths.assay!r} "
                 f"has dataset fingerprint {again.dataset_fingerprint}, not {info.dataset_fingerprint}; "
                 "the destination is not a faithful copy and does not open; repack again with "
-                "overwrite=True (--overwrite on the command line)"
+                f"{switched_on('overwrite')}"
             )
     # The last write: the source's root document, which carries no in-progress marker.
     store, keys, rename = root_copy

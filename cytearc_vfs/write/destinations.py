@@ -44,6 +44,7 @@ from zarr.core.sync import sync
 
 from ..errors import RecordShapeError
 from ..format.chunk_keys import ChunkKeys
+from ..format.option_names import switched_on
 from ..format.paths import join
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
@@ -273,7 +274,7 @@ def check_destination(
     if not overwrite:
         raise FileExistsError(
             f"destination {where} already holds {len(keys)} key(s) of a store this layer may "
-            "replace; pass overwrite=True (--overwrite on the command line) to replace it, or "
+            f"replace; pass {switched_on('overwrite')} to replace it, or "
             "choose an empty destination"
         )
     return "w"
