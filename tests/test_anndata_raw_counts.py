@@ -251,7 +251,7 @@ def test_fractional_raw_counts_are_refused_as_a_fractional_x_is(
     with pytest.raises(
         UnsupportedSourceError,
         match=r"source 'a' at .*: raw/X holds fractional float32 values; a composite composes "
-        r"whole non-negative counts\. Give the raw-counts layer with",
+        r"whole non-negative counts\. The store holds no raw/X or other layer to take them from",
     ):
         cv.create_composite(tmp_path / "c.zarr", {"a": path}, source_layers={"a": "raw/X"})
     assert not (tmp_path / "c.zarr").exists() or not any((tmp_path / "c.zarr").iterdir())
@@ -563,7 +563,8 @@ def test_real_pbmc68k_raw_is_refused_as_fractional_and_its_recovered_counts_comp
     assert published.raw is not None
     path = write(published, tmp_path / "pbmc.zarr", 3)
     with pytest.raises(
-        UnsupportedSourceError, match=r"raw/X holds fractional float32 values.*raw-counts layer"
+        UnsupportedSourceError,
+        match=r"raw/X holds fractional float32 values.*holds no raw/X or other layer",
     ):
         cv.create_composite(tmp_path / "c1.zarr", {"p": path}, source_layers={"p": "raw/X"})
     with pytest.raises(UnsupportedSourceError, match=r"X holds .*source_layers=\{'p': 'raw/X'\}"):

@@ -229,13 +229,28 @@ def test_the_command_line_composes_anndata_sources(
 
 def test_fractional_counts_are_refused_naming_the_layer_remedy(tmp_path: Path) -> None:
     data = adata(30, GENES[:10], "a", seed=1)
+    counts = data.X.copy()
     data.X = data.X * 0.5
     write(data, tmp_path / "a.zarr", 3)
+    # no layer to take counts from: the remedy was --layer a=counts, a layer it lacks
     with pytest.raises(
-        UnsupportedSourceError, match=r"fractional .*source_layers=\{'a': 'counts'\}"
+        UnsupportedSourceError,
+        match=r"fractional .*The store holds no raw/X or other layer to take them from: "
+        r"import counts from elsewhere with cv\.write_counts",
     ):
         cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr"})
     assert not (tmp_path / "c.zarr").exists() or not any((tmp_path / "c.zarr").iterdir())
+    # the store's own layers are the choices, named as they are
+    data.layers["spliced"] = counts
+    data.layers["raw_counts"] = counts
+    write(data, tmp_path / "b.zarr", 3)
+    with pytest.raises(
+        UnsupportedSourceError,
+        match=r"fractional .*Give the one of 'raw_counts', 'spliced' that holds its raw "
+        r"counts, with source_layers=\{'b': 'raw_counts'\} \(command line: --layer "
+        r"b=raw_counts\)",
+    ):
+        cv.create_composite(tmp_path / "d.zarr", {"b": tmp_path / "b.zarr"})
 
 
 @pytest.mark.parametrize("axis", ["var", "obs"])

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
 
 from ..errors import UnsupportedSourceError
 from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
-from .anndata_elements import RAW_COUNTS, Documents, MatrixElement, holds_node
+from .anndata_elements import RAW_COUNTS, Documents, MatrixElement, holds_node, layer_names
 
 __all__ = ["SCAN_BLOCK", "scan_cost", "scan_count_dtype", "scan_rows"]
 
@@ -57,6 +58,7 @@ async def scan_count_dtype(
     arrays: dict[str, AsyncArray[Any]],
     element: MatrixElement,
     documents: Documents,
+    backend: Store,
     *,
     name: str,
     where: str,
@@ -85,17 +87,29 @@ async def scan_count_dtype(
     if scanned is None or (scanned.integral and scanned.minimum >= 0):
         return resolve_count_dtype(scanned) if scanned is not None else np.dtype(np.uint8)
     what = "fractional" if not scanned.integral else "negative"
-    # normalized values in X beside the raw counts in raw/X (every CELLxGENE file)
-    raw = element.path != RAW_COUNTS and await holds_node(documents, RAW_COUNTS)
-    raw_remedy = (
-        f"Give the store's raw counts with source_layers={{{name!r}: {RAW_COUNTS!r}}} "
-        f"(command line: --layer {name}={RAW_COUNTS}), or the raw-counts layer"
-        if raw
-        else "Give the raw-counts layer"
-    )
     raise UnsupportedSourceError(
         f"source {name!r} at {where}: {element.path} holds {what} {dtype} values; a composite "
-        f"composes whole non-negative counts. {raw_remedy} with "
-        f"source_layers={{{name!r}: 'counts'}} (command line: --layer {name}=counts; or the "
-        "layer that holds them), or import the counts with cv.write_counts (cytearc-vfs write)"
+        f"composes whole non-negative counts. {await _counts_remedy(element, documents, backend, name)}"
+    )
+
+
+async def _counts_remedy(
+    element: MatrixElement, documents: Documents, backend: Store, name: str
+) -> str:
+    """Where else the store may hold its counts, from what it holds: raw/X (normalized
+    values in X beside the raw counts, as every CELLxGENE file has them), its layers."""
+    held = (
+        []
+        if element.path == RAW_COUNTS or not await holds_node(documents, RAW_COUNTS)
+        else [RAW_COUNTS]
+    )
+    held += [layer for layer in await layer_names(backend) if element.path != f"layers/{layer}"]
+    imported = "import counts from elsewhere with cv.write_counts (cytearc-vfs write)"
+    if not held:
+        return f"The store holds no raw/X or other layer to take them from: {imported}"
+    first = held[0]
+    return (
+        f"Give the one of {', '.join(map(repr, held))} that holds its raw counts, with "
+        f"source_layers={{{name!r}: {first!r}}} (command line: --layer {name}={first}), or "
+        f"{imported}"
     )

@@ -31,6 +31,7 @@ from zarr.api.asynchronous import open_array
 
 from ..errors import UnsupportedSourceError
 from ..format.paths import join
+from ..format.store_keys import METADATA_DOCUMENTS
 
 __all__ = [
     "Documents",
@@ -43,6 +44,7 @@ __all__ = [
     "features_frame",
     "holds_node",
     "layer_element",
+    "layer_names",
     "matrix_element",
     "node_attributes",
     "obs_var_index",
@@ -98,6 +100,12 @@ async def holds_node(documents: Documents, path: str) -> bool:
         if isinstance(await documents(join(path, name)), dict):
             return True
     return False
+
+
+async def layer_names(backend: Store) -> list[str]:
+    """The names under the store's ``layers`` group (for a message naming them)."""
+    names = backend.list_dir("layers")
+    return sorted([name async for name in names if name not in METADATA_DOCUMENTS])
 
 
 def document_keys(path: str, zarr_format: int, *, array: bool = False) -> list[str]:

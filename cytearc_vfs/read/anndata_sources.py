@@ -65,7 +65,6 @@ from zarr.storage import StorePath
 from ..errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
 from ..format.fingerprints import dataset_fingerprint_of
 from ..format.paths import join
-from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location
 from .anndata_count_dtype import scan_count_dtype
 from .anndata_elements import (
@@ -78,6 +77,7 @@ from .anndata_elements import (
     document_keys,
     features_frame,
     holds_node,
+    layer_names,
     matrix_element,
     obs_var_index,
     open_element_array,
@@ -202,17 +202,11 @@ class _Layout:
         return prefixes, self.documents()
 
 
-async def _layer_names(backend: Store) -> list[str]:
-    """The names under the store's ``layers`` group (for a message naming them)."""
-    names = backend.list_dir("layers")
-    return sorted([name async for name in names if name not in METADATA_DOCUMENTS])
-
-
 async def _held_counts(backend: Store, documents: Documents) -> tuple[bool, bool, str]:
     """What a store holds that a source can read, for messages: ``(X, raw/X, the
     layers as text)``."""
     x, raw = await asyncio.gather(holds_node(documents, "X"), holds_node(documents, RAW_COUNTS))
-    layers = ", ".join(repr(layer) for layer in await _layer_names(backend)) or "none"
+    layers = ", ".join(repr(layer) for layer in await layer_names(backend)) or "none"
     return x, raw, layers
 
 
@@ -414,6 +408,7 @@ async def bind_anndata(
         counts.arrays,
         counts.element,
         reader,
+        backend,
         name=name,
         where=where,
         scan_bytes=spec.scan_bytes,
