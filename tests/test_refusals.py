@@ -68,6 +68,42 @@ def test_overwrite_refuses_foreign_keys(
     assert snapshot_tree(tmp_path / "s.zarr") == before
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_folder_of_files_is_refused_without_listing_below_it(
+    tmp_path: Path,
+    counts: sp.csr_array,
+    snapshot_tree: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    overwrite: bool,
+) -> None:
+    # `write IN .` in a home directory: every file below it was listed first
+    import cytearc_vfs.write.destinations as destinations
+
+    folder = tmp_path / "home"
+    (folder / "projects" / "deep").mkdir(parents=True)
+    (folder / "projects" / "deep" / "data.csv").write_text("1,2")
+    (folder / "notes.txt").write_text("mine")
+    before = snapshot_tree(folder)
+
+    def listed(store: object) -> list[str]:
+        raise AssertionError("the destination was listed key by key")
+
+    monkeypatch.setattr(destinations, "_list", listed)
+    with pytest.raises(
+        FileExistsError, match=r"holds keys but no root group \(first: 'notes\.txt'\)"
+    ):
+        cv.write_counts(folder, counts, overwrite=overwrite)
+    assert snapshot_tree(folder) == before
+    # only folders at its top: the listing decides, as before (no keys: written)
+    (folder / "notes.txt").unlink()
+    monkeypatch.undo()
+    with pytest.raises(FileExistsError, match=r"first: 'projects/deep/data\.csv'"):
+        cv.write_counts(folder, counts, overwrite=overwrite)
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    assert cv.write_counts(empty, counts).location
+
+
 def test_overwrite_refuses_root_array(tmp_path: Path, counts: sp.csr_array, snapshot_tree) -> None:
     zarr.create_array(tmp_path / "s.zarr", shape=(2,), dtype="int8")
     before = snapshot_tree(tmp_path / "s.zarr")

@@ -50,6 +50,7 @@ from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
+from .destination_contents import intended_key, no_root_group, refuse_foreign_folder
 from .stopping import finish_sent, stop_work
 from .writable import require_writable_destination
 from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
@@ -75,19 +76,6 @@ WRITE_BEHIND = True
 
 WRITER_GROUPS = frozenset({"cellData", "matrices", "artifacts", "pipeline", "agent_results"})
 _V3_CHUNK = re.compile(r"(?:^|/)c(?:/(?:0|[1-9][0-9]*))+$")
-#: What zarr's LocalStore leaves of a write that a crash interrupted: it writes
-#: ``name.{uuid4 hex}.partial`` and renames it (``zarr.json`` -> ``zarr.{hex}.partial``).
-_PARTIAL_WRITE = re.compile(r"^(?P<stem>.+)\.[0-9a-f]{32}\.partial$")
-
-
-def _intended_key(key: str) -> str:
-    """The key an interrupted LocalStore write was writing, or ``key`` itself."""
-    head, _, name = key.rpartition("/")
-    match = _PARTIAL_WRITE.match(name)
-    if match is None:
-        return key
-    stem = "zarr.json" if match["stem"] == "zarr" else match["stem"]
-    return f"{head}/{stem}" if head else stem
 
 
 def _read_json(store: Store, key: str) -> dict[str, object] | None:
@@ -160,7 +148,7 @@ def _nodes(store: Store, keys: list[str]) -> dict[str, dict[str, object]]:
 
 def _zarr_shaped(key: str) -> bool:
     """Whether ``key`` is named as Zarr names documents and (default v3) chunk keys."""
-    intended = _intended_key(key)
+    intended = intended_key(key)
     return intended.rsplit("/", 1)[-1] in METADATA_DOCUMENTS or bool(_V3_CHUNK.search(intended))
 
 
@@ -189,7 +177,7 @@ def _check_keys(
     """Refuse any key that is neither Zarr metadata of a node nor a chunk of an array."""
     arrays = sorted((path for path, node in nodes.items() if node["kind"] == "array"), key=len)
     for found in keys:
-        key = _intended_key(found)
+        key = intended_key(found)
         name = key.rsplit("/", 1)[-1]
         owner = next((a for a in arrays if key.startswith(a + "/")), None)
         rest = key[len(owner) + 1 :] if owner is not None else None
@@ -256,6 +244,7 @@ def check_destination(
         require_writable_destination(location)
         if not path.exists():
             return "w-"
+        refuse_foreign_folder(path, where)
     store = open_location(location, read_only=True, storage_options=storage_options)
     keys = _list(store)
     if not keys:
@@ -285,7 +274,7 @@ def _check_replaceable(
 ) -> None:
     """Raise ``FileExistsError`` naming why ``overwrite=True`` may not replace the destination."""
     if root is None and all(
-        key != "zarr.json" and _intended_key(key) == "zarr.json" for key in keys
+        key != "zarr.json" and intended_key(key) == "zarr.json" for key in keys
     ):
         # A writer died writing its very first document: only the temporary
         # file of that write is there. A zarr.json that is not a JSON object
@@ -293,11 +282,7 @@ def _check_replaceable(
         # files), so it is a key without a root group and is refused below.
         return
     if root is None or root.get("node_type") != "group":
-        raise FileExistsError(
-            f"destination {where} holds keys but no root group (first: {sorted(keys)[0]!r}); "
-            "it is not a CyteArc store, so no writer replaces it (overwrite=True neither). "
-            "Choose another destination, or empty it yourself"
-        )
+        raise FileExistsError(no_root_group(where, sorted(keys)[0]))
     root_attrs = root.get("attributes", {})
     if not isinstance(root_attrs, dict):
         root_attrs = {}
@@ -331,7 +316,7 @@ def _check_members(
     look prepared: it never opened, so no analysis depends on it.
     """
     top_level = sorted({key.split("/", 1)[0] for key in keys if "/" in key})
-    loose = [key for key in keys if "/" not in key and _intended_key(key) not in METADATA_DOCUMENTS]
+    loose = [key for key in keys if "/" not in key and intended_key(key) not in METADATA_DOCUMENTS]
     if loose:
         raise FileExistsError(
             f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write, "
