@@ -240,3 +240,51 @@ def test_find_artifact_takes_one_kind(tmp_path: Path, kind: object) -> None:
     assert cv.find_artifact(location, "RNA/artifacts", "pca", PROVENANCE) is None
     found = cv.find_artifact(location, "RNA/artifacts", "normalized", PROVENANCE)
     assert found is not None and found.path == art.path
+
+
+@pytest.fixture
+def read_only_array(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(writable folder, its read-only view) holding ``arr.zarr``, a 4 x 4 int32 array."""
+    folder, view = tmp_path / "folder", tmp_path / "view"
+    folder.mkdir()
+    array = zarr.create_array(folder / "arr.zarr", shape=(4, 4), chunks=(2, 2), dtype="int32")
+    array[:] = np.arange(16, dtype=np.int32).reshape(4, 4)
+    if os.geteuid() != 0:
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        yield folder, folder
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        return
+    view.mkdir()
+    if subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True).returncode:
+        pytest.skip("the root user writes anywhere, and cannot make a read-only bind mount here")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(view)]
+        if subprocess.run(remount, capture_output=True).returncode:
+            pytest.skip("cannot make the bind mount read-only here")
+        yield folder, view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_array_writes_a_folder_refuses_name_the_array_and_keep_what_they_can(
+    read_only_array: tuple[Path, Path],
+) -> None:
+    from cytearc_vfs.arrays import ArrayWriter, promote, resize
+
+    folder, view = read_only_array
+    before = np.arange(16, dtype=np.int32).reshape(4, 4)
+    # OSError: [Errno 30] Read-only file system: '.../arr.zarr/c/0/0.<hex>.partial'
+    array = zarr.open_array(view / "arr.zarr", mode="r+")
+    writer = ArrayWriter(array)
+    writer.write(np.array([[7, 8]]), (slice(0, 1), slice(0, 2)))
+    with pytest.raises(PermissionError, match=r"flush of .*arr\.zarr.* refuses writes .*kept"):
+        writer.flush()
+    assert writer.stale_units == 1  # the edits are still there to flush again
+    writer.discard()
+    with pytest.raises(PermissionError, match=r"resize of .*arr\.zarr.* refuses writes"):
+        resize(array, high=(2, 0))
+    with pytest.raises(PermissionError, match=r"promote of .*arr\.zarr.* refuses writes"):
+        promote(array, 0)
+    np.testing.assert_array_equal(zarr.open_array(folder / "arr.zarr", mode="r")[:], before)

@@ -40,6 +40,7 @@ from .documents import (
     require_v3,
     require_writable,
     view_array,
+    writes_refused,
 )
 from .journal import same_document
 from .selection import Region, Selection, region_of
@@ -288,7 +289,9 @@ class ArrayWriter:
                 self._check_unchanged()
                 return 0
             self._check_stored()
-            return sum(self._persist(coords) for coords in pending)
+            kept = "the edits not written are kept: flush again once it can be written"
+            with writes_refused("flush", self._store, self._path, kept):
+                return sum(self._persist(coords) for coords in pending)
 
     def _persist(self, coords: tuple[int, ...]) -> bool:
         """Write the unit at ``coords``, if still pending (the caller holds ``_flushing``).

@@ -23,9 +23,11 @@ rather than read it half-moved.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -45,6 +47,7 @@ from ..format.store_io import get_json
 __all__ = [
     "JOURNAL_NAME",
     "MARKER_FIELD",
+    "OPERATION_KEPT",
     "PROGRESS_NAME",
     "RECOVER_REMEDY",
     "STAGING_NAME",
@@ -57,6 +60,7 @@ __all__ = [
     "refuse_unfinished",
     "require_v3",
     "require_writable",
+    "writes_refused",
     "view_array",
 ]
 
@@ -206,6 +210,34 @@ def require_writable(store: Store, path: str, what: str) -> None:
             f"{what} needs a writable store; {describe(store, path)} is read-only: "
             "open it with mode='r+' (or read_only=False)"
         )
+
+
+#: What a resize or promote refused by the file system leaves (its journal may be written).
+OPERATION_KEPT = (
+    "nothing was changed, or, if the array now reports an unfinished operation, finish it "
+    "with recover once the folder is writable"
+)
+#: ``errno`` values of a folder that refuses writes: read-only file system, no permission.
+_REFUSED_WRITES = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+@contextmanager
+def writes_refused(what: str, store: Store, path: str, kept: str) -> Iterator[None]:
+    """Say a refused write as what failed, where, and what is ``kept``.
+
+    The file system's own error names a temporary file of zarr's atomic write
+    (``.../arr.zarr/c/0/0.<hex>.partial``) and no remedy; it stays chained.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _REFUSED_WRITES:
+            raise
+        raise PermissionError(
+            exc.errno,
+            f"{what} of {describe(store, path)} failed: its folder refuses writes "
+            f"({exc.strerror}); {kept}. Make the folder writable, or work on a writable copy",
+        ) from exc
 
 
 #: What to do about an unfinished operation (:func:`refuse_unfinished`, the marker).

@@ -28,6 +28,7 @@ from zarr.core.sync import sync
 from .axis_insertion import insert_axis
 from .consolidated import ConsolidationReport, consolidated_groups, shown
 from .documents import (
+    OPERATION_KEPT,
     PROGRESS_NAME,
     STAGING_NAME,
     ArrayDocument,
@@ -37,6 +38,7 @@ from .documents import (
     refuse_unfinished,
     require_v3,
     require_writable,
+    writes_refused,
 )
 from .journal import Plan, chained_marks, execute
 from .key_moves import mover_for
@@ -178,7 +180,8 @@ def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> Pr
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
     plan = plan_promote(document, keys, dimension, length, flat=mover.flat)
     plan = replace(plan, reconsolidate=consolidated_groups(ancestors))
-    again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
+    with writes_refused("promote", store, path, OPERATION_KEPT):
+        again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return PromoteChange(
         shape_before=document.shape,

@@ -36,6 +36,7 @@ from zarr.core.sync import sync
 from .consolidated import ConsolidationReport, Reconsolidation, consolidated_groups, shown
 from .documents import (
     JOURNAL_NAME,
+    OPERATION_KEPT,
     PROGRESS_NAME,
     STAGING_NAME,
     ArrayDocument,
@@ -45,6 +46,7 @@ from .documents import (
     refuse_unfinished,
     require_v3,
     require_writable,
+    writes_refused,
 )
 from .edges import EdgeChunks, Outcome
 from .journal import Plan, chained_marks, execute
@@ -308,7 +310,8 @@ def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = No
     again = Reconsolidation()
     if not plan.changes_nothing:
         plan = replace(plan, reconsolidate=consolidated_groups(ancestors))
-        again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
+        with writes_refused("resize", store, path, OPERATION_KEPT):
+            again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
     refresh(array, plan.after)
     return ResizeChange(
         shape_before=document.shape,
