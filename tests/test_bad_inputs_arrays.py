@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -191,20 +192,20 @@ def test_an_artifact_array_shape_of_lengths_that_are_not_whole_is_refused(
     ]
 
 
-@pytest.fixture
-def read_only_store(tmp_path: Path) -> Iterator[str]:
-    """A CyteArc store in a folder that refuses writes: without permission, or, for the
-    root user (who writes anywhere), a read-only bind mount of it."""
-    folder, view = tmp_path / "folder", tmp_path / "view"
-    folder.mkdir()
-    cv.write_counts(folder / "a.zarr", np.ones((3, 2)))
+@contextmanager
+def _refusing_writes(folder: Path) -> Iterator[Path]:
+    """A view of ``folder`` that refuses writes: the folder without write permission, or,
+    for the root user (who writes anywhere), a read-only bind mount of it."""
     if os.geteuid() != 0:
         for path in (folder, *folder.rglob("*")):
             path.chmod(0o555 if path.is_dir() else 0o444)
-        yield str(folder / "a.zarr")
-        for path in (folder, *folder.rglob("*")):
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        try:
+            yield folder
+        finally:
+            for path in (folder, *folder.rglob("*")):
+                path.chmod(0o755 if path.is_dir() else 0o644)
         return
+    view = folder.with_name(folder.name + "-view")
     view.mkdir()
     if subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True).returncode:
         pytest.skip("the root user writes anywhere, and cannot make a read-only bind mount here")
@@ -212,9 +213,19 @@ def read_only_store(tmp_path: Path) -> Iterator[str]:
         remount = ["mount", "-o", "remount,bind,ro", str(view)]
         if subprocess.run(remount, capture_output=True).returncode:
             pytest.skip("cannot make the bind mount read-only here")
-        yield str(view / "a.zarr")
+        yield view
     finally:
         subprocess.run(["umount", str(view)], check=True)
+
+
+@pytest.fixture
+def read_only_store(tmp_path: Path) -> Iterator[str]:
+    """A CyteArc store in a folder that refuses writes."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    cv.write_counts(folder / "a.zarr", np.ones((3, 2)))
+    with _refusing_writes(folder) as view:
+        yield str(view / "a.zarr")
 
 
 def test_publishing_into_a_folder_that_refuses_writes_names_the_store(read_only_store: str) -> None:
@@ -245,27 +256,12 @@ def test_find_artifact_takes_one_kind(tmp_path: Path, kind: object) -> None:
 @pytest.fixture
 def read_only_array(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(writable folder, its read-only view) holding ``arr.zarr``, a 4 x 4 int32 array."""
-    folder, view = tmp_path / "folder", tmp_path / "view"
+    folder = tmp_path / "folder"
     folder.mkdir()
     array = zarr.create_array(folder / "arr.zarr", shape=(4, 4), chunks=(2, 2), dtype="int32")
     array[:] = np.arange(16, dtype=np.int32).reshape(4, 4)
-    if os.geteuid() != 0:
-        for path in (folder, *folder.rglob("*")):
-            path.chmod(0o555 if path.is_dir() else 0o444)
-        yield folder, folder
-        for path in (folder, *folder.rglob("*")):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        return
-    view.mkdir()
-    if subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True).returncode:
-        pytest.skip("the root user writes anywhere, and cannot make a read-only bind mount here")
-    try:
-        remount = ["mount", "-o", "remount,bind,ro", str(view)]
-        if subprocess.run(remount, capture_output=True).returncode:
-            pytest.skip("cannot make the bind mount read-only here")
+    with _refusing_writes(folder) as view:
         yield folder, view
-    finally:
-        subprocess.run(["umount", str(view)], check=True)
 
 
 def test_array_writes_a_folder_refuses_name_the_array_and_keep_what_they_can(
