@@ -124,15 +124,59 @@ def test_repeated_var_names_name_the_features_remedy_that_works_on_a_path(
         warnings.simplefilter("ignore", UserWarning)  # anndata: var_names are not unique
         data.var_names = ["g0", "g1", "g1", "g2"]
         source = write_zarr(data, tmp_path / "in.zarr", 3)
-    with pytest.raises(ValueError, match=r"or give write_counts features= \(a table whose index"):
+    with pytest.raises(ValueError, match=r"Pass make_unique=True to rename repeats as anndata"):
         cv.write_counts(tmp_path / "out.zarr", source)
-    with pytest.raises(ValueError, match=r"cv\.write_counts\(DEST, PATH, features=TABLE\)"):
+    with pytest.raises(ValueError, match=r"or give features= a table whose index holds unique"):
+        cv.write_counts(tmp_path / "out.zarr", source)
+    with pytest.raises(ValueError, match=r"cv\.write_counts\(DEST, PATH, make_unique=True\)"):
         cv.create_composite(tmp_path / "c.zarr", {"s": source})
     with AnnDataContainer.open(source) as container:
         var = container.var()
     var.index = ad.utils.make_index_unique(var.index.astype(str))
     cv.write_counts(tmp_path / "out.zarr", source, features=var)
     assert list(cv.to_anndata(tmp_path / "out.zarr").var_names) == ["g0", "g1", "g1-1", "g2"]
+    # or in one step, from the path alone: the names anndata gives
+    cv.write_counts(tmp_path / "unique.zarr", source, make_unique=True)
+    assert list(cv.to_anndata(tmp_path / "unique.zarr").var_names) == ["g0", "g1", "g1-1", "g2"]
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ["A", "B", "A", "A-1", "A", "B"],
+        ["x", "x", "x-1", "x-1", "x", "x-2"],
+        ["g"] * 5,
+        ["a", "b"],
+    ],
+)
+def test_make_unique_gives_the_names_anndata_gives(tmp_path: Path, ids: list[str]) -> None:
+    from cytearc_vfs.write.input_tables import unique_ids
+
+    found, renamed = unique_ids(pd.Index(ids))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # anndata: suffixes collide ("A-1")
+        expected = ad.utils.make_index_unique(pd.Index(ids)).tolist()
+    assert found.tolist() == expected
+    assert renamed == len(ids) - len(set(ids))
+    counts = np.ones((len(ids), 2), dtype=np.uint8)
+    written = cv.write_counts(tmp_path / "s.zarr", counts, cells=ids, make_unique=True)
+    reader = cv.VirtualArrayReader(cv.open_store(written.location), assay="RNA")
+    assert reader.cell_ids.tolist() == found.tolist()
+
+
+def test_write_make_unique_at_a_shell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cytearc_vfs.cli import main
+
+    data = adata_of(sp.csr_array(np.eye(3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # anndata: var_names are not unique
+        data.var_names = ["g0", "g0", "g1"]
+        source = write_zarr(data, tmp_path / "in.zarr", 3)
+    assert main(["write", str(source), str(tmp_path / "a.zarr")]) == 2
+    refusal = capsys.readouterr().err
+    assert "Pass --make-unique to rename repeats" in refusal and "=True" not in refusal
+    assert main(["write", str(source), str(tmp_path / "a.zarr"), "--make-unique"]) == 0
+    assert list(cv.to_anndata(tmp_path / "a.zarr").var_names) == ["g0", "g0-1", "g1"]
 
 
 def _largest_band(x: sp.csr_array, rows: int) -> int:

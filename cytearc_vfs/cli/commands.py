@@ -89,8 +89,7 @@ def _read_lines(path: str, *, what: str) -> list[str]:
         )
     ids = [line.strip() for line in file.read_text().splitlines() if line.strip()]
     if not ids:
-        # an empty list made a composite of 0 cells or 0 features, and exit 0: an empty
-        # file is a step that produced nothing (a grep that matched nothing), not a wish
+        # an empty file (a grep that matched nothing) made a composite of no cells or features
         raise InputRefusedError(
             f"{what} file {path} lists no ids (it is empty or blank); give a text file with "
             "one id per line"
@@ -249,6 +248,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         overwrite=args.overwrite,
         progress=bars,
         fill_missing=args.fill_missing,
+        make_unique=args.make_unique,
         storage_options=storage_options,
         source_storage_options=source_options,
     )

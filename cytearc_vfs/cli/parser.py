@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
             "numbers NaN) instead of refusing them"
         ),
     )
+    write.add_argument(
+        "--make-unique",
+        action="store_true",
+        help="rename repeated obs/var ids as anndata's make_unique does (id-1, id-2, ...) "
+        "instead of refusing them",
+    )
     _remote_options(write, own="DEST (the new store)", sources="INPUT ({...})")
     _mem_budget(write, "2G")
     _overwrite(write)

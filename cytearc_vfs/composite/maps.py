@@ -128,10 +128,15 @@ def _check_unique(source: BoundSource, ids: npt.NDArray[Any], what: str) -> None
     shown = ", ".join(repr(str(v)) for v in repeated[:3])
     axis = "var_names" if what == "feature" else "obs_names"
     option = "features" if what == "feature" else "cells"
+    imported = (
+        "cytearc-vfs write PATH DEST --make-unique"
+        if on_command_line()
+        else f"cv.write_counts(DEST, PATH, make_unique=True) (or {option}=TABLE, its index "
+        "holding unique ids)"
+    )
     remedy = (
         f"make them unique in the AnnData (e.g. adata.{axis}_make_unique()) and write it again, "
-        f"or import it with cv.write_counts(DEST, PATH, {option}=TABLE), TABLE's index "
-        "holding unique ids"
+        f"or import it, renaming repeats as anndata does, with {imported}"
         if source.anndata is not None
         else "the source is not a valid store; rebuild it"
     )

@@ -46,6 +46,7 @@ MOUNT_SOURCE = ""
 COMMAND_LINE_FLAGS = {
     "assay_type": "--assay-type",
     "fill_missing": "--fill-missing",
+    "make_unique": "--make-unique",
     "mem_budget": "--mem-budget",
     "overwrite": "--overwrite",
     "source_storage_options": "--source-storage-options",

@@ -29,7 +29,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
-from .option_names import switched_on
+from .option_names import on_command_line, switched_on
 from .store_keys import METADATA_DOCUMENTS, key_problem
 
 __all__ = [
@@ -239,7 +239,7 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
         raise ValueError(
             f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
             "strings; convert it with .astype(str) or fill missing values first (or pass "
-            'fill_missing=True, cytearc-vfs write --fill-missing, to store missing text as "")'
+            f'{switched_on("fill_missing")} to store missing text as "")'
         )
     _refuse_trailing_nul(values, table=table, name=name)
     # kept as Python strings: written chunk by chunk at the column's width, so a
@@ -434,11 +434,17 @@ def prepare_table(
         axis = "var" if table == "featureData" else "obs"
         option = "features" if table == "featureData" else "cells"
         # an AnnData given by its path cannot be edited in place: the table option can
+        # a shell has no table to give: --make-unique is its one remedy
+        others = (
+            ""
+            if on_command_line()
+            else f", make the index unique (e.g. AnnData.{axis}_names_make_unique()) before "
+            f"writing, or give {option}= a table whose index holds unique ids"
+        )
         raise ValueError(
-            f"{table} ids must be unique; {duplicated} repeat. Make the index unique "
-            f"(e.g. AnnData.{axis}_names_make_unique()) before writing, or give write_counts "
-            f"{option}= (a table whose index holds unique ids, such as the {axis} table with "
-            f"anndata.utils.make_index_unique(index)). Nothing was written"
+            f"{table} ids must be unique; {duplicated} repeat. Pass "
+            f"{switched_on('make_unique')} to rename repeats as anndata does (id-1, id-2, ...)"
+            f"{others}. Nothing was written"
         )
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
     selection = np.ones(len(ids), dtype=bool)

@@ -56,7 +56,6 @@ from ..format.sizes import format_size, parse_size
 from ..format.tables import PreparedTable, prepare_table, write_table
 from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, canonical_location, describe_location
-from .anndata_ids_column import carry_ids_column
 from .budget import budget_for, held_bytes, preparation_bytes, reserve_for_source, row_bytes
 from .count_source import (
     CountSource,
@@ -73,6 +72,7 @@ from .destinations import (
     finish_destination,
     settle_destination,
 )
+from .input_tables import input_table
 from .membership import rename_metrics, split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
@@ -112,35 +112,6 @@ class WriteInfo:
     """Identity of the counts with their ordered cell and feature ids."""
     seconds: float
     """Wall time of the write."""
-
-
-def _table(
-    frame: pd.DataFrame | None, given: pd.DataFrame | Sequence[str] | None, n: int, what: str
-) -> pd.DataFrame:
-    if isinstance(given, (str, bytes)):
-        raise ValueError(
-            f"{what}= is one string ({given[:40]!r}); pass a DataFrame indexed by the ids or a "
-            "sequence of ids, one per row of the matrix. Nothing was written"
-        )
-    if given is not None:
-        frame = (
-            given
-            if isinstance(given, pd.DataFrame)
-            # object dtype keeps each id as given (pandas would turn None into NaN)
-            else pd.DataFrame(index=pd.Index(list(given), dtype=object))
-        )
-    elif frame is not None:
-        # an AnnData's own obs/var: its 'ids' column is carried as a composite carries it
-        frame = carry_ids_column(frame, table="obs" if what == "cells" else "var")
-    if frame is None:
-        prefix = "cell" if what == "cells" else "feature"
-        frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
-    if len(frame) != n:
-        raise ValueError(
-            f"{what} has {len(frame)} rows but the counts have {n} {what}; pass a table whose "
-            "index holds one id per row of the matrix"
-        )
-    return frame
 
 
 def _table_bytes(table: PreparedTable) -> int:
@@ -254,6 +225,7 @@ def write_counts(
     progress: Progress | None = None,
     fill_missing: bool = False,
     source_storage_options: Mapping[str, Any] | None = None,
+    make_unique: bool = False,
 ) -> WriteInfo:
     """Write ``counts`` as a CyteArc store at ``destination``.
 
@@ -306,12 +278,16 @@ def write_counts(
     source_storage_options
         Backend options (endpoint, credentials) for ``counts`` given as the
         URL of an AnnData store or ``.h5ad`` file; never written into the store.
+    make_unique
+        Rename repeated cell or feature ids as anndata's ``*_names_make_unique``
+        does (``id-1``, ``id-2``, ...; logged) instead of refusing them.
 
     Returns
     -------
     WriteInfo
     """
     check_flag(overwrite, "overwrite")
+    check_flag(make_unique, "make_unique")
     started = time.perf_counter()
     paths = AssayPaths(assay, workspace)
     resolved_type = resolve_assay_type(assay, assay_type)
@@ -322,7 +298,7 @@ def write_counts(
     mode = check_destination(destination, overwrite=overwrite, storage_options=storage_options)
 
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
-    cell_frame = _table(found.cells, cells, source.shape[0], "cells")
+    cell_frame = input_table(found.cells, cells, source.shape[0], "cells", make_unique=make_unique)
     # the import side of the membership rule: the name <assay>_I is reserved; an
     # AnnData's declared column is restored, any other of that name (in its obs or
     # in a cells= table, which declares nothing) is skipped with a warning
@@ -336,7 +312,7 @@ def write_counts(
     if membership is not None:
         cell_table = cell_table.with_columns([membership], table="cellData")
     feature_table = prepare_table(
-        _table(found.features, features, source.shape[1], "features"),
+        input_table(found.features, features, source.shape[1], "features", make_unique=make_unique),
         table="featureData",
         fill=fill_missing,
     )

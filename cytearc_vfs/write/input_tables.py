@@ -1,0 +1,103 @@
+"""The cell and feature tables a write takes: given, from an AnnData, or generated.
+
+A table's index holds the ids. :func:`input_table` picks the table (the one
+given, else the AnnData's own ``obs``/``var``, else generated ids) and checks
+its length; with ``make_unique`` it renames repeated ids as anndata's
+``var_names_make_unique`` does (:func:`unique_ids`), for inputs that cannot be
+edited where they are, such as an AnnData given by its path at a shell.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pandas as pd
+
+from .anndata_ids_column import carry_ids_column
+
+__all__ = ["input_table", "unique_ids"]
+
+logger = logging.getLogger(__name__)
+
+
+def unique_ids(index: pd.Index) -> tuple[pd.Index, int]:
+    """``index`` with each repeat of an id renamed ``id-1``, ``id-2``, ...; and how many.
+
+    The first occurrence keeps its id. A name already taken (an id ``"A-1"``
+    beside repeated ``"A"``) is skipped, so the result is unique; this gives
+    the names anndata's ``var_names_make_unique`` gives.
+
+    >>> found, renamed = unique_ids(pd.Index(["A", "B", "A", "A-1", "A"]))
+    >>> found.tolist(), renamed
+    (['A', 'B', 'A-2', 'A-1', 'A-3'], 2)
+    """
+    if index.is_unique:
+        return index, 0
+    values = [str(value) for value in index]
+    taken = set(values)
+    suffix: dict[str, int] = {}
+    seen: set[str] = set()
+    renamed = 0
+    for position, value in enumerate(values):
+        if value not in seen:
+            seen.add(value)
+            continue
+        while True:
+            suffix[value] = suffix.get(value, 0) + 1
+            candidate = f"{value}-{suffix[value]}"
+            if candidate not in taken:
+                break
+        taken.add(candidate)
+        values[position] = candidate
+        renamed += 1
+    return pd.Index(values, dtype=object, name=index.name), renamed
+
+
+def input_table(
+    frame: pd.DataFrame | None,
+    given: pd.DataFrame | Sequence[str] | None,
+    n: int,
+    what: str,
+    *,
+    make_unique: bool = False,
+) -> pd.DataFrame:
+    """The ``what`` (``"cells"`` or ``"features"``) table of a write of ``n`` of them.
+
+    ``given`` (a table or a sequence of ids) wins over ``frame`` (the AnnData's
+    own, whose ``ids`` column is carried as ``orig_ids``); neither gives
+    generated ids. Raises ``ValueError`` for a table of another length.
+    """
+    if isinstance(given, (str, bytes)):
+        raise ValueError(
+            f"{what}= is one string ({given[:40]!r}); pass a DataFrame indexed by the ids or a "
+            "sequence of ids, one per row of the matrix. Nothing was written"
+        )
+    if given is not None:
+        frame = (
+            given
+            if isinstance(given, pd.DataFrame)
+            # object dtype keeps each id as given (pandas would turn None into NaN)
+            else pd.DataFrame(index=pd.Index(list(given), dtype=object))
+        )
+    elif frame is not None:
+        # an AnnData's own obs/var: its 'ids' column is carried as a composite carries it
+        frame = carry_ids_column(frame, table="obs" if what == "cells" else "var")
+    if frame is None:
+        prefix = "cell" if what == "cells" else "feature"
+        frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
+    if len(frame) != n:
+        raise ValueError(
+            f"{what} has {len(frame)} rows but the counts have {n} {what}; pass a table whose "
+            "index holds one id per row of the matrix"
+        )
+    if make_unique:
+        index, renamed = unique_ids(frame.index)
+        if renamed:
+            logger.warning(
+                "%d repeated %s id(s) renamed as anndata's make_unique does (id-1, id-2, ...)",
+                renamed,
+                what[:-1],
+            )
+            frame = frame.set_axis(index, axis=0)
+    return frame
