@@ -433,8 +433,8 @@ def prepare_table(
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
         axis = "var" if table == "featureData" else "obs"
         option = "features" if table == "featureData" else "cells"
-        # an AnnData given by its path cannot be edited in place: the table option can
-        # a shell has no table to give: --make-unique is its one remedy
+        # an AnnData given by its path cannot be edited in place: make_unique (or, in
+        # Python, a table of unique ids) can; a shell has no table to give
         others = (
             ""
             if on_command_line()
