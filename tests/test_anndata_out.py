@@ -686,3 +686,15 @@ def test_an_anndata_store_given_for_a_cytearc_store_is_named(
     built["b"].write_h5ad(tmp_path / "a.h5ad")
     with pytest.raises(ValueError, match=r"an \.h5ad file is AnnData in HDF5.*write_counts"):
         cv.to_anndata(tmp_path / "a.h5ad")
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".h5ad"])
+def test_an_export_reports_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    # it reported OUT as typed ("to pbmc.h5ad") where every other writer reports the path
+    cv.write_counts(tmp_path / "s.zarr", sp.csr_matrix(np.eye(3, dtype=np.uint8)))
+    monkeypatch.chdir(tmp_path)
+    info = export_anndata("s.zarr", f"out{suffix}")
+    assert Path(info.location).is_absolute()
+    assert Path(info.location).samefile(tmp_path / f"out{suffix}")

@@ -71,7 +71,7 @@ class ExportInfo:
     """What an export wrote."""
 
     location: str
-    """The destination."""
+    """The destination's absolute path (as the other writers report theirs)."""
     format: Format
     """``zarr`` or ``h5ad``."""
     assay: str
@@ -490,7 +490,7 @@ def export_anndata(
         remove_output(temporary)
         raise
     return ExportInfo(
-        location=str(path),
+        location=str(path.absolute()),
         format=kind,
         assay=assay,
         shape=opened.shape,
