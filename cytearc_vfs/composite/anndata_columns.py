@@ -46,15 +46,9 @@ import pandas as pd
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
+from ..format.column_names import column_name_problem, free_column_name
 from ..format.store_keys import key_problem
-from ..format.tables import (
-    CATEGORICAL_ATTR,
-    StoredColumn,
-    column_name_problem,
-    column_values,
-    fill_missing,
-    free_column_name,
-)
+from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 

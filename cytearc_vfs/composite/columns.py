@@ -50,15 +50,9 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError
+from ..format.column_names import ORIG_PREFIX, RESERVED_COLUMNS, free_column_name
 from ..format.paths import join
-from ..format.tables import (
-    CATEGORICAL_ATTR,
-    ORIG_PREFIX,
-    RESERVED_COLUMNS,
-    StoredColumn,
-    free_column_name,
-    read_columns,
-)
+from ..format.tables import CATEGORICAL_ATTR, StoredColumn, read_columns
 from ..read.anndata_elements import features_frame
 from ..read.sources import BoundSource
 from ..write.membership import MEMBERSHIP_ROLE

@@ -29,32 +29,24 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
+from .column_names import check_column_name, lone_surrogate
 from .option_names import on_command_line, switched_on
-from .store_keys import METADATA_DOCUMENTS, key_problem
 
 __all__ = [
     "CATEGORICAL_ATTR",
-    "MAX_COLUMN_NAME_BYTES",
     "MAX_ID_LENGTH",
-    "ORIG_PREFIX",
-    "RESERVED_COLUMNS",
     "PreparedTable",
     "StoredColumn",
     "checked_ids",
     "column_values",
     "fill_missing",
-    "free_column_name",
     "names_text",
     "prepare_table",
     "read_columns",
-    "column_name_problem",
     "read_table",
     "write_table",
 ]
 
-RESERVED_COLUMNS = ("ids", "names", "I")
-#: Prefix of a carried column whose name the composite reserves.
-ORIG_PREFIX = "orig_"
 CATEGORICAL_ATTR = "cytearc:categorical"
 MAX_ID_LENGTH = 1024
 """Longest id accepted, in characters.
@@ -67,81 +59,6 @@ symbols) stay under a hundred characters.
 # Target size of one chunk of a text column: wide strings get fewer rows per
 # chunk, so neither a chunk nor its in-memory conversion grows with the width.
 _TEXT_CHUNK_BYTES = 4 << 20
-
-
-#: Longest column name, in UTF-8 bytes: a column is a directory (``cellData/NAME``)
-#: on a local file system, whose names stop at 255 bytes (NAME_MAX).
-MAX_COLUMN_NAME_BYTES = 255
-
-
-def column_name_problem(name: object) -> str | None:
-    """Why ``name`` cannot be a column's Zarr array name, or ``None`` when it can.
-
-    >>> column_name_problem("cell_type") is None
-    True
-    >>> column_name_problem("a/b")
-    "it is not a non-empty string without '/', '\\\\' or a leading '.'"
-    >>> column_name_problem("ü" * 128)
-    'it is 256 bytes long in UTF-8, over the 255 a file name may have'
-    """
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-        return "it is not a non-empty string without '/', '\\' or a leading '.'"
-    if name.lower() in METADATA_DOCUMENTS:
-        # the column's array would sit where its table keeps its own document:
-        # a file system refuses it half-way through the write, and an object
-        # store keeps both keys while the column is never listed (lost)
-        return "it is the key of Zarr's metadata document of the table itself"
-    surrogate = _lone_surrogate(name)
-    if surrogate is not None:
-        return f"it holds the lone surrogate {surrogate!r}, which is not UTF-8 text"
-    size = len(name.encode("utf-8"))
-    if size > MAX_COLUMN_NAME_BYTES:
-        return f"it is {size} bytes long in UTF-8, over the {MAX_COLUMN_NAME_BYTES} a file name may have"
-    # the column is a key segment: what every store refuses in a key (a
-    # control character, '%2f', spaces and dots only) is refused here, before
-    # anything is written, and not by the destination's store half-way through
-    problem = key_problem(f"table/{name}")  # a segment below its table, as it is stored
-    return None if problem is None else f"it {problem.replace('has the segment', 'is')}"
-
-
-def _lone_surrogate(text: str) -> str | None:
-    """The first lone surrogate of ``text`` (not UTF-8 text), or ``None``.
-
-    >>> _lone_surrogate("caf\\u00e9") is None
-    True
-    >>> _lone_surrogate("a\\udcff")
-    '\\udcff'
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return text[exc.start]
-    return None
-
-
-def _check_column_name(name: object, *, table: str) -> str:
-    problem = column_name_problem(name)
-    if problem is not None:
-        raise ValueError(
-            f"{table} column {name!r} cannot be a Zarr array name ({problem}); rename it to a "
-            f"non-empty string of at most {MAX_COLUMN_NAME_BYTES} UTF-8 bytes without '/', "
-            "'\\', a leading '.', control characters or URL escapes of those, other than "
-            "'zarr.json'"
-        )
-    assert isinstance(name, str)
-    return name
-
-
-def free_column_name(name: str, taken: set[str]) -> str:
-    """``name`` prefixed with :data:`ORIG_PREFIX` until ``taken`` does not hold it (as
-    DataStoreMerge names merged columns ``orig_<name>``).
-
-    >>> free_column_name("ids", {"ids", "orig_ids"})
-    'orig_orig_ids'
-    """
-    while name in taken:
-        name = ORIG_PREFIX + name
-    return name
 
 
 def fill_missing(series: pd.Series) -> pd.Series:
@@ -331,7 +248,7 @@ class PreparedTable:
         """
         names = {name for name, _, _ in self.columns}
         for name, values, _ in columns:
-            _check_column_name(name, table=table)
+            check_column_name(name, table=table)
             if name in names:
                 raise ValueError(f"{table} already has a column {name!r}")
             if values.shape != (self.length,):
@@ -394,7 +311,7 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
                 f"{table} id at position {position} ({text[:40]!r}) holds a NUL character, "
                 "which fixed-width text cannot keep; remove it. Nothing was written"
             )
-        surrogate = _lone_surrogate(text)
+        surrogate = lone_surrogate(text)
         if surrogate is not None:
             # ids are fingerprinted as UTF-8, which has no lone surrogates
             raise ValueError(
@@ -449,7 +366,7 @@ def prepare_table(
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
     selection = np.ones(len(ids), dtype=bool)
     for position, name in enumerate(frame.columns):
-        key = _check_column_name(name, table=table)
+        key = check_column_name(name, table=table)
         if key == "ids":
             raise ValueError(
                 f"{table} column 'ids' is reserved (ids come from the index); rename the "

@@ -18,7 +18,7 @@ import logging
 
 import pandas as pd
 
-from ..format.tables import free_column_name
+from ..format.column_names import free_column_name
 
 __all__ = ["carry_ids_column"]
 

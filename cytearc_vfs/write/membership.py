@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ..format.tables import free_column_name
+from ..format.column_names import free_column_name
 
 __all__ = ["MEMBERSHIP_ROLE", "declared_membership", "rename_metrics", "split_membership"]
 
