@@ -7,6 +7,10 @@ package, while ``except VfsError`` catches only ours.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
+import warnings
 from typing import Any
 
 __all__ = [
@@ -18,6 +22,7 @@ __all__ = [
     "UnsupportedSourceError",
     "VfsError",
     "VfsWarning",
+    "warn_at_caller",
 ]
 
 
@@ -43,6 +48,27 @@ def _restored(kind: type[VfsError], args: tuple[Any, ...], state: dict[str, Any]
 
 class VfsWarning(UserWarning):
     """A warning cytearc_vfs gives on purpose (the command line shows these, and no others)."""
+
+
+def warn_at_caller(message: str, category: type[Warning] = VfsWarning) -> None:
+    """Warn ``message``, attributed to the first line outside this package and its adapters.
+
+    A fixed ``stacklevel`` names the caller's line only while the call depth
+    stays as it was written: a decorator or a helper added between the public
+    name and the warning moves it into the package. Skipping the package's own
+    files names the user's line from any depth.
+    """
+    warnings.warn(message, category, skip_file_prefixes=_package_directories())
+
+
+@functools.cache
+def _package_directories() -> tuple[str, ...]:
+    """The directories of cytearc_vfs and of its adapters (found without importing them)."""
+    found = [os.path.dirname(os.path.abspath(__file__))]
+    adapters = importlib.util.find_spec("cytearc_vfs_adapters")
+    if adapters is not None and adapters.submodule_search_locations:
+        found.extend(os.path.abspath(path) for path in adapters.submodule_search_locations)
+    return tuple(directory + os.sep for directory in found)
 
 
 class IdentityMismatchError(VfsError, ValueError):

@@ -248,6 +248,7 @@ def test_a_group_that_cannot_be_consolidated_again_warns_and_leaves_no_journal(
     with pytest.warns(VfsWarning) as caught:
         change = resize_array(array, low=[2])
     message = str(caught[0].message)
+    assert caught[0].filename == __file__  # the line that asked for the resize
     assert "group '/'" in message and "other/y" in message
     assert "zarr.consolidate_metadata(store, path='')" in message
     assert "cytearc-vfs array recover" in message

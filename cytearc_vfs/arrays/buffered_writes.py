@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import numpy.typing as npt
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from ..errors import IncompleteStoreError, VfsWarning
+from ..errors import IncompleteStoreError, warn_at_caller
 from ..format.store_io import get_json
 from .documents import (
     MARKER_FIELD,
@@ -349,13 +348,11 @@ class ArrayWriter:
         # Python does of a file never closed, but where a user sees it.
         stale = getattr(self, "_stale", None)
         if stale:
-            warnings.warn(
+            warn_at_caller(
                 f"an ArrayWriter of {describe(self._store, self._path)} was dropped with "
                 f"{len(stale)} unit(s) of edits never flushed: they are lost. Call flush() "
                 "(or use the writer as a context manager) before letting it go, or "
                 "discard() to drop edits on purpose",
-                VfsWarning,
-                stacklevel=2,
             )
 
     def __enter__(self) -> Self:

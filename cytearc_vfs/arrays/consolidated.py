@@ -41,7 +41,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from ..errors import VfsWarning
+from ..errors import warn_at_caller
 from ..format.store_io import get_json
 from .documents import describe, dumps
 from .key_moves import mover_for
@@ -222,7 +222,7 @@ def reconsolidate(
                     "use_consolidated=False until it is consolidated again"
                 )
             failed.append((shown(group), reason))
-            warnings.warn(
+            warn_at_caller(
                 f"{describe(store, array)}: the {operation} is complete, but group "
                 f"{shown(group)!r} above it could not be consolidated again ({reason}). The "
                 "group is valid without consolidated metadata (zarr reads each member's own "
@@ -230,8 +230,6 @@ def reconsolidate(
                 "If another resize or promote below the group is unfinished, finish it first "
                 f"(cytearc-vfs array recover); then run zarr.consolidate_metadata(store, "
                 f"path={group!r})",
-                VfsWarning,
-                stacklevel=2,
             )
         else:
             done.append(shown(group))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import MemoryStore
 
-from ..errors import VfsWarning
+from ..errors import warn_at_caller
 from ..format.fingerprints import combine
 from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET
@@ -180,12 +179,10 @@ def _warn_repeated(named: Mapping[str, Location]) -> None:
             continue  # an open store has no location to compare
         where = describe_location(location)
         if where in seen:
-            warnings.warn(
+            warn_at_caller(
                 f"sources {seen[where]!r} and {name!r} are the same store {where}: each of its "
                 f"cells is in the composite twice (ids prefixed '{seen[where]}-' and '{name}-'); "
                 "list it once unless that is what you mean",
-                VfsWarning,
-                stacklevel=6,  # the caller of create_composite, past its decorators
             )
         seen.setdefault(where, name)
 

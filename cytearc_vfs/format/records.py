@@ -11,12 +11,11 @@ shape and forbids silent migration.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RecordShapeError, VfsWarning
+from ..errors import RecordShapeError, warn_at_caller
 from .option_names import option_name
 
 __all__ = [
@@ -235,12 +234,10 @@ def resolve_assay_type(assay: str, explicit: str | None) -> str:
         return explicit
     if assay in ASSAY_TYPE_PRESETS:
         return assay
-    warnings.warn(
+    warn_at_caller(
         f"assay {assay!r} has no assay_type and its name is not a preset; it is written as "
         "the generic 'Assay' (no modality-specific normalization). Give "
         f"{option_name('assay_type')} to choose",
-        VfsWarning,
-        stacklevel=3,
     )
     return "Assay"
 

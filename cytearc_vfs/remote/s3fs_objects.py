@@ -31,7 +31,6 @@ translation without pins (:mod:`.pinned_store`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
@@ -44,6 +43,7 @@ from zarr.abc.store import (
 )
 from zarr.storage import FsspecStore
 
+from ..errors import warn_at_caller
 from .object_versions import ListedObject, version_token
 
 __all__ = [
@@ -92,7 +92,7 @@ def s3fs_filesystem(store: Store) -> Any | None:
         return fs
     if type(fs) not in _WARNED:
         _WARNED.add(type(fs))
-        warnings.warn(
+        warn_at_caller(
             f"s3fs {_version(fs)} has no S3FileSystem.{', .'.join(missing)}, which pinning "
             f"S3 objects read through fsspec needs (checked on s3fs {CHECKED_S3FS}); sources "
             f"at s3:// read through fsspec are not pinned, so an object replaced while a "
@@ -100,7 +100,6 @@ def s3fs_filesystem(store: Store) -> Any | None:
             f"{CHECKED_S3FS}, or open the sources through obstore "
             '(storage_options={"backend": "obstore"})',
             RuntimeWarning,
-            stacklevel=2,
         )
     return None
 

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import zarr
 from zarr.abc.store import Store
 
-from cytearc_vfs.errors import VfsWarning
+from cytearc_vfs.errors import warn_at_caller
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS
 from cytearc_vfs.write.count_source import CountInput
 from cytearc_vfs.write.membership import declared_membership
@@ -99,11 +98,9 @@ def count_input(
     for column in skipped:
         # one unreadable column (an awkward array, an unknown encoding) does not
         # cost the import: it is left out, and said so before anything is written
-        warnings.warn(
+        warn_at_caller(
             f"{container.where}: column {column.path!r} cannot be read, it is not imported "
             f"(the counts and the other columns are): {column.reason}",
-            VfsWarning,
-            stacklevel=2,
         )
     return CountInput(matrix, obs, var, membership_of(container))
 
