@@ -7,6 +7,7 @@ package, while ``except VfsError`` catches only ours.
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import os
@@ -14,6 +15,7 @@ import warnings
 from typing import Any
 
 __all__ = [
+    "REFUSED_WRITE_ERRNOS",
     "IdentityMismatchError",
     "IncompleteStoreError",
     "MissingChunkError",
@@ -24,6 +26,13 @@ __all__ = [
     "VfsWarning",
     "warn_at_caller",
 ]
+
+
+#: ``errno`` values of a folder that refuses writes: a read-only file system, no
+#: permission. Writers turn these into a ``PermissionError`` that names the
+#: operation and the remedy; zarr's own error names a temporary file of its
+#: atomic write and no remedy.
+REFUSED_WRITE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 class VfsError(Exception):

@@ -23,7 +23,6 @@ rather than read it half-moved.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,7 +38,7 @@ from zarr.core.array import AsyncArray
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import StorePath
 
-from ..errors import IncompleteStoreError, RecordShapeError
+from ..errors import REFUSED_WRITE_ERRNOS, IncompleteStoreError, RecordShapeError
 from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.store_io import get_json
@@ -217,8 +216,6 @@ OPERATION_KEPT = (
     "nothing was changed, or, if the array now reports an unfinished operation, finish it "
     "with recover once the folder is writable"
 )
-#: ``errno`` values of a folder that refuses writes: read-only file system, no permission.
-_REFUSED_WRITES = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @contextmanager
@@ -231,7 +228,7 @@ def writes_refused(what: str, store: Store, path: str, kept: str) -> Iterator[No
     try:
         yield
     except OSError as exc:
-        if exc.errno not in _REFUSED_WRITES:
+        if exc.errno not in REFUSED_WRITE_ERRNOS:
             raise
         raise PermissionError(
             exc.errno,

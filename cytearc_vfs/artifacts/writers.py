@@ -7,7 +7,6 @@ See :mod:`cytearc_vfs.artifacts.catalog` for the protocol.
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import math
@@ -25,7 +24,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.types import AnyArray
 
-from ..errors import IncompleteStoreError, NonFiniteArtifactError
+from ..errors import REFUSED_WRITE_ERRNOS, IncompleteStoreError, NonFiniteArtifactError
 from ..format.paths import check_name, join
 from ..write.stopping import FinishingStore, Work, owned_work, stop_work
 from .values import Unrepresentable, first_unrepresentable
@@ -142,10 +141,6 @@ class ArrayWriter:
                 self._owner._poison(exc)
                 raise
         self.rows_written = stop
-
-
-#: ``errno`` values of a folder that refuses writes: read-only file system, no permission.
-_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _dimensions(name: str, shape: object) -> tuple[int, ...]:
@@ -273,7 +268,7 @@ class ArtifactWriter:
             # The path is ours alone, so a half-created group can be removed.
             self._end_work()
             self._discard(exc)
-            if isinstance(exc, OSError) and exc.errno in _UNWRITABLE:
+            if isinstance(exc, OSError) and exc.errno in REFUSED_WRITE_ERRNOS:
                 # zarr's own error names a temporary file of its atomic write
                 raise PermissionError(
                     exc.errno,
