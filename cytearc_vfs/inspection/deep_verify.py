@@ -40,7 +40,8 @@ class AssayReport:
     problems: list[str] = field(default_factory=list)
     """Human-readable findings; empty when the assay is sound."""
     checked_values: int = 0
-    """Number of count values read."""
+    """Number of count values read: for a composite, its virtual counts once
+    plus every value of its CyteArc sources (``counts`` and ``countsT``)."""
 
     @property
     def ok(self) -> bool:
@@ -232,6 +233,7 @@ def _verify_composite(
         if source.anndata is not None:
             continue
         found = _verify_one(source.store, source.info, progress)
+        report.checked_values += found.checked_values
         report.problems.extend(
             f"source {source.name!r} at {source.location}: {problem}" for problem in found.problems
         )
