@@ -47,6 +47,10 @@ LOCATIONS: list[tuple[object, type[Exception], str]] = [
     (zarr.group(), TypeError, r"not Group; pass the path or URL .*, or its store \(group\.store\)"),
     # "" was the current directory: a writer refused it as a folder of foreign keys
     ("", ValueError, r"location is an empty string; give a path or URL"),
+    # the host was dropped: file://out.zarr meant the current directory, and
+    # file://server/x.zarr the local /x.zarr
+    ("file://out.zarr", ValueError, r"names the host 'out\.zarr'.* did you mean 'out\.zarr' \("),
+    ("file://server/x.zarr", ValueError, r"names the host 'server', and a file URL reaches"),
 ]
 
 
@@ -117,6 +121,8 @@ def test_storage_options_that_are_not_a_mapping_are_named(tmp_path: Path, option
 def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> None:
     # file: with one slash is a valid file URL (RFC 8089), and memory:// has no host
     assert cv.open_store("file:" + source) is not None
+    assert cv.open_store("file://" + source) is not None  # three slashes: no host
+    assert cv.open_store("file://localhost" + source) is not None
     assert cv.open_store(Path(source)) is not None
     with pytest.raises(ValueError, match="holds no Zarr group"):
         cv.open_store("memory://nothing-here")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from zarr.abc.store import Store
 
@@ -206,10 +206,36 @@ def local_path(location: Location) -> Path | None:
     if scheme == "":
         return Path(expand_home(text))
     if scheme == "file":
-        # a file URL's path is percent-encoded (RFC 8089): file:///data/a%20b.zarr
-        # is the directory "a b.zarr", and %23 the way to write a '#' in one
-        return Path(unquote(urlsplit(check_url(text)).path))
+        return _file_url_path(text)
     return None
+
+
+def _file_url_path(text: str) -> Path:
+    """The path of a ``file:`` URL, refusing one that names another host.
+
+    The path is percent-encoded (RFC 8089): ``file:///data/a%20b.zarr`` is the
+    directory "a b.zarr", and ``%23`` the way to write a '#' in one. Two
+    slashes start a host (``file://name.zarr`` is host "name.zarr", path
+    empty), which was read as the current directory.
+
+    >>> _file_url_path("file:///data/a%20b.zarr"), _file_url_path("file://localhost/d.zarr")
+    (PosixPath('/data/a b.zarr'), PosixPath('/d.zarr'))
+    >>> _file_url_path("file://a.zarr")
+    Traceback (most recent call last):
+    ...
+    ValueError: location 'file://a.zarr' names the host 'a.zarr', ... did you mean 'a.zarr' (a path) or 'file:///.../a.zarr'?
+    """
+    parts = urlsplit(check_url(text))
+    if parts.netloc not in ("", "localhost"):
+        meant = unquote(parts.netloc + parts.path)
+        absolute = Path(expand_home(meant)).absolute().as_posix()
+        raise ValueError(
+            f"location {text!r} names the host {parts.netloc!r}, and a file URL reaches this "
+            "machine's files only: after 'file://' comes the host, empty or 'localhost', then "
+            f"the absolute path (three slashes in all); did you mean {meant!r} (a path) or "
+            f"'file://{quote(absolute)}'?"
+        )
+    return Path(unquote(parts.path))
 
 
 def describe_location(location: Location) -> str:
