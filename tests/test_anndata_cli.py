@@ -118,6 +118,20 @@ def test_ls_refuses_what_is_not_anndata(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
+def test_paths_are_shown_as_typed_but_normalized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'../x' was shown as '/cwd/../x': absolute, but not the path a user would type."""
+    cv.write_counts(tmp_path / "c.zarr", sp.csr_array(np.eye(3, dtype=np.int32)))
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    refused = run("anndata", "ls", "../c.zarr")
+    assert f"{tmp_path / 'c.zarr'} is not an AnnData container" in refused.stderr
+    assert "/.." not in refused.stderr
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'none.zarr'} does not exist"):
+        cv.open_store("../work/../none.zarr")
+
+
 def test_ls_names_a_file_that_is_not_hdf5(tmp_path: Path) -> None:
     (tmp_path / "truncated.h5ad").write_bytes(b"")
     refused = run("anndata", "ls", str(tmp_path / "truncated.h5ad"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
@@ -69,7 +70,11 @@ def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | 
             "they are for remote URLs (s3://, gs://, az://, http://); leave them out for a "
             "local store"
         )
-    return LocalStore(Path(path).absolute(), read_only=read_only)
+    root = Path(path).absolute()  # not normalized: 'link/..' is where the system says
+    if read_only and not root.exists():
+        # zarr's own refusal shows the root unnormalized ('/cwd/../a.zarr')
+        raise FileNotFoundError(f"{os.path.abspath(root)} does not exist; check the path")
+    return LocalStore(root, read_only=read_only)
 
 
 # zarr drops a ManagedMemoryStore's dict once no instance refers to it; a

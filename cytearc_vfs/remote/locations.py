@@ -244,7 +244,9 @@ def describe_location(location: Location) -> str:
         return str(location)
     path = local_path(location)
     if path is not None:
-        return str(path.absolute())
+        # normalized as text ('a/../b.zarr' is 'b.zarr'), not resolved: a message
+        # shows the path as the user named it, through their symlinks
+        return os.path.abspath(path)
     return os.fspath(location)
 
 

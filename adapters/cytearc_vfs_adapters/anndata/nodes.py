@@ -88,7 +88,7 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
 
         found = local_path(location)
         assert found is not None  # is_h5ad_path said it is a local file
-        path = found.absolute()
+        path = Path(os.path.abspath(found))
         return Container(_open_h5(path), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 

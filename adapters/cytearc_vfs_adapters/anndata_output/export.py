@@ -24,6 +24,7 @@ system offers one (:mod:`.replacement`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
@@ -490,7 +491,7 @@ def export_anndata(
         remove_output(temporary)
         raise
     return ExportInfo(
-        location=str(path.absolute()),
+        location=os.path.abspath(path),
         format=kind,
         assay=assay,
         shape=opened.shape,
