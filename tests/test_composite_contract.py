@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import zarr
 from conftest import realistic_counts
@@ -170,6 +171,23 @@ def test_bad_arguments_refused(
     with pytest.raises(ValueError, match=message):
         cv.create_composite(tmp_path / "d.zarr", two_sources, **kwargs)
     assert not (tmp_path / "d.zarr").exists()
+
+
+def test_a_boolean_series_of_cells_selects_by_its_index(
+    tmp_path: Path, two_sources: dict[str, Path]
+) -> None:
+    """cells={"a": obs["keep"]} of a sorted obs kept the cells at the mask's
+    positions, not the ones it labels."""
+    ids = cv.VirtualArrayReader(two_sources["a"]).cell_ids
+    keep = pd.Series(np.arange(len(ids)) % 3 == 0, index=ids)
+    shuffled = keep.iloc[np.random.default_rng(2).permutation(len(ids))]
+    comp = cv.create_composite(tmp_path / "d.zarr", two_sources, cells={"a": shuffled})
+    kept = [i for i in comp.reader().cell_ids if i.startswith("a-")]
+    assert kept == [f"a-{i}" for i in ids[keep.to_numpy()]]
+    foreign = pd.Series(keep.to_numpy(), index=[f"x{i}" for i in range(len(ids))])
+    with pytest.raises(ValueError, match=r"^cells\['a'\]: a boolean Series selects cells by"):
+        cv.create_composite(tmp_path / "e.zarr", two_sources, cells={"a": foreign})
+    assert not (tmp_path / "e.zarr").exists()
 
 
 # ------------------------------------------------------------ fail-closed opens

@@ -339,6 +339,32 @@ def test_refused_selections(case: Case, selection: Any, message: str) -> None:
         case.reader.read(cells=selection)
 
 
+def test_a_boolean_series_selects_by_its_index_as_pandas_does(case: Case) -> None:
+    """A mask taken from a table in another order (sorted, shuffled) was applied
+    by position: it selected other cells than the ones it labels, without a word."""
+    n_cells = len(case.cell_ids)
+    rng = np.random.default_rng(5)
+    keep = rng.random(n_cells) < 0.4
+    order = rng.permutation(n_cells)
+    table = pd.DataFrame({"keep": keep}, index=case.cell_ids)
+    shuffled = table.iloc[order]["keep"]  # labelled by cell id, in another order
+    expected = case.dense[keep]
+    np.testing.assert_array_equal(case.reader.read(cells=shuffled), expected)
+    np.testing.assert_array_equal(case.reader[shuffled.to_numpy()[np.argsort(order)]], expected)
+    assert pd.DataFrame(expected).equals(pd.DataFrame(case.reader[shuffled]))
+    # labelled by position: a table with a default index, sorted
+    by_position = pd.Series(keep).iloc[order]
+    np.testing.assert_array_equal(case.reader.read(cells=by_position), expected)
+    # positional still, when asked for so
+    np.testing.assert_array_equal(
+        case.reader.read(cells=shuffled.to_numpy()), case.dense[shuffled.to_numpy()]
+    )
+    # labels that are neither ids nor positions are refused, with the remedy
+    foreign = pd.Series(keep, index=[f"x{i}" for i in range(n_cells)])
+    with pytest.raises(IndexError, match=r"selects cells by its index .* mask\.to_numpy\(\)"):
+        case.reader.read(cells=foreign)
+
+
 def test_refused_keys(case: Case) -> None:
     n_cells, n_features = case.dense.shape
     refusals: list[tuple[Any, str]] = [

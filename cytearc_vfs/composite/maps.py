@@ -19,6 +19,7 @@ from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
 from ..format.option_names import on_command_line
 from ..format.tables import StoredColumn
+from ..read.selection import aligned_mask
 from ..read.sources import BoundSource
 from .columns import SourceTables
 
@@ -73,6 +74,10 @@ def _cell_rows(
 ) -> npt.NDArray[np.int64]:
     if selection is None:
         return np.arange(n_cells, dtype=np.int64)
+    try:
+        selection = aligned_mask(selection, n_cells, axis="cells", ids=lambda: pd.Index(ids))
+    except IndexError as exc:
+        raise ValueError(f"cells[{name!r}]: {exc}") from None
     values = np.asarray(selection)
     if values.size == 0 and values.dtype != np.bool_:
         return np.zeros(0, dtype=np.int64)  # no rows of this source

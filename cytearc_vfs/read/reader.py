@@ -215,8 +215,10 @@ class VirtualArrayReader:
         ----------
         cells, features
             ``None`` (all), a slice (any step), integer positions (any
-            order, repeats and negatives allowed), a boolean mask (numpy, or
-            a pandas Series or Index of bools, taken by position), or ids:
+            order, repeats and negatives allowed), a boolean mask (numpy or
+            a pandas Index of bools, by position; a pandas Series of bools,
+            by its index when that holds the ids or positions in another
+            order, as pandas selects), or ids:
             a sequence of strings (list, numpy array of str or object dtype,
             ``pandas.Index``), looked up in :attr:`cell_ids` /
             :attr:`feature_ids`. A single string is one id. Ids and

@@ -19,7 +19,14 @@ import pandas as pd
 
 from ..errors import VfsError
 
-__all__ = ["AxisKey", "Selection", "UnknownIdError", "normalize_selection", "split_key"]
+__all__ = [
+    "AxisKey",
+    "Selection",
+    "UnknownIdError",
+    "aligned_mask",
+    "normalize_selection",
+    "split_key",
+]
 
 Selection = slice | str | Sequence[str] | pd.Index | pd.Series | npt.ArrayLike | None
 Indices = npt.NDArray[np.int64]
@@ -52,10 +59,11 @@ def normalize_selection(
     ----------
     selection
         ``None`` (everything), a slice (any step), integers (any order,
-        repeats, negatives), a boolean mask (a numpy array, a list, or a
-        pandas Series or Index of bools; positional, not aligned on an
-        index), or ids: a string (one id) or a sequence of strings (a list,
-        a numpy array of str or object dtype, a ``pandas.Index``).
+        repeats, negatives), a boolean mask (a numpy array, a list or a
+        pandas Index of bools, by position; a pandas Series of bools,
+        aligned on its index as :func:`aligned_mask` says), or ids: a
+        string (one id) or a sequence of strings (a list, a numpy array of
+        str or object dtype, a ``pandas.Index``).
     length
         Length of the axis.
     axis
@@ -100,7 +108,7 @@ def normalize_selection(
         return np.arange(length, dtype=np.int64)
     if isinstance(selection, slice):
         return np.arange(length, dtype=np.int64)[selection]
-    values = _values(selection, axis)
+    values = _values(aligned_mask(selection, length, axis=axis, ids=ids), axis)
     kind = values.dtype.kind
     if kind == "b":
         if values.shape != (length,):
@@ -121,6 +129,49 @@ def normalize_selection(
         bad = positions[(positions < -length) | (positions >= length)][0]
         raise IndexError(f"{axis} index {bad} is out of range for {length} {axis}")
     return np.where(positions < 0, positions + length, positions)
+
+
+def aligned_mask(
+    selection: Any, length: int, *, axis: str, ids: Callable[[], pd.Index] | None
+) -> Any:
+    """A boolean pandas Series put in the axis's order by its index; any other selection as given.
+
+    pandas selects with a boolean Series by its labels (``df.loc[mask]``), so
+    a mask computed from a table in another order (sorted, shuffled) names
+    its cells by its index, not by its positions: taken by position it would
+    select other cells without a word. Its index must hold the axis's ids or
+    the positions ``0 .. length - 1``, each once; a Series of another length
+    is left to the caller's refusal.
+
+    >>> cells = pd.Index(["a", "b", "c"])
+    >>> mask = pd.Series([True, False, False], index=["c", "a", "b"])
+    >>> aligned_mask(mask, 3, axis="cells", ids=lambda: cells).tolist()
+    [False, False, True]
+    >>> aligned_mask(pd.Series([True, False, True], index=["x", "y", "z"]), 3, axis="cells", ids=lambda: cells)
+    Traceback (most recent call last):
+    ...
+    IndexError: a boolean Series selects cells by its index (as pandas does), ...
+    """
+    if not isinstance(selection, pd.Series) or not pd.api.types.is_bool_dtype(selection.dtype):
+        return selection
+    index = selection.index
+    if len(index) != length or index.equals(pd.RangeIndex(length)):
+        return selection  # already in position order, or refused by its length
+    axis_ids = ids() if ids is not None else None
+    if axis_ids is not None and index.equals(axis_ids):
+        return selection
+    if index.is_unique:
+        if axis_ids is not None and axis_ids.is_unique and bool(index.isin(axis_ids).all()):
+            return selection.reindex(axis_ids)
+        if pd.api.types.is_integer_dtype(index.dtype) and bool(index.isin(range(length)).all()):
+            return selection.reindex(pd.RangeIndex(length))
+    shown = ", ".join(repr(label) for label in index[:SHOWN_MISSING])
+    holds = f"{axis} ids or " if axis_ids is not None else ""
+    raise IndexError(
+        f"a boolean Series selects {axis} by its index (as pandas does), and its index "
+        f"({shown}, ...) is neither the {holds}positions 0..{length - 1}, each once; select "
+        "with a Series indexed by those, or pass mask.to_numpy() to select by position"
+    )
 
 
 def _values(selection: Any, axis: str) -> npt.NDArray[Any]:
