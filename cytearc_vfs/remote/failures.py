@@ -34,6 +34,7 @@ __all__ = [
     "failure_remedy",
     "first_line",
     "is_http_location",
+    "missing_bucket",
     "named_backend_failures",
     "names_backend_failures",
     "named_source_failure",
@@ -56,10 +57,32 @@ def is_http_location(where: str) -> bool:
     return "http://" in where or "https://" in where
 
 
+#: The prolog of an S3 error answer, where obstore's first line of a failure ends.
+_XML_PROLOG = re.compile(r"\s*<\?xml[^>]*\?>\s*$")
+#: The error code and message of an S3 error answer.
+_S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*(?:<Message>([^<]*)</Message>)?")
+
+
 def first_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message (its type's name when it has none)."""
+    """The first line of ``exc``'s message (its type's name when it has none).
+
+    obstore quotes an S3 error answer from its next line on, so its first line
+    ends with the answer's XML prolog: that is replaced by the answer's error
+    code and message, which say what happened.
+
+    >>> first_line(OSError('GET x - 404 Not Found: <?xml version="1.0"?>\\n<Error>'
+    ...     '<Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message>'))
+    'GET x - 404 Not Found: NoSuchBucket (The specified bucket does not exist)'
+    """
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    first = text.splitlines()[0]
+    answer = _S3_ERROR.search(text)
+    if answer is not None and _XML_PROLOG.search(first):
+        code, message = answer.groups()
+        first = _XML_PROLOG.sub(" ", first) + code + (f" ({message})" if message else "")
+    return first
 
 
 def _text(exc: BaseException) -> str:
@@ -109,6 +132,13 @@ def unreachable(exc: BaseException) -> bool:
     )
 
 
+def missing_bucket(exc: BaseException) -> bool:
+    """Whether ``exc`` is S3's answer that the bucket does not exist (``NoSuchBucket``,
+    quoted by obstore and botocore; s3fs says it in words)."""
+    text = str(exc).lower()
+    return "nosuchbucket" in text or "specified bucket does not exist" in text
+
+
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is the server refusing the request (``403``, permission denied)."""
     if isinstance(exc, PermissionError) or type(exc).__name__ == "PermissionDeniedError":
@@ -130,6 +160,12 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return (
             "nothing answered at that address (the connection failed): check that the "
             f"endpoint is right and reachable, and pass it (and credentials) as {options}"
+        )
+    if missing_bucket(exc):
+        # a 404 of the bucket itself: no credential or endpoint option is the remedy
+        return (
+            "its bucket does not exist (S3 NoSuchBucket): check the bucket name in the URL, "
+            "or create the bucket"
         )
     if timed_out(exc):
         return (
@@ -229,7 +265,8 @@ _OPTION_REFUSALS = frozenset({"UnknownConfigurationKeyError", "InvalidPathError"
 def _backend_error(exc: BaseException) -> bool:
     if type(exc).__name__ in _OPTION_REFUSALS or isinstance(exc, VfsError):
         return False
-    if type(exc).__module__.partition(".")[0] in _BACKEND_MODULES:
+    if type(exc).__module__.partition(".")[0] in _BACKEND_MODULES or missing_bucket(exc):
+        # s3fs answers a missing bucket with a bare FileNotFoundError naming no location
         return True
     return isinstance(exc, (ConnectionError, TimeoutError))
 
