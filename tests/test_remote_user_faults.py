@@ -9,6 +9,8 @@ that argument of that command).
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from conftest import realistic_counts
 from s3_server import S3Server
 
 import cytearc_vfs as cv
+from cytearc_vfs.cli import main
 
 pytestmark = pytest.mark.remote
 
@@ -81,3 +84,61 @@ def test_a_source_in_a_missing_bucket_is_named_as_such(s3_server: S3Server, tmp_
     _no_bucket_named(str(raised.value))
     assert "source 'a'" in str(raised.value)
     assert not (tmp_path / "c.zarr").exists()
+
+
+def _unreachable(s3_server: S3Server) -> dict[str, Any]:
+    """The server's options with its endpoint on a closed port: refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    return {
+        **s3_server.storage_options(),
+        "endpoint": f"http://127.0.0.1:{port}",
+        "retry_config": {"max_retries": 0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("command", "remote", "flag"),
+    [
+        # the remote argument of each command, and the flag that carries its options
+        (["mount", "REMOTE", "LOCAL"], "SOURCE", "--source-storage-options"),
+        (["mount", "LOCAL_STORE", "REMOTE"], "DEST", "--storage-options"),
+        (["repack", "LOCAL_STORE", "REMOTE"], "DEST", "--destination-storage-options"),
+        (["repack", "REMOTE", "LOCAL"], "SOURCE", "--storage-options"),
+        (["composite", "REMOTE", "a=LOCAL_STORE"], "DEST", "--storage-options"),
+        (["info", "REMOTE"], "LOCATION", "--storage-options"),
+    ],
+    ids=lambda value: "-".join(value) if isinstance(value, list) else value,
+)
+def test_the_command_line_names_the_location_and_the_flag_of_its_options(
+    command: list[str],
+    remote: str,
+    flag: str,
+    s3_server: S3Server,
+    stored: str,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    local_store = tmp_path / "local.zarr"
+    cv.write_counts(local_store, counts)
+    url = stored if remote in ("SOURCE", "LOCATION") else f"{stored.rpartition('/')[0]}/new.zarr"
+    words = {
+        "REMOTE": url,
+        "LOCAL": str(tmp_path / "new.zarr"),
+        "LOCAL_STORE": str(local_store),
+        "a=LOCAL_STORE": f"a={local_store}",
+    }
+    code = main(
+        [*(words.get(word, word) for word in command), flag, json.dumps(_unreachable(s3_server))]
+    )
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{url} cannot be" in err, err  # the location, named
+    assert f"as {flag} " in err, err  # the flag that carries its options
+    others = {"--storage-options", "--source-storage-options", "--destination-storage-options"}
+    for other in others - {flag}:
+        assert f"as {other}" not in err, err
+    assert not (tmp_path / "new.zarr").exists()

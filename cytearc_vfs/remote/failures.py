@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..errors import VfsError
 from .timeouts import TIMEOUT_ENV
@@ -33,6 +33,7 @@ __all__ = [
     "failing_location",
     "failure_remedy",
     "first_line",
+    "is_backend_error",
     "is_http_location",
     "missing_bucket",
     "named_backend_failures",
@@ -262,7 +263,9 @@ _BACKEND_MODULES = frozenset({"obstore", "aiohttp", "botocore", "fsspec", "s3fs"
 _OPTION_REFUSALS = frozenset({"UnknownConfigurationKeyError", "InvalidPathError"})
 
 
-def _backend_error(exc: BaseException) -> bool:
+def is_backend_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a storage backend's own failure (obstore's, an fsspec client's,
+    a network error), not a refusal of its options nor one of this package's errors."""
     if type(exc).__name__ in _OPTION_REFUSALS or isinstance(exc, VfsError):
         return False
     if type(exc).__module__.partition(".")[0] in _BACKEND_MODULES or missing_bucket(exc):
@@ -290,7 +293,7 @@ def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not _backend_error(exc):
+        if not is_backend_error(exc):
             raise
         raise StoreAccessError.naming(where, exc, options=options) from exc
 
@@ -315,7 +318,7 @@ def names_backend_failures(*parameters: str) -> Callable[[_Function], _Function]
             try:
                 return function(*args, **kwargs)
             except Exception as exc:
-                if not _backend_error(exc):
+                if not is_backend_error(exc):
                     raise
                 # imported here: the command line loads this module before zarr
                 from zarr.abc.store import Store
@@ -343,6 +346,9 @@ def failing_location(exc: BaseException, wheres: Sequence[str]) -> str:
     >>> error = OSError("Error performing GET http://127.0.0.1:9000/bkt/b.zarr/zarr.json")
     >>> failing_location(error, ["s3://bkt/a.zarr", "s3://bkt/b.zarr"])
     's3://bkt/b.zarr'
+    >>> listing = OSError("Error performing GET http://h:9/bkt?list-type=2&prefix=b.zarr%2F")
+    >>> failing_location(listing, ["s3://bkt/a.zarr", "s3://bkt/b.zarr"])
+    's3://bkt/b.zarr'
     >>> failing_location(OSError("refused"), ["/data/a.zarr", "http://h/b.zarr"])
     'http://h/b.zarr'
     """
@@ -350,7 +356,12 @@ def failing_location(exc: BaseException, wheres: Sequence[str]) -> str:
 
     def named_in_text(where: str) -> bool:
         key = _location_key(where)
-        return bool(key) and key in text
+        if not key:
+            return False
+        # a request for a key of it, or a listing of it (S3: the bucket, prefix=path/)
+        bucket, _, path = key.partition("/")
+        listing = f"{bucket}?list-type=2&prefix={quote(path + '/', safe='')}"
+        return key in text or (bool(path) and listing in text)
 
     for candidates in (
         [where for where in wheres if named_in_text(where)],
