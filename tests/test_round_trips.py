@@ -329,6 +329,15 @@ def test_a_composite_whose_own_store_is_remote(remote: Remote) -> None:
     own = [r for r in found if r.key.startswith("composite.zarr")]
     assert len(own) <= 30  # see docs/remote.md
     np.testing.assert_array_equal(store.reader().read(), remote.expected)
+    remote.take()
+    # warm: every later reader of the same open store (a new reader, plain zarr, a
+    # subset) is served from memory and the source cache, not one more request each
+    # for the composite's feature map
+    np.testing.assert_array_equal(store.reader().read(), remote.expected)
+    counts = zarr.open_array(store, path="RNA/counts", mode="r")
+    np.testing.assert_array_equal(counts[::7], remote.expected[::7])
+    np.testing.assert_array_equal(store.reader().read(None, [3, 1]), remote.expected[:, [3, 1]])
+    assert remote.take() == []
     store.close()
 
 
