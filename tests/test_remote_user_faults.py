@@ -21,6 +21,7 @@ from s3_server import S3Server
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
+from cytearc_vfs.remote.failures import StoreAccessError
 
 pytestmark = pytest.mark.remote
 
@@ -142,3 +143,32 @@ def test_the_command_line_names_the_location_and_the_flag_of_its_options(
     for other in others - {flag}:
         assert f"as {other}" not in err, err
     assert not (tmp_path / "new.zarr").exists()
+
+
+def test_a_write_the_server_keeps_failing_is_one_clear_error(
+    s3_server: S3Server, counts: sp.csr_array, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A destination whose server answers every chunk write ``500``: the error names the
+    destination by its URL, the key, the cause in one line and its remedy, and says the
+    destination is unfinished; obstore's multi-line debug dump stays in the cause."""
+    from loopback_proxy import LoopbackProxy
+
+    monkeypatch.setenv("CYTEARC_SOURCE_TIMEOUT", "1")
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        url = f"s3://{s3_server.new_bucket()}/failing.zarr"
+        options = {**s3_server.storage_options(), "endpoint": proxy.endpoint}
+        proxy.fail(10_000, status=500, match="failing.zarr/RNA/counts/c/")
+        with pytest.raises(StoreAccessError) as raised:
+            cv.write_counts(url, counts, storage_options=options)
+        text = str(raised.value)
+        assert text.startswith("writing 'RNA/counts/c/") and f" to {url} failed (" in text, text
+        assert "\n" not in text and "Debug source" not in text and "S3Store(" not in text, text
+        assert "500 Internal Server Error" in text and "CYTEARC_SOURCE_TIMEOUT" in text, text
+        assert "unfinished" in text and "overwrite=True" in text, text
+        assert raised.value.where == url
+        proxy.clear()
+        with pytest.raises(cv.IncompleteStoreError):
+            cv.open_store(url, storage_options=options)
+    finally:
+        proxy.close()
