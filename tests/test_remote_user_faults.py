@@ -172,3 +172,28 @@ def test_a_write_the_server_keeps_failing_is_one_clear_error(
             cv.open_store(url, storage_options=options)
     finally:
         proxy.close()
+
+
+def test_a_refused_write_names_the_destination_by_its_url(
+    s3_server: S3Server, counts: sp.csr_array
+) -> None:
+    """A 403 on the chunk writes (credentials that may read but not write): the error
+    names the destination as the caller wrote it, never the client's own description
+    (``object_store://S3Store(bucket=...)/...``), and the remedy once."""
+    from loopback_proxy import LoopbackProxy
+
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        bucket = s3_server.new_bucket()
+        url = f"s3://{bucket}/denied.zarr"
+        options = {**s3_server.storage_options(), "endpoint": proxy.endpoint}
+        proxy.fail(10_000, status=403, match="denied.zarr/RNA/counts/c/")
+        with pytest.raises(OSError) as raised:
+            cv.write_counts(url, counts, storage_options=options)
+        text = str(raised.value)
+        assert isinstance(raised.value.__cause__, PermissionError)
+        assert url in text and "object_store://" not in text and "S3Store(" not in text, text
+        assert text.count("credentials with write access") == 1, text
+        assert "unfinished" in text and "overwrite=True" in text, text
+    finally:
+        proxy.close()
