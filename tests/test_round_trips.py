@@ -341,6 +341,38 @@ def test_a_composite_whose_own_store_is_remote(remote: Remote) -> None:
     store.close()
 
 
+def test_a_composite_whose_own_store_is_remote_through_s3fs(remote: Remote) -> None:
+    """The same composite opened and read through s3fs (``backend: fsspec``): the same
+    values, one listing per source, and the composite's own store in the requests
+    docs/remote.md gives (zarr's FsspecStore sizes each whole object with a HEAD first,
+    and s3fs answers an absent key with a HEAD and a listing)."""
+    url = f"s3://{remote.bucket}/composite-fsspec.zarr"
+    cv.create_composite(
+        url,
+        remote.sources,
+        storage_options=remote.direct,
+        source_storage_options={name: remote.direct for name in remote.sources},
+    ).close()
+    fsspec = {
+        "backend": "fsspec",
+        "endpoint_url": remote.proxy.endpoint,
+        "key": remote.direct["access_key_id"],
+        "secret": remote.direct["secret_access_key"],
+        "client_kwargs": {"region_name": remote.direct["region"]},
+    }
+    remote.take()
+    store = cv.open_store(
+        url, storage_options=fsspec, source_storage_options=dict.fromkeys(remote.sources, fsspec)
+    )
+    found = remote.take()
+    assert_no_probes(found)
+    assert per_source(found)["s0.zarr"] == 1
+    own = [r for r in found if r.key.startswith("composite-fsspec.zarr")]
+    assert len(own) <= 50, len(own)  # 46 measured; see docs/remote.md
+    np.testing.assert_array_equal(store.reader().read(), remote.expected)
+    store.close()
+
+
 # ---------------------------------------------------------------- reading
 
 
