@@ -87,6 +87,31 @@ def test_a_source_in_a_missing_bucket_is_named_as_such(s3_server: S3Server, tmp_
     assert not (tmp_path / "c.zarr").exists()
 
 
+def test_opening_a_store_in_a_missing_bucket_says_so(
+    s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S3 answers a GET of any key in a bucket that does not exist 404, as for an absent
+    key: 'holds no Zarr group' sent the user after the path. An open that finds no root
+    document asks one listing, which names the missing bucket."""
+    options = s3_server.storage_options()
+    url = "s3://no-such-bucket-3/a.zarr"
+    with pytest.raises(OSError) as raised:
+        cv.open_store(url, storage_options=options)
+    _no_bucket_named(str(raised.value))
+    with pytest.raises(OSError) as raised:
+        cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
+    _no_bucket_named(str(raised.value))
+    assert not (tmp_path / "m.zarr").exists()
+    code = main(["info", url, "--storage-options", json.dumps(options)])
+    err = capsys.readouterr().err
+    assert code == 4 and len(err.strip().splitlines()) == 1, err
+    _no_bucket_named(err)
+    # a bucket that exists, with nothing at the path: said as before, for one listing more
+    bucket = s3_server.new_bucket()
+    with pytest.raises(ValueError, match="holds no Zarr group"):
+        cv.open_store(f"s3://{bucket}/a.zarr", storage_options=options)
+
+
 def _unreachable(s3_server: S3Server) -> dict[str, Any]:
     """The server's options with its endpoint on a closed port: refused at once."""
     with socket.socket() as probe:

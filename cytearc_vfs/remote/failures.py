@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..errors import VfsError
+from ..format.store_io import missing_bucket
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
@@ -131,13 +132,6 @@ def unreachable(exc: BaseException) -> bool:
             "no route to host",
         )
     )
-
-
-def missing_bucket(exc: BaseException) -> bool:
-    """Whether ``exc`` is S3's answer that the bucket does not exist (``NoSuchBucket``,
-    quoted by obstore and botocore; s3fs says it in words)."""
-    text = str(exc).lower()
-    return "nosuchbucket" in text or "specified bucket does not exist" in text
 
 
 def refused(exc: BaseException) -> bool:
