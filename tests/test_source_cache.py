@@ -11,7 +11,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -416,6 +418,46 @@ def test_a_second_read_of_a_remote_composite_comes_from_the_cache(
     assert store.cache_info().misses == first.misses
     store.close()
     assert not Path(first.directory).exists()
+
+
+@pytest.mark.remote
+def test_concurrent_readers_of_a_shard_share_one_fetch(
+    tmp_path: Path,
+    remote_sources: RemoteSources,
+    s3_server: S3Server,
+) -> None:
+    """Eight threads reading the same cells of one open composite, each with its own
+    reader (a threaded dask scheduler, a server's requests): each shard is fetched
+    once, as for one reader, not once per thread."""
+    sources, options, expected = remote_sources
+    cv.create_composite(tmp_path / "c.zarr", sources, source_storage_options=options).close()
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        proxied = {name: {**o, "endpoint": proxy.endpoint} for name, o in options.items()}  # type: ignore[dict-item]
+        store = cv.open_store(tmp_path / "c.zarr", source_storage_options=proxied)
+        proxy.take()
+        np.testing.assert_array_equal(store.reader().read(), expected)
+        alone = len(proxy.take())
+        store.close()
+        store = cv.open_store(tmp_path / "c.zarr", source_storage_options=proxied)
+        proxy.take()
+        proxy.delay = 0.05  # each request in flight long enough for the others to meet it
+        together = threading.Barrier(8)
+
+        def read(_: int) -> np.ndarray:
+            reader = store.reader()
+            together.wait()
+            return reader.read()
+
+        with ThreadPoolExecutor(8) as pool:
+            for values in pool.map(read, range(8)):
+                np.testing.assert_array_equal(values, expected)
+        assert len(proxy.take()) == alone
+        info = store.cache_info()
+        assert info.misses == alone and info.hits == 7 * alone
+        store.close()
+    finally:
+        proxy.close()
 
 
 @pytest.mark.remote

@@ -136,7 +136,9 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
     if parts.query or parts.fragment or not parts.netloc:
         return ObjectStore(from_url(url, **options), read_only=read_only)
     client = _shared_client(f"{parts.scheme}://{parts.netloc}", options)
-    return SharedClientObjectStore(client, parts.path.strip("/"), read_only=read_only)
+    # named in messages without any user or password the URL carries
+    shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}".rstrip("/")
+    return SharedClientObjectStore(client, parts.path.strip("/"), read_only=read_only, url=shown)
 
 
 # Clients by (bucket URL, options), most recently used last; a client holds
@@ -184,9 +186,14 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
     (``delete_dir("")``: an unfinished remote destination is removed so).
     """
 
-    def __init__(self, store: Any, key_prefix: str, *, read_only: bool = False) -> None:
+    def __init__(
+        self, store: Any, key_prefix: str, *, read_only: bool = False, url: str | None = None
+    ) -> None:
         super().__init__(store, read_only=read_only)
         self.key_prefix = key_prefix.strip("/")
+        #: The URL it was opened from, which messages name (the client's own description,
+        #: ``S3Store(bucket="b")``, is not what the caller wrote)
+        self.url = url
 
     def _key(self, key: str, op: str = "get") -> str:
         return object_key(self, self._check_key(key, op))
@@ -207,9 +214,11 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
         return hash((type(self), self.key_prefix))
 
     def with_read_only(self, read_only: bool = False) -> SharedClientObjectStore:
-        return type(self)(self.store, self.key_prefix, read_only=read_only)
+        return type(self)(self.store, self.key_prefix, read_only=read_only, url=self.url)
 
     def __str__(self) -> str:
+        if self.url is not None:
+            return self.url
         return f"object_store://{self.store}/{self.key_prefix}"
 
     def __repr__(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -21,7 +22,13 @@ from ..errors import (
     RecordShapeError,
     VfsError,
 )
-from ..remote.failures import StoreAccessError, failure_remedy, named_source_failure
+from ..remote.failures import (
+    StoreAccessError,
+    failing_location,
+    failure_remedy,
+    is_backend_error,
+    named_source_failure,
+)
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 
@@ -116,12 +123,32 @@ def _is_fetch_failure(exc: BaseException) -> bool:
     return errors is not None and isinstance(exc, errors.DataFetchError)
 
 
-def classify_failure(exc: BaseException) -> Failure:
-    """The exit code, category and one-line message of ``exc``."""
+def _location_failure(exc: BaseException, locations: Mapping[str, str]) -> Failure | None:
+    """The failure of a backend's error about one of the command's ``locations`` (printed
+    location -> how its options are given), named with that location and its flag, or
+    ``None`` when ``exc`` is no backend's error or names none of them."""
+    if not locations or not is_backend_error(exc):
+        return None
+    where = failing_location(exc, list(locations))
+    if where not in locations:
+        return None
+    said = StoreAccessError.naming(where, exc, options=locations[where])
+    return Failure(ExitCode.ENVIRONMENT, "environment", one_line(str(said)))
+
+
+def classify_failure(exc: BaseException, locations: Mapping[str, str] | None = None) -> Failure:
+    """The exit code, category and one-line message of ``exc``, raised by a command
+    whose locations (as printed) take their options as ``locations`` says
+    (:func:`~cytearc_vfs.cli.location_flags.location_flags`)."""
     message = one_line(str(exc))
     damaged = (IncompleteStoreError, IdentityMismatchError, RecordShapeError, MissingChunkError)
     if isinstance(exc, damaged):
         return Failure(ExitCode.DAMAGED, "damaged", message)
+    # a backend's own error from the command's checks of its locations (what they
+    # hold, whether a destination is free) names the location and its own flag
+    located = _location_failure(exc, locations or {})
+    if located is not None:
+        return located
     if isinstance(exc, NotADirectoryError) and exc.filename is not None:
         # the operating system's own words ("[Errno 20] Not a directory: 'a.h5ad/x.zarr'")
         return Failure(
@@ -141,7 +168,8 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, StoreAccessError) and exc.__cause__ is not None:
         # named by the Python API, whose remedy says storage_options=: said again with
         # the command line's option
-        said = StoreAccessError.naming(exc.where, exc.__cause__, options=_OPTIONS)
+        options = (locations or {}).get(exc.where, _OPTIONS)
+        said = StoreAccessError.naming(exc.where, exc.__cause__, options=options)
         return Failure(ExitCode.ENVIRONMENT, "environment", one_line(str(said)))
     if isinstance(exc, OSError) and isinstance(exc, VfsError):
         # raised by this layer about the system (FUSE missing): the message names the remedy

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,9 +41,15 @@ def _emit(payload: dict[str, Any], *, as_json: bool, text: str) -> None:
 
 
 def _report_failure(
-    command: str, exc: BaseException, *, as_json: bool, debug: bool, cleanup: str = ""
+    command: str,
+    exc: BaseException,
+    *,
+    as_json: bool,
+    debug: bool,
+    cleanup: str = "",
+    locations: Mapping[str, str] | None = None,
 ) -> ExitCode:
-    failure = classify_failure(exc)
+    failure = classify_failure(exc, locations)
     if cleanup:
         # what became of the destination this command created, after the message
         # that described it unfinished
@@ -121,6 +127,7 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
     from .inputs import json_option
     from .interrupts import DestinationGuard
     from .library_warnings import command_warnings
+    from .location_flags import location_flags
     from .progress import progress_bars
 
     run, destination_argument = COMMANDS[args.command]
@@ -156,7 +163,12 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
                 raise
     except Exception as exc:
         return _report_failure(
-            args.command, exc, as_json=state.as_json, debug=debug, cleanup=state.cleanup
+            args.command,
+            exc,
+            as_json=state.as_json,
+            debug=debug,
+            cleanup=state.cleanup,
+            locations=location_flags(args),
         )
     try:
         _emit(outcome.payload, as_json=state.as_json, text=outcome.text)

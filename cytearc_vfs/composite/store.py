@@ -36,7 +36,7 @@ from ..format.paths import AssayPaths, join
 from ..format.store_io import document_attribute
 from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns
-from ..read.count_mapping import ArrayMapping, CountMapping
+from ..read.count_mapping import ArrayMapping, CountMapping, FeatureMap
 from ..read.read_stats import ReadCounters, ReaderStats
 from ..read.sources import BoundSource, rebind
 from ..remote.locations import Location, describe_location, open_location
@@ -84,6 +84,7 @@ class CompositeStore(KeyCheckedStore):
         self._documents = backing if documents is None else documents
         self._cache = SourceCache() if cache is None else cache
         self._cell_runs = cell_runs
+        self._feature_map = FeatureMap()
         self._backing = backing
         self._record = record
         self._sources = sources
@@ -206,6 +207,7 @@ class CompositeStore(KeyCheckedStore):
         clone._sources = self._sources
         clone._source_options = self._source_options
         clone._cell_runs = self._cell_runs
+        clone._feature_map = self._feature_map
         clone._virtual = self._virtual
         clone._chunk_counters = self._chunk_counters
         clone._chunk_reader = self._chunk_reader
@@ -265,6 +267,7 @@ class CompositeStore(KeyCheckedStore):
             source_rows=array_at(root, join(MAPS_GROUP, "sourceRows")).async_array,
             feature_columns=array_at(root, join(MAPS_GROUP, "featureColumns")).async_array,
             cell_runs=self._cell_runs,
+            feature_map=self._feature_map,
             cell_id_array=array_at(root, "cellData/ids"),
             feature_id_array=array_at(root, join(assay, "featureData", "ids")),
         )

@@ -49,7 +49,7 @@ from .records import (
     requires_transpose,
 )
 from .shard_tables import ShardTable, check_stored_shards, read_shard_table
-from .store_io import get_json, list_dir
+from .store_io import get_json, list_dir, missing_bucket
 from .store_keys import METADATA_DOCUMENTS
 
 __all__ = [
@@ -195,12 +195,43 @@ def contents_documents(keys: Iterable[str]) -> list[str]:
     return documents
 
 
+def list_root_once(store: Store) -> None:
+    """Ask a remote ``store`` for the first page of its root listing, for what it raises.
+
+    S3 answers a GET of any key in a bucket that does not exist ``404``, as for
+    an absent key, so a location without a root document may be a mistyped
+    path or a missing bucket; only a listing says which (``NoSuchBucket``,
+    raised here and named by the callers' translation of backend errors).
+    Called where a root document is missing, so it costs one request only on
+    the way to an error, and raises only a missing bucket. Local and in-memory
+    stores are not listed (a local directory may hold any number of files).
+    """
+    from zarr.core.sync import sync
+    from zarr.storage import LocalStore, MemoryStore
+
+    if isinstance(store, LocalStore | MemoryStore) or not store.supports_listing:
+        return
+
+    async def first_page() -> None:
+        async for _ in store.list_dir(""):
+            break
+
+    try:
+        sync(first_page())
+    except Exception as exc:
+        if missing_bucket(exc):
+            raise
+        # anything else (a server that refuses listings) leaves the missing document
+        # to be said as it is: the path is what to check
+
+
 def read_contents(store: Store, *, where: str) -> StoreContents:
     """List the assays a store declares (root layout and workspaces)."""
     root = _get_json(store, "zarr.json")
     if root is None:
         if _get_json(store, ".zgroup") is not None:
             return StoreContents(_get_json(store, ".zattrs") or {}, (), (), 2)
+        list_root_once(store)  # a missing bucket is said so, not "no zarr.json"
         remedy = (
             # an AnnData file: say what it is and how to use it (not "write a store there")
             ": an .h5ad file is AnnData in HDF5, read only as input. Import it with "

@@ -25,6 +25,7 @@ __all__ = [
     "holds_names_below",
     "list_dir",
     "lists_as_empty_directory",
+    "missing_bucket",
 ]
 
 
@@ -168,3 +169,14 @@ def document_attribute(data: bytes, name: str) -> object:
     if not isinstance(document, dict) or not isinstance(document.get("attributes"), dict):
         return None
     return document["attributes"].get(name)
+
+
+def missing_bucket(exc: BaseException) -> bool:
+    """Whether ``exc`` is S3's answer that the bucket does not exist (``NoSuchBucket``,
+    quoted by obstore and botocore; s3fs says it in words).
+
+    >>> missing_bucket(FileNotFoundError("The specified bucket does not exist"))
+    True
+    """
+    text = str(exc).lower()
+    return "nosuchbucket" in text or "specified bucket does not exist" in text

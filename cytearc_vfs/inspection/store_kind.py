@@ -128,7 +128,7 @@ def classify_location(
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    from ..format.source_store import read_contents
+    from ..format.source_store import list_root_once, read_contents
 
     where = describe_location(location)
     store = open_location(location, read_only=True, storage_options=storage_options)
@@ -142,6 +142,8 @@ def classify_location(
         v2_group = _document(raw(".zgroup"))
         if v2_group is None:
             kind: Kind = "zarr-array" if _document(raw(".zarray")) is not None else "directory"
+            if kind == "directory":
+                list_root_once(store)  # a missing bucket is said so, not "a directory"
             return StoreKind(kind, where, 2 if kind == "zarr-array" else None)
         attrs = _document(raw(".zattrs")) or {}
         if attrs.get("encoding-type") == "anndata":

@@ -25,7 +25,14 @@ from .placement import as_slice
 from .read_stats import ReadCounters
 from .sources import BoundSource
 
-__all__ = ["ArrayMapping", "CountMapping", "IdentityMapping", "ProvidesCountMapping", "read_ids"]
+__all__ = [
+    "ArrayMapping",
+    "CountMapping",
+    "FeatureMap",
+    "IdentityMapping",
+    "ProvidesCountMapping",
+    "read_ids",
+]
 
 Indices = npt.NDArray[np.int64]
 # Feature maps up to this size are kept in memory after their first read.
@@ -137,6 +144,20 @@ async def _window(array: AsyncArray[Any], indices: Indices, *, axis: int = 0) ->
 
 
 @dataclass
+class FeatureMap:
+    """The feature map of one open composite, once read: kept for all its readers.
+
+    Every reader of an open composite (a new ``reader()``, zarr's reads of its
+    computed chunks) maps features through the same published, immutable
+    ``featureColumns``; read once per open store, not once per reader (on a
+    remote composite store, a request each).
+    """
+
+    values: Indices | None = None
+    """``featureColumns`` as int64, or ``None`` until read (or when too large to keep)."""
+
+
+@dataclass
 class ArrayMapping:
     """A composite: mappings read from its chunked ``_composite`` arrays."""
 
@@ -150,7 +171,8 @@ class ArrayMapping:
     feature_id_array: zarr.Array[Any]
     cell_runs: CellRuns | None = None
     """The cell mappings as runs, when they were summarized at open."""
-    _feature_cache: Indices | None = field(default=None, repr=False)
+    feature_map: FeatureMap = field(default_factory=FeatureMap, repr=False)
+    """Where the feature map is kept once read (one per open composite, shared)."""
 
     async def cells(self, cells: Indices) -> tuple[Indices, Indices]:
         if self.cell_runs is not None:
@@ -162,12 +184,12 @@ class ArrayMapping:
     async def features(self, features: Indices) -> Indices:
         # The feature map grows with sources x features, never with cells:
         # small ones are read once and kept, large ones read in windows.
-        if self._feature_cache is None and self.feature_columns.nbytes <= FEATURE_MAP_CACHE_BYTES:
-            self._feature_cache = np.asarray(await self.feature_columns.getitem(())).astype(
-                np.int64
-            )
-        if self._feature_cache is not None:
-            return self._feature_cache[:, features]
+        kept = self.feature_map.values
+        if kept is None and self.feature_columns.nbytes <= FEATURE_MAP_CACHE_BYTES:
+            kept = np.asarray(await self.feature_columns.getitem(())).astype(np.int64)
+            self.feature_map.values = kept  # readers racing here store equal values
+        if kept is not None:
+            return kept[:, features]
         return (await _window(self.feature_columns, features, axis=1)).astype(np.int64, copy=False)
 
     def cell_ids(self) -> pd.Index:

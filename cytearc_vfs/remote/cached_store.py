@@ -18,6 +18,7 @@ pinned.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from zarr.abc.store import (
@@ -152,14 +153,44 @@ class CachedSourceStore(SourceReadWrapper):
         byte_range: ByteRequest | None,
         part: str | None = None,
     ) -> Buffer | None:
-        data = self._cache.get(self._key(key, suffix, part))
-        if data is not None:
-            return prototype.buffer.from_bytes(data)
+        claimed = self._key(key, suffix, part)
+        running = self._cache.begin_fetch(claimed)
+        if running is not None:
+            # the same bytes are being fetched for another reader: wait for them (shielded:
+            # a waiter cancelled must not cancel the fetch the others wait for)
+            fetched = await asyncio.shield(asyncio.wrap_future(running))
+            if fetched is not None:
+                self._cache.shared_hit()
+                return None if fetched[0] is None else prototype.buffer.from_bytes(fetched[0])
+            return (await self._fetch(key, suffix, prototype, byte_range, part))[0]  # it failed
+        outcome: tuple[bytes | None] | None = None
+        try:
+            data = self._cache.get(claimed)
+            if data is not None:
+                outcome = (data,)
+                return prototype.buffer.from_bytes(data)
+            buffer, raw = await self._fetch(key, suffix, prototype, byte_range, part)
+            outcome = (raw,)
+            return buffer
+        finally:
+            self._cache.end_fetch(claimed, outcome)
+
+    async def _fetch(
+        self,
+        key: str,
+        suffix: int | None,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None,
+        part: str | None,
+    ) -> tuple[Buffer | None, bytes | None]:
+        """The source's bytes of ``key`` (and their copy, which the cache keeps)."""
         buffer = await self._store.get(key, prototype, byte_range)
-        if buffer is not None:
-            # keyed after the fetch: a first read has just pinned the version
-            self._cache.put(self._key(key, suffix, part), buffer.to_bytes())
-        return buffer
+        if buffer is None:
+            return None, None
+        raw = buffer.to_bytes()
+        # keyed after the fetch: a first read has just pinned the version
+        self._cache.put(self._key(key, suffix, part), raw)
+        return buffer, raw
 
     def _from_whole(
         self, key: str, start: int, stop: int | None, prototype: BufferPrototype

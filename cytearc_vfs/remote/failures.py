@@ -23,9 +23,10 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..errors import VfsError
+from ..format.store_io import missing_bucket
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
@@ -33,7 +34,9 @@ __all__ = [
     "failing_location",
     "failure_remedy",
     "first_line",
+    "is_backend_error",
     "is_http_location",
+    "missing_bucket",
     "named_backend_failures",
     "names_backend_failures",
     "named_source_failure",
@@ -56,10 +59,32 @@ def is_http_location(where: str) -> bool:
     return "http://" in where or "https://" in where
 
 
+#: The prolog of an S3 error answer, where obstore's first line of a failure ends.
+_XML_PROLOG = re.compile(r"\s*<\?xml[^>]*\?>\s*$")
+#: The error code and message of an S3 error answer.
+_S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*(?:<Message>([^<]*)</Message>)?")
+
+
 def first_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message (its type's name when it has none)."""
+    """The first line of ``exc``'s message (its type's name when it has none).
+
+    obstore quotes an S3 error answer from its next line on, so its first line
+    ends with the answer's XML prolog: that is replaced by the answer's error
+    code and message, which say what happened.
+
+    >>> first_line(OSError('GET x - 404 Not Found: <?xml version="1.0"?>\\n<Error>'
+    ...     '<Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message>'))
+    'GET x - 404 Not Found: NoSuchBucket (The specified bucket does not exist)'
+    """
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    first = text.splitlines()[0]
+    answer = _S3_ERROR.search(text)
+    if answer is not None and _XML_PROLOG.search(first):
+        code, message = answer.groups()
+        first = _XML_PROLOG.sub(" ", first) + code + (f" ({message})" if message else "")
+    return first
 
 
 def _text(exc: BaseException) -> str:
@@ -130,6 +155,12 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return (
             "nothing answered at that address (the connection failed): check that the "
             f"endpoint is right and reachable, and pass it (and credentials) as {options}"
+        )
+    if missing_bucket(exc):
+        # a 404 of the bucket itself: no credential or endpoint option is the remedy
+        return (
+            "its bucket does not exist (S3 NoSuchBucket): check the bucket name in the URL, "
+            "or create the bucket"
         )
     if timed_out(exc):
         return (
@@ -226,10 +257,13 @@ _BACKEND_MODULES = frozenset({"obstore", "aiohttp", "botocore", "fsspec", "s3fs"
 _OPTION_REFUSALS = frozenset({"UnknownConfigurationKeyError", "InvalidPathError"})
 
 
-def _backend_error(exc: BaseException) -> bool:
+def is_backend_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a storage backend's own failure (obstore's, an fsspec client's,
+    a network error), not a refusal of its options nor one of this package's errors."""
     if type(exc).__name__ in _OPTION_REFUSALS or isinstance(exc, VfsError):
         return False
-    if type(exc).__module__.partition(".")[0] in _BACKEND_MODULES:
+    if type(exc).__module__.partition(".")[0] in _BACKEND_MODULES or missing_bucket(exc):
+        # s3fs answers a missing bucket with a bare FileNotFoundError naming no location
         return True
     return isinstance(exc, (ConnectionError, TimeoutError))
 
@@ -253,7 +287,7 @@ def named_backend_failures(where: str, *, options: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not _backend_error(exc):
+        if not is_backend_error(exc):
             raise
         raise StoreAccessError.naming(where, exc, options=options) from exc
 
@@ -278,7 +312,7 @@ def names_backend_failures(*parameters: str) -> Callable[[_Function], _Function]
             try:
                 return function(*args, **kwargs)
             except Exception as exc:
-                if not _backend_error(exc):
+                if not is_backend_error(exc):
                     raise
                 # imported here: the command line loads this module before zarr
                 from zarr.abc.store import Store
@@ -306,6 +340,9 @@ def failing_location(exc: BaseException, wheres: Sequence[str]) -> str:
     >>> error = OSError("Error performing GET http://127.0.0.1:9000/bkt/b.zarr/zarr.json")
     >>> failing_location(error, ["s3://bkt/a.zarr", "s3://bkt/b.zarr"])
     's3://bkt/b.zarr'
+    >>> listing = OSError("Error performing GET http://h:9/bkt?list-type=2&prefix=b.zarr%2F")
+    >>> failing_location(listing, ["s3://bkt/a.zarr", "s3://bkt/b.zarr"])
+    's3://bkt/b.zarr'
     >>> failing_location(OSError("refused"), ["/data/a.zarr", "http://h/b.zarr"])
     'http://h/b.zarr'
     """
@@ -313,7 +350,12 @@ def failing_location(exc: BaseException, wheres: Sequence[str]) -> str:
 
     def named_in_text(where: str) -> bool:
         key = _location_key(where)
-        return bool(key) and key in text
+        if not key:
+            return False
+        # a request for a key of it, or a listing of it (S3: the bucket, prefix=path/)
+        bucket, _, path = key.partition("/")
+        listing = f"{bucket}?list-type=2&prefix={quote(path + '/', safe='')}"
+        return key in text or (bool(path) and listing in text)
 
     for candidates in (
         [where for where in wheres if named_in_text(where)],

@@ -37,6 +37,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
+from concurrent.futures import Future
 from typing import NamedTuple
 
 import google_crc32c
@@ -164,6 +165,10 @@ class SourceCache:
         self._directory: str | None = None
         self._finalizer: weakref.finalize[[str, int], SourceCache] | None = None
         self._swept = False
+        # fetches from the source in flight, by key: a concurrent miss of the same key
+        # waits for that fetch instead of making its own request
+        self._flight_lock = threading.Lock()
+        self._in_flight: dict[str, Future[tuple[bytes | None] | None]] = {}
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ use
@@ -225,6 +230,32 @@ class SourceCache:
                 return None
             self._hits += 1
             return blocks[start - low : stop - low]
+
+    def begin_fetch(self, key: str) -> Future[tuple[bytes | None] | None] | None:
+        """Claim the fetch of ``key`` from the source: ``None`` when the caller is to fetch
+        it (and must call :meth:`end_fetch` whatever happens), else the fetch already in
+        flight, whose result is ``(bytes,)`` (``(None,)``: no such key) or ``None`` when
+        that fetch failed (the waiter then fetches for itself)."""
+        if not self._enabled:
+            return None  # no cache: each read goes to the source (CYTEARC_SOURCE_CACHE_BYTES=0)
+        with self._flight_lock:
+            running = self._in_flight.get(key)
+            if running is None:
+                self._in_flight[key] = Future()
+            return running
+
+    def end_fetch(self, key: str, fetched: tuple[bytes | None] | None) -> None:
+        """End the fetch of ``key`` claimed by :meth:`begin_fetch`, with what it fetched
+        (put in the cache before this, so a later miss finds it there) or ``None``."""
+        with self._flight_lock:
+            running = self._in_flight.pop(key, None)
+        if running is not None and not running.done():
+            running.set_result(fetched)
+
+    def shared_hit(self) -> None:
+        """Count a request served by another's fetch in flight (no request of its own)."""
+        with self._lock:
+            self._hits += 1
 
     def size(self, key: str) -> int | None:
         """The size of the entry ``key``, or ``None`` when it is not cached (no
@@ -340,6 +371,8 @@ class SourceCache:
             self._finalizer.detach()
         self._finalizer = None
         self._lock = threading.Lock()
+        self._flight_lock = threading.Lock()
+        self._in_flight = {}  # the parent's fetches: never answered in the child
         self._directory = None
         self._entries = OrderedDict()
         self._bytes = 0

@@ -443,6 +443,7 @@ def create_destination(
         documents={ROOT_DOCUMENT: document},
         commits=clears_pending_marker,
         max_bytes=held_bytes,
+        where=describe_location(location),
     )
     return zarr.open_group(behind, mode="r+", zarr_format=3)
 

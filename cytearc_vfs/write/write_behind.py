@@ -62,7 +62,14 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from ..format.key_checked import KeyCheckedStore
-from ..format.option_names import switched_on
+from ..format.option_names import option_name, switched_on
+from ..remote.failures import (
+    StoreAccessError,
+    failure_remedy,
+    first_line,
+    is_backend_error,
+    is_http_location,
+)
 from .stopping import finish_sent
 
 __all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
@@ -189,9 +196,12 @@ class WriteBehindStore(KeyCheckedStore):
         max_in_flight: int = MAX_IN_FLIGHT,
         max_bytes: int = MAX_HELD_BYTES,
         commits: Commits = root_document_commits,
+        where: str | None = None,
     ) -> None:
         super().__init__(read_only=read_only)
         self.store = store
+        #: The destination as its caller gave it (a URL), for messages; else the store's name.
+        self.where = str(store) if where is None else where
         self.max_in_flight = max_in_flight
         self.max_bytes = max_bytes
         self.commits = commits
@@ -208,6 +218,7 @@ class WriteBehindStore(KeyCheckedStore):
             max_in_flight=self.max_in_flight,
             max_bytes=self.max_bytes,
             commits=self.commits,
+            where=self.where,
         )
         view._writes = self._writes  # the same writes: a view sees them in flight
         return view
@@ -286,12 +297,28 @@ class WriteBehindStore(KeyCheckedStore):
 
     def _raise_failure(self) -> None:
         failure = self._writes.failure
-        if failure is not None:
-            raise OSError(
-                f"writing {self._writes.failed_key!r} to {self.store} failed ({failure!r}); "
-                "the destination is unfinished and does not open: write it again with "
-                f"{switched_on('overwrite')}"
-            ) from failure
+        if failure is None:
+            return
+        # the failure's first line: obstore's errors go on with a multi-line debug dump,
+        # which stays in the cause
+        said = (
+            f"writing {self._writes.failed_key!r} to {self.where} failed "
+            f"({type(failure).__name__}: {first_line(failure)})"
+        )
+        unfinished = (
+            "the destination is unfinished and does not open: write it again with "
+            f"{switched_on('overwrite')}"
+        )
+        if not is_backend_error(failure):
+            raise OSError(f"{said}; {unfinished}") from failure
+        # the backend's own failure (a lasting 5xx, a timeout, nothing answering): the
+        # remedy of its cause, and an error the command line names with its flag
+        remedy = failure_remedy(
+            failure, http=is_http_location(self.where), options=option_name("storage_options")
+        )
+        error = StoreAccessError(f"{said}; {remedy}; {unfinished}")
+        error.where = self.where
+        raise error from failure
 
     def _failed(self, key: str, exc: Exception) -> None:
         """Keep the first failure: every later write, flush and commit raises it."""

@@ -1,0 +1,224 @@
+"""A user's mistakes with S3 locations, against the loopback S3 server: a bucket that
+does not exist, and a location whose options are wrong, each named with its own remedy.
+
+What a user sees is the message: the cause (S3's own error code, not the XML
+prolog of its answer) and the one remedy that fits it, with the option that
+carries that location's settings (in Python, or the command line's flag for
+that argument of that command).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scipy.sparse as sp
+from conftest import realistic_counts
+from s3_server import S3Server
+
+import cytearc_vfs as cv
+from cytearc_vfs.cli import main
+from cytearc_vfs.remote.failures import StoreAccessError
+
+pytestmark = pytest.mark.remote
+
+
+@pytest.fixture(scope="module")
+def counts() -> sp.csr_array:
+    return realistic_counts(40, 12, density=0.3, seed=5)
+
+
+@pytest.fixture(scope="module")
+def stored(s3_server: S3Server, counts: sp.csr_array) -> str:
+    """An ordinary store in a bucket of the server."""
+    url = f"s3://{s3_server.new_bucket()}/a.zarr"
+    cv.write_counts(url, counts, storage_options=s3_server.storage_options())
+    return url
+
+
+def _no_bucket_named(text: str) -> None:
+    assert "bucket does not exist" in text and "create the bucket" in text, text
+    assert "<?xml" not in text, text  # S3's code, not the prolog of its answer
+    assert "credentials" not in text, text  # not the remedy of this cause
+
+
+def fsspec_options(endpoint: str) -> dict[str, Any]:
+    """s3fs options for the loopback S3 server at ``endpoint``."""
+    return {
+        "backend": "fsspec",
+        "endpoint_url": endpoint,
+        "key": "testing-key",
+        "secret": "testing-secret",
+        "client_kwargs": {"region_name": "us-east-1"},
+    }
+
+
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+def test_a_destination_in_a_missing_bucket_is_named_as_such(
+    backend: str, s3_server: S3Server, counts: sp.csr_array, tmp_path: Path
+) -> None:
+    options = (
+        s3_server.storage_options() if backend == "obstore" else fsspec_options(s3_server.endpoint)
+    )
+    with pytest.raises(OSError) as raised:
+        cv.write_counts("s3://no-such-bucket-1/a.zarr", counts, storage_options=options)
+    _no_bucket_named(str(raised.value))
+    assert "s3://no-such-bucket-1/a.zarr" in str(raised.value)
+    local = tmp_path / "a.zarr"
+    cv.write_counts(local, counts)
+    with pytest.raises(OSError) as raised:
+        cv.create_composite("s3://no-such-bucket-1/c.zarr", {"a": local}, storage_options=options)
+    _no_bucket_named(str(raised.value))
+
+
+def test_a_source_in_a_missing_bucket_is_named_as_such(s3_server: S3Server, tmp_path: Path) -> None:
+    options = s3_server.storage_options()
+    with pytest.raises(OSError) as raised:
+        cv.create_composite(
+            tmp_path / "c.zarr",
+            {"a": "s3://no-such-bucket-2/a.zarr"},
+            source_storage_options={"a": options},
+        )
+    _no_bucket_named(str(raised.value))
+    assert "source 'a'" in str(raised.value)
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_opening_a_store_in_a_missing_bucket_says_so(
+    s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S3 answers a GET of any key in a bucket that does not exist 404, as for an absent
+    key: 'holds no Zarr group' sent the user after the path. An open that finds no root
+    document asks one listing, which names the missing bucket."""
+    options = s3_server.storage_options()
+    url = "s3://no-such-bucket-3/a.zarr"
+    with pytest.raises(OSError) as raised:
+        cv.open_store(url, storage_options=options)
+    _no_bucket_named(str(raised.value))
+    with pytest.raises(OSError) as raised:
+        cv.mount_datastore(url, tmp_path / "m.zarr", source_storage_options=options)
+    _no_bucket_named(str(raised.value))
+    assert not (tmp_path / "m.zarr").exists()
+    code = main(["info", url, "--storage-options", json.dumps(options)])
+    err = capsys.readouterr().err
+    assert code == 4 and len(err.strip().splitlines()) == 1, err
+    _no_bucket_named(err)
+    # a bucket that exists, with nothing at the path: said as before, for one listing more
+    bucket = s3_server.new_bucket()
+    with pytest.raises(ValueError, match="holds no Zarr group"):
+        cv.open_store(f"s3://{bucket}/a.zarr", storage_options=options)
+
+
+def _unreachable(s3_server: S3Server) -> dict[str, Any]:
+    """The server's options with its endpoint on a closed port: refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    return {
+        **s3_server.storage_options(),
+        "endpoint": f"http://127.0.0.1:{port}",
+        "retry_config": {"max_retries": 0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("command", "remote", "flag"),
+    [
+        # the remote argument of each command, and the flag that carries its options
+        (["mount", "REMOTE", "LOCAL"], "SOURCE", "--source-storage-options"),
+        (["mount", "LOCAL_STORE", "REMOTE"], "DEST", "--storage-options"),
+        (["repack", "LOCAL_STORE", "REMOTE"], "DEST", "--destination-storage-options"),
+        (["repack", "REMOTE", "LOCAL"], "SOURCE", "--storage-options"),
+        (["composite", "REMOTE", "a=LOCAL_STORE"], "DEST", "--storage-options"),
+        (["info", "REMOTE"], "LOCATION", "--storage-options"),
+    ],
+    ids=lambda value: "-".join(value) if isinstance(value, list) else value,
+)
+def test_the_command_line_names_the_location_and_the_flag_of_its_options(
+    command: list[str],
+    remote: str,
+    flag: str,
+    s3_server: S3Server,
+    stored: str,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    local_store = tmp_path / "local.zarr"
+    cv.write_counts(local_store, counts)
+    url = stored if remote in ("SOURCE", "LOCATION") else f"{stored.rpartition('/')[0]}/new.zarr"
+    words = {
+        "REMOTE": url,
+        "LOCAL": str(tmp_path / "new.zarr"),
+        "LOCAL_STORE": str(local_store),
+        "a=LOCAL_STORE": f"a={local_store}",
+    }
+    code = main(
+        [*(words.get(word, word) for word in command), flag, json.dumps(_unreachable(s3_server))]
+    )
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{url} cannot be" in err, err  # the location, named
+    assert f"as {flag} " in err, err  # the flag that carries its options
+    others = {"--storage-options", "--source-storage-options", "--destination-storage-options"}
+    for other in others - {flag}:
+        assert f"as {other}" not in err, err
+    assert not (tmp_path / "new.zarr").exists()
+
+
+def test_a_write_the_server_keeps_failing_is_one_clear_error(
+    s3_server: S3Server, counts: sp.csr_array, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A destination whose server answers every chunk write ``500``: the error names the
+    destination by its URL, the key, the cause in one line and its remedy, and says the
+    destination is unfinished; obstore's multi-line debug dump stays in the cause."""
+    from loopback_proxy import LoopbackProxy
+
+    monkeypatch.setenv("CYTEARC_SOURCE_TIMEOUT", "1")
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        url = f"s3://{s3_server.new_bucket()}/failing.zarr"
+        options = {**s3_server.storage_options(), "endpoint": proxy.endpoint}
+        proxy.fail(10_000, status=500, match="failing.zarr/RNA/counts/c/")
+        with pytest.raises(StoreAccessError) as raised:
+            cv.write_counts(url, counts, storage_options=options)
+        text = str(raised.value)
+        assert text.startswith("writing 'RNA/counts/c/") and f" to {url} failed (" in text, text
+        assert "\n" not in text and "Debug source" not in text and "S3Store(" not in text, text
+        assert "500 Internal Server Error" in text and "CYTEARC_SOURCE_TIMEOUT" in text, text
+        assert "unfinished" in text and "overwrite=True" in text, text
+        assert raised.value.where == url
+        proxy.clear()
+        with pytest.raises(cv.IncompleteStoreError):
+            cv.open_store(url, storage_options=options)
+    finally:
+        proxy.close()
+
+
+def test_a_refused_write_names_the_destination_by_its_url(
+    s3_server: S3Server, counts: sp.csr_array
+) -> None:
+    """A 403 on the chunk writes (credentials that may read but not write): the error
+    names the destination as the caller wrote it, never the client's own description
+    (``object_store://S3Store(bucket=...)/...``), and the remedy once."""
+    from loopback_proxy import LoopbackProxy
+
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        bucket = s3_server.new_bucket()
+        url = f"s3://{bucket}/denied.zarr"
+        options = {**s3_server.storage_options(), "endpoint": proxy.endpoint}
+        proxy.fail(10_000, status=403, match="denied.zarr/RNA/counts/c/")
+        with pytest.raises(OSError) as raised:
+            cv.write_counts(url, counts, storage_options=options)
+        text = str(raised.value)
+        assert isinstance(raised.value.__cause__, PermissionError)
+        assert url in text and "object_store://" not in text and "S3Store(" not in text, text
+        assert text.count("credentials with write access") == 1, text
+        assert "unfinished" in text and "overwrite=True" in text, text
+    finally:
+        proxy.close()
