@@ -6,7 +6,8 @@ runs the tree's coroutine on zarr's event loop (``zarr.core.sync.sync``) and
 translates the outcome into what the kernel expects: a stat dictionary,
 directory entries, bytes, or an ``OSError`` whose errno the binding returns.
 
-Errors: an absent path is ``ENOENT``; anything else that goes wrong while
+Errors: an absent path is ``ENOENT``, a name longer than a local store's
+file system allows ``ENAMETOOLONG`` (as that directory answers); anything else that goes wrong while
 answering (a source that disappeared, a backend error, a failed checksum) is
 ``EIO``, logged once per failed call with the store's own message, so a
 reader gets an error and never bytes that are not the store's. A call that
@@ -161,6 +162,12 @@ class TreeOperations:
             exc.add_note(note)
 
     def _failed(self, what: str, key: str, exc: BaseException) -> OSError:
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # A name longer than a local store's file system allows (statfs
+            # says 255 bytes; the kernel passes FUSE names far longer): no key
+            # has it, as a directory of the store itself would answer. It was
+            # EIO, and a stderr line echoing the whole name.
+            return OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), key)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
         logger.error(
