@@ -411,7 +411,7 @@ class StoreServer:
                     f"{self._options.max_answer_bytes})"
                 ) from exc
             try:
-                data = await reader.read_piece(rest.key, read)
+                data = await reader.read_piece(rest, read)
                 await self._write_body(writer, data[: read.sent])
                 del data  # freed before its bytes go back to the budget
             finally:
