@@ -55,6 +55,7 @@ from .answers import (
     text_answer,
 )
 from .budget import AnswerBudget
+from .conditions import precondition
 from .directories import DirectoryAnswers
 from .options import ServeOptions, ServeStats
 from .pieces import PieceReader, StreamAbortedError, StreamedSpan, piece_reads
@@ -68,6 +69,7 @@ from .protocol import (
 )
 from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, Target, parse_target, target_host
+from .validators import NO_VALIDATORS
 from .values import KeyAnswers
 
 __all__ = [
@@ -502,7 +504,8 @@ class StoreServer:
         if target.listing:
             path, accept = target.path, head.field("accept")
             directories = DirectoryAnswers(keys.store, keys.reads, self._started)
-            return await keys.within_budget(path, lambda: directories.listing(path, accept))
+            answer = await keys.within_budget(path, lambda: directories.listing(path, accept))
+            return _listing_conditions(head, path, answer)
         return await keys.value(target.path, head)
 
     def _keys_for(self, store: Store) -> KeyAnswers:
@@ -531,3 +534,25 @@ class StoreServer:
             message += f"; {one_line(note)}"
         log.error("%d %s", status.value, message)
         return text_answer(status, message)
+
+
+def _listing_conditions(head: RequestHead, path: str, listing: Answer) -> Answer:
+    """``listing``, or the ``304``/``412`` its request's conditions call for (RFC 9110, 13.2.2).
+
+    A listing has no ``ETag`` and no time: ``If-Match`` with tags never holds
+    (``412``), ``If-None-Match: *`` always does (``304``), dates are not judged.
+    An absent listing stays ``404``.
+    """
+    if listing.status != HTTPStatus.OK:
+        return listing
+    refused = precondition(head, NO_VALIDATORS)
+    if refused is None:
+        return listing
+    listing.release()
+    if refused == HTTPStatus.NOT_MODIFIED:
+        return Answer(refused, fields=[("Vary", "Accept")])
+    return text_answer(
+        refused,
+        f"the listing of {path + '/'!r} has no ETag, so If-Match names none of its "
+        "versions; ask again without If-Match",
+    )
