@@ -420,15 +420,25 @@ class StoreServer:
                 lease.release()
 
     def _cors_fields(self, head: RequestHead | None) -> list[tuple[str, str]]:
+        """The CORS fields of every answer under ``--allow-origin`` (none without it).
+
+        ``*`` is the same for every request, so it is always sent. One origin is
+        echoed to its own requests only, so every answer varies by ``Origin``:
+        one kept by a cache from a request without it (the URL opened in the
+        browser) must not be handed to the allowed page's ``fetch``, which would
+        fail on CORS (the Fetch standard, "CORS protocol and HTTP caches").
+        """
         allowed = self._options.allow_origin
-        origin = None if head is None else head.field("origin")
-        if allowed is None or origin is None or (allowed != "*" and origin != allowed):
+        if allowed is None:
             return []
-        return [
+        exposed = [
             ("Access-Control-Allow-Origin", allowed),
             ("Access-Control-Expose-Headers", _EXPOSED),
-            ("Vary", "Origin"),
         ]
+        if allowed == "*":
+            return exposed
+        origin = None if head is None else head.field("origin")
+        return [*(exposed if origin == allowed else []), ("Vary", "Origin")]
 
     def _host_allowed(self, host: str | None) -> bool:
         """Whether the ``Host`` a client sent names this server.
