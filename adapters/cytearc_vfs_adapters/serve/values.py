@@ -22,6 +22,8 @@ from http import HTTPStatus
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 
+from cytearc_vfs.remote.failures import timed_out, unreachable
+
 from .answers import Answer, bytes_of, content_type, error_detail, not_found, text_answer
 from .budget import AnswerBudget, Lease
 from .conditions import precondition, range_applies
@@ -168,9 +170,12 @@ class KeyAnswers:
                 return self._busy(key)
         try:
             data = await self._read_held(key, lease, RangeByteRequest(0, lease.nbytes))
-        except Exception:
-            # S3 refuses every range of an empty object (416), the first piece's too
-            if known is None and await self._holds_nothing(key):
+        except Exception as exc:
+            # S3 refuses every range of an empty object (416), the first piece's too;
+            # a backend that timed out or is not there would make the size's question
+            # wait out the timeout a second time, for the same error
+            stalled = timed_out(exc) or unreachable(exc)
+            if known is None and not stalled and await self._holds_nothing(key):
                 return Answer(HTTPStatus.OK, b"", fields)
             raise
         if data is None:
