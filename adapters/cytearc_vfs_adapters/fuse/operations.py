@@ -6,10 +6,14 @@ runs the tree's coroutine on zarr's event loop (``zarr.core.sync.sync``) and
 translates the outcome into what the kernel expects: a stat dictionary,
 directory entries, bytes, or an ``OSError`` whose errno the binding returns.
 
-Errors: an absent path is ``ENOENT``; anything else that goes wrong while
+Errors: an absent path is ``ENOENT``, a name longer than a local store's
+file system allows ``ENAMETOOLONG`` (as that directory answers); anything else that goes wrong while
 answering (a source that disappeared, a backend error, a failed checksum) is
 ``EIO``, logged once per failed call with the store's own message, so a
-reader gets an error and never bytes that are not the store's. A call that
+reader gets an error and never bytes that are not the store's. So is a read
+of a local file that was replaced or rewritten since its handle was opened
+(:meth:`StoreTree.read` compares the file's ``stat`` identity): each read
+reads the store anew, and would otherwise mix two files' bytes. A call that
 finds a composite's or mount's source gone or changed first asks its
 :class:`~cytearc_vfs_adapters.served_store.ServedStore` to reopen the
 location (the source may have been restored) and is answered again, once, on
@@ -78,6 +82,9 @@ class _Handle:
     """The size ``getattr`` reported when the file was opened."""
     computed: _Computed | None = field(default=None)
     """Set for a computed value (see :meth:`StoreTree.is_computed`)."""
+    identity: str | None = None
+    """A local file's identity when opened (:attr:`Entry.identity`): every read
+    checks it, so a file replaced while open is ``EIO``, never mixed bytes."""
 
 
 def _key_of(path: str) -> str:
@@ -161,6 +168,12 @@ class TreeOperations:
             exc.add_note(note)
 
     def _failed(self, what: str, key: str, exc: BaseException) -> OSError:
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # A name longer than a local store's file system allows (statfs
+            # says 255 bytes; the kernel passes FUSE names far longer): no key
+            # has it, as a directory of the store itself would answer. It was
+            # EIO, and a stderr line echoing the whole name.
+            return OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), key)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
         logger.error(
@@ -257,7 +270,8 @@ class TreeOperations:
                 computed.handles += 1
             handle = self._next_handle
             self._next_handle += 1
-            self._handles[handle] = _Handle(key, entry.size, computed)
+            identity = entry.identity if computed is None else None
+            self._handles[handle] = _Handle(key, entry.size, computed, identity)
         return handle
 
     def _computed_value(self, handle: _Handle, computed: _Computed) -> bytes:
@@ -307,7 +321,7 @@ class TreeOperations:
                         f"computed {len(value)} bytes, but its size was given as {handle.size}",
                     )
                 return value[offset:stop]
-            return self._answered(lambda tree: tree.read(handle.key, offset, stop))
+            return self._answered(lambda tree: tree.read(handle.key, offset, stop, handle.identity))
         except Exception as exc:
             raise self._failed("read", handle.key, exc) from exc
 

@@ -56,6 +56,10 @@ class Entry:
     """The file's modification time (ns since the epoch) where the store keeps one
     that costs no request: a local file's (of an ordinary store, a composite's own
     keys, a mount's local side); ``None`` for directories and everything else."""
+    identity: str | None = None
+    """For such a local file, its ``stat`` identity (size, ``mtime_ns``, inode,
+    device; :attr:`~..serve.validators.Described.identity`): a read of a file
+    opened with it checks that the file is still the one opened."""
 
 
 def served_chunk_nbytes(document: Mapping[str, Any]) -> int | None:
@@ -213,8 +217,9 @@ class StoreTree:
                 return None
             if size == 0 and await self._is_dir(key):
                 return Entry(is_dir=True, size=0)  # a directory marker (see the module)
-            modified = None if described is None else described.modified_ns
-            return Entry(is_dir=False, size=size, modified_ns=modified)
+            if described is None:
+                return Entry(is_dir=False, size=size)
+            return Entry(False, size, described.modified_ns, described.identity)
         if await self._is_dir(key):
             return Entry(is_dir=True, size=0)
         if not costs_a_request(self._store, key) and await lists_as_empty_directory(
@@ -247,19 +252,33 @@ class StoreTree:
             if is_file is not None
         ]
 
-    async def read(self, key: str, start: int, stop: int) -> bytes:
+    async def read(self, key: str, start: int, stop: int, identity: str | None = None) -> bytes:
         """Bytes ``start:stop`` of the value at ``key`` (fewer at its end).
+
+        ``identity``: the :attr:`Entry.identity` the file was opened with. Each
+        read opens the key anew, so a file replaced (or rewritten) since the
+        open would hand the reader the new file's bytes after the old one's, a
+        mix no file ever held; it is refused instead.
 
         Raises
         ------
         FileNotFoundError
             The key is gone (the file was listed, its value is not there).
+        OSError
+            The file is no longer the one opened with ``identity``.
         """
         if stop <= start:
             return b""
         value = await self._store.get(key, self._prototype, RangeByteRequest(start, stop))
         if value is None:
             raise FileNotFoundError(f"{key!r} is no longer in {self._store}")
+        if identity is not None:
+            now = await self._described(key)
+            if now is None or now.identity != identity:
+                raise OSError(
+                    f"{key!r} was replaced or rewritten since it was opened, so its bytes "
+                    "are no longer those of the file opened; open it again"
+                )
         return value.to_bytes()
 
     async def read_whole(self, key: str) -> bytes:

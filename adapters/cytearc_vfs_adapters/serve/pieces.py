@@ -11,7 +11,9 @@ The last read of a stream asks for one byte past the span it sends
 (:func:`piece_reads`): a value that grew, or shrank to the span's end,
 while it was streamed then reads a length other than the expected one,
 and the server cuts the connection before the last byte instead of
-sending a body that looks complete.
+sending a body that looks complete. A local file replaced or rewritten with
+as many bytes is caught by its identity (size, ``mtime_ns``, inode and
+device), compared after every piece (:attr:`StreamedSpan.identity`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class StreamedSpan:
     """One past the last byte the answer sends."""
     size: int
     """Size of the whole value when the answer began (its Content-Length or Content-Range)."""
+    identity: str | None = None
+    """What identified the value's bytes when the answer began (a local file's
+    stat, :attr:`.validators.Described.identity`), checked after every piece;
+    ``None``: nothing cheap to check (a remote object)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +100,9 @@ class PieceRead:
 class PieceReader(Protocol):
     """What reads the pieces of a streamed answer (the store its first piece came from)."""
 
-    async def read_piece(self, key: str, read: PieceRead) -> memoryview:
-        """The bytes of ``read``, or :class:`StreamAbortedError` if they are not the ones due."""
+    async def read_piece(self, span: StreamedSpan, read: PieceRead) -> memoryview:
+        """The bytes of ``read`` of ``span``, or :class:`StreamAbortedError` if they are
+        not the ones due."""
         ...
 
 

@@ -55,6 +55,7 @@ from .answers import (
     text_answer,
 )
 from .budget import AnswerBudget
+from .conditions import precondition
 from .directories import DirectoryAnswers
 from .options import ServeOptions, ServeStats
 from .pieces import PieceReader, StreamAbortedError, StreamedSpan, piece_reads
@@ -68,6 +69,7 @@ from .protocol import (
 )
 from .sockets import ListenError, is_loopback, listening_socket
 from .targets import BadTargetError, Target, parse_target, target_host
+from .validators import NO_VALIDATORS
 from .values import KeyAnswers
 
 __all__ = [
@@ -411,22 +413,32 @@ class StoreServer:
                     f"{self._options.max_answer_bytes})"
                 ) from exc
             try:
-                data = await reader.read_piece(rest.key, read)
+                data = await reader.read_piece(rest, read)
                 await self._write_body(writer, data[: read.sent])
                 del data  # freed before its bytes go back to the budget
             finally:
                 lease.release()
 
     def _cors_fields(self, head: RequestHead | None) -> list[tuple[str, str]]:
+        """The CORS fields of every answer under ``--allow-origin`` (none without it).
+
+        ``*`` is the same for every request, so it is always sent. One origin is
+        echoed to its own requests only, so every answer varies by ``Origin``:
+        one kept by a cache from a request without it (the URL opened in the
+        browser) must not be handed to the allowed page's ``fetch``, which would
+        fail on CORS (the Fetch standard, "CORS protocol and HTTP caches").
+        """
         allowed = self._options.allow_origin
-        origin = None if head is None else head.field("origin")
-        if allowed is None or origin is None or (allowed != "*" and origin != allowed):
+        if allowed is None:
             return []
-        return [
+        exposed = [
             ("Access-Control-Allow-Origin", allowed),
             ("Access-Control-Expose-Headers", _EXPOSED),
-            ("Vary", "Origin"),
         ]
+        if allowed == "*":
+            return exposed
+        origin = None if head is None else head.field("origin")
+        return [*(exposed if origin == allowed else []), ("Vary", "Origin")]
 
     def _host_allowed(self, host: str | None) -> bool:
         """Whether the ``Host`` a client sent names this server.
@@ -502,7 +514,8 @@ class StoreServer:
         if target.listing:
             path, accept = target.path, head.field("accept")
             directories = DirectoryAnswers(keys.store, keys.reads, self._started)
-            return await keys.within_budget(path, lambda: directories.listing(path, accept))
+            answer = await keys.within_budget(path, lambda: directories.listing(path, accept))
+            return _listing_conditions(head, path, answer)
         return await keys.value(target.path, head)
 
     def _keys_for(self, store: Store) -> KeyAnswers:
@@ -531,3 +544,25 @@ class StoreServer:
             message += f"; {one_line(note)}"
         log.error("%d %s", status.value, message)
         return text_answer(status, message)
+
+
+def _listing_conditions(head: RequestHead, path: str, listing: Answer) -> Answer:
+    """``listing``, or the ``304``/``412`` its request's conditions call for (RFC 9110, 13.2.2).
+
+    A listing has no ``ETag`` and no time: ``If-Match`` with tags never holds
+    (``412``), ``If-None-Match: *`` always does (``304``), dates are not judged.
+    An absent listing stays ``404``.
+    """
+    if listing.status != HTTPStatus.OK:
+        return listing
+    refused = precondition(head, NO_VALIDATORS)
+    if refused is None:
+        return listing
+    listing.release()
+    if refused == HTTPStatus.NOT_MODIFIED:
+        return Answer(refused, fields=[("Vary", "Accept")])
+    return text_answer(
+        refused,
+        f"the listing of {path + '/'!r} has no ETag, so If-Match names none of its "
+        "versions; ask again without If-Match",
+    )

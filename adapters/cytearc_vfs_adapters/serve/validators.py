@@ -125,6 +125,11 @@ class Described:
     modified_ns: int | None = None
     """A local file's modification time in nanoseconds, exact and even while it may
     still change (``mount-fs`` shows it as the file's time); ``None`` elsewhere."""
+    identity: str | None = None
+    """A local file's size, ``mtime_ns``, inode and device, also while it is not
+    settled (its tag, unquoted, once it is): a streamed answer compares it after
+    every piece, so a file replaced or rewritten meanwhile is cut, never sent as
+    a body of mixed bytes. ``None`` elsewhere."""
 
 
 def _quoted(identity: str) -> str:
@@ -170,6 +175,7 @@ async def describe(store: Store, key: str) -> Described | None:
             Validators(f'"{mark}{tag[1:]}', described.validators.modified),
             described.size,
             described.modified_ns,
+            described.identity,
         )
     if isinstance(store, AnnDataViewStore):
         inner = store.rekeyed_key(key)
@@ -230,14 +236,15 @@ def _describe_file(path: Path, *, settled: bool) -> Described | None:
         return None
     if not stat.S_ISREG(info.st_mode):
         return None  # a directory is no key
+    identity = f"{info.st_size:x}-{info.st_mtime_ns:x}-{info.st_ino:x}-{info.st_dev:x}"
     if settled and time.time_ns() - info.st_mtime_ns < SETTLED_SECONDS * 1e9:
         # may still be written: no validators
-        return Described(NO_VALIDATORS, info.st_size, info.st_mtime_ns)
-    tag = f'"{info.st_size:x}-{info.st_mtime_ns:x}-{info.st_ino:x}-{info.st_dev:x}"'
+        return Described(NO_VALIDATORS, info.st_size, info.st_mtime_ns, identity)
     # a date in the current second could stay the same over a second write (RFC
     # 9110, 8.8.2.2): Last-Modified only once its second has passed
     modified = int(info.st_mtime) if time.time() - info.st_mtime >= 1 else None
-    return Described(Validators(tag, modified), info.st_size, info.st_mtime_ns)
+    validators = Validators(f'"{identity}"', modified)
+    return Described(validators, info.st_size, info.st_mtime_ns, identity)
 
 
 async def _describe_object(store: ObjectStore[Any], key: str) -> Described | None:

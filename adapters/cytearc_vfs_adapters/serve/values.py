@@ -8,7 +8,8 @@ one read; a large one, or a large range, is read in pieces of
 sends them (:meth:`KeyAnswers.read_piece`); a value the store computes (a
 composite's chunk) is computed once, whole. A value whose size changes
 while it is read is an ``OSError`` before the head is sent, and a
-:class:`~.pieces.StreamAbortedError` after. Listings are held under the
+:class:`~.pieces.StreamAbortedError` after, as is a local file replaced or
+rewritten with as many bytes while its pieces are sent. Listings are held under the
 same budget (:meth:`KeyAnswers.within_budget`).
 """
 
@@ -20,6 +21,8 @@ from http import HTTPStatus
 
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
+
+from cytearc_vfs.remote.failures import timed_out, unreachable
 
 from .answers import Answer, bytes_of, content_type, error_detail, not_found, text_answer
 from .budget import AnswerBudget, Lease
@@ -96,6 +99,7 @@ class KeyAnswers:
                 return not_found(key)
         validators = NO_VALIDATORS if described is None else described.validators
         size = None if described is None else described.size
+        identity = None if described is None else described.identity
         if head.method == "HEAD" or conditional:
             if size is None:
                 size = await self._existing_size(key)
@@ -115,8 +119,8 @@ class KeyAnswers:
         if computed_on_read(self._store, key):
             return await self._computed_value(key, spec, header, fields, size)
         if spec is None:
-            return await self._stored_value(key, fields, size)
-        return await self._stored_range(key, spec, header, fields, size)
+            return await self._stored_value(key, fields, size, identity)
+        return await self._stored_range(key, spec, header, fields, size, identity)
 
     async def _existing_size(self, key: str) -> int | None:
         """The size of ``key``, ``None`` when the store does not hold it (nothing is computed)."""
@@ -144,7 +148,7 @@ class KeyAnswers:
         return answer
 
     async def _stored_value(
-        self, key: str, fields: list[tuple[str, str]], known: int | None
+        self, key: str, fields: list[tuple[str, str]], known: int | None, identity: str | None
     ) -> Answer:
         """``GET`` of a whole stored value: one read when it is small, pieces when it is large.
 
@@ -166,9 +170,12 @@ class KeyAnswers:
                 return self._busy(key)
         try:
             data = await self._read_held(key, lease, RangeByteRequest(0, lease.nbytes))
-        except Exception:
-            # S3 refuses every range of an empty object (416), the first piece's too
-            if known is None and await self._holds_nothing(key):
+        except Exception as exc:
+            # S3 refuses every range of an empty object (416), the first piece's too;
+            # a backend that timed out or is not there would make the size's question
+            # wait out the timeout a second time, for the same error
+            stalled = timed_out(exc) or unreachable(exc)
+            if known is None and not stalled and await self._holds_nothing(key):
                 return Answer(HTTPStatus.OK, b"", fields)
             raise
         if data is None:
@@ -184,7 +191,7 @@ class KeyAnswers:
             raise self._changed(key, lease, size, len(data), len(data))
         answer = Answer(HTTPStatus.OK, data, fields, length=size, lease=lease)
         if size > len(data):
-            answer.rest, answer.reader = StreamedSpan(key, len(data), size, size), self
+            answer.rest, answer.reader = StreamedSpan(key, len(data), size, size, identity), self
             self._count("streamed")
             self._count("piece_read")
         return answer
@@ -196,6 +203,7 @@ class KeyAnswers:
         header: str | None,
         fields: list[tuple[str, str]],
         known: int | None,
+        identity: str | None,
     ) -> Answer:
         """``GET`` of a byte range of a stored value: one read, or pieces when it is large."""
         size = known if known is not None else await self._size_of(key)
@@ -216,7 +224,10 @@ class KeyAnswers:
         fields.append(("Content-Range", span.content_range))
         answer = Answer(HTTPStatus.PARTIAL_CONTENT, data, fields, length=span.length, lease=lease)
         if span.length > len(data):
-            answer.rest, answer.reader = StreamedSpan(key, first.end, span.stop, size), self
+            answer.rest, answer.reader = (
+                StreamedSpan(key, first.end, span.stop, size, identity),
+                self,
+            )
             self._count("streamed")
             self._count("piece_read")
         return answer
@@ -257,14 +268,22 @@ class KeyAnswers:
         status = HTTPStatus.OK if spec is None else HTTPStatus.PARTIAL_CONTENT
         return Answer(status, data, fields, lease=lease)
 
-    async def read_piece(self, key: str, read: PieceRead) -> memoryview:
-        """The bytes of one piece read, or :class:`StreamAbortedError` if they are not the ones due."""
+    async def read_piece(self, span: StreamedSpan, read: PieceRead) -> memoryview:
+        """The bytes of one piece read, or :class:`StreamAbortedError` if they are not the ones due.
+
+        A value with an identity (a local file's stat) is described again after
+        the read: a file replaced or rewritten with as many bytes since the
+        answer began is cut here, where it read the new bytes (it was sent on,
+        a complete-looking body of old and new bytes under the old ``ETag``).
+        """
         assert self._reads is not None
+        key = span.key
         try:
             async with self._reads:
                 value = await self._store.get(
                     key, default_buffer_prototype(), RangeByteRequest(read.start, read.stop)
                 )
+                now = None if span.identity is None else await describe(self._store, key)
         except Exception as exc:
             raise StreamAbortedError(
                 f"{key!r}: reading bytes {read.start}-{read.stop - 1} failed: {error_detail(exc)}"
@@ -277,6 +296,11 @@ class KeyAnswers:
             raise StreamAbortedError(
                 f"{key!r} changed size while it was sent: bytes {read.start}-{read.stop - 1} "
                 f"read {len(data)} bytes where {read.expected} were due"
+            )
+        if span.identity is not None and (now is None or now.identity != span.identity):
+            raise StreamAbortedError(
+                f"{key!r} was replaced or rewritten while it was sent (bytes "
+                f"{read.start}-{read.stop - 1} are not those of the value the answer began with)"
             )
         return data
 
