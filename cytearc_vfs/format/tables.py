@@ -29,25 +29,32 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
-from .column_names import check_column_name, lone_surrogate
+from .column_names import check_column_name, column_name_problem, lone_surrogate
 from .option_names import on_command_line, switched_on
 
 __all__ = [
     "CATEGORICAL_ATTR",
+    "INDEX_NAME_ATTR",
     "MAX_ID_LENGTH",
     "PreparedTable",
     "StoredColumn",
+    "StoredTable",
     "checked_ids",
     "column_values",
     "fill_missing",
     "names_text",
     "prepare_table",
     "read_columns",
+    "read_stored_table",
     "read_table",
+    "recorded_index_name",
     "write_table",
 ]
 
 CATEGORICAL_ATTR = "cytearc:categorical"
+#: Table group attribute: the name of the DataFrame index the ids came from
+#: (``obs.index.name``), so the AnnData outputs give the index its name back.
+INDEX_NAME_ATTR = "cytearc:indexName"
 MAX_ID_LENGTH = 1024
 """Longest id accepted, in characters.
 
@@ -227,6 +234,13 @@ class PreparedTable:
     """(name, values, attributes) in write order, ``ids``, ``names`` and ``I`` first."""
     ids_fingerprint: str
     """Identity of the ordered ids."""
+    index_name: str | None = None
+    """The name of the DataFrame index the ids came from, or ``None``."""
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The table group's attributes: the index name, when there is one."""
+        return {} if self.index_name is None else {INDEX_NAME_ATTR: self.index_name}
 
     @property
     def length(self) -> int:
@@ -257,7 +271,7 @@ class PreparedTable:
                     f"table is 1-D of its {self.length} rows"
                 )
             names.add(name)
-        return PreparedTable((*self.columns, *columns), self.ids_fingerprint)
+        return PreparedTable((*self.columns, *columns), self.ids_fingerprint, self.index_name)
 
 
 def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[np.str_]:
@@ -389,7 +403,18 @@ def prepare_table(
         columns.append(("names", ids if names is None else np.asarray(names, dtype=str), {}))
     columns.append(("I", selection, {}))
     columns.extend(own)
-    return PreparedTable(tuple(columns), fingerprint)
+    return PreparedTable(tuple(columns), fingerprint, _index_name(frame.index.name))
+
+
+def _index_name(name: object) -> str | None:
+    """The index name a table keeps: text that can name an array (the AnnData view
+    stores the index under it); anything else (``None``, a number, ``"a/b"``) is
+    not kept, as anndata writes no index name that is not text either.
+
+    >>> _index_name("cell_id"), _index_name(None), _index_name("a/b"), _index_name(0)
+    ('cell_id', None, None, None)
+    """
+    return name if isinstance(name, str) and column_name_problem(name) is None else None
 
 
 def _live_selection(series: pd.Series, *, table: str) -> npt.NDArray[np.bool_]:
@@ -449,7 +474,8 @@ def names_text(series: pd.Series, *, table: str) -> pd.Series:
 
 
 def write_table(group: zarr.Group, prepared: PreparedTable) -> str:
-    """Write a prepared table into ``group``; returns its ids fingerprint."""
+    """Write a prepared table into ``group`` (created with ``prepared.attributes``);
+    returns its ids fingerprint."""
     for key, values, attrs in prepared.columns:
         _create_column(group, key, values, attrs)
     return prepared.ids_fingerprint
@@ -488,8 +514,38 @@ class StoredColumn:
         return spec if isinstance(spec, dict) else None
 
 
+@dataclass(frozen=True, slots=True)
+class StoredTable:
+    """A table as read: its columns and its group's attributes."""
+
+    columns: dict[str, StoredColumn]
+    """By column name, sorted by name."""
+    attrs: Mapping[str, Any]
+    """The table group's attributes."""
+
+    @property
+    def index_name(self) -> str | None:
+        """The index name the table was written with, or ``None``."""
+        return recorded_index_name(self.attrs)
+
+
+def recorded_index_name(attrs: Mapping[str, Any]) -> str | None:
+    """The index name a table group's ``attrs`` record (``INDEX_NAME_ATTR``), or ``None``
+    (a value a writer would not have recorded is taken as none).
+
+    >>> recorded_index_name({INDEX_NAME_ATTR: "cell_id"}), recorded_index_name({})
+    ('cell_id', None)
+    """
+    return _index_name(attrs.get(INDEX_NAME_ATTR))
+
+
 async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
-    """Every array of the table group at ``path``, read concurrently.
+    """Every array of the table group at ``path`` (:func:`read_stored_table`'s columns)."""
+    return (await read_stored_table(store, path)).columns
+
+
+async def read_stored_table(store: Store, path: str) -> StoredTable:
+    """Every array of the table group at ``path``, read concurrently, and its attributes.
 
     One listing, one concurrent round of array documents and one of chunks,
     however many columns the table has: on object storage a table costs a
@@ -501,11 +557,6 @@ async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
         The store holding the table (read only).
     path
         Key of the table group, such as ``"cellData"``.
-
-    Returns
-    -------
-    dict of str to StoredColumn
-        By column name, sorted by name.
     """
     group = await open_group_async(store=store, path=path, mode="r", zarr_format=3)
     arrays = sorted(
@@ -513,7 +564,8 @@ async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
         key=lambda item: item[0],
     )
     values = await asyncio.gather(*(array.getitem(...) for _, array in arrays))
-    return {
+    columns = {
         name: StoredColumn(np.asarray(value), dict(array.metadata.attributes))
         for (name, array), value in zip(arrays, values, strict=True)
     }
+    return StoredTable(columns, dict(group.metadata.attributes))

@@ -44,6 +44,7 @@ __all__ = [
     "check_hdf5_text",
     "column_kind",
     "exported_columns",
+    "index_name",
     "membership_column",
     "membership_uns",
     "plain_text",
@@ -124,6 +125,23 @@ def exported_columns(
             continue
         kept.append(column_kind(name, dtypes[name], attrs))
     return kept
+
+
+def index_name(recorded: str | None, kept: Iterable[str]) -> str | None:
+    """The name an output gives its index: the one ``write_counts`` recorded
+    (``cytearc:indexName``), unless AnnData's dataframe encoding cannot hold it.
+
+    The encoding keeps the index as a member of the frame's group named by the
+    ``_index`` attribute, beside the columns: a name that is also a kept
+    column's (anndata refuses to write that frame) or is ``_index`` itself
+    leaves the index unnamed, in every output alike.
+
+    >>> index_name("cell_id", ["cell_type"]), index_name("cell_type", ["cell_type"])
+    ('cell_id', None)
+    """
+    if recorded is None or recorded == INDEX_KEY or recorded in set(kept):
+        return None
+    return recorded
 
 
 def check_encodable(names: Iterable[str], *, table: str) -> None:

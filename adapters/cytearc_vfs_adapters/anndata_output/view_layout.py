@@ -21,12 +21,15 @@ from zarr.abc.store import Store
 
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import get_json
+from cytearc_vfs.format.tables import recorded_index_name
 
 from .columns import (
+    INDEX_KEY,
     ExportedColumn,
     categorical_codes,
     check_encodable,
     exported_columns,
+    index_name,
     membership_column,
     membership_uns,
 )
@@ -193,15 +196,15 @@ def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> st
     kept = exported_columns(
         {name: array.dtype for name, array in arrays.items()}, attrs, opened.assay, values
     )
-    check_encodable([column.name for column in kept], table=table)
+    names = [column.name for column in kept]
+    check_encodable(names, table=table)
+    index = index_name(recorded_index_name(group.attrs), names) or INDEX_KEY
     layout.group(
         path,
-        encoded_attributes(
-            "dataframe", "0.2.0", **{"_index": "_index", "column-order": [c.name for c in kept]}
-        ),
+        encoded_attributes("dataframe", "0.2.0", **{"_index": index, "column-order": names}),
     )
     strings = encoded_attributes("string-array", "0.2.0")
-    _text_array(layout, join(path, "_index"), arrays["ids"], strings)
+    _text_array(layout, join(path, index), arrays["ids"], strings)
     for column in kept:
         array = arrays[column.name]
         where = join(path, column.name)
