@@ -42,6 +42,7 @@ __all__ = [
     "categorical_codes",
     "check_encodable",
     "check_hdf5_text",
+    "check_hdf5_times",
     "column_kind",
     "exported_columns",
     "index_name",
@@ -191,6 +192,30 @@ def check_hdf5_text(frame: pd.DataFrame, *, table: str, destination: str) -> Non
                 f"{table} {what} {where} holds a NUL character, which an .h5ad's text "
                 f"cannot keep ({destination}); export to a .zarr, which keeps it, or remove "
                 "the NUL from the store's column. Nothing was written"
+            )
+
+
+def check_hdf5_times(frame: pd.DataFrame, *, table: str, destination: str) -> None:
+    """Refuse a datetime column for an ``.h5ad``, naming it.
+
+    anndata has no encoding for datetimes: its writer stopped the export midway
+    naming only pandas' ``DatetimeArray``. A ``.zarr`` keeps such a column as a
+    ``datetime64`` array (:func:`~.export.export_anndata`, as the view presents
+    it), which anndata reads back; HDF5 has no such type.
+
+    >>> frame = pd.DataFrame({"t": pd.to_datetime(["2020-01-01"])}, index=["c1"])
+    >>> check_hdf5_times(frame, table="cellData", destination="x.h5ad")
+    Traceback (most recent call last):
+    ...
+    ValueError: cellData column 't' holds datetimes (datetime64[...]), which an .h5ad ...
+    """
+    for name, dtype in frame.dtypes.items():
+        if dtype.kind == "M":
+            raise ValueError(
+                f"{table} column {name!r} holds datetimes ({dtype}), which an .h5ad cannot "
+                f"keep ({destination}): anndata writes no datetime to HDF5. Export to a "
+                ".zarr, which keeps them as a datetime64 array that anndata reads back, or "
+                "read them with cv.to_anndata or cv.anndata_view. Nothing was written"
             )
 
 
