@@ -39,6 +39,15 @@ def _adversarial() -> ad.AnnData:
                 ["lo", "hi", "lo", "mid", "hi"], categories=["lo", "mid", "hi"], ordered=True
             ),
             "int_categories": pd.Categorical([3, 1, 3, 1, 2]),
+            # beyond int64: numpy makes [0, 2**64 - 1] float64, which rounds the latter
+            "uint64_categories": pd.Categorical(
+                np.array([2**64 - 1, 0, 0, 5, 2**63 + 1], dtype=np.uint64)
+            ),
+            "float_categories": pd.Categorical(
+                [0.5, 1.5, 0.5, 2.5, 0.5], categories=[0.5, 1.5, 2.5, 9.0]
+            ),
+            "bool_categories": pd.Categorical([True, False, True, True, False]),
+            "text_categories": pd.Categorical(["", "a", "", "😀", "nan"]),
             "flag": np.array([True, False, True, False, True]),
             "real": np.array([np.nan, np.inf, -np.inf, 1.5, -0.0]),
             "real32": np.arange(5, dtype=np.float32) / 3,

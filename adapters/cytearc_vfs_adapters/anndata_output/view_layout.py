@@ -166,12 +166,14 @@ def _categorical(
     layout.computed(join(path, "codes"), (length,), (size,), codes_dtype, plain, codes)
     count = max(1, len(categories))
     text = all(isinstance(value, str) for value in categories)
-    kind: np.dtype | str = "string" if text else np.asarray(categories).dtype
+    # the stored values' dtype, which is the categories' (write_counts stores a
+    # categorical as its categories' type): numpy alone makes [0, 2**64 - 1] float64
+    kind: np.dtype | str = "string" if text else array.dtype
 
     async def labels(index: tuple[int, ...]) -> bytes:
         if text:
             return text_chunk(categories, count)
-        return numeric_chunk(np.asarray(categories), (count,))
+        return numeric_chunk(np.asarray(categories, dtype=array.dtype), (count,))
 
     attributes = encoded_attributes("string-array", "0.2.0") if text else plain
     layout.computed(
