@@ -6,8 +6,7 @@ Each table is written by ``write_counts`` and read back through
 and compared with what anndata itself reads back from the original
 AnnData written by ``anndata.write_zarr``. The documented differences are
 normalised, never hidden: columns come in name order (the tables keep no
-order), text may come back as ``object`` (a ``string-array``), and a
-nullable column without missing values is stored as its numpy type.
+order), and text may come back as ``object`` (a ``string-array``).
 """
 
 from __future__ import annotations
@@ -97,10 +96,6 @@ def _normalised(frame: pd.DataFrame, order: list[str]) -> pd.DataFrame:
         dtype = out[name].dtype
         if dtype.kind == "O" or isinstance(dtype, pd.StringDtype):
             out[name] = out[name].astype("str")
-        elif isinstance(dtype, pd.api.extensions.ExtensionDtype) and not isinstance(
-            dtype, pd.CategoricalDtype
-        ):
-            out[name] = out[name].to_numpy(dtype=dtype.numpy_dtype)
     out.index = out.index.astype("str")
     return out
 

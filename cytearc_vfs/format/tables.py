@@ -36,6 +36,7 @@ __all__ = [
     "CATEGORICAL_ATTR",
     "INDEX_NAME_ATTR",
     "MAX_ID_LENGTH",
+    "NULLABLE_ATTR",
     "PreparedTable",
     "StoredColumn",
     "StoredTable",
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 CATEGORICAL_ATTR = "cytearc:categorical"
+#: Column attribute (``true``): the column was a pandas nullable integer or boolean
+#: (``Int64``, ``boolean``...) without missing values, stored as its numpy type, so
+#: readers that know it give the nullable type back (as anndata gives its own files).
+NULLABLE_ATTR = "cytearc:nullable"
 #: Table group attribute: the name of the DataFrame index the ids came from
 #: (``obs.index.name``), so the AnnData outputs give the index its name back.
 INDEX_NAME_ATTR = "cytearc:indexName"
@@ -145,6 +150,8 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
                 "Zarr column cannot mark; fill them or convert the column to float, or pass "
                 f"{switched_on('fill_missing')} to store them as NaN"
             )
+        if dtype.kind in "biu":
+            attrs[NULLABLE_ATTR] = True
         return series.to_numpy(dtype=getattr(dtype, "numpy_dtype", None)), attrs
     # strings (object, pandas string dtypes)
     values = series.to_numpy(dtype=object)

@@ -18,7 +18,9 @@ and the export so all three give the same ``obs`` and ``var``:
 
 A column stored with a ``cytearc:categorical`` record is presented as a
 categorical (codes and categories); text columns as variable-length UTF-8
-strings; numbers and booleans as they are stored.
+strings; one marked ``cytearc:nullable`` (a pandas nullable integer or boolean
+without missing values) as that nullable type (no value masked); other numbers
+and booleans as they are stored.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from cytearc_vfs.format.tables import CATEGORICAL_ATTR
+from cytearc_vfs.format.tables import CATEGORICAL_ATTR, NULLABLE_ATTR
 from cytearc_vfs.write.membership import MEMBERSHIP_ROLE
 
 __all__ = [
@@ -48,12 +50,13 @@ __all__ = [
     "index_name",
     "membership_column",
     "membership_uns",
+    "nullable_values",
     "plain_text",
 ]
 
 #: Where AnnData's dataframe encoding keeps the index (the ``_index`` attribute).
 INDEX_KEY = "_index"
-ColumnKind = Literal["text", "categorical", "plain"]
+ColumnKind = Literal["text", "categorical", "nullable", "plain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,9 @@ class ExportedColumn:
     name: str
     """Column name (the stored array's name)."""
     kind: ColumnKind
-    """``text`` (vlen strings), ``categorical`` (codes + categories) or ``plain``."""
+    """``text`` (vlen strings), ``categorical`` (codes + categories), ``nullable`` (an
+    integer or boolean written from pandas' nullable type: given back as one) or
+    ``plain``."""
     categories: tuple[Any, ...] = ()
     """The categories of a categorical column, in order."""
     ordered: bool = False
@@ -77,6 +82,8 @@ def column_kind(name: str, dtype: np.dtype, attrs: Mapping[str, Any]) -> Exporte
         return ExportedColumn(name, "categorical", tuple(spec["categories"]), bool(spec["ordered"]))
     if dtype.kind in "UOT":
         return ExportedColumn(name, "text")
+    if attrs.get(NULLABLE_ATTR) is True and dtype.kind in "biu":
+        return ExportedColumn(name, "nullable")
     return ExportedColumn(name, "plain")
 
 
@@ -246,6 +253,18 @@ def plain_text(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _equal_text(left: npt.NDArray[Any], right: npt.NDArray[Any]) -> bool:
     return left.shape == right.shape and bool(np.all(left.astype(str) == right.astype(str)))
+
+
+def nullable_values(values: npt.NDArray[Any]) -> Any:
+    """Stored integers or booleans as pandas' nullable array of their type, none missing.
+
+    >>> nullable_values(np.array([1, 2], dtype=np.int8)).dtype, nullable_values(np.array([True])).dtype
+    (Int8Dtype(), BooleanDtype)
+    """
+    mask = np.zeros(values.shape, dtype=bool)
+    if values.dtype == np.bool_:
+        return pd.arrays.BooleanArray(values, mask)
+    return pd.arrays.IntegerArray(values, mask)
 
 
 def categorical_codes(values: npt.NDArray[Any], column: ExportedColumn) -> npt.NDArray[Any]:

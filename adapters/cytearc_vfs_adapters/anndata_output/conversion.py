@@ -38,6 +38,7 @@ from .columns import (
     index_name,
     membership_column,
     membership_uns,
+    nullable_values,
 )
 from .loading import loaded_counts
 from .opened import OpenedAssay, open_assay
@@ -107,6 +108,8 @@ def _series_values(values: npt.NDArray[Any], column: ExportedColumn) -> Any:
         )
     if column.kind == "text":
         return pd.array(values.astype(str).tolist(), dtype="str")
+    if column.kind == "nullable":
+        return nullable_values(values)
     return values
 
 

@@ -181,6 +181,23 @@ def _categorical(
     )
 
 
+def _nullable(
+    layout: ViewLayout, path: str, array: zarr.Array[Any], stored: str, opened: OpenedAssay
+) -> None:
+    """A ``nullable-integer`` / ``nullable-boolean`` 0.1.0 group: the stored column
+    re-keyed as its ``values``, and a ``mask`` computed on read (nothing is missing)."""
+    kind = "nullable-boolean" if array.dtype == np.bool_ else "nullable-integer"
+    layout.group(path, encoded_attributes(kind, "0.1.0"))
+    plain = encoded_attributes("array", "0.2.0")
+    layout.rekeyed(join(path, "values"), opened.store, stored, plain, opened.where)
+    length, size = _column_chunks(array)
+
+    async def mask(index: tuple[int, ...]) -> bytes:
+        return numeric_chunk(np.zeros(size, dtype=bool), (size,))
+
+    layout.computed(join(path, "mask"), (length,), (size,), np.dtype(bool), plain, mask)
+
+
 def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> str | None:
     """The ``dataframe`` element of the table at ``table``; returns its membership column."""
     group = zarr.open_group(opened.store, path=table, mode="r", zarr_format=3)
@@ -214,6 +231,8 @@ def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> st
             _text_array(layout, where, array, strings)
         elif column.kind == "categorical":
             _categorical(layout, where, array, column)
+        elif column.kind == "nullable":
+            _nullable(layout, where, array, join(table, column.name), opened)
         else:
             layout.rekeyed(
                 where,
