@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,12 +29,17 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
-from .column_names import check_column_name, column_name_problem, lone_surrogate
+from .column_names import check_column_name, lone_surrogate
 from .option_names import on_command_line, switched_on
+from .table_attributes import (
+    kept_index_name,
+    recorded_column_order,
+    recorded_index_name,
+    table_attributes,
+)
 
 __all__ = [
     "CATEGORICAL_ATTR",
-    "INDEX_NAME_ATTR",
     "MAX_ID_LENGTH",
     "NULLABLE_ATTR",
     "PreparedTable",
@@ -48,7 +53,6 @@ __all__ = [
     "read_columns",
     "read_stored_table",
     "read_table",
-    "recorded_index_name",
     "write_table",
 ]
 
@@ -57,9 +61,6 @@ CATEGORICAL_ATTR = "cytearc:categorical"
 #: (``Int64``, ``boolean``...) without missing values, stored as its numpy type, so
 #: readers that know it give the nullable type back (as anndata gives its own files).
 NULLABLE_ATTR = "cytearc:nullable"
-#: Table group attribute: the name of the DataFrame index the ids came from
-#: (``obs.index.name``), so the AnnData outputs give the index its name back.
-INDEX_NAME_ATTR = "cytearc:indexName"
 MAX_ID_LENGTH = 1024
 """Longest id accepted, in characters.
 
@@ -243,11 +244,13 @@ class PreparedTable:
     """Identity of the ordered ids."""
     index_name: str | None = None
     """The name of the DataFrame index the ids came from, or ``None``."""
+    column_order: tuple[str, ...] = ()
+    """The DataFrame's own columns, in its order (:mod:`.table_attributes`)."""
 
     @property
     def attributes(self) -> dict[str, Any]:
-        """The table group's attributes: the index name, when there is one."""
-        return {} if self.index_name is None else {INDEX_NAME_ATTR: self.index_name}
+        """The table group's attributes (:func:`~.table_attributes.table_attributes`)."""
+        return table_attributes(self.index_name, self.column_order)
 
     @property
     def length(self) -> int:
@@ -278,7 +281,7 @@ class PreparedTable:
                     f"table is 1-D of its {self.length} rows"
                 )
             names.add(name)
-        return PreparedTable((*self.columns, *columns), self.ids_fingerprint, self.index_name)
+        return replace(self, columns=(*self.columns, *columns))
 
 
 def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[np.str_]:
@@ -410,18 +413,8 @@ def prepare_table(
         columns.append(("names", ids if names is None else np.asarray(names, dtype=str), {}))
     columns.append(("I", selection, {}))
     columns.extend(own)
-    return PreparedTable(tuple(columns), fingerprint, _index_name(frame.index.name))
-
-
-def _index_name(name: object) -> str | None:
-    """The index name a table keeps: text that can name an array (the AnnData view
-    stores the index under it); anything else (``None``, a number, ``"a/b"``) is
-    not kept, as anndata writes no index name that is not text either.
-
-    >>> _index_name("cell_id"), _index_name(None), _index_name("a/b"), _index_name(0)
-    ('cell_id', None, None, None)
-    """
-    return name if isinstance(name, str) and column_name_problem(name) is None else None
+    order = tuple(str(name) for name in frame.columns)  # each checked above
+    return PreparedTable(tuple(columns), fingerprint, kept_index_name(frame.index.name), order)
 
 
 def _live_selection(series: pd.Series, *, table: str) -> npt.NDArray[np.bool_]:
@@ -535,15 +528,10 @@ class StoredTable:
         """The index name the table was written with, or ``None``."""
         return recorded_index_name(self.attrs)
 
-
-def recorded_index_name(attrs: Mapping[str, Any]) -> str | None:
-    """The index name a table group's ``attrs`` record (``INDEX_NAME_ATTR``), or ``None``
-    (a value a writer would not have recorded is taken as none).
-
-    >>> recorded_index_name({INDEX_NAME_ATTR: "cell_id"}), recorded_index_name({})
-    ('cell_id', None)
-    """
-    return _index_name(attrs.get(INDEX_NAME_ATTR))
+    @property
+    def column_order(self) -> tuple[str, ...]:
+        """The columns in the order the table was written with (may be empty)."""
+        return recorded_column_order(self.attrs)
 
 
 async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:

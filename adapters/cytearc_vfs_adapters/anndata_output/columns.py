@@ -4,7 +4,8 @@ The rule (``docs/anndata-out.md``), shared by :func:`to_anndata`, the view
 and the export so all three give the same ``obs`` and ``var``:
 
 - ``ids`` is the index. Every other column of the table is a column of the
-  frame, in name order (the tables keep no column order), except:
+  frame, in the order the table records (``cytearc:columnOrder``; in name
+  order for columns it does not list, and where it records none), except:
 - ``names`` when it equals the ids and ``I`` when it selects every row:
   these are the defaults ``write_counts`` creates from the index, so leaving
   them out gives back the frame that was written (and an export that
@@ -25,7 +26,7 @@ and booleans as they are stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from cytearc_vfs.format.table_attributes import ordered_names
 from cytearc_vfs.format.tables import CATEGORICAL_ATTR, NULLABLE_ATTR
 from cytearc_vfs.write.membership import MEMBERSHIP_ROLE
 
@@ -108,6 +110,7 @@ def exported_columns(
     attrs_by_name: Mapping[str, Mapping[str, Any]],
     assay: str,
     values: Callable[[str], npt.NDArray[Any]],
+    order: Sequence[str] = (),
 ) -> list[ExportedColumn]:
     """The columns an output holds, in order (the module's rule).
 
@@ -119,9 +122,12 @@ def exported_columns(
         The exported assay.
     values
         Reads a column's values; called only for ``ids``, ``names`` and ``I``.
+    order
+        The column order the table records (``cytearc:columnOrder``); columns it
+        does not list follow in name order.
     """
     kept: list[ExportedColumn] = []
-    for name in sorted(dtypes):
+    for name in ordered_names(list(dtypes), order):
         attrs = attrs_by_name.get(name, {})
         if name == "ids":
             continue

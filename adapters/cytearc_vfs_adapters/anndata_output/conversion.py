@@ -92,6 +92,7 @@ def _frame(
         {name: column.attrs for name, column in columns.items()},
         assay,
         lambda name: columns[name].values,
+        stored.column_order,
     )
     data = {column.name: _series_values(columns[column.name].values, column) for column in kept}
     name = index_name(stored.index_name, [column.name for column in kept])

@@ -21,7 +21,7 @@ from zarr.abc.store import Store
 
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import get_json
-from cytearc_vfs.format.tables import recorded_index_name
+from cytearc_vfs.format.table_attributes import recorded_column_order, recorded_index_name
 
 from .columns import (
     INDEX_KEY,
@@ -213,7 +213,11 @@ def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> st
 
     attrs = {name: dict(array.attrs) for name, array in arrays.items()}
     kept = exported_columns(
-        {name: array.dtype for name, array in arrays.items()}, attrs, opened.assay, values
+        {name: array.dtype for name, array in arrays.items()},
+        attrs,
+        opened.assay,
+        values,
+        recorded_column_order(group.attrs),
     )
     names = [column.name for column in kept]
     check_encodable(names, table=table)
