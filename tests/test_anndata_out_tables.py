@@ -195,3 +195,16 @@ def test_a_datetime_column_is_refused_for_an_h5ad_naming_it(tmp_path: Path) -> N
     with pytest.raises(ValueError, match=r"cellData column 'seen' holds datetimes.*\.zarr"):
         export_anndata(store, tmp_path / "out.h5ad")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]  # nothing written
+
+
+def test_a_composite_gives_its_columns_in_order_of_first_appearance(tmp_path: Path) -> None:
+    # its own columns first, then the sources' carried columns in order of first
+    # appearance, as anndata.concat(join="outer") orders them (they were in name order)
+    for name, columns in {"a": {"z": [1, 2], "b": [3, 4]}, "b": {"m": [5, 6], "z": [7, 8]}}.items():
+        obs = pd.DataFrame(columns, index=[f"{name}{i}" for i in range(2)])
+        ad.AnnData(X=sp.csr_matrix(np.eye(2, dtype=np.uint8)), obs=obs).write_zarr(
+            tmp_path / f"{name}.zarr"
+        )
+    cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"})
+    for name, output in _outputs(tmp_path / "c.zarr", tmp_path).items():
+        assert list(output().obs.columns) == ["source", "sourceId", "z", "b", "m"], name

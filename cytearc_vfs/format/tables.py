@@ -281,7 +281,12 @@ class PreparedTable:
                     f"table is 1-D of its {self.length} rows"
                 )
             names.add(name)
-        return replace(self, columns=(*self.columns, *columns))
+        added = tuple(name for name, _, _ in columns)
+        return replace(
+            self,
+            columns=(*self.columns, *columns),
+            column_order=(*self.column_order, *added) if self.column_order else (),
+        )
 
 
 def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[np.str_]:
