@@ -202,9 +202,12 @@ def test_a_composite_gives_its_columns_in_order_of_first_appearance(tmp_path: Pa
     # appearance, as anndata.concat(join="outer") orders them (they were in name order)
     for name, columns in {"a": {"z": [1, 2], "b": [3, 4]}, "b": {"m": [5, 6], "z": [7, 8]}}.items():
         obs = pd.DataFrame(columns, index=[f"{name}{i}" for i in range(2)])
-        ad.AnnData(X=sp.csr_matrix(np.eye(2, dtype=np.uint8)), obs=obs).write_zarr(
+        var = pd.DataFrame({"y": ["1", "2"], "x": ["3", "4"]}, index=["g1", "g2"])
+        ad.AnnData(X=sp.csr_matrix(np.eye(2, dtype=np.uint8)), obs=obs, var=var).write_zarr(
             tmp_path / f"{name}.zarr"
         )
     cv.create_composite(tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"})
     for name, output in _outputs(tmp_path / "c.zarr", tmp_path).items():
-        assert list(output().obs.columns) == ["source", "sourceId", "z", "b", "m"], name
+        got = output()
+        assert list(got.obs.columns) == ["source", "sourceId", "z", "b", "m"], name
+        assert list(got.var.columns) == ["y", "x"], name

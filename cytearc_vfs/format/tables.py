@@ -285,7 +285,7 @@ class PreparedTable:
         return replace(
             self,
             columns=(*self.columns, *columns),
-            column_order=(*self.column_order, *added) if self.column_order else (),
+            column_order=(*self.column_order, *added),
         )
 
 
