@@ -11,6 +11,7 @@ normalised, never hidden: text may come back as ``object`` (a
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+import zarr
 from cytearc_vfs_adapters.anndata_output import export_anndata
 
 import cytearc_vfs as cv
@@ -211,3 +213,19 @@ def test_a_composite_gives_its_columns_in_order_of_first_appearance(tmp_path: Pa
         got = output()
         assert list(got.obs.columns) == ["source", "sourceId", "z", "b", "m"], name
         assert list(got.var.columns) == ["y", "x"], name
+
+
+def test_a_table_without_the_records_gives_name_order_and_an_unnamed_index(
+    written: dict[str, Any], tmp_path: Path
+) -> None:
+    # a store written before cytearc:indexName and cytearc:columnOrder existed
+    store = tmp_path / "old.zarr"
+    shutil.copytree(written["root"] / "memory.zarr", store)
+    for table in ("cellData", "RNA/featureData"):
+        group = zarr.open_group(store / table, mode="r+")
+        assert set(group.attrs) == {"cytearc:indexName", "cytearc:columnOrder"}
+        group.attrs.clear()
+    for name, output in _outputs(store, tmp_path).items():
+        got = output()
+        assert got.obs.index.name is None, name
+        assert list(got.obs.columns) == sorted(written["anndata"].obs.columns), name
