@@ -30,6 +30,7 @@ from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
 from .column_names import check_column_name, lone_surrogate
+from .missing_values import fill_missing, values_with_gaps
 from .option_names import on_command_line, switched_on
 from .table_attributes import (
     kept_index_name,
@@ -72,48 +73,6 @@ symbols) stay under a hundred characters.
 # Target size of one chunk of a text column: wide strings get fewer rows per
 # chunk, so neither a chunk nor its in-memory conversion grows with the width.
 _TEXT_CHUNK_BYTES = 4 << 20
-
-
-def fill_missing(series: pd.Series) -> pd.Series:
-    """``series`` with its missing values as a composite stores them, so a column
-    that holds them can be stored (``write_counts(fill_missing=True)``).
-
-    A categorical's missing value becomes ``""``, added as its last category (a
-    categorical of numbers becomes ``float64`` with NaN); an integer or boolean
-    column with missing values (pandas' nullable types) becomes ``float64``
-    with NaN, and a float column keeps its own width (NaN is its missing
-    value: a ``float32`` column stays ``float32``, as ``write_counts`` stores
-    it); missing text becomes ``""``. A column without missing values is
-    returned as it is.
-
-    >>> fill_missing(pd.Series(pd.Categorical(["a", None]))).tolist()
-    ['a', '']
-    >>> fill_missing(pd.Series([1, None], dtype="Int64")).tolist()
-    [1.0, nan]
-    >>> fill_missing(pd.Series([0.5, None], dtype=np.float32)).dtype
-    dtype('float32')
-    """
-    dtype = series.dtype
-    missing = series.isna()
-    if not missing.any():
-        return series
-    if dtype.kind == "f":
-        # NaN already marks a float's missing values; a nullable Float32/Float64
-        # becomes its numpy dtype, never wider
-        return series.astype(getattr(dtype, "numpy_dtype", dtype))
-    if isinstance(dtype, pd.CategoricalDtype):
-        if dtype.categories.dtype.kind in "biuf":
-            return series.astype(np.float64)
-        text = series.astype(object).where(~missing, "")
-        categories = [*dtype.categories, *([] if "" in dtype.categories else [""])]
-        return pd.Series(
-            pd.Categorical(text, categories=categories, ordered=dtype.ordered),
-            index=series.index,
-            name=series.name,
-        )
-    if dtype.kind in "biuf":
-        return series.astype(np.float64)
-    return series.astype(object).where(~missing, "")
 
 
 def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], dict[str, Any]]:
@@ -166,6 +125,17 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             f"{table} column {name!r} holds {dtype} values such as {bad[0]!r}, which a Zarr "
             "column cannot store (numbers, booleans, text, datetimes without a time zone and "
             f"categoricals can); convert it, e.g. with .astype(str){timezone}"
+        )
+    kind = values_with_gaps(values)
+    if kind is not None:
+        # booleans or numbers with None/NaN (or the "" fill_missing gave them): "among
+        # strings" and its remedy fill_missing=True would go round in a circle
+        raise ValueError(
+            f"{table} column {name!r} holds {kind} with missing values (None or NaN) in an "
+            "object column, which no Zarr column stores as it is; give it a type that marks "
+            "them, e.g. column.astype('boolean'), .astype('Int64') or .astype('Float64') "
+            f"({switched_on('fill_missing')} then stores them as float64 with NaN), or "
+            "make it text with .astype(str)"
         )
     if bad:
         raise ValueError(
