@@ -332,6 +332,32 @@ def test_disagreeing_columns_follow_the_rule(
     assert any("'symbol'" in record.getMessage() for record in caplog.records)
 
 
+def test_uint64_categories_beyond_int64_keep_their_values(tmp_path: Path) -> None:
+    # numpy makes the JSON record [1, 2**64 - 1] float64: 2**64 - 1 rounded to 2**64,
+    # which the cast back to uint64 made 0, a category no source has
+    big = 2**64 - 1
+    a = _source(
+        tmp_path / "a.zarr",
+        2,
+        ["f0"],
+        {"k": pd.Categorical(np.array([big, 1], dtype=np.uint64))},
+        {},
+        seed=1,
+    )
+    b = _source(
+        tmp_path / "b.zarr",
+        2,
+        ["f0"],
+        {"k": pd.Categorical(np.array([3, 1], dtype=np.uint64))},
+        {},
+        seed=2,
+    )
+    cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    cells, _ = _tables(tmp_path / "c.zarr")
+    assert cells["k"].cat.categories.tolist() == [1, big, 3]
+    assert cells["k"].tolist() == [big, 1, 3, 1]
+
+
 def test_reserved_names_are_prefixed_orig(tmp_path: Path) -> None:
     a = _source(
         tmp_path / "a.zarr",

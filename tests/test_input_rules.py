@@ -350,6 +350,39 @@ def test_a_column_of_a_type_no_column_stores_is_named_by_its_type(
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.parametrize("fill", [False, True])
+@pytest.mark.parametrize(
+    ("values", "kind"),
+    [([True, None, False], "boolean"), ([1, np.nan, 3], "numbers"), ([0.5, None, 2.5], "numbers")],
+)
+def test_an_object_column_of_values_with_missing_ones_names_a_type_that_marks_them(
+    tmp_path: Path, values: list[Any], kind: str, fill: bool
+) -> None:
+    """An object column of booleans or numbers with None/NaN was refused as holding
+    "non-string values ... among strings" with the remedy fill_missing=True, which
+    gave the same refusal (its "" were the strings): the remedy went round in a
+    circle. It names what it holds and a type that marks missing values."""
+    column = pd.Series(values, dtype=object, index=["a", "b", "c"])
+    cells = pd.DataFrame({"c": column})
+    with pytest.raises(
+        ValueError, match=rf"cellData column 'c' holds {kind} with missing"
+    ) as raised:
+        cv.write_counts(
+            tmp_path / "s.zarr", np.ones((3, 2), dtype=np.uint8), cells=cells, fill_missing=fill
+        )
+    assert "among strings" not in str(raised.value)
+    assert "'boolean'" in str(raised.value) and "Int64" in str(raised.value)
+    assert not (tmp_path / "s.zarr").exists()
+    # the remedy works: a nullable type, filled
+    typed = column.astype("boolean" if kind == "boolean" else "Float64")
+    cv.write_counts(
+        tmp_path / "s.zarr",
+        np.ones((3, 2), dtype=np.uint8),
+        cells=pd.DataFrame({"c": typed}),
+        fill_missing=True,
+    )
+
+
 def test_a_column_of_long_text_is_written_without_a_giant_array(tmp_path: Path) -> None:
     n = 2000
     notes = ["short"] * n

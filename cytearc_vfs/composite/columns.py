@@ -234,6 +234,19 @@ def _json_value(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _categories(spec: dict[str, Any], stored: np.dtype) -> npt.NDArray[Any]:
+    """A categorical record's categories in the stored column's dtype (a number's
+    column holds its categories' type): numpy alone makes the JSON ``[1, 2**64 - 1]``
+    float64, which rounds the latter. Text keeps numpy's own width, since a
+    category may be longer than every stored value.
+
+    >>> _categories({"categories": [1, 2**64 - 1]}, np.dtype(np.uint64)).tolist()
+    [1, 18446744073709551615]
+    """
+    categories = spec["categories"]
+    return np.asarray(categories, dtype=stored if stored.kind in "biuf" else None)
+
+
 def _categorical_attrs(
     columns: Sequence[StoredColumn], values: npt.NDArray[Any], target: _Target
 ) -> dict[str, Any]:
@@ -242,7 +255,7 @@ def _categorical_attrs(
     for column in columns:
         spec = column.categorical
         assert spec is not None
-        converted = _convert(np.asarray(spec["categories"]), target).tolist()
+        converted = _convert(_categories(spec, column.values.dtype), target).tolist()
         orders.append(converted)
         listed.extend(converted)
     # values not among the converted categories (the "" of missing rows, or a

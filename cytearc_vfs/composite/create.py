@@ -451,9 +451,12 @@ def create_composite(
             record,
             {source.name: source.anndata.entry for source in bound if source.anndata is not None},
         )
-        write_table(root.create_group("cellData"), cell_table)
+        write_table(root.create_group("cellData", attributes=cell_table.attributes), cell_table)
         assay_group = root.create_group(assay, attributes={"is_assay": True})
-        write_table(assay_group.create_group("featureData"), feature_table)
+        write_table(
+            assay_group.create_group("featureData", attributes=feature_table.attributes),
+            feature_table,
+        )
         summary_group = assay_group.create_group(
             "countSummaries", attributes={"source_fingerprint": content}
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,24 +30,38 @@ from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
 from .column_names import check_column_name, lone_surrogate
+from .missing_values import fill_missing, values_with_gaps
 from .option_names import on_command_line, switched_on
+from .table_attributes import (
+    kept_index_name,
+    recorded_column_order,
+    recorded_index_name,
+    table_attributes,
+)
 
 __all__ = [
     "CATEGORICAL_ATTR",
     "MAX_ID_LENGTH",
+    "NULLABLE_ATTR",
     "PreparedTable",
     "StoredColumn",
+    "StoredTable",
     "checked_ids",
     "column_values",
     "fill_missing",
     "names_text",
     "prepare_table",
     "read_columns",
+    "read_stored_table",
     "read_table",
     "write_table",
 ]
 
 CATEGORICAL_ATTR = "cytearc:categorical"
+#: Column attribute (``true``): the column was a pandas nullable integer or boolean
+#: (``Int64``, ``boolean``...) without missing values, stored as its numpy type, so
+#: readers that know it give the nullable type back (as anndata gives its own files).
+NULLABLE_ATTR = "cytearc:nullable"
 MAX_ID_LENGTH = 1024
 """Longest id accepted, in characters.
 
@@ -59,48 +73,6 @@ symbols) stay under a hundred characters.
 # Target size of one chunk of a text column: wide strings get fewer rows per
 # chunk, so neither a chunk nor its in-memory conversion grows with the width.
 _TEXT_CHUNK_BYTES = 4 << 20
-
-
-def fill_missing(series: pd.Series) -> pd.Series:
-    """``series`` with its missing values as a composite stores them, so a column
-    that holds them can be stored (``write_counts(fill_missing=True)``).
-
-    A categorical's missing value becomes ``""``, added as its last category (a
-    categorical of numbers becomes ``float64`` with NaN); an integer or boolean
-    column with missing values (pandas' nullable types) becomes ``float64``
-    with NaN, and a float column keeps its own width (NaN is its missing
-    value: a ``float32`` column stays ``float32``, as ``write_counts`` stores
-    it); missing text becomes ``""``. A column without missing values is
-    returned as it is.
-
-    >>> fill_missing(pd.Series(pd.Categorical(["a", None]))).tolist()
-    ['a', '']
-    >>> fill_missing(pd.Series([1, None], dtype="Int64")).tolist()
-    [1.0, nan]
-    >>> fill_missing(pd.Series([0.5, None], dtype=np.float32)).dtype
-    dtype('float32')
-    """
-    dtype = series.dtype
-    missing = series.isna()
-    if not missing.any():
-        return series
-    if dtype.kind == "f":
-        # NaN already marks a float's missing values; a nullable Float32/Float64
-        # becomes its numpy dtype, never wider
-        return series.astype(getattr(dtype, "numpy_dtype", dtype))
-    if isinstance(dtype, pd.CategoricalDtype):
-        if dtype.categories.dtype.kind in "biuf":
-            return series.astype(np.float64)
-        text = series.astype(object).where(~missing, "")
-        categories = [*dtype.categories, *([] if "" in dtype.categories else [""])]
-        return pd.Series(
-            pd.Categorical(text, categories=categories, ordered=dtype.ordered),
-            index=series.index,
-            name=series.name,
-        )
-    if dtype.kind in "biuf":
-        return series.astype(np.float64)
-    return series.astype(object).where(~missing, "")
 
 
 def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], dict[str, Any]]:
@@ -138,6 +110,8 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
                 "Zarr column cannot mark; fill them or convert the column to float, or pass "
                 f"{switched_on('fill_missing')} to store them as NaN"
             )
+        if dtype.kind in "biu":
+            attrs[NULLABLE_ATTR] = True
         return series.to_numpy(dtype=getattr(dtype, "numpy_dtype", None)), attrs
     # strings (object, pandas string dtypes)
     values = series.to_numpy(dtype=object)
@@ -151,6 +125,17 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
             f"{table} column {name!r} holds {dtype} values such as {bad[0]!r}, which a Zarr "
             "column cannot store (numbers, booleans, text, datetimes without a time zone and "
             f"categoricals can); convert it, e.g. with .astype(str){timezone}"
+        )
+    kind = values_with_gaps(values)
+    if kind is not None:
+        # booleans or numbers with None/NaN (or the "" fill_missing gave them): "among
+        # strings" and its remedy fill_missing=True would go round in a circle
+        raise ValueError(
+            f"{table} column {name!r} holds {kind} with missing values (None or NaN) in an "
+            "object column, which no Zarr column stores as it is; give it a type that marks "
+            "them, e.g. column.astype('boolean'), .astype('Int64') or .astype('Float64') "
+            f"({switched_on('fill_missing')} then stores them as float64 with NaN), or "
+            "make it text with .astype(str)"
         )
     if bad:
         raise ValueError(
@@ -227,6 +212,15 @@ class PreparedTable:
     """(name, values, attributes) in write order, ``ids``, ``names`` and ``I`` first."""
     ids_fingerprint: str
     """Identity of the ordered ids."""
+    index_name: str | None = None
+    """The name of the DataFrame index the ids came from, or ``None``."""
+    column_order: tuple[str, ...] = ()
+    """The DataFrame's own columns, in its order (:mod:`.table_attributes`)."""
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The table group's attributes (:func:`~.table_attributes.table_attributes`)."""
+        return table_attributes(self.index_name, self.column_order)
 
     @property
     def length(self) -> int:
@@ -257,7 +251,12 @@ class PreparedTable:
                     f"table is 1-D of its {self.length} rows"
                 )
             names.add(name)
-        return PreparedTable((*self.columns, *columns), self.ids_fingerprint)
+        added = tuple(name for name, _, _ in columns)
+        return replace(
+            self,
+            columns=(*self.columns, *columns),
+            column_order=(*self.column_order, *added),
+        )
 
 
 def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[np.str_]:
@@ -389,7 +388,8 @@ def prepare_table(
         columns.append(("names", ids if names is None else np.asarray(names, dtype=str), {}))
     columns.append(("I", selection, {}))
     columns.extend(own)
-    return PreparedTable(tuple(columns), fingerprint)
+    order = tuple(str(name) for name in frame.columns)  # each checked above
+    return PreparedTable(tuple(columns), fingerprint, kept_index_name(frame.index.name), order)
 
 
 def _live_selection(series: pd.Series, *, table: str) -> npt.NDArray[np.bool_]:
@@ -449,7 +449,8 @@ def names_text(series: pd.Series, *, table: str) -> pd.Series:
 
 
 def write_table(group: zarr.Group, prepared: PreparedTable) -> str:
-    """Write a prepared table into ``group``; returns its ids fingerprint."""
+    """Write a prepared table into ``group`` (created with ``prepared.attributes``);
+    returns its ids fingerprint."""
     for key, values, attrs in prepared.columns:
         _create_column(group, key, values, attrs)
     return prepared.ids_fingerprint
@@ -488,8 +489,33 @@ class StoredColumn:
         return spec if isinstance(spec, dict) else None
 
 
+@dataclass(frozen=True, slots=True)
+class StoredTable:
+    """A table as read: its columns and its group's attributes."""
+
+    columns: dict[str, StoredColumn]
+    """By column name, sorted by name."""
+    attrs: Mapping[str, Any]
+    """The table group's attributes."""
+
+    @property
+    def index_name(self) -> str | None:
+        """The index name the table was written with, or ``None``."""
+        return recorded_index_name(self.attrs)
+
+    @property
+    def column_order(self) -> tuple[str, ...]:
+        """The columns in the order the table was written with (may be empty)."""
+        return recorded_column_order(self.attrs)
+
+
 async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
-    """Every array of the table group at ``path``, read concurrently.
+    """Every array of the table group at ``path`` (:func:`read_stored_table`'s columns)."""
+    return (await read_stored_table(store, path)).columns
+
+
+async def read_stored_table(store: Store, path: str) -> StoredTable:
+    """Every array of the table group at ``path``, read concurrently, and its attributes.
 
     One listing, one concurrent round of array documents and one of chunks,
     however many columns the table has: on object storage a table costs a
@@ -501,11 +527,6 @@ async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
         The store holding the table (read only).
     path
         Key of the table group, such as ``"cellData"``.
-
-    Returns
-    -------
-    dict of str to StoredColumn
-        By column name, sorted by name.
     """
     group = await open_group_async(store=store, path=path, mode="r", zarr_format=3)
     arrays = sorted(
@@ -513,7 +534,8 @@ async def read_columns(store: Store, path: str) -> dict[str, StoredColumn]:
         key=lambda item: item[0],
     )
     values = await asyncio.gather(*(array.getitem(...) for _, array in arrays))
-    return {
+    columns = {
         name: StoredColumn(np.asarray(value), dict(array.metadata.attributes))
         for (name, array), value in zip(arrays, values, strict=True)
     }
+    return StoredTable(columns, dict(group.metadata.attributes))

@@ -404,11 +404,15 @@ def _write_store(
     progress: Progress | None,
 ) -> tuple[str, str, str]:
     workspace_group = root if paths.workspace is None else root.create_group(paths.workspace)
-    cells_fp = write_table(workspace_group.create_group("cellData"), cell_table)
+    cells_fp = write_table(
+        workspace_group.create_group("cellData", attributes=cell_table.attributes), cell_table
+    )
     assay_group = root.create_group(
         paths.assay_group, attributes={PENDING_ASSAY_ATTR: "write_counts"}
     )
-    features_fp = write_table(assay_group.create_group("featureData"), feature_table)
+    features_fp = write_table(
+        assay_group.create_group("featureData", attributes=feature_table.attributes), feature_table
+    )
     matrix_group = assay_group if paths.workspace is None else root.create_group(paths.matrix_group)
 
     layout_json = layout.to_json()

@@ -4,7 +4,8 @@ The rule (``docs/anndata-out.md``), shared by :func:`to_anndata`, the view
 and the export so all three give the same ``obs`` and ``var``:
 
 - ``ids`` is the index. Every other column of the table is a column of the
-  frame, in name order (the tables keep no column order), except:
+  frame, in the order the table records (``cytearc:columnOrder``; in name
+  order for columns it does not list, and where it records none), except:
 - ``names`` when it equals the ids and ``I`` when it selects every row:
   these are the defaults ``write_counts`` creates from the index, so leaving
   them out gives back the frame that was written (and an export that
@@ -18,12 +19,14 @@ and the export so all three give the same ``obs`` and ``var``:
 
 A column stored with a ``cytearc:categorical`` record is presented as a
 categorical (codes and categories); text columns as variable-length UTF-8
-strings; numbers and booleans as they are stored.
+strings; one marked ``cytearc:nullable`` (a pandas nullable integer or boolean
+without missing values) as that nullable type (no value masked); other numbers
+and booleans as they are stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from cytearc_vfs.format.tables import CATEGORICAL_ATTR
+from cytearc_vfs.format.table_attributes import ordered_names
+from cytearc_vfs.format.tables import CATEGORICAL_ATTR, NULLABLE_ATTR
 from cytearc_vfs.write.membership import MEMBERSHIP_ROLE
 
 __all__ = [
@@ -42,16 +46,19 @@ __all__ = [
     "categorical_codes",
     "check_encodable",
     "check_hdf5_text",
+    "check_hdf5_times",
     "column_kind",
     "exported_columns",
+    "index_name",
     "membership_column",
     "membership_uns",
+    "nullable_values",
     "plain_text",
 ]
 
 #: Where AnnData's dataframe encoding keeps the index (the ``_index`` attribute).
 INDEX_KEY = "_index"
-ColumnKind = Literal["text", "categorical", "plain"]
+ColumnKind = Literal["text", "categorical", "nullable", "plain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +68,9 @@ class ExportedColumn:
     name: str
     """Column name (the stored array's name)."""
     kind: ColumnKind
-    """``text`` (vlen strings), ``categorical`` (codes + categories) or ``plain``."""
+    """``text`` (vlen strings), ``categorical`` (codes + categories), ``nullable`` (an
+    integer or boolean written from pandas' nullable type: given back as one) or
+    ``plain``."""
     categories: tuple[Any, ...] = ()
     """The categories of a categorical column, in order."""
     ordered: bool = False
@@ -75,6 +84,8 @@ def column_kind(name: str, dtype: np.dtype, attrs: Mapping[str, Any]) -> Exporte
         return ExportedColumn(name, "categorical", tuple(spec["categories"]), bool(spec["ordered"]))
     if dtype.kind in "UOT":
         return ExportedColumn(name, "text")
+    if attrs.get(NULLABLE_ATTR) is True and dtype.kind in "biu":
+        return ExportedColumn(name, "nullable")
     return ExportedColumn(name, "plain")
 
 
@@ -99,6 +110,7 @@ def exported_columns(
     attrs_by_name: Mapping[str, Mapping[str, Any]],
     assay: str,
     values: Callable[[str], npt.NDArray[Any]],
+    order: Sequence[str] = (),
 ) -> list[ExportedColumn]:
     """The columns an output holds, in order (the module's rule).
 
@@ -110,9 +122,12 @@ def exported_columns(
         The exported assay.
     values
         Reads a column's values; called only for ``ids``, ``names`` and ``I``.
+    order
+        The column order the table records (``cytearc:columnOrder``); columns it
+        does not list follow in name order.
     """
     kept: list[ExportedColumn] = []
-    for name in sorted(dtypes):
+    for name in ordered_names(list(dtypes), order):
         attrs = attrs_by_name.get(name, {})
         if name == "ids":
             continue
@@ -124,6 +139,23 @@ def exported_columns(
             continue
         kept.append(column_kind(name, dtypes[name], attrs))
     return kept
+
+
+def index_name(recorded: str | None, kept: Iterable[str]) -> str | None:
+    """The name an output gives its index: the one ``write_counts`` recorded
+    (``cytearc:indexName``), unless AnnData's dataframe encoding cannot hold it.
+
+    The encoding keeps the index as a member of the frame's group named by the
+    ``_index`` attribute, beside the columns: a name that is also a kept
+    column's (anndata refuses to write that frame) or is ``_index`` itself
+    leaves the index unnamed, in every output alike.
+
+    >>> index_name("cell_id", ["cell_type"]), index_name("cell_type", ["cell_type"])
+    ('cell_id', None)
+    """
+    if recorded is None or recorded == INDEX_KEY or recorded in set(kept):
+        return None
+    return recorded
 
 
 def check_encodable(names: Iterable[str], *, table: str) -> None:
@@ -149,7 +181,7 @@ def check_hdf5_text(frame: pd.DataFrame, *, table: str, destination: str) -> Non
     >>> check_hdf5_text(frame, table="cellData", destination="x.h5ad")
     Traceback (most recent call last):
     ...
-    ValueError: cellData column 't' row 1 (id 'c2') holds a NUL character ...
+    ValueError: cellData column 't' row 1 (id 'c2') holds a NUL character...
     """
     texts: list[tuple[str, Any]] = [("index", frame.index)]
     for name, values in frame.items():
@@ -173,6 +205,30 @@ def check_hdf5_text(frame: pd.DataFrame, *, table: str, destination: str) -> Non
                 f"{table} {what} {where} holds a NUL character, which an .h5ad's text "
                 f"cannot keep ({destination}); export to a .zarr, which keeps it, or remove "
                 "the NUL from the store's column. Nothing was written"
+            )
+
+
+def check_hdf5_times(frame: pd.DataFrame, *, table: str, destination: str) -> None:
+    """Refuse a datetime column for an ``.h5ad``, naming it.
+
+    anndata has no encoding for datetimes: its writer stopped the export midway
+    naming only pandas' ``DatetimeArray``. A ``.zarr`` keeps such a column as a
+    ``datetime64`` array (:func:`~.export.export_anndata`, as the view presents
+    it), which anndata reads back; HDF5 has no such type.
+
+    >>> frame = pd.DataFrame({"t": pd.to_datetime(["2020-01-01"])}, index=["c1"])
+    >>> check_hdf5_times(frame, table="cellData", destination="x.h5ad")
+    Traceback (most recent call last):
+    ...
+    ValueError: cellData column 't' holds datetimes (datetime64[...]), which an .h5ad ...
+    """
+    for name, dtype in frame.dtypes.items():
+        if dtype.kind == "M":
+            raise ValueError(
+                f"{table} column {name!r} holds datetimes ({dtype}), which an .h5ad cannot "
+                f"keep ({destination}): anndata writes no datetime to HDF5. Export to a "
+                ".zarr, which keeps them as a datetime64 array that anndata reads back, or "
+                "read them with cv.to_anndata or cv.anndata_view. Nothing was written"
             )
 
 
@@ -203,6 +259,18 @@ def plain_text(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _equal_text(left: npt.NDArray[Any], right: npt.NDArray[Any]) -> bool:
     return left.shape == right.shape and bool(np.all(left.astype(str) == right.astype(str)))
+
+
+def nullable_values(values: npt.NDArray[Any]) -> Any:
+    """Stored integers or booleans as pandas' nullable array of their type, none missing.
+
+    >>> nullable_values(np.array([1, 2], dtype=np.int8)).dtype, nullable_values(np.array([True])).dtype
+    (Int8Dtype(), BooleanDtype)
+    """
+    mask = np.zeros(values.shape, dtype=bool)
+    if values.dtype == np.bool_:
+        return pd.arrays.BooleanArray(values, mask)
+    return pd.arrays.IntegerArray(values, mask)
 
 
 def categorical_codes(values: npt.NDArray[Any], column: ExportedColumn) -> npt.NDArray[Any]:

@@ -27,7 +27,7 @@ from zarr.core.sync import sync
 
 from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.format.flags import check_flag
-from cytearc_vfs.format.tables import StoredColumn, read_columns
+from cytearc_vfs.format.tables import StoredTable, read_stored_table
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
 
@@ -35,8 +35,10 @@ from .columns import (
     ExportedColumn,
     categorical_codes,
     exported_columns,
+    index_name,
     membership_column,
     membership_uns,
+    nullable_values,
 )
 from .loading import loaded_counts
 from .opened import OpenedAssay, open_assay
@@ -80,8 +82,9 @@ def cell_bands(
 
 
 def _frame(
-    columns: Mapping[str, StoredColumn], assay: str, *, table: str
+    stored: StoredTable, assay: str, *, table: str
 ) -> tuple[pd.DataFrame, list[ExportedColumn]]:
+    columns = stored.columns
     if "ids" not in columns:
         raise ValueError(f"the {table} table has no ids column; the store is damaged")
     kept = exported_columns(
@@ -89,9 +92,11 @@ def _frame(
         {name: column.attrs for name, column in columns.items()},
         assay,
         lambda name: columns[name].values,
+        stored.column_order,
     )
     data = {column.name: _series_values(columns[column.name].values, column) for column in kept}
-    index = pd.Index(columns["ids"].values.astype(str).tolist(), dtype="str", name=None)
+    name = index_name(stored.index_name, [column.name for column in kept])
+    index = pd.Index(columns["ids"].values.astype(str).tolist(), dtype="str", name=name)
     return pd.DataFrame(data, index=index), kept
 
 
@@ -104,16 +109,18 @@ def _series_values(values: npt.NDArray[Any], column: ExportedColumn) -> Any:
         )
     if column.kind == "text":
         return pd.array(values.astype(str).tolist(), dtype="str")
+    if column.kind == "nullable":
+        return nullable_values(values)
     return values
 
 
 def read_frames(opened: OpenedAssay) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """``obs``, ``var`` and ``uns`` of the assay, by the rule of :mod:`.columns`."""
-    cells = sync(read_columns(opened.store, opened.paths.cell_data))
-    features = sync(read_columns(opened.store, opened.paths.feature_data))
+    cells = sync(read_stored_table(opened.store, opened.paths.cell_data))
+    features = sync(read_stored_table(opened.store, opened.paths.feature_data))
     obs, _ = _frame(cells, opened.assay, table="cell")
     var, _ = _frame(features, opened.assay, table="feature")
-    membership = membership_column({n: c.attrs for n, c in cells.items()}, opened.assay)
+    membership = membership_column({n: c.attrs for n, c in cells.columns.items()}, opened.assay)
     return obs, var, membership_uns(membership, opened.assay)
 
 

@@ -50,7 +50,7 @@ from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
 
-from .columns import check_encodable, check_hdf5_text, plain_text
+from .columns import check_encodable, check_hdf5_text, check_hdf5_times, plain_text
 from .conversion import _anndata, read_frames
 from .documents import ANNDATA_ROOT, encoded_attributes
 from .export_budget import EXPORT_BUDGET, STREAM_CHUNK, BandPlan, plan_bands, table_bytes
@@ -287,6 +287,25 @@ def _read_tables(opened: OpenedAssay) -> tuple[list[Any], int]:
     return [obs, var, uns], table_bytes(obs, var)
 
 
+def _write_frame(write_elem: Callable[..., None], group: Any, key: str, frame: Any) -> None:
+    """Write ``frame`` as the ``dataframe`` element ``key``; datetime columns (a Zarr
+    destination's: an ``.h5ad``'s are refused first) as ``datetime64`` arrays.
+
+    anndata has no writer for a pandas datetime column (``IORegistryError``);
+    the view presents one as an ``array`` element of ``datetime64``, which
+    anndata reads back as a datetime column, so the export writes the same.
+    """
+    times = [name for name, dtype in frame.dtypes.items() if dtype.kind == "M"]
+    if not times:
+        write_elem(group, key, frame)
+        return
+    write_elem(group, key, frame.drop(columns=times))
+    element = group[key]
+    for name in times:
+        write_elem(element, name, frame[name].to_numpy(dtype="datetime64[ns]"))
+    element.attrs["column-order"] = [str(name) for name in frame.columns]
+
+
 def _write(
     group: Any,
     kind: Format,
@@ -306,9 +325,9 @@ def _write(
     group.attrs.update(UNFINISHED_ROOT)
     obs, var, uns = tables
     tables.clear()
-    write_elem(group, "obs", plain_text(obs))
+    _write_frame(write_elem, group, "obs", plain_text(obs))
     del obs
-    write_elem(group, "var", plain_text(var))
+    _write_frame(write_elem, group, "var", plain_text(var))
     del var
     write_elem(group, "uns", uns)
     for name in _EMPTY_MAPPINGS:
@@ -477,6 +496,8 @@ def export_anndata(
     if kind == "h5ad":
         check_hdf5_text(tables[0], table=opened.paths.cell_data, destination=str(destination))
         check_hdf5_text(tables[1], table=opened.paths.feature_data, destination=str(destination))
+        check_hdf5_times(tables[0], table=opened.paths.cell_data, destination=str(destination))
+        check_hdf5_times(tables[1], table=opened.paths.feature_data, destination=str(destination))
     plan = plan_bands(opened, budget, kind, held, band_bytes)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:

@@ -21,12 +21,15 @@ from zarr.abc.store import Store
 
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import get_json
+from cytearc_vfs.format.table_attributes import recorded_column_order, recorded_index_name
 
 from .columns import (
+    INDEX_KEY,
     ExportedColumn,
     categorical_codes,
     check_encodable,
     exported_columns,
+    index_name,
     membership_column,
     membership_uns,
 )
@@ -163,17 +166,36 @@ def _categorical(
     layout.computed(join(path, "codes"), (length,), (size,), codes_dtype, plain, codes)
     count = max(1, len(categories))
     text = all(isinstance(value, str) for value in categories)
-    kind: np.dtype | str = "string" if text else np.asarray(categories).dtype
+    # the stored values' dtype, which is the categories' (write_counts stores a
+    # categorical as its categories' type): numpy alone makes [0, 2**64 - 1] float64
+    kind: np.dtype | str = "string" if text else array.dtype
 
     async def labels(index: tuple[int, ...]) -> bytes:
         if text:
             return text_chunk(categories, count)
-        return numeric_chunk(np.asarray(categories), (count,))
+        return numeric_chunk(np.asarray(categories, dtype=array.dtype), (count,))
 
     attributes = encoded_attributes("string-array", "0.2.0") if text else plain
     layout.computed(
         join(path, "categories"), (len(categories),), (count,), kind, attributes, labels
     )
+
+
+def _nullable(
+    layout: ViewLayout, path: str, array: zarr.Array[Any], stored: str, opened: OpenedAssay
+) -> None:
+    """A ``nullable-integer`` / ``nullable-boolean`` 0.1.0 group: the stored column
+    re-keyed as its ``values``, and a ``mask`` computed on read (nothing is missing)."""
+    kind = "nullable-boolean" if array.dtype == np.bool_ else "nullable-integer"
+    layout.group(path, encoded_attributes(kind, "0.1.0"))
+    plain = encoded_attributes("array", "0.2.0")
+    layout.rekeyed(join(path, "values"), opened.store, stored, plain, opened.where)
+    length, size = _column_chunks(array)
+
+    async def mask(index: tuple[int, ...]) -> bytes:
+        return numeric_chunk(np.zeros(size, dtype=bool), (size,))
+
+    layout.computed(join(path, "mask"), (length,), (size,), np.dtype(bool), plain, mask)
 
 
 def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> str | None:
@@ -191,17 +213,21 @@ def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> st
 
     attrs = {name: dict(array.attrs) for name, array in arrays.items()}
     kept = exported_columns(
-        {name: array.dtype for name, array in arrays.items()}, attrs, opened.assay, values
+        {name: array.dtype for name, array in arrays.items()},
+        attrs,
+        opened.assay,
+        values,
+        recorded_column_order(group.attrs),
     )
-    check_encodable([column.name for column in kept], table=table)
+    names = [column.name for column in kept]
+    check_encodable(names, table=table)
+    index = index_name(recorded_index_name(group.attrs), names) or INDEX_KEY
     layout.group(
         path,
-        encoded_attributes(
-            "dataframe", "0.2.0", **{"_index": "_index", "column-order": [c.name for c in kept]}
-        ),
+        encoded_attributes("dataframe", "0.2.0", **{"_index": index, "column-order": names}),
     )
     strings = encoded_attributes("string-array", "0.2.0")
-    _text_array(layout, join(path, "_index"), arrays["ids"], strings)
+    _text_array(layout, join(path, index), arrays["ids"], strings)
     for column in kept:
         array = arrays[column.name]
         where = join(path, column.name)
@@ -209,6 +235,8 @@ def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> st
             _text_array(layout, where, array, strings)
         elif column.kind == "categorical":
             _categorical(layout, where, array, column)
+        elif column.kind == "nullable":
+            _nullable(layout, where, array, join(table, column.name), opened)
         else:
             layout.rekeyed(
                 where,
