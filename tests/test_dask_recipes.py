@@ -24,5 +24,6 @@ def test_blocks_of_a_store_given_by_a_relative_path_read_from_another_directory(
     lazy = cv.VirtualArrayReader("a.zarr").to_dask(chunks=(50, 30))
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # as a worker started in another folder
-    blockwise._PROCESS_READERS.clear()  # a new process has none kept
+    # a new process has no reader kept (and this test leaves none to the others)
+    monkeypatch.setattr(blockwise, "_PROCESS_READERS", {})
     np.testing.assert_array_equal(lazy.compute(scheduler="sync"), counts.toarray())
