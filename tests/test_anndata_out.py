@@ -186,6 +186,21 @@ def test_composite_equals_anndata_concat_outer(built: dict[str, Any]) -> None:
         assert list(result.obs["source"].unique()) == ["a", "b"]
 
 
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_composite_materializes_through_to_anndata(
+    built: dict[str, Any], tmp_path: Path, lazy: bool
+) -> None:
+    """composite.md's way to a standalone copy: write_counts of to_anndata, lazy
+    (the default: X is dask blocks of CSR) or not, with its ids and columns."""
+    composite = built["root"] / "c.zarr"
+    info = cv.write_counts(tmp_path / "copy.zarr", cv.to_anndata(composite, lazy=lazy))
+    copy, original = cv.VirtualArrayReader(info.location), cv.VirtualArrayReader(composite)
+    assert list(copy.cell_ids) == list(original.cell_ids)
+    assert list(copy.feature_ids) == list(original.feature_ids)
+    np.testing.assert_array_equal(copy.read(), original.read())
+    assert "source" in zarr.open_group(tmp_path / "copy.zarr", mode="r")["cellData"]
+
+
 def test_mount_reads_as_its_source(built: dict[str, Any]) -> None:
     mounted = cv.to_anndata(built["root"] / "m.zarr", lazy=False)
     _assert_same(mounted, cv.to_anndata(built["root"] / "a.zarr", lazy=False))

@@ -43,3 +43,46 @@ def test_every_doc_link_resolves() -> None:
     for page in DOCS.glob("*.md"):
         for target in re.findall(r"\]\(([^)#]+\.md)\)", page.read_text()):
             assert (DOCS / target).is_file(), f"{page.name} links to missing {target}"
+
+
+def _section(page: str, heading: str) -> str:
+    text = (DOCS / page).read_text()
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_mount_worked_example_runs_and_shows_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mount.md's worked example, with the recipes and arrays it leaves to the reader:
+    every line commented with a Python literal evaluates to that literal."""
+    import ast
+
+    import numpy as np
+
+    import cytearc_vfs as cv
+
+    monkeypatch.chdir(tmp_path)
+    cv.write_counts("pbmc.zarr", np.arange(12, dtype=np.uint8).reshape(4, 3))
+    namespace: dict[str, object] = {
+        "cv": cv,  # imported by the page's first block
+        "pca_recipe": {"operation": "pca", "parameters": {"dims": 2}, "inputs": {}},
+        "umap_recipe": {"operation": "umap", "parameters": {}, "inputs": {}},
+        "embedding": np.ones((4, 2)),
+        "layout_2d": np.zeros((4, 2)),
+    }
+    (code,) = re.findall(r"```python\n(.*?)```", _section("mount.md", "## Worked example"), re.S)
+    exec(compile(code, "mount.md", "exec"), namespace)
+    checked = 0
+    for line in code.splitlines():
+        expression, _, comment = line.partition("  # ")
+        try:
+            expected = ast.literal_eval(comment.strip())
+        except (ValueError, SyntaxError):
+            continue
+        assert eval(expression, namespace) == expected, line
+        checked += 1
+    assert checked == 2
+    found = eval('cv.find_artifact(mount, "RNA/artifacts", "pca", pca_recipe)', namespace)
+    assert found is not None and found.artifact_id == namespace["art"].artifact_id  # type: ignore[attr-defined]

@@ -266,6 +266,18 @@ def test_mount_of_pending_assay_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "m.zarr").exists()
 
 
+def test_a_password_in_the_source_url_is_refused_before_the_source_is_read(
+    tmp_path: Path,
+) -> None:
+    """The record keeps the source's location, so a URL carrying user:password@ is
+    refused, masked, before anything is asked of the source: a source that cannot be
+    read must not be reported with the password in its message."""
+    with pytest.raises(ValueError, match=r"KEY:\*\*\*@.*carries a password") as raised:
+        cv.mount_datastore("memory://KEY:hunter2@absent", tmp_path / "m.zarr")
+    assert "hunter2" not in str(raised.value)
+    assert not (tmp_path / "m.zarr").exists()
+
+
 def test_destination_overlapping_source_refused(tmp_path: Path) -> None:
     make_source(tmp_path / "a.zarr", with_artifact=False)
     with pytest.raises(ValueError, match="overlaps"):

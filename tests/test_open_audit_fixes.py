@@ -252,6 +252,20 @@ def test_the_assays_named_in_a_refusal_say_how_to_ask_for_them(
         cv.to_anndata(source, workspace="zz")
 
 
+def test_a_composite_source_in_a_workspace_is_refused_naming_source_workspaces(
+    tmp_path: Path,
+) -> None:
+    """In Python too, the refusal says how to ask for an assay of a workspace: the
+    keywords, and for a composite's source the source_workspaces= that reads it."""
+    store = tmp_path / "ws.zarr"
+    cv.write_counts(store, np.arange(6).reshape(3, 2), workspace="ws1")
+    with pytest.raises(ValueError, match=r"source_workspaces=\{NAME: 'W'\}"):
+        cv.create_composite(tmp_path / "c.zarr", {"w": store})
+    with pytest.raises(ValueError, match=r"assay='A', workspace='W'"):
+        cv.to_anndata(store)
+    cv.create_composite(tmp_path / "c.zarr", {"w": store}, source_workspaces={"w": "ws1"})
+
+
 def test_an_unknown_assay_of_a_composite_names_its_assay(composite: Path) -> None:
     with pytest.raises(ValueError, match=r"assay 'ADT' does not exist.*its assays: \['RNA'\]"):
         cv.to_anndata(composite, assay="ADT")

@@ -475,6 +475,38 @@ def test_an_open_through_s3fs_costs_one_listing_per_source(unchanged: Remote) ->
     store.close()
 
 
+def test_the_request_counts_of_docs_remote_md(
+    tmp_path: Path,
+    s3_server: S3Server,
+    s3_proxy: LoopbackProxy,
+    originals: str,
+    other: str,
+    no_cache: None,
+) -> None:
+    """The "now" column of docs/remote.md's table of requests through s3fs."""
+    remote = Remote(copied(s3_server, originals), tmp_path, s3_proxy, s3_server, other)
+    s3_proxy.take()
+    cv.create_composite(
+        tmp_path / "comp.zarr", remote.sources, source_storage_options=remote.options
+    ).close()
+    created = s3_proxy.take()
+    listings = [seen for seen in created if "list-type=2" in seen.path]
+    assert len(created) == 60 and len(listings) == 2
+    assert sum(seen.method == "HEAD" for seen in created) == 8
+    store = remote.open()
+    assert len(s3_proxy.take()) == 2  # a listing per source
+    np.testing.assert_array_equal(store.reader().read(), expected())
+    assert len(s3_proxy.take()) == 6  # a GetObject per shard, each whole
+    store.close()
+    remote.open_mount().close()
+    s3_proxy.take()
+    mount = cv.open_store(tmp_path / "mount.zarr", source_storage_options=remote.options["a"])
+    assert len(s3_proxy.take()) == 13  # 12 documents, 1 listing
+    np.testing.assert_array_equal(mount.reader().read(), expected()[: CELLS["a"]])
+    assert len(s3_proxy.take()) == 3
+    mount.close()
+
+
 def test_a_changed_document_is_fetched_again_at_open(remote: Remote) -> None:
     fs = remote.filesystem()
     path = f"{remote.bucket}/a.zarr/RNA/zarr.json"

@@ -199,6 +199,26 @@ def test_a_store_read_directly_and_replaced_is_refused(copied: Path) -> None:
     assert f"the file {copied}/a.zarr/RNA/counts/c/0/0 was replaced" in str(caught.value)
 
 
+def test_a_source_given_by_a_relative_path_is_checked_after_a_change_of_directory(
+    copied: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The open notes the source's files by the path it was given; a relative one
+    is resolved when the store opens, so a process that changes its working
+    directory later (a notebook's os.chdir) still has its replaced source refused,
+    never read as the new values."""
+    monkeypatch.chdir(copied)
+    composite = cv.create_composite(
+        "again.zarr", {"a": "a.zarr", "b": "b.zarr"}, overwrite=True
+    ).reader()
+    store = cv.VirtualArrayReader("a.zarr")
+    monkeypatch.chdir(copied.parent)
+    rewrite_bigger(copied / "a.zarr")
+    for read in (lambda: composite.read(cells=FIRST), lambda: store.read(cells=FIRST)):
+        with pytest.raises(cv.IdentityMismatchError) as caught:
+            read()
+        assert f"the file {copied}/a.zarr/RNA/counts" in str(caught.value)
+
+
 def test_an_unchanged_source_reads_with_no_extra_request(copied: Path) -> None:
     reader = cv.open_store(copied / "comp.zarr").reader()
     np.testing.assert_array_equal(reader.read(cells=FIRST), expected()[FIRST])

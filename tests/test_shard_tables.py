@@ -202,8 +202,14 @@ def test_a_malformed_table_is_a_record_error(
     content = json.loads(document.read_text())
     change(content["attributes"][SHARD_TABLE_ATTR])
     document.write_text(json.dumps(content))
-    with pytest.raises(cv.RecordShapeError, match=SHARD_TABLE_ATTR):
+    with pytest.raises(cv.RecordShapeError, match=SHARD_TABLE_ATTR) as raised:
         cv.open_store(root)
+    # the store is named once and the remedy given once, the data-only rewrite
+    # included (it reads a store whose table does not parse)
+    message = str(raised.value)
+    assert message.count(str(root)) == 1, message
+    assert message.count("re-import the dataset") == 1, message
+    assert "repack --data-only" in message
 
 
 def test_any_store_is_checked_through_the_store_api(written: tuple[Path, np.ndarray]) -> None:

@@ -33,7 +33,8 @@ def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths
             + (
                 ": give --assay A --workspace W (a composite's source: --workspace NAME=W)"
                 if on_command_line()
-                else ""
+                else ": give assay='A', workspace='W' (a composite's source: "
+                "source_workspaces={NAME: 'W'})"
             )
         )
     if paths.workspace and any(not p.workspace for p in held):

@@ -64,6 +64,12 @@ REMEDY = (
     "shard files were deleted, replaced or moved after writing; restore the store from a copy "
     "or re-import the dataset"
 )
+#: The remedy for a store whose records do not parse (a table among them): the
+#: data-only rewrite reads such a store. The store check
+#: (:mod:`.source_store`) names it for every record, so it lives here, below it.
+REWRITE_REMEDY = (
+    "re-import the dataset, or rewrite it with `cytearc-vfs repack --data-only SOURCE DEST`"
+)
 
 
 def shard_key(array_path: str, shard: int) -> str:
@@ -116,13 +122,13 @@ class ShardTable:
         if not isinstance(value, Mapping) or set(value) != fields:
             raise RecordShapeError(
                 f"{where}: {SHARD_TABLE_ATTR} must be an object with exactly the fields "
-                f"{sorted(fields)}, found {value!r:.200}; re-import the dataset"
+                f"{sorted(fields)}, found {value!r:.200}; {REWRITE_REMEDY}"
             )
         if value["version"] != _VERSION or value["shards"] != shards:
             raise RecordShapeError(
                 f"{where}: {SHARD_TABLE_ATTR} has version {value['version']!r} and "
                 f"{value['shards']!r} shards, expected version {_VERSION} and the array's "
-                f"{shards}; re-import the dataset"
+                f"{shards}; {REWRITE_REMEDY}"
             )
         try:
             bitmap = base64.b64decode(value["stored"], validate=True)
@@ -135,12 +141,12 @@ class ShardTable:
             crcs = np.frombuffer(base64.b64decode(value["crc32c"], validate=True), dtype="<u4")
         except (ValueError, TypeError, zlib.error) as exc:
             raise RecordShapeError(
-                f"{where}: {SHARD_TABLE_ATTR} does not decode ({exc}); re-import the dataset"
+                f"{where}: {SHARD_TABLE_ATTR} does not decode ({exc}); {REWRITE_REMEDY}"
             ) from None
         if len(stored) != shards or len(sizes) != shards or len(crcs) != shards:
             raise RecordShapeError(
                 f"{where}: {SHARD_TABLE_ATTR} describes {len(sizes)} sizes and {len(crcs)} "
-                f"checksums for {shards} shards; re-import the dataset"
+                f"checksums for {shards} shards; {REWRITE_REMEDY}"
             )
         return cls(stored, sizes.astype(np.uint64), crcs.astype(np.uint32))
 

@@ -48,7 +48,7 @@ from .records import (
     parse_fingerprint,
     requires_transpose,
 )
-from .shard_tables import ShardTable, check_stored_shards, read_shard_table
+from .shard_tables import REWRITE_REMEDY, ShardTable, check_stored_shards, read_shard_table
 from .store_io import get_json, list_dir, missing_bucket
 from .store_keys import METADATA_DOCUMENTS
 
@@ -66,7 +66,8 @@ __all__ = [
     "verify_store",
 ]
 
-REPAIR = "re-import the dataset, or rewrite it with `cytearc-vfs repack --data-only SOURCE DEST`"
+#: The remedy of every store that fails its check (one wording with the shard tables').
+REPAIR = REWRITE_REMEDY
 
 
 def unfinished_message(where: str, writer: object, what: str = "the store") -> str:

@@ -146,6 +146,9 @@ def mount_datastore(
     if workspace is not None:
         check_name(workspace, what="workspace")
     requested = None if assays is None else _chosen_assays(assays)
+    # the record keeps this location: a URL carrying a password is refused (masked)
+    # before the source is asked anything, whose errors would name the URL as given
+    recorded_location = reopenable_location(source, what="the source")
     check_no_overlap(
         destination,
         {"source": source},
@@ -202,7 +205,7 @@ def mount_datastore(
         infos[name] = info
         types[name] = opens_as
     record = MountRecord(
-        location=reopenable_location(source, what="the source"),
+        location=recorded_location,
         workspace=workspace,
         assays={
             name: MountedAssay(

@@ -131,6 +131,9 @@ class OpenedSource:
 def opened_source(root: str, arrays: list[str], *, label: str, reopen: str) -> OpenedSource:
     """``stat`` the ``zarr.json`` of each array of ``arrays`` under ``root``: call it
     before the open reads them (see the module docstring)."""
+    # a relative root is the one the open meant: kept absolute, a later change of the
+    # working directory cannot turn every check into "no such file" (and so none)
+    root = os.path.abspath(root)
     documents = {array: _identity_at(os.path.join(root, array, "zarr.json")) for array in arrays}
     return OpenedSource(root, label, reopen, documents)
 

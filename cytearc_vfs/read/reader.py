@@ -30,7 +30,7 @@ from zarr.core.sync import sync
 from ..format.gathering import gather_all
 from ..format.source_store import read_contents, refuse_pending_assays
 from ..remote.failures import names_backend_failures
-from ..remote.locations import Location, describe_location, open_location
+from ..remote.locations import Location, describe_location, local_path, open_location
 from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
@@ -142,8 +142,11 @@ class VirtualArrayReader:
         self._where = (
             describe_location(store) if not isinstance(store, ProvidesCountMapping) else str(store)
         )
-        # What a worker process needs to rebuild this reader (see to_dask).
-        self._recipe: tuple[Any, ...] = (store, assay, workspace, dict(storage_options or {}))
+        # What a worker process needs to rebuild this reader (see to_dask): a local
+        # path made absolute, since a worker may run in another working directory.
+        path = None if isinstance(store, (Store, ProvidesCountMapping)) else local_path(store)
+        located = store if path is None else str(path.absolute())
+        self._recipe: tuple[Any, ...] = (located, assay, workspace, dict(storage_options or {}))
 
     @classmethod
     def from_mapping(

@@ -310,6 +310,11 @@ class _BandedSource:
 
     def band(self, start: int, stop: int) -> sp.csr_array:
         piece = self._matrix[start:stop]
+        compute = getattr(piece, "compute", None)
+        if callable(compute):
+            # a lazy (dask) matrix, such as to_anndata's X: its band computed, a
+            # scipy.sparse matrix when its blocks are (np.asarray would not take those)
+            piece = compute()
         if sp.issparse(piece):
             return canonical_csr(piece, row_offset=start)
         return _dense_band(np.asarray(piece))
