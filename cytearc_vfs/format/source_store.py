@@ -15,7 +15,7 @@ lack it and open as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -35,13 +35,11 @@ from ..errors import (
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
 from .identity_checks import check_declared_assays, check_fill_value
 from .missing_assay import missing_assay_error
-from .option_names import switched_on
 from .paths import AssayPaths, join
 from .records import (
     ASSAY_TYPE_PRESETS,
     COUNT_LAYOUT_ATTR,
     PENDING_ASSAY_ATTR,
-    PENDING_STORE_ATTR,
     ArrayGeometry,
     CountLayout,
     parse_assay_types,
@@ -49,14 +47,25 @@ from .records import (
     requires_transpose,
 )
 from .shard_tables import REWRITE_REMEDY, ShardTable, check_stored_shards, read_shard_table
-from .store_io import get_json, list_dir, missing_bucket
-from .store_keys import METADATA_DOCUMENTS
+from .store_contents import (
+    StoreContents,
+    contents_documents,
+    list_root_once,
+    node_attrs,
+    read_contents,
+    unfinished_message,
+)
+from .store_contents import json_object as _get_json
+from .store_io import list_dir
 
+# What a store declares moved to .store_contents; it is still named here for the
+# many callers that open and verify in one import.
 __all__ = [
     "AssayInfo",
     "StoreContents",
     "check_assay_shards",
     "contents_documents",
+    "list_root_once",
     "missing_assay_error",
     "node_attrs",
     "read_contents",
@@ -68,15 +77,6 @@ __all__ = [
 
 #: The remedy of every store that fails its check (one wording with the shard tables').
 REPAIR = REWRITE_REMEDY
-
-
-def unfinished_message(where: str, writer: object, what: str = "the store") -> str:
-    """The refusal of something a writer began and never finished, with the remedy."""
-    return (
-        f"{where}: {what} is unfinished: {writer!s} began writing it and never finished (it "
-        "was interrupted or failed), so it does not open. Write it again with "
-        f"{switched_on('overwrite')}, which replaces it"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,154 +127,6 @@ class AssayInfo:
     def has_counts_t(self) -> bool:
         """Whether a verified ``countsT`` exists."""
         return self.layout.counts_t is not None
-
-
-@dataclass(frozen=True, slots=True)
-class StoreContents:
-    """What the top of a store declares, read from metadata documents only."""
-
-    root_attrs: Mapping[str, Any]
-    """Attributes of the root group."""
-    assays: tuple[AssayPaths, ...]
-    """Published assays (``is_assay``), root layout first, then by workspace."""
-    pending: tuple[AssayPaths, ...]
-    """Pending derived assays (``cytearc:pending_assay``)."""
-    zarr_format: int
-    """2 or 3."""
-
-
-def _get_json(store: Store, key: str) -> dict[str, Any] | None:
-    value = get_json(store, key, remedy=REPAIR)
-    if value is not None and not isinstance(value, dict):
-        raise RecordShapeError(f"{key!r} is not a JSON object; {REPAIR}")
-    return value
-
-
-def node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
-    """(node_type, attributes) of the v3 node at ``path``, or (None, {})."""
-    document = _get_json(store, join(path, "zarr.json"))
-    if document is None:
-        return None, {}
-    attrs = document.get("attributes", {})
-    return document.get("node_type"), attrs if isinstance(attrs, dict) else {}
-
-
-# Documents of a node, not child nodes: a listing of a group shows them among its children.
-# Top-level groups of the layout that never hold an assay or a workspace.
-_NOT_ASSAYS = frozenset({"matrices", "artifacts", "pipeline", "_composite"})
-
-
-def contents_documents(keys: Iterable[str]) -> list[str]:
-    """The ``zarr.json`` documents :func:`read_contents` reads, given every key of the store.
-
-    A caller that listed the store fetches them in one concurrent round
-    instead of one by one: the root's, each top-level child's, and for a
-    child with a ``cellData`` group (a workspace) its own children's.
-
-    >>> contents_documents(["zarr.json", "RNA/zarr.json", "RNA/counts/c/0/0", "ws/cellData/zarr.json",
-    ...                     "ws/ADT/zarr.json"])
-    ['zarr.json', 'RNA/zarr.json', 'RNA/cellData/zarr.json', 'ws/zarr.json', 'ws/cellData/zarr.json', 'ws/ADT/zarr.json']
-    """
-    listed = set(keys)
-    children: dict[str, set[str]] = {}
-    for key in listed:
-        parts = key.split("/")
-        if len(parts) > 1 and parts[0] not in METADATA_DOCUMENTS:
-            below = children.setdefault(parts[0], set())
-            if len(parts) > 2:
-                below.add(parts[1])
-    documents = ["zarr.json"]
-    for child in sorted(children):
-        documents.append(f"{child}/zarr.json")
-        if child in _NOT_ASSAYS or child == "cellData":
-            continue
-        documents.append(f"{child}/cellData/zarr.json")
-        if f"{child}/cellData/zarr.json" in listed:  # a workspace: its assays are one level down
-            documents += [
-                f"{child}/{name}/zarr.json" for name in sorted(children[child] - {"cellData"})
-            ]
-    return documents
-
-
-def list_root_once(store: Store) -> None:
-    """Ask a remote ``store`` for the first page of its root listing, for what it raises.
-
-    S3 answers a GET of any key in a bucket that does not exist ``404``, as for
-    an absent key, so a location without a root document may be a mistyped
-    path or a missing bucket; only a listing says which (``NoSuchBucket``,
-    raised here and named by the callers' translation of backend errors).
-    Called where a root document is missing, so it costs one request only on
-    the way to an error, and raises only a missing bucket. Local and in-memory
-    stores are not listed (a local directory may hold any number of files).
-    """
-    from zarr.core.sync import sync
-    from zarr.storage import LocalStore, MemoryStore
-
-    if isinstance(store, LocalStore | MemoryStore) or not store.supports_listing:
-        return
-
-    async def first_page() -> None:
-        async for _ in store.list_dir(""):
-            break
-
-    try:
-        sync(first_page())
-    except Exception as exc:
-        if missing_bucket(exc):
-            raise
-        # anything else (a server that refuses listings) leaves the missing document
-        # to be said as it is: the path is what to check
-
-
-def read_contents(store: Store, *, where: str) -> StoreContents:
-    """List the assays a store declares (root layout and workspaces)."""
-    root = _get_json(store, "zarr.json")
-    if root is None:
-        if _get_json(store, ".zgroup") is not None:
-            return StoreContents(_get_json(store, ".zattrs") or {}, (), (), 2)
-        list_root_once(store)  # a missing bucket is said so, not "no zarr.json"
-        remedy = (
-            # an AnnData file: say what it is and how to use it (not "write a store there")
-            ": an .h5ad file is AnnData in HDF5, read only as input. Import it with "
-            "cytearc_vfs.write_counts(DEST, PATH) (cytearc-vfs write PATH DEST), or write it "
-            "as an AnnData Zarr store (anndata.read_h5ad(PATH).write_zarr(DEST)), which a "
-            "composite reads without conversion"
-            if where.rstrip("/").endswith(".h5ad")
-            else "; check the location, or write a store there with cytearc_vfs.write_counts"
-        )
-        raise ValueError(f"{where} holds no Zarr group (no zarr.json at its root){remedy}")
-    if root.get("node_type") != "group":
-        raise ValueError(f"{where} is a Zarr {root.get('node_type')}, not a store group")
-    root_attrs = root.get("attributes", {}) or {}
-    if isinstance(root_attrs, dict) and PENDING_STORE_ATTR in root_attrs:
-        raise IncompleteStoreError(
-            unfinished_message(where, root_attrs[PENDING_STORE_ATTR])
-            + f" (its root still carries {PENDING_STORE_ATTR})"
-        )
-    assays: list[AssayPaths] = []
-    pending: list[AssayPaths] = []
-    for child in list_dir(store, ""):
-        if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
-            continue
-        kind, attrs = node_attrs(store, child)
-        if kind != "group" or child in _NOT_ASSAYS:
-            continue
-        if attrs.get("is_assay") is True:
-            assays.append(AssayPaths(child))
-        elif PENDING_ASSAY_ATTR in attrs:
-            pending.append(AssayPaths(child))
-        elif child != "cellData" and node_attrs(store, join(child, "cellData"))[0] == "group":
-            for grandchild in list_dir(store, child):
-                if grandchild in METADATA_DOCUMENTS:
-                    continue
-                kind2, attrs2 = node_attrs(store, join(child, grandchild))
-                if kind2 != "group":
-                    continue
-                if attrs2.get("is_assay") is True:
-                    assays.append(AssayPaths(grandchild, child))
-                elif PENDING_ASSAY_ATTR in attrs2:
-                    pending.append(AssayPaths(grandchild, child))
-    return StoreContents(root_attrs, tuple(assays), tuple(pending), 3)
 
 
 def _layout_of(attrs: Mapping[str, Any], *, where: str) -> CountLayout:
