@@ -8,6 +8,8 @@ anything is read or created, and leaves the folder as it was.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from cli_harness import run_main
 
 import cytearc_vfs as cv
 
@@ -116,6 +119,30 @@ def test_storage_options_that_are_not_a_mapping_are_named(tmp_path: Path, option
     # "cannot convert dictionary update sequence element #0 to a sequence"
     with pytest.raises(TypeError, match=r"storage_options of s3://bkt/a\.zarr must be a mapping"):
         cv.open_store("s3://bkt/a.zarr", storage_options=options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # obstore panicked in Rust (a PanicException, past `except Exception`)
+        ({"allow_http": True}, r"'allow_http' belongs to obstore's HTTP client and goes in "),
+        ({"timeout": "5s", "proxy_url": "x"}, r"'proxy_url', 'timeout' belong to .* go in"),
+        # obstore's errors ended in Rust's debug dump of the error
+        ({"bogus_key": 1}, r"refused by obstore \(Configuration key: 'bogus_key' is not valid"),
+        ({"client_options": {"bogus": 1}}, r"refused by obstore \(Invalid key: bogus\.\)"),
+    ],
+    ids=["client-option", "client-options", "unknown", "unknown-client-option"],
+)
+def test_storage_options_obstore_cannot_take_are_refused_by_name(
+    tmp_path: Path, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^storage options of s3://bkt/x\\.zarr.*{message}"):
+        cv.open_store("s3://bkt/x.zarr", storage_options=options)
+    with pytest.raises(ValueError, match=message):
+        cv.write_counts("s3://bkt/x.zarr", np.ones((2, 2)), storage_options=options)
+    result = run_main("info", "s3://bkt/x.zarr", "--storage-options", json.dumps(options))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert re.search(message, result.stderr), result.stderr
 
 
 def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> None:

@@ -38,6 +38,8 @@ from cytearc_vfs.remote.failures import failure_remedy
 from cytearc_vfs.remote.locations import register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
+from .obstore_options import client_from_url
+
 __all__ = [
     "forget_memory",
     "open_fsspec",
@@ -107,7 +109,7 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
     which a composite of hundreds of sources would otherwise pay per source.
     """
     try:
-        from obstore.store import from_url
+        import obstore  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             f"reading {url!r} needs obstore: pip install 'cytearc-vfs[obstore]'"
@@ -133,11 +135,11 @@ def open_obstore(url: str, read_only: bool, storage_options: Mapping[str, Any] |
         "retry_timeout": timedelta(seconds=limits.total)
     }
     parts = urlsplit(url)
-    if parts.query or parts.fragment or not parts.netloc:
-        return ObjectStore(from_url(url, **options), read_only=read_only)
-    client = _shared_client(f"{parts.scheme}://{parts.netloc}", options)
     # named in messages without any user or password the URL carries
     shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}".rstrip("/")
+    if parts.query or parts.fragment or not parts.netloc:
+        return ObjectStore(client_from_url(url, options, shown=shown), read_only=read_only)
+    client = _shared_client(f"{parts.scheme}://{parts.netloc}", options, shown=shown)
     return SharedClientObjectStore(client, parts.path.strip("/"), read_only=read_only, url=shown)
 
 
@@ -152,10 +154,8 @@ POOL_MAX_IDLE = 64
 POOL_IDLE_SECONDS = 30
 
 
-def _shared_client(base: str, options: Mapping[str, Any]) -> Any:
+def _shared_client(base: str, options: Mapping[str, Any], *, shown: str) -> Any:
     """The obstore client of ``base`` (``scheme://bucket``) with ``options``, made once."""
-    from obstore.store import from_url
-
     key = (base, json.dumps(options, sort_keys=True, default=repr))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
@@ -164,7 +164,7 @@ def _shared_client(base: str, options: Mapping[str, Any]) -> Any:
             return client
     # built outside the lock: another thread may build the same one meanwhile,
     # and the first kept wins
-    client = from_url(base, **options)
+    client = client_from_url(base, options, shown=shown)
     with _CLIENTS_LOCK:
         client = _CLIENTS.setdefault(key, client)
         _CLIENTS.move_to_end(key)
