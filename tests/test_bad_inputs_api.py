@@ -145,6 +145,31 @@ def test_storage_options_obstore_cannot_take_are_refused_by_name(
     assert re.search(message, result.stderr), result.stderr
 
 
+def test_a_password_in_a_url_is_never_printed(tmp_path: Path) -> None:
+    """A store that could not be reached was named with the URL's password in the message."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])  # closed once the probe goes: refused at once
+    options = {
+        "endpoint": f"http://127.0.0.1:{port}",
+        "client_options": {"allow_http": True},
+        "retry_config": {"max_retries": 0},
+        "access_key_id": "a",
+        "secret_access_key": "b",
+    }
+    url = "s3://KEY:SECRET@bkt/x.zarr"
+    for attempt in (
+        lambda: cv.open_store(url, storage_options=options),
+        lambda: cv.write_counts(url, np.ones((2, 2)), storage_options=options),
+        lambda: cv.create_composite(tmp_path / "c.zarr", {"a": url}),
+    ):
+        with pytest.raises(Exception) as caught:
+            attempt()
+        assert "SECRET" not in str(caught.value) and "KEY:***@bkt" in str(caught.value)
+
+
 def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> None:
     # file: with one slash is a valid file URL (RFC 8089), and memory:// has no host
     assert cv.open_store("file:" + source) is not None

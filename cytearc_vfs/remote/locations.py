@@ -247,7 +247,20 @@ def describe_location(location: Location) -> str:
         # normalized as text ('a/../b.zarr' is 'b.zarr'), not resolved: a message
         # shows the path as the user named it, through their symlinks
         return os.path.abspath(path)
-    return os.fspath(location)
+    return _password_masked(os.fspath(location))
+
+
+def _password_masked(url: str) -> str:
+    """``url`` with the password it carries shown as ``***``: messages must not print it.
+
+    >>> _password_masked("s3://KEY:SECRET@bkt/a.zarr"), _password_masked("s3://bkt/a.zarr")
+    ('s3://KEY:***@bkt/a.zarr', 's3://bkt/a.zarr')
+    """
+    try:
+        password = urlsplit(url).password
+    except ValueError:  # a netloc urlsplit cannot take apart
+        return url
+    return url if password is None else url.replace(f":{password}@", ":***@", 1)
 
 
 def reopenable_location(location: Location, *, what: str) -> str:
@@ -292,9 +305,8 @@ def _without_credentials(location: str, *, what: str) -> str:
         password = None
     if not parts.scheme or password is None:
         return location
-    shown = location.replace(f":{password}@", ":***@", 1)
     raise ValueError(
-        f"{what} {shown} carries a password in its URL, which the record would persist; "
+        f"{what} {_password_masked(location)} carries a password in its URL, which the record would persist; "
         "give the URL without user:password@ and pass the credentials as storage options "
         "(source_storage_options, --source-storage-options), which are used and never written"
     )
