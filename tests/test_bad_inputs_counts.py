@@ -134,3 +134,26 @@ def test_a_masked_array_is_refused_while_it_hides_values(tmp_path: Path) -> None
     unmasked = np.ma.masked_array([[4, 5]], mask=False)  # nothing hidden: its values
     info = cv.write_counts(tmp_path / "u.zarr", unmasked)
     assert cv.VirtualArrayReader(info.location).read().tolist() == [[4, 5]]
+
+
+def test_a_reader_as_counts_needs_its_tables(tmp_path: Path) -> None:
+    """A VirtualArrayReader read as a plain matrix: its cells were written as
+    cell_0 ... and a composite's source column was dropped, without a word."""
+    counts = np.arange(12, dtype=np.uint16).reshape(4, 3)
+    cv.write_counts(tmp_path / "a.zarr", counts, cells=pd.DataFrame(index=list("wxyz")))
+    reader = cv.create_composite(tmp_path / "c.zarr", {"s": tmp_path / "a.zarr"}).reader()
+    with pytest.raises(TypeError, match=r"^counts are a VirtualArrayReader.*cv\.to_anndata"):
+        cv.write_counts(tmp_path / "copy.zarr", reader)
+    assert not (tmp_path / "copy.zarr").exists()
+    # with the ids given, as the refusal says, and through to_anndata with the tables
+    cv.write_counts(
+        tmp_path / "ids.zarr",
+        reader,
+        cells=pd.DataFrame(index=reader.cell_ids),
+        features=pd.DataFrame(index=reader.feature_ids),
+    )
+    assert list(cv.VirtualArrayReader(tmp_path / "ids.zarr").cell_ids) == list(reader.cell_ids)
+    cv.write_counts(tmp_path / "full.zarr", cv.to_anndata(tmp_path / "c.zarr"))
+    copied = cv.VirtualArrayReader(tmp_path / "full.zarr")
+    assert list(copied.cell_ids) == list(reader.cell_ids) == list("wxyz")
+    np.testing.assert_array_equal(copied.read(), counts)

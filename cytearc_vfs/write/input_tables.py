@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
 from .anndata_ids_column import carry_ids_column
 
-__all__ = ["input_table", "unique_ids"]
+__all__ = ["input_table", "refuse_a_reader_without_tables", "unique_ids"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,3 +102,23 @@ def input_table(
             )
             frame = frame.set_axis(index, axis=0)
     return frame
+
+
+def refuse_a_reader_without_tables(counts: Any, cells: Any, features: Any) -> None:
+    """Refuse a :class:`~cytearc_vfs.VirtualArrayReader` given as counts without both tables.
+
+    It reads as any array would, so its values were copied under generated
+    ids (``cell_0`` ...) and without its tables (a composite's ``source``
+    column among them): a copy that no longer says which cells it holds.
+    """
+    if not (hasattr(counts, "cell_ids") and hasattr(counts, "feature_ids")):
+        return
+    if cells is not None and features is not None:
+        return  # the caller's own tables name the rows and columns
+    raise TypeError(
+        f"counts are a {type(counts).__name__}, whose cell and feature tables write_counts "
+        "does not read: they would be written under generated ids (cell_0 ...). Pass "
+        "cv.to_anndata(LOCATION) to copy the counts with their ids and tables, or give "
+        "cells= and features= (pd.DataFrame(index=reader.cell_ids) and "
+        "pd.DataFrame(index=reader.feature_ids) keep the ids). Nothing was written"
+    )

@@ -72,7 +72,7 @@ from .destinations import (
     finish_destination,
     settle_destination,
 )
-from .input_tables import input_table
+from .input_tables import input_table, refuse_a_reader_without_tables
 from .membership import rename_metrics, split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
@@ -297,6 +297,7 @@ def write_counts(
     # The destination first, before the input is read: a refusal costs nothing
     mode = check_destination(destination, overwrite=overwrite, storage_options=storage_options)
 
+    refuse_a_reader_without_tables(counts, cells, features)
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
     cell_frame = input_table(found.cells, cells, source.shape[0], "cells", make_unique=make_unique)
     # the import side of the membership rule: the name <assay>_I is reserved; an
