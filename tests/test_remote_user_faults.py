@@ -199,6 +199,35 @@ def test_a_write_the_server_keeps_failing_is_one_clear_error(
         proxy.close()
 
 
+def test_a_server_that_keeps_answering_500_is_not_told_to_wait_longer(
+    s3_server: S3Server, counts: sp.csr_array
+) -> None:
+    """Every retry answered ``500``, the retries spent before the time limit: the
+    remedy was "allow slower requests with CYTEARC_SOURCE_TIMEOUT", as for a busy
+    server, where the server fails at the request and more time changes nothing."""
+    from datetime import timedelta
+
+    from loopback_proxy import LoopbackProxy
+
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        url = f"s3://{s3_server.new_bucket()}/broken.zarr"
+        cv.write_counts(url, counts, storage_options=s3_server.storage_options())
+        options = {
+            **s3_server.storage_options(),
+            "endpoint": proxy.endpoint,
+            "retry_config": {"max_retries": 1, "retry_timeout": timedelta(seconds=30)},
+        }
+        proxy.fail(10_000, status=500, match="broken.zarr/zarr.json")
+        with pytest.raises(StoreAccessError) as raised:
+            cv.open_store(url, storage_options=options)
+        text = str(raised.value)
+        assert "kept answering 500 to every retry" in text, text
+        assert "CYTEARC_SOURCE_TIMEOUT" not in text, text
+    finally:
+        proxy.close()
+
+
 def test_a_refused_write_names_the_destination_by_its_url(
     s3_server: S3Server, counts: sp.csr_array
 ) -> None:

@@ -51,6 +51,8 @@ __all__ = [
 _RETRIES = re.compile(r"after (\d+) retries, max_retries: (\d+)")
 #: A server's answer that it is failing or busy for now (5xx, S3's SlowDown).
 _SERVER_FAILING = re.compile(r"status code: 5\d\d|slowdown|service unavailable")
+#: A server's answer that it failed at the request, not that it is busy: more time is no remedy.
+_SERVER_BROKEN = re.compile(r"status code: (50[01])\b")
 
 
 def is_http_location(where: str) -> bool:
@@ -118,6 +120,26 @@ def timed_out(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
 
 
+def server_broken(exc: BaseException) -> str | None:
+    """The status (``500`` or ``501``) a server answered to every retry of a request, or ``None``.
+
+    Unlike a ``503`` (busy) or a request cut short by the time limit, these
+    say the server fails at the request: waiting longer is not the remedy.
+
+    >>> server_broken(OSError("GET x after 10 retries, max_retries: 10, retry_timeout: 30s - "
+    ...                       "Server returned non-2xx status code: 500 Internal Server Error"))
+    '500'
+    >>> server_broken(OSError("GET x after 3 retries, max_retries: 10, retry_timeout: 2s - "
+    ...                       "Server returned non-2xx status code: 500 Internal Server Error"))
+    """
+    text = _text(exc)
+    retries = _RETRIES.search(text)
+    status = _SERVER_BROKEN.search(text)
+    if retries is None or status is None or int(retries.group(1)) < int(retries.group(2)):
+        return None  # the time ran out first: more of it may see the request through
+    return status.group(1)
+
+
 def unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` says no connection could be made (refused, no route, bad name)."""
     if isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionResetError):
@@ -161,6 +183,13 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return (
             "its bucket does not exist (S3 NoSuchBucket): check the bucket name in the URL, "
             "or create the bucket"
+        )
+    broken = server_broken(exc)
+    if broken is not None:
+        return (
+            f"the server kept answering {broken} to every retry: it fails at the request "
+            "rather than being slow or busy, so more time will not help; check the server "
+            "(its logs, its health) and try again once it answers"
         )
     if timed_out(exc):
         return (
