@@ -72,10 +72,12 @@ def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | 
             "they are for remote URLs (s3://, gs://, az://, http://); leave them out for a "
             "local store"
         )
-    root = Path(path).absolute()  # not normalized: 'link/..' is where the system says
-    if read_only and not root.exists():
-        # zarr's own refusal shows the root unnormalized ('/cwd/../a.zarr')
-        raise FileNotFoundError(f"{os.path.abspath(root)} does not exist; check the path")
+    root = Path(path).absolute()
+    # 'a/../b.zarr' is kept as 'b.zarr' (messages, zarr's own among them, name the
+    # root) unless a symlink makes them two places: 'link/..' is where the system says
+    normalized = Path(os.path.abspath(root))
+    if normalized != root and normalized.resolve() == root.resolve():
+        root = normalized
     return LocalStore(root, read_only=read_only)
 
 

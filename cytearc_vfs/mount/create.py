@@ -146,9 +146,6 @@ def mount_datastore(
     if workspace is not None:
         check_name(workspace, what="workspace")
     requested = None if assays is None else _chosen_assays(assays)
-    # the record keeps this location: a URL carrying a password is refused (masked)
-    # before the source is asked anything, whose errors would name the URL as given
-    recorded_location = reopenable_location(source, what="the source")
     check_no_overlap(
         destination,
         {"source": source},
@@ -158,6 +155,9 @@ def mount_datastore(
     # a local destination that cannot be written (/proc, a read-only file system)
     # is refused before the source is read
     require_writable_destination(destination)
+    # the record keeps this location: one it cannot keep (a URL carrying a password,
+    # a Store object) is refused before the source is asked anything
+    recorded_location = reopenable_location(source, what="the source")
     opened = open_location(source, read_only=True, storage_options=source_storage_options)
     contents = read_contents(opened, where=where)
     _refuse(contents, where)
