@@ -6,14 +6,17 @@ given at the top (``storage_options={"allow_http": True}``, as s3fs and
 other clients take it) makes obstore 0.12 panic in Rust: a
 ``PanicException``, which ``except Exception`` does not catch, after a Rust
 backtrace on stderr. An unknown key is an error whose text ends in Rust's
-debug dump. Both are refused here as a ``ValueError`` naming the key and
-where it goes.
+debug dump. Both are refused here as a
+:class:`~cytearc_vfs.remote.failures.BackendOptionsError` (a ``ValueError``)
+naming the key and where it goes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from cytearc_vfs.remote.failures import BackendOptionsError
 
 __all__ = ["CLIENT_OPTION_NAMES", "client_from_url"]
 
@@ -53,23 +56,23 @@ def client_from_url(url: str, options: Mapping[str, Any], *, shown: str) -> Any:
 
     misplaced = sorted(CLIENT_OPTION_NAMES & set(options))
     if misplaced:
+        one = len(misplaced) == 1
         example = ", ".join(f"{name!r}: ..." for name in misplaced)
-        raise ValueError(
-            f"storage options of {shown}: {', '.join(map(repr, misplaced))} "
-            f"{'belongs' if len(misplaced) == 1 else 'belong'} to obstore's HTTP client and "
-            f"{'goes' if len(misplaced) == 1 else 'go'} in 'client_options': "
-            f"storage_options={{'client_options': "
-            f"{{{example}}}, ...}}, beside the store's own options (endpoint, region, "
-            "credentials)"
+        raise BackendOptionsError(
+            shown,
+            f"{', '.join(map(repr, misplaced))} {'belongs' if one else 'belong'} to obstore's "
+            f"HTTP client and {'goes' if one else 'go'} in 'client_options' "
+            f"({{'client_options': {{{example}}}}}, beside the endpoint, region and "
+            "credentials)",
         )
     try:
         return from_url(url, **options)
     except (UnknownConfigurationKeyError, GenericError, ValueError, TypeError) as exc:
         # obstore's text ends in Rust's debug dump of the error: its first line says it
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
-            f"storage options of {shown} were refused by obstore ({said}); give the options "
-            "of obstore's store for this scheme (endpoint, region, credentials ...; see "
-            "obstore's from_url documentation), client options under 'client_options', and "
-            "retry options under 'retry_config'"
+        raise BackendOptionsError(
+            shown,
+            f"{said} ({type(exc).__name__}); obstore takes its store's options for this "
+            "scheme (endpoint, region, credentials ...; see obstore's from_url documentation), "
+            "client options under 'client_options' and retry options under 'retry_config'",
         ) from exc

@@ -23,6 +23,7 @@ from ..errors import (
     VfsError,
 )
 from ..remote.failures import (
+    BackendOptionsError,
     StoreAccessError,
     failing_location,
     failure_remedy,
@@ -144,6 +145,11 @@ def classify_failure(exc: BaseException, locations: Mapping[str, str] | None = N
     damaged = (IncompleteStoreError, IdentityMismatchError, RecordShapeError, MissingChunkError)
     if isinstance(exc, damaged):
         return Failure(ExitCode.DAMAGED, "damaged", message)
+    if isinstance(exc, BackendOptionsError):
+        # said again with the flag that gives this location's options
+        options = (locations or {}).get(exc.where, _OPTIONS)
+        restated = BackendOptionsError(exc.where, exc.problem, options=options)
+        return Failure(ExitCode.REFUSED, "refused", one_line(str(restated)))
     # a backend's own error from the command's checks of its locations (what they
     # hold, whether a destination is free) names the location and its own flag
     located = _location_failure(exc, locations or {})

@@ -30,6 +30,7 @@ from ..format.store_io import missing_bucket
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
+    "BackendOptionsError",
     "StoreAccessError",
     "failing_location",
     "failure_remedy",
@@ -47,6 +48,10 @@ __all__ = [
 ]
 
 
+#: Where the Python API takes a location's backend options.
+PYTHON_OPTIONS = (
+    "the storage options given for it (storage_options=, or source_storage_options= for a source)"
+)
 #: obstore's account of a request's retries.
 _RETRIES = re.compile(r"after (\d+) retries, max_retries: (\d+)")
 #: A server's answer that it is failing or busy for now (5xx, S3's SlowDown).
@@ -225,6 +230,21 @@ def named_source_failure(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+class BackendOptionsError(VfsError, ValueError):
+    """Backend options of a location that its backend cannot take (an unknown key, a
+    client option outside ``client_options``); the message names the option and where
+    it goes, before any request was made."""
+
+    def __init__(self, where: str, problem: str, *, options: str = PYTHON_OPTIONS) -> None:
+        super().__init__(
+            f"{where}: the storage backend refused its options: {problem}; fix {options}"
+        )
+        self.where = where
+        """The location, as printed."""
+        self.problem = problem
+        """What is wrong with the options, and where the option goes."""
 
 
 class StoreAccessError(VfsError, OSError):
