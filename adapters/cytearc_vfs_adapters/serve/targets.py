@@ -108,7 +108,7 @@ def parse_target(raw: str) -> Target:
     >>> parse_target("/RNA/%2e%2e/%2e%2e/secret")
     Traceback (most recent call last):
     ...
-    cytearc_vfs_adapters.serve.targets.BadTargetError: get of key 'RNA/../../secret' in this server refused: it has the segment '..', which walks out of its directory; keys are relative paths like 'RNA/counts/zarr.json'
+    cytearc_vfs_adapters.serve.targets.BadTargetError: request of key 'RNA/../../secret' in this server refused: it has the segment '..', which walks out of its directory; keys are relative paths like 'RNA/counts/zarr.json'
     """
     if raw.startswith(("http://", "https://")):
         # absolute-form (RFC 9112, section 3.2.2): only its path matters here
@@ -127,10 +127,11 @@ def parse_target(raw: str) -> Target:
     body = path[:-1] if listing else path
     name = "/".join(_decoded(segment) for segment in body.split("/"))
     try:
+        # named as a request: a HEAD or a listing was refused as a "get" or a "list_dir"
         if listing:
-            check_prefix(name + "/", op="list_dir", where=_WHERE)
+            check_prefix(name + "/", op="request", where=_WHERE)
         else:
-            check_key(name, op="get", where=_WHERE)
+            check_key(name, op="request", where=_WHERE)
     except ValueError as exc:
         raise BadTargetError(str(exc)) from exc
     return Target(name, listing)
