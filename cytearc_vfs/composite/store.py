@@ -38,6 +38,7 @@ from ..format.store_keys import protected_by
 from ..read.cell_runs import CellRuns
 from ..read.count_mapping import ArrayMapping, CountMapping, FeatureMap
 from ..read.read_stats import ReadCounters, ReaderStats
+from ..read.remembered_reads import RememberedReads
 from ..read.sources import BoundSource, rebind
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.source_cache import CacheInfo, SourceCache
@@ -147,14 +148,22 @@ class CompositeStore(KeyCheckedStore):
         source_storage_options: Mapping[str, Mapping[str, Any]] | None,
         *,
         created: tuple[Sequence[BoundSource], SourceCache] | None = None,
+        remembered: Store | None = None,
     ) -> CompositeStore:
         """Open ``backing`` as a composite after :func:`verify_composite` checked it
-        (``created``: the sources and cache its creation just bound)."""
+        (``created``: the sources and cache its creation just bound; ``remembered``:
+        a view of ``backing`` for the checks' reads)."""
         if isinstance(backing, CompositeStore):
             # an open composite given as the location: verified again from its
             # own store, never through the virtual arrays it serves
-            backing = backing.backing
-        verified = verify_composite(backing, where, source_storage_options, created=created)
+            backing, remembered = backing.backing, None
+        verified = verify_composite(
+            # each document of its own store read once (with the open's reads so far)
+            RememberedReads(backing) if remembered is None else remembered,
+            where,
+            source_storage_options,
+            created=created,
+        )
         return cls(
             backing,
             verified.record,
@@ -534,9 +543,14 @@ def open_verified(
     store: Store,
     where: str,
     source_storage_options: Mapping[str, Any] | None = None,
+    *,
+    documents: Store | None = None,
 ) -> CompositeStore:
     """Open ``store`` as a verified CompositeStore (its ``cytearc_vfs.count_mappings`` entry point).
 
-    ``source_storage_options`` maps source locations to backend options.
+    ``source_storage_options`` maps source locations to backend options;
+    ``documents`` is a view of ``store`` the checks read through
+    (the open's reads so far, remembered); the composite reads and writes
+    through ``store``.
     """
-    return CompositeStore._verified(store, where, source_storage_options)
+    return CompositeStore._verified(store, where, source_storage_options, remembered=documents)

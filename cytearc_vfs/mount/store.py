@@ -30,6 +30,7 @@ from ..read.count_mapping import CountMapping, IdentityMapping
 from ..read.opened_files import OpenedSource
 from ..read.prefetch import PrefetchedStore, assay_documents, prefetched
 from ..read.read_stats import ReadCounters
+from ..read.remembered_reads import RememberedReads
 from ..read.sources import bound_from_verified
 from ..remote.cached_store import cached_source, source_cache_of
 from ..remote.locations import Location, describe_location, open_location
@@ -107,13 +108,21 @@ class MountStore(KeyCheckedStore):
 
     @classmethod
     def _verified(
-        cls, target: Store, where: str, source_storage_options: Mapping[str, Any] | None
+        cls,
+        target: Store,
+        where: str,
+        source_storage_options: Mapping[str, Any] | None,
+        *,
+        remembered: Store | None = None,
     ) -> MountStore:
-        checked = verify_mount_source(target, where, source_storage_options)
+        # the checks read each document of the target once (with the open's reads so
+        # far, when given); the mount itself reads and writes through ``target``
+        reads = RememberedReads(target) if remembered is None else remembered
+        checked = verify_mount_source(reads, where, source_storage_options)
         record, infos, documents = checked.record, checked.infos, checked.documents
         # the target's documents the checks read, in one concurrent round
         target_documents = prefetched(
-            target,
+            reads,
             [
                 *(key for info in infos.values() for key in assay_documents(info.paths)),
                 join(record.workspace or "", "artifacts", "zarr.json"),
@@ -542,11 +551,15 @@ def open_verified(
     store: Store,
     where: str,
     source_storage_options: Mapping[str, Any] | None = None,
+    *,
+    documents: Store | None = None,
 ) -> MountStore:
     """Open ``store`` as a verified MountStore (its ``cytearc_vfs.count_mappings`` entry point).
 
-    ``source_storage_options`` is one mapping of backend options for the source.
+    ``source_storage_options`` is one mapping of backend options for the source;
+    ``documents`` is a view of ``store`` the checks read through (the
+    open's reads so far, remembered), which the mount does not keep.
     """
     if source_storage_options is not None and not isinstance(source_storage_options, Mapping):
         raise TypeError("source_storage_options of a mount is one mapping of backend options")
-    return MountStore._verified(store, where, source_storage_options)
+    return MountStore._verified(store, where, source_storage_options, remembered=documents)

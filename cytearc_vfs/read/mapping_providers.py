@@ -7,8 +7,11 @@ defines and the packages above fill through the ``cytearc_vfs.count_mappings``
 entry-point group (the same mechanism as the backend registry in
 :mod:`cytearc_vfs.remote.locations`). Each entry point is named by the root
 attribute it handles and loads a function
-``open_verified(store, where, source_storage_options)`` returning a verified
-store that provides ``count_mapping``. :func:`cytearc_vfs.open_store` opens
+``open_verified(store, where, source_storage_options, *, documents=None)``
+returning a verified store that provides ``count_mapping`` (``documents``: a
+view of ``store`` for the open's reads of metadata, which
+:func:`cytearc_vfs.open_store` has already begun; see
+:mod:`~cytearc_vfs.read.remembered_reads`). :func:`cytearc_vfs.open_store` opens
 composites and mounts the same way.
 """
 
@@ -18,14 +21,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from zarr.abc.store import Store
-
 __all__ = ["MAPPING_ENTRY_POINTS", "mapping_provider_for"]
 
 #: Entry-point group of the stores that provide count mappings.
 MAPPING_ENTRY_POINTS = "cytearc_vfs.count_mappings"
 
-Opener = Callable[[Store, str, Any], Any]
+Opener = Callable[..., Any]
 _openers: dict[str, Opener] | None = None
 _lock = threading.Lock()
 

@@ -27,6 +27,7 @@ from ..remote.failures import named_backend_failures, names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from .mapping_providers import mapping_provider_for
 from .prefetch import assay_documents, prefetched
+from .remembered_reads import RememberedReads
 
 __all__ = ["counts_fingerprint", "dataset_fingerprint", "open_store", "verified_assay"]
 
@@ -68,8 +69,11 @@ def _opened_verified(
 ) -> Store:
     """``store`` at ``where`` verified: the store itself, or the composite or mount
     its root records."""
+    # each document and listing read once for the whole open (the composite's or
+    # mount's verification below reads the top of the store again)
+    reads = RememberedReads(store)
     # refuses a store whose writer never finished (root marker)
-    contents = read_contents(store, where=where)
+    contents = read_contents(reads, where=where)
     if contents.root_attrs.get("encoding-type") == "anndata":
         # else named a damaged store ("holds no assay ... repack") or a v2 store to repack
         raise ValueError(
@@ -81,7 +85,7 @@ def _opened_verified(
     # composites and mounts sit above this layer: found through their registry
     opener = mapping_provider_for(contents.root_attrs)
     if opener is not None:
-        return cast("Store", opener(store, where, source_storage_options))
+        return cast("Store", opener(store, where, source_storage_options, documents=reads))
     if source_storage_options:
         # named as the caller gives them: keywords in Python, flags at a shell
         raise ValueError(
