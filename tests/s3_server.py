@@ -33,6 +33,14 @@ class S3Server:
             "client_options": {"allow_http": True},
         }
 
+    def unreachable_options(self) -> dict[str, Any]:
+        """The server's options with its endpoint on a closed port: refused at once, no retries."""
+        return {
+            **self.storage_options(),
+            "endpoint": f"http://127.0.0.1:{_free_port()}",  # free: nothing listens there
+            "retry_config": {"max_retries": 0},
+        }
+
     def new_bucket(self) -> str:
         """Create an empty bucket and return its name."""
         name = f"bkt-{uuid.uuid4().hex[:12]}"
@@ -40,6 +48,17 @@ class S3Server:
         with urllib.request.urlopen(request, timeout=10):
             pass
         return name
+
+
+def fsspec_options(endpoint: str) -> dict[str, Any]:
+    """s3fs options for the loopback S3 server at ``endpoint``."""
+    return {
+        "backend": "fsspec",
+        "endpoint_url": endpoint,
+        "key": "testing-key",
+        "secret": "testing-secret",
+        "client_kwargs": {"region_name": "us-east-1"},
+    }
 
 
 def _free_port() -> int:

@@ -231,20 +231,6 @@ def test_malformed_and_missing_options_are_refused(
     assert not (tmp_path / "new.zarr").exists()
 
 
-def _unreachable(s3_server: S3Server) -> dict[str, Any]:
-    """The server's options with its endpoint on a closed port: refused at once, no retries."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    return {
-        **s3_server.storage_options(),
-        "endpoint": f"http://127.0.0.1:{port}",
-        "retry_config": {"max_retries": 0},
-    }
-
-
 def test_a_source_remedy_names_the_option_as_the_caller_writes_it(
     s3_server: S3Server,
     remote: dict[str, str],
@@ -255,7 +241,7 @@ def test_a_source_remedy_names_the_option_as_the_caller_writes_it(
     cv.create_composite(
         composite, {"a": remote["a"]}, source_storage_options={"a": s3_server.storage_options()}
     )
-    wrong = {"a": _unreachable(s3_server)}
+    wrong = {"a": s3_server.unreachable_options()}
     # Python callers read the keyword argument
     with pytest.raises(OSError, match="cannot be read") as raised:
         cv.open_store(composite, source_storage_options=wrong)
@@ -323,7 +309,7 @@ def test_a_mounts_source_remedy_names_the_options_of_a_mount(
     """A mount has one source: its options are ``{...}``, never ``{"source": {...}}``."""
     mount = tmp_path / "m.zarr"
     cv.mount_datastore(remote["a"], mount, source_storage_options=s3_server.storage_options())
-    wrong = json.dumps(_unreachable(s3_server))
+    wrong = json.dumps(s3_server.unreachable_options())
     for argv in (["info", str(mount)], ["verify", str(mount)], ["artifacts", str(mount)]):
         code = main([*argv, "--source-storage-options", wrong])
         err = capsys.readouterr().err

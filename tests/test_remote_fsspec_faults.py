@@ -12,14 +12,13 @@ import os
 import subprocess
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from cli_harness import cli_executable
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy
-from s3_server import S3Server
+from s3_server import S3Server, fsspec_options
 
 import cytearc_vfs as cv
 from cytearc_vfs.remote.source_cache import CACHE_ENV
@@ -28,17 +27,6 @@ from cytearc_vfs.remote.timeouts import TIMEOUT_ENV
 pytestmark = pytest.mark.remote
 
 SMALL = cv.LayoutPolicy(64 * 1024, 4096)
-
-
-def fsspec_options(endpoint: str) -> dict[str, Any]:
-    """s3fs options for the loopback S3 server at ``endpoint``."""
-    return {
-        "backend": "fsspec",
-        "endpoint_url": endpoint,
-        "key": "testing-key",
-        "secret": "testing-secret",
-        "client_kwargs": {"region_name": "us-east-1"},
-    }
 
 
 Composite = tuple[Path, dict[str, str], np.ndarray]

@@ -27,8 +27,7 @@ import zarr
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy, Seen
 from read_paths import PATHS, Read
-from s3_server import S3Server
-from test_remote_fsspec_faults import fsspec_options
+from s3_server import S3Server, fsspec_options
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync

@@ -10,14 +10,12 @@ that argument of that command).
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
 import scipy.sparse as sp
 from conftest import realistic_counts
-from s3_server import S3Server
+from s3_server import S3Server, fsspec_options
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
@@ -43,17 +41,6 @@ def _no_bucket_named(text: str) -> None:
     assert "bucket does not exist" in text and "create the bucket" in text, text
     assert "<?xml" not in text, text  # S3's code, not the prolog of its answer
     assert "credentials" not in text, text  # not the remedy of this cause
-
-
-def fsspec_options(endpoint: str) -> dict[str, Any]:
-    """s3fs options for the loopback S3 server at ``endpoint``."""
-    return {
-        "backend": "fsspec",
-        "endpoint_url": endpoint,
-        "key": "testing-key",
-        "secret": "testing-secret",
-        "client_kwargs": {"region_name": "us-east-1"},
-    }
 
 
 @pytest.mark.parametrize("backend", ["obstore", "fsspec"])
@@ -112,18 +99,6 @@ def test_opening_a_store_in_a_missing_bucket_says_so(
         cv.open_store(f"s3://{bucket}/a.zarr", storage_options=options)
 
 
-def _unreachable(s3_server: S3Server) -> dict[str, Any]:
-    """The server's options with its endpoint on a closed port: refused at once."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    return {
-        **s3_server.storage_options(),
-        "endpoint": f"http://127.0.0.1:{port}",
-        "retry_config": {"max_retries": 0},
-    }
-
-
 @pytest.mark.parametrize(
     ("command", "remote", "flag"),
     [
@@ -157,7 +132,11 @@ def test_the_command_line_names_the_location_and_the_flag_of_its_options(
         "a=LOCAL_STORE": f"a={local_store}",
     }
     code = main(
-        [*(words.get(word, word) for word in command), flag, json.dumps(_unreachable(s3_server))]
+        [
+            *(words.get(word, word) for word in command),
+            flag,
+            json.dumps(s3_server.unreachable_options()),
+        ]
     )
     err = capsys.readouterr().err
     assert code == 4, err

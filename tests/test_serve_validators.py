@@ -30,8 +30,7 @@ from cytearc_vfs_adapters.serve import ServeOptions, StoreServer
 from cytearc_vfs_adapters.serve.conditions import entity_tags, precondition, range_applies
 from cytearc_vfs_adapters.serve.protocol import parse_head
 from cytearc_vfs_adapters.serve.validators import SETTLED_SECONDS, Validators
-from s3_server import S3Server
-from test_remote_fsspec_faults import fsspec_options
+from s3_server import S3Server, fsspec_options
 from test_serve import PROVENANCE, all_keys, make_mount, propfind, request
 from test_serve import stored as stored_value
 from zarr.abc.store import Store
