@@ -130,6 +130,11 @@ def test_paths_are_shown_as_typed_but_normalized(
     assert "/.." not in refused.stderr
     with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'none.zarr'} does not exist"):
         cv.open_store("../work/../none.zarr")
+    # through a symlink, '..' is the link target's parent: named as the place opened
+    (tmp_path / "deep" / "inner").mkdir(parents=True)
+    (tmp_path / "work" / "link").symlink_to(tmp_path / "deep" / "inner")
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'work'}/link/../none.zarr does"):
+        cv.open_store("link/../none.zarr")
 
 
 def test_ls_names_a_file_that_is_not_hdf5(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
@@ -35,7 +34,7 @@ from cytearc_vfs.format.key_checked import KeyCheckedStore
 from cytearc_vfs.format.object_keys import listing_prefix, object_key, store_key
 from cytearc_vfs.format.object_listing import is_http_store, list_recursive
 from cytearc_vfs.remote.failures import failure_remedy
-from cytearc_vfs.remote.locations import register_backend
+from cytearc_vfs.remote.locations import absolute_path, register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
 from .obstore_options import client_from_url
@@ -72,13 +71,8 @@ def open_local(path: str, read_only: bool, storage_options: Mapping[str, Any] | 
             "they are for remote URLs (s3://, gs://, az://, http://); leave them out for a "
             "local store"
         )
-    root = Path(path).absolute()
-    # 'a/../b.zarr' is kept as 'b.zarr' (messages, zarr's own among them, name the
-    # root) unless a symlink makes them two places: 'link/..' is where the system says
-    normalized = Path(os.path.abspath(root))
-    if normalized != root and normalized.resolve() == root.resolve():
-        root = normalized
-    return LocalStore(root, read_only=read_only)
+    # messages, zarr's own among them, name the root as describe_location does
+    return LocalStore(absolute_path(Path(path)), read_only=read_only)
 
 
 # zarr drops a ManagedMemoryStore's dict once no instance refers to it; a

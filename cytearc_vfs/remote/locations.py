@@ -22,6 +22,7 @@ __all__ = [
     "StoreOpener",
     "check_scheme_slashes",
     "check_url",
+    "absolute_path",
     "describe_location",
     "expand_home",
     "local_path",
@@ -238,15 +239,27 @@ def _file_url_path(text: str) -> Path:
     return Path(unquote(parts.path))
 
 
+def absolute_path(path: Path) -> Path:
+    """``path`` made absolute, ``a/../b.zarr`` written ``b.zarr`` where that is the same place.
+
+    Normalized as text unless a symlink makes the two differ (``link/..`` is
+    where the system says, the link's target's parent): a message names the
+    directory a store opens, never another.
+    """
+    absolute = path.absolute()
+    normalized = Path(os.path.abspath(absolute))
+    if normalized != absolute and normalized.resolve() == absolute.resolve():
+        return normalized
+    return absolute
+
+
 def describe_location(location: Location) -> str:
     """A printable form of a location, for messages and records."""
     if isinstance(location, Store):
         return str(location)
     path = local_path(location)
     if path is not None:
-        # normalized as text ('a/../b.zarr' is 'b.zarr'), not resolved: a message
-        # shows the path as the user named it, through their symlinks
-        return os.path.abspath(path)
+        return str(absolute_path(path))
     return _password_masked(os.fspath(location))
 
 

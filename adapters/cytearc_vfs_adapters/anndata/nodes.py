@@ -84,11 +84,11 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
-        from cytearc_vfs.remote.locations import local_path
+        from cytearc_vfs.remote.locations import absolute_path, local_path
 
         found = local_path(location)
         assert found is not None  # is_h5ad_path said it is a local file
-        path = Path(os.path.abspath(found))
+        path = absolute_path(found)
         return Container(_open_h5(path), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 

@@ -24,7 +24,6 @@ system offers one (:mod:`.replacement`).
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import uuid
@@ -45,7 +44,7 @@ from cytearc_vfs.format.option_names import option_name
 from cytearc_vfs.format.sizes import parse_size
 from cytearc_vfs.inspection.read_sources import stores_read_by
 from cytearc_vfs.remote.failures import names_backend_failures
-from cytearc_vfs.remote.locations import Location, describe_location, local_path
+from cytearc_vfs.remote.locations import Location, absolute_path, describe_location, local_path
 from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
@@ -512,7 +511,7 @@ def export_anndata(
         remove_output(temporary)
         raise
     return ExportInfo(
-        location=os.path.abspath(path),
+        location=str(absolute_path(path)),
         format=kind,
         assay=assay,
         shape=opened.shape,
