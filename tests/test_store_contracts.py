@@ -23,7 +23,7 @@ from cytearc_vfs_conformance.store_tests import (
     ReadOnlyViewTests,
 )
 from s3_server import S3Server
-from zarr.abc.store import Store
+from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.storage import LocalStore
 
@@ -32,6 +32,7 @@ from cytearc_vfs.format.paths import AssayPaths
 from cytearc_vfs.format.source_store import verify_assay
 from cytearc_vfs.read.prefetch import PrefetchedStore
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
+from cytearc_vfs.read.remembered_reads import RememberedReads
 from cytearc_vfs.remote.cached_store import CachedSourceStore
 from cytearc_vfs.remote.locations import open_location
 from cytearc_vfs.remote.pinned_store import PinnedSourceStore
@@ -285,6 +286,28 @@ class TestPrefetchedStoreContract(_LocalViewTests, ReadOnlyViewTests[PrefetchedA
         assert "PrefetchedAt" in repr(store) or "WrapperStore" in repr(store)
 
 
+async def test_remembered_reads_read_each_document_and_listing_once(tmp_path: Path) -> None:
+    """The view an open's checks read through is a snapshot by design, so zarr's
+    suite for live views does not apply: each document and listing is read once,
+    anything else passes through, and the store's own mode is kept."""
+    local = LocalStore(tmp_path)
+    store = RememberedReads(local)
+    assert "RememberedReads" in repr(store) and not store.read_only
+    await local.set("a/zarr.json", cpu.Buffer.from_bytes(b"{}"))
+    assert (await store.get("a/zarr.json", prototype=PROTO)).to_bytes() == b"{}"
+    assert [name async for name in store.list_dir("")] == ["a"]
+    # changed underneath: the open saw one state of its documents
+    await local.set("a/zarr.json", cpu.Buffer.from_bytes(b"[]"))
+    await local.set("b/zarr.json", cpu.Buffer.from_bytes(b"{}"))
+    assert (await store.get("a/zarr.json", prototype=PROTO)).to_bytes() == b"{}"
+    assert [name async for name in store.list_dir("")] == ["a"]
+    # anything else passes through, ranged reads of documents included
+    await local.set("a/c/0", cpu.Buffer.from_bytes(b"x"))
+    assert (await store.get("a/c/0", prototype=PROTO)).to_bytes() == b"x"
+    ranged = await store.get("a/zarr.json", prototype=PROTO, byte_range=RangeByteRequest(0, 1))
+    assert ranged is not None and ranged.to_bytes() == b"["
+
+
 # ------------------------------------------------------- the remote source cache
 
 
@@ -363,7 +386,7 @@ class TestCachedSourceStoreContract(ReadOnlyViewTests[CachedAt, cpu.Buffer]):
         for _ in range(2):
             whole = await store.get("a/c/0/0", prototype=PROTO)
             assert whole is not None and whole.to_bytes() == data
-        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+        from zarr.abc.store import SuffixByteRequest
 
         suffix = await store.get("a/c/0/0", prototype=PROTO, byte_range=SuffixByteRequest(16))
         assert suffix is not None and suffix.to_bytes() == data[-16:]
@@ -459,6 +482,7 @@ def test_every_store_class_has_a_contract_test() -> None:
         "CachedSourceStore",
         "CountingStore",
         "PrefetchedStore",
+        "RememberedReads",  # a snapshot by design: its own test above
         "PinnedSourceStore",
         "WriteBehindStore",
         "FinishingStore",

@@ -42,6 +42,7 @@ from cytearc_vfs.format.store_keys import (
 )
 from cytearc_vfs.read.prefetch import PrefetchedStore
 from cytearc_vfs.read.read_stats import CountingStore, ReadCounters
+from cytearc_vfs.read.remembered_reads import RememberedReads
 from cytearc_vfs.remote.cached_store import CachedSourceStore
 from cytearc_vfs.remote.pinned_store import PinnedSourceStore
 from cytearc_vfs.remote.source_cache import SourceCache
@@ -177,6 +178,7 @@ class World:
             "mount": cv.open_store(self.root / "m.zarr", mode="r+"),
             "cached-source": CachedSourceStore(plain, self.cache, "s"),
             "prefetched": PrefetchedStore(plain, {"zarr.json": b"{}"}),
+            "remembered": RememberedReads(plain),
             "counting": CountingStore(plain, ReadCounters()),
             "checked-wrapper": KeyCheckedWrapperStore(plain),
             "finishing": FinishingStore(plain),
