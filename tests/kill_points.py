@@ -47,21 +47,32 @@ FINISHED = 0
 RAISED = 3
 
 
+def kill_counter(point: int) -> tuple[Callable[[], None], list[int]]:
+    """``(tick, count)``: each ``tick()`` counts one write, and SIGKILLs the process
+    right after the ``point``-th (0: count only); ``count[0]`` is the live count."""
+    lock = threading.Lock()
+    count = [0]
+
+    def tick() -> None:
+        with lock:
+            count[0] += 1
+            if count[0] == point:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return tick, count
+
+
 def install_kill_hook(point: int, *also: tuple[Any, str]) -> list[int]:
     """Count LocalStore's file writes and deletes, and calls of each ``(module, name)``
     of ``also``; SIGKILL right after the ``point``-th. Returns the live count."""
     from zarr.storage import _local
 
-    lock = threading.Lock()
-    count = [0]
+    tick, count = kill_counter(point)
 
     def counted(function: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             result = function(*args, **kwargs)
-            with lock:
-                count[0] += 1
-                if count[0] == point:
-                    os.kill(os.getpid(), signal.SIGKILL)
+            tick()
             return result
 
         return wrapper

@@ -14,15 +14,12 @@ finishes reports its count of writes first, as ``{"s3_writes": n}``.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import scipy.sparse as sp
-from kill_points import serve_sweeps, sweep
+from kill_points import kill_counter, serve_sweeps, sweep
 
 import cytearc_vfs as cv
 
@@ -35,16 +32,12 @@ def _kill_after(point: int) -> list[int]:
     (0: count only). Returns the live count."""
     from cytearc_vfs_adapters.backends import SharedClientObjectStore
 
-    lock = threading.Lock()
-    count = [0]
+    tick, count = kill_counter(point)
 
     def counted(method: Any) -> Any:
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             result = await method(*args, **kwargs)
-            with lock:
-                count[0] += 1
-                if count[0] == point:
-                    os.kill(os.getpid(), signal.SIGKILL)
+            tick()
             return result
 
         return wrapper
