@@ -72,16 +72,16 @@ def _reference(real: dict[str, Any]) -> ad.AnnData:
 def test_real_cell_columns_match_anndata_outer_concat(real: dict[str, Any]) -> None:
     cells, _ = _tables(real["folder"] / "union.zarr")
     reference = _reference(real)
-    # documented differences: the composite also writes names, I, sourceId, and
-    # carries each source's own names and I as orig_names / orig_I
-    assert set(cells.columns) == (
-        set(reference.obs.columns) | OWN_CELL_COLUMNS | {"orig_names", "orig_I"}
-    ) - {"ids"}
+    # documented differences: the composite also writes names, I and sourceId; the
+    # sources' own names and I are the defaults write_counts made, not carried
+    assert set(cells.columns) == (set(reference.obs.columns) | OWN_CELL_COLUMNS) - {"ids"}
     assert cells.index.tolist() == reference.obs_names.tolist()
+    # and in anndata's order (its label column last), after the composite's own
+    back = cv.to_anndata(real["folder"] / "union.zarr")
+    concat_order = [name for name in reference.obs.columns if name != "source"]
+    assert list(back.obs.columns) == ["source", "sourceId", *concat_order]
     assert cells["source"].tolist() == reference.obs["source"].astype(str).tolist()
     assert cells["sourceId"].tolist() == reference.obs_names.tolist()
-    assert cells["orig_names"].tolist() == reference.obs_names.tolist()
-    assert cells["orig_I"].all()
     for column in ("patient", "orig_source", "sample"):
         ours, theirs = cells[column], reference.obs[column]
         assert isinstance(ours.dtype, pd.CategoricalDtype)
@@ -97,10 +97,7 @@ def test_real_feature_columns_match_anndata_outer_concat(real: dict[str, Any]) -
     _, features = _tables(real["folder"] / "union.zarr")
     reference = _reference(real).var.reindex(features.index)
     assert reference.index.notna().all()
-    # documented difference: each source's feature I is carried as orig_I
-    assert set(features.columns) == set(reference.columns) | (OWN_FEATURE_COLUMNS - {"ids"}) | {
-        "orig_I"
-    }
+    assert set(features.columns) == set(reference.columns) | (OWN_FEATURE_COLUMNS - {"ids"})
     assert features["gene_ids"].tolist() == reference["gene_ids"].astype(object).fillna("").tolist()
     types = features["feature_types"]
     assert isinstance(types.dtype, pd.CategoricalDtype)
@@ -160,8 +157,7 @@ def test_real_composite_reopens_and_deep_verifies(real: dict[str, Any]) -> None:
 )
 def test_real_anndata_sources_carry_the_same_columns(real: dict[str, Any]) -> None:
     """The same real data as AnnData stores (Wu in Zarr v3, CellTypist in v2): the
-    composite's tables equal the ones over the converted CyteArc stores, except
-    the CyteArc sources' own names and I (orig_names, orig_I), which an AnnData has not."""
+    composite's tables equal the ones over the converted CyteArc stores."""
     folder = real["folder"]
     sources = {
         "wu2020": write_anndata_zarr(real["wu"], folder / "wu2020.ad.zarr", 3),
@@ -170,14 +166,8 @@ def test_real_anndata_sources_carry_the_same_columns(real: dict[str, Any]) -> No
     cv.create_composite(folder / "over_anndata.zarr", sources)
     cells, features = _tables(folder / "over_anndata.zarr")
     converted_cells, converted_features = _tables(folder / "union.zarr")
-    pd.testing.assert_frame_equal(
-        cells.sort_index(axis=1),
-        converted_cells.drop(columns=["orig_names", "orig_I"]).sort_index(axis=1),
-    )
-    pd.testing.assert_frame_equal(
-        features.sort_index(axis=1),
-        converted_features.drop(columns=["orig_I"]).sort_index(axis=1),
-    )
+    pd.testing.assert_frame_equal(cells, converted_cells)
+    pd.testing.assert_frame_equal(features, converted_features)
     # and so anndata's own outer concat, as the CyteArc composite's test shows; the
     # AnnData a user gets back holds them too, beside counts equal to the concat's
     assert {"patient", "sample", "orig_source"} <= set(cells.columns)
@@ -393,6 +383,53 @@ def test_reserved_names_are_prefixed_orig(tmp_path: Path) -> None:
     np.testing.assert_array_equal(cells["orig_RNA_nCounts"], [5.0, 6.0, np.nan, np.nan])
     assert "RNA_I" not in cells
     np.testing.assert_array_equal(cells["orig_RNA_I"], [1.0, 0.0, np.nan, np.nan])
+
+
+def test_default_names_and_selection_are_not_carried(tmp_path: Path) -> None:
+    """A source's ``names`` equal to its ids and ``I`` selecting every row are what
+    write_counts wrote from the index: carried, they would be columns of ids and of
+    True no one wrote (``orig_names``, ``orig_I``), which to_anndata of the source
+    itself leaves out."""
+    a = _source(tmp_path / "a.zarr", 2, ["f0", "f1"], {"x": [1, 2]}, {}, seed=3)
+    b = _source(tmp_path / "b.zarr", 2, ["f0", "f1"], {"x": [3, 4]}, {}, seed=4)
+    cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    cells, features = _tables(tmp_path / "c.zarr")
+    assert set(cells.columns) == {"names", "I", "source", "sourceId", "x"}
+    assert set(features.columns) == {"names", "I"}
+    assert list(cv.to_anndata(tmp_path / "c.zarr").obs.columns) == ["source", "sourceId", "x"]
+
+
+def test_a_source_selection_or_names_of_its_own_are_carried_for_every_source(
+    tmp_path: Path,
+) -> None:
+    a = _source(tmp_path / "a.zarr", 2, ["f0", "f1"], {}, {}, seed=3)
+    b = _source(
+        tmp_path / "b.zarr",
+        2,
+        ["f0", "f1"],
+        {"names": ["cell one", "cell two"], "I": np.array([True, False])},
+        {"I": np.array([False, True])},
+        seed=4,
+    )
+    cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    cells, features = _tables(tmp_path / "c.zarr")
+    # a's defaults are kept beside b's own values: no row of the column is missing
+    assert cells["orig_names"].tolist() == ["a-c0", "a-c1", "cell one", "cell two"]
+    assert cells["orig_I"].tolist() == [True, True, True, False]
+    assert features["orig_I"].tolist() == [True, True]  # a, the first source, holds both
+
+
+def test_columns_keep_each_sources_order(tmp_path: Path) -> None:
+    """Columns follow in order of first appearance, each source's as its table
+    records it (its frame's order), as anndata.concat orders them: not by name."""
+    a = _source(tmp_path / "a.zarr", 2, ["f0"], {"zeta": [1, 2], "alpha": ["p", "q"]}, {}, seed=3)
+    b = _source(
+        tmp_path / "b.zarr", 2, ["f0"], {"mid": [0.5, 1.5], "zeta": [3, 4]}, {"zz": [1]}, seed=4
+    )
+    cv.create_composite(tmp_path / "c.zarr", {"a": a, "b": b})
+    back = cv.to_anndata(tmp_path / "c.zarr")
+    assert list(back.obs.columns) == ["source", "sourceId", "zeta", "alpha", "mid"]
+    assert list(back.var.columns) == ["zz"]
 
 
 def _add_cell_column(path: Path, name: str, values: np.ndarray, attrs: dict[str, Any]) -> None:

@@ -13,7 +13,13 @@ of the features it chose. The rule for columns that disagree between sources
   columns ``orig_<name>``), so a source ``source`` column becomes
   ``orig_source``. Source ``ids`` are not carried again: they are the
   ``sourceId`` cell column and the feature ids; feature ``names`` come from
-  the first source holding each feature.
+  the first source holding each feature. A source's cell ``names`` equal to
+  its ids and ``I`` selecting every row (cells or features) are the defaults
+  ``write_counts`` writes from the index, not data: unless some source holds
+  other values in one, it is not carried (:func:`_defaults_left_out`).
+- **Order.** Columns follow in order of first appearance over the sources,
+  each source's in the order its table records (``cytearc:columnOrder``;
+  an AnnData source's ``column-order``), as ``anndata.concat`` orders them.
 - **Missing values.** Rows of a source that lacks a column are missing: text
   ``""``, numbers and booleans NaN (the column becomes float64 unless it is
   already a float), datetimes NaT. A categorical text column gets ``""`` as
@@ -52,7 +58,8 @@ from zarr.core.sync import sync
 from ..errors import IdentityMismatchError
 from ..format.column_names import ORIG_PREFIX, RESERVED_COLUMNS, free_column_name
 from ..format.paths import join
-from ..format.tables import CATEGORICAL_ATTR, StoredColumn, read_columns
+from ..format.table_attributes import ordered_names
+from ..format.tables import CATEGORICAL_ATTR, StoredColumn, read_stored_table
 from ..read.anndata_elements import features_frame
 from ..read.sources import BoundSource
 from ..write.membership import MEMBERSHIP_ROLE
@@ -126,14 +133,22 @@ async def _read_source(source: BoundSource) -> SourceTables:
     # through the documents and listing the source was verified from: the
     # tables' group documents, ids and member listing cost no request
     store = source.view if source.view is not None else source.store
-    cells, features, assay_doc = await asyncio.gather(
-        read_columns(store, paths.cell_data),
-        read_columns(store, paths.feature_data),
+    cell_table, feature_table, assay_doc = await asyncio.gather(
+        read_stored_table(store, paths.cell_data),
+        read_stored_table(store, paths.feature_data),
         store.get(join(paths.assay_group, "zarr.json"), default_buffer_prototype()),
     )
     attrs: Any = {}
     if assay_doc is not None:
         attrs = json.loads(assay_doc.to_bytes()).get("attributes", {})
+    # in the order the table was written from (its frame's), not the listing's
+    cells, features = (
+        {
+            name: table.columns[name]
+            for name in ordered_names(list(table.columns), table.column_order)
+        }
+        for table in (cell_table, feature_table)
+    )
     return SourceTables(
         source.name, source.info.shape, cells, features, attrs if isinstance(attrs, dict) else {}
     )
@@ -311,6 +326,34 @@ def _usable(
     return usable
 
 
+def _is_default(name: str, column: StoredColumn, ids: StoredColumn | None) -> bool:
+    """Whether ``column`` holds what ``write_counts`` writes as ``name`` from the index alone:
+    ``names`` equal to the ids (``ids`` given: the cell table), ``I`` selecting every row."""
+    if name == "I":
+        return column.values.dtype == np.bool_ and bool(column.values.all())
+    return (
+        name == "names"
+        and ids is not None
+        and column.categorical is None
+        and np.array_equal(column.values.astype(str), ids.values.astype(str))
+    )
+
+
+def _defaults_left_out(
+    tables: Sequence[dict[str, StoredColumn]], ids: Sequence[StoredColumn | None]
+) -> None:
+    """Drop ``names`` and ``I`` from every source's columns when each source holding one
+    holds the default (:func:`_is_default`): carried, they would be ``orig_names`` /
+    ``orig_I`` columns of the ids and of ``True``, which no source's user wrote
+    (``to_anndata`` of each source leaves them out too). One source with other
+    values keeps the column for all, so no value is lost."""
+    for name in ("names", "I"):
+        held = [(own, own_ids) for own, own_ids in zip(tables, ids, strict=True) if name in own]
+        if all(_is_default(name, own[name], own_ids) for own, own_ids in held):
+            for own, _ in held:
+                del own[name]
+
+
 def _output_names(
     tables: Iterable[Mapping[str, StoredColumn]], reserved: set[str]
 ) -> dict[str, str]:
@@ -399,6 +442,7 @@ def merge_cell_columns(
                 own[key] = column
         ordinary.append(own)
         memberships.append(member)
+    _defaults_left_out(ordinary, [table.cells.get("ids") for table in tables])
     outputs = [np.flatnonzero(row_sources == index) for index in range(len(tables))]
     columns: list[Column] = []
     if any(member is not None for member in memberships):
@@ -454,6 +498,7 @@ def merge_feature_columns(
         }
         for table in tables
     ]
+    _defaults_left_out(usable, [None] * len(usable))
     columns: list[Column] = []
     for key, out_name in _output_names(usable, set(RESERVED_COLUMNS)).items():
         filled = np.zeros(length, dtype=bool)
