@@ -171,6 +171,16 @@ def test_a_password_in_a_url_is_never_printed(tmp_path: Path) -> None:
         with pytest.raises(Exception) as caught:
             attempt()
         assert "SECRET" not in str(caught.value) and "KEY:***@bkt" in str(caught.value)
+    # obstore's own message names the URL it requested, password and all: quoted, it
+    # showed it in the middle of a masked message, in Python and on the command line
+    http_url = f"http://user:SECRET@127.0.0.1:{port}/x.zarr"
+    http_options = {"client_options": {"allow_http": True}, "retry_config": {"max_retries": 0}}
+    with pytest.raises(Exception) as caught:
+        cv.open_store(http_url, storage_options=http_options)
+    assert "SECRET" not in str(caught.value) and "user:***@127.0.0.1" in str(caught.value)
+    result = run_main("info", http_url, "--storage-options", json.dumps(http_options))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "SECRET" not in result.stderr and "user:***@" in result.stderr, result.stderr
 
 
 def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> None:

@@ -29,6 +29,7 @@ from ..remote.failures import (
     failure_remedy,
     is_backend_error,
     named_source_failure,
+    passwords_masked,
 )
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
@@ -72,8 +73,9 @@ class Failure:
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line: its line breaks become ``; ``."""
-    return re.sub(r"\s*\n\s*", "; ", text.strip()) or "no message"
+    """``text`` on one line: its line breaks become ``; ``, and a URL's password ``***``
+    (a backend's own words name the URLs it requested, credentials and all)."""
+    return passwords_masked(re.sub(r"\s*\n\s*", "; ", text.strip())) or "no message"
 
 
 _DECODE_ERROR = re.compile(r"decompress|codec|checksum|crc32c|corrupt", re.IGNORECASE)
@@ -95,7 +97,7 @@ def _backend_failure(exc: BaseException) -> Failure | None:
     if type(exc).__module__.partition(".")[0] != "obstore":
         return None
     text = str(exc).strip()
-    first = text.splitlines()[0] if text else "no message"
+    first = passwords_masked(text.splitlines()[0]) if text else "no message"
     if type(exc).__name__ in _BACKEND_REFUSALS:
         return Failure(
             ExitCode.REFUSED,

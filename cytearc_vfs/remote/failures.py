@@ -41,6 +41,7 @@ __all__ = [
     "named_backend_failures",
     "names_backend_failures",
     "named_source_failure",
+    "passwords_masked",
     "refused",
     "source_failure",
     "timed_out",
@@ -72,8 +73,22 @@ _XML_PROLOG = re.compile(r"\s*<\?xml[^>]*\?>\s*$")
 _S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*(?:<Message>([^<]*)</Message>)?")
 
 
+#: ``scheme://user:password@`` in a backend's text (obstore names the URL it requested).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@")
+
+
+def passwords_masked(text: str) -> str:
+    """``text`` with the password of every URL in it shown as ``***``.
+
+    >>> passwords_masked("GET https://user:pw@host/a.zarr/zarr.json failed; s3://b/x")
+    'GET https://user:***@host/a.zarr/zarr.json failed; s3://b/x'
+    """
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
 def first_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message (its type's name when it has none).
+    """The first line of ``exc``'s message (its type's name when it has none), with
+    any password of a URL it names masked (:func:`passwords_masked`).
 
     obstore quotes an S3 error answer from its next line on, so its first line
     ends with the answer's XML prolog: that is replaced by the answer's error
@@ -91,7 +106,7 @@ def first_line(exc: BaseException) -> str:
     if answer is not None and _XML_PROLOG.search(first):
         code, message = answer.groups()
         first = _XML_PROLOG.sub(" ", first) + code + (f" ({message})" if message else "")
-    return first
+    return passwords_masked(first)
 
 
 def _text(exc: BaseException) -> str:
