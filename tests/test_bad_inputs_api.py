@@ -178,6 +178,14 @@ def test_a_password_in_a_url_is_never_printed(tmp_path: Path) -> None:
     with pytest.raises(Exception) as caught:
         cv.open_store(http_url, storage_options=http_options)
     assert "SECRET" not in str(caught.value) and "user:***@127.0.0.1" in str(caught.value)
+    # and a store object's own description, which names its URL as given
+    from obstore.store import HTTPStore
+    from zarr.storage import ObjectStore
+
+    given = ObjectStore(HTTPStore.from_url(http_url, **http_options), read_only=True)  # type: ignore[arg-type]
+    with pytest.raises(Exception) as caught:
+        cv.open_store(given)
+    assert "SECRET" not in str(caught.value) and "user:***@127.0.0.1" in str(caught.value)
     result = run_main("info", http_url, "--storage-options", json.dumps(http_options))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "SECRET" not in result.stderr and "user:***@" in result.stderr, result.stderr

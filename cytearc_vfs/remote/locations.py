@@ -17,6 +17,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 from zarr.abc.store import Store
 
+from .failures import passwords_masked
+
 __all__ = [
     "Location",
     "StoreOpener",
@@ -254,9 +256,10 @@ def absolute_path(path: Path) -> Path:
 
 
 def describe_location(location: Location) -> str:
-    """A printable form of a location, for messages and records."""
+    """A printable form of a location, for messages and records (a URL's password
+    shown as ``***``, also inside a store object's description)."""
     if isinstance(location, Store):
-        return str(location)
+        return passwords_masked(str(location))
     path = local_path(location)
     if path is not None:
         return str(absolute_path(path))
