@@ -12,6 +12,7 @@ source is never modified. Keys that try to escape a store are refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
@@ -389,6 +390,22 @@ class MountStore(KeyCheckedStore):
                     "Publish a new artifact in the target instead"
                 )
 
+    async def _check_deletable(self, key: str) -> None:
+        """Refuse deleting ``key`` when the source holds it: inside a source
+        artifact group, or a directory document of the source's (which would
+        still show through the mount, so the delete could not take effect)."""
+        await self._check_target_key(key, "delete")
+        if place_of(key, self._roots).kind in (
+            "root_doc",
+            "kind_doc",
+        ) and await self._source.exists(key):
+            directory = key.removesuffix("/zarr.json")
+            raise PermissionError(
+                f"cannot delete {directory!r}: the mounted source {self._record.location} "
+                "holds it too, and a mount never modifies its source, so it would still "
+                "show through the mount. Delete the target's own artifacts inside it instead"
+            )
+
     async def _root_holds_record(self) -> bool:
         document = await self._target.get("zarr.json", prototype=default_buffer_prototype())
         return (
@@ -428,7 +445,9 @@ class MountStore(KeyCheckedStore):
         target would hold the new group under a directory with no document of
         its own, and opened directly it would show none of its artifacts of
         that kind. The source's document is copied first (before the group's
-        keys, so a crash leaves at most an empty kind).
+        keys, so a crash leaves at most an empty kind), without its
+        consolidated metadata: that lists the source's members, and zarr
+        opening the target directly would show them instead of the target's.
         """
         kind = group.rsplit("/", 1)[0]
         for directory in (kind.rsplit("/", 1)[0], kind):
@@ -438,7 +457,7 @@ class MountStore(KeyCheckedStore):
             if not await self._target.exists(key):
                 document = await self._source.get(key, prototype=default_buffer_prototype())
                 if document is not None:
-                    await self._target.set(key, document)
+                    await self._target.set(key, unconsolidated(document))
             self._held_documents.add(directory)
 
     async def conditional_target(self, key: str) -> Store:
@@ -465,7 +484,7 @@ class MountStore(KeyCheckedStore):
     async def delete(self, key: str) -> None:
         self._check_key(key, "delete")
         self._check_writable()
-        await self._check_target_key(key, "delete")
+        await self._check_deletable(key)
         if key == "zarr.json" and await self._root_holds_record():
             raise PermissionError(f"cannot delete the root of the mounted target {self._target}")
         await self._target.delete(key)
@@ -485,8 +504,13 @@ class MountStore(KeyCheckedStore):
         directory = prefix.removesuffix("/")
         # Every key is checked before anything is deleted: the default (list,
         # then delete key by key) would stop half-way at a source group.
-        async for key in self.list_prefix(directory + "/"):
+        # A source artifact group in the way is named first, then a source
+        # directory document.
+        keys = [key async for key in self.list_prefix(directory + "/")]
+        for key in keys:
             await self._check_target_key(key, "delete")
+        for key in keys:
+            await self._check_deletable(key)
         await self._target.delete_dir(prefix)
         self._forget_owners(directory)
 
@@ -545,6 +569,18 @@ class MountStore(KeyCheckedStore):
             store = self._source
         async for name in store.list_dir(directory):
             yield name
+
+
+def unconsolidated(document: Buffer) -> Buffer:
+    """A group document without its ``consolidated_metadata`` (as it is, when it has none)."""
+    try:
+        parsed = json.loads(document.to_bytes())
+    except ValueError:  # not JSON: copied as it is, zarr refuses it on either side
+        return document
+    if not isinstance(parsed, dict) or parsed.get("consolidated_metadata") is None:
+        return document
+    plain = {name: value for name, value in parsed.items() if name != "consolidated_metadata"}
+    return default_buffer_prototype().buffer.from_bytes(json.dumps(plain, indent=2).encode())
 
 
 def open_verified(

@@ -1,0 +1,101 @@
+"""A mount used as an ordinary zarr client would use it: the spec's rules
+("Mounted targets") checked through zarr's own API, where a store-level test
+(test_mount_store.py, test_mount_state_machine.py) cannot see them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import realistic_counts
+from store_copies import copy_stores
+from zarr.core.sync import sync
+
+import cytearc_vfs as cv
+
+PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A source with a PCA artifact and an empty ``umap`` kind, and its mount;
+    built once, each test works on a copy."""
+    root = tmp_path_factory.mktemp("semantics")
+    cv.write_counts(root / "src.zarr", realistic_counts(60, 15, density=0.2, seed=3))
+    store = cv.open_store(root / "src.zarr", mode="r+")
+    with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+        art.write_array("data", np.arange(120, dtype=np.float64).reshape(60, 2))
+    zarr.open_group(root / "src.zarr", mode="r+").create_group("RNA/artifacts/umap")
+    cv.mount_datastore(root / "src.zarr", root / "tgt.zarr").close()
+    return root, art.artifact_id
+
+
+@pytest.fixture
+def stores(pristine: tuple[Path, str], tmp_path: Path) -> tuple[Path, Path, str]:
+    template, artifact_id = pristine
+    copy_stores(template, tmp_path)
+    return tmp_path / "src.zarr", tmp_path / "tgt.zarr", artifact_id
+
+
+def open_mount(target: Path) -> cv.MountStore:
+    mount = cv.open_store(target, mode="r+")
+    assert isinstance(mount, cv.MountStore)
+    return mount
+
+
+def test_a_copied_kind_document_drops_the_sources_consolidated_metadata(stores) -> None:
+    """A source whose kind group holds consolidated metadata: the target's copy
+    of that document must not carry it, or zarr opening the target directly
+    would list the source's artifacts (absent there) and hide the target's own
+    (spec: "A target group opened directly ... shows only the target's own")."""
+    source, target, source_id = stores
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(str(source), path="RNA/artifacts/pca")
+    before = tree_hashes(source)
+    mount = open_mount(target)
+    recipe = {**PROVENANCE, "parameters": {"k": 3}}
+    with cv.publish_artifact(mount, "RNA/artifacts", "pca", provenance=recipe) as mine:
+        mine.write_array("data", np.zeros((60, 3)))
+    document = json.loads((target / "RNA/artifacts/pca/zarr.json").read_text())
+    assert document.get("consolidated_metadata") is None
+    direct = zarr.open_group(target, path="RNA/artifacts/pca", mode="r")
+    assert sorted(direct.keys()) == [mine.artifact_id]
+    through = zarr.open_group(mount, path="RNA/artifacts/pca", mode="r")
+    assert sorted(through.keys()) == sorted([mine.artifact_id, source_id])
+    assert tree_hashes(source) == before
+
+
+@pytest.mark.parametrize("path", ["RNA/artifacts/umap", "RNA/artifacts"])
+def test_deleting_what_the_source_shows_is_refused_not_ignored(stores, path: str) -> None:
+    """``del group[kind]`` of a kind the source holds (here empty, so no source
+    artifact group is in the way) cannot take effect: the source's document
+    would still show. It raises, as a delete inside a source group does,
+    instead of returning while the next listing shows the kind again."""
+    source, target, _ = stores
+    before = tree_hashes(source)
+    mount = open_mount(target)
+    group = zarr.open_group(mount, mode="r+")
+    parent, name = path.rsplit("/", 1)
+    with pytest.raises(PermissionError, match="mounted source"):
+        del group[path]
+    assert name in zarr.open_group(mount, path=parent, mode="r")
+    with pytest.raises(PermissionError, match="mounted source"):
+        zarr.open_group(mount, path=path, mode="w")
+    with pytest.raises(PermissionError, match="mounted source"):
+        sync(mount.delete(f"{path}/zarr.json"))
+    assert sync(mount.exists(f"{path}/zarr.json"))
+    assert tree_hashes(source) == before
