@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 import zarr
 from conftest import realistic_counts
+from s3_server import S3Server
 from store_copies import copy_stores
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import cytearc_vfs as cv
+from cytearc_vfs.remote.locations import open_location
 
 PROVENANCE = {"operation": "test.pca", "parameters": {"k": 2}, "inputs": {}}
 
@@ -99,3 +102,63 @@ def test_deleting_what_the_source_shows_is_refused_not_ignored(stores, path: str
         sync(mount.delete(f"{path}/zarr.json"))
     assert sync(mount.exists(f"{path}/zarr.json"))
     assert tree_hashes(source) == before
+
+
+def _objects(url: str, options: dict) -> dict[str, bytes]:
+    """Every object below ``url``, with its bytes."""
+    store = open_location(url, read_only=True, storage_options=options)
+
+    async def read() -> dict[str, bytes]:
+        found = {}
+        async for key in store.list():
+            value = await store.get(key, prototype=default_buffer_prototype())
+            assert value is not None
+            found[key] = value.to_bytes()
+        return found
+
+    return sync(read())
+
+
+def test_an_s3_source_under_a_local_target_as_a_zarr_client_sees_it(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The rules through zarr, with the source on (loopback) S3: union listings at
+    every level without repeats, reads through, writes in the local target,
+    deletes of what the source shows refused, the source's objects unchanged."""
+    options = s3_server.storage_options()
+    url = f"s3://{s3_server.new_bucket()}/src.zarr"
+    cv.write_counts(url, realistic_counts(60, 15, density=0.2, seed=3), storage_options=options)
+    store = cv.open_store(url, mode="r+", storage_options=options)
+    with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+        art.write_array("data", np.arange(120, dtype=np.float64).reshape(60, 2))
+    zarr.open_group(store, mode="r+").create_group("RNA/artifacts/umap")
+    before = _objects(url, options)
+    mount = cv.mount_datastore(url, tmp_path / "t.zarr", source_storage_options=options)
+    recipe = {**PROVENANCE, "parameters": {"k": 3}}
+    with cv.publish_artifact(mount, "RNA/artifacts", "pca", provenance=recipe) as mine:
+        mine.write_array("data", np.zeros((60, 3)))
+
+    async def listed(directory: str) -> list[str]:
+        return [name async for name in mount.list_dir(directory)]
+
+    assert sorted(sync(listed("RNA/artifacts"))) == ["pca", "umap", "zarr.json"]
+    pca = sync(listed("RNA/artifacts/pca"))
+    assert sorted(pca) == sorted([art.artifact_id, mine.artifact_id, "zarr.json"])
+    keys = sync(_all_keys(mount))
+    assert len(keys) == len(set(keys))
+    root = zarr.open_group(mount, mode="r+")
+    data = root[f"RNA/artifacts/pca/{art.artifact_id}/data"]
+    assert isinstance(data, zarr.Array)
+    np.testing.assert_array_equal(data[:], np.arange(120).reshape(60, 2))
+    for path in ("RNA/artifacts/umap", f"RNA/artifacts/pca/{art.artifact_id}"):
+        with pytest.raises(PermissionError, match="mounted source"):
+            del root[path]
+    del root[f"RNA/artifacts/pca/{mine.artifact_id}"]  # the target's own: deleted
+    assert sorted(sync(listed("RNA/artifacts/pca"))) == sorted([art.artifact_id, "zarr.json"])
+    assert (tmp_path / "t.zarr/RNA/artifacts/pca/zarr.json").is_file()
+    assert _objects(url, options) == before
+    mount.close()
+
+
+async def _all_keys(mount: cv.MountStore) -> list[str]:
+    return [key async for key in mount.list_prefix("")]
