@@ -162,3 +162,36 @@ def test_an_s3_source_under_a_local_target_as_a_zarr_client_sees_it(
 
 async def _all_keys(mount: cv.MountStore) -> list[str]:
     return [key async for key in mount.list_prefix("")]
+
+
+def test_a_prefix_listing_of_a_memory_source_keeps_to_the_prefix(tmp_path: Path) -> None:
+    """A ``memory://`` source lists every key that starts with the string it is
+    given: through the mount, ``list_prefix("RNA/artifacts/pca/")`` showed the
+    source's ``pca2`` artifacts, and deleting the target's own ``pca`` kind was
+    refused because of them."""
+    from cytearc_vfs_adapters.backends import forget_memory
+
+    name = f"mountsem-{tmp_path.name}"
+    url = f"memory://{name}"
+    try:
+        cv.write_counts(url, realistic_counts(60, 15, density=0.2, seed=3))
+        store = cv.open_store(url, mode="r+")
+        with cv.publish_artifact(store, "RNA/artifacts", "pca2", provenance=PROVENANCE) as art:
+            art.write_array("data", np.ones((60, 2)))
+        mount = cv.mount_datastore(url, tmp_path / "t.zarr")
+        with cv.publish_artifact(mount, "RNA/artifacts", "pca", provenance=PROVENANCE) as mine:
+            mine.write_array("data", np.zeros((60, 2)))
+
+        async def listed(prefix: str) -> list[str]:
+            return [key async for key in mount.list_prefix(prefix)]
+
+        for prefix in ("RNA/artifacts/pca/", "RNA/artifacts/pca"):
+            keys = sync(listed(prefix))
+            assert keys and all(key.startswith("RNA/artifacts/pca/") for key in keys)
+        assert sync(listed("RNA/artifacts/pca2/"))
+        del zarr.open_group(mount, mode="r+")["RNA/artifacts/pca"]  # the target's own kind
+        assert not (tmp_path / "t.zarr/RNA/artifacts/pca").exists()
+        assert [a.kind for a in cv.list_artifacts(mount, "RNA/artifacts")] == ["pca2"]
+        mount.close()
+    finally:
+        forget_memory(name)

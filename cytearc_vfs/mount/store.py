@@ -544,7 +544,11 @@ class MountStore(KeyCheckedStore):
                 continue
             scan = directory if directory.startswith(root + "/") or directory == root else root
             async for key in self._source.list_prefix(scan):
-                if await self._source_visible(key):
+                # A prefix names a directory here, as the target's LocalStore reads
+                # it; a store that matches strings (memory://) would give a
+                # sibling's keys too (``pca2/...`` for ``pca``).
+                outside = directory and not key.startswith(directory + "/")
+                if not outside and await self._source_visible(key):
                     yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
