@@ -195,3 +195,21 @@ def test_a_prefix_listing_of_a_memory_source_keeps_to_the_prefix(tmp_path: Path)
         mount.close()
     finally:
         forget_memory(name)
+
+
+@pytest.mark.parametrize("path", ["RNA/counts", "RNA/countsT", "RNA/countSummaries/rowSums"])
+def test_writing_where_the_source_counts_are_read_is_refused(stores, path: str) -> None:
+    """A target array at a mounted assay's counts path would be what plain zarr
+    reads there while this package reads the source's, and every later open
+    refuses the target for it: the write is refused, not accepted and left to
+    brick the next open. Other target tables stay writable."""
+    _, target, _ = stores
+    mount = open_mount(target)
+    root = zarr.open_group(mount, mode="r+")
+    with pytest.raises(PermissionError, match=r"counts at .* are the mounted source"):
+        root.create_array(path, shape=(60,), dtype="float32")
+    root.create_array("cellData/score", shape=(60,), dtype="float32")
+    mount.close()
+    reopened = open_mount(target)  # still opens: nothing was written at the counts path
+    assert not (target / path).exists()
+    assert "score" in zarr.open_group(reopened, path="cellData", mode="r")

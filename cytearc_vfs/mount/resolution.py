@@ -13,9 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..format.paths import join
+from ..format.paths import AssayPaths, join
 
-__all__ = ["KeyPlace", "artifact_roots", "listing_is_union", "place_of"]
+__all__ = [
+    "KeyPlace",
+    "artifact_roots",
+    "count_places",
+    "counts_place",
+    "listing_is_union",
+    "place_of",
+]
 
 
 def artifact_roots(workspace: str | None, assays: Iterable[str]) -> tuple[str, ...]:
@@ -85,3 +92,31 @@ def listing_is_union(prefix: str, roots: tuple[str, ...]) -> bool:
         if directory.startswith(root + "/") and "/" not in directory[len(root) + 1 :]:
             return True
     return False
+
+
+def count_places(assays: Iterable[AssayPaths]) -> tuple[str, ...]:
+    """Where a mount reads its source's counts: no target node may stand there.
+
+    >>> count_places([AssayPaths("RNA")])
+    ('RNA/counts', 'RNA/countsT', 'RNA/countSummaries')
+    >>> count_places([AssayPaths("RNA", "ws")])
+    ('matrices/RNA',)
+    """
+    places: list[str] = []
+    for paths in assays:
+        if paths.matrix_group != paths.assay_group:
+            places.append(paths.matrix_group)  # workspace layout: the whole group
+        else:
+            places.extend((paths.counts, paths.counts_t, paths.summaries))
+    return tuple(places)
+
+
+def counts_place(key: str, places: tuple[str, ...]) -> str | None:
+    """The place of ``places`` that holds ``key``, if any.
+
+    >>> counts_place("RNA/countSummaries/rowSums/zarr.json", count_places([AssayPaths("RNA")]))
+    'RNA/countSummaries'
+    >>> counts_place("RNA/countsX/zarr.json", ("RNA/counts",)) is None
+    True
+    """
+    return next((p for p in places if key == p or key.startswith(p + "/")), None)

@@ -12,7 +12,6 @@ source is never modified. Keys that try to escape a store are refused.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
@@ -37,9 +36,10 @@ from ..remote.cached_store import cached_source, source_cache_of
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
+from .documents import unconsolidated
 from .open_checks import verify_mount_tables
 from .records import MATRIX_SOURCE_ATTR, MountRecord
-from .resolution import artifact_roots, listing_is_union, place_of
+from .resolution import artifact_roots, count_places, counts_place, listing_is_union, place_of
 from .source_checks import verify_mount_source
 
 __all__ = ["MountStore"]
@@ -79,6 +79,8 @@ class MountStore(KeyCheckedStore):
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
+        # where the source's counts are read: every open refuses a target node there
+        self._count_places = count_places(info.paths for info in self._infos.values())
         self._source_options = dict(source_storage_options or {})
         # the source's documents as verified: readers open its arrays from them
         self._documents = documents
@@ -379,6 +381,15 @@ class MountStore(KeyCheckedStore):
     def supports_listing(self) -> bool:
         return self._target.supports_listing and self._source.supports_listing
 
+    def _refuse_counts(self, key: str, action: str) -> None:
+        place = counts_place(key, self._count_places)
+        if place is not None:
+            raise PermissionError(
+                f"cannot {action} {key!r}: the counts at {place!r} are the mounted source's "
+                f"({self._record.location}); plain zarr would read a target node there instead,"
+                " so every open refuses one. Write derived values elsewhere or as an artifact"
+            )
+
     async def _check_target_key(self, key: str, action: str) -> None:
         place = place_of(key, self._roots)
         if place.kind == "group":
@@ -391,17 +402,13 @@ class MountStore(KeyCheckedStore):
                 )
 
     async def _check_deletable(self, key: str) -> None:
-        """Refuse deleting ``key`` when the source holds it: inside a source
-        artifact group, or a directory document of the source's (which would
-        still show through the mount, so the delete could not take effect)."""
+        """Refuse deleting a key the source holds too: it would still show."""
         await self._check_target_key(key, "delete")
-        if place_of(key, self._roots).kind in (
-            "root_doc",
-            "kind_doc",
-        ) and await self._source.exists(key):
-            directory = key.removesuffix("/zarr.json")
+        documents = place_of(key, self._roots).kind in ("root_doc", "kind_doc")
+        if documents and await self._source.exists(key):
             raise PermissionError(
-                f"cannot delete {directory!r}: the mounted source {self._record.location} "
+                f"cannot delete {key.removesuffix('/zarr.json')!r}: the mounted source "
+                f"{self._record.location} "
                 "holds it too, and a mount never modifies its source, so it would still "
                 "show through the mount. Delete the target's own artifacts inside it instead"
             )
@@ -416,6 +423,7 @@ class MountStore(KeyCheckedStore):
     async def set(self, key: str, value: Buffer) -> None:
         self._check_key(key, "set")
         self._check_writable()
+        self._refuse_counts(key, "write")
         await self._check_target_key(key, "write")
         if (
             key == "zarr.json"
@@ -470,6 +478,7 @@ class MountStore(KeyCheckedStore):
         """
         self._check_key(key, "create_if_absent")
         self._check_writable()
+        self._refuse_counts(key, "create")
         await self._check_target_key(key, "create")
         if key == "zarr.json":
             raise PermissionError(
@@ -504,8 +513,7 @@ class MountStore(KeyCheckedStore):
         directory = prefix.removesuffix("/")
         # Every key is checked before anything is deleted: the default (list,
         # then delete key by key) would stop half-way at a source group.
-        # A source artifact group in the way is named first, then a source
-        # directory document.
+        # A source artifact group in the way is named first, then a document.
         keys = [key async for key in self.list_prefix(directory + "/")]
         for key in keys:
             await self._check_target_key(key, "delete")
@@ -544,9 +552,8 @@ class MountStore(KeyCheckedStore):
                 continue
             scan = directory if directory.startswith(root + "/") or directory == root else root
             async for key in self._source.list_prefix(scan):
-                # A prefix names a directory here, as the target's LocalStore reads
-                # it; a store that matches strings (memory://) would give a
-                # sibling's keys too (``pca2/...`` for ``pca``).
+                # the prefix names a directory, as for a local target; memory://
+                # matches strings and would give a sibling's keys (pca2/ for pca)
                 outside = directory and not key.startswith(directory + "/")
                 if not outside and await self._source_visible(key):
                     yield key
@@ -573,18 +580,6 @@ class MountStore(KeyCheckedStore):
             store = self._source
         async for name in store.list_dir(directory):
             yield name
-
-
-def unconsolidated(document: Buffer) -> Buffer:
-    """A group document without its ``consolidated_metadata`` (as it is, when it has none)."""
-    try:
-        parsed = json.loads(document.to_bytes())
-    except ValueError:  # not JSON: copied as it is, zarr refuses it on either side
-        return document
-    if not isinstance(parsed, dict) or parsed.get("consolidated_metadata") is None:
-        return document
-    plain = {name: value for name, value in parsed.items() if name != "consolidated_metadata"}
-    return default_buffer_prototype().buffer.from_bytes(json.dumps(plain, indent=2).encode())
 
 
 def open_verified(
