@@ -213,3 +213,27 @@ def test_writing_where_the_source_counts_are_read_is_refused(stores, path: str) 
     reopened = open_mount(target)  # still opens: nothing was written at the counts path
     assert not (target / path).exists()
     assert "score" in zarr.open_group(reopened, path="cellData", mode="r")
+
+
+@pytest.mark.parametrize("path", ["cellData/ids", "RNA/featureData/ids"])
+def test_changing_the_pinned_ids_is_refused(stores, path: str) -> None:
+    """The target's cell and feature ids are pinned by the mount record's dataset
+    fingerprint: one overwrite or delete through zarr made every later open
+    refuse the target, with all its artifacts. It is refused up front."""
+    _, target, _ = stores
+    before = tree_hashes(target)
+    mount = open_mount(target)
+    root = zarr.open_group(mount, mode="r+")
+    with pytest.raises(PermissionError, match=r"ids .* pinned"):
+        root.create_array(path, shape=(3,), dtype="int32", overwrite=True)
+    with pytest.raises(PermissionError, match=r"ids .* pinned"):
+        del root[path]
+    with pytest.raises(PermissionError, match=r"ids .* pinned"):
+        del root[path.rsplit("/", 1)[0]]
+    ids = root[path]
+    assert isinstance(ids, zarr.Array)
+    with pytest.raises(PermissionError, match=r"ids .* pinned"):
+        ids[0] = "renamed"
+    mount.close()
+    assert tree_hashes(target) == before
+    open_mount(target).close()  # still opens

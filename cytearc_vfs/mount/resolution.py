@@ -18,8 +18,8 @@ from ..format.paths import AssayPaths, join
 __all__ = [
     "KeyPlace",
     "artifact_roots",
-    "count_places",
-    "counts_place",
+    "pinned_places",
+    "pinned_refusal",
     "listing_is_union",
     "place_of",
 ]
@@ -94,29 +94,45 @@ def listing_is_union(prefix: str, roots: tuple[str, ...]) -> bool:
     return False
 
 
-def count_places(assays: Iterable[AssayPaths]) -> tuple[str, ...]:
-    """Where a mount reads its source's counts: no target node may stand there.
+def pinned_places(assays: Iterable[AssayPaths]) -> dict[str, str]:
+    """What no write through a mount may change, by place: ``counts`` where the
+    source's counts are read (every open refuses a target node there), ``ids``
+    for the target's cell and feature ids (the record pins them).
 
-    >>> count_places([AssayPaths("RNA")])
-    ('RNA/counts', 'RNA/countsT', 'RNA/countSummaries')
-    >>> count_places([AssayPaths("RNA", "ws")])
-    ('matrices/RNA',)
+    >>> pinned_places([AssayPaths("RNA")])  # doctest: +NORMALIZE_WHITESPACE
+    {'RNA/counts': 'counts', 'RNA/countsT': 'counts', 'RNA/countSummaries': 'counts',
+     'RNA/featureData/ids': 'ids', 'cellData/ids': 'ids'}
+    >>> pinned_places([AssayPaths("RNA", "ws")])["matrices/RNA"]
+    'counts'
     """
-    places: list[str] = []
+    places: dict[str, str] = {}
     for paths in assays:
         if paths.matrix_group != paths.assay_group:
-            places.append(paths.matrix_group)  # workspace layout: the whole group
+            places[paths.matrix_group] = "counts"  # workspace layout: the whole group
         else:
-            places.extend((paths.counts, paths.counts_t, paths.summaries))
-    return tuple(places)
+            places.update(dict.fromkeys((paths.counts, paths.counts_t, paths.summaries), "counts"))
+        places[join(paths.feature_data, "ids")] = "ids"
+        places[join(paths.cell_data, "ids")] = "ids"
+    return places
 
 
-def counts_place(key: str, places: tuple[str, ...]) -> str | None:
-    """The place of ``places`` that holds ``key``, if any.
+def pinned_refusal(key: str, action: str, places: dict[str, str], location: str) -> str | None:
+    """Why ``action`` of ``key`` is refused, or ``None`` when no pinned place holds it.
 
-    >>> counts_place("RNA/countSummaries/rowSums/zarr.json", count_places([AssayPaths("RNA")]))
-    'RNA/countSummaries'
-    >>> counts_place("RNA/countsX/zarr.json", ("RNA/counts",)) is None
+    >>> pinned_refusal("RNA/countsX/zarr.json", "write", {"RNA/counts": "counts"}, "/s") is None
     True
     """
-    return next((p for p in places if key == p or key.startswith(p + "/")), None)
+    place = next((p for p in places if key == p or key.startswith(p + "/")), None)
+    if place is None:
+        return None
+    if places[place] == "ids":
+        return (
+            f"cannot {action} {key!r}: the ids at {place!r} are pinned by the mount record's "
+            f"dataset fingerprint (the source {location}); changed, every open would refuse "
+            "the target. Keep them as they are; mount the source again for other ids"
+        )
+    return (
+        f"cannot {action} {key!r}: the counts at {place!r} are the mounted source's "
+        f"({location}); plain zarr would read a target node there instead, so every open "
+        "refuses one. Write derived values elsewhere or as an artifact"
+    )

@@ -39,7 +39,7 @@ from ..remote.source_cache import CacheInfo, SourceCache
 from .documents import unconsolidated
 from .open_checks import verify_mount_tables
 from .records import MATRIX_SOURCE_ATTR, MountRecord
-from .resolution import artifact_roots, count_places, counts_place, listing_is_union, place_of
+from .resolution import artifact_roots, listing_is_union, pinned_places, pinned_refusal, place_of
 from .source_checks import verify_mount_source
 
 __all__ = ["MountStore"]
@@ -79,8 +79,8 @@ class MountStore(KeyCheckedStore):
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
-        # where the source's counts are read: every open refuses a target node there
-        self._count_places = count_places(info.paths for info in self._infos.values())
+        # the counts' places and the ids: what every open checks (open_checks.py)
+        self._pinned = pinned_places(info.paths for info in self._infos.values())
         self._source_options = dict(source_storage_options or {})
         # the source's documents as verified: readers open its arrays from them
         self._documents = documents
@@ -381,14 +381,10 @@ class MountStore(KeyCheckedStore):
     def supports_listing(self) -> bool:
         return self._target.supports_listing and self._source.supports_listing
 
-    def _refuse_counts(self, key: str, action: str) -> None:
-        place = counts_place(key, self._count_places)
-        if place is not None:
-            raise PermissionError(
-                f"cannot {action} {key!r}: the counts at {place!r} are the mounted source's "
-                f"({self._record.location}); plain zarr would read a target node there instead,"
-                " so every open refuses one. Write derived values elsewhere or as an artifact"
-            )
+    def _refuse_pinned(self, key: str, action: str) -> None:
+        refusal = pinned_refusal(key, action, self._pinned, self._record.location)
+        if refusal is not None:
+            raise PermissionError(refusal)
 
     async def _check_target_key(self, key: str, action: str) -> None:
         place = place_of(key, self._roots)
@@ -402,7 +398,8 @@ class MountStore(KeyCheckedStore):
                 )
 
     async def _check_deletable(self, key: str) -> None:
-        """Refuse deleting a key the source holds too: it would still show."""
+        """Refuse deleting a pinned key, or a key the source holds too (it would still show)."""
+        self._refuse_pinned(key, "delete")
         await self._check_target_key(key, "delete")
         documents = place_of(key, self._roots).kind in ("root_doc", "kind_doc")
         if documents and await self._source.exists(key):
@@ -423,7 +420,7 @@ class MountStore(KeyCheckedStore):
     async def set(self, key: str, value: Buffer) -> None:
         self._check_key(key, "set")
         self._check_writable()
-        self._refuse_counts(key, "write")
+        self._refuse_pinned(key, "write")
         await self._check_target_key(key, "write")
         if (
             key == "zarr.json"
@@ -478,7 +475,7 @@ class MountStore(KeyCheckedStore):
         """
         self._check_key(key, "create_if_absent")
         self._check_writable()
-        self._refuse_counts(key, "create")
+        self._refuse_pinned(key, "create")
         await self._check_target_key(key, "create")
         if key == "zarr.json":
             raise PermissionError(
