@@ -237,3 +237,20 @@ def test_changing_the_pinned_ids_is_refused(stores, path: str) -> None:
     mount.close()
     assert tree_hashes(target) == before
     open_mount(target).close()  # still opens
+
+
+async def test_a_stray_target_key_inside_a_source_group_is_listed_once(stores) -> None:
+    """A key that an outside edit left in the target inside a source artifact
+    group (no group document of the target's) is read from the source (rule 2),
+    so a listing shows it once, as the source's, not twice."""
+    _, target, source_id = stores
+    key = f"RNA/artifacts/pca/{source_id}/data/c/0/0"
+    stray = target / key
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"stray")
+    mount = open_mount(target)
+    keys = [k async for k in mount.list_prefix("")]
+    assert len(keys) == len(set(keys))
+    assert keys.count(key) == 1
+    value = await mount.get(key, prototype=default_buffer_prototype())
+    assert value is not None and value.to_bytes() != b"stray"

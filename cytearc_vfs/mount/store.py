@@ -508,9 +508,8 @@ class MountStore(KeyCheckedStore):
         self._check_prefix(prefix, "delete_dir")
         self._check_writable()
         directory = prefix.removesuffix("/")
-        # Every key is checked before anything is deleted: the default (list,
-        # then delete key by key) would stop half-way at a source group.
-        # A source artifact group in the way is named first, then a document.
+        # Every key is checked before anything is deleted (the default would stop
+        # half-way at a source group); a source group is named first, then a document.
         keys = [key async for key in self.list_prefix(directory + "/")]
         for key in keys:
             await self._check_target_key(key, "delete")
@@ -538,7 +537,9 @@ class MountStore(KeyCheckedStore):
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
         self._check_prefix(prefix, "list_prefix")
         async for key in self._target.list_prefix(prefix):
-            yield key
+            place = place_of(key, self._roots)  # a source group's keys are the source's
+            if place.group is None or await self._owner(place.group) != "source":
+                yield key
         for root in self._roots:
             directory = prefix.rstrip("/")
             if directory and not (
