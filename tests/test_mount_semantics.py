@@ -254,3 +254,20 @@ async def test_a_stray_target_key_inside_a_source_group_is_listed_once(stores) -
     assert keys.count(key) == 1
     value = await mount.get(key, prototype=default_buffer_prototype())
     assert value is not None and value.to_bytes() != b"stray"
+
+
+def test_a_mounted_assay_keeps_its_is_assay_through_the_mount(stores) -> None:
+    """Dropping ``is_assay`` from a mounted assay's group (or deleting its
+    document) through the mount made every later open refuse the target
+    (IncompleteStoreError); it is refused up front. Other attributes change."""
+    _, target, _ = stores
+    mount = open_mount(target)
+    assay = zarr.open_group(mount, path="RNA", mode="r+")
+    assay.attrs["note"] = "mine"
+    with pytest.raises(PermissionError, match="is_assay"):
+        del assay.attrs["is_assay"]
+    with pytest.raises(PermissionError, match="is_assay"):
+        sync(mount.delete("RNA/zarr.json"))
+    mount.close()
+    reopened = open_mount(target)
+    assert zarr.open_group(reopened, path="RNA", mode="r").attrs["note"] == "mine"

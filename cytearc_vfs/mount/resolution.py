@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..format.paths import AssayPaths, join
+from ..format.store_io import document_attribute
 
 __all__ = [
     "KeyPlace",
@@ -97,11 +98,12 @@ def listing_is_union(prefix: str, roots: tuple[str, ...]) -> bool:
 def pinned_places(assays: Iterable[AssayPaths]) -> dict[str, str]:
     """What no write through a mount may change, by place: ``counts`` where the
     source's counts are read (every open refuses a target node there), ``ids``
-    for the target's cell and feature ids (the record pins them).
+    for the target's cell and feature ids (the record pins them), ``assay`` for
+    a mounted assay's group document (it must keep ``is_assay``).
 
     >>> pinned_places([AssayPaths("RNA")])  # doctest: +NORMALIZE_WHITESPACE
     {'RNA/counts': 'counts', 'RNA/countsT': 'counts', 'RNA/countSummaries': 'counts',
-     'RNA/featureData/ids': 'ids', 'cellData/ids': 'ids'}
+     'RNA/featureData/ids': 'ids', 'cellData/ids': 'ids', 'RNA/zarr.json': 'assay'}
     >>> pinned_places([AssayPaths("RNA", "ws")])["matrices/RNA"]
     'counts'
     """
@@ -113,18 +115,30 @@ def pinned_places(assays: Iterable[AssayPaths]) -> dict[str, str]:
             places.update(dict.fromkeys((paths.counts, paths.counts_t, paths.summaries), "counts"))
         places[join(paths.feature_data, "ids")] = "ids"
         places[join(paths.cell_data, "ids")] = "ids"
+        places[join(paths.assay_group, "zarr.json")] = "assay"
     return places
 
 
-def pinned_refusal(key: str, action: str, places: dict[str, str], location: str) -> str | None:
-    """Why ``action`` of ``key`` is refused, or ``None`` when no pinned place holds it.
+def pinned_refusal(
+    key: str, action: str, places: dict[str, str], location: str, document: bytes = b""
+) -> str | None:
+    """Why ``action`` of ``key`` (writing ``document``) is refused, or ``None``.
 
     >>> pinned_refusal("RNA/countsX/zarr.json", "write", {"RNA/counts": "counts"}, "/s") is None
     True
+    >>> places = {"RNA/zarr.json": "assay"}
+    >>> pinned_refusal("RNA/zarr.json", "write", places, "/s", b'{"attributes": {"is_assay": true}}')
     """
     place = next((p for p in places if key == p or key.startswith(p + "/")), None)
     if place is None:
         return None
+    if places[place] == "assay":
+        if action == "create" or document_attribute(document, "is_assay") is True:
+            return None
+        return (
+            f"cannot {action} {key!r} without is_assay: true: it is the group of an assay "
+            f"mounted from {location}, and every open would refuse the target without it"
+        )
     if places[place] == "ids":
         return (
             f"cannot {action} {key!r}: the ids at {place!r} are pinned by the mount record's "

@@ -381,8 +381,10 @@ class MountStore(KeyCheckedStore):
     def supports_listing(self) -> bool:
         return self._target.supports_listing and self._source.supports_listing
 
-    def _refuse_pinned(self, key: str, action: str) -> None:
-        refusal = pinned_refusal(key, action, self._pinned, self._record.location)
+    def _refuse_pinned(self, key: str, action: str, value: Buffer | None = None) -> None:
+        # only a pinned document's bytes are read (no copy of every chunk written)
+        document = value.to_bytes() if value is not None and key in self._pinned else b""
+        refusal = pinned_refusal(key, action, self._pinned, self._record.location, document)
         if refusal is not None:
             raise PermissionError(refusal)
 
@@ -420,7 +422,7 @@ class MountStore(KeyCheckedStore):
     async def set(self, key: str, value: Buffer) -> None:
         self._check_key(key, "set")
         self._check_writable()
-        self._refuse_pinned(key, "write")
+        self._refuse_pinned(key, "write", value)
         await self._check_target_key(key, "write")
         if (
             key == "zarr.json"
