@@ -94,6 +94,12 @@ class MountMachine(RuleBasedStateMachine):
             and self.owner(place.group) == "source"
         )
 
+    def undeletable(self, key: str) -> bool:
+        """Inside a source group, or a directory document the source holds
+        (deleted, it would still show through the mount)."""
+        documents = place_of(key, ROOTS).kind in ("root_doc", "kind_doc")
+        return self.forbidden(key) or (documents and key in self.source)
+
     @rule(key=keys, value=values)
     def write(self, key: str, value: bytes) -> None:
         buffer = default_buffer_prototype().buffer.from_bytes(value)
@@ -116,7 +122,7 @@ class MountMachine(RuleBasedStateMachine):
 
     @rule(key=keys)
     def delete(self, key: str) -> None:
-        if self.forbidden(key):
+        if self.undeletable(key):
             with pytest.raises(PermissionError):
                 sync(self.mount.delete(key))
         else:

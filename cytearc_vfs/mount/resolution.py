@@ -13,9 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..format.paths import join
+from ..format.paths import AssayPaths, join
+from ..format.store_io import document_attribute
 
-__all__ = ["KeyPlace", "artifact_roots", "listing_is_union", "place_of"]
+__all__ = [
+    "KeyPlace",
+    "artifact_roots",
+    "pinned_places",
+    "pinned_refusal",
+    "listing_is_union",
+    "place_of",
+]
 
 
 def artifact_roots(workspace: str | None, assays: Iterable[str]) -> tuple[str, ...]:
@@ -85,3 +93,60 @@ def listing_is_union(prefix: str, roots: tuple[str, ...]) -> bool:
         if directory.startswith(root + "/") and "/" not in directory[len(root) + 1 :]:
             return True
     return False
+
+
+def pinned_places(assays: Iterable[AssayPaths]) -> dict[str, str]:
+    """What no write through a mount may change, by place: ``counts`` where the
+    source's counts are read (every open refuses a target node there), ``ids``
+    for the target's cell and feature ids (the record pins them), ``assay`` for
+    a mounted assay's group document (it must keep ``is_assay``).
+
+    >>> pinned_places([AssayPaths("RNA")])  # doctest: +NORMALIZE_WHITESPACE
+    {'RNA/counts': 'counts', 'RNA/countsT': 'counts', 'RNA/countSummaries': 'counts',
+     'RNA/featureData/ids': 'ids', 'cellData/ids': 'ids', 'RNA/zarr.json': 'assay'}
+    >>> pinned_places([AssayPaths("RNA", "ws")])["matrices/RNA"]
+    'counts'
+    """
+    places: dict[str, str] = {}
+    for paths in assays:
+        if paths.matrix_group != paths.assay_group:
+            places[paths.matrix_group] = "counts"  # workspace layout: the whole group
+        else:
+            places.update(dict.fromkeys((paths.counts, paths.counts_t, paths.summaries), "counts"))
+        places[join(paths.feature_data, "ids")] = "ids"
+        places[join(paths.cell_data, "ids")] = "ids"
+        places[join(paths.assay_group, "zarr.json")] = "assay"
+    return places
+
+
+def pinned_refusal(
+    key: str, action: str, places: dict[str, str], location: str, document: bytes = b""
+) -> str | None:
+    """Why ``action`` of ``key`` (writing ``document``) is refused, or ``None``.
+
+    >>> pinned_refusal("RNA/countsX/zarr.json", "write", {"RNA/counts": "counts"}, "/s") is None
+    True
+    >>> places = {"RNA/zarr.json": "assay"}
+    >>> pinned_refusal("RNA/zarr.json", "write", places, "/s", b'{"attributes": {"is_assay": true}}')
+    """
+    place = next((p for p in places if key == p or key.startswith(p + "/")), None)
+    if place is None:
+        return None
+    if places[place] == "assay":
+        if action == "create" or document_attribute(document, "is_assay") is True:
+            return None
+        return (
+            f"cannot {action} {key!r} without is_assay: true: it is the group of an assay "
+            f"mounted from {location}, and every open would refuse the target without it"
+        )
+    if places[place] == "ids":
+        return (
+            f"cannot {action} {key!r}: the ids at {place!r} are pinned by the mount record's "
+            f"dataset fingerprint (the source {location}); changed, every open would refuse "
+            "the target. Keep them as they are; mount the source again for other ids"
+        )
+    return (
+        f"cannot {action} {key!r}: the counts at {place!r} are the mounted source's "
+        f"({location}); plain zarr would read a target node there instead, so every open "
+        "refuses one. Write derived values elsewhere or as an artifact"
+    )

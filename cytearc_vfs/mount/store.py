@@ -36,9 +36,10 @@ from ..remote.cached_store import cached_source, source_cache_of
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
+from .documents import unconsolidated
 from .open_checks import verify_mount_tables
 from .records import MATRIX_SOURCE_ATTR, MountRecord
-from .resolution import artifact_roots, listing_is_union, place_of
+from .resolution import artifact_roots, listing_is_union, pinned_places, pinned_refusal, place_of
 from .source_checks import verify_mount_source
 
 __all__ = ["MountStore"]
@@ -78,6 +79,8 @@ class MountStore(KeyCheckedStore):
         self._record = record
         self._infos = dict(infos)
         self._roots = artifact_roots(record.workspace, record.assays)
+        # the counts' places and the ids: what every open checks (open_checks.py)
+        self._pinned = pinned_places(info.paths for info in self._infos.values())
         self._source_options = dict(source_storage_options or {})
         # the source's documents as verified: readers open its arrays from them
         self._documents = documents
@@ -378,6 +381,13 @@ class MountStore(KeyCheckedStore):
     def supports_listing(self) -> bool:
         return self._target.supports_listing and self._source.supports_listing
 
+    def _refuse_pinned(self, key: str, action: str, value: Buffer | None = None) -> None:
+        # only a pinned document's bytes are read (no copy of every chunk written)
+        document = value.to_bytes() if value is not None and key in self._pinned else b""
+        refusal = pinned_refusal(key, action, self._pinned, self._record.location, document)
+        if refusal is not None:
+            raise PermissionError(refusal)
+
     async def _check_target_key(self, key: str, action: str) -> None:
         place = place_of(key, self._roots)
         if place.kind == "group":
@@ -389,6 +399,19 @@ class MountStore(KeyCheckedStore):
                     "Publish a new artifact in the target instead"
                 )
 
+    async def _check_deletable(self, key: str) -> None:
+        """Refuse deleting a pinned key, or a key the source holds too (it would still show)."""
+        self._refuse_pinned(key, "delete")
+        await self._check_target_key(key, "delete")
+        documents = place_of(key, self._roots).kind in ("root_doc", "kind_doc")
+        if documents and await self._source.exists(key):
+            raise PermissionError(
+                f"cannot delete {key.removesuffix('/zarr.json')!r}: the mounted source "
+                f"{self._record.location} "
+                "holds it too, and a mount never modifies its source, so it would still "
+                "show through the mount. Delete the target's own artifacts inside it instead"
+            )
+
     async def _root_holds_record(self) -> bool:
         document = await self._target.get("zarr.json", prototype=default_buffer_prototype())
         return (
@@ -399,6 +422,7 @@ class MountStore(KeyCheckedStore):
     async def set(self, key: str, value: Buffer) -> None:
         self._check_key(key, "set")
         self._check_writable()
+        self._refuse_pinned(key, "write", value)
         await self._check_target_key(key, "write")
         if (
             key == "zarr.json"
@@ -428,7 +452,9 @@ class MountStore(KeyCheckedStore):
         target would hold the new group under a directory with no document of
         its own, and opened directly it would show none of its artifacts of
         that kind. The source's document is copied first (before the group's
-        keys, so a crash leaves at most an empty kind).
+        keys, so a crash leaves at most an empty kind), without its
+        consolidated metadata: that lists the source's members, and zarr
+        opening the target directly would show them instead of the target's.
         """
         kind = group.rsplit("/", 1)[0]
         for directory in (kind.rsplit("/", 1)[0], kind):
@@ -438,7 +464,7 @@ class MountStore(KeyCheckedStore):
             if not await self._target.exists(key):
                 document = await self._source.get(key, prototype=default_buffer_prototype())
                 if document is not None:
-                    await self._target.set(key, document)
+                    await self._target.set(key, unconsolidated(document))
             self._held_documents.add(directory)
 
     async def conditional_target(self, key: str) -> Store:
@@ -451,6 +477,7 @@ class MountStore(KeyCheckedStore):
         """
         self._check_key(key, "create_if_absent")
         self._check_writable()
+        self._refuse_pinned(key, "create")
         await self._check_target_key(key, "create")
         if key == "zarr.json":
             raise PermissionError(
@@ -465,7 +492,7 @@ class MountStore(KeyCheckedStore):
     async def delete(self, key: str) -> None:
         self._check_key(key, "delete")
         self._check_writable()
-        await self._check_target_key(key, "delete")
+        await self._check_deletable(key)
         if key == "zarr.json" and await self._root_holds_record():
             raise PermissionError(f"cannot delete the root of the mounted target {self._target}")
         await self._target.delete(key)
@@ -483,10 +510,13 @@ class MountStore(KeyCheckedStore):
         self._check_prefix(prefix, "delete_dir")
         self._check_writable()
         directory = prefix.removesuffix("/")
-        # Every key is checked before anything is deleted: the default (list,
-        # then delete key by key) would stop half-way at a source group.
-        async for key in self.list_prefix(directory + "/"):
+        # Every key is checked before anything is deleted (the default would stop
+        # half-way at a source group); a source group is named first, then a document.
+        keys = [key async for key in self.list_prefix(directory + "/")]
+        for key in keys:
             await self._check_target_key(key, "delete")
+        for key in keys:
+            await self._check_deletable(key)
         await self._target.delete_dir(prefix)
         self._forget_owners(directory)
 
@@ -509,7 +539,9 @@ class MountStore(KeyCheckedStore):
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
         self._check_prefix(prefix, "list_prefix")
         async for key in self._target.list_prefix(prefix):
-            yield key
+            place = place_of(key, self._roots)  # a source group's keys are the source's
+            if place.group is None or await self._owner(place.group) != "source":
+                yield key
         for root in self._roots:
             directory = prefix.rstrip("/")
             if directory and not (
@@ -520,7 +552,10 @@ class MountStore(KeyCheckedStore):
                 continue
             scan = directory if directory.startswith(root + "/") or directory == root else root
             async for key in self._source.list_prefix(scan):
-                if await self._source_visible(key):
+                # the prefix names a directory, as for a local target; memory://
+                # matches strings and would give a sibling's keys (pca2/ for pca)
+                outside = directory and not key.startswith(directory + "/")
+                if not outside and await self._source_visible(key):
                     yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
