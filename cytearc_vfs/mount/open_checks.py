@@ -42,7 +42,10 @@ def verify_mount_tables(
     the target must hold no node where the source's counts are read.
     """
     workspace = record.workspace
-    remedy = "the target was edited after mounting; mount the source again"
+    remedy = (
+        "the target was edited after mounting; undo the edit, or mount the source again into "
+        "a new destination (a complete mount is never replaced: its artifacts are its own)"
+    )
     contents = read_contents(target, where=where)
     present = [paths.assay for paths in contents.assays if paths.workspace == workspace]
     missing = sorted(set(infos) - set(present))
@@ -111,7 +114,7 @@ def check_opening_types(
                 f"source's countsT, which {record.location} lacks (the source declares it "
                 f"{info.assay_type!r}); set the target's assayTypes[{name!r}] back to "
                 f"{info.assay_type!r}, or re-import the source with an RNA-typed assay "
-                "(cytearc-vfs write, cv.write_counts) and mount it again"
+                "(cytearc-vfs write, cv.write_counts) and mount it into a new destination"
             )
         recorded = record.assays[name].requires_transpose
         if recorded != needs:
@@ -120,5 +123,6 @@ def check_opening_types(
                 f"{str(recorded).lower()} for assay {name!r}, but it opens as {opens_as} "
                 f"({how}), which {'requires' if needs else 'does not require'} the source's "
                 "countsT; the record or the declaration was edited after mounting. Restore the "
-                "declaration, or mount the source again (assay_types= chooses the type)"
+                "declaration, or mount the source again into a new destination (assay_types= chooses "
+                "the type)"
             )

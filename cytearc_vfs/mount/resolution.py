@@ -143,7 +143,8 @@ def pinned_refusal(
         return (
             f"cannot {action} {key!r}: the ids at {place!r} are pinned by the mount record's "
             f"dataset fingerprint (the source {location}); changed, every open would refuse "
-            "the target. Keep them as they are; mount the source again for other ids"
+            "the target. Keep them as they are; mount the source again into a new destination "
+            "for other ids"
         )
     return (
         f"cannot {action} {key!r}: the counts at {place!r} are the mounted source's "
