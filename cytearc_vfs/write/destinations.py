@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -96,14 +97,20 @@ def _list(store: Store) -> list[str]:
 
 
 def _refuse_below_zarr_node(path: Path) -> None:
-    for parent in path.absolute().parents:
-        for marker in (".zgroup", ".zarray", "zarr.json"):
-            if (parent / marker).is_file():
-                raise ValueError(
-                    f"destination {str(path)!r} is below the Zarr node {str(parent)!r} "
-                    f"(it holds {marker}); writing there would nest a store inside another. "
-                    "Choose a destination outside any Zarr store"
-                )
+    # Both where the data lands (links followed: a link into a store nests one in
+    # it) and as written with ``..`` taken (a link inside a store shows up in it).
+    given = Path(os.path.abspath(path))
+    landing = path.resolve()
+    for candidate in dict.fromkeys((given, landing)):
+        for parent in candidate.parents:
+            for marker in (".zgroup", ".zarray", "zarr.json"):
+                if (parent / marker).is_file():
+                    resolved = f" (which resolves to {str(landing)!r})" if landing != given else ""
+                    raise ValueError(
+                        f"destination {str(path)!r}{resolved} is below the Zarr node "
+                        f"{str(parent)!r} (it holds {marker}); writing there would nest a store "
+                        "inside another. Choose a destination outside any Zarr store"
+                    )
 
 
 def destination_is_prepared(
@@ -235,6 +242,12 @@ def check_destination(
     path = local_path(location)
     if path is not None:
         _refuse_below_zarr_node(path)
+        if path.is_symlink() and not path.exists():
+            raise FileExistsError(
+                f"destination {where} is a symbolic link to {os.readlink(path)!r}, which does "
+                "not exist; create the folder it points to, or give a path that is not a "
+                "broken link"
+            )
         if path.exists() and not path.is_dir():
             raise FileExistsError(
                 f"destination {where} is a file, not a directory; choose another path"
