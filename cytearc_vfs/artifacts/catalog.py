@@ -144,6 +144,7 @@ def _read_artifact(
     return Artifact(record, store, full, where)
 
 
+@names_backend_failures("store")
 def publish_artifact(
     store: ArtifactStore,
     root: str,
