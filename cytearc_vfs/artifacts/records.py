@@ -227,6 +227,17 @@ def check_execution_options(execution_options: object) -> dict[str, Any]:
     return options
 
 
+def _check_json_values(value: object, name: str, where: str) -> None:
+    """Refuse a record value JSON cannot hold (NaN, infinity: Python's ``json`` reads them)."""
+    try:
+        _json_value(value, name)
+    except (TypeError, ValueError) as exc:
+        raise RecordShapeError(
+            f"{_RECORD} at {where!r}: {exc}; the record was not written by publish_artifact or "
+            "was edited; recompute the artifact"
+        ) from exc
+
+
 def _is_current(provenance: Mapping[str, Any]) -> bool:
     # No revision means revision 1; a recorded 1 or a non-integer is not current.
     if "revision" not in provenance:
@@ -306,6 +317,16 @@ class ArtifactRecord:
             record=f"{_RECORD} provenance",
             where=where,
         )
+        if not provenance["operation"]:
+            raise RecordShapeError(
+                f"{_RECORD} at {where!r}: provenance operation is empty; it must name the "
+                "operation that made the artifact; recompute it"
+            )
+        for name, value in (
+            ("provenance", provenance),
+            ("execution_options", fields["execution_options"]),
+        ):
+            _check_json_values(value, name, where)
         if not fields["complete"]:
             raise IncompleteStoreError(
                 f"artifact at {where!r} is not complete (complete=False): its producer is "
