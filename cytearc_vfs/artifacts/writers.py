@@ -104,6 +104,7 @@ class ArrayWriter:
         # A published artifact is immutable; a discarded one is gone.
         self._owner._open_group()
         array = self.array
+        _refuse_masked(self.name, band)
         given = np.asarray(band)
         if given.ndim != array.ndim or given.shape[1:] != array.shape[1:]:
             raise ValueError(
@@ -146,6 +147,16 @@ class ArrayWriter:
                     self._owner._poison(exc)
                     raise
         self.rows_written = stop
+
+
+def _refuse_masked(name: str, values: object) -> None:
+    """Refuse a numpy masked array: ``np.asarray`` would drop its mask without a word."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise TypeError(
+            f"values of array {name!r} are a numpy masked array, whose mask would be dropped "
+            "and its masked values stored as they are; pass values.filled(np.nan) with "
+            "finite=False to store them as missing, or values.filled(value) for a fill value"
+        )
 
 
 def _dimensions(name: str, shape: object) -> tuple[int, ...]:
@@ -564,6 +575,9 @@ class ArtifactWriter:
         ValueError
             A value an integer or boolean ``dtype`` cannot hold exactly
             (``1.5``, ``2`` into ``bool``); nothing is published.
+        TypeError
+            ``values`` is a scipy.sparse matrix or a numpy masked array (its
+            mask would be dropped); nothing is written.
         """
         if hasattr(values, "toarray") and type(values).__module__.startswith("scipy.sparse"):
             raise TypeError(
@@ -571,6 +585,7 @@ class ArtifactWriter:
                 "arrays are dense: pass values.toarray(), or write its data, indices and indptr "
                 "as three arrays"
             )
+        _refuse_masked(name, values)
         data = np.asarray(values)
         writer = self.create_array(
             name, data.shape, data.dtype if dtype is None else dtype, finite=finite, chunks=chunks
