@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import cytearc_vfs as cv
+from cytearc_vfs.artifacts.catalog import describe_artifacts
 from cytearc_vfs.remote.failures import StoreAccessError
 
 PROVENANCE = {"operation": "normalize", "parameters": {}, "inputs": {}}
@@ -88,3 +89,24 @@ def test_a_url_without_credentials_is_named(s3_server: Any) -> None:
     with pytest.raises(StoreAccessError) as raised:
         _publish(url)
     assert url in str(raised.value) and "Debug source" not in str(raised.value)
+
+
+def test_reading_a_published_artifact_names_a_refusing_backend(
+    proxied: tuple[str, dict[str, Any]], s3_proxy: Any
+) -> None:
+    url, options = proxied
+    store = cv.open_store(url, mode="r+", storage_options=options)
+    with cv.publish_artifact(store, "RNA/artifacts", "pca", provenance=PROVENANCE) as art:
+        art.write_array("x", np.arange(20.0))
+    reader = cv.open_store(url, storage_options=options)
+    read = [cv.read_artifact(reader, art.path) for _ in range(3)]
+    s3_proxy.fail(100, status=403)
+    for attempt in (
+        lambda: read[0].load("x"),
+        lambda: read[1]["x"],
+        lambda: read[2].names,
+        lambda: describe_artifacts(reader),
+    ):
+        with pytest.raises(StoreAccessError) as raised:
+            attempt()
+        _named(raised.value, url)

@@ -423,6 +423,7 @@ def _describe(artifact: Artifact, root: str) -> dict[str, Any]:
     }
 
 
+@names_backend_failures("store")
 def describe_artifacts(
     store: Location,
     *,
