@@ -75,3 +75,26 @@ def test_a_record_with_values_json_lacks_is_skipped_and_refused(
     described = describe_artifacts(store)
     assert [entry["path"] for entry in described] == [healthy]
     json.dumps(described, allow_nan=False)
+
+
+@pytest.mark.parametrize("created", [2**63, 10**30])
+def test_a_creation_time_beyond_int64_is_malformed_and_hides_nothing(
+    tmp_path: Path, created: int
+) -> None:
+    store = tmp_path / "data.zarr"
+    cv.write_counts(store, np.ones((5, 3), dtype=np.uint8))
+    paths = []
+    for _ in range(2):
+        with cv.publish_artifact(store, ROOT, "pca", provenance=PROVENANCE) as art:
+            art.write_array("x", np.ones((5, 2)))
+        paths.append(art.path)
+    broken, healthy = paths
+    document_path = store / broken / "zarr.json"
+    document = json.loads(document_path.read_text())
+    document["attributes"]["created_at_ns"] = created
+    document_path.write_text(json.dumps(document))
+
+    assert [art.path for art in cv.list_artifacts(store, ROOT)] == [healthy]
+    assert [entry["path"] for entry in describe_artifacts(store)] == [healthy]
+    with pytest.raises(RecordShapeError, match="created_at_ns"):
+        cv.read_artifact(store, broken)

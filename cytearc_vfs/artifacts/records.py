@@ -304,9 +304,12 @@ class ArtifactRecord:
                 f"{_RECORD} at {where!r}: kind {kind!r} does not match its directory "
                 f"{segments[-2]!r}; the group was moved; delete it"
             )
-        if fields["created_at_ns"] < 0:
+        if not 0 <= fields["created_at_ns"] < 2**63:
+            # time.time_ns() fits 64 signed bits until 2262; a time beyond them has no date
             raise RecordShapeError(
-                f"{_RECORD} at {where!r}: created_at_ns {fields['created_at_ns']} is negative"
+                f"{_RECORD} at {where!r}: created_at_ns {fields['created_at_ns']} is not a time "
+                "(nanoseconds since the epoch, from 0 to 2**63 - 1); the record was edited; "
+                "recompute the artifact"
             )
         provenance = fields["provenance"]
         # Revision is parsed leniently: a recorded 1 or a non-integer is a readable
