@@ -21,9 +21,15 @@ from zarr.errors import NodeTypeValidationError
 from zarr.types import AnyArray
 
 from ..format.paths import join
+from ..remote.failures import named_backend_failures
 from .records import ArtifactRecord
 
 __all__ = ["Artifact", "ArtifactArrays"]
+
+
+def _named_failures(where: str) -> Any:
+    """A backend's own failure (obstore's 403 dump) as a StoreAccessError naming the store."""
+    return named_backend_failures(where, options="storage_options")
 
 
 class ArtifactArrays(Mapping[str, AnyArray]):
@@ -49,9 +55,10 @@ class ArtifactArrays(Mapping[str, AnyArray]):
         if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
             raise KeyError(self._missing(name))
         try:
-            array = zarr.open_array(
-                self._store, path=join(self._group_key, name), mode="r", zarr_format=3
-            )
+            with _named_failures(self._where):
+                array = zarr.open_array(
+                    self._store, path=join(self._group_key, name), mode="r", zarr_format=3
+                )
         except (FileNotFoundError, NodeTypeValidationError):
             # Absent, or a subgroup: either way not an array of this artifact.
             raise KeyError(self._missing(name)) from None
@@ -75,8 +82,9 @@ class ArtifactArrays(Mapping[str, AnyArray]):
                     f"the arrays of artifact {self._path!r} cannot be listed: {self._where} "
                     "cannot list its keys; open an array by its name instead (artifact['data'])"
                 )
-            group = zarr.open_group(self._store, path=self._group_key, mode="r", zarr_format=3)
-            found = dict(group.arrays())
+            with _named_failures(self._where):
+                group = zarr.open_group(self._store, path=self._group_key, mode="r", zarr_format=3)
+                found = dict(group.arrays())
             for name, array in found.items():
                 # Keep an array handed out earlier, so one name is one object.
                 self._opened.setdefault(name, array)
@@ -198,7 +206,9 @@ class Artifact:
         KeyError
             The artifact has no array ``name``.
         """
-        return np.asarray(self.arrays[name][...])
+        array = self.arrays[name]
+        with _named_failures(self._where):
+            return np.asarray(array[...])
 
     def __getitem__(self, name: str) -> AnyArray:
         return self.arrays[name]

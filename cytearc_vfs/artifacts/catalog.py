@@ -144,6 +144,7 @@ def _read_artifact(
     return Artifact(record, store, full, where)
 
 
+@names_backend_failures("store")
 def publish_artifact(
     store: ArtifactStore,
     root: str,
@@ -218,6 +219,30 @@ def publish_artifact(
 # ---------------------------------------------------------------- reading
 
 
+def _check_artifact_path(path: object) -> str:
+    """``path`` without surrounding slashes, if it is ``{root}/{kind}/{artifact_id}``.
+
+    Its text alone is checked: ``..`` would let a local store read outside the
+    root (or the store), and a kind group or an array is not an artifact.
+    """
+    form = (
+        f"artifact path {path!r} must be '{{root}}/{{kind}}/{{artifact_id}}', such as "
+        "'RNA/artifacts/pca/<64 hex digits>'; list_artifacts gives the paths"
+    )
+    segments = path.strip("/").split("/") if isinstance(path, str) else []
+    if len(segments) < 3:
+        raise ValueError(form)
+    *root, kind, artifact_id = segments
+    try:
+        if not ARTIFACT_ID_PATTERN.match(artifact_id):
+            raise ValueError(f"its last segment {artifact_id!r} is not 64 lowercase hex digits")
+        check_root("/".join(root))
+        check_name(kind, what="artifact kind")
+    except ValueError as exc:
+        raise ValueError(f"{form} ({exc})") from None
+    return "/".join(segments)
+
+
 @names_backend_failures("store")
 def read_artifact(store: ArtifactStore, path: str) -> Artifact:
     """Read the complete artifact at ``path``: its record now, its arrays when asked.
@@ -241,6 +266,10 @@ def read_artifact(store: ArtifactStore, path: str) -> Artifact:
 
     Raises
     ------
+    ValueError
+        ``path`` is not ``{root}/{kind}/{artifact_id}``: a root of no root
+        form, a segment that is not a plain name (``..``), an id that is not
+        64 lowercase hex digits. Nothing is read.
     FileNotFoundError
         No group at ``path``, or no Zarr group at all in ``store``.
     RecordShapeError
@@ -248,13 +277,7 @@ def read_artifact(store: ArtifactStore, path: str) -> Artifact:
     IncompleteStoreError
         The artifact is not complete.
     """
-    segments = path.strip("/").split("/") if isinstance(path, str) else []
-    if len(segments) < 3:
-        raise ValueError(
-            f"artifact path {path!r} must be '{{root}}/{{kind}}/{{artifact_id}}', such as "
-            "'RNA/artifacts/pca/<64 hex digits>'; list_artifacts gives the paths"
-        )
-    normalized = "/".join(segments)
+    normalized = _check_artifact_path(path)
     backend, key_prefix, where = _resolve(store, read_only=True)
     return _read_artifact(store, backend, key_prefix, normalized, where)
 
@@ -400,6 +423,7 @@ def _describe(artifact: Artifact, root: str) -> dict[str, Any]:
     }
 
 
+@names_backend_failures("store")
 def describe_artifacts(
     store: Location,
     *,

@@ -227,6 +227,17 @@ def check_execution_options(execution_options: object) -> dict[str, Any]:
     return options
 
 
+def _check_json_values(value: object, name: str, where: str) -> None:
+    """Refuse a record value JSON cannot hold (NaN, infinity: Python's ``json`` reads them)."""
+    try:
+        _json_value(value, name)
+    except (TypeError, ValueError) as exc:
+        raise RecordShapeError(
+            f"{_RECORD} at {where!r}: {exc}; the record was not written by publish_artifact or "
+            "was edited; recompute the artifact"
+        ) from exc
+
+
 def _is_current(provenance: Mapping[str, Any]) -> bool:
     # No revision means revision 1; a recorded 1 or a non-integer is not current.
     if "revision" not in provenance:
@@ -293,9 +304,12 @@ class ArtifactRecord:
                 f"{_RECORD} at {where!r}: kind {kind!r} does not match its directory "
                 f"{segments[-2]!r}; the group was moved; delete it"
             )
-        if fields["created_at_ns"] < 0:
+        if not 0 <= fields["created_at_ns"] < 2**63:
+            # time.time_ns() fits 64 signed bits until 2262; a time beyond them has no date
             raise RecordShapeError(
-                f"{_RECORD} at {where!r}: created_at_ns {fields['created_at_ns']} is negative"
+                f"{_RECORD} at {where!r}: created_at_ns {fields['created_at_ns']} is not a time "
+                "(nanoseconds since the epoch, from 0 to 2**63 - 1); the record was edited; "
+                "recompute the artifact"
             )
         provenance = fields["provenance"]
         # Revision is parsed leniently: a recorded 1 or a non-integer is a readable
@@ -306,6 +320,16 @@ class ArtifactRecord:
             record=f"{_RECORD} provenance",
             where=where,
         )
+        if not provenance["operation"]:
+            raise RecordShapeError(
+                f"{_RECORD} at {where!r}: provenance operation is empty; it must name the "
+                "operation that made the artifact; recompute it"
+            )
+        for name, value in (
+            ("provenance", provenance),
+            ("execution_options", fields["execution_options"]),
+        ):
+            _check_json_values(value, name, where)
         if not fields["complete"]:
             raise IncompleteStoreError(
                 f"artifact at {where!r} is not complete (complete=False): its producer is "

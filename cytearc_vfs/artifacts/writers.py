@@ -26,12 +26,16 @@ from zarr.types import AnyArray
 
 from ..errors import REFUSED_WRITE_ERRNOS, IncompleteStoreError, NonFiniteArtifactError
 from ..format.paths import check_name, join
+from ..remote.failures import first_line, named_backend_failures
 from ..write.stopping import FinishingStore, Work, owned_work, stop_work
 from .values import Unrepresentable, first_unrepresentable
 
 __all__ = ["ArrayWriter", "ArtifactWriter"]
 
 logger = logging.getLogger(__name__)
+
+# The words of a backend failure's remedy: publish_artifact takes a URL's options there.
+_OPTIONS = "storage_options (of cv.open_store, for the store given to publish_artifact)"
 
 # A default chunk of a written array holds about this many bytes: whole rows,
 # so a row band is one chunk and is written without reading anything back.
@@ -100,6 +104,7 @@ class ArrayWriter:
         # A published artifact is immutable; a discarded one is gone.
         self._owner._open_group()
         array = self.array
+        _refuse_masked(self.name, band)
         given = np.asarray(band)
         if given.ndim != array.ndim or given.shape[1:] != array.shape[1:]:
             raise ValueError(
@@ -132,15 +137,26 @@ class ArrayWriter:
                 self._owner._poison(error)
                 raise error
         if stop > start:
-            try:
-                array[start:stop] = values
-            except BaseException as exc:
-                # The array may now hold part of the band: never publish it. zarr's
-                # writes of the band still running stop before the error leaves.
-                self._owner._stop()
-                self._owner._poison(exc)
-                raise
+            with self._owner._named_failures():
+                try:
+                    array[start:stop] = values
+                except BaseException as exc:
+                    # The array may now hold part of the band: never publish it. zarr's
+                    # writes of the band still running stop before the error leaves.
+                    self._owner._stop()
+                    self._owner._poison(exc)
+                    raise
         self.rows_written = stop
+
+
+def _refuse_masked(name: str, values: object) -> None:
+    """Refuse a numpy masked array: ``np.asarray`` would drop its mask without a word."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise TypeError(
+            f"values of array {name!r} are a numpy masked array, whose mask would be dropped "
+            "and its masked values stored as they are; pass values.filled(np.nan) with "
+            "finite=False to store them as missing, or values.filled(value) for a fill value"
+        )
 
 
 def _dimensions(name: str, shape: object) -> tuple[int, ...]:
@@ -256,6 +272,16 @@ class ArtifactWriter:
         self._state = "open"
         self._owned = owned_work()
         self._work = self._owned.__enter__()
+        with self._named_failures():
+            self._create()
+        logger.debug("created artifact %s in %s", self.path, self._where)
+        return self
+
+    def _named_failures(self) -> Any:
+        """A backend's own failure (obstore's 403 dump) as a StoreAccessError naming the store."""
+        return named_backend_failures(self._where, options=_OPTIONS)
+
+    def _create(self) -> None:
         try:
             self._group = zarr.create_group(
                 # writes already sent when the block fails end before its cleanup
@@ -277,8 +303,6 @@ class ArtifactWriter:
                     "writable copy of the store, or make the folder writable. Nothing was written",
                 ) from exc
             raise
-        logger.debug("created artifact %s in %s", self.path, self._where)
-        return self
 
     def __exit__(
         self,
@@ -295,7 +319,8 @@ class ArtifactWriter:
             except BaseException as error:
                 self._discard(error)
                 raise
-            self._publish()
+            with self._named_failures():
+                self._publish()
         finally:
             self._end_work()
 
@@ -376,8 +401,8 @@ class ArtifactWriter:
         except Exception as cleanup:
             note = (
                 f"deleting the incomplete artifact {self.path!r} in {self._where} failed "
-                f"({type(cleanup).__name__}: {cleanup}); it {stays} with complete=False and "
-                "is never listed or reused"
+                f"({type(cleanup).__name__}: {first_line(cleanup)}); it {stays} with "
+                "complete=False and is never listed or reused"
             )
             logger.warning("%s", note)
             error.add_note(note)
@@ -504,7 +529,8 @@ class ArtifactWriter:
             row_bytes = max(1, stored.itemsize * math.prod(dims[1:]))
             rows = min(max(1, dims[0]), max(1, _CHUNK_BYTES // row_bytes))
             chunks = (rows, *(max(1, d) for d in dims[1:]))
-        array = group.create_array(name, shape=dims, dtype=stored, chunks=chunks)
+        with self._named_failures():
+            array = group.create_array(name, shape=dims, dtype=stored, chunks=chunks)
         writer = ArrayWriter(self, array, name, finite)
         self._writers.append(writer)
         return writer
@@ -549,6 +575,9 @@ class ArtifactWriter:
         ValueError
             A value an integer or boolean ``dtype`` cannot hold exactly
             (``1.5``, ``2`` into ``bool``); nothing is published.
+        TypeError
+            ``values`` is a scipy.sparse matrix or a numpy masked array (its
+            mask would be dropped); nothing is written.
         """
         if hasattr(values, "toarray") and type(values).__module__.startswith("scipy.sparse"):
             raise TypeError(
@@ -556,6 +585,7 @@ class ArtifactWriter:
                 "arrays are dense: pass values.toarray(), or write its data, indices and indptr "
                 "as three arrays"
             )
+        _refuse_masked(name, values)
         data = np.asarray(values)
         writer = self.create_array(
             name, data.shape, data.dtype if dtype is None else dtype, finite=finite, chunks=chunks

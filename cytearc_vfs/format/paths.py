@@ -16,6 +16,9 @@ from .store_keys import METADATA_DOCUMENTS
 __all__ = ["AssayPaths", "check_name", "join"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+#: Longest name: a name is one directory of a local store, and common file
+#: systems refuse longer ones (ENAMETOOLONG) only once a writer has begun.
+MAX_NAME_LENGTH = 255
 RESERVED_TOP_LEVEL = frozenset(
     {"cellData", "matrices", "artifacts", "pipeline", "agent_results", "_composite"}
 )
@@ -27,7 +30,8 @@ def check_name(value: str, *, what: str) -> str:
     Zarr's own metadata keys (``zarr.json``; the v2 ``.zarray`` and the like
     already fail the pattern) are refused in any letter case: a node of that
     name would replace its parent's metadata document, on a case-insensitive
-    file system too.
+    file system too. A name longer than :data:`MAX_NAME_LENGTH` is refused
+    before anything is written, rather than by the file system mid-write.
 
     >>> check_name("Zarr.JSON", what="artifact kind")
     Traceback (most recent call last):
@@ -38,6 +42,12 @@ def check_name(value: str, *, what: str) -> str:
         raise ValueError(
             f"{what} {value!r} is not a valid name; use letters, digits, '_', '-' and '.', "
             "not starting with '.' or '-'"
+        )
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{what} {value[:40]!r}... is {len(value)} characters long; a name holds at most "
+            f"{MAX_NAME_LENGTH}, the longest file name of common file systems, so that the store "
+            "can live in a folder; choose a shorter name"
         )
     if value.lower() in METADATA_DOCUMENTS:
         raise ValueError(

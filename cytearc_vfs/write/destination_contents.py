@@ -1,7 +1,8 @@
 """What a destination already holds, read before a writer replaces it.
 
 The keys an interrupted ``LocalStore`` write leaves (:func:`intended_key`), and
-a local folder that is not a store at all (:func:`refuse_foreign_folder`).
+a local folder that is not a store at all (:func:`refuse_foreign_folder`), and
+one inside another store (:func:`refuse_below_zarr_node`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from pathlib import Path
 
 from ..format.option_names import switched_on
 
-__all__ = ["intended_key", "no_root_group", "refuse_foreign_folder"]
+__all__ = [
+    "intended_key",
+    "no_root_group",
+    "refuse_below_zarr_node",
+    "refuse_foreign_folder",
+]
 
 #: What zarr's LocalStore leaves of a write that a crash interrupted: it writes
 #: ``name.{uuid4 hex}.partial`` and renames it (``zarr.json`` -> ``zarr.{hex}.partial``).
@@ -53,3 +59,21 @@ def no_root_group(where: str, first: str) -> str:
         f"CyteArc store, so no writer replaces it ({switched_on('overwrite')} neither). "
         "Choose another destination, or empty it yourself"
     )
+
+
+def refuse_below_zarr_node(path: Path) -> None:
+    """Refuse a local destination below a Zarr node: it would nest a store inside another."""
+    # Both where the data lands (links followed: a link into a store nests one in
+    # it) and as written with ``..`` taken (a link inside a store shows up in it).
+    given = Path(os.path.abspath(path))
+    landing = path.resolve()
+    for candidate in dict.fromkeys((given, landing)):
+        for parent in candidate.parents:
+            for marker in (".zgroup", ".zarray", "zarr.json"):
+                if (parent / marker).is_file():
+                    resolved = f" (which resolves to {str(landing)!r})" if landing != given else ""
+                    raise ValueError(
+                        f"destination {str(path)!r}{resolved} is below the Zarr node "
+                        f"{str(parent)!r} (it holds {marker}); writing there would nest a store "
+                        "inside another. Choose a destination outside any Zarr store"
+                    )

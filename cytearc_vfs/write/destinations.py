@@ -30,11 +30,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any, Literal
 
 import zarr
@@ -50,7 +51,12 @@ from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
-from .destination_contents import intended_key, no_root_group, refuse_foreign_folder
+from .destination_contents import (
+    intended_key,
+    no_root_group,
+    refuse_below_zarr_node,
+    refuse_foreign_folder,
+)
 from .stopping import finish_sent, stop_work
 from .writable import require_writable_destination
 from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
@@ -93,17 +99,6 @@ def _list(store: Store) -> list[str]:
         return [key async for key in store.list()]
 
     return sync(collect())
-
-
-def _refuse_below_zarr_node(path: Path) -> None:
-    for parent in path.absolute().parents:
-        for marker in (".zgroup", ".zarray", "zarr.json"):
-            if (parent / marker).is_file():
-                raise ValueError(
-                    f"destination {str(path)!r} is below the Zarr node {str(parent)!r} "
-                    f"(it holds {marker}); writing there would nest a store inside another. "
-                    "Choose a destination outside any Zarr store"
-                )
 
 
 def destination_is_prepared(
@@ -234,7 +229,13 @@ def check_destination(
         )
     path = local_path(location)
     if path is not None:
-        _refuse_below_zarr_node(path)
+        refuse_below_zarr_node(path)
+        if path.is_symlink() and not path.exists():
+            raise FileExistsError(
+                f"destination {where} is a symbolic link to {os.readlink(path)!r}, which does "
+                "not exist; create the folder it points to, or give a path that is not a "
+                "broken link"
+            )
         if path.exists() and not path.is_dir():
             raise FileExistsError(
                 f"destination {where} is a file, not a directory; choose another path"
@@ -505,7 +506,14 @@ def _create_root(store: Store, document: bytes, where: str) -> None:
 
 
 def _marker_document(marker: dict[str, Any]) -> bytes:
-    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": marker}).encode()
+    # Two writers of one destination write the same marker, and backends answer a
+    # set_if_not_exists of an existing key silently: _create_root tells its own root
+    # from another's by 64 random bits of trailing whitespace, which JSON ignores
+    # (readers and the layout see nothing). The writer's last root write replaces it.
+    bits = secrets.randbits(64)
+    nonce = "".join(" \t"[(bits >> place) & 1] for place in range(64))
+    document = {"zarr_format": 3, "node_type": "group", "attributes": marker}
+    return (json.dumps(document) + "\n" + nonce).encode()
 
 
 def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
