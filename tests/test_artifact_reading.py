@@ -211,6 +211,52 @@ def test_a_mount_reads_source_arrays_through(tmp_path: Path) -> None:
         read_artifact(target, path)
 
 
+def test_an_artifact_removed_after_it_was_found_fails_not_zeros(
+    observed: ObservedStore, tmp_path: Path
+) -> None:
+    """zarr reads a chunk it does not find as the fill value: an artifact found, then
+    removed by an outside edit, read as zeros with its record in hand."""
+    import shutil
+
+    path = publish_pca(observed)
+    art = read_artifact(observed, path)
+    data = art["data"]  # opened: its document read before the removal
+    shutil.rmtree(tmp_path / "store.zarr" / path)
+    with pytest.raises(cv.MissingChunkError, match=r"was removed after it was found.*find_"):
+        art.load("data")
+    with pytest.raises(cv.MissingChunkError, match=path):
+        data[2:4]
+
+
+def test_absent_chunks_of_a_present_artifact_read_as_the_fill_value(
+    observed: ObservedStore,
+) -> None:
+    """All-zero chunks are not stored: while the artifact is there they read as zeros,
+    at one existence check of its group each, and a stored chunk costs none."""
+    values = np.zeros((20, 2))
+    values[:5] = 1.0
+    with publish_artifact(observed, ROOT, "mask", provenance=PROVENANCE) as writer:
+        writer.write_array("data", values, chunks=(5, 2))
+    art = read_artifact(observed, writer.path)
+    observed.reads.clear()
+    np.testing.assert_array_equal(art.load("data"), values)
+    assert len(chunk_reads(observed.reads)) == 4  # one stored, three absent
+
+
+def test_a_mount_source_artifact_removed_while_open_fails(tmp_path: Path) -> None:
+    import shutil
+
+    source, target = tmp_path / "src.zarr", tmp_path / "tgt.zarr"
+    cv.write_counts(source, realistic_counts(20, 6, density=0.3, seed=4))
+    path = publish_pca(cv.open_store(source, mode="r+"))
+    cv.mount_datastore(source, target)
+    art = read_artifact(cv.open_store(target), path)
+    assert art["data"].shape == (20, 2)
+    shutil.rmtree(source / path)
+    with pytest.raises(cv.MissingChunkError, match="was removed after it was found"):
+        art.load("data")
+
+
 def test_a_composite_reads_its_own_artifacts(tmp_path: Path) -> None:
     for name, seed in (("a", 1), ("b", 2)):
         cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(20, 6, seed=seed))

@@ -32,6 +32,7 @@ from zarr.storage import LocalStore
 from zarr.testing.store import StoreTests
 
 import cytearc_vfs as cv
+from cytearc_vfs.artifacts.artifact_reads import ArtifactReads
 from cytearc_vfs.format.key_checked import KeyCheckedWrapperStore
 from cytearc_vfs.format.store_keys import (
     KEY_REMEDY,
@@ -179,6 +180,7 @@ class World:
             "cached-source": CachedSourceStore(plain, self.cache, "s"),
             "prefetched": PrefetchedStore(plain, {"zarr.json": b"{}"}),
             "remembered": RememberedReads(plain),
+            "artifact-reads": ArtifactReads(plain, "g", "g", "plain.zarr"),
             "counting": CountingStore(plain, ReadCounters()),
             "checked-wrapper": KeyCheckedWrapperStore(plain),
             "finishing": FinishingStore(plain),

@@ -22,6 +22,7 @@ from zarr.types import AnyArray
 
 from ..format.paths import join
 from ..remote.failures import named_backend_failures
+from .artifact_reads import ArtifactReads
 from .records import ArtifactRecord
 
 __all__ = ["Artifact", "ArtifactArrays"]
@@ -41,7 +42,8 @@ class ArtifactArrays(Mapping[str, AnyArray]):
     """
 
     def __init__(self, store: Store, group_key: str, path: str, where: str) -> None:
-        self._store = store
+        # a chunk the store lacks reads as the fill value only while the artifact is there
+        self._store: Store = ArtifactReads(store, group_key, path, where)
         self._group_key = group_key
         self._path = path
         self._where = where

@@ -1,0 +1,81 @@
+"""The store an artifact's arrays are read through: a removed artifact fails, never reads zeros.
+
+zarr reads a chunk that a store does not hold as the array's fill value:
+that is how an all-zero chunk is stored (``write_empty_chunks=False``). An
+artifact found, then removed (by an outside edit, or from a mount's source)
+before its arrays are read, would so read as zeros, with its record still
+in hand. Every chunk read that finds nothing therefore asks whether the
+artifact's group document is still there (one ``exists``, only on a miss:
+a present chunk costs nothing), and a group that is gone raises
+:class:`~cytearc_vfs.errors.MissingChunkError` naming the artifact and the
+remedy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterable
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.sync import sync
+
+from ..errors import MissingChunkError
+from ..format.chunk_keys import is_chunk_key
+from ..format.key_checked import KeyCheckedWrapperStore
+from ..format.paths import join
+
+__all__ = ["ArtifactReads"]
+
+
+class ArtifactReads(KeyCheckedWrapperStore):
+    """``store`` read for the artifact at ``group_key``: a chunk it does not hold reads
+    as the fill value only while the artifact's group is there (see the module)."""
+
+    def __init__(self, store: Store, group_key: str, path: str, where: str) -> None:
+        super().__init__(store)
+        self._group_key = group_key
+        self._path = path
+        self._where = where
+
+    def _with_store(self, store: Store) -> ArtifactReads:
+        return type(self)(store, self._group_key, self._path, self._where)
+
+    def __repr__(self) -> str:
+        return f"ArtifactReads({self._store!r}, {self._group_key!r})"
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        found = await super().get(key, prototype, byte_range)
+        if found is None and is_chunk_key(key):
+            await self._check_present(key)
+        return found
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        found = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        if found is None and is_chunk_key(key):
+            sync(self._check_present(key))
+        return found
+
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
+        for key, prototype, byte_range in requests:
+            yield key, await self.get(key, prototype, byte_range)
+
+    async def _check_present(self, key: str) -> None:
+        if await self._store.exists(join(self._group_key, "zarr.json")):
+            return
+        raise MissingChunkError(
+            f"artifact {self._path!r} in {self._where} was removed after it was found: "
+            f"{key!r} is not there, and neither is the artifact's group, so its values "
+            "cannot be read (a chunk the artifact does not hold is read as the fill value "
+            "only while the artifact is there). Find the artifact again (cv.find_artifact, "
+            "cv.list_artifacts), or publish it again"
+        )
