@@ -77,6 +77,12 @@ def _membership(path: Path, dtype: str, assay: str, name: str = "RNA_I") -> None
     column.attrs.update(role="assay_membership", assay=assay)
 
 
+def _categorical(path: Path, spec: object) -> None:
+    column = zarr.create_array(path, name="cellData/kind", shape=(40,), dtype="<U1")
+    column[:] = np.array(["a", "b"] * 20)
+    column.attrs["cytearc:categorical"] = spec
+
+
 def _bump(path: Path, node: str, index: tuple[int, ...]) -> None:
     array = zarr.open_array(path, path=node, mode="r+")
     array[index] = array[index] + 1
@@ -222,6 +228,20 @@ CASES: dict[str, tuple[Callable[[Path], object], str, str, str, type[Exception] 
         "no membership column",
         None,
     ),
+    "categorical value outside its categories": (
+        lambda p: _categorical(p, {"categories": ["a"], "ordered": False}),
+        "rna",
+        CONVENTIONS,
+        "outside its categories",
+        None,
+    ),
+    "categorical record malformed": (
+        lambda p: _categorical(p, {"categories": "ab"}),
+        "rna",
+        CONVENTIONS,
+        "must be {'categories'",
+        None,
+    ),
 }
 
 
@@ -344,3 +364,27 @@ def test_remote_checks_fetch_no_shard_whole(s3_server: Any, s3_proxy: Any) -> No
     assert all(s.range is not None for s in shard_gets), [
         s.path for s in shard_gets if s.range is None
     ]
+
+
+@pytest.mark.remote
+def test_remote_composite_and_mount_conform(s3_server: Any, tmp_path: Path) -> None:
+    """The suite runs on a composite and a mount whose stores and sources are on S3."""
+    options = s3_server.storage_options()
+    bucket = s3_server.new_bucket()
+    counts = sp.random(40, 12, density=0.3, random_state=1, format="csr")
+    counts.data = np.ceil(counts.data * 10)
+    sources = {name: f"s3://{bucket}/{name}.zarr" for name in ("a", "b")}
+    for url in sources.values():
+        cv.write_counts(url, counts, storage_options=options)
+    source_options = {name: options for name in sources}
+    composite = f"s3://{bucket}/c.zarr"
+    cv.create_composite(
+        composite, sources, source_storage_options=source_options, storage_options=options
+    )
+    cv.mount_datastore(sources["a"], tmp_path / "m.zarr", source_storage_options=options)
+    found = check_source_store(
+        composite, storage_options=options, source_storage_options=source_options
+    )
+    assert [f for f in found if not f.ok] == []
+    found = check_source_store(tmp_path / "m.zarr", source_storage_options=options)
+    assert [f for f in found if not f.ok] == []

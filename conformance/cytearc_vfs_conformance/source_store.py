@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
@@ -31,6 +32,7 @@ from cytearc_vfs.format.paths import AssayPaths, join
 from cytearc_vfs.format.records import CountLayout
 from cytearc_vfs.format.shard_tables import REWRITE_REMEDY
 from cytearc_vfs.format.source_store import AssayInfo, read_contents, verify_store
+from cytearc_vfs.format.tables import CATEGORICAL_ATTR
 from cytearc_vfs.inspection.deep_verify import deep_verify
 from cytearc_vfs.mount.store import MountStore
 from cytearc_vfs.remote.locations import Location, describe_location, open_location
@@ -159,9 +161,51 @@ def _replayable(paths: AssayPaths, layout: CountLayout) -> list[str]:
     ]
 
 
+def _categorical_conventions(table: zarr.Group, path: str) -> list[str]:
+    """A categorical column's record parses and every stored value is one of its categories.
+
+    Readers restore the column with ``pd.Categorical(values, categories)``,
+    which turns a value outside the categories into a missing value, silently.
+    """
+    problems = []
+    for name, array in table.arrays():
+        spec = array.attrs.get(CATEGORICAL_ATTR)
+        if spec is None:
+            continue
+        where = f"{path}/{name}"
+        if (
+            not isinstance(spec, dict)
+            or set(spec) != {"categories", "ordered"}
+            or not isinstance(spec["categories"], list)
+            or not isinstance(spec["ordered"], bool)
+        ):
+            problems.append(
+                f"{where}: {CATEGORICAL_ATTR} must be {{'categories': [...], 'ordered': bool}}, "
+                f"found {spec!r}; {_TABLE_REMEDY}"
+            )
+            continue
+        values = np.asarray(array[:])
+        try:
+            unknown = pd.Index(spec["categories"]).get_indexer(pd.Index(values)) == -1
+        except Exception as exc:  # categories that do not index (repeated ones): a finding
+            problems.append(
+                f"{where}: its categories do not index its values ({exc}); {_TABLE_REMEDY}"
+            )
+            continue
+        outside = values[unknown]
+        outside = outside[~pd.isna(outside)]
+        if outside.size:
+            problems.append(
+                f"{where} holds {outside.size} value(s) outside its categories (first "
+                f"{outside[0]!r}), which a reader restores as missing; {_TABLE_REMEDY}"
+            )
+    return problems
+
+
 def _table_conventions(root: zarr.Group, path: str, length: int) -> list[str]:
     problems = []
     table = group_at(root, path)
+    problems += _categorical_conventions(table, path)
     for column in ("ids", "names", "I"):
         if column not in table:
             problems.append(f"{path} lacks {column}; {_TABLE_REMEDY}")
