@@ -83,6 +83,27 @@ def _categorical(path: Path, spec: object) -> None:
     column.attrs["cytearc:categorical"] = spec
 
 
+def _nan_count(path: Path) -> None:
+    """A NaN count that its writer recorded consistently: fingerprint and summaries
+    describe it (as a writer that skipped the finite check would)."""
+    from cytearc_vfs.format.fingerprints import ContentHasher
+
+    counts = zarr.open_array(path, path="ADT/counts", mode="r+")
+    values = counts[:]
+    row, column = np.argwhere(values > 0)[0]
+    values[row, column] = np.nan
+    counts[row, column] = np.nan
+    hasher = ContentHasher(values.shape, values.dtype)
+    hasher.update(sp.csr_array(values))
+    del counts.attrs["cytearc:shardTable"]  # stores written before it have none
+    counts.attrs["content_fingerprint"] = hasher.hexdigest()
+    summaries = zarr.open_group(path, path="ADT/countSummaries", mode="r+")
+    summaries.attrs["source_fingerprint"] = hasher.hexdigest()
+    summaries["rowSums"][:] = values.sum(axis=1, dtype=np.float64)
+    summaries["rowPositive"][:] = (values > 0).sum(axis=1)
+    summaries["columnPositive"][:] = (values > 0).sum(axis=0)
+
+
 def _bump(path: Path, node: str, index: tuple[int, ...]) -> None:
     array = zarr.open_array(path, path=node, mode="r+")
     array[index] = array[index] + 1
@@ -242,6 +263,13 @@ CASES: dict[str, tuple[Callable[[Path], object], str, str, str, type[Exception] 
         "must be {'categories'",
         None,
     ),
+    "NaN count recorded consistently": (
+        _nan_count,
+        "float",
+        VALUES,
+        "count matrices hold finite values",
+        None,
+    ),
 }
 
 
@@ -271,7 +299,8 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     counts.data = np.ceil(counts.data * 1000)  # uint16
     cv.write_counts(root / "rna.zarr", counts)
     cv.write_counts(root / "adt.zarr", counts, assay="ADT")
-    return {"rna": root / "rna.zarr", "adt": root / "adt.zarr"}
+    cv.write_counts(root / "float.zarr", (counts * 0.5).astype(np.float32), assay="ADT")
+    return {"rna": root / "rna.zarr", "adt": root / "adt.zarr", "float": root / "float.zarr"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
