@@ -417,3 +417,21 @@ def test_remote_composite_and_mount_conform(s3_server: Any, tmp_path: Path) -> N
     assert [f for f in found if not f.ok] == []
     found = check_source_store(tmp_path / "m.zarr", source_storage_options=options)
     assert [f for f in found if not f.ok] == []
+
+
+def test_an_assay_without_a_recorded_type_opens_as_assay_with_a_warning(tmp_path: Path) -> None:
+    """Spec ("Assay types"): an assay without an explicit or recorded type takes the
+    preset of its name, or Assay with a warning. open_store took Assay silently."""
+    counts = sp.random(40, 12, density=0.3, random_state=1, format="csr")
+    counts.data = np.ceil(counts.data * 10)
+    with pytest.warns(cv.VfsWarning, match="generic 'Assay'"):  # the writer's own warning
+        cv.write_counts(tmp_path / "s.zarr", counts, assay="GEX")
+    cv.open_store(tmp_path / "s.zarr")  # recorded: no warning
+    _attrs(tmp_path / "s.zarr", "", lambda a: a.update(assayTypes={}))
+    with pytest.warns(
+        cv.VfsWarning, match="no type in the assayTypes of / .* opens as the generic"
+    ):
+        cv.open_store(tmp_path / "s.zarr")
+    found = {f.check: f for f in check_source_store(tmp_path / "s.zarr")}
+    assert found[OPEN].ok and "warned: " in found[OPEN].detail  # reported, not raised
+    assert "assayTypes of / does not name GEX" in found[CONVENTIONS].detail

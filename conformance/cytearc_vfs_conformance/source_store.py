@@ -9,6 +9,7 @@ and reports a :class:`Finding`; nothing is written to the store.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ class Finding:
     ok: bool
     """Whether the store passed it."""
     detail: str = ""
-    """What was wrong, when it failed."""
+    """What was wrong, when it failed; warnings the check raised, when it passed."""
 
 
 #: The remedy of a table that breaks the conventions: this layer's writers write them so.
@@ -323,12 +324,17 @@ def check_source_store(
     findings: list[Finding] = []
 
     def run(name: str, check: Callable[[], list[str]]) -> None:
-        try:
-            problems = check()
-        except Exception as exc:  # a check that crashes is a failed check, reported
-            findings.append(Finding(name, False, f"{type(exc).__name__}: {exc}"))
-            return
-        findings.append(Finding(name, not problems, "; ".join(problems)))
+        # a warning (an assay opened as the generic type...) is reported with
+        # the check, not raised by a caller's warning filter
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            try:
+                problems = check()
+            except Exception as exc:  # a check that crashes is a failed check, reported
+                findings.append(Finding(name, False, f"{type(exc).__name__}: {exc}"))
+                return
+        notes = [f"warned: {w.message}" for w in warned]
+        findings.append(Finding(name, not problems, "; ".join([*problems, *notes])))
 
     store = open_location(location, read_only=True, storage_options=storage_options)
     before = _snapshot(store)

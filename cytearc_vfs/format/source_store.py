@@ -31,6 +31,7 @@ from ..errors import (
     IncompleteStoreError,
     RecordShapeError,
     UnsupportedSourceError,
+    warn_at_caller,
 )
 from .count_dtype import summary_dtype
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
@@ -282,6 +283,15 @@ def _verify_assay(
     assay_type = assay_types.get(paths.assay) or (
         paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
     )
+    if paths.assay not in assay_types and paths.assay not in ASSAY_TYPE_PRESETS:
+        # spec ("Assay types"): without a recorded type, the preset of its name
+        # or "Assay" with a warning (an RNA-like assay would lose its class)
+        warn_at_caller(
+            f"{label} has no type in the assayTypes of {paths.root or '/'} and its name is "
+            "not a preset, so it opens as the generic 'Assay' (no modality-specific "
+            "normalization); record its preset by opening the store writable with "
+            "assay_types, or re-import it with assay_type="
+        )
 
     # the assay group's zarr.json exists, so the store is Zarr v3: arrays are
     # built from their documents (read once), no v2 probes
