@@ -435,3 +435,49 @@ def test_an_assay_without_a_recorded_type_opens_as_assay_with_a_warning(tmp_path
     found = {f.check: f for f in check_source_store(tmp_path / "s.zarr")}
     assert found[OPEN].ok and "warned: " in found[OPEN].detail  # reported, not raised
     assert "assayTypes of / does not name GEX" in found[CONVENTIONS].detail
+
+
+def _in_terminal(args: list[str]) -> tuple[int, str]:
+    """Run ``python -m cytearc_vfs_conformance ARGS`` with its output on a pseudo-terminal."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cytearc_vfs_conformance", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return process.wait(timeout=120), b"".join(chunks).decode()
+
+
+def test_check_command_exits_non_zero_on_a_failed_check(
+    bases: dict[str, Path], tmp_path: Path
+) -> None:
+    """The suite had no command for a store (only ``report``); ``check`` prints each
+    finding and exits 1 when one failed, also on a terminal."""
+    code, output = _in_terminal(["check", str(bases["rna"])])
+    assert code == 0, output
+    assert "5 passed, 0 failed" in output
+    broken = tmp_path / "s.zarr"
+    shutil.copytree(bases["rna"], broken)
+    _bump(broken, "RNA/countSummaries/rowSums", (0,))
+    code, output = _in_terminal(["check", str(broken), "--no-deep"])
+    assert code == 0, output  # the values are not read
+    code, output = _in_terminal(["check", str(broken)])
+    assert code == 1, output
+    assert f"FAIL {VALUES}: RNA: countSummaries/rowSums does not match" in output
