@@ -447,4 +447,7 @@ def test_verify_finds_a_float_countsT_that_differs_only_in_fractions(tmp_path: P
     assert not np.array_equal(target[:], matrix.toarray().T)
 
     (report,) = deep_verify(cv.open_store(tmp_path / "a.zarr"), where="a.zarr")
-    assert report.problems == ["countsT is not the transpose of counts (first at feature 1)"]
+    assert report.problems == [
+        "countsT is not the transpose of counts (first at feature 1); restore the store from a "
+        "copy or re-import the dataset"
+    ]

@@ -93,6 +93,11 @@ class KeyCheckedWrapperStore(KeyCheckedStore, WrapperStore[Store]):
     async def exists(self, key: str) -> bool:
         return await super().exists(self._check_key(key, "exists"))
 
+    async def getsize(self, key: str) -> int:
+        # zarr's WrapperStore leaves getsize to Store's default, which reads the
+        # whole value: an open's shard-size check then read every shard
+        return await self._store.getsize(self._check_key(key, "getsize"))
+
     async def set(self, key: str, value: Buffer) -> None:
         await super().set(self._check_key(key, "set"), value)
 

@@ -21,6 +21,7 @@ from .option_names import option_name
 __all__ = [
     "ASSAY_TYPE_PRESETS",
     "COUNT_LAYOUT_ATTR",
+    "COUNT_STORAGE_DTYPES",
     "FINGERPRINT_PATTERN",
     "PENDING_ASSAY_ATTR",
     "PENDING_STORE_ATTR",
@@ -60,6 +61,13 @@ ASSAY_TYPE_PRESETS: tuple[str, ...] = (
 RNA_LIKE_TYPES: frozenset[str] = frozenset({"RNA", "GeneActivity", "URNA"})
 
 FINGERPRINT_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+#: The count storage dtypes of the spec ("Count dtype"): unsigned integers for
+#: non-negative integer counts, signed integers or float32/float64 otherwise.
+#: float16 (and bool, complex, text...) is not a count storage dtype.
+COUNT_STORAGE_DTYPES: frozenset[str] = frozenset(
+    {"uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float32", "float64"}
+)
 
 
 def check_fields(
@@ -204,6 +212,12 @@ class CountLayout:
             raise RecordShapeError(
                 f"{record} at {where!r}: unitBytes and chunkBytes must be positive, found "
                 f"{fields['unitBytes']} and {fields['chunkBytes']}"
+            )
+        if fields["dtype"] not in COUNT_STORAGE_DTYPES:
+            # a reader would otherwise decode counts in a dtype no writer stores
+            raise RecordShapeError(
+                f"{record} at {where!r}: dtype {fields['dtype']!r} is not a count storage "
+                f"dtype (one of {sorted(COUNT_STORAGE_DTYPES)}; float16 never is)"
             )
         counts_t = fields["countsT"]
         return cls(

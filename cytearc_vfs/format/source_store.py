@@ -31,7 +31,9 @@ from ..errors import (
     IncompleteStoreError,
     RecordShapeError,
     UnsupportedSourceError,
+    warn_at_caller,
 )
+from .count_dtype import summary_dtype
 from .fingerprints import dataset_fingerprint_of, ids_fingerprint
 from .identity_checks import check_declared_assays, check_fill_value
 from .missing_assay import missing_assay_error
@@ -281,6 +283,15 @@ def _verify_assay(
     assay_type = assay_types.get(paths.assay) or (
         paths.assay if paths.assay in ASSAY_TYPE_PRESETS else "Assay"
     )
+    if paths.assay not in assay_types and paths.assay not in ASSAY_TYPE_PRESETS:
+        # spec ("Assay types"): without a recorded type, the preset of its name
+        # or "Assay" with a warning (an RNA-like assay would lose its class)
+        warn_at_caller(
+            f"{label} has no type in the assayTypes of {paths.root or '/'} and its name is "
+            "not a preset, so it opens as the generic 'Assay' (no modality-specific "
+            "normalization); record its preset by opening the store writable with "
+            "assay_types, or re-import it with assay_type="
+        )
 
     # the assay group's zarr.json exists, so the store is Zarr v3: arrays are
     # built from their documents (read once), no v2 probes
@@ -310,16 +321,28 @@ def _verify_assay(
     shard_arrays: list[tuple[str, zarr.Array[Any], ArrayGeometry | None]] = [
         ("counts", counts, layout.counts)
     ]
-    if requires_transpose(assay_type):
-        if layout.counts_t is None:
+    counts_t_doc = _array_document(store, paths.counts_t)
+    if layout.counts_t is None:
+        if requires_transpose(assay_type):
             raise RecordShapeError(
                 f"{label} is {assay_type} but its layout records no countsT; {REPAIR}"
             )
-        counts_t_doc = _array_document(store, paths.counts_t)
+        if counts_t_doc is not None:
+            # readers that prefer a complete countsT (the DataStore's feature
+            # reads) would read an array that nothing here verifies
+            raise RecordShapeError(
+                f"{label} holds a countsT array at {paths.counts_t!r}, but its "
+                f"{COUNT_LAYOUT_ATTR} records none (countsT: null), so nothing binds it to "
+                f"the counts; delete the stray countsT, or {REPAIR}"
+            )
+    else:
+        # a recorded countsT is verified whatever the assay type: a reader
+        # that finds it complete reads it
         if counts_t_doc is None:
             v2 = _get_json(store, join(paths.counts_t, ".zarray")) is not None
             raise IncompleteStoreError(
-                f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT, but "
+                f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT (its "
+                f"layout records one), but "
                 f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
             )
         counts_t = _array_from(store, paths.counts_t, counts_t_doc)
@@ -344,7 +367,7 @@ def _verify_assay(
                 f"{label}: countsT is bound to content {counts_t.attrs.get('content_fingerprint')!r} "
                 f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
             )
-    _check_summaries(store, paths, content, layout.shape, label=label)
+    _check_summaries(store, paths, content, layout.shape, np.dtype(layout.dtype), label=label)
     cells_fp = _ids_fp(store, paths.cell_data, layout.shape[0], where=f"{label} {paths.cell_data}")
     features_fp = _ids_fp(
         store, paths.feature_data, layout.shape[1], where=f"{label} {paths.feature_data}"
@@ -392,6 +415,7 @@ def _check_summaries(
     paths: AssayPaths,
     content: str,
     shape: tuple[int, int],
+    count_dtype: np.dtype,
     *,
     label: str,
 ) -> None:
@@ -407,10 +431,10 @@ def _check_summaries(
             f"{label}: countSummaries describe counts {bound!r}, but the counts are {content}; "
             f"the summaries are bound to other counts. {REPAIR}"
         )
-    for name, length in (
-        ("rowSums", shape[0]),
-        ("rowPositive", shape[0]),
-        ("columnPositive", shape[1]),
+    for name, length, dtype in (
+        ("rowSums", shape[0], summary_dtype(count_dtype)),
+        ("rowPositive", shape[0], np.dtype(np.int64)),
+        ("columnPositive", shape[1], np.dtype(np.int64)),
     ):
         document = _array_document(store, join(paths.summaries, name))
         if document is None:
@@ -419,6 +443,14 @@ def _check_summaries(
         if found != (length,):
             raise RecordShapeError(
                 f"{label}: countSummaries/{name} has shape {found}, expected ({length},); {REPAIR}"
+            )
+        found_dtype = document.get("data_type")
+        if found_dtype != dtype.name:
+            # preparation reads these instead of the counts: a narrower or
+            # float type would round or wrap the totals it trusts
+            raise RecordShapeError(
+                f"{label}: countSummaries/{name} has data type {found_dtype!r}, expected "
+                f"{dtype.name!r} for {count_dtype.name} counts; {REPAIR}"
             )
 
 

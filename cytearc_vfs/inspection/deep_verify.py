@@ -28,6 +28,12 @@ from ..format.source_store import AssayInfo, check_assay_shards, read_contents, 
 
 __all__ = ["AssayReport", "deep_verify"]
 
+#: What to do about values that disagree with their records: the records were
+#: written from the original values, so a rewrite of these would bless the damage.
+VALUES_REMEDY = "restore the store from a copy or re-import the dataset"
+#: The rule that NaN or infinite counts break (spec, "Count dtype").
+NON_FINITE = "count matrices hold finite values"
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -116,8 +122,20 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
             report.problems.append(_unreadable("counts", start, stop, exc))
             return report
         hasher.update(sp.csr_array(dense))
+        finite = dense.dtype.kind != "f" or bool(np.isfinite(dense).all())
+        if not finite:
+            # named as what it is: a total of NaN is no overflow of rowSums
+            row, column = (int(i) for i in np.argwhere(~np.isfinite(dense))[0])
+            if not any(NON_FINITE in problem for problem in report.problems):
+                report.problems.append(
+                    f"counts hold {dense[row, column]} at cell {start + row}, feature {column}: "
+                    f"{NON_FINITE} (every writer refuses NaN and infinity); re-import the "
+                    "dataset from a source without them"
+                )
+            row_sums[start:stop] = dense.sum(axis=1, dtype=sum_dtype)
         try:
-            row_sums[start:stop] = row_totals(dense, sum_dtype, row_offset=start)
+            if finite:
+                row_sums[start:stop] = row_totals(dense, sum_dtype, row_offset=start)
         except RowTotalOverflowError as exc:
             report.problems.append(_total_overflow(exc))
             # compared as wrapped below, so the finding is reported once
@@ -133,7 +151,7 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
     if hasher.hexdigest() != info.content_fingerprint:
         report.problems.append(
             f"counts hold content {hasher.hexdigest()}, but the record says "
-            f"{info.content_fingerprint}: the values changed after writing"
+            f"{info.content_fingerprint}: the values changed after writing; {VALUES_REMEDY}"
         )
     summaries = group_at(root, paths.summaries)
     for name, expected in (
@@ -142,8 +160,11 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
         ("columnPositive", column_positive),
     ):
         stored = np.asarray(array_at(summaries, name)[:])
-        if not np.array_equal(stored, expected):
-            report.problems.append(f"countSummaries/{name} does not match the counts")
+        # a NaN total (reported above as non-finite counts) matches a stored NaN
+        if not np.array_equal(stored, expected, equal_nan=expected.dtype.kind == "f"):
+            report.problems.append(
+                f"countSummaries/{name} does not match the counts; {VALUES_REMEDY}"
+            )
     if info.has_counts_t:
         counts_t = array_at(root, paths.counts_t)
         band_t = info.layout.counts_t.shards[0] if info.layout.counts_t else 1
@@ -159,7 +180,8 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
             if differs.any():
                 bad = start + int(np.flatnonzero(differs)[0])
                 report.problems.append(
-                    f"countsT is not the transpose of counts (first at feature {bad})"
+                    f"countsT is not the transpose of counts (first at feature {bad}); "
+                    f"{VALUES_REMEDY}"
                 )
                 break
             report.checked_values += dense_t.size
@@ -171,7 +193,9 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
     ):
         ids = np.asarray(array_at(root, join(table, "ids"))[:])
         if ids_fingerprint(ids) != fingerprint:
-            report.problems.append(f"{table}/ids changed after writing (fingerprint differs)")
+            report.problems.append(
+                f"{table}/ids changed after writing (fingerprint differs); {VALUES_REMEDY}"
+            )
     return report
 
 
@@ -223,7 +247,10 @@ def _verify_composite(
             ("columnPositive", column_positive),
         ):
             if not np.array_equal(np.asarray(array_at(summaries, name)[:]), expected):
-                report.problems.append(f"countSummaries/{name} does not match the virtual counts")
+                report.problems.append(
+                    f"countSummaries/{name} does not match the virtual counts; recreate the "
+                    "composite from its sources"
+                )
     # The pass above reads each source in one orientation only (the reader
     # picks counts or countsT by cost), while zarr, serve and mount-fs compute
     # RNA/counts from counts and RNA/countsT from countsT: a damaged chunk of

@@ -123,6 +123,11 @@ class CountingStore(KeyCheckedWrapperStore):
             )
             yield batch
 
+    async def getsize(self, key: str) -> int:
+        size = await super().getsize(key)
+        self.counters.add(requests=1)  # a size request reads no value bytes
+        return size
+
     def get_sync(
         self,
         key: str,

@@ -149,6 +149,10 @@ class SourceReadWrapper(KeyCheckedWrapperStore):
     def _supports_sync_io(self) -> bool:
         return False
 
+    async def getsize(self, key: str) -> int:
+        # the size of what this read path serves (its pins, its cache): read through it
+        return await Store.getsize(self, key)
+
     def with_read_only(self, read_only: bool = False) -> Self:
         """The same view; a writable form is refused (writes would go around the read path)."""
         if not read_only:
