@@ -450,3 +450,24 @@ def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert namespace["first_rows"].shape == (5, 20)
     described = namespace["describe_artifacts"]("data.zarr")
     assert [entry["path"] for entry in described] == [namespace["art"].path]
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+@pytest.mark.parametrize("consolidated", ["RNA/artifacts/pca", ""])
+def test_publishing_keeps_consolidated_metadata_above_true(
+    observed: ObservedStore, tmp_path: Path, consolidated: str
+) -> None:
+    """A group above an artifact holding consolidated metadata (zarr.consolidate_metadata,
+    as users run for remote opens) listed only the artifacts of its copy after a
+    publication: zarr.open_group showed the older artifacts while cv.list_artifacts
+    showed all, and a repack copied the stale document."""
+    store = LocalStore(tmp_path / "store.zarr")
+    first = publish_pca(observed, seed=1)
+    zarr.consolidate_metadata(store, path=consolidated or None)
+    second = publish_pca(observed, seed=2)
+    kind = zarr.open_group(store, path="RNA/artifacts/pca", mode="r")
+    ids = {first.rsplit("/", 1)[1], second.rsplit("/", 1)[1]}
+    assert set(kind.group_keys()) == ids
+    assert set(zarr.open_group(store, mode="r")["RNA/artifacts/pca"].group_keys()) == ids
+    document = json.loads((tmp_path / "store.zarr" / consolidated / "zarr.json").read_text())
+    assert document.get("consolidated_metadata") is not None  # kept, made true again

@@ -24,6 +24,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.types import AnyArray
 
+from ..arrays.consolidated import reconsolidate
 from ..errors import REFUSED_WRITE_ERRNOS, IncompleteStoreError, NonFiniteArtifactError
 from ..format.paths import check_name, join
 from ..remote.failures import first_line, named_backend_failures
@@ -371,6 +372,9 @@ class ArtifactWriter:
             raise
         self._record = record
         self._state = "published"
+        # a group above that holds consolidated metadata lists the artifacts of its copy:
+        # consolidated again, zarr.open_group lists this one too (one get per level)
+        reconsolidate(self._store, (), array=self.path, operation="publication")
         logger.debug("published artifact %s in %s", self.path, self._where)
 
     def _discard(self, error: BaseException) -> None:
