@@ -100,11 +100,13 @@ def test_reading_a_published_artifact_names_a_refusing_backend(
         art.write_array("x", np.arange(20.0))
     reader = cv.open_store(url, storage_options=options)
     read = [cv.read_artifact(reader, art.path) for _ in range(3)]
+    opened = cv.read_artifact(reader, art.path)["x"]  # its document read: a slice is zarr's
     s3_proxy.fail(100, status=403)
     for attempt in (
         lambda: read[0].load("x"),
         lambda: read[1]["x"],
         lambda: read[2].names,
+        lambda: opened[:5],
         lambda: describe_artifacts(reader),
     ):
         with pytest.raises(StoreAccessError) as raised:

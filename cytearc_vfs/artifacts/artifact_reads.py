@@ -8,7 +8,9 @@ in hand. Every chunk read that finds nothing therefore asks whether the
 artifact's group document is still there (one ``exists``, only on a miss:
 a present chunk costs nothing), and a group that is gone raises
 :class:`~cytearc_vfs.errors.MissingChunkError` naming the artifact and the
-remedy.
+remedy. A backend's own failure of any read is a
+:class:`~cytearc_vfs.errors.StoreAccessError` naming the store, also when
+zarr reads (a slice of ``art[name]``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..errors import MissingChunkError
 from ..format.chunk_keys import is_chunk_key
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import join
+from ..remote.failures import named_backend_failures
 
 __all__ = ["ArtifactReads"]
 
@@ -46,7 +49,10 @@ class ArtifactReads(KeyCheckedWrapperStore):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        found = await super().get(key, prototype, byte_range)
+        with named_backend_failures(self._where, options="storage_options"):
+            # a slice of art[name] is zarr's read: a backend's own failure (obstore's
+            # 403 dump) is named here, as Artifact.load names it
+            found = await super().get(key, prototype, byte_range)
         if found is None and is_chunk_key(key):
             await self._check_present(key)
         return found
@@ -58,7 +64,8 @@ class ArtifactReads(KeyCheckedWrapperStore):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        found = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        with named_backend_failures(self._where, options="storage_options"):
+            found = super().get_sync(key, prototype=prototype, byte_range=byte_range)
         if found is None and is_chunk_key(key):
             sync(self._check_present(key))
         return found
