@@ -142,6 +142,26 @@ def test_write_counts_sends_each_key_once_in_a_few_rounds(remote: Remote) -> Non
     np.testing.assert_array_equal(stored, counts.toarray())
 
 
+def test_a_destination_below_a_remote_store_is_refused(remote: Remote) -> None:
+    """``s3://bkt/data.zarr/sub.zarr`` nested a store inside ``data.zarr`` (a local
+    destination below a Zarr node is refused), whose next replacement then refused the
+    unknown member. The check above costs one concurrent round of HEADs, three a level."""
+    counts = realistic_counts(50, 10, seed=7)
+    cv.write_counts(remote.url("data.zarr"), counts, storage_options=remote.direct)
+    remote.proxy.take()
+    remote.proxy.delay = DELAY  # requests sent together overlap at the proxy
+    with pytest.raises(ValueError, match=r"below the Zarr node s3://.*/data\.zarr \(it holds "):
+        cv.write_counts(
+            remote.url("data.zarr/deeper/sub.zarr"), counts, storage_options=remote.proxied
+        )
+    checks = [r for r in remote.proxy.take() if r.method == "HEAD"]
+    assert len(checks) == 9  # the bucket's root, data.zarr, data.zarr/deeper
+    assert sequential_rounds(checks) == 1
+    remote.proxy.delay = 0.0
+    # beside it, a store is written as before
+    cv.write_counts(remote.url("other/sub.zarr"), counts, storage_options=remote.direct)
+
+
 def _root(remote: Remote, name: str) -> dict[str, Any]:
     store = open_location(remote.url(name), read_only=True, storage_options=remote.direct)
     from cytearc_vfs.format.store_io import get_json

@@ -54,6 +54,7 @@ from ..remote.locations import Location, describe_location, local_path, open_loc
 from .destination_contents import (
     intended_key,
     no_root_group,
+    refuse_below_remote_zarr_node,
     refuse_below_zarr_node,
     refuse_foreign_folder,
 )
@@ -246,6 +247,8 @@ def check_destination(
         if not path.exists():
             return "w-"
         refuse_foreign_folder(path, where)
+    elif not isinstance(location, Store):
+        refuse_below_remote_zarr_node(os.fspath(location), storage_options)
     store = open_location(location, read_only=True, storage_options=storage_options)
     keys = _list(store)
     if not keys:
