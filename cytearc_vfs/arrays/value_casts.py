@@ -18,6 +18,49 @@ import numpy.typing as npt
 __all__ = ["exact_values"]
 
 
+def _integers_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Integers ``given`` that a float or complex ``cast`` rounded (past 2**53 in float64).
+
+    The cast is turned back into ``given``'s dtype and compared, after
+    marking what no integer of that dtype can be (infinity, or a value
+    rounded up past its largest one, as ``2**63 - 1`` becomes ``2.0**63``).
+
+    >>> given = np.array([2**53 + 1, 3], dtype="i8")
+    >>> _integers_changed(given, given.astype("f8")).tolist()
+    [True, False]
+    """
+    # float64 at least: the bounds below would overflow a float16 scalar
+    real = np.asarray(cast.real if cast.dtype.kind == "c" else cast, dtype=np.float64)
+    info = np.iinfo(given.dtype)
+    with np.errstate(invalid="ignore"):
+        beyond = ~np.isfinite(real) | (real >= float(info.max) + 1) | (real < float(info.min))
+        back = np.where(beyond, 0, real).astype(given.dtype)
+    return np.asarray(beyond | (back != given), dtype=bool)
+
+
+def _texts_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Cells a fixed-length string ``cast`` cut short (``"abc"`` in ``<U2`` is ``"ab"``).
+
+    >>> _texts_changed(np.array(["abc", "d"]), np.array(["abc", "d"]).astype("U2")).tolist()
+    [True, False]
+    """
+    # the same kind with no length limit: numpy sizes it to the longest value
+    whole = given.astype(cast.dtype.kind)
+    return np.asarray(cast.astype(whole.dtype) != whole, dtype=bool)
+
+
+def _times_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Dates or durations a coarser unit truncated (``00:00:00.5`` in seconds is ``00:00:00``).
+
+    >>> given = np.array(["2020-01-01T00:00:00.500", "NaT"], dtype="M8[ms]")
+    >>> _times_changed(given, given.astype("M8[s]")).tolist()
+    [True, False]
+    """
+    back = cast.astype(given.dtype)
+    both_nat = np.isnat(back) & np.isnat(given)
+    return np.asarray(~both_nat & (back != given), dtype=bool)
+
+
 def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | None:
     """Flat index of the first cell whose value ``cast`` does not keep, or ``None``."""
     if cast.dtype.kind in "iu":
@@ -30,14 +73,40 @@ def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | Non
                 outside = ~np.isfinite(given) | (given != cast)
         else:
             return None
-    elif cast.dtype.kind in "fc" and given.dtype.kind in "iufc":
+    elif cast.dtype.kind in "fc" and given.dtype.kind in "iu":
+        outside = _integers_changed(given, cast)
+    elif cast.dtype.kind in "fc" and given.dtype.kind in "fc":
         # a finite value beyond the dtype's range becomes infinity
         with np.errstate(invalid="ignore"):
             outside = np.isfinite(given) & ~np.isfinite(cast)
+    elif cast.dtype.kind in "US" and given.dtype.kind in "iufcUSb":
+        outside = _texts_changed(given, cast)
+    elif cast.dtype.kind in "mM" and given.dtype.kind == cast.dtype.kind:
+        outside = _times_changed(given, cast)
     else:
         return None
     hits = np.flatnonzero(outside)
     return int(hits[0]) if hits.size else None
+
+
+def _first_rounded_object(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | None:
+    """Flat index of the first Python integer a float or complex ``cast`` rounded, or ``None``.
+
+    Integers past int64 reach numpy as objects, which it casts to floats
+    without a word (``2**70 + 1`` becomes ``2.0**70``).
+
+    >>> given = np.array([2**70 + 1, 2**70], dtype=object)
+    >>> _first_rounded_object(given, given.astype("f8"))
+    0
+    """
+    if cast.dtype.kind not in "fc":
+        return None
+    for index, (value, stored) in enumerate(zip(given.flat, cast.flat, strict=True)):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            real = complex(stored).real
+            if not np.isfinite(real) or int(real) != int(value):
+                return index
+    return None
 
 
 def exact_values(data: object, dtype: np.dtype[Any], *, what: str) -> npt.NDArray[Any]:
@@ -80,24 +149,27 @@ def exact_values(data: object, dtype: np.dtype[Any], *, what: str) -> npt.NDArra
     if given.dtype == object:
         # Python integers past int64 arrive as objects; numpy checks their range itself
         try:
-            return np.asarray(data, dtype=dtype)
+            cast = np.asarray(data, dtype=dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(
                 f"the data for {what} cannot be stored as its dtype {dtype} ({exc}); "
                 "convert the data to numbers of that dtype first. This write was refused whole"
             ) from exc
-    try:
-        with np.errstate(invalid="ignore", over="ignore"):
-            cast = given.astype(dtype)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"the data for {what} (dtype {given.dtype}) cannot be stored as its dtype {dtype} "
-            f"({exc}); convert the data first. This write was refused whole"
-        ) from exc
-    changed = _first_changed(given, cast)
+        changed = _first_rounded_object(given, cast)
+    else:
+        try:
+            with np.errstate(invalid="ignore", over="ignore"):
+                cast = given.astype(dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(
+                f"the data for {what} (dtype {given.dtype}) cannot be stored as its dtype "
+                f"{dtype} ({exc}); convert the data first. This write was refused whole"
+            ) from exc
+        changed = _first_changed(given, cast)
     if changed is not None:
         at = np.unravel_index(changed, given.shape) if given.ndim else ()
-        value = given.flat[changed].item()
+        value = given.flat[changed]
+        value = value.item() if isinstance(value, np.generic) else value
         raise ValueError(
             f"value {value!r} at position {tuple(int(i) for i in at)} of the data does not fit "
             f"{what} of dtype {dtype}: it would be stored as {cast.flat[changed].item()!r}. "
