@@ -49,6 +49,19 @@ from .value_casts import exact_values
 __all__ = ["ArrayWriter"]
 
 
+#: One lock per array location (``describe``) in this process, held while a unit is
+#: written: two writers of the same array each read a unit, lay their cells over it
+#: and write it whole, so unlocked the one that wrote last dropped the other's cells.
+_ARRAY_LOCKS: dict[str, threading.Lock] = {}
+_ARRAY_LOCKS_GUARD = threading.Lock()
+
+
+def _array_lock(location: str) -> threading.Lock:
+    """The process-wide lock of the array at ``location`` (made on first use)."""
+    with _ARRAY_LOCKS_GUARD:
+        return _ARRAY_LOCKS.setdefault(location, threading.Lock())
+
+
 @dataclass(slots=True)
 class _Stale:
     """One unit's pending edits."""
@@ -148,6 +161,7 @@ class ArrayWriter:
         self._pending = threading.Lock()
         self._flushing = threading.Lock()
         self._target = view_array(store, path, array.metadata.to_dict())
+        self._array_lock = _array_lock(describe(store, path))
 
     @property
     def stale_bytes(self) -> int:
@@ -331,11 +345,12 @@ class ArrayWriter:
         )
         inside = tuple(slice(0, r.stop - r.start) for r in region)
         values, written = unit.values[inside], unit.written[inside]
-        if not written.all():
-            # read-modify-write: the cells not written keep what is stored
-            stored = np.asarray(self._target[region])
-            values = np.where(written, values, stored)
-        self._target[region] = values
+        with self._array_lock:  # another writer of this array may be writing this unit
+            if not written.all():
+                # read-modify-write: the cells not written keep what is stored
+                stored = np.asarray(self._target[region])
+                values = np.where(written, values, stored)
+            self._target[region] = values
 
     def discard(self) -> None:
         """Drop every pending edit without writing it."""
