@@ -79,6 +79,9 @@ def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | Non
         # a finite value beyond the dtype's range becomes infinity
         with np.errstate(invalid="ignore"):
             outside = np.isfinite(given) & ~np.isfinite(cast)
+    elif cast.dtype.kind == "b" and given.dtype.kind in "fc":
+        # NaN, a float's missing value, is True to numpy (the seed writes NA as FALSE)
+        outside = np.isnan(given)
     elif cast.dtype.kind in "US" and given.dtype.kind in "iufcUSb":
         outside = _texts_changed(given, cast)
     elif cast.dtype.kind in "mM" and given.dtype.kind == cast.dtype.kind:
@@ -107,6 +110,25 @@ def _first_rounded_object(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> in
             if not np.isfinite(real) or int(real) != int(value):
                 return index
     return None
+
+
+def _refuse_none(given: npt.NDArray[Any], dtype: np.dtype[Any], what: str) -> None:
+    """Refuse ``None`` in ``given``: numpy stores it as NaN, ``"None"`` or ``False``.
+
+    >>> _refuse_none(np.array([1, None], dtype=object), np.dtype("f8"), "array 'a'")
+    Traceback (most recent call last):
+    ...
+    ValueError: value None at position (1,) of the data for array 'a' of dtype float64 ...
+    """
+    for index, value in enumerate(given.flat):
+        if value is None:
+            at = np.unravel_index(index, given.shape) if given.ndim else ()
+            raise ValueError(
+                f"value None at position {tuple(int(i) for i in at)} of the data for {what} "
+                f"of dtype {dtype} is no value of it (numpy would store NaN, 'None' or False); "
+                "to write a missing value, mask the cell (numpy.ma.masked: it is written as "
+                "the fill value). This write was refused whole"
+            )
 
 
 def exact_values(data: object, dtype: np.dtype[Any], *, what: str) -> npt.NDArray[Any]:
@@ -147,6 +169,7 @@ def exact_values(data: object, dtype: np.dtype[Any], *, what: str) -> npt.NDArra
             )
         given = given.real
     if given.dtype == object:
+        _refuse_none(given, dtype, what)
         # Python integers past int64 arrive as objects; numpy checks their range itself
         try:
             cast = np.asarray(data, dtype=dtype)
