@@ -26,7 +26,6 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from ..errors import IncompleteStoreError, warn_at_caller
 from ..format.store_io import get_json
@@ -36,6 +35,7 @@ from .documents import (
     array_location,
     describe,
     refuse_unfinished,
+    require_current,
     require_v3,
     require_writable,
     view_array,
@@ -140,16 +140,9 @@ class ArrayWriter:
         self._store, self._path = store, path
         self._array = array
         self._metadata = array.metadata
-        self._document = self._stored()
+        # the pending units will be positions in this grid: it must be the stored one
+        self._document = require_current(array, store, path)
         require_unfingerprinted(store, path, self._document, "ArrayWriter")
-        stored = ArrayV3Metadata.from_dict(dict(self._document))
-        # attributes say nothing about where cells are: changing them is no reason to refuse
-        if stored.update_attributes({}) != array.metadata.update_attributes({}):
-            raise ValueError(
-                f"{describe(store, path)}: this array object's metadata is not the array's "
-                "zarr.json (another object or process resized or promoted it since this one "
-                "was opened); open the array again (zarr.open_array) and write through that"
-            )
         self._unit = tuple(array.shards or array.chunks)
         self._max = int(max_stale_bytes)
         self._stale: OrderedDict[tuple[int, ...], _Stale] = OrderedDict()
