@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from zarr.core.dtype import VariableLengthBytes
 
 import cytearc_vfs as cv
 from cytearc_vfs.arrays import ArrayWriter, hierarchy, info, promote, read, resize
@@ -114,6 +115,32 @@ def test_values_the_dtype_holds_are_written_exactly(
     with ArrayWriter(array) as writer:
         writer.write(data, [range(0, len(expected))])
     assert array[: len(expected)].tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (["text", b"b"], r"value 'text' at position \(0,\) .* is str, not bytes; encode"),
+        ([b"a", None], r"value None at position \(1,\) .* mask a cell"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+def test_a_bytes_array_takes_bytes_at_the_write_not_a_flush_that_fails_forever(
+    data: Any, message: str
+) -> None:
+    """zarr refuses text in ``variable_length_bytes`` only when it encodes the chunk.
+
+    The writer used to take it: every flush then raised zarr's bare
+    ``TypeError: Expected bytes, got str`` and kept the unit, so no flush
+    could succeed until ``discard()`` dropped the good edits with it.
+    """
+    array = zarr.create_array({}, shape=(4,), chunks=(2,), dtype=VariableLengthBytes())
+    writer = ArrayWriter(array)
+    writer.write([b"c", b"d"], [range(2, 4)])
+    with pytest.raises(ValueError, match=message):
+        writer.write(data, [range(0, 2)])
+    assert writer.flush() == 1  # the good edits, unharmed
+    assert array[:].tolist() == [b"", b"", b"c", b"d"]
 
 
 @pytest.mark.parametrize(

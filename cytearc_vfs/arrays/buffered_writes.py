@@ -26,6 +26,7 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 import zarr
+from zarr.core.dtype import VariableLengthBytes
 
 from ..errors import IncompleteStoreError, warn_at_caller
 from ..format.store_io import get_json
@@ -44,7 +45,7 @@ from .documents import (
 from .journal import same_document
 from .selection import Region, Selection, region_of
 from .store_records import require_unfingerprinted
-from .value_casts import exact_values
+from .value_casts import exact_values, require_bytes
 
 __all__ = ["ArrayWriter"]
 
@@ -83,12 +84,14 @@ def _layout(document: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in document.items() if name != "attributes"}
 
 
-def _to_values(data: object, dtype: np.dtype[Any], fill: object, what: str) -> npt.NDArray[Any]:
-    """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans).
+def _to_values(data: object, array: zarr.Array[Any], what: str) -> npt.NDArray[Any]:
+    """``data`` as ``array``'s dtype, its masked cells set to the fill value (``False`` for booleans).
 
     A value the dtype cannot hold is refused, never wrapped or truncated
-    (:func:`exact_values`).
+    (:func:`exact_values`); so is a cell of a ``variable_length_bytes``
+    array that is not ``bytes`` (:func:`require_bytes`).
     """
+    dtype = array.dtype
     if np.ma.isMaskedArray(data):
         mask = np.ma.getmaskarray(data)
         given = np.ma.getdata(data)
@@ -96,9 +99,12 @@ def _to_values(data: object, dtype: np.dtype[Any], fill: object, what: str) -> n
         # anything, NaN among them, which an integer cast would refuse
         carried = np.where(mask, np.zeros((), dtype=given.dtype), given)
         values = exact_values(carried, dtype, what=what)
-        values[mask] = False if dtype == np.bool_ else fill
-        return values
-    return exact_values(data, dtype, what=what)
+        values[mask] = False if dtype == np.bool_ else array.fill_value
+    else:
+        values = exact_values(data, dtype, what=what)
+    if isinstance(getattr(array.metadata, "data_type", None), VariableLengthBytes):  # v3 only
+        require_bytes(values, what)
+    return values
 
 
 class ArrayWriter:
@@ -222,7 +228,7 @@ class ArrayWriter:
         self._check_unchanged()
         array = self._array
         region = region_of(selection, array.shape)
-        values = _to_values(data, array.dtype, array.fill_value, describe(self._store, self._path))
+        values = _to_values(data, array, describe(self._store, self._path))
         given = values.shape
         while values.ndim > len(region.shape) and values.shape[0] == 1:
             values = values[0]  # as numpy assigns: leading length-1 axes drop

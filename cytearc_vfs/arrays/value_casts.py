@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["exact_values"]
+__all__ = ["exact_values", "require_bytes"]
 
 
 def _integers_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
@@ -200,3 +200,27 @@ def exact_values(data: object, dtype: np.dtype[Any], *, what: str) -> npt.NDArra
             "into an array of a wider dtype. This write was refused whole"
         )
     return cast
+
+
+def require_bytes(values: npt.NDArray[Any], what: str) -> None:
+    """Refuse a cell of ``values`` that is not ``bytes``, for a ``variable_length_bytes`` array.
+
+    Its numpy dtype is ``object``, which takes anything: zarr then refuses
+    text only when the chunk is encoded (at a flush, for a whole unit, every
+    flush again) and stores a number as its digits.
+
+    >>> require_bytes(np.array([b"a", "b"], dtype=object), "array 'a'")
+    Traceback (most recent call last):
+    ...
+    ValueError: value 'b' at position (1,) of the data for array 'a' ... is str, not bytes; ...
+    """
+    for index, value in enumerate(values.flat):
+        if not isinstance(value, bytes):
+            at = np.unravel_index(index, values.shape) if values.ndim else ()
+            raise ValueError(
+                f"value {value!r} at position {tuple(int(i) for i in at)} of the data for "
+                f"{what} (Zarr data type variable_length_bytes) is "
+                f"{type(value).__name__}, not bytes; encode text first (str.encode), and "
+                "mask a cell (numpy.ma.masked) to write a missing value. This write was "
+                "refused whole"
+            )
