@@ -347,3 +347,23 @@ def test_array_writes_a_folder_refuses_name_the_array_and_keep_what_they_can(
     with pytest.raises(PermissionError, match=r"promote of .*arr\.zarr.* refuses writes"):
         promote(array, 0)
     np.testing.assert_array_equal(zarr.open_array(folder / "arr.zarr", mode="r")[:], before)
+
+
+@pytest.mark.parametrize(
+    "action", [["info"], ["promote", "--dimension", "0"], ["resize", "--high=1"]]
+)
+def test_cli_names_an_array_document_zarr_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+) -> None:
+    """zarr's own refusal ("Expected an iterable of integers") named no array and no file."""
+    from cytearc_vfs.cli import main
+
+    array = zarr.create_array(str(tmp_path / "s.zarr"), name="x", shape=(4,), dtype="i4")
+    document = tmp_path / "s.zarr" / "x" / "zarr.json"
+    document.write_text(document.read_text().replace('"shape": [\n    4\n  ]', '"shape": [-3]'))
+    before = document.read_bytes()
+    assert main(["array", action[0], str(tmp_path / "s.zarr"), "x", *action[1:]]) == 3
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 's.zarr'} x: x/zarr.json is not a valid Zarr v3 array document" in err
+    assert "restore it from a copy" in err and "Traceback" not in err
+    assert document.read_bytes() == before and array.path == "x"
