@@ -93,6 +93,28 @@ def _not_stored(store: Store, path: str, location: str) -> str:
     )
 
 
+def array_interrupt_note(args: argparse.Namespace) -> str:
+    """What an interrupted ``array`` command leaves, with the command that finishes it.
+
+    >>> array_interrupt_note(argparse.Namespace(array_command="resize", location="a b.zarr",
+    ...                                         path="x"))
+    "a resize under way is journaled: if the array reports an unfinished operation, finish it with: cytearc-vfs array recover 'a b.zarr' x"
+    """
+    import shlex
+
+    action = getattr(args, "array_command", None)
+    if action not in ("resize", "promote", "recover"):
+        return "nothing was written"
+    path = (getattr(args, "path", "") or "").strip("/") or "/"
+    command = f"cytearc-vfs array recover {shlex.quote(args.location)} {shlex.quote(path)}"
+    if action == "recover":
+        return f"the recovery resumes where it stopped: run {command} again"
+    return (
+        f"a {action} under way is journaled: if the array reports an unfinished "
+        f"operation, finish it with: {command}"
+    )
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
     import shlex
