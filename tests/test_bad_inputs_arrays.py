@@ -11,7 +11,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,14 @@ def _array(tmp_path: Path, dtype: str, fill: object = 0) -> zarr.Array[Any]:
         ("M8[s]", np.array(["2020-01-01T00:00:00.5"] * 2, dtype="M8[ms]"), r"500000\) at"),
         ("m8[s]", np.array([1500, 2000], dtype="m8[ms]"), r"position \(0,\) .* timedelta64"),
         ("M8[ns]", np.array(["3000-01-01"] * 2, dtype="M8[s]"), r"cannot be stored .*Overflow"),
+        # ... and given as text or as Python's dates and durations
+        (
+            "M8[D]",
+            ["2020-01-01", "2020-01-01T12:00"],
+            r"value '2020-01-01T12:00' at position \(1,\)",
+        ),
+        ("M8[s]", [datetime(2020, 1, 1, 0, 0, 0, 500000)] * 2, r"500000\) at position \(0,\)"),
+        ("m8[s]", [timedelta(milliseconds=1500)] * 2, r"at position \(0,\) .* timedelta64"),
         # missing values not masked: numpy stores None as NaN or "None", NaN in bool as True
         ("f8", [1.0, None], r"value None at position \(1,\) .* mask the cell"),
         ("str", ["a", None], r"value None at position \(1,\) .* mask the cell"),
@@ -99,6 +107,11 @@ def test_a_value_the_dtype_cannot_hold_is_refused_and_nothing_changes(
         ("f8", np.array([2**63 - 1024, -(2**63)]), [2.0**63 - 1024, -(2.0**63)]),
         ("f8", [2**70, 3], [2.0**70, 3.0]),
         ("U2", ["ab", "c"], ["ab", "c"]),
+        (
+            "M8[s]",
+            ["2020-01-01", "2020-01-01T00:00:01"],
+            [datetime(2020, 1, 1, 0, 0, s) for s in (0, 1)],
+        ),
         ("bool", np.ma.masked_array([np.nan, 1.0], mask=[True, False]), [False, True]),
         ("str", np.ma.masked_array(np.array([None, "b"], dtype=object), [1, 0]), ["0", "b"]),
         (

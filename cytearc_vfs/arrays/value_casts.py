@@ -61,6 +61,28 @@ def _times_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> npt.NDArr
     return np.asarray(~both_nat & (back != given), dtype=bool)
 
 
+def _first_truncated_time(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | None:
+    """Flat index of the first text or Python date/duration a coarser ``cast`` truncated.
+
+    numpy reads ``"2020-01-01T12:00"`` into ``datetime64[D]`` as the day, and a
+    ``datetime`` with microseconds into ``datetime64[s]`` as the second. The
+    values are read again in the unit they carry and compared.
+
+    >>> given = np.array(["2020-01-01T12:00", "2020-01-02"])
+    >>> _first_truncated_time(given, given.astype("M8[D]"))
+    0
+    """
+    try:
+        with np.errstate(all="ignore"):
+            natural = np.asarray(given, dtype=f"{cast.dtype.kind}8")
+            if natural.dtype.kind != cast.dtype.kind:
+                return None
+            hits = np.flatnonzero(_times_changed(natural, cast))
+    except (TypeError, ValueError, OverflowError):
+        return None  # not one unit numpy can infer: left to its cast
+    return int(hits[0]) if hits.size else None
+
+
 def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | None:
     """Flat index of the first cell whose value ``cast`` does not keep, or ``None``."""
     if cast.dtype.kind in "iu":
@@ -86,6 +108,8 @@ def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | Non
         outside = _texts_changed(given, cast)
     elif cast.dtype.kind in "mM" and given.dtype.kind == cast.dtype.kind:
         outside = _times_changed(given, cast)
+    elif cast.dtype.kind in "mM" and given.dtype.kind in "US":
+        return _first_truncated_time(given, cast)
     else:
         return None
     hits = np.flatnonzero(outside)
@@ -178,7 +202,11 @@ def exact_values(data: object, dtype: np.dtype[Any], *, what: str) -> npt.NDArra
                 f"the data for {what} cannot be stored as its dtype {dtype} ({exc}); "
                 "convert the data to numbers of that dtype first. This write was refused whole"
             ) from exc
-        changed = _first_rounded_object(given, cast)
+        changed = (
+            _first_truncated_time(given, cast)
+            if dtype.kind in "mM"
+            else _first_rounded_object(given, cast)
+        )
     else:
         try:
             with np.errstate(invalid="ignore", over="ignore"):
