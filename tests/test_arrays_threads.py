@@ -134,3 +134,33 @@ def test_two_writers_of_one_array_keep_each_others_cells(tmp_path: Any) -> None:
     second.join()
     stored = zarr.open_array(LocalStore(tmp_path / "s.zarr"), path="a", mode="r")[:]
     assert stored.tolist() == [1, 1, 1, 1, 2, 2, 2, 2]
+
+
+def test_a_resize_waits_for_a_flush_of_the_same_array(tmp_path: Any) -> None:
+    """A resize used to move the chunks between a flush's check and its writes.
+
+    The flush had checked zarr.json and read the unit to merge into; the
+    resize then renamed every chunk one position on, and the flush wrote
+    its unit back at the old key: the edit landed in the new first chunk
+    (which must read as missing) and the row it was for lost it. The flush
+    now holds the array's lock from its check to its last unit, and a
+    resize or promote takes the same lock.
+    """
+    from cytearc_vfs.arrays import read, resize
+
+    store = _PausedRead(LocalStore(tmp_path / "s.zarr"))
+    array = zarr.create_array(store, name="a", shape=(6,), chunks=(2,), dtype="i4", fill_value=-1)
+    array[:] = np.arange(6)
+    writer = ArrayWriter(zarr.open_array(store, path="a", mode="r+"))
+    writer.write([100], [range(0, 1)])  # a partial unit: read, merged, written
+    flushing = threading.Thread(target=writer.flush)
+    flushing.start()
+    assert store.reading.wait(10)
+    resizing = threading.Thread(target=resize, args=(array,), kwargs={"low": [2]})
+    resizing.start()
+    resizing.join(1)  # finishes at once without the lock; waits for the flush with it
+    store.go.set()
+    flushing.join()
+    resizing.join()
+    reopened = zarr.open_array(LocalStore(tmp_path / "s.zarr"), path="a", mode="r")
+    assert read(reopened, raw=True).tolist() == [-1, -1, 100, 1, 2, 3, 4, 5]

@@ -34,6 +34,7 @@ from .documents import (
     MARKER_FIELD,
     RECOVER_REMEDY,
     array_location,
+    array_lock,
     describe,
     refuse_unfinished,
     require_current,
@@ -48,19 +49,6 @@ from .store_records import require_unfingerprinted
 from .value_casts import exact_values, require_bytes
 
 __all__ = ["ArrayWriter"]
-
-
-#: One lock per array location (``describe``) in this process, held while a unit is
-#: written: two writers of the same array each read a unit, lay their cells over it
-#: and write it whole, so unlocked the one that wrote last dropped the other's cells.
-_ARRAY_LOCKS: dict[str, threading.Lock] = {}
-_ARRAY_LOCKS_GUARD = threading.Lock()
-
-
-def _array_lock(location: str) -> threading.Lock:
-    """The process-wide lock of the array at ``location`` (made on first use)."""
-    with _ARRAY_LOCKS_GUARD:
-        return _ARRAY_LOCKS.setdefault(location, threading.Lock())
 
 
 @dataclass(slots=True)
@@ -160,7 +148,7 @@ class ArrayWriter:
         self._pending = threading.Lock()
         self._flushing = threading.Lock()
         self._target = view_array(store, path, array.metadata.to_dict())
-        self._array_lock = _array_lock(describe(store, path))
+        self._array_lock = array_lock(store, path)
 
     @property
     def stale_bytes(self) -> int:
@@ -275,7 +263,7 @@ class ArrayWriter:
     def _bound(self) -> None:
         if self._bytes <= self._max:
             return
-        with self._flushing:
+        with self._flushing, self._array_lock:
             if self._over_bound() is None:
                 return  # another thread flushed meanwhile
             self._check_stored()
@@ -300,10 +288,12 @@ class ArrayWriter:
             if not pending:
                 self._check_unchanged()
                 return 0
-            self._check_stored()
-            kept = "the edits not written are kept: flush again once it can be written"
-            with writes_refused("flush", self._store, self._path, kept):
-                return sum(self._persist(coords) for coords in pending)
+            # from the check to the last unit: no resize, promote or other writer between
+            with self._array_lock:
+                self._check_stored()
+                kept = "the edits not written are kept: flush again once it can be written"
+                with writes_refused("flush", self._store, self._path, kept):
+                    return sum(self._persist(coords) for coords in pending)
 
     def _persist(self, coords: tuple[int, ...]) -> bool:
         """Write the unit at ``coords``, if still pending (the caller holds ``_flushing``).
@@ -344,12 +334,12 @@ class ArrayWriter:
         )
         inside = tuple(slice(0, r.stop - r.start) for r in region)
         values, written = unit.values[inside], unit.written[inside]
-        with self._array_lock:  # another writer of this array may be writing this unit
-            if not written.all():
-                # read-modify-write: the cells not written keep what is stored
-                stored = np.asarray(self._target[region])
-                values = np.where(written, values, stored)
-            self._target[region] = values
+        if not written.all():
+            # read-modify-write (the caller holds the array's lock): the cells
+            # not written keep what is stored
+            stored = np.asarray(self._target[region])
+            values = np.where(written, values, stored)
+        self._target[region] = values
 
     def discard(self) -> None:
         """Drop every pending edit without writing it."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ __all__ = [
     "STAGING_NAME",
     "ArrayDocument",
     "array_location",
+    "array_lock",
     "fill_cells",
     "marked",
     "read_document",
@@ -187,6 +189,21 @@ def array_location(array: zarr.Array[Any]) -> tuple[Store, str]:
         )
     store_path = array.store_path
     return store_path.store, store_path.path
+
+
+#: One lock per array location (:func:`describe`) in this process: a flush holds it
+#: from its check of ``zarr.json`` to its last unit, a resize or promote throughout.
+#: Unlocked, two writers each read a unit, laid their cells over it and wrote it
+#: whole (the last dropped the other's cells), and a resize could move the chunks
+#: between a flush's check and its writes (which then landed in the old grid).
+_ARRAY_LOCKS: dict[str, threading.Lock] = {}
+_ARRAY_LOCKS_GUARD = threading.Lock()
+
+
+def array_lock(store: Store, path: str) -> threading.Lock:
+    """The process-wide lock of the array at ``path`` in ``store`` (made on first use)."""
+    with _ARRAY_LOCKS_GUARD:
+        return _ARRAY_LOCKS.setdefault(describe(store, path), threading.Lock())
 
 
 def describe(store: Store, path: str) -> str:
