@@ -44,6 +44,8 @@ def _array(tmp_path: Path, dtype: str, fill: object = 0) -> zarr.Array[Any]:
         ("i4", np.array([np.nan, 1.0]), r"value nan at position \(0,\) .* dtype int32"),
         ("i4", np.array([np.inf, 1.0]), r"value inf at position \(0,\) .* dtype int32"),
         ("f4", np.array([1e39]), r"value 1e\+39 at position \(0,\) .* would be stored as inf"),
+        ("f4", ["1.5", "1e39"], r"value '1e39' at position \(1,\) .* would be stored as inf"),
+        ("c8", [b"1e400", b"2"], r"value b'1e400' at position \(0,\) .* stored as \(inf"),
         ("i4", np.array([1 + 2j]), r"value \(1\+2j\) .* is complex, .* drop its imaginary part"),
         ("u1", np.ma.masked_array([7.5, 1.0], mask=[False, True]), r"value 7\.5 at position"),
         ("f8", np.array(["a", "b"]), r"dtype <U1\) cannot be stored as its dtype float64"),
@@ -107,6 +109,7 @@ def test_a_value_the_dtype_cannot_hold_is_refused_and_nothing_changes(
         ("f8", np.array([2**63 - 1024, -(2**63)]), [2.0**63 - 1024, -(2.0**63)]),
         ("f8", [2**70, 3], [2.0**70, 3.0]),
         ("U2", ["ab", "c"], ["ab", "c"]),
+        ("f4", ["-inf", "1.5"], [-np.inf, 1.5]),  # an infinity spelled out is one
         (
             "M8[s]",
             ["2020-01-01", "2020-01-01T00:00:01"],

@@ -83,6 +83,17 @@ def _first_truncated_time(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> in
     return int(hits[0]) if hits.size else None
 
 
+def _texts_overflowed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Numbers given as text that became infinite (``"1e39"`` in float32); ``"inf"`` stays.
+
+    >>> _texts_overflowed(np.array(["1e39", "inf", "2"]), np.array([np.inf, np.inf, 2.0])).tolist()
+    [True, False, False]
+    """
+    words = np.char.lower(given if given.dtype.kind == "U" else np.char.decode(given, "latin-1"))
+    spelled = (np.char.find(words, "inf") >= 0) | (np.char.find(words, "nan") >= 0)
+    return np.asarray(~np.isfinite(cast) & ~spelled, dtype=bool)
+
+
 def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | None:
     """Flat index of the first cell whose value ``cast`` does not keep, or ``None``."""
     if cast.dtype.kind in "iu":
@@ -104,6 +115,8 @@ def _first_changed(given: npt.NDArray[Any], cast: npt.NDArray[Any]) -> int | Non
     elif cast.dtype.kind == "b" and given.dtype.kind in "fc":
         # NaN, a float's missing value, is True to numpy (the seed writes NA as FALSE)
         outside = np.isnan(given)
+    elif cast.dtype.kind in "fc" and given.dtype.kind in "US":
+        outside = _texts_overflowed(given, cast)
     elif cast.dtype.kind in "US" and given.dtype.kind in "iufcUSb":
         outside = _texts_changed(given, cast)
     elif cast.dtype.kind in "mM" and given.dtype.kind == cast.dtype.kind:
