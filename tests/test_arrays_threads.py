@@ -7,6 +7,7 @@ to a half of the rows, in the first test, before the fix).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -90,3 +91,76 @@ def test_a_failed_flush_keeps_its_edits_under_those_written_meanwhile() -> None:
     assert len(errors) == 1 and writer.stale_units == 1
     assert writer.flush() == 1
     assert array[...].tolist() == [1, 2, 2, 0]
+
+
+class _PausedRead(WrapperStore[Store]):
+    """A store whose first chunk read, once read, waits (up to 2 s) for ``go``."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.reading = threading.Event()
+        self.go = threading.Event()
+
+    async def get(self, key: str, *args: Any, **kwargs: Any) -> Buffer | None:
+        value = await self._store.get(key, *args, **kwargs)
+        if "/c/" in f"/{key}" and not self.reading.is_set():
+            self.reading.set()
+            # in a thread: zarr's I/O of every writer runs on one event loop
+            await asyncio.to_thread(self.go.wait, 2)
+        return value
+
+
+def test_two_writers_of_one_array_keep_each_others_cells(tmp_path: Any) -> None:
+    """Each writer reads the chunk, lays its cells over it and writes it whole.
+
+    Writer one is held in its read; writer two used to read, write and
+    return meanwhile, and writer one then wrote the chunk back as it had
+    read it, without writer two's cells. Writes of one array's units are
+    now one at a time in a process, whatever object they come through.
+    """
+    store = _PausedRead(LocalStore(tmp_path / "s.zarr"))
+    zarr.create_array(store, name="a", shape=(8,), chunks=(8,), dtype="i4", fill_value=-1)[:] = 0
+    one, two = (ArrayWriter(zarr.open_array(store, path="a", mode="r+")) for _ in range(2))
+    one.write([1, 1, 1, 1], [range(0, 4)])
+    two.write([2, 2, 2, 2], [range(4, 8)])
+    first = threading.Thread(target=one.flush)
+    first.start()
+    assert store.reading.wait(10)
+    second = threading.Thread(target=two.flush)
+    second.start()
+    second.join(1)  # returns at once without the lock; waits for writer one with it
+    store.go.set()
+    first.join()
+    second.join()
+    stored = zarr.open_array(LocalStore(tmp_path / "s.zarr"), path="a", mode="r")[:]
+    assert stored.tolist() == [1, 1, 1, 1, 2, 2, 2, 2]
+
+
+def test_a_resize_waits_for_a_flush_of_the_same_array(tmp_path: Any) -> None:
+    """A resize used to move the chunks between a flush's check and its writes.
+
+    The flush had checked zarr.json and read the unit to merge into; the
+    resize then renamed every chunk one position on, and the flush wrote
+    its unit back at the old key: the edit landed in the new first chunk
+    (which must read as missing) and the row it was for lost it. The flush
+    now holds the array's lock from its check to its last unit, and a
+    resize or promote takes the same lock.
+    """
+    from cytearc_vfs.arrays import read, resize
+
+    store = _PausedRead(LocalStore(tmp_path / "s.zarr"))
+    array = zarr.create_array(store, name="a", shape=(6,), chunks=(2,), dtype="i4", fill_value=-1)
+    array[:] = np.arange(6)
+    writer = ArrayWriter(zarr.open_array(store, path="a", mode="r+"))
+    writer.write([100], [range(0, 1)])  # a partial unit: read, merged, written
+    flushing = threading.Thread(target=writer.flush)
+    flushing.start()
+    assert store.reading.wait(10)
+    resizing = threading.Thread(target=resize, args=(array,), kwargs={"low": [2]})
+    resizing.start()
+    resizing.join(1)  # finishes at once without the lock; waits for the flush with it
+    store.go.set()
+    flushing.join()
+    resizing.join()
+    reopened = zarr.open_array(LocalStore(tmp_path / "s.zarr"), path="a", mode="r")
+    assert read(reopened, raw=True).tolist() == [-1, -1, 100, 1, 2, 3, 4, 5]

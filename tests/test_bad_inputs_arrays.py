@@ -11,6 +11,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from zarr.core.dtype import VariableLengthBytes
 
 import cytearc_vfs as cv
 from cytearc_vfs.arrays import ArrayWriter, hierarchy, info, promote, read, resize
@@ -42,9 +44,42 @@ def _array(tmp_path: Path, dtype: str, fill: object = 0) -> zarr.Array[Any]:
         ("i4", np.array([np.nan, 1.0]), r"value nan at position \(0,\) .* dtype int32"),
         ("i4", np.array([np.inf, 1.0]), r"value inf at position \(0,\) .* dtype int32"),
         ("f4", np.array([1e39]), r"value 1e\+39 at position \(0,\) .* would be stored as inf"),
+        ("f4", ["1.5", "1e39"], r"value '1e39' at position \(1,\) .* would be stored as inf"),
+        ("c8", [b"1e400", b"2"], r"value b'1e400' at position \(0,\) .* stored as \(inf"),
         ("i4", np.array([1 + 2j]), r"value \(1\+2j\) .* is complex, .* drop its imaginary part"),
         ("u1", np.ma.masked_array([7.5, 1.0], mask=[False, True]), r"value 7\.5 at position"),
         ("f8", np.array(["a", "b"]), r"dtype <U1\) cannot be stored as its dtype float64"),
+        # integers a float cannot hold exactly are rounded by numpy without a word
+        ("f8", np.array([2**53 + 1, 1]), r"value 9007199254740993 at .* as 9007199254740992\.0"),
+        ("f4", np.array([2**24 + 1, 1], dtype="i4"), r"value 16777217 .* as 16777216\.0"),
+        ("f2", np.array([2049, 1]), r"value 2049 .* float16: it would be stored as 2048\.0"),
+        ("f8", [2**70 + 1, 1], r"value 1180591620717411303425 .* float64: it would be stored"),
+        ("c8", np.array([2**24 + 1, 1]), r"value 16777217 .* complex64: it would be stored"),
+        ("f8", np.array([2**64 - 1, 1], dtype="u8"), r"value 18446744073709551615 at"),
+        # fixed-length text cut short, times truncated to a coarser unit
+        ("U2", ["abc", "d"], r"value 'abc' at position \(0,\) .* would be stored as 'ab'"),
+        pytest.param(
+            "S2",
+            [b"d", b"abc"],
+            r"value b'abc' at position \(1,\) .* would be stored as b'ab'",
+            marks=pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning"),
+        ),
+        ("U2", np.array([123, 1]), r"value 123 at position \(0,\) .* would be stored as '12'"),
+        ("M8[s]", np.array(["2020-01-01T00:00:00.5"] * 2, dtype="M8[ms]"), r"500000\) at"),
+        ("m8[s]", np.array([1500, 2000], dtype="m8[ms]"), r"position \(0,\) .* timedelta64"),
+        ("M8[ns]", np.array(["3000-01-01"] * 2, dtype="M8[s]"), r"cannot be stored .*Overflow"),
+        # ... and given as text or as Python's dates and durations
+        (
+            "M8[D]",
+            ["2020-01-01", "2020-01-01T12:00"],
+            r"value '2020-01-01T12:00' at position \(1,\)",
+        ),
+        ("M8[s]", [datetime(2020, 1, 1, 0, 0, 0, 500000)] * 2, r"500000\) at position \(0,\)"),
+        ("m8[s]", [timedelta(milliseconds=1500)] * 2, r"at position \(0,\) .* timedelta64"),
+        # missing values not masked: numpy stores None as NaN or "None", NaN in bool as True
+        ("f8", [1.0, None], r"value None at position \(1,\) .* mask the cell"),
+        ("str", ["a", None], r"value None at position \(1,\) .* mask the cell"),
+        ("bool", np.array([np.nan, 1.0]), r"value nan at position \(0,\) .* stored as True"),
     ],
 )
 def test_a_value_the_dtype_cannot_hold_is_refused_and_nothing_changes(
@@ -57,7 +92,8 @@ def test_a_value_the_dtype_cannot_hold_is_refused_and_nothing_changes(
         with pytest.raises((ValueError, TypeError), match=message):
             writer.write(data, [range(0, 2)], flush=True)
         writer.discard()
-    assert np.array_equal(zarr.open_array(array.store, mode="r")[:], before, equal_nan=True)
+    after = zarr.open_array(array.store, mode="r")[:]
+    assert np.array_equal(after, before, equal_nan=before.dtype.kind in "fc")
 
 
 @pytest.mark.parametrize(
@@ -69,6 +105,23 @@ def test_a_value_the_dtype_cannot_hold_is_refused_and_nothing_changes(
         ("u1", np.ma.masked_array([np.nan, 9.0], mask=[True, False]), [0, 9]),  # masked: fill
         ("f4", np.array([np.inf]), [np.inf]),  # an infinity stays one
         ("bool", np.array([0, 2]), [False, True]),  # numpy's truth, as before
+        ("f8", np.array([2**53, -(2**53)]), [2.0**53, -(2.0**53)]),  # whole and exact
+        ("f8", np.array([2**63 - 1024, -(2**63)]), [2.0**63 - 1024, -(2.0**63)]),
+        ("f8", [2**70, 3], [2.0**70, 3.0]),
+        ("U2", ["ab", "c"], ["ab", "c"]),
+        ("f4", ["-inf", "1.5"], [-np.inf, 1.5]),  # an infinity spelled out is one
+        (
+            "M8[s]",
+            ["2020-01-01", "2020-01-01T00:00:01"],
+            [datetime(2020, 1, 1, 0, 0, s) for s in (0, 1)],
+        ),
+        ("bool", np.ma.masked_array([np.nan, 1.0], mask=[True, False]), [False, True]),
+        ("str", np.ma.masked_array(np.array([None, "b"], dtype=object), [1, 0]), ["0", "b"]),
+        (
+            "M8[ms]",
+            np.array(["2020-01-01T00:00:01"] * 2, dtype="M8[s]"),
+            [datetime(2020, 1, 1, 0, 0, 1)] * 2,
+        ),
     ],
 )
 def test_values_the_dtype_holds_are_written_exactly(
@@ -78,6 +131,32 @@ def test_values_the_dtype_holds_are_written_exactly(
     with ArrayWriter(array) as writer:
         writer.write(data, [range(0, len(expected))])
     assert array[: len(expected)].tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (["text", b"b"], r"value 'text' at position \(0,\) .* is str, not bytes; encode"),
+        ([b"a", None], r"value None at position \(1,\) .* mask a cell"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+def test_a_bytes_array_takes_bytes_at_the_write_not_a_flush_that_fails_forever(
+    data: Any, message: str
+) -> None:
+    """zarr refuses text in ``variable_length_bytes`` only when it encodes the chunk.
+
+    The writer used to take it: every flush then raised zarr's bare
+    ``TypeError: Expected bytes, got str`` and kept the unit, so no flush
+    could succeed until ``discard()`` dropped the good edits with it.
+    """
+    array = zarr.create_array({}, shape=(4,), chunks=(2,), dtype=VariableLengthBytes())
+    writer = ArrayWriter(array)
+    writer.write([b"c", b"d"], [range(2, 4)])
+    with pytest.raises(ValueError, match=message):
+        writer.write(data, [range(0, 2)])
+    assert writer.flush() == 1  # the good edits, unharmed
+    assert array[:].tolist() == [b"", b"", b"c", b"d"]
 
 
 @pytest.mark.parametrize(
@@ -284,3 +363,23 @@ def test_array_writes_a_folder_refuses_name_the_array_and_keep_what_they_can(
     with pytest.raises(PermissionError, match=r"promote of .*arr\.zarr.* refuses writes"):
         promote(array, 0)
     np.testing.assert_array_equal(zarr.open_array(folder / "arr.zarr", mode="r")[:], before)
+
+
+@pytest.mark.parametrize(
+    "action", [["info"], ["promote", "--dimension", "0"], ["resize", "--high=1"]]
+)
+def test_cli_names_an_array_document_zarr_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+) -> None:
+    """zarr's own refusal ("Expected an iterable of integers") named no array and no file."""
+    from cytearc_vfs.cli import main
+
+    array = zarr.create_array(str(tmp_path / "s.zarr"), name="x", shape=(4,), dtype="i4")
+    document = tmp_path / "s.zarr" / "x" / "zarr.json"
+    document.write_text(document.read_text().replace('"shape": [\n    4\n  ]', '"shape": [-3]'))
+    before = document.read_bytes()
+    assert main(["array", action[0], str(tmp_path / "s.zarr"), "x", *action[1:]]) == 3
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 's.zarr'} x: x/zarr.json is not a valid Zarr v3 array document" in err
+    assert "restore it from a copy" in err and "Traceback" not in err
+    assert document.read_bytes() == before and array.path == "x"

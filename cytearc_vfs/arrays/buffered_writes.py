@@ -26,7 +26,7 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.core.dtype import VariableLengthBytes
 
 from ..errors import IncompleteStoreError, warn_at_caller
 from ..format.store_io import get_json
@@ -34,8 +34,10 @@ from .documents import (
     MARKER_FIELD,
     RECOVER_REMEDY,
     array_location,
+    array_lock,
     describe,
     refuse_unfinished,
+    require_current,
     require_v3,
     require_writable,
     view_array,
@@ -44,7 +46,7 @@ from .documents import (
 from .journal import same_document
 from .selection import Region, Selection, region_of
 from .store_records import require_unfingerprinted
-from .value_casts import exact_values
+from .value_casts import exact_values, require_bytes
 
 __all__ = ["ArrayWriter"]
 
@@ -70,12 +72,14 @@ def _layout(document: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in document.items() if name != "attributes"}
 
 
-def _to_values(data: object, dtype: np.dtype[Any], fill: object, what: str) -> npt.NDArray[Any]:
-    """``data`` as ``dtype``, its masked cells set to the fill value (``False`` for booleans).
+def _to_values(data: object, array: zarr.Array[Any], what: str) -> npt.NDArray[Any]:
+    """``data`` as ``array``'s dtype, its masked cells set to the fill value (``False`` for booleans).
 
     A value the dtype cannot hold is refused, never wrapped or truncated
-    (:func:`exact_values`).
+    (:func:`exact_values`); so is a cell of a ``variable_length_bytes``
+    array that is not ``bytes`` (:func:`require_bytes`).
     """
+    dtype = array.dtype
     if np.ma.isMaskedArray(data):
         mask = np.ma.getmaskarray(data)
         given = np.ma.getdata(data)
@@ -83,9 +87,12 @@ def _to_values(data: object, dtype: np.dtype[Any], fill: object, what: str) -> n
         # anything, NaN among them, which an integer cast would refuse
         carried = np.where(mask, np.zeros((), dtype=given.dtype), given)
         values = exact_values(carried, dtype, what=what)
-        values[mask] = False if dtype == np.bool_ else fill
-        return values
-    return exact_values(data, dtype, what=what)
+        values[mask] = False if dtype == np.bool_ else array.fill_value
+    else:
+        values = exact_values(data, dtype, what=what)
+    if isinstance(getattr(array.metadata, "data_type", None), VariableLengthBytes):  # v3 only
+        require_bytes(values, what)
+    return values
 
 
 class ArrayWriter:
@@ -127,16 +134,9 @@ class ArrayWriter:
         self._store, self._path = store, path
         self._array = array
         self._metadata = array.metadata
-        self._document = self._stored()
+        # the pending units will be positions in this grid: it must be the stored one
+        self._document = require_current(array, store, path)
         require_unfingerprinted(store, path, self._document, "ArrayWriter")
-        stored = ArrayV3Metadata.from_dict(dict(self._document))
-        # attributes say nothing about where cells are: changing them is no reason to refuse
-        if stored.update_attributes({}) != array.metadata.update_attributes({}):
-            raise ValueError(
-                f"{describe(store, path)}: this array object's metadata is not the array's "
-                "zarr.json (another object or process resized or promoted it since this one "
-                "was opened); open the array again (zarr.open_array) and write through that"
-            )
         self._unit = tuple(array.shards or array.chunks)
         self._max = int(max_stale_bytes)
         self._stale: OrderedDict[tuple[int, ...], _Stale] = OrderedDict()
@@ -148,6 +148,7 @@ class ArrayWriter:
         self._pending = threading.Lock()
         self._flushing = threading.Lock()
         self._target = view_array(store, path, array.metadata.to_dict())
+        self._array_lock = array_lock(store, path)
 
     @property
     def stale_bytes(self) -> int:
@@ -215,7 +216,7 @@ class ArrayWriter:
         self._check_unchanged()
         array = self._array
         region = region_of(selection, array.shape)
-        values = _to_values(data, array.dtype, array.fill_value, describe(self._store, self._path))
+        values = _to_values(data, array, describe(self._store, self._path))
         given = values.shape
         while values.ndim > len(region.shape) and values.shape[0] == 1:
             values = values[0]  # as numpy assigns: leading length-1 axes drop
@@ -262,7 +263,7 @@ class ArrayWriter:
     def _bound(self) -> None:
         if self._bytes <= self._max:
             return
-        with self._flushing:
+        with self._flushing, self._array_lock:
             if self._over_bound() is None:
                 return  # another thread flushed meanwhile
             self._check_stored()
@@ -287,10 +288,12 @@ class ArrayWriter:
             if not pending:
                 self._check_unchanged()
                 return 0
-            self._check_stored()
-            kept = "the edits not written are kept: flush again once it can be written"
-            with writes_refused("flush", self._store, self._path, kept):
-                return sum(self._persist(coords) for coords in pending)
+            # from the check to the last unit: no resize, promote or other writer between
+            with self._array_lock:
+                self._check_stored()
+                kept = "the edits not written are kept: flush again once it can be written"
+                with writes_refused("flush", self._store, self._path, kept):
+                    return sum(self._persist(coords) for coords in pending)
 
     def _persist(self, coords: tuple[int, ...]) -> bool:
         """Write the unit at ``coords``, if still pending (the caller holds ``_flushing``).
@@ -332,7 +335,8 @@ class ArrayWriter:
         inside = tuple(slice(0, r.stop - r.start) for r in region)
         values, written = unit.values[inside], unit.written[inside]
         if not written.all():
-            # read-modify-write: the cells not written keep what is stored
+            # read-modify-write (the caller holds the array's lock): the cells
+            # not written keep what is stored
             stored = np.asarray(self._target[region])
             values = np.where(written, values, stored)
         self._target[region] = values

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,11 +53,13 @@ __all__ = [
     "STAGING_NAME",
     "ArrayDocument",
     "array_location",
+    "array_lock",
     "fill_cells",
     "marked",
     "read_document",
     "refresh",
     "refuse_unfinished",
+    "require_current",
     "require_v3",
     "require_writable",
     "writes_refused",
@@ -188,6 +191,21 @@ def array_location(array: zarr.Array[Any]) -> tuple[Store, str]:
     return store_path.store, store_path.path
 
 
+#: One lock per array location (:func:`describe`) in this process: a flush holds it
+#: from its check of ``zarr.json`` to its last unit, a resize or promote throughout.
+#: Unlocked, two writers each read a unit, laid their cells over it and wrote it
+#: whole (the last dropped the other's cells), and a resize could move the chunks
+#: between a flush's check and its writes (which then landed in the old grid).
+_ARRAY_LOCKS: dict[str, threading.Lock] = {}
+_ARRAY_LOCKS_GUARD = threading.Lock()
+
+
+def array_lock(store: Store, path: str) -> threading.Lock:
+    """The process-wide lock of the array at ``path`` in ``store`` (made on first use)."""
+    with _ARRAY_LOCKS_GUARD:
+        return _ARRAY_LOCKS.setdefault(describe(store, path), threading.Lock())
+
+
 def describe(store: Store, path: str) -> str:
     """``store`` and ``path`` for messages."""
     return f"array {path or '/'!r} in {store}"
@@ -270,6 +288,43 @@ def refuse_unfinished(store: Store, path: str) -> None:
             f"is present), so its chunks may be half-moved and nothing was read or written; "
             + RECOVER_REMEDY
         )
+
+
+def require_current(array: zarr.Array[Any], store: Store, path: str) -> dict[str, Any]:
+    """The array's stored ``zarr.json`` (one ``get``); refuses an ``array`` it no longer describes.
+
+    An array object keeps the metadata it was opened with. Once another object
+    or process resized or promoted the array, the chunks sit at positions of
+    another grid, and reading or writing through the old metadata gives
+    shifted values without an error. Attributes are not compared: they place
+    no cell.
+
+    Raises
+    ------
+    IncompleteStoreError
+        ``zarr.json`` carries the marker of an unfinished operation.
+    ValueError
+        ``zarr.json`` places cells otherwise than ``array``'s metadata.
+    """
+    where = describe(store, path)
+    key = f"{path}/zarr.json" if path else "zarr.json"
+    document = get_json(store, key, where=where)
+    if not isinstance(document, dict):
+        raise FileNotFoundError(f"{where}: no zarr.json at {key!r} (the array is gone)")
+    if MARKER_FIELD in document:
+        raise IncompleteStoreError(
+            f"{where}: a resize or promote is under way or was interrupted; nothing was "
+            "read or written; " + RECOVER_REMEDY
+        )
+    stored = ArrayV3Metadata.from_dict(dict(document))
+    if stored.update_attributes({}) != array.metadata.update_attributes({}):
+        raise ValueError(
+            f"{where}: this array object's metadata is not the array's zarr.json (another "
+            "object or process resized or promoted it since this one was opened, so its "
+            "chunks are not where this object would look); open the array again "
+            "(zarr.open_array) and use that"
+        )
+    return document
 
 
 def read_document(store: Store, path: str) -> ArrayDocument:

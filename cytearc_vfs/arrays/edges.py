@@ -22,10 +22,28 @@ from zarr.abc.store import Store
 
 from .documents import fill_cells, view_array
 
-__all__ = ["EdgeChunks", "Outcome"]
+__all__ = ["EdgeChunks", "Outcome", "holds_fill"]
 
 #: What clearing a chunk does: nothing (``clean``), a rewrite, or a delete.
 Outcome = Literal["clean", "clear", "empty"]
+
+
+def holds_fill(values: npt.NDArray[Any], fill: object) -> npt.NDArray[np.bool_]:
+    """Which cells of ``values`` hold exactly ``fill``'s bytes (numbers) or equal it (text).
+
+    Stricter than :func:`fill_cells`, which reads ``-0.0`` as a fill value of
+    ``0.0`` and any NaN as a NaN fill: a cell that merely compares equal is a
+    value, and clearing or deleting its chunk would change it.
+
+    >>> holds_fill(np.array([0.0, -0.0, 1.0]), np.float64(0.0)).tolist()
+    [True, False, False]
+    """
+    if values.dtype.kind not in "biufcmM":
+        return fill_cells(values, fill)
+    width = values.dtype.itemsize
+    cells = np.ascontiguousarray(values).view(np.uint8).reshape(*values.shape, width)
+    pattern = np.asarray(fill, dtype=values.dtype).reshape(1).view(np.uint8)
+    return np.asarray((cells == pattern).all(axis=-1), dtype=bool)
 
 
 class EdgeChunks:
@@ -74,7 +92,7 @@ class EdgeChunks:
         """The chunk's values with the outside filled; whether anything changed; whether empty."""
         values = np.asarray(self.view[self._region(coords)])
         fill = self.view.fill_value
-        is_fill = fill_cells(values, fill)
+        is_fill = holds_fill(values, fill)
         outside = self._outside(coords, values.shape)
         changed = bool((outside & ~is_fill).any())
         values[outside] = fill

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import zarr
+from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from .axis_insertion import insert_axis
@@ -33,6 +34,7 @@ from .documents import (
     STAGING_NAME,
     ArrayDocument,
     array_location,
+    array_lock,
     read_document,
     refresh,
     refuse_unfinished,
@@ -171,6 +173,13 @@ def describe_document(document: ArrayDocument) -> str:
 def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> PromoteChange:
     """:func:`promote`, reporting what it did."""
     store, path = array_location(array)
+    with array_lock(store, path):  # no flush of this array in this process meanwhile
+        return _promote_locked(array, store, path, dimension, length)
+
+
+def _promote_locked(
+    array: zarr.Array[Any], store: Store, path: str, dimension: int, length: int
+) -> PromoteChange:
     require_v3(array, "promote")
     require_writable(store, path, "promote")
     refuse_unfinished(store, path)

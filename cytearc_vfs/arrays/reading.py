@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from .documents import array_location, fill_cells, refuse_unfinished
+from .documents import array_location, fill_cells, refuse_unfinished, require_current
 from .selection import Selection, region_of
 
 __all__ = ["read"]
@@ -67,7 +67,10 @@ def read(
     """
     if missing not in ("mask", "nan"):
         raise ValueError(f"missing={missing!r}: give 'mask' or 'nan'")
-    refuse_unfinished(*array_location(array))
+    store, path = array_location(array)
+    refuse_unfinished(store, path)
+    if array.metadata.zarr_format == 3:
+        require_current(array, store, path)  # a stale object would read shifted values
     region = region_of(selection, array.shape)
     values = np.asarray(array[region.key()])
     if raw or values.dtype == np.bool_:

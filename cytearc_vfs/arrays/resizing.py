@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import zarr
+from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from .consolidated import ConsolidationReport, Reconsolidation, consolidated_groups, shown
@@ -41,6 +42,7 @@ from .documents import (
     STAGING_NAME,
     ArrayDocument,
     array_location,
+    array_lock,
     read_document,
     refresh,
     refuse_unfinished,
@@ -293,6 +295,13 @@ def relative_keys(store_keys: Iterable[str], prefix: str) -> list[str]:
 def resize_array(array: zarr.Array[Any], low: Changes = None, high: Changes = None) -> ResizeChange:
     """:func:`resize`, reporting what it did."""
     store, path = array_location(array)
+    with array_lock(store, path):  # no flush of this array in this process meanwhile
+        return _resize_locked(array, store, path, low, high)
+
+
+def _resize_locked(
+    array: zarr.Array[Any], store: Store, path: str, low: Changes, high: Changes
+) -> ResizeChange:
     require_v3(array, "resize")
     require_writable(store, path, "resize")
     refuse_unfinished(store, path)

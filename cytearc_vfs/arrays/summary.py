@@ -178,9 +178,7 @@ def info(array: zarr.Array[Any]) -> ArrayInfo:
         path=path,
         zarr_format=3,
         shape=tuple(array.shape),
-        dtype=document["data_type"]
-        if isinstance(document.get("data_type"), str)
-        else json.dumps(document.get("data_type")),
+        dtype=_dtype_name(document.get("data_type")),
         chunks=tuple(array.chunks),
         shards=None if array.shards is None else tuple(array.shards),
         chunk_key_encoding=str(encoding.get("name")),
@@ -192,6 +190,25 @@ def info(array: zarr.Array[Any]) -> ArrayInfo:
         dimension_names=None if names is None else tuple(names),
         codec_configurations=tuple(document.get("codecs", [])),
     )
+
+
+def _dtype_name(data_type: object) -> str:
+    """A Zarr v3 ``data_type`` in words: its name, and its configuration if it has one.
+
+    >>> _dtype_name("uint16")
+    'uint16'
+    >>> _dtype_name({"name": "fixed_length_utf32", "configuration": {"length_bytes": 20}})
+    'fixed_length_utf32 (length_bytes 20)'
+    """
+    if isinstance(data_type, str):
+        return data_type
+    if isinstance(data_type, dict) and isinstance(data_type.get("name"), str):
+        configuration = data_type.get("configuration")
+        if isinstance(configuration, dict) and configuration:
+            details = ", ".join(f"{key} {value}" for key, value in configuration.items())
+            return f"{data_type['name']} ({details})"
+        return str(data_type["name"])
+    return json.dumps(data_type)
 
 
 def _jsonable(value: object) -> object:
@@ -290,7 +307,7 @@ def _node(store: Store, path: str, name: str, depth: int) -> HierarchyNode | Non
             path,
             "unfinished array" if MARKER_FIELD in document else "array",
             tuple(document.get("shape", ())),
-            dtype if isinstance(dtype, str) else json.dumps(dtype),
+            _dtype_name(dtype),
             outer if inner is None else inner,
             None if inner is None else outer,
         )

@@ -93,6 +93,28 @@ def _not_stored(store: Store, path: str, location: str) -> str:
     )
 
 
+def array_interrupt_note(args: argparse.Namespace) -> str:
+    """What an interrupted ``array`` command leaves, with the command that finishes it.
+
+    >>> array_interrupt_note(argparse.Namespace(array_command="resize", location="a b.zarr",
+    ...                                         path="x"))
+    "a resize under way is journaled: if the array reports an unfinished operation, finish it with: cytearc-vfs array recover 'a b.zarr' x"
+    """
+    import shlex
+
+    action = getattr(args, "array_command", None)
+    if action not in ("resize", "promote", "recover"):
+        return "nothing was written"
+    path = (getattr(args, "path", "") or "").strip("/") or "/"
+    command = f"cytearc-vfs array recover {shlex.quote(args.location)} {shlex.quote(path)}"
+    if action == "recover":
+        return f"the recovery resumes where it stopped: run {command} again"
+    return (
+        f"a {action} under way is journaled: if the array reports an unfinished "
+        f"operation, finish it with: {command}"
+    )
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
     import shlex
@@ -104,7 +126,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..arrays.promotion import promote_array
     from ..arrays.resizing import resize_array
     from ..arrays.summary import unfinished_below
-    from ..errors import IncompleteStoreError
+    from ..errors import IncompleteStoreError, RecordShapeError
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
     from .inputs import json_option
@@ -175,12 +197,19 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             f"process is changing the array, finish it with: cytearc-vfs array recover "
             f"{args.location} {path or '/'}"
         )
+    try:
+        array = zarr.open_array(store, path=path, mode="r" if action == "info" else "r+")
+    except (ValueError, TypeError, KeyError) as exc:
+        # zarr's own words name neither the array nor the file
+        raise RecordShapeError(
+            f"{where}: {node} is not a valid Zarr v3 array document ({exc}); restore it "
+            "from a copy, or write the array again"
+        ) from exc
     if action == "info":
-        summary = info(zarr.open_array(store, path=path, mode="r"))
+        summary = info(array)
         return Outcome({"location": where, "array": summary.to_dict()}, str(summary))
     # resize_array and promote_array refuse a journal without a marker (an
     # operation that has just started) themselves
-    array = zarr.open_array(store, path=path, mode="r+")
     if action == "resize":
         resized = resize_array(array, _changes(args.low, "--low"), _changes(args.high, "--high"))
         payload = {

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .anndata_command import checked_anndata_input, cmd_anndata
-from .array_command import cmd_array
+from .array_command import array_interrupt_note, cmd_array
 from .failures import ExitCode, InputRefusedError
 from .inputs import (
     json_option,
@@ -565,12 +565,12 @@ def cmd_demo(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     return Outcome(payload, "")
 
 
-#: What an interrupt leaves behind, for commands that create no destination.
-INTERRUPT_NOTES = {
+#: What an interrupt leaves behind, for commands that create no destination (in
+#: words, or from the command's arguments).
+INTERRUPT_NOTES: dict[str, str | Callable[[argparse.Namespace], str]] = {
     "export": "nothing was written: an export is written under a temporary name beside OUT "
     "(removed now) and renamed into place only when complete",
-    "array": "a resize or promote under way is journaled: cytearc-vfs array recover "
-    "LOCATION PATH finishes it",
+    "array": array_interrupt_note,
 }
 
 #: Command -> the flag holding the backend options of the destination it creates

@@ -10,6 +10,7 @@ created, and exits 130 or 143.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -104,6 +105,8 @@ class _RunState:
     guard: Any = None
     cleanup: str = ""
     """What a failed command did with the destination it created, for its error line."""
+    args: argparse.Namespace | None = None
+    """The parsed command line, once parsed (an interrupt's note may name its operands)."""
 
 
 def _run(arguments: list[str], state: _RunState) -> int:
@@ -115,6 +118,7 @@ def _run(arguments: list[str], state: _RunState) -> int:
         # command's is, so main([...]) called in a process returns it too
         return exited.code if isinstance(exited.code, int) else int(exited.code is not None)
     state.command = args.command
+    state.args = args
     debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
     from ..format.option_names import command_line_names
 
@@ -197,7 +201,10 @@ def _discarded(guard: Any) -> str:
 def _untouched(state: _RunState) -> str:
     from .commands import INTERRUPT_NOTES
 
-    return INTERRUPT_NOTES.get(state.command, "nothing was written")
+    note = INTERRUPT_NOTES.get(state.command, "nothing was written")
+    if callable(note):
+        return note(state.args) if state.args is not None else "nothing was written"
+    return note
 
 
 def main(argv: Sequence[str] | None = None) -> int:
