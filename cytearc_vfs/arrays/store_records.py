@@ -25,6 +25,14 @@ __all__ = ["require_unfingerprinted", "require_unrecorded"]
 
 #: Attributes that make a group, or an array, part of a CyteArc store's records.
 _RECORD_NAMES = ("assayTypes", "is_assay")
+#: Records of a store's or workspace's root group: they declare the store (its assays,
+#: its source), not the arrays a user keeps beside its layout.
+_ROOT_RECORDS = frozenset({"assayTypes"})
+#: Groups of a CyteArc store's layout, recorded or not (``cellData`` carries no
+#: attribute): a table's columns share its length, an artifact is immutable.
+_LAYOUT_GROUPS = frozenset(
+    {"cellData", "featureData", "matrices", "artifacts", "pipeline", "agent_results"}
+)
 _RECORD_PREFIX = "cytearc:"
 #: Attributes holding a fingerprint of an array's values: on the array
 #: (counts, countsT, the id columns) or on its group (the count summaries).
@@ -104,19 +112,42 @@ def require_unfingerprinted(
     )
 
 
+def _layout_group(path: str, ancestors: Mapping[str, object]) -> str | None:
+    """The group of a CyteArc store's layout that ``path`` lies in, when a group above it
+    records the store (``ancestors``: their documents), else ``None``.
+
+    >>> _layout_group("cellData/x", {"cellData": {}, "": {"attributes": {"assayTypes": {}}}})
+    'cellData'
+    >>> _layout_group("mine/x", {"mine": {}, "": {"attributes": {"assayTypes": {}}}}) is None
+    True
+    """
+    if not any(_recorded(document) for document in ancestors.values()):
+        return None
+    parts = path.split("/")[:-1]
+    for depth, part in enumerate(parts):
+        if part in _LAYOUT_GROUPS:
+            return "/".join(parts[: depth + 1])
+    return None
+
+
 def require_unrecorded(
     store: Store, path: str, document: Mapping[str, Any], what: str
 ) -> dict[str, object]:
     """Refuse an array that a CyteArc store's records describe.
 
-    ``document`` is the array's own ``zarr.json``; each group above it is
-    read (one ``get`` per level, the root included). Returns those groups'
-    documents by path (``""`` for the root), for the caller's further use.
+    Those are the arrays that carry a record themselves, lie below a group
+    that carries one (an assay group's ``is_assay``, a ``cytearc:`` record;
+    a root's ``assayTypes`` declares the store, so a user's own array beside
+    its layout may change), or lie in a group of the store's layout
+    (``cellData``, ``featureData``, ``artifacts``...). ``document`` is the
+    array's own ``zarr.json``; each group above it is read (one ``get`` per
+    level, the root included). Returns those groups' documents by path
+    (``""`` for the root), for the caller's further use.
 
     Raises
     ------
     ValueError
-        The array, or a group above it, carries a CyteArc record attribute.
+        The array is described by a CyteArc store's records.
     """
     found = _recorded(document)
     holder = path
@@ -124,16 +155,25 @@ def require_unrecorded(
     if found is None:
         ancestors = _ancestors(store, path)
         holder, found = next(
-            ((group, name) for group, doc in ancestors.items() if (name := _recorded(doc))),
+            (
+                (group, name)
+                for group, doc in ancestors.items()
+                if (name := _recorded(doc)) and name not in _ROOT_RECORDS
+            ),
             (path, None),
         )
-    if found is not None:
-        raise ValueError(
-            f"{what} of {describe(store, path)} refused: it belongs to a CyteArc store "
-            f"(attribute {found!r} of {holder or '/'!r}), whose records and checks describe "
-            "the shapes and chunks of the arrays in it; changing the array alone could break "
-            "the store (verify and open would refuse it). Change it by writing the store "
-            "again from changed counts (cv.write_counts, or cytearc-vfs write), or copy the "
-            "array out of the store first"
-        )
-    return ancestors
+    detail = f"attribute {found!r} of {holder or '/'!r}"
+    if found is None:
+        layout = _layout_group(path, ancestors)
+        if layout is None:
+            return ancestors
+        detail = f"the layout group {layout!r}"
+    raise ValueError(
+        f"{what} of {describe(store, path)} refused: it belongs to a CyteArc store "
+        f"({detail}), whose records and checks describe the shapes and chunks of the arrays "
+        "in it; changing the array alone could break the store (verify and open would refuse "
+        "it). Change it with the store's writers (counts and tables: cv.write_counts, or "
+        "cytearc-vfs write; an artifact's arrays: publish a new artifact), or copy the array "
+        "out of the store first. Arrays of your own beside the layout (outside its groups) "
+        "may be resized and promoted"
+    )
