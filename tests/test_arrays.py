@@ -448,6 +448,16 @@ def test_grow_a_promoted_dimension() -> None:
 # ------------------------------------------------------------------ ArrayWriter
 
 
+def test_writer_ignores_the_selection_of_a_scalar() -> None:
+    """The seed: the selection is ignored when the array is scalar (it raised IndexError)."""
+    scalar = zarr.create_array(MemoryStore(), name="s", shape=(), dtype="i4", fill_value=0)
+    writer = ArrayWriter(scalar)
+    writer.write(5, [range(0, 1)], flush=True)
+    assert scalar[()] == 5
+    writer.write(7, [range(3, 9)], flush=True)
+    assert scalar[()] == 7
+
+
 def test_writer_keeps_chunks_stale_until_flushed() -> None:
     store = CountingStore(MemoryStore())
     array = zarr.create_array(

@@ -209,13 +209,14 @@ class ArrayWriter:
             masked cells are written as the fill value.
         selection
             ``None`` (the whole array), a list of per-dimension ranges, or numpy
-            basic indexing.
+            basic indexing. Ignored when the array is scalar (0-d), as the
+            spec says: a scalar has one cell to write.
         flush
             Persist every pending unit afterwards (as :meth:`flush`).
         """
         self._check_unchanged()
         array = self._array
-        region = region_of(selection, array.shape)
+        region = region_of(None if array.ndim == 0 else selection, array.shape)
         values = _to_values(data, array, describe(self._store, self._path))
         given = values.shape
         while values.ndim > len(region.shape) and values.shape[0] == 1:
