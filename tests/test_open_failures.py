@@ -125,3 +125,30 @@ def test_an_unreachable_source_is_named_once(tmp_path: Path) -> None:
     assert message.count("source 'a'") == 1
     assert "nothing answered at that address" in message
     assert not (tmp_path / "c.zarr").exists()
+
+
+@pytest.mark.parametrize("kind", ["ordinary", "mount"])
+@pytest.mark.parametrize("document", ["zarr.json", "RNA/zarr.json"])
+def test_a_damaged_metadata_document_is_named_with_its_store(
+    tmp_path: Path, kind: str, document: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A root zarr.json that is not JSON was named without its store ("'zarr.json' is not
+    valid JSON"), with a remedy (repack --data-only) that cannot read it either;
+    `info` called it a directory without Zarr metadata."""
+    import numpy as np
+
+    cv.write_counts(tmp_path / "s.zarr", np.ones((5, 3), dtype=np.uint8))
+    where = tmp_path / "s.zarr"
+    if kind == "mount":
+        cv.mount_datastore(where, tmp_path / "m.zarr")
+        where = tmp_path / "m.zarr"
+    (where / document).write_text("{not json")
+    with pytest.raises(cv.RecordShapeError) as caught:
+        cv.open_store(where)
+    message = str(caught.value)
+    assert str(where) in message and repr(document) in message
+    assert "restore it from a copy of the store, or re-import the dataset" in message
+    assert "repack" not in message
+    assert main(["info", str(where)]) == 3
+    said = capsys.readouterr().err
+    assert "not valid JSON" in said and "without Zarr metadata" not in said

@@ -17,11 +17,11 @@ from ..errors import IncompleteStoreError, RecordShapeError
 from .option_names import switched_on
 from .paths import AssayPaths, join
 from .records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
-from .shard_tables import REWRITE_REMEDY
 from .store_io import get_json, list_dir, missing_bucket
 from .store_keys import METADATA_DOCUMENTS
 
 __all__ = [
+    "DAMAGED_DOCUMENT_REMEDY",
     "StoreContents",
     "contents_documents",
     "json_object",
@@ -55,11 +55,20 @@ class StoreContents:
     """2 or 3."""
 
 
-def json_object(store: Store, key: str) -> dict[str, Any] | None:
-    """The JSON object stored at ``key``, ``None`` when absent; anything else is a record error."""
-    value = get_json(store, key, remedy=REWRITE_REMEDY)
+#: What to do about a metadata document that is not a JSON object: no writer reads
+#: past it (a repack reads it too), so it comes back from a copy or a new import.
+DAMAGED_DOCUMENT_REMEDY = (
+    "the document is damaged: restore it from a copy of the store, or re-import the dataset"
+)
+
+
+def json_object(store: Store, key: str, *, where: str | None = None) -> dict[str, Any] | None:
+    """The JSON object stored at ``key``, ``None`` when absent; anything else is a record error
+    naming the store (``where``, else the store's own description) and the remedy."""
+    place = str(store) if where is None else where
+    value = get_json(store, key, where=place, remedy=DAMAGED_DOCUMENT_REMEDY)
     if value is not None and not isinstance(value, dict):
-        raise RecordShapeError(f"{key!r} is not a JSON object; {REWRITE_REMEDY}")
+        raise RecordShapeError(f"{place}: {key!r} is not a JSON object; {DAMAGED_DOCUMENT_REMEDY}")
     return value
 
 
@@ -141,10 +150,10 @@ def list_root_once(store: Store) -> None:
 
 def read_contents(store: Store, *, where: str) -> StoreContents:
     """List the assays a store declares (root layout and workspaces)."""
-    root = json_object(store, "zarr.json")
+    root = json_object(store, "zarr.json", where=where)
     if root is None:
-        if json_object(store, ".zgroup") is not None:
-            return StoreContents(json_object(store, ".zattrs") or {}, (), (), 2)
+        if json_object(store, ".zgroup", where=where) is not None:
+            return StoreContents(json_object(store, ".zattrs", where=where) or {}, (), (), 2)
         list_root_once(store)  # a missing bucket is said so, not "no zarr.json"
         remedy = (
             # an AnnData file: say what it is and how to use it (not "write a store there")

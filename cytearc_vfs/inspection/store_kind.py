@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..errors import RecordShapeError
 from ..format.records import PENDING_STORE_ATTR
 from ..remote.locations import Location, describe_location, local_path, open_location
 
@@ -129,6 +130,7 @@ def classify_location(
     from zarr.core.sync import sync
 
     from ..format.source_store import list_root_once, read_contents
+    from ..format.store_contents import DAMAGED_DOCUMENT_REMEDY, json_object
 
     where = describe_location(location)
     store = open_location(location, read_only=True, storage_options=storage_options)
@@ -137,7 +139,14 @@ def classify_location(
         buffer = sync(store.get(key, prototype=default_buffer_prototype()))
         return None if buffer is None else buffer.to_bytes()
 
-    root = _document(raw("zarr.json"))
+    held = raw("zarr.json")
+    root = _document(held)
+    if held is not None and root is None:
+        # there, but not a JSON object: damaged, not "a directory without Zarr metadata"
+        json_object(store, "zarr.json", where=where)
+        raise RecordShapeError(
+            f"{where}: 'zarr.json' is not a JSON object; {DAMAGED_DOCUMENT_REMEDY}"
+        )
     if root is None:
         v2_group = _document(raw(".zgroup"))
         if v2_group is None:
