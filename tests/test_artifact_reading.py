@@ -232,15 +232,26 @@ def test_absent_chunks_of_a_present_artifact_read_as_the_fill_value(
     observed: ObservedStore,
 ) -> None:
     """All-zero chunks are not stored: while the artifact is there they read as zeros,
-    at one existence check of its group each, and a stored chunk costs none."""
+    at one existence check of its group for the read (a group found is trusted for a
+    second), and a stored chunk costs none."""
+
+    class CountedExists(WrapperStore[Any]):
+        checks = 0
+
+        async def exists(self, key: str) -> bool:
+            type(self).checks += 1
+            return bool(await self._store.exists(key))
+
     values = np.zeros((20, 2))
     values[:5] = 1.0
     with publish_artifact(observed, ROOT, "mask", provenance=PROVENANCE) as writer:
         writer.write_array("data", values, chunks=(5, 2))
-    art = read_artifact(observed, writer.path)
+    counted = CountedExists(observed)
+    art = read_artifact(counted, writer.path)
     observed.reads.clear()
     np.testing.assert_array_equal(art.load("data"), values)
     assert len(chunk_reads(observed.reads)) == 4  # one stored, three absent
+    assert CountedExists.checks == 1
 
 
 def test_a_mount_source_artifact_removed_while_open_fails(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ zarr reads a chunk that a store does not hold as the array's fill value:
 that is how an all-zero chunk is stored (``write_empty_chunks=False``). An
 artifact found, then removed (by an outside edit, or from a mount's source)
 before its arrays are read, would so read as zeros, with its record still
-in hand. Every chunk read that finds nothing therefore asks whether the
+in hand. A chunk read that finds nothing therefore asks whether the
 artifact's group document is still there (one ``exists``, only on a miss:
-a present chunk costs nothing), and a group that is gone raises
+a present chunk costs nothing; a group found there is trusted for
+:data:`RECHECK_SECONDS`, so the absent chunks of a mostly-zero array cost
+one check a second, not one each), and a group that is gone raises
 :class:`~cytearc_vfs.errors.MissingChunkError` naming the artifact and the
 remedy. A backend's own failure of any read is a
 :class:`~cytearc_vfs.errors.StoreAccessError` naming the store, also when
@@ -15,7 +17,10 @@ zarr reads (a slice of ``art[name]``).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncGenerator, Iterable
+from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
@@ -27,7 +32,10 @@ from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import join
 from ..remote.failures import named_backend_failures
 
-__all__ = ["ArtifactReads"]
+__all__ = ["RECHECK_SECONDS", "ArtifactReads"]
+
+#: How long a group found present is trusted by the next misses.
+RECHECK_SECONDS = 1.0
 
 
 class ArtifactReads(KeyCheckedWrapperStore):
@@ -39,6 +47,13 @@ class ArtifactReads(KeyCheckedWrapperStore):
         self._group_key = group_key
         self._path = path
         self._where = where
+        self._present_until = 0.0  # time.monotonic() before which the group was found
+        # the check the misses of one read share (they come all at once)
+        self._checking: asyncio.Task[bool] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a check in flight is this process's: a copy starts without one
+        return (type(self), (self._store, self._group_key, self._path, self._where))
 
     def _with_store(self, store: Store) -> ArtifactReads:
         return type(self)(store, self._group_key, self._path, self._where)
@@ -53,8 +68,8 @@ class ArtifactReads(KeyCheckedWrapperStore):
             # a slice of art[name] is zarr's read: a backend's own failure (obstore's
             # 403 dump) is named here, as Artifact.load names it
             found = await super().get(key, prototype, byte_range)
-        if found is None and is_chunk_key(key):
-            await self._check_present(key)
+            if found is None and is_chunk_key(key):
+                await self._check_present(key)
         return found
 
     def get_sync(
@@ -66,8 +81,8 @@ class ArtifactReads(KeyCheckedWrapperStore):
     ) -> Buffer | None:
         with named_backend_failures(self._where, options="storage_options"):
             found = super().get_sync(key, prototype=prototype, byte_range=byte_range)
-        if found is None and is_chunk_key(key):
-            sync(self._check_present(key))
+            if found is None and is_chunk_key(key):
+                sync(self._check_present(key))
         return found
 
     async def _get_many(
@@ -77,7 +92,18 @@ class ArtifactReads(KeyCheckedWrapperStore):
             yield key, await self.get(key, prototype, byte_range)
 
     async def _check_present(self, key: str) -> None:
-        if await self._store.exists(join(self._group_key, "zarr.json")):
+        if time.monotonic() < self._present_until:
+            return
+        checking = self._checking
+        if (
+            checking is None
+            or checking.done()
+            or checking.get_loop() is not asyncio.get_running_loop()
+        ):
+            checking = asyncio.ensure_future(self._store.exists(join(self._group_key, "zarr.json")))
+            self._checking = checking
+        if await asyncio.shield(checking):
+            self._present_until = time.monotonic() + RECHECK_SECONDS
             return
         raise MissingChunkError(
             f"artifact {self._path!r} in {self._where} was removed after it was found: "
