@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
+from zarr.core.sync import sync
 
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
 from cytearc_vfs.remote.locations import open_location
+from cytearc_vfs.write.claims import CHECK_INTERVAL, STALE_AFTER
 from cytearc_vfs.write.destinations import (
     create_destination,
     finish_destination,
@@ -145,16 +147,48 @@ def test_the_check_behind_the_writes_stops_the_next_write(s3_server: S3Server) -
     assert isinstance(first.store, WriteBehindStore) and first.store.claim is not None
     claim = first.store.claim
     cv.write_counts(location, _counts(2), overwrite=True, storage_options=options)
-    claim.checked_at -= 10  # as if CHECK_INTERVAL had passed: the next write reads the root
+    # as if CHECK_INTERVAL had passed while writing: the next write starts a read of
+    # the root and goes out without waiting for it
+    claim.checked_at -= CHECK_INTERVAL + 0.1
     first.create_array("a", shape=(4,), dtype="u1")
-    assert claim.reading is not None
-    from zarr.core.sync import sync
-
+    assert claim.reading is not None and not claim.waited
     sync(claim.reading)  # the read behind the writes answered
     with pytest.raises(cv.DestinationBusyError, match="replaced by another writer"):
         first.create_array("b", shape=(4,), dtype="u1")
     settle_destination(first)
     np.testing.assert_array_equal(_verified(location, options), _counts(2))
+
+
+def _write_an_array(root: Any) -> None:
+    array = root.create_array("a", shape=(4,), dtype="u1", chunks=(2,))
+    array[:] = np.arange(4, dtype="u1")
+
+
+def test_a_write_after_a_pause_waits_for_the_check(s3_server: S3Server) -> None:
+    """A writer that computed for a while sends nothing into a destination replaced
+    meanwhile: its first write after the pause waits for the root's read (slowed at a
+    proxy, so that a chunk sent without waiting would land before the answer)."""
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        options = {**s3_server.storage_options(), "endpoint": proxy.endpoint}
+        location = f"s3://{s3_server.new_bucket()}/d.zarr"
+        cv.write_counts(location, _counts(0), storage_options=options)
+        first = create_destination(
+            location, overwrite=True, writer="write_counts", storage_options=options
+        )
+        assert isinstance(first.store, WriteBehindStore) and first.store.claim is not None
+        cv.write_counts(location, _counts(2), overwrite=True, storage_options=options)
+        proxy.delay = 0.3
+        first.store.claim.checked_at -= STALE_AFTER
+        with pytest.raises(cv.DestinationBusyError, match="replaced by another writer"):
+            _write_an_array(first)
+        settle_destination(first)
+        proxy.delay = 0.0
+        store = open_location(location, read_only=True, storage_options=options)
+        assert not sync(store.exists("a/c/0"))  # nothing of the first writer landed
+        np.testing.assert_array_equal(_verified(location, options), _counts(2))
+    finally:
+        proxy.close()
 
 
 @pytest.mark.remote

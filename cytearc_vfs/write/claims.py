@@ -46,6 +46,7 @@ from .stopping import finish_sent
 
 __all__ = [
     "CHECK_INTERVAL",
+    "STALE_AFTER",
     "Claim",
     "LocalLock",
     "create_root",
@@ -58,6 +59,9 @@ __all__ = [
 #: Seconds between two checks of the root while a writer writes (and one more
 #: before its commit): nothing locally, about two GETs a second to an object store.
 CHECK_INTERVAL = 0.5
+#: Seconds without a check after which the next write waits for one: a writer
+#: that was busy reading or computing sends nothing before it knows the root.
+STALE_AFTER = 4 * CHECK_INTERVAL
 ROOT_DOCUMENT = "zarr.json"
 
 
@@ -86,6 +90,8 @@ class Claim:
     """Reads of the root made (counted by tests)."""
     reading: asyncio.Task[None] | None = None
     """The read of the root going on behind the writes, if any."""
+    waited: bool = False
+    """Whether the writes wait for :attr:`reading` (it started after a long pause)."""
 
     def stamp(self, document: bytes) -> bytes:
         """``document`` ending with this writer's mark, remembered as this writer's."""
@@ -104,13 +110,19 @@ class Claim:
         Otherwise a read starts behind the writes when :data:`CHECK_INTERVAL`
         seconds passed since the last, and its answer stops the next write:
         the writer waits for no round trip of its own (a check in line would
-        add one to the writes' rounds each interval).
+        add one to the writes' rounds each interval). After a pause of
+        :data:`STALE_AFTER` seconds without a check, though, the writes wait
+        for the read: a burst after a long computation would otherwise go out
+        whole into a destination replaced during it.
         """
         if not self.lost and now:
             await self._read(raising=True)
         elif not self.lost and self._due():
+            self.waited = time.monotonic() - self.checked_at >= STALE_AFTER
             self.checked_at = time.monotonic()
             self.reading = asyncio.ensure_future(self._read(raising=False))
+        if self.waited and self.reading is not None and not self.reading.done():
+            await asyncio.wait([self.reading])  # a waiter cancelled leaves the read alone
         if self.lost:
             raise self.error()
 
