@@ -31,6 +31,7 @@ from cytearc_vfs.write.claims import CHECK_INTERVAL, STALE_AFTER
 from cytearc_vfs.write.destinations import (
     create_destination,
     finish_destination,
+    flush_destination,
     settle_destination,
 )
 from cytearc_vfs.write.write_behind import WriteBehindStore
@@ -224,3 +225,39 @@ def test_the_command_line_leaves_another_writers_destination(
         assert destination.is_dir()  # not removed under the other writer
     finally:
         lock.release()
+
+
+def test_a_replacement_between_the_check_and_the_commit_is_caught(
+    s3_server: S3Server,
+) -> None:
+    """On S3 the commit is compared and swapped (``If-Match`` the root read just
+    before): another writer that replaces the destination after that read, while
+    the commit is on its way, is not overwritten by it."""
+    proxy = LoopbackProxy(s3_server.endpoint)
+    try:
+        direct = s3_server.storage_options()
+        location = f"s3://{s3_server.new_bucket()}/d.zarr"
+        cv.write_counts(location, _counts(0), storage_options=direct)
+        first = create_destination(
+            location,
+            overwrite=True,
+            writer="write_counts",
+            storage_options={**direct, "endpoint": proxy.endpoint},
+        )
+        first.create_group("cellData")
+        flush_destination(first)
+        proxy.take()
+        # when the commit arrives at the proxy (its check has read the root), another
+        # writer replaces the destination, before the commit is forwarded
+        proxy.on(
+            1,
+            lambda: cv.write_counts(location, _counts(2), overwrite=True, storage_options=direct),
+            methods="PUT",
+        )
+        with pytest.raises(cv.DestinationBusyError, match="replaced by another writer"):
+            finish_destination(first)
+        assert [s.if_match is not None for s in proxy.take() if s.method == "PUT"] == [True]
+        settle_destination(first)
+        np.testing.assert_array_equal(_verified(location, direct), _counts(2))
+    finally:
+        proxy.close()

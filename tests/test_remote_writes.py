@@ -123,6 +123,8 @@ def assert_claim_reads(requests: list[Request]) -> None:
     assert before.seen.started >= max(r.seen.ended for r in others)
     span = commit.seen.started - min(r.seen.started for r in requests)
     assert 2 <= len(gets) <= 2 + span / CHECK_INTERVAL + 1
+    # and the commit is written only over the root read (compare and swap)
+    assert commit.seen.if_match is not None
 
 
 def write_rounds(requests: list[Request]) -> int:

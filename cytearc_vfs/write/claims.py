@@ -20,8 +20,9 @@ one per kind of destination (docs/writing.md, "One writer per destination"):
   the writer stops with :class:`~cytearc_vfs.errors.DestinationBusyError`,
   sending nothing more and cleaning nothing up (the destination is the
   other writer's now). Object stores cannot be locked, so this check is all
-  they get: writes this writer had sent before it noticed still land, and
-  the commit may follow its check by a round trip.
+  they get: writes this writer had sent before it noticed still land. The
+  commit of an obstore destination is compared and swapped
+  (:meth:`Claim.commit`); elsewhere it follows its check by a round trip.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from typing import Any
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import ObjectStore
 
 from ..errors import DestinationBusyError
+from ..format.object_keys import object_key
 from .stopping import finish_sent
 
 __all__ = [
@@ -99,10 +102,6 @@ class Claim:
         self.owned.add(stamped)
         return stamped
 
-    def own(self, document: bytes) -> None:
-        """Remember ``document`` (the commit) as written by this writer."""
-        self.owned.add(document)
-
     async def check(self, *, now: bool = False) -> None:
         """Raise :class:`DestinationBusyError` if the root is known not to be this writer's.
 
@@ -125,6 +124,51 @@ class Claim:
             await asyncio.wait([self.reading])  # a waiter cancelled leaves the read alone
         if self.lost:
             raise self.error()
+
+    async def commit(self, key: str, document: bytes) -> None:
+        """Store the commit ``document`` at ``key`` if the root is still this writer's.
+
+        An obstore destination (S3, GCS, Azure) compares and swaps: the root
+        read before is written over only while its ETag is unchanged
+        (``If-Match``), so no other writer's replacement can come between the
+        check and the commit. Other stores check, then write (one round trip
+        between them).
+        Another writer's commit may be this one byte for byte (it carries no
+        mark): it counts as this writer's only once checked and sent.
+        """
+        client = self.store.store if isinstance(self.store, ObjectStore) else None
+        if client is not None and not self.lost:
+            import obstore
+            from obstore.exceptions import BaseError, PreconditionError
+
+            self.checks += 1
+            where = object_key(self.store, key)  # a client shared by a bucket's stores
+            try:
+                found = await obstore.get_async(client, where)
+                data, tag = bytes(await found.bytes_async()), found.meta.get("e_tag")
+            except FileNotFoundError:  # obstore's NotFoundError is one
+                data, tag = None, None
+            if data is None or data not in self.owned:
+                self.lost = True
+                raise self.error()
+            if tag is not None:
+                self.owned.add(document)
+                try:
+                    swap = obstore.put_async(client, where, document, mode={"e_tag": tag})
+                    await finish_sent(swap)
+                    return
+                except PreconditionError:
+                    self.lost = True
+                    raise self.error() from None
+                except (BaseError, OSError):
+                    # a backend or server without conditional writes (or a failure of
+                    # this one write): checked again and written as elsewhere
+                    await self.check(now=True)
+        else:
+            await self.check(now=True)
+        self.owned.add(document)
+        buffer = default_buffer_prototype().buffer.from_bytes(document)
+        await finish_sent(self.store.set(key, buffer))
 
     def _due(self) -> bool:
         idle = self.reading is None or self.reading.done()

@@ -324,12 +324,12 @@ class WriteBehindStore(KeyCheckedStore):
                 self._writes.deferred.pop(key, None)  # superseded by the commit
                 await self.flush()  # everything before the commit is stored
                 await self._wait_for(key)
-                await self._check_claim(key, now=True)
-                if claim is not None:
-                    claim.own(value.to_bytes())
                 # sent: it may land even if this task is cancelled while it is in flight
                 self._writes.committed = key
-                await self._store_now(key, value)
+                if claim is None:
+                    await self._store_now(key, value)
+                else:  # only over this writer's own root (compared and swapped where it can)
+                    await self._claimed_commit(claim, key, value)
             return
         if commit.locked():
             async with commit:  # a write issued while a commit goes out follows it
@@ -360,6 +360,14 @@ class WriteBehindStore(KeyCheckedStore):
             except Exception as exc:  # taken by another writer, or the root's read failed
                 self._failed(key, exc)
                 self._raise_failure()
+
+    async def _claimed_commit(self, claim: Claim, key: str, value: Buffer) -> None:
+        try:
+            await claim.commit(key, value.to_bytes())
+        except Exception as exc:  # named like a write's failure; a lost claim as itself
+            self._failed(key, exc)
+            self._raise_failure()
+        self._stored(key, value)
 
     async def _store_now(self, key: str, value: Buffer) -> None:
         """Store ``value`` before returning; a failure is kept as one behind is."""
