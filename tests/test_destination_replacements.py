@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +43,30 @@ def _counts(value: int, rows: int = 300) -> np.ndarray:
     return np.full((rows + value, 50), value, dtype=np.uint8)
 
 
-def _replace(args: tuple[str, int, dict[str, Any] | None, Any]) -> str:
+#: Rows of the racing writes: long enough (~0.1 s locally) that two writers released
+#: together overlap, whatever the skew of their release.
+RACE_ROWS = 20_000
+
+
+def _replace(args: tuple[str, int, dict[str, Any] | None, Any]) -> tuple[str, float, float]:
+    """One racing writer: its outcome and when (``time.time()``) it began and ended."""
     location, value, options, barrier = args
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"warm-{os.getpid()}.zarr"
+    cv.write_counts(scratch, _counts(value), overwrite=True)  # imports done before the race
+    shutil.rmtree(scratch)
     barrier.wait()
+    began = time.time()
     try:
-        cv.write_counts(location, _counts(value), overwrite=True, storage_options=options)
+        counts = _counts(value, RACE_ROWS)
+        cv.write_counts(location, counts, overwrite=True, storage_options=options)
     except cv.DestinationBusyError as exc:
         said = str(exc)
         named = "another" in said and location.rsplit("/", 1)[-1] in said
-        return "busy" if named else f"unclear: {said}"
-    return "written"
+        return ("busy" if named else f"unclear: {said}", began, time.time())
+    return ("written", began, time.time())
 
 
-def _race(location: str, options: dict[str, Any] | None) -> list[str]:
+def _race(location: str, options: dict[str, Any] | None) -> list[tuple[str, float, float]]:
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         barrier = manager.Barrier(2)
@@ -61,17 +74,29 @@ def _race(location: str, options: dict[str, Any] | None) -> list[str]:
             return pool.map(_replace, [(location, v, options, barrier) for v in (1, 2)])
 
 
+def _winner(
+    runs: list[tuple[str, float, float]], location: str, options: dict[str, Any] | None = None
+) -> None:
+    """Of two writers that overlapped, exactly one wrote; the store is its, whole.
+
+    Released together, they overlap unless the machine held one back for a whole
+    write: then both write, one after the other, and the store is the later's."""
+    outcomes = [outcome for outcome, _, _ in runs]
+    if outcomes == ["written", "written"]:
+        (_, began_1, ended_1), (_, began_2, ended_2) = runs
+        assert ended_1 < began_2 or ended_2 < began_1, runs  # never both, overlapping
+        winner = 1 if began_1 > began_2 else 2
+    else:
+        assert sorted(outcomes) == ["busy", "written"], runs
+        winner = 1 + outcomes.index("written")
+    np.testing.assert_array_equal(_verified(location, options), _counts(winner, RACE_ROWS))
+
+
 def _verified(location: str, options: dict[str, Any] | None = None) -> np.ndarray:
     store = open_location(location, read_only=True, storage_options=options)
     reports = deep_verify(store, where=location)
     assert reports and all(report.ok for report in reports), [r.problems for r in reports]
     return np.asarray(cv.VirtualArrayReader(location, storage_options=options).read())
-
-
-def _winner(outcomes: list[str], location: str, options: dict[str, Any] | None = None) -> None:
-    assert sorted(outcomes) == ["busy", "written"], outcomes
-    winner = 1 + outcomes.index("written")
-    np.testing.assert_array_equal(_verified(location, options), _counts(winner))
 
 
 def test_two_processes_replacing_one_local_destination(tmp_path: Path) -> None:
