@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    DestinationBusyError,
     IdentityMismatchError,
     IncompleteStoreError,
     MissingChunkError,
@@ -79,6 +80,7 @@ __all__ = [
     "ArtifactRecord",
     "ColumnMoments",
     "CompositeStore",
+    "DestinationBusyError",
     "IdentityMismatchError",
     "IncompleteStoreError",
     "LayoutPolicy",

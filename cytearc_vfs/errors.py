@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "REFUSED_WRITE_ERRNOS",
+    "DestinationBusyError",
     "IdentityMismatchError",
     "IncompleteStoreError",
     "MissingChunkError",
@@ -78,6 +79,10 @@ def _package_directories() -> tuple[str, ...]:
     if adapters is not None and adapters.submodule_search_locations:
         found.extend(os.path.abspath(path) for path in adapters.submodule_search_locations)
     return tuple(directory + os.sep for directory in found)
+
+
+class DestinationBusyError(VfsError, FileExistsError):
+    """Another writer writes the destination (docs/writing.md, "One writer per destination")."""
 
 
 class IdentityMismatchError(VfsError, ValueError):

@@ -5,7 +5,8 @@ JSON config per line of stdin: the writer, the inputs folder, the S3 server's
 storage options, a bucket, and the kill points. :func:`kill_points.sweep`
 forks one child per point before any zarr or obstore call; the child counts
 every ``set``, ``set_if_not_exists`` and ``delete`` of the obstore-backed
-store (``SharedClientObjectStore``) once the server has answered it, and
+store (``SharedClientObjectStore``), and the commit's conditional
+``obstore.put_async`` (write/claims.py), once the server has answered it, and
 sends itself SIGKILL right after the n-th (writes still in flight on other
 requests stay unanswered, or land, as in a real crash). A child that
 finishes reports its count of writes first, as ``{"s3_writes": n}``.
@@ -44,6 +45,17 @@ def _kill_after(point: int) -> list[int]:
 
     for name in WRITES:
         setattr(SharedClientObjectStore, name, counted(getattr(SharedClientObjectStore, name)))
+    import obstore
+
+    put = obstore.put_async
+
+    async def conditional(*args: Any, **kwargs: Any) -> Any:
+        result = await put(*args, **kwargs)
+        if kwargs.get("mode") is not None:  # the commit; the store's own puts are counted
+            tick()
+        return result
+
+    obstore.put_async = conditional  # type: ignore[assignment]
     return count
 
 

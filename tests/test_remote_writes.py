@@ -35,6 +35,7 @@ from s3_server import S3Server
 
 import cytearc_vfs as cv
 from cytearc_vfs.remote.locations import open_location
+from cytearc_vfs.write.claims import CHECK_INTERVAL
 
 pytestmark = pytest.mark.remote
 
@@ -108,6 +109,24 @@ def assert_commit_is_last(requests: list[Request]) -> Request:
     return commit
 
 
+def assert_claim_reads(requests: list[Request]) -> None:
+    """The destination's reads are the root's: the marker read back, the claim's read
+    before the commit (after every other write was answered), and at most one each
+    ``CHECK_INTERVAL`` behind the writes (write/claims.py). This is what the check that
+    no other writer replaced the destination costs: about two GETs a second."""
+    commit = assert_commit_is_last(requests)
+    gets = [r for r in requests if r.verb == "GET" and r.seen.started < commit.seen.started]
+    assert {r.key for r in gets} == {"zarr.json"}  # (the store opened reads the rest after)
+    before = max((r for r in gets), key=lambda r: r.seen.started)
+    assert before.seen.ended <= commit.seen.started
+    others = [r for r in requests if r.verb in ("PUT", "DELETE") and r is not commit]
+    assert before.seen.started >= max(r.seen.ended for r in others)
+    span = commit.seen.started - min(r.seen.started for r in requests)
+    assert 2 <= len(gets) <= 2 + span / CHECK_INTERVAL + 1
+    # and the commit is written only over the root read (compare and swap)
+    assert commit.seen.if_match is not None
+
+
 def write_rounds(requests: list[Request]) -> int:
     return sequential_rounds([r.seen for r in requests if r.verb == "PUT"])
 
@@ -125,15 +144,16 @@ def test_write_counts_sends_each_key_once_in_a_few_rounds(remote: Remote) -> Non
     verbs = Counter(r.verb for r in found)
     # one listing (the destination is empty), the root marker read back (it must be
     # this writer's: spec, mode "w-"), then only writes: no parent checks
-    assert verbs == {"LIST": 1, "GET": 1, "PUT": verbs["PUT"]}
+    assert verbs == {"LIST": 1, "GET": verbs["GET"], "PUT": verbs["PUT"]}
+    assert_claim_reads(found)
     puts = Counter(r.key for r in found if r.verb == "PUT")
     assert {key: n for key, n in puts.items() if n > 1} == {"zarr.json": puts["zarr.json"]}
     assert puts["zarr.json"] <= 3  # the marker, the assay types, the commit
     shards = [key for key in puts if "/c/" in key and "counts" in key]
     assert len(shards) >= 4
-    # the listing, the marker and its read-back, the chunks, the documents, the commit
-    # (before: ~70)
-    assert sequential_rounds([r.seen for r in found]) <= 7
+    # the listing, the marker and its read-back, the chunks, the documents, the
+    # claim's read of the root, the commit (before: ~70)
+    assert sequential_rounds([r.seen for r in found]) <= 8
     commit = assert_commit_is_last(found)
     assert "cytearc:pending_store" not in json.dumps(_root(remote, "w.zarr"))
     assert commit.seen is max((r.seen for r in found), key=lambda s: s.started)
@@ -242,7 +262,7 @@ def test_create_composite_writes_in_a_few_rounds(
     # nothing of the destination is read before the commit but its listing
     # (and the root marker read back: it must be this writer's)
     assert {r.verb for r in before_commit} == {"LIST", "GET", "PUT"}
-    assert [r.key for r in before_commit if r.verb == "GET"] == ["zarr.json"]
+    assert_claim_reads(found)
     puts = Counter(r.key for r in found if r.verb == "PUT")
     assert max(n for key, n in puts.items() if key != "zarr.json") == 1
     # the marker, the chunks, the documents, the commit (before: 97 writes, one by one)
@@ -266,6 +286,7 @@ def test_mount_writes_in_a_few_rounds(remote_with_sources: Remote, sources: dict
     commit = assert_commit_is_last(found)
     before = [r for r in found if r.seen.started < commit.seen.started]
     assert {r.verb for r in before} == {"LIST", "GET", "PUT"}  # GET: the root marker read back
+    assert_claim_reads(found)
     assert write_rounds(found) <= 5
     assert mount.record.assays.keys() == {"RNA"}
 

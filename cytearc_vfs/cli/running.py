@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..errors import DestinationBusyError
 from .failures import ExitCode, classify_failure
 from .interrupts import (
     Interrupted,
@@ -163,7 +164,13 @@ def _run_command(args: Any, state: _RunState, debug: bool) -> int:
                     # swallowed on its way (an import in C): cleaned up and reported
                     # as the interrupt it was
                     raise interrupt from exc
-                if state.guard is not None and not state.guard.existed:
+                # another writer's destination (one writer per destination) is not this
+                # command's to remove, even when it was empty when the command began
+                if (
+                    state.guard is not None
+                    and not state.guard.existed
+                    and not isinstance(exc, DestinationBusyError)
+                ):
                     state.cleanup = _discarded(state.guard)
                 raise
     except Exception as exc:

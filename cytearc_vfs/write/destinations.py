@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import re
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -51,6 +50,14 @@ from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.locations import Location, describe_location, local_path, open_location
+from .claims import (
+    Claim,
+    LocalLock,
+    create_root,
+    lock_local_destination,
+    marker_document,
+    replace_root,
+)
 from .destination_contents import (
     intended_key,
     no_root_group,
@@ -58,7 +65,7 @@ from .destination_contents import (
     refuse_below_zarr_node,
     refuse_foreign_folder,
 )
-from .stopping import finish_sent, stop_work
+from .stopping import stop_work
 from .writable import require_writable_destination
 from .write_behind import MAX_HELD_BYTES, ROOT_DOCUMENT, WriteBehindStore
 
@@ -422,32 +429,60 @@ def create_destination(
         root that appeared since. ``"w"`` is checked again, so a replacement
         never removes what appeared since.
     """
-    mode = (
-        checked
-        if checked == "w-"
-        else check_destination(location, overwrite=overwrite, storage_options=storage_options)
-    )
-    store = open_location(location, read_only=False, storage_options=storage_options)
+    where = describe_location(location)
+    path = local_path(location)
+    # a local destination is locked before it is checked again and emptied: a second
+    # writer fails here, having deleted nothing (claims.py)
+    lock = lock_local_destination(path, where) if path is not None and path.is_dir() else None
+    try:
+        mode = (
+            checked
+            if checked == "w-"
+            else check_destination(location, overwrite=overwrite, storage_options=storage_options)
+        )
+        if path is not None and lock is None:
+            lock = lock_local_destination(path, where)  # created by the lock
+        store = open_location(location, read_only=False, storage_options=storage_options)
+        return _create(store, mode, where, lock, writer, held_bytes, attributes)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _create(
+    store: Store,
+    mode: Literal["w", "w-"],
+    where: str,
+    lock: LocalLock | None,
+    writer: str,
+    held_bytes: int,
+    attributes: Mapping[str, Any] | None,
+) -> zarr.Group:
+    """Create the checked destination ``store`` (see :func:`create_destination`)."""
     marker: dict[str, Any] = {**(attributes or {}), PENDING_STORE_ATTR: writer}
-    if not WRITE_BEHIND:
+    claim = Claim(store, where, lock=lock)
+    document = marker_document(marker, claim)
+    if not WRITE_BEHIND:  # benchmarks only: no claim, no lock kept
+        claim.release()
         if mode == "w":
-            _replace_with_marker(store, marker)
+            replace_root(claim, document)
             return zarr.open_group(store, mode="r+", zarr_format=3)
         return zarr.open_group(store, mode="w-", zarr_format=3, attributes=marker)
     # check_destination listed the destination: empty, or replaceable and
     # emptied here, so the writer's tree is all it will hold
-    document = _marker_document(marker)
     if mode == "w":
-        _replace_with_marker(store, marker)
+        replace_root(claim, document)
     else:
-        _create_root(store, document, describe_location(location))
+        create_root(store, document, where)
     behind = WriteBehindStore(
         store,
         absent_unless_written=True,
         documents={ROOT_DOCUMENT: document},
         commits=clears_pending_marker,
         max_bytes=held_bytes,
-        where=describe_location(location),
+        where=where,
+        claim=claim,
     )
     return zarr.open_group(behind, mode="r+", zarr_format=3)
 
@@ -474,76 +509,6 @@ def clears_pending_marker(key: str, value: Buffer) -> bool:
     return not (isinstance(attributes, dict) and PENDING_STORE_ATTR in attributes)
 
 
-def _create_root(store: Store, document: bytes, where: str) -> None:
-    """Write the root ``document`` of a destination found empty, as zarr's mode ``"w-"`` does.
-
-    The spec's rule: a destination without keys is created with mode
-    ``"w-"``, which refuses keys that appear after the check. A root written
-    by another writer since :func:`check_destination` is refused, not
-    overwritten: the write is ``set_if_not_exists`` (a check and a write where
-    the backend has no conditional write) and the root read back must be this
-    one (backends answer an existing key silently).
-    """
-
-    appeared = FileExistsError(
-        f"destination {where}: a store appeared there after it was checked (another "
-        "writer?); nothing was written. Choose another destination, or retry once "
-        "the other writer is done (with overwrite=True to replace what it wrote)"
-    )
-
-    async def create() -> None:
-        buffer = default_buffer_prototype().buffer.from_bytes(document)
-        try:
-            await finish_sent(store.set_if_not_exists(ROOT_DOCUMENT, buffer))
-        except NotImplementedError:
-            # a backend without conditional writes (obstore's HTTPStore): zarr's own
-            # "w-", a check and then the write
-            if await store.exists(ROOT_DOCUMENT):
-                raise appeared from None
-            await finish_sent(store.set(ROOT_DOCUMENT, buffer))
-        found = await store.get(ROOT_DOCUMENT, default_buffer_prototype())
-        if found is None or found.to_bytes() != document:
-            raise appeared
-
-    sync(create())
-
-
-def _marker_document(marker: dict[str, Any]) -> bytes:
-    # Two writers of one destination write the same marker, and backends answer a
-    # set_if_not_exists of an existing key silently: _create_root tells its own root
-    # from another's by 64 random bits of trailing whitespace, which JSON ignores
-    # (readers and the layout see nothing). The writer's last root write replaces it.
-    bits = secrets.randbits(64)
-    nonce = "".join(" \t"[(bits >> place) & 1] for place in range(64))
-    document = {"zarr_format": 3, "node_type": "group", "attributes": marker}
-    return (json.dumps(document) + "\n" + nonce).encode()
-
-
-def _replace_with_marker(store: Store, marker: dict[str, Any]) -> None:
-    """Empty ``store`` down to a root document that carries ``marker``.
-
-    The root document is replaced first and deleted never: a crash while the
-    old keys go leaves a root that is refused as unfinished, never the old
-    store with some of its chunks gone (which zarr would read as zeros). The
-    top-level members are deleted concurrently.
-    """
-    document = _marker_document(marker)
-
-    async def remove(name: str) -> None:
-        if await store.exists(name):  # a file at the root (a partial write)
-            await finish_sent(store.delete(name))
-        else:
-            await finish_sent(store.delete_dir(name))
-
-    async def replace() -> None:
-        buffer = default_buffer_prototype().buffer.from_bytes(document)
-        await finish_sent(store.set(ROOT_DOCUMENT, buffer))
-        names = [name async for name in store.list_dir("") if name != ROOT_DOCUMENT]
-        await asyncio.gather(*(remove(name) for name in names))
-
-    sync(replace())
-
-
 def finish_destination(root: zarr.Group, attributes: Mapping[str, Any] | None = None) -> None:
     """The writer's last root write: add ``attributes`` and remove the in-progress marker.
 
@@ -555,6 +520,13 @@ def finish_destination(root: zarr.Group, attributes: Mapping[str, Any] | None = 
     attrs.update(attributes or {})
     # through a WriteBehindStore, this root write first waits for every other
     root.attrs.put(attrs)
+    _release(root)
+
+
+def _release(root: zarr.Group) -> None:
+    """Release the writer's hold on a local destination (it wrote its last write)."""
+    if isinstance(root.store, WriteBehindStore) and root.store.claim is not None:
+        root.store.claim.release()
 
 
 def flush_destination(root: zarr.Group) -> None:
@@ -596,3 +568,4 @@ def settle_destination(root: zarr.Group) -> None:
             sync(root.store.revert_commit())
         except Exception as exc:  # the writer's own error is the one to raise
             logger.warning("putting the unfinished root of %s back failed: %r", root.store, exc)
+        _release(root)

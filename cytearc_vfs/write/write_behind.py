@@ -1,12 +1,9 @@
 """Write-behind for a destination its writer is filling: writes go out together, the root last.
 
-Through zarr's node API, a writer waits for one round trip after another:
-each ``create_group``/``create_array`` reads the new node's ``zarr.json``
-and every parent's (is an array in the way?), then writes the node's
-document and ``set_if_not_exists`` each parent's, then its chunks. To an
-object store 20-50 ms away, a small ``write_counts`` spent about 70 such
-round trips (docs/remote.md). :class:`WriteBehindStore` takes both waits
-away:
+Through zarr's node API, a writer waits for one round trip after another
+(each new node reads and writes its parents' documents): a small
+``write_counts`` to an object store spent about 70 (docs/remote.md).
+:class:`WriteBehindStore` takes the waits away:
 
 - **The tree is known.** A writer's destination was emptied down to its
   root document by :func:`~cytearc_vfs.write.destinations.create_destination`
@@ -38,11 +35,13 @@ A write sent is finished even when the task that sent it is cancelled
 (:func:`~cytearc_vfs.write.stopping.finish_sent`): a writer stopped by an
 interrupt has nothing of it landing after the stop.
 
-A failed write is raised, naming its key, by the next ``set``,
-:meth:`WriteBehindStore.flush` or commit; after one, whether it went behind
-or (a large value) before ``set`` returned, every write is refused. :meth:`WriteBehindStore.settle` waits for the writes in
-flight without raising, so a writer that failed can give its destination
-back with nothing still landing in it.
+A writer's :class:`~cytearc_vfs.write.claims.Claim` is checked before the
+commit and now and then before further writes (one writer per destination).
+
+A failed write is raised, naming its key, by the next ``set``, flush or
+commit, and every later write is refused. :meth:`WriteBehindStore.settle`
+waits for the writes in flight without raising: a writer that failed gives
+its destination back with nothing still landing in it.
 """
 
 from __future__ import annotations
@@ -52,15 +51,11 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
+from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
+from ..errors import DestinationBusyError
+from ..format.byte_ranges import byte_slice
 from ..format.key_checked import KeyCheckedStore
 from ..format.option_names import option_name, switched_on
 from ..remote.failures import (
@@ -70,6 +65,7 @@ from ..remote.failures import (
     is_backend_error,
     is_http_location,
 )
+from .claims import Claim
 from .stopping import finish_sent
 
 __all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
@@ -91,27 +87,6 @@ MAX_IN_FLIGHT = 64
 #: go behind; a count shard above this is written before ``set`` returns, so
 #: a writer holds no more shards than it did (its memory budget stands).
 MAX_HELD_BYTES = 8 << 20
-
-
-def byte_slice(size: int, byte_range: ByteRequest | None) -> slice:
-    """The part of a ``size``-byte value that ``byte_range`` asks for.
-
-    >>> byte_slice(10, None), byte_slice(10, RangeByteRequest(2, 5))
-    (slice(0, 10, None), slice(2, 5, None))
-    >>> byte_slice(10, OffsetByteRequest(7)), byte_slice(10, SuffixByteRequest(4))
-    (slice(7, 10, None), slice(6, 10, None))
-    >>> byte_slice(3, SuffixByteRequest(8))
-    slice(0, 3, None)
-    """
-    if byte_range is None:
-        return slice(0, size)
-    if isinstance(byte_range, RangeByteRequest):
-        return slice(min(byte_range.start, size), min(byte_range.end, size))
-    if isinstance(byte_range, OffsetByteRequest):
-        return slice(min(byte_range.offset, size), size)
-    if isinstance(byte_range, SuffixByteRequest):
-        return slice(max(0, size - byte_range.suffix), size)
-    raise TypeError(f"unknown byte range {byte_range!r}")
 
 
 def _size(value: Buffer | None) -> int:
@@ -156,6 +131,8 @@ class _Writes:
     """The documents the store was made with (the root before its commit)."""
     committed: str | None = None
     """The key of the last commit sent (stored, or perhaps stored)."""
+    claim: Claim | None = None
+    """The writer's claim on the destination, checked before its writes."""
     # created on zarr's event loop at first use
     gate: asyncio.Semaphore | None = None
     changed: asyncio.Condition | None = None
@@ -184,6 +161,8 @@ class WriteBehindStore(KeyCheckedStore):
         Bounds of the writes in flight and of the bytes held for them.
     commits
         Which writes are commits, stored only after every earlier write.
+    claim
+        The writer's claim on the destination (the root document is its own).
     """
 
     def __init__(
@@ -197,6 +176,7 @@ class WriteBehindStore(KeyCheckedStore):
         max_bytes: int = MAX_HELD_BYTES,
         commits: Commits = root_document_commits,
         where: str | None = None,
+        claim: Claim | None = None,
     ) -> None:
         super().__init__(read_only=read_only)
         self.store = store
@@ -208,6 +188,7 @@ class WriteBehindStore(KeyCheckedStore):
         self._writes = _Writes(set(documents or {}) if absent_unless_written else None)
         self._writes.documents.update(documents or {})
         self._writes.given.update(documents or {})
+        self._writes.claim = claim
 
     # ------------------------------------------------------------ identity
 
@@ -285,6 +266,11 @@ class WriteBehindStore(KeyCheckedStore):
     def supports_listing(self) -> bool:
         return self.store.supports_listing
 
+    @property
+    def claim(self) -> Claim | None:
+        """The writer's claim on the destination, if it was given one."""
+        return self._writes.claim
+
     # ------------------------------------------------------------ writing
 
     def _sync_objects(self) -> tuple[asyncio.Semaphore, asyncio.Condition, asyncio.Lock]:
@@ -299,6 +285,8 @@ class WriteBehindStore(KeyCheckedStore):
         failure = self._writes.failure
         if failure is None:
             return
+        if isinstance(failure, DestinationBusyError):
+            raise failure  # the destination is another writer's: no remedy of a write
         # the failure's first line: obstore's errors go on with a multi-line debug dump,
         # which stays in the cause
         said = (
@@ -330,6 +318,7 @@ class WriteBehindStore(KeyCheckedStore):
         self._check_writable()
         self._raise_failure()
         _, changed, commit = self._sync_objects()
+        claim = self._writes.claim
         if self.commits(key, value):
             async with commit:
                 self._writes.deferred.pop(key, None)  # superseded by the commit
@@ -337,12 +326,18 @@ class WriteBehindStore(KeyCheckedStore):
                 await self._wait_for(key)
                 # sent: it may land even if this task is cancelled while it is in flight
                 self._writes.committed = key
-                await self._store_now(key, value)
+                if claim is None:
+                    await self._store_now(key, value)
+                else:  # only over this writer's own root (compared and swapped where it can)
+                    await self._claimed_commit(claim, key, value)
             return
         if commit.locked():
             async with commit:  # a write issued while a commit goes out follows it
                 pass
+        await self._check_claim(key, now=False)
         writes = self._writes
+        if key == ROOT_DOCUMENT and claim is not None:  # marked as this writer's
+            value = value.from_bytes(claim.stamp(value.to_bytes()))
         if _is_document(key):
             writes.deferred[key] = value
             self._stored(key, value)
@@ -356,6 +351,23 @@ class WriteBehindStore(KeyCheckedStore):
             await changed.wait_for(lambda: writes.held + size <= self.max_bytes or not writes.tasks)
         self._raise_failure()
         self._send(key, value)
+
+    async def _check_claim(self, key: str, *, now: bool) -> None:
+        """Raise if the destination is not this writer's any more; no write follows."""
+        if self._writes.claim is not None:
+            try:
+                await self._writes.claim.check(now=now)
+            except Exception as exc:  # taken by another writer, or the root's read failed
+                self._failed(key, exc)
+                self._raise_failure()
+
+    async def _claimed_commit(self, claim: Claim, key: str, value: Buffer) -> None:
+        try:
+            await claim.commit(key, value.to_bytes())
+        except Exception as exc:  # named like a write's failure; a lost claim as itself
+            self._failed(key, exc)
+            self._raise_failure()
+        self._stored(key, value)
 
     async def _store_now(self, key: str, value: Buffer) -> None:
         """Store ``value`` before returning; a failure is kept as one behind is."""
@@ -449,6 +461,11 @@ class WriteBehindStore(KeyCheckedStore):
         document = None if key is None else writes.given.get(key)
         if key is None or document is None:
             return False
+        if writes.claim is not None:  # never over another writer's root
+            try:
+                await writes.claim.check(now=True)
+            except DestinationBusyError:
+                return False
         await finish_sent(
             self.store.set(key, default_buffer_prototype().buffer.from_bytes(document))
         )
