@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Self, cast
 
@@ -550,7 +551,10 @@ class VirtualArrayReader:
             self.shape,
             self.dtype,
             chunks,
-            name=f"cytearc-read-{id(self):x}",
+            # a fresh name per array: dask merges graphs by key, and a name
+            # reused (another reader at a freed address, other chunks of this
+            # one) would compute one array's blocks in place of the other's
+            name=f"cytearc-read-{uuid.uuid4().hex}",
         )
 
     def __repr__(self) -> str:
