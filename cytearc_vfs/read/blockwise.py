@@ -22,7 +22,14 @@ from ..errors import IdentityMismatchError
 from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.sizes import parse_size
 
-__all__ = ["BlockReader", "OpenReader", "batch_size", "blocks_along", "dask_array"]
+__all__ = [
+    "BlockReader",
+    "OpenReader",
+    "batch_size",
+    "blocks_along",
+    "dask_array",
+    "require_identity",
+]
 
 Indices = npt.NDArray[np.int64]
 #: Bytes of one block of :func:`dask_array` when no chunks are given.
@@ -35,6 +42,27 @@ class BlockReader(Protocol):
     def read(self, cells: slice, features: slice) -> npt.NDArray[Any]:
         """The dense block of ``cells`` x ``features``."""
         ...
+
+    def _identity(self) -> str:
+        """The fingerprint of what the reader reads (shape, dtype, sources)."""
+        ...
+
+
+def require_identity(reader: BlockReader, expected: str, made_by: str) -> None:
+    """Refuse a reader opened anew (in a worker, or after a refusal) that reads
+    another store than the one a lazy array was made from by ``made_by``.
+
+    The array's blocks would otherwise mix the old store's values (blocks read
+    before the store was replaced) with the new one's, or read a store of
+    another shape than the array's.
+    """
+    if reader._identity() != expected:
+        raise IdentityMismatchError(
+            f"{reader!r} is not the store this lazy array was made from: it was "
+            f"replaced or rewritten since {made_by} (its shape, dtype or a source's "
+            "fingerprint differ), and its blocks would mix the old store's values "
+            f"with the new one's. Call {made_by} again on the store as it is now."
+        )
 
 
 class OpenReader(Protocol):
@@ -168,9 +196,10 @@ def _read_block(
     """One dask block: reuse this process's reader of the recipe, or build it once.
 
     A kept reader that refuses a source changed since it was opened is
-    dropped and the store opened anew, once: the new open says what changed
-    (or reads the store now at that location), where the kept reader would
-    refuse every later block of this process.
+    dropped and the store opened anew, once: the new open says what changed,
+    or is refused unless it reads the store the array was made from (a source
+    replaced with equal values), where the kept reader would refuse every
+    later block of this process.
     """
     key = pickle.dumps(recipe).hex()
     reader = _PROCESS_READERS.get(key)
@@ -179,7 +208,8 @@ def _read_block(
             return reader.read(slice(*rows), slice(*cols))
         except IdentityMismatchError:
             del _PROCESS_READERS[key]
-    store, assay, workspace, options = recipe
+    store, assay, workspace, options, identity = recipe
     reader = open_reader(store, assay, workspace=workspace, storage_options=options or None)
+    require_identity(reader, identity, "to_dask")
     _PROCESS_READERS[key] = reader
     return reader.read(slice(*rows), slice(*cols))

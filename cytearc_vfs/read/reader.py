@@ -15,6 +15,7 @@ does not know are read through zarr's orthogonal indexing and placed the same wa
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import uuid
 from collections.abc import Iterator, Mapping
@@ -147,7 +148,15 @@ class VirtualArrayReader:
         # path made absolute, since a worker may run in another working directory.
         path = None if isinstance(store, (Store, ProvidesCountMapping)) else local_path(store)
         located = store if path is None else str(path.absolute())
-        self._recipe: tuple[Any, ...] = (located, assay, workspace, dict(storage_options or {}))
+        # ... and what it must find there: a store replaced since then refuses
+        # rather than give some blocks of the old store and some of the new
+        self._recipe: tuple[Any, ...] = (
+            located,
+            assay,
+            workspace,
+            dict(storage_options or {}),
+            self._identity(),
+        )
 
     @classmethod
     def from_mapping(
@@ -200,6 +209,13 @@ class VirtualArrayReader:
         if "features" not in self._ids:
             self._ids["features"] = self._mapping.feature_ids()
         return self._ids["features"]
+
+    def _identity(self) -> str:
+        """One fingerprint of what this reader reads: its shape, dtype and its
+        verified sources' dataset fingerprints in output order."""
+        parts = [repr(self.shape), str(self.dtype)]
+        parts.extend(source.info.dataset_fingerprint for source in self._mapping.sources)
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     @property
     def stats(self) -> ReaderStats:

@@ -28,6 +28,7 @@ from zarr.core.sync import sync
 from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredTable, read_stored_table
+from cytearc_vfs.read.blockwise import require_identity
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
 
@@ -139,7 +140,9 @@ class SparseCounts:
         self.shape = opened.shape
         self.dtype = opened.reader.dtype
         self._reader: VirtualArrayReader | None = opened.reader
-        self._recipe = (opened.store, opened.assay, workspace)
+        # the reader's identity too: a worker's reader of a store replaced since
+        # refuses rather than mix the old store's blocks with the new one's
+        self._recipe = (opened.store, opened.assay, workspace, opened.reader._identity())
 
     def __getitem__(self, key: tuple[Any, ...]) -> Any:
         rows, cols = key
@@ -169,8 +172,10 @@ def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
     key = pickle.dumps(recipe)
     reader = _PROCESS_READERS.get(key)
     if reader is None:
-        store, assay, workspace = recipe
-        reader = _PROCESS_READERS[key] = VirtualArrayReader(store, assay, workspace=workspace)
+        store, assay, workspace, identity = recipe
+        reader = VirtualArrayReader(store, assay, workspace=workspace)
+        require_identity(reader, identity, "to_anndata")
+        _PROCESS_READERS[key] = reader
     return reader
 
 
