@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,13 +22,17 @@ import numpy.typing as npt
 from ..errors import IdentityMismatchError
 from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.sizes import parse_size
+from .count_mapping import ProvidesCountMapping
 
 __all__ = [
     "BlockReader",
+    "DeferredStore",
     "OpenReader",
     "batch_size",
     "blocks_along",
     "dask_array",
+    "deferred",
+    "opened",
     "require_identity",
 ]
 
@@ -63,6 +68,44 @@ def require_identity(reader: BlockReader, expected: str, made_by: str) -> None:
             "fingerprint differ), and its blocks would mix the old store's values "
             f"with the new one's. Call {made_by} again on the store as it is now."
         )
+
+
+@dataclass(frozen=True)
+class DeferredStore:
+    """A composite or mount as a dask graph carries it: opened in the task that reads.
+
+    Unpickling the store itself opens and verifies it (every source), and
+    dask unpickles the graph on the scheduler and each task's arguments per
+    task: a composite would be opened once per block, and an open's refusal
+    (a source replaced) raised on the scheduler, reaching the client as its
+    "Error during deserialization of the task graph". Carried so, the store
+    is opened once per process, inside a task, whose error the client gets.
+    """
+
+    opener: Callable[..., Any]
+    """What unpickling the store calls (its ``__reduce__``)."""
+    arguments: tuple[Any, ...]
+    """Its arguments: the backing store or target, record, source options."""
+
+    def open(self) -> Any:
+        """The store, opened and verified in this process."""
+        return self.opener(*self.arguments)
+
+
+def deferred(store: Any) -> Any:
+    """``store`` as a dask graph carries it: a composite or mount as a
+    :class:`DeferredStore`, anything else (a location, a plain store) as it is."""
+    if not isinstance(store, ProvidesCountMapping):
+        return store
+    reduced = store.__reduce__()
+    if not isinstance(reduced, tuple):  # pragma: no cover - stores reduce to a call
+        return store
+    return DeferredStore(reduced[0], tuple(reduced[1]))
+
+
+def opened(store: Any) -> Any:
+    """A store a dask graph carried, opened (see :func:`deferred`)."""
+    return store.open() if isinstance(store, DeferredStore) else store
 
 
 class OpenReader(Protocol):
@@ -150,6 +193,7 @@ def dask_array(
     if chunks is None:
         rows = max(1, DASK_BLOCK_BYTES // max(1, shape[1] * dtype.itemsize))
         chunks = (min(max(shape[0], 1), rows), max(shape[1], 1))
+    recipe = (deferred(recipe[0]), *recipe[1:])
     row_blocks = tuple(_split(shape[0], chunks[0]))
     col_blocks = tuple(_split(shape[1], chunks[1]))
     graph: dict[Any, Any] = {}
@@ -209,7 +253,7 @@ def _read_block(
         except IdentityMismatchError:
             del _PROCESS_READERS[key]
     store, assay, workspace, options, identity = recipe
-    reader = open_reader(store, assay, workspace=workspace, storage_options=options or None)
+    reader = open_reader(opened(store), assay, workspace=workspace, storage_options=options or None)
     require_identity(reader, identity, "to_dask")
     _PROCESS_READERS[key] = reader
     return reader.read(slice(*rows), slice(*cols))

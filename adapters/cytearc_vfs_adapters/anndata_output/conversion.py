@@ -28,7 +28,8 @@ from zarr.core.sync import sync
 from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredTable, read_stored_table
-from cytearc_vfs.read.blockwise import require_identity
+from cytearc_vfs.read.blockwise import deferred, require_identity
+from cytearc_vfs.read.blockwise import opened as opened_store
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
 
@@ -142,7 +143,13 @@ class SparseCounts:
         self._reader: VirtualArrayReader | None = opened.reader
         # the reader's identity too: a worker's reader of a store replaced since
         # refuses rather than mix the old store's blocks with the new one's
-        self._recipe = (opened.store, opened.assay, workspace, opened.reader._identity())
+        # a composite or mount deferred: opened by the task that reads, once a process
+        self._recipe = (
+            deferred(opened.store),
+            opened.assay,
+            workspace,
+            opened.reader._identity(),
+        )
 
     def __getitem__(self, key: tuple[Any, ...]) -> Any:
         rows, cols = key
@@ -173,7 +180,7 @@ def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
     reader = _PROCESS_READERS.get(key)
     if reader is None:
         store, assay, workspace, identity = recipe
-        reader = VirtualArrayReader(store, assay, workspace=workspace)
+        reader = VirtualArrayReader(opened_store(store), assay, workspace=workspace)
         require_identity(reader, identity, "to_anndata")
         _PROCESS_READERS[key] = reader
     return reader
