@@ -12,6 +12,7 @@ so it runs in any process, which builds its reader once.
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ __all__ = [
     "blocks_along",
     "dask_array",
     "deferred",
+    "keep_reader",
+    "kept_reader",
     "opened",
     "require_identity",
 ]
@@ -230,6 +233,33 @@ def _split(length: int, size: int) -> list[int]:
 # a store once, not once per block.
 _PROCESS_READERS: dict[str, BlockReader] = {}
 
+#: How many readers a process keeps for later blocks (least recently used go
+#: first): a long-lived worker would otherwise hold every store it ever read,
+#: with its open files and source cache, until it exits.
+KEPT_READERS = 16
+
+_kept_lock = threading.Lock()
+
+
+def kept_reader(readers: dict[Any, Any], key: Any) -> Any:
+    """The reader kept under ``key`` (now the most recently used), or ``None``."""
+    with _kept_lock:
+        reader = readers.pop(key, None)
+        if reader is not None:
+            readers[key] = reader
+        return reader
+
+
+def keep_reader(readers: dict[Any, Any], key: Any, reader: Any | None) -> None:
+    """Keep ``reader`` under ``key`` (``None``: drop it), dropping the least
+    recently used beyond :data:`KEPT_READERS`."""
+    with _kept_lock:
+        readers.pop(key, None)
+        if reader is not None:
+            readers[key] = reader
+        while len(readers) > KEPT_READERS:
+            del readers[next(iter(readers))]
+
 
 def _read_block(
     open_reader: OpenReader,
@@ -246,14 +276,14 @@ def _read_block(
     later block of this process.
     """
     key = pickle.dumps(recipe).hex()
-    reader = _PROCESS_READERS.get(key)
+    reader: BlockReader | None = kept_reader(_PROCESS_READERS, key)
     if reader is not None:
         try:
             return reader.read(slice(*rows), slice(*cols))
         except IdentityMismatchError:
-            del _PROCESS_READERS[key]
+            keep_reader(_PROCESS_READERS, key, None)
     store, assay, workspace, options, identity = recipe
     reader = open_reader(opened(store), assay, workspace=workspace, storage_options=options or None)
     require_identity(reader, identity, "to_dask")
-    _PROCESS_READERS[key] = reader
+    keep_reader(_PROCESS_READERS, key, reader)
     return reader.read(slice(*rows), slice(*cols))

@@ -28,7 +28,7 @@ from zarr.core.sync import sync
 from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredTable, read_stored_table
-from cytearc_vfs.read.blockwise import deferred, require_identity
+from cytearc_vfs.read.blockwise import deferred, keep_reader, kept_reader, require_identity
 from cytearc_vfs.read.blockwise import opened as opened_store
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
@@ -163,7 +163,7 @@ class SparseCounts:
             # a reader this process kept refuses a source changed since it was
             # opened: open anew, once (the open says what changed), rather than
             # refuse every later block of this process
-            _PROCESS_READERS.pop(pickle.dumps(self._recipe), None)
+            keep_reader(_PROCESS_READERS, pickle.dumps(self._recipe), None)
             reader = self._reader = _process_reader(self._recipe)
             return reader.read_sparse(rows, cols)
 
@@ -171,18 +171,19 @@ class SparseCounts:
         return (_rebuilt, (self.shape, self.dtype, self._recipe))
 
 
-#: Readers rebuilt in this process (a dask worker's), by their pickled recipe.
+#: Readers rebuilt in this process (a dask worker's), by their pickled recipe
+#: (at most blockwise.KEPT_READERS, least recently used dropped first).
 _PROCESS_READERS: dict[bytes, VirtualArrayReader] = {}
 
 
 def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
     key = pickle.dumps(recipe)
-    reader = _PROCESS_READERS.get(key)
+    reader: VirtualArrayReader | None = kept_reader(_PROCESS_READERS, key)
     if reader is None:
         store, assay, workspace, identity = recipe
         reader = VirtualArrayReader(opened_store(store), assay, workspace=workspace)
         require_identity(reader, identity, "to_anndata")
-        _PROCESS_READERS[key] = reader
+        keep_reader(_PROCESS_READERS, key, reader)
     return reader
 
 
