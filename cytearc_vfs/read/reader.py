@@ -559,7 +559,10 @@ class VirtualArrayReader:
         Blocks run anywhere, including worker processes of a
         ``dask.distributed`` cluster: they carry the store (a composite
         pickles without writing credentials anywhere) and rebuild one reader
-        per process. Needs ``dask[array]``.
+        per process. ``chunks`` (cells, features) defaults to whole rows of
+        64 MiB dense a block; a block is read dense, so size it by memory.
+        A store replaced since this call is refused by the blocks
+        (``IdentityMismatchError``). Needs ``dask[array]``.
         """
         return dask_array(
             VirtualArrayReader,
