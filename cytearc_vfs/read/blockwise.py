@@ -31,6 +31,7 @@ __all__ = [
     "OpenReader",
     "batch_size",
     "blocks_along",
+    "checked_chunks",
     "dask_array",
     "deferred",
     "keep_reader",
@@ -174,7 +175,7 @@ def dask_array(
     recipe: tuple[Any, ...],
     shape: tuple[int, int],
     dtype: np.dtype,
-    chunks: tuple[int, int] | None,
+    chunks: tuple[int | None, int | None] | None,
     *,
     name: str,
 ) -> Any:
@@ -196,6 +197,8 @@ def dask_array(
     if chunks is None:
         rows = max(1, DASK_BLOCK_BYTES // max(1, shape[1] * dtype.itemsize))
         chunks = (min(max(shape[0], 1), rows), max(shape[1], 1))
+    else:
+        chunks = checked_chunks(chunks, shape)
     recipe = (deferred(recipe[0]), *recipe[1:])
     row_blocks = tuple(_split(shape[0], chunks[0]))
     col_blocks = tuple(_split(shape[1], chunks[1]))
@@ -214,6 +217,32 @@ def dask_array(
             col_start += n_cols
         row_start += n_rows
     return da.Array(graph, name, chunks=(row_blocks, col_blocks), dtype=dtype)  # type: ignore[no-untyped-call]
+
+
+def checked_chunks(chunks: object, shape: tuple[int, int]) -> tuple[int, int]:
+    """``chunks`` as whole block sizes of cells and features; ``-1`` or ``None``
+    is the whole axis (dask's convention). Anything else is refused.
+
+    >>> checked_chunks((-1, 4), (50, 10))
+    (50, 4)
+    """
+    wanted = "chunks must be a pair of block sizes (cells, features), each a whole number >= 1"
+    if not isinstance(chunks, (tuple, list)) or len(chunks) != 2:
+        raise TypeError(
+            f"{wanted} (-1 or None: the whole axis), got {chunks!r}; "
+            "e.g. to_dask(chunks=(10_000, -1)), or no chunks for blocks of 64 MiB"
+        )
+    sizes = []
+    for size, length in zip(chunks, shape, strict=True):
+        if size is None or (isinstance(size, (int, np.integer)) and size == -1):
+            sizes.append(max(1, length))
+        elif isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+            raise TypeError(f"{wanted}, got {chunks!r} ({type(size).__name__} {size!r})")
+        elif size < 1:
+            raise ValueError(f"{wanted} (-1 or None: the whole axis), got {chunks!r}")
+        else:
+            sizes.append(int(size))
+    return sizes[0], sizes[1]
 
 
 def _split(length: int, size: int) -> list[int]:

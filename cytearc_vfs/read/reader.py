@@ -553,14 +553,15 @@ class VirtualArrayReader:
 
     # ------------------------------------------------------------------ dask
 
-    def to_dask(self, chunks: tuple[int, int] | None = None) -> Any:
+    def to_dask(self, chunks: tuple[int | None, int | None] | None = None) -> Any:
         """A lazy ``dask.array`` of the matrix; each block is one gather read.
 
         Blocks run anywhere, including worker processes of a
         ``dask.distributed`` cluster: they carry the store (a composite
         pickles without writing credentials anywhere) and rebuild one reader
-        per process. ``chunks`` (cells, features) defaults to whole rows of
-        64 MiB dense a block; a block is read dense, so size it by memory.
+        per process. ``chunks`` (cells, features; -1 or None: the whole axis)
+        defaults to whole rows of 64 MiB dense a block; a block is read
+        dense, so size it by memory.
         A store replaced since this call is refused by the blocks
         (``IdentityMismatchError``). Needs ``dask[array]``.
         """
