@@ -55,6 +55,16 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return made
 
 
+def _as_a_new_process() -> None:
+    """Forget the readers this process keeps (the fixture's own dicts), as a worker has none."""
+    from cytearc_vfs_adapters.anndata_output import conversion
+
+    from cytearc_vfs.read import blockwise
+
+    blockwise._PROCESS_READERS.clear()
+    conversion._PROCESS_READERS.clear()
+
+
 def _run_as_distributed(lazy: Any) -> Any:
     """Compute ``lazy`` as dask.distributed does: the graph unpickled (on the
     scheduler), then each task unpickled on its own and run."""
@@ -78,6 +88,7 @@ def test_unpickling_blocks_opens_nothing_and_a_process_opens_the_composite_once(
         pytest.importorskip("anndata")
         lazy = cv.to_anndata(opened).X.rechunk((10, 6))
     del opens[:]
+    _as_a_new_process()
     graph = pickle.loads(pickle.dumps(dict(lazy.__dask_graph__())))
     for task in graph.values():
         pickle.loads(pickle.dumps(task))
@@ -98,6 +109,24 @@ def test_a_source_replaced_before_compute_is_refused_by_the_task(
     lazy = opened.reader().to_dask(chunks=(40, 12))
     shutil.rmtree(tmp_path / "s1.zarr")
     cv.write_counts(tmp_path / "s1.zarr", realistic_counts(40, 12, seed=9), features=FEATURES)
+    _as_a_new_process()
     graph = pickle.loads(pickle.dumps(dict(lazy.__dask_graph__())))  # the scheduler's part
     with pytest.raises(IdentityMismatchError, match="s1"):
         dask.get(graph, list(lazy.__dask_keys__()))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("made_by", ["to_dask", "to_anndata"])
+def test_blocks_computed_where_the_array_was_made_open_nothing(
+    composite: tuple[Any, np.ndarray], opens: list[str], made_by: str
+) -> None:
+    """The threaded scheduler runs blocks in this process: they read through the
+    composite already open here, with its cache, not a second open."""
+    pytest.importorskip("dask")
+    opened, expected = composite
+    if made_by == "to_dask":
+        got = opened.reader().to_dask(chunks=(10, 6)).compute(scheduler="threads")
+    else:
+        pytest.importorskip("anndata")
+        got = cv.to_anndata(opened).X.compute(scheduler="threads").toarray()
+    np.testing.assert_array_equal(got, expected)
+    assert opens == []

@@ -178,11 +178,14 @@ def dask_array(
     chunks: tuple[int | None, int | None] | None,
     *,
     name: str,
+    kept: BlockReader | None = None,
 ) -> Any:
     """A lazy ``dask.array`` of ``shape`` whose blocks each open (once per process)
     the reader of ``recipe`` with ``open_reader`` and read their slices.
 
     ``chunks`` defaults to whole rows of :data:`DASK_BLOCK_BYTES` a block.
+    ``kept``: the reader of ``recipe`` open in this process, which blocks run
+    here reuse.
     """
     try:
         import dask.array as da
@@ -200,6 +203,10 @@ def dask_array(
     else:
         chunks = checked_chunks(chunks, shape)
     recipe = (deferred(recipe[0]), *recipe[1:])
+    if kept is not None:
+        # blocks run in this process (the threaded scheduler) read through the
+        # reader that made the array, and the store it has open, not a new open
+        keep_reader(_PROCESS_READERS, pickle.dumps(recipe).hex(), kept)
     row_blocks = tuple(_split(shape[0], chunks[0]))
     col_blocks = tuple(_split(shape[1], chunks[1]))
     graph: dict[Any, Any] = {}
@@ -268,6 +275,8 @@ _PROCESS_READERS: dict[str, BlockReader] = {}
 KEPT_READERS = 16
 
 _kept_lock = threading.Lock()
+# held while a block opens its store (one open at a time in a process)
+_open_lock = threading.Lock()
 
 
 def kept_reader(readers: dict[Any, Any], key: Any) -> Any:
@@ -311,8 +320,13 @@ def _read_block(
             return reader.read(slice(*rows), slice(*cols))
         except IdentityMismatchError:
             keep_reader(_PROCESS_READERS, key, None)
-    store, assay, workspace, options, identity = recipe
-    reader = open_reader(opened(store), assay, workspace=workspace, storage_options=options or None)
-    require_identity(reader, identity, "to_dask")
-    keep_reader(_PROCESS_READERS, key, reader)
+    with _open_lock:  # the process's threads open a store once, not each
+        reader = kept_reader(_PROCESS_READERS, key)
+        if reader is None:
+            store, assay, workspace, options, identity = recipe
+            reader = open_reader(
+                opened(store), assay, workspace=workspace, storage_options=options or None
+            )
+            require_identity(reader, identity, "to_dask")
+            keep_reader(_PROCESS_READERS, key, reader)
     return reader.read(slice(*rows), slice(*cols))

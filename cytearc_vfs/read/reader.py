@@ -575,6 +575,7 @@ class VirtualArrayReader:
             # reused (another reader at a freed address, other chunks of this
             # one) would compute one array's blocks in place of the other's
             name=f"cytearc-read-{uuid.uuid4().hex}",
+            kept=self if self._recipe else None,
         )
 
     def __repr__(self) -> str:
