@@ -130,3 +130,34 @@ def test_blocks_computed_where_the_array_was_made_open_nothing(
         got = cv.to_anndata(opened).X.compute(scheduler="threads").toarray()
     np.testing.assert_array_equal(got, expected)
     assert opens == []
+
+
+def test_a_worker_with_threads_opens_a_lazy_x_composite_once(
+    composite: tuple[Any, np.ndarray], opens: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("anndata")
+    from cytearc_vfs_adapters.anndata_output import conversion
+
+    opened, expected = composite
+    monkeypatch.setattr(conversion, "BLOCK_FEATURES", 4)  # blocks of 4 features...
+    itemsize = opened.reader().dtype.itemsize
+    monkeypatch.setattr(conversion, "BLOCK_BYTES", 4 * 10 * itemsize)  # ...of 10 cells
+    x = cv.to_anndata(opened).X
+    assert x.numblocks == (12, 3)
+    travelled = pickle.loads(pickle.dumps(x))  # as a worker gets it: no reader kept
+    _as_a_new_process()
+    del opens[:]
+    got = travelled.compute(scheduler="threads", num_workers=4)
+    np.testing.assert_array_equal(got.toarray(), expected)
+    assert len(opens) == 1
+
+
+def test_a_worker_with_threads_opens_a_to_dask_composite_once(
+    composite: tuple[Any, np.ndarray], opens: list[str]
+) -> None:
+    opened, expected = composite
+    lazy = opened.reader().to_dask(chunks=(10, 4))
+    _as_a_new_process()
+    del opens[:]
+    np.testing.assert_array_equal(lazy.compute(scheduler="threads", num_workers=4), expected)
+    assert len(opens) == 1

@@ -15,6 +15,7 @@ front when it would not fit (:mod:`.loading`).
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -174,16 +175,21 @@ class SparseCounts:
 #: Readers rebuilt in this process (a dask worker's), by their pickled recipe
 #: (at most blockwise.KEPT_READERS, least recently used dropped first).
 _PROCESS_READERS: dict[bytes, VirtualArrayReader] = {}
+_open_lock = threading.Lock()
 
 
 def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
     key = pickle.dumps(recipe)
     reader: VirtualArrayReader | None = kept_reader(_PROCESS_READERS, key)
-    if reader is None:
-        store, assay, workspace, identity = recipe
-        reader = VirtualArrayReader(opened_store(store), assay, workspace=workspace)
-        require_identity(reader, identity, "to_anndata")
-        keep_reader(_PROCESS_READERS, key, reader)
+    if reader is not None:
+        return reader
+    with _open_lock:  # a worker's threads open the store once, not each
+        reader = kept_reader(_PROCESS_READERS, key)
+        if reader is None:
+            store, assay, workspace, identity = recipe
+            reader = VirtualArrayReader(opened_store(store), assay, workspace=workspace)
+            require_identity(reader, identity, "to_anndata")
+            keep_reader(_PROCESS_READERS, key, reader)
     return reader
 
 
