@@ -6,6 +6,7 @@ files and source cache, until it exits)."""
 from __future__ import annotations
 
 import gc
+import pickle
 import weakref
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def test_a_process_keeps_a_bounded_number_of_readers(
         cv.write_counts(tmp_path / f"s{index}.zarr", counts)
         arrays.append(cv.VirtualArrayReader(tmp_path / f"s{index}.zarr").to_dask())
         x = cv.to_anndata(tmp_path / f"s{index}.zarr").X
-        xs.append(conversion.pickle.loads(conversion.pickle.dumps(x)))  # as a worker's
+        xs.append(pickle.loads(pickle.dumps(x)))  # as a worker's
     first = None
     for lazy, x in zip(arrays, xs, strict=True):
         np.testing.assert_array_equal(lazy.compute(scheduler="sync"), counts.toarray())

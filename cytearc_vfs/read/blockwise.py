@@ -11,6 +11,7 @@ so it runs in any process, which builds its reader once.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -37,6 +38,7 @@ __all__ = [
     "keep_reader",
     "kept_reader",
     "opened",
+    "recipe_key",
     "require_identity",
 ]
 
@@ -203,10 +205,11 @@ def dask_array(
     else:
         chunks = checked_chunks(chunks, shape)
     recipe = (deferred(recipe[0]), *recipe[1:])
+    key = recipe_key(recipe)
     if kept is not None:
         # blocks run in this process (the threaded scheduler) read through the
         # reader that made the array, and the store it has open, not a new open
-        keep_reader(_PROCESS_READERS, pickle.dumps(recipe).hex(), kept)
+        keep_reader(_PROCESS_READERS, key, kept)
     row_blocks = tuple(_split(shape[0], chunks[0]))
     col_blocks = tuple(_split(shape[1], chunks[1]))
     graph: dict[Any, Any] = {}
@@ -218,6 +221,7 @@ def dask_array(
                 _read_block,
                 open_reader,
                 recipe,
+                key,
                 (row_start, row_start + n_rows),
                 (col_start, col_start + n_cols),
             )
@@ -299,9 +303,21 @@ def keep_reader(readers: dict[Any, Any], key: Any, reader: Any | None) -> None:
             del readers[next(iter(readers))]
 
 
+def recipe_key(recipe: tuple[Any, ...]) -> str:
+    """The key a process keeps the reader of ``recipe`` under, fixed where the
+    array is made and carried by its tasks.
+
+    Not the pickle of each task's own copy: an ``obstore`` store pickles its
+    options in another order each time (a Rust hash map), so every block of a
+    composite kept in S3 would miss the kept reader and open the composite anew.
+    """
+    return hashlib.sha256(pickle.dumps(recipe)).hexdigest()
+
+
 def _read_block(
     open_reader: OpenReader,
     recipe: tuple[Any, ...],
+    key: str,
     rows: tuple[int, int],
     cols: tuple[int, int],
 ) -> npt.NDArray[Any]:
@@ -313,7 +329,6 @@ def _read_block(
     replaced with equal values), where the kept reader would refuse every
     later block of this process.
     """
-    key = pickle.dumps(recipe).hex()
     reader: BlockReader | None = kept_reader(_PROCESS_READERS, key)
     if reader is not None:
         try:
