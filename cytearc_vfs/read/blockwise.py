@@ -12,7 +12,6 @@ so it runs in any process, which builds its reader once.
 from __future__ import annotations
 
 import hashlib
-import pickle
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import numpy.typing as npt
 from ..errors import IdentityMismatchError
 from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.sizes import parse_size
+from ..remote.store_keys import store_key
 from .count_mapping import ProvidesCountMapping
 
 __all__ = [
@@ -311,7 +311,7 @@ def recipe_key(recipe: tuple[Any, ...]) -> str:
     options in another order each time (a Rust hash map), so every block of a
     composite kept in S3 would miss the kept reader and open the composite anew.
     """
-    return hashlib.sha256(pickle.dumps(recipe)).hexdigest()
+    return hashlib.sha256(store_key(recipe)).hexdigest()
 
 
 def _read_block(
