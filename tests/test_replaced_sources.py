@@ -249,8 +249,9 @@ def test_a_damaged_chunk_of_an_unreplaced_source_is_still_damage(copied: Path) -
 def test_a_process_reopens_a_kept_dask_reader_that_refuses(copied: Path) -> None:
     """Dask blocks keep one reader per process (``blockwise._PROCESS_READERS``). A
     source replaced under a kept reader makes the next block open the store anew,
-    once: the composite recreated at the same path then reads its new values
-    instead of the kept reader refusing every later block of the process."""
+    once: an array made from the composite recreated at the same path reads its
+    new values instead of a kept reader refusing every block of the process,
+    and the array made before refuses (it never mixes old and new values)."""
     pytest.importorskip("dask")
     from cytearc_vfs.read import blockwise
 
@@ -270,10 +271,19 @@ def test_a_process_reopens_a_kept_dask_reader_that_refuses(copied: Path) -> None
     cv.create_composite(composite, {"a": a, "b": b}).close()
     again = cv.VirtualArrayReader(composite).to_dask()
     np.testing.assert_array_equal(again[:20].compute(scheduler="sync"), new_a.toarray()[:20])
-    assert all(blockwise._PROCESS_READERS.get(key) is not reader for key, reader in kept.items())
-    # the source replaced again under this open composite: in this process the
-    # blocks share its open store, which refuses, naming the remedy, every time
+    # the new array reads through a reader of its own, not a kept one
+    assert any(
+        reader not in kept.values() and before.get(key) is not reader
+        for key, reader in blockwise._PROCESS_READERS.items()
+    )
+    # the array made from the old composite refuses: its store changed since
+    # to_dask, and its blocks would mix the old values with the new
+    with pytest.raises(cv.IdentityMismatchError):
+        lazy[20:].compute(scheduler="sync")
+    # the source replaced again: the kept reader refuses, the composite opened
+    # anew refuses too (the source differs from its record), naming the source
+    # and the remedy, every time
     write(a, counts_of("a", seed=6), overwrite=True)
     for _ in range(2):
-        with pytest.raises(cv.IdentityMismatchError, match=REMEDY):
+        with pytest.raises(cv.IdentityMismatchError, match=r"source 'a'.*recreate the composite"):
             again[:20].compute(scheduler="sync")

@@ -31,7 +31,6 @@ mount) and takes the mode of the pickled one. Nothing is written.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from zarr.abc.store import Store
 
 from ..errors import IdentityMismatchError
 from ..remote.locations import describe_location
+from ..remote.store_keys import store_key
 from .records import MountRecord
 from .store import MountStore
 
@@ -60,7 +60,8 @@ def restore(
 ) -> MountStore:
     """The mount pickled with ``target``, ``record`` and ``options``, verified in
     this process (see the module docstring), in the pickled mode."""
-    key = pickle.dumps((target, record, dict(options)))
+    # not pickle.dumps: an obstore target pickles differently each time
+    key = store_key((target, record, dict(options)))
     with _lock:
         kept = _kept.get(key)
         if kept is not None:

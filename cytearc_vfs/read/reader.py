@@ -15,7 +15,9 @@ does not know are read through zarr's orthogonal indexing and placed the same wa
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Self, cast
 
@@ -146,7 +148,15 @@ class VirtualArrayReader:
         # path made absolute, since a worker may run in another working directory.
         path = None if isinstance(store, (Store, ProvidesCountMapping)) else local_path(store)
         located = store if path is None else str(path.absolute())
-        self._recipe: tuple[Any, ...] = (located, assay, workspace, dict(storage_options or {}))
+        # ... and what it must find there: a store replaced since then refuses
+        # rather than give some blocks of the old store and some of the new
+        self._recipe: tuple[Any, ...] = (
+            located,
+            assay,
+            workspace,
+            dict(storage_options or {}),
+            self._identity(),
+        )
 
     @classmethod
     def from_mapping(
@@ -199,6 +209,13 @@ class VirtualArrayReader:
         if "features" not in self._ids:
             self._ids["features"] = self._mapping.feature_ids()
         return self._ids["features"]
+
+    def _identity(self) -> str:
+        """One fingerprint of what this reader reads: its shape, dtype and its
+        verified sources' dataset fingerprints in output order."""
+        parts = [repr(self.shape), str(self.dtype)]
+        parts.extend(source.info.dataset_fingerprint for source in self._mapping.sources)
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     @property
     def stats(self) -> ReaderStats:
@@ -536,13 +553,17 @@ class VirtualArrayReader:
 
     # ------------------------------------------------------------------ dask
 
-    def to_dask(self, chunks: tuple[int, int] | None = None) -> Any:
+    def to_dask(self, chunks: tuple[int | None, int | None] | None = None) -> Any:
         """A lazy ``dask.array`` of the matrix; each block is one gather read.
 
         Blocks run anywhere, including worker processes of a
         ``dask.distributed`` cluster: they carry the store (a composite
         pickles without writing credentials anywhere) and rebuild one reader
-        per process. Needs ``dask[array]``.
+        per process. ``chunks`` (cells, features; -1 or None: the whole axis)
+        defaults to whole rows of 64 MiB dense a block; a block is read
+        dense, so size it by memory.
+        A store replaced since this call is refused by the blocks
+        (``IdentityMismatchError``). Needs ``dask[array]``.
         """
         return dask_array(
             VirtualArrayReader,
@@ -550,7 +571,11 @@ class VirtualArrayReader:
             self.shape,
             self.dtype,
             chunks,
-            name=f"cytearc-read-{id(self):x}",
+            # a fresh name per array: dask merges graphs by key, and a name
+            # reused (another reader at a freed address, other chunks of this
+            # one) would compute one array's blocks in place of the other's
+            name=f"cytearc-read-{uuid.uuid4().hex}",
+            kept=self if self._recipe else None,
         )
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ front when it would not fit (:mod:`.loading`).
 
 from __future__ import annotations
 
-import pickle
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,6 +28,14 @@ from zarr.core.sync import sync
 from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredTable, read_stored_table
+from cytearc_vfs.read.blockwise import (
+    deferred,
+    keep_reader,
+    kept_reader,
+    recipe_key,
+    require_identity,
+)
+from cytearc_vfs.read.blockwise import opened as opened_store
 from cytearc_vfs.read.reader import VirtualArrayReader
 from cytearc_vfs.remote.locations import Location
 
@@ -139,45 +147,63 @@ class SparseCounts:
         self.shape = opened.shape
         self.dtype = opened.reader.dtype
         self._reader: VirtualArrayReader | None = opened.reader
-        self._recipe = (opened.store, opened.assay, workspace)
+        # the reader's identity too: a worker's reader of a store replaced since
+        # refuses rather than mix the old store's blocks with the new one's
+        # a composite or mount deferred: opened by the task that reads, once a process
+        self._recipe = (
+            deferred(opened.store),
+            opened.assay,
+            workspace,
+            opened.reader._identity(),
+        )
+        self._key = recipe_key(self._recipe)
 
     def __getitem__(self, key: tuple[Any, ...]) -> Any:
         rows, cols = key
         reader = self._reader
         if reader is not None:
             return reader.read_sparse(rows, cols)
-        reader = self._reader = _process_reader(self._recipe)
+        reader = self._reader = _process_reader(self._recipe, self._key)
         try:
             return reader.read_sparse(rows, cols)
         except IdentityMismatchError:
             # a reader this process kept refuses a source changed since it was
             # opened: open anew, once (the open says what changed), rather than
             # refuse every later block of this process
-            _PROCESS_READERS.pop(pickle.dumps(self._recipe), None)
-            reader = self._reader = _process_reader(self._recipe)
+            keep_reader(_PROCESS_READERS, self._key, None)
+            reader = self._reader = _process_reader(self._recipe, self._key)
             return reader.read_sparse(rows, cols)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuilt, (self.shape, self.dtype, self._recipe))
+        return (_rebuilt, (self.shape, self.dtype, self._recipe, self._key))
 
 
-#: Readers rebuilt in this process (a dask worker's), by their pickled recipe.
-_PROCESS_READERS: dict[bytes, VirtualArrayReader] = {}
+#: Readers rebuilt in this process (a dask worker's), by their recipe's key
+#: (at most blockwise.KEPT_READERS, least recently used dropped first).
+_PROCESS_READERS: dict[str, VirtualArrayReader] = {}
+_open_lock = threading.Lock()
 
 
-def _process_reader(recipe: tuple[Any, ...]) -> VirtualArrayReader:
-    key = pickle.dumps(recipe)
-    reader = _PROCESS_READERS.get(key)
-    if reader is None:
-        store, assay, workspace = recipe
-        reader = _PROCESS_READERS[key] = VirtualArrayReader(store, assay, workspace=workspace)
+def _process_reader(recipe: tuple[Any, ...], key: str) -> VirtualArrayReader:
+    reader: VirtualArrayReader | None = kept_reader(_PROCESS_READERS, key)
+    if reader is not None:
+        return reader
+    with _open_lock:  # a worker's threads open the store once, not each
+        reader = kept_reader(_PROCESS_READERS, key)
+        if reader is None:
+            store, assay, workspace, identity = recipe
+            reader = VirtualArrayReader(opened_store(store), assay, workspace=workspace)
+            require_identity(reader, identity, "to_anndata")
+            keep_reader(_PROCESS_READERS, key, reader)
     return reader
 
 
-def _rebuilt(shape: tuple[int, int], dtype: np.dtype, recipe: tuple[Any, ...]) -> SparseCounts:
+def _rebuilt(
+    shape: tuple[int, int], dtype: np.dtype, recipe: tuple[Any, ...], key: str
+) -> SparseCounts:
     counts = SparseCounts.__new__(SparseCounts)
     counts.shape, counts.dtype = shape, dtype
-    counts._reader, counts._recipe = None, recipe
+    counts._reader, counts._recipe, counts._key = None, recipe, key
     return counts
 
 
