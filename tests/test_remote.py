@@ -127,3 +127,27 @@ def test_clients_keep_a_bounded_number_of_idle_connections(s3_server: S3Server) 
     }
     store = backends.open_obstore(f"s3://{s3_server.new_bucket()}/x.zarr", True, explicit)
     assert store.store.client_options["pool_max_idle_per_host"] == "2"  # type: ignore[attr-defined]
+
+
+def test_a_reader_of_a_remote_composite_takes_its_sources_options(
+    s3_server: S3Server, counts: sp.csr_array
+) -> None:
+    """VirtualArrayReader(URL) of a composite had no source_storage_options: its
+    credentialed S3 sources could not be opened (the client fell back to the instance
+    metadata service), though open_store takes them."""
+    bucket = s3_server.new_bucket()
+    options = s3_server.storage_options()
+    source, composite = f"s3://{bucket}/a.zarr", f"s3://{bucket}/c.zarr"
+    cv.write_counts(source, counts, storage_options=options)
+    cv.create_composite(
+        composite, {"a": source}, storage_options=options, source_storage_options={"a": options}
+    )
+    reader = cv.VirtualArrayReader(
+        composite, storage_options=options, source_storage_options={"a": options}
+    )
+    np.testing.assert_array_equal(reader.read(), counts.toarray())
+    np.testing.assert_array_equal(reader.to_dask().compute(), counts.toarray())
+    with pytest.raises(ValueError, match="ordinary store; source_storage_options apply to"):
+        cv.VirtualArrayReader(
+            source, storage_options=options, source_storage_options={"a": options}
+        )

@@ -100,7 +100,12 @@ class VirtualArrayReader:
     workspace
         Workspace of an ordinary store's assay.
     storage_options
-        Backend options when ``store`` is a URL of an ordinary store.
+        Backend options when ``store`` is a URL (of any store).
+    source_storage_options
+        Backend options of a composite's or mount's sources, when ``store``
+        is given by location, as :func:`~cytearc_vfs.open_store` takes them
+        (a composite: by source name; a mount: one mapping). Refused for an
+        ordinary store.
     """
 
     @names_backend_failures("store")
@@ -111,6 +116,7 @@ class VirtualArrayReader:
         *,
         workspace: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        source_storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._counters = ReadCounters()
         self._kept_plans: tuple[Indices, list[FeaturePlan]] | None = None
@@ -124,7 +130,14 @@ class VirtualArrayReader:
             if opener is not None:
                 # a composite or mount given by location: open it verified
                 refuse_pending_assays(backend, contents, where=where)
-                store = cast("ProvidesCountMapping", opener(backend, where, None))
+                store = cast(
+                    "ProvidesCountMapping", opener(backend, where, source_storage_options)
+                )
+            elif source_storage_options:
+                raise ValueError(
+                    f"{where} is an ordinary store; source_storage_options apply to "
+                    "composites and mounts only (use storage_options for the store itself)"
+                )
         if isinstance(store, ProvidesCountMapping):
             self._mapping: CountMapping = store.count_mapping(
                 assay, self._counters, workspace=workspace
