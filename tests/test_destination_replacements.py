@@ -139,6 +139,26 @@ def test_a_failed_local_writer_releases_its_lock(tmp_path: Path) -> None:
     np.testing.assert_array_equal(_verified(location), _counts(1))
 
 
+@pytest.mark.parametrize("code", ["ENOLCK", "EOPNOTSUPP"])
+def test_a_file_system_without_flock_is_written_under_the_claim_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """Some network and FUSE file systems answer flock with ENOLCK or EOPNOTSUPP: every
+    write to them failed with that OSError; they get the claim check, as object stores."""
+    import errno
+
+    from cytearc_vfs.write import claims
+
+    def refused(descriptor: int, operation: int) -> None:
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(claims.fcntl, "flock", refused)
+    location = str(tmp_path / "d.zarr")
+    cv.write_counts(location, _counts(1))
+    cv.write_counts(location, _counts(2), overwrite=True)
+    np.testing.assert_array_equal(_verified(location), _counts(2))
+
+
 def test_a_writer_that_lost_its_claim_leaves_the_winner_alone(
     s3_server: S3Server,
 ) -> None:

@@ -130,9 +130,7 @@ class VirtualArrayReader:
             if opener is not None:
                 # a composite or mount given by location: open it verified
                 refuse_pending_assays(backend, contents, where=where)
-                store = cast(
-                    "ProvidesCountMapping", opener(backend, where, source_storage_options)
-                )
+                store = cast("ProvidesCountMapping", opener(backend, where, source_storage_options))
             elif source_storage_options:
                 raise ValueError(
                     f"{where} is an ordinary store; source_storage_options apply to "

@@ -221,6 +221,10 @@ class LocalLock:
         self.release()
 
 
+#: What flock answers on a file system that cannot lock.
+_NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
+
+
 def lock_local_destination(path: Path, where: str) -> LocalLock:
     """Lock the destination directory ``path`` (created if absent) for one writer.
 
@@ -234,6 +238,11 @@ def lock_local_destination(path: Path, where: str) -> LocalLock:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
+        if exc.errno in _NO_FLOCK:
+            # a file system without flock (some network and FUSE ones): the claim
+            # alone guards the destination, as on an object store
+            os.close(descriptor)
+            return LocalLock(None)
         holder = _lock_holder(descriptor)
         os.close(descriptor)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
