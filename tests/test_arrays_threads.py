@@ -164,3 +164,27 @@ def test_a_resize_waits_for_a_flush_of_the_same_array(tmp_path: Any) -> None:
     resizing.join()
     reopened = zarr.open_array(LocalStore(tmp_path / "s.zarr"), path="a", mode="r")
     assert read(reopened, raw=True).tolist() == [-1, -1, 100, 1, 2, 3, 4, 5]
+
+
+def test_recover_waits_for_a_flush_of_the_same_array() -> None:
+    """recover() took no part in the array's lock: a recovery run while a flush of the
+    array was between its check and its writes could move chunks under the flush."""
+    import time
+
+    from cytearc_vfs.arrays import recover
+    from cytearc_vfs.arrays.documents import array_lock
+
+    store = MemoryStore()
+    array = zarr.create_array(store, name="a", shape=(8,), chunks=(4,), dtype="i4")
+    lock = array_lock(array.store_path.store, "a")
+    finished: list[float] = []
+    with lock:  # a flush of the array in flight
+        worker = threading.Thread(
+            target=lambda: (recover(array), finished.append(time.monotonic()))
+        )
+        worker.start()
+        worker.join(0.3)
+        assert not finished  # waiting for the flush
+        released = time.monotonic()
+    worker.join(5)
+    assert finished and finished[0] >= released

@@ -75,6 +75,7 @@ from .documents import (
     JOURNAL_NAME,
     MARKER_FIELD,
     PROGRESS_NAME,
+    array_lock,
     describe,
     dumps,
     marked,
@@ -544,7 +545,8 @@ def recover(target: zarr.Array[Any] | Store, path: str | None = None) -> bool:
         store, own = target.store_path.store, target.store_path.path
         if path is not None and path != own:
             raise ValueError(f"path {path!r} given with an array at {own!r}; give one or the other")
-        finished = recover_array(store, own)
+        with array_lock(store, own):  # no flush, resize or promote of it in this process
+            finished = recover_array(store, own)
         if finished:
             document = get_json(store, f"{own}/zarr.json" if own else "zarr.json")
             assert isinstance(document, dict)
@@ -553,8 +555,9 @@ def recover(target: zarr.Array[Any] | Store, path: str | None = None) -> bool:
     if not isinstance(target, Store):
         raise TypeError(f"recover takes a zarr.Array or a Store, not {type(target).__name__}")
     path = (path or "").strip("/")
-    if recover_array(target, path):
-        return True
+    with array_lock(target, path):  # no flush, resize or promote of it in this process
+        if recover_array(target, path):
+            return True
     # zarr refuses the array and there is no journal to finish it with
     document = get_json(target, f"{path}/zarr.json" if path else "zarr.json")
     if isinstance(document, dict) and MARKER_FIELD in document:
