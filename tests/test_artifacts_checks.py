@@ -284,6 +284,20 @@ def test_a_root_of_an_assay_or_workspace_the_store_lacks_is_refused(
     assert store_keys(directory) == before
 
 
+@pytest.mark.parametrize("root", ["RNA/artifact", "cellData/artifacts", "RNA/counts"])
+def test_a_root_of_no_root_form_names_the_roots_the_store_has(
+    place: tuple[Any, Path], root: str
+) -> None:
+    # artifacts.md: a typo such as RNA/artifact is refused naming the store's artifact
+    # roots; it named only the root forms, so the user had to find the assay's name
+    store, directory = place
+    before = store_keys(directory)
+    with pytest.raises(ValueError, match=r"not an artifact root|group of the store") as caught:
+        publish_artifact(store, root, KIND, provenance=PROVENANCE)
+    assert "its artifact roots: ['artifacts', 'RNA/artifacts']" in str(caught.value)
+    assert store_keys(directory) == before
+
+
 def test_a_refused_assay_root_leaves_the_store_rewritable(tmp_path: Path) -> None:
     # Before the fix, an orphan ADT group made write_counts(overwrite=True) refuse the store.
     location = tmp_path / "s.zarr"

@@ -46,7 +46,7 @@ from .records import (
     check_execution_options,
     check_provenance,
 )
-from .roots import artifact_roots, check_root, check_root_in_store
+from .roots import artifact_roots, check_root, check_root_in_store, roots_listed
 from .writers import ArrayWriter, ArtifactWriter
 
 __all__ = [
@@ -82,6 +82,15 @@ def _resolve(store: ArtifactStore, *, read_only: bool) -> tuple[Store, str, str]
             backend = backend.with_read_only(True)
         return backend, store.path, join(str(store.store), store.path)
     return open_location(store, read_only=read_only), "", describe_location(store)
+
+
+def _store_roots(store: ArtifactStore) -> str:
+    """The artifact roots of ``store`` for a refusal of a root, or ``""`` if it cannot be read."""
+    try:
+        backend, _, where = _resolve(store, read_only=True)
+    except Exception:  # the refusal stands without the hint
+        return ""
+    return roots_listed(backend, where)
 
 
 def _check_writable(backend: Store, given: ArtifactStore, where: str, root: str, kind: str) -> None:
@@ -206,7 +215,11 @@ def publish_artifact(
     >>> art.path  # doctest: +SKIP
     'RNA/artifacts/normalized/4f0c...'
     """
-    normalized_root = check_root(root)
+    try:
+        normalized_root = check_root(root)
+    except ValueError as exc:
+        # a typo (RNA/artifact) is fixed fastest from the roots the store has
+        raise ValueError(f"{exc}{_store_roots(store)}") from None
     check_name(kind, what="artifact kind")
     canonical = check_provenance(provenance)
     options = check_execution_options(execution_options)

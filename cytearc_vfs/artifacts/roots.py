@@ -20,7 +20,7 @@ from zarr.abc.store import Store
 from ..format.paths import RESERVED_TOP_LEVEL, check_name, join
 from ..format.source_store import node_attrs, read_contents
 
-__all__ = ["ROOT_FORMS", "artifact_roots", "check_root", "check_root_in_store"]
+__all__ = ["ROOT_FORMS", "artifact_roots", "check_root", "check_root_in_store", "roots_listed"]
 
 #: The artifact roots a store can have, for messages.
 ROOT_FORMS = (
@@ -122,11 +122,18 @@ def _is_workspace(store: Store, name: str) -> bool:
 
 
 def _roots_hint(store: Store, where: str) -> str:
-    """``; its artifact roots: [...]`` for a refusal, or nothing when they cannot be read."""
+    """``; its artifact roots: [...]`` for a refusal, or the root forms when they cannot be read."""
+    return roots_listed(store, where) or (
+        f"; an artifact root is {ROOT_FORMS} for an assay or workspace the store holds"
+    )
+
+
+def roots_listed(store: Store, where: str) -> str:
+    """``; its artifact roots: [...] (give one of them)``, or ``""`` when they cannot be read."""
     try:
         roots = artifact_roots(store, where)
     except Exception:  # the refusal stands without the hint
-        return f"; an artifact root is {ROOT_FORMS} for an assay or workspace the store holds"
+        return ""
     return f"; its artifact roots: {roots} (give one of them)"
 
 
