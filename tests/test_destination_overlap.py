@@ -227,6 +227,26 @@ def test_overwrite_replaces_a_composite_after_the_checks(tmp_path: Path) -> None
         cv.mount_datastore(a, comp, overwrite=True)
 
 
+def test_write_overwrite_replaces_a_composite_after_the_checks(tmp_path: Path) -> None:
+    # cli.md: write, composite, mount and repack replace a composite with --overwrite;
+    # write refused it, with a message whose remedy was the --overwrite just given
+    import anndata as ad
+
+    a, comp, h5ad = tmp_path / "a.zarr", tmp_path / "comp.zarr", tmp_path / "in.h5ad"
+    _write(a)
+    cv.create_composite(comp, {"a": a})
+    ad.AnnData(X=np.arange(6, dtype=np.float32).reshape(3, 2)).write_h5ad(h5ad)
+    before = tree_digest(comp)
+    refused = run_main("write", str(h5ad), str(comp), "--layer", "nope", "--overwrite")
+    assert refused.returncode == 2 and tree_digest(comp) == before, refused.stderr
+    plain = run_main("write", str(h5ad), str(comp))
+    assert plain.returncode == 2 and "--overwrite" in plain.stderr, plain.stderr
+    done = run_main("write", str(h5ad), str(comp), "--overwrite")
+    assert done.returncode == 0, done.stderr
+    counts = zarr.open_array(cv.open_store(comp), path="RNA/counts", mode="r")
+    assert counts.shape == (3, 2) and counts[0, 1] == 1
+
+
 def test_an_export_stays_out_of_what_the_store_reads(tmp_path: Path) -> None:
     src, mount, comp = tmp_path / "src.zarr", tmp_path / "mine.zarr", tmp_path / "comp.zarr"
     _write(src)

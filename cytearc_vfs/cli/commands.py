@@ -37,13 +37,12 @@ def _checked_overwrite(
 ) -> bool:
     """Whether the writer may replace ``args.destination``: the ``overwrite`` to pass it.
 
-    An empty or absent destination needs nothing. With ``--overwrite`` a
-    composite, an unfinished destination, or a store the writers may replace
-    (spec, "Writer destinations") is replaced; a mount target is refused,
-    because analyses depend on it. Nothing is removed here: the writer
-    removes the old destination after it has checked its inputs (run it
-    inside :func:`~cytearc_vfs.write.destinations.composites_replaceable`),
-    so a command refused for any reason leaves the destination as it was.
+    An empty or absent destination needs nothing. With ``--overwrite`` a composite,
+    an unfinished destination, or a store the writers may replace (spec, "Writer
+    destinations") is replaced; a mount target is refused, as analyses depend on it.
+    Nothing is removed here: the writer removes the old destination after it has
+    checked its inputs (run it inside :func:`composites_replaceable`, as ``write``
+    runs write_counts), so a refused command leaves the destination as it was.
     """
     from ..inspection.store_kind import classify_location
     from ..write.destinations import check_destination, composites_replaceable
@@ -231,27 +230,29 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
+    from ..write.destinations import composites_replaceable
     from ..write.writer import write_counts
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     source = checked_anndata_input(args.input, args.layer, source_options)
     started = time.perf_counter()
-    info = write_counts(
-        args.destination,
-        source,
-        assay=args.assay,
-        assay_type=args.assay_type,
-        workspace=args.workspace,
-        layer=args.layer,
-        mem_budget=mem_budget_option(args.mem_budget),
-        overwrite=args.overwrite,
-        progress=bars,
-        fill_missing=args.fill_missing,
-        make_unique=args.make_unique,
-        storage_options=storage_options,
-        source_storage_options=source_options,
-    )
+    with composites_replaceable():  # --overwrite replaces one, as composite does
+        info = write_counts(
+            args.destination,
+            source,
+            assay=args.assay,
+            assay_type=args.assay_type,
+            workspace=args.workspace,
+            layer=args.layer,
+            mem_budget=mem_budget_option(args.mem_budget),
+            overwrite=args.overwrite,
+            progress=bars,
+            fill_missing=args.fill_missing,
+            make_unique=args.make_unique,
+            storage_options=storage_options,
+            source_storage_options=source_options,
+        )
     seconds = time.perf_counter() - started
     payload = {
         "location": str(info.location),
@@ -263,9 +264,8 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "seconds": round(seconds, 3),
     }
     text = (
-        f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of "
-        f"{args.input} to {info.location} in {seconds:.2f} s; dataset "
-        f"{info.dataset_fingerprint}"
+        f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of {args.input} "
+        f"to {info.location} in {seconds:.2f} s; dataset {info.dataset_fingerprint}"
     )
     return Outcome(payload, text)
 
