@@ -245,6 +245,12 @@ def test_write_overwrite_replaces_a_composite_after_the_checks(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     counts = zarr.open_array(cv.open_store(comp), path="RNA/counts", mode="r")
     assert counts.shape == (3, 2) and counts[0, 1] == 1
+    # a mount target is refused in the command line's words, not Python's
+    cv.mount_datastore(a, tmp_path / "m.zarr")
+    for args in ([], ["--overwrite"]):
+        mount = run_main("write", str(h5ad), str(tmp_path / "m.zarr"), *args)
+        assert mount.returncode == 2 and "(--overwrite neither)" in mount.stderr, mount.stderr
+        assert "overwrite=True" not in mount.stderr
 
 
 def test_an_export_stays_out_of_what_the_store_reads(tmp_path: Path) -> None:

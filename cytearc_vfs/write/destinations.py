@@ -193,8 +193,8 @@ def _check_keys(
         raise FileExistsError(
             f"destination {where} holds {found!r}, which is neither Zarr metadata nor a chunk "
             "of an array, so this layer did not write it and no writer replaces the destination "
-            "(overwrite=True neither; nothing was deleted). Move or delete that key yourself, "
-            "or choose another destination"
+            f"({switched_on('overwrite')} neither; nothing was deleted). Move or delete that key "
+            "yourself, or choose another destination"
         )
 
 
@@ -301,7 +301,7 @@ def _check_replaceable(
     if "matrixSource" in root_attrs and not unfinished:
         raise FileExistsError(
             f"destination {where} is a mounted target (matrixSource); its analyses depend on "
-            "it, so no writer replaces it (overwrite=True neither). Choose another "
+            f"it, so no writer replaces it ({switched_on('overwrite')} neither). Choose another "
             "destination, or delete it yourself if you mean to replace it"
         )
     if "composite" in root_attrs and not unfinished:
@@ -331,8 +331,8 @@ def _check_members(
     if loose:
         raise FileExistsError(
             f"destination {where} holds {loose[0]!r} at its root, which CyteArc does not write, "
-            "so no writer replaces the destination (overwrite=True neither). Move that file or "
-            "choose another destination"
+            f"so no writer replaces the destination ({switched_on('overwrite')} neither). Move "
+            "that file or choose another destination"
         )
 
     def cell_columns(container: str) -> list[str]:
@@ -362,8 +362,9 @@ def _check_members(
             if not unfinished and destination_is_prepared(attrs, cell_columns(container), name):
                 raise FileExistsError(
                     f"destination {where} holds the prepared assay {member!r}; replacing it "
-                    "would discard its analyses, so no writer does (overwrite=True neither). "
-                    "Choose another destination, or delete the store yourself if you mean it"
+                    f"would discard its analyses, so no writer does ({switched_on('overwrite')} "
+                    "neither). Choose another destination, or delete the store yourself if you "
+                    "mean it"
                 )
             return True
         if PENDING_ASSAY_ATTR in attrs:
@@ -382,8 +383,8 @@ def _check_members(
             raise FileExistsError(
                 f"destination {where} holds {member!r}, which is not a group CyteArc writes "
                 "(cellData, matrices, artifacts, pipeline, agent_results, an assay or a "
-                "workspace of them), so no writer replaces the destination (overwrite=True "
-                "neither). Move it or choose another destination"
+                "workspace of them), so no writer replaces the destination "
+                f"({switched_on('overwrite')} neither). Move it or choose another destination"
             )
 
 
