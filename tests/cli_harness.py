@@ -85,14 +85,21 @@ class TerminalRun:
     output: str
 
 
-def run_in_terminal(args: list[str], *, timeout: float = 300, columns: int = 100) -> TerminalRun:
-    """Run ``cytearc-vfs ARGS`` with stdin, stdout and stderr on a pseudo-terminal."""
+def run_in_terminal(
+    args: list[str],
+    *,
+    timeout: float = 300,
+    columns: int = 100,
+    program: list[str] | None = None,
+) -> TerminalRun:
+    """Run ``cytearc-vfs ARGS`` (or ``program ARGS``) with stdin, stdout and stderr on a
+    pseudo-terminal."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["TERM"] = "xterm-256color"
     process = subprocess.Popen(
-        [cli_executable(), *args], stdin=slave, stdout=slave, stderr=slave, env=env
+        [*(program or [cli_executable()]), *args], stdin=slave, stdout=slave, stderr=slave, env=env
     )
     os.close(slave)
     chunks: list[bytes] = []

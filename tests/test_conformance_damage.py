@@ -439,30 +439,14 @@ def test_an_assay_without_a_recorded_type_opens_as_assay_with_a_warning(tmp_path
 
 def _in_terminal(args: list[str]) -> tuple[int, str]:
     """Run ``python -m cytearc_vfs_conformance ARGS`` with its output on a pseudo-terminal."""
-    import os
-    import pty
-    import subprocess
     import sys
 
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cytearc_vfs_conformance", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
+    from cli_harness import run_in_terminal
+
+    run = run_in_terminal(
+        args, timeout=120, program=[sys.executable, "-m", "cytearc_vfs_conformance"]
     )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    return process.wait(timeout=120), b"".join(chunks).decode()
+    return run.returncode, run.output
 
 
 def test_check_command_exits_non_zero_on_a_failed_check(
