@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import realistic_counts
+from dask_clusters import process_cluster
 
 import cytearc_vfs as cv
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_to_dask_on_a_process_cluster(tmp_path: Path) -> None:
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")  # before the sources are written
     a = realistic_counts(300, 40, density=0.1, seed=1)
     b = realistic_counts(200, 30, density=0.1, seed=2)
     cv.write_counts(tmp_path / "a.zarr", a, features=[f"g{i}" for i in range(40)])
@@ -23,17 +24,7 @@ def test_to_dask_on_a_process_cluster(tmp_path: Path) -> None:
         tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
     )
     expected = comp.reader().read()
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            # a free port, not 8787: another test worker may hold it (the scheduler's
-            # HTTP server listens even without a dashboard, and falls back noisily)
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with process_cluster() as client:
         lazy = comp.reader().to_dask(chunks=(128, 25))
         assert lazy.shape == expected.shape
         np.testing.assert_array_equal(client.compute(lazy).result(), expected)

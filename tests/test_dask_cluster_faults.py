@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import realistic_counts
+from dask_clusters import process_cluster
 
 import cytearc_vfs as cv
 from cytearc_vfs.errors import IdentityMismatchError
@@ -26,16 +27,7 @@ FEATURES = [f"g{i}" for i in range(30)]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        distributed.Client(cluster) as connected,
-    ):
+    with process_cluster() as connected:
         yield connected
 
 

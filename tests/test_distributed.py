@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from cloud_servers import CloudBackend
 from conftest import realistic_counts
+from dask_clusters import process_cluster
 
 import cytearc_vfs as cv
 from cytearc_vfs.remote.source_cache import CACHE_ENV
@@ -45,7 +46,7 @@ def _files_under(directory: str) -> list[bytes]:
 def test_a_remote_composite_through_dask_on_worker_processes(
     s3_backend: CloudBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")  # before the sources are written
     monkeypatch.delenv(CACHE_ENV, raising=False)
     url, _ = s3_backend.new_root()
     options = s3_backend.storage_options()
@@ -67,20 +68,8 @@ def test_a_remote_composite_through_dask_on_worker_processes(
     expected = np.vstack([part.toarray() for part in parts])
     np.testing.assert_array_equal(composite.reader().read(), expected)  # the local read
     worker_dirs = tmp_path / "workers"
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            # a free port, not 8787: another test worker may hold it (the scheduler's
-            # HTTP server listens even without a dashboard, and falls back noisily)
-            dashboard_address="127.0.0.1:0",
-            local_directory=str(worker_dirs),
-            # every worker's cache gets this budget from its environment
-            env={CACHE_ENV: str(BUDGET)},
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    # every worker's cache gets this budget from its environment
+    with process_cluster(local_directory=str(worker_dirs), env={CACHE_ENV: str(BUDGET)}) as client:
         lazy = composite.reader().to_dask(chunks=(100, 40))
         np.testing.assert_array_equal(client.compute(lazy).result(), expected)
         # a second pass is served from each worker's cache
