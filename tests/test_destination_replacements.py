@@ -193,9 +193,10 @@ def test_the_check_behind_the_writes_stops_the_next_write(s3_server: S3Server) -
     assert isinstance(first.store, WriteBehindStore) and first.store.claim is not None
     claim = first.store.claim
     cv.write_counts(location, _counts(2), overwrite=True, storage_options=options)
-    # as if CHECK_INTERVAL had passed while writing: the next write starts a read of
-    # the root and goes out without waiting for it
-    claim.checked_at -= CHECK_INTERVAL + 0.1
+    # as if CHECK_INTERVAL (and not STALE_AFTER: the write above may take longer on a
+    # loaded machine) had passed since the last check: the next write starts a read
+    # of the root and goes out without waiting for it
+    claim.checked_at = time.monotonic() - (CHECK_INTERVAL + 0.1)
     first.create_array("a", shape=(4,), dtype="u1")
     assert claim.reading is not None and not claim.waited
     sync(claim.reading)  # the read behind the writes answered
