@@ -28,11 +28,8 @@ import numpy.typing as npt
 import zarr
 from zarr.core.dtype import VariableLengthBytes
 
-from ..errors import IncompleteStoreError, warn_at_caller
-from ..format.store_io import get_json
+from ..errors import warn_at_caller
 from .documents import (
-    MARKER_FIELD,
-    RECOVER_REMEDY,
     array_location,
     array_lock,
     describe,
@@ -40,6 +37,7 @@ from .documents import (
     require_current,
     require_v3,
     require_writable,
+    stored_document,
     view_array,
     writes_refused,
 )
@@ -160,20 +158,6 @@ class ArrayWriter:
         """Chunks (shards, for a sharded array) with pending edits."""
         return len(self._stale)
 
-    def _stored(self) -> dict[str, Any]:
-        """The array's ``zarr.json`` as stored now (one ``get``)."""
-        where = describe(self._store, self._path)
-        key = f"{self._path}/zarr.json" if self._path else "zarr.json"
-        document = get_json(self._store, key, where=where)
-        if not isinstance(document, dict):
-            raise FileNotFoundError(f"{where}: no zarr.json at {key!r} (the array is gone)")
-        if MARKER_FIELD in document:
-            raise IncompleteStoreError(
-                f"{where}: a resize or promote is under way or was interrupted; nothing was "
-                "written; " + RECOVER_REMEDY
-            )
-        return document
-
     def _check_unchanged(self) -> None:
         if self._array.metadata is not self._metadata:
             raise ValueError(
@@ -190,7 +174,7 @@ class ArrayWriter:
         (they place no cell). One ``get`` per flush.
         """
         self._check_unchanged()
-        stored = self._stored()
+        stored = stored_document(self._store, self._path, stopped="written")
         if not same_document(_layout(stored), _layout(self._document)):
             raise ValueError(
                 f"{describe(self._store, self._path)}: zarr.json changed since this "

@@ -60,6 +60,7 @@ __all__ = [
     "refresh",
     "refuse_unfinished",
     "require_current",
+    "stored_document",
     "require_v3",
     "require_writable",
     "writes_refused",
@@ -290,6 +291,23 @@ def refuse_unfinished(store: Store, path: str) -> None:
         )
 
 
+def stored_document(store: Store, path: str, *, stopped: str) -> dict[str, Any]:
+    """The array's ``zarr.json`` as stored now (one ``get``), refused when it is gone or
+    marks an unfinished resize or promote (``stopped``: what the refusal did not do,
+    "written" or "read or written")."""
+    where = describe(store, path)
+    key = f"{path}/zarr.json" if path else "zarr.json"
+    document = get_json(store, key, where=where)
+    if not isinstance(document, dict):
+        raise FileNotFoundError(f"{where}: no zarr.json at {key!r} (the array is gone)")
+    if MARKER_FIELD in document:
+        raise IncompleteStoreError(
+            f"{where}: a resize or promote is under way or was interrupted; nothing was "
+            f"{stopped}; " + RECOVER_REMEDY
+        )
+    return document
+
+
 def require_current(array: zarr.Array[Any], store: Store, path: str) -> dict[str, Any]:
     """The array's stored ``zarr.json`` (one ``get``); refuses an ``array`` it no longer describes.
 
@@ -307,15 +325,7 @@ def require_current(array: zarr.Array[Any], store: Store, path: str) -> dict[str
         ``zarr.json`` places cells otherwise than ``array``'s metadata.
     """
     where = describe(store, path)
-    key = f"{path}/zarr.json" if path else "zarr.json"
-    document = get_json(store, key, where=where)
-    if not isinstance(document, dict):
-        raise FileNotFoundError(f"{where}: no zarr.json at {key!r} (the array is gone)")
-    if MARKER_FIELD in document:
-        raise IncompleteStoreError(
-            f"{where}: a resize or promote is under way or was interrupted; nothing was "
-            "read or written; " + RECOVER_REMEDY
-        )
+    document = stored_document(store, path, stopped="read or written")
     stored = ArrayV3Metadata.from_dict(dict(document))
     if stored.update_attributes({}) != array.metadata.update_attributes({}):
         raise ValueError(
