@@ -22,6 +22,8 @@ __all__ = [
     "MissingChunkError",
     "NonFiniteArtifactError",
     "RecordShapeError",
+    "SourceGoneError",
+    "SourceUnavailableError",
     "UnsupportedSourceError",
     "VfsError",
     "VfsWarning",
@@ -99,6 +101,22 @@ class MissingChunkError(VfsError, ValueError):
 
 class RecordShapeError(VfsError, ValueError):
     """A persisted record has a missing or unknown field, or a field of the wrong type."""
+
+
+class SourceUnavailableError(VfsError, OSError):
+    """A store being read cannot be read: a composite's or mount's source (or the
+    store under a reader) is unreachable, refused, timed out, or gone.
+
+    The message names the source, its location, what failed and the one remedy
+    of the cause; the backend's own error, if any, is the ``__cause__``. An
+    ``OSError``, so code written for the file system's errors keeps working.
+    """
+
+
+class SourceGoneError(SourceUnavailableError, FileNotFoundError):
+    """A source (or an object of it) is no longer where it was recorded or opened:
+    deleted or moved. Never read as zeros; restore it there, or recreate the
+    composite (mount again)."""
 
 
 class UnsupportedSourceError(VfsError, ValueError):

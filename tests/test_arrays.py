@@ -445,6 +445,54 @@ def test_grow_a_promoted_dimension() -> None:
     assert np.array_equal(array[...], np.stack([values, values + 100]))
 
 
+def test_promote_names_the_new_dimension(tmp_path: Path) -> None:
+    """(lat, lon) -> (time, lat, lon) with its name: it was always unnamed (None)."""
+    named = zarr.create_array(
+        tmp_path / "n.zarr", shape=(4, 5), chunks=(2, 5), dtype="i2", dimension_names=["lat", "lon"]
+    )
+    named[:] = 1
+    promote(named, 0, name="time")
+    assert named.metadata.dimension_names == ("time", "lat", "lon")
+    reopened = zarr.open_array(tmp_path / "n.zarr", mode="r")
+    assert reopened.metadata.dimension_names == ("time", "lat", "lon")
+    assert np.array_equal(reopened[0], np.ones((4, 5), "i2"))
+    promote(named, 3)  # unnamed, as before
+    assert named.metadata.dimension_names == ("time", "lat", "lon", None)
+    # an array without names gets them
+    bare, _ = make(MemoryStore(), (4,), (2,))
+    promote(bare, 1, name="sample")
+    assert bare.metadata.dimension_names == (None, "sample")
+
+
+def test_promote_refuses_a_name_taken_or_not_a_string_before_any_change(tmp_path: Path) -> None:
+    named = zarr.create_array(
+        tmp_path / "n.zarr", shape=(4,), chunks=(2,), dtype="i2", dimension_names=["cell"]
+    )
+    named[:] = 3
+    before = (tmp_path / "n.zarr" / "zarr.json").read_bytes()
+    with pytest.raises(ValueError, match="dimension 0 is named 'cell' already"):
+        promote(named, 0, name="cell")
+    with pytest.raises(TypeError, match="a string, not 3"):
+        promote(named, 0, name=3)  # type: ignore[arg-type]
+    assert (tmp_path / "n.zarr" / "zarr.json").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "n.zarr" / "c").iterdir()) == ["0", "1"]
+
+
+def test_the_command_line_names_the_new_dimension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cytearc_vfs.cli import main
+
+    zarr.create_array(tmp_path / "g.zarr", name="t", shape=(3,), chunks=(3,), dtype="i2")
+    code = main(["array", "promote", str(tmp_path / "g.zarr"), "t", "--dimension", "0",
+                 "--name", "time"])  # fmt: skip
+    assert code == 0, capsys.readouterr()
+    assert zarr.open_array(tmp_path / "g.zarr", path="t").metadata.dimension_names == (
+        "time",
+        None,
+    )
+
+
 # ------------------------------------------------------------------ ArrayWriter
 
 

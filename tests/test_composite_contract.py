@@ -260,13 +260,26 @@ def test_missing_source_names_its_location(tmp_path: Path, two_sources: dict[str
     cv.create_composite(tmp_path / "c.zarr", two_sources)
     shutil.rmtree(two_sources["a"])
     with pytest.raises(
-        OSError, match=r"source .a. at .* cannot be read.*restored at that path"
+        cv.SourceGoneError, match=r"source .a. at .* cannot be read.*restored at that path"
     ) as info:
         cv.open_store(tmp_path / "c.zarr")
     assert str(two_sources["a"].resolve()) in str(info.value)
 
 
-@pytest.mark.parametrize("replacement", ["empty directory", "file", "anndata"])
+def test_a_source_emptied_is_gone(tmp_path: Path, two_sources: dict[str, Path]) -> None:
+    # no Zarr group is there any more: as a deleted source on an object store shows
+    cv.create_composite(tmp_path / "c.zarr", two_sources)
+    shutil.rmtree(two_sources["a"])
+    two_sources["a"].mkdir()
+    with pytest.raises(
+        cv.SourceGoneError,
+        match=r"source 'a' at .* is gone: no Zarr group is there any more .*restored at that "
+        r"location, or the composite recreated",
+    ):
+        cv.open_store(tmp_path / "c.zarr")
+
+
+@pytest.mark.parametrize("replacement", ["file", "anndata"])
 def test_a_source_replaced_by_something_else_names_the_source(
     tmp_path: Path, two_sources: dict[str, Path], replacement: str
 ) -> None:
@@ -274,9 +287,7 @@ def test_a_source_replaced_by_something_else_names_the_source(
     # "assay 'RNA' does not exist", naming neither the source nor the composite
     cv.create_composite(tmp_path / "c.zarr", two_sources)
     shutil.rmtree(two_sources["a"])
-    if replacement == "empty directory":
-        two_sources["a"].mkdir()
-    elif replacement == "file":
+    if replacement == "file":
         two_sources["a"].write_text("not a store")
     else:
         import anndata

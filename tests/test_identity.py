@@ -461,7 +461,7 @@ def test_a_replaced_source_object_is_refused_not_read(
 @pytest.mark.remote
 @pytest.mark.parametrize("cache", ["0", "64M"])
 @pytest.mark.parametrize("read_first", [True, False])
-def test_a_deleted_source_is_an_os_error_not_zeros(
+def test_a_deleted_source_is_gone_not_zeros(
     remote: RemoteComposite, monkeypatch: pytest.MonkeyPatch, cache: str, read_first: bool
 ) -> None:
     store, reader = remote.open_reader(monkeypatch, cache)
@@ -469,10 +469,10 @@ def test_a_deleted_source_is_an_os_error_not_zeros(
         reader.read(cells=ROWS[:5])
     remote.delete_source()
     with pytest.raises(
-        OSError, match=r"source 'b' at s3://.*/b\.zarr: .* no longer exists"
+        cv.SourceGoneError, match=r"source 'b' at s3://.*/b\.zarr: .* no longer exists"
     ) as info:
         reader.read(cells=ROWS)
-    assert not isinstance(info.value, cv.VfsError)
+    assert isinstance(info.value, FileNotFoundError)
     store.close()
 
 

@@ -3,8 +3,8 @@
 A composite or mount opened over ``s3://`` sources with
 ``{"backend": "fsspec"}`` pins each shard object to the ETag its open's
 listing shows, and reads it with ``GetObject IfMatch=<ETag>``: an object
-replaced afterwards is an ``IdentityMismatchError``, a deleted one an
-``OSError``, never different valid values. Real moto S3 server on loopback,
+replaced afterwards is an ``IdentityMismatchError``, a deleted one a
+``SourceGoneError``, never different valid values. Real moto S3 server on loopback,
 behind the counting proxy; objects are replaced with s3fs, as another writer
 would.
 """
@@ -299,18 +299,18 @@ def test_an_object_replaced_after_the_open_is_refused(
 
 
 @pytest.mark.parametrize("first_read", [False, True], ids=["before a read", "after a read"])
-def test_a_deleted_object_is_an_os_error(remote: Remote, first_read: bool) -> None:
+def test_a_deleted_object_is_a_source_gone_error(remote: Remote, first_read: bool) -> None:
     stores, reads = _opened_reads(remote, first_read)
     delete_shards(remote)
     for read in reads.values():
         for rows in (FIRST, LATER):
             with pytest.raises(
-                OSError,
+                cv.SourceGoneError,
                 match=rf"source 'a' at s3://{remote.bucket}/a\.zarr: .*"
                 r"no longer exists",
             ) as caught:
                 read(rows)
-            assert not isinstance(caught.value, cv.VfsError)
+            assert isinstance(caught.value, FileNotFoundError)
     for store in stores:
         store.close()
 

@@ -81,9 +81,15 @@ def _position(value: object, name: str, upper: int) -> int:
 
 
 def plan_promote(
-    document: ArrayDocument, keys: Iterable[str], dimension: int, length: int = 1, *, flat: bool
+    document: ArrayDocument,
+    keys: Iterable[str],
+    dimension: int,
+    length: int = 1,
+    *,
+    flat: bool,
+    name: str | None = None,
 ) -> Plan:
-    """The plan of ``promote(dimension, length)`` for an array holding ``keys``.
+    """The plan of ``promote(dimension, length, name=name)`` for an array holding ``keys``.
 
     ``flat`` says whether the store may hold ``c/0`` and ``c/0/0`` at once
     (object stores, memory) or not (directories).
@@ -92,11 +98,15 @@ def plan_promote(
     ------
     ValueError
         ``dimension`` outside ``0..ndim``, ``length`` below 1, a codec that
-        does not keep its bytes valid, or ``length > 1`` on an array with chunks.
+        does not keep its bytes valid, ``length > 1`` on an array with chunks, or
+        a ``name`` another dimension has.
+    TypeError
+        A ``name`` that is not a string.
     """
     where = describe_document(document)
     rank = len(document.shape)
     dimension = _position(dimension, "dimension", rank)
+    names = _names_after(document, dimension, name, where=where)
     length = _position(length, "length", 2**62)
     if length < 1:
         raise ValueError(f"length {length} must be at least 1 (the new dimension's size)")
@@ -151,9 +161,8 @@ def plan_promote(
         },
         "codecs": codecs,
     }
-    names = before.get("dimension_names")
     if names is not None:
-        after["dimension_names"] = [*names[:dimension], None, *names[dimension:]]
+        after["dimension_names"] = names
     return Plan(
         operation="promote",
         arguments={"dimension": dimension, "length": length, "staged": staged},
@@ -165,20 +174,41 @@ def plan_promote(
     )
 
 
+def _names_after(
+    document: ArrayDocument, dimension: int, name: str | None, *, where: str
+) -> list[str | None] | None:
+    """The dimension names after inserting ``name`` at ``dimension`` (``None``: the
+    array has none and gets none)."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name is the new dimension's name, a string, not {name!r}")
+    names = document.document.get("dimension_names")
+    if names is None and name is None:
+        return None
+    before: list[str | None] = list(names) if names is not None else [None] * len(document.shape)
+    if name is not None and name in before:
+        raise ValueError(
+            f"promote of {where} refused: dimension {before.index(name)} is named {name!r} "
+            "already; give the new dimension another name"
+        )
+    return [*before[:dimension], name, *before[dimension:]]
+
+
 def describe_document(document: ArrayDocument) -> str:
     """The array's path for messages."""
     return f"array {document.path or '/'!r}"
 
 
-def promote_array(array: zarr.Array[Any], dimension: int, length: int = 1) -> PromoteChange:
+def promote_array(
+    array: zarr.Array[Any], dimension: int, length: int = 1, *, name: str | None = None
+) -> PromoteChange:
     """:func:`promote`, reporting what it did."""
     store, path = array_location(array)
     with array_lock(store, path):  # no flush of this array in this process meanwhile
-        return _promote_locked(array, store, path, dimension, length)
+        return _promote_locked(array, store, path, dimension, length, name)
 
 
 def _promote_locked(
-    array: zarr.Array[Any], store: Store, path: str, dimension: int, length: int
+    array: zarr.Array[Any], store: Store, path: str, dimension: int, length: int, name: str | None
 ) -> PromoteChange:
     require_v3(array, "promote")
     require_writable(store, path, "promote")
@@ -187,7 +217,7 @@ def _promote_locked(
     ancestors = require_unrecorded(store, path, document.document, "promote")
     mover = mover_for(store)
     keys = relative_keys(sync(mover.existing(document.prefix)), document.prefix)
-    plan = plan_promote(document, keys, dimension, length, flat=mover.flat)
+    plan = plan_promote(document, keys, dimension, length, flat=mover.flat, name=name)
     plan = replace(plan, reconsolidate=consolidated_groups(ancestors))
     with writes_refused("promote", store, path, OPERATION_KEPT):
         again = execute(store, path, plan, stale_progress=PROGRESS_NAME in keys)
@@ -203,7 +233,9 @@ def _promote_locked(
     )
 
 
-def promote(array: zarr.Array[Any], dimension: int, length: int = 1) -> zarr.Array[Any]:
+def promote(
+    array: zarr.Array[Any], dimension: int, length: int = 1, *, name: str | None = None
+) -> zarr.Array[Any]:
     """Insert a new dimension at ``dimension``, renaming every chunk, re-encoding none.
 
     Parameters
@@ -218,6 +250,10 @@ def promote(array: zarr.Array[Any], dimension: int, length: int = 1) -> zarr.Arr
         Length and chunk size of the new dimension (default 1). Above 1 only
         for an array that holds no chunk; otherwise promote with 1 and grow
         with :func:`~cytearc_vfs.arrays.resize`.
+    name
+        The new dimension's name among the array's ``dimension_names``
+        (default: unnamed, ``None``). An array without dimension names gets
+        them: ``None`` for the others.
 
     Returns
     -------
@@ -228,7 +264,8 @@ def promote(array: zarr.Array[Any], dimension: int, length: int = 1) -> zarr.Arr
     ------
     ValueError
         A codec the bytes of whose chunks would not stay valid (named), a
-        ``dimension`` out of range, ``length > 1`` with chunks, a read-only store.
+        ``dimension`` out of range, ``length > 1`` with chunks, a ``name``
+        another dimension has, a read-only store.
 
     Examples
     --------
@@ -239,5 +276,5 @@ def promote(array: zarr.Array[Any], dimension: int, length: int = 1) -> zarr.Arr
     >>> a[0, 1].tolist()
     [4, 5, 6]
     """
-    promote_array(array, dimension, length)
+    promote_array(array, dimension, length, name=name)
     return array

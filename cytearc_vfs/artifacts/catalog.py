@@ -23,7 +23,7 @@ opened lazily.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,7 +74,7 @@ ArtifactStore = Location | zarr.Group
 # ---------------------------------------------------------------- store access
 
 
-def _resolve(store: ArtifactStore, *, read_only: bool) -> tuple[Store, str, str]:
+def resolve_store(store: ArtifactStore, *, read_only: bool) -> tuple[Store, str, str]:
     """(backend store, key prefix, description) of ``store``."""
     if isinstance(store, zarr.Group):
         backend = store.store
@@ -87,7 +87,7 @@ def _resolve(store: ArtifactStore, *, read_only: bool) -> tuple[Store, str, str]
 def _store_roots(store: ArtifactStore) -> str:
     """The artifact roots of ``store`` for a refusal of a root, or ``""`` if it cannot be read."""
     try:
-        backend, _, where = _resolve(store, read_only=True)
+        backend, _, where = resolve_store(store, read_only=True)
     except Exception:  # the refusal stands without the hint
         return ""
     return roots_listed(backend, where)
@@ -223,7 +223,7 @@ def publish_artifact(
     check_name(kind, what="artifact kind")
     canonical = check_provenance(provenance)
     options = check_execution_options(execution_options)
-    backend, key_prefix, where = _resolve(store, read_only=False)
+    backend, key_prefix, where = resolve_store(store, read_only=False)
     _check_writable(backend, store, where, join(key_prefix, normalized_root), kind)
     check_root_in_store(backend, key_prefix, normalized_root, where)
     return ArtifactWriter(backend, key_prefix, where, normalized_root, kind, canonical, options)
@@ -232,7 +232,7 @@ def publish_artifact(
 # ---------------------------------------------------------------- reading
 
 
-def _check_artifact_path(path: object) -> str:
+def check_artifact_path(path: object) -> str:
     """``path`` without surrounding slashes, if it is ``{root}/{kind}/{artifact_id}``.
 
     Its text alone is checked: ``..`` would let a local store read outside the
@@ -290,9 +290,22 @@ def read_artifact(store: ArtifactStore, path: str) -> Artifact:
     IncompleteStoreError
         The artifact is not complete.
     """
-    normalized = _check_artifact_path(path)
-    backend, key_prefix, where = _resolve(store, read_only=True)
+    normalized = check_artifact_path(path)
+    backend, key_prefix, where = resolve_store(store, read_only=True)
     return _read_artifact(store, backend, key_prefix, normalized, where)
+
+
+def group_paths(backend: Store, key_prefix: str, root: str, kind: str | None) -> Iterator[str]:
+    """The paths ``{root}/{kind}/{child}`` of every group under ``root`` (one kind, or
+    every kind), published or not; listed, not read."""
+    base = join(key_prefix, root)
+    kinds = [kind] if kind is not None else list_dir(backend, base)
+    for kind_name in kinds:
+        if kind_name == "zarr.json":
+            continue
+        for child in list_dir(backend, join(base, kind_name)):
+            if child != "zarr.json":
+                yield join(root, kind_name, child)
 
 
 def _list_in(
@@ -303,24 +316,16 @@ def _list_in(
             f"{where} cannot list its keys, so its artifacts cannot be listed; read one whose "
             "path you know with read_artifact"
         )
-    base = join(key_prefix, root)
-    kinds = [kind] if kind is not None else list_dir(backend, base)
     found: list[Artifact] = []
-    for kind_name in kinds:
-        if kind_name == "zarr.json":
-            continue
-        for child in list_dir(backend, join(base, kind_name)):
-            if child == "zarr.json":
-                continue
-            path = join(root, kind_name, child)
-            try:
-                found.append(_read_artifact(given, backend, key_prefix, path, where))
-            except (IncompleteStoreError, FileNotFoundError) as exc:
-                # Being written, failed, or being deleted: not an artifact yet.
-                logger.debug("skipping artifact %s in %s: %s", path, where, exc)
-            except (ValueError, OSError) as exc:
-                # RecordShapeError is a ValueError; OSError covers a stray file child.
-                logger.warning("skipping unreadable artifact %s in %s: %s", path, where, exc)
+    for path in group_paths(backend, key_prefix, root, kind):
+        try:
+            found.append(_read_artifact(given, backend, key_prefix, path, where))
+        except (IncompleteStoreError, FileNotFoundError) as exc:
+            # Being written, failed, or being deleted: not an artifact yet.
+            logger.debug("skipping artifact %s in %s: %s", path, where, exc)
+        except (ValueError, OSError) as exc:
+            # RecordShapeError is a ValueError; OSError covers a stray file child.
+            logger.warning("skipping unreadable artifact %s in %s: %s", path, where, exc)
     if not found:
         # Only now, so a listing that finds artifacts costs no extra read.
         _check_exists(backend, key_prefix, where)
@@ -360,7 +365,7 @@ def list_artifacts(store: ArtifactStore, root: str, kind: str | None = None) -> 
     normalized_root = check_root(root)
     if kind is not None:
         check_name(kind, what="artifact kind")
-    backend, key_prefix, where = _resolve(store, read_only=True)
+    backend, key_prefix, where = resolve_store(store, read_only=True)
     return _list_in(store, backend, key_prefix, where, normalized_root, kind)
 
 

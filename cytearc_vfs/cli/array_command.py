@@ -229,7 +229,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             f"{plural(resized.moved, 'chunk')} renamed, {resized.dropped} deleted"
         ) + _consolidation_text(resized)
         return Outcome(payload, text)
-    promoted = promote_array(array, args.dimension, args.length)
+    promoted = promote_array(array, args.dimension, args.length, name=args.name)
     payload = {
         "location": where,
         "shapeBefore": list(promoted.shape_before),

@@ -16,8 +16,10 @@ from typing import Any
 
 from .anndata_command import checked_anndata_input, cmd_anndata
 from .array_command import array_interrupt_note, cmd_array
+from .artifacts_command import cmd_artifacts
 from .failures import ExitCode, InputRefusedError
 from .inputs import (
+    checked_for_reading,
     json_option,
     mem_budget_option,
     parse_sources,
@@ -112,34 +114,14 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
     return chosen
 
 
-def _checked_for_reading(
-    args: argparse.Namespace, *, command: str
-) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
-    """``args.location`` checked to be a CyteArc store: its name, its
-    ``--storage-options`` and the ``--source-storage-options`` of what it reads."""
-    from ..remote.locations import describe_location
-
-    storage_options = json_option(args.storage_options, "--storage-options")
-    source_options = json_option(args.source_storage_options, "--source-storage-options")
-    where = describe_location(args.location)
-    found = require_store(
-        args.location,
-        command=command,
-        kinds=("ordinary", "composite", "mount"),
-        storage_options=storage_options,
-    )
-    refuse_unused_source_options(found.kind, source_options, where=where)
-    return where, storage_options, source_options
-
-
 def _opened_for_reading(
     args: argparse.Namespace, *, command: str
 ) -> tuple[Any, str, dict[str, Any] | None]:
-    """``args.location`` checked (:func:`_checked_for_reading`) and opened read-only
+    """``args.location`` checked (:func:`~.inputs.checked_for_reading`) and opened read-only
     with ``--storage-options``; with its name and the ``--source-storage-options``."""
     from ..remote.locations import open_location
 
-    where, storage_options, source_options = _checked_for_reading(args, command=command)
+    where, storage_options, source_options = checked_for_reading(args, command=command)
     store = open_location(args.location, read_only=True, storage_options=storage_options)
     return store, where, source_options
 
@@ -456,35 +438,6 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "(standalone, verified)"
     )
     return Outcome(payload, text)
-
-
-def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``artifacts LOCATION``."""
-    from ..artifacts.catalog import describe_artifacts
-
-    where, storage_options, source_options = _checked_for_reading(args, command="artifacts")
-    found = describe_artifacts(
-        args.location, storage_options=storage_options, source_storage_options=source_options
-    )
-    if args.kind:
-        found = [entry for entry in found if entry["kind"] == args.kind]
-    lines = [
-        f"{where}: {plural(len(found), 'complete artifact')}"
-        + (f" of kind {args.kind}" if args.kind else "")
-    ]
-    for entry in found:
-        if entry["arrays"] is None:
-            arrays = f"arrays unreadable ({entry['error']})"
-        else:
-            arrays = (
-                ", ".join(
-                    f"{a['name']} {'x'.join(map(str, a['shape']))} {a['dtype']}"
-                    for a in entry["arrays"]
-                )
-                or "no arrays"
-            )
-        lines.append(f"  {entry['path']} ({entry['kind']}, {entry['created_at']}): {arrays}")
-    return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
 
 
 def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:

@@ -20,6 +20,7 @@ from ..errors import (
     IncompleteStoreError,
     MissingChunkError,
     RecordShapeError,
+    SourceUnavailableError,
     VfsError,
 )
 from ..remote.failures import (
@@ -157,6 +158,10 @@ def classify_failure(exc: BaseException, locations: Mapping[str, str] | None = N
     located = _location_failure(exc, locations or {})
     if located is not None:
         return located
+    if isinstance(exc, SourceUnavailableError):
+        # a source that cannot be read or is gone (a FileNotFoundError too, which is
+        # not the command line's input here), named with what failed and the remedy
+        return Failure(ExitCode.ENVIRONMENT, "environment", message)
     if isinstance(exc, NotADirectoryError) and exc.filename is not None:
         # the operating system's own words ("[Errno 20] Not a directory: 'a.h5ad/x.zarr'")
         return Failure(

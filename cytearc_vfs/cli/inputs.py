@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 from collections.abc import Mapping, Sequence
@@ -195,3 +196,23 @@ def parse_sources(values: Sequence[str]) -> dict[str, str]:
             )
         sources[name] = location
     return sources
+
+
+def checked_for_reading(
+    args: argparse.Namespace, *, command: str
+) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    """``args.location`` checked to be a CyteArc store: its name, its
+    ``--storage-options`` and the ``--source-storage-options`` of what it reads."""
+    from ..remote.locations import describe_location
+
+    storage_options = json_option(args.storage_options, "--storage-options")
+    source_options = json_option(args.source_storage_options, "--source-storage-options")
+    where = describe_location(args.location)
+    found = require_store(
+        args.location,
+        command=command,
+        kinds=("ordinary", "composite", "mount"),
+        storage_options=storage_options,
+    )
+    refuse_unused_source_options(found.kind, source_options, where=where)
+    return where, storage_options, source_options

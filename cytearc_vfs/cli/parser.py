@@ -271,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     artifacts.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     artifacts.add_argument("--kind", help="only artifacts of this kind")
+    artifacts.add_argument(
+        "--incomplete",
+        action="store_true",
+        help="list the store's unpublished artifact groups (complete=False) instead",
+    )
+    artifacts.add_argument(
+        "--remove-incomplete",
+        metavar="PATH",
+        help="remove the unpublished artifact group at PATH, once its producer has stopped",
+    )
     _remote_options(artifacts, own="LOCATION", sources=_OPENED_SOURCES)
 
     export = sub.add_parser(
@@ -518,6 +528,12 @@ def _array_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     promote.add_argument(
         "--length", type=int, default=1, metavar="L", help="length of the new dimension (default 1)"
+    )
+    promote.add_argument(
+        "--name",
+        default=None,
+        metavar="NAME",
+        help="the new dimension's name among the array's dimension_names (default: unnamed)",
     )
     located(
         "recover",

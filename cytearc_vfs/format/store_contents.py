@@ -148,6 +148,10 @@ def list_root_once(store: Store) -> None:
         # to be said as it is: the path is what to check
 
 
+class NoZarrGroupError(ValueError):
+    """A location with no Zarr group at its root (no ``zarr.json``, no ``.zgroup``)."""
+
+
 def read_contents(store: Store, *, where: str) -> StoreContents:
     """List the assays a store declares (root layout and workspaces)."""
     root = json_object(store, "zarr.json", where=where)
@@ -164,7 +168,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
             if where.rstrip("/").endswith(".h5ad")
             else "; check the location, or write a store there with cytearc_vfs.write_counts"
         )
-        raise ValueError(f"{where} holds no Zarr group (no zarr.json at its root){remedy}")
+        raise NoZarrGroupError(f"{where} holds no Zarr group (no zarr.json at its root){remedy}")
     if root.get("node_type") != "group":
         raise ValueError(f"{where} is a Zarr {root.get('node_type')}, not a store group")
     root_attrs = root.get("attributes", {}) or {}

@@ -19,10 +19,17 @@ from typing import Any
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from ..errors import IdentityMismatchError, IncompleteStoreError, UnsupportedSourceError
+from ..errors import (
+    IdentityMismatchError,
+    IncompleteStoreError,
+    SourceGoneError,
+    SourceUnavailableError,
+    UnsupportedSourceError,
+)
 from ..format.option_names import MOUNT_SOURCE, option_name, source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..format.store_contents import NoZarrGroupError
 from ..format.store_io import get_json
 from ..read.opened_files import OpenedSource, opened_source
 from ..read.prefetch import PrefetchedStore, assay_documents, fetch_documents
@@ -91,19 +98,30 @@ def verify_mount_source(
             )
         )
         contents = read_contents(documents, where=source_where)
+    except NoZarrGroupError as exc:
+        # nothing is there (an object store has no directory to find missing first)
+        raise source_failure(
+            SourceGoneError(
+                f"the source of the mount at {where}, {record.location}, is gone: no Zarr "
+                "group is there any more (no zarr.json at its root); restore it at that "
+                "location, or mount another source at a new destination"
+            )
+        ) from exc
     except (ValueError, TypeError):
         raise
     except Exception as exc:
+        gone = isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError"
+        kind = SourceGoneError if gone else SourceUnavailableError
         if getattr(exc, "cytearc_source", False):
             # the pinned store named the source, the key and the remedy: said once
             detail = first_line(exc).partition(": ")[2]
             raise source_failure(
-                OSError(
+                kind(
                     f"the source of the mount at {where}, {record.location}, cannot be "
                     f"read: {detail}"
                 )
             ) from exc
-        raise OSError(
+        raise kind(
             f"the source of the mount at {where}, {record.location}, cannot be read "
             f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
             + (

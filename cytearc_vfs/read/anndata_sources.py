@@ -62,7 +62,12 @@ from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import StorePath
 
-from ..errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
+from ..errors import (
+    IdentityMismatchError,
+    RecordShapeError,
+    SourceGoneError,
+    UnsupportedSourceError,
+)
 from ..format.fingerprints import dataset_fingerprint_of
 from ..format.paths import join
 from ..remote.locations import Location
@@ -322,9 +327,9 @@ async def bind_anndata(
         if recorded is None:
             return None
         if all([await reader(key) is None for key in ("zarr.json", ".zgroup", ".zattrs")]):
-            # nothing at the root: the source was deleted or moved, not rewritten (an
-            # OSError, as a local source's missing directory is)
-            raise FileNotFoundError(
+            # nothing at the root: the source was deleted or moved, not rewritten (gone,
+            # as a local source's missing directory is)
+            raise SourceGoneError(
                 f"source {name!r} at {where} is gone: no Zarr group is there any more; a "
                 "source moved or deleted after the composite was made must be restored at "
                 "that location, or the composite recreated"

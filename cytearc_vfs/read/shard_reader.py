@@ -23,7 +23,6 @@ hundreds of small chunks.
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import os
 from collections.abc import Awaitable
@@ -38,7 +37,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, Zstd
 from zarr.core.buffer import default_buffer_prototype
 
 from ..encoding.row_frames import rows_per_frame
-from ..errors import RecordShapeError
+from ..errors import RecordShapeError, SourceGoneError
 from ..format.gathering import gather_all
 from ..format.shard_tables import ShardTable, read_shard_table
 from ..remote.cached_store import forget_failed
@@ -255,12 +254,10 @@ class ShardedReader:
             return
         document = os.path.join(self._local.root, self._path, "zarr.json")
         if not os.path.exists(document):
-            raise FileNotFoundError(
-                errno.ENOENT,
+            raise SourceGoneError(
                 f"the array {self._path} is gone from {self._local.root} (its zarr.json is "
                 "missing): the store was deleted or moved while open; restore it and open "
-                "it again",
-                document,
+                f"it again (no {document})"
             )
 
     @property
@@ -530,8 +527,8 @@ class ShardedReader:
             )
         )
 
-    def _vanished(self, key: str) -> OSError:
-        return FileNotFoundError(
+    def _vanished(self, key: str) -> SourceGoneError:
+        return SourceGoneError(
             f"shard {key} of count array {self._path!r} disappeared after its index was read; "
             "the store changed while it was read. Reopen it"
         )

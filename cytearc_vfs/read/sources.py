@@ -21,11 +21,18 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
-from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
+from ..errors import (
+    IdentityMismatchError,
+    SourceGoneError,
+    SourceUnavailableError,
+    UnsupportedSourceError,
+    VfsError,
+)
 from ..format.option_names import source_label, source_options_example
 from ..format.paths import AssayPaths, join
 from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
 from ..format.source_store import AssayInfo, read_contents, verify_assay
+from ..format.store_contents import NoZarrGroupError
 from ..format.store_io import get_json
 from ..remote.cached_store import cached_source
 from ..remote.failures import failure_remedy, first_line, is_http_location, source_failure
@@ -375,9 +382,20 @@ def _refuse_replaced(spec: SourceSpec, exc: BaseException) -> None:
     store there) is not this one. The package's own errors name what they
     checked and pass unchanged.
     """
-    if spec.expected_dataset is None or isinstance(exc, VfsError) or type(exc) is not ValueError:
+    if spec.expected_dataset is None or isinstance(exc, VfsError):
         return
     where = describe_location(spec.location)
+    local = local_path(spec.location)
+    if isinstance(exc, NoZarrGroupError) and (local is None or local.is_dir()):
+        # nothing is there (an object store has no directory to find missing first);
+        # not marked as pinned_store's failures are: _named_failures passes it as it is
+        raise SourceGoneError(
+            f"{source_label(spec.name)} at {where} is gone: no Zarr group is there any more "
+            "(no zarr.json at its root); a source moved or deleted after the composite was "
+            "made must be restored at that location, or the composite recreated"
+        ) from exc
+    if type(exc) not in (ValueError, NoZarrGroupError):
+        return
     raise ValueError(
         f"{source_label(spec.name)} at {where} is not the store the composite recorded "
         f"({first_line(exc)}); the source was replaced or moved after the composite was "
@@ -388,19 +406,22 @@ def _refuse_replaced(spec: SourceSpec, exc: BaseException) -> None:
 @contextmanager
 def _named_failures(spec: SourceSpec) -> Iterator[None]:
     """Backend errors (missing files, refused credentials, network) become one
-    ``OSError`` that names the source and the fix; the package's own errors pass."""
+    :class:`SourceUnavailableError` (:class:`SourceGoneError` for a source that is not
+    there) that names the source and the fix; the package's other errors pass."""
     try:
         yield
-    except (VfsError, ValueError, TypeError):
-        raise
     except Exception as exc:
-        where = describe_location(spec.location)
+        gone = isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError"
+        kind = SourceGoneError if gone else SourceUnavailableError
         if getattr(exc, "cytearc_source", False):
             # pinned_store named the source, the key and the remedy already: said
             # once, not nested in a second naming of the same source
             label, named, detail = first_line(exc).partition(": ")
             if named and label.startswith(f"{source_label(spec.name)} at "):
-                raise source_failure(OSError(f"{label} cannot be read: {detail}")) from exc
+                raise source_failure(kind(f"{label} cannot be read: {detail}")) from exc
+        if isinstance(exc, (VfsError, ValueError, TypeError)):
+            raise
+        where = describe_location(spec.location)
         # an error pinned_store named already carries the backend's as its cause
         cause = exc.__cause__ if getattr(exc, "cytearc_source", False) else None
         cause = exc if cause is None else cause
@@ -415,7 +436,7 @@ def _named_failures(spec: SourceSpec) -> Iterator[None]:
             )
         said = first_line(exc)
         raise source_failure(
-            OSError(
+            kind(
                 f"{source_label(spec.name)} at {where} cannot be read "
                 f"({type(exc).__name__}: {said})"
                 + ("" if remedy in said else f"; {remedy}")  # a backend may name it already

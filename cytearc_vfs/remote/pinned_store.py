@@ -14,8 +14,9 @@ a remote source store for the life of one open store and
 - sends every later read of that object with ``If-Match: <ETag>``, so the
   check rides on the read itself (no extra request), and refuses a replaced
   object with :class:`IdentityMismatchError` and a deleted one with
-  ``OSError``, never with zeros;
-- translates any other backend error once, into an ``OSError`` naming the
+  :class:`SourceGoneError` (a ``FileNotFoundError``), never with zeros;
+- translates any other backend error once, into a
+  :class:`SourceUnavailableError` (an ``OSError``) naming the
   source, its location, the key and the remedy, chained with ``from exc``.
 
 Pins need object metadata with the bytes. Two backends give it: obstore's
@@ -50,7 +51,7 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import FsspecStore, ObjectStore
 
-from ..errors import IdentityMismatchError, VfsError
+from ..errors import IdentityMismatchError, SourceGoneError, SourceUnavailableError, VfsError
 from ..format.chunk_keys import array_documents, is_chunk_key
 from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
@@ -370,19 +371,19 @@ class PinnedSourceStore(SourceReadWrapper):
             "the source and reopen, or recreate the composite (mount again) if the change is meant"
         )
 
-    def _deleted(self, key: str) -> OSError:
+    def _deleted(self, key: str) -> SourceGoneError:
         self.pins.refused = True
-        return FileNotFoundError(
+        return SourceGoneError(
             f"{self._label()}: {key} no longer exists; the source was deleted or moved after "
             "it was opened. Restore it at that location and reopen"
         )
 
-    def _failed(self, key: str, exc: BaseException) -> OSError:
+    def _failed(self, key: str, exc: BaseException) -> SourceUnavailableError:
         # one remedy, the one the failure points at
         remedy = failure_remedy(
             exc, http=is_http_location(self._where), options=source_options_example(self._name)
         )
-        return OSError(
+        return SourceUnavailableError(
             f"{self._label()}: reading {key} failed ({type(exc).__name__}: {first_line(exc)}); "
             + remedy
         )

@@ -1,0 +1,104 @@
+"""The ``artifacts`` command: list a store's artifacts, or its unpublished groups
+(``--incomplete``), and remove one of those (``--remove-incomplete PATH``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from .failures import InputRefusedError
+from .inputs import checked_for_reading
+from .outcome import Outcome, plural
+from .progress import ProgressBars
+
+if TYPE_CHECKING:
+    from ..artifacts.incomplete import IncompleteArtifact
+
+__all__ = ["cmd_artifacts"]
+
+
+def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
+    """``artifacts LOCATION [--kind K] [--incomplete | --remove-incomplete PATH]``."""
+    if args.incomplete and args.remove_incomplete is not None:
+        raise InputRefusedError(
+            "--incomplete lists the unpublished groups and --remove-incomplete removes one: "
+            "give one of them"
+        )
+    if args.remove_incomplete is not None and args.kind:
+        raise InputRefusedError("--kind filters a listing; --remove-incomplete takes a path alone")
+    where, storage_options, source_options = checked_for_reading(args, command="artifacts")
+    if args.incomplete or args.remove_incomplete is not None:
+        return _incomplete(args, where, storage_options)
+    return _complete(args, where, storage_options, source_options)
+
+
+def _complete(
+    args: argparse.Namespace,
+    where: str,
+    storage_options: dict[str, Any] | None,
+    source_options: dict[str, Any] | None,
+) -> Outcome:
+    from ..artifacts.catalog import describe_artifacts
+
+    found = describe_artifacts(
+        args.location, storage_options=storage_options, source_storage_options=source_options
+    )
+    if args.kind:
+        found = [entry for entry in found if entry["kind"] == args.kind]
+    lines = [
+        f"{where}: {plural(len(found), 'complete artifact')}"
+        + (f" of kind {args.kind}" if args.kind else "")
+    ]
+    for entry in found:
+        if entry["arrays"] is None:
+            arrays = f"arrays unreadable ({entry['error']})"
+        else:
+            arrays = (
+                ", ".join(
+                    f"{a['name']} {'x'.join(map(str, a['shape']))} {a['dtype']}"
+                    for a in entry["arrays"]
+                )
+                or "no arrays"
+            )
+        lines.append(f"  {entry['path']} ({entry['kind']}, {entry['created_at']}): {arrays}")
+    return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
+
+
+def _entry(group: IncompleteArtifact) -> dict[str, Any]:
+    return {
+        "path": group.path,
+        "kind": group.kind,
+        "created_at": group.created_at,
+        "created_at_ns": group.created_at_ns,
+        "cytearc_version": group.cytearc_version,
+    }
+
+
+def _incomplete(
+    args: argparse.Namespace, where: str, storage_options: dict[str, Any] | None
+) -> Outcome:
+    from ..artifacts.incomplete import list_incomplete_artifacts, remove_incomplete_artifact
+    from ..remote.locations import open_location
+
+    if args.remove_incomplete is not None:
+        store = open_location(args.location, read_only=False, storage_options=storage_options)
+        removed = remove_incomplete_artifact(store, args.remove_incomplete)
+        return Outcome(
+            {"location": where, "removed": _entry(removed)},
+            f"{where}: removed the unpublished artifact group {removed.path} "
+            f"({removed.kind}, created {removed.created_at})",
+        )
+    store = open_location(args.location, read_only=True, storage_options=storage_options)
+    found = list_incomplete_artifacts(store, kind=args.kind or None)
+    lines = [
+        f"{where}: {plural(len(found), 'unpublished artifact group')}"
+        + (f" of kind {args.kind}" if args.kind else "")
+    ]
+    lines += [f"  {group.path} ({group.kind}, created {group.created_at})" for group in found]
+    if found:
+        lines.append(
+            "Each is still being written, or its producer died before publishing. Once you "
+            "know its producer has stopped, remove it with: cytearc-vfs artifacts LOCATION "
+            "--remove-incomplete PATH"
+        )
+    return Outcome({"location": where, "incomplete": [_entry(g) for g in found]}, "\n".join(lines))
