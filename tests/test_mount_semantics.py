@@ -256,6 +256,28 @@ async def test_a_stray_target_key_inside_a_source_group_is_listed_once(stores) -
     assert value is not None and value.to_bytes() != b"stray"
 
 
+def test_a_mounted_assays_type_keeps_its_countsT_need_through_the_mount(stores) -> None:
+    """Changing a mounted assay's ``assayTypes`` entry through the mount to a type
+    of another countsT need (RNA -> ADT) was written, and every later open then
+    refused the target (RecordShapeError: the record says requiresTranspose).
+    It is refused up front; other root attributes still change."""
+    _, target, _ = stores
+    mount = open_mount(target)
+    root = zarr.open_group(mount, mode="r+")
+    before = (target / "zarr.json").read_bytes()
+    with pytest.raises(PermissionError, match="every later open would refuse the target"):
+        root.attrs["assayTypes"] = {**root.attrs["assayTypes"], "RNA": "ADT"}
+    with pytest.raises(PermissionError, match="not a preset"):
+        root.attrs["assayTypes"] = {**root.attrs["assayTypes"], "RNA": "rna-ish"}
+    assert (target / "zarr.json").read_bytes() == before
+    # zarr's group object kept the refused attributes: open it again
+    root = zarr.open_group(mount, mode="r+")
+    root.attrs["note"] = "mine"
+    mount.close()
+    reopened = zarr.open_group(open_mount(target), mode="r")
+    assert reopened.attrs["note"] == "mine" and reopened.attrs["assayTypes"]["RNA"] == "RNA"
+
+
 def test_a_mounted_assay_keeps_its_is_assay_through_the_mount(stores) -> None:
     """Dropping ``is_assay`` from a mounted assay's group (or deleting its
     document) through the mount made every later open refuse the target

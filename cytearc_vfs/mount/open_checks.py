@@ -8,6 +8,7 @@ counterpart is :mod:`cytearc_vfs.composite.open_checks`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ..format.source_store import AssayInfo
     from .records import MountRecord
 
-__all__ = ["verify_mount_tables"]
+__all__ = ["type_change_refusal", "verify_mount_tables"]
 
 
 def verify_mount_tables(
@@ -126,3 +127,31 @@ def check_opening_types(
                 "declaration, or mount the source again into a new destination (assay_types= chooses "
                 "the type)"
             )
+
+
+def type_change_refusal(
+    key: str, document: bytes, record: MountRecord, infos: Mapping[str, AssayInfo], where: str
+) -> str | None:
+    """Why writing ``document`` as the mount's container document (the root's, or the
+    workspace's: where ``assayTypes`` lives) is refused through the mount, or ``None``.
+
+    Only the mounted assays' types are checked, as every open checks them: a type
+    whose countsT need differs from what the record says would make every later
+    open refuse the target. The declarations of the target's own assays (a pending
+    assay's type may be recorded before its group exists) are left to the open.
+    """
+    try:
+        parsed = json.loads(document)
+    except ValueError:
+        return None  # not a document of ours to judge: zarr reports it where it is read
+    attributes = parsed.get("attributes") if isinstance(parsed, dict) else None
+    try:
+        check_opening_types(
+            attributes if isinstance(attributes, dict) else {}, record, infos, where=where
+        )
+    except (IncompleteStoreError, RecordShapeError, ValueError) as exc:
+        return (
+            f"cannot write {key!r} through the mount: every later open would refuse the "
+            f"target ({exc}); nothing was written"
+        )
+    return None

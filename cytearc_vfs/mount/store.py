@@ -37,7 +37,7 @@ from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
 from .documents import unconsolidated
-from .open_checks import verify_mount_tables
+from .open_checks import type_change_refusal, verify_mount_tables
 from .records import MATRIX_SOURCE_ATTR, MountRecord
 from .resolution import artifact_roots, listing_is_union, pinned_places, pinned_refusal, place_of
 from .source_checks import verify_mount_source
@@ -81,14 +81,15 @@ class MountStore(KeyCheckedStore):
         self._roots = artifact_roots(record.workspace, record.assays)
         # the counts' places and the ids: what every open checks (open_checks.py)
         self._pinned = pinned_places(info.paths for info in self._infos.values())
+        self._container_document = join(record.workspace or "", "zarr.json")
         self._source_options = dict(source_storage_options or {})
         # the source's documents as verified: readers open its arrays from them
         self._documents = documents
         # what the open found of a local source's count arrays: reads refuse a
         # source replaced since (read/opened_files.py)
         self._opened = opened
-        # Which store holds each artifact group seen so far. Only positive
-        # answers are kept: a group no store holds may be created later.
+        # Which store holds each artifact group seen so far (positive answers
+        # only: a group no store holds may be created later)
         self._owners: dict[str, Owner] = {}
         # artifact roots and kind directories whose document the target holds
         self._held_documents: set[str] = set()
@@ -154,10 +155,8 @@ class MountStore(KeyCheckedStore):
         return mount
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled for dask workers and process pools: the target, the record it
-        # was verified with and the in-memory source options travel; the
-        # process that unpickles verifies again (unpickling.py). Nothing is
-        # written anywhere.
+        # for dask workers and process pools: target, record and in-memory source
+        # options travel; the unpickling process verifies again (unpickling.py)
         from .unpickling import restore
 
         return (
@@ -198,9 +197,8 @@ class MountStore(KeyCheckedStore):
         return clone
 
     def _derive(self, target: Store) -> MountStore:
-        """This verified mount over ``target`` (its own, in another mode or
-        unpickled again): the source with its cache and pins, the verified
-        documents and the open's file identities are shared; no I/O."""
+        """This verified mount over ``target`` (in another mode, or unpickled): the
+        source, cache, pins, documents and file identities are shared; no I/O."""
         return type(self)(
             target,
             self._source,
@@ -251,11 +249,7 @@ class MountStore(KeyCheckedStore):
         """
         info = self._infos.get(assay)
         if info is None or workspace not in (None, self._record.workspace):
-            raise missing_assay_error(
-                describe_location(self._target),
-                AssayPaths(assay, workspace),
-                [info.paths for info in self._infos.values()],
-            )
+            raise self._not_mounted(assay, workspace)
         # the verified documents serve the arrays' metadata: a reader costs no
         # request before its first read
         view = self._documents if self._documents is not None else self._source
@@ -274,12 +268,12 @@ class MountStore(KeyCheckedStore):
         ``matrixSource`` records them (the open checked the source against them)."""
         mounted = self._record.assays.get(assay)
         if mounted is None or workspace not in (None, self._record.workspace):
-            raise missing_assay_error(
-                describe_location(self._target),
-                AssayPaths(assay, workspace),
-                [info.paths for info in self._infos.values()],
-            )
+            raise self._not_mounted(assay, workspace)
         return mounted.dataset_fingerprint, mounted.counts_fingerprint
+
+    def _not_mounted(self, assay: str, workspace: str | None) -> ValueError:
+        held, where = [i.paths for i in self._infos.values()], describe_location(self._target)
+        return missing_assay_error(where, AssayPaths(assay, workspace), held)
 
     def reader(self, assay: str = "RNA") -> Any:
         """A :class:`VirtualArrayReader` of a mounted assay's (source) counts."""
@@ -385,6 +379,10 @@ class MountStore(KeyCheckedStore):
         # only a pinned document's bytes are read (no copy of every chunk written)
         document = value.to_bytes() if value is not None and key in self._pinned else b""
         refusal = pinned_refusal(key, action, self._pinned, self._record.location, document)
+        if refusal is None and value is not None and key == self._container_document:
+            # where assayTypes lives: a mounted assay's type is checked by every open
+            where = describe_location(self._target)
+            refusal = type_change_refusal(key, value.to_bytes(), self._record, self._infos, where)
         if refusal is not None:
             raise PermissionError(refusal)
 
