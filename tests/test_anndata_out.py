@@ -575,7 +575,7 @@ def test_export_refuses_what_it_must_not_replace(built: dict[str, Any], tmp_path
     source = built["root"] / "a.zarr"
     out = tmp_path / "x.h5ad"
     export_anndata(source, out)
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(FileExistsError, match=r"give overwrite=True to replace"):
         export_anndata(source, out)
     before = out.stat().st_mtime_ns
     info = export_anndata(built["root"] / "c.zarr", out, overwrite=True)
