@@ -209,3 +209,27 @@ def test_values_that_do_not_decode_are_refused_naming_the_file(
     answer = json.loads(capsys.readouterr().out)
     assert answer["error"] == "MalformedElementError" and "cannot be decoded" in answer["message"]
     assert not (tmp_path / "w.zarr").exists()
+
+
+def test_a_damaged_shard_index_is_refused_naming_the_container(tmp_path: Path) -> None:
+    """anndata >= 0.12 shards its Zarr v3 arrays: a shard whose index fails its crc32c
+    is found by the partial-copy check, before any value is read. ``write_counts``
+    refuses it as every undecodable value (``MalformedElementError`` naming the
+    container, the shard and the remedy), a composite names its source; both used to
+    say only ``shard X/data/c/0: ...``, without saying which file."""
+    path = source(tmp_path, "csr")
+    shard = path / "X" / "data" / "c" / "0"
+    assert "sharding_indexed" in (path / "X" / "data" / "zarr.json").read_text()
+    stored = bytearray(shard.read_bytes())
+    stored[-1] ^= 0xFF  # the index's checksum, at the shard's end
+    shard.write_bytes(bytes(stored))
+    with pytest.raises(
+        MalformedElementError,
+        match=rf"^{path}: element X: stored values cannot be decoded \(shard X/data/c/0: its "
+        r"index fails its crc32c checksum.*\): the container is damaged; restore it",
+    ):
+        cv.write_counts(tmp_path / "w.zarr", path)
+    assert not (tmp_path / "w.zarr").exists()
+    with pytest.raises(ValueError, match=rf"^source 's' at {path}: .*shard X/data/c/0: its index"):
+        cv.create_composite(tmp_path / "c.zarr", {"s": path})
+    assert not (tmp_path / "c.zarr").exists()

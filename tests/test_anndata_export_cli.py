@@ -19,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 from cli_harness import run_in_terminal, run_main
 from conftest import realistic_counts
+from cytearc_vfs_adapters.anndata_output import export_anndata
 
 import cytearc_vfs as cv
 
@@ -73,6 +74,11 @@ def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> 
     assert _cli("export", str(store), str(out)).returncode == 0
     again = _cli("export", str(store), str(out))
     assert again.returncode == 2 and "--overwrite" in again.stderr
+    # the remedy names the option as the command line gives it (cli.md), not also Python's
+    assert "overwrite=True" not in again.stderr, again.stderr
+    with pytest.raises(FileExistsError, match=r"give overwrite=True to replace") as refused:
+        export_anndata(store, out)
+    assert "--overwrite" not in str(refused.value)
     assert _cli("export", str(store), str(out), "--overwrite").returncode == 0
     wrong = _cli("export", str(store), str(tmp_path / "out.csv"))
     assert wrong.returncode == 2 and ".zarr" in wrong.stderr and ".h5ad" in wrong.stderr

@@ -358,6 +358,28 @@ def test_membership_column_rules_of_an_import(
     assert not any((tmp_path / name).exists() for name in ("n.zarr", "m.zarr", "d.zarr"))
 
 
+@pytest.mark.parametrize("declared", ["RNA_I", "measured"])
+def test_an_import_keeps_the_membership_column_where_the_frame_had_it(
+    tmp_path: Path, declared: str
+) -> None:
+    """The columns come back in the order of the frame written (anndata-out.md), the
+    restored membership column included: it used to be recorded after all the others."""
+    data = ad.AnnData(
+        X=np.ones((4, 2), dtype=np.float32),
+        obs=pd.DataFrame(
+            {"depth": [1.0, 2.0, 3.0, 4.0], declared: [True, False, True, True], "ADT_I": True},
+            index=[f"c{i}" for i in range(4)],
+        ),
+    )
+    data.uns["cytearc"] = {"assayMembership": {"RNA": declared}}
+    cv.write_counts(tmp_path / "m.zarr", data)
+    back = cv.to_anndata(tmp_path / "m.zarr", lazy=False)
+    assert list(back.obs.columns) == ["depth", "RNA_I", "ADT_I"]
+    np.testing.assert_array_equal(back.obs["RNA_I"].to_numpy(), [True, False, True, True])
+    export_anndata(tmp_path / "m.zarr", tmp_path / "m.h5ad")
+    assert list(ad.read_h5ad(tmp_path / "m.h5ad").obs.columns) == ["depth", "RNA_I", "ADT_I"]
+
+
 def test_a_column_named_index_is_kept_in_memory_and_refused_on_disk(
     built: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -575,7 +597,7 @@ def test_export_refuses_what_it_must_not_replace(built: dict[str, Any], tmp_path
     source = built["root"] / "a.zarr"
     out = tmp_path / "x.h5ad"
     export_anndata(source, out)
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(FileExistsError, match=r"give overwrite=True to replace"):
         export_anndata(source, out)
     before = out.stat().st_mtime_ns
     info = export_anndata(built["root"] / "c.zarr", out, overwrite=True)

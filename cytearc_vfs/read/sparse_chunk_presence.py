@@ -44,7 +44,7 @@ from zarr.core.array import AsyncArray
 
 from ..errors import MissingChunkError
 from ..format.gathering import gather_all
-from .direct_chunks import DirectChunks, direct_chunks_for
+from .direct_chunks import ChunkDecodeError, DirectChunks, direct_chunks_for
 
 __all__ = ["AbsentChunk", "absent_chunks", "check_stored_chunks", "stored_keys"]
 
@@ -195,8 +195,24 @@ async def check_stored_chunks(
 
     ``minor`` is the length of the minor axis (columns of a CSR); ``keys`` the
     stored keys under the element, from the caller's listing (``None``: listed
-    here); ``direct`` the arrays' chunk readers, whose shard indexes are kept.
+    here); ``direct`` the arrays' chunk readers, whose shard indexes are kept. A
+    shard index that does not decode is a :class:`ChunkDecodeError` naming ``source``
+    and ``element`` too (caused by the reader's own, which names the shard).
     """
+    try:
+        await _check_stored_chunks(arrays, minor, keys, source, element, direct)
+    except ChunkDecodeError as exc:
+        raise ChunkDecodeError(f"{source}: the AnnData element {element!r}: {exc}") from exc
+
+
+async def _check_stored_chunks(
+    arrays: Mapping[str, AsyncArray[Any]],
+    minor: int,
+    keys: Collection[str] | None,
+    source: str,
+    element: str,
+    direct: Mapping[str, DirectChunks | None] | None,
+) -> None:
     if keys is None:
         keys = await stored_keys(arrays)
     readers = direct or {}

@@ -20,7 +20,7 @@ cell as measured.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,13 @@ import pandas as pd
 
 from ..format.column_names import free_column_name
 
-__all__ = ["MEMBERSHIP_ROLE", "declared_membership", "rename_metrics", "split_membership"]
+__all__ = [
+    "MEMBERSHIP_ROLE",
+    "declared_membership",
+    "membership_in_place",
+    "rename_metrics",
+    "split_membership",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +123,23 @@ def split_membership(
         )
         dropped.append(reserved)
     return (cells.drop(columns=dropped) if dropped else cells), restored
+
+
+def membership_in_place(
+    order: Sequence[str], frame: Sequence[str], declared: str, name: str
+) -> tuple[str, ...]:
+    """The recorded column ``order`` with the restored membership column ``name`` moved
+    to where the frame held the ``declared`` column: before the first column that
+    followed it in the frame and is recorded, or last (the outputs give the frame's
+    columns back in its order).
+
+    >>> membership_in_place(["depth", "ADT_I", "RNA_I"], ["depth", "m", "ADT_I"], "m", "RNA_I")
+    ('depth', 'RNA_I', 'ADT_I')
+    """
+    rest = [column for column in order if column != name]
+    after = frame[list(frame).index(declared) + 1 :]
+    place = next((rest.index(column) for column in after if column in rest), len(rest))
+    return (*rest[:place], name, *rest[place:])
 
 
 def rename_metrics(cells: pd.DataFrame, assay: str) -> pd.DataFrame:

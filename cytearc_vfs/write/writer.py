@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,7 @@ from .destinations import (
     settle_destination,
 )
 from .input_tables import input_table, refuse_a_reader_without_tables
-from .membership import rename_metrics, split_membership
+from .membership import membership_in_place, rename_metrics, split_membership
 from .row_framed import current_layout
 from .shards import ShardWriter, create_count_array
 from .stopping import stops_on_exception
@@ -304,14 +304,19 @@ def write_counts(
     # AnnData's declared column is restored, any other of that name (in its obs or
     # in a cells= table, which declares nothing) is skipped with a warning
     declared = found.membership if cells is None else None
+    frame_columns = [str(column) for column in cell_frame.columns]
     cell_frame, membership = split_membership(cell_frame, declared, assay)
     cell_frame = rename_metrics(cell_frame, assay)  # metrics of other counts: never the assay's
     cell_table = prepare_table(cell_frame, table="cellData", fill=fill_missing)
     # the frame's Python strings (a megabyte per 20,000 generated ids) are not
     # the write's to keep: the prepared table holds the ids as numpy text
     del cell_frame
-    if membership is not None:
+    if membership is not None and declared is not None:
         cell_table = cell_table.with_columns([membership], table="cellData")
+        order = membership_in_place(
+            cell_table.column_order, frame_columns, declared[assay], membership[0]
+        )
+        cell_table = replace(cell_table, column_order=order)
     feature_table = prepare_table(
         input_table(found.features, features, source.shape[1], "features", make_unique=make_unique),
         table="featureData",

@@ -27,6 +27,7 @@ import zarr
 from zarr.core.array import AsyncArray
 from zarr.core.sync import sync
 
+from cytearc_vfs.read.direct_chunks import ChunkDecodeError
 from cytearc_vfs.read.sparse_chunk_presence import check_stored_chunks
 
 from .encodings import Encoding
@@ -197,7 +198,8 @@ class SparseMatrixElement(MatrixElement):
     def check_stored_chunks(self) -> None:
         """Refuse a Zarr element lacking a chunk its entries need (a partial copy:
         :func:`cytearc_vfs.read.sparse_chunk_presence.check_stored_chunks`, the check
-        composite creation makes). An HDF5 element has no chunk files: nothing to do."""
+        composite creation makes). An HDF5 element has no chunk files: nothing to do.
+        A shard index that does not decode is refused as any value that does not."""
         members = {"indptr": self._indptr, "indices": self._indices, "data": self._data}
         if not all(isinstance(array, zarr.Array) for array in members.values()):
             return
@@ -206,15 +208,23 @@ class SparseMatrixElement(MatrixElement):
             for name, array in members.items()
         }
         minor = self.shape[1] if self.format == "csr" else self.shape[0]
-        sync(
-            check_stored_chunks(
-                arrays,
-                minor=minor,
-                keys=None,
-                source=self.where or "the AnnData container",
-                element=self.path,
+        try:
+            sync(
+                check_stored_chunks(
+                    arrays,
+                    minor=minor,
+                    keys=None,
+                    source=self.where or "the AnnData container",
+                    element=self.path,
+                )
             )
-        )
+        except ChunkDecodeError as exc:
+            # the reader's own words (the shard and what fails), under this element's label
+            detail = exc.__cause__ or exc
+            raise MalformedElementError(
+                f"{self.label}: stored values cannot be decoded ({detail}): the container is "
+                f"damaged; {DAMAGED_REMEDY}"
+            ) from exc
 
     def read_indptr(self, start: int, stop: int) -> npt.NDArray[np.int64]:
         """``indptr[start : stop + 1]``, checked to be a non-decreasing range of entries."""

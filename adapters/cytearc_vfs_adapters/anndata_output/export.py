@@ -40,7 +40,7 @@ from zarr.abc.store import Store
 from zarr.core.common import ZarrFormat
 
 from cytearc_vfs.format.flags import check_flag
-from cytearc_vfs.format.option_names import option_name
+from cytearc_vfs.format.option_names import option_name, switched_on
 from cytearc_vfs.format.sizes import parse_size
 from cytearc_vfs.inspection.read_sources import stores_read_by
 from cytearc_vfs.remote.failures import names_backend_failures
@@ -168,7 +168,7 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise FileExistsError(
-                f"export destination {path} already exists; give --overwrite (overwrite=True) "
+                f"export destination {path} already exists; give {switched_on('overwrite')} "
                 "to replace an AnnData there, or choose another destination"
             )
         if not _is_anndata(path):
