@@ -233,3 +233,9 @@ def test_a_damaged_shard_index_is_refused_naming_the_container(tmp_path: Path) -
     with pytest.raises(ValueError, match=rf"^source 's' at {path}: .*shard X/data/c/0: its index"):
         cv.create_composite(tmp_path / "c.zarr", {"s": path})
     assert not (tmp_path / "c.zarr").exists()
+    # a source whose stored data cannot be decoded: "damaged" (exit 3), as cli.md
+    # says of such data; it exited 2, as a refused command line does
+    from cytearc_vfs.cli import main
+
+    assert main(["composite", str(tmp_path / "c.zarr"), f"s={path}"]) == 3
+    assert not (tmp_path / "c.zarr").exists()

@@ -145,7 +145,16 @@ def classify_failure(exc: BaseException, locations: Mapping[str, str] | None = N
     whose locations (as printed) take their options as ``locations`` says
     (:func:`~cytearc_vfs.cli.location_flags.location_flags`)."""
     message = one_line(str(exc))
-    damaged = (IncompleteStoreError, IdentityMismatchError, RecordShapeError, MissingChunkError)
+    # imported here: the command line's --help does not load the readers
+    from ..read.direct_chunks import ChunkDecodeError
+
+    damaged = (
+        IncompleteStoreError,
+        IdentityMismatchError,
+        RecordShapeError,
+        MissingChunkError,
+        ChunkDecodeError,
+    )
     if isinstance(exc, damaged):
         return Failure(ExitCode.DAMAGED, "damaged", message)
     if isinstance(exc, BackendOptionsError):
