@@ -29,7 +29,7 @@ class ServeOptions:
     max_answer_bytes: int = 256 * 1024**2
     """Bytes of values held in memory by all answers together, from the store read
     until the socket has taken them; an answer that cannot have its bytes waits
-    in line (up to ``write_timeout``). See ``docs/serve.md``."""
+    in line (up to ``answer_wait_timeout``). See ``docs/serve.md``."""
     answer_wait_timeout: float = 120.0
     """Seconds an answer, or a piece of a streamed one, may wait in line for answer
     memory: past it, ``503`` with ``Retry-After`` before the head, or the connection
