@@ -1,12 +1,15 @@
 """The docs' code blocks run as written (quickstart, cli, artifacts, mount, anndata,
-anndata-out, arrays)."""
+anndata-out, arrays, serve, mount-fs, README)."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -255,3 +258,120 @@ def test_anndata_out_view_and_export_examples_run(
         result = _run_cli(command.split()[1:], tmp_path)
         assert result.returncode == 0, (command, result.stderr)
     assert (tmp_path / "pbmc.h5ad").is_file() and (tmp_path / "merged_anndata.zarr").is_dir()
+
+
+def _composite_of_two(tmp_path: Path, rows: tuple[int, int]) -> tuple[Path, object]:
+    """A composite of two small sources with ``rows`` cells each, and its counts as
+    zarr-python reads them in process."""
+    import numpy as np
+    import zarr
+
+    import cytearc_vfs as cv
+
+    rng = np.random.default_rng(0)
+    sources = []
+    for name, n in zip("ab", rows, strict=True):
+        cv.write_counts(tmp_path / f"{name}.zarr", rng.integers(0, 9, (n, 3), dtype=np.uint8))
+        sources.append(tmp_path / f"{name}.zarr")
+    composite = tmp_path / "atlas.zarr"
+    cv.create_composite(composite, sources)
+    expected = zarr.open_array(cv.open_store(composite), path="RNA/counts", mode="r")[:]
+    return composite, expected
+
+
+@contextmanager
+def _running(args: list[str], first: str, *, stream: str = "stdout") -> Iterator[str]:
+    """``cytearc-vfs ARGS`` running until the block ends (then stopped as Ctrl-C stops
+    it); yields its first line on ``stream``, which must start with ``first``."""
+    from cli_harness import cli_executable, readable, stop_process
+
+    process = subprocess.Popen(
+        [cli_executable(), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        said = getattr(process, stream)
+        line = said.readline() if readable(said, 120) else ""
+        if not line.startswith(first):
+            stop_process(process)
+            raise AssertionError(f"{args[0]} did not start: {line}{process.stderr.read()}")  # type: ignore[union-attr]
+        yield line.strip()
+    finally:
+        stop_process(process, signal.SIGINT)
+        for stream_ in (process.stdout, process.stderr):
+            if stream_ is not None:
+                stream_.close()
+
+
+def test_serve_page_client_blocks_read_a_served_composite(tmp_path: Path) -> None:
+    """serve.md's Python clients (tensorstore over http, zarr-python over obstore, and
+    the FsspecStore alternative its comment gives) read a composite served by the
+    command, with the page's URL replaced by the one the server printed."""
+    import numpy as np
+    import zarr
+
+    composite, expected = _composite_of_two(tmp_path, (1200, 1000))
+    with _running(["serve", str(composite)], "serving http://") as line:
+        url = line.removeprefix("serving ")
+        codes = blocks("serve.md", "python")
+        assert len(codes) == 2 and all("http://127.0.0.1:8731/" in code for code in codes)
+        tensorstore_block, zarr_block = (
+            code.replace("http://127.0.0.1:8731/", url) for code in codes
+        )
+        namespace: dict[str, object] = {}
+        exec(compile(tensorstore_block, "serve.md", "exec"), namespace)
+        np.testing.assert_array_equal(namespace["band"], expected[0:2000])  # type: ignore[index]
+        namespace = {}
+        exec(compile(zarr_block, "serve.md", "exec"), namespace)
+        np.testing.assert_array_equal(namespace["counts"][:], expected)  # type: ignore[index]
+        alternative = zarr_block.split("# or: ")[1].strip()
+        store = eval(alternative, {"zarr": zarr})
+        np.testing.assert_array_equal(
+            zarr.open_array(store, path="RNA/counts", mode="r")[:], expected
+        )
+
+
+def test_mount_fs_page_python_blocks_read_the_mounted_composite(tmp_path: Path) -> None:
+    """mount-fs.md's Python readers (zarr-python, the zarrs pipeline, tensorstore) read
+    a composite mounted by the command, with /mnt/atlas replaced by the mount point."""
+    import numpy as np
+    from cytearc_vfs_adapters.fuse.mounting import check_fuse
+
+    try:
+        check_fuse()
+    except (ImportError, OSError) as exc:
+        pytest.skip(f"FUSE does not work here: {exc}")
+    # the zarrs block reads cell 40,000
+    composite, expected = _composite_of_two(tmp_path, (30_000, 12_000))
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    with _running(["mount-fs", str(composite), str(mountpoint)], "mounted "):
+        codes = blocks("mount-fs.md", "python")
+        assert len(codes) == 3 and all("/mnt/atlas" in code for code in codes)
+        plain, zarrs, tensorstore = (code.replace("/mnt/atlas", str(mountpoint)) for code in codes)
+        namespace: dict[str, object] = {}
+        exec(compile(plain, "mount-fs.md", "exec"), namespace)
+        np.testing.assert_array_equal(namespace["block"], expected[1000:3000])
+        assert len(namespace["genes"]) == expected.shape[1]  # type: ignore[arg-type]
+        namespace = {}
+        exec(compile(zarrs, "mount-fs.md", "exec"), namespace)
+        np.testing.assert_array_equal(namespace["rows"], expected[[5, 17, 40_000], :])
+        namespace = {}
+        exec(compile(tensorstore, "mount-fs.md", "exec"), namespace)
+        np.testing.assert_array_equal(namespace["band"], expected[1000:3000])
+
+
+def test_readme_python_block_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README.md's example runs as written, given the AnnData it leaves to the reader."""
+    import anndata as ad
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    (code,) = re.findall(r"```python\n(.*?)```", (DOCS.parent / "README.md").read_text(), re.S)
+    values = np.arange(12, dtype=np.float32).reshape(4, 3)
+    namespace: dict[str, object] = {"adata": ad.AnnData(X=values)}
+    exec(compile(code, "README.md", "exec"), namespace)
+    np.testing.assert_array_equal(namespace["counts"][:], values)  # type: ignore[index]
