@@ -550,6 +550,47 @@ def test_a_mounted_composite_reads_again_once_its_source_is_restored(
     assert (report["reopens"], report["recovered"]) == (3, 1), err
 
 
+def test_a_composite_mounted_by_a_relative_path_reads_again_once_its_source_is_restored(
+    fuse_works: None, world: World
+) -> None:
+    """libfuse moves the mount-fs process to '/' once it has mounted, so a location
+    typed relative to the shell's directory was reopened from '/' ("FileNotFoundError:
+    /atlas.zarr does not exist") and a restored source stayed EIO until a restart."""
+    key = KEYS[0]
+    parent = world.composite.path.parent
+    (parent / "mp").mkdir()
+    stderr = parent / "relative.stderr"
+    with stderr.open("w") as errors:
+        process = subprocess.Popen(
+            [cli_executable(), "mount-fs", world.composite.path.name, "mp"],
+            cwd=parent,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline() if readable(process.stdout, 120) else ""
+        if not line.startswith("mounted "):
+            stop_process(process)
+            pytest.skip(f"FUSE does not work here: {stderr.read_text()}")
+        path = parent / "mp" / key
+        assert path.read_bytes() == world.expected[key]
+        world.delete()
+        with pytest.raises(OSError) as failed:
+            path.read_bytes()
+        assert failed.value.errno == errno.EIO
+        world.restore()
+        assert path.read_bytes() == world.expected[key], stderr.read_text()
+    finally:
+        stop_process(process)
+        assert process.stdout is not None
+        process.stdout.close()
+    said = stderr.read_text()
+    assert f"cytearc-vfs mount-fs: reopened {world.composite.path}:" in said, said
+    assert "Traceback" not in said, said
+
+
 # ---------------------------------------------------------------- S3 source
 
 

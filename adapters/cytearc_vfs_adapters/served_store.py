@@ -54,7 +54,12 @@ from zarr.abc.store import Store
 
 from cytearc_vfs.errors import IdentityMismatchError
 from cytearc_vfs.inspection.read_sources import stores_read_by
-from cytearc_vfs.remote.locations import Location, describe_location, local_path
+from cytearc_vfs.remote.locations import (
+    Location,
+    absolute_path,
+    describe_location,
+    local_path,
+)
 
 __all__ = ["REOPEN_PAUSE_SECONDS", "ServedStore", "may_be_restored"]
 
@@ -159,6 +164,13 @@ class ServedStore:
         same way.
         """
         from cytearc_vfs.read.opening import open_store
+
+        path = local_path(location)
+        if path is not None and not isinstance(location, Store):
+            # reopened later from whatever directory the process is in then: once
+            # mounted, libfuse moves mount-fs to '/', where a relative path named
+            # another place (or none), so a restored source was never found
+            location = absolute_path(path)
 
         def opened() -> Store:
             if as_anndata is not None:
