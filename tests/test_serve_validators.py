@@ -546,4 +546,7 @@ def test_a_remote_tag_costs_no_request_the_answer_did_not_make(
         assert cost("GET", key, {"If-None-Match": tag}) == (304, 1, 0)  # a HEAD, no read
         assert cost("GET", key, {"If-None-Match": '"other"'}) == (200, 1, 1)
         assert cost("GET", key, {"Range": "bytes=0-3"}) == (206, 1, 1)  # its size, then bytes
+        # the HEAD that gives a range its size gives its tag too (it was left out)
+        status, headers, _ = request(server.url, "GET", "/" + key, {"Range": "bytes=0-3"})
+        assert (status, headers.get("etag")) == (206, tag)
     store.close()

@@ -91,8 +91,11 @@ class KeyAnswers:
         assert self._reads is not None
         fields = [("Content-Type", content_type(key)), ("Accept-Ranges", "bytes")]
         conditional = any(head.field(name) is not None for name in _CONDITIONS)
+        # a range needs the size, whose request (a remote object's HEAD) gives the tag
+        # too: asked here, before any byte is read, the 206 carries it
+        ranged = head.field("range") is not None
         described = None
-        if head.method == "HEAD" or conditional or not costs_a_request(self._store, key):
+        if head.method == "HEAD" or conditional or ranged or not costs_a_request(self._store, key):
             async with self._reads:
                 described = await describe(self._store, key)
             if described is None:
