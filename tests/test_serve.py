@@ -860,6 +860,21 @@ def test_open_store_and_info_over_served_http(
     assert str(expected.shape[0]) in result.stdout
 
 
+def test_open_store_through_fsspec_names_the_listing_it_cannot_take(
+    served: dict[str, Served],
+) -> None:
+    """fsspec's HTTP filesystem lists a served directory as the directory itself, which
+    the shard check took for a shard: "RNA/counts/c/ is not one of the 1 row shards ...;
+    shard files were deleted", a damaged store where nothing is wrong. The refusal now
+    says which listing failed and how to open the store."""
+    url = served["ordinary"].url
+    with pytest.raises(ValueError) as refused:
+        cv.open_store(url, storage_options={"backend": "fsspec"})
+    text = str(refused.value)
+    assert not isinstance(refused.value, cv.IdentityMismatchError), text
+    assert "cannot list 'RNA/counts/c/'" in text and "obstore" in text, text
+
+
 def test_a_shard_deleted_behind_a_served_store_is_refused_over_http(
     world: World, tmp_path: Path
 ) -> None:

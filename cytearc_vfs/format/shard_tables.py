@@ -241,7 +241,21 @@ async def _listed_sizes(store: Store, prefix: str) -> dict[str, int | None]:
             store_key(store, item["path"]): int(item["size"])
             for item in await list_recursive(store, prefix)
         }
-    return {key: None async for key in store.list_prefix(prefix)}
+    listed: dict[str, int | None] = {}
+    async for key in store.list_prefix(prefix):
+        if key.endswith("/"):
+            # no key ends in '/': a backend that cannot read a directory's listing
+            # (fsspec's HTTP filesystem, from an HTML index it does not follow)
+            # answers with the directory itself, which is no shard gone or added
+            raise ValueError(
+                f"this store cannot list {prefix!r}: its backend answered with the "
+                f"directory itself ({key!r}), not the files in it, as fsspec's HTTP "
+                "filesystem does for a server whose directories it cannot list; open "
+                "the location through obstore, the default backend for http(s):// "
+                'locations (without {"backend": "fsspec"} in its storage options)'
+            )
+        listed[key] = None
+    return listed
 
 
 def _shard_number(array_path: str, name: str, shards: int) -> int:
