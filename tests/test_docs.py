@@ -1,5 +1,5 @@
 """The docs' code blocks run as written (quickstart, cli, artifacts, mount, anndata,
-anndata-out, arrays, serve, mount-fs, README)."""
+anndata-out, arrays, serve, mount-fs, data, README)."""
 
 from __future__ import annotations
 
@@ -375,3 +375,18 @@ def test_readme_python_block_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     namespace: dict[str, object] = {"adata": ad.AnnData(X=values)}
     exec(compile(code, "README.md", "exec"), namespace)
     np.testing.assert_array_equal(namespace["counts"][:], values)  # type: ignore[index]
+
+
+def test_data_page_python_block_runs_and_returns_what_its_comments_say() -> None:
+    """data.md's example runs as written: wu2020 is float32 CSR counts, fetch gives the
+    cached file, available() names all five data sets."""
+    import scipy.sparse as sp
+
+    (code,) = blocks("data.md", "python")
+    namespace: dict[str, object] = {}
+    exec(compile(code, "data.md", "exec"), namespace)
+    adata = namespace["adata"]
+    assert sp.issparse(adata.X) and adata.X.format == "csr" and adata.X.dtype == "float32"  # type: ignore[attr-defined]
+    assert Path(namespace["path"]).is_file()  # type: ignore[arg-type]
+    realdata = namespace["realdata"]
+    assert len(realdata.available()) == 5  # type: ignore[attr-defined]
