@@ -390,3 +390,30 @@ def test_data_page_python_block_runs_and_returns_what_its_comments_say() -> None
     assert Path(namespace["path"]).is_file()  # type: ignore[arg-type]
     realdata = namespace["realdata"]
     assert len(realdata.available()) == 5  # type: ignore[attr-defined]
+
+
+def test_serve_page_zarrita_block_reads_a_served_composite(tmp_path: Path) -> None:
+    """serve.md's JavaScript client (zarrita under node) reads a served composite's
+    band, with the page's URL replaced by the one the server printed."""
+    import json
+    import shutil
+
+    import numpy as np
+
+    modules = Path(__file__).resolve().parent / "js" / "node_modules"
+    if shutil.which("node") is None or not (modules / "zarrita" / "package.json").is_file():
+        pytest.skip("node or zarrita is not installed (npm ci --prefix tests/js; .ci/run does)")
+    composite, expected = _composite_of_two(tmp_path, (1200, 1000))
+    (code,) = blocks("serve.md", "js")
+    assert "http://127.0.0.1:8731/" in code
+    (tmp_path / "node_modules").symlink_to(modules)  # node resolves imports beside the script
+    script = tmp_path / "client.mjs"
+    with _running(["serve", str(composite)], "serving http://") as line:
+        script.write_text(
+            code.replace("http://127.0.0.1:8731/", line.removeprefix("serving "))
+            + "console.log(JSON.stringify({shape: band.shape, data: Array.from(band.data)}));\n"
+        )
+        result = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    band = json.loads(result.stdout)
+    np.testing.assert_array_equal(np.reshape(band["data"], band["shape"]), expected[0:2000])
