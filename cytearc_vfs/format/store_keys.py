@@ -118,11 +118,11 @@ def key_problem(key: str) -> str | None:
         return f"starts with the drive {key[:2]!r} (absolute on Windows)"
     for segment in key.split("/"):
         if _dots_only(segment):
-            return (
-                f"has the segment {segment!r}, which walks out of its directory"
-                if segment in (".", "..")
-                else f"has the segment {segment!r}, made of dots and spaces only (not a node name)"
-            )
+            if segment == "..":
+                return "has the segment '..', which walks out of its directory"
+            if segment == ".":
+                return "has the segment '.', which names its own directory (not a node)"
+            return f"has the segment {segment!r}, made of dots and spaces only (not a node name)"
         decoded = _url_decoded(segment)
         if decoded != segment and (
             _dots_only(decoded) or "/" in decoded or _BAD_CHAR.search(decoded) is not None
@@ -168,7 +168,7 @@ def check_key(key: str, *, op: str, where: str) -> str:
     >>> check_key("./zarr.json", op="set", where="store")
     Traceback (most recent call last):
     ...
-    ValueError: set of key './zarr.json' in store refused: it has the segment '.', which walks out of its directory; keys are relative paths like 'RNA/counts/zarr.json'
+    ValueError: set of key './zarr.json' in store refused: it has the segment '.', which names its own directory (not a node); keys are relative paths like 'RNA/counts/zarr.json'
     """
     if not isinstance(key, str):
         raise TypeError(f"{op} in {where}: a key is a str, not {type(key).__name__}")
