@@ -102,6 +102,37 @@ def test_an_open_reads_each_source_documents_once_in_one_call(
     assert reader.read().shape == (20 * N_SOURCES, 15)
 
 
+def test_a_creation_reads_each_source_tables_documents_with_its_other_documents(
+    written: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creation reads the cell and feature tables next: their listings and column
+    documents come from the binding's one call, so only chunks are fetched one
+    by one (the tables' columns and the three summaries). Before, each table's
+    listing and each column's document was its own call too (6 more a source)."""
+    roots = [written / f"s{i}.zarr" for i in range(N_SOURCES)]
+    calls = SourceCalls(monkeypatch, roots)
+    cv.create_composite(
+        tmp_path / "atlas.zarr", {f"s{i}": root for i, root in enumerate(roots)}
+    ).close()
+    paths = AssayPaths("RNA")
+    columns = ["ids", "I", "names"]
+    tables = [
+        join(table, c, "zarr.json") for table in ("cellData", "RNA/featureData") for c in columns
+    ]
+    chunks = [
+        *(join(table, c, "c", "0") for table in ("cellData", "RNA/featureData") for c in columns),
+        *(
+            join(paths.summaries, name, "c", "0")
+            for name in ("rowSums", "rowPositive", "columnPositive")
+        ),
+    ]
+    for root in roots:
+        found = calls.calls[str(root.resolve())]
+        documents = set(assay_documents(paths)) | set(tables)
+        assert found == Counter({"get_sync": len(documents), "get": len(chunks)}), (root, found)
+        assert sorted(calls.keys[str(root.resolve())]) == sorted([*documents, *chunks])
+
+
 def test_a_source_changed_among_many_is_still_refused(atlas: Path) -> None:
     """The documents read in one call are the ones verified: a source whose counts
     were rewritten with other values fails the open, naming it."""

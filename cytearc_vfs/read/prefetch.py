@@ -35,6 +35,7 @@ from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
 from ..format.source_store import contents_documents
+from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.object_versions import Listing
 from ..remote.pinned_store import pinned_store_of
 
@@ -222,6 +223,7 @@ async def fetch_documents(
     deferred: Iterable[str] = (),
     limit: asyncio.Semaphore | None = None,
     directories: Iterable[str] = (),
+    groups: Iterable[str] = (),
 ) -> PrefetchedStore:
     """``store`` with ``keys`` (and what :func:`read_contents` will read) fetched.
 
@@ -239,7 +241,10 @@ async def fetch_documents(
     worker thread: every document, and the names below each of
     ``directories`` (which verification would otherwise list one call at a
     time through zarr's event loop). An open of many local sources then
-    costs one thread hand-off per source, not one per document.
+    costs one thread hand-off per source, not one per document. Each of
+    ``groups`` is listed too, and its members' ``zarr.json`` read (a table a
+    creation reads next: its columns' documents, not known before the
+    listing); other stores ignore ``directories`` and ``groups``.
     """
     wanted = list(dict.fromkeys(keys))
     later = list(dict.fromkeys(deferred))
@@ -247,7 +252,11 @@ async def fetch_documents(
     if type(store) is LocalStore:  # exactly zarr's: a subclass may read otherwise
         async with gate:
             read, children = await asyncio.to_thread(
-                _read_local, store, list(dict.fromkeys([*wanted, *later])), list(directories)
+                _read_local,
+                store,
+                list(dict.fromkeys([*wanted, *later])),
+                list(directories),
+                list(groups),
             )
         return PrefetchedStore(store, read, limit=gate, directories=children)
     pinned = pinned_store_of(store)
@@ -298,22 +307,32 @@ async def fetch_documents(
 
 
 def _read_local(
-    store: LocalStore, keys: list[str], directories: list[str]
+    store: LocalStore, keys: list[str], directories: list[str], groups: list[str]
 ) -> tuple[dict[str, bytes | None], dict[str, list[str]]]:
-    """``keys`` of a local ``store`` (``None`` where absent) and the names below each
-    of ``directories``, read synchronously, as ``LocalStore.get`` and
-    ``list_dir`` would answer them one by one."""
+    """``keys`` of a local ``store`` (``None`` where absent), the names below each of
+    ``directories`` and ``groups``, and the ``zarr.json`` of each member of
+    ``groups``, read synchronously, as ``LocalStore.get`` and ``list_dir`` would
+    answer them one by one."""
     documents: dict[str, bytes | None] = {}
-    for key in keys:
+
+    def read(key: str) -> None:
         buffer = store.get_sync(key)  # opens the store first: a missing root raises
         documents[key] = None if buffer is None else buffer.to_bytes()
+
+    for key in keys:
+        read(key)
     children: dict[str, list[str]] = {}
-    for prefix in directories:
+    for prefix in dict.fromkeys([*directories, *groups]):
         try:
             names = [entry.name for entry in (store.root / prefix).iterdir()]
         except (FileNotFoundError, NotADirectoryError):
             names = []
         children[prefix.rstrip("/")] = sorted(names)
+    for prefix in dict.fromkeys(groups):
+        for name in children[prefix.rstrip("/")]:
+            key = join(prefix, name, "zarr.json")
+            if name not in METADATA_DOCUMENTS and key not in documents:
+                read(key)
     return documents, children
 
 

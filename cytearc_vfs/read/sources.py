@@ -154,6 +154,9 @@ class SourceSpec:
     """Documents verified at creation, with their versions (:mod:`.prefetch`)."""
     anndata: AnnDataSpec | None = None
     """May be (at creation) or is (at open) an AnnData store: its element and record."""
+    tables: bool = False
+    """Whether the cell and feature tables are read next (a creation): a local
+    source's table listings and column documents are read with the rest."""
 
 
 def bind_source(
@@ -221,6 +224,7 @@ def bind_sources(
                     limit=gate,
                     # what verification lists (read_contents, the state check)
                     directories=["", paths.root, paths.assay_group],
+                    groups=[paths.cell_data, paths.feature_data] if spec.tables else [],
                 )
                 if spec.anndata is not None and is_anndata_root(view.held("zarr.json")[1]):
                     # a creation's source without a CyteArc root: maybe an AnnData store
