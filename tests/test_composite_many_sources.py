@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections import Counter
@@ -14,6 +15,7 @@ from conftest import realistic_counts
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
+from cytearc_vfs.format.gathering import gather_bounded
 from cytearc_vfs.format.paths import AssayPaths, join
 from cytearc_vfs.read.prefetch import assay_documents
 
@@ -161,3 +163,46 @@ def test_a_missing_source_among_many_names_it(atlas: Path) -> None:
     shutil.rmtree(atlas / "s4.zarr")
     with pytest.raises(OSError, match=r"source 's4' at .*s4.zarr cannot be read"):
         cv.open_store(atlas / "atlas.zarr")
+
+
+def test_jobs_of_many_items_run_a_few_at_a_time_in_order() -> None:
+    """A creation reads its sources' tables and summaries ``MAX_IN_FLIGHT`` sources
+    at a time (gather_bounded): never more jobs running than the limit, every item
+    taken once, results in the items' order."""
+    running, most, seen = 0, 0, []
+
+    async def job(item: int) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        seen.append(item)
+        await asyncio.sleep(0.001 * (item % 3))
+        running -= 1
+        return item * 10
+
+    assert asyncio.run(gather_bounded(job, list(range(20)), 4)) == [i * 10 for i in range(20)]
+    assert most == 4
+    assert sorted(seen) == list(range(20))
+    assert asyncio.run(gather_bounded(job, [], 4)) == []
+
+
+def test_a_failing_job_cancels_the_others_before_it_is_raised() -> None:
+    started, finished = [], []
+
+    async def job(item: int) -> int:
+        started.append(item)
+        if item == 2:
+            raise OSError("source 2 cannot be read")
+        await asyncio.sleep(0.05)
+        finished.append(item)
+        return item
+
+    async def main() -> None:
+        with pytest.raises(OSError, match="source 2"):
+            await gather_bounded(job, list(range(10)), 3)
+        # nothing still running once the failure is raised, and no item after it started
+        assert not [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+
+    asyncio.run(main())
+    assert finished == []
+    assert sorted(started) == [0, 1, 2]
