@@ -57,10 +57,12 @@ from zarr.core.sync import sync
 
 from ..errors import IdentityMismatchError
 from ..format.column_names import ORIG_PREFIX, RESERVED_COLUMNS, free_column_name
+from ..format.gathering import gather_bounded
 from ..format.paths import join
 from ..format.table_attributes import ordered_names
 from ..format.tables import CATEGORICAL_ATTR, StoredColumn, read_stored_table
 from ..read.anndata_elements import features_frame
+from ..read.prefetch import MAX_IN_FLIGHT
 from ..read.sources import BoundSource
 from ..write.membership import MEMBERSHIP_ROLE
 from .anndata_columns import anndata_columns
@@ -164,15 +166,18 @@ def _check_same_ids(source: str, read: Any, bound: Any, table: str) -> None:
 
 
 def read_source_tables(sources: Sequence[BoundSource]) -> list[SourceTables]:
-    """Read the cell and feature tables of every source, all concurrently.
+    """Read the cell and feature tables of every source, concurrently.
 
     Each table costs one listing and two concurrent rounds (array documents,
-    then chunks), and every table of every source is in flight at once, so
-    creation does not add a round trip per column or per source.
+    then chunks; a local source's listing and documents were read with its
+    binding), and the tables of up to :data:`~..read.prefetch.MAX_IN_FLIGHT`
+    sources are in flight at once, as many as the requests the sources'
+    shared gate lets through: creation does not add a round trip per column
+    or per source, and hundreds of sources do not queue at once.
     """
 
     async def read_all() -> list[SourceTables]:
-        return list(await asyncio.gather(*(_read_source(source) for source in sources)))
+        return await gather_bounded(_read_source, sources, MAX_IN_FLIGHT)
 
     return sync(read_all())
 

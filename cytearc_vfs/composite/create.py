@@ -327,6 +327,7 @@ def create_composite(
                     # before anything else is held
                     scan_bytes=usable_bytes(budget) // (2 * len(sources)),
                 ),
+                tables=True,  # read next, through the documents held from binding
             )
             for name, location in sources.items()
         ],

@@ -25,10 +25,12 @@ from zarr.core.sync import sync
 from ..errors import RecordShapeError
 from ..format.count_dtype import summary_dtype
 from ..format.count_totals import RowTotalOverflowError, add_totals, row_totals
+from ..format.gathering import gather_bounded
 from ..format.nodes import array_at
 from ..format.paths import join
 from ..format.source_store import REPAIR
 from ..read.count_mapping import IdentityMapping
+from ..read.prefetch import MAX_IN_FLIGHT
 from ..read.read_stats import ReadCounters
 from ..read.reader import VirtualArrayReader
 from ..read.sources import BoundSource, rebind
@@ -180,11 +182,12 @@ def check_consistent_summaries(
 async def _source_summaries(
     sources: list[BoundSource],
 ) -> list[dict[str, npt.NDArray[Any]] | None]:
-    """Every source's countSummaries arrays, all read concurrently.
+    """Every source's countSummaries arrays, read concurrently.
 
     Their documents were fetched (and verified) with the source, so each
-    array costs its chunks only, and every source's are in flight at once
-    (bounded by the views' shared limit).
+    array costs its chunks only; up to :data:`~..read.prefetch.MAX_IN_FLIGHT`
+    sources are read at once, as many as the views' shared limit lets
+    requests through (see :func:`~..format.gathering.gather_bounded`).
     """
 
     async def one(source: BoundSource) -> dict[str, npt.NDArray[Any]]:
@@ -207,15 +210,11 @@ async def _source_summaries(
         check_consistent_summaries(summaries, arrays[0].dtype, where=f"source {source.name!r}")
         return summaries
 
-    async def none() -> None:
-        return None
+    async def summaries_of(source: BoundSource) -> dict[str, npt.NDArray[Any]] | None:
+        # an AnnData source has no summaries: it is read (see composite_summaries)
+        return None if source.anndata is not None else await one(source)
 
-    # an AnnData source has no summaries: it is read (see composite_summaries)
-    return list(
-        await asyncio.gather(
-            *(none() if source.anndata is not None else one(source) for source in sources)
-        )
-    )
+    return await gather_bounded(summaries_of, sources, MAX_IN_FLIGHT)
 
 
 def composite_summaries(

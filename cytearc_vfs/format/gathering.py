@@ -1,4 +1,5 @@
-"""Running requests concurrently so that a failure ends them all: :func:`gather_all`.
+"""Running requests concurrently so that a failure ends them all: :func:`gather_all`,
+and :func:`gather_bounded` for one job per item of many, a few items at a time.
 
 ``asyncio.gather`` raises the first failure and leaves the other awaitables
 running. Against a failing server those go on retrying unseen, fail again
@@ -10,10 +11,10 @@ many shards) after the one error the caller already reported.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-__all__ = ["gather_all"]
+__all__ = ["gather_all", "gather_bounded"]
 
 
 async def gather_all(*awaitables: Awaitable[Any]) -> list[Any]:
@@ -42,3 +43,33 @@ async def gather_all(*awaitables: Awaitable[Any]) -> list[Any]:
         # their own failures (or cancellations) are not news: the first is raised
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+async def gather_bounded[T, R](
+    job: Callable[[T], Awaitable[R]], items: Sequence[T], limit: int
+) -> list[R]:
+    """``[await job(item) for item in items]``, at most ``limit`` jobs running at once,
+    results in the order of ``items``; the first failure cancels the rest (as
+    :func:`gather_all`).
+
+    A job per item of hundreds (a creation's sources, each reading a few
+    arrays) all started at once queue their requests behind the same limits
+    (the open's shared request gate, zarr's own): asyncio's waiter queues
+    then cost in proportion to the jobs waiting, at every acquisition. A few
+    jobs at a time keep the same requests in flight with short queues.
+
+    >>> async def double(x: int) -> int:
+    ...     await asyncio.sleep(0)
+    ...     return 2 * x
+    >>> asyncio.run(gather_bounded(double, [1, 2, 3], 2))
+    [2, 4, 6]
+    """
+    results: list[Any] = [None] * len(items)
+    todo = iter(enumerate(items))
+
+    async def worker() -> None:
+        for index, item in todo:  # one iterator shared: each item is taken once
+            results[index] = await job(item)
+
+    await gather_all(*(worker() for _ in range(min(limit, len(items)))))
+    return results

@@ -29,11 +29,13 @@ from typing import Any
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import LocalStore
 
 from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
 from ..format.source_store import contents_documents
+from ..format.store_keys import METADATA_DOCUMENTS
 from ..remote.object_versions import Listing
 from ..remote.pinned_store import pinned_store_of
 
@@ -88,7 +90,8 @@ class PrefetchedStore(KeyCheckedWrapperStore):
     where the backend reports one. ``limit`` bounds the reads in flight that
     go to ``store`` (the views of one open's sources share it). A key under one
     of the ``complete`` prefixes that is not among ``documents`` is absent: the
-    documents hold everything under them.
+    documents hold everything under them. ``directories`` holds the names
+    below some prefixes, listed with the documents (a local store's).
     """
 
     def __init__(
@@ -100,9 +103,11 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         *,
         limit: asyncio.Semaphore | None = None,
         complete: tuple[str, ...] = (),
+        directories: Mapping[str, list[str]] | None = None,
     ) -> None:
         super().__init__(store.with_read_only(True) if not store.read_only else store)
         self._documents = dict(documents)
+        self._directories = dict(directories or {})
         self._listing = listing
         self._tokens = dict(tokens or {})
         self._limit = limit
@@ -116,6 +121,7 @@ class PrefetchedStore(KeyCheckedWrapperStore):
             self._tokens,
             limit=self._limit,
             complete=self._complete,
+            directories=self._directories,
         )
 
     @property
@@ -148,10 +154,12 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         return self._known_absent(key), None
 
     def held_children(self, prefix: str) -> list[str] | None:
-        """The names below ``prefix`` in the listing, when there is one."""
-        if self._listing is None:
-            return None
+        """The names below ``prefix`` in the listing, when there is one (or when
+        ``prefix`` was listed with the documents)."""
         directory = prefix.rstrip("/")
+        if self._listing is None:
+            held = self._directories.get(directory)
+            return None if held is None else list(held)
         start = len(directory) + 1 if directory else 0
         return sorted(
             {
@@ -214,6 +222,8 @@ async def fetch_documents(
     seal: Seal | None = None,
     deferred: Iterable[str] = (),
     limit: asyncio.Semaphore | None = None,
+    directories: Iterable[str] = (),
+    groups: Iterable[str] = (),
 ) -> PrefetchedStore:
     """``store`` with ``keys`` (and what :func:`read_contents` will read) fetched.
 
@@ -226,10 +236,29 @@ async def fetch_documents(
     keys (documents that are usually absent) wait for the listing to show
     them, where there is one. ``limit`` bounds the requests in flight
     (shared by the sources of one open).
+
+    A local store (zarr's ``LocalStore`` itself) is read in one call on a
+    worker thread: every document, and the names below each of
+    ``directories`` (which verification would otherwise list one call at a
+    time through zarr's event loop). An open of many local sources then
+    costs one thread hand-off per source, not one per document. Each of
+    ``groups`` is listed too, and its members' ``zarr.json`` read (a table a
+    creation reads next: its columns' documents, not known before the
+    listing); other stores ignore ``directories`` and ``groups``.
     """
     wanted = list(dict.fromkeys(keys))
     later = list(dict.fromkeys(deferred))
     gate = limit if limit is not None else asyncio.Semaphore(MAX_IN_FLIGHT)
+    if type(store) is LocalStore:  # exactly zarr's: a subclass may read otherwise
+        async with gate:
+            read, children = await asyncio.to_thread(
+                _read_local,
+                store,
+                list(dict.fromkeys([*wanted, *later])),
+                list(directories),
+                list(groups),
+            )
+        return PrefetchedStore(store, read, limit=gate, directories=children)
     pinned = pinned_store_of(store)
     if pinned is None:  # no listing will tell whether they exist: fetched with the rest
         wanted += [key for key in later if key not in wanted]
@@ -275,6 +304,36 @@ async def fetch_documents(
         ]
         await gather_all(*(fetch(key) for key in later))
     return PrefetchedStore(store, documents, listing, tokens, limit=gate)
+
+
+def _read_local(
+    store: LocalStore, keys: list[str], directories: list[str], groups: list[str]
+) -> tuple[dict[str, bytes | None], dict[str, list[str]]]:
+    """``keys`` of a local ``store`` (``None`` where absent), the names below each of
+    ``directories`` and ``groups``, and the ``zarr.json`` of each member of
+    ``groups``, read synchronously, as ``LocalStore.get`` and ``list_dir`` would
+    answer them one by one."""
+    documents: dict[str, bytes | None] = {}
+
+    def read(key: str) -> None:
+        buffer = store.get_sync(key)  # opens the store first: a missing root raises
+        documents[key] = None if buffer is None else buffer.to_bytes()
+
+    for key in keys:
+        read(key)
+    children: dict[str, list[str]] = {}
+    for prefix in dict.fromkeys([*directories, *groups]):
+        try:
+            names = [entry.name for entry in (store.root / prefix).iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        children[prefix.rstrip("/")] = sorted(names)
+    for prefix in dict.fromkeys(groups):
+        for name in children[prefix.rstrip("/")]:
+            key = join(prefix, name, "zarr.json")
+            if name not in METADATA_DOCUMENTS and key not in documents:
+                read(key)
+    return documents, children
 
 
 def prefetched(store: Store, keys: Iterable[str]) -> PrefetchedStore:

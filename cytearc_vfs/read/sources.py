@@ -154,6 +154,9 @@ class SourceSpec:
     """Documents verified at creation, with their versions (:mod:`.prefetch`)."""
     anndata: AnnDataSpec | None = None
     """May be (at creation) or is (at open) an AnnData store: its element and record."""
+    tables: bool = False
+    """Whether the cell and feature tables are read next (a creation): a local
+    source's table listings and column documents are read with the rest."""
 
 
 def bind_source(
@@ -199,18 +202,19 @@ def bind_sources(
                 # On a worker thread: a backend's opener may block or call
                 # zarr's sync API, which the event loop's own thread must not;
                 # the sources before it wait for answers meanwhile.
-                backend = await asyncio.to_thread(_open_backend, spec, cache)
                 where = describe_location(spec.location)
                 if spec.anndata is not None and spec.anndata.recorded is not None:
+                    backend = await asyncio.to_thread(_open_backend, spec, cache)
                     counts = await bind_anndata(
                         spec.name, spec.location, backend, spec.anndata, where=where
                     )
                     assert counts is not None
                     return backend, counts
                 paths = AssayPaths(spec.assay, spec.workspace)
-                # before the documents are read: a replacement after this stat
-                # is seen by the reads, one before it by the verification
-                opened = await asyncio.to_thread(_opened, spec, paths)
+                # one hand-off to a worker for both: the stat is taken before the
+                # documents are read, so a replacement after it is seen by the
+                # reads, one before it by the verification
+                backend, opened = await asyncio.to_thread(_open_and_stat, spec, paths, cache)
                 view = await fetch_documents(
                     backend,
                     assay_documents(paths),
@@ -218,6 +222,9 @@ def bind_sources(
                     # a retired state group is rare: asked for only if listed
                     deferred=[join(paths.assay_group, "state", "zarr.json")],
                     limit=gate,
+                    # what verification lists (read_contents, the state check)
+                    directories=["", paths.root, paths.assay_group],
+                    groups=[paths.cell_data, paths.feature_data] if spec.tables else [],
                 )
                 if spec.anndata is not None and is_anndata_root(view.held("zarr.json")[1]):
                     # a creation's source without a CyteArc root: maybe an AnnData store
@@ -306,6 +313,13 @@ def _open_backend(spec: SourceSpec, cache: SourceCache | None) -> Store:
         spec.name,
         where=describe_location(spec.location),
     )
+
+
+def _open_and_stat(
+    spec: SourceSpec, paths: AssayPaths, cache: SourceCache | None
+) -> tuple[Store, OpenedSource | None]:
+    """The source's backend and what its open finds of a local source's files."""
+    return _open_backend(spec, cache), _opened(spec, paths)
 
 
 def _opened(spec: SourceSpec, paths: AssayPaths) -> OpenedSource | None:
