@@ -287,12 +287,16 @@ class DenseMatrixElement(MatrixElement):
         self._array = array
         self.encoding = encoding
         self.shape = (int(array.shape[0]), int(array.shape[1]))
-        self.dtype = np.dtype(array.dtype)
+        # values are given in native byte order: scipy.sparse takes no other, and an
+        # .h5ad or Zarr v2 array may be stored big-endian ('>f4')
+        self.dtype = np.dtype(array.dtype).newbyteorder("=")
         self.stats = BandStats()
         self._blocks: tuple[int, int] | None = None
 
     def _dense(self, selection: tuple[slice, slice]) -> npt.NDArray[Any]:
         values = np.asarray(read_values(self._array, selection))
+        if not values.dtype.isnative:
+            values = values.astype(values.dtype.newbyteorder("="))
         self.stats.record(values.size, values.nbytes)
         # scipy.sparse has no float16; float32 holds every float16 exactly
         return values.astype(np.float32) if values.dtype == np.float16 else values
