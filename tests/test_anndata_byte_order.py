@@ -1,4 +1,4 @@
-"""A dense ``X`` stored big-endian (``>f4``, ``>i4``) is read and imported like a native one.
+"""Arrays stored big-endian (``>f4``, ``>i4``) are read and imported like native ones.
 
 HDF5 and Zarr v2 both keep the byte order an array was written with; files
 from big-endian machines, and tools that write ``>f4`` explicitly, hold such
@@ -13,6 +13,7 @@ from pathlib import Path
 import anndata as ad
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import zarr
@@ -76,3 +77,35 @@ def test_bands_and_write_counts_of_a_big_endian_dense_x(
     assert info.dtype == np.uint8  # whole non-negative counts below 256
     reader = cv.VirtualArrayReader(cv.open_store(str(tmp_path / "out.zarr")), assay="RNA")
     np.testing.assert_array_equal(reader.read(), COUNTS)
+
+
+def test_big_endian_obs_columns(tmp_path: Path) -> None:
+    """Plain, categorical-code and nullable-integer columns stored big-endian (a nullable
+    one failed inside pandas with ``KeyError: dtype('>i4')``)."""
+    data = _data()
+    data.obs["n"] = np.array([1, 2, 3, 4], dtype=np.int64)
+    data.obs["cat"] = pd.Categorical(["a", "b", "a", None])
+    data.obs["ni"] = pd.array([1, None, 3, 4], dtype="Int32")
+    path = write_anndata_zarr(data, tmp_path / "obs.zarr", 2)
+    root = zarr.open_group(path, mode="r+")
+    for key in ("obs/n", "obs/cat/codes", "obs/ni/values"):
+        values, attributes = root[key][:], dict(root[key].attrs)
+        del root[key]
+        swapped = values.dtype.newbyteorder(">")
+        stored = zarr.create_array(
+            root.store, name=key, shape=values.shape, dtype=swapped, zarr_format=2
+        )
+        stored[:] = values.astype(swapped)
+        stored.attrs.update(attributes)
+    with AnnDataContainer.open(str(path)) as container:
+        obs = container.obs()
+    assert obs["n"].tolist() == [1, 2, 3, 4]
+    assert obs["cat"].tolist()[:3] == ["a", "b", "a"] and pd.isna(obs["cat"].iloc[3])
+    assert obs["ni"].dtype == pd.Int32Dtype()
+    assert obs["ni"].tolist()[::2] == [1, 3] and pd.isna(obs["ni"].iloc[1])
+
+    cv.write_counts(str(tmp_path / "out.zarr"), str(path), fill_missing=True)
+    cells = zarr.open_group(cv.open_store(str(tmp_path / "out.zarr")), mode="r")["cellData"]
+    assert cells["n"][:].tolist() == [1, 2, 3, 4]
+    assert cells["cat"][:].tolist() == ["a", "b", "a", ""]
+    np.testing.assert_array_equal(cells["ni"][:], [1.0, np.nan, 3.0, 4.0])

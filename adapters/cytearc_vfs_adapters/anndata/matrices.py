@@ -295,8 +295,6 @@ class DenseMatrixElement(MatrixElement):
 
     def _dense(self, selection: tuple[slice, slice]) -> npt.NDArray[Any]:
         values = np.asarray(read_values(self._array, selection))
-        if not values.dtype.isnative:
-            values = values.astype(values.dtype.newbyteorder("="))
         self.stats.record(values.size, values.nbytes)
         # scipy.sparse has no float16; float32 holds every float16 exactly
         return values.astype(np.float32) if values.dtype == np.float16 else values
