@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import zarr
 from anndata_files import write_anndata_zarr
-from cytearc_vfs_adapters.anndata import AnnDataContainer
+from cytearc_vfs_adapters.anndata import AnnDataContainer, MalformedElementError
+
+import cytearc_vfs as cv
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -66,3 +68,24 @@ def test_fixed_width_byte_fields_of_a_legacy_table(tmp_path: Path) -> None:
     assert got["index"].tolist() == ["c1", "c2"]
     assert table["label"].tolist() == ["bé", "b"]
     assert table.index.tolist() == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("stored", [np.arange(3), np.array(7)], ids=["1-d", "0-d"])
+def test_a_table_stored_as_a_plain_array_is_refused_by_name(
+    tmp_path: Path, stored: np.ndarray
+) -> None:
+    """An ``obs`` that is an array but no record array holds no ids: refused naming the
+    element, not a bare ``has no len()`` (1-d) or ``tuple index out of range`` (0-d)."""
+    path = write_anndata_zarr(ad.AnnData(np.ones((3, 2), dtype=np.float32)), tmp_path / "a.zarr", 3)
+    root = zarr.open_group(path, mode="r+", use_consolidated=False)
+    del root["obs"]
+    root.create_array("obs", data=stored)
+    message = r"element obs: a dataframe must be a group .* found (array|numeric-scalar) 0\.2\.0"
+    with AnnDataContainer.open(str(path)) as container:
+        with pytest.raises(MalformedElementError, match=message):
+            container.obs()
+        with pytest.raises(MalformedElementError, match=message):
+            _ = container.shape
+    with pytest.raises(MalformedElementError, match=message):
+        cv.write_counts(str(tmp_path / "out.zarr"), str(path))
+    assert not (tmp_path / "out.zarr").exists()
