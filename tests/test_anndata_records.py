@@ -19,7 +19,9 @@ from cytearc_vfs_adapters.anndata import AnnDataContainer, MalformedElementError
 
 import cytearc_vfs as cv
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::anndata.OldFormatWarning"
+)
 
 NAMES = np.array(["CD3E", "bé-gène"])
 
@@ -89,3 +91,33 @@ def test_a_table_stored_as_a_plain_array_is_refused_by_name(
     with pytest.raises(MalformedElementError, match=message):
         cv.write_counts(str(tmp_path / "out.zarr"), str(path))
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_legacy_record_table_imports_as_anndata_reads_it(tmp_path: Path) -> None:
+    """The ids' field names the index (``index``), as in ``anndata.read_zarr``: an import
+    from the path keeps the same index name as an import of the loaded AnnData."""
+    path = tmp_path / "old.zarr"
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    root.create_array(
+        "obs", data=np.array([(b"c1", 1.5), (b"c2", 2.0)], dtype=[("index", "S2"), ("q", "<f8")])
+    )
+    root.create_array("var", data=np.array([(b"g1",), (b"g2",)], dtype=[("index", "S2")]))
+    root.create_array("X", data=np.array([[1, 0], [2, 3]], dtype=np.float32))
+    loaded = ad.read_zarr(path)
+    with AnnDataContainer.open(str(path)) as container:
+        assert container.obs().index.name == loaded.obs.index.name == "index"
+        assert container.var().index.name == loaded.var.index.name
+    stores = {
+        "path": cv.write_counts(str(tmp_path / "from_path.zarr"), str(path)).location,
+        "memory": cv.write_counts(str(tmp_path / "from_memory.zarr"), loaded).location,
+    }
+    tables = {
+        how: {
+            name: dict(group[name].attrs)
+            for group in [zarr.open_group(cv.open_store(str(location)), mode="r")]
+            for name in ("cellData", "RNA/featureData")
+        }
+        for how, location in stores.items()
+    }
+    assert tables["path"] == tables["memory"]
+    assert tables["path"]["cellData"]["cytearc:indexName"] == "index"

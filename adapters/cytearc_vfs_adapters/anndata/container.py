@@ -171,9 +171,10 @@ class AnnDataContainer:
                     frame[column] = [
                         v.decode() if isinstance(v, bytes) else v for v in frame[column]
                     ]
-            # anndata < 0.7 kept the ids in the record field "index"
+            # anndata < 0.7 kept the ids in the record field "index"; the index keeps
+            # the field's name, as anndata.read_zarr / read_h5ad give it
             key = "index" if "index" in frame.columns else frame.columns[0]
-            return frame.set_index(key).rename_axis(None)
+            return frame.set_index(key)
         encoding = classify(node, name)
         if encoding.type == "dataframe":
             return read_dataframe(self._reader, node, name, encoding, skipped=skipped)
