@@ -27,7 +27,7 @@ from cytearc_vfs_adapters.anndata import MalformedElementError
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
-from cytearc_vfs.errors import IdentityMismatchError, RecordShapeError
+from cytearc_vfs.errors import IdentityMismatchError, RecordShapeError, UnsupportedSourceError
 from cytearc_vfs.read.local_chunk_files import RecordedFiles
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -238,4 +238,22 @@ def test_a_damaged_shard_index_is_refused_naming_the_container(tmp_path: Path) -
     from cytearc_vfs.cli import main
 
     assert main(["composite", str(tmp_path / "c.zarr"), f"s={path}"]) == 3
+    assert not (tmp_path / "c.zarr").exists()
+
+
+@pytest.mark.parametrize("table", ["obs", "var"])
+def test_a_malformed_table_is_refused_naming_the_source(tmp_path: Path, table: str) -> None:
+    """The element layer's refusal of ``obs`` or ``var`` names the element only; among many
+    sources, the composite's message names which one holds it."""
+    path = source(tmp_path, "csr")
+    group = zarr.open_group(path / table, mode="a", use_consolidated=False)
+    group.attrs["column-order"] = 5
+    with pytest.raises(
+        UnsupportedSourceError,
+        match=(
+            rf"^source 's' at .*csr\.zarr: element {table}: 'column-order' must be a list of "
+            r"column names, found 5; repair the source's obs and var"
+        ),
+    ):
+        cv.create_composite(tmp_path / "c.zarr", {"s": path})
     assert not (tmp_path / "c.zarr").exists()

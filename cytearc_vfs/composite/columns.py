@@ -55,7 +55,7 @@ import pandas as pd
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from ..errors import IdentityMismatchError
+from ..errors import IdentityMismatchError, UnsupportedSourceError, VfsError
 from ..format.column_names import ORIG_PREFIX, RESERVED_COLUMNS, free_column_name
 from ..format.gathering import gather_bounded
 from ..format.paths import join
@@ -113,12 +113,25 @@ async def _read_source(source: BoundSource) -> SourceTables:
         counts = source.anndata
         assert counts.cell_ids is not None and counts.feature_ids is not None
         features_table = features_frame(counts.element.path)
-        read = await anndata_columns(
-            source.store,
-            assay=source.info.paths.assay,
-            source=source.name,
-            features=features_table,
-        )
+        try:
+            read = await anndata_columns(
+                source.store,
+                assay=source.info.paths.assay,
+                source=source.name,
+                features=features_table,
+            )
+        except UnsupportedSourceError:
+            raise
+        except ValueError as exc:
+            if not isinstance(exc, VfsError):  # a fault of this package, not of the source
+                raise
+            # the element layer's refusal of obs or var names the element, not the
+            # source: with many sources, which one is the user's first question
+            raise UnsupportedSourceError(
+                f"source {source.name!r} at {source.location}: {exc}; repair the source's obs "
+                f"and {features_table} (or write it again with anndata), then create the "
+                "composite"
+            ) from exc
         if read is None:  # no element reader installed: the indexes alone
             return SourceTables(
                 source.name,

@@ -115,7 +115,7 @@ class AnnDataContainer:
                 f"{name.rpartition('/')[0]}/X are unnamed; write the AnnData again with anndata"
             )
         if not is_group(node):  # anndata < 0.7: a record array
-            return int(node.shape[0])
+            return int(self._records(node, name).shape[0])
         # only the index member is looked up: on object storage each lookup of a
         # column would be a request, and the shape needs none of them
         index, member = index_member(node, name)
@@ -126,6 +126,19 @@ class AnnDataContainer:
         if values is None or is_group(values):
             raise MalformedElementError(f"element {name}/{index}: cannot tell its length")
         return int(values.shape[0])
+
+    @staticmethod
+    def _records(node: Any, name: str) -> Any:
+        """``node``, a table stored as an array, checked to be what anndata < 0.7 wrote:
+        a one-dimensional record array (any other array holds no ids)."""
+        encoding = classify(node, name)
+        if encoding.type != "rec-array" or len(node.shape or ()) != 1:
+            raise MalformedElementError(
+                f"element {name}: a dataframe must be a group (or, as anndata < 0.7 wrote "
+                f"it, a one-dimensional record array), found {encoding.label} of shape "
+                f"{node.shape}; write the AnnData again with anndata"
+            )
+        return node
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -151,16 +164,17 @@ class AnnDataContainer:
     def _table(self, name: str, skipped: list[SkippedColumn] | None = None) -> pd.DataFrame:
         node = self._node(name)
         if not is_group(node):  # anndata < 0.7: obs/var as one record array
-            records = self.read(name)
+            records = self._reader.read(self._records(node, name), name)
             frame = pd.DataFrame.from_records(records)
             for column in frame.columns:
                 if frame[column].dtype == object:
                     frame[column] = [
                         v.decode() if isinstance(v, bytes) else v for v in frame[column]
                     ]
-            # anndata < 0.7 kept the ids in the record field "index"
+            # anndata < 0.7 kept the ids in the record field "index"; the index keeps
+            # the field's name, as anndata.read_zarr / read_h5ad give it
             key = "index" if "index" in frame.columns else frame.columns[0]
-            return frame.set_index(key).rename_axis(None)
+            return frame.set_index(key)
         encoding = classify(node, name)
         if encoding.type == "dataframe":
             return read_dataframe(self._reader, node, name, encoding, skipped=skipped)

@@ -297,7 +297,9 @@ class DenseMatrixElement(MatrixElement):
         self._array = array
         self.encoding = encoding
         self.shape = (int(array.shape[0]), int(array.shape[1]))
-        self.dtype = np.dtype(array.dtype)
+        # values are given in native byte order: scipy.sparse takes no other, and an
+        # .h5ad or Zarr v2 array may be stored big-endian ('>f4')
+        self.dtype = np.dtype(array.dtype).newbyteorder("=")
         self.stats = BandStats()
         self._blocks: tuple[int, int] | None = None
 
@@ -314,7 +316,9 @@ class DenseMatrixElement(MatrixElement):
         even one does not fit, left unchanged."""
         chunks = getattr(self._array, "chunks", None)
         rows, columns = (max(1, int(chunks[0])), max(1, int(chunks[1]))) if chunks else (1, 0)
-        columns = columns or self.shape[1]
+        # an unchunked (contiguous HDF5) array is read whole rows at a time; at least one
+        # column, so that a matrix of no features still advances through its rows
+        columns = columns or max(1, self.shape[1])
         # per chunk of a block: the decoded chunk, the block's values beside it,
         # then the non-zero mask and the CSR made from them
         per_chunk = 3 * rows * max(1, columns) * max(1, self.dtype.itemsize)

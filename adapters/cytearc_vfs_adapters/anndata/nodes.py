@@ -273,7 +273,8 @@ def text_values(values: npt.NDArray[Any]) -> npt.NDArray[np.object_]:
 
 
 def read_values(array: Any, selection: Any = ...) -> Any:
-    """``array[selection]`` with text as an object array of str (or str for a 0-d array)."""
+    """``array[selection]`` with text as an object array of str (or str for a 0-d array),
+    numbers in native byte order."""
     dtype = np.dtype(array.dtype)
     text = _is_text(dtype)
     if type(array).__module__.startswith("h5py"):
@@ -292,6 +293,10 @@ def read_values(array: Any, selection: Any = ...) -> Any:
         raise damaged from exc
     if not isinstance(values, np.ndarray):
         values = np.asarray(values)
+    if not values.dtype.isnative:
+        # HDF5 and Zarr v2 keep the byte order written ('>i4'); pandas' nullable and
+        # scipy.sparse arrays take native order only
+        values = values.astype(values.dtype.newbyteorder("="))
     if text and values.dtype.kind in "OSTU":
         if values.ndim == 0:
             item = values.item()

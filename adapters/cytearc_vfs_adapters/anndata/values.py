@@ -23,7 +23,7 @@ from .dataframes import categorical, read_dataframe
 from .encodings import Encoding, classify
 from .errors import MalformedElementError
 from .matrices import SparseMatrixElement
-from .nodes import attribute, child, children, is_group, read_values
+from .nodes import attribute, child, children, is_group, read_values, text_values
 
 __all__ = ["AwkwardArrayInfo", "ElementReader", "read_element"]
 
@@ -112,6 +112,8 @@ class ElementReader:
             scalar = np.asarray(values)[()]
             # anndata gives a declared scalar as a Python number, a legacy 0-d array as numpy's
             return scalar.item() if encoding.declared else scalar
+        if kind == "rec-array":
+            return _text_records(values)
         if kind == "string-array" and values is not None and values.dtype != object:
             raise MalformedElementError(
                 f"element {path}: a string-array must hold text, found dtype {values.dtype}"
@@ -196,6 +198,35 @@ class ElementReader:
         with_missing = np.asarray(values, dtype=object).copy()
         with_missing[mask] = None
         return pd.array(with_missing, dtype=dtype)
+
+
+def _text_records(records: Any) -> Any:
+    """A record array with its text fields as ``str``, as anndata gives them.
+
+    HDF5 stores a text field as variable-length strings, which h5py reads as
+    ``bytes`` in an object field; Zarr v2 and older files as fixed-width
+    ``|S`` bytes. Both are decoded (UTF-8): an object field keeps its dtype
+    with ``str`` items, a ``|S`` field becomes ``<U`` of its width.
+    """
+    fields = records.dtype.names
+    if fields is None:
+        return records
+    text = [name for name in fields if records.dtype[name].kind in "OS"]
+    if not text:
+        return records
+    decoded = {
+        name: np.char.decode(records[name], "utf-8")
+        if records.dtype[name].kind == "S"
+        else text_values(records[name])
+        for name in text
+    }
+    dtype = np.dtype(
+        [(name, decoded[name].dtype if name in decoded else records.dtype[name]) for name in fields]
+    )
+    out = np.empty(records.shape, dtype=dtype)
+    for name in fields:
+        out[name] = decoded.get(name, records[name])
+    return out
 
 
 def read_element(root: Any, path: str) -> Any:
