@@ -312,8 +312,14 @@ def _align_signs(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.nda
     return other * signs, signs
 
 
-def compare(comp: RunResult, mat: RunResult, report: Report, args: argparse.Namespace) -> None:
-    print("\nComparisons (composite vs materialized):")
+def compare(
+    comp: RunResult,
+    mat: RunResult,
+    report: Report,
+    args: argparse.Namespace,
+    title: str = "composite vs materialized",
+) -> None:
+    print(f"\nComparisons ({title}):")
     same_ids = np.array_equal(comp.cells["ids"].to_numpy(), mat.cells["ids"].to_numpy())
     report.check(same_ids, "cell ids and order identical", f"{len(comp.cells)} cells")
     active = int(np.sum(comp.cells["I"]))

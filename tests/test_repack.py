@@ -84,6 +84,29 @@ def test_repack_of_ordinary_store_omits_state_and_keeps_identity(tmp_path: Path)
         cv.repack(tmp_path / "src.zarr", tmp_path / "out2.zarr")
 
 
+def test_repack_of_a_mount_omits_the_state_group_a_client_wrote_into_its_target(
+    tmp_path: Path,
+) -> None:
+    # scarf (6151ec1) writes RNA/state/zarr.json through the mount with plain zarr
+    # when it normalizes; the mount accepts it, and its repack once copied it and
+    # then refused its own output ("t.zarr.rp: ... holds a retired RNA/state group")
+    matrix = realistic_counts(40, 10, density=0.3, seed=9)
+    info = cv.write_counts(tmp_path / "src.zarr", matrix)
+    mount = cv.open_store(
+        cv.mount_datastore(tmp_path / "src.zarr", tmp_path / "tgt.zarr"), mode="r+"
+    )
+    assay = zarr.open_group(mount, mode="r+")["RNA"]
+    assert isinstance(assay, zarr.Group)
+    assay.create_group("state", attributes={"feature_scaling": {"artifact_id": "x"}})
+    assert (tmp_path / "tgt.zarr" / "RNA" / "state" / "zarr.json").is_file()
+
+    out = cv.repack(tmp_path / "tgt.zarr", tmp_path / "out.zarr")
+
+    assert not (tmp_path / "out.zarr" / "RNA" / "state").exists()
+    assert cv.dataset_fingerprint(out) == info.dataset_fingerprint
+    np.testing.assert_array_equal(cv.VirtualArrayReader(out).read(), matrix.toarray())
+
+
 @pytest.mark.parametrize("through", ["store", "mount"])
 def test_repack_fits_the_layout_to_the_budget(tmp_path: Path, through: str) -> None:
     matrix = realistic_counts(4000, 300, density=0.05, seed=7)

@@ -330,8 +330,14 @@ def _repack_mount(
         document.get("attributes", {}).pop(MATRIX_SOURCE_ATTR, None)
         return json.dumps(document).encode()
 
-    # the mount's namespace: the target's keys and the source artifacts it shows
-    namespace = [k for k in _list(mount) if k != "zarr.json"]
+    # the mount's namespace: the target's keys and the source artifacts it shows;
+    # a retired {assay}/state group is omitted, as from an ordinary store: the
+    # mount's open does not inspect its target for one, and a client (scarf)
+    # writes it there, while the output would not open with it
+    retired = [join(info.paths.assay_group, "state") for info in infos]
+    namespace = [
+        k for k in _list(mount) if k != "zarr.json" and not any(_under(k, r) for r in retired)
+    ]
     # the counts, which only the source holds
     source_keys = _list(mount.source)
     counts_keys = [
