@@ -31,13 +31,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from timing import write_json
+from timing import median_time, write_json
 
 import cytearc_vfs as cv
 
@@ -66,15 +65,6 @@ def build(root: Path, args: argparse.Namespace) -> dict[str, Path]:
         )
     marker.write_text("written")
     return sources
-
-
-def timed(function: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
 
 
 def one_by_one(
@@ -110,9 +100,9 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         shutil.rmtree(destination, ignore_errors=True)
         cv.create_composite(destination, sources).close()
 
-    create_s, _ = timed(create, args.repeat)
-    open_s, store = timed(lambda: cv.open_store(destination), args.repeat)
-    separately_s, stores = timed(
+    create_s, _ = median_time(create, args.repeat)
+    open_s, store = median_time(lambda: cv.open_store(destination), args.repeat)
+    separately_s, stores = median_time(
         lambda: [cv.open_store(path) for path in sources.values()], args.repeat
     )
     reader = cv.VirtualArrayReader(store)

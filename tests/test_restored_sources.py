@@ -122,26 +122,30 @@ class Serving:
 
 
 @contextmanager
-def serve(location: Path, *extra: str) -> Iterator[Serving]:
-    """``cytearc-vfs serve LOCATION EXTRA...`` in a process of its own until the block ends."""
-    stderr = location.parent / f"serve-{os.getpid()}-{threading.get_ident()}.stderr"
+def running(args: list[str], stderr: Path, *, cwd: Path | None = None) -> Iterator[str]:
+    """``cytearc-vfs ARGS`` in a process of its own (its stderr into ``stderr``) and the
+    first line it printed within 120 s; stopped when the block ends."""
     with stderr.open("w") as errors:
         process = subprocess.Popen(
-            [cli_executable(), "serve", str(location), *extra],
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
+            [cli_executable(), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=errors, text=True
         )
     try:
         assert process.stdout is not None
-        line = process.stdout.readline() if readable(process.stdout, 120) else ""
-        assert line.startswith("serving http://"), (line, stderr.read_text())
-        yield Serving(line.split(" ", 1)[1].strip(), stderr)
+        yield process.stdout.readline() if readable(process.stdout, 120) else ""
     finally:
         stop_process(process)
         assert process.stdout is not None
         process.stdout.close()
-        assert "Traceback" not in stderr.read_text()
+
+
+@contextmanager
+def serve(location: Path, *extra: str) -> Iterator[Serving]:
+    """``cytearc-vfs serve LOCATION EXTRA...`` in a process of its own until the block ends."""
+    stderr = location.parent / f"serve-{os.getpid()}-{threading.get_ident()}.stderr"
+    with running(["serve", str(location), *extra], stderr) as line:
+        assert line.startswith("serving http://"), (line, stderr.read_text())
+        yield Serving(line.split(" ", 1)[1].strip(), stderr)
+    assert "Traceback" not in stderr.read_text()
 
 
 def assert_refused(status: int, fields: dict[str, str], body: bytes, *words: str) -> None:
@@ -560,19 +564,9 @@ def test_a_composite_mounted_by_a_relative_path_reads_again_once_its_source_is_r
     parent = world.composite.path.parent
     (parent / "mp").mkdir()
     stderr = parent / "relative.stderr"
-    with stderr.open("w") as errors:
-        process = subprocess.Popen(
-            [cli_executable(), "mount-fs", world.composite.path.name, "mp"],
-            cwd=parent,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-        )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline() if readable(process.stdout, 120) else ""
+    args = ["mount-fs", world.composite.path.name, "mp"]
+    with running(args, stderr, cwd=parent) as line:
         if not line.startswith("mounted "):
-            stop_process(process)
             pytest.skip(f"FUSE does not work here: {stderr.read_text()}")
         path = parent / "mp" / key
         assert path.read_bytes() == world.expected[key]
@@ -582,10 +576,6 @@ def test_a_composite_mounted_by_a_relative_path_reads_again_once_its_source_is_r
         assert failed.value.errno == errno.EIO
         world.restore()
         assert path.read_bytes() == world.expected[key], stderr.read_text()
-    finally:
-        stop_process(process)
-        assert process.stdout is not None
-        process.stdout.close()
     said = stderr.read_text()
     assert f"cytearc-vfs mount-fs: reopened {world.composite.path}:" in said, said
     assert "Traceback" not in said, said
