@@ -645,22 +645,27 @@ def main(argv: list[str] | None = None) -> int:
         for p, lab, arr, n in rows:
             print(f"  {p:24s} {lab:20s} {arr:12s} {n}")
     finally:
-        timings["total"] = time.perf_counter() - started
-        print("\nTimings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
-        if temporary and not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        elif temporary:
-            print(f"kept {workdir}")
+        finish_run(timings, started, workdir, temporary=temporary, keep=args.keep)
+    return summary_status(report)
 
-    print(
-        f"\nSummary: {sum(1 for k, *_ in report.checks if k == 'PASS')} passed, "
-        f"{report.failures} failed, {report.issues} store issue(s)"
-    )
-    if report.failures:
-        return 1
-    if report.issues:
-        return 2
-    return 0
+
+def finish_run(
+    timings: dict[str, float], started: float, workdir: Path, *, temporary: bool, keep: bool
+) -> None:
+    """Print the timings and remove (or keep) a temporary working directory."""
+    timings["total"] = time.perf_counter() - started
+    print("\nTimings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+    if temporary and not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elif temporary:
+        print(f"kept {workdir}")
+
+
+def summary_status(report: Report) -> int:
+    """Print the summary line; the exit status: 1 on a mismatch, 2 on a store issue, else 0."""
+    passed = sum(1 for k, *_ in report.checks if k == "PASS")
+    print(f"\nSummary: {passed} passed, {report.failures} failed, {report.issues} store issue(s)")
+    return 1 if report.failures else 2 if report.issues else 0
 
 
 if __name__ == "__main__":

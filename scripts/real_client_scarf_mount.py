@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import zarr
-from real_client_scarf import Report, compare, run_pipeline
+from real_client_scarf import Report, compare, finish_run, run_pipeline, summary_status
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
@@ -284,15 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         hvg_source_case(workdir, args, report)
     finally:
-        timings["total"] = time.perf_counter() - started
-        print("\nTimings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
-        if temporary and not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        elif temporary:
-            print(f"kept {workdir}")
-    passed = sum(1 for k, *_ in report.checks if k == "PASS")
-    print(f"\nSummary: {passed} passed, {report.failures} failed, {report.issues} store issue(s)")
-    return 1 if report.failures else 2 if report.issues else 0
+        finish_run(timings, started, workdir, temporary=temporary, keep=args.keep)
+    return summary_status(report)
 
 
 if __name__ == "__main__":
