@@ -1,4 +1,5 @@
-"""Whether an artifact array's dtype can hold the values given to it.
+"""Whether what a producer gives an artifact array fits it: its shape, and
+values its dtype can hold.
 
 numpy casts without complaint: NaN becomes an arbitrary integer, ``300``
 wraps to ``44`` in ``uint8``, ``-1`` to ``255``, ``1.5`` truncates to ``1``,
@@ -9,16 +10,21 @@ hold exactly, so the writer refuses it instead of publishing something else.
 Floating and complex targets are checked after the cast instead (by the
 writer, when the array must be finite): there a value that overflows becomes
 infinity, which the finite check catches.
+
+Before any of that, :func:`given_dimensions` refuses a shape that is not
+whole, non-negative lengths (``2.5`` would otherwise be truncated), and
+:func:`refuse_masked` a numpy masked array (``np.asarray`` drops its mask).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Unrepresentable", "first_unrepresentable"]
+__all__ = ["Unrepresentable", "first_unrepresentable", "given_dimensions", "refuse_masked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +109,39 @@ def _first(values: np.ndarray[Any, Any], bad: np.ndarray[Any, Any]) -> tuple[int
         return None
     index = np.unravel_index(int(np.argmax(bad)), bad.shape)
     return int(index[0]), values[index].item()
+
+
+def refuse_masked(name: str, values: object) -> None:
+    """Refuse a numpy masked array: ``np.asarray`` would drop its mask without a word."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise TypeError(
+            f"values of array {name!r} are a numpy masked array, whose mask would be dropped "
+            "and its masked values stored as they are; pass values.filled(np.nan) with "
+            "finite=False to store them as missing, or values.filled(value) for a fill value"
+        )
+
+
+def given_dimensions(name: str, shape: object) -> tuple[int, ...]:
+    """``shape`` as whole, non-negative lengths; ``2.5`` or ``"3"`` is refused, never truncated.
+
+    >>> given_dimensions("x", 3), given_dimensions("x", (2, 0))
+    ((3,), (2, 0))
+    >>> given_dimensions("x", (2.5, 2))
+    Traceback (most recent call last):
+    ...
+    TypeError: array 'x': shape (2.5, 2) must hold whole lengths (ints), not 2.5 (float)
+    """
+    given = (
+        (shape,) if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable) else shape
+    )
+    dims = []
+    for length in given:
+        if isinstance(length, bool) or not hasattr(length, "__index__"):
+            raise TypeError(
+                f"array {name!r}: shape {shape!r} must hold whole lengths (ints), not "
+                f"{length!r} ({type(length).__name__})"
+            )
+        if length.__index__() < 0:
+            raise ValueError(f"array {name!r}: shape {shape!r} holds a negative length")
+        dims.append(length.__index__())
+    return tuple(dims)

@@ -12,7 +12,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, Self
@@ -29,7 +29,7 @@ from ..errors import REFUSED_WRITE_ERRNOS, IncompleteStoreError, NonFiniteArtifa
 from ..format.paths import check_name, join
 from ..remote.failures import first_line, named_backend_failures
 from ..write.stopping import FinishingStore, Work, owned_work, stop_work
-from .values import Unrepresentable, first_unrepresentable
+from .values import Unrepresentable, first_unrepresentable, given_dimensions, refuse_masked
 
 __all__ = ["ArrayWriter", "ArtifactWriter"]
 
@@ -105,7 +105,7 @@ class ArrayWriter:
         # A published artifact is immutable; a discarded one is gone.
         self._owner._open_group()
         array = self.array
-        _refuse_masked(self.name, band)
+        refuse_masked(self.name, band)
         given = np.asarray(band)
         if given.ndim != array.ndim or given.shape[1:] != array.shape[1:]:
             raise ValueError(
@@ -148,42 +148,6 @@ class ArrayWriter:
                     self._owner._poison(exc)
                     raise
         self.rows_written = stop
-
-
-def _refuse_masked(name: str, values: object) -> None:
-    """Refuse a numpy masked array: ``np.asarray`` would drop its mask without a word."""
-    if isinstance(values, np.ma.MaskedArray):
-        raise TypeError(
-            f"values of array {name!r} are a numpy masked array, whose mask would be dropped "
-            "and its masked values stored as they are; pass values.filled(np.nan) with "
-            "finite=False to store them as missing, or values.filled(value) for a fill value"
-        )
-
-
-def _dimensions(name: str, shape: object) -> tuple[int, ...]:
-    """``shape`` as whole, non-negative lengths; ``2.5`` or ``"3"`` is refused, never truncated.
-
-    >>> _dimensions("x", 3), _dimensions("x", (2, 0))
-    ((3,), (2, 0))
-    >>> _dimensions("x", (2.5, 2))
-    Traceback (most recent call last):
-    ...
-    TypeError: array 'x': shape (2.5, 2) must hold whole lengths (ints), not 2.5 (float)
-    """
-    given = (
-        (shape,) if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable) else shape
-    )
-    dims = []
-    for length in given:
-        if isinstance(length, bool) or not hasattr(length, "__index__"):
-            raise TypeError(
-                f"array {name!r}: shape {shape!r} must hold whole lengths (ints), not "
-                f"{length!r} ({type(length).__name__})"
-            )
-        if length.__index__() < 0:
-            raise ValueError(f"array {name!r}: shape {shape!r} holds a negative length")
-        dims.append(length.__index__())
-    return tuple(dims)
 
 
 class ArtifactWriter:
@@ -511,7 +475,7 @@ class ArtifactWriter:
         """
         group = self._open_group()
         check_name(name, what="artifact array name")
-        dims = _dimensions(name, shape)
+        dims = given_dimensions(name, shape)
         if len(dims) == 0:
             raise ValueError(
                 f"array {name!r} has no rows (shape ()); artifact arrays have at least one axis"
@@ -589,7 +553,7 @@ class ArtifactWriter:
                 "arrays are dense: pass values.toarray(), or write its data, indices and indptr "
                 "as three arrays"
             )
-        _refuse_masked(name, values)
+        refuse_masked(name, values)
         data = np.asarray(values)
         writer = self.create_array(
             name, data.shape, data.dtype if dtype is None else dtype, finite=finite, chunks=chunks
