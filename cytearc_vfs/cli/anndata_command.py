@@ -58,6 +58,7 @@ def checked_anndata_input(
     except NotAnnDataError as exc:
         raise InputRefusedError(str(exc)) from exc
     try:
+        container.check_root()
         layers = container.layers()
         raw = container.has_raw_counts()
     finally:

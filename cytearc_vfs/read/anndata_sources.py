@@ -126,16 +126,17 @@ class AnnDataSpec:
 
 
 def is_anndata_root(root_document: bytes | None) -> bool:
-    """Whether a root ``zarr.json`` may be an AnnData store's: absent (maybe v2), an
-    AnnData root, or a group without attributes (maybe the legacy layout; binding
-    decides from its members)."""
+    """Whether a root ``zarr.json`` may be an AnnData store's: absent (maybe v2), a
+    group without attributes (maybe the legacy layout; binding decides from its
+    members), or any node that declares an AnnData ``encoding-type`` (no CyteArc
+    store does: binding refuses all but a readable ``anndata`` root by name)."""
     if root_document is None:
         return True
     try:
         attrs = json.loads(root_document).get("attributes", {})
     except (ValueError, AttributeError):
         return False
-    return isinstance(attrs, dict) and (not attrs or attrs.get("encoding-type") == "anndata")
+    return isinstance(attrs, dict) and (not attrs or "encoding-type" in attrs)
 
 
 class _DocumentReader:

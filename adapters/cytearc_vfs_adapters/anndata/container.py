@@ -19,11 +19,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cytearc_vfs.read.anndata_elements import RAW_COUNTS, features_frame, layer_element
+from cytearc_vfs.read.anndata_elements import (
+    RAW_COUNTS,
+    MissingElementError,
+    features_frame,
+    layer_element,
+)
 
 from .dataframes import SkippedColumn, index_member, read_dataframe
-from .encodings import Encoding, classify
-from .errors import MalformedElementError
+from .encodings import KNOWN_VERSIONS, Encoding, classify
+from .errors import MalformedElementError, UnsupportedElementError
 from .listing import ElementInfo, list_elements
 from .matrices import MatrixElement, matrix_element
 from .nodes import Container, attribute, child, children, is_group, open_container
@@ -106,6 +111,23 @@ class AnnDataContainer:
     def encoding(self) -> Encoding:
         """The root's encoding (``anndata 0.1.0``, or inferred for anndata 0.7.x)."""
         return classify(self.root, "")
+
+    def check_root(self) -> None:
+        """Refuse a root this reader does not read: ``anndata`` of an encoding-version
+        other than the spec's (:data:`~.encodings.KNOWN_VERSIONS`). Opening does not,
+        so ``anndata ls`` can still list such a container; an import must, or it would
+        read a layout it does not know as if it were 0.1.0."""
+        known = KNOWN_VERSIONS["anndata"]
+        version = attribute(self.root, "encoding-version")
+        if attribute(self.root, "encoding-type") is None or version in known:
+            return  # declared in a known version, or anndata 0.7's attribute-less root
+        said = "no encoding-version" if version is None else f"encoding-version {version!r}"
+        raise UnsupportedElementError(
+            f"{self.where} cannot be imported: its root is an AnnData of {said}, which this "
+            f"reader does not know (it reads anndata {', '.join(sorted(known))}); read it with "
+            "anndata and write it again with one that writes that version "
+            "(anndata.read_zarr(OLD).write_zarr(NEW)), or upgrade cytearc-vfs. Nothing was written"
+        )
 
     def _index_length(self, name: str) -> int:
         node = child(self.root, name)
@@ -265,7 +287,9 @@ class AnnDataContainer:
             path = None
         node = child(self.root, path) if path is not None else None
         if node is None or path is None:
-            raise KeyError(self._missing_matrix(layer))
+            # the package's refusal (a ValueError and a KeyError), naming the
+            # container, the element and what it holds instead
+            raise MissingElementError(self._missing_matrix(layer), path or str(layer))
         matrix = matrix_element(node, path, classify(node, path), where=self.where)
         expected = (
             (self._index_length("obs"), self._index_length("raw/var"))
