@@ -29,7 +29,7 @@ import numpy.typing as npt
 from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
-from ..errors import UnsupportedSourceError
+from ..errors import RecordShapeError, UnsupportedSourceError
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
@@ -304,11 +304,19 @@ async def matrix_element(
         return MatrixElement(path, "array", (shape[0], shape[1]), zarr_format)
     if kind == "group" and encoding in ("csr_matrix", "csc_matrix"):
         shape_attr = attrs.get("shape")
-        if not isinstance(shape_attr, list) or len(shape_attr) != 2:
-            raise UnsupportedSourceError(
-                f"{path!r} of the AnnData store at {where} is a {encoding} without a 2-D shape attribute"
+        if (
+            not isinstance(shape_attr, list)
+            or len(shape_attr) != 2
+            or not all(type(n) is int and n >= 0 for n in shape_attr)
+        ):
+            # a float (3.5) or text ("3") was taken as int() made it: a damaged
+            # record, refused as the element layer and `anndata ls` refuse it
+            raise RecordShapeError(
+                f"{path!r} of the AnnData store at {where} is a {encoding} whose 'shape' "
+                f"attribute is {shape_attr!r}, not two non-negative integers: the store is "
+                "damaged. Restore it from a copy, or write it again with anndata"
             )
-        return MatrixElement(path, encoding, (int(shape_attr[0]), int(shape_attr[1])), zarr_format)
+        return MatrixElement(path, encoding, (shape_attr[0], shape_attr[1]), zarr_format)
     raise UnsupportedSourceError(
         f"{path!r} of the AnnData store at {where} is encoded {encoding!r} ({kind}); a composite reads "
         "csr_matrix, csc_matrix or dense array counts. Pick another layer with source_layers, or "

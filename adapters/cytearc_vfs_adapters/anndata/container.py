@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cytearc_vfs.errors import VfsError
 from cytearc_vfs.read.anndata_elements import (
     RAW_COUNTS,
     MissingElementError,
@@ -37,8 +38,9 @@ from .values import ElementReader
 __all__ = ["AnnDataContainer", "NotAnnDataError", "looks_like_anndata"]
 
 
-class NotAnnDataError(MalformedElementError):
-    """A location opened as AnnData whose root is not an AnnData group."""
+class NotAnnDataError(VfsError, ValueError):
+    """A location opened as AnnData whose root is not an AnnData group (the wrong
+    input, not a damaged one)."""
 
 
 def looks_like_anndata(root: Any) -> bool:
