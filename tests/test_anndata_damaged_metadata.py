@@ -163,6 +163,18 @@ def test_ls_of_a_container_whose_tables_cannot_be_opened_exits_3(
     assert re.search(said, answer["message"]) and "the container is damaged" in answer["message"]
 
 
+def test_a_missing_index_is_named_with_its_container(tmp_path: Path) -> None:
+    """The shape is read from the obs index: its fault named the element alone
+    ("element obs: the index '_index' named in its attributes is missing")."""
+    store = write_anndata_zarr(small(), tmp_path / "a.zarr", 3)
+    shutil.rmtree(store / "obs" / "_index")
+    listed = run_main("anndata", "ls", str(store), "--json")
+    assert listed.returncode == 3, listed.stderr
+    message = json.loads(listed.stdout)["message"]
+    assert message.startswith(f"{store}: element obs: the index '_index' named in its attr")
+    assert "the container is damaged; restore it from a copy" in message
+
+
 @pytest.mark.parametrize(
     ("damage", "said"),
     [

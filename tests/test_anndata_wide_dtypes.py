@@ -94,6 +94,13 @@ def test_longdouble_counts_are_kept_exactly_where_they_can_be(
     counts = stored(tmp_path / "whole.zarr")
     assert counts.dtype == np.uint64
     assert counts[0, 0] == 2**60 + 1 and np.array_equal(counts.astype(WIDE), whole)
+    # the largest uint64: float() of the scan's maximum rounded it to 2**64, past
+    # uint64, and the counts were refused as floats float64 cannot hold
+    largest = wide([[2**64 - 1, 0, 0], [0, 3, 1]])
+    source = h5ad(tmp_path / "largest.h5ad", largest, encoding)
+    cv.write_counts(tmp_path / "largest.zarr", str(source))
+    counts = stored(tmp_path / "largest.zarr")
+    assert counts.dtype == np.uint64 and counts[0, 0] == 2**64 - 1
     halves = wide([[0.5, 0, 2.25], [0, 3, 0]])  # float64 holds every one
     source = h5ad(tmp_path / "halves.h5ad", halves, encoding)
     cv.write_counts(tmp_path / "halves.zarr", str(source))

@@ -98,9 +98,12 @@ def scan_values(values: npt.NDArray[np.generic], *, where: str) -> ValueRange:
             rounded = np.flatnonzero(values.astype(np.float64) != values)
             if rounded.size:
                 inexact = f"{values.flat[rounded[0]]!r} in {where}"
-        return ValueRange(
-            dtype, float(values.min()), float(values.max()), integral, values.size, inexact
-        )
+        low, high = values.min(), values.max()
+        if inexact is not None and integral:
+            # whole counts of a wide float, exact as Python ints: float() would round
+            # 2**64 - 1 up to 2**64, and uint64, which holds it, would not be chosen
+            return ValueRange(dtype, int(low), int(high), integral, values.size, inexact)
+        return ValueRange(dtype, float(low), float(high), integral, values.size, inexact)
     return ValueRange(dtype, int(values.min()), int(values.max()), True, values.size)
 
 

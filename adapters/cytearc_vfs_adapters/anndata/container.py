@@ -29,7 +29,7 @@ from cytearc_vfs.read.anndata_elements import (
 
 from .dataframes import SkippedColumn, index_member, read_dataframe
 from .encodings import KNOWN_VERSIONS, Encoding, classify
-from .errors import MalformedElementError, UnsupportedElementError
+from .errors import DAMAGED_REMEDY, MalformedElementError, UnsupportedElementError
 from .listing import ElementInfo, list_elements
 from .matrices import MatrixElement, matrix_element
 from .nodes import Container, attribute, child, children, is_group, open_container
@@ -167,7 +167,17 @@ class AnnDataContainer:
     @property
     def shape(self) -> tuple[int, int]:
         """``(n_obs, n_var)``, from the lengths of the obs and var indexes (metadata only)."""
-        return (self._index_length("obs"), self._index_length("var"))
+        try:
+            return (self._index_length("obs"), self._index_length("var"))
+        except MalformedElementError as exc:
+            said = str(exc)
+            if said.startswith(self.where):
+                raise
+            # the element layer names the element only: asked for the shape (anndata
+            # ls, write), the container is named too, with the remedy
+            raise MalformedElementError(
+                f"{self.where}: {said}: the container is damaged; {DAMAGED_REMEDY}"
+            ) from exc
 
     def encoding_of(self, path: str) -> Encoding:
         """The encoding of the element at ``path``."""
