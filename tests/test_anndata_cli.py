@@ -90,7 +90,9 @@ def test_ls_json(stores: dict[str, Path]) -> None:
         "legacy": False,
         "declared": True,
         "note": "",
+        "damaged": False,
     }
+    assert payload["damagedElements"] == 0
 
 
 def test_ls_of_an_h5ad_file(tmp_path: Path) -> None:
@@ -147,8 +149,10 @@ def test_ls_names_a_file_that_is_not_hdf5(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damage", ["truncated", "damaged"])
 def test_an_h5ad_file_hdf5_cannot_open_is_named_as_damaged(tmp_path: Path, damage: str) -> None:
     """It starts with the HDF5 signature but is cut short (an interrupted copy) or its
-    superblock is damaged: refused (exit 2) naming the file and the remedy, not a
-    system failure (exit 4) with HDF5's message alone; nothing is written."""
+    superblock is damaged: refused as damaged (exit 3, as docs/cli.md says of a store
+    that fails closed; it exited 2, as a refused command line does) naming the file
+    and the remedy, not a system failure (exit 4) with HDF5's message alone; nothing
+    is written."""
     from anndata_fixtures import modern_adata
 
     whole = tmp_path / "whole.h5ad"
@@ -163,9 +167,9 @@ def test_an_h5ad_file_hdf5_cannot_open_is_named_as_damaged(tmp_path: Path, damag
     bad.write_bytes(bytes(data))
     for args in (["anndata", "ls", str(bad)], ["write", str(bad), str(tmp_path / "w.zarr")]):
         refused = run(*args, "--json")
-        assert refused.returncode == 2, refused.stderr
+        assert refused.returncode == 3, refused.stderr
         answer = json.loads(refused.stdout)
-        assert answer["category"] == "refused" and answer["error"] == "MalformedElementError"
+        assert answer["category"] == "damaged" and answer["error"] == "MalformedElementError"
         assert answer["message"].startswith(
             f"{bad} is an HDF5 file that cannot be opened: it is {damage} (HDF5: "
         )

@@ -179,7 +179,8 @@ def test_values_that_do_not_decode_are_refused_naming_the_file(
 ) -> None:
     """Blosc (v2), zstd (v3) and gzip (HDF5) chunks that fail to decode: a
     ``MalformedElementError`` naming the container, the array and the remedy (the
-    command line exits 2 with it), not a bare ``RuntimeError`` or ``OSError``."""
+    command line exits 3 with it, "damaged", as a composite over the same source
+    does; it exited 2), not a bare ``RuntimeError`` or ``OSError``."""
     rng = np.random.default_rng(3)
     matrix = sp.random(300, 40, density=0.3, format="csr", dtype=np.float32, random_state=rng)
     matrix.data = np.ceil(matrix.data * 9)
@@ -205,7 +206,7 @@ def test_values_that_do_not_decode_are_refused_naming_the_file(
     ):
         cv.write_counts(tmp_path / "w.zarr", path)
     assert not (tmp_path / "w.zarr").exists()
-    assert main(["write", str(path), str(tmp_path / "w.zarr"), "--json"]) == 2
+    assert main(["write", str(path), str(tmp_path / "w.zarr"), "--json"]) == 3
     answer = json.loads(capsys.readouterr().out)
     assert answer["error"] == "MalformedElementError" and "cannot be decoded" in answer["message"]
     assert not (tmp_path / "w.zarr").exists()

@@ -3,7 +3,10 @@
 
 The container is read by the AnnData element layer of the adapters
 (``cytearc_vfs_adapters.anndata``, docs/anndata.md): metadata only, never
-values. A location that is not an AnnData is refused (exit 2).
+values. A location that is not an AnnData is refused (exit 2); a damaged one
+(a metadata document that cannot be parsed, a malformed sparse matrix) is
+listed with its damaged elements marked, and exits 3, as ``docs/cli.md`` says of
+a store that fails closed.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .failures import InputRefusedError
+from .failures import ExitCode, InputRefusedError
 from .inputs import json_option
 from .outcome import Outcome, plural
 from .progress import ProgressBars
@@ -58,6 +61,7 @@ def checked_anndata_input(
     except NotAnnDataError as exc:
         raise InputRefusedError(str(exc)) from exc
     try:
+        container.check_root()
         layers = container.layers()
         raw = container.has_raw_counts()
     finally:
@@ -104,6 +108,7 @@ def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     legacy = sum(1 for element in elements if element.legacy)
     awkward = sum(1 for element in elements if element.encoding_type == "awkward-array")
     unread = sum(1 for element in elements if element.note.startswith("not read"))
+    damaged = sum(1 for element in elements if element.damaged)
     payload = {
         "location": where,
         "storage": container.storage,
@@ -113,12 +118,15 @@ def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "legacyElements": legacy,
         "awkwardArrays": awkward,
         "unreadableElements": unread,
+        "damagedElements": damaged,
     }
     extras = [f"{legacy} legacy"]
     if awkward:
         extras.append(f"{plural(awkward, 'awkward array')} reported, not read")
     if unread:
         extras.append(f"{unread} not readable here")
+    if damaged:
+        extras.append(f"{damaged} damaged")
     lines = [
         f"{where}: AnnData ({storage}), {shape[0]} obs x {shape[1]} var, "
         f"{plural(len(elements), 'element')} ({', '.join(extras)})"
@@ -137,4 +145,10 @@ def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     for row in rows:
         cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
         lines.append("  " + "  ".join(cells).rstrip())
-    return Outcome(payload, "\n".join(lines))
+    if damaged:
+        lines.append(
+            f"{where} is damaged ({plural(damaged, 'element')} marked above): restore it from "
+            "a copy or download it again, or write it again with anndata"
+        )
+    # the listing is the report; the code says the container fails closed
+    return Outcome(payload, "\n".join(lines), ExitCode.DAMAGED if damaged else ExitCode.OK)

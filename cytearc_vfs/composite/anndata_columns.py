@@ -27,6 +27,10 @@ The dataframes become stored columns by the rule that composes columns
   a nested dataframe, a 2-D array, an unknown encoding, a length other
   than the index's), with a warning naming the source, the column and why:
   one odd column does not cost the whole source;
+- a column named ``I`` (the reserved live selection) is carried as the
+  source's selection (``orig_I``, as a CyteArc source's is) when it is
+  boolean without missing values, as an import would store it; any other
+  is refused, as ``write_counts`` refuses it;
 - the column that ``uns["cytearc"]["assayMembership"]`` declares for the
   composite's assay becomes the membership column ``{assay}_I``, as an
   import of the AnnData would store it (:mod:`~cytearc_vfs.write.membership`).
@@ -46,9 +50,16 @@ import pandas as pd
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
+from ..errors import UnsupportedSourceError
 from ..format.column_names import column_name_problem, free_column_name
 from ..format.store_keys import key_problem
-from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
+from ..format.tables import (
+    CATEGORICAL_ATTR,
+    StoredColumn,
+    column_values,
+    fill_missing,
+    live_selection_problem,
+)
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 
@@ -142,7 +153,23 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
                 problem,
             )
             continue
-        series = _text_or_value(fill_missing(frame.iloc[:, position].reset_index(drop=True)))
+        given = frame.iloc[:, position]
+        if name == "I":
+            # the reserved live selection: carried as the source's (orig_I), as a
+            # CyteArc source's is, only when an import would store it so; write_counts
+            # refuses any other, and a composite over the AnnData must hold what one
+            # over its import does (a column of numbers or text would be orig_I here
+            # and an import's refusal there)
+            problem = live_selection_problem(given)
+            if problem is not None:
+                frame_name = "obs" if table == "cellData" else "var"
+                raise UnsupportedSourceError(
+                    f"source {source!r}: {frame_name} {problem}; the name is reserved, and "
+                    "write_counts refuses such a column too. Rename it in the AnnData "
+                    f"(adata.{frame_name} = adata.{frame_name}.rename(columns={{'I': "
+                    "'NEW_NAME'}) and write it again), then create the composite"
+                )
+        series = _text_or_value(fill_missing(given.reset_index(drop=True)))
         try:
             values, attrs = column_values(series.rename(name), table=table)
         except ValueError as exc:
@@ -154,6 +181,12 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
             # stored columns hold a categorical's values, its record beside them
             attrs = {CATEGORICAL_ATTR: attrs[CATEGORICAL_ATTR]}
         columns[name] = StoredColumn(values, attrs)
+    if "I" not in columns:
+        # what an import stores without an I column, beside its ids: every row
+        # selected (a source whose I is all true adds no orig_I column; beside one
+        # that selects fewer, its rows read true, as over the imports, not missing)
+        selected = StoredColumn(np.ones(len(ids), dtype=bool), {})
+        columns = {"ids": columns.pop("ids"), "I": selected, **columns}
     return columns
 
 

@@ -3,8 +3,10 @@
 Spec, "Count dtype": unsigned and as narrow as the largest value allows
 exactly when every (duplicate-summed) value is a non-negative integer;
 otherwise the source's float32/float64, or its signed integer dtype when
-values are negative. float16 is never a storage dtype. Values must be finite,
-and every cast into the storage dtype is checked.
+values are negative. float16 is never a storage dtype, and a wider float
+(``numpy.longdouble``) is stored as float64 only when float64 holds every value
+exactly (else refused). Values must be finite, and every cast into the storage
+dtype is checked.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ class ValueRange:
     """Every value is a whole number."""
     nnz: int
     """Number of stored non-zero values."""
+    inexact: str | None = None
+    """The first value of a float wider than float64 (``numpy.longdouble``) that
+    float64 does not hold exactly, and where it is (``None``: every one is held
+    exactly, or the dtype is no wider). Such counts are stored only when they are
+    stored as integers."""
 
     def merge(self, other: ValueRange) -> ValueRange:
         """Combine the ranges of two parts of one matrix."""
@@ -50,6 +57,7 @@ class ValueRange:
             max(self.maximum, other.maximum),
             self.integral and other.integral,
             self.nnz + other.nnz,
+            self.inexact if self.inexact is not None else other.inexact,
         )
 
 
@@ -83,7 +91,19 @@ def scan_values(values: npt.NDArray[np.generic], *, where: str) -> ValueRange:
                 "nothing was written"
             )
         integral = bool(np.all(np.floor(values) == values))
-        return ValueRange(dtype, float(values.min()), float(values.max()), integral, values.size)
+        inexact = None
+        if dtype.itemsize > 8:
+            # numpy.longdouble: stored as float64 unless they are whole counts, so
+            # a value float64 rounds is found here, before anything is written
+            rounded = np.flatnonzero(values.astype(np.float64) != values)
+            if rounded.size:
+                inexact = f"{values.flat[rounded[0]]!r} in {where}"
+        low, high = values.min(), values.max()
+        if inexact is not None and integral:
+            # whole counts of a wide float, exact as Python ints: float() would round
+            # 2**64 - 1 up to 2**64, and uint64, which holds it, would not be chosen
+            return ValueRange(dtype, int(low), int(high), integral, values.size, inexact)
+        return ValueRange(dtype, float(low), float(high), integral, values.size, inexact)
     return ValueRange(dtype, int(values.min()), int(values.max()), True, values.size)
 
 
@@ -103,10 +123,10 @@ def resolve_count_dtype(value_range: ValueRange) -> np.dtype:
             if value_range.maximum <= np.iinfo(candidate).max:
                 return candidate
         if source.kind == "f":
-            return _float_storage(source)
+            return _float_storage(value_range)
         raise AssertionError("a non-negative integer above uint64 cannot come from numpy")
     if source.kind == "f":
-        return _float_storage(source)
+        return _float_storage(value_range)
     if source.kind == "u":
         # unsigned sources are never negative; unreachable unless integral is wrong
         raise AssertionError("unsigned counts resolved as negative")
@@ -117,10 +137,21 @@ def resolve_count_dtype(value_range: ValueRange) -> np.dtype:
     return source
 
 
-def _float_storage(source: np.dtype) -> np.dtype:
+def _float_storage(value_range: ValueRange) -> np.dtype:
+    source = value_range.source_dtype
     # float16 is not a count storage dtype; it widens exactly to float32.
     if source.itemsize <= 4:
         return np.dtype(np.float32)
+    if value_range.inexact is not None:
+        # the spec stores float counts as float32 or float64: a wider float's values
+        # are kept only when float64 holds them, never rounded on the way in
+        raise ValueError(
+            f"counts of dtype {source} (numpy.longdouble) hold a value that float64, the "
+            f"widest float count dtype, cannot hold exactly ({value_range.inexact}); they "
+            "would be rounded, which a count import never does silently. Convert the "
+            "counts explicitly first, accepting the rounding (e.g. X.astype(numpy.float64)), "
+            "or round them to whole counts. Nothing was written"
+        )
     return np.dtype(np.float64)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "checked_ids",
     "column_values",
     "fill_missing",
+    "live_selection_problem",
     "names_text",
     "prepare_table",
     "read_columns",
@@ -374,7 +375,7 @@ def prepare_table(
         series = frame.iloc[:, position]
         if key == "I":
             # an export keeps a narrowed live selection as this column: it comes back as one
-            selection = _live_selection(series, table=table)
+            selection = _live_selection(series, table=table)  # raises when it cannot be
             continue
         if key == "names":
             series = names_text(series, table=table)
@@ -392,14 +393,30 @@ def prepare_table(
     return PreparedTable(tuple(columns), fingerprint, kept_index_name(frame.index.name), order)
 
 
+def live_selection_problem(series: pd.Series) -> str | None:
+    """Why a table's own ``I`` column cannot be the live selection (``None``: it can).
+
+    ``I`` is reserved (the live selection, boolean without missing values); an
+    import takes a table's ``I`` as the selection and refuses any other, and a
+    composite refuses an AnnData source's other ``I`` for the same reason
+    (docs/layout.md).
+    """
+    if pd.api.types.is_bool_dtype(series.dtype) and not series.isna().any():
+        return None
+    missing = " with missing values" if pd.api.types.is_bool_dtype(series.dtype) else ""
+    return (
+        f"column 'I' is the live selection, which must be boolean without missing "
+        f"values (it is {series.dtype}{missing})"
+    )
+
+
 def _live_selection(series: pd.Series, *, table: str) -> npt.NDArray[np.bool_]:
     """A table's own ``I`` column as the live selection: booleans, none missing."""
-    if pd.api.types.is_bool_dtype(series.dtype) and not series.isna().any():
+    problem = live_selection_problem(series)
+    if problem is None:
         return series.to_numpy(dtype=bool)
     raise ValueError(
-        f"{table} column 'I' is the live selection, which must be boolean without missing "
-        f"values (it is {series.dtype}); rename the column to keep it as an ordinary one. "
-        "Nothing was written"
+        f"{table} {problem}; rename the column to keep it as an ordinary one. Nothing was written"
     )
 
 

@@ -29,11 +29,12 @@ import numpy.typing as npt
 from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
-from ..errors import UnsupportedSourceError
+from ..errors import RecordShapeError, UnsupportedSourceError
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
 __all__ = [
+    "ANNDATA_ROOT_VERSIONS",
     "Documents",
     "IndexElement",
     "MatrixElement",
@@ -119,6 +120,10 @@ def document_keys(path: str, zarr_format: int, *, array: bool = False) -> list[s
     return [join(path, ".zarray" if array else ".zgroup"), join(path, ".zattrs")]
 
 
+#: The versions of the ``anndata`` root encoding a composite reads (the spec's).
+ANNDATA_ROOT_VERSIONS = ("0.1.0",)
+
+
 async def anndata_format(documents: Documents, *, where: str = "the store") -> int | None:
     """The Zarr format of an AnnData store's root, or ``None`` when the root is not one.
 
@@ -131,12 +136,16 @@ async def anndata_format(documents: Documents, *, where: str = "the store") -> i
     UnsupportedSourceError
         The pre-0.7 layout (Zarr v2, no root attributes, ``obs`` and ``var``
         stored as record arrays), which a composite does not read where it is;
-        the message names the import that does.
+        the message names the import that does. A root that declares another
+        AnnData ``encoding-type`` (a ``dict``, an ``array``), or ``anndata`` in a
+        version other than :data:`ANNDATA_ROOT_VERSIONS`: the message names what
+        the root is, what a source must be, and the remedy.
     """
     root = await documents("zarr.json")
     if isinstance(root, dict):
         attrs = root.get("attributes", {})
-        if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata":
+        if isinstance(attrs, dict) and "encoding-type" in attrs:
+            _check_declared_root(str(root.get("node_type")), attrs, where)
             return 3
         if attrs:
             return None
@@ -144,11 +153,16 @@ async def anndata_format(documents: Documents, *, where: str = "the store") -> i
         legacy = await documents("obs/zarr.json")
         return 3 if isinstance(legacy, dict) and legacy.get("node_type") == "group" else None
     group = await documents(".zgroup")
+    attrs = await documents(".zattrs")
+    if isinstance(attrs, dict) and "encoding-type" in attrs:
+        # a root array (.zarray) declares its encoding too: named, not taken for a store
+        node = "group" if isinstance(group, dict) else "array"
+        if node == "array" and not isinstance(await documents(".zarray"), dict):
+            return None  # attributes without a node: no Zarr v2 root at all
+        _check_declared_root(node, attrs, where)
+        return 2
     if not isinstance(group, dict):
         return None
-    attrs = await documents(".zattrs")
-    if isinstance(attrs, dict) and attrs.get("encoding-type") == "anndata":
-        return 2
     legacy = await documents("obs/.zgroup")  # anndata 0.7: no root attributes
     if isinstance(legacy, dict) and not attrs:
         return 2
@@ -157,6 +171,36 @@ async def anndata_format(documents: Documents, *, where: str = "the store") -> i
     ):
         raise UnsupportedSourceError(pre_07_message(where))
     return None
+
+
+def _check_declared_root(node: str, attrs: dict[str, Any], where: str) -> None:
+    """Refuse a root that declares an AnnData encoding other than a readable
+    ``anndata`` group, naming what it is: such a store is no CyteArc store either,
+    and reading it as one would only say that its assay is missing."""
+    declared, version = attrs.get("encoding-type"), attrs.get("encoding-version")
+    if node == "group" and declared == "anndata" and version in ANNDATA_ROOT_VERSIONS:
+        return
+    found = f"its root is a Zarr {node} with encoding-type {declared!r} and " + (
+        f"encoding-version {version!r}" if version is not None else "no encoding-version"
+    )
+    if node == "group" and declared == "anndata":
+        remedy = (
+            "it was written by an anndata whose layout this package does not read: read it with "
+            "anndata and write it again with one that writes anndata "
+            f"{', '.join(ANNDATA_ROOT_VERSIONS)} (anndata.read_zarr(OLD).write_zarr(NEW)), and "
+            "give the new store"
+        )
+    else:
+        remedy = (
+            "give the location of the AnnData's root (the group anndata.write_zarr wrote; "
+            "cytearc-vfs anndata ls LOCATION tells whether a location is one), or a CyteArc store"
+        )
+    raise UnsupportedSourceError(
+        f"{where} is not an AnnData store that can be a source: {found}. Only an AnnData "
+        "container is read as an AnnData source: a Zarr group with encoding-type 'anndata' "
+        f"and encoding-version {' or '.join(repr(v) for v in ANNDATA_ROOT_VERSIONS)} (anndata "
+        f">= 0.8), or the attribute-less root holding obs and var of anndata 0.7; {remedy}"
+    )
 
 
 def pre_07_message(where: str) -> str:
@@ -190,13 +234,22 @@ async def node_attributes(
     ) else {}
 
 
-class MissingElementError(UnsupportedSourceError):
-    """The count matrix element asked for (``X`` or a layer) is not in the store."""
+class MissingElementError(UnsupportedSourceError, KeyError):
+    """The count matrix element asked for (``X``, a layer or ``raw/X``) is not in the
+    store or container; the message names it and what is held instead.
+
+    A ``KeyError`` too (an element looked up by name that is not there), as the
+    element layer's refusals were before they named the container; its text is the
+    message as given, not ``KeyError``'s quoted form.
+    """
 
     def __init__(self, message: str, path: str) -> None:
         super().__init__(message)
         self.path = path
         """The element asked for."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,11 +304,19 @@ async def matrix_element(
         return MatrixElement(path, "array", (shape[0], shape[1]), zarr_format)
     if kind == "group" and encoding in ("csr_matrix", "csc_matrix"):
         shape_attr = attrs.get("shape")
-        if not isinstance(shape_attr, list) or len(shape_attr) != 2:
-            raise UnsupportedSourceError(
-                f"{path!r} of the AnnData store at {where} is a {encoding} without a 2-D shape attribute"
+        if (
+            not isinstance(shape_attr, list)
+            or len(shape_attr) != 2
+            or not all(type(n) is int and n >= 0 for n in shape_attr)
+        ):
+            # a float (3.5) or text ("3") was taken as int() made it: a damaged
+            # record, refused as the element layer and `anndata ls` refuse it
+            raise RecordShapeError(
+                f"{path!r} of the AnnData store at {where} is a {encoding} whose 'shape' "
+                f"attribute is {shape_attr!r}, not two non-negative integers: the store is "
+                "damaged. Restore it from a copy, or write it again with anndata"
             )
-        return MatrixElement(path, encoding, (int(shape_attr[0]), int(shape_attr[1])), zarr_format)
+        return MatrixElement(path, encoding, (shape_attr[0], shape_attr[1]), zarr_format)
     raise UnsupportedSourceError(
         f"{path!r} of the AnnData store at {where} is encoded {encoding!r} ({kind}); a composite reads "
         "csr_matrix, csc_matrix or dense array counts. Pick another layer with source_layers, or "

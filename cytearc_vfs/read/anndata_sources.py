@@ -126,24 +126,33 @@ class AnnDataSpec:
 
 
 def is_anndata_root(root_document: bytes | None) -> bool:
-    """Whether a root ``zarr.json`` may be an AnnData store's: absent (maybe v2), an
-    AnnData root, or a group without attributes (maybe the legacy layout; binding
-    decides from its members)."""
+    """Whether a root ``zarr.json`` may be an AnnData store's: absent (maybe v2), a
+    group without attributes (maybe the legacy layout; binding decides from its
+    members), or any node that declares an AnnData ``encoding-type`` (no CyteArc
+    store does: binding refuses all but a readable ``anndata`` root by name)."""
     if root_document is None:
         return True
     try:
         attrs = json.loads(root_document).get("attributes", {})
     except (ValueError, AttributeError):
         return False
-    return isinstance(attrs, dict) and (not attrs or attrs.get("encoding-type") == "anndata")
+    return isinstance(attrs, dict) and (not attrs or "encoding-type" in attrs)
 
 
 class _DocumentReader:
     """Fetches documents once, keeps their bytes (``None``: absent) for the record."""
 
-    def __init__(self, store: Store, held: Mapping[str, bytes | None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        held: Mapping[str, bytes | None] | None = None,
+        *,
+        source: str = "the source",
+    ) -> None:
         self._store = store
         self.fetched: dict[str, bytes | None] = dict(held or {})
+        self.source = source
+        """How messages name the source (``source 'b' at s3://bkt/b.zarr``)."""
 
     async def fetch(self, keys: list[str]) -> None:
         missing = [key for key in keys if key not in self.fetched]
@@ -156,7 +165,23 @@ class _DocumentReader:
     async def __call__(self, key: str) -> Any:
         await self.fetch([key])
         data = self.fetched[key]
-        return None if data is None else json.loads(data)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as exc:  # cut short or garbled: the parser's words alone name nothing
+            raise damaged_document(self.source, f"the metadata document {key!r}", exc) from None
+
+
+def damaged_document(source: str, what: str, exc: BaseException) -> RecordShapeError:
+    """The refusal of an AnnData source whose metadata (``what``: a document, or an
+    array's) cannot be parsed (cut short, garbled) or opened: it is damaged."""
+    said = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    return RecordShapeError(
+        f"{source}: {what} cannot be read ({type(exc).__name__}: "
+        f"{said}): the source is damaged. Restore it from a copy, or write it again with "
+        "anndata, and create the composite again"
+    )
 
 
 # ------------------------------------------------------------------ binding
@@ -318,7 +343,7 @@ async def bind_anndata(
             return await _open(
                 backend, held, dict(recorded), dict(recorded["fingerprints"]), name, where=where
             )
-    reader = _DocumentReader(backend)
+    reader = _DocumentReader(backend, source=f"source {name!r} at {where}")
     try:
         layout = await _layout(reader, spec.element, where=where)
     except MissingElementError as exc:
@@ -473,10 +498,27 @@ async def _open(
     element = MatrixElement(entry["element"], entry["encoding"], shape, fmt)
     view = PrefetchedStore(backend, documents)
     names = ["dense"] if element.encoding == "array" else ["indptr", "indices", "data"]
+    source = f"source {name!r} at {where}"
+
+    async def open_member(path: str) -> Any:
+        try:
+            return await open_element_array(view, path, fmt)
+        except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
+            # a member array missing, or a document zarr cannot parse: zarr's words
+            # ("No array found in store ...", a JSON parser's) name no element
+            what = "missing" if isinstance(exc, zarr.errors.NodeNotFoundError) else None
+            if what is None:
+                raise damaged_document(source, f"the metadata of the array {path!r}", exc) from None
+            raise RecordShapeError(
+                f"{source}: the array {path!r} of the AnnData element {element.path!r} is "
+                "missing: the source is damaged. Restore it from a copy, or write it again "
+                "with anndata, and create the composite again"
+            ) from None
+
     opened = await asyncio.gather(
-        *(open_element_array(view, path, fmt) for path in element.arrays),
-        open_element_array(view, entry["obsIndex"][1], fmt),
-        open_element_array(view, entry["varIndex"][1], fmt),
+        *(open_member(path) for path in element.arrays),
+        open_member(entry["obsIndex"][1]),
+        open_member(entry["varIndex"][1]),
     )
     arrays = dict(zip(names, opened[: len(names)], strict=True))
     # read through the store underneath: the documents are done with
@@ -494,7 +536,6 @@ async def _open(
         _check_sparse_shapes(element, arrays, f"source {name!r} at {where}")
     dtype = np.dtype(entry["dtype"]) if entry.get("dtype") else np.dtype(np.int64)
     cells, features = (zarr.Array(array) for array in opened[len(names) :])
-    source = f"source {name!r} at {where}"
     objects = entry.get("objects")
     return AnnDataCounts(
         element,

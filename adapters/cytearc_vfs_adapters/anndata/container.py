@@ -19,11 +19,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cytearc_vfs.read.anndata_elements import RAW_COUNTS, features_frame, layer_element
+from cytearc_vfs.errors import VfsError
+from cytearc_vfs.read.anndata_elements import (
+    RAW_COUNTS,
+    MissingElementError,
+    features_frame,
+    layer_element,
+)
 
 from .dataframes import SkippedColumn, index_member, read_dataframe
-from .encodings import Encoding, classify
-from .errors import MalformedElementError
+from .encodings import KNOWN_VERSIONS, Encoding, classify
+from .errors import DAMAGED_REMEDY, MalformedElementError, UnsupportedElementError
 from .listing import ElementInfo, list_elements
 from .matrices import MatrixElement, matrix_element
 from .nodes import Container, attribute, child, children, is_group, open_container
@@ -32,8 +38,9 @@ from .values import ElementReader
 __all__ = ["AnnDataContainer", "NotAnnDataError", "looks_like_anndata"]
 
 
-class NotAnnDataError(MalformedElementError):
-    """A location opened as AnnData whose root is not an AnnData group."""
+class NotAnnDataError(VfsError, ValueError):
+    """A location opened as AnnData whose root is not an AnnData group (the wrong
+    input, not a damaged one)."""
 
 
 def looks_like_anndata(root: Any) -> bool:
@@ -107,6 +114,23 @@ class AnnDataContainer:
         """The root's encoding (``anndata 0.1.0``, or inferred for anndata 0.7.x)."""
         return classify(self.root, "")
 
+    def check_root(self) -> None:
+        """Refuse a root this reader does not read: ``anndata`` of an encoding-version
+        other than the spec's (:data:`~.encodings.KNOWN_VERSIONS`). Opening does not,
+        so ``anndata ls`` can still list such a container; an import must, or it would
+        read a layout it does not know as if it were 0.1.0."""
+        known = KNOWN_VERSIONS["anndata"]
+        version = attribute(self.root, "encoding-version")
+        if attribute(self.root, "encoding-type") is None or version in known:
+            return  # declared in a known version, or anndata 0.7's attribute-less root
+        said = "no encoding-version" if version is None else f"encoding-version {version!r}"
+        raise UnsupportedElementError(
+            f"{self.where} cannot be imported: its root is an AnnData of {said}, which this "
+            f"reader does not know (it reads anndata {', '.join(sorted(known))}); read it with "
+            "anndata and write it again with one that writes that version "
+            "(anndata.read_zarr(OLD).write_zarr(NEW)), or upgrade cytearc-vfs. Nothing was written"
+        )
+
     def _index_length(self, name: str) -> int:
         node = child(self.root, name)
         if node is None:  # raw/var: obs and var were checked when the container was opened
@@ -143,7 +167,17 @@ class AnnDataContainer:
     @property
     def shape(self) -> tuple[int, int]:
         """``(n_obs, n_var)``, from the lengths of the obs and var indexes (metadata only)."""
-        return (self._index_length("obs"), self._index_length("var"))
+        try:
+            return (self._index_length("obs"), self._index_length("var"))
+        except MalformedElementError as exc:
+            said = str(exc)
+            if said.startswith(self.where):
+                raise
+            # the element layer names the element only: asked for the shape (anndata
+            # ls, write), the container is named too, with the remedy
+            raise MalformedElementError(
+                f"{self.where}: {said}: the container is damaged; {DAMAGED_REMEDY}"
+            ) from exc
 
     def encoding_of(self, path: str) -> Encoding:
         """The encoding of the element at ``path``."""
@@ -265,7 +299,9 @@ class AnnDataContainer:
             path = None
         node = child(self.root, path) if path is not None else None
         if node is None or path is None:
-            raise KeyError(self._missing_matrix(layer))
+            # the package's refusal (a ValueError and a KeyError), naming the
+            # container, the element and what it holds instead
+            raise MissingElementError(self._missing_matrix(layer), path or str(layer))
         matrix = matrix_element(node, path, classify(node, path), where=self.where)
         expected = (
             (self._index_length("obs"), self._index_length("raw/var"))

@@ -30,7 +30,7 @@ import zarr
 from zarr.abc.store import Store
 
 from cytearc_vfs.errors import warn_at_caller
-from cytearc_vfs.read.anndata_elements import RAW_COUNTS
+from cytearc_vfs.read.anndata_elements import RAW_COUNTS, MissingElementError
 from cytearc_vfs.write.count_source import CountInput
 from cytearc_vfs.write.membership import declared_membership
 
@@ -55,21 +55,24 @@ def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
     if layer is None:
         matrix = counts.X
         if matrix is None:
-            raise ValueError(
-                f"the AnnData has no X; pass layer= naming the layer with counts ({choices})"
+            raise MissingElementError(
+                f"the AnnData has no X; pass layer= naming the layer with counts ({choices})",
+                "X",
             )
     elif layer == RAW_COUNTS:
         if raw is None:
-            raise KeyError(
+            raise MissingElementError(
                 f"the AnnData has no raw counts (adata.raw is None), so layer={RAW_COUNTS!r} "
-                f"names nothing; {choices} (or pass no layer= to write X)"
+                f"names nothing; {choices} (or pass no layer= to write X)",
+                RAW_COUNTS,
             )
         # the raw counts' own features: raw.var may list more than var
         matrix, features = raw.X, raw.var
     else:
         if layer not in counts.layers:
-            raise KeyError(
-                f"the AnnData has no layer {layer!r}; {choices} (or pass no layer= to write X)"
+            raise MissingElementError(
+                f"the AnnData has no layer {layer!r}; {choices} (or pass no layer= to write X)",
+                f"layers/{layer}",
             )
         matrix = counts.layers[layer]
     return CountInput(matrix, counts.obs, features, declared_membership(counts.uns))
@@ -90,6 +93,7 @@ def count_input(
     if found is not None or not _is_location(counts):
         return found
     container = counts if isinstance(counts, AnnDataContainer) else _opened(counts, storage_options)
+    container.check_root()
     matrix = container.matrix(layer)
     if isinstance(matrix, SparseMatrixElement):
         matrix.check_stored_chunks()  # a partial copy is refused before anything is written

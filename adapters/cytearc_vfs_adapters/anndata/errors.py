@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cytearc_vfs.errors import VfsError
+from cytearc_vfs.errors import RecordShapeError, VfsError
 
 __all__ = ["DAMAGED_REMEDY", "MalformedElementError", "UnsupportedElementError"]
 
@@ -10,11 +10,14 @@ __all__ = ["DAMAGED_REMEDY", "MalformedElementError", "UnsupportedElementError"]
 DAMAGED_REMEDY = "restore it from a copy or download it again, or write it again with anndata"
 
 
-class MalformedElementError(VfsError, ValueError):
+class MalformedElementError(RecordShapeError):
     """An element of an AnnData container does not hold what its encoding promises.
 
     The message names the element's path inside the container, the encoding
-    it was read as, and what is missing or wrong.
+    it was read as, and what is missing or wrong. A :class:`RecordShapeError`
+    (a ``ValueError``): the container is damaged, and fails closed as any other
+    stored record that is not what it says (exit 3 on the command line, as a
+    composite's refusal of the same source is).
     """
 
 

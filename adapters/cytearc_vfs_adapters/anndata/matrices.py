@@ -154,7 +154,7 @@ class SparseMatrixElement(MatrixElement):
         if (
             not isinstance(shape, list)
             or len(shape) != 2
-            or not all(isinstance(n, int) and n >= 0 for n in shape)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
         ):
             raise MalformedElementError(
                 f"{self.label}: a {encoding.type} needs a 'shape' attribute of two "

@@ -31,8 +31,10 @@ __all__ = [
     "attributes",
     "child",
     "children",
+    "damaged_metadata",
     "is_group",
     "is_h5ad_path",
+    "listed_names",
     "open_container",
     "own_metadata",
     "read_values",
@@ -122,6 +124,8 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
             f"{where} holds no Zarr group at its root; give an AnnData Zarr store (a directory "
             "with .zgroup or zarr.json) or an .h5ad file"
         ) from exc
+    except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
+        raise damaged_metadata(where, "", exc) from exc
     return Container(root, where, "zarr", root.metadata.zarr_format)
 
 
@@ -149,8 +153,35 @@ def is_group(node: Any) -> bool:
 
 
 def children(group: Any) -> list[str]:
-    """Names of a group's members, sorted (zarr lists v3 members in no fixed order)."""
-    return sorted(str(name) for name in group)
+    """Names of a group's members, sorted (zarr lists v3 members in no fixed order).
+
+    zarr lists a group's members by parsing each one's metadata document, and a
+    document it cannot parse fails the listing with the parser's words alone: that
+    member is found and named instead (:func:`damaged_metadata`).
+    """
+    try:
+        return sorted(str(name) for name in group)
+    except (ValueError, TypeError, zarr.errors.BaseZarrError):
+        if not isinstance(group, zarr.Group):
+            raise
+        for name in listed_names(group):
+            child(group, name)  # raises for the member whose document is damaged
+        raise  # not a member's document after all: zarr's own error stands
+
+
+def listed_names(group: Any) -> list[str]:
+    """The names the store lists under a zarr group, sorted, whether or not each is a
+    readable node (what :func:`children` cannot give when a member is damaged)."""
+    from zarr.core.sync import sync
+
+    async def names() -> list[str]:
+        listed = group.store_path.store.list_dir(group.path)
+        return [name async for name in listed if name not in _METADATA_NAMES]
+
+    return sorted(sync(names()))
+
+
+_METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"})
 
 
 def child(group: Any, name: str) -> Any | None:
@@ -159,10 +190,33 @@ def child(group: Any, name: str) -> Any | None:
     Every lookup of the element layer goes through here, so a group is never
     read through a consolidated copy (:func:`own_metadata`).
     """
+    if isinstance(group, zarr.Group) and any(part in (".", "..") for part in name.split("/")):
+        return None  # no member is called so (zarr refuses such a path outright)
     try:
         return own_metadata(group[name])
     except KeyError:
         return None
+    except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
+        # a document of the member that zarr cannot parse: said so, naming it
+        if not isinstance(group, zarr.Group):
+            raise
+        path = f"{group.path}/{name}" if group.path else name
+        raise damaged_metadata(str(group.store_path.store), path, exc) from exc
+
+
+def damaged_metadata(where: str, path: str, exc: BaseException) -> MalformedElementError:
+    """The error for a node whose metadata document zarr cannot parse (cut short,
+    garbled, not the JSON object of a node): the container is damaged.
+
+    zarr says only what its JSON parser or its validation says ("Unterminated
+    string starting at: line 2 column 3"), without naming the document.
+    """
+    node = f"element {path}" if path else "its root"
+    said = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    return MalformedElementError(
+        f"{where}: the metadata document of {node} cannot be read ({type(exc).__name__}: "
+        f"{said}): the container is damaged; {DAMAGED_REMEDY}"
+    )
 
 
 def _plain(value: Any) -> Any:
