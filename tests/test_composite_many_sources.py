@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,12 +14,15 @@ from typing import Any
 
 import pytest
 from conftest import realistic_counts
+from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.gathering import gather_bounded
 from cytearc_vfs.format.paths import AssayPaths, join
-from cytearc_vfs.read.prefetch import assay_documents
+from cytearc_vfs.read.prefetch import LocalReaders, PrefetchedStore, assay_documents
+from cytearc_vfs.read.shard_reader import ShardedReader
 
 N_SOURCES = 6
 
@@ -149,6 +154,125 @@ def test_a_source_changed_among_many_is_still_refused(atlas: Path) -> None:
         cv.open_store(atlas / "atlas.zarr")
 
 
+class ParseCounts:
+    """Counts, per source directory, what an open parses and builds from its
+    documents: each document read from the prefetched view (and then parsed as
+    JSON), each count array document parsed into zarr's metadata, and each zarr
+    array and shard reader built over ``counts`` or ``countsT``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, roots: list[Path]) -> None:
+        self.documents: Counter[tuple[str, str]] = Counter()
+        self.metadata: Counter[tuple[str, tuple[int, ...]]] = Counter()
+        self.arrays: Counter[tuple[str, str]] = Counter()
+        self.readers: Counter[tuple[str, str]] = Counter()
+        self.roots = {str(root.resolve()) for root in roots}
+        held, from_dict = PrefetchedStore.held, ArrayV3Metadata.from_dict.__func__
+        array_init, reader_init = AsyncArray.__init__, ShardedReader.__init__
+
+        def root_of(store: Any) -> str | None:
+            while hasattr(store, "wrapped") and not isinstance(store, LocalStore):
+                store = store.wrapped
+            root = str(Path(store.root).resolve()) if isinstance(store, LocalStore) else None
+            return root if root in self.roots else None
+
+        def counted_held(store: PrefetchedStore, key: str) -> tuple[bool, bytes | None]:
+            known, data = held(store, key)
+            root = root_of(store)
+            if root is not None and data is not None:
+                self.documents[root, key] += 1
+            return known, data
+
+        def counted_from_dict(cls: Any, document: dict[str, Any], **kwargs: Any) -> Any:
+            attributes = document.get("attributes") or {}
+            if "content_fingerprint" in attributes:  # a count array's document
+                self.metadata[attributes["content_fingerprint"], tuple(document["shape"])] += 1
+            return from_dict(cls, document, **kwargs)
+
+        def counted_array(array: Any, metadata: Any, store_path: Any, *args: Any) -> None:
+            root = root_of(store_path.store)
+            if root is not None:
+                self.arrays[root, store_path.path] += 1
+            array_init(array, metadata, store_path, *args)
+
+        def counted_reader(reader: Any, store: Any, path: str, *args: Any, **kwargs: Any) -> None:
+            root = root_of(store)
+            if root is not None:
+                self.readers[root, path] += 1
+            reader_init(reader, store, path, *args, **kwargs)
+
+        monkeypatch.setattr(PrefetchedStore, "held", counted_held)
+        monkeypatch.setattr(ArrayV3Metadata, "from_dict", classmethod(counted_from_dict))
+        monkeypatch.setattr(AsyncArray, "__init__", counted_array)
+        monkeypatch.setattr(ShardedReader, "__init__", counted_reader)
+
+
+def test_an_open_parses_each_source_document_once_and_builds_no_array(
+    atlas: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per source, an open parses each document it verifies once, and each count
+    array's document once into zarr's metadata; it builds no zarr array and no
+    shard reader over the counts (a read builds those it uses, once). Before, the
+    assay group's document was parsed 3 times and the root's twice, and each of
+    ``counts`` and ``countsT`` was built as a zarr array 3 times (verification,
+    binding, the composite's chunk reader) and as a shard reader twice."""
+    roots = [atlas / f"s{i}.zarr" for i in range(N_SOURCES)]
+    counts = ParseCounts(monkeypatch, roots)
+    store = cv.open_store(atlas / "atlas.zarr")
+    present = [key for key in assay_documents(AssayPaths("RNA")) if "state" not in key]
+    for root in counts.roots:
+        parsed = {key: n for (where, key), n in counts.documents.items() if where == root}
+        assert set(parsed.values()) == {1}, (root, parsed)
+        assert {"zarr.json", "RNA/zarr.json", "RNA/counts/zarr.json"} <= set(parsed) <= set(present)
+    # counts (20 x 12) and countsT (12 x 20) of every source, once each
+    assert len(counts.metadata) == 2 * N_SOURCES
+    assert set(counts.metadata.values()) == {1}
+    assert not counts.arrays
+    assert not counts.readers
+    # a read builds the shard readers it uses (one per array read), still no zarr array
+    reader = cv.VirtualArrayReader(store)
+    assert reader.read().shape == (20 * N_SOURCES, 15)
+    reader.read(features=[0])
+    assert not counts.arrays
+    assert set(counts.readers.values()) == {1}
+    assert {root for root, _ in counts.readers} == counts.roots
+    assert len(counts.metadata) == 2 * N_SOURCES and set(counts.metadata.values()) == {1}
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "message"),
+    [
+        (
+            lambda doc: doc.update(shape=[19, 12]),
+            cv.RecordShapeError,
+            r"counts does not agree with its .* record \(shape: record \(20, 12\) but array",
+        ),
+        (
+            lambda doc: doc.update(fill_value=1),
+            cv.RecordShapeError,
+            "fill",
+        ),
+        (
+            lambda doc: doc["attributes"].update(content_fingerprint="sha256:" + "0" * 64),
+            cv.IdentityMismatchError,
+            r"s1.zarr: assay 'RNA': countsT is bound to content .* but counts hold sha256:0{64}",
+        ),
+    ],
+    ids=["shape", "fill value", "content fingerprint"],
+)
+def test_a_source_whose_counts_document_changed_is_refused_from_its_metadata(
+    atlas: Path, edit: Any, error: type[Exception], message: str
+) -> None:
+    """Verification checks each count array on the metadata it parsed (no zarr
+    array built): a counts document edited after the composite was made is still
+    refused at open, naming what disagrees."""
+    path = atlas / "s1.zarr" / "RNA" / "counts" / "zarr.json"
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+    with pytest.raises(error, match=message):
+        cv.open_store(atlas / "atlas.zarr")
+
+
 def test_a_listing_held_from_the_open_still_refuses_a_retired_state_group(atlas: Path) -> None:
     """Verification's listings (root, assay group) come from the same call as the
     documents: a retired ``state`` group of Zarr v2 in one source is found there."""
@@ -206,3 +330,65 @@ def test_a_failing_job_cancels_the_others_before_it_is_raised() -> None:
     asyncio.run(main())
     assert finished == []
     assert sorted(started) == [0, 1, 2]
+
+
+class InFlight:
+    """The most calls of a function running at once, over threads."""
+
+    def __init__(self) -> None:
+        self.running = self.most = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+def test_local_sources_are_read_one_at_a_time_unless_their_reads_wait() -> None:
+    """Local sources are read one at a time (more readers only contend for the
+    interpreter's lock); reads that mostly wait for their files (a network
+    filesystem) widen the readers, as an object store's requests overlap."""
+
+    def readers_for(read: Any) -> tuple[int, int]:
+        flight = InFlight()
+
+        def counted(item: int) -> int:
+            with flight:
+                read()
+            return item
+
+        async def main() -> int:
+            readers = LocalReaders(64)
+            items = await asyncio.gather(*(readers.run(counted, i) for i in range(24)))
+            assert items == list(range(24))
+            return readers.width
+
+        return asyncio.run(main()), flight.most
+
+    def compute() -> None:
+        sum(range(20_000))
+
+    assert readers_for(compute) == (1, 1)
+    width, most = readers_for(lambda: time.sleep(0.005))
+    assert width > 1 and most > 1
+
+
+def test_an_open_of_sources_whose_files_are_slow_reads_them_at_once(
+    atlas: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flight, get_sync = InFlight(), LocalStore.get_sync
+
+    def slow(store: LocalStore, key: str, **kwargs: Any) -> Any:
+        with flight:
+            time.sleep(0.002)
+            return get_sync(store, key, **kwargs)
+
+    monkeypatch.setattr(LocalStore, "get_sync", slow)
+    store = cv.open_store(atlas / "atlas.zarr")
+    assert flight.most > 1
+    assert cv.VirtualArrayReader(store).read().shape == (20 * N_SOURCES, 15)

@@ -393,9 +393,9 @@ def test_sources_zarr_reads_place_the_same_values(
     tmp_path: Path, dense: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a layout the shard reader does not know is read through zarr's indexing
-    import cytearc_vfs.read.sources as sources
+    import cytearc_vfs.read.source_arrays as source_arrays
 
-    monkeypatch.setattr(sources, "fast_reader_for", lambda array, where=None, opened=None: None)
+    monkeypatch.setattr(source_arrays, "fast_reader_from", lambda *args, **kwargs: None)
     reader, expected = _overlapping_composite(tmp_path, dense)
     assert reader._mapping.sources[0].counts_fast is None
     for cells, features in SELECTIONS.values():

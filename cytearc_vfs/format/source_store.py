@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import zarr
@@ -141,20 +141,22 @@ def _layout_of(attrs: Mapping[str, Any], *, where: str) -> CountLayout:
 
 
 def _check_live(
-    array: zarr.Array[Any],
+    array: ArrayV3Metadata,
     geometry: ArrayGeometry,
     shape: tuple[int, int],
     dtype: str,
     *,
     where: str,
 ) -> None:
-    if array.metadata.zarr_format != 3:
+    """Refuse an array (its parsed metadata, as zarr's ``Array`` would answer) that does
+    not agree with the layout record."""
+    if array.zarr_format != 3:
         raise RecordShapeError(
             f"{where} is a Zarr v2 array; RNA assays need sharded Zarr v3 counts. {REPAIR}"
         )
     live = {
         "shape": tuple(array.shape),
-        "dtype": str(array.dtype),
+        "dtype": str(array.dtype.to_native_dtype()),
         "chunks": tuple(array.chunks),
         "shards": tuple(array.shards) if array.shards is not None else None,
     }
@@ -171,7 +173,7 @@ def _check_live(
             f"{where} does not agree with its {COUNT_LAYOUT_ATTR} record ({details}); the array "
             f"was changed after it was written. {REPAIR}"
         )
-    check_fill_value(array.metadata.fill_value, where=where, remedy=REPAIR)
+    check_fill_value(array.fill_value, where=where, remedy=REPAIR)
 
 
 def _array_document(store: Store, path: str) -> dict[str, Any] | None:
@@ -180,13 +182,20 @@ def _array_document(store: Store, path: str) -> dict[str, Any] | None:
     return document if document is not None and document.get("node_type") == "array" else None
 
 
-def _array_from(store: Store, path: str, document: Mapping[str, Any]) -> zarr.Array[Any]:
-    """The array at ``path`` built from its (already read) document: no I/O.
+def _metadata_from(document: Mapping[str, Any]) -> ArrayV3Metadata:
+    """An array's metadata parsed from its (already read) document: no I/O.
 
-    zarr validates the document as its own open would; verification reads
-    every document once, and a prefetched store holds them in memory.
+    zarr validates the document as its own open would. Verification parses
+    each count array's document once, checks the metadata itself (no zarr
+    array is built for it) and hands it on to the readers
+    (:attr:`AssayInfo.array_metadata`).
     """
-    metadata = ArrayV3Metadata.from_dict(dict(document))
+    return ArrayV3Metadata.from_dict(dict(document))
+
+
+def _array_from(store: Store, path: str, document: Mapping[str, Any]) -> zarr.Array[Any]:
+    """The array at ``path`` built from its (already read) document: no I/O."""
+    metadata = _metadata_from(document)
     return zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, path)))
 
 
@@ -234,11 +243,20 @@ def _has_state_group(store: Store, paths: AssayPaths) -> bool:
 
 
 def verify_assay(
-    store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None = None
+    store: Store,
+    paths: AssayPaths,
+    *,
+    where: str,
+    assay_types: Mapping[str, str] | None = None,
+    contents: StoreContents | None = None,
 ) -> AssayInfo:
-    """Verify one assay; raises the package's errors naming the remedy."""
+    """Verify one assay; raises the package's errors naming the remedy.
+
+    ``contents`` is what :func:`read_contents` read of the same ``store``: the
+    documents it parsed (the root's, the assay group's) are not parsed again.
+    """
     try:
-        return _verify_assay(store, paths, where=where, assay_types=assay_types)
+        return _verify_assay(store, paths, where=where, assay_types=assay_types, contents=contents)
     except RecordShapeError as exc:
         if REPAIR in str(exc):
             raise
@@ -255,7 +273,12 @@ def _assays_hint(store: Store) -> list[AssayPaths]:
 
 
 def _verify_assay(
-    store: Store, paths: AssayPaths, *, where: str, assay_types: Mapping[str, str] | None
+    store: Store,
+    paths: AssayPaths,
+    *,
+    where: str,
+    assay_types: Mapping[str, str] | None,
+    contents: StoreContents | None,
 ) -> AssayInfo:
     label = f"{where}: assay {paths.assay!r}" + (
         f" of workspace {paths.workspace!r}" if paths.workspace else ""
@@ -265,7 +288,12 @@ def _verify_assay(
             f"{label} holds a retired {paths.assay}/state group, which this layout no longer "
             f"reads or migrates; {REPAIR} (the rewrite omits it)"
         )
-    kind, assay_attrs = node_attrs(store, paths.assay_group)
+    known = {} if contents is None else contents.groups
+    kind, assay_attrs = (
+        ("group", known[paths.assay_group])
+        if paths.assay_group in known
+        else node_attrs(store, paths.assay_group)
+    )
     if kind != "group":
         raise missing_assay_error(where, paths, _assays_hint(store))
     if PENDING_ASSAY_ATTR in assay_attrs:
@@ -276,7 +304,11 @@ def _verify_assay(
     if assay_attrs.get("is_assay") is not True:
         raise ValueError(f"{label}: {paths.assay_group!r} is not an assay group (no is_assay)")
     if assay_types is None:
-        container_attrs = node_attrs(store, paths.root)[1]
+        container_attrs = (
+            contents.root_attrs
+            if contents is not None and not paths.root and isinstance(contents.root_attrs, dict)
+            else node_attrs(store, paths.root)[1]
+        )
         assay_types = parse_assay_types(
             container_attrs.get("assayTypes", {}), where=paths.root or "/"
         )
@@ -295,31 +327,35 @@ def _verify_assay(
 
     # the assay group's zarr.json exists, so the store is Zarr v3: arrays are
     # built from their documents (read once), no v2 probes
-    _, matrix_attrs = node_attrs(store, paths.matrix_group)
+    matrix_attrs = (
+        assay_attrs
+        if paths.matrix_group == paths.assay_group
+        else node_attrs(store, paths.matrix_group)[1]
+    )
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
     counts_doc = _array_document(store, paths.counts)
     if counts_doc is None:
         if _get_json(store, join(paths.counts, ".zarray")) is not None:
             raise RecordShapeError(f"{label}: counts is a Zarr v2 array; {REPAIR}")
         raise IncompleteStoreError(f"{label} has no counts array at {paths.counts!r}; {REPAIR}")
-    counts = _array_from(store, paths.counts, counts_doc)
-    counts_layout = _layout_of(counts.attrs, where=f"{label} counts")
+    counts = _metadata_from(counts_doc)
+    counts_layout = _layout_of(counts.attributes, where=f"{label} counts")
     if counts_layout != layout:
         raise RecordShapeError(
             f"{label}: the {COUNT_LAYOUT_ATTR} records of the matrix group and counts differ; "
             f"{REPAIR}"
         )
     _check_live(counts, layout.counts, layout.shape, layout.dtype, where=f"{label} counts")
-    if "content_fingerprint" not in counts.attrs:
+    if "content_fingerprint" not in counts.attributes:
         raise IncompleteStoreError(
             f"{label}: counts carry no content_fingerprint, so their write never finished; {REPAIR}"
         )
     content = parse_fingerprint(
-        counts.attrs["content_fingerprint"], record="content_fingerprint", where=paths.counts
+        counts.attributes["content_fingerprint"], record="content_fingerprint", where=paths.counts
     )
 
-    shard_arrays: list[tuple[str, zarr.Array[Any], ArrayGeometry | None]] = [
-        ("counts", counts, layout.counts)
+    shard_arrays: list[tuple[str, str, ArrayV3Metadata, ArrayGeometry | None]] = [
+        ("counts", paths.counts, counts, layout.counts)
     ]
     counts_t_doc = _array_document(store, paths.counts_t)
     if layout.counts_t is None:
@@ -345,13 +381,13 @@ def _verify_assay(
                 f"layout records one), but "
                 f"{'countsT is a Zarr v2 array' if v2 else 'there is none'} at {paths.counts_t!r}; {REPAIR}"
             )
-        counts_t = _array_from(store, paths.counts_t, counts_t_doc)
-        shard_arrays.append(("countsT", counts_t, layout.counts_t))
-        if counts_t.attrs.get("complete") is not True:
+        counts_t = _metadata_from(counts_t_doc)
+        shard_arrays.append(("countsT", paths.counts_t, counts_t, layout.counts_t))
+        if counts_t.attributes.get("complete") is not True:
             raise IncompleteStoreError(
                 f"{label}: countsT is not complete (its write never finished); {REPAIR}"
             )
-        if _layout_of(counts_t.attrs, where=f"{label} countsT") != layout:
+        if _layout_of(counts_t.attributes, where=f"{label} countsT") != layout:
             raise RecordShapeError(
                 f"{label}: the layout records of countsT and counts differ; {REPAIR}"
             )
@@ -362,9 +398,9 @@ def _verify_assay(
             layout.dtype,
             where=f"{label} countsT",
         )
-        if counts_t.attrs.get("content_fingerprint") != content:
+        if counts_t.attributes.get("content_fingerprint") != content:
             raise IdentityMismatchError(
-                f"{label}: countsT is bound to content {counts_t.attrs.get('content_fingerprint')!r} "
+                f"{label}: countsT is bound to content {counts_t.attributes.get('content_fingerprint')!r} "
                 f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
             )
     _check_summaries(store, paths, content, layout.shape, np.dtype(layout.dtype), label=label)
@@ -374,28 +410,19 @@ def _verify_assay(
     )
     tables = {
         name: table
-        for name, array, geometry in shard_arrays
+        for name, _, array, geometry in shard_arrays
         if geometry is not None
         and (
             table := read_shard_table(
-                array.attrs,
+                array.attributes,
                 shards=-(-int(array.shape[0]) // geometry.shards[0]),
                 where=f"{label} {name}",
             )
         )
         is not None
     }
-    metadata = {array.path: array.metadata for _, array, _ in shard_arrays}
-    return AssayInfo(
-        paths,
-        assay_type,
-        layout,
-        content,
-        cells_fp,
-        features_fp,
-        tables,
-        cast("dict[str, ArrayV3Metadata]", metadata),
-    )
+    metadata = {path: array for _, path, array, _ in shard_arrays}
+    return AssayInfo(paths, assay_type, layout, content, cells_fp, features_fp, tables, metadata)
 
 
 def check_assay_shards(store: Store, info: AssayInfo, *, where: str) -> None:
@@ -501,5 +528,13 @@ def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[Assay
             f"store, or its assay group lost its is_assay attribute. {REPAIR}"
         )
     for paths in contents.assays:
-        infos.append(verify_assay(store, paths, where=where, assay_types=types_by_root[paths.root]))
+        infos.append(
+            verify_assay(
+                store,
+                paths,
+                where=where,
+                assay_types=types_by_root[paths.root],
+                contents=contents,
+            )
+        )
     return contents, infos

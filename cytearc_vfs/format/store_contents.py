@@ -8,7 +8,7 @@ listed, and refused later by the verifier (:mod:`.source_store`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zarr.abc.store import Store
@@ -53,6 +53,10 @@ class StoreContents:
     """Pending derived assays (``cytearc:pending_assay``)."""
     zarr_format: int
     """2 or 3."""
+    groups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)
+    """Attributes of the groups read on the way (top-level children, a workspace's
+    assays), by path: a verification of the same store reads them from here instead
+    of parsing their documents again."""
 
 
 #: What to do about a metadata document that is not a JSON object: no writer reads
@@ -179,12 +183,14 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
         )
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
+    groups: dict[str, Mapping[str, Any]] = {}
     for child in list_dir(store, ""):
         if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
             continue
         kind, attrs = node_attrs(store, child)
         if kind != "group" or child in _NOT_ASSAYS:
             continue
+        groups[child] = attrs
         if attrs.get("is_assay") is True:
             assays.append(AssayPaths(child))
         elif PENDING_ASSAY_ATTR in attrs:
@@ -196,8 +202,9 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
                 kind2, attrs2 = node_attrs(store, join(child, grandchild))
                 if kind2 != "group":
                     continue
+                groups[join(child, grandchild)] = attrs2
                 if attrs2.get("is_assay") is True:
                     assays.append(AssayPaths(grandchild, child))
                 elif PENDING_ASSAY_ATTR in attrs2:
                     pending.append(AssayPaths(grandchild, child))
-    return StoreContents(root_attrs, tuple(assays), tuple(pending), 3)
+    return StoreContents(root_attrs, tuple(assays), tuple(pending), 3, groups)

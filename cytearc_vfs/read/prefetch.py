@@ -23,7 +23,8 @@ opens with the listing alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
@@ -40,17 +41,29 @@ from ..remote.object_versions import Listing
 from ..remote.pinned_store import pinned_store_of
 
 __all__ = [
+    "LOCAL_READERS",
     "MAX_IN_FLIGHT",
+    "LocalReaders",
     "PrefetchedStore",
     "Seal",
     "assay_documents",
     "fetch_documents",
     "prefetched",
+    "read_local",
 ]
 
 #: Requests an open keeps in flight at once, over all its sources: enough to
 #: hide a cloud round trip behind the others, few enough not to be throttled.
 MAX_IN_FLIGHT = 64
+#: Local sources read at first at once, each in one hand-off to a worker thread
+#: (its documents and listings, see :func:`read_local`). From a local disk a
+#: source's reads cost a fraction of a millisecond of CPU and no wait; more
+#: readers at once only contend for the interpreter's lock with each other and
+#: with the verification. Opening a composite of 800 local sources (2 shared
+#: vCPUs, medians of 9): 1 reader 1.35-1.48 s (1.36-1.43 s of CPU), 2 1.45-1.55
+#: s, 4 1.53 s, 64 (the remote limit) 1.62 s (1.66 s of CPU). Reads that wait
+#: on their files (a network filesystem) widen it: see :class:`LocalReaders`.
+LOCAL_READERS = 1
 #: Sealed documents of one source: key -> (version token, the document's bytes).
 Seal = Mapping[str, tuple[str, bytes]]
 
@@ -251,14 +264,15 @@ async def fetch_documents(
     gate = limit if limit is not None else asyncio.Semaphore(MAX_IN_FLIGHT)
     if type(store) is LocalStore:  # exactly zarr's: a subclass may read otherwise
         async with gate:
-            read, children = await asyncio.to_thread(
-                _read_local,
+            return await asyncio.to_thread(
+                read_local,
                 store,
-                list(dict.fromkeys([*wanted, *later])),
-                list(directories),
-                list(groups),
+                wanted,
+                deferred=later,
+                limit=gate,
+                directories=directories,
+                groups=groups,
             )
-        return PrefetchedStore(store, read, limit=gate, directories=children)
     pinned = pinned_store_of(store)
     if pinned is None:  # no listing will tell whether they exist: fetched with the rest
         wanted += [key for key in later if key not in wanted]
@@ -306,6 +320,26 @@ async def fetch_documents(
     return PrefetchedStore(store, documents, listing, tokens, limit=gate)
 
 
+def read_local(
+    store: LocalStore,
+    keys: Iterable[str],
+    *,
+    deferred: Iterable[str] = (),
+    limit: asyncio.Semaphore | None = None,
+    directories: Iterable[str] = (),
+    groups: Iterable[str] = (),
+) -> PrefetchedStore:
+    """What :func:`fetch_documents` returns for a local ``store``, read synchronously on
+    the calling thread (a worker: see :data:`LOCAL_READERS`)."""
+    read, children = _read_local(
+        store,
+        list(dict.fromkeys([*keys, *deferred])),
+        list(dict.fromkeys(directories)),
+        list(dict.fromkeys(groups)),
+    )
+    return PrefetchedStore(store, read, limit=limit, directories=children)
+
+
 def _read_local(
     store: LocalStore, keys: list[str], directories: list[str], groups: list[str]
 ) -> tuple[dict[str, bytes | None], dict[str, list[str]]]:
@@ -314,9 +348,11 @@ def _read_local(
     ``groups``, read synchronously, as ``LocalStore.get`` and ``list_dir`` would
     answer them one by one."""
     documents: dict[str, bytes | None] = {}
+    prototype = default_buffer_prototype()  # zarr's configuration, read once
 
     def read(key: str) -> None:
-        buffer = store.get_sync(key)  # opens the store first: a missing root raises
+        # opens the store first: a missing root raises
+        buffer = store.get_sync(key, prototype=prototype)
         documents[key] = None if buffer is None else buffer.to_bytes()
 
     for key in keys:
@@ -334,6 +370,52 @@ def _read_local(
             if name not in METADATA_DOCUMENTS and key not in documents:
                 read(key)
     return documents, children
+
+
+class LocalReaders:
+    """Local sources' reads, :data:`LOCAL_READERS` at a time while they do not wait.
+
+    When most reads spend their time waiting for their files rather than
+    computing (a network filesystem answering in milliseconds), each further
+    read that waits doubles the readers, up to ``most``: there, reads in flight
+    at once hide each other's waits, as requests to an object store do. A read
+    of a local disk waits now and then too (its thread was preempted): those
+    few do not widen it. Belongs to one event loop (an open).
+    """
+
+    def __init__(self, most: int) -> None:
+        self._gate = asyncio.Semaphore(LOCAL_READERS)
+        self.width = LOCAL_READERS
+        """Reads allowed at once now."""
+        self._most = most
+        self._reads = self._waits = 0
+
+    async def run[T](self, read: Callable[..., T], *args: Any) -> T:
+        """``read(*args)`` on a worker thread, when a reader is free."""
+        async with self._gate:
+            result, waited = await asyncio.to_thread(_waited, read, *args)
+        self._reads += 1
+        self._waits += waited
+        if (
+            waited
+            and self._waits >= 3
+            and 2 * self._waits > self._reads
+            and self.width < self._most
+        ):
+            wider = min(self._most, 2 * self.width)
+            for _ in range(wider - self.width):
+                self._gate.release()  # one more permit each
+            self.width = wider
+        return result
+
+
+def _waited[T](read: Callable[..., T], *args: Any) -> tuple[T, bool]:
+    """``read(*args)``, and whether it mostly waited (wall time well above its thread's
+    CPU time, and a millisecond at least: not a local disk's page cache)."""
+    started, cpu = time.perf_counter(), time.thread_time()
+    result = read(*args)
+    wall, used = time.perf_counter() - started, time.thread_time() - cpu
+    return result, wall > 1e-3 and wall > 4 * used
 
 
 def prefetched(store: Store, keys: Iterable[str]) -> PrefetchedStore:

@@ -35,6 +35,7 @@ import zarr
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from ..encoding.row_frames import rows_per_frame
 from ..errors import RecordShapeError, SourceGoneError
@@ -63,6 +64,7 @@ __all__ = [
     "ShardedReader",
     "coalesce_ranges",
     "fast_reader_for",
+    "fast_reader_from",
     "job_pieces",
     "work_pieces",
 ]
@@ -137,8 +139,54 @@ def fast_reader_for(
     ``opened`` is what the open of a local source found: reads of a source
     replaced since are refused (:mod:`.opened_files`).
     """
-    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
-    if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or array.ndim != 2:
+    metadata = array.metadata
+    if not isinstance(metadata, ArrayV3Metadata) or _sharding_of(metadata) is None:
+        return None
+    assert metadata.shards is not None  # sharded: _sharding_of found the codec
+    table = read_shard_table(
+        array.attrs, shards=-(-int(array.shape[0]) // int(metadata.shards[0])), where=array.path
+    )
+    return fast_reader_from(
+        metadata, array.store_path.store, array.path, table, where=where, opened=opened
+    )
+
+
+def fast_reader_from(
+    metadata: ArrayV3Metadata,
+    store: Store,
+    path: str,
+    shard_table: ShardTable | None,
+    *,
+    where: str | None = None,
+    opened: OpenedSource | None = None,
+) -> ShardedReader | None:
+    """:func:`fast_reader_for` from the array's parsed metadata and recorded shard table
+    (as verification parsed them): no zarr array is built, no document read."""
+    sharding = _sharding_of(metadata)
+    if sharding is None:
+        return None
+    inner = sharding.codecs
+    shape, shards = metadata.shape, metadata.shards
+    assert shards is not None
+    return ShardedReader(
+        store,
+        path,
+        (int(shape[0]), int(shape[1])),
+        (int(sharding.chunk_shape[0]), int(sharding.chunk_shape[1])),
+        (int(shards[0]), int(shards[1])),
+        metadata.dtype.to_native_dtype(),
+        local_files=local_files(store),
+        shard_table=shard_table,
+        blosc_block_bytes=int(inner[1].blocksize) if isinstance(inner[1], BloscCodec) else None,
+        label=None if where is None else f"{where.rstrip('/')}/{path}",
+        opened=opened,
+    )
+
+
+def _sharding_of(metadata: ArrayV3Metadata) -> ShardingCodec | None:
+    """The sharding codec of a 2-D array in a layout the reader decodes, else ``None``."""
+    codecs = metadata.codecs
+    if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or len(metadata.shape) != 2:
         return None
     sharding = codecs[0]
     inner = sharding.codecs
@@ -156,26 +204,11 @@ def fast_reader_for(
         or not isinstance(sharding.index_codecs[1], Crc32cCodec)
     ):
         return None
-    assert array.shards is not None
-    if array.shards[1] < array.shape[1]:
+    shards = metadata.shards
+    assert shards is not None
+    if shards[1] < metadata.shape[1]:
         return None  # a row chunk would span shards; zarr's pipeline reads those
-    store = array.store_path.store
-    table = read_shard_table(
-        array.attrs, shards=-(-int(array.shape[0]) // int(array.shards[0])), where=array.path
-    )
-    return ShardedReader(
-        store,
-        array.path,
-        (int(array.shape[0]), int(array.shape[1])),
-        (int(sharding.chunk_shape[0]), int(sharding.chunk_shape[1])),
-        (int(array.shards[0]), int(array.shards[1])),
-        array.dtype,
-        local_files=local_files(store),
-        shard_table=table,
-        blosc_block_bytes=int(inner[1].blocksize) if isinstance(inner[1], BloscCodec) else None,
-        label=None if where is None else f"{where.rstrip('/')}/{array.path}",
-        opened=opened,
-    )
+    return sharding
 
 
 class ShardedReader:

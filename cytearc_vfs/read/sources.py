@@ -9,33 +9,28 @@ composite was created, so a changed source fails closed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import zarr
 from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
+from zarr.core.array_spec import ArrayConfig
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
-from zarr.storage import StorePath
+from zarr.storage import LocalStore
 
 from ..errors import (
     IdentityMismatchError,
-    SourceGoneError,
-    SourceUnavailableError,
+    RecordShapeError,
     UnsupportedSourceError,
-    VfsError,
 )
-from ..format.option_names import source_label, source_options_example
+from ..format.option_names import source_label
 from ..format.paths import AssayPaths, join
 from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
-from ..format.source_store import AssayInfo, read_contents, verify_assay
-from ..format.store_contents import NoZarrGroupError
+from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
 from ..format.store_io import get_json
 from ..remote.cached_store import cached_source
-from ..remote.failures import failure_remedy, first_line, is_http_location, source_failure
 from ..remote.locations import Location, describe_location, local_path, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import SourceCache
@@ -44,9 +39,19 @@ from .cell_plan import CellPlan
 from .feature_plan import FeaturePlan
 from .gather import OrientationChoice, choose_orientation
 from .opened_files import OpenedSource, opened_source
-from .prefetch import MAX_IN_FLIGHT, PrefetchedStore, Seal, assay_documents, fetch_documents
+from .prefetch import (
+    MAX_IN_FLIGHT,
+    LocalReaders,
+    PrefetchedStore,
+    Seal,
+    assay_documents,
+    fetch_documents,
+    read_local,
+)
 from .read_stats import CountingStore, ReadCounters
-from .shard_reader import ShardedReader, fast_reader_for
+from .shard_reader import ShardedReader
+from .source_arrays import CountArrays, array_config
+from .source_failures import named_failures, refuse_replaced, replaced_sources
 
 __all__ = [
     "BoundSource",
@@ -71,14 +76,9 @@ class BoundSource:
     """The counting, read-only store it is read through."""
     info: AssayInfo
     """Its verified records."""
-    counts: AsyncArray[Any]
-    """Cell-major counts."""
-    counts_t: AsyncArray[Any] | None
-    """Feature-major countsT, when the assay has one."""
-    counts_fast: ShardedReader | None = None
-    """Direct shard reader of counts, when its codecs allow one."""
-    counts_t_fast: ShardedReader | None = None
-    """Direct shard reader of countsT, when its codecs allow one."""
+    arrays: CountArrays | None = None
+    """Its count arrays, from the metadata its verification parsed (built on first use);
+    ``None`` for an AnnData source."""
     view: PrefetchedStore | None = None
     """The documents (and listing) it was verified from, when it was bound by
     :func:`bind_sources`: creation seals them and reads the tables through it."""
@@ -88,6 +88,33 @@ class BoundSource:
     opened: OpenedSource | None = None
     """What the open found of a local source's count arrays: its reads refuse a
     source replaced since (:mod:`.opened_files`); ``None`` for other sources."""
+
+    @property
+    def counts(self) -> AsyncArray[Any]:
+        """Cell-major counts."""
+        if self.arrays is None:
+            assert self.anndata is not None
+            return next(iter(self.anndata.arrays.values()))
+        return self.arrays.array(self.info.paths.counts)
+
+    @property
+    def counts_t(self) -> AsyncArray[Any] | None:
+        """Feature-major countsT, when the assay has one."""
+        if self.arrays is None or not self.info.has_counts_t:
+            return None
+        return self.arrays.array(self.info.paths.counts_t)
+
+    @property
+    def counts_fast(self) -> ShardedReader | None:
+        """Direct shard reader of counts, when its codecs allow one."""
+        return None if self.arrays is None else self.arrays.fast(self.info.paths.counts)
+
+    @property
+    def counts_t_fast(self) -> ShardedReader | None:
+        """Direct shard reader of countsT, when its codecs allow one."""
+        if self.arrays is None or not self.info.has_counts_t:
+            return None
+        return self.arrays.fast(self.info.paths.counts_t)
 
     def orientation(self, cells: CellPlan, plan: FeaturePlan) -> OrientationChoice:
         """The orientation (``counts`` or ``countsT``) that decodes fewer bytes for
@@ -102,8 +129,9 @@ class BoundSource:
         )
 
 
-def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
-    """Refuse composites, mounts and stores with a pending assay as sources."""
+def refuse_unsupported(store: Any, *, where: str, name: str) -> StoreContents:
+    """Refuse composites, mounts and stores with a pending assay as sources; what the
+    store declares otherwise."""
     contents = read_contents(store, where=where)
     attrs = contents.root_attrs
     if "composite" in attrs:
@@ -122,6 +150,7 @@ def refuse_unsupported(store: Any, *, where: str, name: str) -> None:
             f"source {name!r} at {where} holds a pending derived assay ({pending}); finish or "
             "discard it before using the store as a source"
         )
+    return contents
 
 
 # a backend, what it holds (an assay's documents or an AnnData element) and, for
@@ -196,9 +225,10 @@ def bind_sources(
 
     async def fetch_all() -> list[Fetched | BaseException]:
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+        local = LocalReaders(MAX_IN_FLIGHT)
 
         async def fetch(spec: SourceSpec) -> Fetched:
-            with _named_failures(spec):
+            with named_failures(spec):
                 # On a worker thread: a backend's opener may block or call
                 # zarr's sync API, which the event loop's own thread must not;
                 # the sources before it wait for answers meanwhile.
@@ -211,21 +241,21 @@ def bind_sources(
                     assert counts is not None
                     return backend, counts
                 paths = AssayPaths(spec.assay, spec.workspace)
-                # one hand-off to a worker for both: the stat is taken before the
+                asked = _asked(spec, paths)
+                # one hand-off to a worker for all: the stat is taken before the
                 # documents are read, so a replacement after it is seen by the
-                # reads, one before it by the verification
-                backend, opened = await asyncio.to_thread(_open_and_stat, spec, paths, cache)
-                view = await fetch_documents(
-                    backend,
-                    assay_documents(paths),
-                    seal=spec.seal,
-                    # a retired state group is rare: asked for only if listed
-                    deferred=[join(paths.assay_group, "state", "zarr.json")],
-                    limit=gate,
-                    # what verification lists (read_contents, the state check)
-                    directories=["", paths.root, paths.assay_group],
-                    groups=[paths.cell_data, paths.feature_data] if spec.tables else [],
-                )
+                # reads, one before it by the verification; a local source's
+                # documents are read there too, one source at a time while
+                # its reads do not wait (LocalReaders)
+                if local_path(spec.location) is not None:
+                    backend, opened, view = await local.run(
+                        _open_stat_and_read, spec, paths, cache, asked, gate
+                    )
+                else:
+                    backend, opened = await asyncio.to_thread(_open_and_stat, spec, paths, cache)
+                    view = None
+                if view is None:
+                    view = await fetch_documents(backend, **asked, seal=spec.seal, limit=gate)
                 if spec.anndata is not None and is_anndata_root(view.held("zarr.json")[1]):
                     # a creation's source without a CyteArc root: maybe an AnnData store
                     counts = await bind_anndata(
@@ -242,17 +272,18 @@ def bind_sources(
         return list(await asyncio.gather(*tasks, return_exceptions=True))
 
     bound: list[BoundSource] = []
+    config = array_config()  # zarr's configuration, read once for every source
     for spec, fetched in zip(specs, sync(fetch_all()), strict=True):
         if isinstance(fetched, BaseException):
-            _refuse_replaced(spec, fetched)
+            refuse_replaced(spec, fetched)
             raise fetched  # the first failing source, in the order given
-        with _named_failures(spec), _replaced_sources(spec):
+        with named_failures(spec), replaced_sources(spec):
             backend, found, *opened = fetched
             if isinstance(found, AnnDataCounts):
                 bound.append(_anndata_bound(spec, backend, found, counters))
                 continue
             # from memory: the documents (and listing) were all fetched above
-            bound.append(_verify_bound(spec, backend, found, counters, *opened))
+            bound.append(_verify_bound(spec, backend, found, counters, config, *opened))
     return bound
 
 
@@ -295,15 +326,7 @@ def _anndata_on(
 ) -> BoundSource:
     counting = CountingStore(backend, counters)
     element = counts.on(counting)
-    return BoundSource(
-        name=name,
-        location=where,
-        store=counting,
-        info=info,
-        counts=next(iter(element.arrays.values())),
-        counts_t=None,
-        anndata=element,
-    )
+    return BoundSource(name=name, location=where, store=counting, info=info, anndata=element)
 
 
 def _open_backend(spec: SourceSpec, cache: SourceCache | None) -> Store:
@@ -320,6 +343,33 @@ def _open_and_stat(
 ) -> tuple[Store, OpenedSource | None]:
     """The source's backend and what its open finds of a local source's files."""
     return _open_backend(spec, cache), _opened(spec, paths)
+
+
+def _asked(spec: SourceSpec, paths: AssayPaths) -> dict[str, Any]:
+    """What to fetch of a source before verifying it (see :func:`~.prefetch.fetch_documents`)."""
+    return {
+        "keys": assay_documents(paths),
+        # a retired state group is rare: asked for only if listed
+        "deferred": [join(paths.assay_group, "state", "zarr.json")],
+        # what verification lists (read_contents, the state check)
+        "directories": ["", paths.root, paths.assay_group],
+        "groups": [paths.cell_data, paths.feature_data] if spec.tables else [],
+    }
+
+
+def _open_stat_and_read(
+    spec: SourceSpec,
+    paths: AssayPaths,
+    cache: SourceCache | None,
+    asked: dict[str, Any],
+    gate: asyncio.Semaphore,
+) -> tuple[Store, OpenedSource | None, PrefetchedStore | None]:
+    """:func:`_open_and_stat`, then a local store's documents read on the same thread
+    (``None`` for a backend that is not zarr's plain ``LocalStore``)."""
+    backend, opened = _open_and_stat(spec, paths, cache)
+    if type(backend) is not LocalStore:  # exactly zarr's: a subclass may read otherwise
+        return backend, opened, None
+    return backend, opened, read_local(backend, **asked, limit=gate)
 
 
 def _opened(spec: SourceSpec, paths: AssayPaths) -> OpenedSource | None:
@@ -346,11 +396,15 @@ def _verify_bound(
     backend: Store,
     view: PrefetchedStore,
     counters: ReadCounters,
+    config: ArrayConfig,
     opened: OpenedSource | None = None,
 ) -> BoundSource:
     where = describe_location(spec.location)
-    refuse_unsupported(view, where=where, name=spec.name)
-    info = verify_assay(view, AssayPaths(spec.assay, spec.workspace), where=where)
+    contents = refuse_unsupported(view, where=where, name=spec.name)
+    # each document is parsed once: the verification reuses what the contents parsed
+    info = verify_assay(
+        view, AssayPaths(spec.assay, spec.workspace), where=where, contents=contents
+    )
     # a remote source's shards are pinned as they are now; every later read of
     # one is checked against its pin
     arrays = [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t]
@@ -360,7 +414,7 @@ def _verify_bound(
     else:
         pin_arrays(backend, arrays)
     _check_expected(spec, info, where=where)
-    return bound_from_verified(spec.name, where, view, info, counters, opened=opened)
+    return bound_from_verified(spec.name, where, view, info, counters, opened=opened, config=config)
 
 
 def _check_expected(spec: SourceSpec, info: AssayInfo, *, where: str) -> None:
@@ -376,91 +430,9 @@ def _check_expected(spec: SourceSpec, info: AssayInfo, *, where: str) -> None:
             )
 
 
-@contextmanager
-def _replaced_sources(spec: SourceSpec) -> Iterator[None]:
-    """See :func:`_refuse_replaced`."""
-    try:
-        yield
-    except ValueError as exc:
-        _refuse_replaced(spec, exc)
-        raise
-
-
-def _refuse_replaced(spec: SourceSpec, exc: BaseException) -> None:
-    """A recorded source that is no longer a CyteArc store: say so, naming the source.
-
-    When the record holds the source's fingerprints (an open), a plain
-    ``ValueError`` from reading it ("holds no Zarr group", "assay 'RNA' does
-    not exist") means something else now sits at the recorded location (an
-    AnnData store, an empty directory, a file), and its own remedy (write a
-    store there) is not this one. The package's own errors name what they
-    checked and pass unchanged.
-    """
-    if spec.expected_dataset is None or isinstance(exc, VfsError):
-        return
-    where = describe_location(spec.location)
-    local = local_path(spec.location)
-    if isinstance(exc, NoZarrGroupError) and (local is None or local.is_dir()):
-        # nothing is there (an object store has no directory to find missing first);
-        # not marked as pinned_store's failures are: _named_failures passes it as it is
-        raise SourceGoneError(
-            f"{source_label(spec.name)} at {where} is gone: no Zarr group is there any more "
-            "(no zarr.json at its root); a source moved or deleted after the composite was "
-            "made must be restored at that location, or the composite recreated"
-        ) from exc
-    if type(exc) not in (ValueError, NoZarrGroupError):
-        return
-    raise ValueError(
-        f"{source_label(spec.name)} at {where} is not the store the composite recorded "
-        f"({first_line(exc)}); the source was replaced or moved after the composite was "
-        "created. Restore the source at that path, or recreate the composite"
-    ) from exc
-
-
-@contextmanager
-def _named_failures(spec: SourceSpec) -> Iterator[None]:
-    """Backend errors (missing files, refused credentials, network) become one
-    :class:`SourceUnavailableError` (:class:`SourceGoneError` for a source that is not
-    there) that names the source and the fix; the package's other errors pass."""
-    try:
-        yield
-    except Exception as exc:
-        gone = isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError"
-        kind = SourceGoneError if gone else SourceUnavailableError
-        if getattr(exc, "cytearc_source", False):
-            # pinned_store named the source, the key and the remedy already: said
-            # once, not nested in a second naming of the same source
-            label, named, detail = first_line(exc).partition(": ")
-            if named and label.startswith(f"{source_label(spec.name)} at "):
-                raise source_failure(kind(f"{label} cannot be read: {detail}")) from exc
-        if isinstance(exc, (VfsError, ValueError, TypeError)):
-            raise
-        where = describe_location(spec.location)
-        # an error pinned_store named already carries the backend's as its cause
-        cause = exc.__cause__ if getattr(exc, "cytearc_source", False) else None
-        cause = exc if cause is None else cause
-        if local_path(spec.location) is not None:
-            remedy = (
-                "check that it exists (a source moved or deleted after the composite was made "
-                "must be restored at that path)"
-            )
-        else:
-            remedy = failure_remedy(
-                cause, http=is_http_location(where), options=source_options_example(spec.name)
-            )
-        said = first_line(exc)
-        raise source_failure(
-            kind(
-                f"{source_label(spec.name)} at {where} cannot be read "
-                f"({type(exc).__name__}: {said})"
-                + ("" if remedy in said else f"; {remedy}")  # a backend may name it already
-            )
-        ) from exc
-
-
 def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
-    """The same verified source, counted into ``counters`` (no I/O: its arrays'
-    metadata is reused)."""
+    """The same verified source, counted into ``counters`` (no I/O, nothing parsed
+    again: its arrays are built from the same metadata when first used)."""
     if source.anndata is not None:
         return _anndata_on(
             source.name,
@@ -470,22 +442,16 @@ def rebind(source: BoundSource, counters: ReadCounters) -> BoundSource:
             source.anndata,
             counters,
         )
+    assert source.arrays is not None
     counting = CountingStore(source.store.wrapped, counters)
-    counts = _array_on(counting, source.counts.metadata, source.counts.store_path.path)
-    counts_t = (
-        None
-        if source.counts_t is None
-        else _array_on(counting, source.counts_t.metadata, source.counts_t.store_path.path)
-    )
-    return _bound(
-        source.name,
-        source.location,
-        counting,
-        source.info,
-        counts,
-        counts_t,
-        source.view,
-        source.opened,
+    return BoundSource(
+        name=source.name,
+        location=source.location,
+        store=counting,
+        info=source.info,
+        arrays=source.arrays.on(counting),
+        view=source.view,
+        opened=source.opened,
     )
 
 
@@ -497,59 +463,47 @@ def bound_from_verified(
     counters: ReadCounters,
     *,
     opened: OpenedSource | None = None,
+    config: ArrayConfig | None = None,
 ) -> BoundSource:
-    """A bound source for an assay that was already verified (opens its arrays only).
+    """A bound source for an assay that was already verified (no I/O: its arrays are
+    built from the metadata the verification parsed, when first used).
 
-    When ``backend`` is a :class:`PrefetchedStore`, the arrays are built from the
-    documents it already holds, and the source reads the store underneath.
-    ``opened`` is what the verifying open found of a local source's files
-    (:func:`~.opened_files.opened_source`, taken before it read them).
+    When ``backend`` is a :class:`PrefetchedStore`, the source reads the store
+    underneath. ``opened`` is what the verifying open found of a local source's
+    files (:func:`~.opened_files.opened_source`, taken before it read them).
+    ``config`` is zarr's array configuration read once for many sources
+    (:func:`~.source_arrays.array_config`; read here when not given).
     """
     documents = backend if isinstance(backend, PrefetchedStore) else None
     counting = CountingStore(documents.wrapped if documents is not None else backend, counters)
-
-    def open_array(path: str) -> zarr.Array[Any]:
-        verified = info.array_metadata.get(path)
-        if verified is not None:  # parsed by verification: no read, no second parse
-            return _array_on(counting, verified, path)
-        # served from memory: verification already fetched and checked it
-        document = None if documents is None else get_json(documents, join(path, "zarr.json"))
-        if isinstance(document, dict):
-            return _array_on(counting, ArrayV3Metadata.from_dict(document), path)
-        array = zarr.open_array(counting, path=path, mode="r")
-        assert isinstance(array, zarr.Array)
-        return array
-
-    counts = open_array(info.paths.counts)
-    counts_t = open_array(info.paths.counts_t) if info.has_counts_t else None
-    return _bound(name, location, counting, info, counts, counts_t, documents, opened)
-
-
-def _array_on(store: Store, metadata: Any, path: str) -> zarr.Array[Any]:
-    return zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, path)))
-
-
-def _bound(
-    name: str,
-    location: str,
-    counting: CountingStore,
-    info: AssayInfo,
-    counts: zarr.Array[Any],
-    counts_t: zarr.Array[Any] | None,
-    view: PrefetchedStore | None = None,
-    opened: OpenedSource | None = None,
-) -> BoundSource:
+    paths = [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t]
+    names = {info.paths.counts: "counts", info.paths.counts_t: "countsT"}
+    arrays = CountArrays(
+        counting,
+        {path: _verified_metadata(backend, info, path) for path in paths},
+        {path: info.shard_tables.get(names[path]) for path in paths},
+        location,
+        opened,
+        array_config() if config is None else config,
+    )
     return BoundSource(
         name=name,
         location=location,
         store=counting,
         info=info,
-        counts=counts.async_array,
-        counts_t=None if counts_t is None else counts_t.async_array,
-        counts_fast=fast_reader_for(counts, where=location, opened=opened),
-        counts_t_fast=(
-            None if counts_t is None else fast_reader_for(counts_t, where=location, opened=opened)
-        ),
-        view=view,
+        arrays=arrays,
+        view=documents,
         opened=opened,
     )
+
+
+def _verified_metadata(backend: Store, info: AssayInfo, path: str) -> ArrayV3Metadata:
+    """The metadata of the count array at ``path`` as its verification parsed it (read
+    and parsed again only for an ``info`` that does not hold it)."""
+    verified = info.array_metadata.get(path)
+    if verified is not None:
+        return verified
+    document = get_json(backend, join(path, "zarr.json"))
+    if not isinstance(document, dict):
+        raise RecordShapeError(f"{path}: no Zarr v3 array document (zarr.json) to read it from")
+    return ArrayV3Metadata.from_dict(document)
