@@ -227,3 +227,22 @@ def test_bad_mode() -> None:
 def test_unknown_scheme() -> None:
     with pytest.raises(ValueError, match="no backend opens"):
         cv.open_store("ftp://host/x.zarr")
+
+
+@pytest.mark.parametrize("attributes", [[1, 2], "RNA", 7])
+def test_a_root_whose_attributes_are_not_an_object_is_refused_naming_it(
+    store_path: Path, tmp_path: Path, attributes: object
+) -> None:
+    """A damaged root document (its attributes a list, a string, a number) is a
+    record error naming the document and the remedy, for the store itself and as
+    a composite's source; it was an AttributeError ("'list' object has no
+    attribute 'get'") from whatever read the root's records first."""
+    cv.create_composite(tmp_path / "atlas.zarr", {"s": store_path}).close()
+    document = json.loads((store_path / "zarr.json").read_text())
+    document["attributes"] = attributes
+    (store_path / "zarr.json").write_text(json.dumps(document))
+    message = r"attributes of its root document \('zarr.json'\) are not a JSON object"
+    with pytest.raises(cv.RecordShapeError, match=message):
+        cv.open_store(store_path)
+    with pytest.raises(cv.RecordShapeError, match=rf"s.zarr: the {message}.*restore it"):
+        cv.open_store(tmp_path / "atlas.zarr")

@@ -176,7 +176,14 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     if root.get("node_type") != "group":
         raise ValueError(f"{where} is a Zarr {root.get('node_type')}, not a store group")
     root_attrs = root.get("attributes", {}) or {}
-    if isinstance(root_attrs, dict) and PENDING_STORE_ATTR in root_attrs:
+    if not isinstance(root_attrs, dict):
+        # every reader of the root asks it for its records (composite, mount, assay
+        # types): an AttributeError deep inside them said nothing of the document
+        raise RecordShapeError(
+            f"{where}: the attributes of its root document ('zarr.json') are not a JSON "
+            f"object ({type(root_attrs).__name__}); {DAMAGED_DOCUMENT_REMEDY}"
+        )
+    if PENDING_STORE_ATTR in root_attrs:
         raise IncompleteStoreError(
             unfinished_message(where, root_attrs[PENDING_STORE_ATTR])
             + f" (its root still carries {PENDING_STORE_ATTR})"
