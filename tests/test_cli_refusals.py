@@ -123,6 +123,19 @@ CASES: list[tuple[str, int, str]] = [
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    # an option of other commands: which take it, not a near name of this one (it
+    # said "did you mean --debug?" for --mem-budget)
+    (
+        "info STORE --mem-budget 2G",
+        2,
+        "(--mem-budget is an option of write, composite, repack and export, not of info)",
+    ),
+    ("mount-fs STORE EMPTY --port 8000", 2, "(--port is an option of serve, not of mount-fs)"),
+    (
+        "array promote STORE RNA/x --dimension 0 --low 1",
+        2,
+        "(--low is an option of array resize, not of array promote)",
+    ),
     # a composite's or a mount's count arrays, which info lists, are not stored there:
     # "no Zarr node here; check the path" sent the user looking for a typo
     ("array info COMPOSITE RNA/counts", 2, "is a composite, whose count arrays are not stored"),

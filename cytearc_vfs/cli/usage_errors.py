@@ -72,8 +72,37 @@ def _chosen_parser(parser: argparse.ArgumentParser, parsed: Any) -> argparse.Arg
         parser = commands[0].choices[chosen]
 
 
-def _suggestion(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
-    """``" (did you mean --json?)"`` for a mistyped option of ``parser``, else ``""``.
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser below ``parser`` (``array resize``'s too), in help order."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                found.extend(_commands(command) or [command])
+    return found
+
+
+def _commands_taking(root: argparse.ArgumentParser, option: str) -> list[str]:
+    """The commands (``write``, ``array resize``) whose parsers below ``root`` take
+    ``option``."""
+    program = root.prog.split()[0]
+    return [
+        command.prog.removeprefix(program).strip()
+        for command in _commands(root)
+        if any(option in action.option_strings for action in command._actions)
+    ]
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _suggestion(
+    parser: argparse.ArgumentParser, extras: Sequence[str], root: argparse.ArgumentParser
+) -> str:
+    """``" (did you mean --json?)"`` for a mistyped option of ``parser``, or what takes
+    an option of other commands (``--mem-budget`` given to ``info``), else ``""``.
 
     Only option names are compared and shown, never a value (which may be a
     credential).
@@ -83,6 +112,12 @@ def _suggestion(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
         if not extra.startswith("--"):
             continue
         name = extra.partition("=")[0]
+        elsewhere = _commands_taking(root, name)
+        if elsewhere:
+            # right for another command: a near name of this one ("--mem-budget" and
+            # "--debug") is no typo, and suggesting it misleads
+            command = parser.prog.removeprefix(root.prog.split()[0]).strip()
+            return f" ({name} is an option of {_listed(elsewhere)}, not of {command})"
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         if close:
             return f" (did you mean {close[0]}?)"
@@ -118,7 +153,7 @@ class _Parser(argparse.ArgumentParser):
             chosen.error(
                 "unrecognized arguments: "
                 + " ".join(_hidden_values(extras))
-                + _suggestion(chosen, extras)
+                + _suggestion(chosen, extras, self)
             )
         assert isinstance(parsed, argparse.Namespace)
         return parsed
