@@ -227,7 +227,7 @@ def test_malformed_and_missing_options_are_refused(
     missing = tmp_path / "absent.json"
     code, payload = _run([*argv, option, f"@{missing}"], capsys)
     assert code == 2, payload
-    assert f"{option} file {missing} does not exist" in payload["message"]
+    assert f"{option} @FILE: {missing} does not exist" in payload["message"]
     assert not (tmp_path / "new.zarr").exists()
 
 

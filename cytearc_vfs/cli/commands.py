@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .anndata_command import checked_anndata_input, cmd_anndata
@@ -24,6 +23,7 @@ from .inputs import (
     mem_budget_option,
     parse_sources,
     per_source_options,
+    read_named_file,
     refuse_unused_source_options,
     require_store,
 )
@@ -80,15 +80,10 @@ def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
             )
 
 
-def _read_lines(path: str, *, what: str) -> list[str]:
-    from ..remote.locations import expand_home
-
-    file = Path(expand_home(path))
-    if not file.is_file():
-        raise InputRefusedError(
-            f"{what} file {path} does not exist; give a text file with one id per line"
-        )
-    ids = [line.strip() for line in file.read_text().splitlines() if line.strip()]
+def _read_lines(path: str, *, what: str, form: str) -> list[str]:
+    """The ids of the file ``path`` given to ``what`` (written ``form``), one a line."""
+    text = read_named_file(path, what=form, wanted="a text file with one id per line")
+    ids = [line.strip() for line in text.splitlines() if line.strip()]
     if not ids:
         # an empty file (a grep that matched nothing) made a composite of no cells or features
         raise InputRefusedError(
@@ -110,7 +105,7 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
                 f"--cells {entry!r} must be NAME=FILE with NAME one of the sources "
                 f"({', '.join(sources)})"
             )
-        chosen[name] = _read_lines(path, what="--cells")
+        chosen[name] = _read_lines(path, what="--cells", form="--cells NAME=FILE")
     return chosen
 
 
@@ -294,9 +289,11 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     choice: str = args.features
     features: str | list[str] = choice
     if args.features_file:
-        features = _read_lines(args.features_file, what="--features-file")
+        features = _read_lines(
+            args.features_file, what="--features-file", form="--features-file FILE"
+        )
     elif choice.startswith("@"):
-        features = _read_lines(choice[1:], what="--features")
+        features = _read_lines(choice[1:], what="--features", form="--features @FILE")
     elif choice not in ("union", "intersection"):
         raise InputRefusedError(
             f"--features {choice!r} is not union, intersection or @FILE (a file of "
