@@ -172,6 +172,10 @@ CASES: list[tuple[str, int, str]] = [
     # argparse takes a negative value for an option: the line says how to give one
     ("array resize STORE RNA/x --low -1,0", 2, "starts with '-' is written --low=VALUE"),
     ("repack STORE NEW --mem-budget -1G", 2, "starts with '-' is written --mem-budget=VALUE"),
+    # a demo folder that cannot be one: named with the flag, not "[Errno 17] File exists"
+    ("demo --directory FILE", 2, "is a file, not a folder"),
+    ("demo --directory /proc/demo", 2, "--directory /proc/demo cannot be written"),
+    ("demo --directory=", 2, "--directory is empty"),
     ("repack STORE", 2, "the following arguments are required"),
     ("frobnicate STORE", 2, "invalid choice"),
 ]
