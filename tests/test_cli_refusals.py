@@ -328,6 +328,59 @@ def test_a_source_name_taken_from_a_directory_name_says_how_to_name_it(
 
 
 @pytest.mark.parametrize(
+    "case",
+    [
+        "info s3//bkt/a.zarr",
+        "verify gs//bkt/a.zarr",
+        "anndata ls https//host/a.zarr",
+        "array info s3//bkt/a.zarr RNA",
+        "write H5AD s3//bkt/a.zarr",
+        "composite s3//bkt/a.zarr STORE",
+        "composite NEW a=s3//bkt/a.zarr",
+        "mount STORE s3//bkt/a.zarr",
+        "repack STORE s3//bkt/a.zarr",
+        "export s3//bkt/a.zarr NEW",
+        "serve s3//bkt/a.zarr",
+    ],
+)
+def test_a_url_short_of_its_colon_is_refused_not_made_a_folder(
+    case: str,
+    places: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``s3//bkt/a.zarr`` (the ``:`` left out) was the local path ``./s3/bkt/a.zarr``:
+    a writer created that folder tree in the working directory and exited 0, a
+    reader said it "does not exist; check the path"."""
+    monkeypatch.chdir(tmp_path)
+    argv = _argv(case, places)
+    if argv[0] == "export":
+        argv[-1] = str(tmp_path / "out.zarr")
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    scheme = case.partition("//")[0].rpartition(" ")[2].rpartition("=")[2]
+    assert f"did you mean '{scheme}://" in line, line
+    assert list(tmp_path.iterdir()) == []
+    # a folder really named so is given as ./s3/...
+    assert f"./{scheme}/" in line, line
+
+
+def test_a_folder_named_like_a_scheme_is_still_a_path(
+    places: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for given in ("./s3/bkt/a.zarr", "s3/bkt/b.zarr", str(tmp_path / "s3//bkt/c.zarr")):
+        assert main(["mount", str(places["STORE"]), given]) == 0, given
+    assert sorted(p.name for p in (tmp_path / "s3" / "bkt").iterdir()) == [
+        "a.zarr",
+        "b.zarr",
+        "c.zarr",
+    ]
+
+
+@pytest.mark.parametrize(
     ("argv", "command"),
     [(["info"], "info"), (["anndata", "ls"], "anndata"), (["array", "info"], "array"), ([], "")],
 )

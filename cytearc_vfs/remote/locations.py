@@ -192,6 +192,31 @@ def check_scheme_slashes(text: str, known: Collection[str]) -> None:
         )
 
 
+#: Schemes whose URLs, typed without their ``:``, read as a path.
+_REMOTE_SCHEMES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "http", "https"})
+
+
+def _refuse_url_without_colon(text: str) -> None:
+    """Refuse ``s3//bkt/a.zarr``: a URL short of its ``:``, which as a path is the
+    folder ``./s3/bkt/a.zarr`` (a writer created it and succeeded; a reader said the
+    path does not exist). A folder really named so is ``./s3/bkt/a.zarr``.
+
+    >>> _refuse_url_without_colon("s3/bkt/a.zarr")
+    >>> _refuse_url_without_colon("s3//bkt/a.zarr")
+    Traceback (most recent call last):
+    ...
+    ValueError: location 's3//bkt/a.zarr' is a URL without its ':'; did you mean 's3://bkt/a.zarr'? ...
+    """
+    scheme, slashes, rest = text.partition("//")
+    known = _REMOTE_SCHEMES | (_BACKENDS.keys() - {"file"})
+    if slashes and scheme.lower() in known and rest:
+        raise ValueError(
+            f"location {text!r} is a URL without its ':'; did you mean "
+            f"{f'{scheme}://{rest}'!r}? (a folder named {scheme} in the current directory "
+            f"is written {f'./{scheme}/{rest}'!r})"
+        )
+
+
 def local_path(location: Location) -> Path | None:
     """The local directory of ``location``, or ``None`` when it is not local.
 
@@ -207,6 +232,7 @@ def local_path(location: Location) -> Path | None:
         return Path(expand_home(text))
     scheme = _scheme(text)
     if scheme == "":
+        _refuse_url_without_colon(text)
         return Path(expand_home(text))
     if scheme == "file":
         return _file_url_path(text)
