@@ -128,6 +128,8 @@ def test_an_options_file_that_cannot_be_read_is_named_for_what_it_is(
     ("flag", "argument", "words"),
     [
         ("--features-file", "DIR", "is a directory, not a file"),
+        # --features-file "$IDS" with IDS unset made a composite of every feature
+        ("--features-file", "", "names no file"),
         ("--features", "@DIR", "is a directory, not a file"),
         ("--features", "@", "names no file"),
         ("--cells", "a=DIR", "is a directory, not a file"),

@@ -288,7 +288,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     budget = mem_budget_option(args.mem_budget)
     choice: str = args.features
     features: str | list[str] = choice
-    if args.features_file:
+    if args.features_file is not None:
         features = _read_lines(
             args.features_file, what="--features-file", form="--features-file FILE"
         )
