@@ -217,6 +217,9 @@ def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> N
         # "assay(s) A, N, R are not in ...": the string was read letter by letter
         ("RNA", TypeError, r"assays= is one string \('RNA'\); pass a list .* assays=\['RNA'\]"),
         ([1], TypeError, r"assays= holds 1 \(int\); assay names are strings"),
+        # "assay(s)  are not in ... (it holds RNA)": an empty name (--assay "$A") showed as nothing
+        ([""], ValueError, r"assay\(s\) '' are not in .* \(it holds 'RNA'\); choose among"),
+        (["ADT", "RNA"], ValueError, r"assay\(s\) 'ADT' are not in .* \(it holds 'RNA'\)"),
         (5, TypeError, r"assays= is a list of assay names, not int"),
     ],
 )

@@ -180,8 +180,8 @@ def mount_datastore(
     unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
     if unknown:
         raise ValueError(
-            f"assay(s) {', '.join(unknown)} are not in {where} (it holds "
-            f"{', '.join(available)}); choose among those"
+            f"assay(s) {', '.join(map(repr, unknown))} are not in {where} (it holds "
+            f"{', '.join(map(repr, available))}); choose among those"
         )
     # every document verification reads, in one concurrent round (not one by one)
     backend = prefetched(
