@@ -141,6 +141,12 @@ CASES: list[tuple[str, int, str]] = [
     ("array info COMPOSITE RNA/counts", 2, "is a composite, whose count arrays are not stored"),
     ("array info MOUNT RNA/countsT", 2, "is a mounted target, whose count arrays are not stored"),
     ("array info COMPOSITE RNA/nothing", 2, "no Zarr node here"),
+    # a location that is no Zarr store: resize created the missing directory, promote and
+    # recover said "[Errno 17] File exists", info "no Zarr node here; check the path"
+    ("array resize MISSING RNA/x --high 1", 2, "does not exist; array resize needs a Zarr"),
+    ("array promote H5AD X --dimension 0", 2, "is an h5ad file (AnnData in HDF5)"),
+    ("array recover FILE x", 2, "is a file, not a Zarr store; array recover needs a Zarr"),
+    ("array info H5AD /", 2, "anndata ls"),
     # ids in a --cells file that the source lacks: named as given at the shell (it said
     # "cells['a']: ... give ids of its cellData/ids, a boolean mask or integer rows")
     ("composite NEW a=STORE --cells a=IDS", 2, "--cells a=FILE: 1 id(s) are not cells"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import TYPE_CHECKING
 
 from .failures import InputRefusedError
@@ -70,7 +71,6 @@ def _consolidation_payload(change: ConsolidationReport) -> dict[str, object]:
 def _not_stored(store: Store, path: str, location: str) -> str:
     """The remedy for a path with no node: "check the path", or, for the count arrays of
     a composite or a mount (``info`` lists them, and they are not stored there), why."""
-    import shlex
 
     from ..composite.records import COMPOSITE_ATTR
     from ..format.store_io import get_json
@@ -100,7 +100,6 @@ def array_interrupt_note(args: argparse.Namespace) -> str:
     ...                                         path="x"))
     "a resize under way is journaled: if the array reports an unfinished operation, finish it with: cytearc-vfs array recover 'a b.zarr' x"
     """
-    import shlex
 
     action = getattr(args, "array_command", None)
     if action not in ("resize", "promote", "recover"):
@@ -115,9 +114,25 @@ def array_interrupt_note(args: argparse.Namespace) -> str:
     )
 
 
+def _require_local_store(location: str, action: str) -> None:
+    """Refuse a local ``location`` that is no directory: a missing one (which a
+    writable store would create, and leave behind), a file or an ``.h5ad``."""
+    from ..inspection.store_kind import classify_location
+    from ..remote.locations import local_path
+
+    path = local_path(location)
+    if path is None or path.is_dir():
+        return
+    found = classify_location(location)
+    remedy = {
+        "missing": "check the path",
+        "h5ad": f"cytearc-vfs anndata ls {shlex.quote(location)} lists its elements",
+    }.get(found.kind, "give the directory of a Zarr store")
+    raise InputRefusedError(f"{found.words}; array {action} needs a Zarr store: {remedy}")
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
-    import shlex
 
     import zarr
 
@@ -134,6 +149,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     action, path = args.array_command, args.path.strip("/")
     where = f"{describe_location(args.location)} {path or '/'}"
     options = json_option(args.storage_options, "--storage-options")
+    _require_local_store(args.location, action)
     store = open_location(args.location, read_only=action == "info", storage_options=options)
     node = "zarr.json" if not path else f"{path}/zarr.json"
     document = get_json(store, node, where=where)
