@@ -27,6 +27,7 @@ __all__ = [
     "json_object",
     "list_root_once",
     "node_attrs",
+    "raise_damaged_document",
     "read_contents",
     "unfinished_message",
 ]
@@ -72,9 +73,31 @@ def json_object(store: Store, key: str, *, where: str | None = None) -> dict[str
     return value
 
 
-def node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
-    """(node_type, attributes) of the v3 node at ``path``, or (None, {})."""
-    document = json_object(store, join(path, "zarr.json"))
+def raise_damaged_document(store: Store, *, where: str) -> None:
+    """Raise the :class:`RecordShapeError` of the first metadata document of ``store``
+    that is not a JSON object, naming it, ``where`` and the remedy; return if none is.
+
+    zarr opens a node whose ``zarr.json`` is damaged with ``json``'s bare
+    ``JSONDecodeError`` ("Expecting value: line 1 column 1"), naming neither the
+    document nor the store: a caller that met one finds it here. Lists the
+    whole store, so it is for failures, not for every open.
+    """
+    from zarr.core.sync import sync
+
+    async def collect() -> list[str]:
+        return [key async for key in store.list()]
+
+    for key in sorted(sync(collect())):
+        if key.rpartition("/")[2] in METADATA_DOCUMENTS:
+            json_object(store, key, where=where)
+
+
+def node_attrs(
+    store: Store, path: str, *, where: str | None = None
+) -> tuple[str | None, dict[str, Any]]:
+    """(node_type, attributes) of the v3 node at ``path``, or (None, {}); a damaged
+    document is refused naming the store as ``where`` (else the store's own words)."""
+    document = json_object(store, join(path, "zarr.json"), where=where)
     if document is None:
         return None, {}
     attrs = document.get("attributes", {})
@@ -182,18 +205,21 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     for child in list_dir(store, ""):
         if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
             continue
-        kind, attrs = node_attrs(store, child)
+        kind, attrs = node_attrs(store, child, where=where)
         if kind != "group" or child in _NOT_ASSAYS:
             continue
         if attrs.get("is_assay") is True:
             assays.append(AssayPaths(child))
         elif PENDING_ASSAY_ATTR in attrs:
             pending.append(AssayPaths(child))
-        elif child != "cellData" and node_attrs(store, join(child, "cellData"))[0] == "group":
+        elif (
+            child != "cellData"
+            and node_attrs(store, join(child, "cellData"), where=where)[0] == "group"
+        ):
             for grandchild in list_dir(store, child):
                 if grandchild in METADATA_DOCUMENTS:
                     continue
-                kind2, attrs2 = node_attrs(store, join(child, grandchild))
+                kind2, attrs2 = node_attrs(store, join(child, grandchild), where=where)
                 if kind2 != "group":
                     continue
                 if attrs2.get("is_assay") is True:
