@@ -152,3 +152,37 @@ def test_a_damaged_metadata_document_is_named_with_its_store(
     assert main(["info", str(where)]) == 3
     said = capsys.readouterr().err
     assert "not valid JSON" in said and "without Zarr metadata" not in said
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["RNA/counts/zarr.json", "RNA/countSummaries/zarr.json", "RNA/featureData/ids/zarr.json"],
+)
+@pytest.mark.parametrize("command", ["info", "verify", "export", "repack", "mount", "composite"])
+def test_a_damaged_document_of_an_assay_is_named_once_with_its_store(
+    tmp_path: Path, document: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Below the root, the line named the store twice, the second time by its wrapper
+    ("s.zarr: wrapping-file:///.../s.zarr: 'RNA/counts/zarr.json' is not valid JSON"),
+    and added the repair "rewrite it with cytearc-vfs repack --data-only", which
+    cannot read the document either."""
+    import numpy as np
+
+    cv.write_counts(tmp_path / "s.zarr", np.ones((5, 3), dtype=np.uint8))
+    where = tmp_path / "s.zarr"
+    (where / document).write_text("{not json")
+    out = str(tmp_path / ("out.h5ad" if command == "export" else "out.zarr"))
+    argv = {
+        "info": ["info", str(where)],
+        "verify": ["verify", str(where)],
+        "export": ["export", str(where), out],
+        "repack": ["repack", str(where), out],
+        "mount": ["mount", str(where), out],
+        "composite": ["composite", out, f"s={where}"],
+    }[command]
+    assert main(argv) == 3
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"cytearc-vfs {command}: {where}: '{document}' is not valid JSON"), said
+    assert said.endswith("restore it from a copy of the store, or re-import the dataset"), said
+    assert "file://" not in said and "repack" not in said.partition(":")[2]
+    assert not (tmp_path / "out.zarr").exists() and not (tmp_path / "out.h5ad").exists()
