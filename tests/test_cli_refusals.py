@@ -92,6 +92,8 @@ CASES: list[tuple[str, int, str]] = [
     ("composite EXISTING STORE", 2, "--overwrite"),
     ("composite NEW COMPOSITE", 2, "composites do not nest"),
     ("composite NEW MOUNT", 2, "mounts do not chain"),
+    # an AnnData source has no workspaces: the remedy said "leave source_workspaces out"
+    ("composite NEW a=ANNDATA --workspace a=w", 2, "no workspaces; leave out --workspace a=w"),
     ("composite NEW STORE STORE", 2, "two sources are named 'store'"),
     ("composite NEW STORE --features bogus", 2, "union, intersection or @FILE"),
     ("composite NEW STORE --features @MISSING", 2, "does not exist"),
