@@ -102,6 +102,9 @@ CASES: list[tuple[str, int, str]] = [
     ("composite STORE STORE --overwrite", 2, "is the destination"),
     ("mount STORE EXISTING", 2, "--overwrite"),
     ("mount COMPOSITE NEW", 2, "composites do not nest"),
+    # the Python keyword (assays=) and function (list_artifacts) were named at the shell
+    ("mount STORE NEW --assay RNA --assay RNA", 2, "--assay names 'RNA' more than once"),
+    ("artifacts STORE --remove-incomplete nope", 2, "cytearc-vfs artifacts LOCATION --incomplete"),
     ("mount STORE MOUNT --overwrite", 2, "analyses depend on it"),
     ("repack STORE EXISTING", 2, "--overwrite"),
     ("repack COMPOSITE NEW", 2, "composites do not nest"),
