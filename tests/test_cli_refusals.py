@@ -92,7 +92,14 @@ CASES: list[tuple[str, int, str]] = [
     ("composite EXISTING STORE", 2, "--overwrite"),
     ("composite NEW COMPOSITE", 2, "composites do not nest"),
     ("composite NEW MOUNT", 2, "mounts do not chain"),
-    # an AnnData source has no workspaces: the remedy said "leave source_workspaces out"
+    # a layer of a CyteArc source: the remedy named source_layers and assay=
+    ("composite NEW a=STORE --layer a=counts", 2, "--layer a=counts names source 'a'"),
+    ("composite NEW a=STORE --layer a=counts", 2, "(pick its assay with --assay)"),
+    # "a=": NAME is a source, LAYER is what is missing (it said "NAME one of the sources")
+    ("composite NEW a=ANNDATA --layer a=", 2, "--layer 'a=' gives no LAYER"),
+    ("composite NEW a=STORE --workspace a=", 2, "--workspace 'a=' gives no WS"),
+    # given twice for one source: the last was taken, silently
+    ("composite NEW a=ANNDATA --layer a=x --layer a=y", 2, "gives source 'a' a LAYER twice"),
     ("composite NEW a=ANNDATA --workspace a=w", 2, "no workspaces; leave out --workspace a=w"),
     ("composite NEW STORE STORE", 2, "two sources are named 'store'"),
     ("composite NEW STORE --features bogus", 2, "union, intersection or @FILE"),

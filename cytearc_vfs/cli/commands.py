@@ -254,10 +254,21 @@ def _per_source(
     chosen: dict[str, str] = {}
     for value in values:
         name, separator, choice = value.partition("=")
-        if not separator or not choice or name not in sources:
+        if not separator or name not in sources:
             raise InputRefusedError(
                 f"{option} {value!r} must be NAME={what} with NAME one of the sources "
                 f"{list(sources)}"
+            )
+        if not choice:
+            raise InputRefusedError(
+                f"{option} {value!r} gives no {what}; write {option} {name}={what}, or leave "
+                f"{option} out for source {name!r}"
+            )
+        if name in chosen:
+            # the last one was taken, silently
+            raise InputRefusedError(
+                f"{option} gives source {name!r} a {what} twice ({chosen[name]!r} and "
+                f"{choice!r}); give one"
             )
         chosen[name] = choice
     return chosen
