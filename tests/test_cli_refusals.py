@@ -100,6 +100,10 @@ CASES: list[tuple[str, int, str]] = [
     ("composite NEW a=STORE --workspace a=", 2, "--workspace 'a=' gives no WS"),
     # given twice for one source: the last was taken, silently
     ("composite NEW a=ANNDATA --layer a=x --layer a=y", 2, "gives source 'a' a LAYER twice"),
+    # two id files for one source: the second replaced the first, silently
+    ("composite NEW a=STORE --cells a=IDS --cells a=EMPTYIDS", 2, "gives source 'a' two FILEs"),
+    # an explicit --features choice beside --features-file: the file won, silently
+    ("composite NEW a=STORE --features intersection --features-file IDS", 2, "give one of them"),
     ("composite NEW a=ANNDATA --workspace a=w", 2, "no workspaces; leave out --workspace a=w"),
     ("composite NEW STORE STORE", 2, "two sources are named 'store'"),
     ("composite NEW STORE --features bogus", 2, "union, intersection or @FILE"),

@@ -105,6 +105,12 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
                 f"--cells {entry!r} must be NAME=FILE with NAME one of the sources "
                 f"({', '.join(sources)})"
             )
+        if name in chosen:
+            # the second file replaced the first, silently
+            raise InputRefusedError(
+                f"--cells gives source {name!r} two FILEs; give one file holding every id "
+                "to keep (cat them into one)"
+            )
         chosen[name] = _read_lines(path, what="--cells", form="--cells NAME=FILE")
     return chosen
 
@@ -297,7 +303,13 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = per_source_options(args.source_storage_options, list(sources))
     budget = mem_budget_option(args.mem_budget)
-    choice: str = args.features
+    if args.features is not None and args.features_file is not None:
+        # one of them was dropped, silently: the file won
+        raise InputRefusedError(
+            f"--features {args.features} and --features-file both choose the features; give "
+            "one of them (--features-file FILE is --features @FILE)"
+        )
+    choice: str = "union" if args.features is None else args.features
     features: str | list[str] = choice
     if args.features_file is not None:
         features = _read_lines(
