@@ -45,6 +45,9 @@ LOCATIONS: list[tuple[object, type[Exception], str]] = [
     # the ':' left out: the folder ./s3/bucket/a.zarr, which a writer created
     ("s3//bucket/a.zarr", ValueError, r"without its ':'; did you mean 's3://bucket/a\.zarr'\?"),
     ("gs//bucket/a.zarr", ValueError, r"did you mean 'gs://bucket/a\.zarr'\? \(a folder"),
+    # a mistyped scheme: it said only to pip install an extra
+    ("htps://host/a.zarr", ValueError, r"scheme 'htps'\); did you mean 'https://host/a\.zarr'\?"),
+    ("s3a://bucket/a.zarr", ValueError, r"did you mean 's3://bucket/a\.zarr'\?"),
     # pathlib's "argument should be a str or an os.PathLike object ... not 'bytes'"
     (b"a.zarr", TypeError, r"location b'a\.zarr' is bytes; pass the path or URL as a str"),
     # os.fspath's "expected str, bytes or os.PathLike object" (bytes are not taken)

@@ -7,6 +7,7 @@ URL scheme; a path without a scheme is local.
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping
@@ -388,8 +389,11 @@ def open_location(
     entries = _BACKENDS.get(scheme)
     if not entries:
         known = ", ".join(sorted(f"{s}://" for s in _BACKENDS)) or "none"
+        # a mistyped scheme (htps, s3a) is far likelier than a missing extra
+        close = difflib.get_close_matches(scheme, sorted(_BACKENDS.keys() - {"file"}), n=1)
+        meant = f"; did you mean {close[0] + text[len(scheme) :]!r}? Known" if close else "; known"
         raise ValueError(
-            f"no backend opens {text!r} (scheme {scheme!r}); known schemes: {known}. "
+            f"no backend opens {text!r} (scheme {scheme!r}){meant} schemes: {known}. "
             "Remote schemes need an extra: pip install 'cytearc-vfs[obstore]' or "
             "'cytearc-vfs[fsspec]'"
         )
