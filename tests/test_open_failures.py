@@ -8,7 +8,9 @@ with the backend's error kept as its ``__cause__``.
 
 from __future__ import annotations
 
+import json
 import pickle
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +90,28 @@ def test_an_object_store_endpoint_that_is_down_points_at_the_options() -> None:
     }
     with pytest.raises(StoreAccessError, match="pass it \\(and credentials\\) as storage_opt"):
         cv.open_store("s3://bucket/store.zarr", storage_options=options)
+
+
+def test_a_plain_http_endpoint_without_allow_http_names_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """obstore refuses an http:// endpoint unless allowed, before any request, with
+    "HTTP error: builder error": the remedy said to check that the source is
+    reachable, which it may well be (MinIO, a local gateway)."""
+    options = {
+        "endpoint": f"http://127.0.0.1:{free_port()}",
+        "access_key_id": "k",
+        "secret_access_key": "s",
+        "region": "us-east-1",
+    }
+    wanted = 'add "client_options": {"allow_http": true} to storage_options'
+    with pytest.raises(StoreAccessError, match=re.escape(wanted)):
+        cv.open_store("s3://bucket/store.zarr", storage_options=options)
+    argv = ["info", "s3://bucket/store.zarr", "--storage-options", json.dumps(options)]
+    assert main(argv) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "plain http://" in err, err
+    assert 'add "client_options": {"allow_http": true} to --storage-options' in err, err
 
 
 def test_a_server_that_never_answers_points_at_the_timeout(silent_server: int) -> None:
