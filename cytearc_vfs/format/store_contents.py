@@ -141,8 +141,9 @@ def contents_documents(keys: Iterable[str]) -> list[str]:
     return documents
 
 
-def list_root_once(store: Store) -> None:
-    """Ask a remote ``store`` for the first page of its root listing, for what it raises.
+def list_root_once(store: Store) -> bool | None:
+    """Ask a remote ``store`` for the first page of its root listing, for what it raises;
+    whether it lists anything (``None`` when it was not listed).
 
     S3 answers a GET of any key in a bucket that does not exist ``404``, as for
     an absent key, so a location without a root document may be a mistyped
@@ -150,25 +151,29 @@ def list_root_once(store: Store) -> None:
     raised here and named by the callers' translation of backend errors).
     Called where a root document is missing, so it costs one request only on
     the way to an error, and raises only a missing bucket. Local and in-memory
-    stores are not listed (a local directory may hold any number of files).
+    stores are not listed (a local directory may hold any number of files). An
+    object store lists nothing below a path where nothing is stored: that path
+    does not exist, as a local one would not.
     """
     from zarr.core.sync import sync
     from zarr.storage import LocalStore, MemoryStore
 
     if isinstance(store, LocalStore | MemoryStore) or not store.supports_listing:
-        return
+        return None
 
-    async def first_page() -> None:
+    async def first_page() -> bool:
         async for _ in store.list_dir(""):
-            break
+            return True
+        return False
 
     try:
-        sync(first_page())
+        return sync(first_page())
     except Exception as exc:
         if missing_bucket(exc):
             raise
         # anything else (a server that refuses listings) leaves the missing document
         # to be said as it is: the path is what to check
+        return None
 
 
 class NoZarrGroupError(ValueError):
@@ -181,7 +186,11 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     if root is None:
         if json_object(store, ".zgroup", where=where) is not None:
             return StoreContents(json_object(store, ".zattrs", where=where) or {}, (), (), 2)
-        list_root_once(store)  # a missing bucket is said so, not "no zarr.json"
+        # a missing bucket is said so, not "no zarr.json"; and a path that holds nothing
+        if list_root_once(store) is False:
+            raise NoZarrGroupError(
+                f"{where} does not exist (nothing is stored there); check the path"
+            )
         remedy = (
             # an AnnData file: say what it is and how to use it (not "write a store there")
             ": an .h5ad file is AnnData in HDF5, read only as input. Import it with "
