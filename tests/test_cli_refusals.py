@@ -389,6 +389,33 @@ def test_a_url_short_of_its_colon_is_refused_not_made_a_folder(
     assert f"./{scheme}/" in line, line
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        "info LONG",
+        "write H5AD LONG",
+        "composite LONG STORE",
+        "mount STORE LONG",
+        "repack STORE LONG",
+        "export STORE LONG",
+    ],
+)
+def test_a_name_longer_than_the_file_system_allows_is_refused(
+    case: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path with a name of 300 characters exited 4, "fix the cause (space,
+    permissions, network) and run the command again": the system's failure, when
+    the name given is what the file system cannot hold."""
+    long = tmp_path / ("a" * 300 + ".zarr")
+    argv = [str(long) if word == "LONG" else word for word in _argv(case, places)]
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1, line
+    assert "File name too long" in line and "(space, permissions, network)" not in line
+    assert "a name in that path is longer than the file system allows" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_folder_named_like_a_scheme_is_still_a_path(
     places: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
