@@ -199,6 +199,9 @@ CASES: list[tuple[str, int, str]] = [
     ("demo --directory /proc/demo", 2, "--directory /proc/demo cannot be written"),
     ("demo --directory=", 2, "--directory is empty"),
     ("repack STORE", 2, "the following arguments are required"),
+    # a path starting with '-' is read as an option: "LOCATION is required" alone
+    ("info -weird.zarr", 2, "(a path that starts with '-' is written ./-weird.zarr, or after --)"),
+    ("mount STORE -new.zarr", 2, "is written ./-new.zarr, or after --"),
     ("frobnicate STORE", 2, "invalid choice"),
 ]
 

@@ -133,6 +133,24 @@ def _dash_value_follows(option: str, arguments: Sequence[str]) -> bool:
     )
 
 
+def _dashed_path(parser: argparse.ArgumentParser, arguments: Sequence[str]) -> str | None:
+    """The first word of ``arguments`` that starts with one ``-`` and is no option of
+    ``parser`` nor a negative number: a path such as ``-new.zarr``, or ``None``."""
+    known = {name for action in parser._actions for name in action.option_strings}
+    for word in arguments:
+        if word == "--":
+            return None
+        if (
+            word.startswith("-")
+            and not word.startswith("--")
+            and len(word) > 2
+            and word not in known
+            and not re.fullmatch(r"-[\d.,]+[A-Za-z]?", word)
+        ):
+            return word
+    return None
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors honour ``--json`` (one JSON object)."""
 
@@ -165,6 +183,11 @@ class _Parser(argparse.ArgumentParser):
             # reads as --low without a value: say how such a value is given
             option = expected.group(1)
             message += f" (a value that starts with '-' is written {option}=VALUE)"
+        if message.startswith("the following arguments are required"):
+            dashed = _dashed_path(self, _Parser.arguments)
+            if dashed is not None:
+                # argparse took it for an option it does not know, so the path is "missing"
+                message += f" (a path that starts with '-' is written ./{dashed}, or after --)"
         if _Parser.json_errors:
             # the command's first word, as every other error of it reports it
             # ("anndata" for "cytearc-vfs anndata ls"); "" before any command
