@@ -89,6 +89,9 @@ CASES: list[tuple[str, int, str]] = [
     ("write STORE NEW", 2, "cytearc-vfs repack"),
     ("write H5AD EXISTING", 2, "--overwrite"),
     ("write H5AD NEW --layer nope", 2, "has no layer 'nope'"),
+    # said "assay_type 'rna' ...", the Python keyword, and not the preset meant
+    ("write H5AD NEW --assay-type rna", 2, "--assay-type 'rna' for assay 'RNA' is not a preset"),
+    ("write H5AD NEW --assay-type adt", 2, "did you mean 'ADT'?"),
     ("composite EXISTING STORE", 2, "--overwrite"),
     ("composite NEW COMPOSITE", 2, "composites do not nest"),
     ("composite NEW MOUNT", 2, "mounts do not chain"),
