@@ -158,7 +158,12 @@ def list_root_once(store: Store) -> bool | None:
     from zarr.core.sync import sync
     from zarr.storage import LocalStore, MemoryStore
 
-    if isinstance(store, LocalStore | MemoryStore) or not store.supports_listing:
+    inner, depth = store, 0
+    # wrappers (remembered reads, prefetched documents) over a local directory: an
+    # empty local directory exists, and is said so by the callers
+    while isinstance(getattr(inner, "_store", None), Store) and depth < 32:
+        inner, depth = inner._store, depth + 1  # type: ignore[attr-defined]
+    if isinstance(inner, LocalStore | MemoryStore) or not store.supports_listing:
         return None
 
     async def first_page() -> bool:
