@@ -206,6 +206,12 @@ CASES: list[tuple[str, int, str]] = [
     ("info -weird.zarr", 2, "(a path that starts with '-' is written ./-weird.zarr, or after --)"),
     ("mount STORE -new.zarr", 2, "is written ./-new.zarr, or after --"),
     ("frobnicate STORE", 2, "invalid choice"),
+    # a mistyped command: the list of choices alone, not the one meant
+    ("inf STORE", 2, "invalid choice: 'inf' (did you mean 'info'?"),
+    ("INFO STORE", 2, "(did you mean 'info'?"),
+    ("composit NEW STORE", 2, "(did you mean 'composite'?"),
+    ("array inf STORE x", 2, "(did you mean 'info'?"),
+    ("anndata list H5AD", 2, "(did you mean 'ls'?"),
 ]
 
 

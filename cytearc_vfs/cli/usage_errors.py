@@ -183,6 +183,17 @@ class _Parser(argparse.ArgumentParser):
             # reads as --low without a value: say how such a value is given
             option = expected.group(1)
             message += f" (a value that starts with '-' is written {option}=VALUE)"
+        choice = re.fullmatch(r"argument \S+: invalid choice: '(.*)' \(choose from (.*)\)", message)
+        if choice:
+            # a mistyped command or action: name the one meant before the whole list
+            given, listed = choice.group(1), re.findall(r"'([^']*)'", choice.group(2))
+            close = [name for name in listed if name.lower() == given.lower()] or (
+                difflib.get_close_matches(given.lower(), listed, n=1, cutoff=0.6)
+            )
+            if close:
+                message = message.replace(
+                    f"'{given}' (choose", f"'{given}' (did you mean {close[0]!r}? choose", 1
+                )
         if message.startswith("the following arguments are required"):
             dashed = _dashed_path(self, _Parser.arguments)
             if dashed is not None:
