@@ -398,3 +398,27 @@ def test_a_remote_path_that_holds_nothing_does_not_exist(
     assert "check the path" in payload["message"]
     assert "directory" not in payload["message"]
     assert not (tmp_path / "new.zarr").exists()
+
+
+@pytest.mark.parametrize("action", [["info"], ["resize", "--high=1"], ["recover"]])
+def test_an_array_command_names_a_missing_bucket_or_store(
+    action: list[str], remote: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``array`` said "no Zarr node here (no RNA/counts/zarr.json ...); check the path"
+    for a bucket that does not exist (exit 2) and for a store name that holds
+    nothing, where every other command names the bucket (exit 4) or says the
+    location does not exist."""
+    options = ["--storage-options", remote["options"]]
+    command = ["array", action[0]]
+    code, payload = _run(
+        [*command, "s3://no-such-bucket-9/a.zarr", "RNA/counts", *action[1:], *options], capsys
+    )
+    assert code == 4, payload
+    assert "bucket does not exist" in payload["message"], payload
+    missing = f"s3://{remote['bucket']}/a-typo.zarr"
+    code, payload = _run([*command, missing, "RNA/counts", *action[1:], *options], capsys)
+    assert code == 2, payload
+    assert f"{missing} does not exist" in payload["message"], payload
+    # an existing store's missing node is still that
+    code, payload = _run([*command, remote["a"], "RNA/nothing", *action[1:], *options], capsys)
+    assert code == 2 and "no Zarr node here" in payload["message"], payload

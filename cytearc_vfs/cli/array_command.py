@@ -133,7 +133,6 @@ def _require_local_store(location: str, action: str) -> None:
 
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
-
     import zarr
 
     from ..arrays import hierarchy, info, recover
@@ -142,6 +141,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..arrays.resizing import resize_array
     from ..arrays.summary import unfinished_below
     from ..errors import IncompleteStoreError, RecordShapeError
+    from ..format.store_contents import list_root_once
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
     from .inputs import json_option
@@ -155,6 +155,13 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     document = get_json(store, node, where=where)
     if document is None:
         legacy = _legacy_kind(store, path)
+        # an object store: a missing bucket raises its own error here, and a location
+        # under which nothing is stored does not exist (it is no node's absence)
+        if legacy is None and list_root_once(store) is False:
+            raise InputRefusedError(
+                f"{describe_location(args.location)} does not exist (nothing is stored there); "
+                f"array {action} needs a Zarr store: check the path"
+            )
         if legacy is None:
             raise FileNotFoundError(
                 f"{where}: no Zarr node here (no {node}, .zarray or .zgroup); "
