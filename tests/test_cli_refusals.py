@@ -140,6 +140,8 @@ CASES: list[tuple[str, int, str]] = [
         )
     ],
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
+    # "-0" is no negative size: it leaves no memory, as 0 does
+    ("repack STORE NEW --mem-budget=-0", 2, "--mem-budget -0 leaves no working memory"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
     # an option of other commands: which take it, not a near name of this one (it
@@ -426,6 +428,17 @@ def test_a_name_longer_than_the_file_system_allows_is_refused(
     assert "File name too long" in line and "(space, permissions, network)" not in line
     assert "a name in that path is longer than the file system allows" in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("given", "size"),
+    [("2Gi", 2 * 1024**3), ("512Mi", 512 * 1024**2), ("1Ti", 1024**4), ("64ki", 64 * 1024)],
+)
+def test_a_size_in_the_units_kubernetes_writes_is_taken(given: str, size: int) -> None:
+    """``2Gi`` (Kubernetes, Slurm-adjacent tooling) was "not a size" while ``2GiB`` was one."""
+    from cytearc_vfs.cli.inputs import mem_budget_option
+
+    assert mem_budget_option(given) == size
 
 
 def test_a_folder_named_like_a_scheme_is_still_a_path(

@@ -187,12 +187,15 @@ def mem_budget_option(value: str | None) -> int | None:
         "(such as 512M or 2G), and a budget too small for the data is refused with the "
         "budget it needs"
     )
-    if shown.startswith("-"):
-        raise InputRefusedError(f"--mem-budget {shown} is negative; {remedy}")
     try:
-        budget = parse_size(shown, what="--mem-budget")
-    except ValueError as exc:
-        raise InputRefusedError(str(exc)) from None
+        budget = parse_size(shown.removeprefix("-"), what="--mem-budget")
+    except ValueError:
+        raise InputRefusedError(
+            f"--mem-budget {shown!r} is not a size; write bytes (1048576) or a number with a "
+            "unit: K, M, G, T (binary, so 1M = 1048576 bytes)"
+        ) from None
+    if shown.startswith("-") and budget:
+        raise InputRefusedError(f"--mem-budget {shown} is negative; {remedy}")
     if budget <= 0:
         raise InputRefusedError(f"--mem-budget {shown} leaves no working memory; {remedy}")
     return budget
