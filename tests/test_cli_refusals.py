@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import zarr
 from cli_harness import tree_digest, write_h5ad
 from conftest import realistic_counts
 
@@ -439,6 +440,27 @@ def test_a_size_in_the_units_kubernetes_writes_is_taken(given: str, size: int) -
     from cytearc_vfs.cli.inputs import mem_budget_option
 
     assert mem_budget_option(given) == size
+
+
+@pytest.mark.parametrize("flag", ["--cells", "--features-file"])
+def test_an_id_file_that_repeats_an_id_names_it(
+    flag: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --cells file listing a cell twice said "cells['a'] repeats rows", the Python
+    form and no id; a features file "the explicit feature list repeats ids", no id."""
+    ids = tmp_path / "ids.txt"
+    store = places["STORE"]
+    column = "cellData/ids" if flag == "--cells" else "RNA/featureData/ids"
+    first, second = (str(i) for i in zarr.open_array(store / column, mode="r")[:2])
+    ids.write_text(f"{first}\n{second}\n{first}\n")
+    argument = f"a={ids}" if flag == "--cells" else str(ids)
+    destination = tmp_path / "new.zarr"
+    assert main(["composite", str(destination), f"a={store}", flag, argument]) == 2
+    line = capsys.readouterr().err.strip()
+    given = "--cells a=FILE" if flag == "--cells" else "--features-file FILE"
+    assert line.startswith(f"cytearc-vfs composite: {given} lists {first!r} twice"), line
+    assert "cells[" not in line
+    assert not destination.exists()
 
 
 def test_a_folder_named_like_a_scheme_is_still_a_path(

@@ -84,6 +84,14 @@ def _read_lines(path: str, *, what: str, form: str) -> list[str]:
     """The ids of the file ``path`` given to ``what`` (written ``form``), one a line."""
     text = read_named_file(path, what=form, wanted="a text file with one id per line")
     ids = [line.strip() for line in text.splitlines() if line.strip()]
+    seen: set[str] = set()
+    for found in ids:
+        if found in seen:
+            # the library says "repeats rows" of cells[NAME], the Python form, with no id
+            raise InputRefusedError(
+                f"{form} lists {found!r} twice; list each id once (sort -u FILE removes repeats)"
+            )
+        seen.add(found)
     if not ids:
         # an empty file (a grep that matched nothing) made a composite of no cells or features
         raise InputRefusedError(
@@ -111,7 +119,7 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
                 f"--cells gives source {name!r} two FILEs; give one file holding every id "
                 "to keep (cat them into one)"
             )
-        chosen[name] = _read_lines(path, what="--cells", form="--cells NAME=FILE")
+        chosen[name] = _read_lines(path, what="--cells", form=f"--cells {name}=FILE")
     return chosen
 
 
