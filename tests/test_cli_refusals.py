@@ -463,6 +463,32 @@ def test_an_id_file_that_repeats_an_id_names_it(
     assert not destination.exists()
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        'mount STORE DEST --storage-options {"a":1}',
+        'repack STORE DEST --destination-storage-options {"a":1}',
+        'write H5AD DEST --storage-options {"a":1}',
+        'composite DEST a=STORE --storage-options {"a":1}',
+    ],
+)
+def test_a_refusal_leaves_an_empty_destination_directory_in_place(
+    case: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty directory made for the output (mkdir out.zarr, a mount point, a folder
+    with its own permissions) counts as free, and a command that failed after taking
+    it removed it whole, "removed the unfinished destination": the user's directory was
+    gone after an exit 2 that says nothing was changed."""
+    destination = tmp_path / "out.zarr"
+    destination.mkdir()
+    argv = [str(destination) if word == "DEST" else word for word in _argv(case, places)]
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1, line
+    assert destination.is_dir() and list(destination.iterdir()) == [], line
+    assert "removed the unfinished destination" not in line, line
+
+
 def test_a_folder_named_like_a_scheme_is_still_a_path(
     places: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
