@@ -205,6 +205,9 @@ CASES: list[tuple[str, int, str]] = [
     ("demo --directory /proc/demo", 2, "--directory /proc/demo cannot be written"),
     ("demo --directory=", 2, "--directory is empty"),
     ("repack STORE", 2, "the following arguments are required"),
+    # options for a local .h5ad were dropped silently (a local Zarr store refused them)
+    ('anndata ls H5AD --storage-options {"a":1}', 2, "options were given for the local path"),
+    ('write H5AD NEW --source-storage-options {"a":1}', 2, "options were given for the local"),
     # a path starting with '-' is read as an option: "LOCATION is required" alone
     ("info -weird.zarr", 2, "(a path that starts with '-' is written ./-weird.zarr, or after --)"),
     ("mount STORE -new.zarr", 2, "is written ./-new.zarr, or after --"),
