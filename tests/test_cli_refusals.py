@@ -120,6 +120,10 @@ CASES: list[tuple[str, int, str]] = [
     # the Python keyword (assays=) and function (list_artifacts) were named at the shell
     ("mount STORE NEW --assay RNA --assay RNA", 2, "--assay names 'RNA' more than once"),
     ("artifacts STORE --remove-incomplete nope", 2, "cytearc-vfs artifacts LOCATION --incomplete"),
+    # no artifact has such a kind: "0 complete artifacts of kind ../x", exit 0
+    ("artifacts STORE --kind ../x", 2, "--kind '../x' is not a valid name"),
+    ("artifacts STORE --incomplete --kind zarr.json", 2, "--kind 'zarr.json' is reserved"),
+    ("artifacts STORE --kind=", 2, "--kind '' is not a valid name"),
     ("mount STORE MOUNT --overwrite", 2, "analyses depend on it"),
     ("repack STORE EXISTING", 2, "--overwrite"),
     ("repack COMPOSITE NEW", 2, "composites do not nest"),
