@@ -313,6 +313,24 @@ def test_debug_shows_the_traceback(
     assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("1", True), ("yes", True), ("0", False), ("false", False), ("No", False), ("off", False)],
+)
+def test_the_debug_variable_reads_as_people_write_yes_and_no(
+    value: str,
+    shown: bool,
+    places: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CYTEARC_VFS_DEBUG=false (or no, off) turned the tracebacks on: only "" and "0"
+    were off."""
+    monkeypatch.setenv("CYTEARC_VFS_DEBUG", value)
+    assert main(["info", str(places["MISSING"])]) == 2
+    assert ("Traceback" in capsys.readouterr().err) is shown
+
+
 def test_a_write_that_fails_says_its_destination_was_removed(
     places: dict[str, Path],
     tmp_path: Path,
