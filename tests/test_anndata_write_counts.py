@@ -383,3 +383,26 @@ def test_an_anndata_ids_column_is_stored_as_orig_ids_as_a_composite_carries_it(
     with pytest.raises(ValueError, match=r"cellData column 'ids' is reserved .*rename"):
         cv.write_counts(tmp_path / "given.zarr", data, cells=data.obs)
     assert not (tmp_path / "given.zarr").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "4e6", "0", "-5", "1.5"])
+def test_a_piece_size_that_is_no_count_is_refused_naming_the_variable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CYTEARC_ANNDATA_PIECE_ENTRIES=abc stopped a CSC write with int()'s "invalid
+    literal for int() with base 10: 'abc'", naming no variable; 0 and -5 were taken
+    as 1 entry a piece (the slowest spill there is), silently."""
+    from cytearc_vfs.cli import main
+
+    x = realistic_counts(200, 30, density=0.1, seed=4)
+    source = write_zarr(adata_of(x), tmp_path / "in.zarr", 2)
+    monkeypatch.setenv("CYTEARC_ANNDATA_PIECE_ENTRIES", value)
+    destination = tmp_path / "out.zarr"
+    assert main(["write", str(source), str(destination), "--layer", "csc"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1, line
+    assert f"CYTEARC_ANNDATA_PIECE_ENTRIES={value!r} is not a positive whole number" in line
+    assert not destination.exists()

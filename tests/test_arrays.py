@@ -434,6 +434,10 @@ def test_promote_longer_than_one_only_without_chunks() -> None:
     assert empty.shape == (4, 3) and empty.chunks == (2, 3)
     with pytest.raises(ValueError, match=r"outside 0\.\.1"):
         promote(array, 2)
+    # a negative length was "outside 0..4611686018427387904", a range whose 0 is refused
+    for length in (-1, 0, 2**62 + 1):
+        with pytest.raises(ValueError, match=rf"^length {length} is outside 1\.\.{2**62} "):
+            promote(empty, 0, length=length)
 
 
 def test_grow_a_promoted_dimension() -> None:

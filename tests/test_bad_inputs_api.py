@@ -42,6 +42,12 @@ LOCATIONS: list[tuple[object, type[Exception], str]] = [
     ("s3:///bucket/a.zarr", ValueError, r"did you mean 's3://bucket/a\.zarr'\?"),
     ("gs:bucket/a.zarr", ValueError, r"did you mean 'gs://bucket/a\.zarr'\?"),
     ("https:/host/a.zarr", ValueError, r"did you mean 'https://host/a\.zarr'\?"),
+    # the ':' left out: the folder ./s3/bucket/a.zarr, which a writer created
+    ("s3//bucket/a.zarr", ValueError, r"without its ':'; did you mean 's3://bucket/a\.zarr'\?"),
+    ("gs//bucket/a.zarr", ValueError, r"did you mean 'gs://bucket/a\.zarr'\? \(a folder"),
+    # a mistyped scheme: it said only to pip install an extra
+    ("htps://host/a.zarr", ValueError, r"scheme 'htps'\); did you mean 'https://host/a\.zarr'\?"),
+    ("s3a://bucket/a.zarr", ValueError, r"did you mean 's3://bucket/a\.zarr'\?"),
     # pathlib's "argument should be a str or an os.PathLike object ... not 'bytes'"
     (b"a.zarr", TypeError, r"location b'a\.zarr' is bytes; pass the path or URL as a str"),
     # os.fspath's "expected str, bytes or os.PathLike object" (bytes are not taken)
@@ -214,6 +220,9 @@ def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> N
         # "assay(s) A, N, R are not in ...": the string was read letter by letter
         ("RNA", TypeError, r"assays= is one string \('RNA'\); pass a list .* assays=\['RNA'\]"),
         ([1], TypeError, r"assays= holds 1 \(int\); assay names are strings"),
+        # "assay(s)  are not in ... (it holds RNA)": an empty name (--assay "$A") showed as nothing
+        ([""], ValueError, r"assay\(s\) '' are not in .* \(it holds 'RNA'\); choose among"),
+        (["ADT", "RNA"], ValueError, r"assay\(s\) 'ADT' are not in .* \(it holds 'RNA'\)"),
         (5, TypeError, r"assays= is a list of assay names, not int"),
     ],
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import zarr
 from cli_harness import tree_digest, write_h5ad
 from conftest import realistic_counts
 
@@ -89,9 +90,25 @@ CASES: list[tuple[str, int, str]] = [
     ("write STORE NEW", 2, "cytearc-vfs repack"),
     ("write H5AD EXISTING", 2, "--overwrite"),
     ("write H5AD NEW --layer nope", 2, "has no layer 'nope'"),
+    # said "assay_type 'rna' ...", the Python keyword, and not the preset meant
+    ("write H5AD NEW --assay-type rna", 2, "--assay-type 'rna' for assay 'RNA' is not a preset"),
+    ("write H5AD NEW --assay-type adt", 2, "did you mean 'ADT'?"),
     ("composite EXISTING STORE", 2, "--overwrite"),
     ("composite NEW COMPOSITE", 2, "composites do not nest"),
     ("composite NEW MOUNT", 2, "mounts do not chain"),
+    # a layer of a CyteArc source: the remedy named source_layers and assay=
+    ("composite NEW a=STORE --layer a=counts", 2, "--layer a=counts names source 'a'"),
+    ("composite NEW a=STORE --layer a=counts", 2, "(pick its assay with --assay)"),
+    # "a=": NAME is a source, LAYER is what is missing (it said "NAME one of the sources")
+    ("composite NEW a=ANNDATA --layer a=", 2, "--layer 'a=' gives no LAYER"),
+    ("composite NEW a=STORE --workspace a=", 2, "--workspace 'a=' gives no WS"),
+    # given twice for one source: the last was taken, silently
+    ("composite NEW a=ANNDATA --layer a=x --layer a=y", 2, "gives source 'a' a LAYER twice"),
+    # two id files for one source: the second replaced the first, silently
+    ("composite NEW a=STORE --cells a=IDS --cells a=EMPTYIDS", 2, "gives source 'a' two FILEs"),
+    # an explicit --features choice beside --features-file: the file won, silently
+    ("composite NEW a=STORE --features intersection --features-file IDS", 2, "give one of them"),
+    ("composite NEW a=ANNDATA --workspace a=w", 2, "no workspaces; leave out --workspace a=w"),
     ("composite NEW STORE STORE", 2, "two sources are named 'store'"),
     ("composite NEW STORE --features bogus", 2, "union, intersection or @FILE"),
     ("composite NEW STORE --features @MISSING", 2, "does not exist"),
@@ -100,6 +117,13 @@ CASES: list[tuple[str, int, str]] = [
     ("composite STORE STORE --overwrite", 2, "is the destination"),
     ("mount STORE EXISTING", 2, "--overwrite"),
     ("mount COMPOSITE NEW", 2, "composites do not nest"),
+    # the Python keyword (assays=) and function (list_artifacts) were named at the shell
+    ("mount STORE NEW --assay RNA --assay RNA", 2, "--assay names 'RNA' more than once"),
+    ("artifacts STORE --remove-incomplete nope", 2, "cytearc-vfs artifacts LOCATION --incomplete"),
+    # no artifact has such a kind: "0 complete artifacts of kind ../x", exit 0
+    ("artifacts STORE --kind ../x", 2, "--kind '../x' is not a valid name"),
+    ("artifacts STORE --incomplete --kind zarr.json", 2, "--kind 'zarr.json' is reserved"),
+    ("artifacts STORE --kind=", 2, "--kind '' is not a valid name"),
     ("mount STORE MOUNT --overwrite", 2, "analyses depend on it"),
     ("repack STORE EXISTING", 2, "--overwrite"),
     ("repack COMPOSITE NEW", 2, "composites do not nest"),
@@ -121,13 +145,34 @@ CASES: list[tuple[str, int, str]] = [
         )
     ],
     ("repack STORE NEW --mem-budget lots", 2, "is not a size"),
+    # "-0" is no negative size: it leaves no memory, as 0 does
+    ("repack STORE NEW --mem-budget=-0", 2, "--mem-budget -0 leaves no working memory"),
     ("verify CORRUPT", 1, "could not be read"),
     ("info STORE --bogus", 2, "unrecognized arguments: --bogus"),
+    # an option of other commands: which take it, not a near name of this one (it
+    # said "did you mean --debug?" for --mem-budget)
+    (
+        "info STORE --mem-budget 2G",
+        2,
+        "(--mem-budget is an option of write, composite, repack and export, not of info)",
+    ),
+    ("mount-fs STORE EMPTY --port 8000", 2, "(--port is an option of serve, not of mount-fs)"),
+    (
+        "array promote STORE RNA/x --dimension 0 --low 1",
+        2,
+        "(--low is an option of array resize, not of array promote)",
+    ),
     # a composite's or a mount's count arrays, which info lists, are not stored there:
     # "no Zarr node here; check the path" sent the user looking for a typo
     ("array info COMPOSITE RNA/counts", 2, "is a composite, whose count arrays are not stored"),
     ("array info MOUNT RNA/countsT", 2, "is a mounted target, whose count arrays are not stored"),
     ("array info COMPOSITE RNA/nothing", 2, "no Zarr node here"),
+    # a location that is no Zarr store: resize created the missing directory, promote and
+    # recover said "[Errno 17] File exists", info "no Zarr node here; check the path"
+    ("array resize MISSING RNA/x --high 1", 2, "does not exist; array resize needs a Zarr"),
+    ("array promote H5AD X --dimension 0", 2, "is an h5ad file (AnnData in HDF5)"),
+    ("array recover FILE x", 2, "is a file, not a Zarr store; array recover needs a Zarr"),
+    ("array info H5AD /", 2, "anndata ls"),
     # ids in a --cells file that the source lacks: named as given at the shell (it said
     # "cells['a']: ... give ids of its cellData/ids, a boolean mask or integer rows")
     ("composite NEW a=STORE --cells a=IDS", 2, "--cells a=FILE: 1 id(s) are not cells"),
@@ -159,8 +204,24 @@ CASES: list[tuple[str, int, str]] = [
     # argparse takes a negative value for an option: the line says how to give one
     ("array resize STORE RNA/x --low -1,0", 2, "starts with '-' is written --low=VALUE"),
     ("repack STORE NEW --mem-budget -1G", 2, "starts with '-' is written --mem-budget=VALUE"),
+    # a demo folder that cannot be one: named with the flag, not "[Errno 17] File exists"
+    ("demo --directory FILE", 2, "is a file, not a folder"),
+    ("demo --directory /proc/demo", 2, "--directory /proc/demo cannot be written"),
+    ("demo --directory=", 2, "--directory is empty"),
     ("repack STORE", 2, "the following arguments are required"),
+    # options for a local .h5ad were dropped silently (a local Zarr store refused them)
+    ('anndata ls H5AD --storage-options {"a":1}', 2, "options were given for the local path"),
+    ('write H5AD NEW --source-storage-options {"a":1}', 2, "options were given for the local"),
+    # a path starting with '-' is read as an option: "LOCATION is required" alone
+    ("info -weird.zarr", 2, "(a path that starts with '-' is written ./-weird.zarr, or after --)"),
+    ("mount STORE -new.zarr", 2, "is written ./-new.zarr, or after --"),
     ("frobnicate STORE", 2, "invalid choice"),
+    # a mistyped command: the list of choices alone, not the one meant
+    ("inf STORE", 2, "invalid choice: 'inf' (did you mean 'info'?"),
+    ("INFO STORE", 2, "(did you mean 'info'?"),
+    ("composit NEW STORE", 2, "(did you mean 'composite'?"),
+    ("array inf STORE x", 2, "(did you mean 'info'?"),
+    ("anndata list H5AD", 2, "(did you mean 'ls'?"),
 ]
 
 
@@ -252,6 +313,24 @@ def test_debug_shows_the_traceback(
     assert err.strip().splitlines()[-1].startswith("cytearc-vfs repack:")
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("1", True), ("yes", True), ("0", False), ("false", False), ("No", False), ("off", False)],
+)
+def test_the_debug_variable_reads_as_people_write_yes_and_no(
+    value: str,
+    shown: bool,
+    places: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CYTEARC_VFS_DEBUG=false (or no, off) turned the tracebacks on: only "" and "0"
+    were off."""
+    monkeypatch.setenv("CYTEARC_VFS_DEBUG", value)
+    assert main(["info", str(places["MISSING"])]) == 2
+    assert ("Traceback" in capsys.readouterr().err) is shown
+
+
 def test_a_write_that_fails_says_its_destination_was_removed(
     places: dict[str, Path],
     tmp_path: Path,
@@ -308,6 +387,144 @@ def test_a_source_name_taken_from_a_directory_name_says_how_to_name_it(
     assert not (tmp_path / "new.zarr").exists()
     # named so, the same source is taken (the refusal came before anything was read)
     assert main([*argv[:3], f"source_2={places['STORE']}"]) == 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "info s3//bkt/a.zarr",
+        "verify gs//bkt/a.zarr",
+        "anndata ls https//host/a.zarr",
+        "array info s3//bkt/a.zarr RNA",
+        "write H5AD s3//bkt/a.zarr",
+        "composite s3//bkt/a.zarr STORE",
+        "composite NEW a=s3//bkt/a.zarr",
+        "mount STORE s3//bkt/a.zarr",
+        "repack STORE s3//bkt/a.zarr",
+        "export s3//bkt/a.zarr NEW",
+        "serve s3//bkt/a.zarr",
+    ],
+)
+def test_a_url_short_of_its_colon_is_refused_not_made_a_folder(
+    case: str,
+    places: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``s3//bkt/a.zarr`` (the ``:`` left out) was the local path ``./s3/bkt/a.zarr``:
+    a writer created that folder tree in the working directory and exited 0, a
+    reader said it "does not exist; check the path"."""
+    monkeypatch.chdir(tmp_path)
+    argv = _argv(case, places)
+    if argv[0] == "export":
+        argv[-1] = str(tmp_path / "out.zarr")
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    scheme = case.partition("//")[0].rpartition(" ")[2].rpartition("=")[2]
+    assert f"did you mean '{scheme}://" in line, line
+    assert list(tmp_path.iterdir()) == []
+    # a folder really named so is given as ./s3/...
+    assert f"./{scheme}/" in line, line
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "info LONG",
+        "write H5AD LONG",
+        "composite LONG STORE",
+        "mount STORE LONG",
+        "repack STORE LONG",
+        "export STORE LONG",
+    ],
+)
+def test_a_name_longer_than_the_file_system_allows_is_refused(
+    case: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path with a name of 300 characters exited 4, "fix the cause (space,
+    permissions, network) and run the command again": the system's failure, when
+    the name given is what the file system cannot hold."""
+    long = tmp_path / ("a" * 300 + ".zarr")
+    argv = [str(long) if word == "LONG" else word for word in _argv(case, places)]
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1, line
+    assert "File name too long" in line and "(space, permissions, network)" not in line
+    assert "a name in that path is longer than the file system allows" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("given", "size"),
+    [("2Gi", 2 * 1024**3), ("512Mi", 512 * 1024**2), ("1Ti", 1024**4), ("64ki", 64 * 1024)],
+)
+def test_a_size_in_the_units_kubernetes_writes_is_taken(given: str, size: int) -> None:
+    """``2Gi`` (Kubernetes, Slurm-adjacent tooling) was "not a size" while ``2GiB`` was one."""
+    from cytearc_vfs.cli.inputs import mem_budget_option
+
+    assert mem_budget_option(given) == size
+
+
+@pytest.mark.parametrize("flag", ["--cells", "--features-file"])
+def test_an_id_file_that_repeats_an_id_names_it(
+    flag: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --cells file listing a cell twice said "cells['a'] repeats rows", the Python
+    form and no id; a features file "the explicit feature list repeats ids", no id."""
+    ids = tmp_path / "ids.txt"
+    store = places["STORE"]
+    column = "cellData/ids" if flag == "--cells" else "RNA/featureData/ids"
+    first, second = (str(i) for i in zarr.open_array(store / column, mode="r")[:2])
+    ids.write_text(f"{first}\n{second}\n{first}\n")
+    argument = f"a={ids}" if flag == "--cells" else str(ids)
+    destination = tmp_path / "new.zarr"
+    assert main(["composite", str(destination), f"a={store}", flag, argument]) == 2
+    line = capsys.readouterr().err.strip()
+    given = "--cells a=FILE" if flag == "--cells" else "--features-file FILE"
+    assert line.startswith(f"cytearc-vfs composite: {given} lists {first!r} twice"), line
+    assert "cells[" not in line
+    assert not destination.exists()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        'mount STORE DEST --storage-options {"a":1}',
+        'repack STORE DEST --destination-storage-options {"a":1}',
+        'write H5AD DEST --storage-options {"a":1}',
+        'composite DEST a=STORE --storage-options {"a":1}',
+    ],
+)
+def test_a_refusal_leaves_an_empty_destination_directory_in_place(
+    case: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty directory made for the output (mkdir out.zarr, a mount point, a folder
+    with its own permissions) counts as free, and a command that failed after taking
+    it removed it whole, "removed the unfinished destination": the user's directory was
+    gone after an exit 2 that says nothing was changed."""
+    destination = tmp_path / "out.zarr"
+    destination.mkdir()
+    argv = [str(destination) if word == "DEST" else word for word in _argv(case, places)]
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1, line
+    assert destination.is_dir() and list(destination.iterdir()) == [], line
+    assert "removed the unfinished destination" not in line, line
+
+
+def test_a_folder_named_like_a_scheme_is_still_a_path(
+    places: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for given in ("./s3/bkt/a.zarr", "s3/bkt/b.zarr", str(tmp_path / "s3//bkt/c.zarr")):
+        assert main(["mount", str(places["STORE"]), given]) == 0, given
+    assert sorted(p.name for p in (tmp_path / "s3" / "bkt").iterdir()) == [
+        "a.zarr",
+        "b.zarr",
+        "c.zarr",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -227,7 +227,7 @@ def test_malformed_and_missing_options_are_refused(
     missing = tmp_path / "absent.json"
     code, payload = _run([*argv, option, f"@{missing}"], capsys)
     assert code == 2, payload
-    assert f"{option} file {missing} does not exist" in payload["message"]
+    assert f"{option} @FILE: {missing} does not exist" in payload["message"]
     assert not (tmp_path / "new.zarr").exists()
 
 
@@ -356,3 +356,69 @@ def test_array_commands_on_a_remote_array(
         open_location(location, read_only=True, storage_options=options), mode="r"
     )
     assert consolidated["t"].shape == (1, 7, 3)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["info", "MISSING"],
+        ["verify", "MISSING"],
+        ["artifacts", "MISSING"],
+        ["repack", "MISSING", "NEW"],
+        ["mount", "MISSING", "NEW"],
+        ["composite", "NEW", "a=MISSING"],
+    ],
+    ids=lambda words: words[0],
+)
+def test_a_remote_path_that_holds_nothing_does_not_exist(
+    command: list[str],
+    remote: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mistyped store name in a bucket was "a directory without Zarr metadata (no
+    zarr.json)", sending the user to look for a directory and its metadata; nothing
+    is stored there, which is what a local path that does not exist is told."""
+    missing = f"s3://{remote['bucket']}/a-typo.zarr"
+    option = (
+        "--source-storage-options"
+        if command[0] in ("mount", "composite")
+        else ("--storage-options")
+    )
+    value = remote["options"] if command[0] != "composite" else f'{{"a": {remote["options"]}}}'
+    argv = [
+        {"MISSING": missing, "NEW": str(tmp_path / "new.zarr"), "a=MISSING": f"a={missing}"}.get(
+            word, word
+        )
+        for word in command
+    ]
+    code, payload = _run([*argv, option, value], capsys)
+    assert code == 2, payload
+    assert f"{missing} does not exist" in payload["message"], payload
+    assert "check the path" in payload["message"]
+    assert "directory" not in payload["message"]
+    assert not (tmp_path / "new.zarr").exists()
+
+
+@pytest.mark.parametrize("action", [["info"], ["resize", "--high=1"], ["recover"]])
+def test_an_array_command_names_a_missing_bucket_or_store(
+    action: list[str], remote: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``array`` said "no Zarr node here (no RNA/counts/zarr.json ...); check the path"
+    for a bucket that does not exist (exit 2) and for a store name that holds
+    nothing, where every other command names the bucket (exit 4) or says the
+    location does not exist."""
+    options = ["--storage-options", remote["options"]]
+    command = ["array", action[0]]
+    code, payload = _run(
+        [*command, "s3://no-such-bucket-9/a.zarr", "RNA/counts", *action[1:], *options], capsys
+    )
+    assert code == 4, payload
+    assert "bucket does not exist" in payload["message"], payload
+    missing = f"s3://{remote['bucket']}/a-typo.zarr"
+    code, payload = _run([*command, missing, "RNA/counts", *action[1:], *options], capsys)
+    assert code == 2, payload
+    assert f"{missing} does not exist" in payload["message"], payload
+    # an existing store's missing node is still that
+    code, payload = _run([*command, remote["a"], "RNA/nothing", *action[1:], *options], capsys)
+    assert code == 2 and "no Zarr node here" in payload["message"], payload

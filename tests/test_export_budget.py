@@ -238,3 +238,25 @@ def test_the_default_budget_exports_an_ordinary_100000_cell_store(tmp_path: Path
     assert main(["export", str(tmp_path / "s.zarr"), str(tmp_path / "out.zarr")]) == 0
     exported = ad.read_zarr(tmp_path / "out.zarr")
     assert exported.shape == (n, 4) and exported.obs["barcode"].iloc[-1] == ids[-1]
+
+
+@pytest.mark.parametrize("budget", [2**63, 10**30, "99999999999999999999999T"])
+def test_a_budget_beyond_64_bits_exports_in_one_band(
+    stores: dict[str, Path], tmp_path: Path, budget: int | str
+) -> None:
+    # a budget larger than any machine's memory (a typo, or "no limit") sized the
+    # bands with a search in int64 that overflowed: exit 70 as "a bug in cytearc-vfs"
+    out = tmp_path / "out.zarr"
+    info = _export(stores["composite"], out, mem_budget=budget)
+    assert info.bands == 1
+    assert ad.read_zarr(out).shape == (3_000, 800)
+
+
+def test_the_command_line_takes_a_budget_beyond_64_bits(
+    stores: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.h5ad"
+    budget = "99999999999999999999999T"
+    assert main(["export", str(stores["composite"]), str(out), "--mem-budget", budget]) == 0
+    assert capsys.readouterr().err == ""
+    assert ad.read_h5ad(out).shape == (3_000, 800)

@@ -8,7 +8,9 @@ with the backend's error kept as its ``__cause__``.
 
 from __future__ import annotations
 
+import json
 import pickle
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +92,28 @@ def test_an_object_store_endpoint_that_is_down_points_at_the_options() -> None:
         cv.open_store("s3://bucket/store.zarr", storage_options=options)
 
 
+def test_a_plain_http_endpoint_without_allow_http_names_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """obstore refuses an http:// endpoint unless allowed, before any request, with
+    "HTTP error: builder error": the remedy said to check that the source is
+    reachable, which it may well be (MinIO, a local gateway)."""
+    options = {
+        "endpoint": f"http://127.0.0.1:{free_port()}",
+        "access_key_id": "k",
+        "secret_access_key": "s",
+        "region": "us-east-1",
+    }
+    wanted = 'add "client_options": {"allow_http": true} to storage_options'
+    with pytest.raises(StoreAccessError, match=re.escape(wanted)):
+        cv.open_store("s3://bucket/store.zarr", storage_options=options)
+    argv = ["info", "s3://bucket/store.zarr", "--storage-options", json.dumps(options)]
+    assert main(argv) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "plain http://" in err, err
+    assert 'add "client_options": {"allow_http": true} to --storage-options' in err, err
+
+
 def test_a_server_that_never_answers_points_at_the_timeout(silent_server: int) -> None:
     with pytest.raises(StoreAccessError, match="CYTEARC_SOURCE_TIMEOUT=SECONDS"):
         cv.open_store(f"http://127.0.0.1:{silent_server}/store.zarr")
@@ -152,3 +176,37 @@ def test_a_damaged_metadata_document_is_named_with_its_store(
     assert main(["info", str(where)]) == 3
     said = capsys.readouterr().err
     assert "not valid JSON" in said and "without Zarr metadata" not in said
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["RNA/counts/zarr.json", "RNA/countSummaries/zarr.json", "RNA/featureData/ids/zarr.json"],
+)
+@pytest.mark.parametrize("command", ["info", "verify", "export", "repack", "mount", "composite"])
+def test_a_damaged_document_of_an_assay_is_named_once_with_its_store(
+    tmp_path: Path, document: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Below the root, the line named the store twice, the second time by its wrapper
+    ("s.zarr: wrapping-file:///.../s.zarr: 'RNA/counts/zarr.json' is not valid JSON"),
+    and added the repair "rewrite it with cytearc-vfs repack --data-only", which
+    cannot read the document either."""
+    import numpy as np
+
+    cv.write_counts(tmp_path / "s.zarr", np.ones((5, 3), dtype=np.uint8))
+    where = tmp_path / "s.zarr"
+    (where / document).write_text("{not json")
+    out = str(tmp_path / ("out.h5ad" if command == "export" else "out.zarr"))
+    argv = {
+        "info": ["info", str(where)],
+        "verify": ["verify", str(where)],
+        "export": ["export", str(where), out],
+        "repack": ["repack", str(where), out],
+        "mount": ["mount", str(where), out],
+        "composite": ["composite", out, f"s={where}"],
+    }[command]
+    assert main(argv) == 3
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"cytearc-vfs {command}: {where}: '{document}' is not valid JSON"), said
+    assert said.endswith("restore it from a copy of the store, or re-import the dataset"), said
+    assert "file://" not in said and "repack" not in said.partition(":")[2]
+    assert not (tmp_path / "out.zarr").exists() and not (tmp_path / "out.h5ad").exists()

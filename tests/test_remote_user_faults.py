@@ -93,9 +93,10 @@ def test_opening_a_store_in_a_missing_bucket_says_so(
     err = capsys.readouterr().err
     assert code == 4 and len(err.strip().splitlines()) == 1, err
     _no_bucket_named(err)
-    # a bucket that exists, with nothing at the path: said as before, for one listing more
+    # a bucket that exists, with nothing at the path: it does not exist, as a local
+    # path would not (the same listing tells)
     bucket = s3_server.new_bucket()
-    with pytest.raises(ValueError, match="holds no Zarr group"):
+    with pytest.raises(ValueError, match=r"a\.zarr does not exist \(nothing is stored there\)"):
         cv.open_store(f"s3://{bucket}/a.zarr", storage_options=options)
 
 

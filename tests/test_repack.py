@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -136,6 +137,29 @@ def test_data_only_repairs_a_store_that_does_not_open(tmp_path: Path) -> None:
         cv.repack(tmp_path / "src.zarr", tmp_path / "bad.zarr")
     out = cv.repack(tmp_path / "src.zarr", tmp_path / "out.zarr", data_only=True)
     assert cv.dataset_fingerprint(out) == info.dataset_fingerprint
+
+
+@pytest.mark.parametrize(
+    "document", ["RNA/counts/zarr.json", "cellData/zarr.json", "RNA/featureData/ids/zarr.json"]
+)
+def test_data_only_names_a_document_that_is_not_json(
+    tmp_path: Path, document: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged metadata document: the ordinary repack named it (exit 3); data-only,
+    which the remedy of every other command proposes, exited 2 with json's bare
+    'Expecting property name enclosed in double quotes: line 1 column 2 (char 1)'."""
+    cv.write_counts(tmp_path / "src.zarr", realistic_counts(30, 8, density=0.4, seed=8))
+    (tmp_path / "src.zarr" / document).write_text("{not json")
+    with pytest.raises(cv.RecordShapeError, match=rf"{re.escape(document)!s}' is not valid JSON"):
+        cv.repack(tmp_path / "src.zarr", tmp_path / "out.zarr", data_only=True)
+    assert not (tmp_path / "out.zarr").exists()
+    argv = ["repack", str(tmp_path / "src.zarr"), str(tmp_path / "out.zarr"), "--data-only"]
+    assert main(argv) == 3
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1
+    assert line.startswith(f"cytearc-vfs repack: {tmp_path / 'src.zarr'}: '{document}' is not")
+    assert line.endswith("restore it from a copy of the store, or re-import the dataset")
+    assert not (tmp_path / "out.zarr").exists()
 
 
 def test_repack_refuses_composites_and_overlaps(tmp_path: Path) -> None:

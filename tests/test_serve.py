@@ -1608,6 +1608,25 @@ def test_cli_refusals(world: World, args: list[str], code: int, words: str) -> N
     assert "not json" not in result.stderr.replace("is not JSON", "")  # the value is never echoed
 
 
+@pytest.mark.parametrize("host", ["", " "])
+def test_an_empty_host_is_refused_not_all_interfaces(world: World, host: str) -> None:
+    # --host "$HOST" with HOST unset listened on 0.0.0.0, every interface, with only a
+    # warning: the store went out to the network where the user meant a host
+    ran = subprocess.run(
+        [cli_executable(), "serve", str(world.ordinary), "--host", host, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 2, ran
+    assert "serving" not in ran.stdout
+    line = ran.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("cytearc-vfs serve: --host is empty")
+    assert "127.0.0.1" in line and "0.0.0.0" in line
+    assert json.loads(ran.stdout)["category"] == "refused"
+
+
 def test_cli_refuses_what_it_cannot_serve(world: World, tmp_path: Path) -> None:
     missing = run_main("serve", str(tmp_path / "missing.zarr"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr

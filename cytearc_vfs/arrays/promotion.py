@@ -71,12 +71,13 @@ def _ancestors(key: str) -> Iterable[str]:
         yield "/".join(parts[:end])
 
 
-def _position(value: object, name: str, upper: int) -> int:
+def _position(value: object, name: str, upper: int, *, lower: int = 0, meaning: str = "") -> int:
+    """``value`` as an integer in ``lower..upper``; refused naming the range and ``meaning``."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} is an integer, not {value!r}")
     number: int = value.__index__()
-    if not 0 <= number <= upper:
-        raise ValueError(f"{name} {number} is outside 0..{upper}")
+    if not lower <= number <= upper:
+        raise ValueError(f"{name} {number} is outside {lower}..{upper}{meaning}")
     return number
 
 
@@ -105,11 +106,17 @@ def plan_promote(
     """
     where = describe_document(document)
     rank = len(document.shape)
-    dimension = _position(dimension, "dimension", rank)
+    dimension = _position(
+        dimension,
+        "dimension",
+        rank,
+        meaning=f" (where the new dimension goes: before dimension 0..{rank - 1} of this "
+        f"{rank}-dimensional array, or {rank} after its last)"
+        if rank
+        else " (a 0-dimensional array takes its first dimension at 0)",
+    )
     names = _names_after(document, dimension, name, where=where)
-    length = _position(length, "length", 2**62)
-    if length < 1:
-        raise ValueError(f"length {length} must be at least 1 (the new dimension's size)")
+    length = _position(length, "length", 2**62, lower=1, meaning=" (the new dimension's size)")
     before = document.document
     codecs = insert_axis(before.get("codecs", []), dimension, rank, length=length, where=where)
     sources: list[tuple[int, ...]] = []

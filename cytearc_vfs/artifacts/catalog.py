@@ -33,6 +33,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import IncompleteStoreError
+from ..format.option_names import on_command_line
 from ..format.paths import check_name, join
 from ..format.store_io import document_attribute, get_json, list_dir
 from ..read.opening import open_store
@@ -238,9 +239,15 @@ def check_artifact_path(path: object) -> str:
     Its text alone is checked: ``..`` would let a local store read outside the
     root (or the store), and a kind group or an array is not an artifact.
     """
+    listing = (
+        # at a shell, the one command that takes a path lists the paths it takes
+        "cytearc-vfs artifacts LOCATION --incomplete lists the unpublished groups' paths"
+        if on_command_line()
+        else "list_artifacts gives the paths"
+    )
     form = (
         f"artifact path {path!r} must be '{{root}}/{{kind}}/{{artifact_id}}', such as "
-        "'RNA/artifacts/pca/<64 hex digits>'; list_artifacts gives the paths"
+        f"'RNA/artifacts/pca/<64 hex digits>'; {listing}"
     )
     segments = path.strip("/").split("/") if isinstance(path, str) else []
     if len(segments) < 3:

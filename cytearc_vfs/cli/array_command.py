@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import TYPE_CHECKING
 
 from .failures import InputRefusedError
@@ -70,7 +71,6 @@ def _consolidation_payload(change: ConsolidationReport) -> dict[str, object]:
 def _not_stored(store: Store, path: str, location: str) -> str:
     """The remedy for a path with no node: "check the path", or, for the count arrays of
     a composite or a mount (``info`` lists them, and they are not stored there), why."""
-    import shlex
 
     from ..composite.records import COMPOSITE_ATTR
     from ..format.store_io import get_json
@@ -100,7 +100,6 @@ def array_interrupt_note(args: argparse.Namespace) -> str:
     ...                                         path="x"))
     "a resize under way is journaled: if the array reports an unfinished operation, finish it with: cytearc-vfs array recover 'a b.zarr' x"
     """
-    import shlex
 
     action = getattr(args, "array_command", None)
     if action not in ("resize", "promote", "recover"):
@@ -115,10 +114,25 @@ def array_interrupt_note(args: argparse.Namespace) -> str:
     )
 
 
+def _require_local_store(location: str, action: str) -> None:
+    """Refuse a local ``location`` that is no directory: a missing one (which a
+    writable store would create, and leave behind), a file or an ``.h5ad``."""
+    from ..inspection.store_kind import classify_location
+    from ..remote.locations import local_path
+
+    path = local_path(location)
+    if path is None or path.is_dir():
+        return
+    found = classify_location(location)
+    remedy = {
+        "missing": "check the path",
+        "h5ad": f"cytearc-vfs anndata ls {shlex.quote(location)} lists its elements",
+    }.get(found.kind, "give the directory of a Zarr store")
+    raise InputRefusedError(f"{found.words}; array {action} needs a Zarr store: {remedy}")
+
+
 def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``array info | resize | promote | recover LOCATION [PATH]``."""
-    import shlex
-
     import zarr
 
     from ..arrays import hierarchy, info, recover
@@ -127,6 +141,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from ..arrays.resizing import resize_array
     from ..arrays.summary import unfinished_below
     from ..errors import IncompleteStoreError, RecordShapeError
+    from ..format.store_contents import list_root_once
     from ..format.store_io import get_json
     from ..remote.locations import describe_location, open_location
     from .inputs import json_option
@@ -134,11 +149,19 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     action, path = args.array_command, args.path.strip("/")
     where = f"{describe_location(args.location)} {path or '/'}"
     options = json_option(args.storage_options, "--storage-options")
+    _require_local_store(args.location, action)
     store = open_location(args.location, read_only=action == "info", storage_options=options)
     node = "zarr.json" if not path else f"{path}/zarr.json"
     document = get_json(store, node, where=where)
     if document is None:
         legacy = _legacy_kind(store, path)
+        # an object store: a missing bucket raises its own error here, and a location
+        # under which nothing is stored does not exist (it is no node's absence)
+        if legacy is None and list_root_once(store) is False:
+            raise InputRefusedError(
+                f"{describe_location(args.location)} does not exist (nothing is stored there); "
+                f"array {action} needs a Zarr store: check the path"
+            )
         if legacy is None:
             raise FileNotFoundError(
                 f"{where}: no Zarr node here (no {node}, .zarray or .zgroup); "

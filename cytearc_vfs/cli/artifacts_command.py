@@ -26,6 +26,14 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         )
     if args.remove_incomplete is not None and args.kind:
         raise InputRefusedError("--kind filters a listing; --remove-incomplete takes a path alone")
+    if args.kind is not None:
+        from ..format.paths import check_name
+
+        # no artifact has a kind that is no name: listing none of them said nothing wrong
+        try:
+            check_name(args.kind, what="--kind")
+        except ValueError as exc:
+            raise InputRefusedError(f"{exc} (a kind such as pca or normalized)") from None
     where, storage_options, source_options = checked_for_reading(args, command="artifacts")
     if args.incomplete or args.remove_incomplete is not None:
         return _incomplete(args, where, storage_options)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .anndata_command import checked_anndata_input, cmd_anndata
@@ -24,6 +23,7 @@ from .inputs import (
     mem_budget_option,
     parse_sources,
     per_source_options,
+    read_named_file,
     refuse_unused_source_options,
     require_store,
 )
@@ -80,15 +80,18 @@ def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
             )
 
 
-def _read_lines(path: str, *, what: str) -> list[str]:
-    from ..remote.locations import expand_home
-
-    file = Path(expand_home(path))
-    if not file.is_file():
-        raise InputRefusedError(
-            f"{what} file {path} does not exist; give a text file with one id per line"
-        )
-    ids = [line.strip() for line in file.read_text().splitlines() if line.strip()]
+def _read_lines(path: str, *, what: str, form: str) -> list[str]:
+    """The ids of the file ``path`` given to ``what`` (written ``form``), one a line."""
+    text = read_named_file(path, what=form, wanted="a text file with one id per line")
+    ids = [line.strip() for line in text.splitlines() if line.strip()]
+    seen: set[str] = set()
+    for found in ids:
+        if found in seen:
+            # the library says "repeats rows" of cells[NAME], the Python form, with no id
+            raise InputRefusedError(
+                f"{form} lists {found!r} twice; list each id once (sort -u FILE removes repeats)"
+            )
+        seen.add(found)
     if not ids:
         # an empty file (a grep that matched nothing) made a composite of no cells or features
         raise InputRefusedError(
@@ -110,7 +113,13 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
                 f"--cells {entry!r} must be NAME=FILE with NAME one of the sources "
                 f"({', '.join(sources)})"
             )
-        chosen[name] = _read_lines(path, what="--cells")
+        if name in chosen:
+            # the second file replaced the first, silently
+            raise InputRefusedError(
+                f"--cells gives source {name!r} two FILEs; give one file holding every id "
+                "to keep (cat them into one)"
+            )
+        chosen[name] = _read_lines(path, what="--cells", form=f"--cells {name}=FILE")
     return chosen
 
 
@@ -259,10 +268,21 @@ def _per_source(
     chosen: dict[str, str] = {}
     for value in values:
         name, separator, choice = value.partition("=")
-        if not separator or not choice or name not in sources:
+        if not separator or name not in sources:
             raise InputRefusedError(
                 f"{option} {value!r} must be NAME={what} with NAME one of the sources "
                 f"{list(sources)}"
+            )
+        if not choice:
+            raise InputRefusedError(
+                f"{option} {value!r} gives no {what}; write {option} {name}={what}, or leave "
+                f"{option} out for source {name!r}"
+            )
+        if name in chosen:
+            # the last one was taken, silently
+            raise InputRefusedError(
+                f"{option} gives source {name!r} a {what} twice ({chosen[name]!r} and "
+                f"{choice!r}); give one"
             )
         chosen[name] = choice
     return chosen
@@ -291,12 +311,20 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = per_source_options(args.source_storage_options, list(sources))
     budget = mem_budget_option(args.mem_budget)
-    choice: str = args.features
+    if args.features is not None and args.features_file is not None:
+        # one of them was dropped, silently: the file won
+        raise InputRefusedError(
+            f"--features {args.features} and --features-file both choose the features; give "
+            "one of them (--features-file FILE is --features @FILE)"
+        )
+    choice: str = "union" if args.features is None else args.features
     features: str | list[str] = choice
-    if args.features_file:
-        features = _read_lines(args.features_file, what="--features-file")
+    if args.features_file is not None:
+        features = _read_lines(
+            args.features_file, what="--features-file", form="--features-file FILE"
+        )
     elif choice.startswith("@"):
-        features = _read_lines(choice[1:], what="--features")
+        features = _read_lines(choice[1:], what="--features", form="--features @FILE")
     elif choice not in ("union", "intersection"):
         raise InputRefusedError(
             f"--features {choice!r} is not union, intersection or @FILE (a file of "

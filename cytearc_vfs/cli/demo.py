@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from .failures import InputRefusedError
 from .progress import ProgressBars
 
 __all__ = ["run_demo"]
@@ -89,13 +90,29 @@ def _demo_mount(root: Path, counts_fingerprint: str) -> dict[str, Any]:
     }
 
 
+def _demo_folder(directory: str) -> Path:
+    """The folder ``--directory`` names, refused before any work unless the demo can
+    create its stores there (the operating system's "[Errno 17] File exists" named
+    no flag and no remedy)."""
+    from ..remote.locations import expand_home
+    from ..write.writable import require_writable
+
+    remedy = "give a folder (created if missing), or leave --directory out for a temporary one"
+    if not directory.strip():
+        # an unset shell variable (--directory "$DIR"): not silently a temporary folder
+        raise InputRefusedError(f"--directory is empty; {remedy}")
+    root = Path(expand_home(directory))
+    if (root.exists() or root.is_symlink()) and not root.is_dir():
+        raise InputRefusedError(f"--directory {root} is a file, not a folder; {remedy}")
+    require_writable(root, where=f"--directory {root}")
+    return root
+
+
 def run_demo(
     directory: str | None, *, progress: ProgressBars | None, say: Say
 ) -> tuple[str, list[dict[str, Any]]]:
     """Run the demo; returns the folder used and one record per step (printed through ``say``)."""
     import cytearc_vfs as cv
-
-    from ..remote.locations import expand_home
 
     try:
         import anndata  # noqa: F401  (the real datasets are AnnData files)
@@ -107,8 +124,9 @@ def run_demo(
     from cytearc_vfs import realdata
 
     steps: list[dict[str, Any]] = []
+    kept = None if directory is None else _demo_folder(directory)
     with tempfile.TemporaryDirectory(prefix="cytearc-demo-") as scratch:
-        root = Path(expand_home(directory)) if directory else Path(scratch)
+        root = kept or Path(scratch)
         root.mkdir(parents=True, exist_ok=True)
         if say:
             say(f"cytearc_vfs demo in {root}")

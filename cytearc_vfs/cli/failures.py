@@ -9,6 +9,7 @@ are bugs the line says so and how to report them.
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from collections.abc import Mapping
@@ -178,6 +179,14 @@ def classify_failure(exc: BaseException, locations: Mapping[str, str] | None = N
             "refused",
             f"{message} (NotADirectoryError); a folder of that path is a file: "
             "choose a path whose folders are directories",
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        # the name given, not the system: no space or permission would let it be made
+        return Failure(
+            ExitCode.REFUSED,
+            "refused",
+            f"{message}; a name in that path is longer than the file system allows (255 "
+            "bytes a name on most): choose a shorter name",
         )
     if isinstance(exc, (FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return Failure(ExitCode.REFUSED, "refused", message)

@@ -17,6 +17,7 @@ __all__ = [
     "mem_budget_option",
     "parse_sources",
     "per_source_options",
+    "read_named_file",
     "refuse_unused_source_options",
     "require_store",
 ]
@@ -85,12 +86,9 @@ def json_option(value: str | None, option: str) -> dict[str, Any] | None:
         return None
     text = value
     if value.startswith("@"):
-        from ..remote.locations import expand_home
-
-        source = Path(expand_home(value[1:]))
-        if not source.is_file():
-            raise InputRefusedError(f"{option} file {source} does not exist; give a JSON file")
-        text = source.read_text()
+        text = read_named_file(
+            value[1:], what=f"{option} @FILE", wanted="a file holding a JSON object"
+        )
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -101,6 +99,39 @@ def json_option(value: str | None, option: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict):
         raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
     return parsed
+
+
+def read_named_file(path: str, *, what: str, wanted: str) -> str:
+    """The text of the file ``path`` that ``what`` (``--cells NAME=FILE``) names, refused in one line
+    saying what it is instead (missing, a directory, no name, not UTF-8 text).
+
+    Not only regular files: a shell gives ``--storage-options @<(pass show s3)``
+    or ``--features-file <(grep ...)`` as ``/dev/fd/N``, a pipe, which is read
+    as it is. The text is never shown (it may hold credentials).
+    """
+    from ..remote.locations import expand_home
+
+    remedy = f"give {wanted}"
+    if not path:
+        raise InputRefusedError(f"{what} names no file; {remedy}")
+    file = Path(expand_home(path))
+    if file.is_dir():
+        raise InputRefusedError(f"{what}: {file} is a directory, not a file; {remedy}")
+    if not file.exists():
+        raise InputRefusedError(f"{what}: {file} does not exist; {remedy}")
+    try:
+        with file.open("rb") as opened:
+            data = opened.read()
+    except OSError as exc:
+        raise InputRefusedError(
+            f"{what}: {file} cannot be read ({exc.strerror or type(exc).__name__}); {remedy}"
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputRefusedError(
+            f"{what}: {file} is not UTF-8 text (is it the file you meant?); {remedy}"
+        ) from None
 
 
 def per_source_options(value: str | None, sources: Sequence[str]) -> dict[str, Any] | None:
@@ -156,12 +187,15 @@ def mem_budget_option(value: str | None) -> int | None:
         "(such as 512M or 2G), and a budget too small for the data is refused with the "
         "budget it needs"
     )
-    if shown.startswith("-"):
-        raise InputRefusedError(f"--mem-budget {shown} is negative; {remedy}")
     try:
-        budget = parse_size(shown, what="--mem-budget")
-    except ValueError as exc:
-        raise InputRefusedError(str(exc)) from None
+        budget = parse_size(shown.removeprefix("-"), what="--mem-budget")
+    except ValueError:
+        raise InputRefusedError(
+            f"--mem-budget {shown!r} is not a size; write bytes (1048576) or a number with a "
+            "unit: K, M, G, T (binary, so 1M = 1048576 bytes)"
+        ) from None
+    if shown.startswith("-") and budget:
+        raise InputRefusedError(f"--mem-budget {shown} is negative; {remedy}")
     if budget <= 0:
         raise InputRefusedError(f"--mem-budget {shown} leaves no working memory; {remedy}")
     return budget

@@ -293,11 +293,15 @@ class DestinationGuard:
     def __init__(
         self, location: Location, *, storage_options: Mapping[str, Any] | None = None
     ) -> None:
-        from ..remote.locations import describe_location
+        from ..remote.locations import describe_location, local_path
 
         self._location = location
         self._storage_options = storage_options
         self.existed = _has_keys(location, storage_options)
+        path = local_path(location)
+        # an empty directory is a free destination, but the user's (mkdir out.zarr, a
+        # folder with its own permissions): a failure empties it and leaves it
+        self._kept_directory = path is not None and not self.existed and path.is_dir()
         self.where = describe_location(location)
 
     def discard(self) -> str:
@@ -311,6 +315,20 @@ class DestinationGuard:
                 "--overwrite replaces it"
             )
         path = local_path(self._location)
+        if path is not None and self._kept_directory:
+            if not path.is_dir() or not any(path.iterdir()):
+                return "nothing was written"
+            for entry in list(path.iterdir()):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+            if any(path.iterdir()):
+                return f"{self.where} could not be emptied completely; empty it yourself"
+            return (
+                f"removed what was written in the unfinished destination {self.where} (an "
+                "empty directory before the command, left empty)"
+            )
         if path is not None:
             if not path.exists():
                 return "nothing was written"

@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     composite.add_argument("--assay", default="RNA", help="assay to compose (default RNA)")
     composite.add_argument(
         "--features",
-        default="union",
+        default=None,
         metavar="union|intersection|@FILE",
         help="output features: union (default), intersection, or @FILE with one id per line",
     )

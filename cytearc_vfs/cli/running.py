@@ -120,7 +120,14 @@ def _run(arguments: list[str], state: _RunState) -> int:
         return exited.code if isinstance(exited.code, int) else int(exited.code is not None)
     state.command = args.command
     state.args = args
-    debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "") not in ("", "0")
+    # "false", "no" and "off" turned the tracebacks on: only "" and "0" were off
+    debug = bool(args.debug) or os.environ.get("CYTEARC_VFS_DEBUG", "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    )
     from ..format.option_names import command_line_names
 
     # the library's remedies name --flags, not Python keywords, on the command line

@@ -124,6 +124,14 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         raise InputRefusedError(
             f"--port {args.port} is not a port (0 to 65535; 0 picks a free one)"
         )
+    if not args.host.strip():
+        # what "--host $HOST" gives with HOST unset: the socket layer takes "" for every
+        # interface, which would put the store on the network unasked
+        raise InputRefusedError(
+            f"--host is empty{'' if not args.host else ' (blank)'}; give 127.0.0.1 (this "
+            "machine only, the default) or an address of this machine, or 0.0.0.0 to mean "
+            "all interfaces"
+        )
     if args.allow_origin is not None:
         _check_origin(args.allow_origin)
     defaults = ServeOptions()

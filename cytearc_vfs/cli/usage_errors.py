@@ -72,8 +72,37 @@ def _chosen_parser(parser: argparse.ArgumentParser, parsed: Any) -> argparse.Arg
         parser = commands[0].choices[chosen]
 
 
-def _suggestion(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
-    """``" (did you mean --json?)"`` for a mistyped option of ``parser``, else ``""``.
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser below ``parser`` (``array resize``'s too), in help order."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                found.extend(_commands(command) or [command])
+    return found
+
+
+def _commands_taking(root: argparse.ArgumentParser, option: str) -> list[str]:
+    """The commands (``write``, ``array resize``) whose parsers below ``root`` take
+    ``option``."""
+    program = root.prog.split()[0]
+    return [
+        command.prog.removeprefix(program).strip()
+        for command in _commands(root)
+        if any(option in action.option_strings for action in command._actions)
+    ]
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _suggestion(
+    parser: argparse.ArgumentParser, extras: Sequence[str], root: argparse.ArgumentParser
+) -> str:
+    """``" (did you mean --json?)"`` for a mistyped option of ``parser``, or what takes
+    an option of other commands (``--mem-budget`` given to ``info``), else ``""``.
 
     Only option names are compared and shown, never a value (which may be a
     credential).
@@ -83,6 +112,12 @@ def _suggestion(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
         if not extra.startswith("--"):
             continue
         name = extra.partition("=")[0]
+        elsewhere = _commands_taking(root, name)
+        if elsewhere:
+            # right for another command: a near name of this one ("--mem-budget" and
+            # "--debug") is no typo, and suggesting it misleads
+            command = parser.prog.removeprefix(root.prog.split()[0]).strip()
+            return f" ({name} is an option of {_listed(elsewhere)}, not of {command})"
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         if close:
             return f" (did you mean {close[0]}?)"
@@ -96,6 +131,24 @@ def _dash_value_follows(option: str, arguments: Sequence[str]) -> bool:
         word == option and following.startswith("-") and not following.startswith("--")
         for word, following in itertools.pairwise(arguments)
     )
+
+
+def _dashed_path(parser: argparse.ArgumentParser, arguments: Sequence[str]) -> str | None:
+    """The first word of ``arguments`` that starts with one ``-`` and is no option of
+    ``parser`` nor a negative number: a path such as ``-new.zarr``, or ``None``."""
+    known = {name for action in parser._actions for name in action.option_strings}
+    for word in arguments:
+        if word == "--":
+            return None
+        if (
+            word.startswith("-")
+            and not word.startswith("--")
+            and len(word) > 2
+            and word not in known
+            and not re.fullmatch(r"-[\d.,]+[A-Za-z]?", word)
+        ):
+            return word
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,7 +171,7 @@ class _Parser(argparse.ArgumentParser):
             chosen.error(
                 "unrecognized arguments: "
                 + " ".join(_hidden_values(extras))
-                + _suggestion(chosen, extras)
+                + _suggestion(chosen, extras, self)
             )
         assert isinstance(parsed, argparse.Namespace)
         return parsed
@@ -130,6 +183,22 @@ class _Parser(argparse.ArgumentParser):
             # reads as --low without a value: say how such a value is given
             option = expected.group(1)
             message += f" (a value that starts with '-' is written {option}=VALUE)"
+        choice = re.fullmatch(r"argument \S+: invalid choice: '(.*)' \(choose from (.*)\)", message)
+        if choice:
+            # a mistyped command or action: name the one meant before the whole list
+            given, listed = choice.group(1), re.findall(r"'([^']*)'", choice.group(2))
+            close = [name for name in listed if name.lower() == given.lower()] or (
+                difflib.get_close_matches(given.lower(), listed, n=1, cutoff=0.6)
+            )
+            if close:
+                message = message.replace(
+                    f"'{given}' (choose", f"'{given}' (did you mean {close[0]!r}? choose", 1
+                )
+        if message.startswith("the following arguments are required"):
+            dashed = _dashed_path(self, _Parser.arguments)
+            if dashed is not None:
+                # argparse took it for an option it does not know, so the path is "missing"
+                message += f" (a path that starts with '-' is written ./{dashed}, or after --)"
         if _Parser.json_errors:
             # the command's first word, as every other error of it reports it
             # ("anndata" for "cytearc-vfs anndata ls"); "" before any command

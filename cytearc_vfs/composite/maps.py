@@ -217,7 +217,11 @@ def _choose_features(
     if not chosen:
         raise ValueError(_NO_FEATURES)
     if len(set(chosen)) != len(chosen):
-        raise ValueError("the explicit feature list repeats ids; give each feature once")
+        counted = pd.Index(chosen)
+        repeated = str(counted[counted.duplicated()][0])
+        raise ValueError(
+            f"the explicit feature list repeats ids (first: {repeated!r}); give each feature once"
+        )
     known: set[str] = set()
     for ids in per_source:
         known.update(ids.tolist())

@@ -241,9 +241,12 @@ def resolve_assay_type(assay: str, explicit: str | None) -> str:
     """
     if explicit is not None:
         if explicit not in ASSAY_TYPE_PRESETS:
+            # presets are case-sensitive names ("RNA"): "rna" is the likeliest slip
+            meant = [p for p in ASSAY_TYPE_PRESETS if p.lower() == str(explicit).lower()]
+            hint = f"did you mean {meant[0]!r}? Presets: " if meant else "choose one of "
             raise ValueError(
-                f"assay_type {explicit!r} for assay {assay!r} is not a preset; "
-                f"choose one of {list(ASSAY_TYPE_PRESETS)}"
+                f"{option_name('assay_type')} {explicit!r} for assay {assay!r} is not a "
+                f"preset; {hint}{list(ASSAY_TYPE_PRESETS)}"
             )
         return explicit
     if assay in ASSAY_TYPE_PRESETS:

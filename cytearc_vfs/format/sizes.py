@@ -21,6 +21,11 @@ _UNITS = {
     "t": 1024**4,
     "tb": 1024**4,
     "tib": 1024**4,
+    # Kubernetes' spelling of the same binary units ("2Gi")
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 

@@ -50,6 +50,7 @@ from .records import (
 )
 from .shard_tables import REWRITE_REMEDY, ShardTable, check_stored_shards, read_shard_table
 from .store_contents import (
+    DAMAGED_DOCUMENT_REMEDY,
     StoreContents,
     contents_documents,
     list_root_once,
@@ -258,7 +259,13 @@ def verify_assay(
     try:
         return _verify_assay(store, paths, where=where, assay_types=assay_types, contents=contents)
     except RecordShapeError as exc:
-        if REPAIR in str(exc):
+        text = str(exc)
+        if DAMAGED_DOCUMENT_REMEDY in text:
+            # a document that is not JSON, named with the store's own description
+            # ("wrapping-file:///..."): said of where instead, and with its own remedy,
+            # since the data-only rewrite cannot read it either
+            raise RecordShapeError(f"{where}: {text.removeprefix(f'{store}: ')}") from exc
+        if REPAIR in text:
             raise
         # record parsers know the field, not the store: add where and the remedy
         raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc

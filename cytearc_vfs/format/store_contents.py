@@ -27,6 +27,7 @@ __all__ = [
     "json_object",
     "list_root_once",
     "node_attrs",
+    "raise_damaged_document",
     "read_contents",
     "unfinished_message",
 ]
@@ -76,9 +77,31 @@ def json_object(store: Store, key: str, *, where: str | None = None) -> dict[str
     return value
 
 
-def node_attrs(store: Store, path: str) -> tuple[str | None, dict[str, Any]]:
-    """(node_type, attributes) of the v3 node at ``path``, or (None, {})."""
-    document = json_object(store, join(path, "zarr.json"))
+def raise_damaged_document(store: Store, *, where: str) -> None:
+    """Raise the :class:`RecordShapeError` of the first metadata document of ``store``
+    that is not a JSON object, naming it, ``where`` and the remedy; return if none is.
+
+    zarr opens a node whose ``zarr.json`` is damaged with ``json``'s bare
+    ``JSONDecodeError`` ("Expecting value: line 1 column 1"), naming neither the
+    document nor the store: a caller that met one finds it here. Lists the
+    whole store, so it is for failures, not for every open.
+    """
+    from zarr.core.sync import sync
+
+    async def collect() -> list[str]:
+        return [key async for key in store.list()]
+
+    for key in sorted(sync(collect())):
+        if key.rpartition("/")[2] in METADATA_DOCUMENTS:
+            json_object(store, key, where=where)
+
+
+def node_attrs(
+    store: Store, path: str, *, where: str | None = None
+) -> tuple[str | None, dict[str, Any]]:
+    """(node_type, attributes) of the v3 node at ``path``, or (None, {}); a damaged
+    document is refused naming the store as ``where`` (else the store's own words)."""
+    document = json_object(store, join(path, "zarr.json"), where=where)
     if document is None:
         return None, {}
     attrs = document.get("attributes", {})
@@ -122,8 +145,9 @@ def contents_documents(keys: Iterable[str]) -> list[str]:
     return documents
 
 
-def list_root_once(store: Store) -> None:
-    """Ask a remote ``store`` for the first page of its root listing, for what it raises.
+def list_root_once(store: Store) -> bool | None:
+    """Ask a remote ``store`` for the first page of its root listing, for what it raises;
+    whether it lists anything (``None`` when it was not listed).
 
     S3 answers a GET of any key in a bucket that does not exist ``404``, as for
     an absent key, so a location without a root document may be a mistyped
@@ -131,25 +155,34 @@ def list_root_once(store: Store) -> None:
     raised here and named by the callers' translation of backend errors).
     Called where a root document is missing, so it costs one request only on
     the way to an error, and raises only a missing bucket. Local and in-memory
-    stores are not listed (a local directory may hold any number of files).
+    stores are not listed (a local directory may hold any number of files). An
+    object store lists nothing below a path where nothing is stored: that path
+    does not exist, as a local one would not.
     """
     from zarr.core.sync import sync
     from zarr.storage import LocalStore, MemoryStore
 
-    if isinstance(store, LocalStore | MemoryStore) or not store.supports_listing:
-        return
+    inner, depth = store, 0
+    # wrappers (remembered reads, prefetched documents) over a local directory: an
+    # empty local directory exists, and is said so by the callers
+    while isinstance(getattr(inner, "_store", None), Store) and depth < 32:
+        inner, depth = inner._store, depth + 1  # type: ignore[attr-defined]
+    if isinstance(inner, LocalStore | MemoryStore) or not store.supports_listing:
+        return None
 
-    async def first_page() -> None:
+    async def first_page() -> bool:
         async for _ in store.list_dir(""):
-            break
+            return True
+        return False
 
     try:
-        sync(first_page())
+        return sync(first_page())
     except Exception as exc:
         if missing_bucket(exc):
             raise
         # anything else (a server that refuses listings) leaves the missing document
         # to be said as it is: the path is what to check
+        return None
 
 
 class NoZarrGroupError(ValueError):
@@ -162,7 +195,11 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     if root is None:
         if json_object(store, ".zgroup", where=where) is not None:
             return StoreContents(json_object(store, ".zattrs", where=where) or {}, (), (), 2)
-        list_root_once(store)  # a missing bucket is said so, not "no zarr.json"
+        # a missing bucket is said so, not "no zarr.json"; and a path that holds nothing
+        if list_root_once(store) is False:
+            raise NoZarrGroupError(
+                f"{where} does not exist (nothing is stored there); check the path"
+            )
         remedy = (
             # an AnnData file: say what it is and how to use it (not "write a store there")
             ": an .h5ad file is AnnData in HDF5, read only as input. Import it with "
@@ -194,7 +231,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     for child in list_dir(store, ""):
         if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
             continue
-        kind, attrs = node_attrs(store, child)
+        kind, attrs = node_attrs(store, child, where=where)
         if kind != "group" or child in _NOT_ASSAYS:
             continue
         groups[child] = attrs
@@ -202,11 +239,14 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
             assays.append(AssayPaths(child))
         elif PENDING_ASSAY_ATTR in attrs:
             pending.append(AssayPaths(child))
-        elif child != "cellData" and node_attrs(store, join(child, "cellData"))[0] == "group":
+        elif (
+            child != "cellData"
+            and node_attrs(store, join(child, "cellData"), where=where)[0] == "group"
+        ):
             for grandchild in list_dir(store, child):
                 if grandchild in METADATA_DOCUMENTS:
                     continue
-                kind2, attrs2 = node_attrs(store, join(child, grandchild))
+                kind2, attrs2 = node_attrs(store, join(child, grandchild), where=where)
                 if kind2 != "group":
                     continue
                 groups[join(child, grandchild)] = attrs2

@@ -151,8 +151,10 @@ def classify_location(
         v2_group = _document(raw(".zgroup"))
         if v2_group is None:
             kind: Kind = "zarr-array" if _document(raw(".zarray")) is not None else "directory"
-            if kind == "directory":
-                list_root_once(store)  # a missing bucket is said so, not "a directory"
+            # a missing bucket is said so, not "a directory"; a path under which an
+            # object store holds nothing does not exist
+            if kind == "directory" and list_root_once(store) is False:
+                return StoreKind("missing", where)
             return StoreKind(kind, where, 2 if kind == "zarr-array" else None)
         attrs = _document(raw(".zattrs")) or {}
         if attrs.get("encoding-type") == "anndata":

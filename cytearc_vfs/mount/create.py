@@ -19,6 +19,7 @@ import zarr
 from ..errors import UnsupportedSourceError
 from ..format.flags import check_flag
 from ..format.nodes import group_at
+from ..format.option_names import on_command_line
 from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
@@ -91,8 +92,9 @@ def _chosen_assays(assays: object) -> list[str]:
             )
     repeated = sorted({name for name in chosen if chosen.count(name) > 1})
     if repeated:
+        given = "--assay" if on_command_line() else "assays="
         raise ValueError(
-            f"assays= names {', '.join(map(repr, repeated))} more than once; give each assay once"
+            f"{given} names {', '.join(map(repr, repeated))} more than once; give each assay once"
         )
     return chosen
 
@@ -180,8 +182,8 @@ def mount_datastore(
     unknown = sorted(set(chosen) - set(available)) + sorted(set(assay_types or {}) - set(chosen))
     if unknown:
         raise ValueError(
-            f"assay(s) {', '.join(unknown)} are not in {where} (it holds "
-            f"{', '.join(available)}); choose among those"
+            f"assay(s) {', '.join(map(repr, unknown))} are not in {where} (it holds "
+            f"{', '.join(map(repr, available))}); choose among those"
         )
     # every document verification reads, in one concurrent round (not one by one)
     backend = prefetched(

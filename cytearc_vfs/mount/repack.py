@@ -58,6 +58,7 @@ from ..format.source_store import (
     verify_assay,
     verify_store,
 )
+from ..format.store_contents import raise_damaged_document
 from ..format.store_keys import METADATA_DOCUMENTS
 from ..format.tables import read_table
 from ..read.prefetch import assay_documents, prefetched
@@ -488,9 +489,14 @@ def repack(
             raise ValueError(
                 f"{where} is a mount; data-only repack reads raw stores, repack the mount without it"
             )
-        _repack_data_only(
-            source, destination, budget, where, progress, overwrite, destination_storage_options
-        )
+        try:
+            _repack_data_only(
+                source, destination, budget, where, progress, overwrite, destination_storage_options
+            )
+        except json.JSONDecodeError:
+            # zarr's own words for a damaged document name neither it nor the store
+            raise_damaged_document(source, where=where)
+            raise
         return open_store(destination, storage_options=destination_storage_options)
     if is_mount:
         mount = MountStore._verified(source, where, source_storage_options)

@@ -176,6 +176,12 @@ def unreachable(exc: BaseException) -> bool:
     )
 
 
+def plain_http_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is obstore refusing an ``http://`` endpoint it was not allowed to
+    use (``HTTP error: builder error`` with ``BadScheme``): no request was sent."""
+    return "badscheme" in _text(exc)
+
+
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is the server refusing the request (``403``, permission denied)."""
     if isinstance(exc, PermissionError) or type(exc).__name__ == "PermissionDeniedError":
@@ -197,6 +203,13 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return (
             "nothing answered at that address (the connection failed): check that the "
             f"endpoint is right and reachable, and pass it (and credentials) as {options}"
+        )
+    if plain_http_refused(exc):
+        # refused before any request (MinIO, a local gateway): reachable or not, the
+        # client never asked; "check that it is reachable" sent people to the server
+        return (
+            "the endpoint is plain http://, which the backend refuses unless allowed: add "
+            f'"client_options": {{"allow_http": true}} to {options}'
         )
     if missing_bucket(exc):
         # a 404 of the bucket itself: no credential or endpoint option is the remedy

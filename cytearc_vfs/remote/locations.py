@@ -7,6 +7,7 @@ URL scheme; a path without a scheme is local.
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping
@@ -192,6 +193,31 @@ def check_scheme_slashes(text: str, known: Collection[str]) -> None:
         )
 
 
+#: Schemes whose URLs, typed without their ``:``, read as a path.
+_REMOTE_SCHEMES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "http", "https"})
+
+
+def _refuse_url_without_colon(text: str) -> None:
+    """Refuse ``s3//bkt/a.zarr``: a URL short of its ``:``, which as a path is the
+    folder ``./s3/bkt/a.zarr`` (a writer created it and succeeded; a reader said the
+    path does not exist). A folder really named so is ``./s3/bkt/a.zarr``.
+
+    >>> _refuse_url_without_colon("s3/bkt/a.zarr")
+    >>> _refuse_url_without_colon("s3//bkt/a.zarr")
+    Traceback (most recent call last):
+    ...
+    ValueError: location 's3//bkt/a.zarr' is a URL without its ':'; did you mean 's3://bkt/a.zarr'? ...
+    """
+    scheme, slashes, rest = text.partition("//")
+    known = _REMOTE_SCHEMES | (_BACKENDS.keys() - {"file"})
+    if slashes and scheme.lower() in known and rest:
+        raise ValueError(
+            f"location {text!r} is a URL without its ':'; did you mean "
+            f"{f'{scheme}://{rest}'!r}? (a folder named {scheme} in the current directory "
+            f"is written {f'./{scheme}/{rest}'!r})"
+        )
+
+
 def local_path(location: Location) -> Path | None:
     """The local directory of ``location``, or ``None`` when it is not local.
 
@@ -207,6 +233,7 @@ def local_path(location: Location) -> Path | None:
         return Path(expand_home(text))
     scheme = _scheme(text)
     if scheme == "":
+        _refuse_url_without_colon(text)
         return Path(expand_home(text))
     if scheme == "file":
         return _file_url_path(text)
@@ -362,8 +389,11 @@ def open_location(
     entries = _BACKENDS.get(scheme)
     if not entries:
         known = ", ".join(sorted(f"{s}://" for s in _BACKENDS)) or "none"
+        # a mistyped scheme (htps, s3a) is far likelier than a missing extra
+        close = difflib.get_close_matches(scheme, sorted(_BACKENDS.keys() - {"file"}), n=1)
+        meant = f"; did you mean {close[0] + text[len(scheme) :]!r}? Known" if close else "; known"
         raise ValueError(
-            f"no backend opens {text!r} (scheme {scheme!r}); known schemes: {known}. "
+            f"no backend opens {text!r} (scheme {scheme!r}){meant} schemes: {known}. "
             "Remote schemes need an extra: pip install 'cytearc-vfs[obstore]' or "
             "'cytearc-vfs[fsspec]'"
         )

@@ -91,6 +91,13 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
         found = local_path(location)
         assert found is not None  # is_h5ad_path said it is a local file
         path = absolute_path(found)
+        if storage_options:
+            # dropped silently, where a local Zarr store refuses them (open_location)
+            raise ValueError(
+                f"backend options were given for the local path {str(path)!r}, which takes "
+                "none: they are for remote URLs (s3://, gs://, az://, http://); leave them "
+                "out for a local file"
+            )
         return Container(_open_h5(path), str(path), "hdf5", None)
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 

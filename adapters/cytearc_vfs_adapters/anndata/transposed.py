@@ -78,8 +78,16 @@ _DEFAULT_PIECE_ENTRIES = 4_000_000
 
 def piece_entries() -> int:
     """Stored entries read at a time while transposing (``CYTEARC_ANNDATA_PIECE_ENTRIES``)."""
-    text = os.environ.get(PIECE_ENTRIES_ENV, "")
-    return max(1, int(text)) if text.strip() else _DEFAULT_PIECE_ENTRIES
+    text = os.environ.get(PIECE_ENTRIES_ENV, "").strip()
+    if not text:
+        return _DEFAULT_PIECE_ENTRIES
+    # int()'s own words named no variable, and 0 or -5 became 1 entry a piece silently
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"{PIECE_ENTRIES_ENV}={text!r} is not a positive whole number of entries; give "
+            f"one such as {_DEFAULT_PIECE_ENTRIES} (the default), or unset it"
+        )
+    return int(text)
 
 
 # Peak bytes per entry of a piece or a bucket: the entries read (indices, data),

@@ -191,7 +191,9 @@ def plan_bands(
             f"{option_name('mem_budget')} to at least {format_size(least)} ({least} bytes). "
             "Nothing was written"
         )
-    room = budget - held
+    # more room than the whole export needs changes nothing, and a budget past 64 bits
+    # ("no limit", 1e30 bytes) would overflow the int64 searches below
+    room = min(budget - held, int(cumulative_read[-1]) + int(cumulative_append[-1]) + chunk_bytes)
     starts, start, peak = [0], 0, preparation
     while start < n_cells:
         # the most cells from ``start`` whose read and append both fit the room
