@@ -10,6 +10,7 @@ wake the loop once (:func:`hand_over`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -36,8 +37,11 @@ __all__ = [
 _DECODERS: tuple[int, ThreadPoolExecutor] | None = None
 
 
+@functools.cache
 def decoder_threads() -> int:
     """Threads of the decoding pool: one per core."""
+    # asked for by every source's plan of every read: os.cpu_count() reads /proc
+    # (about 12 us here, a few a read); the machine's cores do not change under it
     return os.cpu_count() or 1
 
 
