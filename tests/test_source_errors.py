@@ -174,3 +174,17 @@ def test_a_moved_source_is_told_both_ways_out(tmp_path: Path) -> None:
         cv.open_store(target)
     assert "restore it at that path" in str(raised.value)
     assert "or mount its new location at a new destination" in str(raised.value)
+
+
+def test_an_anndata_source_deleted_under_a_lazy_anndata_is_gone(tmp_path: Path) -> None:
+    import anndata
+
+    a = tmp_path / "a.zarr"
+    anndata.AnnData(np.ones((20, 6), np.float32), obs={"k": ["x"] * 20}).write_zarr(a)
+    composite = tmp_path / "c.zarr"
+    cv.create_composite(composite, {"a": a})
+    lazy = cv.to_anndata(composite)
+    shutil.rmtree(a)
+    with pytest.raises(cv.SourceGoneError) as raised:
+        lazy.X.compute()
+    _gone(raised.value, "source 'a'")
