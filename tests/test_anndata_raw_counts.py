@@ -312,7 +312,7 @@ def _replace_raw_equal_size(sources: dict[str, Path]) -> None:
 @pytest.mark.parametrize(
     ("edit", "part"),
     [
-        (_edit_raw_data, r"\(the counts \(raw/X\): recorded sha256:\w+, now not digested"),
+        (_edit_raw_data, r"\(the counts \(raw/X\): recorded sha256:\w+, now changed"),
         (_edit_raw_var_index, r"\(the raw/var index \(feature ids\): recorded sha256:\w+, now"),
         (_replace_raw_equal_size, r"\(the counts \(raw/X\): recorded sha256"),
     ],

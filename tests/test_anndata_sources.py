@@ -420,8 +420,8 @@ def _replace_equal_size(sources: dict[str, Path]) -> None:
     ("edit", "part"),
     [
         # resized objects: the digest cannot match, so none is computed
-        (_edit_data, r"\(the counts \(X\): recorded sha256:\w+, now not digested: 1 object"),
-        (_edit_obs_index, r"\(the obs index \(cell ids\): recorded sha256:\w+, now not digested"),
+        (_edit_data, r"\(the counts \(X\): recorded sha256:\w+, now changed: 1 object"),
+        (_edit_obs_index, r"\(the obs index \(cell ids\): recorded sha256:\w+, now changed"),
         (_replace_equal_size, r"\(the counts \(X\): recorded"),
     ],
 )

@@ -130,3 +130,33 @@ def test_the_listing_in_a_terminal_says_how_to_remove(store: Path) -> None:
     run = run_in_terminal(["artifacts", str(store), "--incomplete"])
     assert run.returncode == 0, run.output
     assert left in run.output and "--remove-incomplete PATH" in run.output, run.output
+
+
+def test_a_refused_removal_says_which_case_it_is(store: Path) -> None:
+    # "no group, a published artifact, or a record not written by publish_artifact"
+    # left an operator to guess which, and pointed a command-line user at a Python
+    # function for the paths
+    published = _published(store)
+    with pytest.raises(ValueError, match="is a published artifact") as caught:
+        cv.remove_incomplete_artifact(store, published)
+    assert "cytearc-vfs artifacts LOCATION --incomplete" in str(caught.value)
+    with pytest.raises(ValueError, match="no artifact group is there"):
+        cv.remove_incomplete_artifact(store, "RNA/artifacts/scaled/" + "0" * 64)
+    foreign = store / "RNA/artifacts/scaled" / ("1" * 64)
+    foreign.mkdir(parents=True)
+    (foreign / "zarr.json").write_text(
+        json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {"x": 1}})
+    )
+    with pytest.raises(ValueError, match="not written by publish_artifact"):
+        cv.remove_incomplete_artifact(store, f"RNA/artifacts/scaled/{'1' * 64}")
+    assert (foreign / "zarr.json").is_file()
+    assert cv.read_artifact(store, published).load("data").shape == (20, 3)
+
+
+def test_the_listing_names_the_location_in_its_remedy(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _killed_publication(store)
+    assert main(["artifacts", str(store), "--incomplete"]) == 0
+    out = capsys.readouterr().out
+    assert f"cytearc-vfs artifacts {store} --remove-incomplete PATH" in out, out

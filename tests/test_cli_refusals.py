@@ -95,6 +95,9 @@ CASES: list[tuple[str, int, str]] = [
     ("write H5AD NEW --assay-type adt", 2, "did you mean 'ADT'?"),
     ("composite EXISTING STORE", 2, "--overwrite"),
     ("composite NEW COMPOSITE", 2, "composites do not nest"),
+    # an .h5ad source was told only to import it (a copy into a CyteArc store); an
+    # AnnData Zarr copy is a source the composite reads where it is
+    ("composite NEW H5AD", 2, "an AnnData Zarr store that a composite reads where it is"),
     ("composite NEW MOUNT", 2, "mounts do not chain"),
     # a layer of a CyteArc source: the remedy named source_layers and assay=
     ("composite NEW a=STORE --layer a=counts", 2, "--layer a=counts names source 'a'"),

@@ -51,13 +51,14 @@ class IncompleteArtifact:
 
 def _incomplete_record(
     store: Store, key_prefix: str, path: str, where: str
-) -> IncompleteArtifact | None:
-    """The group at ``path`` if its record is well formed and incomplete, else ``None``
-    (no group, a published artifact, a record this package did not write)."""
+) -> IncompleteArtifact | str:
+    """The group at ``path`` if its record is well formed and incomplete, else why it
+    is not one (no group, a published artifact, a record this package did not write),
+    in words for a refusal."""
     location = f"{where.rstrip('/')}/{path}"
     document = get_json(store, join(key_prefix, path, "zarr.json"), where=location)
     if document is None:
-        return None
+        return "no artifact group is there"
     try:
         ArtifactRecord.from_group_document(document, path=path, where=location)
     except IncompleteStoreError:
@@ -66,9 +67,9 @@ def _incomplete_record(
         return IncompleteArtifact(
             path, attributes["kind"], attributes["created_at_ns"], attributes["cytearc_version"]
         )
-    except RecordShapeError:
-        return None
-    return None
+    except RecordShapeError as exc:
+        return f"its record was not written by publish_artifact ({exc})"
+    return "it is a published artifact (complete=True), which is never removed here"
 
 
 @names_backend_failures("store")
@@ -106,7 +107,7 @@ def list_incomplete_artifacts(
     for each_root in roots:
         for path in group_paths(backend, key_prefix, each_root, kind):
             record = _incomplete_record(backend, key_prefix, path, where)
-            if record is not None:
+            if isinstance(record, IncompleteArtifact):
                 found.append(record)
     found.sort(key=lambda record: (record.created_at_ns, record.path))
     return found
@@ -146,11 +147,11 @@ def remove_incomplete_artifact(store: ArtifactStore, path: str) -> IncompleteArt
     normalized = check_artifact_path(path)
     backend, key_prefix, where = resolve_store(store, read_only=False)
     record = _incomplete_record(backend, key_prefix, normalized, where)
-    if record is None:
+    if not isinstance(record, IncompleteArtifact):
         raise ValueError(
-            f"{where}: no unpublished artifact at {normalized!r} (no group, a published "
-            "artifact, or a record not written by publish_artifact); nothing removed. "
-            "list_incomplete_artifacts gives the paths this removes"
+            f"{where}: no unpublished artifact at {normalized!r}: {record}; nothing "
+            "removed. list_incomplete_artifacts (cytearc-vfs artifacts LOCATION "
+            "--incomplete) gives the paths this removes"
         )
     if backend.read_only or not backend.supports_deletes:
         raise PermissionError(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from .failures import InputRefusedError
@@ -106,7 +107,7 @@ def _incomplete(
     if found:
         lines.append(
             "Each is still being written, or its producer died before publishing. Once you "
-            "know its producer has stopped, remove it with: cytearc-vfs artifacts LOCATION "
-            "--remove-incomplete PATH"
+            "know its producer has stopped, remove it with: cytearc-vfs artifacts "
+            f"{shlex.quote(args.location)} --remove-incomplete PATH"
         )
     return Outcome({"location": where, "incomplete": [_entry(g) for g in found]}, "\n".join(lines))

@@ -77,6 +77,13 @@ def _anndata_remedy(location: str, command: str, *, zarr: bool) -> str:
             f"compose it without copying its counts, with: cytearc-vfs composite DEST.zarr "
             f"NAME={location}, and give DEST.zarr to {command}; or {imported}"
         )
+    if not zarr and command.startswith("composite"):
+        # the Zarr copy of an .h5ad is a source as it is; the import is a copy too, but
+        # one that leaves the AnnData's other elements behind
+        return (
+            f"{imported}; or write it as an AnnData Zarr store that a composite reads where "
+            f"it is: anndata.read_h5ad({location!r}).write_zarr('OUT.zarr')"
+        )
     return imported
 
 

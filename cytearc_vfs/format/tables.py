@@ -150,6 +150,20 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     return values, attrs
 
 
+def _refuse_columns(refused: list[tuple[str, ValueError]], *, table: str) -> None:
+    """Raise the first column's refusal, naming every other refused column and why."""
+    first = refused[0][1]
+    if len(refused) == 1:
+        raise first
+    reasons = []
+    for name, exc in refused[1:]:
+        said = str(exc)
+        prefix = f"{table} column {name!r} "
+        # the reason alone: its remedy is the first column's, or said when it is first
+        reasons.append(f"{name!r} {said.removeprefix(prefix).split(';')[0]}")
+    raise ValueError(f"{first}. Also refused: {'; '.join(reasons)}. Nothing was written") from first
+
+
 def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: str, name: str) -> None:
     """Refuse text that ends in NUL: fixed-width ``<U`` text drops trailing NULs,
     so ``"x\\0"`` would read back as ``"x"`` (and a categorical's value would leave
@@ -364,6 +378,7 @@ def prepare_table(
             f"{others}. Nothing was written"
         )
     own: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = []
+    refused: list[tuple[str, ValueError]] = []
     selection = np.ones(len(ids), dtype=bool)
     for position, name in enumerate(frame.columns):
         key = check_column_name(name, table=table)
@@ -379,8 +394,16 @@ def prepare_table(
             continue
         if key == "names":
             series = names_text(series, table=table)
-        values, attrs = column_values(fill_missing(series) if fill else series, table=table)
+        try:
+            values, attrs = column_values(fill_missing(series) if fill else series, table=table)
+        except ValueError as exc:
+            # every column checked before refusing: a user who fixed the one named
+            # was refused again for the next
+            refused.append((key, exc))
+            continue
         own.append((key, values, attrs))
+    if refused:
+        _refuse_columns(refused, table=table)
     fingerprint = ids_fingerprint(ids)
     columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [
         ("ids", ids, {"fingerprint": fingerprint})

@@ -125,7 +125,8 @@ def verify_mount_source(
             f"the source of the mount at {where}, {record.location}, cannot be read "
             f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
             + (
-                "restore it at that path"
+                # a new mount, not --overwrite: replacing this one would drop its artifacts
+                "restore it at that path, or mount its new location at a new destination"
                 if local_path(record.location) is not None
                 else "restore it, or pass its credentials as " + source_options_example(None)
             )

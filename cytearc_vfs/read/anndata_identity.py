@@ -249,7 +249,7 @@ async def fingerprints_of(
                 # the digest covers every object's key and length: it cannot match,
                 # so a changed source fails closed without reading its bytes
                 result[group] = (
-                    f"not digested: {len(differs)} object(s) added, removed or resized since, "
+                    f"changed: {len(differs)} object(s) added, removed or resized since, "
                     f"such as {differs[0]}"
                 )
                 continue

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import IdentityMismatchError
+from ..errors import IdentityMismatchError, SourceGoneError
 from ..format.layout import DEFAULT_MEM_BUDGET
 from ..format.sizes import parse_size
 from ..remote.store_keys import store_key
@@ -333,7 +333,7 @@ def _read_block(
     if reader is not None:
         try:
             return reader.read(slice(*rows), slice(*cols))
-        except IdentityMismatchError:
+        except (IdentityMismatchError, SourceGoneError):
             keep_reader(_PROCESS_READERS, key, None)
     with _open_lock:  # the process's threads open a store once, not each
         reader = kept_reader(_PROCESS_READERS, key)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import IdentityMismatchError
+from ..errors import IdentityMismatchError, SourceGoneError
 from .decode_threads import thread_scratch
 
 __all__ = ["RecordedFiles", "file_version", "read_file"]
@@ -55,13 +55,21 @@ class RecordedFiles:
         ------
         IdentityMismatchError
             Naming the source, the file and the remedy.
+        SourceGoneError
+            The recorded file is gone.
         """
         recorded = self.objects.get(key)
         if recorded is None:
             return
         if stat is None:
-            found = "is gone"
-        elif [stat.st_size, file_version(stat)] != list(recorded):
+            # gone, not changed: a SourceGoneError as for a CyteArc source's files
+            # (exit 4, and what `except FileNotFoundError` catches)
+            raise SourceGoneError(
+                f"{self.source}: the chunk file {key} is gone (deleted or moved after the "
+                "composite was created); restore the source at that path and reopen, or "
+                "recreate the composite"
+            )
+        if [stat.st_size, file_version(stat)] != list(recorded):
             found = (
                 f"was rewritten ({stat.st_size} bytes now, {recorded[0]} recorded)"
                 if stat.st_size != recorded[0]
@@ -72,7 +80,7 @@ class RecordedFiles:
         reopen = (
             "; if only its times changed (the same bytes written again), reopen the store, "
             "whose open compares the bytes"
-            if stat is not None and stat.st_size == recorded[0]
+            if stat.st_size == recorded[0]
             else ""
         )
         raise IdentityMismatchError(

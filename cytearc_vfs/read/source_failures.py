@@ -106,7 +106,8 @@ def named_failures(spec: NamedSource) -> Iterator[None]:
         if local_path(spec.location) is not None:
             remedy = (
                 "check that it exists (a source moved or deleted after the composite was made "
-                "must be restored at that path)"
+                "must be restored at that path, or create the composite again with its new "
+                "location)"
             )
         else:
             remedy = failure_remedy(

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from cytearc_vfs.errors import IdentityMismatchError
+from cytearc_vfs.errors import IdentityMismatchError, SourceGoneError
 from cytearc_vfs.format.flags import check_flag
 from cytearc_vfs.format.tables import StoredTable, read_stored_table
 from cytearc_vfs.read.blockwise import (
@@ -166,7 +166,7 @@ class SparseCounts:
         reader = self._reader = _process_reader(self._recipe, self._key)
         try:
             return reader.read_sparse(rows, cols)
-        except IdentityMismatchError:
+        except (IdentityMismatchError, SourceGoneError):
             # a reader this process kept refuses a source changed since it was
             # opened: open anew, once (the open says what changed), rather than
             # refuse every later block of this process
