@@ -189,6 +189,11 @@ class NoZarrGroupError(ValueError):
     """A location with no Zarr group at its root (no ``zarr.json``, no ``.zgroup``)."""
 
 
+class NothingStoredError(NoZarrGroupError, FileNotFoundError):
+    """An object store's location under which nothing is stored: it does not exist,
+    and is a ``FileNotFoundError`` as a missing local path is."""
+
+
 def read_contents(store: Store, *, where: str) -> StoreContents:
     """List the assays a store declares (root layout and workspaces)."""
     root = json_object(store, "zarr.json", where=where)
@@ -197,7 +202,7 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
             return StoreContents(json_object(store, ".zattrs", where=where) or {}, (), (), 2)
         # a missing bucket is said so, not "no zarr.json"; and a path that holds nothing
         if list_root_once(store) is False:
-            raise NoZarrGroupError(
+            raise NothingStoredError(
                 f"{where} does not exist (nothing is stored there); check the path"
             )
         remedy = (
