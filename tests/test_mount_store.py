@@ -321,8 +321,12 @@ def test_record_shape_is_strict(mounted, change) -> None:
 def test_changed_source_refused(mounted) -> None:
     _, source, target, _ = mounted
     cv.write_counts(source, realistic_counts(60, 15, density=0.2, seed=99), overwrite=True)
-    with pytest.raises(cv.IdentityMismatchError, match="changed after it was mounted"):
+    with pytest.raises(cv.IdentityMismatchError, match="changed after it was mounted") as caught:
         cv.open_store(target)
+    # the remedy that works: overwrite=True never replaces a complete mount
+    assert "mount the changed source at a new destination" in str(caught.value)
+    with pytest.raises(FileExistsError, match="mounted target"):
+        cv.mount_datastore(source, target, overwrite=True)
 
 
 def test_missing_source_named(mounted) -> None:

@@ -147,7 +147,10 @@ def verify_mount_source(
                 raise IdentityMismatchError(
                     f"mount at {where}: assay {name!r} of source {record.location} has {what} "
                     f"fingerprint {found}, but the mount records {wanted}; the source changed "
-                    "after it was mounted. Restore the source, or mount it again"
+                    "after it was mounted. Restore the source; or mount the changed source at "
+                    "a new destination (this mount is never replaced: its analyses were made "
+                    "on the counts it records, and stay here, readable once the source is "
+                    "restored)"
                 )
         if expected.requires_transpose and not info.has_counts_t:
             raise IncompleteStoreError(
