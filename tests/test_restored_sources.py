@@ -170,6 +170,9 @@ def test_a_served_composite_reads_again_once_its_source_is_restored(world: World
         world.delete()
         refused = get(served.url, key)
         assert_refused(*refused, key, "source 's1'", "restore the source", "no restart")
+        # the reopen's failure is named without its own remedy: one "restore the source"
+        assert refused[2].decode().count("restore the source") == 1
+        assert "must be restored at that path" not in refused[2].decode()
         assert len(served.lines("reopening ")) == 1
         # refused again, with no new reopen: nothing changed on disk since
         assert_refused(*get(served.url, key))

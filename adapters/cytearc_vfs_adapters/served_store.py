@@ -364,7 +364,9 @@ class ServedStore:
                 "read tried again on it, which failed too"
             )
         else:
-            found = f"reopening {self._where} failed: {_first_line(last.failure)}"
+            # what failed, without its own remedy: the one below is what to do for both
+            # (a gone source's answer said "restore ... at that path" three ways)
+            found = f"reopening {self._where} failed: {_first_line(last.failure).split('; ')[0]}"
         return (
             f"{found}; restore the source as the composite or mount recorded it (the same "
             "files or objects, from a copy): the server reopens it by itself once the "
