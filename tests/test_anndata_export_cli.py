@@ -182,3 +182,20 @@ def test_a_killed_export_leaves_nothing_that_reads_as_anndata(
     cv_info = _cli("export", str(store), str(out))
     assert cv_info.returncode == 0, cv_info.stderr
     assert sp.issparse(ad.read_h5ad(out).X if suffix == ".h5ad" else ad.read_zarr(out).X)
+
+
+def test_a_suffix_in_capitals_exports_and_a_bare_suffix_is_refused(
+    store: Path, tmp_path: Path
+) -> None:
+    """``OUT.H5AD`` was refused as not ending in .h5ad; ``.zarr`` alone wrote a hidden
+    directory named ``.zarr``."""
+    run = _cli("export", str(store), str(tmp_path / "OUT.H5AD"), "--overwrite")
+    assert run.returncode == 0, run.stderr
+    assert ad.read_h5ad(tmp_path / "OUT.H5AD").shape == (900, 80)
+    # an AnnData at that name may be replaced, whatever the case of its suffix
+    again = _cli("export", str(store), str(tmp_path / "OUT.H5AD"), "--overwrite")
+    assert again.returncode == 0, again.stderr
+    bare = _cli("export", str(store), str(tmp_path / ".zarr"))
+    assert bare.returncode == 2 and "no name before its suffix .zarr" in bare.stderr
+    assert "such as pbmc.zarr" in bare.stderr
+    assert not (tmp_path / ".zarr").exists()

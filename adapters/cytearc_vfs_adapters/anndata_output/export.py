@@ -95,13 +95,23 @@ class ExportInfo:
 def export_format(destination: Location) -> Format:
     """``zarr`` or ``h5ad`` from the destination's suffix; ``ValueError`` otherwise.
 
-    >>> export_format("out/pbmc.h5ad"), export_format("pbmc.zarr/")
-    ('h5ad', 'zarr')
+    The suffix is read in any case (``PBMC.H5AD``), as file systems that
+    ignore case store it; a name that is the suffix alone is refused.
+
+    >>> export_format("out/pbmc.h5ad"), export_format("pbmc.zarr/"), export_format("P.ZARR")
+    ('h5ad', 'zarr', 'zarr')
     """
     name = str(destination).rstrip("/")
-    if name.endswith(".h5ad"):
+    base = name.rpartition("/")[2].lower()
+    if base in (".h5ad", ".zarr"):
+        # the suffix alone: a hidden entry named like a suffix, which listings skip
+        raise ValueError(
+            f"export destination {name!r} has no name before its suffix {base} (it would be "
+            f"a hidden entry named {base}); give it a name, such as pbmc{base}"
+        )
+    if base.endswith(".h5ad"):
         return "h5ad"
-    if name.endswith(".zarr"):
+    if base.endswith(".zarr"):
         return "zarr"
     raise ValueError(
         f"export destination {name!r} must end in .zarr (an AnnData Zarr store) or .h5ad "
@@ -113,7 +123,7 @@ def _is_anndata(path: Path) -> bool:
     """Whether ``path`` holds an AnnData this export may replace."""
     if path.is_file():
         with path.open("rb") as file:
-            if path.suffix != ".h5ad" or file.read(8) != b"\x89HDF\r\n\x1a\n":
+            if path.suffix.lower() != ".h5ad" or file.read(8) != b"\x89HDF\r\n\x1a\n":
                 return False
         return _is_anndata_hdf5(path)
     for name in ("zarr.json", ".zattrs"):
