@@ -517,6 +517,28 @@ def test_a_refusal_leaves_an_empty_destination_directory_in_place(
     assert "removed the unfinished destination" not in line, line
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        'mount STORE DEST --storage-options {"a":1}',
+        'repack STORE DEST --destination-storage-options {"a":1}',
+        'composite DEST a=STORE --storage-options {"a":1}',
+    ],
+)
+def test_options_for_a_missing_local_destination_are_refused_before_it_is_made(
+    case: str, places: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The destination was created (by the writer's lock), then the options refused,
+    then the destination removed: "removed the unfinished destination" after an exit 2."""
+    destination = tmp_path / "missing.zarr"
+    argv = [str(destination) if word == "DEST" else word for word in _argv(case, places)]
+    assert _run(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert "options were given for the local path" in line, line
+    assert "removed the unfinished destination" not in line, line
+    assert not destination.exists()
+
+
 def test_a_folder_named_like_a_scheme_is_still_a_path(
     places: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

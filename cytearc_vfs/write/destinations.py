@@ -237,6 +237,10 @@ def check_destination(
         )
     path = local_path(location)
     if path is not None:
+        if storage_options:
+            # refused (by the opener, which says why) before anything is made: the
+            # writer's lock creates a missing folder, which its failure then removed
+            open_location(location, read_only=True, storage_options=storage_options)
         refuse_below_zarr_node(path)
         if path.is_symlink() and not path.exists():
             raise FileExistsError(
