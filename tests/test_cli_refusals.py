@@ -211,6 +211,8 @@ CASES: list[tuple[str, int, str]] = [
     ("demo --directory FILE", 2, "is a file, not a folder"),
     ("demo --directory /proc/demo", 2, "--directory /proc/demo cannot be written"),
     ("demo --directory=", 2, "--directory is empty"),
+    # inside a store: refused before both datasets were downloaded, not after
+    ("demo --directory STORE", 2, "or leave --directory out for a temporary folder"),
     ("repack STORE", 2, "the following arguments are required"),
     # options for a local .h5ad were dropped silently (a local Zarr store refused them)
     ('anndata ls H5AD --storage-options {"a":1}', 2, "options were given for the local path"),

@@ -95,6 +95,7 @@ def _demo_folder(directory: str) -> Path:
     create its stores there (the operating system's "[Errno 17] File exists" named
     no flag and no remedy)."""
     from ..remote.locations import expand_home
+    from ..write.destination_contents import refuse_below_zarr_node
     from ..write.writable import require_writable
 
     remedy = "give a folder (created if missing), or leave --directory out for a temporary one"
@@ -104,6 +105,14 @@ def _demo_folder(directory: str) -> Path:
     root = Path(expand_home(directory))
     if (root.exists() or root.is_symlink()) and not root.is_dir():
         raise InputRefusedError(f"--directory {root} is a file, not a folder; {remedy}")
+    try:
+        # the demo's stores land in the folder: inside a store they would nest in it,
+        # which their writers refuse, but only after both datasets were downloaded
+        refuse_below_zarr_node(root / "wu2020.zarr")
+    except ValueError as exc:
+        raise InputRefusedError(
+            f"--directory {root}: {exc}, or leave --directory out for a temporary folder"
+        ) from None
     require_writable(root, where=f"--directory {root}")
     return root
 
