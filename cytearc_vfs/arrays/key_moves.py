@@ -31,9 +31,10 @@ from typing import Any
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.buffer.cpu import Buffer
-from zarr.storage import LocalStore, MemoryStore, WrapperStore
+from zarr.storage import LocalStore, MemoryStore
 
 from ..format.object_keys import KEY_PREFIX_ATTR, object_key
+from ..format.store_io import innermost_store
 from ..format.store_keys import check_key, check_prefix
 
 __all__ = ["KeyMover", "LocalKeyMover", "ObjectKeyMover", "mover_for", "replace_file"]
@@ -178,14 +179,6 @@ class ObjectKeyMover(KeyMover):
         await obstore.delete_async(self._backend, source)
 
 
-def _innermost(store: Store) -> Store:
-    seen = 0
-    while isinstance(store, WrapperStore) and seen < 32:
-        store = store._store
-        seen += 1
-    return store
-
-
 def _is_object_store(store: Store) -> bool:
     try:
         from zarr.storage import ObjectStore
@@ -208,6 +201,6 @@ def mover_for(store: Store) -> KeyMover:
         return LocalKeyMover(store)
     if _is_object_store(store):
         return ObjectKeyMover(store)
-    inner = _innermost(store)
+    inner = innermost_store(store)
     flat = isinstance(inner, MemoryStore) or _is_object_store(inner)
     return KeyMover(store, flat=flat)

@@ -17,7 +17,7 @@ from ..errors import IncompleteStoreError, RecordShapeError
 from .option_names import switched_on
 from .paths import AssayPaths, join
 from .records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
-from .store_io import get_json, list_dir, missing_bucket
+from .store_io import get_json, innermost_store, list_dir, missing_bucket
 from .store_keys import METADATA_DOCUMENTS
 
 __all__ = [
@@ -162,11 +162,9 @@ def list_root_once(store: Store) -> bool | None:
     from zarr.core.sync import sync
     from zarr.storage import LocalStore, MemoryStore
 
-    inner, depth = store, 0
     # wrappers (remembered reads, prefetched documents) over a local directory: an
     # empty local directory exists, and is said so by the callers
-    while isinstance(getattr(inner, "_store", None), Store) and depth < 32:
-        inner, depth = inner._store, depth + 1  # type: ignore[attr-defined]
+    inner = innermost_store(store)
     if isinstance(inner, LocalStore | MemoryStore) or not store.supports_listing:
         return None
 

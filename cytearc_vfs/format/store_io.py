@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import WrapperStore
 
 from ..errors import RecordShapeError
 
@@ -23,6 +24,7 @@ __all__ = [
     "document_attribute",
     "get_json",
     "holds_names_below",
+    "innermost_store",
     "list_dir",
     "lists_as_empty_directory",
     "missing_bucket",
@@ -180,3 +182,13 @@ def missing_bucket(exc: BaseException) -> bool:
     """
     text = str(exc).lower()
     return "nosuchbucket" in text or "specified bucket does not exist" in text
+
+
+def innermost_store(store: Store) -> Store:
+    """The store under every :class:`~zarr.storage.WrapperStore` around ``store``
+    (counting, remembered reads, prefetched documents): what it really is."""
+    depth = 0
+    while isinstance(store, WrapperStore) and depth < 32:  # a bound, not a cycle check
+        store = store._store
+        depth += 1
+    return store
