@@ -506,8 +506,7 @@ async def _open(
         except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
             # a member array missing, or a document zarr cannot parse: zarr's words
             # ("No array found in store ...", a JSON parser's) name no element
-            what = "missing" if isinstance(exc, zarr.errors.NodeNotFoundError) else None
-            if what is None:
+            if not isinstance(exc, zarr.errors.NodeNotFoundError):
                 raise damaged_document(source, f"the metadata of the array {path!r}", exc) from None
             raise RecordShapeError(
                 f"{source}: the array {path!r} of the AnnData element {element.path!r} is "

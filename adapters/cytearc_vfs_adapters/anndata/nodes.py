@@ -22,6 +22,8 @@ import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
 
+from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
+
 from .errors import DAMAGED_REMEDY, MalformedElementError
 
 __all__ = [
@@ -183,12 +185,9 @@ def listed_names(group: Any) -> list[str]:
 
     async def names() -> list[str]:
         listed = group.store_path.store.list_dir(group.path)
-        return [name async for name in listed if name not in _METADATA_NAMES]
+        return [name async for name in listed if name not in METADATA_DOCUMENTS]
 
     return sorted(sync(names()))
-
-
-_METADATA_NAMES = frozenset({"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"})
 
 
 def child(group: Any, name: str) -> Any | None:
