@@ -21,7 +21,10 @@ the other writers leave on disk, read directly by every reader:
   codec; sharded), whose chunks were renamed and whose codec configurations
   were rewritten without re-encoding a byte;
 - an AnnData ``.zarr`` (Zarr v3) written by ``export_anndata``: ``X``'s
-  arrays, and the obs index (anndata's variable-length ``string`` type).
+  arrays, and the obs index (anndata's variable-length ``string`` type);
+- a composite served as an AnnData (``cytearc-vfs serve --as-anndata``): its
+  cell and feature ids as ``string`` arrays, the route for readers that do
+  not know ``fixed_length_utf32``, the stored ids' type.
 
 Expected values are computed with numpy from what was written, never read
 back through this package. Registered from the end of ``kinds.py``, so
@@ -42,7 +45,7 @@ import scipy.sparse as sp
 
 import cytearc_vfs as cv
 
-from .kinds import ROW_FRAMED, Workspace, array_kind, describe
+from .kinds import ROW_FRAMED, Workspace, array_kind, cell_ids, cli_server, describe
 from .readers import Target
 
 #: The fill value of the changed arrays: not 0, so a reader that fills a missing
@@ -262,3 +265,29 @@ def _export_indptr(ws: Workspace) -> Iterator[Target]:
 def _export_obs_index(ws: Workspace) -> Iterator[Target]:
     path, _, cells = _exported(ws)
     yield _local(path, "obs/_index", np.array(cells, dtype=str))
+
+
+# ------------------------------------------------------------ the AnnData view
+
+
+def _served_ids(ws: Workspace, path: str, expected: list[str]) -> Iterator[Target]:
+    composite, _ = ws.composite()
+    with cli_server(["serve", str(composite), "--as-anndata", "--port", "0"]) as url:
+        note = "the stored ids (`fixed_length_utf32`) as `string` chunks, encoded on read"
+        yield Target(
+            url, path, np.array(expected, dtype=str), note, scrub=(url.rstrip("/"), str(composite))
+        )
+
+
+@array_kind("anndata-view-obs-index", "composite `obs/_index` via `serve --as-anndata` (text)")
+@contextmanager
+def _view_obs_index(ws: Workspace) -> Iterator[Target]:
+    # the composite's cells: its first source's, then the second's (Workspace.composite)
+    second = [f"b_{cell}" for cell in cell_ids(400)]
+    yield from _served_ids(ws, "obs/_index", [*ws.ordinary().cells, *second])
+
+
+@array_kind("anndata-view-var-index", "composite `var/_index` via `serve --as-anndata` (text)")
+@contextmanager
+def _view_var_index(ws: Workspace) -> Iterator[Target]:
+    yield from _served_ids(ws, "var/_index", list(ws.ordinary().features))
