@@ -13,7 +13,7 @@ source is never modified. Keys that try to escape a store are refused.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
@@ -36,15 +36,13 @@ from ..remote.cached_store import cached_source, source_cache_of
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
-from .documents import unconsolidated
 from .open_checks import type_change_refusal, verify_mount_tables
+from .owners import GroupOwners
 from .records import MATRIX_SOURCE_ATTR, MountRecord
 from .resolution import artifact_roots, listing_is_union, pinned_places, pinned_refusal, place_of
 from .source_checks import verify_mount_source
 
 __all__ = ["MountStore"]
-
-Owner = Literal["target", "source"]
 
 
 class MountStore(KeyCheckedStore):
@@ -88,11 +86,8 @@ class MountStore(KeyCheckedStore):
         # what the open found of a local source's count arrays: reads refuse a
         # source replaced since (read/opened_files.py)
         self._opened = opened
-        # Which store holds each artifact group seen so far (positive answers
-        # only: a group no store holds may be created later)
-        self._owners: dict[str, Owner] = {}
-        # artifact roots and kind directories whose document the target holds
-        self._held_documents: set[str] = set()
+        # which store holds each artifact group seen so far (owners.py)
+        self._owners = GroupOwners(self._target, self._source, self._roots)
 
     # ------------------------------------------------------------- opening
 
@@ -193,7 +188,7 @@ class MountStore(KeyCheckedStore):
     def with_read_only(self, read_only: bool = False) -> MountStore:
         """The same mount over a read-only (or writable) target; no I/O."""
         clone = self._derive(self._target.with_read_only(read_only))
-        clone._owners = self._owners
+        clone._owners = GroupOwners(clone._target, clone._source, clone._roots, self._owners.known)
         return clone
 
     def _derive(self, target: Store) -> MountStore:
@@ -283,42 +278,6 @@ class MountStore(KeyCheckedStore):
 
     # ---------------------------------------------------------- resolution
 
-    async def _owner(self, group: str) -> Owner | None:
-        owner = self._owners.get(group)
-        if owner is not None:
-            return owner
-        document = join(group, "zarr.json")
-        if await self._target.exists(document):
-            owner = "target"
-        elif await self._source.exists(document):
-            owner = "source"
-        else:
-            return None
-        self._owners[group] = owner
-        return owner
-
-    def _forget_owners(self, directory: str) -> None:
-        """Drop what is cached of groups and documents at or under a deleted ``directory``
-        (a document's key names its directory's document)."""
-        directory = directory.removesuffix("/zarr.json")
-        for group in [g for g in self._owners if g == directory or g.startswith(directory + "/")]:
-            self._owners.pop(group, None)
-        self._held_documents -= {
-            held
-            for held in self._held_documents
-            if held == directory or held.startswith(directory + "/")
-        }
-
-    async def _store_for(self, key: str) -> Store:
-        """The store that serves ``key`` (a checked key)."""
-        place = place_of(key, self._roots)
-        if place.kind == "target":
-            return self._target
-        if place.kind in ("root_doc", "kind_doc"):
-            return self._target if await self._target.exists(key) else self._source
-        assert place.group is not None
-        return self._source if await self._owner(place.group) == "source" else self._target
-
     async def owner_of(self, key: str) -> tuple[Store, bool]:
         """The store that serves ``key`` now, and whether it is the source.
 
@@ -326,7 +285,7 @@ class MountStore(KeyCheckedStore):
         Costs what a ``getsize`` costs: whether an artifact group is the
         target's or the source's is asked once per group, then remembered.
         """
-        store = await self._store_for(self._check_key(key, "get"))
+        store = await self._owners.store_for(self._check_key(key, "get"))
         return store, store is self._source
 
     # -------------------------------------------------------------- reading
@@ -338,27 +297,29 @@ class MountStore(KeyCheckedStore):
         if (
             place.kind == "group"
             and place.group is not None
-            and place.group not in self._owners
+            and place.group not in self._owners.known
             and key == join(place.group, "zarr.json")
         ):
             # Reading a group's own document settles its owner in one or two
             # reads instead of two existence checks and a read.
-            for owner, store in (("target", self._target), ("source", self._source)):
-                value = await store.get(key, prototype, byte_range)
-                if value is not None:
-                    self._owners[place.group] = owner  # type: ignore[assignment]
-                    return value
-            return None
-        store = await self._store_for(key)
+            value = await self._target.get(key, prototype, byte_range)
+            if value is not None:
+                self._owners.settle(place.group, "target")
+                return value
+            value = await self._source.get(key, prototype, byte_range)
+            if value is not None:
+                self._owners.settle(place.group, "source")
+            return value
+        store = await self._owners.store_for(key)
         return await store.get(key, prototype, byte_range)
 
     async def getsize(self, key: str) -> int:
         """Size of the value at ``key``, asked of the store that owns it (nothing is read)."""
-        store = await self._store_for(self._check_key(key, "getsize"))
+        store = await self._owners.store_for(self._check_key(key, "getsize"))
         return await store.getsize(key)
 
     async def exists(self, key: str) -> bool:
-        store = await self._store_for(self._check_key(key, "exists"))
+        store = await self._owners.store_for(self._check_key(key, "exists"))
         return await store.exists(key)
 
     # -------------------------------------------------------------- writing
@@ -390,7 +351,7 @@ class MountStore(KeyCheckedStore):
         place = place_of(key, self._roots)
         if place.kind == "group":
             assert place.group is not None
-            if await self._owner(place.group) == "source":
+            if await self._owners.is_source(place.group):
                 raise PermissionError(
                     f"cannot {action} {key!r}: the artifact group {place.group!r} belongs to the "
                     f"mounted source {self._record.location}, which a mount never modifies. "
@@ -433,37 +394,14 @@ class MountStore(KeyCheckedStore):
             )
         place = place_of(key, self._roots)
         if place.kind == "group" and place.group is not None:
-            await self._hold_parent_documents(place.group)
+            await self._owners.hold_parent_documents(place.group)
         await self._target.set(key, value)
         if (
             place.kind == "group"
             and place.group is not None
             and key == join(place.group, "zarr.json")
         ):
-            self._owners[place.group] = "target"
-
-    async def _hold_parent_documents(self, group: str) -> None:
-        """Give the target its own documents of the root and kind holding ``group``.
-
-        zarr creates a group's parents only where none shows, and through the
-        mount a kind the source already has shows the source's document: the
-        target would hold the new group under a directory with no document of
-        its own, and opened directly it would show none of its artifacts of
-        that kind. The source's document is copied first (before the group's
-        keys, so a crash leaves at most an empty kind), without its
-        consolidated metadata: that lists the source's members, and zarr
-        opening the target directly would show them instead of the target's.
-        """
-        kind = group.rsplit("/", 1)[0]
-        for directory in (kind.rsplit("/", 1)[0], kind):
-            if directory in self._held_documents:
-                continue
-            key = join(directory, "zarr.json")
-            if not await self._target.exists(key):
-                document = await self._source.get(key, prototype=default_buffer_prototype())
-                if document is not None:
-                    await self._target.set(key, unconsolidated(document))
-            self._held_documents.add(directory)
+            self._owners.settle(place.group, "target")
 
     async def conditional_target(self, key: str) -> Store:
         """The store that an atomic create of ``key`` (a pipeline label claim) goes to.
@@ -484,7 +422,7 @@ class MountStore(KeyCheckedStore):
             )
         place = place_of(key, self._roots)
         if place.kind == "group" and place.group is not None:
-            await self._hold_parent_documents(place.group)
+            await self._owners.hold_parent_documents(place.group)
         return self._target
 
     async def delete(self, key: str) -> None:
@@ -500,9 +438,9 @@ class MountStore(KeyCheckedStore):
             and place.group is not None
             and key == join(place.group, "zarr.json")
         ):
-            self._owners.pop(place.group, None)
+            self._owners.settle(place.group, None)
         # a backend may delete a whole directory named by the key
-        self._forget_owners(key)
+        self._owners.forget(key)
 
     async def delete_dir(self, prefix: str) -> None:
         self._check_prefix(prefix, "delete_dir")
@@ -516,19 +454,9 @@ class MountStore(KeyCheckedStore):
         for key in keys:
             await self._check_deletable(key)
         await self._target.delete_dir(prefix)
-        self._forget_owners(directory)
+        self._owners.forget(directory)
 
     # -------------------------------------------------------------- listing
-
-    async def _source_visible(self, key: str) -> bool:
-        """Whether a source key shows through the mount."""
-        place = place_of(key, self._roots)
-        if place.kind == "target":
-            return False
-        if place.kind in ("root_doc", "kind_doc"):
-            return not await self._target.exists(key)
-        assert place.group is not None
-        return await self._owner(place.group) == "source"
 
     async def list(self) -> AsyncIterator[str]:
         async for key in self.list_prefix(""):
@@ -538,7 +466,7 @@ class MountStore(KeyCheckedStore):
         self._check_prefix(prefix, "list_prefix")
         async for key in self._target.list_prefix(prefix):
             place = place_of(key, self._roots)  # a source group's keys are the source's
-            if place.group is None or await self._owner(place.group) != "source":
+            if place.group is None or not await self._owners.is_source(place.group):
                 yield key
         for root in self._roots:
             directory = prefix.rstrip("/")
@@ -553,7 +481,7 @@ class MountStore(KeyCheckedStore):
                 # the prefix names a directory, as for a local target; memory://
                 # matches strings and would give a sibling's keys (pca2/ for pca)
                 outside = directory and not key.startswith(directory + "/")
-                if not outside and await self._source_visible(key):
+                if not outside and await self._owners.source_visible(key):
                     yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
@@ -573,7 +501,7 @@ class MountStore(KeyCheckedStore):
         if (
             place.kind == "group"
             and place.group is not None
-            and await self._owner(place.group) == "source"
+            and await self._owners.is_source(place.group)
         ):
             store = self._source
         async for name in store.list_dir(directory):

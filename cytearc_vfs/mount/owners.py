@@ -1,0 +1,129 @@
+"""Which store of a mount serves a key, asked of the stores once and remembered.
+
+:mod:`.resolution` places a key by its name alone (outside the artifact
+roots, a directory document, or inside an artifact group). Whether an
+artifact group is the target's or the source's takes a request: the target
+holds the group when it holds the group's ``zarr.json``, else the source
+does when it holds it. :class:`GroupOwners` asks that once per group and
+remembers the answer (positive answers only: a group no store holds may be
+created later), and gives the target its own documents of the directories
+above a group written through the mount.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+
+from ..format.paths import join
+from .documents import unconsolidated
+from .resolution import place_of
+
+__all__ = ["GroupOwners", "Owner"]
+
+Owner = Literal["target", "source"]
+
+
+class GroupOwners:
+    """The owners of a mount's artifact groups, and the directory documents the target holds.
+
+    ``known`` may be shared by the views of one mount over the same target
+    (a read-only and a writable one): an owner found by one holds for both.
+    """
+
+    def __init__(
+        self,
+        target: Store,
+        source: Store,
+        roots: tuple[str, ...],
+        known: dict[str, Owner] | None = None,
+    ) -> None:
+        self._target = target
+        self._source = source
+        self._roots = roots
+        self.known: dict[str, Owner] = {} if known is None else known
+        # artifact roots and kind directories whose document the target holds
+        self._held_documents: set[str] = set()
+
+    async def owner(self, group: str) -> Owner | None:
+        """The store that holds the artifact group ``group``, or ``None`` when neither does."""
+        owner = self.known.get(group)
+        if owner is not None:
+            return owner
+        document = join(group, "zarr.json")
+        if await self._target.exists(document):
+            owner = "target"
+        elif await self._source.exists(document):
+            owner = "source"
+        else:
+            return None
+        self.known[group] = owner
+        return owner
+
+    async def is_source(self, group: str) -> bool:
+        """Whether the artifact group ``group`` is the source's."""
+        return await self.owner(group) == "source"
+
+    def settle(self, group: str, owner: Owner | None) -> None:
+        """Record what a read or write found of ``group`` (``None``: it is gone)."""
+        if owner is None:
+            self.known.pop(group, None)
+        else:
+            self.known[group] = owner
+
+    def forget(self, directory: str) -> None:
+        """Drop what is known of groups and documents at or under a deleted ``directory``
+        (a document's key names its directory's document)."""
+        directory = directory.removesuffix("/zarr.json")
+
+        def under(name: str) -> bool:
+            return name == directory or name.startswith(directory + "/")
+
+        for group in [group for group in self.known if under(group)]:
+            self.known.pop(group, None)
+        self._held_documents = {held for held in self._held_documents if not under(held)}
+
+    async def store_for(self, key: str) -> Store:
+        """The store that serves ``key`` (a checked key)."""
+        place = place_of(key, self._roots)
+        if place.kind == "target":
+            return self._target
+        if place.kind in ("root_doc", "kind_doc"):
+            return self._target if await self._target.exists(key) else self._source
+        assert place.group is not None
+        return self._source if await self.is_source(place.group) else self._target
+
+    async def source_visible(self, key: str) -> bool:
+        """Whether a key of the source shows through the mount."""
+        place = place_of(key, self._roots)
+        if place.kind == "target":
+            return False
+        if place.kind in ("root_doc", "kind_doc"):
+            return not await self._target.exists(key)
+        assert place.group is not None
+        return await self.is_source(place.group)
+
+    async def hold_parent_documents(self, group: str) -> None:
+        """Give the target its own documents of the root and kind holding ``group``.
+
+        zarr creates a group's parents only where none shows, and through the
+        mount a kind the source already has shows the source's document: the
+        target would hold the new group under a directory with no document of
+        its own, and opened directly it would show none of its artifacts of
+        that kind. The source's document is copied first (before the group's
+        keys, so a crash leaves at most an empty kind), without its
+        consolidated metadata: that lists the source's members, and zarr
+        opening the target directly would show them instead of the target's.
+        """
+        kind = group.rsplit("/", 1)[0]
+        for directory in (kind.rsplit("/", 1)[0], kind):
+            if directory in self._held_documents:
+                continue
+            key = join(directory, "zarr.json")
+            if not await self._target.exists(key):
+                document = await self._source.get(key, prototype=default_buffer_prototype())
+                if document is not None:
+                    await self._target.set(key, unconsolidated(document))
+            self._held_documents.add(directory)
