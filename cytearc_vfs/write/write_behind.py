@@ -57,16 +57,9 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from ..errors import DestinationBusyError
 from ..format.byte_ranges import byte_slice
 from ..format.key_checked import KeyCheckedStore
-from ..format.option_names import option_name, switched_on
-from ..remote.failures import (
-    StoreAccessError,
-    failure_remedy,
-    first_line,
-    is_backend_error,
-    is_http_location,
-)
 from .claims import Claim
 from .stopping import finish_sent
+from .write_failures import failed_write_error
 
 __all__ = ["ROOT_DOCUMENT", "Commits", "WriteBehindStore", "byte_slice", "root_document_commits"]
 
@@ -285,27 +278,9 @@ class WriteBehindStore(KeyCheckedStore):
         failure = self._writes.failure
         if failure is None:
             return
-        if isinstance(failure, DestinationBusyError):
-            raise failure  # the destination is another writer's: no remedy of a write
-        # the failure's first line: obstore's errors go on with a multi-line debug dump,
-        # which stays in the cause
-        said = (
-            f"writing {self._writes.failed_key!r} to {self.where} failed "
-            f"({type(failure).__name__}: {first_line(failure)})"
-        )
-        unfinished = (
-            "the destination is unfinished and does not open: write it again with "
-            f"{switched_on('overwrite')}"
-        )
-        if not is_backend_error(failure):
-            raise OSError(f"{said}; {unfinished}") from failure
-        # the backend's own failure (a lasting 5xx, a timeout, nothing answering): the
-        # remedy of its cause, and an error the command line names with its flag
-        remedy = failure_remedy(
-            failure, http=is_http_location(self.where), options=option_name("storage_options")
-        )
-        error = StoreAccessError(f"{said}; {remedy}; {unfinished}")
-        error.where = self.where
+        error = failed_write_error(failure, self._writes.failed_key, self.where)
+        if error is failure:
+            raise failure
         raise error from failure
 
     def _failed(self, key: str, exc: Exception) -> None:
