@@ -147,7 +147,7 @@ def classify_failure(exc: BaseException, locations: Mapping[str, str] | None = N
     (:func:`~cytearc_vfs.cli.location_flags.location_flags`)."""
     message = one_line(str(exc))
     # imported here: the command line's --help does not load the readers
-    from ..read.direct_chunks import ChunkDecodeError
+    from ..read.chunk_codecs import ChunkDecodeError
 
     damaged = (
         IncompleteStoreError,

@@ -20,9 +20,15 @@ import zstandard
 from numcodecs import blosc
 from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, ZstdCodec
 
+from ..errors import VfsError
 from .decode_threads import thread_decompressor, thread_scratch
 
-__all__ = ["Decode", "v2_decode", "v3_decode"]
+__all__ = ["ChunkDecodeError", "Decode", "v2_decode", "v3_decode"]
+
+
+class ChunkDecodeError(VfsError, ValueError):
+    """A stored chunk that its array's codec cannot decode (a damaged source)."""
+
 
 # How a chunk's bytes are decoded: ``decode(data, nbytes)`` returns a byte
 # array holding at least the decoded chunk's first ``nbytes`` bytes (the

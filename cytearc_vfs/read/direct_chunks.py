@@ -34,68 +34,30 @@ import asyncio
 import functools
 import itertools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-import google_crc32c
 import numpy as np
 import numpy.typing as npt
-from zarr.abc.store import RangeByteRequest, SuffixByteRequest
-from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+from zarr.abc.store import RangeByteRequest
+from zarr.codecs import ShardingCodec
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
 
-from ..errors import VfsError
 from ..format.gathering import gather_all
 from ..remote.cached_store import forget_failed
-from .chunk_codecs import Decode, v2_decode, v3_decode
+from .chunk_codecs import ChunkDecodeError, Decode, v2_decode, v3_decode
 from .chunk_pieces import chunk_pieces
 from .decode_threads import hand_over
 from .local_chunk_files import RecordedFiles, read_file
 from .local_shards import local_files
 from .placement import as_slice
 from .prefetch import MAX_IN_FLIGHT
+from .shard_indexes import MISSING, ShardIndexLayout, inner_chunk
 
+# ChunkDecodeError: its documented place (docs/errors.md) is this module
 __all__ = ["ChunkDecodeError", "DirectChunks", "direct_chunks_for"]
 
 Indices = npt.NDArray[np.int64]
-MISSING = 2**64 - 1
-
-
-class ChunkDecodeError(VfsError, ValueError):
-    """A stored chunk that its array's codec cannot decode (a damaged source)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Sharding:
-    """Where a shard's inner chunks are."""
-
-    per_shard: tuple[int, ...]
-    """Inner chunks per shard along each dimension."""
-    at_end: bool
-    """The index follows the chunks (else it precedes them)."""
-    checksum: bool
-    """The index ends with a crc32c of its entries."""
-
-    @property
-    def inner(self) -> int:
-        """Inner chunks per shard."""
-        return int(np.prod(self.per_shard))
-
-    @property
-    def index_bytes(self) -> int:
-        """Bytes of the index: (offset, nbytes) per inner chunk, and the checksum."""
-        return 16 * self.inner + 4 * self.checksum
-
-
-def _index_codecs_known(codec: ShardingCodec) -> bool:
-    index = tuple(codec.index_codecs)
-    return bool(
-        index
-        and isinstance(index[0], BytesCodec)
-        and index[0].endian in (None, "little")
-        and (len(index) == 1 or (len(index) == 2 and isinstance(index[1], Crc32cCodec)))
-    )
 
 
 def direct_chunks_for(
@@ -108,7 +70,7 @@ def direct_chunks_for(
     if array.ndim not in (1, 2) or np.dtype(array.dtype).kind not in "biuf":
         return None
     metadata = array.metadata
-    sharding: _Sharding | None = None
+    sharding: ShardIndexLayout | None = None
     decode: Decode | None
     if metadata.zarr_format == 2:
         if metadata.filters or (array.ndim > 1 and metadata.order != "C"):
@@ -121,14 +83,10 @@ def direct_chunks_for(
         chunks = tuple(int(c) for c in metadata.chunk_grid.chunk_shape)
         if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
             codec = codecs[0]
-            if not _index_codecs_known(codec):
+            sharding = ShardIndexLayout.of(codec, chunks)
+            if sharding is None:
                 return None
-            inner = tuple(int(c) for c in codec.chunk_shape)
-            per_shard = tuple(s // c for s, c in zip(chunks, inner, strict=True))
-            sharding = _Sharding(
-                per_shard, codec.index_location == "end", len(codec.index_codecs) == 2
-            )
-            chunks, codecs = inner, tuple(codec.codecs)
+            chunks, codecs = tuple(int(c) for c in codec.chunk_shape), tuple(codec.codecs)
         found = v3_decode(codecs)
         if found is None:
             return None
@@ -154,7 +112,7 @@ class DirectChunks:
         decode: Decode,
         wire: np.dtype,
         chunks: tuple[int, ...],
-        sharding: _Sharding | None,
+        sharding: ShardIndexLayout | None,
         fill: Any,
         *,
         recorded: RecordedFiles | None = None,
@@ -222,12 +180,10 @@ class DirectChunks:
         assert sharding is not None
         index = self._indexes.get(shard)
         if index is None:
-            size = sharding.index_bytes
-            request = SuffixByteRequest(size) if sharding.at_end else RangeByteRequest(0, size)
-            buffer = await self._store.get(key, default_buffer_prototype(), request)
+            buffer = await self._store.get(key, default_buffer_prototype(), sharding.request())
             if buffer is None:
                 return None
-            index = self._indexes[shard] = self._parse_index(buffer.as_numpy_array(), key)
+            index = self._indexes[shard] = sharding.parse(buffer.as_numpy_array(), key)
         return index
 
     # ------------------------------------------------------------ 1-D reads
@@ -492,12 +448,10 @@ class DirectChunks:
                 await gather_all(*(one(int(p), None) for p in positions))
                 return
             whole = buffer.as_numpy_array()
-            size = sharding.index_bytes
-            raw = whole[-size:] if sharding.at_end else whole[:size]
-            index = self._indexes[shard] = self._parse_index(raw, key)
+            index = self._indexes[shard] = sharding.parse(sharding.index_in(whole), key)
             await gather_all(
                 *(
-                    one(int(p), self._inner(whole, index[int(i)]))
+                    one(int(p), inner_chunk(whole, index[int(i)]))
                     for p, i in zip(positions, inner, strict=True)
                 )
             )
@@ -573,27 +527,3 @@ class DirectChunks:
                 )
             ),
         )
-
-    @staticmethod
-    def _inner(whole: npt.NDArray[Any], entry: npt.NDArray[np.uint64]) -> Any:
-        offset, nbytes = int(entry[0]), int(entry[1])
-        return None if offset == MISSING else whole[offset : offset + nbytes]
-
-    def _parse_index(self, raw: npt.NDArray[Any], key: str) -> npt.NDArray[np.uint64]:
-        sharding = self._sharding
-        assert sharding is not None
-        data = bytes(raw)
-        if len(data) != sharding.index_bytes:
-            raise ChunkDecodeError(
-                f"shard {key}: its index is {len(data)} bytes, not {sharding.index_bytes}; "
-                "the shard is damaged (restore the source)"
-            )
-        entries = data[: 16 * sharding.inner]
-        if sharding.checksum and google_crc32c.value(entries) != int.from_bytes(
-            data[-4:], "little"
-        ):
-            raise ChunkDecodeError(
-                f"shard {key}: its index fails its crc32c checksum; the shard is damaged "
-                "(restore the source)"
-            )
-        return np.frombuffer(entries, dtype="<u8").reshape(sharding.inner, 2)

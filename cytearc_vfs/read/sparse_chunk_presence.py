@@ -44,7 +44,8 @@ from zarr.core.array import AsyncArray
 
 from ..errors import MissingChunkError
 from ..format.gathering import gather_all
-from .direct_chunks import ChunkDecodeError, DirectChunks, direct_chunks_for
+from .chunk_codecs import ChunkDecodeError
+from .direct_chunks import DirectChunks, direct_chunks_for
 
 __all__ = ["AbsentChunk", "absent_chunks", "check_stored_chunks", "stored_keys"]
 
