@@ -5,11 +5,10 @@ selected output cells to (source, row) pairs (from the composite's cell runs,
 or the mapping windows it needs) and the selected features to source
 columns. Then, per source and concurrently, it reads the unique rows it
 needs from whichever of ``counts`` and ``countsT`` touches fewer chunk
-bytes; the shard reader decodes each touched chunk once and a placement
-(``placement.py``) writes the selected values straight into the output, in
-the requested order; repeats are copied from their first occurrence. A
-feature a source lacks stays zero. Sources whose codecs the shard reader
-does not know are read through zarr's orthogonal indexing and placed the same way.
+bytes (``source_fill.py``; sparse reads: ``sparse_reads.py``); the shard
+reader decodes each touched chunk once and a placement (``placement.py``)
+writes the selected values straight into the output, in the requested
+order. A feature a source lacks stays zero.
 """
 
 from __future__ import annotations
@@ -37,17 +36,11 @@ from .blockwise import batch_size, blocks_along, dask_array
 from .cell_plan import CellPlan
 from .count_mapping import CountMapping, IdentityMapping, ProvidesCountMapping
 from .feature_plan import FeaturePlan
-from .gather import OrientationChoice, sorted_unique
+from .gather import sorted_unique
 from .mapping_providers import mapping_provider_for
-from .placement import (
-    ColumnPlacement,
-    Placement,
-    RowPlacement,
-    as_slice,
-    column_map,
-)
 from .read_stats import ReadCounters, ReaderStats
 from .selection import Selection, UnknownIdError, normalize_selection, split_key
+from .source_fill import fill_from_source
 from .sources import BoundSource, bind_source
 from .sparse_reads import source_rows
 from .sparse_rows import assemble
@@ -449,80 +442,10 @@ class VirtualArrayReader:
         return plans
 
     async def _read_source(
-        self,
-        source: BoundSource,
-        out: npt.NDArray[Any],
-        cells: CellPlan,
-        plan: FeaturePlan,
+        self, source: BoundSource, out: npt.NDArray[Any], cells: CellPlan, plan: FeaturePlan
     ) -> None:
         """Fill ``out`` from ``source``: rows as ``cells``, columns as ``plan`` say."""
-        if source.anndata is not None:
-            # one orientation, the element's encoding (anndata_reads.py)
-            decoded = await source.anndata.read_into(out, cells, plan)
-            _, _, repeated = cells.firsts()
-            if len(repeated):
-                out[repeated[:, 0]] = out[repeated[:, 1]]
-            self._counters.add(chunks=decoded)
-            return
-        choice = source.orientation(cells, plan)
-        fast = source.counts_t_fast if choice.orientation == "countsT" else source.counts_fast
-        unique_rows, first_rows, repeated_rows = cells.firsts()
-        if fast is None:
-            decoded = await self._read_through_zarr(
-                source, choice, out, unique_rows, first_rows, plan
-            )
-        elif choice.orientation == "counts":
-            placement: Placement = RowPlacement(out, first_rows, plan.cell_major(fast.zero_column))
-            decoded = await fast.read_into(
-                unique_rows, plan.touched.chunks(fast.chunks[1]), placement
-            )
-        else:
-            unique_cols, first_cols, repeated_cols = plan.feature_major()
-            placement = ColumnPlacement(out, first_cols, *cells.axes())
-            # the unique rows touch the same chunks as the rows
-            decoded = await fast.read_into(
-                unique_cols, cells.touched.chunks(fast.chunks[1]), placement
-            )
-            if len(repeated_cols):
-                out[np.ix_(first_rows, repeated_cols[:, 0])] = out[
-                    np.ix_(first_rows, repeated_cols[:, 1])
-                ]
-        if len(repeated_rows):
-            out[repeated_rows[:, 0]] = out[repeated_rows[:, 1]]
-        self._counters.add(chunks=decoded)
-
-    async def _read_through_zarr(
-        self,
-        source: BoundSource,
-        choice: OrientationChoice,
-        out: npt.NDArray[Any],
-        unique_rows: Indices,
-        first_rows: Indices,
-        plan: FeaturePlan,
-    ) -> int:
-        """A source whose codecs the shard reader does not know: zarr reads the block
-        of unique rows and columns, which is placed as one strip. Returns the chunks
-        zarr decoded."""
-        unique_cols, inverse = sorted_unique(plan.cols)
-        if choice.orientation == "countsT":
-            assert source.counts_t is not None
-            block = np.asarray(
-                await source.counts_t.get_orthogonal_selection(
-                    (as_slice(unique_cols), as_slice(unique_rows))
-                )
-            ).T
-        else:
-            block = np.asarray(
-                await source.counts.get_orthogonal_selection(
-                    (as_slice(unique_rows), as_slice(unique_cols))
-                )
-            )
-        strip = np.zeros((len(unique_rows), len(unique_cols) + 1), dtype=block.dtype)
-        strip[:, :-1] = block
-        columns = np.full(len(plan.columns), -1, dtype=np.int64)
-        columns[plan.out_cols] = inverse
-        RowPlacement(out, first_rows, column_map(columns, len(unique_cols))).place(0, strip)
-        return choice.chunks
+        self._counters.add(chunks=await fill_from_source(source, out, cells, plan))
 
     # ---------------------------------------------------------------- streams
 
