@@ -19,7 +19,7 @@ import zarr
 from ..errors import UnsupportedSourceError
 from ..format.flags import check_flag
 from ..format.nodes import group_at
-from ..format.option_names import on_command_line
+from ..format.option_names import Placeholder, on_command_line, option_given
 from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
@@ -172,8 +172,8 @@ def mount_datastore(
             remedy = "its assays are in its root layout: give no workspace"
         elif held:
             remedy = (
-                f"name the workspace that holds them, one of {', '.join(held)} (workspace in "
-                "Python, --workspace on the command line)"
+                f"name the workspace that holds them, one of {', '.join(held)}, with "
+                f"{option_given('workspace', Placeholder('NAME'))}"
             )
         else:
             remedy = "check the location"

@@ -30,6 +30,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
 from ..errors import RecordShapeError, UnsupportedSourceError
+from ..format.option_names import Placeholder, source_option_given
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
@@ -285,8 +286,9 @@ async def matrix_element(
     if node is None:
         raise MissingElementError(
             f"AnnData store at {where} has no {path!r}; give an existing layer with "
-            "source_layers={name: layer} (command line: --layer NAME=LAYER), the raw "
-            f"counts with {RAW_COUNTS!r}, or X (cytearc-vfs anndata ls lists the elements)",
+            f"{source_option_given('source_layers', Placeholder('NAME'), Placeholder('LAYER'))}"
+            f", the raw counts with {RAW_COUNTS!r}, or X (cytearc-vfs anndata ls lists the "
+            "elements)",
             path,
         )
     kind, attrs = node

@@ -69,6 +69,7 @@ from ..errors import (
     UnsupportedSourceError,
 )
 from ..format.fingerprints import dataset_fingerprint_of
+from ..format.option_names import Placeholder, source_option_given
 from ..format.paths import join
 from ..remote.locations import Location
 from .anndata_count_dtype import scan_count_dtype
@@ -476,8 +477,9 @@ async def _missing_element(
     ]
     return MissingElementError(
         f"source {name!r} at {where} has no {path!r}{what}; it holds {holds}the layers "
-        f"{layers}. Name a layer with source_layers={{{name!r}: LAYER}} (command line: "
-        f"--layer {name}=LAYER){''.join(f', or {choice}' for choice in also)}",
+        f"{layers}. Name a layer with "
+        f"{source_option_given('source_layers', name, Placeholder('LAYER'))}"
+        f"{''.join(f', or {choice}' for choice in also)}",
         path,
     )
 
