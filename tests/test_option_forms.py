@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +118,63 @@ def test_the_element_layer_names_the_layer_option_in_either_form(tmp_path: Path)
         said = refused()
     assert "give an existing layer with --layer NAME=LAYER, the raw" in said
     shell_form(said)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sources")
+    cv.write_counts(root / "store.zarr", realistic_counts(20, 8, seed=4))
+    cv.write_counts(root / "ws.zarr", realistic_counts(20, 8, seed=5), workspace="w1")
+    write_anndata_zarr(adata(20, GENES[:8], "a", seed=6), root / "anndata.zarr", 3)
+    return {"STORE": root / "store.zarr", "WS": root / "ws.zarr", "ANNDATA": root / "anndata.zarr"}
+
+
+#: refusals whose option names were chosen by an on_command_line() test beside the
+#: option table: (command line, its words; Python call, its words)
+NAMED_BY_THE_TABLE: dict[str, tuple[str, str, Any, str]] = {
+    "a repeated assay of a mount": (
+        "mount STORE NEW --assay RNA --assay RNA",
+        "--assay names 'RNA' more than once",
+        lambda s, new: cv.mount_datastore(s["STORE"], new, assays=["RNA", "RNA"]),
+        "assays names 'RNA' more than once",
+    ),
+    "a layer of a CyteArc source": (
+        "composite NEW a=STORE --layer a=counts",
+        "--layer a=counts names source 'a', which is a CyteArc store, not an AnnData store; "
+        "layers apply to AnnData sources only (pick its assay with --assay NAME)",
+        lambda s, new: cv.create_composite(new, {"a": s["STORE"]}, source_layers={"a": "counts"}),
+        "source_layers={'a': 'counts'} names source 'a', which is a CyteArc store, not an "
+        "AnnData store; layers apply to AnnData sources only (pick its assay with assay=NAME)",
+    ),
+    "a workspace of an AnnData source": (
+        "composite NEW a=ANNDATA --workspace a=w",
+        "is an AnnData store, which has no workspaces; leave out --workspace a=w",
+        lambda s, new: cv.create_composite(new, {"a": s["ANNDATA"]}, source_workspaces={"a": "w"}),
+        "is an AnnData store, which has no workspaces; leave out source_workspaces={'a': 'w'}",
+    ),
+    "an assay in a workspace, asked of the root": (
+        "composite NEW a=WS",
+        "'W/A' is assay 'A' of workspace 'W': give --assay A --workspace W (a composite's "
+        "source: --workspace NAME=W)",
+        lambda s, new: cv.create_composite(new, {"a": s["WS"]}),
+        "'W/A' is assay 'A' of workspace 'W': give assay='A', workspace='W' (a composite's "
+        "source: source_workspaces={NAME: 'W'})",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NAMED_BY_THE_TABLE))
+def test_options_are_named_through_the_table(
+    sources: dict[str, Path], tmp_path: Path, case: str
+) -> None:
+    command, at_shell, call, in_python = NAMED_BY_THE_TABLE[case]
+    places = {**sources, "NEW": tmp_path / "new.zarr"}
+    words = re.sub(r"\b(STORE|WS|ANNDATA|NEW)\b", lambda m: str(places[m[1]]), command)
+    said = refusal(words.split())
+    assert at_shell in said
+    shell_form(said)
+    with pytest.raises(ValueError) as raised:
+        call(sources, tmp_path / "new.zarr")
+    assert in_python in str(raised.value)
+    python_form(str(raised.value))
+    assert not (tmp_path / "new.zarr").exists()

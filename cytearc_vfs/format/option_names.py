@@ -91,7 +91,9 @@ def _command_line() -> bool:
 
 def on_command_line() -> bool:
     """Whether messages are read at a shell (inside :func:`command_line_names`), for a
-    remedy that has no Python keyword to name.
+    remedy that differs there (a command instead of a function, a Python-only edit
+    left out). An option is named through :func:`option_name`, :func:`option_given`
+    or :func:`source_option_given` and their tables, never by testing this.
 
     >>> on_command_line()
     False
