@@ -178,3 +178,23 @@ def test_options_are_named_through_the_table(
     assert in_python in str(raised.value)
     python_form(str(raised.value))
     assert not (tmp_path / "new.zarr").exists()
+
+
+def test_a_matrix_of_an_encoding_a_composite_does_not_read(tmp_path: Path) -> None:
+    """Said 'Pick another layer with source_layers, or convert the source with
+    cv.write_counts' at a shell too, which takes neither."""
+    import zarr
+
+    source = write_anndata_zarr(adata(20, GENES[:8], "a", seed=7), tmp_path / "a.zarr", 3)
+    zarr.open_group(source / "X", mode="r+").attrs["encoding-type"] = "coo_matrix"
+    said = refusal(["composite", str(tmp_path / "c.zarr"), f"a={source}"])
+    assert "Pick another layer with --layer NAME=LAYER, or convert the source with " in said
+    assert said.endswith("cytearc-vfs write")
+    shell_form(said)
+    with pytest.raises(UnsupportedSourceError) as raised:
+        cv.create_composite(tmp_path / "c.zarr", {"a": source})
+    assert str(raised.value).endswith(
+        "Pick another layer with source_layers={NAME: LAYER}, or convert the source with "
+        "cv.write_counts"
+    )
+    python_form(str(raised.value))

@@ -30,7 +30,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
 from ..errors import RecordShapeError, UnsupportedSourceError
-from ..format.option_names import Placeholder, source_option_given
+from ..format.option_names import Placeholder, on_command_line, source_option_given
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
@@ -347,10 +347,13 @@ async def matrix_element(
                 f"damaged; {DAMAGED_ANNDATA_REMEDY}"
             )
         return MatrixElement(path, encoding, (shape_attr[0], shape_attr[1]), zarr_format)
+    layer = source_option_given("source_layers", Placeholder("NAME"), Placeholder("LAYER"))
+    # at a shell the conversion is a command, in Python a function
+    convert = "cytearc-vfs write" if on_command_line() else "cv.write_counts"
     raise UnsupportedSourceError(
         f"{path!r} of the AnnData store at {where} is encoded {encoding!r} ({kind}); a composite reads "
-        "csr_matrix, csc_matrix or dense array counts. Pick another layer with source_layers, or "
-        "convert the source with cv.write_counts"
+        f"csr_matrix, csc_matrix or dense array counts. Pick another layer with {layer}, or "
+        f"convert the source with {convert}"
     )
 
 
