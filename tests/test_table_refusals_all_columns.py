@@ -113,3 +113,26 @@ def test_plain_refusals_stay_a_value_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as raised:
         cv.write_counts(tmp_path / "s.zarr", _adata())
     assert type(raised.value) is ValueError and "Also refused" in str(raised.value)
+
+
+def test_datetimes_past_what_a_column_holds_are_refused_by_name(tmp_path: Path) -> None:
+    """An OverflowError with numpy's words alone ("Overflow when converting between
+    datetime64 units"), naming no column and stopping the check of the others."""
+    cells = pd.DataFrame(
+        {
+            "when": np.array(["3000-01-01", "2000-01-01"], dtype="M8[s]"),
+            "kind": pd.Categorical(["a", None]),
+        },
+        index=["x", "y"],
+    )
+    with pytest.raises(ValueError) as raised:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 3), np.uint8), cells=cells)
+    said = str(raised.value)
+    assert said.startswith(
+        "cellData column 'when' (datetime64[s]) holds datetimes outside 1677..2262, which a "
+        "column stores as datetime64[ns] cannot hold; convert it, e.g. with .astype(str). "
+        "Also refused: 'kind' is categorical with missing values"
+    ), said
+    assert not (tmp_path / "s.zarr").exists()
+    cells["when"] = cells["when"].astype(str)
+    cv.write_counts(tmp_path / "s.zarr", np.ones((2, 3), np.uint8), cells=cells, fill_missing=True)

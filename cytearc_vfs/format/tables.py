@@ -99,7 +99,16 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     if dtype.kind in "biuf" and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
         return np.asarray(series.to_numpy()), attrs
     if dtype.kind == "M" and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
-        return np.asarray(series.to_numpy(dtype="datetime64[ns]")), attrs
+        try:
+            return np.asarray(series.to_numpy(dtype="datetime64[ns]")), attrs
+        except (OverflowError, pd.errors.OutOfBoundsDatetime):
+            # numpy's words ("Overflow when converting between datetime64 units") name
+            # no column, and were no ValueError: every other column went unchecked
+            raise ValueError(
+                f"{table} column {name!r} ({dtype}) holds datetimes outside "
+                f"{pd.Timestamp.min.year}..{pd.Timestamp.max.year}, which a column stores as "
+                "datetime64[ns] cannot hold; convert it, e.g. with .astype(str)"
+            ) from None
     if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "biuf":
         if series.isna().any():
             if dtype.kind == "f":
