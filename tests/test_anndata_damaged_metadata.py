@@ -25,9 +25,11 @@ import scipy.sparse as sp
 import zarr
 from anndata_files import write_anndata_zarr
 from cli_harness import run_main
+from cytearc_vfs_adapters.anndata.errors import MalformedElementError
 
 import cytearc_vfs as cv
 from cytearc_vfs.errors import RecordShapeError
+from cytearc_vfs.read.anndata_elements import DAMAGED_ANNDATA_REMEDY
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -211,3 +213,38 @@ def test_write_refuses_the_damaged_container_as_damaged(tmp_path: Path, damage: 
     assert done.returncode == 3, done.stdout
     assert json.loads(done.stdout)["error"] == "MalformedElementError"
     assert not (tmp_path / "w.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "document", "array"),
+    [
+        ("X document cut short", "the metadata document 'X/zarr.json'", "element X"),
+        ("X/data document cut short", "the metadata of the array 'X/data'", "element X/data"),
+    ],
+)
+def test_a_composite_and_the_element_layer_say_one_refusal(
+    tmp_path: Path, damage: str, document: str, array: str
+) -> None:
+    """One builder (cytearc_vfs.read.anndata_elements.damaged_metadata) for both layers,
+    each keeping its class: a composite's source said "Restore it from a copy, or write it
+    again with anndata" where the container said "restore it from a copy or download it
+    again, or write it again with anndata", from a copy of the same code."""
+    store = write_anndata_zarr(small(), tmp_path / "a.zarr", 3)
+    ELEMENT_DAMAGES[damage][0](store, 3)
+    parsed = r" cannot be read \(JSONDecodeError: [^()]*\(char \d+\)\): "
+    with pytest.raises(RecordShapeError) as composite:
+        cv.create_composite(tmp_path / "c.zarr", {"s": store})
+    assert not isinstance(composite.value, MalformedElementError)
+    assert re.fullmatch(
+        rf"source 's' at {re.escape(str(store))}: {re.escape(document)}{parsed}the source is "
+        rf"damaged; {re.escape(DAMAGED_ANNDATA_REMEDY)}, and create the composite again",
+        str(composite.value),
+    ), str(composite.value)
+    with pytest.raises(MalformedElementError) as container:
+        cv.write_counts(tmp_path / "w.zarr", store)
+    assert re.fullmatch(
+        rf".*{re.escape(str(store))}: the metadata document of {array}{parsed}the container "
+        rf"is damaged; {re.escape(DAMAGED_ANNDATA_REMEDY)}",
+        str(container.value),
+    ), str(container.value)
+    assert not (tmp_path / "c.zarr").exists() and not (tmp_path / "w.zarr").exists()

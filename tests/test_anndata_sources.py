@@ -247,8 +247,7 @@ def test_fractional_counts_are_refused_naming_the_layer_remedy(tmp_path: Path) -
     with pytest.raises(
         UnsupportedSourceError,
         match=r"fractional .*Give the one of 'raw_counts', 'spliced' that holds its raw "
-        r"counts, with source_layers=\{'b': 'raw_counts'\} \(command line: --layer "
-        r"b=raw_counts\)",
+        r"counts, with source_layers=\{'b': 'raw_counts'\}, or import",
     ):
         cv.create_composite(tmp_path / "d.zarr", {"b": tmp_path / "b.zarr"})
 

@@ -216,7 +216,7 @@ def test_well_formed_urls_and_paths_still_open(tmp_path: Path, source: str) -> N
         # IndexError: list index out of range, after the destination was created
         ([], ValueError, r"assays= is empty: a mount holds at least one assay"),
         # zarr's ContainsGroupError, after the destination was created
-        (["RNA", "RNA"], ValueError, r"assays= names 'RNA' more than once"),
+        (["RNA", "RNA"], ValueError, r"^assays names 'RNA' more than once"),
         # "assay(s) A, N, R are not in ...": the string was read letter by letter
         ("RNA", TypeError, r"assays= is one string \('RNA'\); pass a list .* assays=\['RNA'\]"),
         ([1], TypeError, r"assays= holds 1 \(int\); assay names are strings"),

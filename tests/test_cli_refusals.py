@@ -101,7 +101,7 @@ CASES: list[tuple[str, int, str]] = [
     ("composite NEW MOUNT", 2, "mounts do not chain"),
     # a layer of a CyteArc source: the remedy named source_layers and assay=
     ("composite NEW a=STORE --layer a=counts", 2, "--layer a=counts names source 'a'"),
-    ("composite NEW a=STORE --layer a=counts", 2, "(pick its assay with --assay)"),
+    ("composite NEW a=STORE --layer a=counts", 2, "(pick its assay with --assay NAME)"),
     # "a=": NAME is a source, LAYER is what is missing (it said "NAME one of the sources")
     ("composite NEW a=ANNDATA --layer a=", 2, "--layer 'a=' gives no LAYER"),
     ("composite NEW a=STORE --workspace a=", 2, "--workspace 'a=' gives no WS"),

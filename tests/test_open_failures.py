@@ -210,3 +210,28 @@ def test_a_damaged_document_of_an_assay_is_named_once_with_its_store(
     assert said.endswith("restore it from a copy of the store, or re-import the dataset"), said
     assert "file://" not in said and "repack" not in said.partition(":")[2]
     assert not (tmp_path / "out.zarr").exists() and not (tmp_path / "out.h5ad").exists()
+
+
+@pytest.mark.parametrize("document", ["zarr.json", "RNA/zarr.json"])
+def test_a_damaged_document_met_by_a_publish_is_named_as_the_store_was_given(
+    tmp_path: Path, document: str
+) -> None:
+    """The reads of a store's layout named a damaged document with the store's own
+    description ("file:///.../s.zarr: 'RNA/zarr.json' is not valid JSON") unless a
+    caller cut it out of the message again (verification did, with removeprefix); every
+    read now takes the name its caller gives the store."""
+    import numpy as np
+
+    from cytearc_vfs.artifacts.catalog import publish_artifact
+
+    where = tmp_path / "s.zarr"
+    cv.write_counts(where, np.ones((5, 3), dtype=np.uint8))
+    (where / document).write_text("{not json")
+    provenance = {"operation": "pca", "parameters": {}, "inputs": {}}
+    with pytest.raises(cv.RecordShapeError) as caught:
+        publish_artifact(str(where), "RNA/artifacts", "pca", provenance=provenance)
+    message = str(caught.value)
+    assert message.startswith(f"{where}: '{document}' is not valid JSON"), message
+    assert "file://" not in message
+    assert message.endswith("restore it from a copy of the store, or re-import the dataset")
+    assert not (where / "RNA" / "artifacts").exists()

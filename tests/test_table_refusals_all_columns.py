@@ -7,6 +7,7 @@ filled it ran the import again only to be refused for the second.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import anndata
@@ -16,6 +17,9 @@ import pytest
 
 import cytearc_vfs as cv
 from cytearc_vfs.cli import main
+from cytearc_vfs.cli.failures import ExitCode, classify_failure
+from cytearc_vfs.errors import IncompleteStoreError, NonFiniteArtifactError, RecordShapeError
+from cytearc_vfs.format.column_refusals import combined_class, refuse_columns
 
 
 def _adata() -> anndata.AnnData:
@@ -49,3 +53,86 @@ def test_the_command_line_names_them_all(
     err = capsys.readouterr().err
     assert "'d_call'" in err and "'extra'" in err and "'count'" in err, err
     assert "--fill-missing" in err, err
+
+
+def test_refusals_of_the_package_own_class_keep_it_and_its_exit_code() -> None:
+    """The combined refusal was a plain ValueError whatever its parts: damaged columns
+    (RecordShapeError, exit 3 alone) exited 2 together, and ``except RecordShapeError``
+    missed them."""
+    parts = [
+        (name, RecordShapeError(f"cellData column {name!r} is damaged; restore it"))
+        for name in ("a", "b")
+    ]
+    with pytest.raises(RecordShapeError) as raised:
+        refuse_columns(parts, table="cellData")
+    said = str(raised.value)
+    assert said == (
+        "cellData column 'a' is damaged; restore it. Also refused: 'b' is damaged. "
+        "Nothing was written"
+    )
+    assert raised.value.__cause__ is parts[0][1]
+    assert classify_failure(raised.value).code == ExitCode.DAMAGED
+    again = pickle.loads(pickle.dumps(raised.value))
+    assert type(again) is RecordShapeError and str(again) == said
+
+
+def test_refusals_of_different_classes_are_their_common_class() -> None:
+    """A caller catching RecordShapeError expects every column it names to be damaged:
+    beside a missing value (a ValueError), the combined refusal is a ValueError, exit 2."""
+    parts: list[tuple[str, ValueError]] = [
+        ("a", RecordShapeError("cellData column 'a' is damaged; restore it")),
+        ("b", ValueError("cellData column 'b' is categorical with missing values; fill them")),
+    ]
+    with pytest.raises(ValueError) as raised:
+        refuse_columns(parts, table="cellData")
+    assert type(raised.value) is ValueError
+    assert "Also refused: 'b' is categorical with missing values." in str(raised.value)
+    assert classify_failure(raised.value).code == ExitCode.REFUSED
+    assert combined_class([parts[0][1], IncompleteStoreError("x")]) is ValueError
+
+
+def test_a_class_whose_constructor_takes_more_keeps_the_first_column_attributes() -> None:
+    parts = [
+        (name, NonFiniteArtifactError(f"column {name!r}: NaN", operation="o", array=name, row=n))
+        for n, name in enumerate("ab")
+    ]
+    with pytest.raises(NonFiniteArtifactError) as raised:
+        refuse_columns(parts, table="cellData")
+    assert (raised.value.array, raised.value.row) == ("a", 0)
+    assert "Also refused: 'b' column 'b': NaN" in str(raised.value)
+
+
+def test_another_library_subclass_is_restated_as_a_value_error() -> None:
+    parts = [(name, pd.errors.OutOfBoundsDatetime(f"{name} out of bounds")) for name in "ab"]
+    with pytest.raises(ValueError) as raised:
+        refuse_columns(parts, table="cellData")
+    assert type(raised.value) is ValueError
+
+
+def test_plain_refusals_stay_a_value_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as raised:
+        cv.write_counts(tmp_path / "s.zarr", _adata())
+    assert type(raised.value) is ValueError and "Also refused" in str(raised.value)
+
+
+def test_datetimes_past_what_a_column_holds_are_refused_by_name(tmp_path: Path) -> None:
+    """An OverflowError with numpy's words alone ("Overflow when converting between
+    datetime64 units"), naming no column and stopping the check of the others."""
+    cells = pd.DataFrame(
+        {
+            "when": np.array(["3000-01-01", "2000-01-01"], dtype="M8[s]"),
+            "kind": pd.Categorical(["a", None]),
+        },
+        index=["x", "y"],
+    )
+    with pytest.raises(ValueError) as raised:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 3), np.uint8), cells=cells)
+    said = str(raised.value)
+    assert said.startswith(
+        "cellData column 'when' (datetime64[s]) holds datetimes outside 1677..2262, which a "
+        "column stores as datetime64[ns] cannot hold; convert it, e.g. with .astype(str). "
+        "Also refused: 'kind' is categorical with missing values"
+    ), said
+    assert not (tmp_path / "s.zarr").exists()
+    cells["when"] = cells["when"].astype(str)
+    cv.write_counts(tmp_path / "s.zarr", np.ones((2, 3), np.uint8), cells=cells, fill_missing=True)

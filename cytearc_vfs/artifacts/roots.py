@@ -82,7 +82,7 @@ def check_root_in_store(store: Store, key_prefix: str, root: str, where: str) ->
     what = f"cannot publish an artifact under {shown} in {where}"
     segments = full.split("/")
     _check_form(segments, what)
-    if node_attrs(store, "")[0] != "group":
+    if node_attrs(store, "", where=where)[0] != "group":
         raise ValueError(
             f"{what}: its root is not a Zarr group (no zarr.json, or an array's); check the "
             "location, or write a store there with cytearc_vfs.write_counts first"
@@ -92,7 +92,7 @@ def check_root_in_store(store: Store, key_prefix: str, root: str, where: str) ->
         return
     if len(owners) == 1:
         (name,) = owners
-        if _is_assay(store, name) or _is_workspace(store, name):
+        if _is_assay(store, name, where) or _is_workspace(store, name, where):
             return
         missing = (
             f"{name!r} is neither an assay (a group with is_assay) nor a workspace (a group "
@@ -100,9 +100,9 @@ def check_root_in_store(store: Store, key_prefix: str, root: str, where: str) ->
         )
     else:
         workspace, assay = owners
-        if not _is_workspace(store, workspace):
+        if not _is_workspace(store, workspace, where):
             missing = f"{workspace!r} is not a workspace (a group with cellData) of the store"
-        elif not _is_assay(store, join(workspace, assay)):
+        elif not _is_assay(store, join(workspace, assay), where):
             missing = f"workspace {workspace!r} has no assay {assay!r} (a group with is_assay)"
         else:
             return
@@ -111,14 +111,14 @@ def check_root_in_store(store: Store, key_prefix: str, root: str, where: str) ->
     )
 
 
-def _is_assay(store: Store, path: str) -> bool:
-    kind, attrs = node_attrs(store, path)
+def _is_assay(store: Store, path: str, where: str) -> bool:
+    kind, attrs = node_attrs(store, path, where=where)
     return kind == "group" and attrs.get("is_assay") is True
 
 
-def _is_workspace(store: Store, name: str) -> bool:
+def _is_workspace(store: Store, name: str, where: str) -> bool:
     # As read_contents recognises one: a top-level group holding a cellData group.
-    return node_attrs(store, join(name, "cellData"))[0] == "group"
+    return node_attrs(store, join(name, "cellData"), where=where)[0] == "group"
 
 
 def _roots_hint(store: Store, where: str) -> str:

@@ -28,7 +28,7 @@ from ..errors import warn_at_caller
 from ..format.fingerprints import combine
 from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET
-from ..format.option_names import on_command_line
+from ..format.option_names import Placeholder, option_given, source_option_given
 from ..format.paths import check_name, join
 from ..format.records import dump_assay_types, requires_transpose
 from ..format.sizes import parse_size
@@ -337,15 +337,13 @@ def create_composite(
     )
     for source in bound:
         if source.anndata is None and source.name in (source_layers or {}):
-            layer_option, pick = (
-                (f"--layer {source.name}={(source_layers or {})[source.name]}", "--assay")
-                if on_command_line()
-                else ("source_layers", "assay=")
+            layer = source_option_given(
+                "source_layers", source.name, (source_layers or {})[source.name]
             )
             raise ValueError(
-                f"{layer_option} names source {source.name!r}, which is a CyteArc store, not an "
+                f"{layer} names source {source.name!r}, which is a CyteArc store, not an "
                 f"AnnData store; layers apply to AnnData sources only (pick its assay with "
-                f"{pick})"
+                f"{option_given('assay', Placeholder('NAME'))})"
             )
     tables = read_source_tables(bound)
     plan = plan_composite(bound, tables, features=features, cells=cells)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .option_names import on_command_line
+from .option_names import Placeholder, options_given, source_option_given
 from .paths import AssayPaths
 
 __all__ = ["missing_assay_error"]
@@ -28,14 +28,10 @@ def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths
     how = ["give one of them"]
     if any(p.workspace for p in held):
         # no command takes 'W/A' as an assay: each names the workspace apart
+        given = options_given(("assay", "A"), ("workspace", "W"))
+        source = source_option_given("source_workspaces", Placeholder("NAME"), "W")
         how.append(
-            "'W/A' is assay 'A' of workspace 'W'"
-            + (
-                ": give --assay A --workspace W (a composite's source: --workspace NAME=W)"
-                if on_command_line()
-                else ": give assay='A', workspace='W' (a composite's source: "
-                "source_workspaces={NAME: 'W'})"
-            )
+            f"'W/A' is assay 'A' of workspace 'W': give {given} (a composite's source: {source})"
         )
     if paths.workspace and any(not p.workspace for p in held):
         how.append("a name without 'W/' is in the root layout: give no workspace")

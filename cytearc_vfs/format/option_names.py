@@ -18,6 +18,16 @@ afterwards for programs (and tests) that call its ``main``.
 '--mem-budget'
 >>> source_options_example("a")
 "source_storage_options={'a': {...}}"
+
+A per-source option is a mapping in Python and one ``NAME=VALUE`` flag a source
+at a shell: :func:`source_option_given` writes an entry in the form the caller
+types, and :class:`Placeholder` leaves a part of it for the caller to fill in.
+
+>>> source_option_given("source_layers", "a", Placeholder("LAYER"))
+"source_layers={'a': LAYER}"
+>>> with command_line_names():
+...     source_option_given("source_layers", "a", Placeholder("LAYER"))
+'--layer a=LAYER'
 """
 
 from __future__ import annotations
@@ -28,11 +38,15 @@ from contextlib import contextmanager
 
 __all__ = [
     "MOUNT_SOURCE",
+    "Placeholder",
     "command_line_names",
     "on_command_line",
+    "option_given",
     "option_name",
     "option_offered",
+    "options_given",
     "source_label",
+    "source_option_given",
     "source_options_example",
     "switched_on",
 ]
@@ -44,13 +58,24 @@ MOUNT_SOURCE = ""
 
 #: Python keyword -> the command line's flag for the same value
 COMMAND_LINE_FLAGS = {
+    "assay": "--assay",
     "assay_type": "--assay-type",
+    # mount_datastore's list: the command line repeats its flag, one assay each
+    "assays": "--assay",
     "fill_missing": "--fill-missing",
     "make_unique": "--make-unique",
     "mem_budget": "--mem-budget",
     "overwrite": "--overwrite",
     "source_storage_options": "--source-storage-options",
     "storage_options": "--storage-options",
+    "workspace": "--workspace",
+}
+
+#: Python keyword of a per-source mapping (``{source name: value}``) -> the flag
+#: that gives one source's entry as ``NAME=VALUE`` (repeated, one source each)
+SOURCE_OPTION_FLAGS = {
+    "source_layers": "--layer",
+    "source_workspaces": "--workspace",
 }
 
 #: Python keywords no command takes: a message names them only to Python callers
@@ -66,7 +91,9 @@ def _command_line() -> bool:
 
 def on_command_line() -> bool:
     """Whether messages are read at a shell (inside :func:`command_line_names`), for a
-    remedy that has no Python keyword to name.
+    remedy that differs there (a command instead of a function, a Python-only edit
+    left out). An option is named through :func:`option_name`, :func:`option_given`
+    or :func:`source_option_given` and their tables, never by testing this.
 
     >>> on_command_line()
     False
@@ -79,6 +106,61 @@ def option_name(keyword: str) -> str:
     if _command_line():
         return COMMAND_LINE_FLAGS.get(keyword, keyword)
     return keyword
+
+
+class Placeholder(str):
+    """A part of an example the caller fills in (``NAME``, ``LAYER``): written bare in
+    both forms, where a value is quoted in Python's.
+
+    >>> repr(Placeholder("LAYER"))
+    'LAYER'
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def option_given(keyword: str, value: str) -> str:
+    """How a caller gives the option ``keyword`` the text ``value``.
+
+    >>> option_given("assay", "A")
+    "assay='A'"
+    >>> with command_line_names():
+    ...     option_given("assay", "A")
+    '--assay A'
+    """
+    if _command_line() and keyword in COMMAND_LINE_FLAGS:
+        return f"{COMMAND_LINE_FLAGS[keyword]} {value}"
+    return f"{keyword}={value!r}"
+
+
+def options_given(*pairs: tuple[str, str]) -> str:
+    """How a caller gives several options at once (``(keyword, value)`` pairs).
+
+    >>> options_given(("assay", "A"), ("workspace", "W"))
+    "assay='A', workspace='W'"
+    >>> with command_line_names():
+    ...     options_given(("assay", "A"), ("workspace", "W"))
+    '--assay A --workspace W'
+    """
+    return (" " if _command_line() else ", ").join(option_given(*pair) for pair in pairs)
+
+
+def source_option_given(keyword: str, source: str, value: str) -> str:
+    """How a caller gives the source ``source`` the entry ``value`` of the per-source
+    option ``keyword`` (a mapping by source name in Python, ``NAME=VALUE`` at a shell).
+
+    >>> source_option_given("source_workspaces", Placeholder("NAME"), "W")
+    "source_workspaces={NAME: 'W'}"
+    >>> with command_line_names():
+    ...     source_option_given("source_workspaces", Placeholder("NAME"), "W")
+    '--workspace NAME=W'
+    """
+    if _command_line() and keyword in SOURCE_OPTION_FLAGS:
+        return f"{SOURCE_OPTION_FLAGS[keyword]} {source}={value}"
+    return f"{keyword}={{{source!r}: {value!r}}}"
 
 
 def switched_on(keyword: str) -> str:

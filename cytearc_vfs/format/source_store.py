@@ -177,9 +177,9 @@ def _check_live(
     check_fill_value(array.fill_value, where=where, remedy=REPAIR)
 
 
-def _array_document(store: Store, path: str) -> dict[str, Any] | None:
+def _array_document(store: Store, path: str, *, where: str) -> dict[str, Any] | None:
     """The ``zarr.json`` of the array at ``path``, or ``None`` when no array is there."""
-    document = _get_json(store, join(path, "zarr.json"))
+    document = _get_json(store, join(path, "zarr.json"), where=where)
     return document if document is not None and document.get("node_type") == "array" else None
 
 
@@ -209,26 +209,27 @@ def _shape_of(document: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _ids_fp(store: Store, table: str, expected_len: int, *, where: str) -> str:
+def _ids_fp(store: Store, table: str, expected_len: int, *, where: str, label: str) -> str:
+    """The ids fingerprint of ``table``; ``where`` names the store, ``label`` the table."""
     path = join(table, "ids")
-    document = _array_document(store, path)
+    document = _array_document(store, path, where=where)
     if document is None:
-        raise RecordShapeError(f"{where} has no ids column; {REPAIR}")
+        raise RecordShapeError(f"{label} has no ids column; {REPAIR}")
     shape = _shape_of(document)
     if shape != (expected_len,):
         raise RecordShapeError(
-            f"{where}/ids has {shape[0] if shape else 0} entries but the counts have "
+            f"{label}/ids has {shape[0] if shape else 0} entries but the counts have "
             f"{expected_len}; {REPAIR}"
         )
     attrs = document.get("attributes") or {}
     recorded = attrs.get("fingerprint") if isinstance(attrs, dict) else None
     if recorded is not None:
-        return parse_fingerprint(recorded, record="ids fingerprint", where=f"{where}/ids")
+        return parse_fingerprint(recorded, record="ids fingerprint", where=f"{label}/ids")
     # written before ids carried their fingerprint: the values are read
     return ids_fingerprint(np.asarray(_array_from(store, path, document)[:]))
 
 
-def _has_state_group(store: Store, paths: AssayPaths) -> bool:
+def _has_state_group(store: Store, paths: AssayPaths, *, where: str) -> bool:
     """Whether the assay holds a retired ``state`` group, of either Zarr format.
 
     Its v2 document is asked for only when the assay group's listing shows a
@@ -236,11 +237,11 @@ def _has_state_group(store: Store, paths: AssayPaths) -> bool:
     v2 names, and a caller that listed the whole store answers from memory.
     """
     state = join(paths.assay_group, "state")
-    if node_attrs(store, state)[0] is not None:
+    if node_attrs(store, state, where=where)[0] is not None:
         return True
     if store.supports_listing and "state" not in list_dir(store, paths.assay_group):
         return False
-    return _get_json(store, join(state, ".zgroup")) is not None
+    return _get_json(store, join(state, ".zgroup"), where=where) is not None
 
 
 def verify_assay(
@@ -260,12 +261,9 @@ def verify_assay(
         return _verify_assay(store, paths, where=where, assay_types=assay_types, contents=contents)
     except RecordShapeError as exc:
         text = str(exc)
-        if DAMAGED_DOCUMENT_REMEDY in text:
-            # a document that is not JSON, named with the store's own description
-            # ("wrapping-file:///..."): said of where instead, and with its own remedy,
-            # since the data-only rewrite cannot read it either
-            raise RecordShapeError(f"{where}: {text.removeprefix(f'{store}: ')}") from exc
-        if REPAIR in text:
+        # a document that is not JSON is named of where by the read itself, with its
+        # own remedy (the data-only rewrite cannot read it either)
+        if DAMAGED_DOCUMENT_REMEDY in text or REPAIR in text:
             raise
         # record parsers know the field, not the store: add where and the remedy
         raise RecordShapeError(f"{where}: {exc}; {REPAIR}") from exc
@@ -290,7 +288,7 @@ def _verify_assay(
     label = f"{where}: assay {paths.assay!r}" + (
         f" of workspace {paths.workspace!r}" if paths.workspace else ""
     )
-    if _has_state_group(store, paths):
+    if _has_state_group(store, paths, where=where):
         raise UnsupportedSourceError(
             f"{label} holds a retired {paths.assay}/state group, which this layout no longer "
             f"reads or migrates; {REPAIR} (the rewrite omits it)"
@@ -299,7 +297,7 @@ def _verify_assay(
     kind, assay_attrs = (
         ("group", known[paths.assay_group])
         if paths.assay_group in known
-        else node_attrs(store, paths.assay_group)
+        else node_attrs(store, paths.assay_group, where=where)
     )
     if kind != "group":
         raise missing_assay_error(where, paths, _assays_hint(store))
@@ -314,7 +312,7 @@ def _verify_assay(
         container_attrs = (
             contents.root_attrs
             if contents is not None and not paths.root and isinstance(contents.root_attrs, dict)
-            else node_attrs(store, paths.root)[1]
+            else node_attrs(store, paths.root, where=where)[1]
         )
         assay_types = parse_assay_types(
             container_attrs.get("assayTypes", {}), where=paths.root or "/"
@@ -337,12 +335,12 @@ def _verify_assay(
     matrix_attrs = (
         assay_attrs
         if paths.matrix_group == paths.assay_group
-        else node_attrs(store, paths.matrix_group)[1]
+        else node_attrs(store, paths.matrix_group, where=where)[1]
     )
     layout = _layout_of(matrix_attrs, where=f"{label} matrix group {paths.matrix_group!r}")
-    counts_doc = _array_document(store, paths.counts)
+    counts_doc = _array_document(store, paths.counts, where=where)
     if counts_doc is None:
-        if _get_json(store, join(paths.counts, ".zarray")) is not None:
+        if _get_json(store, join(paths.counts, ".zarray"), where=where) is not None:
             raise RecordShapeError(f"{label}: counts is a Zarr v2 array; {REPAIR}")
         raise IncompleteStoreError(f"{label} has no counts array at {paths.counts!r}; {REPAIR}")
     counts = _metadata_from(counts_doc)
@@ -364,7 +362,7 @@ def _verify_assay(
     shard_arrays: list[tuple[str, str, ArrayV3Metadata, ArrayGeometry | None]] = [
         ("counts", paths.counts, counts, layout.counts)
     ]
-    counts_t_doc = _array_document(store, paths.counts_t)
+    counts_t_doc = _array_document(store, paths.counts_t, where=where)
     if layout.counts_t is None:
         if requires_transpose(assay_type):
             raise RecordShapeError(
@@ -382,7 +380,7 @@ def _verify_assay(
         # a recorded countsT is verified whatever the assay type: a reader
         # that finds it complete reads it
         if counts_t_doc is None:
-            v2 = _get_json(store, join(paths.counts_t, ".zarray")) is not None
+            v2 = _get_json(store, join(paths.counts_t, ".zarray"), where=where) is not None
             raise IncompleteStoreError(
                 f"{label} is {assay_type} and needs a complete sharded Zarr v3 countsT (its "
                 f"layout records one), but "
@@ -410,10 +408,18 @@ def _verify_assay(
                 f"{label}: countsT is bound to content {counts_t.attributes.get('content_fingerprint')!r} "
                 f"but counts hold {content}; the two orientations are not one matrix. {REPAIR}"
             )
-    _check_summaries(store, paths, content, layout.shape, np.dtype(layout.dtype), label=label)
-    cells_fp = _ids_fp(store, paths.cell_data, layout.shape[0], where=f"{label} {paths.cell_data}")
+    _check_summaries(
+        store, paths, content, layout.shape, np.dtype(layout.dtype), where=where, label=label
+    )
+    cells_fp = _ids_fp(
+        store, paths.cell_data, layout.shape[0], where=where, label=f"{label} {paths.cell_data}"
+    )
     features_fp = _ids_fp(
-        store, paths.feature_data, layout.shape[1], where=f"{label} {paths.feature_data}"
+        store,
+        paths.feature_data,
+        layout.shape[1],
+        where=where,
+        label=f"{label} {paths.feature_data}",
     )
     tables = {
         name: table
@@ -451,9 +457,10 @@ def _check_summaries(
     shape: tuple[int, int],
     count_dtype: np.dtype,
     *,
+    where: str,
     label: str,
 ) -> None:
-    kind, attrs = node_attrs(store, paths.summaries)
+    kind, attrs = node_attrs(store, paths.summaries, where=where)
     if kind != "group":
         raise IncompleteStoreError(
             f"{label} has no countSummaries group at {paths.summaries!r}; preparation reads it "
@@ -470,7 +477,7 @@ def _check_summaries(
         ("rowPositive", shape[0], np.dtype(np.int64)),
         ("columnPositive", shape[1], np.dtype(np.int64)),
     ):
-        document = _array_document(store, join(paths.summaries, name))
+        document = _array_document(store, join(paths.summaries, name), where=where)
         if document is None:
             raise RecordShapeError(f"{label}: countSummaries lacks {name}; {REPAIR}")
         found = _shape_of(document)
@@ -495,7 +502,7 @@ def refuse_pending_assays(store: Store, contents: StoreContents, *, where: str) 
     directly, and its counts may hold chunks not yet written (read as zeros).
     """
     for paths in contents.pending:
-        writer = node_attrs(store, paths.assay_group)[1].get(PENDING_ASSAY_ATTR)
+        writer = node_attrs(store, paths.assay_group, where=where)[1].get(PENDING_ASSAY_ATTR)
         scope = f" of workspace {paths.workspace!r}" if paths.workspace else ""
         raise IncompleteStoreError(
             unfinished_message(where, writer, f"assay {paths.assay!r}{scope}")
@@ -517,7 +524,9 @@ def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[Assay
     # every container that declares or holds assays: the root always (its
     # declarations must not name an assay that lost its group), and each workspace
     for container in dict.fromkeys(["", *(p.root for p in (*contents.assays, *contents.pending))]):
-        attrs = contents.root_attrs if container == "" else node_attrs(store, container)[1]
+        attrs = (
+            contents.root_attrs if container == "" else node_attrs(store, container, where=where)[1]
+        )
         check_declared_assays(
             attrs,
             [p.assay for p in contents.assays if p.root == container],

@@ -67,13 +67,16 @@ DAMAGED_DOCUMENT_REMEDY = (
 )
 
 
-def json_object(store: Store, key: str, *, where: str | None = None) -> dict[str, Any] | None:
+def json_object(store: Store, key: str, *, where: str) -> dict[str, Any] | None:
     """The JSON object stored at ``key``, ``None`` when absent; anything else is a record error
-    naming the store (``where``, else the store's own description) and the remedy."""
-    place = str(store) if where is None else where
-    value = get_json(store, key, where=place, remedy=DAMAGED_DOCUMENT_REMEDY)
+    naming the store as the caller names it (``where``), the document and the remedy.
+
+    ``where`` is required: the store's own description (``wrapping-file:///...``) is
+    not what a reader gave, and a message must not need it cut out again.
+    """
+    value = get_json(store, key, where=where, remedy=DAMAGED_DOCUMENT_REMEDY)
     if value is not None and not isinstance(value, dict):
-        raise RecordShapeError(f"{place}: {key!r} is not a JSON object; {DAMAGED_DOCUMENT_REMEDY}")
+        raise RecordShapeError(f"{where}: {key!r} is not a JSON object; {DAMAGED_DOCUMENT_REMEDY}")
     return value
 
 
@@ -96,11 +99,9 @@ def raise_damaged_document(store: Store, *, where: str) -> None:
             json_object(store, key, where=where)
 
 
-def node_attrs(
-    store: Store, path: str, *, where: str | None = None
-) -> tuple[str | None, dict[str, Any]]:
+def node_attrs(store: Store, path: str, *, where: str) -> tuple[str | None, dict[str, Any]]:
     """(node_type, attributes) of the v3 node at ``path``, or (None, {}); a damaged
-    document is refused naming the store as ``where`` (else the store's own words)."""
+    document is refused naming the store as ``where``."""
     document = json_object(store, join(path, "zarr.json"), where=where)
     if document is None:
         return None, {}

@@ -30,6 +30,7 @@ from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
 from .column_names import check_column_name, lone_surrogate
+from .column_refusals import refuse_columns
 from .missing_values import fill_missing, values_with_gaps
 from .option_names import on_command_line, switched_on
 from .table_attributes import (
@@ -98,7 +99,16 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     if dtype.kind in "biuf" and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
         return np.asarray(series.to_numpy()), attrs
     if dtype.kind == "M" and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
-        return np.asarray(series.to_numpy(dtype="datetime64[ns]")), attrs
+        try:
+            return np.asarray(series.to_numpy(dtype="datetime64[ns]")), attrs
+        except (OverflowError, pd.errors.OutOfBoundsDatetime):
+            # numpy's words ("Overflow when converting between datetime64 units") name
+            # no column, and were no ValueError: every other column went unchecked
+            raise ValueError(
+                f"{table} column {name!r} ({dtype}) holds datetimes outside "
+                f"{pd.Timestamp.min.year}..{pd.Timestamp.max.year}, which a column stores as "
+                "datetime64[ns] cannot hold; convert it, e.g. with .astype(str)"
+            ) from None
     if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "biuf":
         if series.isna().any():
             if dtype.kind == "f":
@@ -148,20 +158,6 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     # kept as Python strings: written chunk by chunk at the column's width, so a
     # long string costs its own length, not the width times every row
     return values, attrs
-
-
-def _refuse_columns(refused: list[tuple[str, ValueError]], *, table: str) -> None:
-    """Raise the first column's refusal, naming every other refused column and why."""
-    first = refused[0][1]
-    if len(refused) == 1:
-        raise first
-    reasons = []
-    for name, exc in refused[1:]:
-        said = str(exc)
-        prefix = f"{table} column {name!r} "
-        # the reason alone: its remedy is the first column's, or said when it is first
-        reasons.append(f"{name!r} {said.removeprefix(prefix).split(';')[0]}")
-    raise ValueError(f"{first}. Also refused: {'; '.join(reasons)}. Nothing was written") from first
 
 
 def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: str, name: str) -> None:
@@ -403,7 +399,7 @@ def prepare_table(
             continue
         own.append((key, values, attrs))
     if refused:
-        _refuse_columns(refused, table=table)
+        refuse_columns(refused, table=table)
     fingerprint = ids_fingerprint(ids)
     columns: list[tuple[str, npt.NDArray[Any], dict[str, Any]]] = [
         ("ids", ids, {"fingerprint": fingerprint})

@@ -19,7 +19,7 @@ import zarr
 from ..errors import UnsupportedSourceError
 from ..format.flags import check_flag
 from ..format.nodes import group_at
-from ..format.option_names import on_command_line
+from ..format.option_names import Placeholder, option_given, option_name
 from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
@@ -92,9 +92,8 @@ def _chosen_assays(assays: object) -> list[str]:
             )
     repeated = sorted({name for name in chosen if chosen.count(name) > 1})
     if repeated:
-        given = "--assay" if on_command_line() else "assays="
         raise ValueError(
-            f"{given} names {', '.join(map(repr, repeated))} more than once; give each assay once"
+            f"{option_name('assays')} names {', '.join(map(repr, repeated))} more than once; give each assay once"
         )
     return chosen
 
@@ -172,8 +171,8 @@ def mount_datastore(
             remedy = "its assays are in its root layout: give no workspace"
         elif held:
             remedy = (
-                f"name the workspace that holds them, one of {', '.join(held)} (workspace in "
-                "Python, --workspace on the command line)"
+                f"name the workspace that holds them, one of {', '.join(held)}, with "
+                f"{option_given('workspace', Placeholder('NAME'))}"
             )
         else:
             remedy = "check the location"

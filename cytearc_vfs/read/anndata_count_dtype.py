@@ -18,6 +18,7 @@ from zarr.core.array import AsyncArray
 
 from ..errors import UnsupportedSourceError
 from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
+from ..format.option_names import source_option_given
 from .anndata_elements import RAW_COUNTS, Documents, MatrixElement, holds_node, layer_names
 
 __all__ = ["SCAN_BLOCK", "scan_cost", "scan_count_dtype", "scan_rows"]
@@ -110,6 +111,5 @@ async def _counts_remedy(
     first = held[0]
     return (
         f"Give the one of {', '.join(map(repr, held))} that holds its raw counts, with "
-        f"source_layers={{{name!r}: {first!r}}} (command line: --layer {name}={first}), or "
-        f"{imported}"
+        f"{source_option_given('source_layers', name, first)}, or {imported}"
     )

@@ -30,17 +30,20 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
 from ..errors import RecordShapeError, UnsupportedSourceError
+from ..format.option_names import Placeholder, on_command_line, source_option_given
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
 __all__ = [
     "ANNDATA_ROOT_VERSIONS",
+    "DAMAGED_ANNDATA_REMEDY",
     "Documents",
     "IndexElement",
     "MatrixElement",
     "MissingElementError",
     "RAW_COUNTS",
     "anndata_format",
+    "damaged_metadata",
     "document_keys",
     "features_frame",
     "holds_node",
@@ -57,6 +60,32 @@ __all__ = [
 #: key -> parsed JSON document, or ``None`` when the store has no such key.
 Documents = Callable[[str], Awaitable[Any]]
 Encoding = Literal["csr_matrix", "csc_matrix", "array"]
+
+#: What a user does about an AnnData whose stored bytes are damaged.
+DAMAGED_ANNDATA_REMEDY = (
+    "restore it from a copy or download it again, or write it again with anndata"
+)
+
+
+def damaged_metadata[Damaged: RecordShapeError](
+    error: type[Damaged], where: str, what: str, exc: BaseException, *, remedy: str
+) -> Damaged:
+    """The refusal of an AnnData whose metadata ``what`` (a document, an array's, a
+    node's) a JSON parser or zarr cannot read (cut short, garbled): it is damaged.
+
+    One builder for the element layer (``cytearc_vfs_adapters.anndata``, which
+    raises its :class:`RecordShapeError` subclass) and for a composite's AnnData
+    sources. The parser's words alone name nothing ("Unterminated string starting
+    at: line 2 column 3"): the message names ``where`` and ``what``, keeps the
+    parser's first line and ends with ``remedy``.
+
+    >>> str(damaged_metadata(RecordShapeError, "a.zarr", "the metadata document 'X/zarr.json'",
+    ...                      ValueError("Expecting value: line 1"), remedy="restore it"))
+    "a.zarr: the metadata document 'X/zarr.json' cannot be read (ValueError: Expecting value: line 1): restore it"
+    """
+    said = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    return error(f"{where}: {what} cannot be read ({type(exc).__name__}: {said}): {remedy}")
+
 
 #: The name that selects an AnnData's raw counts (``adata.raw.X``, whose features
 #: are ``raw/var``) wherever a layer can be named. No layer is called so: a layer
@@ -285,8 +314,9 @@ async def matrix_element(
     if node is None:
         raise MissingElementError(
             f"AnnData store at {where} has no {path!r}; give an existing layer with "
-            "source_layers={name: layer} (command line: --layer NAME=LAYER), the raw "
-            f"counts with {RAW_COUNTS!r}, or X (cytearc-vfs anndata ls lists the elements)",
+            f"{source_option_given('source_layers', Placeholder('NAME'), Placeholder('LAYER'))}"
+            f", the raw counts with {RAW_COUNTS!r}, or X (cytearc-vfs anndata ls lists the "
+            "elements)",
             path,
         )
     kind, attrs = node
@@ -314,13 +344,16 @@ async def matrix_element(
             raise RecordShapeError(
                 f"{path!r} of the AnnData store at {where} is a {encoding} whose 'shape' "
                 f"attribute is {shape_attr!r}, not two non-negative integers: the store is "
-                "damaged. Restore it from a copy, or write it again with anndata"
+                f"damaged; {DAMAGED_ANNDATA_REMEDY}"
             )
         return MatrixElement(path, encoding, (shape_attr[0], shape_attr[1]), zarr_format)
+    layer = source_option_given("source_layers", Placeholder("NAME"), Placeholder("LAYER"))
+    # at a shell the conversion is a command, in Python a function
+    convert = "cytearc-vfs write" if on_command_line() else "cv.write_counts"
     raise UnsupportedSourceError(
         f"{path!r} of the AnnData store at {where} is encoded {encoding!r} ({kind}); a composite reads "
-        "csr_matrix, csc_matrix or dense array counts. Pick another layer with source_layers, or "
-        "convert the source with cv.write_counts"
+        f"csr_matrix, csc_matrix or dense array counts. Pick another layer with {layer}, or "
+        f"convert the source with {convert}"
     )
 
 

@@ -69,16 +69,19 @@ from ..errors import (
     UnsupportedSourceError,
 )
 from ..format.fingerprints import dataset_fingerprint_of
+from ..format.option_names import Placeholder, source_option_given
 from ..format.paths import join
 from ..remote.locations import Location
 from .anndata_count_dtype import scan_count_dtype
 from .anndata_elements import (
+    DAMAGED_ANNDATA_REMEDY,
     RAW_COUNTS,
     Documents,
     IndexElement,
     MatrixElement,
     MissingElementError,
     anndata_format,
+    damaged_metadata,
     document_keys,
     features_frame,
     holds_node,
@@ -170,18 +173,14 @@ class _DocumentReader:
         try:
             return json.loads(data)
         except ValueError as exc:  # cut short or garbled: the parser's words alone name nothing
-            raise damaged_document(self.source, f"the metadata document {key!r}", exc) from None
+            what = f"the metadata document {key!r}"
+            raise damaged_metadata(
+                RecordShapeError, self.source, what, exc, remedy=_DAMAGED_SOURCE
+            ) from None
 
 
-def damaged_document(source: str, what: str, exc: BaseException) -> RecordShapeError:
-    """The refusal of an AnnData source whose metadata (``what``: a document, or an
-    array's) cannot be parsed (cut short, garbled) or opened: it is damaged."""
-    said = str(exc).splitlines()[0] if str(exc) else repr(exc)
-    return RecordShapeError(
-        f"{source}: {what} cannot be read ({type(exc).__name__}: "
-        f"{said}): the source is damaged. Restore it from a copy, or write it again with "
-        "anndata, and create the composite again"
-    )
+#: The end of a refusal of a damaged AnnData source: the composite is made again after.
+_DAMAGED_SOURCE = f"the source is damaged; {DAMAGED_ANNDATA_REMEDY}, and create the composite again"
 
 
 # ------------------------------------------------------------------ binding
@@ -476,8 +475,9 @@ async def _missing_element(
     ]
     return MissingElementError(
         f"source {name!r} at {where} has no {path!r}{what}; it holds {holds}the layers "
-        f"{layers}. Name a layer with source_layers={{{name!r}: LAYER}} (command line: "
-        f"--layer {name}=LAYER){''.join(f', or {choice}' for choice in also)}",
+        f"{layers}. Name a layer with "
+        f"{source_option_given('source_layers', name, Placeholder('LAYER'))}"
+        f"{''.join(f', or {choice}' for choice in also)}",
         path,
     )
 
@@ -507,11 +507,13 @@ async def _open(
             # a member array missing, or a document zarr cannot parse: zarr's words
             # ("No array found in store ...", a JSON parser's) name no element
             if not isinstance(exc, zarr.errors.NodeNotFoundError):
-                raise damaged_document(source, f"the metadata of the array {path!r}", exc) from None
+                what = f"the metadata of the array {path!r}"
+                raise damaged_metadata(
+                    RecordShapeError, source, what, exc, remedy=_DAMAGED_SOURCE
+                ) from None
             raise RecordShapeError(
                 f"{source}: the array {path!r} of the AnnData element {element.path!r} is "
-                "missing: the source is damaged. Restore it from a copy, or write it again "
-                "with anndata, and create the composite again"
+                f"missing: {_DAMAGED_SOURCE}"
             ) from None
 
     opened = await asyncio.gather(

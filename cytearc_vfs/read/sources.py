@@ -25,7 +25,7 @@ from ..errors import (
     RecordShapeError,
     UnsupportedSourceError,
 )
-from ..format.option_names import on_command_line, source_label
+from ..format.option_names import source_label, source_option_given
 from ..format.paths import AssayPaths, join
 from ..format.records import ASSAY_TYPE_PRESETS, ArrayGeometry, CountLayout
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
@@ -293,13 +293,10 @@ def _anndata_bound(
     """A bound AnnData source, its identity compared with the record's."""
     where = describe_location(spec.location)
     if spec.workspace is not None:
-        leave = (
-            f"leave out --workspace {spec.name}={spec.workspace}"
-            if on_command_line()
-            else "leave source_workspaces out for it"
-        )
+        leave = source_option_given("source_workspaces", spec.name, spec.workspace)
         raise UnsupportedSourceError(
-            f"source {spec.name!r} at {where} is an AnnData store, which has no workspaces; {leave}"
+            f"source {spec.name!r} at {where} is an AnnData store, which has no workspaces; "
+            f"leave out {leave}"
         )
     fingerprints = counts.fingerprints
     # an AnnData store declares no assay type: it takes the assay's name

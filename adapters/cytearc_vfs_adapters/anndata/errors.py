@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from cytearc_vfs.errors import RecordShapeError, VfsError
+from cytearc_vfs.read.anndata_elements import DAMAGED_ANNDATA_REMEDY
 
 __all__ = ["DAMAGED_REMEDY", "MalformedElementError", "UnsupportedElementError"]
 
-#: What a user does about a container whose stored bytes are damaged.
-DAMAGED_REMEDY = "restore it from a copy or download it again, or write it again with anndata"
+#: What a user does about a container whose stored bytes are damaged (the core's words
+#: for a damaged AnnData, so a composite's source and a container say the same).
+DAMAGED_REMEDY = DAMAGED_ANNDATA_REMEDY
 
 
 class MalformedElementError(RecordShapeError):

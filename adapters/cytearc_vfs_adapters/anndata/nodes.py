@@ -23,6 +23,7 @@ import zarr
 from zarr.abc.store import Store
 
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
+from cytearc_vfs.read.anndata_elements import damaged_metadata
 
 from .errors import DAMAGED_REMEDY, MalformedElementError
 
@@ -33,7 +34,7 @@ __all__ = [
     "attributes",
     "child",
     "children",
-    "damaged_metadata",
+    "damaged_element",
     "is_group",
     "is_h5ad_path",
     "listed_names",
@@ -134,7 +135,7 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
             "with .zgroup or zarr.json) or an .h5ad file"
         ) from exc
     except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
-        raise damaged_metadata(where, "", exc) from exc
+        raise damaged_element(where, "", exc) from exc
     return Container(root, where, "zarr", root.metadata.zarr_format)
 
 
@@ -166,7 +167,7 @@ def children(group: Any) -> list[str]:
 
     zarr lists a group's members by parsing each one's metadata document, and a
     document it cannot parse fails the listing with the parser's words alone: that
-    member is found and named instead (:func:`damaged_metadata`).
+    member is found and named instead (:func:`damaged_element`).
     """
     try:
         return sorted(str(name) for name in group)
@@ -207,21 +208,22 @@ def child(group: Any, name: str) -> Any | None:
         if not isinstance(group, zarr.Group):
             raise
         path = f"{group.path}/{name}" if group.path else name
-        raise damaged_metadata(str(group.store_path.store), path, exc) from exc
+        raise damaged_element(str(group.store_path.store), path, exc) from exc
 
 
-def damaged_metadata(where: str, path: str, exc: BaseException) -> MalformedElementError:
-    """The error for a node whose metadata document zarr cannot parse (cut short,
-    garbled, not the JSON object of a node): the container is damaged.
-
-    zarr says only what its JSON parser or its validation says ("Unterminated
-    string starting at: line 2 column 3"), without naming the document.
-    """
+def damaged_element(where: str, path: str, exc: BaseException) -> MalformedElementError:
+    """The error for a node (``path``; ``""``: the root) whose metadata document zarr
+    cannot parse (cut short, garbled, not the JSON object of a node): the container is
+    damaged. Built by the core's one builder of that refusal
+    (:func:`~cytearc_vfs.read.anndata_elements.damaged_metadata`), as the element
+    layer's own class, which ``anndata ls`` marks elements by."""
     node = f"element {path}" if path else "its root"
-    said = str(exc).splitlines()[0] if str(exc) else repr(exc)
-    return MalformedElementError(
-        f"{where}: the metadata document of {node} cannot be read ({type(exc).__name__}: "
-        f"{said}): the container is damaged; {DAMAGED_REMEDY}"
+    return damaged_metadata(
+        MalformedElementError,
+        where,
+        f"the metadata document of {node}",
+        exc,
+        remedy=f"the container is damaged; {DAMAGED_REMEDY}",
     )
 
 
