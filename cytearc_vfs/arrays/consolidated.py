@@ -42,6 +42,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from ..errors import warn_at_caller
+from ..format.option_names import callers_form
 from ..format.store_io import get_json
 from .documents import describe, dumps
 from .key_moves import mover_for
@@ -228,7 +229,8 @@ def reconsolidate(
                 "group is valid without consolidated metadata (zarr reads each member's own "
                 "zarr.json), but zarr.open_consolidated refuses it and remote opens are slower. "
                 "If another resize or promote below the group is unfinished, finish it first "
-                f"(cytearc-vfs array recover); then run zarr.consolidate_metadata(store, "
+                f"({callers_form('cytearc_vfs.arrays.recover', 'cytearc-vfs array recover')}); "
+                "then run zarr.consolidate_metadata(store, "
                 f"path={group!r})",
             )
         else:

@@ -42,6 +42,7 @@ from zarr.storage import StorePath
 from ..errors import REFUSED_WRITE_ERRNOS, IncompleteStoreError, RecordShapeError
 from ..format.chunk_keys import ChunkKeys
 from ..format.key_checked import KeyCheckedWrapperStore
+from ..format.option_names import callers_form
 from ..format.store_io import get_json
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
     "MARKER_FIELD",
     "OPERATION_KEPT",
     "PROGRESS_NAME",
-    "RECOVER_REMEDY",
+    "recover_remedy",
     "STAGING_NAME",
     "ArrayDocument",
     "array_location",
@@ -256,12 +257,15 @@ def writes_refused(what: str, store: Store, path: str, kept: str) -> Iterator[No
         ) from exc
 
 
-#: What to do about an unfinished operation (:func:`refuse_unfinished`, the marker).
-RECOVER_REMEDY = (
-    "if another process is resizing or promoting it, wait for it to finish; if none is "
-    "(it crashed or was interrupted), finish the operation with "
-    "cytearc_vfs.arrays.recover(store, path) or cytearc-vfs array recover LOCATION PATH"
-)
+def recover_remedy() -> str:
+    """What to do about an unfinished operation (:func:`refuse_unfinished`, the marker)."""
+    recover = callers_form(
+        "cytearc_vfs.arrays.recover(store, path)", "cytearc-vfs array recover LOCATION PATH"
+    )
+    return (
+        "if another process is resizing or promoting it, wait for it to finish; if none is "
+        f"(it crashed or was interrupted), finish the operation with {recover}"
+    )
 
 
 def refuse_unfinished(store: Store, path: str) -> None:
@@ -287,7 +291,7 @@ def refuse_unfinished(store: Store, path: str) -> None:
         raise IncompleteStoreError(
             f"{where}: a resize or promote is under way or was interrupted ({JOURNAL_NAME} "
             f"is present), so its chunks may be half-moved and nothing was read or written; "
-            + RECOVER_REMEDY
+            + recover_remedy()
         )
 
 
@@ -303,7 +307,7 @@ def stored_document(store: Store, path: str, *, stopped: str) -> dict[str, Any]:
     if MARKER_FIELD in document:
         raise IncompleteStoreError(
             f"{where}: a resize or promote is under way or was interrupted; nothing was "
-            f"{stopped}; " + RECOVER_REMEDY
+            f"{stopped}; " + recover_remedy()
         )
     return document
 
@@ -354,7 +358,7 @@ def read_document(store: Store, path: str) -> ArrayDocument:
         raise FileNotFoundError(f"{where}: no zarr.json at {key!r}")
     if isinstance(document, dict) and MARKER_FIELD in document:
         raise IncompleteStoreError(
-            f"{where}: zarr.json marks an unfinished {_operation(document)}; " + RECOVER_REMEDY
+            f"{where}: zarr.json marks an unfinished {_operation(document)}; " + recover_remedy()
         )
     return ArrayDocument.parse(path, document, where=where)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from zarr.abc.store import Store
 
+from ..format.option_names import callers_form
 from ..format.store_io import get_json
 from .documents import describe
 
@@ -107,7 +108,8 @@ def require_unfingerprinted(
         f"{what} of {describe(store, path)} refused: a CyteArc store's fingerprints cover "
         f"its values (attribute {covered!r}), so writing them would make the store fail its "
         "identity check at every open, with no way back but a copy. Write the store again "
-        "from changed counts (cv.write_counts, or cytearc-vfs write), or copy the array out "
+        f"from changed counts ({callers_form('cv.write_counts', 'cytearc-vfs write')}), or "
+        "copy the array out "
         "of the store first"
     )
 

@@ -19,6 +19,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from ..errors import IncompleteStoreError, RecordShapeError
+from ..format.option_names import callers_form
 from ..format.paths import check_name, join
 from ..format.store_io import get_json, list_dir
 from ..remote.failures import names_backend_failures
@@ -150,8 +151,11 @@ def remove_incomplete_artifact(store: ArtifactStore, path: str) -> IncompleteArt
     if not isinstance(record, IncompleteArtifact):
         raise ValueError(
             f"{where}: no unpublished artifact at {normalized!r}: {record}; nothing "
-            "removed. list_incomplete_artifacts (cytearc-vfs artifacts LOCATION "
-            "--incomplete) gives the paths this removes"
+            "removed. "
+            + callers_form(
+                "list_incomplete_artifacts", "cytearc-vfs artifacts LOCATION --incomplete"
+            )
+            + " gives the paths this removes"
         )
     if backend.read_only or not backend.supports_deletes:
         raise PermissionError(

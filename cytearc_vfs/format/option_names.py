@@ -39,6 +39,7 @@ from contextlib import contextmanager
 __all__ = [
     "MOUNT_SOURCE",
     "Placeholder",
+    "callers_form",
     "command_line_names",
     "on_command_line",
     "option_given",
@@ -99,6 +100,19 @@ def on_command_line() -> bool:
     False
     """
     return _command_line()
+
+
+def callers_form(python: str, shell: str) -> str:
+    """A remedy that is a function in Python and a command at a shell, in the form
+    the caller reads: ``shell`` inside :func:`command_line_names`, else ``python``.
+
+    >>> callers_form("cv.write_counts(DEST, PATH)", "cytearc-vfs write PATH DEST")
+    'cv.write_counts(DEST, PATH)'
+    >>> with command_line_names():
+    ...     callers_form("cv.write_counts(DEST, PATH)", "cytearc-vfs write PATH DEST")
+    'cytearc-vfs write PATH DEST'
+    """
+    return shell if _command_line() else python
 
 
 def option_name(keyword: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from zarr.abc.store import Store
 
 from ..errors import IncompleteStoreError, RecordShapeError
-from .option_names import switched_on
+from .option_names import callers_form, switched_on
 from .paths import AssayPaths, join
 from .records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from .store_io import get_json, innermost_store, list_dir, missing_bucket
@@ -207,11 +207,12 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
         remedy = (
             # an AnnData file: say what it is and how to use it (not "write a store there")
             ": an .h5ad file is AnnData in HDF5, read only as input. Import it with "
-            "cytearc_vfs.write_counts(DEST, PATH) (cytearc-vfs write PATH DEST), or write it "
-            "as an AnnData Zarr store (anndata.read_h5ad(PATH).write_zarr(DEST)), which a "
-            "composite reads without conversion"
+            f"{callers_form('cytearc_vfs.write_counts(DEST, PATH)', 'cytearc-vfs write PATH DEST')}"
+            ", or write it as an AnnData Zarr store (anndata.read_h5ad(PATH).write_zarr(DEST)), "
+            "which a composite reads without conversion"
             if where.rstrip("/").endswith(".h5ad")
-            else "; check the location, or write a store there with cytearc_vfs.write_counts"
+            else "; check the location, or write a store there with "
+            + callers_form("cytearc_vfs.write_counts", "cytearc-vfs write")
         )
         raise NoZarrGroupError(f"{where} holds no Zarr group (no zarr.json at its root){remedy}")
     if root.get("node_type") != "group":

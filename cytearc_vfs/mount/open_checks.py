@@ -21,6 +21,7 @@ from ..format.identity_checks import (
     check_ids,
     refuse_target_counts,
 )
+from ..format.option_names import callers_form
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import read_contents
 
@@ -115,7 +116,8 @@ def check_opening_types(
                 f"source's countsT, which {record.location} lacks (the source declares it "
                 f"{info.assay_type!r}); set the target's assayTypes[{name!r}] back to "
                 f"{info.assay_type!r}, or re-import the source with an RNA-typed assay "
-                "(cytearc-vfs write, cv.write_counts) and mount it into a new destination"
+                f"({callers_form('cv.write_counts', 'cytearc-vfs write')}) and mount it into a "
+                "new destination"
             )
         recorded = record.assays[name].requires_transpose
         if recorded != needs:

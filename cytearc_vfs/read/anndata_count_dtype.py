@@ -18,7 +18,7 @@ from zarr.core.array import AsyncArray
 
 from ..errors import UnsupportedSourceError
 from ..format.count_dtype import ValueRange, resolve_count_dtype, scan_values
-from ..format.option_names import source_option_given
+from ..format.option_names import callers_form, source_option_given
 from .anndata_elements import RAW_COUNTS, Documents, MatrixElement, holds_node, layer_names
 
 __all__ = ["SCAN_BLOCK", "scan_cost", "scan_count_dtype", "scan_rows"]
@@ -105,7 +105,9 @@ async def _counts_remedy(
         else [RAW_COUNTS]
     )
     held += [layer for layer in await layer_names(backend) if element.path != f"layers/{layer}"]
-    imported = "import counts from elsewhere with cv.write_counts (cytearc-vfs write)"
+    imported = "import counts from elsewhere with " + callers_form(
+        "cv.write_counts", "cytearc-vfs write"
+    )
     if not held:
         return f"The store holds no raw/X or other layer to take them from: {imported}"
     first = held[0]

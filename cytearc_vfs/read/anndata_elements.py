@@ -30,7 +30,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
 from ..errors import RecordShapeError, UnsupportedSourceError
-from ..format.option_names import Placeholder, on_command_line, source_option_given
+from ..format.option_names import Placeholder, callers_form, source_option_given
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
@@ -238,7 +238,7 @@ def pre_07_message(where: str) -> str:
     return (
         f"{where} is an AnnData Zarr store in the layout of anndata before 0.7 (obs and var "
         "stored as record arrays), which a composite does not read where it is; import it "
-        f"with cv.write_counts(DEST, {where!r}) (cytearc-vfs write {where} DEST), which reads "
+        f"with {callers_form(f'cv.write_counts(DEST, {where!r})', f'cytearc-vfs write {where} DEST')}, which reads "
         "that layout, and use the imported store as the source"
     )
 
@@ -348,8 +348,7 @@ async def matrix_element(
             )
         return MatrixElement(path, encoding, (shape_attr[0], shape_attr[1]), zarr_format)
     layer = source_option_given("source_layers", Placeholder("NAME"), Placeholder("LAYER"))
-    # at a shell the conversion is a command, in Python a function
-    convert = "cytearc-vfs write" if on_command_line() else "cv.write_counts"
+    convert = callers_form("cv.write_counts", "cytearc-vfs write")
     raise UnsupportedSourceError(
         f"{path!r} of the AnnData store at {where} is encoded {encoding!r} ({kind}); a composite reads "
         f"csr_matrix, csc_matrix or dense array counts. Pick another layer with {layer}, or "
@@ -395,7 +394,7 @@ async def obs_var_index(
         f"AnnData store at {where}: {frame} index {path!r} is encoded "
         f"{attrs.get('encoding-type')!r}; a composite source's index must be a string array. "
         f"Write the AnnData again with adata.{names} = adata.{names}.astype(str), or import "
-        "it with cv.write_counts (cytearc-vfs write), which reads any index"
+        f"it with {callers_form('cv.write_counts', 'cytearc-vfs write')}, which reads any index"
     )
 
 
