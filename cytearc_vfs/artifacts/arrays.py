@@ -23,6 +23,7 @@ from zarr.types import AnyArray
 from ..format.paths import join
 from ..remote.failures import named_backend_failures
 from .artifact_reads import ArtifactReads
+from .holders import HeldBy
 from .records import ArtifactRecord
 
 __all__ = ["Artifact", "ArtifactArrays"]
@@ -120,6 +121,10 @@ class Artifact:
     arrays : ArtifactArrays
         Read-only mapping from array name to ``zarr.Array``, opened on first
         access.
+    held_by : {"target", "source"} or None
+        Read through a mount: which of its stores serves the artifact, found
+        by the mount's resolution when it was read (no record says it).
+        ``None`` through any other store, whose artifacts are its own.
 
     Examples
     --------
@@ -132,10 +137,19 @@ class Artifact:
     array([3.2, 1.1])
     """
 
-    __slots__ = ("_group_key", "_where", "arrays", "record")
+    __slots__ = ("_group_key", "_where", "arrays", "held_by", "record")
 
-    def __init__(self, record: ArtifactRecord, store: Store, group_key: str, where: str) -> None:
+    def __init__(
+        self,
+        record: ArtifactRecord,
+        store: Store,
+        group_key: str,
+        where: str,
+        *,
+        held_by: HeldBy | None = None,
+    ) -> None:
         self.record = record
+        self.held_by = held_by
         self.arrays = ArtifactArrays(store, group_key, record.path, where)
         self._where = where
         self._group_key = group_key
