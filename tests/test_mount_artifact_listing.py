@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -160,3 +161,41 @@ def test_the_cli_table_and_json_say_which_store_holds_each(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{mounted['source']}: 2 complete artifacts"
     assert all(line.startswith("  artifacts/") or line.startswith("  RNA/") for line in lines[1:])
+
+
+def test_an_s3_source_costs_no_request_for_the_holder_and_one_per_shadow_check(
+    s3_server: Any, s3_proxy: Any, tmp_path: Path
+) -> None:
+    """Source on (loopback) S3 behind a counting proxy: the holder comes from the
+    read of each record (no request of its own); describing asks the source once
+    per target artifact whether it shadows one, and nothing else more."""
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+    url = f"s3://{s3_server.new_bucket()}/src.zarr"
+    cv.write_counts(url, realistic_counts(40, 12, density=0.2, seed=5), storage_options=options)
+    src = cv.open_store(url, mode="r+", storage_options=options)
+    with cv.publish_artifact(src, "RNA/artifacts", "pca", provenance=_provenance("pca")) as pca:
+        pca.write_array("data", np.ones((40, 2)))
+    mount = cv.mount_datastore(url, tmp_path / "t.zarr", source_storage_options=options)
+    with cv.publish_artifact(mount, "RNA/artifacts", "pca", provenance=_provenance("mine")) as mine:
+        mine.write_array("data", np.zeros((40, 2)))
+    mount.close()
+    mount = cv.open_store(tmp_path / "t.zarr", source_storage_options=options)
+    s3_proxy.take()
+    listed = cv.list_artifacts(mount, "RNA/artifacts")
+    assert {a.path: a.held_by for a in listed} == {pca.path: "source", mine.path: "target"}
+    listing = s3_proxy.take()
+    # again, with the holders now known: the same requests, and no more
+    assert [a.held_by for a in cv.list_artifacts(mount, "RNA/artifacts")] == [
+        a.held_by for a in listed
+    ]
+    assert len(s3_proxy.take()) == len(listing)
+    described = cv.describe_artifacts(mount)
+    assert {d["path"]: (d["held_by"], d["shadows"]) for d in described} == {
+        pca.path: ("source", False),
+        mine.path: ("target", False),
+    }
+    shadow_checks = [
+        seen for seen in s3_proxy.take() if seen.path.endswith(f"{mine.path}/zarr.json")
+    ]
+    assert len(shadow_checks) == 1
+    mount.close()
