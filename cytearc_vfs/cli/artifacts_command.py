@@ -77,7 +77,8 @@ def _complete(
                 or "no arrays"
             )
         lines.append(
-            f"  {_holder(entry)}{entry['path']} ({entry['kind']}, {entry['created_at']}): {arrays}"
+            f"  {_holder(entry)}{entry['path']} ({entry['kind']}, {entry['created_at']}"
+            f"{_shadows(entry)}): {arrays}"
         )
     return Outcome(
         {"location": where, "mount_source": mount_source, "artifacts": found}, "\n".join(lines)
@@ -102,7 +103,12 @@ def _holder(entry: dict[str, Any]) -> str:
     """The column that names the store of a mount holding the artifact, or nothing."""
     if entry["held_by"] is None:
         return ""
-    return f"{entry['held_by']:<7}" + ("(shadows the source's copy) " if entry["shadows"] else "")
+    return f"{entry['held_by']:<7}"
+
+
+def _shadows(entry: dict[str, Any]) -> str:
+    """A target artifact that hides the source's group at the same path says so."""
+    return ", shadows the source's copy" if entry["shadows"] else ""
 
 
 def _entry(group: IncompleteArtifact) -> dict[str, Any]:
