@@ -178,6 +178,8 @@ def test_a_moved_source_is_told_both_ways_out(tmp_path: Path) -> None:
     # how to keep them (a link at the recorded path), and that remedy works
     assert f"ln -s NEW_LOCATION {a}" in str(raised.value)
     assert "this target's own artifacts stay here" in str(raised.value)
+    assert "cv.list_artifacts with this target's path reads them" in str(raised.value)
+    assert cv.list_artifacts(target, "RNA/artifacts") == []  # it does: the target alone
     a.symlink_to(tmp_path / "a_moved.zarr")
     cv.open_store(target).close()
 

@@ -129,8 +129,9 @@ def verify_mount_source(
                 # a new mount, not --overwrite: replacing this one would drop its artifacts
                 "restore it at that path (move it back, or link the path to where it went: "
                 f"ln -s NEW_LOCATION {shlex.quote(record.location)}), or mount its new location at a new "
-                "destination (this target's own artifacts stay here, read again once the "
-                "source is back at that path)"
+                "destination (this target's own artifacts stay here, and do not move to a "
+                "new mount; cv.list_artifacts with this target's path reads them without "
+                "the source)"
                 if local_path(record.location) is not None
                 else "restore it, or pass its credentials as " + source_options_example(None)
             )
