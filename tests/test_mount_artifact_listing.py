@@ -73,6 +73,7 @@ def test_list_artifacts_through_a_mount_says_which_store_holds_each(
     # read_artifact and find_artifact resolve it the same way
     (source_pca,) = [a for a in listed if a.held_by == "source" and a.kind == "pca"]
     assert cv.read_artifact(mount, source_pca.path).held_by == "source"
+    assert repr(source_pca).endswith(", held by the source>")
     found = cv.find_artifact(mount, "RNA/artifacts", "pca", _provenance("pca.mine"))
     assert found is not None and found.held_by == "target"
     # a zarr Group over the mount: its path prefixes the artifact paths
@@ -84,6 +85,8 @@ def test_an_ordinary_store_or_a_mounts_path_lists_no_holder(mounted: dict[str, o
     # the source as a store, and the target's path (the target alone, as zarr sees it)
     assert {a.held_by for a in cv.list_artifacts(mounted["source"], "RNA/artifacts")} == {None}
     assert {a.held_by for a in cv.list_artifacts(mounted["target"], "RNA/artifacts")} == {None}
+    (art, *_) = cv.list_artifacts(mounted["source"], "RNA/artifacts")
+    assert "held by" not in repr(art)
 
 
 def test_the_holder_is_no_field_of_the_record(mounted: dict[str, object]) -> None:

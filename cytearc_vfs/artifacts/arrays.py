@@ -265,4 +265,5 @@ class Artifact:
         return (self._where, self._group_key)
 
     def __repr__(self) -> str:
-        return f"<Artifact {self.kind} {self.path!r} in {self._where}>"
+        held = f", held by the {self.held_by}" if self.held_by is not None else ""
+        return f"<Artifact {self.kind} {self.path!r} in {self._where}{held}>"
