@@ -57,7 +57,10 @@ def _complete(
     # a mount's listing says which of its stores holds each artifact (the mount
     # resolves it now: no record says it), and which source it is mounted from
     mount_source = store.record.location if isinstance(store, MountStore) else None
-    found = describe_artifacts(store, where=where)
+    try:
+        found = describe_artifacts(store, where=where)
+    finally:
+        store.close()  # a remote source's cache directory goes with it
     if args.kind:
         found = [entry for entry in found if entry["kind"] == args.kind]
     lines = [
