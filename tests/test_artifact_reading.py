@@ -268,6 +268,42 @@ def test_a_mount_source_artifact_removed_while_open_fails(tmp_path: Path) -> Non
         art.load("data")
 
 
+def test_an_artifact_removed_before_its_arrays_were_opened_says_so(
+    observed: ObservedStore, tmp_path: Path
+) -> None:
+    """Found, removed, then read: its arrays' documents are gone with it, so opening
+    one said the artifact had no such array and 'its arrays cannot be listed in this
+    store' (KeyError), names raised zarr's GroupNotFoundError, and ``in`` said False."""
+    import shutil
+
+    path = publish_pca(observed)
+    art = read_artifact(observed, path)
+    shutil.rmtree(tmp_path / "store.zarr" / path)
+    for read in (lambda: art.load("data"), lambda: art["data"], lambda: art.names):
+        with pytest.raises(cv.MissingChunkError, match=r"was removed after it was found.*find_"):
+            read()
+    with pytest.raises(cv.MissingChunkError, match=path):
+        "data" in art  # noqa: B015
+    # present, an array it does not have is still a KeyError naming the ones it has
+    path = publish_pca(observed)
+    with pytest.raises(KeyError, match="has no array 'nope'; it has 'data'"):
+        read_artifact(observed, path)["nope"]
+
+
+def test_a_mount_whose_source_moved_away_names_the_source(tmp_path: Path) -> None:
+    """Listed through a mount, then the source directory moved: reading a source
+    artifact said it had no array 'data' (KeyError); it now says the source is gone."""
+    source, target = tmp_path / "src.zarr", tmp_path / "tgt.zarr"
+    cv.write_counts(source, realistic_counts(20, 6, density=0.3, seed=4))
+    path = publish_pca(cv.open_store(source, mode="r+"))
+    cv.mount_datastore(source, target)
+    (art,) = list_artifacts(cv.open_store(target), ROOT)
+    assert art.held_by == "source"
+    source.rename(tmp_path / "moved.zarr")
+    with pytest.raises(cv.MissingChunkError, match=rf"{path}.*from its source.*restore the source"):
+        art.load("data")
+
+
 def test_a_composite_reads_its_own_artifacts(tmp_path: Path) -> None:
     for name, seed in (("a", 1), ("b", 2)):
         cv.write_counts(tmp_path / f"{name}.zarr", realistic_counts(20, 6, seed=seed))

@@ -87,7 +87,7 @@ def test_mount_worked_example_runs_and_shows_what_it_says(
             continue
         assert eval(expression, namespace) == expected, line
         checked += 1
-    assert checked == 2
+    assert checked == 3
     found = eval('cv.find_artifact(mount, "RNA/artifacts", "pca", pca_recipe)', namespace)
     assert found is not None and found.artifact_id == namespace["art"].artifact_id  # type: ignore[attr-defined]
 

@@ -174,6 +174,14 @@ def test_a_moved_source_is_told_both_ways_out(tmp_path: Path) -> None:
         cv.open_store(target)
     assert "restore it at that path" in str(raised.value)
     assert "or mount its new location at a new destination" in str(raised.value)
+    # the target's own analyses are not carried to a new mount: the message says
+    # how to keep them (a link at the recorded path), and that remedy works
+    assert f"ln -s NEW_LOCATION {a}" in str(raised.value)
+    assert "this target's own artifacts stay here" in str(raised.value)
+    assert "cv.list_artifacts with this target's path reads them" in str(raised.value)
+    assert cv.list_artifacts(target, "RNA/artifacts") == []  # it does: the target alone
+    a.symlink_to(tmp_path / "a_moved.zarr")
+    cv.open_store(target).close()
 
 
 def test_an_anndata_source_deleted_under_a_lazy_anndata_is_gone(tmp_path: Path) -> None:

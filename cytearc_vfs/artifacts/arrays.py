@@ -23,6 +23,7 @@ from zarr.types import AnyArray
 from ..format.paths import join
 from ..remote.failures import named_backend_failures
 from .artifact_reads import ArtifactReads
+from .holders import HeldBy
 from .records import ArtifactRecord
 
 __all__ = ["Artifact", "ArtifactArrays"]
@@ -41,9 +42,11 @@ class ArtifactArrays(Mapping[str, AnyArray]):
     does concurrently; asking for one name opens that array alone.
     """
 
-    def __init__(self, store: Store, group_key: str, path: str, where: str) -> None:
+    def __init__(
+        self, store: Store, group_key: str, path: str, where: str, held_by: str | None = None
+    ) -> None:
         # a chunk the store lacks reads as the fill value only while the artifact is there
-        self._store: Store = ArtifactReads(store, group_key, path, where)
+        self._store = ArtifactReads(store, group_key, path, where, held_by)
         self._group_key = group_key
         self._path = path
         self._where = where
@@ -62,7 +65,10 @@ class ArtifactArrays(Mapping[str, AnyArray]):
                     self._store, path=join(self._group_key, name), mode="r", zarr_format=3
                 )
         except (FileNotFoundError, NodeTypeValidationError):
-            # Absent, or a subgroup: either way not an array of this artifact.
+            # Absent, or a subgroup: either way not an array of this artifact, unless
+            # the artifact itself is gone (removed, or a mount's source moved away)
+            if self._store.group_is_gone():
+                raise self._store.removed(join(self._group_key, name, "zarr.json")) from None
             raise KeyError(self._missing(name)) from None
         self._opened[name] = array
         return array
@@ -84,9 +90,17 @@ class ArtifactArrays(Mapping[str, AnyArray]):
                     f"the arrays of artifact {self._path!r} cannot be listed: {self._where} "
                     "cannot list its keys; open an array by its name instead (artifact['data'])"
                 )
-            with _named_failures(self._where):
-                group = zarr.open_group(self._store, path=self._group_key, mode="r", zarr_format=3)
-                found = dict(group.arrays())
+            try:
+                with _named_failures(self._where):
+                    group = zarr.open_group(
+                        self._store, path=self._group_key, mode="r", zarr_format=3
+                    )
+                    found = dict(group.arrays())
+            except FileNotFoundError:
+                # its record was read when it was found: the artifact was removed since
+                if self._store.group_is_gone():
+                    raise self._store.removed(join(self._group_key, "zarr.json")) from None
+                raise
             for name, array in found.items():
                 # Keep an array handed out earlier, so one name is one object.
                 self._opened.setdefault(name, array)
@@ -120,6 +134,10 @@ class Artifact:
     arrays : ArtifactArrays
         Read-only mapping from array name to ``zarr.Array``, opened on first
         access.
+    held_by : {"target", "source"} or None
+        Read through a mount: which of its stores serves the artifact, found
+        by the mount's resolution when it was read (no record says it).
+        ``None`` through any other store, whose artifacts are its own.
 
     Examples
     --------
@@ -132,11 +150,20 @@ class Artifact:
     array([3.2, 1.1])
     """
 
-    __slots__ = ("_group_key", "_where", "arrays", "record")
+    __slots__ = ("_group_key", "_where", "arrays", "held_by", "record")
 
-    def __init__(self, record: ArtifactRecord, store: Store, group_key: str, where: str) -> None:
+    def __init__(
+        self,
+        record: ArtifactRecord,
+        store: Store,
+        group_key: str,
+        where: str,
+        *,
+        held_by: HeldBy | None = None,
+    ) -> None:
         self.record = record
-        self.arrays = ArtifactArrays(store, group_key, record.path, where)
+        self.held_by = held_by
+        self.arrays = ArtifactArrays(store, group_key, record.path, where, held_by)
         self._where = where
         self._group_key = group_key
 
@@ -238,4 +265,5 @@ class Artifact:
         return (self._where, self._group_key)
 
     def __repr__(self) -> str:
-        return f"<Artifact {self.kind} {self.path!r} in {self._where}>"
+        held = f", held by the {self.held_by}" if self.held_by is not None else ""
+        return f"<Artifact {self.kind} {self.path!r} in {self._where}{held}>"

@@ -42,21 +42,29 @@ class ArtifactReads(KeyCheckedWrapperStore):
     """``store`` read for the artifact at ``group_key``: a chunk it does not hold reads
     as the fill value only while the artifact's group is there (see the module)."""
 
-    def __init__(self, store: Store, group_key: str, path: str, where: str) -> None:
+    def __init__(
+        self, store: Store, group_key: str, path: str, where: str, held_by: str | None = None
+    ) -> None:
         super().__init__(store)
         self._group_key = group_key
         self._path = path
         self._where = where
+        # "source" when a mount read the artifact from its source: a removal then
+        # most likely means the source moved or went, which the error says
+        self._held_by = held_by
         self._present_until = 0.0  # time.monotonic() before which the group was found
         # the check the misses of one read share (they come all at once)
         self._checking: asyncio.Task[bool] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a check in flight is this process's: a copy starts without one
-        return (type(self), (self._store, self._group_key, self._path, self._where))
+        return (
+            type(self),
+            (self._store, self._group_key, self._path, self._where, self._held_by),
+        )
 
     def _with_store(self, store: Store) -> ArtifactReads:
-        return type(self)(store, self._group_key, self._path, self._where)
+        return type(self)(store, self._group_key, self._path, self._where, self._held_by)
 
     def __repr__(self) -> str:
         return f"ArtifactReads({self._store!r}, {self._group_key!r})"
@@ -105,10 +113,36 @@ class ArtifactReads(KeyCheckedWrapperStore):
         if await asyncio.shield(checking):
             self._present_until = time.monotonic() + RECHECK_SECONDS
             return
-        raise MissingChunkError(
+        raise self.removed(
+            key,
+            "(a chunk the artifact does not hold is read as the fill value only while the "
+            "artifact is there)",
+        )
+
+    def group_is_gone(self) -> bool:
+        """Whether the artifact's group document is no longer there (one ``exists``).
+
+        Asked when an array's document is not found: the array may be one the
+        artifact never had, or the whole artifact may have been removed.
+        """
+        with named_backend_failures(self._where, options="storage_options"):
+            return not sync(self._store.exists(join(self._group_key, "zarr.json")))
+
+    def removed(self, key: str, why: str = "") -> MissingChunkError:
+        """The error for an artifact whose group is gone, ``key`` having been looked for."""
+        found = (
             f"artifact {self._path!r} in {self._where} was removed after it was found: "
             f"{key!r} is not there, and neither is the artifact's group, so its values "
-            "cannot be read (a chunk the artifact does not hold is read as the fill value "
-            "only while the artifact is there). Find the artifact again (cv.find_artifact, "
-            "cv.list_artifacts), or publish it again"
+            f"cannot be read{' ' + why if why else ''}."
+        )
+        if self._held_by == "source":
+            return MissingChunkError(
+                f"{found} The mount read it from its source, which no longer holds it (the "
+                "source was moved or deleted, or the artifact removed from it): restore the "
+                "source where the mount records it (cytearc-vfs info TARGET names it), then "
+                "find the artifact again (cv.find_artifact, cv.list_artifacts)"
+            )
+        return MissingChunkError(
+            f"{found} Find the artifact again (cv.find_artifact, cv.list_artifacts), or "
+            "publish it again"
         )

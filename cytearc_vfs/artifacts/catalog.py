@@ -40,6 +40,7 @@ from ..read.opening import open_store
 from ..remote.failures import names_backend_failures
 from ..remote.locations import Location, describe_location, open_location
 from .arrays import Artifact, ArtifactArrays
+from .holders import held_by, shadows_source
 from .records import (
     ARTIFACT_ID_PATTERN,
     ArtifactRecord,
@@ -151,7 +152,8 @@ def _read_artifact(
             f"removed; recompute it{_mount_hint(given, store)}"
         )
     record = ArtifactRecord.from_group_document(document, path=path, where=location)
-    return Artifact(record, store, full, where)
+    # through a mount, the holder is known from reading the document: no request
+    return Artifact(record, store, full, where, held_by=held_by(store, full))
 
 
 @names_backend_failures("store")
@@ -414,7 +416,7 @@ def find_artifact(
 # ---------------------------------------------------------------- describing
 
 
-def _describe(artifact: Artifact, root: str) -> dict[str, Any]:
+def _describe(artifact: Artifact, root: str, store: Store) -> dict[str, Any]:
     created = datetime.fromtimestamp(artifact.created_at_ns / 1e9, tz=UTC)
     arrays: list[dict[str, Any]] | None
     error: str | None = None
@@ -445,6 +447,8 @@ def _describe(artifact: Artifact, root: str) -> dict[str, Any]:
         "execution_options": dict(artifact.execution_options),
         "arrays": arrays,
         "error": error,
+        "held_by": artifact.held_by,
+        "shadows": shadows_source(store, artifact.path),
     }
 
 
@@ -454,6 +458,7 @@ def describe_artifacts(
     *,
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    where: str | None = None,
 ) -> list[dict[str, Any]]:
     """Describe every complete artifact of a store, as JSON-able dicts.
 
@@ -470,6 +475,9 @@ def describe_artifacts(
         it is.
     storage_options, source_storage_options
         Passed to :func:`cytearc_vfs.open_store` for a path or URL.
+    where
+        How messages name the store (the location an open Store came from);
+        its description by default.
 
     Returns
     -------
@@ -479,7 +487,12 @@ def describe_artifacts(
         (ISO 8601, UTC), ``created_at_ns``, ``cytearc_version``, ``current``
         (reuse may consider it), ``provenance``, ``execution_options``,
         ``arrays`` (each ``name``, ``shape``, ``dtype``, ``chunks``; ``None``
-        when they cannot be read) and ``error`` (why not, else ``None``).
+        when they cannot be read), ``error`` (why not, else ``None``),
+        ``held_by`` (through a mount, ``"target"`` or ``"source"``: the store
+        that serves it, found by the mount's resolution now, since no record
+        says it; ``None`` for any other store) and ``shadows`` (``True`` for
+        a target artifact whose path the source holds too: the target's copy
+        is read; costs one ``exists`` of the source per target artifact).
 
     Examples
     --------
@@ -487,16 +500,16 @@ def describe_artifacts(
     [{'name': 'data', 'shape': [60, 2], 'dtype': 'float64', 'chunks': [60, 2]}]
     """
     if isinstance(store, Store):
-        backend, where = open_location(store, read_only=True), describe_location(store)
+        backend = open_location(store, read_only=True)
     else:
         backend = open_store(
             store,
             storage_options=storage_options,
             source_storage_options=source_storage_options,
         )
-        where = describe_location(store)
+    where = where if where is not None else describe_location(store)
     described: list[dict[str, Any]] = []
     for root in artifact_roots(backend, where):
         for artifact in _list_in(backend, backend, "", where, root, None):
-            described.append(_describe(artifact, root))
+            described.append(_describe(artifact, root, backend))
     return described

@@ -48,15 +48,25 @@ def _complete(
     source_options: dict[str, Any] | None,
 ) -> Outcome:
     from ..artifacts.catalog import describe_artifacts
+    from ..mount.store import MountStore
+    from ..read.opening import open_store
 
-    found = describe_artifacts(
+    store = open_store(
         args.location, storage_options=storage_options, source_storage_options=source_options
     )
+    # a mount's listing says which of its stores holds each artifact (the mount
+    # resolves it now: no record says it), and which source it is mounted from
+    mount_source = store.record.location if isinstance(store, MountStore) else None
+    try:
+        found = describe_artifacts(store, where=where)
+    finally:
+        store.close()  # a remote source's cache directory goes with it
     if args.kind:
         found = [entry for entry in found if entry["kind"] == args.kind]
     lines = [
         f"{where}: {plural(len(found), 'complete artifact')}"
         + (f" of kind {args.kind}" if args.kind else "")
+        + _held_summary(found, mount_source)
     ]
     for entry in found:
         if entry["arrays"] is None:
@@ -69,8 +79,39 @@ def _complete(
                 )
                 or "no arrays"
             )
-        lines.append(f"  {entry['path']} ({entry['kind']}, {entry['created_at']}): {arrays}")
-    return Outcome({"location": where, "artifacts": found}, "\n".join(lines))
+        lines.append(
+            f"  {_holder(entry)}{entry['path']} ({entry['kind']}, {entry['created_at']}"
+            f"{_shadows(entry)}): {arrays}"
+        )
+    return Outcome(
+        {"location": where, "mount_source": mount_source, "artifacts": found}, "\n".join(lines)
+    )
+
+
+def _held_summary(found: list[dict[str, Any]], mount_source: str | None) -> str:
+    """`` (mount of SOURCE: N held by the source, M by the target)``, or nothing."""
+    if mount_source is None:
+        return ""
+    in_source = sum(entry["held_by"] == "source" for entry in found)
+    shadowing = sum(bool(entry["shadows"]) for entry in found)
+    return (
+        f" (mount of {mount_source}: {in_source} held by the source, "
+        f"{len(found) - in_source} by the target"
+        + (f", {shadowing} of them shadowing the source's copy" if shadowing else "")
+        + ")"
+    )
+
+
+def _holder(entry: dict[str, Any]) -> str:
+    """The column that names the store of a mount holding the artifact, or nothing."""
+    if entry["held_by"] is None:
+        return ""
+    return f"{entry['held_by']:<7}"
+
+
+def _shadows(entry: dict[str, Any]) -> str:
+    """A target artifact that hides the source's group at the same path says so."""
+    return ", shadows the source's copy" if entry["shadows"] else ""
 
 
 def _entry(group: IncompleteArtifact) -> dict[str, Any]:

@@ -156,8 +156,10 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             f"{where}: mounted target of {record['location']}"
             + (f" (workspace {record['workspace']})" if record["workspace"] else "")
         ]
+        shapes = {a["assay"]: a for a in description["assays"]}
         lines += [
-            f"  {name}: dataset {entry['datasetFingerprint']}, "
+            f"  {name}: {shapes[name]['shape'][0]} cells x {shapes[name]['shape'][1]} features, "
+            f"{shapes[name]['dtype']}, dataset {entry['datasetFingerprint']}, "
             + ("needs the source's countsT" if entry["requiresTranspose"] else "counts only")
             for name, entry in record["assays"].items()
         ]

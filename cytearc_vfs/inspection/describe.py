@@ -42,11 +42,28 @@ def describe_mount(
     from ..mount.store import MountStore
 
     mount = MountStore._verified(store, where, source_storage_options)
+    record = mount.record
+    try:
+        assays = []
+        for name in record.assays:
+            # the reader opens the verified source documents: no request
+            reader = mount.reader(name)
+            assays.append(
+                {
+                    "assay": name,
+                    "workspace": record.workspace,
+                    "shape": list(reader.shape),
+                    "dtype": str(reader.dtype),
+                }
+            )
+    finally:
+        mount.close()
     return {
         "location": where,
         "kind": "mount",
         "zarrFormat": 3,
-        "matrixSource": mount.record.to_json(),
+        "assays": assays,
+        "matrixSource": record.to_json(),
     }
 
 

@@ -12,6 +12,7 @@ the two together.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -126,7 +127,11 @@ def verify_mount_source(
             f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
             + (
                 # a new mount, not --overwrite: replacing this one would drop its artifacts
-                "restore it at that path, or mount its new location at a new destination"
+                "restore it at that path (move it back, or link the path to where it went: "
+                f"ln -s NEW_LOCATION {shlex.quote(record.location)}), or mount its new location at a new "
+                "destination (this target's own artifacts stay here, and do not move to a "
+                "new mount; cv.list_artifacts with this target's path reads them without "
+                "the source)"
                 if local_path(record.location) is not None
                 else "restore it, or pass its credentials as " + source_options_example(None)
             )
