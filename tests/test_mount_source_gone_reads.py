@@ -1,44 +1,102 @@
 """A mount's source artifact read by zarr (not through ``Artifact``) after the
 source went away: the reads ``cytearc-vfs serve`` and ``mount-fs`` make.
 
-Known defect, left for the owner of ``cytearc_vfs/mount/store.py`` (being
-split): ``MountStore.get`` of a chunk key inside a group the source owned
-returns ``None`` once the source's files are gone, so zarr reads the fill
-value (zeros), a served mount answers ``404`` and the client reads zeros.
-``Artifact`` reads are guarded (``artifacts/artifact_reads.py``); the store is
-not. Strict xfail: it fails loudly once fixed, to be turned into a plain test.
+``MountStore.get`` of a chunk key inside a group the source owned answered
+``None`` once the source's files were gone, so zarr read the fill value
+(zeros), and a served mount answered ``404``, which a client reads as zeros
+too. A chunk the source does not hold is now checked against the group's
+document (one ``exists``, trusted for a second): a group that is gone raises
+``SourceGoneError``; an all-fill chunk of a group that is there still reads as
+the fill value.
 """
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 from conftest import realistic_counts
+from cytearc_vfs_adapters.serve import StoreServer
 
 import cytearc_vfs as cv
+from cytearc_vfs.errors import SourceGoneError
+from cytearc_vfs.mount import owners
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MountStore.get answers None for a source-owned group's chunk once the source "
-    "is gone (zarr reads zeros); the fix belongs in mount/store.py",
-)
+def _mounted_ones(tmp_path: Path, values: np.ndarray) -> tuple[Path, Path, str]:
+    """A source with an artifact array ``data`` of ``values``, mounted: (source, target,
+    the array's path)."""
+    source, target = tmp_path / "src.zarr", tmp_path / "mine.zarr"
+    cv.write_counts(source, realistic_counts(20, 6, density=0.3, seed=4))
+    recipe = {"operation": "ones", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(
+        cv.open_store(source, mode="r+"), "RNA/artifacts", "ones", provenance=recipe
+    ) as art:
+        art.write_array("data", values, chunks=(5, 2))
+    cv.mount_datastore(source, target).close()
+    return source, target, f"{art.path}/data"
+
+
 def test_a_source_artifact_read_by_zarr_after_the_source_moved_fails_not_zeros(
     tmp_path: Path,
 ) -> None:
-    source, target = tmp_path / "src.zarr", tmp_path / "mine.zarr"
-    cv.write_counts(source, realistic_counts(20, 6, density=0.3, seed=4))
-    src = cv.open_store(source, mode="r+")
-    recipe = {"operation": "ones", "parameters": {}, "inputs": {}}
-    with cv.publish_artifact(src, "RNA/artifacts", "ones", provenance=recipe) as art:
-        art.write_array("data", np.ones((20, 2), np.float32))
-    cv.mount_datastore(source, target).close()
+    source, target, path = _mounted_ones(tmp_path, np.ones((20, 2), np.float32))
     mount = cv.open_store(target)
-    data = zarr.open_array(mount, path=f"{art.path}/data", mode="r")
+    data = zarr.open_array(mount, path=path, mode="r")
     assert np.asarray(data[:]).sum() == 40
     source.rename(tmp_path / "moved.zarr")
-    with pytest.raises((FileNotFoundError, cv.MissingChunkError)):
+    with pytest.raises(SourceGoneError, match="no longer holds the artifact") as caught:
         data[:]
+    assert str(source) in str(caught.value) and "never as zeros" in str(caught.value)
+    with pytest.raises(SourceGoneError):  # and so does the size of a chunk (serve's HEAD)
+        zarr.core.sync.sync(mount.getsize(f"{path}/c/0/0"))
+
+
+def test_an_all_fill_chunk_of_a_present_source_group_still_reads_as_fill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = np.ones((20, 2), np.float32)
+    values[5:15] = 0  # two chunks of zeros: never written
+    _, target, path = _mounted_ones(tmp_path, values)
+    mount = cv.open_store(target)
+    checks: list[str] = []
+    real_exists = type(mount.source).exists
+
+    async def counted(store: object, key: str) -> bool:
+        checks.append(key)
+        return await real_exists(store, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(mount.source), "exists", counted)
+    monkeypatch.setattr(owners, "RECHECK_SECONDS", 3600.0)
+    data = zarr.open_array(mount, path=path, mode="r")
+    assert np.array_equal(data[:5], values[:5])  # the group's owner is settled
+    checks.clear()
+    assert np.array_equal(data[:], values)
+    # the two missing chunks of one read share one check of the group's document
+    group_document = path.rsplit("/", 1)[0] + "/zarr.json"
+    assert checks == [group_document]
+    assert np.array_equal(data[:], values)
+    assert checks == [group_document]  # and a group found there is trusted a while
+
+
+def test_a_served_mount_answers_a_gone_source_group_with_502_not_404(tmp_path: Path) -> None:
+    source, target, path = _mounted_ones(tmp_path, np.ones((20, 2), np.float32))
+    mount = cv.open_store(target)
+    server = StoreServer.start(mount)
+    try:
+        chunk = f"{server.url}{path}/c/0/0"
+        with urllib.request.urlopen(chunk) as answer:
+            assert answer.status == 200
+        source.rename(tmp_path / "moved.zarr")
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(chunk)
+        caught.value.close()
+        # 404 would tell a client "an all-fill chunk": zarr over HTTP would read zeros
+        assert caught.value.code == 502
+    finally:
+        server.close()
+        mount.close()

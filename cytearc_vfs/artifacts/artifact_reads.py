@@ -10,7 +10,8 @@ a present chunk costs nothing; a group found there is trusted for
 :data:`RECHECK_SECONDS`, so the absent chunks of a mostly-zero array cost
 one check a second, not one each), and a group that is gone raises
 :class:`~cytearc_vfs.errors.MissingChunkError` naming the artifact and the
-remedy. A backend's own failure of any read is a
+remedy (a mount's own check of its source, which raises ``SourceGoneError``
+for such a chunk, is told the same way). A backend's own failure of any read is a
 :class:`~cytearc_vfs.errors.StoreAccessError` naming the store, also when
 zarr reads (a slice of ``art[name]``).
 """
@@ -26,7 +27,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync
 
-from ..errors import MissingChunkError
+from ..errors import MissingChunkError, SourceGoneError
 from ..format.chunk_keys import is_chunk_key
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import join
@@ -75,7 +76,13 @@ class ArtifactReads(KeyCheckedWrapperStore):
         with named_backend_failures(self._where, options="storage_options"):
             # a slice of art[name] is zarr's read: a backend's own failure (obstore's
             # 403 dump) is named here, as Artifact.load names it
-            found = await super().get(key, prototype, byte_range)
+            try:
+                found = await super().get(key, prototype, byte_range)
+            except SourceGoneError as exc:
+                # a mount's own check of its source's group: named as this artifact
+                if not is_chunk_key(key):
+                    raise
+                raise self.removed(key) from exc
             if found is None and is_chunk_key(key):
                 await self._check_present(key)
         return found
@@ -88,7 +95,12 @@ class ArtifactReads(KeyCheckedWrapperStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         with named_backend_failures(self._where, options="storage_options"):
-            found = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+            try:
+                found = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+            except SourceGoneError as exc:
+                if not is_chunk_key(key):
+                    raise
+                raise self.removed(key) from exc
             if found is None and is_chunk_key(key):
                 sync(self._check_present(key))
         return found

@@ -8,10 +8,21 @@ does when it holds it. :class:`GroupOwners` asks that once per group and
 remembers the answer (positive answers only: a group no store holds may be
 created later), and gives the target its own documents of the directories
 above a group written through the mount.
+
+A source group's chunk that the source does not hold reads as the fill
+value, as zarr stores an all-fill chunk: but once the source is moved or
+deleted, every chunk of it is missing, and its artifacts would read as
+zeros. :meth:`GroupOwners.source_group_present` is asked on such a miss
+(one ``exists`` of the group's document; a group found there is trusted
+for :data:`RECHECK_SECONDS`, so the absent chunks of a mostly-empty array
+cost one check a second, not one each, and the misses of one read share
+one check).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Literal
 
 from zarr.abc.store import Store
@@ -21,9 +32,12 @@ from ..format.paths import join
 from .documents import unconsolidated
 from .resolution import place_of
 
-__all__ = ["GroupOwners", "Owner"]
+__all__ = ["RECHECK_SECONDS", "GroupOwners", "Owner"]
 
 Owner = Literal["target", "source"]
+
+#: How long a source group found present is trusted by the next misses of its chunks.
+RECHECK_SECONDS = 1.0
 
 
 class GroupOwners:
@@ -46,6 +60,10 @@ class GroupOwners:
         self.known: dict[str, Owner] = {} if known is None else known
         # artifact roots and kind directories whose document the target holds
         self._held_documents: set[str] = set()
+        # source groups found present: the time.monotonic() until which that holds
+        self._present_until: dict[str, float] = {}
+        # the check that the misses of one read share (they come all at once)
+        self._checking: dict[str, asyncio.Task[bool]] = {}
 
     async def owner(self, group: str) -> Owner | None:
         """The store that holds the artifact group ``group``, or ``None`` when neither does."""
@@ -84,6 +102,24 @@ class GroupOwners:
         for group in [group for group in self.known if under(group)]:
             self.known.pop(group, None)
         self._held_documents = {held for held in self._held_documents if not under(held)}
+
+    async def source_group_present(self, group: str) -> bool:
+        """Whether the source still holds the artifact group ``group`` (asked when the
+        source does not hold one of its chunks; see the module)."""
+        if time.monotonic() < self._present_until.get(group, 0.0):
+            return True
+        checking = self._checking.get(group)
+        if (
+            checking is None
+            or checking.done()
+            or checking.get_loop() is not asyncio.get_running_loop()
+        ):
+            checking = asyncio.ensure_future(self._source.exists(join(group, "zarr.json")))
+            self._checking[group] = checking
+        present = await asyncio.shield(checking)
+        if present:
+            self._present_until[group] = time.monotonic() + RECHECK_SECONDS
+        return present
 
     async def store_for(self, key: str) -> Store:
         """The store that serves ``key`` (a checked key)."""

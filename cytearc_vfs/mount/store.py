@@ -19,6 +19,8 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
+from ..errors import SourceGoneError
+from ..format.chunk_keys import is_chunk_key
 from ..format.key_checked import KeyCheckedStore
 from ..format.missing_assay import missing_assay_error
 from ..format.nodes import array_at
@@ -311,16 +313,46 @@ class MountStore(KeyCheckedStore):
                 self._owners.settle(place.group, "source")
             return value
         store = await self._owners.store_for(key)
-        return await store.get(key, prototype, byte_range)
+        value = await store.get(key, prototype, byte_range)
+        if value is None and store is self._source:
+            await self._refuse_gone_source_group(key)
+        return value
 
     async def getsize(self, key: str) -> int:
         """Size of the value at ``key``, asked of the store that owns it (nothing is read)."""
         store = await self._owners.store_for(self._check_key(key, "getsize"))
-        return await store.getsize(key)
+        try:
+            return await store.getsize(key)
+        except FileNotFoundError:
+            if store is self._source:
+                await self._refuse_gone_source_group(key)
+            raise
+
+    async def _refuse_gone_source_group(self, key: str) -> None:
+        """Raise ``SourceGoneError`` when ``key``, a chunk of a source artifact group that
+        the source does not hold, is missing because the group is gone (the source
+        moved or deleted): zarr would read it as the fill value, zeros, and a server
+        answer "not found", which its clients read as zeros too."""
+        group = place_of(key, self._roots).group
+        if group is None or not is_chunk_key(key):
+            return
+        if await self._owners.source_group_present(group):
+            return  # an all-fill chunk, never written: the fill value is its value
+        raise SourceGoneError(
+            f"the source of the mount at {describe_location(self._target)}, "
+            f"{self._record.location}, no longer holds the artifact {group!r} that the mount "
+            f"reads from it: {key!r} is not there, and neither is the artifact's zarr.json "
+            "(the source was moved or deleted, or the artifact removed from it), so its "
+            f"values cannot be read (never as zeros). Restore the source at "
+            f"{self._record.location}"
+        )
 
     async def exists(self, key: str) -> bool:
         store = await self._owners.store_for(self._check_key(key, "exists"))
-        return await store.exists(key)
+        found = await store.exists(key)
+        if not found and store is self._source:
+            await self._refuse_gone_source_group(key)
+        return found
 
     # -------------------------------------------------------------- writing
 

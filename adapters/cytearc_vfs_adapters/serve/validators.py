@@ -167,6 +167,10 @@ async def describe(store: Store, key: str) -> Described | None:
     if isinstance(store, MountStore):
         owner, from_source = await store.owner_of(key)
         described = await _describe_mount_side(owner, key, settled=not from_source)
+        if described is None and from_source:
+            # a chunk the source lacks is all fill only while its artifact is there: the
+            # mount raises SourceGoneError (a 502) for a source gone, never a 404 (zeros)
+            await store.exists(key)
         if described is None or described.validators.etag is None:
             return described
         mark = "s" if from_source else "t"
