@@ -9,8 +9,10 @@ user learned it only from docs/anndata.md.
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
+from typing import Any
 
 import anndata as ad
 import numpy as np
@@ -140,3 +142,35 @@ def test_the_note_reaches_a_terminal(inputs: dict[str, Path], tmp_path: Path) ->
     assert terminal.returncode == 0, terminal.output
     assert "note: not imported from" in terminal.output
     assert "obsm: X_pca, X_umap" in terminal.output
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_on_object_storage_the_report_costs_a_few_listings_and_no_read(
+    s3_server: Any, s3_proxy: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zarr_format: int
+) -> None:
+    """The root and each group the report looks into are listed, concurrently; no
+    document is read for it (opening each group cost up to three reads in Zarr v2)."""
+    from cytearc_vfs_adapters.anndata import counts
+    from obstore.store import from_url
+    from test_anndata_missing_chunks import _upload
+
+    bucket = s3_server.new_bucket()
+    raw = from_url(f"s3://{bucket}", **s3_server.storage_options())
+    _upload(raw, write_anndata_zarr(analysed(), tmp_path / "a.zarr", zarr_format), "a.zarr")
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+
+    def requests(destination: str) -> collections.Counter[str]:
+        s3_proxy.take()
+        info = cv.write_counts(
+            tmp_path / destination, f"s3://{bucket}/a.zarr", source_storage_options=options
+        )
+        assert info.not_imported == (EXPECTED if destination == "with.zarr" else ())
+        return collections.Counter(f"{r.method} {r.path}" for r in s3_proxy.take())
+
+    reported = requests("with.zarr")
+    monkeypatch.setattr(counts, "not_imported_from_container", lambda root, layer: ())
+    extra = reported - requests("without.zarr")
+    assert all("list-type=2" in request for request in extra), extra
+    # the root, layers, obsm, varm, obsp, varp, uns and raw
+    assert sum(extra.values()) == 8, extra

@@ -9,8 +9,9 @@ module names what stays, so the writer can say so (``WriteInfo.not_imported``,
 ``obsp``, ``varp`` and ``uns``, the layers not chosen, ``X`` when a layer
 was, ``raw``, and any element the AnnData spec does not name.
 
-Only names are looked at, never values: a container's groups are listed
-(one listing each on object storage), an AnnData's mappings read by key.
+Only names are looked at, never values or documents: a Zarr container's
+groups are listed (concurrently, one listing each on object storage), an
+HDF5 file's read by key, an AnnData's mappings by key.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import zarr
+from zarr.core.sync import sync
+
+from cytearc_vfs.format.gathering import gather_all
+from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
 
-from .errors import MalformedElementError
-from .nodes import child, is_group, listed_names
+from .nodes import child, is_group
 
 __all__ = ["not_imported", "not_imported_from_anndata", "not_imported_from_container"]
 
@@ -101,23 +106,50 @@ def _rank(path: str) -> tuple[int, str]:
 def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]:
     """:func:`not_imported` of a container's root group (Zarr or HDF5): names only.
 
-    A Zarr group is listed, not opened member by member (one listing per group
-    on object storage); a group whose metadata cannot be read is reported whole
-    (its damage is not the import's concern: the import does not read it).
+    A Zarr container is listed, never opened member by member: the root, then
+    at once each of its groups the report looks into (``layers``, the
+    mappings, ``raw``), then ``uns/cytearc`` and (importing ``raw/X``)
+    ``raw/varm`` where there are such: one listing each on object storage, no
+    document read.
     """
-    return not_imported(_container_members(root), layer)
+    if not isinstance(root, zarr.Group):
+        return not_imported(_hdf5_members(root), layer)
+    store, base = root.store_path.store, root.store_path.path
+    found = sync(_listings(store, base, [""]))
+    wanted = [name for name in found[""] or [] if name in (*_MAPPINGS, "layers", "raw")]
+    found.update(sync(_listings(store, base, wanted)))
+    # raw is left out whole unless its counts are imported
+    inner = [_DECLARATION[0]] if "cytearc" in (found.get("uns") or []) else []
+    if layer == RAW_COUNTS and "varm" in (found.get("raw") or []):
+        inner.append("raw/varm")
+    found.update(sync(_listings(store, base, inner)))
+    return not_imported(found.get, layer)
 
 
-def _container_members(root: Any) -> Members:
+async def _listings(store: Any, base: str, paths: list[str]) -> dict[str, list[str] | None]:
+    """The member names under each of ``paths`` (below ``base``), listed concurrently;
+    ``None`` where the listing shows an array (or nothing) instead of a group."""
+
+    async def listed(path: str) -> list[str] | None:
+        prefix = "/".join(part for part in (base, path) if part)
+        names = sorted([name async for name in store.list_dir(prefix)])
+        members = [name for name in names if name not in METADATA_DOCUMENTS]
+        if ".zarray" in names or not names:
+            return None  # a Zarr v2 array, or no node at all
+        if path == "raw" and "X" not in members:
+            return None  # anndata writes raw=None as a null array: no raw counts
+        # a Zarr v3 array lists its chunks under "c" (the default chunk key encoding)
+        return None if "zarr.json" in names and members == ["c"] else members
+
+    found = await gather_all(*(listed(path) for path in paths))
+    return dict(zip(paths, found, strict=True))
+
+
+def _hdf5_members(root: Any) -> Members:
     def members(path: str) -> list[str] | None:
-        try:
-            node = root if not path else child(root, path)
-        except MalformedElementError:
-            return None
+        node = root if not path else child(root, path)
         if node is None or not is_group(node):
             return None
-        if hasattr(node, "store_path"):  # zarr: the names, without reading each document
-            return listed_names(node)
         return sorted(str(name) for name in node)
 
     return members
