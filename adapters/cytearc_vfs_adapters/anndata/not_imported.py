@@ -115,6 +115,8 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
     if not isinstance(root, zarr.Group):
         return not_imported(_hdf5_members(root), layer)
     store, base = root.store_path.store, root.store_path.path
+    if not store.supports_listing:
+        return ()  # names cannot be told without listings (docs/anndata.md)
     found = sync(_listings(store, base, [""]))
     wanted = [name for name in found[""] or [] if name in (*_MAPPINGS, "layers", "raw")]
     found.update(sync(_listings(store, base, wanted)))
