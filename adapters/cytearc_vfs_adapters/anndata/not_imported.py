@@ -72,8 +72,8 @@ def not_imported(members: Members, layer: str | None) -> tuple[str, ...]:
             for member in members(name) or []:
                 path = f"{name}/{member}"
                 found.extend(_beside_declaration(members) if path == _DECLARATION[0] else [path])
-        elif name != "raw" or members("raw"):  # raw (anndata writes an empty group for
-            found.append(name)  # none), and anything the spec does not name
+        elif name != "raw" or members("raw"):  # raw (for none, anndata writes a null
+            found.append(name)  # array: no members), and anything the spec does not name
     return tuple(sorted(found, key=_rank))
 
 
