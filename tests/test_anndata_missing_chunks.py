@@ -382,7 +382,8 @@ def test_a_store_that_cannot_list_is_checked_chunk_by_chunk(tmp_path: Path) -> N
     with pytest.raises(MissingChunkError, match=r"lacks the chunk 'X/indices/c/2'"):
         cv.write_counts(tmp_path / "b.zarr", Unlisted(LocalStore(broken, read_only=True)))
     assert not (tmp_path / "b.zarr").exists()
-    cv.write_counts(tmp_path / "w.zarr", Unlisted(LocalStore(whole, read_only=True)))
+    info = cv.write_counts(tmp_path / "w.zarr", Unlisted(LocalStore(whole, read_only=True)))
+    assert info.not_imported == ()  # names cannot be told without listing (docs/anndata.md)
     read = cv.to_anndata(tmp_path / "w.zarr", lazy=False).X
     np.testing.assert_array_equal(sp.csr_matrix(read).toarray(), matrix("csr").toarray())
 
@@ -403,3 +404,140 @@ def test_leading_empty_rows_whose_indptr_chunks_zarr_left_out_are_accepted(
         assert not (source / chunk_key(layout, "indptr", number)).exists()
     assert (source / chunk_key(layout, "indptr", leading)).exists()
     accepted(tmp_path, source, x)
+
+
+# ``cytearc-vfs anndata ls`` reads no chunk: it marks what one listing of the element
+# proves lost (listed_absence), exits 3, and says nothing of what only values tell.
+
+
+def listed(source: Path | str, *options: str) -> tuple[int, dict[str, Any]]:
+    """``anndata ls --json`` of ``source``: its exit code and the entry of ``/X``."""
+    from cli_harness import run_main
+
+    done = run_main("anndata", "ls", str(source), "--json", *options)
+    answer = json.loads(done.stdout)
+    entry = next(e for e in answer["elements"] if e["path"] == "/X")
+    return done.returncode, {**entry, "damagedElements": answer["damagedElements"]}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    ("name", "number"), [("data", 1), ("indices", 1), ("indptr", 1), ("data", 0)]
+)
+def test_ls_marks_a_chunk_the_listing_proves_lost(
+    tmp_path: Path, layout: str, name: str, number: int
+) -> None:
+    """Before, ``ls`` exited 0 on a partial copy that ``write`` then refused with exit 3."""
+    x = matrix("csr")
+    assert x.nnz > 2 * SHARD  # a stored chunk after the lost one
+    source = write(tmp_path / "s.zarr", x, layout)
+    key = chunk_key(layout, name, number)
+    (source / key).unlink()
+    code, entry = listed(source)
+    if name == "indices" and layout != "v3-sharded":
+        # 50 entries, fewer than the 60 rows: they may be one per row, all at index 0,
+        # which zarr leaves out; only indptr's values tell (write reads them)
+        assert code == 0 and not entry["damaged"], entry
+        with pytest.raises(MissingChunkError, match=f"lacks the chunk '{key}'"):
+            cv.write_counts(tmp_path / "w.zarr", str(source))
+        return
+    assert code == 3 and entry["damaged"] and entry["damagedElements"] == 1, entry
+    assert f"the chunk '{key}' of its {name}" in entry["note"], entry
+    assert "partial or interrupted copy" in entry["note"]
+    with pytest.raises(MissingChunkError, match=f"lacks the chunk '{key}'"):
+        cv.write_counts(tmp_path / "w.zarr", str(source))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ls_marks_an_indptr_lost_whole_and_entries_without_their_indices(
+    tmp_path: Path, layout: str
+) -> None:
+    x = matrix("csr")
+    source = write(tmp_path / "s.zarr", x, layout)
+    for chunk in list((source / "X" / "indptr").rglob("*")):
+        if chunk.is_file() and chunk.name not in ("zarr.json", ".zarray", ".zattrs"):
+            chunk.unlink()
+    code, entry = listed(source)
+    assert code == 3 and "nor any chunk of indptr, while entries are stored" in entry["note"]
+    # every chunk of indices lost (data proves 240 entries stored): more entries than
+    # rows cannot all be zeros zarr left out, one per row
+    other = write(tmp_path / "o.zarr", x, layout)
+    for chunk in list((other / "X" / "indices").rglob("*")):
+        if chunk.is_file() and chunk.name not in ("zarr.json", ".zarray", ".zattrs"):
+            chunk.unlink()
+    code, entry = listed(other)
+    assert code == 3 and f"'{chunk_key(layout, 'indices', 0)}' of its indices" in entry["note"]
+
+
+def test_ls_accepts_what_zarr_leaves_out(tmp_path: Path) -> None:
+    """The absences ``write`` accepts: indices of one column, the indptr of a matrix
+    without entries, leading empty rows, chunks past the stored entries."""
+    sources = [write(tmp_path / "one.zarr", matrix_one_minor("csr"), "v3")]
+    sources.append(write(tmp_path / "none.zarr", sp.csr_matrix((N_CELLS, N_GENES)), "v3"))
+    leading = matrix("csr").tolil()
+    leading[:9] = 0
+    leading = sp.csr_matrix(leading)
+    leading.eliminate_zeros()
+    sources.append(write(tmp_path / "leading.zarr", leading, "v2"))
+    x = matrix("csr")
+    longer = write(tmp_path / "longer.zarr", x, "v3")
+    group = zarr.open_group(longer / "X", mode="r+")
+    for name in ("indices", "data"):
+        group[name].resize((x.nnz + 3 * CHUNK,))
+    sources.append(longer)
+    for source in sources:
+        code, entry = listed(source)
+        assert code == 0 and not entry["damaged"], (source, entry)
+        cv.write_counts(tmp_path / f"w-{source.name}", str(source))
+
+
+def test_ls_leaves_what_only_values_tell_to_write(tmp_path: Path) -> None:
+    """The last chunk of data lost (nnz is a value of indptr), and an inner chunk a
+    shard's index marks absent, are not seen by a listing: ``ls`` exits 0 (as
+    docs/anndata.md says), ``write`` refuses them."""
+    x = matrix("csr")
+    source = write(tmp_path / "s.zarr", x, "v3")
+    last = -(-x.nnz // CHUNK) - 1
+    (source / chunk_key("v3", "data", last)).unlink()
+    (source / chunk_key("v3", "indices", last)).unlink()
+    assert listed(source)[0] == 0
+    with pytest.raises(MissingChunkError):
+        cv.write_counts(tmp_path / "w.zarr", str(source))
+    zeros = matrix("csr")
+    zeros.data[CHUNK : 2 * CHUNK] = 0
+    sharded = write(tmp_path / "sharded.zarr", zeros, "v3-sharded")
+    assert listed(sharded)[0] == 0
+    with pytest.raises(MissingChunkError):
+        cv.write_counts(tmp_path / "w2.zarr", str(sharded))
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("layout", ["v2", "v3-sharded"])
+def test_ls_on_object_storage_lists_the_element_once_and_reads_no_chunk(
+    s3_server: Any, s3_proxy: Any, tmp_path: Path, layout: str
+) -> None:
+    from obstore.store import from_url
+
+    bucket = s3_server.new_bucket()
+    raw = from_url(f"s3://{bucket}", **s3_server.storage_options())
+    x = matrix("csr")
+    _upload(raw, write(tmp_path / "whole.zarr", x, layout), "whole.zarr")
+    broken = write(tmp_path / "broken.zarr", x, layout)
+    key = chunk_key(layout, "data", 1)
+    (broken / key).unlink()
+    _upload(raw, broken, "broken.zarr")
+    options = json.dumps({**s3_server.storage_options(), "endpoint": s3_proxy.endpoint})
+    for name, expected in (("whole.zarr", 0), ("broken.zarr", 3)):
+        s3_proxy.take()
+        code, entry = listed(f"s3://{bucket}/{name}", "--storage-options", options)
+        assert code == expected, entry
+        seen = s3_proxy.take()
+        reads = [
+            r.path.split("?")[0] for r in seen if r.method == "GET" and "list-type" not in r.path
+        ]
+        documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
+        chunks = [p for p in reads if not p.endswith(documents)]
+        assert not chunks, chunks  # metadata documents only
+        listings = [r.path for r in seen if "list-type" in r.path and "X%2F" in r.path]
+        assert len(listings) == 1 and f"prefix={name}%2FX%2F" in listings[0], listings
+    assert f"the chunk '{key}' of its data" in entry["note"]

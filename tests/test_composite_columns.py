@@ -81,6 +81,9 @@ def test_real_cell_columns_match_anndata_outer_concat(real: dict[str, Any]) -> N
     concat_order = [name for name in reference.obs.columns if name != "source"]
     assert list(back.obs.columns) == ["source", "sourceId", *concat_order]
     assert cells["source"].tolist() == reference.obs["source"].astype(str).tolist()
+    # categorical, the sources in composite order its categories, as concat's label
+    assert back.obs["source"].dtype == reference.obs["source"].dtype
+    assert cells["source"].dtype == reference.obs["source"].dtype
     assert cells["sourceId"].tolist() == reference.obs_names.tolist()
     for column in ("patient", "orig_source", "sample"):
         ours, theirs = cells[column], reference.obs[column]

@@ -2,9 +2,10 @@
 ``cytearc-vfs write``.
 
 The container is read by the AnnData element layer of the adapters
-(``cytearc_vfs_adapters.anndata``, docs/anndata.md): metadata only, never
-values. A location that is not an AnnData is refused (exit 2); a damaged one
-(a metadata document that cannot be parsed, a malformed sparse matrix) is
+(``cytearc_vfs_adapters.anndata``, docs/anndata.md): metadata and one listing
+of each sparse matrix's chunks, never values. A location that is not an
+AnnData is refused (exit 2); a damaged one (a metadata document that cannot
+be parsed, a malformed sparse matrix, a chunk the listing proves lost) is
 listed with its damaged elements marked, and exits 3, as ``docs/cli.md`` says of
 a store that fails closed.
 """

@@ -225,6 +225,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.destinations import composites_replaceable
     from ..write.writer import write_counts
+    from .not_imported import not_imported_line
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -254,8 +255,11 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "dtype": str(info.dtype),
         "datasetFingerprint": info.dataset_fingerprint,
         "countsFingerprint": info.counts_fingerprint,
+        "notImported": list(info.not_imported),
         "seconds": round(seconds, 3),
     }
+    if info.not_imported:  # on stderr, piped or not: what stayed behind, and how to keep it
+        bars.write_line(not_imported_line("write", args.input, info.not_imported))
     text = (
         f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of {args.input} "
         f"to {info.location} in {seconds:.2f} s; dataset {info.dataset_fingerprint}"

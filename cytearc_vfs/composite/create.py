@@ -393,8 +393,11 @@ def create_composite(
         arrays[join(assay, "countsT")] = virtual_array_document(
             (shape[1], shape[0]), plan.dtype, {"content_fingerprint": content, "complete": True}
         )
+    # source: categorical, its categories the sources in order, as anndata.concat's
+    # label column (stored as text with the categorical record; plain zarr reads names)
+    source = _categorical(plan.row_sources, [binding.name for binding in bindings])
     cell_table = prepare_table(
-        _frame(plan.cell_ids, {"source": plan.cell_sources, "sourceId": plan.source_cell_ids}),
+        _frame(plan.cell_ids, {"source": source, "sourceId": plan.source_cell_ids}),
         table="cellData",
     ).with_columns(
         merge_cell_columns(tables, plan.row_sources, plan.source_rows, assay=assay),
@@ -493,7 +496,14 @@ def _layer_element(name: str, layer: str | None) -> str:
         raise ValueError(f"source_layers[{name!r}]: {exc}") from None
 
 
-def _frame(ids: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> Any:
+def _categorical(codes: npt.NDArray[Any], categories: list[str]) -> Any:
+    import pandas as pd
+
+    # from the sources' indexes: no Python string per cell
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
+
+
+def _frame(ids: npt.NDArray[Any], columns: dict[str, Any]) -> Any:
     import pandas as pd
 
     return pd.DataFrame(

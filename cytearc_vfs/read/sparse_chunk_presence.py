@@ -30,6 +30,10 @@ the matrix again. The check reads the key listing the caller already holds
 (no request when it has one), ``indptr[-1]``, each shard index of a sharded
 array (kept by the reads that follow) and, only when an ``indices`` chunk is
 missing, ``indptr``.
+
+:func:`listed_absence` is the part of it a listing alone can tell, for
+``cytearc-vfs anndata ls``, which reads no chunk: what it reports, the full
+check refuses too (docs/anndata.md, "cytearc-vfs anndata ls PATH").
 """
 
 from __future__ import annotations
@@ -47,7 +51,13 @@ from ..format.gathering import gather_all
 from .chunk_codecs import ChunkDecodeError
 from .direct_chunks import DirectChunks, direct_chunks_for
 
-__all__ = ["AbsentChunk", "absent_chunks", "check_stored_chunks", "stored_keys"]
+__all__ = [
+    "AbsentChunk",
+    "absent_chunks",
+    "check_stored_chunks",
+    "listed_absence",
+    "stored_keys",
+]
 
 #: What a user does about a partial copy.
 PARTIAL_COPY_REMEDY = (
@@ -262,3 +272,83 @@ async def _check_stored_chunks(
             pointers, chunk.start, chunk.stop
         ):
             raise MissingChunkError(_refusal(source, element, "indices", chunk, ""))
+
+
+def _stored_numbers(array: AsyncArray[Any], keys: Collection[str]) -> list[int]:
+    """The numbers of the chunks (shards, when sharded) of 1-D ``array`` among ``keys``."""
+    return [n for n in range(_outer_count(array)) if _chunk_key(array, n) in keys]
+
+
+def _absence(array: AsyncArray[Any], name: str, number: int, why: str = "") -> str:
+    outer = int(array.shards[0]) if array.shards is not None else int(array.chunks[0])
+    start, stop = number * outer, min(int(array.shape[0]), (number + 1) * outer)
+    what = "entries" if name != "indptr" else "positions"
+    return (
+        f"the chunk {_chunk_key(array, number)!r} of its {name} ({what} {start}:{stop}) is "
+        f"not stored{why}; zarr would read it as zeros and give wrong counts: "
+        f"{PARTIAL_COPY_REMEDY}"
+    )
+
+
+def listed_absence(
+    arrays: Mapping[str, AsyncArray[Any]], keys: Collection[str], *, major: int
+) -> str | None:
+    """What the stored ``keys`` alone prove missing from the sparse element ``arrays``
+    (``indptr``, ``indices``, ``data``), in words, or ``None``. No value is read.
+
+    Proven missing, and so refused by :func:`check_stored_chunks` too: a chunk of
+    ``indptr`` after a stored one (only leading chunks may be zeros zarr left
+    out), ``indptr`` lost whole while ``data`` holds chunks, and a chunk of
+    ``data`` before the last stored entry; so is a chunk of ``indices`` there
+    whose entries cannot all be zeros at index 0 zarr left out, at most one per
+    row of the ``major`` axis: the missing chunks' entries would need more rows
+    than there are (neighbouring chunks share at most one row). A
+    stored chunk of ``data`` or ``indices`` holds stored entries (chunks past
+    ``nnz`` are never written), and so does a stored last chunk of ``indptr``
+    (its last value ``nnz``, unless zero). Not provable without reading: a
+    chunk after the last one stored (``nnz`` is a value of ``indptr``), an
+    inner chunk a present shard's index marks absent.
+    """
+    indptr, indices, data = arrays["indptr"], arrays["indices"], arrays["data"]
+    stored = {name: _stored_numbers(array, keys) for name, array in arrays.items()}
+    leading = next((n for n in range(_outer_count(indptr)) if n in stored["indptr"]), None)
+    if leading is None:
+        if _outer_count(indptr) and stored["data"]:
+            why = ", nor any chunk of indptr, while entries are stored"
+            return _absence(indptr, "indptr", 0, why)
+        return None  # a matrix without entries, whose indptr zarr left out
+    for number in range(leading, _outer_count(indptr)):
+        if number not in stored["indptr"]:
+            return _absence(indptr, "indptr", number, ", after a stored one")
+    # the entries known stored: up to the last stored chunk's first, or one when
+    # indptr's last value (stored) says there are some
+    reach = 1 if _outer_count(indptr) - 1 in stored["indptr"] else 0
+    for name in ("data", "indices"):
+        array = arrays[name]
+        outer = int(array.shards[0]) if array.shards is not None else int(array.chunks[0])
+        if stored[name]:
+            reach = max(reach, stored[name][-1] * outer + 1)
+    reach = min(reach, int(data.shape[0]))
+    for name, array in (("data", data), ("indices", indices)):
+        outer = int(array.shards[0]) if array.shards is not None else int(array.chunks[0])
+        # chunks of indices that may be zeros zarr left out: each holds at most one
+        # entry per row, so together they span rows, sharing at most one row between
+        # neighbours (entries run in row order); more entries than that are not zeros
+        missing = [n for n in range(-(-reach // outer)) if n not in stored[name]]
+        zeros: list[int] = []
+        spanned = 0
+        for number in missing:
+            entries = min(reach, (number + 1) * outer) - number * outer
+            if name == "indices" and _reads_as_zero(array):
+                zeros.append(number)
+                spanned += entries - (1 if len(zeros) > 1 else 0)
+                if spanned <= major:
+                    continue
+                why = (
+                    f" (nor {len(missing) - 1} more of its chunks: as entries at index 0, one "
+                    f"per row, they would need more than the {major} rows)"
+                )
+                return _absence(array, name, zeros[0], why if len(missing) > 1 else "")
+            why = " (a chunk of stored zeros is left out too: drop them with eliminate_zeros())"
+            return _absence(array, name, number, why if name == "data" else "")
+    return None

@@ -335,6 +335,8 @@ class CountInput(NamedTuple):
     features: pd.DataFrame | None
     #: ``uns["cytearc"]["assayMembership"]`` (assay -> membership column), or ``None``.
     membership: Mapping[str, Any] | None = None
+    #: Paths of the input's elements the write leaves out (``obsm/X_pca``, ``uns/neighbors``).
+    not_imported: tuple[str, ...] = ()
 
 
 #: ``adapter(counts, layer, storage_options)``: the input it recognises, else ``None``;

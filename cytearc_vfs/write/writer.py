@@ -112,6 +112,9 @@ class WriteInfo:
     """Identity of the counts with their ordered cell and feature ids."""
     seconds: float
     """Wall time of the write."""
+    not_imported: tuple[str, ...] = ()
+    """Paths of the AnnData's elements not stored (``obsm/X_pca``, ``uns/neighbors``,
+    ``layers/spliced``, ``raw``): a store holds one matrix and its obs and var."""
 
 
 def _table_bytes(table: PreparedTable) -> int:
@@ -393,6 +396,7 @@ def write_counts(
         counts_fingerprint=content,
         dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),
         seconds=time.perf_counter() - started,
+        not_imported=found.not_imported,
     )
 
 

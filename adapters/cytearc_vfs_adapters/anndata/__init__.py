@@ -14,7 +14,8 @@ Modules
 :mod:`.dataframes` read elements; :mod:`.matrices` and :mod:`.transposed`
 read matrices in bands; :mod:`.listing` lists elements (``anndata ls``);
 :mod:`.container` puts them together; :mod:`.counts` is the
-``write_counts`` input adapter, :mod:`.source_tables` the reader of an
+``write_counts`` input adapter (:mod:`.not_imported` names what an import
+leaves out), :mod:`.source_tables` the reader of an
 AnnData source's ``obs`` and ``var`` for composites.
 """
 

@@ -37,6 +37,7 @@ from cytearc_vfs.write.membership import declared_membership
 from .container import AnnDataContainer, NotAnnDataError
 from .dataframes import SkippedColumn
 from .matrices import SparseMatrixElement
+from .not_imported import not_imported_from_anndata, not_imported_from_container
 
 __all__ = ["count_input", "membership_of"]
 
@@ -75,7 +76,8 @@ def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
                 f"layers/{layer}",
             )
         matrix = counts.layers[layer]
-    return CountInput(matrix, counts.obs, features, declared_membership(counts.uns))
+    left = not_imported_from_anndata(counts, layer)
+    return CountInput(matrix, counts.obs, features, declared_membership(counts.uns), left)
 
 
 def _is_location(counts: Any) -> bool:
@@ -106,7 +108,8 @@ def count_input(
             f"{container.where}: column {column.path!r} cannot be read, it is not imported "
             f"(the counts and the other columns are): {column.reason}",
         )
-    return CountInput(matrix, obs, var, membership_of(container))
+    left = not_imported_from_container(container.root, layer)
+    return CountInput(matrix, obs, var, membership_of(container), left)
 
 
 def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:

@@ -11,7 +11,9 @@ or version) is listed with the reason instead of ending the listing, and so
 is a damaged one (``damaged``): a metadata document zarr cannot parse, a
 sparse matrix lacking a member array, or whose ``shape`` attribute is not two
 non-negative integers or disagrees with the length of its ``indptr`` (from
-that array's metadata: no chunk is read).
+that array's metadata), or of a Zarr container whose one listing of the
+element's chunks proves a chunk its entries need lost (a partial copy:
+:func:`cytearc_vfs.read.sparse_chunk_presence.listed_absence`). No chunk is read.
 """
 
 from __future__ import annotations
@@ -138,8 +140,9 @@ def _walk(node: Any, path: str, found: list[ElementInfo]) -> None:
     if encoding.type in ("csr_matrix", "csc_matrix"):
         try:
             # its members' documents only: the arrays are there, and the shape
-            # attribute is two non-negative integers that indptr's length agrees with
-            SparseMatrixElement(node, path, encoding)
+            # attribute is two non-negative integers that indptr's length agrees with;
+            # then one listing of its chunks, none read: what the listing proves lost
+            SparseMatrixElement(node, path, encoding).check_listed_chunks()
         except MalformedElementError as exc:
             found.append(_damaged(path, exc, node))
             return

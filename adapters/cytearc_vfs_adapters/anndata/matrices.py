@@ -28,7 +28,11 @@ from zarr.core.array import AsyncArray
 from zarr.core.sync import sync
 
 from cytearc_vfs.read.direct_chunks import ChunkDecodeError
-from cytearc_vfs.read.sparse_chunk_presence import check_stored_chunks
+from cytearc_vfs.read.sparse_chunk_presence import (
+    check_stored_chunks,
+    listed_absence,
+    stored_keys,
+)
 
 from .encodings import Encoding
 from .errors import DAMAGED_REMEDY, MalformedElementError
@@ -195,18 +199,37 @@ class SparseMatrixElement(MatrixElement):
     def nnz(self) -> int:
         return int(self._data.shape[0])
 
+    def _async_members(self) -> dict[str, AsyncArray[Any]] | None:
+        """The member arrays as zarr's async arrays; ``None`` for HDF5 (no chunk files)."""
+        members = {"indptr": self._indptr, "indices": self._indices, "data": self._data}
+        if not all(isinstance(array, zarr.Array) for array in members.values()):
+            return None
+        return {
+            name: AsyncArray(metadata=array.metadata, store_path=array.store_path)
+            for name, array in members.items()
+        }
+
+    def check_listed_chunks(self) -> None:
+        """Refuse a Zarr element whose chunk listing alone shows a chunk its entries need
+        missing (:func:`~cytearc_vfs.read.sparse_chunk_presence.listed_absence`): one
+        listing of the element, no chunk read (``anndata ls``). A subset of
+        :meth:`check_stored_chunks`, which reads ``indptr`` to tell the rest."""
+        arrays = self._async_members()
+        if arrays is None:
+            return
+        major = self.shape[0] if self.format == "csr" else self.shape[1]
+        absence = listed_absence(arrays, sync(stored_keys(arrays)), major=major)
+        if absence is not None:
+            raise MalformedElementError(f"{self.label}: {absence}")
+
     def check_stored_chunks(self) -> None:
         """Refuse a Zarr element lacking a chunk its entries need (a partial copy:
         :func:`cytearc_vfs.read.sparse_chunk_presence.check_stored_chunks`, the check
         composite creation makes). An HDF5 element has no chunk files: nothing to do.
         A shard index that does not decode is refused as any value that does not."""
-        members = {"indptr": self._indptr, "indices": self._indices, "data": self._data}
-        if not all(isinstance(array, zarr.Array) for array in members.values()):
+        arrays = self._async_members()
+        if arrays is None:
             return
-        arrays = {
-            name: AsyncArray(metadata=array.metadata, store_path=array.store_path)
-            for name, array in members.items()
-        }
         minor = self.shape[1] if self.format == "csr" else self.shape[0]
         try:
             sync(

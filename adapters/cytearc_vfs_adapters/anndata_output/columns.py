@@ -54,6 +54,7 @@ __all__ = [
     "membership_uns",
     "nullable_values",
     "plain_text",
+    "with_source_categories",
 ]
 
 #: Where AnnData's dataframe encoding keeps the index (the ``_index`` attribute).
@@ -103,6 +104,26 @@ def membership_uns(column: str | None, assay: str) -> dict[str, Any]:
     if column is None:
         return {}
     return {"cytearc": {"assayMembership": {assay: column}}}
+
+
+def with_source_categories(
+    attrs_by_name: Mapping[str, Mapping[str, Any]], sources: Sequence[str] | None
+) -> dict[str, Mapping[str, Any]]:
+    """A cell table's attributes with a composite's ``source`` column categorical.
+
+    ``sources`` are the composite's source names in order (``None`` for any
+    other store). A composite records them as the categories of its
+    ``source`` column, as ``anndata.concat(..., label="source")`` makes it; one
+    created before that recorded none, and its column is presented the same.
+
+    >>> with_source_categories({"source": {}}, ["b", "a"])["source"]
+    {'cytearc:categorical': {'categories': ['b', 'a'], 'ordered': False}}
+    """
+    found = dict(attrs_by_name)
+    if sources is not None and "source" in found and CATEGORICAL_ATTR not in found["source"]:
+        record = {"categories": list(sources), "ordered": False}
+        found["source"] = {**found["source"], CATEGORICAL_ATTR: record}
+    return found
 
 
 def exported_columns(

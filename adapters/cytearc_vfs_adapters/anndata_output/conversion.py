@@ -15,7 +15,7 @@ front when it would not fit (:mod:`.loading`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ from .columns import (
     membership_column,
     membership_uns,
     nullable_values,
+    with_source_categories,
 )
 from .loading import loaded_counts
 from .opened import OpenedAssay, open_assay
@@ -90,14 +91,14 @@ def cell_bands(
 
 
 def _frame(
-    stored: StoredTable, assay: str, *, table: str
+    stored: StoredTable, assay: str, *, table: str, sources: Sequence[str] | None = None
 ) -> tuple[pd.DataFrame, list[ExportedColumn]]:
     columns = stored.columns
     if "ids" not in columns:
         raise ValueError(f"the {table} table has no ids column; the store is damaged")
     kept = exported_columns(
         {name: column.values.dtype for name, column in columns.items()},
-        {name: column.attrs for name, column in columns.items()},
+        with_source_categories({n: c.attrs for n, c in columns.items()}, sources),
         assay,
         lambda name: columns[name].values,
         stored.column_order,
@@ -126,7 +127,7 @@ def read_frames(opened: OpenedAssay) -> tuple[pd.DataFrame, pd.DataFrame, dict[s
     """``obs``, ``var`` and ``uns`` of the assay, by the rule of :mod:`.columns`."""
     cells = sync(read_stored_table(opened.store, opened.paths.cell_data))
     features = sync(read_stored_table(opened.store, opened.paths.feature_data))
-    obs, _ = _frame(cells, opened.assay, table="cell")
+    obs, _ = _frame(cells, opened.assay, table="cell", sources=opened.source_names)
     var, _ = _frame(features, opened.assay, table="feature")
     membership = membership_column({n: c.attrs for n, c in cells.columns.items()}, opened.assay)
     return obs, var, membership_uns(membership, opened.assay)

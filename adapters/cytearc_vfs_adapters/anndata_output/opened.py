@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import AssayPaths, join
 from cytearc_vfs.read.opening import ProvidesFingerprints, open_store
 from cytearc_vfs.read.reader import VirtualArrayReader
@@ -57,6 +58,14 @@ class OpenedAssay:
     def shape(self) -> tuple[int, int]:
         """(cells, features)."""
         return self.reader.shape
+
+    @property
+    def source_names(self) -> tuple[str, ...] | None:
+        """A composite's source names in order (its ``source`` column's categories);
+        ``None`` for any other store."""
+        if isinstance(self.store, CompositeStore):
+            return tuple(binding.name for binding in self.store.record.sources)
+        return None
 
 
 def open_assay(

@@ -32,6 +32,7 @@ from .columns import (
     index_name,
     membership_column,
     membership_uns,
+    with_source_categories,
 )
 from .conversion import band_rows
 from .documents import (
@@ -211,7 +212,9 @@ def _frame(layout: ViewLayout, path: str, table: str, opened: OpenedAssay) -> st
             loaded[name] = np.asarray(arrays[name][:])
         return loaded[name]
 
-    attrs = {name: dict(array.attrs) for name, array in arrays.items()}
+    stored = {name: dict(array.attrs) for name, array in arrays.items()}
+    cell_table = table == opened.paths.cell_data
+    attrs = with_source_categories(stored, opened.source_names if cell_table else None)
     kept = exported_columns(
         {name: array.dtype for name, array in arrays.items()},
         attrs,

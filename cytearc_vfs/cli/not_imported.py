@@ -1,0 +1,58 @@
+"""``cytearc-vfs write``'s note of what an AnnData import left out, in one line.
+
+The writer imports one count matrix with its ``obs`` and ``var``
+(:attr:`~cytearc_vfs.write.writer.WriteInfo.not_imported` names the rest); a
+user running the command learns it here, on stderr, with how to keep it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["not_imported_line", "not_imported_summary"]
+
+#: A group with more members than this shows its count and the first few names.
+_LISTED = 4
+#: Names longer than this are cut (one line must stay readable).
+_NAME_CHARS = 40
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 3] + "..."
+
+
+def not_imported_summary(paths: Sequence[str]) -> str:
+    """The paths grouped by their top element, abbreviated where a group holds many.
+
+    >>> not_imported_summary(["X", "obsm/X_pca", "obsm/X_umap", "raw"])
+    'X; obsm: X_pca, X_umap; raw'
+    >>> not_imported_summary([f"uns/k{i}" for i in range(12)])
+    'uns: 12 keys (k0, k1, k2, ...)'
+    """
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        top, _, rest = path.partition("/")
+        groups.setdefault(top, [])
+        if rest:
+            groups[top].append(_short(rest))
+    parts: list[str] = []
+    for top, names in groups.items():
+        if not names:
+            parts.append(top)
+        elif len(names) <= _LISTED:
+            parts.append(f"{top}: {', '.join(names)}")
+        else:
+            shown = ", ".join(names[: _LISTED - 1])
+            parts.append(f"{top}: {len(names)} keys ({shown}, ...)")
+    return "; ".join(parts)
+
+
+def not_imported_line(command: str, source: str, paths: Sequence[str]) -> str:
+    """The note ``cytearc-vfs COMMAND`` prints on stderr: what of ``source`` was not
+    stored, and how to keep it."""
+    return (
+        f"cytearc-vfs {command}: note: not imported from {source} (a CyteArc store holds the "
+        f"counts and their obs and var): {not_imported_summary(paths)}; keep the AnnData "
+        "beside the store, or publish a result such as an embedding as an artifact of the "
+        "store (cytearc_vfs.publish_artifact; docs/artifacts.md)"
+    )

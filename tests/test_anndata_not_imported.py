@@ -1,0 +1,176 @@
+"""What an import from an AnnData leaves out is said, by name: ``WriteInfo.not_imported``,
+``cytearc-vfs write``'s note line on stderr (piped and in a terminal) and its
+``--json`` field ``notImported``.
+
+The write kept X (or a layer) with obs and var and dropped ``obsm``, ``varm``,
+``obsp``, ``varp``, ``uns``, the other layers and ``raw`` without a word: a
+user learned it only from docs/anndata.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from anndata_files import write_anndata_zarr
+from cli_harness import run_in_terminal, run_main
+
+import cytearc_vfs as cv
+
+N_CELLS, N_GENES = 10, 6
+
+
+def analysed() -> ad.AnnData:
+    """An AnnData as an analysis leaves it: embeddings, graphs, layers, uns, raw."""
+    x = sp.csr_matrix(np.arange(N_CELLS * N_GENES).reshape(N_CELLS, N_GENES) % 4)
+    adata = ad.AnnData(
+        X=x,
+        obs=pd.DataFrame(index=[f"c{i}" for i in range(N_CELLS)]),
+        var=pd.DataFrame(index=[f"g{i}" for i in range(N_GENES)]),
+    )
+    adata.varm["PCs"] = np.zeros((N_GENES, 2))
+    adata.raw = adata.copy()  # X, var and varm as they are now
+    adata.layers["spliced"] = x.copy()
+    adata.obsm["X_pca"] = np.zeros((N_CELLS, 2))
+    adata.obsm["X_umap"] = np.zeros((N_CELLS, 2))
+    adata.obsp["distances"] = sp.csr_matrix((N_CELLS, N_CELLS))
+    adata.uns.update({f"key{i:02d}": i for i in range(12)})
+    return adata
+
+
+EXPECTED = (
+    "layers/spliced",
+    "obsm/X_pca",
+    "obsm/X_umap",
+    "varm/PCs",
+    "obsp/distances",
+    *(f"uns/key{i:02d}" for i in range(12)),
+    "raw",
+)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("not-imported")
+    adata = analysed()
+    adata.write_h5ad(root / "a.h5ad")
+    return {
+        "v2": write_anndata_zarr(adata, root / "v2.zarr", 2),
+        "v3": write_anndata_zarr(adata, root / "v3.zarr", 3),
+        "h5ad": root / "a.h5ad",
+    }
+
+
+@pytest.mark.parametrize("kind", ["v2", "v3", "h5ad", "memory"])
+def test_write_counts_names_what_it_left_out(
+    inputs: dict[str, Path], tmp_path: Path, kind: str
+) -> None:
+    given = analysed() if kind == "memory" else inputs[kind]
+    info = cv.write_counts(tmp_path / "x.zarr", given)
+    assert info.not_imported == EXPECTED
+    # a layer chosen: X is left out instead of it; raw/X: var (X's features) and raw's rest
+    spliced = cv.write_counts(tmp_path / "s.zarr", given, layer="spliced")
+    assert spliced.not_imported == ("X", *EXPECTED[1:])
+    raw = cv.write_counts(tmp_path / "r.zarr", given, layer="raw/X")
+    assert raw.not_imported == ("X", "var", *EXPECTED[:-1], "raw/varm/PCs")
+
+
+def test_counts_without_an_anndata_leave_nothing_out(tmp_path: Path) -> None:
+    info = cv.write_counts(tmp_path / "x.zarr", sp.csr_array(np.eye(3, dtype=np.uint8)))
+    assert info.not_imported == ()
+
+
+def test_empty_mappings_and_the_membership_declaration_are_not_listed(tmp_path: Path) -> None:
+    """anndata writes empty obsm/varm/... groups; uns['cytearc'] holds the membership
+    declaration (cytearc-vfs export writes it), which the import reads: neither is left out."""
+    plain = analysed()
+    for mapping in (plain.obsm, plain.varm, plain.obsp):
+        mapping.clear()
+    del plain.layers["spliced"]
+    plain.uns.clear()
+    plain.raw = None
+    path = write_anndata_zarr(plain, tmp_path / "plain.zarr", 3)
+    assert cv.write_counts(tmp_path / "p.zarr", path).not_imported == ()
+    # what cytearc-vfs export writes when an assay measures only some cells
+    plain.obs["RNA_I"] = np.arange(N_CELLS) % 2 == 0
+    plain.uns["cytearc"] = {"assayMembership": {"RNA": "RNA_I"}}
+    declared = write_anndata_zarr(plain, tmp_path / "declared.zarr", 3)
+    assert cv.write_counts(tmp_path / "d.zarr", declared).not_imported == ()
+    plain.uns["cytearc"]["note"] = "mine"
+    noted = write_anndata_zarr(plain, tmp_path / "noted.zarr", 2)
+    assert cv.write_counts(tmp_path / "n.zarr", noted).not_imported == ("uns/cytearc/note",)
+    assert cv.write_counts(tmp_path / "m.zarr", plain).not_imported == ("uns/cytearc/note",)
+
+
+def test_the_command_says_it_in_one_line_and_in_json(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    done = run_main("write", str(inputs["v3"]), str(tmp_path / "x.zarr"))
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if "not imported" in line]
+    assert len(notes) == 1, done.stderr
+    note = notes[0]
+    assert note.startswith("cytearc-vfs write: note: not imported from ")
+    assert "layers: spliced; obsm: X_pca, X_umap; varm: PCs; obsp: distances" in note
+    assert "uns: 12 keys (key00, key01, key02, ...); raw;" in note
+    assert "artifact" in note and "beside" in note
+    assert "not imported" not in done.stdout
+    as_json = run_main("write", str(inputs["h5ad"]), str(tmp_path / "j.zarr"), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["notImported"] == list(EXPECTED)
+    assert "not imported" in as_json.stderr
+    plain = sp.csr_matrix(np.eye(3, dtype=np.uint8))
+    bare = ad.AnnData(X=plain)
+    bare.obs_names = ["a", "b", "c"]
+    bare.var_names = ["x", "y", "z"]
+    bare.write_h5ad(tmp_path / "bare.h5ad")
+    quiet = run_main("write", str(tmp_path / "bare.h5ad"), str(tmp_path / "q.zarr"), "--json")
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout)["notImported"] == []
+    assert "not imported" not in quiet.stderr
+
+
+def test_the_note_reaches_a_terminal(inputs: dict[str, Path], tmp_path: Path) -> None:
+    terminal = run_in_terminal(["write", str(inputs["v2"]), str(tmp_path / "t.zarr")])
+    assert terminal.returncode == 0, terminal.output
+    assert "note: not imported from" in terminal.output
+    assert "obsm: X_pca, X_umap" in terminal.output
+
+
+@pytest.mark.remote
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_on_object_storage_the_report_costs_a_few_listings_and_no_read(
+    s3_server: Any, s3_proxy: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zarr_format: int
+) -> None:
+    """The root and each group the report looks into are listed, concurrently; no
+    document is read for it (opening each group cost up to three reads in Zarr v2)."""
+    from cytearc_vfs_adapters.anndata import counts
+    from obstore.store import from_url
+    from test_anndata_missing_chunks import _upload
+
+    bucket = s3_server.new_bucket()
+    raw = from_url(f"s3://{bucket}", **s3_server.storage_options())
+    _upload(raw, write_anndata_zarr(analysed(), tmp_path / "a.zarr", zarr_format), "a.zarr")
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+
+    def requests(destination: str) -> collections.Counter[str]:
+        s3_proxy.take()
+        info = cv.write_counts(
+            tmp_path / destination, f"s3://{bucket}/a.zarr", source_storage_options=options
+        )
+        assert info.not_imported == (EXPECTED if destination == "with.zarr" else ())
+        return collections.Counter(f"{r.method} {r.path}" for r in s3_proxy.take())
+
+    reported = requests("with.zarr")
+    monkeypatch.setattr(counts, "not_imported_from_container", lambda root, layer: ())
+    extra = reported - requests("without.zarr")
+    assert all("list-type=2" in request for request in extra), extra
+    # the root, layers, obsm, varm, obsp, varp, uns and raw
+    assert sum(extra.values()) == 8, extra
