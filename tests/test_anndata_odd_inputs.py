@@ -153,7 +153,8 @@ def test_a_missing_matrix_is_refused_listing_what_the_source_holds(
         ):
             cv.create_composite(tmp_path / "c.zarr", {"one": source})
     with pytest.raises(
-        UnsupportedSourceError, match=f"no 'layers/unspliced'; it holds {holds}.*--layer one=LAYER"
+        UnsupportedSourceError,
+        match=f"no 'layers/unspliced'; it holds {holds}.*source_layers=\\{{'one': LAYER\\}}",
     ):
         cv.create_composite(
             tmp_path / "c.zarr", {"one": source}, source_layers={"one": "unspliced"}

@@ -29,6 +29,7 @@ from zarr.core.sync import sync
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
 from cytearc_vfs.remote.locations import open_location
+from cytearc_vfs.write import claims, destinations
 from cytearc_vfs.write.claims import CHECK_INTERVAL, STALE_AFTER
 from cytearc_vfs.write.destinations import (
     create_destination,
@@ -49,21 +50,44 @@ RACE_ROWS = 20_000
 
 
 def _replace(args: tuple[str, int, dict[str, Any] | None, Any]) -> tuple[str, float, float]:
-    """One racing writer: its outcome and when (``time.time()``) it began and ended."""
+    """One racing writer: its outcome and when (``time.time()``) it held the destination.
+
+    A local destination is held from its lock to the lock's release (recorded
+    here): a loaded machine can delay a writer's lock well after its call
+    began, so the call's own times would show two writers that took turns as
+    overlapping. An object store has no lock: the call's times stand in.
+    """
     location, value, options, barrier = args
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"warm-{os.getpid()}.zarr"
     cv.write_counts(scratch, _counts(value), overwrite=True)  # imports done before the race
     shutil.rmtree(scratch)
+    held: dict[str, float] = {}
+    lock_destination = destinations.lock_local_destination
+    release = claims.LocalLock.release
+
+    def locked(path: Path, where: str) -> claims.LocalLock:
+        lock = lock_destination(path, where)
+        held["from"] = time.time()
+        return lock
+
+    def released(lock: claims.LocalLock) -> None:
+        if lock.descriptor is not None and "from" in held:
+            held.setdefault("until", time.time())
+        release(lock)
+
+    destinations.lock_local_destination = locked  # type: ignore[assignment]
+    claims.LocalLock.release = released  # type: ignore[method-assign]
+    counts = _counts(value, RACE_ROWS)
     barrier.wait()
     began = time.time()
     try:
-        counts = _counts(value, RACE_ROWS)
         cv.write_counts(location, counts, overwrite=True, storage_options=options)
     except cv.DestinationBusyError as exc:
         said = str(exc)
         named = "another" in said and location.rsplit("/", 1)[-1] in said
         return ("busy" if named else f"unclear: {said}", began, time.time())
-    return ("written", began, time.time())
+    ended = time.time()
+    return ("written", held.get("from", began), held.get("until", ended))
 
 
 def _race(location: str, options: dict[str, Any] | None) -> list[tuple[str, float, float]]:
@@ -80,7 +104,8 @@ def _winner(
     """Of two writers that overlapped, exactly one wrote; the store is its, whole.
 
     Released together, they overlap unless the machine held one back for a whole
-    write: then both write, one after the other, and the store is the later's."""
+    write: then both write, one after the other (their times, from ``_replace``,
+    never overlap), and the store is the later's."""
     outcomes = [outcome for outcome, _, _ in runs]
     if outcomes == ["written", "written"]:
         (_, began_1, ended_1), (_, began_2, ended_2) = runs
