@@ -125,7 +125,8 @@ def test_ls_marks_the_damaged_element_and_exits_3(
     assert answer["damagedElements"] == 1
     [marked] = [entry for entry in answer["elements"] if entry["damaged"]]
     assert marked["path"] == element
-    assert marked["note"].startswith("damaged: ")
+    # a location named is the one given, not the store's own name (file:///...)
+    assert marked["note"].startswith("damaged: ") and "file:" not in marked["note"]
     assert re.search(said, marked["note"]), marked["note"]
     # the rest is listed, in order
     paths = [entry["path"] for entry in answer["elements"]]
@@ -211,7 +212,10 @@ def test_write_refuses_the_damaged_container_as_damaged(tmp_path: Path, damage: 
     harm(store, 3)
     done = run_main("write", str(store), str(tmp_path / "w.zarr"), "--json")
     assert done.returncode == 3, done.stdout
-    assert json.loads(done.stdout)["error"] == "MalformedElementError"
+    refusal = json.loads(done.stdout)
+    assert refusal["error"] == "MalformedElementError"
+    # named by the location as given, not the store's own name (file:///...)
+    assert refusal["message"].startswith(f"{store}: "), refusal["message"]
     assert not (tmp_path / "w.zarr").exists()
 
 
@@ -243,7 +247,7 @@ def test_a_composite_and_the_element_layer_say_one_refusal(
     with pytest.raises(MalformedElementError) as container:
         cv.write_counts(tmp_path / "w.zarr", store)
     assert re.fullmatch(
-        rf".*{re.escape(str(store))}: the metadata document of {array}{parsed}the container "
+        rf"{re.escape(str(store))}: the metadata document of {array}{parsed}the container "
         rf"is damaged; {re.escape(DAMAGED_ANNDATA_REMEDY)}",
         str(container.value),
     ), str(container.value)

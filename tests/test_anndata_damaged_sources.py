@@ -196,7 +196,7 @@ def test_values_that_do_not_decode_are_refused_naming_the_file(
         backend = r"HDF5: "
     else:
         path = write_anndata_zarr(data, tmp_path / "a.zarr", int(container[-1]))
-        where = rf"file://{path}/X/data"
+        where = rf"{path}: element X/data"
         backend = r"RuntimeError: .*decompression"
     damage_first_chunk(path)
     with pytest.raises(

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+import zarr
 from anndata_files import write_anndata_zarr
 from cli_harness import run_in_terminal, run_main
 
@@ -144,6 +145,30 @@ def test_the_note_reaches_a_terminal(inputs: dict[str, Path], tmp_path: Path) ->
     assert "obsm: X_pca, X_umap" in terminal.output
 
 
+def with_stray_files(store: Path) -> Path:
+    """``store`` with what a desktop or a user leaves beside the nodes: files at the root
+    and in a mapping, and a directory at the root that is no Zarr node."""
+    for stray in (".DS_Store", "notes.txt", "obsm/.DS_Store", "uns/notes.txt"):
+        (store / stray).write_text("not a Zarr node\n")
+    (store / "backup").mkdir()
+    (store / "backup" / "old.txt").write_text("not a Zarr node either\n")
+    return store
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_stray_files_are_not_elements(tmp_path: Path, zarr_format: int) -> None:
+    """A file beside the nodes (.DS_Store, notes.txt) was reported as an element left
+    out; only Zarr nodes (groups and arrays) are elements."""
+    store = write_anndata_zarr(analysed(), tmp_path / "a.zarr", zarr_format)
+    with_stray_files(store)
+    (store / "extra").mkdir()
+    zarr.create_array(store / "extra" / "values", shape=(2,), dtype="i4", zarr_format=zarr_format)
+    zarr.open_group(store / "extra", mode="a", zarr_format=zarr_format)
+    info = cv.write_counts(tmp_path / "x.zarr", store)
+    # a node the spec does not name is still reported: it is an element left out
+    assert info.not_imported == (*EXPECTED, "extra")
+
+
 @pytest.mark.remote
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_on_object_storage_the_report_costs_a_few_listings_and_no_read(
@@ -157,7 +182,10 @@ def test_on_object_storage_the_report_costs_a_few_listings_and_no_read(
 
     bucket = s3_server.new_bucket()
     raw = from_url(f"s3://{bucket}", **s3_server.storage_options())
-    _upload(raw, write_anndata_zarr(analysed(), tmp_path / "a.zarr", zarr_format), "a.zarr")
+    local = with_stray_files(write_anndata_zarr(analysed(), tmp_path / "a.zarr", zarr_format))
+    (local / "backup" / "old.txt").unlink()  # an empty directory is no prefix of an object store
+    (local / "backup").rmdir()
+    _upload(raw, local, "a.zarr")
     options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
 
     def requests(destination: str) -> collections.Counter[str]:
@@ -172,5 +200,6 @@ def test_on_object_storage_the_report_costs_a_few_listings_and_no_read(
     monkeypatch.setattr(counts, "not_imported_from_container", lambda root, layer: ())
     extra = reported - requests("without.zarr")
     assert all("list-type=2" in request for request in extra), extra
-    # the root, layers, obsm, varm, obsp, varp, uns and raw
+    # the root, layers, obsm, varm, obsp, varp, uns and raw; the stray files at the root
+    # and in obsm and uns are told from the nodes by those listings, without a request
     assert sum(extra.values()) == 8, extra

@@ -154,6 +154,7 @@ def test_the_cli_table_and_json_say_which_store_holds_each(
         **{p: ("target", False) for p in mounted["target_paths"]},  # type: ignore[attr-defined]
     }
     assert payload["mount_source"] == str(mounted["source"])
+    assert payload["complete"] is True and payload["source_error"] is None
 
     # an ordinary store: no holder, no mount
     assert main(["artifacts", str(mounted["source"]), "--json"]) == 0
@@ -164,6 +165,58 @@ def test_the_cli_table_and_json_say_which_store_holds_each(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{mounted['source']}: 2 complete artifacts"
     assert all(line.startswith("  artifacts/") or line.startswith("  RNA/") for line in lines[1:])
+
+
+def test_a_mount_whose_source_moved_lists_its_own_artifacts_marked_incomplete(
+    mounted: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``artifacts MOUNT`` exited 4 listing nothing once the source moved, though the
+    target's own artifacts are readable: they are listed, marked as the target's alone,
+    and the list says it is incomplete (exit 4 still), why, and how to restore."""
+    source, target = Path(str(mounted["source"])), str(mounted["target"])
+    moved = source.with_name("moved.zarr")
+    source.rename(moved)
+    assert main(["artifacts", target]) == 4
+    said = capsys.readouterr()
+    lines = said.out.splitlines()
+    assert lines[0] == (
+        f"{target}: 2 complete artifacts of the target alone (mount of {source}: the "
+        "source's artifacts are not listed, it cannot be read; this list is incomplete)"
+    )
+    listed = {line.split()[1] for line in lines[1:]}
+    assert listed == mounted["target_paths"]
+    assert all(line.startswith("  target ") for line in lines[1:])
+    assert said.err.startswith("cytearc-vfs artifacts: the source of the mount at")
+    assert f"ln -s NEW_LOCATION {source}" in said.err and "restore it" in said.err
+
+    assert main(["artifacts", target, "--json"]) == 4
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["complete"] is False and payload["mount_source"] == str(source)
+    assert payload["source_error"]["error"] == "SourceGoneError"
+    assert "ln -s NEW_LOCATION" in payload["source_error"]["message"]
+    assert {e["path"] for e in payload["artifacts"]} == mounted["target_paths"]
+    # held by the target; whether the source shadows one cannot be told without it
+    assert {(e["held_by"], e["shadows"]) for e in payload["artifacts"]} == {("target", None)}
+
+    # restored: the whole listing again
+    moved.rename(source)
+    assert main(["artifacts", target, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["complete"] is True and len(payload["artifacts"]) == 4
+
+
+def test_a_composite_whose_source_moved_still_fails_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store that is no mount has no artifacts of its own apart from its sources':
+    its failure stands as it was."""
+    source = tmp_path / "a.zarr"
+    cv.write_counts(source, realistic_counts(10, 4, density=0.3, seed=2))
+    cv.create_composite(tmp_path / "c.zarr", {"a": source})
+    shutil.rmtree(source)
+    assert main(["artifacts", str(tmp_path / "c.zarr")]) == 4
+    said = capsys.readouterr()
+    assert said.out == "" and "cytearc-vfs artifacts: " in said.err
 
 
 def test_an_s3_source_costs_no_request_for_the_holder_and_one_per_shadow_check(

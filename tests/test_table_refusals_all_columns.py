@@ -19,7 +19,7 @@ import cytearc_vfs as cv
 from cytearc_vfs.cli import main
 from cytearc_vfs.cli.failures import ExitCode, classify_failure
 from cytearc_vfs.errors import IncompleteStoreError, NonFiniteArtifactError, RecordShapeError
-from cytearc_vfs.format.column_refusals import combined_class, refuse_columns
+from cytearc_vfs.format.column_refusals import column_refusal, combined_class, refuse_columns
 
 
 def _adata() -> anndata.AnnData:
@@ -60,7 +60,7 @@ def test_refusals_of_the_package_own_class_keep_it_and_its_exit_code() -> None:
     (RecordShapeError, exit 3 alone) exited 2 together, and ``except RecordShapeError``
     missed them."""
     parts = [
-        (name, RecordShapeError(f"cellData column {name!r} is damaged; restore it"))
+        (name, column_refusal("cellData", name, "is damaged", "restore it", kind=RecordShapeError))
         for name in ("a", "b")
     ]
     with pytest.raises(RecordShapeError) as raised:
@@ -80,8 +80,8 @@ def test_refusals_of_different_classes_are_their_common_class() -> None:
     """A caller catching RecordShapeError expects every column it names to be damaged:
     beside a missing value (a ValueError), the combined refusal is a ValueError, exit 2."""
     parts: list[tuple[str, ValueError]] = [
-        ("a", RecordShapeError("cellData column 'a' is damaged; restore it")),
-        ("b", ValueError("cellData column 'b' is categorical with missing values; fill them")),
+        ("a", column_refusal("cellData", "a", "is damaged", "restore it", kind=RecordShapeError)),
+        ("b", column_refusal("cellData", "b", "is categorical with missing values", "fill them")),
     ]
     with pytest.raises(ValueError) as raised:
         refuse_columns(parts, table="cellData")
@@ -136,3 +136,36 @@ def test_datetimes_past_what_a_column_holds_are_refused_by_name(tmp_path: Path) 
     assert not (tmp_path / "s.zarr").exists()
     cells["when"] = cells["when"].astype(str)
     cv.write_counts(tmp_path / "s.zarr", np.ones((2, 3), np.uint8), cells=cells, fill_missing=True)
+
+
+def test_a_reason_quoting_a_semicolon_is_named_whole(tmp_path: Path) -> None:
+    """ "Also refused" cut each column's message at its first ';' to drop the remedy, so
+    a value quoted in the reason that held one was cut off mid-quote: each refusal
+    carries its reason from where it is raised."""
+    cells = pd.DataFrame(
+        {"kind": pd.Categorical(["a", None]), "note": ["x;y\0", "z"]}, index=["c0", "c1"]
+    )
+    with pytest.raises(ValueError) as raised:
+        cv.write_counts(tmp_path / "s.zarr", np.ones((2, 3), np.uint8), cells=cells)
+    said = str(raised.value)
+    assert said.endswith(
+        "Also refused: 'note' holds text ending in a NUL character at row 0 ('x;y\\x00'), "
+        "which fixed-width text cannot keep (it drops trailing NULs, so the value would "
+        "change). Nothing was written"
+    ), said
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_refusal_raised_elsewhere_is_named_by_its_whole_message() -> None:
+    """A column refused by an error that carries no reason (not raised by
+    column_refusal) is named by all it says, never by a guess at its form."""
+    parts: list[tuple[str, ValueError]] = [
+        ("a", column_refusal("cellData", "a", "is damaged", "restore it")),
+        ("b", ValueError("cellData column 'b' overflowed; cast it")),
+    ]
+    with pytest.raises(ValueError) as raised:
+        refuse_columns(parts, table="cellData")
+    assert str(raised.value).endswith(
+        "Also refused: 'b' cellData column 'b' overflowed; cast it. Nothing was written"
+    )
+    assert not hasattr(raised.value, "column_reason")

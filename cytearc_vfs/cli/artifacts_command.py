@@ -7,7 +7,8 @@ import argparse
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from .failures import InputRefusedError
+from ..errors import SourceUnavailableError
+from .failures import InputRefusedError, classify_failure
 from .inputs import checked_for_reading
 from .outcome import Outcome, plural
 from .progress import ProgressBars
@@ -38,7 +39,7 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     where, storage_options, source_options = checked_for_reading(args, command="artifacts")
     if args.incomplete or args.remove_incomplete is not None:
         return _incomplete(args, where, storage_options)
-    return _complete(args, where, storage_options, source_options)
+    return _complete(args, where, storage_options, source_options, bars)
 
 
 def _complete(
@@ -46,14 +47,20 @@ def _complete(
     where: str,
     storage_options: dict[str, Any] | None,
     source_options: dict[str, Any] | None,
+    bars: ProgressBars,
 ) -> Outcome:
     from ..artifacts.catalog import describe_artifacts
     from ..mount.store import MountStore
     from ..read.opening import open_store
 
-    store = open_store(
-        args.location, storage_options=storage_options, source_storage_options=source_options
-    )
+    try:
+        store = open_store(
+            args.location, storage_options=storage_options, source_storage_options=source_options
+        )
+    except SourceUnavailableError as exc:
+        # a mount whose source is gone or unreadable: its own artifacts are still
+        # there, and are listed as such, never as the whole listing
+        return _target_alone(args, where, storage_options, exc, bars)
     # a mount's listing says which of its stores holds each artifact (the mount
     # resolves it now: no record says it), and which source it is mounted from
     mount_source = store.record.location if isinstance(store, MountStore) else None
@@ -68,6 +75,74 @@ def _complete(
         + (f" of kind {args.kind}" if args.kind else "")
         + _held_summary(found, mount_source)
     ]
+    lines += _entry_lines(found)
+    return Outcome(
+        {
+            "location": where,
+            "mount_source": mount_source,
+            "complete": True,
+            "source_error": None,
+            "artifacts": found,
+        },
+        "\n".join(lines),
+    )
+
+
+def _target_alone(
+    args: argparse.Namespace,
+    where: str,
+    storage_options: dict[str, Any] | None,
+    failure: SourceUnavailableError,
+    bars: ProgressBars,
+) -> Outcome:
+    """The listing of a mount whose source cannot be read: the target's own artifacts,
+    marked, and on stderr why the source's are missing and how to get them back (the
+    line the failure alone printed); its exit code, 4 (the list is not the store's whole
+    listing)."""
+    # a store that is no mount (a composite's source gone) has none of its own apart
+    from ..artifacts.catalog import describe_artifacts
+    from ..format.store_io import get_json
+    from ..mount.records import MATRIX_SOURCE_ATTR, MountRecord
+    from ..remote.locations import open_location
+
+    target = open_location(args.location, read_only=True, storage_options=storage_options)
+    document = get_json(target, "zarr.json", where=where)
+    attrs = document.get("attributes", {}) if isinstance(document, dict) else {}
+    if not isinstance(attrs, dict) or MATRIX_SOURCE_ATTR not in attrs:
+        raise failure
+    record = MountRecord.from_json(attrs[MATRIX_SOURCE_ATTR], where=f"{where} matrixSource")
+    # the target read as it is: its own artifacts alone, as zarr.open_group reads them
+    found = describe_artifacts(target, where=where)
+    if args.kind:
+        found = [entry for entry in found if entry["kind"] == args.kind]
+    for entry in found:
+        # held by the target; whether the source holds the same path cannot be asked
+        entry.update(held_by="target", shadows=None)
+    said = classify_failure(failure)
+    lines = [
+        f"{where}: {plural(len(found), 'complete artifact')}"
+        + (f" of kind {args.kind}" if args.kind else "")
+        + f" of the target alone (mount of {record.location}: the source's artifacts are "
+        "not listed, it cannot be read; this list is incomplete)"
+    ]
+    lines += _entry_lines(found)
+    bars.write_line(f"cytearc-vfs artifacts: {said.message}")
+    return Outcome(
+        {
+            "location": where,
+            "mount_source": record.location,
+            "complete": False,
+            "source_error": {"error": type(failure).__name__, "message": said.message},
+            "artifacts": found,
+        },
+        "\n".join(lines),
+        said.code,
+    )
+
+
+def _entry_lines(found: list[dict[str, Any]]) -> list[str]:
+    """One line per described artifact: holder, path, kind, creation, arrays."""
+    lines = []
     for entry in found:
         if entry["arrays"] is None:
             arrays = f"arrays unreadable ({entry['error']})"
@@ -83,9 +158,7 @@ def _complete(
             f"  {_holder(entry)}{entry['path']} ({entry['kind']}, {entry['created_at']}"
             f"{_shadows(entry)}): {arrays}"
         )
-    return Outcome(
-        {"location": where, "mount_source": mount_source, "artifacts": found}, "\n".join(lines)
-    )
+    return lines
 
 
 def _held_summary(found: list[dict[str, Any]], mount_source: str | None) -> str:

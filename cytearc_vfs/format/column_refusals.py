@@ -2,7 +2,10 @@
 
 Every column is checked before a table is refused (a user who fixed the one
 named was refused again for the next), so one error says them all: the first
-column's refusal with its remedy, then ``Also refused: ...`` for the others.
+column's refusal with its remedy, then ``Also refused: ...`` for the others,
+each by its reason alone, which its refusal carries from where it was raised
+(:func:`column_refusal`; cutting it out of the message cut at a ``;`` that a
+quoted value held).
 
 Its class is the most specific one that every column's refusal is (among the
 package's own ``ValueError`` classes, else ``ValueError``): an ``except`` of a
@@ -18,7 +21,33 @@ from collections.abc import Sequence
 
 from ..errors import VfsError
 
-__all__ = ["combined_class", "refuse_columns"]
+__all__ = ["column_refusal", "combined_class", "refuse_columns"]
+
+#: The attribute a column's refusal keeps its reason in (:func:`column_refusal`).
+_REASON = "column_reason"
+
+
+def column_refusal(
+    table: str, name: str, reason: str, remedy: str, *, kind: type[ValueError] = ValueError
+) -> ValueError:
+    """The refusal of column ``name`` of ``table``: ``"{table} column {name!r} {reason};
+    {remedy}"``, carrying ``reason`` for :func:`refuse_columns` to name it by when
+    another column is refused first (pickling keeps it, as any attribute of an error).
+
+    >>> error = column_refusal("cellData", "a", "holds 'x;y'", "fix it")
+    >>> str(error), _reason(error)
+    ("cellData column 'a' holds 'x;y'; fix it", "holds 'x;y'")
+    """
+    error = kind(f"{table} column {name!r} {reason}; {remedy}")
+    setattr(error, _REASON, reason)
+    return error
+
+
+def _reason(error: ValueError) -> str:
+    """What ``error`` refuses its column for: the reason it carries, else its whole
+    message (a refusal raised elsewhere, whose form is not known here)."""
+    reason = getattr(error, _REASON, None)
+    return reason if isinstance(reason, str) else str(error)
 
 
 def refuse_columns(refused: Sequence[tuple[str, ValueError]], *, table: str) -> None:
@@ -30,12 +59,8 @@ def refuse_columns(refused: Sequence[tuple[str, ValueError]], *, table: str) -> 
     first = refused[0][1]
     if len(refused) == 1:
         raise first
-    reasons = []
-    for name, exc in refused[1:]:
-        said = str(exc)
-        prefix = f"{table} column {name!r} "
-        # the reason alone: its remedy is the first column's, or said when it is first
-        reasons.append(f"{name!r} {said.removeprefix(prefix).split(';')[0]}")
+    # the reason alone: its remedy is the first column's, or said when it is first
+    reasons = [f"{name!r} {_reason(exc)}" for name, exc in refused[1:]]
     message = f"{first}. Also refused: {'; '.join(reasons)}. Nothing was written"
     raise _restated(first, combined_class([exc for _, exc in refused]), message) from first
 
@@ -73,4 +98,5 @@ def _restated(first: ValueError, kind: type[ValueError], message: str) -> ValueE
     error = kind.__new__(kind, message)
     error.args = (message,)
     error.__dict__.update(first.__dict__)
+    error.__dict__.pop(_REASON, None)  # the first column's reason is not the whole refusal's
     return error

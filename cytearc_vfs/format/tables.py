@@ -30,7 +30,7 @@ from zarr.api.asynchronous import open_group as open_group_async
 from zarr.core.array import AsyncArray
 
 from .column_names import check_column_name, lone_surrogate
-from .column_refusals import refuse_columns
+from .column_refusals import column_refusal, refuse_columns
 from .missing_values import fill_missing, values_with_gaps
 from .option_names import on_command_line, switched_on
 from .table_attributes import (
@@ -84,10 +84,12 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     dtype = series.dtype
     if isinstance(dtype, pd.CategoricalDtype):
         if series.isna().any():
-            raise ValueError(
-                f"{table} column {name!r} is categorical with missing values; fill them "
-                "(e.g. add an 'unknown' category) before writing, or pass "
-                f'{switched_on("fill_missing")} to store them as ""'
+            raise column_refusal(
+                table,
+                name,
+                "is categorical with missing values",
+                "fill them (e.g. add an 'unknown' category) before writing, or pass "
+                f'{switched_on("fill_missing")} to store them as ""',
             )
         categories = dtype.categories
         attrs[CATEGORICAL_ATTR] = {
@@ -104,10 +106,12 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
         except (OverflowError, pd.errors.OutOfBoundsDatetime):
             # numpy's words ("Overflow when converting between datetime64 units") name
             # no column, and were no ValueError: every other column went unchecked
-            raise ValueError(
-                f"{table} column {name!r} ({dtype}) holds datetimes outside "
-                f"{pd.Timestamp.min.year}..{pd.Timestamp.max.year}, which a column stores as "
-                "datetime64[ns] cannot hold; convert it, e.g. with .astype(str)"
+            raise column_refusal(
+                table,
+                name,
+                f"({dtype}) holds datetimes outside {pd.Timestamp.min.year}.."
+                f"{pd.Timestamp.max.year}, which a column stores as datetime64[ns] cannot hold",
+                "convert it, e.g. with .astype(str)",
             ) from None
     if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "biuf":
         if series.isna().any():
@@ -116,10 +120,12 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
                 return series.to_numpy(
                     dtype=getattr(dtype, "numpy_dtype", np.float64), na_value=np.nan
                 ), attrs
-            raise ValueError(
-                f"{table} column {name!r} ({dtype}) holds missing values, which a "
-                "Zarr column cannot mark; fill them or convert the column to float, or pass "
-                f"{switched_on('fill_missing')} to store them as NaN"
+            raise column_refusal(
+                table,
+                name,
+                f"({dtype}) holds missing values, which a Zarr column cannot mark",
+                "fill them or convert the column to float, or pass "
+                f"{switched_on('fill_missing')} to store them as NaN",
             )
         if dtype.kind in "biu":
             attrs[NULLABLE_ATTR] = True
@@ -132,27 +138,33 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
         timezone = (
             " (for a time zone: .dt.tz_convert(None) stores UTC)" if dtype.kind == "M" else ""
         )
-        raise ValueError(
-            f"{table} column {name!r} holds {dtype} values such as {bad[0]!r}, which a Zarr "
-            "column cannot store (numbers, booleans, text, datetimes without a time zone and "
-            f"categoricals can); convert it, e.g. with .astype(str){timezone}"
+        raise column_refusal(
+            table,
+            name,
+            f"holds {dtype} values such as {bad[0]!r}, which a Zarr column cannot store "
+            "(numbers, booleans, text, datetimes without a time zone and categoricals can)",
+            f"convert it, e.g. with .astype(str){timezone}",
         )
     kind = values_with_gaps(values)
     if kind is not None:
         # booleans or numbers with None/NaN (or the "" fill_missing gave them): "among
         # strings" and its remedy fill_missing=True would go round in a circle
-        raise ValueError(
-            f"{table} column {name!r} holds {kind} with missing values (None or NaN) in an "
-            "object column, which no Zarr column stores as it is; give it a type that marks "
-            "them, e.g. column.astype('boolean'), .astype('Int64') or .astype('Float64') "
-            f"({switched_on('fill_missing')} then stores them as float64 with NaN), or "
-            "make it text with .astype(str)"
+        raise column_refusal(
+            table,
+            name,
+            f"holds {kind} with missing values (None or NaN) in an object column, which no "
+            "Zarr column stores as it is",
+            "give it a type that marks them, e.g. column.astype('boolean'), .astype('Int64') "
+            f"or .astype('Float64') ({switched_on('fill_missing')} then stores them as "
+            "float64 with NaN), or make it text with .astype(str)",
         )
     if bad:
-        raise ValueError(
-            f"{table} column {name!r} holds non-string values such as {bad[0]!r} among "
-            "strings; convert it with .astype(str) or fill missing values first (or pass "
-            f'{switched_on("fill_missing")} to store missing text as "")'
+        raise column_refusal(
+            table,
+            name,
+            f"holds non-string values such as {bad[0]!r} among strings",
+            "convert it with .astype(str) or fill missing values first (or pass "
+            f'{switched_on("fill_missing")} to store missing text as "")',
         )
     _refuse_trailing_nul(values, table=table, name=name)
     # kept as Python strings: written chunk by chunk at the column's width, so a
@@ -166,11 +178,13 @@ def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: str, name: str) -> 
     its recorded categories). A NUL inside the text is kept."""
     for position, text in enumerate(values.tolist()):
         if text.endswith("\0"):
-            raise ValueError(
-                f"{table} column {name!r} holds text ending in a NUL character at row "
-                f"{position} ({text[:40]!r}), which fixed-width text cannot keep (it drops "
-                "trailing NULs, so the value would change); remove them first, e.g. "
-                "column.str.rstrip('\\x00')"
+            raise column_refusal(
+                table,
+                name,
+                f"holds text ending in a NUL character at row {position} ({text[:40]!r}), "
+                "which fixed-width text cannot keep (it drops trailing NULs, so the value "
+                "would change)",
+                "remove them first, e.g. column.str.rstrip('\\x00')",
             )
 
 

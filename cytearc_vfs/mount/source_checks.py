@@ -27,7 +27,12 @@ from ..errors import (
     SourceUnavailableError,
     UnsupportedSourceError,
 )
-from ..format.option_names import MOUNT_SOURCE, option_name, source_options_example
+from ..format.option_names import (
+    MOUNT_SOURCE,
+    callers_form,
+    option_name,
+    source_options_example,
+)
 from ..format.paths import AssayPaths, join
 from ..format.source_store import AssayInfo, read_contents, verify_assay
 from ..format.store_contents import NoZarrGroupError
@@ -130,8 +135,12 @@ def verify_mount_source(
                 "restore it at that path (move it back, or link the path to where it went: "
                 f"ln -s NEW_LOCATION {shlex.quote(record.location)}), or mount its new location at a new "
                 "destination (this target's own artifacts stay here, and do not move to a "
-                "new mount; cv.list_artifacts with this target's path reads them without "
-                "the source)"
+                "new mount; "
+                + callers_form(
+                    "cv.list_artifacts with this target's path reads them",
+                    f"cytearc-vfs artifacts {shlex.quote(where)} lists them",
+                )
+                + " without the source)"
                 if local_path(record.location) is not None
                 else "restore it, or pass its credentials as " + source_options_example(None)
             )

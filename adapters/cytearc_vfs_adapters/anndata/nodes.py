@@ -30,6 +30,8 @@ from .errors import DAMAGED_REMEDY, MalformedElementError
 __all__ = [
     "HDF5_MAGIC",
     "Container",
+    "ContainerArray",
+    "ContainerGroup",
     "attribute",
     "attributes",
     "child",
@@ -38,6 +40,7 @@ __all__ = [
     "is_group",
     "is_h5ad_path",
     "listed_names",
+    "location_of",
     "open_container",
     "own_metadata",
     "read_values",
@@ -59,6 +62,49 @@ class Container:
     """``"zarr"`` or ``"hdf5"``."""
     zarr_format: int | None
     """2 or 3 for a Zarr container, ``None`` for HDF5."""
+
+
+@dataclass(frozen=True)
+class ContainerGroup(zarr.Group):
+    """A zarr group of an opened container that knows the container's location as the
+    user gave it (the store names itself otherwise: ``file:///...`` for a local path).
+
+    The store itself is not wrapped: the local fast paths ask for a ``LocalStore``.
+    """
+
+    where: str = ""
+    """The container's location as printed in messages (:attr:`Container.where`)."""
+
+
+@dataclass
+class ContainerArray(zarr.Array[Any]):
+    """A zarr array of an opened container that knows the container's location as the
+    user gave it (see :class:`ContainerGroup`)."""
+
+    where: str = ""
+    """The container's location as printed in messages (:attr:`Container.where`)."""
+
+
+def _located(node: Any, where: str) -> Any:
+    """``node`` (a zarr group or array; an h5py node is returned as it is) carrying
+    ``where``, the location its messages name; no I/O."""
+    if isinstance(node, zarr.Group):
+        return ContainerGroup(
+            zarr.AsyncGroup(metadata=node.metadata, store_path=node.store_path), where
+        )
+    if isinstance(node, zarr.Array):
+        return ContainerArray(node.async_array, where)
+    return node
+
+
+def location_of(node: Any) -> str:
+    """The location a zarr node's messages name: its container's as the user gave it
+    (:class:`ContainerGroup`), else the store's own name, its password masked."""
+    if isinstance(node, (ContainerGroup, ContainerArray)) and node.where:
+        return node.where
+    from cytearc_vfs.remote.locations import describe_location
+
+    return describe_location(node.store_path.store)
 
 
 def is_h5ad_path(location: Any) -> bool:
@@ -84,8 +130,9 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     what the root is.
     """
     if isinstance(location, zarr.Group):
-        root = own_metadata(location)
-        return Container(root, str(location.store_path), "zarr", location.metadata.zarr_format)
+        where = str(location.store_path)
+        root = _located(own_metadata(location), where)
+        return Container(root, where, "zarr", location.metadata.zarr_format)
     if type(location).__module__.startswith("h5py"):
         return Container(location, f"{location.file.filename}:{location.name}", "hdf5", None)
     if is_h5ad_path(location):
@@ -136,7 +183,7 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
         ) from exc
     except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
         raise damaged_element(where, "", exc) from exc
-    return Container(root, where, "zarr", root.metadata.zarr_format)
+    return Container(_located(root, where), where, "zarr", root.metadata.zarr_format)
 
 
 def own_metadata(node: Any) -> Any:
@@ -153,7 +200,10 @@ def own_metadata(node: Any) -> Any:
     """
     if isinstance(node, zarr.Group) and node.metadata.consolidated_metadata is not None:
         metadata = replace(node.metadata, consolidated_metadata=None)
-        return zarr.Group(zarr.AsyncGroup(metadata=metadata, store_path=node.store_path))
+        group = zarr.AsyncGroup(metadata=metadata, store_path=node.store_path)
+        if isinstance(node, ContainerGroup):
+            return ContainerGroup(group, node.where)
+        return zarr.Group(group)
     return node
 
 
@@ -200,7 +250,7 @@ def child(group: Any, name: str) -> Any | None:
     if isinstance(group, zarr.Group) and any(part in (".", "..") for part in name.split("/")):
         return None  # no member is called so (zarr refuses such a path outright)
     try:
-        return own_metadata(group[name])
+        found = own_metadata(group[name])
     except KeyError:
         return None
     except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
@@ -208,7 +258,10 @@ def child(group: Any, name: str) -> Any | None:
         if not isinstance(group, zarr.Group):
             raise
         path = f"{group.path}/{name}" if group.path else name
-        raise damaged_element(str(group.store_path.store), path, exc) from exc
+        raise damaged_element(location_of(group), path, exc) from exc
+    if isinstance(group, ContainerGroup):
+        return _located(found, group.where)
+    return found
 
 
 def damaged_element(where: str, path: str, exc: BaseException) -> MalformedElementError:
@@ -293,7 +346,7 @@ def _damaged_values(array: Any, exc: BaseException) -> MalformedElementError | N
     else:
         if isinstance(exc, OSError) or not _DECODE_FAILURE.search(detail):
             return None
-        where = f"{array.store_path}"
+        where = f"{location_of(array)}: element {array.path}"
         backend = f"{type(exc).__name__}: {detail}"
     return MalformedElementError(
         f"{where}: stored values cannot be decoded ({backend}): the container is damaged; "

@@ -16,13 +16,19 @@ HDF5 file's read by key, an AnnData's mappings by key.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import zarr
 from zarr.core.sync import sync
+from zarr.storage import LocalStore, ObjectStore
 
 from cytearc_vfs.format.gathering import gather_all
+from cytearc_vfs.format.object_keys import listing_prefix
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
 
@@ -108,43 +114,109 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
 
     A Zarr container is listed, never opened member by member: the root, then
     at once each of its groups the report looks into (``layers``, the
-    mappings, ``raw``), then ``uns/cytearc`` and (importing ``raw/X``)
-    ``raw/varm`` where there are such: one listing each on object storage, no
-    document read.
+    mappings, ``raw``) and each directory at the root the spec does not name,
+    then ``uns/cytearc`` and (importing ``raw/X``) ``raw/varm`` where there are
+    such: one listing each on object storage, no document read. Only Zarr nodes
+    are elements: a file beside them (``.DS_Store``, ``notes.txt``) is told
+    from a node by the listing that names it, and a directory the spec does not
+    name counts only where its own listing shows a node's metadata document.
     """
     if not isinstance(root, zarr.Group):
         return not_imported(_hdf5_members(root), layer)
     store, base = root.store_path.store, root.store_path.path
     if not store.supports_listing:
         return ()  # names cannot be told without listings (docs/anndata.md)
-    found = sync(_listings(store, base, [""]))
-    wanted = [name for name in found[""] or [] if name in (*_MAPPINGS, "layers", "raw")]
-    found.update(sync(_listings(store, base, wanted)))
+    top = sync(_listings(store, base, [""]))[""]
+    names = top.members()
+    looked_into = [name for name in names if name in (*_MAPPINGS, "layers", "raw")]
+    # a directory the spec does not name is an element only if it is a Zarr node
+    unnamed = [name for name in names if name not in (*_ORDER, "obs") and name not in top.files]
+    listings = sync(_listings(store, base, [*looked_into, *unnamed]))
+    names = [name for name in names if name not in unnamed or listings[name].is_node()]
+    found: dict[str, list[str] | None] = {"": names}
+    found.update({path: _group_members(path, listings[path]) for path in looked_into})
     # raw is left out whole unless its counts are imported
     inner = [_DECLARATION[0]] if "cytearc" in (found.get("uns") or []) else []
     if layer == RAW_COUNTS and "varm" in (found.get("raw") or []):
         inner.append("raw/varm")
-    found.update(sync(_listings(store, base, inner)))
+    found.update(
+        (path, _group_members(path, listing))
+        for path, listing in sync(_listings(store, base, inner)).items()
+    )
     return not_imported(found.get, layer)
 
 
-async def _listings(store: Any, base: str, paths: list[str]) -> dict[str, list[str] | None]:
-    """The member names under each of ``paths`` (below ``base``), listed concurrently;
-    ``None`` where the listing shows an array (or nothing) instead of a group."""
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """The names one listing shows directly below a prefix."""
 
-    async def listed(path: str) -> list[str] | None:
-        prefix = "/".join(part for part in (base, path) if part)
-        names = sorted([name async for name in store.list_dir(prefix)])
-        members = [name for name in names if name not in METADATA_DOCUMENTS]
-        if ".zarray" in names or not names:
-            return None  # a Zarr v2 array, or no node at all
-        if path == "raw" and "X" not in members:
-            return None  # anndata writes raw=None as a null array: no raw counts
-        # a Zarr v3 array lists its chunks under "c" (the default chunk key encoding)
-        return None if "zarr.json" in names and members == ["c"] else members
+    names: tuple[str, ...]
+    """Every name, sorted: keys and sub-prefixes (directories)."""
+    files: frozenset[str]
+    """Those of :attr:`names` that are keys (files), not prefixes; empty where the
+    store's listing does not tell them apart."""
+
+    def members(self) -> list[str]:
+        """The names that may be Zarr nodes: neither a metadata document nor a file."""
+        return [n for n in self.names if n not in METADATA_DOCUMENTS and n not in self.files]
+
+    def is_node(self) -> bool:
+        """Whether the listed prefix is a Zarr node (its metadata document is there)."""
+        return any(name in _NODE_DOCUMENTS for name in self.names)
+
+
+#: The documents that make a prefix a Zarr node (v3; v2 group; v2 array).
+_NODE_DOCUMENTS = ("zarr.json", ".zgroup", ".zarray")
+
+
+def _group_members(path: str, listing: _Listing) -> list[str] | None:
+    """The members of the group at ``path`` by its listing; ``None`` where the listing
+    shows an array (or nothing) instead of a group."""
+    members = listing.members()
+    if ".zarray" in listing.names or not listing.names:
+        return None  # a Zarr v2 array, or no node at all
+    if path == "raw" and "X" not in members:
+        return None  # anndata writes raw=None as a null array: no raw counts
+    # a Zarr v3 array lists its chunks under "c" (the default chunk key encoding)
+    return None if "zarr.json" in listing.names and members == ["c"] else members
+
+
+async def _listings(store: Any, base: str, paths: list[str]) -> dict[str, _Listing]:
+    """The listing of each of ``paths`` (below ``base``), concurrently."""
+
+    async def listed(path: str) -> _Listing:
+        return await _listing(store, "/".join(part for part in (base, path) if part))
 
     found = await gather_all(*(listed(path) for path in paths))
     return dict(zip(paths, found, strict=True))
+
+
+async def _listing(store: Any, prefix: str) -> _Listing:
+    """What one listing of ``prefix`` shows, files told from directories where the
+    store's own listing tells them (an object store's, by keys and common prefixes:
+    the request ``list_dir`` makes; a local directory's, by its entries)."""
+    if isinstance(store, ObjectStore):
+        import obstore
+
+        answer = await obstore.list_with_delimiter_async(
+            store.store, prefix=listing_prefix(store, prefix)
+        )
+        files = {meta["path"].rsplit("/", 1)[-1] for meta in answer["objects"]}
+        below = {path.rstrip("/").rsplit("/", 1)[-1] for path in answer["common_prefixes"]}
+        return _Listing(tuple(sorted(files | below)), frozenset(files))
+    if isinstance(store, LocalStore):
+        return await asyncio.to_thread(_local_listing, store.root / prefix)
+    names = tuple(sorted([name async for name in store.list_dir(prefix)]))
+    return _Listing(names, frozenset())
+
+
+def _local_listing(directory: Path) -> _Listing:
+    try:
+        with os.scandir(directory) as entries:
+            kinds = {entry.name: entry.is_dir() for entry in entries}
+    except (FileNotFoundError, NotADirectoryError):
+        return _Listing((), frozenset())
+    return _Listing(tuple(sorted(kinds)), frozenset(n for n, is_dir in kinds.items() if not is_dir))
 
 
 def _hdf5_members(root: Any) -> Members:
