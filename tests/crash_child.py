@@ -70,7 +70,7 @@ def run_writer(writer: str, work: Path, destination: Path, *, overwrite: bool) -
         )
     elif writer == "create_composite_overwrite":
         # the command line's composite --overwrite: a composite of one source replaces one of two
-        from cytearc_vfs.write.destinations import composites_replaceable
+        from cytearc_vfs.write.destination_checks import composites_replaceable
 
         with composites_replaceable():
             cv.create_composite(destination, {"a": work / "src_a.zarr"}, overwrite=True)

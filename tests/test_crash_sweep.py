@@ -39,7 +39,7 @@ from kill_points import reports, strided
 import cytearc_vfs as cv
 from cytearc_vfs.inspection.deep_verify import deep_verify
 from cytearc_vfs.remote.locations import open_location
-from cytearc_vfs.write.destinations import check_destination
+from cytearc_vfs.write.destination_checks import check_destination
 from cytearc_vfs.write.row_framed import row_framed_writes
 
 CHILD = Path(__file__).with_name("crash_child.py")

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import cytearc_vfs as cv
-from cytearc_vfs.write.destinations import check_destination, create_destination
+from cytearc_vfs.write.destination_checks import check_destination
+from cytearc_vfs.write.destinations import create_destination
 
 
 def test_a_root_created_after_the_check_is_refused(tmp_path: Path) -> None:

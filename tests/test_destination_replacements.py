@@ -332,3 +332,25 @@ def test_a_replacement_between_the_check_and_the_commit_is_caught(
         np.testing.assert_array_equal(_verified(location, direct), _counts(2))
     finally:
         proxy.close()
+
+
+def test_a_writer_checking_a_destination_another_writes_is_told_it_is_busy(
+    tmp_path: Path,
+) -> None:
+    """write_counts checks its destination before it reads its input, without the
+    lock. Racing a writer that was replacing the destination, that check read the
+    old root, then members the other writer had deleted, and said the destination
+    "holds 'RNA', which is not a group CyteArc writes ... Move it or choose another
+    destination" (a clean-clone CI run of the two-writer race met it). While
+    another writer holds the destination, the check says it is busy."""
+    location = tmp_path / "d.zarr"
+    cv.write_counts(location, _counts(0))
+    root = create_destination(location, overwrite=True, writer="write_counts")
+    # keys the check refuses, as it may read them in the middle of a replacement
+    root.create_group("RNA").create_array("counts", shape=(4, 2), dtype="uint8")
+    flush_destination(root)
+    with pytest.raises(cv.DestinationBusyError, match="being written by process"):
+        cv.write_counts(location, _counts(2), overwrite=True)
+    settle_destination(root)
+    with pytest.raises(FileExistsError, match="holds 'RNA'"):  # not held: refused as it is
+        cv.write_counts(location, _counts(2), overwrite=True)

@@ -29,7 +29,7 @@ from s3_crash_child import run_writer
 from s3_server import S3Server
 
 import cytearc_vfs as cv
-from cytearc_vfs.write.destinations import check_destination
+from cytearc_vfs.write.destination_checks import check_destination
 
 pytestmark = pytest.mark.remote
 

@@ -29,7 +29,7 @@ from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.format.records import PENDING_STORE_ATTR
-from cytearc_vfs.write.destinations import check_destination
+from cytearc_vfs.write.destination_checks import check_destination
 
 SUBSETS = 25
 #: The writer each refusal names, where the parameter is not that name.

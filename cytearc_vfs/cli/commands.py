@@ -47,7 +47,7 @@ def _checked_overwrite(
     runs write_counts), so a refused command leaves the destination as it was.
     """
     from ..inspection.store_kind import classify_location
-    from ..write.destinations import check_destination, composites_replaceable
+    from ..write.destination_checks import check_destination, composites_replaceable
 
     destination = args.destination
     if not args.destination_guard.existed:
@@ -223,7 +223,7 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
-    from ..write.destinations import composites_replaceable
+    from ..write.destination_checks import composites_replaceable
     from ..write.writer import write_counts
     from .not_imported import not_imported_line
 
@@ -298,7 +298,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``composite DEST [NAME=]SOURCE...``."""
     from ..composite.create import create_composite
     from ..remote.locations import describe_location
-    from ..write.destinations import composites_replaceable
+    from ..write.destination_checks import composites_replaceable
 
     sources = parse_sources(args.sources)
     from ..remote.locations import local_path
@@ -376,7 +376,7 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``mount SOURCE DEST``."""
     from ..mount.create import mount_datastore
     from ..remote.locations import describe_location
-    from ..write.destinations import composites_replaceable
+    from ..write.destination_checks import composites_replaceable
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -420,7 +420,7 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``repack SOURCE DEST``."""
     from ..mount.repack import repack
     from ..remote.locations import describe_location
-    from ..write.destinations import composites_replaceable
+    from ..write.destination_checks import composites_replaceable
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")

@@ -277,7 +277,7 @@ def create_root(store: Store, document: bytes, where: str) -> None:
 
     The spec's rule: a destination without keys is created with mode
     ``"w-"``, which refuses keys that appear after the check. A root written
-    by another writer since :func:`~cytearc_vfs.write.destinations.check_destination` is refused, not
+    by another writer since :func:`~cytearc_vfs.write.destination_checks.check_destination` is refused, not
     overwritten: the write is ``set_if_not_exists`` (a check and a write where
     the backend has no conditional write) and the root read back must be this
     one (backends answer an existing key silently).

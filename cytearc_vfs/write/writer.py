@@ -66,8 +66,8 @@ from .count_source import (
     scan_source,
     stored_band,
 )
+from .destination_checks import check_destination
 from .destinations import (
-    check_destination,
     create_destination,
     finish_destination,
     settle_destination,
