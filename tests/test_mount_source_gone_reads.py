@@ -23,6 +23,7 @@ from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import StoreServer
 
 import cytearc_vfs as cv
+from cytearc_vfs.artifacts import artifact_reads
 from cytearc_vfs.errors import SourceGoneError
 from cytearc_vfs.mount import owners
 
@@ -100,3 +101,30 @@ def test_a_served_mount_answers_a_gone_source_group_with_502_not_404(tmp_path: P
     finally:
         server.close()
         mount.close()
+
+
+def test_an_artifact_read_through_a_mount_checks_its_source_group_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Artifact reads check the group on a miss (artifact_reads.py), and so does the
+    # mount under them (owners.py): the two questions are one, asked of the source once
+    values = np.ones((20, 2), np.float32)
+    values[5:15] = 0  # two chunks of zeros: never written
+    _, target, _ = _mounted_ones(tmp_path, values)
+    mount = cv.open_store(target)
+    checks: list[str] = []
+    real_exists = type(mount.source).exists
+
+    async def counted(store: object, key: str) -> bool:
+        checks.append(key)
+        return await real_exists(store, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(mount.source), "exists", counted)
+    monkeypatch.setattr(owners, "RECHECK_SECONDS", 3600.0)
+    monkeypatch.setattr(artifact_reads, "RECHECK_SECONDS", 3600.0)
+    (art,) = cv.list_artifacts(mount, "RNA/artifacts")
+    assert art.held_by == "source"
+    checks.clear()
+    assert np.array_equal(np.asarray(art["data"][:]), values)
+    assert checks == [f"{art.path}/zarr.json"]
+    mount.close()

@@ -16,7 +16,8 @@ zeros. :meth:`GroupOwners.source_group_present` is asked on such a miss
 (one ``exists`` of the group's document; a group found there is trusted
 for :data:`RECHECK_SECONDS`, so the absent chunks of a mostly-empty array
 cost one check a second, not one each, and the misses of one read share
-one check).
+one check). The mount's ``exists`` of a source group's document gives the
+same answer, so an ``Artifact``'s own check of a miss asks nothing more.
 """
 
 from __future__ import annotations

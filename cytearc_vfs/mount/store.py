@@ -349,6 +349,12 @@ class MountStore(KeyCheckedStore):
 
     async def exists(self, key: str) -> bool:
         store = await self._owners.store_for(self._check_key(key, "exists"))
+        if store is self._source:
+            group = place_of(key, self._roots).group
+            if group is not None and key == join(group, "zarr.json"):
+                # the question a chunk's miss asks (an Artifact's reads ask it again
+                # after the mount's own check): one shared answer, trusted a while
+                return await self._owners.source_group_present(group)
         found = await store.exists(key)
         if not found and store is self._source:
             await self._refuse_gone_source_group(key)
