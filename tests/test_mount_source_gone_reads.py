@@ -15,6 +15,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,3 +129,47 @@ def test_an_artifact_read_through_a_mount_checks_its_source_group_once(
     assert np.array_equal(np.asarray(art["data"][:]), values)
     assert checks == [f"{art.path}/zarr.json"]
     mount.close()
+
+
+@pytest.mark.parametrize("ranged", [False, True])
+def test_a_served_mount_over_an_s3_source_answers_a_gone_artifact_with_502(
+    s3_server: Any, tmp_path: Path, ranged: bool
+) -> None:
+    # a remote source's key is described by its pin, without its size: a ranged read
+    # (zarr's shard index reads over HTTP) asks the size, and the size's refusal of a
+    # gone source (SourceGoneError, a FileNotFoundError) must not read as "not found"
+    import obstore
+    from obstore.store import from_url
+
+    options = s3_server.storage_options()
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/src.zarr"
+    cv.write_counts(url, realistic_counts(20, 6, density=0.3, seed=4), storage_options=options)
+    recipe = {"operation": "ones", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(
+        cv.open_store(url, mode="r+", storage_options=options),
+        "RNA/artifacts",
+        "ones",
+        provenance=recipe,
+    ) as art:
+        art.write_array("data", np.ones((20, 2), np.float32), chunks=(5, 2))
+    target = tmp_path / "mine.zarr"
+    cv.mount_datastore(url, target, source_storage_options=options).close()
+    mount = cv.open_store(target, source_storage_options=options)
+    server = StoreServer.start(mount)
+    headers = {"Range": "bytes=0-3"} if ranged else {}
+    chunk = f"{server.url}{art.path}/data/c/1/0"
+    try:
+        with urllib.request.urlopen(f"{server.url}{art.path}/data/c/0/0") as answer:
+            assert answer.status == 200  # a client read the artifact: its holder is known
+        raw = from_url(f"s3://{bucket}", **options)
+        gone = [m["path"] for m in obstore.list(raw, prefix=f"src.zarr/{art.path}").collect()]
+        obstore.delete(raw, gone)  # the artifact removed from the source
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(urllib.request.Request(chunk, headers=headers))
+        caught.value.close()
+        # 404 would tell a client "an all-fill chunk": zarr over HTTP would read zeros
+        assert caught.value.code == 502
+    finally:
+        server.close()
+        mount.close()
