@@ -12,6 +12,8 @@ the fill value.
 
 from __future__ import annotations
 
+import pickle
+import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -173,3 +175,39 @@ def test_a_served_mount_over_an_s3_source_answers_a_gone_artifact_with_502(
     finally:
         server.close()
         mount.close()
+
+
+def test_a_pickled_array_of_a_source_artifact_removed_since_fails_not_zeros(
+    tmp_path: Path,
+) -> None:
+    # a dask worker or a process pool gets the zarr array pickled: its metadata with
+    # it, and a mount opened again there, which had not seen the artifact's group: it
+    # found neither store holding the group's zarr.json and read the target (zeros)
+    source, target, path = _mounted_ones(tmp_path, np.ones((20, 2), np.float32))
+    mount = cv.open_store(target)
+    data = zarr.open_array(mount, path=path, mode="r")
+    assert np.asarray(data[:]).sum() == 40
+    shutil.rmtree(source / path.rsplit("/", 1)[0])  # the artifact removed from the source
+    again = pickle.loads(pickle.dumps(data))
+    assert again.store is not mount
+    with pytest.raises(SourceGoneError, match="no longer holds the artifact") as caught:
+        again[:]
+    assert "never as zeros" in str(caught.value)
+    mount.close()
+
+
+def test_a_pickled_array_of_a_target_artifact_still_reads_its_fill_chunks(
+    tmp_path: Path,
+) -> None:
+    _, target, _ = _mounted_ones(tmp_path, np.ones((20, 2), np.float32))
+    values = np.zeros((20, 2), np.float32)
+    values[:5] = 2  # three chunks of zeros: never written
+    mount = cv.open_store(target, mode="r+")
+    recipe = {"operation": "mine", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(mount, "RNA/artifacts", "mine", provenance=recipe) as art:
+        art.write_array("data", values, chunks=(5, 2))
+    data = zarr.open_array(mount, path=f"{art.path}/data", mode="r")
+    again = pickle.loads(pickle.dumps(data))
+    assert again.store is not mount
+    assert np.array_equal(again[:], values)
+    mount.close()

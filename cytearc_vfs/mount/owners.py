@@ -92,6 +92,17 @@ class GroupOwners:
         else:
             self.known[group] = owner
 
+    def source_groups(self) -> tuple[str, ...]:
+        """The groups found to be the source's, sorted (for a pickled mount)."""
+        return tuple(sorted(group for group, owner in self.known.items() if owner == "source"))
+
+    def remember_sources(self, groups: tuple[str, ...]) -> None:
+        """Take ``groups`` as the source's, as another view of the mount found them:
+        a chunk of one that the source lacks is then checked against its document,
+        so one gone since is refused instead of read from the target as the fill value."""
+        for group in groups:
+            self.known.setdefault(group, "source")
+
     def forget(self, directory: str) -> None:
         """Drop what is known of groups and documents at or under a deleted ``directory``
         (a document's key names its directory's document)."""

@@ -156,9 +156,18 @@ class MountStore(KeyCheckedStore):
         # options travel; the unpickling process verifies again (unpickling.py)
         from .unpickling import restore
 
+        # the groups found to be the source's travel too: a zarr array pickled with
+        # its metadata reads chunks without its documents, and a chunk of a source
+        # group gone since must be refused there as here (never read as zeros)
         return (
             restore,
-            (self._target, self._record, self._source_options, self._target.read_only),
+            (
+                self._target,
+                self._record,
+                self._source_options,
+                self._target.read_only,
+                self._owners.source_groups(),
+            ),
         )
 
     # ------------------------------------------------------------ identity
