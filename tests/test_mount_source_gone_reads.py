@@ -12,9 +12,12 @@ the fill value.
 
 from __future__ import annotations
 
+import pickle
+import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from conftest import realistic_counts
 from cytearc_vfs_adapters.serve import StoreServer
 
 import cytearc_vfs as cv
+from cytearc_vfs.artifacts import artifact_reads
 from cytearc_vfs.errors import SourceGoneError
 from cytearc_vfs.mount import owners
 
@@ -100,3 +104,110 @@ def test_a_served_mount_answers_a_gone_source_group_with_502_not_404(tmp_path: P
     finally:
         server.close()
         mount.close()
+
+
+def test_an_artifact_read_through_a_mount_checks_its_source_group_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Artifact reads check the group on a miss (artifact_reads.py), and so does the
+    # mount under them (owners.py): the two questions are one, asked of the source once
+    values = np.ones((20, 2), np.float32)
+    values[5:15] = 0  # two chunks of zeros: never written
+    _, target, _ = _mounted_ones(tmp_path, values)
+    mount = cv.open_store(target)
+    checks: list[str] = []
+    real_exists = type(mount.source).exists
+
+    async def counted(store: object, key: str) -> bool:
+        checks.append(key)
+        return await real_exists(store, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(mount.source), "exists", counted)
+    monkeypatch.setattr(owners, "RECHECK_SECONDS", 3600.0)
+    monkeypatch.setattr(artifact_reads, "RECHECK_SECONDS", 3600.0)
+    (art,) = cv.list_artifacts(mount, "RNA/artifacts")
+    assert art.held_by == "source"
+    checks.clear()
+    assert np.array_equal(np.asarray(art["data"][:]), values)
+    assert checks == [f"{art.path}/zarr.json"]
+    mount.close()
+
+
+@pytest.mark.parametrize("ranged", [False, True])
+def test_a_served_mount_over_an_s3_source_answers_a_gone_artifact_with_502(
+    s3_server: Any, tmp_path: Path, ranged: bool
+) -> None:
+    # a remote source's key is described by its pin, without its size: a ranged read
+    # (zarr's shard index reads over HTTP) asks the size, and the size's refusal of a
+    # gone source (SourceGoneError, a FileNotFoundError) must not read as "not found"
+    import obstore
+    from obstore.store import from_url
+
+    options = s3_server.storage_options()
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/src.zarr"
+    cv.write_counts(url, realistic_counts(20, 6, density=0.3, seed=4), storage_options=options)
+    recipe = {"operation": "ones", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(
+        cv.open_store(url, mode="r+", storage_options=options),
+        "RNA/artifacts",
+        "ones",
+        provenance=recipe,
+    ) as art:
+        art.write_array("data", np.ones((20, 2), np.float32), chunks=(5, 2))
+    target = tmp_path / "mine.zarr"
+    cv.mount_datastore(url, target, source_storage_options=options).close()
+    mount = cv.open_store(target, source_storage_options=options)
+    server = StoreServer.start(mount)
+    headers = {"Range": "bytes=0-3"} if ranged else {}
+    chunk = f"{server.url}{art.path}/data/c/1/0"
+    try:
+        with urllib.request.urlopen(f"{server.url}{art.path}/data/c/0/0") as answer:
+            assert answer.status == 200  # a client read the artifact: its holder is known
+        raw = from_url(f"s3://{bucket}", **options)
+        gone = [m["path"] for m in obstore.list(raw, prefix=f"src.zarr/{art.path}").collect()]
+        obstore.delete(raw, gone)  # the artifact removed from the source
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(urllib.request.Request(chunk, headers=headers))
+        caught.value.close()
+        # 404 would tell a client "an all-fill chunk": zarr over HTTP would read zeros
+        assert caught.value.code == 502
+    finally:
+        server.close()
+        mount.close()
+
+
+def test_a_pickled_array_of_a_source_artifact_removed_since_fails_not_zeros(
+    tmp_path: Path,
+) -> None:
+    # a dask worker or a process pool gets the zarr array pickled: its metadata with
+    # it, and a mount opened again there, which had not seen the artifact's group: it
+    # found neither store holding the group's zarr.json and read the target (zeros)
+    source, target, path = _mounted_ones(tmp_path, np.ones((20, 2), np.float32))
+    mount = cv.open_store(target)
+    data = zarr.open_array(mount, path=path, mode="r")
+    assert np.asarray(data[:]).sum() == 40
+    shutil.rmtree(source / path.rsplit("/", 1)[0])  # the artifact removed from the source
+    again = pickle.loads(pickle.dumps(data))
+    assert again.store is not mount
+    with pytest.raises(SourceGoneError, match="no longer holds the artifact") as caught:
+        again[:]
+    assert "never as zeros" in str(caught.value)
+    mount.close()
+
+
+def test_a_pickled_array_of_a_target_artifact_still_reads_its_fill_chunks(
+    tmp_path: Path,
+) -> None:
+    _, target, _ = _mounted_ones(tmp_path, np.ones((20, 2), np.float32))
+    values = np.zeros((20, 2), np.float32)
+    values[:5] = 2  # three chunks of zeros: never written
+    mount = cv.open_store(target, mode="r+")
+    recipe = {"operation": "mine", "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(mount, "RNA/artifacts", "mine", provenance=recipe) as art:
+        art.write_array("data", values, chunks=(5, 2))
+    data = zarr.open_array(mount, path=f"{art.path}/data", mode="r")
+    again = pickle.loads(pickle.dumps(data))
+    assert again.store is not mount
+    assert np.array_equal(again[:], values)
+    mount.close()

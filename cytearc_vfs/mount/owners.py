@@ -16,7 +16,8 @@ zeros. :meth:`GroupOwners.source_group_present` is asked on such a miss
 (one ``exists`` of the group's document; a group found there is trusted
 for :data:`RECHECK_SECONDS`, so the absent chunks of a mostly-empty array
 cost one check a second, not one each, and the misses of one read share
-one check).
+one check). The mount's ``exists`` of a source group's document gives the
+same answer, so an ``Artifact``'s own check of a miss asks nothing more.
 """
 
 from __future__ import annotations
@@ -90,6 +91,17 @@ class GroupOwners:
             self.known.pop(group, None)
         else:
             self.known[group] = owner
+
+    def source_groups(self) -> tuple[str, ...]:
+        """The groups found to be the source's, sorted (for a pickled mount)."""
+        return tuple(sorted(group for group, owner in self.known.items() if owner == "source"))
+
+    def remember_sources(self, groups: tuple[str, ...]) -> None:
+        """Take ``groups`` as the source's, as another view of the mount found them:
+        a chunk of one that the source lacks is then checked against its document,
+        so one gone since is refused instead of read from the target as the fill value."""
+        for group in groups:
+            self.known.setdefault(group, "source")
 
     def forget(self, directory: str) -> None:
         """Drop what is known of groups and documents at or under a deleted ``directory``

@@ -156,9 +156,18 @@ class MountStore(KeyCheckedStore):
         # options travel; the unpickling process verifies again (unpickling.py)
         from .unpickling import restore
 
+        # the groups found to be the source's travel too: a zarr array pickled with
+        # its metadata reads chunks without its documents, and a chunk of a source
+        # group gone since must be refused there as here (never read as zeros)
         return (
             restore,
-            (self._target, self._record, self._source_options, self._target.read_only),
+            (
+                self._target,
+                self._record,
+                self._source_options,
+                self._target.read_only,
+                self._owners.source_groups(),
+            ),
         )
 
     # ------------------------------------------------------------ identity
@@ -349,6 +358,12 @@ class MountStore(KeyCheckedStore):
 
     async def exists(self, key: str) -> bool:
         store = await self._owners.store_for(self._check_key(key, "exists"))
+        if store is self._source:
+            group = place_of(key, self._roots).group
+            if group is not None and key == join(group, "zarr.json"):
+                # the question a chunk's miss asks (an Artifact's reads ask it again
+                # after the mount's own check): one shared answer, trusted a while
+                return await self._owners.source_group_present(group)
         found = await store.exists(key)
         if not found and store is self._source:
             await self._refuse_gone_source_group(key)

@@ -26,7 +26,11 @@ is provably the one verified:
   refusal drops the kept mount, so the next unpickling opens again.
 
 A reused mount shares the kept one's source cache (one per process and
-mount) and takes the mode of the pickled one. Nothing is written.
+mount) and takes the mode of the pickled one. Nothing is written. It knows
+the artifact groups the pickled mount found to be the source's: a zarr
+array pickled with its metadata reads their chunks without their documents,
+and a chunk of one gone since is refused there too, never read as the fill
+value from the target (:mod:`.owners`).
 """
 
 from __future__ import annotations
@@ -56,10 +60,15 @@ _lock = threading.Lock()
 
 
 def restore(
-    target: Store, record: MountRecord, options: Mapping[str, Any], read_only: bool
+    target: Store,
+    record: MountRecord,
+    options: Mapping[str, Any],
+    read_only: bool,
+    source_groups: tuple[str, ...] = (),
 ) -> MountStore:
     """The mount pickled with ``target``, ``record`` and ``options``, verified in
-    this process (see the module docstring), in the pickled mode."""
+    this process (see the module docstring), in the pickled mode, knowing the
+    artifact groups ``source_groups`` as the source's (as the pickled one did)."""
     # not pickle.dumps: an obstore target pickles differently each time
     key = store_key((target, record, dict(options)))
     with _lock:
@@ -75,7 +84,9 @@ def restore(
                 _kept.popitem(last=False)
     if target.read_only != read_only:
         target = target.with_read_only(read_only)
-    return kept._derive(target)
+    mount = kept._derive(target)
+    mount._owners.remember_sources(source_groups)
+    return mount
 
 
 def _verified(target: Store, record: MountRecord, options: Mapping[str, Any]) -> MountStore:

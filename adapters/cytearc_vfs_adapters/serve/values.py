@@ -22,6 +22,7 @@ from http import HTTPStatus
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 
+from cytearc_vfs.errors import SourceGoneError
 from cytearc_vfs.remote.failures import timed_out, unreachable
 
 from .answers import Answer, bytes_of, content_type, error_detail, not_found, text_answer
@@ -133,6 +134,8 @@ class KeyAnswers:
                 return None
             try:
                 return await self._store.getsize(key)
+            except SourceGoneError:
+                raise  # a source gone (a 502), not a key absent: never a 404, read as zeros
             except FileNotFoundError:
                 return None
 
@@ -345,6 +348,11 @@ class KeyAnswers:
         async with self._reads:
             try:
                 return await self._store.getsize(key)
+            except SourceGoneError:
+                # a FileNotFoundError too, but a source gone (502), not a key absent: a
+                # 404 tells a client an all-fill chunk (a mount's source artifact, a
+                # composite's deleted source object read as zeros over HTTP)
+                raise
             except FileNotFoundError:
                 return None
 
