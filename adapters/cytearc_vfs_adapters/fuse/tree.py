@@ -35,6 +35,7 @@ from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 
 from cytearc_vfs.composite.store import CompositeStore
+from cytearc_vfs.errors import SourceGoneError
 from cytearc_vfs.format.paths import join
 from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
@@ -213,7 +214,9 @@ class StoreTree:
                 # a local file's stat gives its size too; else the store's getsize
                 known = None if described is None else described.size
                 size = await self._size(key) if known is None else known
-            except FileNotFoundError:  # deleted between the two questions
+            except FileNotFoundError as exc:  # deleted between the two questions
+                if isinstance(exc, SourceGoneError):
+                    raise  # a source gone is a failure (EIO), never an absent file
                 return None
             if size == 0 and await self._is_dir(key):
                 return Entry(is_dir=True, size=0)  # a directory marker (see the module)

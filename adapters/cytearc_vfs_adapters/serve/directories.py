@@ -9,11 +9,11 @@ under the server's read slots. Sizes and validators come from ``describe``,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from http import HTTPStatus
 
 from zarr.abc.store import Store
 
+from cytearc_vfs.errors import SourceGoneError
 from cytearc_vfs.format.store_io import holds_names_below, lists_as_empty_directory
 
 from .answers import Answer, not_found, nothing_under, text_answer
@@ -74,9 +74,12 @@ class DirectoryAnswers:
         validators = described.validators
         size = described.size
         if size is None and await self._store.exists(path):
-            # removed meanwhile: it lists as what is left, a directory or nothing
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 size = await self._store.getsize(path)
+            except FileNotFoundError as exc:
+                if isinstance(exc, SourceGoneError):
+                    raise  # a source gone is a failure, never a name that went
+                # removed meanwhile: it lists as what is left, a directory or nothing
         if size is None or (size == 0 and await holds_names_below(self._store, path)):
             # the second: an object store's directory marker (a zero-byte object named
             # like the prefix, "RNA/counts/"), which obstore finds as the key "RNA/counts";
