@@ -156,8 +156,35 @@ def test_interrupt_of_an_overwrite_leaves_a_named_state(
     assert info.returncode in (0, 2, 3)
     if info.returncode == 0:
         assert "unfinished" in info.stdout or "cells x" in info.stdout
+    # the line says which of the two states the destination is in
+    if "was being replaced" in result.stderr:
+        assert info.returncode == 3 and "unfinished" in info.stderr, info.stderr
+    else:
+        assert "is unchanged" in result.stderr and info.returncode == 0, result.stderr
     rerun = run_main(*_command("write", inputs, destination), "--overwrite")
     assert rerun.returncode == 0, rerun.stderr
+
+
+def test_an_interrupted_replacement_says_whether_the_old_store_is_gone(tmp_path: Path) -> None:
+    """'existed before and was left as it is' was printed also when the replacement had
+    begun, and the user's store was gone: the guard now reads the root's marker."""
+    from cytearc_vfs.cli.interrupts import DestinationGuard
+    from cytearc_vfs.write.destinations import create_destination
+
+    destination = tmp_path / "old.zarr"
+    cv.write_counts(destination, realistic_counts(50, 20, seed=2))
+    guard = DestinationGuard(destination)
+    assert guard.existed
+    said = guard.discard()
+    assert said.endswith("existed before and is unchanged (it was not replaced yet)"), said
+    assert cv.open_store(destination) is not None  # discard removed nothing
+    # a replacement under way: the writer marks the root, then empties the rest
+    group = create_destination(destination, overwrite=True, writer="write_counts")
+    said = guard.discard()
+    assert "was being replaced: what it held is gone and it is unfinished now" in said, said
+    assert "--overwrite writes it again" in said and "left as it is" not in said
+    assert destination.is_dir()  # a destination that existed is never removed
+    del group
 
 
 def test_an_interrupt_swallowed_by_a_callback_is_delivered_again(
