@@ -148,6 +148,12 @@ def test_artifacts_lists_what_was_published(
     assert "1 complete artifact" in text and f"mean {counts.shape[1]} float64" in text
     assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "other", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["artifacts"] == []
+    # a misspelt kind listed nothing and said no more: the kinds there are named
+    assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "mean"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == f"{tmp_path / 's.zarr'}: 0 complete artifacts of kind mean (its kinds: means)"
+    assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "means"]) == 0
+    assert "its kinds" not in capsys.readouterr().out
     assert main(["artifacts", str(tmp_path / "s.zarr"), "--json"]) == 0
     (listed,) = json.loads(capsys.readouterr().out)["artifacts"]
     assert listed["artifact_id"] == art.artifact_id
