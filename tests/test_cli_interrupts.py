@@ -355,3 +355,53 @@ def test_a_command_run_as_the_program_ends_without_teardown(tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("cytearc-vfs ") and "not reached" not in run.stdout
     assert finished.read_text() == "done" and marker.read_text() == "ran"
+
+
+def test_an_interrupted_demo_names_what_its_folder_holds(tmp_path: Path) -> None:
+    """Ctrl-C in `demo --directory DIR` said "nothing was written" while DIR held
+    wu2020.zarr complete and celltypist.zarr unfinished (its writer interrupted)."""
+    folder = tmp_path / "demo"
+    process = subprocess.Popen(
+        [cli_executable(), "demo", "--directory", str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # the first store is written: the second is under way
+        if "write_counts wu2020" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the demo finished before the signal")
+    assert process.returncode == 130, stderr
+    assert "nothing was written" not in stderr, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert f"{folder} holds the demo's stores as far as it got: wu2020.zarr (complete)" in said
+    unfinished = []
+    for name in ("celltypist.zarr", "composite.zarr", "mounted.zarr"):
+        if (folder / name).exists():
+            try:
+                cv.open_store(folder / name).close()
+                assert f"{name} (complete)" in said, said
+            except Exception:
+                unfinished.append(name)
+                assert f"{name} (unfinished: it does not open)" in said, said
+    assert said.endswith("the same command again replaces them"), said
+    # which it does
+    rerun = run_main("demo", "--directory", str(folder), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    for name in ("wu2020.zarr", "celltypist.zarr", "composite.zarr", "mounted.zarr"):
+        cv.open_store(folder / name).close()
+
+
+def test_an_interrupted_demo_in_a_temporary_folder_keeps_nothing() -> None:
+    from cytearc_vfs.cli.commands import INTERRUPT_NOTES
+
+    note = INTERRUPT_NOTES["demo"]
+    assert callable(note)
+    import argparse
+
+    said = note(argparse.Namespace(directory=None))
+    assert said == "nothing was kept: the demo's temporary folder is removed"

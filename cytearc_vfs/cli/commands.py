@@ -558,7 +558,15 @@ INTERRUPT_NOTES: dict[str, str | Callable[[argparse.Namespace], str]] = {
     "export": "nothing was written: an export is written under a temporary name beside OUT "
     "(removed now) and renamed into place only when complete",
     "array": array_interrupt_note,
+    "demo": lambda args: _demo_note(args.directory),
 }
+
+
+def _demo_note(directory: str | None) -> str:
+    from .demo import interrupt_note  # numpy and zarr: not for every command's start
+
+    return interrupt_note(directory)
+
 
 #: Command -> the flag holding the backend options of the destination it creates
 #: (the interrupt guard looks at, and removes, a remote destination with them).
