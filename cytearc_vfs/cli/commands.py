@@ -225,7 +225,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.destinations import composites_replaceable
     from ..write.writer import write_counts
-    from .not_imported import not_imported_line
+    from .not_imported import not_counts_line, not_imported_line
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -260,6 +260,10 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     }
     if info.not_imported:  # on stderr, piped or not: what stayed behind, and how to keep it
         bars.write_line(not_imported_line("write", args.input, info.not_imported))
+    matrix = "X" if args.layer is None else f"layer {args.layer}"
+    not_counts = not_counts_line("write", args.input, matrix, str(info.dtype), info.not_imported)
+    if not_counts is not None:
+        bars.write_line(not_counts)
     text = (
         f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of {args.input} "
         f"to {info.location} in {seconds:.2f} s; dataset {info.dataset_fingerprint}"
