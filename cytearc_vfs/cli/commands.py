@@ -18,6 +18,7 @@ from .array_command import array_interrupt_note, cmd_array
 from .artifacts_command import cmd_artifacts
 from .failures import ExitCode, InputRefusedError
 from .inputs import (
+    check_sources_differ,
     checked_for_reading,
     json_option,
     mem_budget_option,
@@ -67,17 +68,6 @@ def _checked_overwrite(
             f"{found.words}; give --overwrite to replace it, or choose another destination"
         )
     return True
-
-
-def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
-    from ..remote.locations import canonical_location
-
-    target = canonical_location(destination)
-    for name, location in sources.items():
-        if canonical_location(location) == target:
-            raise InputRefusedError(
-                f"source {name!r} is the destination {target}; choose another destination"
-            )
 
 
 def _read_lines(path: str, *, what: str, form: str) -> list[str]:
@@ -315,7 +305,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             require_store(
                 location, command=f"composite (source {name})", kinds=("ordinary", "anndata")
             )
-    _check_sources_differ(args.destination, sources)
+    check_sources_differ(args.destination, sources)
     layers = _per_source(args.layer, sources, option="--layer", what="LAYER")
     workspaces = _per_source(args.workspace, sources, option="--workspace", what="WS")
     storage_options = json_option(args.storage_options, "--storage-options")
@@ -390,7 +380,7 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         kinds=("ordinary",),
         storage_options=source_options,
     )
-    _check_sources_differ(args.destination, {"source": args.source})
+    check_sources_differ(args.destination, args.source)
     overwrite = _checked_overwrite(args, storage_options)
     started = time.perf_counter()
     with composites_replaceable():
@@ -449,7 +439,7 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             storage_options=storage_options,
         )
     refuse_unused_source_options(found.kind, source_options, where=describe_location(args.source))
-    _check_sources_differ(args.destination, {"source": args.source})
+    check_sources_differ(args.destination, args.source)
     overwrite = _checked_overwrite(args, destination_options)
     started = time.perf_counter()
     with composites_replaceable():
