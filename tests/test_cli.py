@@ -157,3 +157,26 @@ def test_artifacts_lists_what_was_published(
     assert main(["artifacts", str(tmp_path / "s.zarr"), "--json"]) == 0
     (listed,) = json.loads(capsys.readouterr().out)["artifacts"]
     assert listed["artifact_id"] == art.artifact_id
+
+
+def test_cell_and_feature_counts_are_grouped_as_the_other_counts_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'exported 6559 cells x 43105 features (uint16, 6,976,169 stored values)': one line
+    grouped one count and not the others; every command's shape now reads 6,559."""
+    from conftest import realistic_counts
+
+    counts = realistic_counts(1200, 1500, density=0.01, seed=8)
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    assert main(["info", str(tmp_path / "s.zarr")]) == 0
+    assert "1,200 cells x 1,500 features, " in capsys.readouterr().out
+    assert main(["composite", str(tmp_path / "c.zarr"), str(tmp_path / "s.zarr")]) == 0
+    assert ": 1,200 cells x 1,500 features (" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "c.zarr")]) == 0
+    assert "RNA: 1,200 cells x 1,500 features (" in capsys.readouterr().out
+    assert main(["mount", str(tmp_path / "s.zarr"), str(tmp_path / "m.zarr")]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "m.zarr")]) == 0
+    assert "  RNA: 1,200 cells x 1,500 features, " in capsys.readouterr().out
+    assert main(["export", str(tmp_path / "c.zarr"), str(tmp_path / "out.h5ad")]) == 0
+    assert "exported 1,200 cells x 1,500 features (" in capsys.readouterr().out

@@ -135,7 +135,7 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         shape = description["shape"]
         lines = [
             f"{where}: composite of {plural(len(description['sources']), 'source')}, assay "
-            f"{description['assay']}: {shape[0]} cells x {shape[1]} features "
+            f"{description['assay']}: {shape[0]:,} cells x {shape[1]:,} features "
             f"({description['dtype']}), virtual arrays {', '.join(description['arrays'])}"
         ]
         lines += [f"  source {s['name']}: {s['location']}" for s in description["sources"]]
@@ -148,7 +148,7 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         ]
         shapes = {a["assay"]: a for a in description["assays"]}
         lines += [
-            f"  {name}: {shapes[name]['shape'][0]} cells x {shapes[name]['shape'][1]} features, "
+            f"  {name}: {shapes[name]['shape'][0]:,} cells x {shapes[name]['shape'][1]:,} features, "
             f"{shapes[name]['dtype']}, dataset {entry['datasetFingerprint']}, "
             + ("needs the source's countsT" if entry["requiresTranspose"] else "counts only")
             for name, entry in record["assays"].items()
@@ -159,8 +159,8 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         scope = f"{assay['workspace']}/" if assay["workspace"] else ""
         layout = assay["layout"]
         lines.append(
-            f"  {scope}{assay['assay']} ({assay['assayType']}): {assay['shape'][0]} cells x "
-            f"{assay['shape'][1]} features, {assay['dtype']}, countsT: "
+            f"  {scope}{assay['assay']} ({assay['assayType']}): {assay['shape'][0]:,} cells x "
+            f"{assay['shape'][1]:,} features, {assay['dtype']}, countsT: "
             f"{'yes' if assay['countsT'] else 'no'}"
         )
         lines.append(
@@ -255,7 +255,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if not_counts is not None:
         bars.write_line(not_counts)
     text = (
-        f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of {args.input} "
+        f"wrote {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}) of {args.input} "
         f"to {info.location} in {seconds:.2f} s; dataset {info.dataset_fingerprint}"
     )
     return Outcome(payload, text)
@@ -360,7 +360,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     }
     text = (
         f"composite of {plural(len(sources), 'source')} at {payload['location']}: "
-        f"{reader.shape[0]} cells x {reader.shape[1]} features ({reader.dtype}), created in "
+        f"{reader.shape[0]:,} cells x {reader.shape[1]:,} features ({reader.dtype}), created in "
         f"{seconds:.2f} s; no counts copied"
     )
     return Outcome(payload, text)
@@ -522,7 +522,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         else "; every cell measured (no membership column)"
     )
     text = (
-        f"exported {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}, "
+        f"exported {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}, "
         f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
         f"({info.format}) in {info.seconds:.2f} s, {plural(info.bands, 'band')}{membership}"
     )
