@@ -88,6 +88,21 @@ def test_export_refusals_exit_2_with_the_remedy(store: Path, tmp_path: Path) -> 
     format_ = _cli("export", str(store), str(tmp_path / "v2.h5ad"), "--zarr-format", "2")
     assert format_.returncode == 2 and "applies to a .zarr OUT only" in format_.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5ad"]
+
+
+def test_overwrite_of_something_else_names_the_flag_at_a_shell(store: Path, tmp_path: Path) -> None:
+    # a newcomer who swaps STORE and OUT, or exports onto a CyteArc store, with
+    # --overwrite: the refusal said "so overwrite does not replace it", Python's word
+    other = tmp_path / "other.zarr"
+    cv.write_counts(other, realistic_counts(20, 10, seed=1))
+    before = sorted(str(p.relative_to(other)) for p in other.rglob("*"))
+    run = _cli("export", str(store), str(other), "--overwrite")
+    assert run.returncode == 2, run.stderr
+    assert "--overwrite does not replace it" in run.stderr, run.stderr
+    assert "so overwrite" not in run.stderr
+    assert sorted(str(p.relative_to(other)) for p in other.rglob("*")) == before
+    with pytest.raises(FileExistsError, match=r"so overwrite=True does not replace it"):
+        export_anndata(store, other, overwrite=True)
     # inside the exported store: it would gain foreign keys
     inside = _cli("export", str(store), str(store / "inner.h5ad"))
     assert inside.returncode == 2 and "overlaps" in inside.stderr, inside.stderr

@@ -203,3 +203,41 @@ def test_on_object_storage_the_report_costs_a_few_listings_and_no_read(
     # the root, layers, obsm, varm, obsp, varp, uns and raw; the stray files at the root
     # and in obsm and uns are told from the nodes by those listings, without a request
     assert sum(extra.values()) == 8, extra
+
+
+def test_a_normalized_x_is_noted_with_the_counts_left_behind(tmp_path: Path) -> None:
+    """A log-normalized X beside a ``counts`` layer (or raw counts) was imported as
+    float32 without a word: the newcomer's store held no counts."""
+    counts = sp.random(40, 15, density=0.3, format="csr", random_state=2, dtype=np.float32)
+    counts.data = np.ceil(counts.data * 6)
+    normalized = counts.copy()
+    normalized.data = np.log1p(normalized.data)
+    adata = ad.AnnData(X=normalized, layers={"counts": counts})
+    adata.obs_names = [f"c{i}" for i in range(40)]
+    adata.var_names = [f"g{i}" for i in range(15)]
+    adata.raw = ad.AnnData(X=counts, obs=adata.obs, var=adata.var)
+    adata.write_h5ad(tmp_path / "lognorm.h5ad")
+    done = run_main("write", str(tmp_path / "lognorm.h5ad"), str(tmp_path / "x.zarr"))
+    assert done.returncode == 0, done.stderr
+    (note,) = [line for line in done.stderr.splitlines() if "whole numbers" in line]
+    assert note == (
+        f"cytearc-vfs write: note: X of {tmp_path / 'lognorm.h5ad'} holds values that are not "
+        "whole numbers, stored as float32 (normalized data rather than counts?); its counts "
+        "may be what --layer counts or --layer raw/X imports instead (again with --overwrite)"
+    )
+    assert "whole numbers" not in done.stdout
+    # the remedy it names imports the counts, as whole numbers, and says nothing more
+    again = run_main(
+        "write",
+        str(tmp_path / "lognorm.h5ad"),
+        str(tmp_path / "x.zarr"),
+        "--layer",
+        "counts",
+        "--overwrite",
+    )
+    assert again.returncode == 0, again.stderr
+    assert "whole numbers" not in again.stderr and "(uint8)" in again.stdout
+    raw = run_main(
+        "write", str(tmp_path / "lognorm.h5ad"), str(tmp_path / "r.zarr"), "--layer", "raw/X"
+    )
+    assert raw.returncode == 0 and "whole numbers" not in raw.stderr, raw.stderr

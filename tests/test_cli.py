@@ -148,6 +148,66 @@ def test_artifacts_lists_what_was_published(
     assert "1 complete artifact" in text and f"mean {counts.shape[1]} float64" in text
     assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "other", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["artifacts"] == []
+    # a misspelt kind listed nothing and said no more: the kinds there are named
+    assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "mean"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == f"{tmp_path / 's.zarr'}: 0 complete artifacts of kind mean (its kinds: means)"
+    assert main(["artifacts", str(tmp_path / "s.zarr"), "--kind", "means"]) == 0
+    assert "its kinds" not in capsys.readouterr().out
     assert main(["artifacts", str(tmp_path / "s.zarr"), "--json"]) == 0
     (listed,) = json.loads(capsys.readouterr().out)["artifacts"]
     assert listed["artifact_id"] == art.artifact_id
+
+
+def test_cell_and_feature_counts_are_grouped_as_the_other_counts_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'exported 6559 cells x 43105 features (uint16, 6,976,169 stored values)': one line
+    grouped one count and not the others; every command's shape now reads 6,559."""
+    from conftest import realistic_counts
+
+    counts = realistic_counts(1200, 1500, density=0.01, seed=8)
+    cv.write_counts(tmp_path / "s.zarr", counts)
+    assert main(["info", str(tmp_path / "s.zarr")]) == 0
+    assert "1,200 cells x 1,500 features, " in capsys.readouterr().out
+    assert main(["composite", str(tmp_path / "c.zarr"), str(tmp_path / "s.zarr")]) == 0
+    assert ": 1,200 cells x 1,500 features (" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "c.zarr")]) == 0
+    assert "RNA: 1,200 cells x 1,500 features (" in capsys.readouterr().out
+    assert main(["mount", str(tmp_path / "s.zarr"), str(tmp_path / "m.zarr")]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "m.zarr")]) == 0
+    assert "  RNA: 1,200 cells x 1,500 features, " in capsys.readouterr().out
+    assert main(["export", str(tmp_path / "c.zarr"), str(tmp_path / "out.h5ad")]) == 0
+    assert "exported 1,200 cells x 1,500 features (" in capsys.readouterr().out
+
+
+def test_a_source_whose_assay_is_named_otherwise_gets_a_composite_s_remedy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store written with --assay rna beside one of RNA: the composite's refusal
+    said "its assays: ['rna'] (give one of them)", and --assay rna then failed on
+    the other source. A composite reads one assay name from every source."""
+    from conftest import realistic_counts
+
+    cv.write_counts(tmp_path / "a.zarr", realistic_counts(30, 12, seed=1))
+    cv.write_counts(
+        tmp_path / "b.zarr", realistic_counts(20, 12, seed=2), assay="rna", assay_type="RNA"
+    )
+    sources = [str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")]
+    assert main(["composite", str(tmp_path / "c.zarr"), *sources]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        f"cytearc-vfs composite: source 'b' at {tmp_path / 'b.zarr'} has no assay 'RNA' (its "
+        "assays: ['rna']); a composite reads the assay of one name from every source "
+        "(--assay RNA): write this source again with that name (cytearc-vfs write IN OUT "
+        "--assay RNA), or compose sources whose assays are named alike"
+    )
+    assert not (tmp_path / "c.zarr").exists()
+    with pytest.raises(ValueError, match=r"\(assay='rna'\): .*write_counts\(\.\.\., assay='rna'\)"):
+        cv.create_composite(
+            tmp_path / "c.zarr", {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}, assay="rna"
+        )
+    # an ordinary store's own refusal is unchanged: its caller picks the assay
+    with pytest.raises(ValueError, match=r"its assays: \['rna'\] \(give one of them\)"):
+        cv.VirtualArrayReader(cv.open_store(tmp_path / "b.zarr"), assay="RNA")

@@ -156,8 +156,35 @@ def test_interrupt_of_an_overwrite_leaves_a_named_state(
     assert info.returncode in (0, 2, 3)
     if info.returncode == 0:
         assert "unfinished" in info.stdout or "cells x" in info.stdout
+    # the line says which of the two states the destination is in
+    if "was being replaced" in result.stderr:
+        assert info.returncode == 3 and "unfinished" in info.stderr, info.stderr
+    else:
+        assert "is unchanged" in result.stderr and info.returncode == 0, result.stderr
     rerun = run_main(*_command("write", inputs, destination), "--overwrite")
     assert rerun.returncode == 0, rerun.stderr
+
+
+def test_an_interrupted_replacement_says_whether_the_old_store_is_gone(tmp_path: Path) -> None:
+    """'existed before and was left as it is' was printed also when the replacement had
+    begun, and the user's store was gone: the guard now reads the root's marker."""
+    from cytearc_vfs.cli.interrupts import DestinationGuard
+    from cytearc_vfs.write.destinations import create_destination
+
+    destination = tmp_path / "old.zarr"
+    cv.write_counts(destination, realistic_counts(50, 20, seed=2))
+    guard = DestinationGuard(destination)
+    assert guard.existed
+    said = guard.discard()
+    assert said.endswith("existed before and is unchanged (it was not replaced yet)"), said
+    assert cv.open_store(destination) is not None  # discard removed nothing
+    # a replacement under way: the writer marks the root, then empties the rest
+    group = create_destination(destination, overwrite=True, writer="write_counts")
+    said = guard.discard()
+    assert "was being replaced: what it held is gone and it is unfinished now" in said, said
+    assert "--overwrite writes it again" in said and "left as it is" not in said
+    assert destination.is_dir()  # a destination that existed is never removed
+    del group
 
 
 def test_an_interrupt_swallowed_by_a_callback_is_delivered_again(
@@ -328,3 +355,53 @@ def test_a_command_run_as_the_program_ends_without_teardown(tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("cytearc-vfs ") and "not reached" not in run.stdout
     assert finished.read_text() == "done" and marker.read_text() == "ran"
+
+
+def test_an_interrupted_demo_names_what_its_folder_holds(tmp_path: Path) -> None:
+    """Ctrl-C in `demo --directory DIR` said "nothing was written" while DIR held
+    wu2020.zarr complete and celltypist.zarr unfinished (its writer interrupted)."""
+    folder = tmp_path / "demo"
+    process = subprocess.Popen(
+        [cli_executable(), "demo", "--directory", str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # the first store is written: the second is under way
+        if "write_counts wu2020" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the demo finished before the signal")
+    assert process.returncode == 130, stderr
+    assert "nothing was written" not in stderr, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert f"{folder} holds the demo's stores as far as it got: wu2020.zarr (complete)" in said
+    unfinished = []
+    for name in ("celltypist.zarr", "composite.zarr", "mounted.zarr"):
+        if (folder / name).exists():
+            try:
+                cv.open_store(folder / name).close()
+                assert f"{name} (complete)" in said, said
+            except Exception:
+                unfinished.append(name)
+                assert f"{name} (unfinished: it does not open)" in said, said
+    assert said.endswith("the same command again replaces them"), said
+    # which it does
+    rerun = run_main("demo", "--directory", str(folder), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    for name in ("wu2020.zarr", "celltypist.zarr", "composite.zarr", "mounted.zarr"):
+        cv.open_store(folder / name).close()
+
+
+def test_an_interrupted_demo_in_a_temporary_folder_keeps_nothing() -> None:
+    from cytearc_vfs.cli.commands import INTERRUPT_NOTES
+
+    note = INTERRUPT_NOTES["demo"]
+    assert callable(note)
+    import argparse
+
+    said = note(argparse.Namespace(directory=None))
+    assert said == "nothing was kept: the demo's temporary folder is removed"

@@ -118,6 +118,9 @@ CASES: list[tuple[str, int, str]] = [
     ("composite NEW STORE --cells other=IDS", 2, "NAME one of the sources"),
     ("composite NEW STORE --cells store=IDS", 2, "are not cells of that source"),
     ("composite STORE STORE --overwrite", 2, "is the destination"),
+    # one source, no name: it said "source 'source' is the destination"
+    ("mount STORE STORE --overwrite", 2, "the source is the destination"),
+    ("repack STORE STORE --overwrite", 2, "the source is the destination"),
     ("mount STORE EXISTING", 2, "--overwrite"),
     ("mount COMPOSITE NEW", 2, "composites do not nest"),
     # the Python keyword (assays=) and function (list_artifacts) were named at the shell

@@ -36,7 +36,7 @@ def test_write_draws_bars_in_a_terminal(tmp_path: Path) -> None:
     _clean(run.output)
     assert "%|" in run.output  # a bar with its percentage
     assert "row/s" in run.output or "?row/s" in run.output  # its rate (the ETA's basis)
-    assert "wrote 3000 cells x 200 features" in run.output
+    assert "wrote 3,000 cells x 200 features" in run.output
     assert cv.open_store(tmp_path / "out.zarr")
 
 
@@ -258,7 +258,7 @@ def test_a_background_job_keeps_the_sigint_its_shell_ignored(tmp_path: Path) -> 
             process.kill()
             process.communicate()
     assert process.returncode == 0, err
-    assert "wrote 80000 cells" in out
+    assert "wrote 80,000 cells" in out
     assert cv.open_store(destination)
 
 

@@ -142,8 +142,21 @@ def test_real_composite_reopens_and_deep_verifies(real: dict[str, Any]) -> None:
 
     location = real["folder"] / "union.zarr"
     store = cv.open_store(location)
-    reports = deep_verify(store, where=str(location))
+    phases: dict[str, int] = {}
+    reports = deep_verify(
+        store,
+        where=str(location),
+        progress=lambda phase, done, total: phases.update({phase: total}),
+    )
     assert all(not report.problems for report in reports)
+    # each source's bars name it: they were all "verify RNA counts", naming none
+    sources = {source.name: source for source in store.sources}
+    for name, source in sources.items():
+        n_cells, n_features = source.info.shape
+        assert phases[f"verify RNA counts (source {name})"] == n_cells, phases
+        assert phases[f"verify RNA countsT (source {name})"] == n_features, phases
+    assert phases["verify RNA"] == sum(source.info.shape[0] for source in sources.values())
+    assert "verify RNA counts" not in phases, phases
     # a bare zarr open of the composite's own directory lists the columns too
     group = zarr.open_group(LocalStore(location, read_only=True), mode="r")
     names = {name for name, _ in group["cellData"].arrays()}  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -480,6 +481,7 @@ def test_an_ordinary_store_reads_byte_for_byte(fuse_works: None, tmp_path: Path)
         code, out, err = mounted.stop()
     assert code == 0, err
     assert "unmounted" in out and "(SIGTERM)" in out
+    assert out.strip().endswith("; 0 chunks computed for reading"), out
     assert not is_mounted(tmp_path / "mp")
 
 
@@ -516,8 +518,11 @@ def test_a_composite_reads_every_value_with_zarr_tensorstore_and_zarrs(
         ).result()
         assert np.array_equal(band[500:1500].read().result(), expected[500:1500])
         assert np.array_equal(band[np.sort(rows)].read().result(), expected[np.sort(rows)])
-        code, _, err = mounted.stop()
+        code, out, err = mounted.stop()
     assert code == 0, err
+    # the last line counts computed chunks (--json: computedChunks); it said "values",
+    # which a reader of counts takes for counts
+    assert re.search(r"; [1-9][0-9]* chunks computed for reading$", out.strip()), out
 
 
 def test_walking_a_composite_mount_computes_no_chunk(

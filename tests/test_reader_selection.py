@@ -509,3 +509,37 @@ def test_composite_doc_examples_run_and_show_what_they_say(real: RealUnion) -> N
     np.testing.assert_array_equal(
         namespace["backwards"], _by_ids(real, reader.cell_ids[::-1], reader.feature_ids[3])[:, 0]
     )
+
+
+def test_an_id_the_composite_prefixed_is_named_with_its_prefixed_forms(tmp_path: Path) -> None:
+    """Two stores of the same barcodes (one file imported twice, or two runs of
+    one library) compose with every cell id prefixed by its source; the barcode a
+    user reads by was "not in this composite's cells", with nothing more."""
+    counts = sp.random(30, 12, density=0.3, format="csr", random_state=3, dtype=np.float32)
+    counts.data = np.ceil(counts.data * 4)
+    barcodes = [f"AAAC{i:03d}-1" for i in range(30)]
+    adata = ad.AnnData(counts, obs=pd.DataFrame(index=barcodes))
+    adata.var_names = ["HLA-A", *(f"G{i}" for i in range(11))]
+    cv.write_counts(tmp_path / "run1.zarr", adata)
+    cv.write_counts(tmp_path / "run2.zarr", adata)
+    store = cv.create_composite(
+        tmp_path / "both.zarr", {"run1": tmp_path / "run1.zarr", "run2": tmp_path / "run2.zarr"}
+    )
+    reader = store.reader()
+    assert reader.cell_ids[0] == "run1-AAAC000-1" and reader.cell_ids[30] == "run2-AAAC000-1"
+    with pytest.raises(UnknownIdError) as caught:
+        reader.read(cells=["AAAC007-1", "nope"])
+    assert str(caught.value) == (
+        "2 cell ids are not in this composite's cells: 'AAAC007-1', 'nope'; reader.cell_ids "
+        "lists them (this composite has 'run1-AAAC007-1' or 'run2-AAAC007-1': cell ids that "
+        "repeat across its sources are prefixed with the source's name)"
+    )
+    # what the hint names reads, and an id with no prefixed form gets no hint
+    assert np.array_equal(reader.read(cells=["run2-AAAC007-1"]), counts[[7]].toarray())
+    with pytest.raises(UnknownIdError) as caught:
+        reader.read(cells=["nope"])
+    assert "prefixed" not in str(caught.value)
+    # features are matched by id, never prefixed: 'A' is no hint of 'HLA-A'
+    with pytest.raises(UnknownIdError) as caught:
+        reader.read(features=["A"])
+    assert "prefixed" not in str(caught.value)

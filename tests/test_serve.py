@@ -1642,3 +1642,12 @@ def test_cli_refuses_what_it_cannot_serve(world: World, tmp_path: Path) -> None:
         f"cytearc-vfs serve: cannot listen on 127.0.0.1:{port} (Address already in use); "
         "choose another --port (0 picks a free one) or --host\n"
     )
+    # an address that is not this machine's (TEST-NET-1, RFC 5737): no port helps, and
+    # the remedy named --port first, on a port the user had left to the system
+    foreign = run_main("serve", str(world.ordinary), "--host", "192.0.2.1")
+    assert foreign.returncode == 4, foreign.stderr
+    assert foreign.stderr == (
+        "cytearc-vfs serve: cannot listen on 192.0.2.1:0 (Cannot assign requested address); "
+        "192.0.2.1 is not an address of this machine: give --host one of its addresses "
+        "(127.0.0.1: this machine only; 0.0.0.0: all its interfaces)\n"
+    )

@@ -400,8 +400,24 @@ def test_cli_write_refusal_names_no_layout_option(
     )
     err = capsys.readouterr().err
     assert status == 2 and "raise --mem-budget to at least" in err, err
-    assert "layout" not in err.replace("layout LayoutPolicy", ""), err
+    # the layout is named as `cytearc-vfs info` shows it: a Python expression
+    # (LayoutPolicy(unit_bytes=...)) means nothing where no option takes one
+    assert "LayoutPolicy" not in err and "layout=" not in err, err
+    assert "the count layout unitBytes=67108864 chunkBytes=2097152 needs" in err, err
     assert not (tmp_path / "o.zarr").exists()
+    # a budget below the tables' own need: the remedy (the counts' larger need) was
+    # given as "the smallest that works with this layout", naming neither
+    status = _run(
+        ["write", str(tmp_path / "x.h5ad"), str(tmp_path / "o.zarr"), "--mem-budget", "100K"]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and "preparing the cell and feature tables needs" in err, err
+    assert "and writing the counts" in err and "with the count layout unitBytes=" in err, err
+    assert "this layout" not in err and "LayoutPolicy" not in err, err
+    least = err.split("raise --mem-budget to at least ")[1].split("(")[1].split(" bytes")[0]
+    assert not (tmp_path / "o.zarr").exists()
+    ok = ["write", str(tmp_path / "x.h5ad"), str(tmp_path / "o2.zarr"), "--mem-budget", least]
+    assert _run(ok) == 0, capsys.readouterr().err
     # from Python, where layout= exists, the halving that fits is named
     with pytest.raises(LayoutTooLargeError, match=r"largest halving that fits is layout="):
         cv.write_counts(tmp_path / "o.zarr", matrix, mem_budget="8M")

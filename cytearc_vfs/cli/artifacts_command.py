@@ -68,11 +68,17 @@ def _complete(
         found = describe_artifacts(store, where=where)
     finally:
         store.close()  # a remote source's cache directory goes with it
+    others = ""
     if args.kind:
+        kinds = sorted({str(entry["kind"]) for entry in found})
         found = [entry for entry in found if entry["kind"] == args.kind]
+        if not found and kinds:
+            # a misspelt kind (gene_mean for gene_means) listed nothing and said no more
+            others = f" (its kinds: {', '.join(kinds)})"
     lines = [
         f"{where}: {plural(len(found), 'complete artifact')}"
         + (f" of kind {args.kind}" if args.kind else "")
+        + others
         + _held_summary(found, mount_source)
     ]
     lines += _entry_lines(found)

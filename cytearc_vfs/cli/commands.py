@@ -18,6 +18,7 @@ from .array_command import array_interrupt_note, cmd_array
 from .artifacts_command import cmd_artifacts
 from .failures import ExitCode, InputRefusedError
 from .inputs import (
+    check_sources_differ,
     checked_for_reading,
     json_option,
     mem_budget_option,
@@ -67,17 +68,6 @@ def _checked_overwrite(
             f"{found.words}; give --overwrite to replace it, or choose another destination"
         )
     return True
-
-
-def _check_sources_differ(destination: str, sources: Mapping[str, str]) -> None:
-    from ..remote.locations import canonical_location
-
-    target = canonical_location(destination)
-    for name, location in sources.items():
-        if canonical_location(location) == target:
-            raise InputRefusedError(
-                f"source {name!r} is the destination {target}; choose another destination"
-            )
 
 
 def _read_lines(path: str, *, what: str, form: str) -> list[str]:
@@ -145,7 +135,7 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         shape = description["shape"]
         lines = [
             f"{where}: composite of {plural(len(description['sources']), 'source')}, assay "
-            f"{description['assay']}: {shape[0]} cells x {shape[1]} features "
+            f"{description['assay']}: {shape[0]:,} cells x {shape[1]:,} features "
             f"({description['dtype']}), virtual arrays {', '.join(description['arrays'])}"
         ]
         lines += [f"  source {s['name']}: {s['location']}" for s in description["sources"]]
@@ -158,7 +148,7 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         ]
         shapes = {a["assay"]: a for a in description["assays"]}
         lines += [
-            f"  {name}: {shapes[name]['shape'][0]} cells x {shapes[name]['shape'][1]} features, "
+            f"  {name}: {shapes[name]['shape'][0]:,} cells x {shapes[name]['shape'][1]:,} features, "
             f"{shapes[name]['dtype']}, dataset {entry['datasetFingerprint']}, "
             + ("needs the source's countsT" if entry["requiresTranspose"] else "counts only")
             for name, entry in record["assays"].items()
@@ -169,8 +159,8 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         scope = f"{assay['workspace']}/" if assay["workspace"] else ""
         layout = assay["layout"]
         lines.append(
-            f"  {scope}{assay['assay']} ({assay['assayType']}): {assay['shape'][0]} cells x "
-            f"{assay['shape'][1]} features, {assay['dtype']}, countsT: "
+            f"  {scope}{assay['assay']} ({assay['assayType']}): {assay['shape'][0]:,} cells x "
+            f"{assay['shape'][1]:,} features, {assay['dtype']}, countsT: "
             f"{'yes' if assay['countsT'] else 'no'}"
         )
         lines.append(
@@ -225,7 +215,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.destination_checks import composites_replaceable
     from ..write.writer import write_counts
-    from .not_imported import not_imported_line
+    from .not_imported import not_counts_line, not_imported_line
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -260,8 +250,12 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     }
     if info.not_imported:  # on stderr, piped or not: what stayed behind, and how to keep it
         bars.write_line(not_imported_line("write", args.input, info.not_imported))
+    matrix = "X" if args.layer is None else f"layer {args.layer}"
+    not_counts = not_counts_line("write", args.input, matrix, str(info.dtype), info.not_imported)
+    if not_counts is not None:
+        bars.write_line(not_counts)
     text = (
-        f"wrote {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}) of {args.input} "
+        f"wrote {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}) of {args.input} "
         f"to {info.location} in {seconds:.2f} s; dataset {info.dataset_fingerprint}"
     )
     return Outcome(payload, text)
@@ -311,7 +305,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             require_store(
                 location, command=f"composite (source {name})", kinds=("ordinary", "anndata")
             )
-    _check_sources_differ(args.destination, sources)
+    check_sources_differ(args.destination, sources)
     layers = _per_source(args.layer, sources, option="--layer", what="LAYER")
     workspaces = _per_source(args.workspace, sources, option="--workspace", what="WS")
     storage_options = json_option(args.storage_options, "--storage-options")
@@ -366,7 +360,7 @@ def cmd_composite(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     }
     text = (
         f"composite of {plural(len(sources), 'source')} at {payload['location']}: "
-        f"{reader.shape[0]} cells x {reader.shape[1]} features ({reader.dtype}), created in "
+        f"{reader.shape[0]:,} cells x {reader.shape[1]:,} features ({reader.dtype}), created in "
         f"{seconds:.2f} s; no counts copied"
     )
     return Outcome(payload, text)
@@ -386,7 +380,7 @@ def cmd_mount(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         kinds=("ordinary",),
         storage_options=source_options,
     )
-    _check_sources_differ(args.destination, {"source": args.source})
+    check_sources_differ(args.destination, args.source)
     overwrite = _checked_overwrite(args, storage_options)
     started = time.perf_counter()
     with composites_replaceable():
@@ -445,7 +439,7 @@ def cmd_repack(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             storage_options=storage_options,
         )
     refuse_unused_source_options(found.kind, source_options, where=describe_location(args.source))
-    _check_sources_differ(args.destination, {"source": args.source})
+    check_sources_differ(args.destination, args.source)
     overwrite = _checked_overwrite(args, destination_options)
     started = time.perf_counter()
     with composites_replaceable():
@@ -528,7 +522,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         else "; every cell measured (no membership column)"
     )
     text = (
-        f"exported {info.shape[0]} cells x {info.shape[1]} features ({info.dtype}, "
+        f"exported {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}, "
         f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
         f"({info.format}) in {info.seconds:.2f} s, {plural(info.bands, 'band')}{membership}"
     )
@@ -558,7 +552,15 @@ INTERRUPT_NOTES: dict[str, str | Callable[[argparse.Namespace], str]] = {
     "export": "nothing was written: an export is written under a temporary name beside OUT "
     "(removed now) and renamed into place only when complete",
     "array": array_interrupt_note,
+    "demo": lambda args: _demo_note(args.directory),
 }
+
+
+def _demo_note(directory: str | None) -> str:
+    from .demo import interrupt_note  # numpy and zarr: not for every command's start
+
+    return interrupt_note(directory)
+
 
 #: Command -> the flag holding the backend options of the destination it creates
 #: (the interrupt guard looks at, and removes, a remote destination with them).

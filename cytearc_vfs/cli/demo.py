@@ -24,7 +24,10 @@ import zarr
 from .failures import InputRefusedError
 from .progress import ProgressBars
 
-__all__ = ["run_demo"]
+__all__ = ["interrupt_note", "run_demo"]
+
+#: The stores the demo writes in its folder, in the order it writes them.
+DEMO_STORES = ("wu2020.zarr", "celltypist.zarr", "composite.zarr", "mounted.zarr")
 
 Say = Callable[[str], None] | None
 
@@ -88,6 +91,38 @@ def _demo_mount(root: Path, counts_fingerprint: str) -> dict[str, Any]:
         "listed": len(list_artifacts(mounted, "RNA/artifacts")),
         "source_unchanged": True,
     }
+
+
+def interrupt_note(directory: str | None) -> str:
+    """What an interrupted demo leaves: with ``--directory``, each of its stores there
+    and whether it opens.
+
+    The demo creates no destination the interrupt guard knows of, so it said
+    "nothing was written" while its folder held a finished store and an
+    unfinished one.
+    """
+    if directory is None:
+        return "nothing was kept: the demo's temporary folder is removed"
+    import cytearc_vfs as cv
+
+    from ..remote.locations import expand_home
+
+    root = Path(expand_home(directory)).absolute()
+    found = []
+    for name in DEMO_STORES:
+        if not (root / name).exists():
+            continue
+        try:
+            cv.open_store(root / name).close()
+            found.append(f"{name} (complete)")
+        except Exception:
+            found.append(f"{name} (unfinished: it does not open)")
+    if not found:
+        return "nothing was written"
+    return (
+        f"{root} holds the demo's stores as far as it got: {', '.join(found)}; "
+        "the same command again replaces them"
+    )
 
 
 def _demo_folder(directory: str) -> Path:

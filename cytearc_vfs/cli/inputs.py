@@ -12,6 +12,7 @@ from typing import Any
 from .failures import InputRefusedError
 
 __all__ = [
+    "check_sources_differ",
     "USEFUL_MEM_BUDGET",
     "json_option",
     "mem_budget_option",
@@ -257,3 +258,19 @@ def checked_for_reading(
     )
     refuse_unused_source_options(found.kind, source_options, where=where)
     return where, storage_options, source_options
+
+
+def check_sources_differ(destination: str, sources: Mapping[str, str] | str) -> None:
+    """Refuse a source that is the destination (``sources`` by name, or one unnamed)."""
+    from ..remote.locations import canonical_location
+
+    target = canonical_location(destination)
+    if isinstance(sources, str):  # a mount's or repack's: "source 'source'" said nothing
+        named = {"the source": sources}
+    else:
+        named = {f"source {name!r}": location for name, location in sources.items()}
+    for which, location in named.items():
+        if canonical_location(location) == target:
+            raise InputRefusedError(
+                f"{which} is the destination {target}; choose another destination"
+            )

@@ -304,16 +304,49 @@ class DestinationGuard:
         self._kept_directory = path is not None and not self.existed and path.is_dir()
         self.where = describe_location(location)
 
+    def _unfinished(self) -> bool | None:
+        """Whether the destination's root now names an unfinished writer (a replacement
+        began), or ``None`` when its root cannot be read."""
+        import json
+
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        from ..format.records import PENDING_STORE_ATTR
+        from ..remote.locations import open_location
+
+        try:
+            store = open_location(
+                self._location, read_only=True, storage_options=self._storage_options
+            )
+            root = sync(store.get("zarr.json", default_buffer_prototype()))
+            document = {} if root is None else json.loads(root.to_bytes())
+        except Exception:
+            return None
+        attributes = document.get("attributes") if isinstance(document, dict) else None
+        return isinstance(attributes, dict) and PENDING_STORE_ATTR in attributes
+
     def discard(self) -> str:
         """Remove the destination if this command created it; returns what was done."""
         from ..remote.locations import local_path, open_location
 
         if self.existed:
-            return (
-                f"{self.where} existed before and was left as it is; if it was being "
-                "replaced, 'cytearc-vfs info' names its state and the same command with "
-                "--overwrite replaces it"
-            )
+            unfinished = self._unfinished()
+            if unfinished is None:
+                return (
+                    f"{self.where} existed before and was left as it is; if it was being "
+                    "replaced, 'cytearc-vfs info' names its state and the same command with "
+                    "--overwrite replaces it"
+                )
+            if unfinished:
+                # the replacement marks the root before it deletes anything: what the
+                # destination held is gone, and saying "left as it is" hid that
+                return (
+                    f"{self.where} existed before and was being replaced: what it held is "
+                    "gone and it is unfinished now (it does not open; 'cytearc-vfs info' says "
+                    "so); the same command with --overwrite writes it again"
+                )
+            return f"{self.where} existed before and is unchanged (it was not replaced yet)"
         path = local_path(self._location)
         if path is not None and self._kept_directory:
             if not path.is_dir() or not any(path.iterdir()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["not_imported_line", "not_imported_summary"]
+__all__ = ["not_imported_line", "not_imported_summary", "not_counts_line"]
 
 #: A group with more members than this shows its count and the first few names.
 _LISTED = 4
@@ -55,4 +55,39 @@ def not_imported_line(command: str, source: str, paths: Sequence[str]) -> str:
         f"counts and their obs and var): {not_imported_summary(paths)}; keep the AnnData "
         "beside the store, or publish a result such as an embedding as an artifact of the "
         "store (cytearc_vfs.publish_artifact; docs/artifacts.md)"
+    )
+
+
+def not_counts_line(
+    command: str, source: str, matrix: str, dtype: str, paths: Sequence[str]
+) -> str | None:
+    """The note when the imported matrix holds values that are not whole numbers (a
+    float ``dtype``: the writer keeps a float only then), naming the layers and raw
+    counts left behind that ``--layer`` imports instead; ``None`` for counts.
+
+    Writing a log-normalized ``X`` is the import's common mistake: it succeeded
+    without a word while the file's ``counts`` layer stayed behind.
+
+    >>> line = not_counts_line("write", "a.h5ad", "X", "float32", ["layers/counts", "raw"])
+    >>> line.split("; ")[1]
+    'its counts may be what --layer counts or --layer raw/X imports instead (again with --overwrite)'
+    >>> not_counts_line("write", "a.h5ad", "X", "uint16", ["layers/counts"]) is None
+    True
+    """
+    if not dtype.startswith("float"):
+        return None
+    choices = [
+        f"--layer {path.removeprefix('layers/')}" for path in paths if path.startswith("layers/")
+    ]
+    if "raw" in paths or "raw/X" in paths:
+        choices.append("--layer raw/X")
+    said = (
+        f"cytearc-vfs {command}: note: {matrix} of {source} holds values that are not whole "
+        f"numbers, stored as {dtype} (normalized data rather than counts?)"
+    )
+    if not choices:
+        return said
+    return (
+        f"{said}; its counts may be what {' or '.join(choices[:3])} imports instead "
+        "(again with --overwrite)"
     )

@@ -386,6 +386,6 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     }
     text = (
         f"{done} {mounted.mountpoint} ({ended}) after {seconds:.1f} s; "
-        f"{plural(mounted.operations.computed_values, 'value')} computed for reading"
+        f"{plural(mounted.operations.computed_values, 'chunk')} computed for reading"
     )
     return Outcome(payload, text)

@@ -28,6 +28,7 @@ from ..errors import warn_at_caller
 from ..format.fingerprints import combine
 from ..format.flags import check_flag
 from ..format.layout import DEFAULT_MEM_BUDGET
+from ..format.missing_assay import MissingAssayError
 from ..format.option_names import Placeholder, option_given, source_option_given
 from ..format.paths import check_name, join
 from ..format.records import dump_assay_types, requires_transpose
@@ -313,28 +314,36 @@ def create_composite(
     # every source verified from one concurrent batch of requests, read
     # through the cache the returned store keeps
     cache = SourceCache()
-    bound = bind_sources(
-        [
-            SourceSpec(
-                name,
-                location,
-                assay,
-                workspace=(source_workspaces or {}).get(name),
-                storage_options=(source_storage_options or {}).get(name),
-                # any source may be an AnnData store (bound as one when its root says so)
-                anndata=AnnDataSpec(
-                    _layer_element(name, (source_layers or {}).get(name)),
-                    # float counts are scanned at binding, every source's at once,
-                    # before anything else is held
-                    scan_bytes=usable_bytes(budget) // (2 * len(sources)),
-                ),
-                tables=True,  # read next, through the documents held from binding
-            )
-            for name, location in sources.items()
-        ],
-        counters=ReadCounters(),
-        cache=cache,
-    )
+    try:
+        bound = bind_sources(
+            [
+                SourceSpec(
+                    name,
+                    location,
+                    assay,
+                    workspace=(source_workspaces or {}).get(name),
+                    storage_options=(source_storage_options or {}).get(name),
+                    # any source may be an AnnData store (bound as one when its root says so)
+                    anndata=AnnDataSpec(
+                        _layer_element(name, (source_layers or {}).get(name)),
+                        # float counts are scanned at binding, every source's at once,
+                        # before anything else is held
+                        scan_bytes=usable_bytes(budget) // (2 * len(sources)),
+                    ),
+                    tables=True,  # read next, through the documents held from binding
+                )
+                for name, location in sources.items()
+            ],
+            counters=ReadCounters(),
+            cache=cache,
+        )
+    except MissingAssayError as exc:
+        named = [n for n, loc in sources.items() if describe_location(loc) == exc.where]
+        # a workspace's assays ('w1/RNA') keep the remedy that names --workspace
+        workspaced = (source_workspaces or {}).get(named[0]) if named else None
+        if not named or workspaced or not exc.held or any("/" in h for h in exc.held):
+            raise
+        raise exc.for_every_source(named[0], assay) from None
     for source in bound:
         if source.anndata is None and source.name in (source_layers or {}):
             layer = source_option_given(

@@ -125,6 +125,18 @@ class LayoutPolicy:
         """A form users can paste: ``LayoutPolicy(unit_bytes=..., chunk_bytes=...)``."""
         return f"LayoutPolicy(unit_bytes={self.unit_bytes}, chunk_bytes={self.chunk_bytes})"
 
+    def named(self, *, pasteable: bool) -> str:
+        """The policy in a message: ``layout LayoutPolicy(...)`` for a caller who can give
+        one (Python), else as ``cytearc-vfs info`` shows a store's layout (a Python
+        expression means nothing where no option takes it).
+
+        >>> LayoutPolicy(8000, 800).named(pasteable=False)
+        'the count layout unitBytes=8000 chunkBytes=800'
+        """
+        if pasteable:
+            return f"layout {self.describe()}"
+        return f"the count layout unitBytes={self.unit_bytes} chunkBytes={self.chunk_bytes}"
+
 
 DEFAULT_POLICY = LayoutPolicy()
 
@@ -364,7 +376,7 @@ def require_fit(
     else:
         remedy = f"raise {option_name('mem_budget')} to at least {format_size(cost)} ({cost} bytes)"
     raise LayoutTooLargeError(
-        f"layout {policy.describe()} needs {format_size(cost)} for its {what} of a "
+        f"{policy.named(pasteable=layout_option)} needs {format_size(cost)} for its {what} of a "
         f"{shape[0]} x {shape[1]} {dtype} matrix, over {option_name('mem_budget')} {format_size(mem_budget)}; "
         f"{remedy}. Nothing was written"
     )

@@ -8,13 +8,51 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .option_names import Placeholder, options_given, source_option_given
+from .option_names import (
+    Placeholder,
+    callers_form,
+    option_given,
+    options_given,
+    source_label,
+    source_option_given,
+)
 from .paths import AssayPaths
 
-__all__ = ["missing_assay_error"]
+__all__ = ["MissingAssayError", "missing_assay_error"]
 
 
-def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths]) -> ValueError:
+class MissingAssayError(ValueError):
+    """An assay (or workspace) a store does not hold; ``held`` names those it holds.
+
+    A ``ValueError`` as before; the class lets a caller that asked for the assay
+    on the user's behalf (a composite, one assay for every source) give its own
+    remedy, where "give one of them" would choose for one source only.
+    """
+
+    def __init__(self, message: str, where: str, held: list[str]) -> None:
+        super().__init__(message)
+        self.where = where
+        self.held = held
+
+    def for_every_source(self, name: str, assay: str) -> MissingAssayError:
+        """The refusal as a composite of source ``name`` gives it: one assay name is
+        read from every source, so "give one of them" would pick for this one only,
+        and the next source would lack it."""
+        command = f"cytearc-vfs write IN OUT --assay {assay}"
+        return MissingAssayError(
+            f"{source_label(name)} at {self.where} has no assay {assay!r} (its assays: "
+            f"{self.held}); a composite reads the assay of one name from every source "
+            f"({option_given('assay', assay)}): write this source again with that name "
+            f"({callers_form(f'write_counts(..., assay={assay!r})', command)}), or compose "
+            "sources whose assays are named alike",
+            self.where,
+            self.held,
+        )
+
+
+def missing_assay_error(
+    where: str, paths: AssayPaths, held: Iterable[AssayPaths]
+) -> MissingAssayError:
     """The refusal of an assay (or workspace) that ``where`` does not hold, naming those it holds.
 
     One message for every store kind: an ordinary store, a composite, a mount.
@@ -36,4 +74,6 @@ def missing_assay_error(where: str, paths: AssayPaths, held: Iterable[AssayPaths
     if paths.workspace and any(not p.workspace for p in held):
         how.append("a name without 'W/' is in the root layout: give no workspace")
     hint = f"; its assays: {names} ({'; '.join(how)})" if names else ""
-    return ValueError(f"{label} does not exist (no group at {paths.assay_group!r}){hint}")
+    return MissingAssayError(
+        f"{label} does not exist (no group at {paths.assay_group!r}){hint}", where, names
+    )

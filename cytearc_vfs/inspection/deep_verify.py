@@ -259,12 +259,25 @@ def _verify_composite(
     for source in composite.sources:
         if source.anndata is not None:
             continue
-        found = _verify_one(source.store, source.info, progress)
+        found = _verify_one(source.store, source.info, _of_source(progress, source.name))
         report.checked_values += found.checked_values
         report.problems.extend(
             f"source {source.name!r} at {source.location}: {problem}" for problem in found.problems
         )
     return [report]
+
+
+def _of_source(progress: Progress | None, name: str) -> Progress | None:
+    """``progress`` with each phase naming the composite's source: its sources' bars
+    were all "verify RNA counts", one after another, naming none."""
+    if progress is None:
+        return None
+    report = progress
+
+    def named(phase: str, done: int, total: int) -> None:
+        report(f"{phase} (source {name})", done, total)
+
+    return named
 
 
 def deep_verify(

@@ -231,8 +231,33 @@ def _id_positions(
     positions = index.get_indexer(pd.Index(values, dtype=object, copy=False))
     missing = positions < 0
     if missing.any():
-        raise UnknownIdError(_missing_message(values[missing], axis=axis, owner=owner))
+        message = _missing_message(values[missing], axis=axis, owner=owner)
+        if axis == "cells" and owner == "composite":
+            message += _prefixed_hint(values[missing][0], index)
+        raise UnknownIdError(message)
     return positions.astype(np.int64, copy=False)
+
+
+def _prefixed_hint(first: Any, index: pd.Index) -> str:
+    """The composite's cell ids ``"{prefix}-{first}"``, where it may have prefixed the
+    missing id ``first`` (cell ids that repeat across its sources become
+    ``"{source}-{id}"``, docs/composite.md); ``""`` when it has none.
+
+    A user who composes two stores holding the same barcodes and reads a cell by the
+    barcode got only "not in this composite's cells". Checked on the error path only,
+    for the first missing id.
+    """
+    if not isinstance(first, str) or not pd.api.types.is_string_dtype(index):
+        return ""
+    matches = index[index.str.endswith(f"-{first}", na=False)]
+    if not len(matches):
+        return ""
+    shown = " or ".join(repr(str(value)) for value in matches[:2])
+    more = ", ..." if len(matches) > 2 else ""
+    return (
+        f" (this composite has {shown}{more}: cell ids that repeat across its sources "
+        "are prefixed with the source's name)"
+    )
 
 
 def _missing_message(missing: npt.NDArray[Any], *, axis: str, owner: str) -> str:

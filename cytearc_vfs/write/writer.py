@@ -155,11 +155,17 @@ def _fitted_layout(
         else:  # the budget of the smallest layout it would fit
             cost = least_fitting_budget(*sizes, min_shard_rows=fit_rows, **options)
         least = max(preparation, cost)
+        # the counts' own need, when it sets the budget, is named: a remedy larger
+        # than the one need the message gives reads as a mistake
+        counts = f" and writing the counts {format_size(cost)}" if cost > preparation else ""
+        exact = ""
+        if fit_rows is None:
+            exact = f" with {policy.named(pasteable=option_offered('layout'))}"
         raise LayoutTooLargeError(
-            f"preparing the cell and feature tables needs {format_size(preparation)}, over "
-            f"{option_name('mem_budget')} {format_size(budget)}; raise {option_name('mem_budget')} "
-            f"to at least {format_size(least)} ({least} bytes), the smallest that works"
-            f"{' with this layout' if fit_rows is None else ''}. Nothing was written"
+            f"preparing the cell and feature tables needs {format_size(preparation)}{counts}, "
+            f"over {option_name('mem_budget')} {format_size(budget)}; raise "
+            f"{option_name('mem_budget')} to at least {format_size(least)} ({least} bytes), "
+            f"the smallest that works{exact}. Nothing was written"
         )
     if fit_rows is not None:
         return fit_layout(*sizes, budget, min_shard_rows=fit_rows, **options)

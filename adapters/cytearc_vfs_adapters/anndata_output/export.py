@@ -184,8 +184,8 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
         if not _is_anndata(path):
             raise FileExistsError(
                 f"export destination {path} holds something that is not an AnnData (.h5ad file "
-                "or AnnData Zarr store), so overwrite does not replace it; remove it yourself "
-                "or choose another destination"
+                f"or AnnData Zarr store), so {switched_on('overwrite')} does not replace it; "
+                "remove it yourself or choose another destination"
             )
     return path
 

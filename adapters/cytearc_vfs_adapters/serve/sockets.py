@@ -7,6 +7,7 @@ as ``docs/serve.md`` shows it.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 
@@ -47,10 +48,15 @@ def listening_socket(host: str, port: int) -> socket.socket:
         listener.listen(128)
     except OSError as exc:
         listener.close()
+        remedy = "choose another --port (0 picks a free one) or --host"
+        if exc.errno == errno.EADDRNOTAVAIL:
+            # no port helps: the address is not one of this machine's
+            remedy = (
+                f"{host} is not an address of this machine: give --host one of its addresses "
+                "(127.0.0.1: this machine only; 0.0.0.0: all its interfaces)"
+            )
         raise ListenError(
-            f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port "
-            "(0 picks a free one) or --host",
-            exc.errno,
+            f"cannot listen on {host}:{port} ({exc.strerror}); {remedy}", exc.errno
         ) from exc
     listener.setblocking(False)
     return listener
