@@ -74,7 +74,9 @@ def test_pending_assay_source_refused(tmp_path: Path, two_sources: dict[str, Pat
 
 
 def test_missing_assay_refused(tmp_path: Path, two_sources: dict[str, Path]) -> None:
-    with pytest.raises(ValueError, match="'ADT' does not exist"):
+    with pytest.raises(
+        ValueError, match=r"source 'a' at .* has no assay 'ADT' \(its assays: \['RNA'\]\)"
+    ):
         cv.create_composite(tmp_path / "d.zarr", two_sources, assay="ADT")
     assert not (tmp_path / "d.zarr").exists()
 

@@ -77,7 +77,7 @@ def test_a_folder_of_files_is_refused_without_listing_below_it(
     overwrite: bool,
 ) -> None:
     # `write IN .` in a home directory: every file below it was listed first
-    import cytearc_vfs.write.destinations as destinations
+    import cytearc_vfs.write.destination_checks as destination_checks
 
     folder = tmp_path / "home"
     (folder / "projects" / "deep").mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_a_folder_of_files_is_refused_without_listing_below_it(
     def listed(store: object) -> list[str]:
         raise AssertionError("the destination was listed key by key")
 
-    monkeypatch.setattr(destinations, "_list", listed)
+    monkeypatch.setattr(destination_checks, "_list", listed)
     with pytest.raises(
         FileExistsError, match=r"holds keys but no root group \(first: 'notes\.txt'\)"
     ):

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from ..errors import SourceGoneError, SourceUnavailableError, VfsError
+from ..format.missing_assay import MissingAssayError
 from ..format.option_names import source_label, source_options_example
 from ..format.store_contents import NoZarrGroupError
 from ..remote.failures import failure_remedy, first_line, is_http_location, source_failure
@@ -72,7 +73,7 @@ def refuse_replaced(spec: NamedSource, exc: BaseException) -> None:
             "(no zarr.json at its root); a source moved or deleted after the composite was "
             "made must be restored at that location, or the composite recreated"
         ) from exc
-    if type(exc) not in (ValueError, NoZarrGroupError):
+    if type(exc) not in (ValueError, NoZarrGroupError, MissingAssayError):
         return
     raise ValueError(
         f"{source_label(spec.name)} at {where} is not the store the composite recorded "
