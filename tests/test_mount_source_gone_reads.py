@@ -29,6 +29,7 @@ import cytearc_vfs as cv
 from cytearc_vfs.artifacts import artifact_reads
 from cytearc_vfs.errors import SourceGoneError
 from cytearc_vfs.mount import owners
+from cytearc_vfs.mount.store import MountStore
 
 
 def _mounted_ones(tmp_path: Path, values: np.ndarray) -> tuple[Path, Path, str]:
@@ -43,6 +44,29 @@ def _mounted_ones(tmp_path: Path, values: np.ndarray) -> tuple[Path, Path, str]:
         art.write_array("data", values, chunks=(5, 2))
     cv.mount_datastore(source, target).close()
     return source, target, f"{art.path}/data"
+
+
+def _counted_sparse_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[np.ndarray, MountStore, str, list[str]]:
+    """A mount over an artifact with two never-written (all-fill) chunks, whose
+    source's ``exists`` calls are recorded and whose found groups are trusted for
+    an hour: (values, mount, the array's path, the keys asked)."""
+    values = np.ones((20, 2), np.float32)
+    values[5:15] = 0  # two chunks of zeros: never written
+    _, target, path = _mounted_ones(tmp_path, values)
+    mount = cv.open_store(target)
+    assert isinstance(mount, MountStore)
+    checks: list[str] = []
+    real_exists = type(mount.source).exists
+
+    async def counted(store: object, key: str) -> bool:
+        checks.append(key)
+        return await real_exists(store, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(mount.source), "exists", counted)
+    monkeypatch.setattr(owners, "RECHECK_SECONDS", 3600.0)
+    return values, mount, path, checks
 
 
 def test_a_source_artifact_read_by_zarr_after_the_source_moved_fails_not_zeros(
@@ -63,19 +87,7 @@ def test_a_source_artifact_read_by_zarr_after_the_source_moved_fails_not_zeros(
 def test_an_all_fill_chunk_of_a_present_source_group_still_reads_as_fill(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    values = np.ones((20, 2), np.float32)
-    values[5:15] = 0  # two chunks of zeros: never written
-    _, target, path = _mounted_ones(tmp_path, values)
-    mount = cv.open_store(target)
-    checks: list[str] = []
-    real_exists = type(mount.source).exists
-
-    async def counted(store: object, key: str) -> bool:
-        checks.append(key)
-        return await real_exists(store, key)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(type(mount.source), "exists", counted)
-    monkeypatch.setattr(owners, "RECHECK_SECONDS", 3600.0)
+    values, mount, path, checks = _counted_sparse_mount(tmp_path, monkeypatch)
     data = zarr.open_array(mount, path=path, mode="r")
     assert np.array_equal(data[:5], values[:5])  # the group's owner is settled
     checks.clear()
@@ -111,19 +123,7 @@ def test_an_artifact_read_through_a_mount_checks_its_source_group_once(
 ) -> None:
     # Artifact reads check the group on a miss (artifact_reads.py), and so does the
     # mount under them (owners.py): the two questions are one, asked of the source once
-    values = np.ones((20, 2), np.float32)
-    values[5:15] = 0  # two chunks of zeros: never written
-    _, target, _ = _mounted_ones(tmp_path, values)
-    mount = cv.open_store(target)
-    checks: list[str] = []
-    real_exists = type(mount.source).exists
-
-    async def counted(store: object, key: str) -> bool:
-        checks.append(key)
-        return await real_exists(store, key)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(type(mount.source), "exists", counted)
-    monkeypatch.setattr(owners, "RECHECK_SECONDS", 3600.0)
+    values, mount, _, checks = _counted_sparse_mount(tmp_path, monkeypatch)
     monkeypatch.setattr(artifact_reads, "RECHECK_SECONDS", 3600.0)
     (art,) = cv.list_artifacts(mount, "RNA/artifacts")
     assert art.held_by == "source"
