@@ -227,8 +227,9 @@ def test_messages_name_raw_counts_among_the_choices(tmp_path: Path) -> None:
         cv.create_composite(tmp_path / "c1.zarr", {"a": path})
     with pytest.raises(
         UnsupportedSourceError,
-        match=r"has no 'layers/counts'; it holds X, raw/X and the layers none.*"
-        r"or 'raw/X' for the raw counts, or none to read X",
+        match=r"has no 'layers/counts'; it holds X, raw/X and no layers\. .*"
+        r"or source_layers=\{'a': 'raw/X'\} for the raw counts, "
+        r"or leave out source_layers=\{'a': LAYER\} to read X",
     ):
         cv.create_composite(tmp_path / "c2.zarr", {"a": path}, source_layers={"a": "counts"})
     for counts in (path, data):

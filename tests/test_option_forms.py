@@ -29,7 +29,12 @@ from zarr.storage import LocalStore
 
 import cytearc_vfs as cv
 from cytearc_vfs.errors import UnsupportedSourceError
-from cytearc_vfs.format.option_names import command_line_names
+from cytearc_vfs.format.option_names import (
+    Placeholder,
+    command_line_names,
+    option_given,
+    source_option_given,
+)
 from cytearc_vfs.read.anndata_elements import MissingElementError, matrix_element
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -198,3 +203,34 @@ def test_a_matrix_of_an_encoding_a_composite_does_not_read(tmp_path: Path) -> No
         "cv.write_counts"
     )
     python_form(str(raised.value))
+
+
+def test_shell_forms_quote_words_a_shell_would_split(tmp_path: Path) -> None:
+    """A remedy pasted into a shell must give each value as one word: a layer named
+    with a space was shown as ``--layer a=my layer``, which the shell splits."""
+    source = write_anndata_zarr(with_raw(30, GENES[:10], "a", seed=2), tmp_path / "a.zarr", 3)
+    with command_line_names(), pytest.raises(UnsupportedSourceError) as raised:
+        cv.create_composite(tmp_path / "c.zarr", {"a": source}, source_layers={"a": "my layer"})
+    said = str(raised.value)
+    # what the store holds, then each choice as a shell takes it; placeholders stay bare
+    assert "has no 'layers/my layer'; it holds X, raw/X and no layers." in said
+    assert "Name a layer with --layer a=LAYER, or --layer a=raw/X for the raw counts" in said
+    assert "or leave out --layer a=LAYER to read X" in said
+    shell_form(said)
+    with command_line_names():
+        assert option_given("assay", "my assay") == "--assay 'my assay'"
+        assert source_option_given("source_layers", "a", "my layer") == "--layer 'a=my layer'"
+        assert source_option_given("source_layers", "a", Placeholder("LAYER")) == "--layer a=LAYER"
+    # Python's form quotes by repr, as before
+    assert option_given("assay", "my assay") == "assay='my assay'"
+
+
+def test_import_remedies_quote_a_path_with_a_space(tmp_path: Path) -> None:
+    """``cytearc-vfs info`` of an AnnData store in a folder named with a space offers
+    ``anndata ls`` and ``write`` commands that work when pasted."""
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    source = write_anndata_zarr(adata(30, GENES[:10], "a", seed=1), folder / "a.zarr", 3)
+    said = refusal(["info", str(source)])
+    assert f"cytearc-vfs anndata ls '{source}' lists its elements" in said
+    assert f"cytearc-vfs write '{source}' OUT.zarr" in said

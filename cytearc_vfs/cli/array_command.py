@@ -211,7 +211,7 @@ def cmd_array(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     if is_group:
         raise InputRefusedError(
             f"{where} is a group, not an array; give the path of an array in it "
-            f"(cytearc-vfs array info {args.location} {path or '/'} lists them)"
+            f"(cytearc-vfs array info {shlex.quote(args.location)} {shlex.quote(path or '/')} lists them)"
         )
     if isinstance(document, dict) and MARKER_FIELD in document:
         # no recovery here: the operation may be another process's, still running

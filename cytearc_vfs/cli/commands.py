@@ -9,6 +9,7 @@ text printed for people; :mod:`cytearc_vfs.cli.running` prints one or the other.
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -109,7 +110,7 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
                 f"--cells gives source {name!r} two FILEs; give one file holding every id "
                 "to keep (cat them into one)"
             )
-        chosen[name] = _read_lines(path, what="--cells", form=f"--cells {name}=FILE")
+        chosen[name] = _read_lines(path, what="--cells", form=f"--cells {shlex.quote(name)}=FILE")
     return chosen
 
 

@@ -23,7 +23,7 @@ __all__ = [
     "require_store",
 ]
 
-_IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"
+_IMPORT_HINT = "import it with: cytearc-vfs write {where} OUT.zarr"  # where: a shell word
 
 
 def require_store(
@@ -58,7 +58,7 @@ def require_store(
         "composite": "composites do not nest, and a composite's counts live in its sources; "
         "give the sources themselves",
         "mount": "mounts do not chain; make it standalone first with: "
-        f"cytearc-vfs repack {location} OUT.zarr",
+        f"cytearc-vfs repack {shlex.quote(location)} OUT.zarr",
     }[found.kind]
     raise InputRefusedError(f"{found.words}; {command} needs {wanted}: {remedy}")
 
@@ -70,13 +70,13 @@ def _anndata_remedy(location: str, command: str, *, zarr: bool) -> str:
     an AnnData Zarr store needs no copy: a composite over it alone is a
     CyteArc store that reads its counts in place.
     """
-    imported = _IMPORT_HINT.format(where=location)
+    imported = _IMPORT_HINT.format(where=shlex.quote(location))
     if command in ("info", "verify"):
-        return f"cytearc-vfs anndata ls {location} lists its elements; or {imported}"
+        return f"cytearc-vfs anndata ls {shlex.quote(location)} lists its elements; or {imported}"
     if zarr and command in ("serve", "mount-fs", "export"):
         return (
             f"compose it without copying its counts, with: cytearc-vfs composite DEST.zarr "
-            f"NAME={location}, and give DEST.zarr to {command}; or {imported}"
+            f"{shlex.quote(f'NAME={location}')}, and give DEST.zarr to {command}; or {imported}"
         )
     if not zarr and command.startswith("composite"):
         # the Zarr copy of an .h5ad is a source as it is; the import is a copy too, but

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
-from ..format.option_names import on_command_line
+from ..format.option_names import on_command_line, shell_word
 from ..format.tables import StoredColumn
 from ..read.selection import aligned_mask
 from ..read.sources import BoundSource
@@ -89,7 +89,7 @@ def _cell_rows(
             shown = ", ".join(repr(str(v)) for v in missing[:3])
             # at a shell the ids came from --cells NAME=FILE, which takes nothing else
             given, other = (
-                (f"--cells {name}=FILE", "")
+                (f"--cells {shell_word(name)}=FILE", "")
                 if on_command_line()
                 else (f"cells[{name!r}]", ", a boolean mask or integer rows")
             )

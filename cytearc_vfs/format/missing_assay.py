@@ -13,6 +13,7 @@ from .option_names import (
     callers_form,
     option_given,
     options_given,
+    shell_word,
     source_label,
     source_option_given,
 )
@@ -38,7 +39,7 @@ class MissingAssayError(ValueError):
         """The refusal as a composite of source ``name`` gives it: one assay name is
         read from every source, so "give one of them" would pick for this one only,
         and the next source would lack it."""
-        command = f"cytearc-vfs write IN OUT --assay {assay}"
+        command = f"cytearc-vfs write IN OUT --assay {shell_word(assay)}"
         return MissingAssayError(
             f"{source_label(name)} at {self.where} has no assay {assay!r} (its assays: "
             f"{self.held}); a composite reads the assay of one name from every source "

@@ -32,6 +32,7 @@ types, and :class:`Placeholder` leaves a part of it for the caller to fill in.
 
 from __future__ import annotations
 
+import shlex
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +47,7 @@ __all__ = [
     "option_name",
     "option_offered",
     "options_given",
+    "shell_word",
     "source_label",
     "source_option_given",
     "source_options_example",
@@ -136,6 +138,23 @@ class Placeholder(str):
         return str(self)
 
 
+def shell_word(value: str) -> str:
+    """``value`` as one word a shell reads back unchanged: quoted when it holds a
+    space or another character the shell treats specially; a :class:`Placeholder`
+    stays bare, for the caller to replace.
+
+    >>> shell_word("my layer")
+    "'my layer'"
+    >>> shell_word("raw/X")
+    'raw/X'
+    >>> shell_word(Placeholder("LAYER"))
+    'LAYER'
+    """
+    if isinstance(value, Placeholder):
+        return str(value)
+    return shlex.quote(value)
+
+
 def option_given(keyword: str, value: str) -> str:
     """How a caller gives the option ``keyword`` the text ``value``.
 
@@ -146,7 +165,7 @@ def option_given(keyword: str, value: str) -> str:
     '--assay A'
     """
     if _command_line() and keyword in COMMAND_LINE_FLAGS:
-        return f"{COMMAND_LINE_FLAGS[keyword]} {value}"
+        return f"{COMMAND_LINE_FLAGS[keyword]} {shell_word(value)}"
     return f"{keyword}={value!r}"
 
 
@@ -171,10 +190,24 @@ def source_option_given(keyword: str, source: str, value: str) -> str:
     >>> with command_line_names():
     ...     source_option_given("source_workspaces", Placeholder("NAME"), "W")
     '--workspace NAME=W'
+    >>> with command_line_names():
+    ...     source_option_given("source_layers", "a", "my layer")
+    "--layer 'a=my layer'"
     """
     if _command_line() and keyword in SOURCE_OPTION_FLAGS:
-        return f"{SOURCE_OPTION_FLAGS[keyword]} {source}={value}"
+        return f"{SOURCE_OPTION_FLAGS[keyword]} {_source_entry(source, value)}"
     return f"{keyword}={{{source!r}: {value!r}}}"
+
+
+def _source_entry(source: str, value: str) -> str:
+    """``NAME=VALUE`` as one shell word; placeholders stay bare and unquoted."""
+    if isinstance(source, Placeholder) and isinstance(value, Placeholder):
+        return f"{source}={value}"
+    if isinstance(source, Placeholder):
+        return f"{source}={shell_word(value)}"
+    if isinstance(value, Placeholder):
+        return f"{shell_word(source)}={value}"
+    return shell_word(f"{source}={value}")
 
 
 def switched_on(keyword: str) -> str:

@@ -30,7 +30,7 @@ from zarr.abc.store import Store
 from zarr.api.asynchronous import open_array
 
 from ..errors import RecordShapeError, UnsupportedSourceError
-from ..format.option_names import Placeholder, callers_form, source_option_given
+from ..format.option_names import Placeholder, callers_form, shell_word, source_option_given
 from ..format.paths import join
 from ..format.store_keys import METADATA_DOCUMENTS
 
@@ -238,7 +238,7 @@ def pre_07_message(where: str) -> str:
     return (
         f"{where} is an AnnData Zarr store in the layout of anndata before 0.7 (obs and var "
         "stored as record arrays), which a composite does not read where it is; import it "
-        f"with {callers_form(f'cv.write_counts(DEST, {where!r})', f'cytearc-vfs write {where} DEST')}, which reads "
+        f"with {callers_form(f'cv.write_counts(DEST, {where!r})', f'cytearc-vfs write {shell_word(where)} DEST')}, which reads "
         "that layout, and use the imported store as the source"
     )
 

@@ -231,12 +231,11 @@ class _Layout:
         return prefixes, self.documents()
 
 
-async def _held_counts(backend: Store, documents: Documents) -> tuple[bool, bool, str]:
-    """What a store holds that a source can read, for messages: ``(X, raw/X, the
-    layers as text)``."""
+async def _held_counts(backend: Store, documents: Documents) -> tuple[bool, bool, list[str]]:
+    """What a store holds that a source can read, for messages: ``(X, raw/X, its
+    layers' names)``."""
     x, raw = await asyncio.gather(holds_node(documents, "X"), holds_node(documents, RAW_COUNTS))
-    layers = ", ".join(repr(layer) for layer in await layer_names(backend)) or "none"
-    return x, raw, layers
+    return x, raw, list(await layer_names(backend))
 
 
 async def _layout(documents: Documents, element: str, *, where: str) -> _Layout | None:
@@ -467,17 +466,21 @@ async def _missing_element(
     (``X``, ``raw/X``, its layers), so the remedy can be followed as it is."""
     x, raw, layers = await _held_counts(backend, documents)
     held = [*(["X"] if x and path != "X" else []), *([RAW_COUNTS] if raw else [])]
-    holds = ", ".join(held) + (" and " if held else "")
+    held.append(f"the layers {', '.join(map(repr, layers))}" if layers else "no layers")
+    holds = ", ".join(held[:-1]) + (" and " if len(held) > 1 else "") + held[-1]
     what = " (the AnnData has no raw counts: no raw/X)" if path == RAW_COUNTS else ""
+    layer = source_option_given("source_layers", name, Placeholder("LAYER"))
     also = [
-        *([f"{RAW_COUNTS!r} for the raw counts"] if raw else []),
-        *(["none to read X"] if x and path != "X" else []),
+        *(
+            [f"{source_option_given('source_layers', name, RAW_COUNTS)} for the raw counts"]
+            if raw
+            else []
+        ),
+        *([f"leave out {layer} to read X"] if x and path != "X" else []),
     ]
     return MissingElementError(
-        f"source {name!r} at {where} has no {path!r}{what}; it holds {holds}the layers "
-        f"{layers}. Name a layer with "
-        f"{source_option_given('source_layers', name, Placeholder('LAYER'))}"
-        f"{''.join(f', or {choice}' for choice in also)}",
+        f"source {name!r} at {where} has no {path!r}{what}; it holds {holds}. Name a layer "
+        f"with {layer}{''.join(f', or {choice}' for choice in also)}",
         path,
     )
 
