@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from .inputs import opened_for_reading
@@ -25,6 +26,7 @@ def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         lines = _mount_lines(description, where)
     else:
         lines = _ordinary_lines(description, where)
+    lines += _artifact_lines(description, args.location)
     return Outcome(description, "\n".join(lines))
 
 
@@ -78,4 +80,50 @@ def _ordinary_lines(description: dict[str, Any], where: str) -> list[str]:
         )
     if not description["assays"] and not description["pendingAssays"]:
         lines.append("  no assays")
+    return lines
+
+
+def _artifact_lines(description: dict[str, Any], location: str) -> list[str]:
+    """The artifacts of each root, one line, and a second for its unpublished or
+    unreadable groups with the command that shows them; a mount's marked with the
+    store that holds them, as ``cytearc-vfs artifacts`` marks them."""
+    tallies = description["artifacts"]
+    if tallies is None:
+        return ["  artifacts: not counted (the store cannot list its keys)"]
+    held = [
+        tally
+        for tally in tallies
+        if tally["complete"] or tally["incomplete"] or tally["unreadable"]
+    ]
+    if not held:
+        return ["  no artifacts"]
+    listed = f"cytearc-vfs artifacts {shlex.quote(location)}"
+    lines = [f"  artifacts ({listed} lists them):"]
+    for tally in held:
+        holder = "" if tally["heldBy"] is None else f"{tally['heldBy']:<7}"
+        kinds = tally["complete"]
+        counts = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
+        lines.append(
+            f"    {holder}{tally['root']}: {sum(kinds.values())} complete"
+            + (f" ({counts})" if counts else "")
+        )
+        # a mount's path lists its target's own groups; the source's are the source's
+        where = location if tally["heldBy"] != "source" else description["matrixSource"]["location"]
+        others = []
+        if tally["incomplete"]:
+            others.append(
+                f"{plural(tally['incomplete'], 'unpublished group')} "
+                f"(cytearc-vfs artifacts {shlex.quote(where)} --incomplete lists "
+                + ("it)" if tally["incomplete"] == 1 else "them)")
+            )
+        if tally["unreadable"]:
+            one = tally["unreadable"] == 1
+            others.append(
+                f"{plural(tally['unreadable'], 'unreadable group')} "
+                + ("(its record is malformed; " if one else "(their records are malformed; ")
+                + f"cytearc-vfs artifacts {shlex.quote(where)} names "
+                + ("it)" if one else "each)")
+            )
+        if others:
+            lines.append(f"    {' ' * len(holder)}  and {'; '.join(others)}")
     return lines
