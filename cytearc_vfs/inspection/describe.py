@@ -114,7 +114,8 @@ def describe_store(
         )
     if "matrixSource" in root_attrs:
         return describe_mount(store, where=where, source_storage_options=source_storage_options)
-    contents, infos = verify_store(store, where=where)
+    # the contents read above tell the kind: verified from them, not read again
+    contents, infos = verify_store(store, where=where, contents=contents)
     assays = []
     for info in infos:
         assays.append(
