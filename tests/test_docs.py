@@ -11,8 +11,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from unpublished_groups import killed_producer
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -117,18 +119,61 @@ def test_cli_page_examples_print_what_it_shows(tmp_path: Path) -> None:
         args = [("info" if word == "COMMAND" else word) for word in args[1:]]
         assert _run_cli(args, tmp_path).returncode == 0, command
     cv.write_counts(tmp_path / "pbmc.zarr", np.ones((3, 2), dtype=np.uint8))
+    # the artifacts `info pbmc.zarr` shows
+    for operation, kind in (("pca.a", "pca"), ("pca.b", "pca"), ("leiden", "leiden")):
+        _publish(tmp_path / "pbmc.zarr", kind, operation)
+    killed_producer(tmp_path / "pbmc.zarr", [("RNA/artifacts", "umap")])
     ad.AnnData(X=np.ones((3, 2), dtype=np.float32)).write_h5ad(tmp_path / "pbmc.h5ad")
-    checked = 0
+    refusals = 0
     for block in blocks("cli.md", "text"):
         lines = block.strip().splitlines()
         if not lines[0].startswith("$ cytearc-vfs ") or "s3://" in block:
             continue
         result = _run_cli(lines[0].split()[2:], tmp_path)
         shown = [line.replace("/data/", f"{tmp_path}/") for line in lines[1:]]
+        if lines[0] == "$ cytearc-vfs info pbmc.zarr":
+            assert result.stdout.splitlines() == shown, result.stdout
+            assert result.returncode == 0
+            continue
         assert result.stderr.splitlines() == shown, lines[0]
         assert result.returncode == 2
-        checked += 1
-    assert checked == 2
+        refusals += 1
+    assert refusals == 2
+
+
+def _publish(location: Any, kind: str, operation: str) -> None:
+    import numpy as np
+
+    import cytearc_vfs as cv
+
+    provenance = {"operation": operation, "parameters": {}, "inputs": {}}
+    with cv.publish_artifact(location, "RNA/artifacts", kind, provenance=provenance) as art:
+        art.write_array("data", np.ones(3))
+
+
+def test_cli_page_mount_info_example_shows_what_info_prints(tmp_path: Path) -> None:
+    """The lines cli.md shows of `info` on a mount: a source artifact, two of the
+    target's and a group its producer left unpublished."""
+    import numpy as np
+
+    import cytearc_vfs as cv
+
+    cv.write_counts(tmp_path / "src.zarr", np.ones((3, 2), dtype=np.uint8))
+    _publish(tmp_path / "src.zarr", "pca", "pca")
+    cv.mount_datastore(tmp_path / "src.zarr", tmp_path / "mine.zarr").close()
+    mount = cv.open_store(tmp_path / "mine.zarr", mode="r+")
+    for kind in ("pca", "umap"):
+        _publish(mount, kind, f"{kind}.mine")
+    mount.close()
+    killed_producer(tmp_path / "mine.zarr", [("RNA/artifacts", "umap")])
+    (shown,) = [
+        block
+        for block in blocks("cli.md", "text")
+        if block.startswith("  artifacts (cytearc-vfs artifacts mine.zarr")
+    ]
+    result = _run_cli(["info", "mine.zarr"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(shown), result.stdout
 
 
 def test_artifacts_page_example_runs_and_shows_what_it_says(

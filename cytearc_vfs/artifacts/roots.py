@@ -19,8 +19,16 @@ from zarr.abc.store import Store
 
 from ..format.paths import RESERVED_TOP_LEVEL, check_name, join
 from ..format.source_store import node_attrs, read_contents
+from ..format.store_contents import StoreContents
 
-__all__ = ["ROOT_FORMS", "artifact_roots", "check_root", "check_root_in_store", "roots_listed"]
+__all__ = [
+    "ROOT_FORMS",
+    "artifact_roots",
+    "check_root",
+    "check_root_in_store",
+    "roots_listed",
+    "roots_of",
+]
 
 #: The artifact roots a store can have, for messages.
 ROOT_FORMS = (
@@ -139,7 +147,12 @@ def roots_listed(store: Store, where: str) -> str:
 
 def artifact_roots(store: Store, where: str) -> list[str]:
     """Every artifact root the store's layout has: the datastore's, each workspace's and assay's."""
-    contents = read_contents(store, where=where)
+    return roots_of(read_contents(store, where=where))
+
+
+def roots_of(contents: StoreContents) -> list[str]:
+    """The artifact roots of a store whose contents were read already (:func:`artifact_roots`
+    without reading them again)."""
     workspaces = sorted({paths.workspace for paths in contents.assays if paths.workspace})
     roots = ["artifacts", *(join(workspace, "artifacts") for workspace in workspaces)]
     roots += [join(paths.assay_group, "artifacts") for paths in contents.assays]

@@ -2,7 +2,8 @@
 
 Modules: :mod:`.parser` (arguments and help), :mod:`.usage_errors` (a command
 line it refuses, in one line), :mod:`.commands` (what each
-command does), :mod:`.running` (running one and reporting it), :mod:`.failures`
+command does; :mod:`.info_command`, :mod:`.artifacts_command` and a few more hold
+one command each), :mod:`.running` (running one and reporting it), :mod:`.failures`
 (exit codes and one-line errors), :mod:`.interrupts` (SIGINT/SIGTERM and
 unfinished destinations), :mod:`.progress` (bars), :mod:`.demo`.
 The package imports nothing heavy until a command runs.

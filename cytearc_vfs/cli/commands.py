@@ -18,11 +18,12 @@ from .anndata_command import checked_anndata_input, cmd_anndata
 from .array_command import array_interrupt_note, cmd_array
 from .artifacts_command import cmd_artifacts
 from .failures import ExitCode, InputRefusedError
+from .info_command import cmd_info
 from .inputs import (
     check_sources_differ,
-    checked_for_reading,
     json_option,
     mem_budget_option,
+    opened_for_reading,
     parse_sources,
     per_source_options,
     read_named_file,
@@ -114,77 +115,11 @@ def _cell_ids(entries: Sequence[str], sources: Mapping[str, str]) -> dict[str, l
     return chosen
 
 
-def _opened_for_reading(
-    args: argparse.Namespace, *, command: str
-) -> tuple[Any, str, dict[str, Any] | None]:
-    """``args.location`` checked (:func:`~.inputs.checked_for_reading`) and opened read-only
-    with ``--storage-options``; with its name and the ``--source-storage-options``."""
-    from ..remote.locations import open_location
-
-    where, storage_options, source_options = checked_for_reading(args, command=command)
-    store = open_location(args.location, read_only=True, storage_options=storage_options)
-    return store, where, source_options
-
-
-def cmd_info(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
-    """``info LOCATION``."""
-    from ..inspection.describe import describe_store
-
-    store, where, source_options = _opened_for_reading(args, command="info")
-    description = describe_store(store, where=where, source_storage_options=source_options)
-    if description["kind"] == "composite":
-        shape = description["shape"]
-        lines = [
-            f"{where}: composite of {plural(len(description['sources']), 'source')}, assay "
-            f"{description['assay']}: {shape[0]:,} cells x {shape[1]:,} features "
-            f"({description['dtype']}), virtual arrays {', '.join(description['arrays'])}"
-        ]
-        lines += [f"  source {s['name']}: {s['location']}" for s in description["sources"]]
-        return Outcome(description, "\n".join(lines))
-    if description["kind"] == "mount":
-        record = description["matrixSource"]
-        lines = [
-            f"{where}: mounted target of {record['location']}"
-            + (f" (workspace {record['workspace']})" if record["workspace"] else "")
-        ]
-        shapes = {a["assay"]: a for a in description["assays"]}
-        lines += [
-            f"  {name}: {shapes[name]['shape'][0]:,} cells x {shapes[name]['shape'][1]:,} features, "
-            f"{shapes[name]['dtype']}, dataset {entry['datasetFingerprint']}, "
-            + ("needs the source's countsT" if entry["requiresTranspose"] else "counts only")
-            for name, entry in record["assays"].items()
-        ]
-        return Outcome(description, "\n".join(lines))
-    lines = [f"{where}: ordinary CyteArc store (Zarr v{description['zarrFormat']})"]
-    for assay in description["assays"]:
-        scope = f"{assay['workspace']}/" if assay["workspace"] else ""
-        layout = assay["layout"]
-        lines.append(
-            f"  {scope}{assay['assay']} ({assay['assayType']}): {assay['shape'][0]:,} cells x "
-            f"{assay['shape'][1]:,} features, {assay['dtype']}, countsT: "
-            f"{'yes' if assay['countsT'] else 'no'}"
-        )
-        lines.append(
-            f"    layout unitBytes={layout['unitBytes']} chunkBytes={layout['chunkBytes']} "
-            f"counts chunks {layout['counts']['chunks']} shards {layout['counts']['shards']}"
-        )
-        lines.append(f"    dataset {assay['datasetFingerprint']}")
-        lines.append(f"    counts  {assay['countsFingerprint']}")
-    for pending in description["pendingAssays"]:
-        lines.append(
-            f"  unfinished assay at {pending} (its write did not finish; it does not open). "
-            "Write the store again with --overwrite"
-        )
-    if not description["assays"] and not description["pendingAssays"]:
-        lines.append("  no assays")
-    return Outcome(description, "\n".join(lines))
-
-
 def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``verify LOCATION``."""
     from ..inspection.deep_verify import deep_verify
 
-    store, where, source_options = _opened_for_reading(args, command="verify")
+    store, where, source_options = opened_for_reading(args, command="verify")
     reports = deep_verify(store, where=where, progress=bars, source_storage_options=source_options)
     ok = all(report.ok for report in reports)
     payload = {

@@ -16,6 +16,7 @@ __all__ = [
     "USEFUL_MEM_BUDGET",
     "json_option",
     "mem_budget_option",
+    "opened_for_reading",
     "parse_sources",
     "per_source_options",
     "read_named_file",
@@ -258,6 +259,18 @@ def checked_for_reading(
     )
     refuse_unused_source_options(found.kind, source_options, where=where)
     return where, storage_options, source_options
+
+
+def opened_for_reading(
+    args: argparse.Namespace, *, command: str
+) -> tuple[Any, str, dict[str, Any] | None]:
+    """``args.location`` checked (:func:`checked_for_reading`) and opened read-only
+    with ``--storage-options``; with its name and the ``--source-storage-options``."""
+    from ..remote.locations import open_location
+
+    where, storage_options, source_options = checked_for_reading(args, command=command)
+    store = open_location(args.location, read_only=True, storage_options=storage_options)
+    return store, where, source_options
 
 
 def check_sources_differ(destination: str, sources: Mapping[str, str] | str) -> None:

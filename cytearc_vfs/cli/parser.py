@@ -107,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser(
         "info",
-        help="describe a store: kind, assays, shapes, layouts, fingerprints",
-        description="Describe a CyteArc store, composite or mount (verifies its metadata).",
+        help="describe a store: kind, assays, shapes, layouts, fingerprints, artifacts",
+        description="Describe a CyteArc store, composite or mount (verifies its metadata), "
+        "and count its artifacts by root and kind.",
     )
     info.add_argument("location", metavar="LOCATION", help="path or URL of a CyteArc store")
     _remote_options(info, own="LOCATION", sources=_OPENED_SOURCES)

@@ -510,9 +510,13 @@ def refuse_pending_assays(store: Store, contents: StoreContents, *, where: str) 
         )
 
 
-def verify_store(store: Store, *, where: str) -> tuple[StoreContents, list[AssayInfo]]:
-    """Verify every assay of an ordinary store."""
-    contents = read_contents(store, where=where)
+def verify_store(
+    store: Store, *, where: str, contents: StoreContents | None = None
+) -> tuple[StoreContents, list[AssayInfo]]:
+    """Verify every assay of an ordinary store (``contents``: its contents, when the
+    caller read them already; read here otherwise)."""
+    if contents is None:
+        contents = read_contents(store, where=where)
     if contents.zarr_format == 2:
         raise RecordShapeError(
             f"{where} is a Zarr v2 store; RNA assays need sharded Zarr v3 countsT, so it will "
