@@ -214,3 +214,49 @@ def test_a_suffix_in_capitals_exports_and_a_bare_suffix_is_refused(
     assert bare.returncode == 2 and "no name before its suffix .zarr" in bare.stderr
     assert "such as pbmc.zarr" in bare.stderr
     assert not (tmp_path / ".zarr").exists()
+
+
+def test_every_message_names_out_as_it_was_given(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cd /tmp && cytearc-vfs export s.zarr out.h5ad`` said "to /tmp/out.h5ad", and a
+    destination inside the store was named by its absolute path: each message now
+    names OUT (and STORE) as typed; ``--json``'s ``location`` stays the absolute path."""
+    import shutil
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copytree(store, work / "s.zarr")
+    (work / "afile").write_text("not a folder")
+    (work / "notes.h5ad").write_text("not an AnnData")
+    monkeypatch.chdir(work)
+    said: list[str] = []
+
+    def export(*args: str) -> subprocess.CompletedProcess[str]:
+        run = _cli("export", *args)
+        said.append(run.stdout + run.stderr)
+        return run
+
+    done = export("s.zarr", "out.h5ad")
+    assert done.returncode == 0, done.stderr
+    assert " of assay RNA to out.h5ad (h5ad) in " in done.stdout, done.stdout
+    exists = export("s.zarr", "./out.h5ad")
+    assert "export destination ./out.h5ad already exists" in exists.stderr, exists.stderr
+    assert "export destination nope/out.h5ad: its folder nope does not exist" in (
+        export("s.zarr", "nope/out.h5ad").stderr
+    )
+    assert "export destination 'afile/out.h5ad' cannot be written" in (
+        export("s.zarr", "afile/out.h5ad").stderr
+    )
+    other = export("s.zarr", "notes.h5ad", "--overwrite").stderr
+    assert "export destination notes.h5ad holds something that is not an AnnData" in other
+    inside = export("s.zarr", "s.zarr/inner.zarr").stderr
+    assert "destination 's.zarr/inner.zarr' overlaps source 'exported store' at 's.zarr'" in (
+        inside
+    ), inside
+    home = export("s.zarr", "~/cytearc-no-such-folder/out.h5ad").stderr
+    assert "export destination ~/cytearc-no-such-folder/out.h5ad: its folder" in home, home
+    for message in said:
+        assert str(work) not in message and "file://" not in message, message
+    as_json = json.loads(export("s.zarr", "out.zarr", "--json").stdout)
+    assert as_json["location"] == str(work / "out.zarr")

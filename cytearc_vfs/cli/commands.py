@@ -473,7 +473,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
     from cytearc_vfs_adapters.anndata_output.export_budget import EXPORT_BUDGET
 
-    from ..remote.locations import local_path
+    from ..remote.locations import given_location, local_path
 
     try:
         kind = export_format(args.destination)
@@ -523,7 +523,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     )
     text = (
         f"exported {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}, "
-        f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
+        f"{info.nnz:,} stored values) of assay {info.assay} to {given_location(args.destination)} "
         f"({info.format}) in {info.seconds:.2f} s, {plural(info.bands, 'band')}{membership}"
     )
     return Outcome(payload, text)

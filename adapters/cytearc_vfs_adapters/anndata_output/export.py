@@ -24,6 +24,7 @@ system offers one (:mod:`.replacement`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
@@ -44,7 +45,13 @@ from cytearc_vfs.format.option_names import option_name, switched_on
 from cytearc_vfs.format.sizes import parse_size
 from cytearc_vfs.inspection.read_sources import stores_read_by
 from cytearc_vfs.remote.failures import names_backend_failures
-from cytearc_vfs.remote.locations import Location, absolute_path, describe_location, local_path
+from cytearc_vfs.remote.locations import (
+    Location,
+    absolute_path,
+    describe_location,
+    given_location,
+    local_path,
+)
 from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
@@ -167,23 +174,26 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
             f"export writes local files; {describe_location(destination)} is not a local path. "
             "Export to a local path and upload it, or serve the store with cytearc-vfs serve"
         )
+    # named as the caller wrote it (out.h5ad, ~/x.h5ad), not as the absolute path
+    given = given_location(destination)
     # the export's temporary is made in its folder: a folder that is a file, /proc,
     # a read-only file system or one without permission is refused now, before the
     # source is read
-    require_writable(path.parent, where=f"export destination {str(path)!r}")
+    require_writable(path.parent, where=f"export destination {given!r}")
     if not path.parent.is_dir():
         raise FileNotFoundError(
-            f"the folder of the export destination {path} does not exist; create it first"
+            f"export destination {given}: its folder {os.path.dirname(given.rstrip('/'))} "
+            "does not exist; create it first (export does not create folders)"
         )
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise FileExistsError(
-                f"export destination {path} already exists; give {switched_on('overwrite')} "
+                f"export destination {given} already exists; give {switched_on('overwrite')} "
                 "to replace an AnnData there, or choose another destination"
             )
         if not _is_anndata(path):
             raise FileExistsError(
-                f"export destination {path} holds something that is not an AnnData (.h5ad file "
+                f"export destination {given} holds something that is not an AnnData (.h5ad file "
                 f"or AnnData Zarr store), so {switched_on('overwrite')} does not replace it; "
                 "remove it yourself or choose another destination"
             )
@@ -495,10 +505,10 @@ def export_anndata(
     if not isinstance(location, Store):
         # inside the store, the export would add foreign keys to it; around it, an
         # overwrite would remove the store itself
-        check_no_overlap(path, {"exported store": location})
+        check_no_overlap(destination, {"exported store": location}, describe=given_location)
     opened = open_assay(location, assay, **options)
     # nor inside (or around) what a composite or a mount reads: its sources
-    check_no_overlap(path, stores_read_by(opened.store))
+    check_no_overlap(destination, stores_read_by(opened.store), describe=given_location)
     # the tables are read and the bands planned before the temporary exists: a
     # budget too small is refused with nothing written
     tables, held = _read_tables(opened)
