@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import anndata as ad
 import pytest
 import scipy.sparse as sp
-from cli_harness import run_in_terminal, run_main
+from cli_harness import cli_executable, run_in_terminal, run_main
 from conftest import realistic_counts
 from cytearc_vfs_adapters.anndata_output import export_anndata
 
@@ -142,6 +143,48 @@ def test_export_in_a_terminal(store: Path, tmp_path: Path) -> None:
     assert run.returncode == 0, run.output
     assert "exported 900 cells x 80 features" in run.output
     assert ad.read_h5ad(tmp_path / "t.h5ad").shape == (900, 80)
+    # one band: the bar counted cells, and stood at 0% until the export ended; its
+    # steps now move it, each drawn, up to 100%
+    drawn = [
+        (int(done), int(total))
+        for done, total in re.findall(r"export:.*?\| *(\d+)/(\d+) \[", run.output)
+    ]
+    assert drawn and all(total == 7 for _, total in drawn), run.output
+    counts = [done for done, _ in drawn]
+    assert counts == sorted(counts) and counts[-1] == 7, run.output
+    assert [n for n in counts if 0 < n < 7], run.output  # it moved on the way
+    assert "step/s" in run.output, run.output
+    # piped, nothing is drawn (no carriage returns in a log)
+    piped = subprocess.run(
+        [cli_executable(), "export", str(store), str(tmp_path / "p.h5ad")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    assert "\r" not in piped.stdout and "exported 900 cells" in piped.stdout
+
+
+@pytest.mark.parametrize(("band_bytes", "bands"), [(None, 1), (100 * 80, 9)])
+def test_export_progress_counts_steps_to_the_end(
+    store: Path, tmp_path: Path, band_bytes: int | None, bands: int
+) -> None:
+    """``progress("export", done, total)``: the tables, obs, var and uns, each band read and
+    appended, and the finish; the last call only once the export is in place."""
+    out = tmp_path / "o.zarr"
+    calls: list[tuple[str, int, int, bool]] = []
+    info = export_anndata(
+        store,
+        out,
+        band_bytes=band_bytes,
+        progress=lambda phase, done, total: calls.append((phase, done, total, out.exists())),
+    )
+    assert info.bands == bands
+    total = 5 + 2 * bands
+    assert [(phase, done, of) for phase, done, of, _ in calls] == [
+        ("export", done, total) for done in range(1, total + 1)
+    ]
+    assert [exists for *_, exists in calls] == [False] * (total - 1) + [True]
 
 
 _CHILD = textwrap.dedent(
@@ -150,7 +193,8 @@ _CHILD = textwrap.dedent(
     from cytearc_vfs_adapters.anndata_output import export_anndata
 
     def progress(phase, done, total):
-        if done >= 300:  # a few bands are on disk under the temporary name
+        # steps: tables, obs, var, uns, then two per band (read, appended)
+        if done >= 4 + 2 * 3:  # three bands are on disk under the temporary name
             print("midway", flush=True)
             time.sleep(120)
 

@@ -73,6 +73,28 @@ UNFINISHED_ROOT = {"encoding-type": "cytearc-unfinished-export", "encoding-versi
 Progress = Callable[[str, int, int], None]
 
 
+class _Steps:
+    """The export's progress, counted in steps (``progress("export", done, total)``).
+
+    Bands of cells alone made a bar that a one-band export (any store the
+    default budget holds at once) left at 0% until the end. The steps: the
+    tables read and the bands planned; ``obs``, ``var`` and ``uns`` written;
+    each band read, then appended; the last chunks, the consolidated metadata
+    and the rename (the last step, so 100% is an export in place).
+    """
+
+    def __init__(self, progress: Progress | None, bands: int) -> None:
+        self._progress = progress
+        self._done = 0
+        self.total = 5 + 2 * bands
+
+    def advance(self) -> None:
+        """One more step done."""
+        self._done += 1
+        if self._progress is not None:
+            self._progress("export", self._done, self.total)
+
+
 @dataclass(frozen=True, slots=True)
 class ExportInfo:
     """What an export wrote."""
@@ -331,7 +353,7 @@ def _write(
     opened: OpenedAssay,
     tables: list[Any],
     plan: BandPlan,
-    progress: Progress | None,
+    steps: _Steps,
 ) -> tuple[int, int, int, str | None]:
     """Write every element into ``group``; returns (nnz, bands, largest band, membership).
 
@@ -346,21 +368,24 @@ def _write(
     tables.clear()
     _write_frame(write_elem, group, "obs", plain_text(obs))
     del obs
+    steps.advance()
     _write_frame(write_elem, group, "var", plain_text(var))
     del var
+    steps.advance()
     write_elem(group, "uns", uns)
     for name in _EMPTY_MAPPINGS:
         write_elem(group, name, {})
+    steps.advance()
     appender = _CsrAppender(group, kind, opened.shape, opened.reader.dtype)
     bands = largest = 0
     for cells in plan.bands():
         block = opened.reader.read_sparse(cells, None)
+        steps.advance()
         appender.append(block)
         del block  # before the next band is read
+        steps.advance()
         bands += 1
         largest = max(largest, cells.stop - cells.start)
-        if progress is not None:
-            progress("export", cells.stop, opened.shape[0])
     appender.finish()
     membership = uns.get("cytearc", {}).get("assayMembership", {}).get(opened.assay)
     # the root says "anndata" last (replacing UNFINISHED_ROOT): a temporary interrupted
@@ -375,7 +400,7 @@ def _write_to(
     opened: OpenedAssay,
     tables: list[Any],
     plan: BandPlan,
-    progress: Progress | None,
+    steps: _Steps,
     zarr_format: int,
 ) -> tuple[int, int, int, str | None]:
     if kind == "h5ad":
@@ -383,7 +408,7 @@ def _write_to(
 
         try:
             with h5py.File(temporary, "w-") as file:
-                return _write(file, kind, opened, tables, plan, progress)
+                return _write(file, kind, opened, tables, plan, steps)
         except RuntimeError as exc:
             failure = _system_failure(exc, temporary)
             if failure is None:
@@ -392,7 +417,7 @@ def _write_to(
     import zarr
 
     root = _unfinished_root(temporary, cast(ZarrFormat, zarr_format))
-    written = _write(root, kind, opened, tables, plan, progress)
+    written = _write(root, kind, opened, tables, plan, steps)
     with warnings.catch_warnings():
         # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
         warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
@@ -477,7 +502,11 @@ def export_anndata(
         Zarr format of a ``.zarr`` destination: 3 (default) or 2 (for readers
         without Zarr v3, such as anndata < 0.11). Ignored for ``.h5ad``.
     progress
-        Called as ``progress("export", cells_done, cells_total)`` after each band.
+        Called as ``progress("export", steps_done, steps_total)`` after each step:
+        the tables read and the bands planned (the first call), ``obs``, ``var``
+        and ``uns`` written, each band read and then appended, and the finish
+        (the last chunks, the consolidated metadata, the rename into place:
+        ``steps_done == steps_total`` only once the export is at ``destination``).
     **options
         ``workspace``, ``storage_options``, ``source_storage_options``
         (:class:`~.opened.OpenOptions`).
@@ -518,10 +547,12 @@ def export_anndata(
         check_hdf5_times(tables[0], table=opened.paths.cell_data, destination=str(destination))
         check_hdf5_times(tables[1], table=opened.paths.feature_data, destination=str(destination))
     plan = plan_bands(opened, budget, kind, held, band_bytes)
+    steps = _Steps(progress, len(plan.starts) - 1)
+    steps.advance()
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
         nnz, bands, largest, membership = _write_to(
-            temporary, kind, opened, tables, plan, progress, zarr_format
+            temporary, kind, opened, tables, plan, steps, zarr_format
         )
         move_into_place(temporary, path)
     except BaseException:
@@ -530,6 +561,7 @@ def export_anndata(
         stop_work()
         remove_output(temporary)
         raise
+    steps.advance()  # the export is in place
     return ExportInfo(
         location=str(absolute_path(path)),
         format=kind,
