@@ -304,3 +304,21 @@ def test_every_message_names_out_as_it_was_given(
         assert str(work) not in message and "file://" not in message, message
     as_json = json.loads(export("s.zarr", "out.zarr", "--json").stdout)
     assert as_json["location"] == str(work / "out.zarr")
+
+
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_an_export_into_another_zarr_store_is_refused(
+    store: Path, tmp_path: Path, suffix: str
+) -> None:
+    """``export s.zarr other.zarr/x.h5ad`` wrote into another store (a foreign member of
+    an AnnData or CyteArc store, or a store nested in it), which ``write`` refuses."""
+    other = tmp_path / "other.zarr"
+    assert _cli("export", str(store), str(other)).returncode == 0
+    before = sorted(str(p.relative_to(other)) for p in other.rglob("*"))
+    for inner in (other / f"x{suffix}", other / "obsm" / f"x{suffix}"):
+        run = _cli("export", str(store), str(inner))
+        assert run.returncode == 2, run.stderr
+        # the nearest node is named: the store, or its group obsm
+        assert f"destination {str(inner)!r} is below the Zarr node '{other}" in run.stderr
+        assert "Choose a destination outside any Zarr store" in run.stderr
+    assert sorted(str(p.relative_to(other)) for p in other.rglob("*")) == before

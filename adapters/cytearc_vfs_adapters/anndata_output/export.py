@@ -52,6 +52,7 @@ from cytearc_vfs.remote.locations import (
     given_location,
     local_path,
 )
+from cytearc_vfs.write.destination_contents import refuse_below_zarr_node
 from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
@@ -538,6 +539,9 @@ def export_anndata(
     opened = open_assay(location, assay, **options)
     # nor inside (or around) what a composite or a mount reads: its sources
     check_no_overlap(destination, stores_read_by(opened.store), describe=given_location)
+    # nor inside any other store (an AnnData's, a CyteArc store), as write refuses: a
+    # foreign member of it, or a store nested in it (after the overlaps, which say more)
+    refuse_below_zarr_node(path)
     # the tables are read and the bands planned before the temporary exists: a
     # budget too small is refused with nothing written
     tables, held = _read_tables(opened)
