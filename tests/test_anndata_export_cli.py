@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import anndata as ad
 import pytest
 import scipy.sparse as sp
-from cli_harness import run_in_terminal, run_main
+from cli_harness import cli_executable, run_in_terminal, run_main
 from conftest import realistic_counts
 from cytearc_vfs_adapters.anndata_output import export_anndata
 
@@ -142,6 +143,48 @@ def test_export_in_a_terminal(store: Path, tmp_path: Path) -> None:
     assert run.returncode == 0, run.output
     assert "exported 900 cells x 80 features" in run.output
     assert ad.read_h5ad(tmp_path / "t.h5ad").shape == (900, 80)
+    # one band: the bar counted cells, and stood at 0% until the export ended; its
+    # steps now move it, each drawn, up to 100%
+    drawn = [
+        (int(done), int(total))
+        for done, total in re.findall(r"export:.*?\| *(\d+)/(\d+) \[", run.output)
+    ]
+    assert drawn and all(total == 7 for _, total in drawn), run.output
+    counts = [done for done, _ in drawn]
+    assert counts == sorted(counts) and counts[-1] == 7, run.output
+    assert [n for n in counts if 0 < n < 7], run.output  # it moved on the way
+    assert "step/s" in run.output, run.output
+    # piped, nothing is drawn (no carriage returns in a log)
+    piped = subprocess.run(
+        [cli_executable(), "export", str(store), str(tmp_path / "p.h5ad")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    assert "\r" not in piped.stdout and "exported 900 cells" in piped.stdout
+
+
+@pytest.mark.parametrize(("band_bytes", "bands"), [(None, 1), (100 * 80, 9)])
+def test_export_progress_counts_steps_to_the_end(
+    store: Path, tmp_path: Path, band_bytes: int | None, bands: int
+) -> None:
+    """``progress("export", done, total)``: the tables, obs, var and uns, each band read and
+    appended, and the finish; the last call only once the export is in place."""
+    out = tmp_path / "o.zarr"
+    calls: list[tuple[str, int, int, bool]] = []
+    info = export_anndata(
+        store,
+        out,
+        band_bytes=band_bytes,
+        progress=lambda phase, done, total: calls.append((phase, done, total, out.exists())),
+    )
+    assert info.bands == bands
+    total = 5 + 2 * bands
+    assert [(phase, done, of) for phase, done, of, _ in calls] == [
+        ("export", done, total) for done in range(1, total + 1)
+    ]
+    assert [exists for *_, exists in calls] == [False] * (total - 1) + [True]
 
 
 _CHILD = textwrap.dedent(
@@ -150,7 +193,8 @@ _CHILD = textwrap.dedent(
     from cytearc_vfs_adapters.anndata_output import export_anndata
 
     def progress(phase, done, total):
-        if done >= 300:  # a few bands are on disk under the temporary name
+        # steps: tables, obs, var, uns, then two per band (read, appended)
+        if done >= 4 + 2 * 3:  # three bands are on disk under the temporary name
             print("midway", flush=True)
             time.sleep(120)
 
@@ -214,3 +258,67 @@ def test_a_suffix_in_capitals_exports_and_a_bare_suffix_is_refused(
     assert bare.returncode == 2 and "no name before its suffix .zarr" in bare.stderr
     assert "such as pbmc.zarr" in bare.stderr
     assert not (tmp_path / ".zarr").exists()
+
+
+def test_every_message_names_out_as_it_was_given(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cd /tmp && cytearc-vfs export s.zarr out.h5ad`` said "to /tmp/out.h5ad", and a
+    destination inside the store was named by its absolute path: each message now
+    names OUT (and STORE) as typed; ``--json``'s ``location`` stays the absolute path."""
+    import shutil
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copytree(store, work / "s.zarr")
+    (work / "afile").write_text("not a folder")
+    (work / "notes.h5ad").write_text("not an AnnData")
+    monkeypatch.chdir(work)
+    said: list[str] = []
+
+    def export(*args: str) -> subprocess.CompletedProcess[str]:
+        run = _cli("export", *args)
+        said.append(run.stdout + run.stderr)
+        return run
+
+    done = export("s.zarr", "out.h5ad")
+    assert done.returncode == 0, done.stderr
+    assert " of assay RNA to out.h5ad (h5ad) in " in done.stdout, done.stdout
+    exists = export("s.zarr", "./out.h5ad")
+    assert "export destination ./out.h5ad already exists" in exists.stderr, exists.stderr
+    assert "export destination nope/out.h5ad: its folder nope does not exist" in (
+        export("s.zarr", "nope/out.h5ad").stderr
+    )
+    assert "export destination 'afile/out.h5ad' cannot be written" in (
+        export("s.zarr", "afile/out.h5ad").stderr
+    )
+    other = export("s.zarr", "notes.h5ad", "--overwrite").stderr
+    assert "export destination notes.h5ad holds something that is not an AnnData" in other
+    inside = export("s.zarr", "s.zarr/inner.zarr").stderr
+    assert "destination 's.zarr/inner.zarr' overlaps source 'exported store' at 's.zarr'" in (
+        inside
+    ), inside
+    home = export("s.zarr", "~/cytearc-no-such-folder/out.h5ad").stderr
+    assert "export destination ~/cytearc-no-such-folder/out.h5ad: its folder" in home, home
+    for message in said:
+        assert str(work) not in message and "file://" not in message, message
+    as_json = json.loads(export("s.zarr", "out.zarr", "--json").stdout)
+    assert as_json["location"] == str(work / "out.zarr")
+
+
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_an_export_into_another_zarr_store_is_refused(
+    store: Path, tmp_path: Path, suffix: str
+) -> None:
+    """``export s.zarr other.zarr/x.h5ad`` wrote into another store (a foreign member of
+    an AnnData or CyteArc store, or a store nested in it), which ``write`` refuses."""
+    other = tmp_path / "other.zarr"
+    assert _cli("export", str(store), str(other)).returncode == 0
+    before = sorted(str(p.relative_to(other)) for p in other.rglob("*"))
+    for inner in (other / f"x{suffix}", other / "obsm" / f"x{suffix}"):
+        run = _cli("export", str(store), str(inner))
+        assert run.returncode == 2, run.stderr
+        # the nearest node is named: the store, or its group obsm
+        assert f"destination {str(inner)!r} is below the Zarr node '{other}" in run.stderr
+        assert "Choose a destination outside any Zarr store" in run.stderr
+    assert sorted(str(p.relative_to(other)) for p in other.rglob("*")) == before

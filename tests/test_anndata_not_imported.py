@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ import scipy.sparse as sp
 import zarr
 from anndata_files import write_anndata_zarr
 from cli_harness import run_in_terminal, run_main
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, WrapperStore
 
 import cytearc_vfs as cv
 
@@ -241,3 +244,70 @@ def test_a_normalized_x_is_noted_with_the_counts_left_behind(tmp_path: Path) -> 
         "write", str(tmp_path / "lognorm.h5ad"), str(tmp_path / "r.zarr"), "--layer", "raw/X"
     )
     assert raw.returncode == 0 and "whole numbers" not in raw.stderr, raw.stderr
+
+
+class _Unlisted(WrapperStore[LocalStore]):
+    """A real local store whose backend cannot list, as zarr's contract allows
+    (``supports_listing`` false): its keys are read one by one, never listed."""
+
+    @property
+    def supports_listing(self) -> bool:
+        return False
+
+
+class _ListsNothing(WrapperStore[LocalStore]):
+    """A backend whose listings come back empty (an HTTP file system against a server
+    without index pages): not even the root's own metadata document is listed."""
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        for name in ():
+            yield name
+
+
+def _unlisted(url: str, read_only: bool, options: Any) -> Store:
+    return _Unlisted(LocalStore("/" + url.split("://", 1)[1], read_only=read_only))
+
+
+def test_a_store_that_cannot_list_says_so_rather_than_nothing(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Without listings the import's report was ``()``, which reads as "nothing was left
+    out" while obsm, layers, uns and raw were: it is now ``None``, "not known"."""
+    for wrapper in (_Unlisted, _ListsNothing):
+        source = wrapper(LocalStore(inputs["v3"], read_only=True))
+        info = cv.write_counts(tmp_path / f"{wrapper.__name__}.zarr", source)
+        assert info.not_imported is None, wrapper
+        assert cv.open_store(tmp_path / f"{wrapper.__name__}.zarr")
+    # a store that lists keeps its report
+    listed = LocalStore(inputs["v3"], read_only=True)
+    assert cv.write_counts(tmp_path / "listed.zarr", listed).not_imported == EXPECTED
+
+
+def test_the_command_says_the_elements_could_not_be_listed(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """``cytearc-vfs write`` from a backend that cannot list (here one registered for
+    the scheme ``unlisted://``): the note and ``notImported`` said nothing was left out."""
+    from cytearc_vfs.remote.locations import register_backend
+
+    register_backend("unlisted", _unlisted)
+    url = f"unlisted:/{inputs['v3']}"
+    done = run_main("write", url, str(tmp_path / "x.zarr"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["notImported"] is None
+    (note,) = [line for line in done.stderr.splitlines() if "note:" in line]
+    assert note.startswith(f"cytearc-vfs write: note: what else {url} holds could not be listed")
+    assert "obsm" in note and "keep the AnnData beside the store" in note, note
+    text = run_main("write", url, str(tmp_path / "t.zarr"))
+    assert text.returncode == 0 and "could not be listed" in text.stderr, text.stderr
+    # a layer is still found (read by its path, not listed), and a missing one refused
+    layer = run_main("write", url, str(tmp_path / "l.zarr"), "--layer", "spliced")
+    assert layer.returncode == 0, layer.stderr
+    missing = run_main("write", url, str(tmp_path / "m.zarr"), "--layer", "nope")
+    assert missing.returncode == 2 and "has no layer 'nope'" in missing.stderr, missing.stderr
+    assert "its layers cannot be listed" in missing.stderr, missing.stderr
+    # anndata ls lists elements: refused, naming the store and why, not zarr's words
+    ls = run_main("anndata", "ls", url)
+    assert ls.returncode == 2, ls.stderr
+    assert f"{url}: its store cannot list its keys" in ls.stderr, ls.stderr
+    assert "list_dir" not in ls.stderr

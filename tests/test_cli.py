@@ -182,6 +182,19 @@ def test_cell_and_feature_counts_are_grouped_as_the_other_counts_are(
     assert "exported 1,200 cells x 1,500 features (" in capsys.readouterr().out
 
 
+def test_the_demo_groups_its_counts_as_the_other_lines_do() -> None:
+    """The demo's last step printed 'values=12290800' where every other count line
+    groups digits; its ``--json`` record keeps the number."""
+    from cytearc_vfs.cli.demo import _step
+
+    said: list[str] = []
+    steps: list[dict[str, object]] = []
+    with _step(steps, said.append, "cytearc-vfs verify wu2020 (re-read every value)") as rec:
+        rec.update(ok=True, values=12290800, shape="200x30727", listed=2)
+    assert said[0].endswith("(ok=True, values=12,290,800, shape=200x30727, listed=2)"), said
+    assert steps[0]["values"] == 12290800
+
+
 def test_a_source_whose_assay_is_named_otherwise_gets_a_composite_s_remedy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,7 @@ point on a pty with a window size, as a person's terminal does.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,8 @@ def test_readme_demo_in_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture
     assert run.returncode == 0, run.output
     _clean(run.output)
     assert "done: 11 steps" in run.output
+    # every count grouped, as the other commands' lines group theirs
+    assert re.search(r"values=\d{1,3}(,\d{3})+\)", run.output), run.output
     assert "%|" in run.output
     # a second run into the same directory replaces the demo's own stores; run in
     # this process with --json (the terminal's part was just checked), it stands for

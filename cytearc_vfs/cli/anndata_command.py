@@ -63,23 +63,27 @@ def checked_anndata_input(
         raise InputRefusedError(str(exc)) from exc
     try:
         container.check_root()
-        layers = container.layers()
         raw = container.has_raw_counts()
+        # the layer is looked up by its path: a store that cannot list is still
+        # imported (its layers are listed only to name them in a refusal)
+        if layer is None or (layer == RAW_COUNTS and raw) or container.has_layer(layer):
+            return location
+        layers = (
+            f"its layers are: {', '.join(container.layers()) or 'none'}"
+            if container.can_list
+            else "its layers cannot be listed (its store cannot list its keys)"
+        )
     finally:
         container.close()
-    choices = f"its layers are: {', '.join(layers) or 'none'}" + (
-        f", and its raw counts {RAW_COUNTS}" if raw else ""
-    )
+    choices = layers + (f", and its raw counts {RAW_COUNTS}" if raw else "")
     if layer == RAW_COUNTS and not raw:
         raise InputRefusedError(
             f"{found.where} has no raw counts (no {RAW_COUNTS}: the AnnData was written "
             f"without adata.raw); {choices} (leave out --layer to use X)"
         )
-    if layer is not None and layer != RAW_COUNTS and layer not in layers:
-        raise InputRefusedError(
-            f"{found.where} has no layer {layer!r}; {choices} (leave out --layer to use X)"
-        )
-    return location
+    raise InputRefusedError(
+        f"{found.where} has no layer {layer!r}; {choices} (leave out --layer to use X)"
+    )
 
 
 def _shape_text(shape: Sequence[int] | None) -> str:
@@ -100,6 +104,14 @@ def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     except NotAnnDataError as exc:
         raise InputRefusedError(str(exc)) from exc
     try:
+        if not container.can_list:
+            # zarr's own refusal named neither the store nor a remedy
+            raise InputRefusedError(
+                f"{container.where}: its store cannot list its keys, and anndata ls names the "
+                "elements by listing them; read it through a backend that lists (a local "
+                "copy, or its object-store or WebDAV URL), or import it with cytearc-vfs "
+                "write, which reads the counts, obs and var by their paths"
+            )
         elements = container.elements()
         shape = container.shape
         storage = f"Zarr v{container.zarr_format}" if container.storage == "zarr" else "HDF5 (h5ad)"

@@ -151,7 +151,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
     from ..write.destination_checks import composites_replaceable
     from ..write.writer import write_counts
-    from .not_imported import not_counts_line, not_imported_line
+    from .not_imported import not_counts_line, not_imported_line, not_listed_line
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
@@ -181,13 +181,18 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         "dtype": str(info.dtype),
         "datasetFingerprint": info.dataset_fingerprint,
         "countsFingerprint": info.counts_fingerprint,
-        "notImported": list(info.not_imported),
+        # null: the AnnData's elements could not be listed (not: nothing left out)
+        "notImported": None if info.not_imported is None else list(info.not_imported),
         "seconds": round(seconds, 3),
     }
-    if info.not_imported:  # on stderr, piped or not: what stayed behind, and how to keep it
+    if info.not_imported is None:
+        bars.write_line(not_listed_line("write", args.input))
+    elif info.not_imported:  # on stderr, piped or not: what stayed behind, and how to keep it
         bars.write_line(not_imported_line("write", args.input, info.not_imported))
     matrix = "X" if args.layer is None else f"layer {args.layer}"
-    not_counts = not_counts_line("write", args.input, matrix, str(info.dtype), info.not_imported)
+    not_counts = not_counts_line(
+        "write", args.input, matrix, str(info.dtype), info.not_imported or ()
+    )
     if not_counts is not None:
         bars.write_line(not_counts)
     text = (
@@ -409,7 +414,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from cytearc_vfs_adapters.anndata_output.export import export_anndata, export_format
     from cytearc_vfs_adapters.anndata_output.export_budget import EXPORT_BUDGET
 
-    from ..remote.locations import local_path
+    from ..remote.locations import given_location, local_path
 
     try:
         kind = export_format(args.destination)
@@ -459,7 +464,7 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     )
     text = (
         f"exported {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}, "
-        f"{info.nnz:,} stored values) of assay {info.assay} to {info.location} "
+        f"{info.nnz:,} stored values) of assay {info.assay} to {given_location(args.destination)} "
         f"({info.format}) in {info.seconds:.2f} s, {plural(info.bands, 'band')}{membership}"
     )
     return Outcome(payload, text)

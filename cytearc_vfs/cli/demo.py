@@ -40,8 +40,22 @@ def _step(steps: list[dict[str, Any]], say: Say, what: str) -> Iterator[dict[str
     record["seconds"] = round(time.perf_counter() - started, 3)
     steps.append(record)
     if say:
-        details = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("step", "seconds"))
+        details = ", ".join(
+            f"{k}={_shown(v)}" for k, v in record.items() if k not in ("step", "seconds")
+        )
         say(f"[{record['seconds']:7.2f} s] {what}" + (f" ({details})" if details else ""))
+
+
+def _shown(value: Any) -> str:
+    """A step's detail as its line prints it: a count grouped as every other count line
+    groups it (``values=12,290,800``; it was ``values=12290800``); ``--json`` keeps the number.
+
+    >>> _shown(12290800), _shown(True), _shown("200x30727")
+    ('12,290,800', 'True', '200x30727')
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 def _remove_own_composite(path: Path) -> None:

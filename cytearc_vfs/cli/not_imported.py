@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["not_imported_line", "not_imported_summary", "not_counts_line"]
+__all__ = ["not_counts_line", "not_imported_line", "not_imported_summary", "not_listed_line"]
 
 #: A group with more members than this shows its count and the first few names.
 _LISTED = 4
@@ -55,6 +55,19 @@ def not_imported_line(command: str, source: str, paths: Sequence[str]) -> str:
         f"counts and their obs and var): {not_imported_summary(paths)}; keep the AnnData "
         "beside the store, or publish a result such as an embedding as an artifact of the "
         "store (cytearc_vfs.publish_artifact; docs/artifacts.md)"
+    )
+
+
+def not_listed_line(command: str, source: str) -> str:
+    """The note when ``source``'s elements could not be listed (``WriteInfo.not_imported``
+    is ``None``): said as not known, where no note at all read as "nothing left out"."""
+    return (
+        f"cytearc-vfs {command}: note: what else {source} holds could not be listed (its "
+        "store cannot list its keys, or its listing shows nothing), so whatever it has "
+        "beside the counts, obs and var (obsm, varm, obsp, varp, uns, other layers, raw) "
+        "was not imported and is not named here; list it with cytearc-vfs anndata ls "
+        "through a backend that lists, keep the AnnData beside the store, or publish a "
+        "result such as an embedding as an artifact of the store (docs/artifacts.md)"
     )
 
 

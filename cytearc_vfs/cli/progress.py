@@ -41,7 +41,11 @@ def watched() -> bool:
 
 
 #: phases that count something other than rows (repack copies keys, not rows)
-_UNITS = {"copy keys": "key"}
+_UNITS = {"copy keys": "key", "export": "step"}
+#: phases that count a few steps, each possibly long (an export's: a band read, then
+#: appended): every step is drawn, as a whole number. tqdm's default throttling drew
+#: only some (a quick step reset its rate, and the next slow one was not drawn).
+_STEPPED = frozenset({"export"})
 
 
 class ProgressBars:
@@ -71,11 +75,14 @@ class ProgressBars:
             # elsewhere; imported here so a run without bars never loads it.
             from tqdm.auto import tqdm
 
+            stepped = phase in _STEPPED
             bar = tqdm(
                 total=total,
                 desc=phase,
                 unit=_UNITS.get(phase, "row"),
-                unit_scale=True,
+                unit_scale=not stepped,
+                mininterval=0 if stepped else 0.1,
+                miniters=1 if stepped else None,
                 leave=False,
                 file=sys.stderr,
                 # a terminal that reports no size (a fresh pty, some CI

@@ -28,6 +28,7 @@ __all__ = [
     "absolute_path",
     "describe_location",
     "expand_home",
+    "given_location",
     "local_path",
     "location_text",
     "open_location",
@@ -290,6 +291,23 @@ def describe_location(location: Location) -> str:
     path = local_path(location)
     if path is not None:
         return str(absolute_path(path))
+    return _password_masked(os.fspath(location))
+
+
+def given_location(location: Location) -> str:
+    """A location as its caller wrote it, for messages about it: a relative path stays
+    relative and ``~`` unexpanded (``cd /tmp && cytearc-vfs export s.zarr out.h5ad``
+    is told about ``out.h5ad``, not ``/tmp/out.h5ad``), a URL's password is shown as
+    ``***`` and a Store is described (:func:`describe_location`). Records, which must
+    reopen the location from anywhere, keep :func:`describe_location`'s absolute form.
+
+    >>> given_location("out.h5ad"), given_location(Path("~/a.zarr"))
+    ('out.h5ad', '~/a.zarr')
+    >>> given_location("s3://KEY:SECRET@bkt/a.zarr")
+    's3://KEY:***@bkt/a.zarr'
+    """
+    if isinstance(location, Store):
+        return describe_location(location)
     return _password_masked(os.fspath(location))
 
 

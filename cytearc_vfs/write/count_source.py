@@ -335,8 +335,9 @@ class CountInput(NamedTuple):
     features: pd.DataFrame | None
     #: ``uns["cytearc"]["assayMembership"]`` (assay -> membership column), or ``None``.
     membership: Mapping[str, Any] | None = None
-    #: Paths of the input's elements the write leaves out (``obsm/X_pca``, ``uns/neighbors``).
-    not_imported: tuple[str, ...] = ()
+    #: Paths of the input's elements the write leaves out (``obsm/X_pca``, ``uns/neighbors``);
+    #: ``None`` where they could not be listed (``WriteInfo.not_imported``).
+    not_imported: tuple[str, ...] | None = ()
 
 
 #: ``adapter(counts, layer, storage_options)``: the input it recognises, else ``None``;

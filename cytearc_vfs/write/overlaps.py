@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from zarr.abc.store import Store
@@ -19,6 +19,7 @@ def check_no_overlap(
     *,
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Mapping[str, Any] | None] | None = None,
+    describe: Callable[[Location], str] = describe_location,
 ) -> None:
     """Refuse a destination inside, equal to, or around any of ``sources``.
 
@@ -27,6 +28,8 @@ def check_no_overlap(
     a Store over the same bucket and prefix) is refused like the first.
     ``storage_options`` are the destination's and ``source_storage_options``
     the sources' by name: a custom endpoint in both tells two servers apart.
+    ``describe`` names a location in the refusal (``given_location``: as the
+    caller wrote it, a relative path relative).
     """
     options = source_storage_options or {}
     target = store_address(destination, storage_options)
@@ -40,7 +43,7 @@ def check_no_overlap(
             )
         if overlaps:
             raise ValueError(
-                f"destination {describe_location(destination)!r} overlaps source {name!r} at "
-                f"{describe_location(location)!r}; a writer must not write inside, over or "
+                f"destination {describe(destination)!r} overlaps source {name!r} at "
+                f"{describe(location)!r}; a writer must not write inside, over or "
                 "around one of its sources: choose a destination outside it"
             )

@@ -112,9 +112,15 @@ class WriteInfo:
     """Identity of the counts with their ordered cell and feature ids."""
     seconds: float
     """Wall time of the write."""
-    not_imported: tuple[str, ...] = ()
+    not_imported: tuple[str, ...] | None = ()
     """Paths of the AnnData's elements not stored (``obsm/X_pca``, ``uns/neighbors``,
-    ``layers/spliced``, ``raw``): a store holds one matrix and its obs and var."""
+    ``layers/spliced``, ``raw``): a store holds one matrix and its obs and var.
+    ``()``: nothing was left out. ``None``: not known, because the AnnData's store
+    cannot list its elements (a zarr ``Store`` whose ``supports_listing`` is false, or
+    whose listing shows nothing); the matrix, obs and var were read by path, and
+    whatever else it holds (``obsm``, ``uns``, other layers, ``raw``) was not imported.
+    Test ``is None`` before reading it as a list: an empty tuple and ``None`` are
+    both false."""
 
 
 def _table_bytes(table: PreparedTable) -> int:

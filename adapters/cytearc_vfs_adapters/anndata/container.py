@@ -274,6 +274,21 @@ class AnnDataContainer:
         """The feature ids: only the var index is read, not its columns."""
         return self._names("var")
 
+    @property
+    def can_list(self) -> bool:
+        """Whether the elements can be listed: an HDF5 file's always, a Zarr store's
+        where its backend lists (``supports_listing``; zarr refuses a listing otherwise,
+        and :meth:`elements` and :meth:`layers` need one)."""
+        return self.storage == "hdf5" or bool(self.root.store_path.store.supports_listing)
+
+    def has_layer(self, name: str) -> bool:
+        """Whether ``layers/<name>`` is held, looked up by its path (no listing)."""
+        try:
+            path = layer_element(name)
+        except ValueError:  # not one member of `layers` ('', 'a/b', '..')
+            return False
+        return path != RAW_COUNTS and child(self.root, path) is not None
+
     def layers(self) -> list[str]:
         """Names of the layers (empty when there are none)."""
         node = child(self.root, "layers")

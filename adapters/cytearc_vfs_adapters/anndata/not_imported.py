@@ -109,8 +109,9 @@ def _rank(path: str) -> tuple[int, str]:
     return (_ORDER.index(top) if top in _ORDER else len(_ORDER), path)
 
 
-def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]:
-    """:func:`not_imported` of a container's root group (Zarr or HDF5): names only.
+def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...] | None:
+    """:func:`not_imported` of a container's root group (Zarr or HDF5): names only;
+    ``None`` where the Zarr container's elements cannot be listed.
 
     A Zarr container is listed, never opened member by member: the root, then
     at once each of its groups the report looks into (``layers``, the
@@ -120,13 +121,21 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
     are elements: a file beside them (``.DS_Store``, ``notes.txt``) is told
     from a node by the listing that names it, and a directory the spec does not
     name counts only where its own listing shows a node's metadata document.
+
+    A store that cannot list (``supports_listing`` false), or whose listing of the
+    root shows nothing (not even the root's own metadata document, which was just
+    read: an HTTP file system against a server without index pages), gives
+    ``None``: what else it holds is not known. An empty tuple said "nothing was
+    left out" there while ``obsm``, ``uns`` and ``raw`` were.
     """
     if not isinstance(root, zarr.Group):
         return not_imported(_hdf5_members(root), layer)
     store, base = root.store_path.store, root.store_path.path
     if not store.supports_listing:
-        return ()  # names cannot be told without listings (docs/anndata.md)
+        return None  # names cannot be told without listings (docs/anndata.md)
     top = sync(_listings(store, base, [""]))[""]
+    if not top.names:
+        return None  # a listing that misses the root's own document shows nothing
     names = top.members()
     looked_into = [name for name in names if name in (*_MAPPINGS, "layers", "raw")]
     # a directory the spec does not name is an element only if it is a Zarr node

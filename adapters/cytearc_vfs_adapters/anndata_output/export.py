@@ -24,6 +24,7 @@ system offers one (:mod:`.replacement`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
@@ -44,7 +45,14 @@ from cytearc_vfs.format.option_names import option_name, switched_on
 from cytearc_vfs.format.sizes import parse_size
 from cytearc_vfs.inspection.read_sources import stores_read_by
 from cytearc_vfs.remote.failures import names_backend_failures
-from cytearc_vfs.remote.locations import Location, absolute_path, describe_location, local_path
+from cytearc_vfs.remote.locations import (
+    Location,
+    absolute_path,
+    describe_location,
+    given_location,
+    local_path,
+)
+from cytearc_vfs.write.destination_contents import refuse_below_zarr_node
 from cytearc_vfs.write.overlaps import check_no_overlap
 from cytearc_vfs.write.stopping import FinishingStore, stop_work, stops_on_exception
 from cytearc_vfs.write.writable import require_writable
@@ -64,6 +72,28 @@ _EMPTY_MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
 #: anndata (``IORegistryError``) and ``cytearc-vfs anndata ls`` refuse a killed one.
 UNFINISHED_ROOT = {"encoding-type": "cytearc-unfinished-export", "encoding-version": "0.0.0"}
 Progress = Callable[[str, int, int], None]
+
+
+class _Steps:
+    """The export's progress, counted in steps (``progress("export", done, total)``).
+
+    Bands of cells alone made a bar that a one-band export (any store the
+    default budget holds at once) left at 0% until the end. The steps: the
+    tables read and the bands planned; ``obs``, ``var`` and ``uns`` written;
+    each band read, then appended; the last chunks, the consolidated metadata
+    and the rename (the last step, so 100% is an export in place).
+    """
+
+    def __init__(self, progress: Progress | None, bands: int) -> None:
+        self._progress = progress
+        self._done = 0
+        self.total = 5 + 2 * bands
+
+    def advance(self) -> None:
+        """One more step done."""
+        self._done += 1
+        if self._progress is not None:
+            self._progress("export", self._done, self.total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,23 +197,26 @@ def _checked_destination(destination: Location, overwrite: bool) -> Path:
             f"export writes local files; {describe_location(destination)} is not a local path. "
             "Export to a local path and upload it, or serve the store with cytearc-vfs serve"
         )
+    # named as the caller wrote it (out.h5ad, ~/x.h5ad), not as the absolute path
+    given = given_location(destination)
     # the export's temporary is made in its folder: a folder that is a file, /proc,
     # a read-only file system or one without permission is refused now, before the
     # source is read
-    require_writable(path.parent, where=f"export destination {str(path)!r}")
+    require_writable(path.parent, where=f"export destination {given!r}")
     if not path.parent.is_dir():
         raise FileNotFoundError(
-            f"the folder of the export destination {path} does not exist; create it first"
+            f"export destination {given}: its folder {os.path.dirname(given.rstrip('/'))} "
+            "does not exist; create it first (export does not create folders)"
         )
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise FileExistsError(
-                f"export destination {path} already exists; give {switched_on('overwrite')} "
+                f"export destination {given} already exists; give {switched_on('overwrite')} "
                 "to replace an AnnData there, or choose another destination"
             )
         if not _is_anndata(path):
             raise FileExistsError(
-                f"export destination {path} holds something that is not an AnnData (.h5ad file "
+                f"export destination {given} holds something that is not an AnnData (.h5ad file "
                 f"or AnnData Zarr store), so {switched_on('overwrite')} does not replace it; "
                 "remove it yourself or choose another destination"
             )
@@ -321,7 +354,7 @@ def _write(
     opened: OpenedAssay,
     tables: list[Any],
     plan: BandPlan,
-    progress: Progress | None,
+    steps: _Steps,
 ) -> tuple[int, int, int, str | None]:
     """Write every element into ``group``; returns (nnz, bands, largest band, membership).
 
@@ -336,21 +369,24 @@ def _write(
     tables.clear()
     _write_frame(write_elem, group, "obs", plain_text(obs))
     del obs
+    steps.advance()
     _write_frame(write_elem, group, "var", plain_text(var))
     del var
+    steps.advance()
     write_elem(group, "uns", uns)
     for name in _EMPTY_MAPPINGS:
         write_elem(group, name, {})
+    steps.advance()
     appender = _CsrAppender(group, kind, opened.shape, opened.reader.dtype)
     bands = largest = 0
     for cells in plan.bands():
         block = opened.reader.read_sparse(cells, None)
+        steps.advance()
         appender.append(block)
         del block  # before the next band is read
+        steps.advance()
         bands += 1
         largest = max(largest, cells.stop - cells.start)
-        if progress is not None:
-            progress("export", cells.stop, opened.shape[0])
     appender.finish()
     membership = uns.get("cytearc", {}).get("assayMembership", {}).get(opened.assay)
     # the root says "anndata" last (replacing UNFINISHED_ROOT): a temporary interrupted
@@ -365,7 +401,7 @@ def _write_to(
     opened: OpenedAssay,
     tables: list[Any],
     plan: BandPlan,
-    progress: Progress | None,
+    steps: _Steps,
     zarr_format: int,
 ) -> tuple[int, int, int, str | None]:
     if kind == "h5ad":
@@ -373,7 +409,7 @@ def _write_to(
 
         try:
             with h5py.File(temporary, "w-") as file:
-                return _write(file, kind, opened, tables, plan, progress)
+                return _write(file, kind, opened, tables, plan, steps)
         except RuntimeError as exc:
             failure = _system_failure(exc, temporary)
             if failure is None:
@@ -382,7 +418,7 @@ def _write_to(
     import zarr
 
     root = _unfinished_root(temporary, cast(ZarrFormat, zarr_format))
-    written = _write(root, kind, opened, tables, plan, progress)
+    written = _write(root, kind, opened, tables, plan, steps)
     with warnings.catch_warnings():
         # anndata's own stores consolidate too; zarr warns that v3 has no spec for it
         warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
@@ -467,7 +503,11 @@ def export_anndata(
         Zarr format of a ``.zarr`` destination: 3 (default) or 2 (for readers
         without Zarr v3, such as anndata < 0.11). Ignored for ``.h5ad``.
     progress
-        Called as ``progress("export", cells_done, cells_total)`` after each band.
+        Called as ``progress("export", steps_done, steps_total)`` after each step:
+        the tables read and the bands planned (the first call), ``obs``, ``var``
+        and ``uns`` written, each band read and then appended, and the finish
+        (the last chunks, the consolidated metadata, the rename into place:
+        ``steps_done == steps_total`` only once the export is at ``destination``).
     **options
         ``workspace``, ``storage_options``, ``source_storage_options``
         (:class:`~.opened.OpenOptions`).
@@ -495,10 +535,13 @@ def export_anndata(
     if not isinstance(location, Store):
         # inside the store, the export would add foreign keys to it; around it, an
         # overwrite would remove the store itself
-        check_no_overlap(path, {"exported store": location})
+        check_no_overlap(destination, {"exported store": location}, describe=given_location)
     opened = open_assay(location, assay, **options)
     # nor inside (or around) what a composite or a mount reads: its sources
-    check_no_overlap(path, stores_read_by(opened.store))
+    check_no_overlap(destination, stores_read_by(opened.store), describe=given_location)
+    # nor inside any other store (an AnnData's, a CyteArc store), as write refuses: a
+    # foreign member of it, or a store nested in it (after the overlaps, which say more)
+    refuse_below_zarr_node(path)
     # the tables are read and the bands planned before the temporary exists: a
     # budget too small is refused with nothing written
     tables, held = _read_tables(opened)
@@ -508,10 +551,12 @@ def export_anndata(
         check_hdf5_times(tables[0], table=opened.paths.cell_data, destination=str(destination))
         check_hdf5_times(tables[1], table=opened.paths.feature_data, destination=str(destination))
     plan = plan_bands(opened, budget, kind, held, band_bytes)
+    steps = _Steps(progress, len(plan.starts) - 1)
+    steps.advance()
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
     try:
         nnz, bands, largest, membership = _write_to(
-            temporary, kind, opened, tables, plan, progress, zarr_format
+            temporary, kind, opened, tables, plan, steps, zarr_format
         )
         move_into_place(temporary, path)
     except BaseException:
@@ -520,6 +565,7 @@ def export_anndata(
         stop_work()
         remove_output(temporary)
         raise
+    steps.advance()  # the export is in place
     return ExportInfo(
         location=str(absolute_path(path)),
         format=kind,
