@@ -19,9 +19,10 @@ import numpy.typing as npt
 from zarr.abc.store import ByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 
+from ..errors import SourceUnavailableError
 from .chunk_codecs import ChunkDecodeError
 
-__all__ = ["MISSING", "ShardIndexLayout", "inner_chunk"]
+__all__ = ["MISSING", "ShardIndexLayout", "inner_chunk", "ranges_ignored"]
 
 #: An index entry's offset (and length) for an inner chunk that is not stored.
 MISSING = 2**64 - 1
@@ -78,6 +79,8 @@ class ShardIndexLayout:
     def parse(self, raw: npt.NDArray[Any], key: str) -> npt.NDArray[np.uint64]:
         """The ``(offset, nbytes)`` rows of the index bytes ``raw`` of shard ``key``."""
         data = bytes(raw)
+        if len(data) > self.index_bytes:
+            raise ranges_ignored(key, self.index_bytes, len(data))
         if len(data) != self.index_bytes:
             raise ChunkDecodeError(
                 f"shard {key}: its index is {len(data)} bytes, not {self.index_bytes}; "
@@ -90,6 +93,20 @@ class ShardIndexLayout:
                 "(restore the source)"
             )
         return np.frombuffer(entries, dtype="<u8").reshape(self.inner, 2)
+
+
+def ranges_ignored(key: str, asked: int, got: int) -> SourceUnavailableError:
+    """The refusal of a store that answered the read of ``asked`` bytes of ``key`` (a
+    shard's index) with more (``got``): it ignores byte ranges, as a static HTTP server
+    such as ``python -m http.server`` does. The shard is not damaged, so it is not
+    said to be; and its whole bytes are not guessed at, because every later ranged
+    read of the store would fetch whole shards too."""
+    return SourceUnavailableError(
+        f"shard {key}: the store answered a read of its {asked}-byte index with {got} bytes: "
+        "it ignores byte ranges (HTTP Range requests), which reading a sharded array needs; "
+        "serve the store with a server that honours them (cytearc-vfs serve, nginx, "
+        "WsgiDAV; not python -m http.server)"
+    )
 
 
 def inner_chunk(whole: npt.NDArray[Any], entry: npt.NDArray[np.uint64]) -> Any:

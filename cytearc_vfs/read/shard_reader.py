@@ -56,6 +56,7 @@ from .range_requests import (
     coalesce_ranges,
 )
 from .read_stats import ReadCounters
+from .shard_indexes import ranges_ignored
 from .strip_assembly import ShardWork, StripAssembler
 
 __all__ = [
@@ -370,6 +371,8 @@ class ShardedReader:
         if data is None:
             index = None  # a shard never written holds only the fill value
         else:
+            if len(data) > self._index_bytes:
+                raise ranges_ignored(self._key(shard_row), self._index_bytes, len(data))
             if len(data) != self._index_bytes:
                 raise failed_check(
                     f"{self._label}: shard {self._key(shard_row)} has an index of {len(data)} "

@@ -37,6 +37,7 @@ __all__ = [
     "first_line",
     "is_backend_error",
     "is_http_location",
+    "listing_unsupported",
     "missing_bucket",
     "named_backend_failures",
     "names_backend_failures",
@@ -59,6 +60,8 @@ _RETRIES = re.compile(r"after (\d+) retries, max_retries: (\d+)")
 _SERVER_FAILING = re.compile(r"status code: 5\d\d|slowdown|service unavailable")
 #: A server's answer that it failed at the request, not that it is busy: more time is no remedy.
 _SERVER_BROKEN = re.compile(r"status code: (50[01])\b")
+#: A web server's answer that it does not list directories (WebDAV ``PROPFIND``).
+_NO_LISTING = re.compile(r"propfind .*status code: (501|405)\b")
 
 
 def is_http_location(where: str) -> bool:
@@ -176,6 +179,20 @@ def unreachable(exc: BaseException) -> bool:
     )
 
 
+def listing_unsupported(exc: BaseException) -> str | None:
+    """The status (``501``, ``405``) with which a web server refused to list a directory
+    (obstore lists an HTTP store with WebDAV's ``PROPFIND``), or ``None``. A static
+    server (``python -m http.server``, nginx without DAV) answers so every time.
+
+    >>> listing_unsupported(OSError("Error performing PROPFIND http://h/a.zarr after 10 "
+    ...     "retries - Server returned non-2xx status code: 501 Not Implemented"))
+    '501'
+    >>> listing_unsupported(OSError("Error performing GET http://h/a - status code: 501"))
+    """
+    found = _NO_LISTING.search(_text(exc))
+    return None if found is None else found.group(1)
+
+
 def plain_http_refused(exc: BaseException) -> bool:
     """Whether ``exc`` is obstore refusing an ``http://`` endpoint it was not allowed to
     use (``HTTP error: builder error`` with ``BadScheme``): no request was sent."""
@@ -216,6 +233,14 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return (
             "its bucket does not exist (S3 NoSuchBucket): check the bucket name in the URL, "
             "or create the bucket"
+        )
+    unlisted = listing_unsupported(exc) if http else None
+    if unlisted is not None:
+        # a static server answers every PROPFIND so: "check its health" misled
+        return (
+            f"the web server does not list directories (it answered WebDAV PROPFIND with "
+            f"{unlisted}), which opening a store over HTTP needs: serve the directory with a "
+            "server that lists, such as cytearc-vfs serve, WsgiDAV, or nginx or Apache with DAV"
         )
     broken = server_broken(exc)
     if broken is not None:

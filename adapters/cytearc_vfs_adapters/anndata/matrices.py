@@ -27,6 +27,7 @@ import zarr
 from zarr.core.array import AsyncArray
 from zarr.core.sync import sync
 
+from cytearc_vfs.errors import SourceUnavailableError
 from cytearc_vfs.read.direct_chunks import ChunkDecodeError
 from cytearc_vfs.read.sparse_chunk_presence import (
     check_stored_chunks,
@@ -248,6 +249,9 @@ class SparseMatrixElement(MatrixElement):
                 f"{self.label}: stored values cannot be decoded ({detail}): the container is "
                 f"damaged; {DAMAGED_REMEDY}"
             ) from exc
+        except SourceUnavailableError as exc:
+            # the store, not the container, is at fault (a server ignoring byte ranges)
+            raise SourceUnavailableError(f"{self.label}: {exc}") from exc
 
     def read_indptr(self, start: int, stop: int) -> npt.NDArray[np.int64]:
         """``indptr[start : stop + 1]``, checked to be a non-decreasing range of entries."""
