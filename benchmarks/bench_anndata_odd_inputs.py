@@ -87,16 +87,21 @@ def reads(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "non-canonical": write(non_canonical(truth), work / "non_canonical.zarr"),
     }
     rng = np.random.default_rng(5)
+    random_cells = min(1000, args.cells)
+    band_cells = min(5000, args.cells // 2)
+    # labels give the sizes read (fewer than 1,000 and 5,000 on a small matrix)
     selections = {
-        "1,000 random cells": np.sort(rng.choice(args.cells, min(1000, args.cells), replace=False)),
-        "5,000-cell band": np.arange(min(5000, args.cells // 2)) + args.cells // 3,
+        f"{random_cells:,} random cells": np.sort(
+            rng.choice(args.cells, random_cells, replace=False)
+        ),
+        f"{band_cells:,}-cell band": np.arange(band_cells) + args.cells // 3,
     }
     results: dict[str, Any] = {}
-    for label, cells in selections.items():
+    for number, (label, cells) in enumerate(selections.items()):
         row: dict[str, float] = {}
         expected = truth[cells].toarray()
         for name, source in sources.items():
-            store = cv.create_composite(work / f"{name}-{label[:4]}.zarr", {"s": source})
+            store = cv.create_composite(work / f"{name}-{number}.zarr", {"s": source})
             reader = store.reader()
             seconds, block = median_time(lambda r=reader, c=cells: r.read(c), args.repeat)
             assert np.array_equal(block, expected), name

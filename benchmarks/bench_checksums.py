@@ -12,6 +12,7 @@ the target of issue 12 is under 5 % on both.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -54,10 +55,22 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=80)
     parser.add_argument("--writes", type=int, default=3)
     args = parser.parse_args()
-    counts = generated_counts(args.cells, args.genes)
     folder = tempfile.mkdtemp(prefix="bench-checksums-")
+    try:
+        _compare(args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, folder: str) -> None:
+    """Write and read with and without checksums under ``folder``, and print."""
+    counts = generated_counts(args.cells, args.genes)
     paths = {flag: f"{folder}/checksums-{flag}.zarr" for flag in (False, True)}
     writes: dict[bool, list[float]] = {False: [], True: []}
+    # one write not timed, to a store of its own: the process's first write_counts
+    # pays one-time costs (imports, thread pools; ~0.6 s here) that otherwise fall
+    # on the first "none" write, which --writes 1 or 2 then reports as its time
+    _write(f"{folder}/warm.zarr", counts[:1_000], checksums=False)
     for _ in range(args.writes):
         for flag in (False, True):
             writes[flag].append(_write(paths[flag], counts, checksums=flag))

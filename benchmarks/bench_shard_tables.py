@@ -84,6 +84,14 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=60)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-shard-tables-"))
+    try:
+        _compare(args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, folder: Path) -> None:
+    """Measure the store under ``folder`` locally and on loopback S3, and print."""
     counts = generated_counts(args.cells, args.genes)
     layout = cv.LayoutPolicy.parse((args.unit, "32K"))
     cv.write_counts(folder / "s.zarr", counts, layout=layout)

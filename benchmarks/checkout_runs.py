@@ -50,6 +50,9 @@ def run_in_checkout(code: Path, script: str, *arguments: str) -> dict[str, Any] 
     """Run ``script`` (Python source) with ``code``'s package first on the path
     (and this folder after it: the script may import :func:`peak_and_seconds`).
 
+    The child's temporary files (its ``tempfile`` folders: the stores and
+    exports it measures) go to a folder of its own, removed when it ends.
+
     Returns the JSON of the child's last line of output (``None``: no output),
     or ``{"error": ...}`` with the last line of its errors when it failed.
     """
@@ -58,14 +61,21 @@ def run_in_checkout(code: Path, script: str, *arguments: str) -> dict[str, Any] 
     env["PYTHONPATH"] = os.pathsep.join(
         [str(code), str(code / "adapters"), str(Path(__file__).resolve().parent)]
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script, *arguments],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tempfile.gettempdir(),
-        check=False,
-    )
+    # the children write their stores under tempfile.mkdtemp() and leave them
+    # (hundreds of MB a run): give them a TMPDIR that is removed afterwards
+    scratch = Path(tempfile.mkdtemp(prefix="bench-child-"))
+    env["TMPDIR"] = str(scratch)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", script, *arguments],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if result.returncode:
         return {"error": result.stderr.strip().splitlines()[-1][:160]}
     lines = result.stdout.strip().splitlines()
