@@ -311,3 +311,36 @@ def test_the_command_says_the_elements_could_not_be_listed(
     assert ls.returncode == 2, ls.stderr
     assert f"{url}: its store cannot list its keys" in ls.stderr, ls.stderr
     assert "list_dir" not in ls.stderr
+
+
+class _ListingRefused(WrapperStore[LocalStore]):
+    """A backend whose credentials may read keys but not list them (S3 without
+    ``s3:ListBucket``): every listing raises ``PermissionError``, as the obstore
+    adapter translates a refused listing."""
+
+    async def list(self) -> AsyncIterator[str]:
+        raise PermissionError("listing refused (403 AccessDenied)")
+        yield ""  # pragma: no cover - makes this an async generator
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        raise PermissionError("listing refused (403 AccessDenied)")
+        yield ""  # pragma: no cover
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        raise PermissionError("listing refused (403 AccessDenied)")
+        yield ""  # pragma: no cover
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_read_access_without_listing_still_imports(
+    inputs: dict[str, Path], tmp_path: Path, zarr_format: int
+) -> None:
+    """The import reads what it needs by path; only its chunk check and this report
+    listed, and a refused listing failed the whole write. The chunks are now asked
+    one by one, and what else the container holds is "not known" (``None``)."""
+    source = _ListingRefused(LocalStore(inputs[f"v{zarr_format}"], read_only=True))
+    info = cv.write_counts(tmp_path / "out.zarr", source)
+    assert info.not_imported is None
+    expected = ad.read_zarr(inputs[f"v{zarr_format}"])
+    counts = zarr.open_array(cv.open_store(tmp_path / "out.zarr"), path="RNA/counts", mode="r")[:]
+    np.testing.assert_array_equal(counts, expected.X.toarray())

@@ -80,19 +80,31 @@ class AbsentChunk:
 
 async def stored_keys(arrays: Mapping[str, AsyncArray[Any]]) -> set[str]:
     """The stored chunk keys of ``arrays``: one listing of their element's prefix (its
-    arrays are its members), or, on a store that cannot list, an ``exists`` per chunk."""
+    arrays are its members), or, on a store that cannot list or refuses to
+    (``PermissionError``), an ``exists`` per chunk."""
     store = next(iter(arrays.values())).store_path.store
     if not store.supports_listing:
-        candidates = [
-            _chunk_key(array, n) for array in arrays.values() for n in range(_outer_count(array))
-        ]
-        found = await gather_all(*(store.exists(key) for key in candidates))
-        return {key for key, exists in zip(candidates, found, strict=True) if exists}
+        return await _existing_keys(arrays)
     keys: set[str] = set()
     prefixes = {array.store_path.path.rpartition("/")[0] for array in arrays.values()}
-    for prefix in sorted(prefixes):
-        keys.update([key async for key in store.list_prefix(prefix + "/" if prefix else "")])
+    try:
+        for prefix in sorted(prefixes):
+            keys.update([key async for key in store.list_prefix(prefix + "/" if prefix else "")])
+    except PermissionError:
+        # credentials that may read but not list (S3 without s3:ListBucket): the
+        # chunks are asked one by one, as on a store that cannot list
+        return await _existing_keys(arrays)
     return keys
+
+
+async def _existing_keys(arrays: Mapping[str, AsyncArray[Any]]) -> set[str]:
+    """The stored chunk keys of ``arrays``, found without a listing: an ``exists`` each."""
+    store = next(iter(arrays.values())).store_path.store
+    candidates = [
+        _chunk_key(array, n) for array in arrays.values() for n in range(_outer_count(array))
+    ]
+    found = await gather_all(*(store.exists(key) for key in candidates))
+    return {key for key, exists in zip(candidates, found, strict=True) if exists}
 
 
 def _outer_count(array: AsyncArray[Any]) -> int:

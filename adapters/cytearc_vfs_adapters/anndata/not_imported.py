@@ -122,7 +122,8 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
     from a node by the listing that names it, and a directory the spec does not
     name counts only where its own listing shows a node's metadata document.
 
-    A store that cannot list (``supports_listing`` false), or whose listing of the
+    A store that cannot list (``supports_listing`` false), or refuses to
+    (``PermissionError``: credentials without the right to list), or whose listing of the
     root shows nothing (not even the root's own metadata document, which was just
     read: an HTTP file system against a server without index pages), gives
     ``None``: what else it holds is not known. An empty tuple said "nothing was
@@ -133,6 +134,15 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
     store, base = root.store_path.store, root.store_path.path
     if not store.supports_listing:
         return None  # names cannot be told without listings (docs/anndata.md)
+    try:
+        return _listed_not_imported(store, base, layer)
+    except PermissionError:
+        # credentials that may read but not list (S3 without s3:ListBucket): the
+        # import reads what it needs by path; only this report needs listings
+        return None
+
+
+def _listed_not_imported(store: Any, base: str, layer: str | None) -> tuple[str, ...] | None:
     top = sync(_listings(store, base, [""]))[""]
     if not top.names:
         return None  # a listing that misses the root's own document shows nothing
