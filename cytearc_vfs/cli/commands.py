@@ -149,6 +149,7 @@ def cmd_verify(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
 def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``write INPUT DEST``."""
+    from ..remote.locations import given_location
     from ..write.destination_checks import composites_replaceable
     from ..write.writer import write_counts
     from .not_imported import not_counts_line, not_imported_line, not_listed_line
@@ -197,7 +198,8 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         bars.write_line(not_counts)
     text = (
         f"wrote {info.shape[0]:,} cells x {info.shape[1]:,} features ({info.dtype}) of {args.input} "
-        f"to {info.location} in {seconds:.2f} s; dataset {info.dataset_fingerprint}"
+        f"to {given_location(args.destination)} in {seconds:.2f} s; dataset "
+        f"{info.dataset_fingerprint}"
     )
     return Outcome(payload, text)
 

@@ -293,7 +293,7 @@ class DestinationGuard:
     def __init__(
         self, location: Location, *, storage_options: Mapping[str, Any] | None = None
     ) -> None:
-        from ..remote.locations import describe_location, local_path
+        from ..remote.locations import given_location, local_path
 
         self._location = location
         self._storage_options = storage_options
@@ -302,7 +302,7 @@ class DestinationGuard:
         # an empty directory is a free destination, but the user's (mkdir out.zarr, a
         # folder with its own permissions): a failure empties it and leaves it
         self._kept_directory = path is not None and not self.existed and path.is_dir()
-        self.where = describe_location(location)
+        self.where = given_location(location)
 
     def _unfinished(self) -> bool | None:
         """Whether the destination's root now names an unfinished writer (a replacement

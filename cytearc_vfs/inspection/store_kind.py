@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ..errors import RecordShapeError
 from ..format.records import PENDING_STORE_ATTR
-from ..remote.locations import Location, describe_location, local_path, open_location
+from ..remote.locations import Location, given_location, local_path, open_location
 
 __all__ = ["KIND_WORDS", "StoreKind", "classify_location"]
 
@@ -94,7 +94,7 @@ def _classify_local_file(location: Location) -> StoreKind | None:
     path = local_path(location)
     if path is None:
         return None
-    where = describe_location(location)
+    where = given_location(location)
     if not path.exists():
         return StoreKind("missing", where)
     if path.is_file():
@@ -132,7 +132,7 @@ def classify_location(
     from ..format.source_store import list_root_once, read_contents
     from ..format.store_contents import DAMAGED_DOCUMENT_REMEDY, json_object
 
-    where = describe_location(location)
+    where = given_location(location)
     store = open_location(location, read_only=True, storage_options=storage_options)
 
     def raw(key: str) -> bytes | None:

@@ -35,7 +35,7 @@ from ..format.paths import join
 from ..format.records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from ..format.store_io import get_json
 from ..format.store_keys import METADATA_DOCUMENTS
-from ..remote.locations import Location, describe_location, local_path, open_location
+from ..remote.locations import Location, given_location, local_path, open_location
 from .claims import lock_local_destination
 from .destination_contents import (
     intended_key,
@@ -203,7 +203,7 @@ def check_destination(
     :class:`~cytearc_vfs.errors.DestinationBusyError`, also when its keys,
     half-written by that writer, would otherwise be refused as foreign.
     """
-    where = describe_location(location)
+    where = given_location(location)
     if isinstance(location, Store) and location.read_only:
         raise ValueError(
             f"destination {where} is a read-only Store, which no writer can write; open it "

@@ -88,9 +88,15 @@ def refuse_below_zarr_node(path: Path) -> None:
             for marker in _NODE_DOCUMENTS:
                 if (parent / marker).is_file():
                     resolved = f" (which resolves to {str(landing)!r})" if landing != given else ""
+                    # named as the destination was: relative to here when it was given so
+                    node = (
+                        os.path.relpath(parent)
+                        if candidate is given and not path.is_absolute()
+                        else str(parent)
+                    )
                     raise ValueError(
                         f"destination {str(path)!r}{resolved} is below the Zarr node "
-                        f"{str(parent)!r} (it holds {marker}); writing there would nest a store "
+                        f"{node!r} (it holds {marker}); writing there would nest a store "
                         "inside another. Choose a destination outside any Zarr store"
                     )
 

@@ -35,7 +35,7 @@ from zarr.core.buffer import Buffer
 from zarr.core.sync import sync
 
 from ..format.records import PENDING_STORE_ATTR
-from ..remote.locations import Location, describe_location, local_path, open_location
+from ..remote.locations import Location, given_location, local_path, open_location
 from .claims import (
     Claim,
     LocalLock,
@@ -107,7 +107,7 @@ def create_destination(
         root that appeared since. ``"w"`` is checked again, so a replacement
         never removes what appeared since.
     """
-    where = describe_location(location)
+    where = given_location(location)
     path = local_path(location)
     # a local destination is locked before it is checked again and emptied: a second
     # writer fails here, having deleted nothing (claims.py)

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import VfsError
-from ..remote.locations import Location, describe_location, local_path
+from ..remote.locations import Location, given_location, local_path
 
 __all__ = ["UnwritableDestinationError", "require_writable", "require_writable_destination"]
 
@@ -58,7 +58,7 @@ def require_writable_destination(location: Location) -> None:
     path = local_path(location)
     if path is None or ((path.exists() or path.is_symlink()) and not path.is_dir()):
         return
-    require_writable(path, where=f"destination {describe_location(location)}")
+    require_writable(path, where=f"destination {given_location(location)}")
 
 
 def require_writable(path: Path, *, where: str) -> None:
