@@ -191,7 +191,7 @@ def test_the_demo_groups_its_counts_as_the_other_lines_do() -> None:
     steps: list[dict[str, object]] = []
     with _step(steps, said.append, "cytearc-vfs verify wu2020 (re-read every value)") as rec:
         rec.update(ok=True, values=12290800, shape="200x30727", listed=2)
-    assert said[0].endswith("(ok=True, values=12,290,800, shape=200x30727, listed=2)"), said
+    assert said[0].endswith("(ok=True, values=12,290,800, shape=200 x 30,727, listed=2)"), said
     assert steps[0]["values"] == 12290800
 
 

@@ -9,6 +9,7 @@ one written into the target, the source untouched) and deep-verifies a store.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -50,11 +51,15 @@ def _shown(value: Any) -> str:
     """A step's detail as its line prints it: a count grouped as every other count line
     groups it (``values=12,290,800``; it was ``values=12290800``); ``--json`` keeps the number.
 
-    >>> _shown(12290800), _shown(True), _shown("200x30727")
-    ('12,290,800', 'True', '200x30727')
+    A shape (``"6559x43105"``, so in ``--json`` too) groups each of its counts.
+
+    >>> _shown(12290800), _shown(True), _shown("6559x43105"), _shown("wu2020")
+    ('12,290,800', 'True', '6,559 x 43,105', 'wu2020')
     """
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
+    if isinstance(value, str) and re.fullmatch(r"\d+(x\d+)+", value):
+        return " x ".join(f"{int(n):,}" for n in value.split("x"))
     return str(value)
 
 
