@@ -104,9 +104,13 @@ def seaweedfs(scratch: Path) -> Iterator[str]:
     data = scratch / "seaweedfs"
     data.mkdir()
     ports = {"master": base, "volume": base + 1, "filer": base + 2, "s3": base + 3}
+    # its sockets and glog files default to /tmp, where they outlived the run
     command = [
         weed,
+        f"-logdir={scratch}",
         "mini",
+        f"-filer.localSocket={scratch / 'filer.sock'}",
+        f"-s3.localSocket={scratch / 's3.sock'}",
         f"-dir={data}",
         "-ip=127.0.0.1",
         "-ip.bind=127.0.0.1",
