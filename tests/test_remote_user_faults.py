@@ -231,3 +231,31 @@ def test_a_refused_write_names_the_destination_by_its_url(
         assert "unfinished" in text and "overwrite=True" in text, text
     finally:
         proxy.close()
+
+
+def test_anndata_ls_names_a_missing_bucket_and_a_mistyped_store(
+    s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cytearc-vfs anndata ls`` said "holds no Zarr group at its root; give an AnnData
+    Zarr store (a directory with .zgroup or zarr.json)" for a bucket that does not exist
+    and for a store name that holds nothing, where ``info`` and ``write`` name the bucket
+    or say the location does not exist."""
+    options = ["--storage-options", json.dumps(s3_server.storage_options())]
+    code = main(["anndata", "ls", "s3://no-such-bucket-4/a.zarr", *options])
+    err = capsys.readouterr().err
+    assert code == 4 and len(err.strip().splitlines()) == 1, err
+    _no_bucket_named(err)
+    missing = f"s3://{s3_server.new_bucket()}/a-typo.zarr"
+    code = main(["anndata", "ls", missing, *options])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{missing} does not exist (nothing is stored there); check the path" in err, err
+    assert "directory" not in err, err
+    # in Python the missing bucket is the package's error naming it, not obstore's own
+    from cytearc_vfs_adapters.anndata import AnnDataContainer
+
+    with pytest.raises(StoreAccessError) as raised:
+        AnnDataContainer.open(
+            "s3://no-such-bucket-4/a.zarr", storage_options=s3_server.storage_options()
+        )
+    _no_bucket_named(str(raised.value))

@@ -149,6 +149,7 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
                 "out for a local file"
             )
         return Container(_open_h5(path), str(path), "hdf5", None)
+    from cytearc_vfs.remote.failures import named_backend_failures
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
     where = describe_location(location)
@@ -168,6 +169,18 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
             "give an AnnData Zarr store, which is read where it is"
         )
     store: Store = open_location(location, read_only=True, storage_options=storage_options)
+    # an unreachable server, refused credentials or a missing bucket name the container
+    # and the remedy (as cv.open_store does), not only the backend's own words
+    with named_backend_failures(where, options="storage_options"):
+        root = _open_root(store, where)
+    return Container(_located(root, where), where, "zarr", root.metadata.zarr_format)
+
+
+def _open_root(store: Store, where: str) -> zarr.Group:
+    """The root group of the Zarr container in ``store`` at ``where``, or the reason
+    there is none."""
+    from cytearc_vfs.format.store_contents import list_root_once
+
     try:
         # the nodes' own documents, not a consolidated copy that an edit may have left stale
         root = zarr.open_group(store, mode="r", use_consolidated=False)
@@ -177,13 +190,20 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
             "(the directory that holds X, obs and var)"
         ) from exc
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
+        # S3 answers 404 for any key of a missing bucket: one listing tells a missing
+        # bucket (raised, and named by the backend errors' translation) and a path
+        # that holds nothing (a mistyped store name) from a directory without metadata
+        if list_root_once(store) is False:
+            raise FileNotFoundError(
+                f"{where} does not exist (nothing is stored there); check the path"
+            ) from exc
         raise FileNotFoundError(
             f"{where} holds no Zarr group at its root; give an AnnData Zarr store (a directory "
             "with .zgroup or zarr.json) or an .h5ad file"
         ) from exc
     except (ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
         raise damaged_element(where, "", exc) from exc
-    return Container(_located(root, where), where, "zarr", root.metadata.zarr_format)
+    return root
 
 
 def own_metadata(node: Any) -> Any:
