@@ -259,3 +259,54 @@ def test_anndata_ls_names_a_missing_bucket_and_a_mistyped_store(
             "s3://no-such-bucket-4/a.zarr", storage_options=s3_server.storage_options()
         )
     _no_bucket_named(str(raised.value))
+
+
+@pytest.mark.parametrize("command", ["write", "composite"])
+def test_a_remote_destination_left_untouched_is_not_said_removed(
+    command: str,
+    s3_server: S3Server,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A command refused before it wrote anything to an S3 destination ended its line
+    with "removed the unfinished destination s3://..., so running the command again
+    needs no --overwrite", as if it had written and deleted a store there; a local
+    destination said nothing, which is what happened."""
+    import anndata
+    import pandas as pd
+
+    bucket = s3_server.new_bucket()
+    destination = f"s3://{bucket}/out.zarr"
+    local = tmp_path / "a.zarr"
+    options = ["--storage-options", json.dumps(s3_server.storage_options())]
+    if command == "write":
+        adata = anndata.AnnData(X=sp.csr_matrix(counts.astype("float32")))
+        adata.obs["kind"] = pd.Categorical(["x", None] * 20)  # missing values: refused
+        adata.write_zarr(local)
+        argv = ["write", str(local), destination, *options]
+    else:
+        cv.write_counts(local, counts)
+        # options for a source that is not one: refused before any source is read
+        argv = [
+            "composite",
+            destination,
+            f"a={local}",
+            *options,
+            "--source-storage-options",
+            '{"b": {}}',
+        ]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "removed" not in err and "--overwrite" not in err, err
+    from zarr.core.sync import sync
+
+    from cytearc_vfs.remote.locations import open_location
+
+    store = open_location(destination, read_only=True, storage_options=s3_server.storage_options())
+
+    async def listed() -> list[str]:
+        return [key async for key in store.list()]
+
+    assert sync(listed()) == []
