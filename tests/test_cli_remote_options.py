@@ -422,3 +422,35 @@ def test_an_array_command_names_a_missing_bucket_or_store(
     # an existing store's missing node is still that
     code, payload = _run([*command, remote["a"], "RNA/nothing", *action[1:], *options], capsys)
     assert code == 2 and "no Zarr node here" in payload["message"], payload
+
+
+def test_options_without_credentials_are_said_to_lack_them(
+    remote: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Options that name the endpoint but no credentials (the keys forgotten) sent obstore
+    to the cloud's instance metadata service for some, which is refused or does not
+    answer off the cloud: the line said "the credentials given may not read or list it",
+    though none were given, or "nothing answered at that address ... check that the
+    endpoint is right", though the endpoint was. It says the credentials are missing."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    given = json.loads(remote["options"])
+    keyless = {
+        key: value
+        for key, value in given.items()
+        if key not in ("access_key_id", "secret_access_key")
+    }
+    # the metadata service on a closed port: refused at once, as off the cloud (where
+    # 169.254.169.254 does not answer) but without waiting for a timeout
+    keyless["metadata_endpoint"] = "http://127.0.0.1:9"
+    keyless["retry_config"] = {"max_retries": 0}
+    for argv in (
+        ["info", remote["a"], "--storage-options", json.dumps(keyless)],
+        ["anndata", "ls", remote["a"], "--storage-options", json.dumps(keyless)],
+    ):
+        code, payload = _run(argv, capsys)
+        assert code == 4, payload
+        message = payload["message"]
+        assert "no credentials were found" in message, message
+        assert "--storage-options" in message, message
+        assert "credentials given" not in message and "endpoint is right" not in message
