@@ -122,12 +122,19 @@ def is_h5ad_path(location: Any) -> bool:
         return handle.read(len(HDF5_MAGIC)) == HDF5_MAGIC
 
 
-def open_container(location: Any, *, storage_options: Mapping[str, Any] | None = None) -> Container:
+def open_container(
+    location: Any,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    prefetch_metadata: bool = False,
+) -> Container:
     """Open ``location`` read-only: a path or URL of a Zarr store, an ``.h5ad`` file, a
     zarr ``Store`` or ``Group``, or an ``h5py.File``/``Group``.
 
     Nothing is checked beyond that a root group opens; :mod:`.encodings` says
-    what the root is.
+    what the root is. With ``prefetch_metadata``, the metadata of a container on
+    object storage is fetched a level of the tree at a time first
+    (:mod:`.remote_metadata`): for a caller that reads every element's metadata.
     """
     if isinstance(location, zarr.Group):
         where = str(location.store_path)
@@ -152,6 +159,8 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     from cytearc_vfs.remote.failures import named_backend_failures
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
+    from .remote_metadata import metadata_prefetched
+
     where = describe_location(location)
     local = local_path(location)
     if local is not None and not local.exists():
@@ -172,6 +181,9 @@ def open_container(location: Any, *, storage_options: Mapping[str, Any] | None =
     # an unreachable server, refused credentials or a missing bucket name the container
     # and the remedy (as cv.open_store does), not only the backend's own words
     with named_backend_failures(where, options="storage_options"):
+        if prefetch_metadata:
+            # an object store's documents a level of the tree at a time, not one by one
+            store = metadata_prefetched(store)
         root = _open_root(store, where)
     return Container(_located(root, where), where, "zarr", root.metadata.zarr_format)
 
