@@ -127,6 +127,7 @@ def open_container(
     *,
     storage_options: Mapping[str, Any] | None = None,
     prefetch_metadata: bool = False,
+    prefetch_tables: str | None = None,
 ) -> Container:
     """Open ``location`` read-only: a path or URL of a Zarr store, an ``.h5ad`` file, a
     zarr ``Store`` or ``Group``, or an ``h5py.File``/``Group``.
@@ -135,6 +136,10 @@ def open_container(
     what the root is. With ``prefetch_metadata``, the metadata of a container on
     object storage is fetched a level of the tree at a time first
     (:mod:`.remote_metadata`): for a caller that reads every element's metadata.
+    With ``prefetch_tables`` (the features' dataframe, ``var`` or ``raw/var``), every
+    object of ``obs``, that dataframe and ``uns/cytearc`` on object storage is fetched
+    at once first, as a composite's creation fetches them: for an import, which reads
+    them all.
     """
     if isinstance(location, zarr.Group):
         where = str(location.store_path)
@@ -159,7 +164,7 @@ def open_container(
     from cytearc_vfs.remote.failures import named_backend_failures
     from cytearc_vfs.remote.locations import describe_location, local_path, open_location
 
-    from .remote_metadata import metadata_prefetched
+    from .remote_metadata import metadata_prefetched, tables_prefetched
 
     where = describe_location(location)
     local = local_path(location)
@@ -184,6 +189,10 @@ def open_container(
         if prefetch_metadata:
             # an object store's documents a level of the tree at a time, not one by one
             store = metadata_prefetched(store)
+        if prefetch_tables is not None:
+            # the element layer reads a dataframe column by column, one request after
+            # another: Wu 2020's 45 obs columns took 271 round trips to import
+            store = tables_prefetched(store, prefetch_tables)
         root = _open_root(store, where)
     return Container(_located(root, where), where, "zarr", root.metadata.zarr_format)
 

@@ -37,7 +37,7 @@ from cytearc_vfs.format.store_io import innermost_store
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS, key_problem
 from cytearc_vfs.read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 
-__all__ = ["metadata_prefetched"]
+__all__ = ["metadata_prefetched", "tables_prefetched"]
 
 #: The documents a Zarr v2 node may have: zarr asks for all three to open one.
 _V2_NODE = (".zarray", ".zgroup", ".zattrs")
@@ -54,6 +54,19 @@ _NAMED_MEMBERS = {
     "nullable-boolean": ("values", "mask"),
     "nullable-string-array": ("values", "mask"),
 }
+
+
+def tables_prefetched(store: Store, features: str) -> Store:
+    """``store`` with every object of the tables an import reads (``obs``, ``features``:
+    ``var`` or ``raw/var``, and ``uns/cytearc``) fetched at once
+    (:func:`cytearc_vfs.composite.anndata_columns.tables_prefetched`, what a
+    composite's creation reads them through); a local or in-memory store as it is."""
+    from cytearc_vfs.composite.anndata_columns import tables_prefetched as fetched
+
+    inner = innermost_store(store)
+    if isinstance(inner, LocalStore | MemoryStore) or not store.supports_listing:
+        return store
+    return sync(fetched(store, features))
 
 
 def metadata_prefetched(store: Store) -> Store:
