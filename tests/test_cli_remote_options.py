@@ -454,3 +454,46 @@ def test_options_without_credentials_are_said_to_lack_them(
         assert "no credentials were found" in message, message
         assert "--storage-options" in message, message
         assert "credentials given" not in message and "endpoint is right" not in message
+
+
+def test_a_local_composite_s_source_options_given_as_its_own_are_redirected(
+    remote: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cytearc-vfs export both.zarr out.h5ad --storage-options @s3.json`` (the sources'
+    options given to the local composite's flag) said "backend options were given for
+    the local path 'both.zarr', which takes none: ... leave them out for a local store":
+    true, but the user's options were meant for the sources, and the line named no flag
+    that takes them."""
+    options = json.loads(remote["options"])
+    composite = str(tmp_path / "both.zarr")
+    code, payload = _run(
+        [
+            "composite",
+            composite,
+            f"a={remote['a']}",
+            "--source-storage-options",
+            json.dumps({"a": options}),
+        ],
+        capsys,
+    )
+    assert code == 0, payload
+    mount = str(tmp_path / "m.zarr")
+    code, payload = _run(
+        ["mount", remote["a"], mount, "--source-storage-options", remote["options"]], capsys
+    )
+    assert code == 0, payload
+    for location, example in ((composite, "'{\"NAME\": {...}}'"), (mount, "'{...}'")):
+        for command in (
+            ["info", location],
+            ["verify", location],
+            ["artifacts", location],
+            ["export", location, str(tmp_path / "out.h5ad")],
+            ["serve", location],
+            ["mount-fs", location, str(tmp_path)],
+        ):
+            code, payload = _run([*command, "--storage-options", remote["options"]], capsys)
+            message = payload["message"]
+            assert code == 2, payload
+            assert f"--source-storage-options {example}" in message, message
+            assert "leave" in message and options["secret_access_key"] not in message
+            assert not (tmp_path / "out.h5ad").exists()

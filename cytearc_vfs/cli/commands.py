@@ -21,6 +21,7 @@ from .inputs import (
     check_sources_differ,
     checked_for_reading,
     json_option,
+    local_store_options,
     mem_budget_option,
     parse_sources,
     per_source_options,
@@ -490,6 +491,8 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         found = require_store(
             args.location, command="export", kinds=("ordinary", "composite", "mount")
         )
+        if storage_options:
+            raise InputRefusedError(local_store_options(found.where, found.kind))
         refuse_unused_source_options(found.kind, source_options, where=found.where)
     budget = mem_budget_option(args.mem_budget)
     info = export_anndata(
