@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scipy.sparse as sp
@@ -310,3 +311,38 @@ def test_a_remote_destination_left_untouched_is_not_said_removed(
         return [key async for key in store.list()]
 
     assert sync(listed()) == []
+
+
+def test_a_server_lost_during_a_write_is_reported_in_one_line(
+    s3_server: S3Server,
+    s3_proxy: Any,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The S3 server died while ``cytearc-vfs write IN s3://lab/out.zarr`` stored its
+    chunks: the write failed, and so did removing the unfinished destination, whose
+    error was quoted whole: obstore's 30-line debug dump (``Debug source: Generic {
+    ... }``) in the middle of the error line. The cleanup's failure is its first line,
+    and the destination is named as the one to delete; the remedy of the write's own
+    failure names the destination's reachability, not a source's."""
+    from cli_harness import write_h5ad
+
+    source = tmp_path / "in.h5ad"
+    write_h5ad(source, sp.csr_array(counts))
+    bucket = s3_server.new_bucket()
+    destination = f"s3://{bucket}/out.zarr"
+    options = {
+        **s3_server.storage_options(),
+        "endpoint": s3_proxy.endpoint,
+        "retry_config": {"max_retries": 1},
+    }
+    # from the first chunk written on, the server answers nothing (it died)
+    s3_proxy.on(1, lambda: s3_proxy.drop(10**6), methods="PUT")
+    code = main(["write", str(source), destination, "--storage-options", json.dumps(options)])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Debug source" not in err and "RetryError" not in err, err
+    assert f"delete {destination} yourself" in err, err
+    assert "source" not in err.split(";")[1], err

@@ -266,7 +266,8 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return f"the credentials given may not read or list it: pass ones that may, as {options}"
     if http:
         return "check that the server is running at that URL and serves the store there"
-    return f"check that the source is reachable, and pass its endpoint and credentials as {options}"
+    # a destination's failure ends here too: "the source" named the wrong location
+    return f"check that it is reachable, and pass its endpoint and credentials as {options}"
 
 
 def source_failure(exc: OSError) -> OSError:
