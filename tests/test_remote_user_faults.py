@@ -346,3 +346,42 @@ def test_a_server_lost_during_a_write_is_reported_in_one_line(
     assert "Debug source" not in err and "RetryError" not in err, err
     assert f"delete {destination} yourself" in err, err
     assert "source" not in err.split(";")[1], err
+
+
+def test_verify_of_a_source_whose_server_is_lost_is_a_failure_not_a_finding(
+    s3_server: S3Server,
+    s3_proxy: Any,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The S3 server of a composite's source died during ``cytearc-vfs verify``: the
+    report said "PROBLEMS FOUND ... the virtual counts could not be read
+    (SourceUnavailableError ...); a source is damaged (the source findings below name
+    it)", exit 1, though nothing is damaged and no finding followed. A source that
+    cannot be reached is the environment's failure (exit 4), said as the open says it."""
+    import anndata
+    from obstore.store import from_url
+    from test_anndata_sources import upload
+
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/a.zarr"
+    # an AnnData source: verify reads it through the virtual counts only
+    anndata.AnnData(X=sp.csr_matrix(counts.astype("float32"))).write_zarr(tmp_path / "a.zarr")
+    upload(from_url(f"s3://{bucket}", **s3_server.storage_options()), tmp_path / "a.zarr")
+    options = {
+        "a": {
+            **s3_server.storage_options(),
+            "endpoint": s3_proxy.endpoint,
+            "retry_config": {"max_retries": 1},
+        },
+    }
+    composite = tmp_path / "c.zarr"
+    cv.create_composite(composite, {"a": url}, source_storage_options=options).close()
+    s3_proxy.drop(10**6, match="/c/")  # every chunk request from now: the server is gone
+    code = main(["verify", str(composite), "--source-storage-options", json.dumps(options)])
+    captured = capsys.readouterr()
+    assert code == 4, captured
+    assert "PROBLEMS FOUND" not in captured.out and "damaged" not in captured.err, captured
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert "source 'a'" in captured.err and "--source-storage-options" in captured.err
