@@ -422,3 +422,78 @@ def test_an_array_command_names_a_missing_bucket_or_store(
     # an existing store's missing node is still that
     code, payload = _run([*command, remote["a"], "RNA/nothing", *action[1:], *options], capsys)
     assert code == 2 and "no Zarr node here" in payload["message"], payload
+
+
+def test_options_without_credentials_are_said_to_lack_them(
+    remote: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Options that name the endpoint but no credentials (the keys forgotten) sent obstore
+    to the cloud's instance metadata service for some, which is refused or does not
+    answer off the cloud: the line said "the credentials given may not read or list it",
+    though none were given, or "nothing answered at that address ... check that the
+    endpoint is right", though the endpoint was. It says the credentials are missing."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    given = json.loads(remote["options"])
+    keyless = {
+        key: value
+        for key, value in given.items()
+        if key not in ("access_key_id", "secret_access_key")
+    }
+    # the metadata service on a closed port: refused at once, as off the cloud (where
+    # 169.254.169.254 does not answer) but without waiting for a timeout
+    keyless["metadata_endpoint"] = "http://127.0.0.1:9"
+    keyless["retry_config"] = {"max_retries": 0}
+    for argv in (
+        ["info", remote["a"], "--storage-options", json.dumps(keyless)],
+        ["anndata", "ls", remote["a"], "--storage-options", json.dumps(keyless)],
+    ):
+        code, payload = _run(argv, capsys)
+        assert code == 4, payload
+        message = payload["message"]
+        assert "no credentials were found" in message, message
+        assert "--storage-options" in message, message
+        assert "credentials given" not in message and "endpoint is right" not in message
+
+
+def test_a_local_composite_s_source_options_given_as_its_own_are_redirected(
+    remote: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cytearc-vfs export both.zarr out.h5ad --storage-options @s3.json`` (the sources'
+    options given to the local composite's flag) said "backend options were given for
+    the local path 'both.zarr', which takes none: ... leave them out for a local store":
+    true, but the user's options were meant for the sources, and the line named no flag
+    that takes them."""
+    options = json.loads(remote["options"])
+    composite = str(tmp_path / "both.zarr")
+    code, payload = _run(
+        [
+            "composite",
+            composite,
+            f"a={remote['a']}",
+            "--source-storage-options",
+            json.dumps({"a": options}),
+        ],
+        capsys,
+    )
+    assert code == 0, payload
+    mount = str(tmp_path / "m.zarr")
+    code, payload = _run(
+        ["mount", remote["a"], mount, "--source-storage-options", remote["options"]], capsys
+    )
+    assert code == 0, payload
+    for location, example in ((composite, "'{\"NAME\": {...}}'"), (mount, "'{...}'")):
+        for command in (
+            ["info", location],
+            ["verify", location],
+            ["artifacts", location],
+            ["export", location, str(tmp_path / "out.h5ad")],
+            ["serve", location],
+            ["mount-fs", location, str(tmp_path)],
+        ):
+            code, payload = _run([*command, "--storage-options", remote["options"]], capsys)
+            message = payload["message"]
+            assert code == 2, payload
+            assert f"--source-storage-options {example}" in message, message
+            assert "leave" in message and options["secret_access_key"] not in message
+            assert not (tmp_path / "out.h5ad").exists()

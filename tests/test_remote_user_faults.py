@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scipy.sparse as sp
@@ -231,3 +232,156 @@ def test_a_refused_write_names_the_destination_by_its_url(
         assert "unfinished" in text and "overwrite=True" in text, text
     finally:
         proxy.close()
+
+
+def test_anndata_ls_names_a_missing_bucket_and_a_mistyped_store(
+    s3_server: S3Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cytearc-vfs anndata ls`` said "holds no Zarr group at its root; give an AnnData
+    Zarr store (a directory with .zgroup or zarr.json)" for a bucket that does not exist
+    and for a store name that holds nothing, where ``info`` and ``write`` name the bucket
+    or say the location does not exist."""
+    options = ["--storage-options", json.dumps(s3_server.storage_options())]
+    code = main(["anndata", "ls", "s3://no-such-bucket-4/a.zarr", *options])
+    err = capsys.readouterr().err
+    assert code == 4 and len(err.strip().splitlines()) == 1, err
+    _no_bucket_named(err)
+    missing = f"s3://{s3_server.new_bucket()}/a-typo.zarr"
+    code = main(["anndata", "ls", missing, *options])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{missing} does not exist (nothing is stored there); check the path" in err, err
+    assert "directory" not in err, err
+    # in Python the missing bucket is the package's error naming it, not obstore's own
+    from cytearc_vfs_adapters.anndata import AnnDataContainer
+
+    with pytest.raises(StoreAccessError) as raised:
+        AnnDataContainer.open(
+            "s3://no-such-bucket-4/a.zarr", storage_options=s3_server.storage_options()
+        )
+    _no_bucket_named(str(raised.value))
+
+
+@pytest.mark.parametrize("command", ["write", "composite"])
+def test_a_remote_destination_left_untouched_is_not_said_removed(
+    command: str,
+    s3_server: S3Server,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A command refused before it wrote anything to an S3 destination ended its line
+    with "removed the unfinished destination s3://..., so running the command again
+    needs no --overwrite", as if it had written and deleted a store there; a local
+    destination said nothing, which is what happened."""
+    import anndata
+    import pandas as pd
+
+    bucket = s3_server.new_bucket()
+    destination = f"s3://{bucket}/out.zarr"
+    local = tmp_path / "a.zarr"
+    options = ["--storage-options", json.dumps(s3_server.storage_options())]
+    if command == "write":
+        adata = anndata.AnnData(X=sp.csr_matrix(counts.astype("float32")))
+        adata.obs["kind"] = pd.Categorical(["x", None] * 20)  # missing values: refused
+        adata.write_zarr(local)
+        argv = ["write", str(local), destination, *options]
+    else:
+        cv.write_counts(local, counts)
+        # options for a source that is not one: refused before any source is read
+        argv = [
+            "composite",
+            destination,
+            f"a={local}",
+            *options,
+            "--source-storage-options",
+            '{"b": {}}',
+        ]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "removed" not in err and "--overwrite" not in err, err
+    from zarr.core.sync import sync
+
+    from cytearc_vfs.remote.locations import open_location
+
+    store = open_location(destination, read_only=True, storage_options=s3_server.storage_options())
+
+    async def listed() -> list[str]:
+        return [key async for key in store.list()]
+
+    assert sync(listed()) == []
+
+
+def test_a_server_lost_during_a_write_is_reported_in_one_line(
+    s3_server: S3Server,
+    s3_proxy: Any,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The S3 server died while ``cytearc-vfs write IN s3://lab/out.zarr`` stored its
+    chunks: the write failed, and so did removing the unfinished destination, whose
+    error was quoted whole: obstore's 30-line debug dump (``Debug source: Generic {
+    ... }``) in the middle of the error line. The cleanup's failure is its first line,
+    and the destination is named as the one to delete; the remedy of the write's own
+    failure names the destination's reachability, not a source's."""
+    from cli_harness import write_h5ad
+
+    source = tmp_path / "in.h5ad"
+    write_h5ad(source, sp.csr_array(counts))
+    bucket = s3_server.new_bucket()
+    destination = f"s3://{bucket}/out.zarr"
+    options = {
+        **s3_server.storage_options(),
+        "endpoint": s3_proxy.endpoint,
+        "retry_config": {"max_retries": 1},
+    }
+    # from the first chunk written on, the server answers nothing (it died)
+    s3_proxy.on(1, lambda: s3_proxy.drop(10**6), methods="PUT")
+    code = main(["write", str(source), destination, "--storage-options", json.dumps(options)])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Debug source" not in err and "RetryError" not in err, err
+    assert f"delete {destination} yourself" in err, err
+    assert "source" not in err.split(";")[1], err
+
+
+def test_verify_of_a_source_whose_server_is_lost_is_a_failure_not_a_finding(
+    s3_server: S3Server,
+    s3_proxy: Any,
+    counts: sp.csr_array,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The S3 server of a composite's source died during ``cytearc-vfs verify``: the
+    report said "PROBLEMS FOUND ... the virtual counts could not be read
+    (SourceUnavailableError ...); a source is damaged (the source findings below name
+    it)", exit 1, though nothing is damaged and no finding followed. A source that
+    cannot be reached is the environment's failure (exit 4), said as the open says it."""
+    import anndata
+    from obstore.store import from_url
+    from test_anndata_sources import upload
+
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/a.zarr"
+    # an AnnData source: verify reads it through the virtual counts only
+    anndata.AnnData(X=sp.csr_matrix(counts.astype("float32"))).write_zarr(tmp_path / "a.zarr")
+    upload(from_url(f"s3://{bucket}", **s3_server.storage_options()), tmp_path / "a.zarr")
+    options = {
+        "a": {
+            **s3_server.storage_options(),
+            "endpoint": s3_proxy.endpoint,
+            "retry_config": {"max_retries": 1},
+        },
+    }
+    composite = tmp_path / "c.zarr"
+    cv.create_composite(composite, {"a": url}, source_storage_options=options).close()
+    s3_proxy.drop(10**6, match="/c/")  # every chunk request from now: the server is gone
+    code = main(["verify", str(composite), "--source-storage-options", json.dumps(options)])
+    captured = capsys.readouterr()
+    assert code == 4, captured
+    assert "PROBLEMS FOUND" not in captured.out and "damaged" not in captured.err, captured
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert "source 'a'" in captured.err and "--source-storage-options" in captured.err

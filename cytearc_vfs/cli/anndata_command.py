@@ -95,11 +95,16 @@ def _shape_text(shape: Sequence[int] | None) -> str:
 def cmd_anndata(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     """``anndata ls PATH``: every element of an AnnData container."""
     from cytearc_vfs_adapters.anndata import AnnDataContainer, NotAnnDataError
+    from cytearc_vfs_adapters.anndata.nodes import open_container
 
     try:
-        container = AnnDataContainer.open(
-            args.location,
-            storage_options=json_option(args.storage_options, "--storage-options"),
+        # every element's metadata is read: on object storage a level at a time
+        container = AnnDataContainer(
+            open_container(
+                args.location,
+                storage_options=json_option(args.storage_options, "--storage-options"),
+                prefetch_metadata=True,
+            )
         )
     except NotAnnDataError as exc:
         raise InputRefusedError(str(exc)) from exc

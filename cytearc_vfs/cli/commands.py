@@ -22,6 +22,7 @@ from .info_command import cmd_info
 from .inputs import (
     check_sources_differ,
     json_option,
+    local_store_options,
     mem_budget_option,
     opened_for_reading,
     parse_sources,
@@ -433,6 +434,8 @@ def cmd_export(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
         found = require_store(
             args.location, command="export", kinds=("ordinary", "composite", "mount")
         )
+        if storage_options:
+            raise InputRefusedError(local_store_options(found.where, found.kind))
         refuse_unused_source_options(found.kind, source_options, where=found.where)
     budget = mem_budget_option(args.mem_budget)
     info = export_anndata(

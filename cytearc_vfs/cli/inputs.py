@@ -15,6 +15,7 @@ __all__ = [
     "check_sources_differ",
     "USEFUL_MEM_BUDGET",
     "json_option",
+    "local_store_options",
     "mem_budget_option",
     "opened_for_reading",
     "parse_sources",
@@ -246,16 +247,18 @@ def checked_for_reading(
 ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
     """``args.location`` checked to be a CyteArc store: its name, its
     ``--storage-options`` and the ``--source-storage-options`` of what it reads."""
-    from ..remote.locations import describe_location
+    from ..remote.locations import describe_location, local_path
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     where = describe_location(args.location)
+    kinds = ("ordinary", "composite", "mount")
+    if storage_options and local_path(args.location) is not None:
+        # the sources' options given to the local store's flag: say where they go
+        found = require_store(args.location, command=command, kinds=kinds)
+        raise InputRefusedError(local_store_options(where, found.kind))
     found = require_store(
-        args.location,
-        command=command,
-        kinds=("ordinary", "composite", "mount"),
-        storage_options=storage_options,
+        args.location, command=command, kinds=kinds, storage_options=storage_options
     )
     refuse_unused_source_options(found.kind, source_options, where=where)
     return where, storage_options, source_options
@@ -271,6 +274,26 @@ def opened_for_reading(
     where, storage_options, source_options = checked_for_reading(args, command=command)
     store = open_location(args.location, read_only=True, storage_options=storage_options)
     return store, where, source_options
+
+
+def local_store_options(where: str, kind: str) -> str:
+    """The refusal of ``--storage-options`` for the local store at ``where`` (a ``kind``)."""
+    said = (
+        f"--storage-options were given for {where}, a local path, which takes none (they "
+        "are the backend options of a remote LOCATION: s3://, gs://, az://, http://); "
+    )
+    if kind == "composite":
+        return said + (
+            "a composite's sources take theirs as --source-storage-options "
+            "'{\"NAME\": {...}}' (JSON, or @FILE holding it), one entry per remote source: "
+            "give them there and leave --storage-options out"
+        )
+    if kind == "mount":
+        return said + (
+            "a mount's source takes its own as --source-storage-options '{...}' (JSON, or "
+            "@FILE holding it): give them there and leave --storage-options out"
+        )
+    return said + "leave them out"
 
 
 def check_sources_differ(destination: str, sources: Mapping[str, str] | str) -> None:

@@ -371,6 +371,11 @@ class DestinationGuard:
             return f"removed the unfinished destination {self.where}"
         from zarr.core.sync import sync
 
+        # one listing on the way out: a command refused before its first write (a
+        # column with missing values, an option naming no source) left the object
+        # store as it was, and "removed the unfinished destination" said otherwise
+        if not _has_keys(self._location, self._storage_options):
+            return "nothing was written"
         store = open_location(
             self._location, read_only=False, storage_options=self._storage_options
         )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import DestinationBusyError
+from ..remote.failures import first_line
 from .failures import ExitCode, classify_failure
 from .interrupts import (
     Interrupted,
@@ -204,7 +205,11 @@ def _discarded(guard: Any) -> str:
     try:
         done: str = guard.discard()
     except Exception as exc:  # the command's own error stays the one reported
-        return f"removing it failed ({type(exc).__name__}: {exc}); delete {guard.where} yourself"
+        # its first line: obstore's errors go on with a debug dump of many lines
+        return (
+            f"removing it failed ({type(exc).__name__}: {first_line(exc)}); "
+            f"delete {guard.where} yourself"
+        )
     if done.startswith("removed"):
         # the library's message, written for a caller left with the destination,
         # says to write it again with --overwrite: not needed once it is gone
@@ -252,5 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 done = state.guard.discard() if state.guard is not None else _untouched(state)
             except Exception as exc:  # the report must come out whatever cleanup met
                 where = state.guard.where if state.guard is not None else "the destination"
-                done = f"cleaning up failed ({type(exc).__name__}: {exc}); delete {where} yourself"
+                done = (
+                    f"cleaning up failed ({type(exc).__name__}: {first_line(exc)}); "
+                    f"delete {where} yourself"
+                )
             return _report_interrupt(state.command, interrupt.signum, done, as_json=state.as_json)

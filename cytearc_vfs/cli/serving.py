@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .failures import InputRefusedError
-from .inputs import json_option, refuse_unused_source_options, require_store
+from .inputs import json_option, local_store_options, refuse_unused_source_options, require_store
 from .outcome import Outcome, plural
 from .progress import ProgressBars
 
@@ -146,6 +146,8 @@ def cmd_serve(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             args.location, command="serve", kinds=("ordinary", "composite", "mount")
         )
         # as info and verify refuse them, "{}" included: an ordinary store has no sources
+        if storage_options:
+            raise InputRefusedError(local_store_options(found.where, found.kind))
         refuse_unused_source_options(found.kind, source_options, where=found.where)
     where = describe_location(args.location)
     served = ServedStore.open(
@@ -305,18 +307,19 @@ def cmd_mount_fs(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
     from cytearc_vfs_adapters.fuse.mounting import FuseMount, check_fuse
     from cytearc_vfs_adapters.served_store import ServedStore
 
-    from ..remote.locations import describe_location, expand_home
+    from ..remote.locations import describe_location, expand_home, local_path
     from .interrupts import Interrupted, also_interrupted_by, begin_cleanup
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
     pause = _reopen_pause(args.reopen_pause)
     as_anndata = _anndata_assay(args)
+    kinds = ("ordinary", "composite", "mount")
+    if storage_options and local_path(args.location) is not None:
+        found = require_store(args.location, command="mount-fs", kinds=kinds)
+        raise InputRefusedError(local_store_options(found.where, found.kind))
     found = require_store(
-        args.location,
-        command="mount-fs",
-        kinds=("ordinary", "composite", "mount"),
-        storage_options=storage_options,
+        args.location, command="mount-fs", kinds=kinds, storage_options=storage_options
     )
     refuse_unused_source_options(found.kind, source_options, where=found.where)
     args.mountpoint = expand_home(args.mountpoint)  # a quoted "~/mnt" reaches us as typed

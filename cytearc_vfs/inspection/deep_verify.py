@@ -18,7 +18,7 @@ import scipy.sparse as sp
 import zarr
 from zarr.abc.store import Store
 
-from ..errors import IdentityMismatchError
+from ..errors import IdentityMismatchError, SourceGoneError, SourceUnavailableError
 from ..format.count_dtype import summary_dtype
 from ..format.count_totals import RowTotalOverflowError, row_totals
 from ..format.fingerprints import ContentHasher, ids_fingerprint
@@ -78,6 +78,19 @@ def _random_weights(n: int) -> np.ndarray:
     return np.frombuffer(secrets.token_bytes(8 * n), dtype=np.uint64)
 
 
+def unreachable_data(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure to reach the data rather than a fault of it: a
+    source or store whose server is unreachable, refuses or times out. Verification
+    ends with it (the environment's failure, as an open reports it); it is no finding
+    about the stored bytes, which were never read."""
+    from ..remote.failures import StoreAccessError, is_backend_error
+
+    if isinstance(exc, (SourceGoneError, FileNotFoundError)):
+        return False  # an object deleted: the source lacks it, a finding as before
+    reached = (SourceUnavailableError, StoreAccessError, ConnectionError, TimeoutError)
+    return isinstance(exc, reached) or is_backend_error(exc)
+
+
 def _unreadable(what: str, start: int, stop: int, exc: Exception) -> str:
     return (
         f"{what} rows {start}-{stop - 1} could not be read ({type(exc).__name__}: {exc}); "
@@ -119,6 +132,8 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
         try:
             dense = np.asarray(counts[start:stop])
         except Exception as exc:  # any decoding failure is a finding, not a crash
+            if unreachable_data(exc):
+                raise
             report.problems.append(_unreadable("counts", start, stop, exc))
             return report
         hasher.update(sp.csr_array(dense))
@@ -173,6 +188,8 @@ def _verify_one(store: Store, info: AssayInfo, progress: Progress | None) -> Ass
             try:
                 dense_t = np.asarray(counts_t[start:stop]).T  # cells x features slice
             except Exception as exc:  # any decoding failure is a finding, not a crash
+                if unreachable_data(exc):
+                    raise
                 report.problems.append(_unreadable("countsT", start, stop, exc))
                 break
             s, w = _column_checksums(dense_t, weights)
@@ -235,6 +252,8 @@ def _verify_composite(
     except RowTotalOverflowError as exc:
         report.problems.append(_total_overflow(exc))
     except Exception as exc:  # a damaged source is a finding, not a crash
+        if unreachable_data(exc):
+            raise
         report.problems.append(
             f"the virtual counts could not be read ({type(exc).__name__}: {exc}); a source is "
             "damaged (the source findings below name it)"

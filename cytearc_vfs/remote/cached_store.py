@@ -138,8 +138,7 @@ class CachedSourceStore(SourceReadWrapper):
             served = self._from_whole(key, byte_range.start, byte_range.end, prototype)
             if served is not None:
                 return served
-            part = f"range={byte_range.start}-{byte_range.end}"
-            return await self._through(key, None, prototype, byte_range, part)
+            return await self._through(key, None, prototype, byte_range, _part(byte_range))
         served = self._from_whole(key, byte_range.offset, None, prototype)
         if served is not None:
             return served
@@ -207,14 +206,52 @@ class CachedSourceStore(SourceReadWrapper):
     async def _get_ranges(
         self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
     ) -> Batches:
-        if is_chunk_key(key) and self._cache.size(self._key(key)) is not None:
+        if not is_chunk_key(key):
+            async for batch in self._store.get_ranges(
+                key, byte_ranges, prototype=prototype, **limits
+            ):
+                yield batch
+            return
+        if self._cache.size(self._key(key)) is not None:
             # the shard is cached whole: every range from it, one batch
             served = [(i, await self.get(key, prototype, rng)) for i, rng in enumerate(byte_ranges)]
             if all(buffer is not None for _, buffer in served):
                 yield served
                 return
-        async for batch in self._store.get_ranges(key, byte_ranges, prototype=prototype, **limits):
-            yield batch
+        # Inner chunks of a shard read by range (an AnnData source's sharded arrays, read
+        # as zarr's sharding codec reads them): each range is kept under its exact bounds,
+        # as get() keeps a sparse read's ranges, so a read repeated costs no request
+        held: list[tuple[int, Buffer | None]] = []
+        wanted: list[tuple[int, ByteRequest | None]] = []
+        for i, rng in enumerate(byte_ranges):
+            data = self._cache.get(self._key(key, None, _part(rng))) if _part(rng) else None
+            if data is None:
+                wanted.append((i, rng))
+            else:
+                held.append((i, prototype.buffer.from_bytes(data)))
+        if held:
+            yield held
+        if not wanted:
+            return
+        requests = [rng for _, rng in wanted]
+        async for batch in self._store.get_ranges(key, requests, prototype=prototype, **limits):
+            placed: list[tuple[int, Buffer | None]] = []
+            for number, buffer in batch:
+                position, rng = wanted[number]
+                part = _part(rng)
+                if buffer is not None and part:
+                    # keyed after the fetch: a first read has just pinned the version
+                    self._cache.put(self._key(key, None, part), buffer.to_bytes())
+                placed.append((position, buffer))
+            yield placed
+
+
+def _part(byte_range: ByteRequest | None) -> str:
+    """The cache entry's name of a bounded range of a chunk key (``""``: not kept, as a
+    suffix or an offset read through get_ranges is not)."""
+    if isinstance(byte_range, RangeByteRequest):
+        return f"range={byte_range.start}-{byte_range.end}"
+    return ""
 
 
 def _plain(store: Store) -> Store:

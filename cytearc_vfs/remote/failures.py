@@ -193,6 +193,25 @@ def listing_unsupported(exc: BaseException) -> str | None:
     return None if found is None else found.group(1)
 
 
+def no_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` says no credentials were found: obstore, given none, asks the
+    cloud's instance metadata service for some (``PUT .../latest/api/token``), which
+    off the cloud is refused or does not answer; botocore (s3fs) says it in words.
+
+    >>> no_credentials(OSError("Error performing PUT http://169.254.169.254/latest/api/token"))
+    True
+    >>> no_credentials(OSError("Error performing GET http://127.0.0.1:9/bkt/a.zarr/zarr.json"))
+    False
+    """
+    text = _text(exc)
+    return (
+        "/latest/api/token" in text
+        or "/latest/meta-data/iam" in text
+        or "unable to locate credentials" in text
+        or type(exc).__name__ == "NoCredentialsError"
+    )
+
+
 def plain_http_refused(exc: BaseException) -> bool:
     """Whether ``exc`` is obstore refusing an ``http://`` endpoint it was not allowed to
     use (``HTTP error: builder error`` with ``BadScheme``): no request was sent."""
@@ -209,6 +228,14 @@ def refused(exc: BaseException) -> bool:
 def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
     """The remedy of the cause ``exc`` names, for a source read over plain HTTP(S)
     (``http``) or from another remote backend, whose options are passed as ``options``."""
+    if no_credentials(exc) and not http:
+        # before the connection checks: the request that failed went to the metadata
+        # service, not to the endpoint, which may be right
+        return (
+            "no credentials were found (none in the options given, nor in the "
+            "environment, and the cloud's instance metadata service gave none): pass "
+            f"them (obstore: access_key_id and secret_access_key) as {options}"
+        )
     # a refused connection first: its retries may be cut short by the time limit too,
     # and more time is not its remedy
     if unreachable(exc) and http:
@@ -264,7 +291,8 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return f"the credentials given may not read or list it: pass ones that may, as {options}"
     if http:
         return "check that the server is running at that URL and serves the store there"
-    return f"check that the source is reachable, and pass its endpoint and credentials as {options}"
+    # a destination's failure ends here too: "the source" named the wrong location
+    return f"check that it is reachable, and pass its endpoint and credentials as {options}"
 
 
 def source_failure(exc: OSError) -> OSError:

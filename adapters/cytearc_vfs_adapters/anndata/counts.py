@@ -37,6 +37,7 @@ from cytearc_vfs.write.membership import declared_membership
 from .container import AnnDataContainer, NotAnnDataError
 from .dataframes import SkippedColumn
 from .matrices import SparseMatrixElement
+from .nodes import open_container
 from .not_imported import not_imported_from_anndata, not_imported_from_container
 
 __all__ = ["count_input", "membership_of"]
@@ -94,7 +95,9 @@ def count_input(
     found = _in_memory(counts, layer)
     if found is not None or not _is_location(counts):
         return found
-    container = counts if isinstance(counts, AnnDataContainer) else _opened(counts, storage_options)
+    container = (
+        counts if isinstance(counts, AnnDataContainer) else _opened(counts, layer, storage_options)
+    )
     container.check_root()
     matrix = container.matrix(layer)
     if isinstance(matrix, SparseMatrixElement):
@@ -121,9 +124,17 @@ def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:
     return declared_membership({"cytearc": {"assayMembership": declared}})
 
 
-def _opened(counts: Any, storage_options: Mapping[str, Any] | None) -> AnnDataContainer:
+def _opened(
+    counts: Any, layer: str | None, storage_options: Mapping[str, Any] | None
+) -> AnnDataContainer:
+    features = "raw/var" if layer == RAW_COUNTS else "var"
     try:
-        return AnnDataContainer.open(counts, storage_options=storage_options)
+        if not isinstance(counts, (str, os.PathLike)):
+            return AnnDataContainer.open(counts, storage_options=storage_options)
+        # the tables are read whole: on object storage their objects at once
+        return AnnDataContainer(
+            open_container(counts, storage_options=storage_options, prefetch_tables=features)
+        )
     except (NotAnnDataError, FileNotFoundError) as exc:
         raise ValueError(
             f"counts given as a location: {exc}. write_counts reads a location only when it "

@@ -29,6 +29,7 @@ from zarr.storage import LocalStore, ObjectStore
 
 from cytearc_vfs.format.gathering import gather_all
 from cytearc_vfs.format.object_keys import listing_prefix
+from cytearc_vfs.format.store_io import innermost_store
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
 
@@ -213,7 +214,10 @@ async def _listings(store: Any, base: str, paths: list[str]) -> dict[str, _Listi
 async def _listing(store: Any, prefix: str) -> _Listing:
     """What one listing of ``prefix`` shows, files told from directories where the
     store's own listing tells them (an object store's, by keys and common prefixes:
-    the request ``list_dir`` makes; a local directory's, by its entries)."""
+    the request ``list_dir`` makes; a local directory's, by its entries). A wrapper
+    over the same keys (an import's prefetched tables) is listed through the store it
+    wraps, which tells them."""
+    store = innermost_store(store)
     if isinstance(store, ObjectStore):
         import obstore
 
