@@ -52,14 +52,10 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import UnsupportedSourceError
 from ..format.column_names import column_name_problem, free_column_name
+from ..format.live_selection import live_selection_problem
 from ..format.store_keys import key_problem
-from ..format.tables import (
-    CATEGORICAL_ATTR,
-    StoredColumn,
-    column_values,
-    fill_missing,
-    live_selection_problem,
-)
+from ..format.table_names import OBS, TableName, anndata_table
+from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 
@@ -132,9 +128,10 @@ def _text_or_value(series: pd.Series) -> pd.Series:
     return series.map(lambda value: value if isinstance(value, str) else str(value))
 
 
-def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, StoredColumn]:
-    """The columns of ``frame`` (an ``obs`` or ``var``) as a composite reads a source's
-    table: ``ids`` from the index, the others converted by the rule of the module."""
+def frame_columns(frame: pd.DataFrame, *, table: TableName, source: str) -> dict[str, StoredColumn]:
+    """The columns of ``frame`` (the source's ``table``: ``obs``, ``var`` or ``raw/var``)
+    as a composite reads a source's table: ``ids`` from the index, the others converted
+    by the rule of the module; warnings and refusals name ``table`` as anndata does."""
     ids = np.asarray(frame.index.astype(str), dtype=str)
     columns = {"ids": StoredColumn(ids, {})}
     names = {str(name) for name in frame.columns}
@@ -146,10 +143,9 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
         problem = column_name_problem(name) or ("it repeats" if name in columns else None)
         if problem is not None:
             logger.warning(
-                "source %r: %s column %r cannot be a Zarr array name (%s); it is not carried",
+                "source %r: %s cannot be a Zarr array name (%s); it is not carried",
                 source,
-                table,
-                name,
+                table.column(name, stored=True),
                 problem,
             )
             continue
@@ -162,11 +158,10 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
             # and an import's refusal there)
             problem = live_selection_problem(given)
             if problem is not None:
-                frame_name = "obs" if table == "cellData" else "var"
                 raise UnsupportedSourceError(
-                    f"source {source!r}: {frame_name} {problem}; the name is reserved, and "
-                    "write_counts refuses such a column too. Rename it in the AnnData "
-                    f"(adata.{frame_name} = adata.{frame_name}.rename(columns={{'I': "
+                    f"source {source!r}: {table.column(name, stored=True)} {problem}; the name "
+                    "is reserved, and write_counts refuses such a column too. Rename it in the "
+                    f"AnnData ({table.python} = {table.python}.rename(columns={{'I': "
                     "'NEW_NAME'}) and write it again), then create the composite"
                 )
         series = _text_or_value(fill_missing(given.reset_index(drop=True)))
@@ -262,8 +257,8 @@ async def anndata_columns(
             reason,
         )
     obs, restored = split_membership(tables.obs, tables.membership, assay)
-    cells = frame_columns(obs, table="cellData", source=source)
+    cells = frame_columns(obs, table=OBS, source=source)
     if restored is not None:
         name, values, attrs = restored
         cells[name] = StoredColumn(values, attrs)
-    return cells, frame_columns(tables.var, table="featureData", source=source)
+    return cells, frame_columns(tables.var, table=anndata_table(features), source=source)
