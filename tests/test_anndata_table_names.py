@@ -172,20 +172,35 @@ def test_a_composite_names_an_anndata_source_obs(
             ["g0", "g\x00h"],
             "source 's': var index value at position 1 ('g\\x00h') holds a NUL",
         ),
+        # fixed-width text drops a trailing NUL: the composite held 'c1' for 'c1\x00'
+        (["c0", "c1\x00", "c2"], None, "source 's': obs index value at position 1 ('c1\\x00')"),
     ],
-    ids=["obs", "var"],
+    ids=["obs", "var", "trailing NUL"],
 )
 def test_a_composite_refuses_an_anndata_source_id_by_its_index(
     tmp_path: Path, obs_names: list[str] | None, var_names: list[str] | None, begins: str
 ) -> None:
     """An id no table stores was refused as the composite's own (``cellData id at
-    position 4``, a position in the composite), naming neither the source nor its index."""
+    position 4``, a position in the composite), naming neither the source nor its index;
+    one ending in NUL was stored without it."""
     other = write_anndata_zarr(_anndata(obs_names=["x0", "x1", "x2"]), tmp_path / "o.zarr", 3)
     data = _anndata(obs_names=obs_names, var_names=var_names)
     source = write_anndata_zarr(data, tmp_path / "s.zarr", 3)
     with pytest.raises(ValueError) as raised:
         cv.create_composite(tmp_path / "c.zarr", {"o": other, "s": source})
     assert str(raised.value).startswith(begins), raised.value
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_a_cell_selection_names_where_an_anndata_source_keeps_its_ids(tmp_path: Path) -> None:
+    """``cells=`` ids a source lacks: "give ids of its cellData/ids" told an AnnData
+    source's user of an array their AnnData does not have."""
+    source = write_anndata_zarr(_anndata(), tmp_path / "s.zarr", 3)
+    with pytest.raises(ValueError, match=r"are not cells of that source .*of its obs index, a"):
+        cv.create_composite(tmp_path / "c.zarr", {"s": source}, cells={"s": ["c0", "nope"]})
+    cv.write_counts(tmp_path / "w.zarr", sp.csr_matrix(np.eye(2, dtype=np.uint8)))
+    with pytest.raises(ValueError, match=r"are not cells of that source .*of its cellData/ids, a"):
+        cv.create_composite(tmp_path / "c.zarr", {"w": tmp_path / "w.zarr"}, cells={"w": ["x"]})
     assert not (tmp_path / "c.zarr").exists()
 
 

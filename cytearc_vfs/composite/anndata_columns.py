@@ -11,7 +11,13 @@ point group :data:`ANNDATA_TABLES_ENTRY_POINTS`, found here at run time, so
 the core does not import the adapters.
 
 The dataframes become stored columns by the rule that composes columns
-(missing values by :func:`~cytearc_vfs.format.tables.fill_missing`):
+(missing values by :func:`~cytearc_vfs.format.tables.fill_missing`), and
+every warning and refusal names the table as anndata does (``obs``, ``var``,
+``raw/var``: :mod:`~cytearc_vfs.format.table_names`):
+
+- the index holds the ids, checked as an import checks them
+  (:func:`~cytearc_vfs.format.tables.checked_ids`): one no table stores is
+  refused naming the source, its index and the position;
 
 - a categorical keeps its categories; its missing values are ``""`` (the
   merge appends ``""`` as the last category, as for a source that lacks
@@ -55,7 +61,13 @@ from ..format.column_names import column_name_problem, free_column_name
 from ..format.live_selection import live_selection_problem
 from ..format.store_keys import key_problem
 from ..format.table_names import OBS, TableName, anndata_table
-from ..format.tables import CATEGORICAL_ATTR, StoredColumn, column_values, fill_missing
+from ..format.tables import (
+    CATEGORICAL_ATTR,
+    StoredColumn,
+    checked_ids,
+    column_values,
+    fill_missing,
+)
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
 
@@ -131,8 +143,17 @@ def _text_or_value(series: pd.Series) -> pd.Series:
 def frame_columns(frame: pd.DataFrame, *, table: TableName, source: str) -> dict[str, StoredColumn]:
     """The columns of ``frame`` (the source's ``table``: ``obs``, ``var`` or ``raw/var``)
     as a composite reads a source's table: ``ids`` from the index, the others converted
-    by the rule of the module; warnings and refusals name ``table`` as anndata does."""
-    ids = np.asarray(frame.index.astype(str), dtype=str)
+    by the rule of the module; warnings and refusals name ``table`` as anndata does.
+
+    Ids no table stores (the empty string, a NUL, a lone surrogate, too long) are
+    refused as an import refuses them, by their position in the source's index:
+    the composite's own table would refuse them by a position in the composite
+    (or, for a trailing NUL, which fixed-width text drops, change them).
+    """
+    try:
+        ids = checked_ids(frame.index, table=table)
+    except ValueError as exc:
+        raise ValueError(f"source {source!r}: {exc}") from None
     columns = {"ids": StoredColumn(ids, {})}
     names = {str(name) for name in frame.columns}
     for position, name in enumerate(frame.columns):

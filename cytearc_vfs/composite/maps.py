@@ -18,9 +18,8 @@ import pandas as pd
 from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
 from ..format.option_names import on_command_line, shell_word
-from ..format.table_names import OBS, anndata_table
-from ..format.tables import StoredColumn, checked_ids
-from ..read.anndata_elements import features_frame
+from ..format.table_names import CELL_DATA, OBS, TableName
+from ..format.tables import StoredColumn
 from ..read.selection import aligned_mask
 from ..read.sources import BoundSource
 from .columns import SourceTables
@@ -72,8 +71,10 @@ def _text(table: Mapping[str, StoredColumn], name: str, fallback: str = "ids") -
 
 
 def _cell_rows(
-    name: str, selection: Any, n_cells: int, ids: npt.NDArray[Any]
+    name: str, selection: Any, n_cells: int, ids: npt.NDArray[Any], table: TableName
 ) -> npt.NDArray[np.int64]:
+    """The rows of source ``name`` that ``selection`` (``cells=``) keeps; ``table`` is its
+    cell table as its user knows it (an AnnData's ``obs``)."""
     if selection is None:
         return np.arange(n_cells, dtype=np.int64)
     try:
@@ -97,7 +98,7 @@ def _cell_rows(
             )
             raise ValueError(
                 f"{given}: {missing.size} id(s) are not cells of that source "
-                f"(first: {shown}); give ids of its cellData/ids{other}"
+                f"(first: {shown}); give ids of its {table.ids_path}{other}"
             )
         values = positions
     if values.dtype == np.bool_:
@@ -119,23 +120,6 @@ def _cell_rows(
             f"cells[{name!r}] repeats rows; a composite holds each source cell at most once"
         )
     return rows
-
-
-def _check_anndata_ids(source: BoundSource, ids: npt.NDArray[Any], what: str) -> None:
-    """Refuse an AnnData source's ``what`` ids that no table stores (the empty
-    string, a NUL, a lone surrogate, too long), as an import of it refuses them:
-    naming the source and its ``obs``/``var`` index and the position in it, not a
-    position in the composite's own table, which the source never showed its user.
-
-    A CyteArc source's ids were checked when it was written.
-    """
-    if source.anndata is None:
-        return
-    table = OBS if what == "cell" else anndata_table(features_frame(source.anndata.element.path))
-    try:
-        checked_ids(pd.Index(ids, dtype=object), table=table)
-    except ValueError as exc:
-        raise ValueError(f"source {source.name!r}: {exc}") from None
 
 
 def _check_unique(source: BoundSource, ids: npt.NDArray[Any], what: str) -> None:
@@ -276,7 +260,6 @@ def plan_composite(
     dtype = merge_dtype([source.info.dtype for source in sources])
     feature_ids_per_source = [_text(table.features, "ids") for table in tables]
     for source, ids in zip(sources, feature_ids_per_source, strict=True):
-        _check_anndata_ids(source, ids, "feature")
         _check_unique(source, ids, "feature")
     output_features = _choose_features(
         feature_ids_per_source, features, [source.name for source in sources]
@@ -300,9 +283,10 @@ def plan_composite(
     source_ids: list[npt.NDArray[Any]] = []
     for index, (source, table) in enumerate(zip(sources, tables, strict=True)):
         ids = _text(table.cells, "ids")
-        _check_anndata_ids(source, ids, "cell")
         _check_unique(source, ids, "cell")
-        rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0], ids)
+        given = (cells or {}).get(source.name)
+        own = CELL_DATA if source.anndata is None else OBS
+        rows = _cell_rows(source.name, given, source.info.shape[0], ids, own)
         row_sources.append(np.full(len(rows), index, dtype=np.int32))
         source_rows.append(rows)
         source_ids.append(ids[rows])

@@ -17,8 +17,8 @@ built from its phrases: nothing rewrites a finished message.
 "cellData column 'a'"
 >>> OBS.column("I", stored=True)
 "obs column 'I' (stored as cellData/I)"
->>> RAW_VAR.ids, RAW_VAR.python
-('raw/var index values', 'adata.raw.var')
+>>> RAW_VAR.ids, RAW_VAR.python, CELL_DATA.ids_path, OBS.ids_path
+('raw/var index values', 'adata.raw.var', 'cellData/ids', 'obs index')
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ class TableName:
     def an_id(self) -> str:
         """One of the table's ids: ``cellData id``, ``obs index value``."""
         return f"{self} index value" if self.anndata else f"{self} id"
+
+    @property
+    def ids_path(self) -> str:
+        """Where the table's ids are: ``cellData/ids``, ``obs index``."""
+        return f"{self} index" if self.anndata else f"{self.stored}/ids"
 
     @property
     def python(self) -> str:
