@@ -60,13 +60,13 @@ def unique_ids(index: pd.Index) -> tuple[pd.Index, int]:
 def input_table(
     found: CountInput,
     given: pd.DataFrame | Sequence[str] | None,
-    n: int,
+    shape: tuple[int, int],
     what: str,
     *,
     make_unique: bool = False,
 ) -> tuple[pd.DataFrame, TableName]:
-    """The ``what`` (``"cells"`` or ``"features"``) table of a write of ``n`` of them,
-    and how its refusals name it.
+    """The ``what`` (``"cells"`` or ``"features"``) table of a write of counts of
+    ``shape``, and how its refusals name it.
 
     ``given`` (a table or a sequence of ids) wins over the input's own (``found``: an
     AnnData's, whose ``ids`` column is carried as ``orig_ids``); neither gives
@@ -75,6 +75,7 @@ def input_table(
     names it (``obs``, ``var``, ``raw/var``): the caller typed the one or the other.
     """
     cells = what == "cells"
+    n = shape[0] if cells else shape[1]
     frame = found.cells if cells else found.features
     named = found.cell_table if cells else found.feature_table
     if given is not None:

@@ -314,9 +314,8 @@ def write_counts(
 
     refuse_a_reader_without_tables(counts, cells, features)
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
-    # each named as its caller knows it (an AnnData's own as obs), for its refusals
     cell_frame, cell_name = input_table(
-        found, cells, source.shape[0], "cells", make_unique=make_unique
+        found, cells, source.shape, "cells", make_unique=make_unique
     )
     # the import side of the membership rule: the name <assay>_I is reserved; an
     # AnnData's declared column is restored, any other of that name (in its obs or
@@ -336,7 +335,7 @@ def write_counts(
         )
         cell_table = replace(cell_table, column_order=order)
     feature_frame, feature_name = input_table(
-        found, features, source.shape[1], "features", make_unique=make_unique
+        found, features, source.shape, "features", make_unique=make_unique
     )
     feature_table = prepare_table(feature_frame, table=feature_name, fill=fill_missing)
     del feature_frame  # as the cell frame: the prepared table holds the ids
