@@ -205,14 +205,21 @@ def test_a_cell_selection_names_where_an_anndata_source_keeps_its_ids(tmp_path: 
 
 
 def test_a_composite_over_raw_counts_names_raw_var(tmp_path: Path) -> None:
-    source = write_anndata_zarr(_with_raw({"I": [1, 2, 3]}), tmp_path / "s.zarr", 3)
+    """The source's raw counts' features were called ``var``, and the remedy
+    ``adata.var = adata.var.rename(...)`` renamed the wrong table."""
+    data = _with_raw({"I": [1, 2, 3]})
+    source = write_anndata_zarr(data, tmp_path / "s.zarr", 3)
     with pytest.raises(cv.UnsupportedSourceError) as raised:
         cv.create_composite(tmp_path / "c.zarr", {"s": source}, source_layers={"s": "raw/X"})
     said = str(raised.value)
     assert said.startswith(
         "source 's': raw/var column 'I' (stored as featureData/I) is the live selection"
     ), said
-    assert "adata.raw.var = adata.raw.var.rename(columns=" in said, said
+    # a remedy that runs: adata.raw.var has no setter, so it renames in place
+    assert "adata.raw.var.rename(columns={'I': 'NEW_NAME'}, inplace=True)" in said, said
+    data.raw.var.rename(columns={"I": "NEW_NAME"}, inplace=True)  # the remedy, as given
+    fixed = write_anndata_zarr(data, tmp_path / "fixed.zarr", 3)
+    cv.create_composite(tmp_path / "c.zarr", {"s": fixed}, source_layers={"s": "raw/X"}).close()
 
 
 # ------------------------------------------------------------ CyteArc's own tables

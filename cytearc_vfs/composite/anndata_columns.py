@@ -182,8 +182,9 @@ def frame_columns(frame: pd.DataFrame, *, table: TableName, source: str) -> dict
                 raise UnsupportedSourceError(
                     f"source {source!r}: {table.column(name, stored=True)} {problem}; the name "
                     "is reserved, and write_counts refuses such a column too. Rename it in the "
-                    f"AnnData ({table.python} = {table.python}.rename(columns={{'I': "
-                    "'NEW_NAME'}) and write it again), then create the composite"
+                    # in place: adata.raw.var cannot be assigned
+                    f"AnnData ({table.python}.rename(columns={{'I': 'NEW_NAME'}}, inplace=True) "
+                    "and write it again), then create the composite"
                 )
         series = _text_or_value(fill_missing(given.reset_index(drop=True)))
         try:
