@@ -140,6 +140,21 @@ def test_the_raw_counts_features_are_named_raw_var(tmp_path: Path, kind: str) ->
     cv.write_counts(tmp_path / "w.zarr", given)
 
 
+def test_repeated_raw_var_ids_are_given_a_remedy_that_runs(tmp_path: Path) -> None:
+    """``AnnData.var_names_make_unique()`` was the remedy for repeated ``raw/var`` ids,
+    which it leaves as they are (it renames ``var``'s)."""
+    data = _with_raw({})
+    data.raw.var.index = pd.Index(["g0", "g0", "g2"])
+    with pytest.raises(ValueError) as raised:
+        cv.write_counts(tmp_path / "w.zarr", data, layer="raw/X")
+    said = str(raised.value)
+    assert said.startswith("raw/var index values must be unique; ['g0'] repeat"), said
+    remedy = "adata.raw.var.index = anndata.utils.make_index_unique(adata.raw.var.index)"
+    assert remedy in said, said
+    data.raw.var.index = ad.utils.make_index_unique(data.raw.var.index)  # as given
+    cv.write_counts(tmp_path / "w.zarr", data, layer="raw/X")
+
+
 def test_the_command_line_names_obs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _anndata({"I": [1, 2, 3]}).write_h5ad(tmp_path / "a.h5ad")
     assert main(["write", str(tmp_path / "a.h5ad"), str(tmp_path / "w.zarr")]) == 2

@@ -78,6 +78,19 @@ class TableName:
             return "frame"
         return "adata." + ".".join(self.anndata.split("/"))
 
+    @property
+    def unique_ids_call(self) -> str:
+        """The anndata call that renames the table's repeated ids as ``make_unique`` does
+        (``AnnData.var_names_make_unique()`` for a table given as a DataFrame).
+
+        >>> RAW_VAR.unique_ids_call
+        'adata.raw.var.index = anndata.utils.make_index_unique(adata.raw.var.index)'
+        """
+        if self == RAW_VAR:  # Raw has no var_names_make_unique
+            return f"{self.python}.index = anndata.utils.make_index_unique({self.python}.index)"
+        axis = "obs" if self.of_cells else "var"
+        return f"{'adata' if self.anndata else 'AnnData'}.{axis}_names_make_unique()"
+
     def column(self, name: object, *, stored: bool = False) -> str:
         """Column ``name`` of the table (``obs column 'a'``); with ``stored``, an
         AnnData's column also says where it is stored (``(stored as cellData/a)``)."""

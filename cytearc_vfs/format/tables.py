@@ -388,15 +388,14 @@ def prepare_table(
     ids = checked_ids(frame.index, table=table)
     if len(ids) != len(set(ids.tolist())):
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
-        axis = "obs" if table.of_cells else "var"
         option = "cells" if table.of_cells else "features"
         # an AnnData given by its path cannot be edited in place: make_unique (or, in
         # Python, a table of unique ids) can; a shell has no table to give
         others = (
             ""
             if on_command_line()
-            else f", make the index unique (e.g. AnnData.{axis}_names_make_unique()) before "
-            f"writing, or give {option}= a table whose index holds unique ids"
+            else f", make the index unique (e.g. {table.unique_ids_call}) before writing, or "
+            f"give {option}= a table whose index holds unique ids"
         )
         raise ValueError(
             f"{table.ids} must be unique; {duplicated} repeat. Pass "
