@@ -321,7 +321,11 @@ def test_a_narrowed_selection_exported_imports_again_as_the_selection(
 def test_an_i_column_that_is_no_selection_is_refused(tmp_path: Path, values: list[Any]) -> None:
     obs = pd.DataFrame({"I": pd.array(values)}, index=["c1", "c2", "c3"])
     source = ad.AnnData(X=sp.csr_matrix(np.eye(3, dtype=np.uint8)), obs=obs)
-    with pytest.raises(ValueError, match="column 'I' is the live selection, which must be boolean"):
+    with pytest.raises(
+        ValueError,
+        match=r"^obs column 'I' \(stored as cellData/I\) is the live selection, which must be "
+        "boolean",
+    ):
         cv.write_counts(tmp_path / "s.zarr", source)
     assert not (tmp_path / "s.zarr").exists()
 

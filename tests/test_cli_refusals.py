@@ -832,13 +832,14 @@ def test_a_composite_of_a_store_written_in_a_workspace(
 )
 def test_a_table_refusal_at_a_shell_names_the_flag(column: object, flag: str) -> None:
     from cytearc_vfs.format.option_names import command_line_names
+    from cytearc_vfs.format.table_names import CELL_DATA
     from cytearc_vfs.format.tables import prepare_table
 
     frame = pd.DataFrame({"c": column}, index=["x", "y"])
     with pytest.raises(ValueError, match="fill_missing=True to store") as in_python:
-        prepare_table(frame, table="cellData")
+        prepare_table(frame, table=CELL_DATA)
     assert "--fill-missing" not in str(in_python.value)
     with command_line_names(), pytest.raises(ValueError) as at_shell:
-        prepare_table(frame, table="cellData")
+        prepare_table(frame, table=CELL_DATA)
     assert f"pass {flag} to store" in str(at_shell.value)
     assert "fill_missing" not in str(at_shell.value)

@@ -20,6 +20,7 @@ from cytearc_vfs.cli import main
 from cytearc_vfs.cli.failures import ExitCode, classify_failure
 from cytearc_vfs.errors import IncompleteStoreError, NonFiniteArtifactError, RecordShapeError
 from cytearc_vfs.format.column_refusals import column_refusal, combined_class, refuse_columns
+from cytearc_vfs.format.table_names import CELL_DATA
 
 
 def _adata() -> anndata.AnnData:
@@ -39,7 +40,8 @@ def test_every_column_with_missing_values_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as raised:
         cv.write_counts(tmp_path / "s.zarr", _adata())
     said = str(raised.value)
-    assert "'d_call' is categorical with missing values" in said, said
+    # the AnnData's table, named as anndata names it
+    assert said.startswith("obs column 'd_call' is categorical with missing values"), said
     assert "'extra'" in said and "'count'" in said and "'fine'" not in said, said
     assert not (tmp_path / "s.zarr").exists()
     cv.write_counts(tmp_path / "s.zarr", _adata(), fill_missing=True)  # the remedy works
@@ -51,7 +53,7 @@ def test_the_command_line_names_them_all(
     _adata().write_h5ad(tmp_path / "a.h5ad")
     assert main(["write", str(tmp_path / "a.h5ad"), str(tmp_path / "s.zarr")]) == 2
     err = capsys.readouterr().err
-    assert "'d_call'" in err and "'extra'" in err and "'count'" in err, err
+    assert "obs column 'd_call'" in err and "'extra'" in err and "'count'" in err, err
     assert "--fill-missing" in err, err
 
 
@@ -60,11 +62,11 @@ def test_refusals_of_the_package_own_class_keep_it_and_its_exit_code() -> None:
     (RecordShapeError, exit 3 alone) exited 2 together, and ``except RecordShapeError``
     missed them."""
     parts = [
-        (name, column_refusal("cellData", name, "is damaged", "restore it", kind=RecordShapeError))
+        (name, column_refusal(CELL_DATA, name, "is damaged", "restore it", kind=RecordShapeError))
         for name in ("a", "b")
     ]
     with pytest.raises(RecordShapeError) as raised:
-        refuse_columns(parts, table="cellData")
+        refuse_columns(parts, table=CELL_DATA)
     said = str(raised.value)
     assert said == (
         "cellData column 'a' is damaged; restore it. Also refused: 'b' is damaged. "
@@ -80,11 +82,11 @@ def test_refusals_of_different_classes_are_their_common_class() -> None:
     """A caller catching RecordShapeError expects every column it names to be damaged:
     beside a missing value (a ValueError), the combined refusal is a ValueError, exit 2."""
     parts: list[tuple[str, ValueError]] = [
-        ("a", column_refusal("cellData", "a", "is damaged", "restore it", kind=RecordShapeError)),
-        ("b", column_refusal("cellData", "b", "is categorical with missing values", "fill them")),
+        ("a", column_refusal(CELL_DATA, "a", "is damaged", "restore it", kind=RecordShapeError)),
+        ("b", column_refusal(CELL_DATA, "b", "is categorical with missing values", "fill them")),
     ]
     with pytest.raises(ValueError) as raised:
-        refuse_columns(parts, table="cellData")
+        refuse_columns(parts, table=CELL_DATA)
     assert type(raised.value) is ValueError
     assert "Also refused: 'b' is categorical with missing values." in str(raised.value)
     assert classify_failure(raised.value).code == ExitCode.REFUSED
@@ -97,7 +99,7 @@ def test_a_class_whose_constructor_takes_more_keeps_the_first_column_attributes(
         for n, name in enumerate("ab")
     ]
     with pytest.raises(NonFiniteArtifactError) as raised:
-        refuse_columns(parts, table="cellData")
+        refuse_columns(parts, table=CELL_DATA)
     assert (raised.value.array, raised.value.row) == ("a", 0)
     assert "Also refused: 'b' column 'b': NaN" in str(raised.value)
 
@@ -105,7 +107,7 @@ def test_a_class_whose_constructor_takes_more_keeps_the_first_column_attributes(
 def test_another_library_subclass_is_restated_as_a_value_error() -> None:
     parts = [(name, pd.errors.OutOfBoundsDatetime(f"{name} out of bounds")) for name in "ab"]
     with pytest.raises(ValueError) as raised:
-        refuse_columns(parts, table="cellData")
+        refuse_columns(parts, table=CELL_DATA)
     assert type(raised.value) is ValueError
 
 
@@ -160,11 +162,11 @@ def test_a_refusal_raised_elsewhere_is_named_by_its_whole_message() -> None:
     """A column refused by an error that carries no reason (not raised by
     column_refusal) is named by all it says, never by a guess at its form."""
     parts: list[tuple[str, ValueError]] = [
-        ("a", column_refusal("cellData", "a", "is damaged", "restore it")),
+        ("a", column_refusal(CELL_DATA, "a", "is damaged", "restore it")),
         ("b", ValueError("cellData column 'b' overflowed; cast it")),
     ]
     with pytest.raises(ValueError) as raised:
-        refuse_columns(parts, table="cellData")
+        refuse_columns(parts, table=CELL_DATA)
     assert str(raised.value).endswith(
         "Also refused: 'b' cellData column 'b' overflowed; cast it. Nothing was written"
     )

@@ -225,11 +225,12 @@ def test_float32_column_with_nan_keeps_its_dtype(tmp_path: Path) -> None:
 
 
 def test_fill_missing_keeps_nullable_float_width() -> None:
+    from cytearc_vfs.format.table_names import CELL_DATA
     from cytearc_vfs.format.tables import column_values, fill_missing
 
     nullable = pd.Series([0.5, None], dtype="Float32", name="x")
     assert fill_missing(nullable).dtype == np.float32
-    values, _ = column_values(nullable, table="cellData")
+    values, _ = column_values(nullable, table=CELL_DATA)
     assert values.dtype == np.float32 and np.isnan(values[1])
     # integers and booleans with missing values still need a float: float64
     assert fill_missing(pd.Series([1, None], dtype="Int32")).dtype == np.float64

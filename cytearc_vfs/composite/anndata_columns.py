@@ -11,7 +11,13 @@ point group :data:`ANNDATA_TABLES_ENTRY_POINTS`, found here at run time, so
 the core does not import the adapters.
 
 The dataframes become stored columns by the rule that composes columns
-(missing values by :func:`~cytearc_vfs.format.tables.fill_missing`):
+(missing values by :func:`~cytearc_vfs.format.tables.fill_missing`), and
+every warning and refusal names the table as anndata does (``obs``, ``var``,
+``raw/var``: :mod:`~cytearc_vfs.format.table_names`):
+
+- the index holds the ids, checked as an import checks them
+  (:func:`~cytearc_vfs.format.tables.checked_ids`): one no table stores is
+  refused naming the source, its index and the position;
 
 - a categorical keeps its categories; its missing values are ``""`` (the
   merge appends ``""`` as the last category, as for a source that lacks
@@ -52,13 +58,15 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import UnsupportedSourceError
 from ..format.column_names import column_name_problem, free_column_name
+from ..format.live_selection import live_selection_problem
 from ..format.store_keys import key_problem
+from ..format.table_names import OBS, TableName, anndata_table
 from ..format.tables import (
     CATEGORICAL_ATTR,
     StoredColumn,
+    checked_ids,
     column_values,
     fill_missing,
-    live_selection_problem,
 )
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 from ..write.membership import split_membership
@@ -132,10 +140,20 @@ def _text_or_value(series: pd.Series) -> pd.Series:
     return series.map(lambda value: value if isinstance(value, str) else str(value))
 
 
-def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, StoredColumn]:
-    """The columns of ``frame`` (an ``obs`` or ``var``) as a composite reads a source's
-    table: ``ids`` from the index, the others converted by the rule of the module."""
-    ids = np.asarray(frame.index.astype(str), dtype=str)
+def frame_columns(frame: pd.DataFrame, *, table: TableName, source: str) -> dict[str, StoredColumn]:
+    """The columns of ``frame`` (the source's ``table``: ``obs``, ``var`` or ``raw/var``)
+    as a composite reads a source's table: ``ids`` from the index, the others converted
+    by the rule of the module; warnings and refusals name ``table`` as anndata does.
+
+    Ids no table stores (the empty string, a NUL, a lone surrogate, too long) are
+    refused as an import refuses them, by their position in the source's index:
+    the composite's own table would refuse them by a position in the composite
+    (or, for a trailing NUL, which fixed-width text drops, change them).
+    """
+    try:
+        ids = checked_ids(frame.index, table=table)
+    except ValueError as exc:
+        raise ValueError(f"source {source!r}: {exc}") from None
     columns = {"ids": StoredColumn(ids, {})}
     names = {str(name) for name in frame.columns}
     for position, name in enumerate(frame.columns):
@@ -146,10 +164,9 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
         problem = column_name_problem(name) or ("it repeats" if name in columns else None)
         if problem is not None:
             logger.warning(
-                "source %r: %s column %r cannot be a Zarr array name (%s); it is not carried",
+                "source %r: %s cannot be a Zarr array name (%s); it is not carried",
                 source,
-                table,
-                name,
+                table.column(name, stored=True),
                 problem,
             )
             continue
@@ -162,12 +179,12 @@ def frame_columns(frame: pd.DataFrame, *, table: str, source: str) -> dict[str, 
             # and an import's refusal there)
             problem = live_selection_problem(given)
             if problem is not None:
-                frame_name = "obs" if table == "cellData" else "var"
                 raise UnsupportedSourceError(
-                    f"source {source!r}: {frame_name} {problem}; the name is reserved, and "
-                    "write_counts refuses such a column too. Rename it in the AnnData "
-                    f"(adata.{frame_name} = adata.{frame_name}.rename(columns={{'I': "
-                    "'NEW_NAME'}) and write it again), then create the composite"
+                    f"source {source!r}: {table.column(name, stored=True)} {problem}; the name "
+                    "is reserved, and write_counts refuses such a column too. Rename it in the "
+                    # in place: adata.raw.var cannot be assigned
+                    f"AnnData ({table.python}.rename(columns={{'I': 'NEW_NAME'}}, inplace=True) "
+                    "and write it again), then create the composite"
                 )
         series = _text_or_value(fill_missing(given.reset_index(drop=True)))
         try:
@@ -262,8 +279,8 @@ async def anndata_columns(
             reason,
         )
     obs, restored = split_membership(tables.obs, tables.membership, assay)
-    cells = frame_columns(obs, table="cellData", source=source)
+    cells = frame_columns(obs, table=OBS, source=source)
     if restored is not None:
         name, values, attrs = restored
         cells[name] = StoredColumn(values, attrs)
-    return cells, frame_columns(tables.var, table="featureData", source=source)
+    return cells, frame_columns(tables.var, table=anndata_table(features), source=source)

@@ -34,6 +34,7 @@ from ..format.paths import check_name, join
 from ..format.records import dump_assay_types, requires_transpose
 from ..format.sizes import parse_size
 from ..format.store_io import get_json
+from ..format.table_names import CELL_DATA, FEATURE_DATA
 from ..format.tables import prepare_table, write_table
 from ..read.anndata_elements import layer_element
 from ..read.anndata_sources import AnnDataSpec
@@ -407,16 +408,16 @@ def create_composite(
     source = _categorical(plan.row_sources, [binding.name for binding in bindings])
     cell_table = prepare_table(
         _frame(plan.cell_ids, {"source": source, "sourceId": plan.source_cell_ids}),
-        table="cellData",
+        table=CELL_DATA,
     ).with_columns(
         merge_cell_columns(tables, plan.row_sources, plan.source_rows, assay=assay),
-        table="cellData",
+        table=CELL_DATA,
     )
     feature_table = prepare_table(
-        _frame(plan.feature_ids, {}), table="featureData", names=plan.feature_names
+        _frame(plan.feature_ids, {}), table=FEATURE_DATA, names=plan.feature_names
     ).with_columns(
         merge_feature_columns(tables, plan.feature_columns, feature_ids=plan.feature_ids),
-        table="featureData",
+        table=FEATURE_DATA,
     )
     summaries = composite_summaries(plan, bound, read_bytes(cost, budget), progress)
     record = CompositeRecord(

@@ -18,6 +18,7 @@ import pandas as pd
 from ..format.count_dtype import merge_dtype
 from ..format.fingerprints import combine
 from ..format.option_names import on_command_line, shell_word
+from ..format.table_names import CELL_DATA, OBS, TableName
 from ..format.tables import StoredColumn
 from ..read.selection import aligned_mask
 from ..read.sources import BoundSource
@@ -70,8 +71,10 @@ def _text(table: Mapping[str, StoredColumn], name: str, fallback: str = "ids") -
 
 
 def _cell_rows(
-    name: str, selection: Any, n_cells: int, ids: npt.NDArray[Any]
+    name: str, selection: Any, n_cells: int, ids: npt.NDArray[Any], table: TableName
 ) -> npt.NDArray[np.int64]:
+    """The rows of source ``name`` that ``selection`` (``cells=``) keeps; ``table`` is its
+    cell table as its user knows it (an AnnData's ``obs``)."""
     if selection is None:
         return np.arange(n_cells, dtype=np.int64)
     try:
@@ -95,7 +98,7 @@ def _cell_rows(
             )
             raise ValueError(
                 f"{given}: {missing.size} id(s) are not cells of that source "
-                f"(first: {shown}); give ids of its cellData/ids{other}"
+                f"(first: {shown}); give ids of its {table.ids_path}{other}"
             )
         values = positions
     if values.dtype == np.bool_:
@@ -281,7 +284,9 @@ def plan_composite(
     for index, (source, table) in enumerate(zip(sources, tables, strict=True)):
         ids = _text(table.cells, "ids")
         _check_unique(source, ids, "cell")
-        rows = _cell_rows(source.name, (cells or {}).get(source.name), source.info.shape[0], ids)
+        given = (cells or {}).get(source.name)
+        own = CELL_DATA if source.anndata is None else OBS
+        rows = _cell_rows(source.name, given, source.info.shape[0], ids, own)
         row_sources.append(np.full(len(rows), index, dtype=np.int32))
         source_rows.append(rows)
         source_ids.append(ids[rows])

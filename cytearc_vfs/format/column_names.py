@@ -9,6 +9,7 @@ take one is renamed ``orig_<name>``, as DataStoreMerge names merged columns.
 from __future__ import annotations
 
 from .store_keys import METADATA_DOCUMENTS, key_problem
+from .table_names import TableName
 
 __all__ = [
     "MAX_COLUMN_NAME_BYTES",
@@ -73,12 +74,14 @@ def lone_surrogate(text: str) -> str | None:
     return None
 
 
-def check_column_name(name: object, *, table: str) -> str:
-    """``name`` as a column name of ``table``; raises ``ValueError`` naming the problem."""
+def check_column_name(name: object, *, table: TableName) -> str:
+    """``name`` as a column name of ``table``; raises ``ValueError`` naming the problem
+    (and, for an AnnData's column, the array it would be: ``cellData/NAME``)."""
     problem = column_name_problem(name)
     if problem is not None:
         raise ValueError(
-            f"{table} column {name!r} cannot be a Zarr array name ({problem}); rename it to a "
+            f"{table.column(name, stored=True)} cannot be a Zarr array name ({problem}); "
+            "rename it to a "
             f"non-empty string of at most {MAX_COLUMN_NAME_BYTES} UTF-8 bytes without '/', "
             "'\\', a leading '.', control characters or URL escapes of those, other than "
             "'zarr.json'"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import VfsError
+from .table_names import TableName
 
 __all__ = ["column_refusal", "combined_class", "refuse_columns"]
 
@@ -28,17 +29,28 @@ _REASON = "column_reason"
 
 
 def column_refusal(
-    table: str, name: str, reason: str, remedy: str, *, kind: type[ValueError] = ValueError
+    table: TableName,
+    name: str,
+    reason: str,
+    remedy: str,
+    *,
+    kind: type[ValueError] = ValueError,
+    stored: bool = False,
 ) -> ValueError:
     """The refusal of column ``name`` of ``table``: ``"{table} column {name!r} {reason};
-    {remedy}"``, carrying ``reason`` for :func:`refuse_columns` to name it by when
+    {remedy}"``, the table named as its caller knows it (``obs`` for an AnnData's;
+    with ``stored``, also where the column is stored: :meth:`.TableName.column`),
+    carrying ``reason`` for :func:`refuse_columns` to name it by when
     another column is refused first (pickling keeps it, as any attribute of an error).
 
-    >>> error = column_refusal("cellData", "a", "holds 'x;y'", "fix it")
+    >>> from cytearc_vfs.format.table_names import CELL_DATA, OBS
+    >>> error = column_refusal(CELL_DATA, "a", "holds 'x;y'", "fix it")
     >>> str(error), _reason(error)
     ("cellData column 'a' holds 'x;y'; fix it", "holds 'x;y'")
+    >>> str(column_refusal(OBS, "a", "holds 1j", "convert it"))
+    "obs column 'a' holds 1j; convert it"
     """
-    error = kind(f"{table} column {name!r} {reason}; {remedy}")
+    error = kind(f"{table.column(name, stored=stored)} {reason}; {remedy}")
     setattr(error, _REASON, reason)
     return error
 
@@ -50,7 +62,7 @@ def _reason(error: ValueError) -> str:
     return reason if isinstance(reason, str) else str(error)
 
 
-def refuse_columns(refused: Sequence[tuple[str, ValueError]], *, table: str) -> None:
+def refuse_columns(refused: Sequence[tuple[str, ValueError]], *, table: TableName) -> None:
     """Raise the first column's refusal, naming every other refused column and why.
 
     ``refused`` holds ``(column name, its refusal)`` in the table's order; the

@@ -31,6 +31,7 @@ from zarr.core.array import AsyncArray
 
 from .column_names import check_column_name, lone_surrogate
 from .column_refusals import column_refusal, refuse_columns
+from .live_selection import live_selection, live_selection_problem
 from .missing_values import fill_missing, values_with_gaps
 from .option_names import on_command_line, switched_on
 from .table_attributes import (
@@ -39,6 +40,7 @@ from .table_attributes import (
     recorded_index_name,
     table_attributes,
 )
+from .table_names import TableName
 
 __all__ = [
     "CATEGORICAL_ATTR",
@@ -77,8 +79,11 @@ symbols) stay under a hundred characters.
 _TEXT_CHUNK_BYTES = 4 << 20
 
 
-def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], dict[str, Any]]:
-    """The numpy values and attributes that store ``series`` as a column."""
+def column_values(
+    series: pd.Series, *, table: TableName
+) -> tuple[npt.NDArray[Any], dict[str, Any]]:
+    """The numpy values and attributes that store ``series`` as a column of ``table``
+    (which a refusal names as its caller knows it)."""
     name = str(series.name)
     attrs: dict[str, Any] = {}
     dtype = series.dtype
@@ -172,7 +177,7 @@ def column_values(series: pd.Series, *, table: str) -> tuple[npt.NDArray[Any], d
     return values, attrs
 
 
-def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: str, name: str) -> None:
+def _refuse_trailing_nul(values: npt.NDArray[Any], *, table: TableName, name: str) -> None:
     """Refuse text that ends in NUL: fixed-width ``<U`` text drops trailing NULs,
     so ``"x\\0"`` would read back as ``"x"`` (and a categorical's value would leave
     its recorded categories). A NUL inside the text is kept."""
@@ -258,7 +263,10 @@ class PreparedTable:
         return self.columns[0][1]
 
     def with_columns(
-        self, columns: Sequence[tuple[str, npt.NDArray[Any], dict[str, Any]]], *, table: str
+        self,
+        columns: Sequence[tuple[str, npt.NDArray[Any], dict[str, Any]]],
+        *,
+        table: TableName,
     ) -> PreparedTable:
         """This table with ``columns`` (converted values and attributes) after its own.
 
@@ -272,7 +280,7 @@ class PreparedTable:
                 raise ValueError(f"{table} already has a column {name!r}")
             if values.shape != (self.length,):
                 raise ValueError(
-                    f"{table} column {name!r} has shape {values.shape}; every column of the "
+                    f"{table.column(name)} has shape {values.shape}; every column of the "
                     f"table is 1-D of its {self.length} rows"
                 )
             names.add(name)
@@ -284,7 +292,7 @@ class PreparedTable:
         )
 
 
-def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[np.str_]:
+def checked_ids(index: Sequence[Any] | pd.Index, *, table: TableName) -> npt.NDArray[np.str_]:
     """``index`` as an array of id strings; raises ``ValueError`` for ids it cannot store.
 
     Strings are kept and integers converted with ``str()``. Anything else
@@ -292,10 +300,15 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
     NUL character (fixed-width text drops trailing NULs, so the id would
     change), a lone surrogate (not UTF-8, so no fingerprint) and ids longer
     than :data:`MAX_ID_LENGTH` are refused, naming
-    ``table``, the position and the value. Unique ids are not checked here.
+    ``table`` (an AnnData's as its index: ``obs index value at position 0``), the
+    position and the value. Unique ids are not checked here.
 
-    >>> checked_ids(pd.Index([3, 10]), table="cellData").tolist()
+    >>> from cytearc_vfs.format.table_names import CELL_DATA, OBS
+    >>> checked_ids(pd.Index([3, 10]), table=CELL_DATA).tolist()
     ['3', '10']
+    >>> checked_ids(pd.Index(["a", ""]), table=OBS)
+    Traceback (most recent call last):
+    ValueError: obs index value at position 1 is the empty string, ...
     """
     values = np.asarray(index, dtype=object) if not isinstance(index, pd.Index) else index
     if isinstance(values, pd.Index) and values.dtype.kind in "iu":
@@ -309,7 +322,7 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
                 texts.append(str(value))
             else:
                 raise ValueError(
-                    f"{table} ids must be strings (integers are converted with str()), but "
+                    f"{table.ids} must be strings (integers are converted with str()), but "
                     f"position {position} holds {value!r} ({type(value).__name__}); convert "
                     "the ids yourself (e.g. decode bytes, replace missing ids) before "
                     "writing. Nothing was written"
@@ -320,11 +333,11 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
         position = int(np.flatnonzero(empty | (lengths > MAX_ID_LENGTH))[0])
         if empty[position]:
             raise ValueError(
-                f"{table} id at position {position} is the empty string, which reads like a "
+                f"{table.an_id} at position {position} is the empty string, which reads like a "
                 "missing value; give every row a non-empty id. Nothing was written"
             )
         raise ValueError(
-            f"{table} id at position {position} is {lengths[position]:,} characters long "
+            f"{table.an_id} at position {position} is {lengths[position]:,} characters long "
             f"(starting {texts[position][:40]!r}); ids may have at most {MAX_ID_LENGTH:,} "
             "characters, because the id column is stored at the width of its longest id. "
             "Shorten the ids (keep long text in a column). Nothing was written"
@@ -332,14 +345,14 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
     for position, text in enumerate(texts):
         if "\0" in text:
             raise ValueError(
-                f"{table} id at position {position} ({text[:40]!r}) holds a NUL character, "
+                f"{table.an_id} at position {position} ({text[:40]!r}) holds a NUL character, "
                 "which fixed-width text cannot keep; remove it. Nothing was written"
             )
         surrogate = lone_surrogate(text)
         if surrogate is not None:
             # ids are fingerprinted as UTF-8, which has no lone surrogates
             raise ValueError(
-                f"{table} id at position {position} ({text[:40]!r}) holds the lone surrogate "
+                f"{table.an_id} at position {position} ({text[:40]!r}) holds the lone surrogate "
                 f"{surrogate!r}, which is not UTF-8 text (often a file name or bytes decoded "
                 "with errors='surrogateescape'); decode the ids correctly or replace it. "
                 "Nothing was written"
@@ -350,11 +363,14 @@ def checked_ids(index: Sequence[Any] | pd.Index, *, table: str) -> npt.NDArray[n
 def prepare_table(
     frame: pd.DataFrame,
     *,
-    table: str,
+    table: TableName,
     names: npt.NDArray[Any] | None = None,
     fill: bool = False,
 ) -> PreparedTable:
     """Check and convert ``frame`` (index = ids); raises before anything is written.
+
+    Refusals name ``table`` as its caller knows it: an AnnData's as ``obs``,
+    ``var`` or ``raw/var`` (:class:`~.table_names.TableName`).
 
     Ids follow :func:`checked_ids` and must be unique; column names must be
     unique, valid Zarr array names and not reserved. A column with missing
@@ -372,18 +388,17 @@ def prepare_table(
     ids = checked_ids(frame.index, table=table)
     if len(ids) != len(set(ids.tolist())):
         duplicated = pd.Index(ids)[pd.Index(ids).duplicated()][:3].tolist()
-        axis = "var" if table == "featureData" else "obs"
-        option = "features" if table == "featureData" else "cells"
+        option = "cells" if table.of_cells else "features"
         # an AnnData given by its path cannot be edited in place: make_unique (or, in
         # Python, a table of unique ids) can; a shell has no table to give
         others = (
             ""
             if on_command_line()
-            else f", make the index unique (e.g. AnnData.{axis}_names_make_unique()) before "
-            f"writing, or give {option}= a table whose index holds unique ids"
+            else f", make the index unique (e.g. {table.unique_ids_call}) before writing, or "
+            f"give {option}= a table whose index holds unique ids"
         )
         raise ValueError(
-            f"{table} ids must be unique; {duplicated} repeat. Pass "
+            f"{table.ids} must be unique; {duplicated} repeat. Pass "
             f"{switched_on('make_unique')} to rename repeats as anndata does (id-1, id-2, ...)"
             f"{others}. Nothing was written"
         )
@@ -394,13 +409,14 @@ def prepare_table(
         key = check_column_name(name, table=table)
         if key == "ids":
             raise ValueError(
-                f"{table} column 'ids' is reserved (ids come from the index); rename the "
+                f"{table.column('ids', stored=True)} is reserved (ids come from the index); "
+                "rename the "
                 "column. Nothing was written"
             )
         series = frame.iloc[:, position]
         if key == "I":
             # an export keeps a narrowed live selection as this column: it comes back as one
-            selection = _live_selection(series, table=table)  # raises when it cannot be
+            selection = live_selection(series, table=table)  # raises when it cannot be
             continue
         if key == "names":
             series = names_text(series, table=table)
@@ -426,34 +442,7 @@ def prepare_table(
     return PreparedTable(tuple(columns), fingerprint, kept_index_name(frame.index.name), order)
 
 
-def live_selection_problem(series: pd.Series) -> str | None:
-    """Why a table's own ``I`` column cannot be the live selection (``None``: it can).
-
-    ``I`` is reserved (the live selection, boolean without missing values); an
-    import takes a table's ``I`` as the selection and refuses any other, and a
-    composite refuses an AnnData source's other ``I`` for the same reason
-    (docs/layout.md).
-    """
-    if pd.api.types.is_bool_dtype(series.dtype) and not series.isna().any():
-        return None
-    missing = " with missing values" if pd.api.types.is_bool_dtype(series.dtype) else ""
-    return (
-        f"column 'I' is the live selection, which must be boolean without missing "
-        f"values (it is {series.dtype}{missing})"
-    )
-
-
-def _live_selection(series: pd.Series, *, table: str) -> npt.NDArray[np.bool_]:
-    """A table's own ``I`` column as the live selection: booleans, none missing."""
-    problem = live_selection_problem(series)
-    if problem is None:
-        return series.to_numpy(dtype=bool)
-    raise ValueError(
-        f"{table} {problem}; rename the column to keep it as an ordinary one. Nothing was written"
-    )
-
-
-def names_text(series: pd.Series, *, table: str) -> pd.Series:
+def names_text(series: pd.Series, *, table: TableName) -> pd.Series:
     """A table's own ``names`` column as text, which the DataStore reads names as.
 
     Text is kept, and integers are converted with ``str()`` as ids are (``7``
@@ -464,7 +453,8 @@ def names_text(series: pd.Series, *, table: str) -> pd.Series:
     the row and the value: its text is a choice (``1.0`` or ``"1"``?) that is
     the caller's, not the writer's.
 
-    >>> names_text(pd.Series([3, 10], name="names"), table="cellData").tolist()
+    >>> from cytearc_vfs.format.table_names import CELL_DATA
+    >>> names_text(pd.Series([3, 10], name="names"), table=CELL_DATA).tolist()
     ['3', '10']
     """
     dtype = series.dtype
@@ -487,10 +477,12 @@ def names_text(series: pd.Series, *, table: str) -> pd.Series:
         else:
             where = f"category {row}" if offsets is not None else f"row {row}"
             raise ValueError(
-                f"{table} column 'names' holds {value!r} ({type(value).__name__}) at "
+                f"{table.column('names', stored=True)} holds {value!r} "
+                f"({type(value).__name__}) at "
                 f"{where}; names are text (integers are converted with str()), which the "
                 "DataStore reads them as. Convert the column yourself, e.g. "
-                "frame['names'].astype(str) (1.0 becomes '1.0'), or drop it to use the ids. "
+                f"{table.python}['names'].astype(str) (1.0 becomes '1.0'), or drop it to use "
+                "the ids. "
                 "Nothing was written"
             )
     if offsets is not None:

@@ -19,17 +19,20 @@ import logging
 import pandas as pd
 
 from ..format.column_names import free_column_name
+from ..format.table_names import TableName
 
 __all__ = ["carry_ids_column"]
 
 logger = logging.getLogger(__name__)
 
 
-def carry_ids_column(frame: pd.DataFrame, *, table: str) -> pd.DataFrame:
-    """``frame`` with a column named ``ids`` renamed ``orig_ids`` (warned), else itself.
+def carry_ids_column(frame: pd.DataFrame, *, table: TableName) -> pd.DataFrame:
+    """``frame`` (the AnnData's ``table``) with a column named ``ids`` renamed
+    ``orig_ids`` (warned), else itself.
 
+    >>> from cytearc_vfs.format.table_names import OBS
     >>> frame = pd.DataFrame({"ids": ["x"], "orig_ids": ["y"]}, index=["c0"])
-    >>> list(carry_ids_column(frame, table="obs").columns)
+    >>> list(carry_ids_column(frame, table=OBS).columns)
     ['orig_orig_ids', 'orig_ids']
     """
     if "ids" not in frame.columns:
@@ -37,9 +40,8 @@ def carry_ids_column(frame: pd.DataFrame, *, table: str) -> pd.DataFrame:
     taken = {str(name) for name in frame.columns}
     name = free_column_name("ids", taken)
     logger.warning(
-        "%s column 'ids' is stored as %r: a CyteArc table keeps its ids (the index) under "
-        "the name 'ids'",
-        table,
+        "%s is stored as %r: a CyteArc table keeps its ids (the index) under the name 'ids'",
+        table.column("ids"),
         name,
     )
     return frame.rename(columns={"ids": name})

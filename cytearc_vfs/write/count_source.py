@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from ..errors import VfsError
 from ..format.count_dtype import ValueRange, checked_cast, empty_range, scan_values, summary_dtype
 from ..format.count_totals import RowTotalOverflowError, exact_group_sums, may_overflow, row_totals
+from ..format.table_names import CELL_DATA, FEATURE_DATA, TableName
 from .sparse_structure import checked_sparse
 
 __all__ = [
@@ -338,6 +339,10 @@ class CountInput(NamedTuple):
     #: Paths of the input's elements the write leaves out (``obsm/X_pca``, ``uns/neighbors``);
     #: ``None`` where they could not be listed (``WriteInfo.not_imported``).
     not_imported: tuple[str, ...] | None = ()
+    #: How refusals name ``cells``: an AnnData's as ``obs``.
+    cell_table: TableName = CELL_DATA
+    #: How refusals name ``features``: an AnnData's as ``var`` (``raw/var`` beside ``raw/X``).
+    feature_table: TableName = FEATURE_DATA
 
 
 #: ``adapter(counts, layer, storage_options)``: the input it recognises, else ``None``;

@@ -15,7 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from ..format.table_names import CELL_DATA, FEATURE_DATA, TableName
 from .anndata_ids_column import carry_ids_column
+from .count_source import CountInput
 
 __all__ = ["input_table", "refuse_a_reader_without_tables", "unique_ids"]
 
@@ -56,19 +58,28 @@ def unique_ids(index: pd.Index) -> tuple[pd.Index, int]:
 
 
 def input_table(
-    frame: pd.DataFrame | None,
+    found: CountInput,
     given: pd.DataFrame | Sequence[str] | None,
-    n: int,
+    shape: tuple[int, int],
     what: str,
     *,
     make_unique: bool = False,
-) -> pd.DataFrame:
-    """The ``what`` (``"cells"`` or ``"features"``) table of a write of ``n`` of them.
+) -> tuple[pd.DataFrame, TableName]:
+    """The ``what`` (``"cells"`` or ``"features"``) table of a write of counts of
+    ``shape``, and how its refusals name it.
 
-    ``given`` (a table or a sequence of ids) wins over ``frame`` (the AnnData's
-    own, whose ``ids`` column is carried as ``orig_ids``); neither gives
-    generated ids. Raises ``ValueError`` for a table of another length.
+    ``given`` (a table or a sequence of ids) wins over the input's own (``found``: an
+    AnnData's, whose ``ids`` column is carried as ``orig_ids``); neither gives
+    generated ids. Raises ``ValueError`` for a table of another length. A table
+    given is named as it is stored (``cellData``), the AnnData's own as anndata
+    names it (``obs``, ``var``, ``raw/var``): the caller typed the one or the other.
     """
+    cells = what == "cells"
+    n = shape[0] if cells else shape[1]
+    frame = found.cells if cells else found.features
+    named = found.cell_table if cells else found.feature_table
+    if given is not None:
+        named = CELL_DATA if cells else FEATURE_DATA
     if isinstance(given, (str, bytes)):
         raise ValueError(
             f"{what}= is one string ({given[:40]!r}); pass a DataFrame indexed by the ids or a "
@@ -83,9 +94,9 @@ def input_table(
         )
     elif frame is not None:
         # an AnnData's own obs/var: its 'ids' column is carried as a composite carries it
-        frame = carry_ids_column(frame, table="obs" if what == "cells" else "var")
+        frame = carry_ids_column(frame, table=named)
     if frame is None:
-        prefix = "cell" if what == "cells" else "feature"
+        prefix = "cell" if cells else "feature"
         frame = pd.DataFrame(index=pd.Index([f"{prefix}_{i}" for i in range(n)]))
     if len(frame) != n:
         raise ValueError(
@@ -101,7 +112,7 @@ def input_table(
                 what[:-1],
             )
             frame = frame.set_axis(index, axis=0)
-    return frame
+    return frame, named
 
 
 def refuse_a_reader_without_tables(counts: Any, cells: Any, features: Any) -> None:

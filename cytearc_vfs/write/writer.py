@@ -314,7 +314,9 @@ def write_counts(
 
     refuse_a_reader_without_tables(counts, cells, features)
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
-    cell_frame = input_table(found.cells, cells, source.shape[0], "cells", make_unique=make_unique)
+    cell_frame, cell_name = input_table(
+        found, cells, source.shape, "cells", make_unique=make_unique
+    )
     # the import side of the membership rule: the name <assay>_I is reserved; an
     # AnnData's declared column is restored, any other of that name (in its obs or
     # in a cells= table, which declares nothing) is skipped with a warning
@@ -322,21 +324,21 @@ def write_counts(
     frame_columns = [str(column) for column in cell_frame.columns]
     cell_frame, membership = split_membership(cell_frame, declared, assay)
     cell_frame = rename_metrics(cell_frame, assay)  # metrics of other counts: never the assay's
-    cell_table = prepare_table(cell_frame, table="cellData", fill=fill_missing)
+    cell_table = prepare_table(cell_frame, table=cell_name, fill=fill_missing)
     # the frame's Python strings (a megabyte per 20,000 generated ids) are not
     # the write's to keep: the prepared table holds the ids as numpy text
     del cell_frame
     if membership is not None and declared is not None:
-        cell_table = cell_table.with_columns([membership], table="cellData")
+        cell_table = cell_table.with_columns([membership], table=cell_name)
         order = membership_in_place(
             cell_table.column_order, frame_columns, declared[assay], membership[0]
         )
         cell_table = replace(cell_table, column_order=order)
-    feature_table = prepare_table(
-        input_table(found.features, features, source.shape[1], "features", make_unique=make_unique),
-        table="featureData",
-        fill=fill_missing,
+    feature_frame, feature_name = input_table(
+        found, features, source.shape, "features", make_unique=make_unique
     )
+    feature_table = prepare_table(feature_frame, table=feature_name, fill=fill_missing)
+    del feature_frame  # as the cell frame: the prepared table holds the ids
 
     # Everything that can refuse runs before the destination exists.
     reserve_for_source(source, budget)

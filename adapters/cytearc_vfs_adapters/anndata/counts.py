@@ -30,6 +30,7 @@ import zarr
 from zarr.abc.store import Store
 
 from cytearc_vfs.errors import warn_at_caller
+from cytearc_vfs.format.table_names import OBS, RAW_VAR, VAR, TableName
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, MissingElementError
 from cytearc_vfs.write.count_source import CountInput
 from cytearc_vfs.write.membership import declared_membership
@@ -78,7 +79,14 @@ def _in_memory(counts: Any, layer: str | None) -> CountInput | None:
             )
         matrix = counts.layers[layer]
     left = not_imported_from_anndata(counts, layer)
-    return CountInput(matrix, counts.obs, features, declared_membership(counts.uns), left)
+    membership = declared_membership(counts.uns)
+    return CountInput(matrix, counts.obs, features, membership, left, OBS, _features(layer))
+
+
+def _features(layer: str | None) -> TableName:
+    """How refusals name the feature table of the counts ``layer``: ``raw/var`` for the
+    raw counts, ``var`` for any other."""
+    return RAW_VAR if layer == RAW_COUNTS else VAR
 
 
 def _is_location(counts: Any) -> bool:
@@ -112,7 +120,7 @@ def count_input(
             f"(the counts and the other columns are): {column.reason}",
         )
     left = not_imported_from_container(container.root, layer)
-    return CountInput(matrix, obs, var, membership_of(container), left)
+    return CountInput(matrix, obs, var, membership_of(container), left, OBS, _features(layer))
 
 
 def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:
