@@ -369,7 +369,8 @@ def _repack_data_only(
     overwrite: bool,
     destination_options: Mapping[str, Any] | None,
 ) -> None:
-    from ..write.writer import fitting_layout, write_counts
+    from ..write.layout_fitting import fitting_layout
+    from ..write.writer import write_counts
     from ..write.writer_name import writing_for
 
     contents = read_contents(source, where=where)
