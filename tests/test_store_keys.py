@@ -22,6 +22,7 @@ import obstore
 import pytest
 import zarr
 from conftest import realistic_counts
+from cytearc_vfs_adapters.anndata.remote_metadata import _WalkedMetadata
 from cytearc_vfs_adapters.anndata_output import anndata_view
 from cytearc_vfs_adapters.backends import SharedClientObjectStore
 from hypothesis import given
@@ -179,6 +180,10 @@ class World:
             "mount": cv.open_store(self.root / "m.zarr", mode="r+"),
             "cached-source": CachedSourceStore(plain, self.cache, "s"),
             "prefetched": PrefetchedStore(plain, {"zarr.json": b"{}"}),
+            # anndata ls's walk of a remote container: a listed group's documents
+            "walked-metadata": _WalkedMetadata(
+                plain, {"zarr.json": b"{}"}, directories={"": ["zarr.json"]}
+            ),
             "remembered": RememberedReads(plain),
             "artifact-reads": ArtifactReads(plain, "g", "g", "plain.zarr"),
             "counting": CountingStore(plain, ReadCounters()),
@@ -215,6 +220,7 @@ STORE_NAMES = [
     "mount",
     "cached-source",
     "prefetched",
+    "walked-metadata",
     "counting",
     "checked-wrapper",
     "finishing",

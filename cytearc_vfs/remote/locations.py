@@ -306,7 +306,8 @@ def given_location(location: Location) -> str:
     >>> given_location("s3://KEY:SECRET@bkt/a.zarr")
     's3://KEY:***@bkt/a.zarr'
     """
-    if isinstance(location, Store):
+    if isinstance(location, Store) or not isinstance(location, str | os.PathLike):
+        # a Store is described; anything else is refused there, by name
         return describe_location(location)
     return _password_masked(os.fspath(location))
 

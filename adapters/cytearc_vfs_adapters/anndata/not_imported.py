@@ -29,9 +29,9 @@ from zarr.storage import LocalStore, ObjectStore
 
 from cytearc_vfs.format.gathering import gather_all
 from cytearc_vfs.format.object_keys import listing_prefix
-from cytearc_vfs.format.store_io import innermost_store
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
+from cytearc_vfs.read.prefetch import PrefetchedStore
 
 from .nodes import child, is_group
 
@@ -216,14 +216,21 @@ async def _listing(store: Any, prefix: str) -> _Listing:
     store's own listing tells them (an object store's, by keys and common prefixes:
     the request ``list_dir`` makes; a local directory's, by its entries). A wrapper
     over the same keys (an import's prefetched tables) is listed through the store it
-    wraps, which tells them."""
-    store = innermost_store(store)
+    wraps, which tells them; any other wrapper is listed as it is (one that cannot
+    list, or refuses to, says so)."""
+    while isinstance(store, PrefetchedStore):
+        store = store._store
     if isinstance(store, ObjectStore):
         import obstore
+        from obstore.exceptions import PermissionDeniedError
 
-        answer = await obstore.list_with_delimiter_async(
-            store.store, prefix=listing_prefix(store, prefix)
-        )
+        try:
+            answer = await obstore.list_with_delimiter_async(
+                store.store, prefix=listing_prefix(store, prefix)
+            )
+        except PermissionDeniedError as exc:
+            # asked of the client directly, past the adapter that translates it
+            raise PermissionError(f"listing {prefix!r} was refused") from exc
         files = {meta["path"].rsplit("/", 1)[-1] for meta in answer["objects"]}
         below = {path.rstrip("/").rsplit("/", 1)[-1] for path in answer["common_prefixes"]}
         return _Listing(tuple(sorted(files | below)), frozenset(files))
