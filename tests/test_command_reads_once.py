@@ -123,3 +123,43 @@ def test_a_store_changed_between_commands_is_read_anew(s3_server: Any, s3_proxy:
         said = run_main(command, url, *flags)
         assert said.returncode != 0
         assert "a.zarr" in said.stderr
+
+
+def _replace_a_shard(url: str, options: dict[str, Any]) -> None:
+    """The first ``counts`` shard of the store at ``url`` rewritten reversed (same size)."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from cytearc_vfs.remote.locations import open_location
+
+    store = open_location(url, read_only=False, storage_options=options)
+
+    async def keys() -> list[str]:
+        return [key async for key in store.list_prefix("RNA/counts/c/")]
+
+    key = sorted(sync(keys()))[0]
+    value = sync(store.get(key, default_buffer_prototype())).to_bytes()
+    sync(store.set(key, default_buffer_prototype().buffer.from_bytes(value[::-1])))
+
+
+@pytest.mark.parametrize("kind", ["ordinary", "mount"])
+def test_a_shard_replaced_after_the_open_checks_is_still_found(
+    s3_server: Any, s3_proxy: Any, kind: str
+) -> None:
+    """The values verify reads come from the store, not from what the command
+    remembered: a shard replaced since the store (or the mount's source) was
+    written is found, in the words it was found in before."""
+    url, flags = _stores(s3_server, s3_proxy, kind)
+    options = json.loads(flags[1])
+    _replace_a_shard(url.rsplit("/", 1)[0] + "/a.zarr", options)
+    said = run_main("verify", url, *flags)
+    assert said.returncode == 1, said.stderr
+    lines = said.stdout.splitlines()
+    assert lines[:2] == [f"{url}: PROBLEMS FOUND", "  RNA: FAILED (0 values read)"]
+    assert lines[2].startswith(
+        "    - counts rows 0-39 could not be read (ValueError: Stored and computed checksum do "
+        "not match."
+    )
+    assert lines[2].endswith(
+        "the stored data is damaged: restore the store from a copy or write it again"
+    )
