@@ -335,7 +335,8 @@ def deep_verify(
     if isinstance(store, CompositeStore):
         return _verify_composite(store, where=where, progress=progress, source_storage_options=None)
     if isinstance(store, MountStore):
-        return deep_verify(store.verified_source, where=store.record.location, progress=progress)
+        # opened by the caller, maybe long ago: its source read as it is now
+        return deep_verify(store.source, where=store.record.location, progress=progress)
     if not isinstance(store, RememberedReads):
         # each document and listing read once for the whole verification (its
         # checks, then the arrays its reads open), not once by each
@@ -348,7 +349,7 @@ def deep_verify(
     if "matrixSource" in root_attrs:
         # A mount's counts are its source's: verify the binding, then the source.
         mount = MountStore._verified(store, where, source_storage_options, remembered=store)
-        # the source's documents as the open verified them: not read again
+        # the source's documents as the open just verified them: not read again
         return deep_verify(mount.verified_source, where=mount.record.location, progress=progress)
     _, infos = verify_store(store, where=where)
     return [_verify_one(store, info, progress) for info in infos]
