@@ -275,9 +275,9 @@ def test_on_s3_it_costs_the_listing_and_one_read_per_group(s3_server: Any, s3_pr
     )
     # two runs each (text and --json): what info cost before, and this, and nothing else
     assert _requests(after) == _requests(before) + extra
-    # the store's contents (its top-level listing) are read once a run to tell its kind
-    # and once to describe it: the description verified from them (it read them again)
-    assert _requests(before)[("GET", listing)] == 2 * 2
+    # the store's contents (its top-level listing) are read once a run: the kind is told
+    # and the store described from the same reads (tests/test_command_reads_once.py)
+    assert _requests(before)[("GET", listing)] == 2
     # each root was listed before too, once a run, empty
     assert _requests(before)[("GET", listing + "RNA%2Fartifacts%2F")] == 2
     # no array of an artifact: neither its document nor a chunk

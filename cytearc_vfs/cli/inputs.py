@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,13 @@ def require_store(
     command: str,
     kinds: Sequence[str],
     storage_options: Mapping[str, Any] | None = None,
+    through: Callable[[Any], Any] | None = None,
 ) -> Any:
-    """Classify ``location`` and refuse it unless it is one of ``kinds``."""
+    """Classify ``location`` and refuse it unless it is one of ``kinds`` (``through``:
+    as :func:`~cytearc_vfs.inspection.store_kind.classify_location` takes it)."""
     from ..inspection.store_kind import classify_location
 
-    found = classify_location(location, storage_options=storage_options)
+    found = classify_location(location, storage_options=storage_options, through=through)
     if found.kind in kinds:
         return found
     wanted = {
@@ -247,6 +249,12 @@ def checked_for_reading(
 ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
     """``args.location`` checked to be a CyteArc store: its name, its
     ``--storage-options`` and the ``--source-storage-options`` of what it reads."""
+    return _checked(args, command=command, through=None)
+
+
+def _checked(
+    args: argparse.Namespace, *, command: str, through: Callable[[Any], Any] | None
+) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
     from ..remote.locations import describe_location, local_path
 
     storage_options = json_option(args.storage_options, "--storage-options")
@@ -258,7 +266,11 @@ def checked_for_reading(
         found = require_store(args.location, command=command, kinds=kinds)
         raise InputRefusedError(local_store_options(where, found.kind))
     found = require_store(
-        args.location, command=command, kinds=kinds, storage_options=storage_options
+        args.location,
+        command=command,
+        kinds=kinds,
+        storage_options=storage_options,
+        through=through,
     )
     refuse_unused_source_options(found.kind, source_options, where=where)
     return where, storage_options, source_options
@@ -268,12 +280,28 @@ def opened_for_reading(
     args: argparse.Namespace, *, command: str
 ) -> tuple[Any, str, dict[str, Any] | None]:
     """``args.location`` checked (:func:`checked_for_reading`) and opened read-only
-    with ``--storage-options``; with its name and the ``--source-storage-options``."""
+    with ``--storage-options``; with its name and the ``--source-storage-options``.
+
+    The store is a view for this command only that reads each metadata document
+    and listing once (:class:`~cytearc_vfs.read.remembered_reads.RememberedReads`):
+    what the check read to tell the kind, the description or verification takes
+    from it, where on object storage each was a request again (the root document
+    three times). The view is dropped with the command, so nothing read is kept
+    for another.
+    """
+    from ..read.remembered_reads import RememberedReads
     from ..remote.locations import open_location
 
-    where, storage_options, source_options = checked_for_reading(args, command=command)
-    store = open_location(args.location, read_only=True, storage_options=storage_options)
-    return store, where, source_options
+    views: list[Any] = []
+
+    def remembered(store: Any) -> Any:
+        views.append(RememberedReads(store))
+        return views[-1]
+
+    where, storage_options, source_options = _checked(args, command=command, through=remembered)
+    if not views:  # classified without reading it (never for a store it accepts)
+        remembered(open_location(args.location, read_only=True, storage_options=storage_options))
+    return views[-1], where, source_options
 
 
 def local_store_options(where: str, kind: str) -> str:

@@ -78,6 +78,7 @@ class CompositeStore(KeyCheckedStore):
         cell_runs: CellRuns | None = None,
         cache: SourceCache | None = None,
         documents: Store | None = None,
+        feature_columns: Any = None,
     ) -> None:
         super().__init__(read_only=backing.read_only)
         # the verified documents of the backing store: readers open the
@@ -85,7 +86,8 @@ class CompositeStore(KeyCheckedStore):
         self._documents = backing if documents is None else documents
         self._cache = SourceCache() if cache is None else cache
         self._cell_runs = cell_runs
-        self._feature_map = FeatureMap()
+        # as the open verified it, when it kept it: the first read maps features from it
+        self._feature_map = FeatureMap(feature_columns)
         self._backing = backing
         self._record = record
         self._sources = sources
@@ -172,6 +174,7 @@ class CompositeStore(KeyCheckedStore):
             cell_runs=verified.cell_runs,
             cache=verified.cache,
             documents=verified.documents,
+            feature_columns=verified.feature_columns,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
@@ -28,6 +29,7 @@ from ..format.paths import join
 from ..format.store_io import get_json
 from ..read.anndata_sources import AnnDataSpec
 from ..read.cell_runs import CellRuns, RunCollector, merge_runs
+from ..read.count_mapping import FEATURE_MAP_CACHE_BYTES
 from ..read.prefetch import fetch_documents
 from ..read.read_stats import ReadCounters
 from ..read.sources import BoundSource, SourceSpec, bind_sources
@@ -55,6 +57,10 @@ class VerifiedComposite:
     """The bounded cache remote sources read through."""
     documents: Store
     """The composite's own documents, as verified."""
+    feature_columns: npt.NDArray[np.int64] | None = None
+    """``featureColumns`` as verified, when small enough for readers to keep
+    (:data:`~cytearc_vfs.read.count_mapping.FEATURE_MAP_CACHE_BYTES`): they map
+    features from it instead of reading it again."""
 
 
 def verify_composite(
@@ -119,6 +125,8 @@ def verify_composite(
     root = zarr.open_group(own, mode="r", zarr_format=3)
     # the cell mappings are summarized as runs on the way (see cell_runs)
     collectors = {"rowSources": RunCollector(0), "sourceRows": RunCollector(1)}
+    # and the feature map kept for the readers, whose first read fetched it again
+    feature_blocks: list[np.ndarray] | None = None
     for name in MAP_NAMES:
         expected = record.maps[name]
         if expected.path != join(MAPS_GROUP, name) or expected.path not in root:
@@ -126,7 +134,10 @@ def verify_composite(
                 f"composite at {where}: mapping {expected.path!r} is missing"
             )
         array = array_at(root, expected.path)
-        found = _streamed_fingerprint(array, collectors.get(name))
+        kept = None
+        if name == "featureColumns" and array.nbytes <= FEATURE_MAP_CACHE_BYTES:
+            kept = feature_blocks = []
+        found = _streamed_fingerprint(array, collectors.get(name), kept)
         if found != expected.fingerprint or tuple(array.shape) != expected.shape:
             raise IdentityMismatchError(
                 f"composite at {where}: mapping {name} has fingerprint {found}, but the manifest "
@@ -169,12 +180,15 @@ def verify_composite(
         merge_runs(collectors["rowSources"], collectors["sourceRows"]),
         cache,
         own,
+        None if not feature_blocks else np.concatenate(feature_blocks).astype(np.int64),
     )
 
 
-def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = None) -> str:
+def _streamed_fingerprint(
+    array: zarr.Array[Any], runs: RunCollector | None = None, kept: list[Any] | None = None
+) -> str:
     """:func:`array_fingerprint` computed window by window (memory stays flat);
-    ``runs`` sees every window too."""
+    ``runs`` sees every window too, and ``kept`` gets each."""
     digest = hashlib.sha256()
     step = max(1, (16 << 20) // max(1, array.dtype.itemsize * int(np.prod(array.shape[1:]) or 1)))
     for start in range(0, array.shape[0], step):
@@ -182,6 +196,8 @@ def _streamed_fingerprint(array: zarr.Array[Any], runs: RunCollector | None = No
         digest.update(block.view(np.uint8).tobytes())
         if runs is not None:
             runs.observe(start, block)
+        if kept is not None:
+            kept.append(block)
     return combine(
         "cytearc:map",
         {"dtype": array.dtype.str, "shape": list(array.shape), "values": digest.hexdigest()},

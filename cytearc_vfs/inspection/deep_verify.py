@@ -25,6 +25,7 @@ from ..format.fingerprints import ContentHasher, ids_fingerprint
 from ..format.nodes import array_at, group_at
 from ..format.paths import join
 from ..format.source_store import AssayInfo, check_assay_shards, read_contents, verify_store
+from ..read.remembered_reads import RememberedReads
 
 __all__ = ["AssayReport", "deep_verify"]
 
@@ -334,7 +335,12 @@ def deep_verify(
     if isinstance(store, CompositeStore):
         return _verify_composite(store, where=where, progress=progress, source_storage_options=None)
     if isinstance(store, MountStore):
+        # opened by the caller, maybe long ago: its source read as it is now
         return deep_verify(store.source, where=store.record.location, progress=progress)
+    if not isinstance(store, RememberedReads):
+        # each document and listing read once for the whole verification (its
+        # checks, then the arrays its reads open), not once by each
+        store = RememberedReads(store)
     root_attrs = read_contents(store, where=where).root_attrs
     if "composite" in root_attrs:
         return _verify_composite(
@@ -342,7 +348,8 @@ def deep_verify(
         )
     if "matrixSource" in root_attrs:
         # A mount's counts are its source's: verify the binding, then the source.
-        mount = MountStore._verified(store, where, source_storage_options)
-        return deep_verify(mount.source, where=mount.record.location, progress=progress)
+        mount = MountStore._verified(store, where, source_storage_options, remembered=store)
+        # the source's documents as the open just verified them: not read again
+        return deep_verify(mount.verified_source, where=mount.record.location, progress=progress)
     _, infos = verify_store(store, where=where)
     return [_verify_one(store, info, progress) for info in infos]

@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import RecordShapeError
 from ..format.records import PENDING_STORE_ATTR
 from ..remote.locations import Location, given_location, local_path, open_location
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
 
 __all__ = ["KIND_WORDS", "StoreKind", "classify_location"]
 
@@ -108,7 +111,10 @@ def _classify_local_file(location: Location) -> StoreKind | None:
 
 
 def classify_location(
-    location: Location, *, storage_options: Mapping[str, Any] | None = None
+    location: Location,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    through: Callable[[Store], Store] | None = None,
 ) -> StoreKind:
     """Classify ``location`` without verifying it.
 
@@ -122,6 +128,10 @@ def classify_location(
         A path, URL or zarr Store.
     storage_options
         Backend options for a URL.
+    through
+        Called with the store ``location`` opens to; classification reads
+        through the store it returns (a command's view that remembers what
+        was read, so that the command reads none of it again).
     """
     found = _classify_local_file(location)
     if found is not None:
@@ -134,6 +144,8 @@ def classify_location(
 
     where = given_location(location)
     store = open_location(location, read_only=True, storage_options=storage_options)
+    if through is not None:
+        store = through(store)
 
     def raw(key: str) -> bytes | None:
         buffer = sync(store.get(key, prototype=default_buffer_prototype()))

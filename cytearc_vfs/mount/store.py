@@ -196,6 +196,12 @@ class MountStore(KeyCheckedStore):
         """The (read-only) source store."""
         return self._source
 
+    @property
+    def verified_source(self) -> Store:
+        """The source as the open verified it: the documents and listing the open
+        read, served without a request; everything else read from :attr:`source`."""
+        return self._documents if self._documents is not None else self._source
+
     def with_read_only(self, read_only: bool = False) -> MountStore:
         """The same mount over a read-only (or writable) target; no I/O."""
         clone = self._derive(self._target.with_read_only(read_only))
