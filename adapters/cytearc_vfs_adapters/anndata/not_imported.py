@@ -29,9 +29,9 @@ from zarr.storage import LocalStore, ObjectStore
 
 from cytearc_vfs.format.gathering import gather_all
 from cytearc_vfs.format.object_keys import listing_prefix
-from cytearc_vfs.format.store_io import innermost_store
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
+from cytearc_vfs.read.prefetch import PrefetchedStore
 
 from .nodes import child, is_group
 
@@ -216,8 +216,10 @@ async def _listing(store: Any, prefix: str) -> _Listing:
     store's own listing tells them (an object store's, by keys and common prefixes:
     the request ``list_dir`` makes; a local directory's, by its entries). A wrapper
     over the same keys (an import's prefetched tables) is listed through the store it
-    wraps, which tells them."""
-    store = innermost_store(store)
+    wraps, which tells them. Any other wrapper is listed as it is: its listing may
+    differ from its store's (one that lists nothing, or whose listings are refused)."""
+    while isinstance(store, PrefetchedStore):
+        store = store.wrapped
     if isinstance(store, ObjectStore):
         import obstore
 
