@@ -32,6 +32,7 @@ from cytearc_vfs.format.object_keys import listing_prefix
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
 from cytearc_vfs.read.prefetch import PrefetchedStore
+from cytearc_vfs.remote.failures import refused
 
 from .nodes import child, is_group
 
@@ -137,10 +138,14 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
         return None  # names cannot be told without listings (docs/anndata.md)
     try:
         return _listed_not_imported(store, base, layer)
-    except PermissionError:
+    except Exception as exc:
         # credentials that may read but not list (S3 without s3:ListBucket): the
-        # import reads what it needs by path; only this report needs listings
-        return None
+        # import reads what it needs by path; only this report needs listings. The
+        # listing here goes to obstore itself, which raises a refused S3 listing as
+        # a GenericError naming the 403, not as a PermissionError
+        if refused(exc):
+            return None
+        raise
 
 
 def _listed_not_imported(store: Any, base: str, layer: str | None) -> tuple[str, ...] | None:
