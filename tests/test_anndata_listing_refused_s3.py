@@ -57,6 +57,10 @@ def test_write_from_s3_without_list_permission(
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["notImported"] is None
         assert f"what else {url} holds could not be listed" in done.stderr, done.stderr
+        ls = run_main("anndata", "ls", url, "--storage-options", options)
+        # anndata ls needs listings: refused in one line naming the refusal, exit 2
+        assert ls.returncode == 2, ls.stderr
+        assert f"{url}: listing its root was refused" in ls.stderr, ls.stderr
     finally:
         proxy.close()
     assert info.not_imported is None
