@@ -33,7 +33,7 @@ from zarr.storage import LocalStore, ManagedMemoryStore, ObjectStore
 from cytearc_vfs.format.key_checked import KeyCheckedStore
 from cytearc_vfs.format.object_keys import listing_prefix, object_key, store_key
 from cytearc_vfs.format.object_listing import is_http_store, list_recursive
-from cytearc_vfs.remote.failures import failure_remedy
+from cytearc_vfs.remote.failures import failure_remedy, refused
 from cytearc_vfs.remote.locations import absolute_path, register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
@@ -317,12 +317,19 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
     @contextmanager
     def _listing_refused(self, prefix: str) -> Iterator[None]:
         """A refused listing as a ``PermissionError`` naming the store, the prefix and the
-        remedy of the cause (obstore's own words end in a page of HTML)."""
-        from obstore.exceptions import PermissionDeniedError
+        remedy of the cause (obstore's own words end in a page of HTML).
+
+        obstore raises a refused S3 listing (credentials without ``s3:ListBucket``) as a
+        ``GenericError`` whose text holds the ``403 Forbidden`` (only a refused GET is
+        its ``PermissionDeniedError``): both are refusals, for callers that read by path
+        when they cannot list."""
+        from obstore.exceptions import BaseError, PermissionDeniedError
 
         try:
             yield
-        except PermissionDeniedError as exc:
+        except BaseError as exc:
+            if not (isinstance(exc, PermissionDeniedError) or refused(exc)):
+                raise
             remedy = failure_remedy(exc, http=is_http_store(self), options="storage_options")
             what = repr(prefix + "/") if prefix else "its root"
             raise PermissionError(f"{self}: listing {what} was refused; {remedy}") from exc

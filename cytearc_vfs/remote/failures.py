@@ -77,7 +77,10 @@ _S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*(?:<Message>([^<]*)</Message>)?"
 
 
 #: ``scheme://user:password@`` in a backend's text (obstore names the URL it requested).
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@")
+#: The password may hold ``/`` (AWS secret keys do; typed unencoded): what follows a
+#: ``:`` up to the ``@`` is masked, unless it begins as a port and a path do
+#: (``host:8080/d@v2.zarr``: an ``@`` in the path, no password).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\d*/)[^@\s]+@")
 
 
 def passwords_masked(text: str) -> str:
@@ -85,6 +88,8 @@ def passwords_masked(text: str) -> str:
 
     >>> passwords_masked("GET https://user:pw@host/a.zarr/zarr.json failed; s3://b/x")
     'GET https://user:***@host/a.zarr/zarr.json failed; s3://b/x'
+    >>> passwords_masked("s3://KEY:se/cret@bkt/a.zarr"), passwords_masked("http://h:80/a@b")
+    ('s3://KEY:***@bkt/a.zarr', 'http://h:80/a@b')
     """
     return _URL_PASSWORD.sub(r"\1***@", text)
 

@@ -309,7 +309,9 @@ def given_location(location: Location) -> str:
     if isinstance(location, Store) or not isinstance(location, str | os.PathLike):
         # a Store is described; anything else is refused there, by name
         return describe_location(location)
-    return _password_masked(os.fspath(location))
+    # what names no place (bytes, None, a zarr Group) is refused by name, as the
+    # location's own check would: a message about it is often built first
+    return _password_masked(location_text(location))
 
 
 def _password_masked(url: str) -> str:
@@ -321,8 +323,10 @@ def _password_masked(url: str) -> str:
     try:
         password = urlsplit(url).password
     except ValueError:  # a netloc urlsplit cannot take apart
-        return url
-    return url if password is None else url.replace(f":{password}@", ":***@", 1)
+        password = None
+    masked = url if password is None else url.replace(f":{password}@", ":***@", 1)
+    # a password holding '/' typed unencoded: urlsplit ends the netloc at that '/'
+    return passwords_masked(masked)
 
 
 def reopenable_location(location: Location, *, what: str) -> str:

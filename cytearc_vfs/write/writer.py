@@ -107,8 +107,9 @@ class WriteInfo:
     """Paths of the AnnData's elements not stored (``obsm/X_pca``, ``uns/neighbors``,
     ``layers/spliced``, ``raw``): a store holds one matrix and its obs and var.
     ``()``: nothing was left out. ``None``: not known, because the AnnData's store
-    cannot list its elements (a zarr ``Store`` whose ``supports_listing`` is false, or
-    whose listing shows nothing); the matrix, obs and var were read by path, and
+    cannot list its elements (a zarr ``Store`` whose ``supports_listing`` is false,
+    whose listings are refused, as S3 refuses credentials without ``s3:ListBucket``,
+    or whose listing shows nothing); the matrix, obs and var were read by path, and
     whatever else it holds (``obsm``, ``uns``, other layers, ``raw``) was not imported.
     Test ``is None`` before reading it as a list: an empty tuple and ``None`` are
     both false."""

@@ -32,6 +32,7 @@ from cytearc_vfs.format.object_keys import listing_prefix
 from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
 from cytearc_vfs.read.anndata_elements import RAW_COUNTS, layer_element
 from cytearc_vfs.read.prefetch import PrefetchedStore
+from cytearc_vfs.remote.failures import refused
 
 from .nodes import child, is_group
 
@@ -137,10 +138,14 @@ def not_imported_from_container(root: Any, layer: str | None) -> tuple[str, ...]
         return None  # names cannot be told without listings (docs/anndata.md)
     try:
         return _listed_not_imported(store, base, layer)
-    except PermissionError:
+    except Exception as exc:
         # credentials that may read but not list (S3 without s3:ListBucket): the
-        # import reads what it needs by path; only this report needs listings
-        return None
+        # import reads what it needs by path; only this report needs listings. The
+        # listing here goes to obstore itself, which raises a refused S3 listing as
+        # a GenericError naming the 403, not as a PermissionError
+        if refused(exc):
+            return None
+        raise
 
 
 def _listed_not_imported(store: Any, base: str, layer: str | None) -> tuple[str, ...] | None:
@@ -216,21 +221,16 @@ async def _listing(store: Any, prefix: str) -> _Listing:
     store's own listing tells them (an object store's, by keys and common prefixes:
     the request ``list_dir`` makes; a local directory's, by its entries). A wrapper
     over the same keys (an import's prefetched tables) is listed through the store it
-    wraps, which tells them; any other wrapper is listed as it is (one that cannot
-    list, or refuses to, says so)."""
+    wraps, which tells them. Any other wrapper is listed as it is: its listing may
+    differ from its store's (one that lists nothing, or whose listings are refused)."""
     while isinstance(store, PrefetchedStore):
-        store = store._store
+        store = store.wrapped
     if isinstance(store, ObjectStore):
         import obstore
-        from obstore.exceptions import PermissionDeniedError
 
-        try:
-            answer = await obstore.list_with_delimiter_async(
-                store.store, prefix=listing_prefix(store, prefix)
-            )
-        except PermissionDeniedError as exc:
-            # asked of the client directly, past the adapter that translates it
-            raise PermissionError(f"listing {prefix!r} was refused") from exc
+        answer = await obstore.list_with_delimiter_async(
+            store.store, prefix=listing_prefix(store, prefix)
+        )
         files = {meta["path"].rsplit("/", 1)[-1] for meta in answer["objects"]}
         below = {path.rstrip("/").rsplit("/", 1)[-1] for path in answer["common_prefixes"]}
         return _Listing(tuple(sorted(files | below)), frozenset(files))

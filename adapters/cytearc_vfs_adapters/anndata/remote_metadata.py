@@ -60,13 +60,19 @@ def tables_prefetched(store: Store, features: str) -> Store:
     """``store`` with every object of the tables an import reads (``obs``, ``features``:
     ``var`` or ``raw/var``, and ``uns/cytearc``) fetched at once
     (:func:`cytearc_vfs.composite.anndata_columns.tables_prefetched`, what a
-    composite's creation reads them through); a local or in-memory store as it is."""
+    composite's creation reads them through); a local or in-memory store, and one whose
+    listings are refused (``PermissionError``), as it is."""
     from cytearc_vfs.composite.anndata_columns import tables_prefetched as fetched
 
     inner = innermost_store(store)
     if isinstance(inner, LocalStore | MemoryStore) or not store.supports_listing:
         return store
-    return sync(fetched(store, features))
+    try:
+        return sync(fetched(store, features))
+    except PermissionError:
+        # credentials that may read but not list (S3 without s3:ListBucket): the
+        # tables are read by path, column by column, as before the prefetch
+        return store
 
 
 def metadata_prefetched(store: Store) -> Store:
