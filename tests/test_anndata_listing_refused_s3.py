@@ -61,6 +61,8 @@ def test_write_from_s3_without_list_permission(
         # anndata ls needs listings: refused in one line naming the refusal, exit 2
         assert ls.returncode == 2, ls.stderr
         assert f"{url}: listing its root was refused" in ls.stderr, ls.stderr
+        # the remedy names the flag a shell user gives, not the Python keyword
+        assert "pass ones that may, as --storage-options" in ls.stderr, ls.stderr
     finally:
         proxy.close()
     assert info.not_imported is None

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..errors import VfsError
+from ..format.option_names import option_name
 from ..format.store_io import missing_bucket
 from .timeouts import TIMEOUT_ENV
 
@@ -232,7 +233,9 @@ def refused(exc: BaseException) -> bool:
 
 def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
     """The remedy of the cause ``exc`` names, for a source read over plain HTTP(S)
-    (``http``) or from another remote backend, whose options are passed as ``options``."""
+    (``http``) or from another remote backend, whose options are passed as ``options``
+    (a keyword is named as the caller gives it: ``--storage-options`` at a shell)."""
+    options = option_name(options)
     if no_credentials(exc) and not http:
         # before the connection checks: the request that failed went to the metadata
         # service, not to the endpoint, which may be right
