@@ -246,7 +246,7 @@ def test_integer_and_string_ids_that_collide_are_duplicates(tmp_path: Path) -> N
         cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), cells=[1, "1"])
     assert not (tmp_path / "s.zarr").exists()
     # the remedy names the AnnData axis of the table
-    with pytest.raises(ValueError, match=r"featureData ids .*var_names_make_unique"):
+    with pytest.raises(ValueError, match=r"featureData ids .*make_index_unique\(frame.index\)"):
         cv.write_counts(tmp_path / "s.zarr", np.ones((2, 2), dtype=np.uint8), features=["g", "g"])
 
 

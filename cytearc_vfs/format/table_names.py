@@ -81,15 +81,20 @@ class TableName:
     @property
     def unique_ids_call(self) -> str:
         """The anndata call that renames the table's repeated ids as ``make_unique`` does
-        (``AnnData.var_names_make_unique()`` for a table given as a DataFrame).
+        (for a table given as a DataFrame, anndata's function applied to its index:
+        ``AnnData.var_names_make_unique()`` cannot be called on a DataFrame).
 
         >>> RAW_VAR.unique_ids_call
         'adata.raw.var.index = anndata.utils.make_index_unique(adata.raw.var.index)'
+        >>> CELL_DATA.unique_ids_call
+        'frame.index = anndata.utils.make_index_unique(frame.index)'
         """
         if self == RAW_VAR:  # Raw has no var_names_make_unique
             return f"{self.python}.index = anndata.utils.make_index_unique({self.python}.index)"
+        if not self.anndata:
+            return "frame.index = anndata.utils.make_index_unique(frame.index)"
         axis = "obs" if self.of_cells else "var"
-        return f"{'adata' if self.anndata else 'AnnData'}.{axis}_names_make_unique()"
+        return f"adata.{axis}_names_make_unique()"
 
     def column(self, name: object, *, stored: bool = False) -> str:
         """Column ``name`` of the table (``obs column 'a'``); with ``stored``, an
