@@ -298,6 +298,16 @@ def test_write_from_a_remote_anndata_to_a_remote_destination(
     code, payload = _run(["write", source, str(tmp_path / "x.zarr")], capsys)
     assert code in (2, 4) and "s3cr3t" not in json.dumps(payload), payload
     assert not (tmp_path / "x.zarr").exists()
+    # given by source name, as composite takes them: the backend said only
+    # "Configuration key 'wu' is not valid"; now the form write takes, and no secret
+    by_name = json.dumps({"wu": json.loads(remote["options"])})
+    code, payload = _run(
+        ["write", source, str(tmp_path / "y.zarr"), "--source-storage-options", by_name], capsys
+    )
+    message = payload["message"]
+    assert code == 2 and "--source-storage-options maps 'wu' to options" in message, payload
+    assert "write reads one source and takes its options themselves" in message, payload
+    assert "s3cr3t" not in message and not (tmp_path / "y.zarr").exists()
 
 
 def test_a_mounts_source_remedy_names_the_options_of_a_mount(

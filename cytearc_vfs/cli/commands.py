@@ -28,6 +28,7 @@ from .inputs import (
     parse_sources,
     per_source_options,
     read_named_file,
+    refuse_options_by_name,
     refuse_unused_source_options,
     require_store,
 )
@@ -157,6 +158,7 @@ def cmd_write(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
 
     storage_options = json_option(args.storage_options, "--storage-options")
     source_options = json_option(args.source_storage_options, "--source-storage-options")
+    refuse_options_by_name(source_options, command="write")
     source = checked_anndata_input(args.input, args.layer, source_options)
     started = time.perf_counter()
     with composites_replaceable():  # --overwrite replaces one, as composite does

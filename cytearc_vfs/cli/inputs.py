@@ -18,6 +18,7 @@ __all__ = [
     "local_store_options",
     "mem_budget_option",
     "opened_for_reading",
+    "refuse_options_by_name",
     "parse_sources",
     "per_source_options",
     "read_named_file",
@@ -111,6 +112,36 @@ def json_option(value: str | None, option: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict):
         raise InputRefusedError(f"{option} must be a JSON object, not {type(parsed).__name__}")
     return parsed
+
+
+#: Option keys whose values are JSON objects themselves (obstore's, fsspec's): options
+#: holding one are a location's own, not a mapping by source name.
+_OBJECT_VALUED_OPTIONS = frozenset(
+    {
+        "client_options",
+        "retry_config",
+        "client_kwargs",
+        "config_kwargs",
+        "s3_additional_kwargs",
+        "headers",
+    }
+)
+
+
+def refuse_options_by_name(options: Mapping[str, Any] | None, *, command: str) -> None:
+    """Refuse ``--source-storage-options`` given by source name (``{"wu": {...}}``, as
+    ``composite`` takes them) to ``command``, which reads one source and takes that
+    source's options themselves (``{...}``): the backend said only "Configuration key
+    'wu' is not valid". The message names the keys, never the values (credentials)."""
+    if not options or options.keys() & _OBJECT_VALUED_OPTIONS:
+        return
+    if all(isinstance(value, dict) for value in options.values()):
+        names = ", ".join(repr(name) for name in options)
+        raise InputRefusedError(
+            f"--source-storage-options maps {names} to options, as composite takes them by "
+            f"source name; {command} reads one source and takes its options themselves: "
+            "give the inner object, --source-storage-options '{...}' (or @FILE holding it)"
+        )
 
 
 def read_named_file(path: str, *, what: str, wanted: str) -> str:
