@@ -31,7 +31,7 @@ EXPECTED = {
     # open_store's 22, and a listing of each artifact root (the root's, the assay's)
     ("composite", "info"): 24,
     ("composite", "verify"): 74,
-    ("mount", "info"): 36,
+    ("mount", "info"): 35,
     ("mount", "verify"): 38,
 }
 

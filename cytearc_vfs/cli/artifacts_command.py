@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SourceUnavailableError
 from .failures import InputRefusedError, classify_failure
-from .inputs import checked_for_reading
+from .inputs import checked_for_reading, viewed_for_reading
 from .outcome import Outcome, plural
 from .progress import ProgressBars
 
@@ -36,14 +36,18 @@ def cmd_artifacts(args: argparse.Namespace, bars: ProgressBars) -> Outcome:
             check_name(args.kind, what="--kind")
         except ValueError as exc:
             raise InputRefusedError(f"{exc} (a kind such as pca or normalized)") from None
-    where, storage_options, source_options = checked_for_reading(args, command="artifacts")
     if args.incomplete or args.remove_incomplete is not None:
+        where, storage_options, _ = checked_for_reading(args, command="artifacts")
         return _incomplete(args, where, storage_options)
-    return _complete(args, where, storage_options, source_options, bars)
+    # the listing reads through the view the check read the location through: each
+    # document and listing once for the command (on object storage, one request each)
+    view, where, storage_options, source_options = viewed_for_reading(args, command="artifacts")
+    return _complete(args, view, where, storage_options, source_options, bars)
 
 
 def _complete(
     args: argparse.Namespace,
+    view: Any,
     where: str,
     storage_options: dict[str, Any] | None,
     source_options: dict[str, Any] | None,
@@ -51,12 +55,10 @@ def _complete(
 ) -> Outcome:
     from ..artifacts.catalog import describe_artifacts
     from ..mount.store import MountStore
-    from ..read.opening import open_store
+    from ..read.opening import opened_store
 
     try:
-        store = open_store(
-            args.location, storage_options=storage_options, source_storage_options=source_options
-        )
+        store = opened_store(view, where=where, source_storage_options=source_options)
     except SourceUnavailableError as exc:
         # a mount whose source is gone or unreadable: its own artifacts are still
         # there, and are listed as such, never as the whole listing

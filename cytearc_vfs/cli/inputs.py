@@ -19,6 +19,7 @@ __all__ = [
     "mem_budget_option",
     "opened_for_reading",
     "refuse_options_by_name",
+    "viewed_for_reading",
     "parse_sources",
     "per_source_options",
     "read_named_file",
@@ -320,6 +321,15 @@ def opened_for_reading(
     three times). The view is dropped with the command, so nothing read is kept
     for another.
     """
+    view, where, _, source_options = viewed_for_reading(args, command=command)
+    return view, where, source_options
+
+
+def viewed_for_reading(
+    args: argparse.Namespace, *, command: str
+) -> tuple[Any, str, dict[str, Any] | None, dict[str, Any] | None]:
+    """:func:`opened_for_reading`'s view, name and ``--source-storage-options``, and
+    the ``--storage-options`` (each option parsed once: ``@FILE`` may be a pipe)."""
     from ..read.remembered_reads import RememberedReads
     from ..remote.locations import open_location
 
@@ -332,7 +342,7 @@ def opened_for_reading(
     where, storage_options, source_options = _checked(args, command=command, through=remembered)
     if not views:  # classified without reading it (never for a store it accepts)
         remembered(open_location(args.location, read_only=True, storage_options=storage_options))
-    return views[-1], where, source_options
+    return views[-1], where, storage_options, source_options
 
 
 def local_store_options(where: str, kind: str) -> str:

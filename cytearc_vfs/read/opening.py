@@ -29,7 +29,13 @@ from .mapping_providers import mapping_provider_for
 from .prefetch import assay_documents, prefetched
 from .remembered_reads import RememberedReads
 
-__all__ = ["counts_fingerprint", "dataset_fingerprint", "open_store", "verified_assay"]
+__all__ = [
+    "counts_fingerprint",
+    "dataset_fingerprint",
+    "open_store",
+    "opened_store",
+    "verified_assay",
+]
 
 Mode = Literal["r", "r+", "a"]
 
@@ -58,6 +64,24 @@ def open_store(
         raise ValueError(f"mode must be 'r', 'r+' or 'a', not {mode!r}")
     where = describe_location(location)
     store = open_location(location, read_only=mode == "r", storage_options=storage_options)
+    return opened_store(store, where=where, source_storage_options=source_storage_options)
+
+
+def opened_store(
+    store: Store,
+    *,
+    where: str,
+    source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Store:
+    """The backend ``store`` of the location ``where`` verified and opened as
+    :func:`open_store` opens it: ``store`` itself for an ordinary store, or the
+    composite or mount its root records, reading through ``store``.
+
+    A command gives the view it already read the location through (its
+    :class:`~.remembered_reads.RememberedReads`), so what its check read is not
+    read again; ``where`` names the store in every message, as ``open_store``
+    names it.
+    """
     # an unreachable server or refused credentials name the store and the remedy,
     # not only the backend's own words
     with named_backend_failures(where, options="storage_options"):
@@ -96,10 +120,13 @@ def _opened_verified(
     # the documents verification reads, in one concurrent round (on an object
     # store, one round trip instead of one per document)
     documents = prefetched(store, [key for p in contents.assays for key in assay_documents(p)])
+    # the shards' sizes from the store itself (an object store's listing carries them;
+    # a command's view of it would ask for each shard's size apart)
+    backend = store.wrapped if isinstance(store, RememberedReads) else store
     for info in verify_store(documents, where=where)[1]:
         # plain zarr reads a deleted shard as zeros and a swapped one as its
         # values: only this check stands between them and the caller
-        check_assay_shards(store, info, where=where)
+        check_assay_shards(backend, info, where=where)
     return store
 
 

@@ -63,6 +63,12 @@ class RememberedReads(KeyCheckedWrapperStore):
         data = self._documents[key]
         return None if data is None else prototype.buffer.from_bytes(data)
 
+    async def exists(self, key: str) -> bool:
+        self._check_key(key, "exists")
+        if key in self._documents:  # a document read already says whether it is there
+            return self._documents[key] is not None
+        return await self._store.exists(key)
+
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         self._check_prefix(prefix, "list_dir")
         if prefix not in self._listings:

@@ -536,7 +536,8 @@ def export_anndata(
         # inside the store, the export would add foreign keys to it; around it, an
         # overwrite would remove the store itself
         check_no_overlap(destination, {"exported store": location}, describe=given_location)
-    opened = open_assay(location, assay, **options)
+    # read in one go and closed: each document and listing of the store read once
+    opened = open_assay(location, assay, once=True, **options)
     # nor inside (or around) what a composite or a mount reads: its sources
     check_no_overlap(destination, stores_read_by(opened.store), describe=given_location)
     # nor inside any other store (an AnnData's, a CyteArc store), as write refuses: a

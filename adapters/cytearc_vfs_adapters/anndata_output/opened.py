@@ -19,9 +19,10 @@ from zarr.core.sync import sync
 
 from cytearc_vfs.composite.store import CompositeStore
 from cytearc_vfs.format.paths import AssayPaths, join
-from cytearc_vfs.read.opening import ProvidesFingerprints, open_store
+from cytearc_vfs.read.opening import ProvidesFingerprints, open_store, opened_store
 from cytearc_vfs.read.reader import VirtualArrayReader
-from cytearc_vfs.remote.locations import Location, describe_location
+from cytearc_vfs.read.remembered_reads import RememberedReads
+from cytearc_vfs.remote.locations import Location, describe_location, open_location
 
 __all__ = ["OpenOptions", "OpenedAssay", "open_assay"]
 
@@ -75,8 +76,16 @@ def open_assay(
     workspace: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+    once: bool = False,
 ) -> OpenedAssay:
     """Open ``location`` verified and bind a reader to ``assay``.
+
+    ``once``: the store (a location's) is read through a view that reads each
+    metadata document and listing once
+    (:class:`~cytearc_vfs.read.remembered_reads.RememberedReads`), for a caller
+    that reads it in one go and closes it (an export): the open's checks, the
+    reader and the tables then share those reads, where on object storage each
+    was a request again. A store kept open (a lazy view) reads them anew.
 
     Raises
     ------
@@ -94,6 +103,12 @@ def open_assay(
         # pickled view's in a worker): opening it again would rebind its sources
         # without those options, and a remote source could not be read
         store: Store = given
+    elif once and not isinstance(given, Store):
+        view = RememberedReads(
+            open_location(location, read_only=True, storage_options=storage_options)
+        )
+        # named as open_store names it: by the location, not by the view
+        store = opened_store(view, where=where, source_storage_options=source_storage_options)
     else:
         store = open_store(
             location,
