@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from cytearc_vfs.remote.failures import passwords_masked
 from cytearc_vfs.remote.locations import describe_location, given_location, reopenable_location
+from cytearc_vfs.remote.password_masking import passwords_masked
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 URL = f"s3://AKIDEXAMPLE:{SECRET}@bkt/a.zarr"

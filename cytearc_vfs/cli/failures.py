@@ -31,8 +31,8 @@ from ..remote.failures import (
     failure_remedy,
     is_backend_error,
     named_source_failure,
-    passwords_masked,
 )
+from ..remote.password_masking import passwords_masked
 
 __all__ = ["ExitCode", "Failure", "InputRefusedError", "classify_failure", "one_line"]
 

@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 from ..errors import VfsError
 from ..format.option_names import option_name
 from ..format.store_io import missing_bucket
+from .password_masking import passwords_masked
 from .timeouts import TIMEOUT_ENV
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "named_backend_failures",
     "names_backend_failures",
     "named_source_failure",
-    "passwords_masked",
     "refused",
     "source_failure",
     "timed_out",
@@ -75,24 +75,6 @@ def is_http_location(where: str) -> bool:
 _XML_PROLOG = re.compile(r"\s*<\?xml[^>]*\?>\s*$")
 #: The error code and message of an S3 error answer.
 _S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*(?:<Message>([^<]*)</Message>)?")
-
-
-#: ``scheme://user:password@`` in a backend's text (obstore names the URL it requested).
-#: The password may hold ``/`` (AWS secret keys do; typed unencoded): what follows a
-#: ``:`` up to the ``@`` is masked, unless it begins as a port and a path do
-#: (``host:8080/d@v2.zarr``: an ``@`` in the path, no password).
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\d*/)[^@\s]+@")
-
-
-def passwords_masked(text: str) -> str:
-    """``text`` with the password of every URL in it shown as ``***``.
-
-    >>> passwords_masked("GET https://user:pw@host/a.zarr/zarr.json failed; s3://b/x")
-    'GET https://user:***@host/a.zarr/zarr.json failed; s3://b/x'
-    >>> passwords_masked("s3://KEY:se/cret@bkt/a.zarr"), passwords_masked("http://h:80/a@b")
-    ('s3://KEY:***@bkt/a.zarr', 'http://h:80/a@b')
-    """
-    return _URL_PASSWORD.sub(r"\1***@", text)
 
 
 def first_line(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from zarr.abc.store import Store
 
-from .failures import passwords_masked
+from .password_masking import passwords_masked
 
 __all__ = [
     "Location",

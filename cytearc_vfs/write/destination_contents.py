@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 from zarr.core.sync import sync
 
 from ..format.option_names import switched_on
-from ..remote.failures import passwords_masked
 from ..remote.locations import open_location
+from ..remote.password_masking import passwords_masked
 
 __all__ = [
     "intended_key",
