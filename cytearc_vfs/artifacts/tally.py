@@ -19,7 +19,6 @@ being created or removed) is no group to either listing, nor here.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections import Counter
@@ -32,6 +31,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from ..errors import IncompleteStoreError, RecordShapeError
+from ..format.gathering import gather_bounded
 from ..format.paths import join
 from ..remote.failures import names_backend_failures
 from .catalog import group_paths
@@ -154,13 +154,11 @@ class _Count:
 async def _read_documents(store: Store, paths: list[str]) -> dict[str, bytes | None]:
     """The ``zarr.json`` of each group at ``paths`` (``None`` where there is none), read
     concurrently, at most :data:`_READS_IN_FLIGHT` at a time."""
-    limit = asyncio.Semaphore(_READS_IN_FLIGHT)
     prototype = default_buffer_prototype()
 
     async def read(path: str) -> bytes | None:
-        async with limit:
-            buffer = await store.get(join(path, "zarr.json"), prototype=prototype)
+        buffer = await store.get(join(path, "zarr.json"), prototype=prototype)
         return None if buffer is None else buffer.to_bytes()
 
-    found = await asyncio.gather(*(read(path) for path in paths))
+    found = await gather_bounded(read, paths, _READS_IN_FLIGHT)
     return dict(zip(paths, found, strict=True))
