@@ -306,8 +306,7 @@ def given_location(location: Location) -> str:
     >>> given_location("s3://KEY:SECRET@bkt/a.zarr")
     's3://KEY:***@bkt/a.zarr'
     """
-    if isinstance(location, Store) or not isinstance(location, str | os.PathLike):
-        # a Store is described; anything else is refused there, by name
+    if isinstance(location, Store):
         return describe_location(location)
     # what names no place (bytes, None, a zarr Group) is refused by name, as the
     # location's own check would: a message about it is often built first
