@@ -310,6 +310,9 @@ def to_anndata(
         workspace=workspace,
         storage_options=storage_options,
         source_storage_options=source_storage_options,
+        # a loaded X is read in one go: each document, listing and ids chunk once (a
+        # lazy X keeps the store, which then reads them anew)
+        once=not lazy,
     )
     obs, var, uns = read_frames(opened)
     counts = lazy_counts(opened, workspace) if lazy else loaded_counts(opened, cell_bands(opened))

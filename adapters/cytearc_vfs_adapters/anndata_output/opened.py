@@ -107,8 +107,12 @@ def open_assay(
         view = RememberedReads(
             open_location(location, read_only=True, storage_options=storage_options)
         )
-        # named as open_store names it: by the location, not by the view
-        store = opened_store(view, where=where, source_storage_options=source_storage_options)
+        wanted = AssayPaths(assay, workspace)
+        # a composite's and a mount's open read their ids whole (their fingerprints)
+        # and the tables read them next: handed on, each chunk is fetched once
+        with view.holding([join(wanted.cell_data, "ids"), join(wanted.feature_data, "ids")]):
+            # named as open_store names it: by the location, not by the view
+            store = opened_store(view, where=where, source_storage_options=source_storage_options)
     else:
         store = open_store(
             location,
