@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 from anndata_files import write_anndata_zarr
 from cli_harness import run_main
+from conftest import realistic_counts
 from test_anndata_sources import remote_parts, upload
 from test_command_reads_once import _stores
 
@@ -188,3 +189,42 @@ def test_the_tables_get_the_ids_the_open_checked_once(
         ]
     finally:
         opened.store.close()
+
+
+@pytest.mark.parametrize("call", ["export", "to_anndata"])
+def test_bands_of_cells_read_each_shard_once(
+    s3_server: Any, s3_proxy: Any, call: str, tmp_path: Path
+) -> None:
+    """Bands of an ordinary store end on its counts' shard boundaries.
+
+    A band ending inside a shard left the next band to fetch that shard again
+    (its index and chunks, or the whole of it): in bands of 6,666 cells over
+    shards of 216 cells, the 6 shards cut by a band were fetched twice. The
+    bands now end on a shard boundary (6,480 cells), each shard read by one.
+    """
+    import anndata as ad
+    import scipy.sparse as sp
+    from cytearc_vfs_adapters.anndata_output.conversion import cell_bands
+    from cytearc_vfs_adapters.anndata_output.export import export_anndata
+    from cytearc_vfs_adapters.anndata_output.loading import loaded_counts
+    from cytearc_vfs_adapters.anndata_output.opened import open_assay
+
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+    url = f"s3://{s3_server.new_bucket()}/a.zarr"
+    counts = realistic_counts(40_000, 300, density=0.05, seed=5)
+    # shards of 216 cells (8 chunks of 27); bands of 2 MB dense, 6,666 cells
+    cv.write_counts(url, counts, storage_options=options, layout=("64K", "8K"))
+    s3_proxy.take()
+    if call == "export":
+        out = tmp_path / "out.h5ad"
+        info = export_anndata(url, out, band_bytes=2_000_000, storage_options=options)
+        assert (info.bands, info.band_cells) == (7, 6480)
+        read = ad.read_h5ad(out).X
+    else:
+        # as to_anndata(lazy=False) reads
+        opened = open_assay(url, once=True, storage_options=options)
+        read = loaded_counts(opened, cell_bands(opened, band_bytes=2_000_000))
+    seen = s3_proxy.take()
+    assert _read_again(seen) == {}
+    assert len(seen) == {"export": 218, "to_anndata": 206}[call]  # no tables read here
+    assert (sp.csr_matrix(read) != sp.csr_matrix(counts)).nnz == 0

@@ -49,6 +49,7 @@ from .columns import (
     nullable_values,
     with_source_categories,
 )
+from .export_budget import shard_aligned
 from .loading import loaded_counts
 from .opened import OpenedAssay, open_assay
 
@@ -80,11 +81,16 @@ def band_rows(n_features: int, itemsize: int, band_bytes: int = BAND_BYTES) -> i
 
 
 def cell_bands(
-    opened: OpenedAssay, band_bytes: int = BAND_BYTES
+    opened: OpenedAssay, band_bytes: int | None = None
 ) -> Iterator[tuple[slice, sp.csr_matrix]]:
-    """``(cells, CSR block)`` of consecutive bands of cells, each read once (sparse)."""
+    """``(cells, CSR block)`` of consecutive bands of cells (``band_bytes`` dense bytes
+    at most, :data:`BAND_BYTES` by default), each read once (sparse); a band of a
+    shard or more ends on a shard boundary, so each shard is read by one band."""
     n_cells, n_features = opened.shape
-    rows = band_rows(n_features, opened.reader.dtype.itemsize, band_bytes)
+    dense = BAND_BYTES if band_bytes is None else band_bytes
+    rows = band_rows(n_features, opened.reader.dtype.itemsize, dense)
+    if rows < n_cells:
+        rows = shard_aligned(0, rows, opened.shard_cells(), n_cells)
     for start in range(0, n_cells, rows):
         cells = slice(start, min(n_cells, start + rows))
         yield cells, opened.reader.read_sparse(cells, None)

@@ -57,6 +57,7 @@ __all__ = [
     "BandPlan",
     "entry_counts",
     "plan_bands",
+    "shard_aligned",
     "table_bytes",
 ]
 
@@ -108,6 +109,32 @@ class BandPlan:
         return [
             slice(int(a), int(b)) for a, b in zip(self.starts[:-1], self.starts[1:], strict=True)
         ]
+
+
+def shard_aligned(start: int, stop: int, shard: int | None, n_cells: int, fewest: int = 1) -> int:
+    """The end of a band of cells from ``start`` to ``stop`` moved back to the last
+    boundary of the counts' shards (every ``shard`` cells) where the band keeps at
+    least ``fewest`` cells; the last band (``stop == n_cells``), and a band that
+    would keep fewer, end where they did.
+
+    Each shard is then read by one band: a band ending inside a shard left the
+    next to fetch that shard's index and some of its chunks again.
+
+    >>> shard_aligned(0, 22369, 22368, 60000)
+    22368
+    >>> shard_aligned(0, 1000, 216, 20000), shard_aligned(864, 1864, 216, 20000)
+    (864, 1728)
+    >>> shard_aligned(0, 100, 216, 20000)  # no boundary inside the band
+    100
+    >>> shard_aligned(0, 1000, 216, 20000, fewest=900)  # 864 cells would be too few
+    1000
+    >>> shard_aligned(19000, 20000, 216, 20000)  # the last band
+    20000
+    """
+    if shard is None or shard < 1 or stop >= n_cells:
+        return stop
+    aligned = stop // shard * shard
+    return aligned if aligned - start >= max(1, fewest) else stop
 
 
 def table_bytes(*frames: pd.DataFrame) -> int:
@@ -195,6 +222,7 @@ def plan_bands(
     # ("no limit", 1e30 bytes) would overflow the int64 searches below
     room = min(budget - held, int(cumulative_read[-1]) + int(cumulative_append[-1]) + chunk_bytes)
     starts, start, peak = [0], 0, preparation
+    shard = -1  # read once a band ends before the last cell (one band needs no shards)
     while start < n_cells:
         # the most cells from ``start`` whose read and append both fit the room
         stop = min(
@@ -209,6 +237,9 @@ def plan_bands(
             n_cells,
         )
         stop = max(stop, min(start + fewest, n_cells))
+        if stop < n_cells and shard < 0:
+            shard = opened.shard_cells() or 0
+        stop = shard_aligned(start, stop, shard, n_cells, fewest)
         cost = max(
             int(cumulative_read[stop] - cumulative_read[start]),
             int(cumulative_append[stop] - cumulative_append[start]) + chunk_bytes,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
@@ -59,6 +60,21 @@ class OpenedAssay:
     def shape(self) -> tuple[int, int]:
         """(cells, features)."""
         return self.reader.shape
+
+    def shard_cells(self) -> int | None:
+        """Cells of one shard of the store's own cell-major ``counts`` (an ordinary
+        store's), or ``None`` (a composite or a mount: their sources' shards are
+        read through their cache).
+
+        Bands of cells that end on a shard boundary read each shard in one band;
+        a band ending inside a shard left the next band to fetch that shard's index
+        and some of its chunks again.
+        """
+        if self.counts_path is None or isinstance(self.store, ProvidesFingerprints):
+            return None
+        # the document the open verified (a one-go view remembers it: no request)
+        counts = zarr.open_array(self.store, path=self.counts_path, mode="r", zarr_format=3)
+        return int((counts.shards or counts.chunks)[0])
 
     @property
     def source_names(self) -> tuple[str, ...] | None:
