@@ -53,12 +53,12 @@ from zarr.storage import FsspecStore, ObjectStore
 
 from ..errors import IdentityMismatchError, SourceGoneError, SourceUnavailableError, VfsError
 from ..format.chunk_keys import array_documents, is_chunk_key
-from ..format.gathering import gather_all
+from ..format.gathering import gather_all, gather_bounded
 from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
-from ..format.object_listing import list_recursive, list_unless_refused
+from ..format.object_listing import is_http_store, list_recursive, list_unless_refused
 from ..format.option_names import source_label, source_options_example
-from .failures import failure_remedy, first_line, is_http_location, source_failure
+from .failures import failure_remedy, first_line, is_http_location, refused, source_failure
 from .object_versions import ListedObject, Listing, version_token
 from .s3fs_objects import (
     ObjectReplacedError,
@@ -217,6 +217,10 @@ class PinnedSourceStore(SourceReadWrapper):
         self._name = name
         self._where = where
         self.pins = ObjectPins() if pins is None else pins
+        self.listing_refused: BaseException | None = None
+        """The backend's refusal of :meth:`list_objects` (credentials that may read but
+        not list: S3 without ``s3:ListBucket``), or ``None``: the open then reads by
+        path what it would have listed, and pins shards with :meth:`pin_keys`."""
         # obstore's client stops at the total itself (its retry_timeout)
         self._limit = None if isinstance(store, ObjectStore) else timeouts().total
         # an FsspecStore over s3fs lists with ETags and reads with If-Match
@@ -296,6 +300,10 @@ class PinnedSourceStore(SourceReadWrapper):
         try:
             listed = await list_unless_refused(self._store, "")
         except Exception as exc:
+            if refused(exc) and not is_http_store(self._store):
+                # read access without list access: the open reads by path instead
+                self.listing_refused = exc
+                return None
             raise source_failure(self._failed("its listing", exc)) from exc
         if listed is None:
             return None
@@ -343,6 +351,37 @@ class PinnedSourceStore(SourceReadWrapper):
         except Exception as exc:
             raise source_failure(self._failed(key, exc)) from exc
         return bytes(data), version_token(result.meta)
+
+    async def pin_keys(self, keys: Sequence[str], *, limit: int) -> int:
+        """Pin each of ``keys`` (chunk objects) as a ``HEAD`` finds it, at most ``limit``
+        requests at once; returns how many were pinned.
+
+        What :meth:`pin_listing` learns from a listing, for a source whose
+        listing was refused: the same pins, a request per key instead of one per
+        thousand. An absent key is not pinned (a listing would not show it).
+        """
+        if not isinstance(self._store, ObjectStore):
+            return 0
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        assert isinstance(self._store, ObjectStore)
+        client = self._store.store
+
+        async def head(key: str) -> int:
+            try:
+                meta = await obstore.head_async(client, object_key(self._store, key))
+            except (NotFoundError, FileNotFoundError):
+                return 0
+            except Exception as exc:
+                raise source_failure(self._failed(key, exc)) from exc
+            token = version_token(meta)
+            if token is None:
+                return 0
+            self.pins.pin(key, token)
+            return 1
+
+        return sum(await gather_bounded(head, list(keys), limit))
 
     def pin_listed(self, listing: Listing, arrays: Iterable[str]) -> int:
         """Pin the chunk objects of ``arrays`` as ``listing`` shows them; returns how many.
