@@ -12,6 +12,7 @@ listing (a table's columns are found only by listing its group), and says so.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from cli_harness import run_main
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy, Seen
 from s3_server import S3Server
@@ -193,4 +195,35 @@ def test_creating_a_composite_needs_list_permission(unlisted: Unlisted, tmp_path
     assert "s3:ListBucket" in said
     assert "Create the composite with credentials that may also list the source" in said
     assert "source_storage_options={'a': {...}}" in said
+    assert not destination.exists()
+
+
+def test_a_declared_pending_assay_is_found_without_list_permission(unlisted: Unlisted) -> None:
+    """A derived assay declares its type when it begins: read at its key, its pending
+    group refuses the source as a listing would have found it."""
+    source = open_location(unlisted.urls["a"], read_only=False, storage_options=unlisted.direct)
+    root = zarr.open_group(source, mode="a", zarr_format=3)
+    root.create_group("GS", attributes={"cytearc:pending_assay": "add_grouped_assay"})
+    root.attrs["assayTypes"] = {**root.attrs["assayTypes"], "GS": "Assay"}  # type: ignore[dict-item]
+    with pytest.raises(cv.UnsupportedSourceError, match=r"pending derived assay \(GS\)"):
+        cv.open_store(
+            unlisted.composite, source_storage_options=unlisted.sources(unlisted.unlisted)
+        )
+
+
+def test_the_composite_command_says_the_listing_it_needs(
+    unlisted: Unlisted, tmp_path: Path
+) -> None:
+    destination = tmp_path / "cli.zarr"
+    options = json.dumps(unlisted.sources(unlisted.unlisted))
+    said = run_main(
+        "composite",
+        str(destination),
+        *(f"{name}={url}" for name, url in unlisted.urls.items()),
+        "--source-storage-options",
+        options,
+    )
+    assert said.returncode == 2, said.stderr
+    assert "s3:ListBucket" in said.stderr
+    assert "--source-storage-options" in said.stderr
     assert not destination.exists()
