@@ -13,48 +13,26 @@ then carries ``If-Match`` as it would after a listing.
 
 from __future__ import annotations
 
-import itertools
-
-from zarr.core.metadata.v3 import ArrayV3Metadata, RegularChunkGridMetadata
 from zarr.core.sync import sync
 
+from ..format.chunk_keys import grid_keys
 from ..format.option_names import source_label, source_options_example
-from ..format.paths import join
 from ..format.source_store import AssayInfo
 from ..remote.pinned_store import PinnedSourceStore
 from .prefetch import MAX_IN_FLIGHT
 
-__all__ = ["grid_keys", "pin_unlisted", "tables_need_listing"]
-
-
-def grid_keys(path: str, metadata: ArrayV3Metadata) -> list[str]:
-    """The key of every chunk (every shard) of the array at ``path``, stored or not.
-
-    >>> import json
-    >>> document = {"zarr_format": 3, "node_type": "array", "shape": [5, 3],
-    ...     "data_type": "uint8", "chunk_grid": {"name": "regular", "configuration":
-    ...     {"chunk_shape": [2, 3]}}, "chunk_key_encoding": {"name": "default"},
-    ...     "fill_value": 0, "codecs": [{"name": "bytes"}]}
-    >>> grid_keys("RNA/counts", ArrayV3Metadata.from_dict(document))
-    ['RNA/counts/c/0/0', 'RNA/counts/c/1/0', 'RNA/counts/c/2/0']
-    """
-    grid = metadata.chunk_grid
-    if not isinstance(grid, RegularChunkGridMetadata):
-        raise ValueError(f"{path}: a {type(grid).__name__} is not the regular grid counts use")
-    counts = [
-        -(-size // chunk) for size, chunk in zip(metadata.shape, grid.chunk_shape, strict=True)
-    ]
-    return [
-        join(path, metadata.encode_chunk_key(coords))
-        for coords in itertools.product(*(range(count) for count in counts))
-    ]
+__all__ = ["pin_unlisted", "tables_need_listing"]
 
 
 def pin_unlisted(pinned: PinnedSourceStore, info: AssayInfo) -> int:
     """Pin the shards of the verified assay ``info`` of an unlisted source (a ``HEAD``
     each, a bounded number at once); returns how many were pinned."""
     arrays = [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t]
-    keys = [key for path in arrays for key in grid_keys(path, info.array_metadata[path])]
+    keys = [
+        key
+        for path in arrays
+        for key in grid_keys(path, info.array_metadata[path].to_dict(), where=info.paths.assay)
+    ]
     return sync(pinned.pin_keys(keys, limit=MAX_IN_FLIGHT))
 
 

@@ -295,8 +295,8 @@ class PinnedSourceStore(SourceReadWrapper):
                 return await self._bounded(self._list_s3fs(""))
             except Exception as exc:
                 raise source_failure(self._failed("its listing", exc)) from exc
-        if not isinstance(self._store, ObjectStore):
-            return None
+        if not isinstance(self._store, ObjectStore) or self.listing_refused is not None:
+            return None  # refused once: asked again, it is refused again
         try:
             listed = await list_unless_refused(self._store, "")
         except Exception as exc:
@@ -352,36 +352,41 @@ class PinnedSourceStore(SourceReadWrapper):
             raise source_failure(self._failed(key, exc)) from exc
         return bytes(data), version_token(result.meta)
 
-    async def pin_keys(self, keys: Sequence[str], *, limit: int) -> int:
-        """Pin each of ``keys`` (chunk objects) as a ``HEAD`` finds it, at most ``limit``
-        requests at once; returns how many were pinned.
-
-        What :meth:`pin_listing` learns from a listing, for a source whose
-        listing was refused: the same pins, a request per key instead of one per
-        thousand. An absent key is not pinned (a listing would not show it).
-        """
+    async def head_objects(self, keys: Sequence[str], *, limit: int) -> Listing:
+        """The size and version of each of ``keys`` that exists, from a ``HEAD`` each, at
+        most ``limit`` at once: what a listing tells of them, for a source whose listing
+        was refused (an absent key is left out, as a listing leaves it out)."""
         if not isinstance(self._store, ObjectStore):
-            return 0
+            return {}
         import obstore
         from obstore.exceptions import NotFoundError
 
-        assert isinstance(self._store, ObjectStore)
-        client = self._store.store
+        store = self._store
+        found: dict[str, ListedObject] = {}
 
-        async def head(key: str) -> int:
+        async def head(key: str) -> None:
+            self._check_key(key, "exists")
             try:
-                meta = await obstore.head_async(client, object_key(self._store, key))
+                meta = await obstore.head_async(store.store, object_key(store, key))
             except (NotFoundError, FileNotFoundError):
-                return 0
+                return
             except Exception as exc:
                 raise source_failure(self._failed(key, exc)) from exc
-            token = version_token(meta)
-            if token is None:
-                return 0
-            self.pins.pin(key, token)
-            return 1
+            found[key] = ListedObject(int(meta["size"]), version_token(meta))
 
-        return sum(await gather_bounded(head, list(keys), limit))
+        await gather_bounded(head, list(keys), limit)
+        return {key: found[key] for key in keys if key in found}
+
+    async def pin_keys(self, keys: Sequence[str], *, limit: int) -> int:
+        """Pin each of ``keys`` (chunk objects) as a ``HEAD`` finds it (see
+        :meth:`head_objects`); returns how many were pinned. The same pins as
+        :meth:`pin_listing`, at a request per key instead of one per thousand."""
+        pinned = 0
+        for key, listed in (await self.head_objects(keys, limit=limit)).items():
+            if listed.token is not None:
+                self.pins.pin(key, listed.token)
+                pinned += 1
+        return pinned
 
     def pin_listed(self, listing: Listing, arrays: Iterable[str]) -> int:
         """Pin the chunk objects of ``arrays`` as ``listing`` shows them; returns how many.
