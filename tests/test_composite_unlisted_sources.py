@@ -25,7 +25,7 @@ import zarr
 from cli_harness import run_main
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy, Seen
-from s3_server import S3Server
+from s3_server import S3Server, fsspec_options
 
 import cytearc_vfs as cv
 from cytearc_vfs.remote.locations import open_location
@@ -227,3 +227,17 @@ def test_the_composite_command_says_the_listing_it_needs(
     assert "s3:ListBucket" in said.stderr
     assert "--source-storage-options" in said.stderr
     assert not destination.exists()
+
+
+def test_through_s3fs_too(unlisted: Unlisted) -> None:
+    """Sources opened through s3fs (``{"backend": "fsspec"}``), whose refused listing is
+    its ``PermissionError``: read by path the same way, HeadObject for the pins."""
+    options = fsspec_options(unlisted.proxy.endpoint)
+    shards = sum(len(_shards(url, unlisted.direct)) for url in unlisted.urls.values())
+    unlisted.proxy.take()
+    store = cv.open_store(unlisted.composite, source_storage_options=unlisted.sources(options))
+    kinds = _kinds(unlisted.proxy.take())
+    assert kinds["LIST"] == 2 and kinds["HEAD"] == shards, kinds
+    np.testing.assert_array_equal(store.reader().read(), _expected(unlisted))
+    assert _kinds(unlisted.proxy.take())["LIST"] == 0
+    store.close()

@@ -63,6 +63,7 @@ from .object_versions import ListedObject, Listing, version_token
 from .s3fs_objects import (
     ObjectReplacedError,
     get_s3_object,
+    head_s3_object,
     list_s3_objects,
     object_path,
     s3fs_filesystem,
@@ -290,12 +291,17 @@ class PinnedSourceStore(SourceReadWrapper):
         the count arrays' shard directories, instead of a ``Depth: 1`` walk
         of every directory of the store.
         """
+        if self.listing_refused is not None:
+            return None  # refused once: asked again, it is refused again
         if self._s3fs is not None:
             try:
                 return await self._bounded(self._list_s3fs(""))
             except Exception as exc:
+                if refused(exc):  # read access without list access: read by path
+                    self.listing_refused = exc
+                    return None
                 raise source_failure(self._failed("its listing", exc)) from exc
-        if not isinstance(self._store, ObjectStore) or self.listing_refused is not None:
+        if not isinstance(self._store, ObjectStore):
             return None  # refused once: asked again, it is refused again
         try:
             listed = await list_unless_refused(self._store, "")
@@ -356,23 +362,38 @@ class PinnedSourceStore(SourceReadWrapper):
         """The size and version of each of ``keys`` that exists, from a ``HEAD`` each, at
         most ``limit`` at once: what a listing tells of them, for a source whose listing
         was refused (an absent key is left out, as a listing leaves it out)."""
-        if not isinstance(self._store, ObjectStore):
-            return {}
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        store = self._store
         found: dict[str, ListedObject] = {}
+        if self._s3fs is not None:
+            assert isinstance(self._store, FsspecStore)
+            root, fs = self._store.path, self._s3fs
 
-        async def head(key: str) -> None:
-            self._check_key(key, "exists")
-            try:
-                meta = await obstore.head_async(store.store, object_key(store, key))
-            except (NotFoundError, FileNotFoundError):
-                return
-            except Exception as exc:
-                raise source_failure(self._failed(key, exc)) from exc
-            found[key] = ListedObject(int(meta["size"]), version_token(meta))
+            async def head(key: str) -> None:
+                self._check_key(key, "exists")
+                try:
+                    listed = await self._bounded(head_s3_object(fs, object_path(root, key)))
+                except Exception as exc:
+                    raise source_failure(self._failed(key, exc)) from exc
+                if listed is not None:
+                    found[key] = listed
+
+        elif isinstance(self._store, ObjectStore):
+            import obstore
+            from obstore.exceptions import NotFoundError
+
+            store = self._store
+
+            async def head(key: str) -> None:
+                self._check_key(key, "exists")
+                try:
+                    meta = await obstore.head_async(store.store, object_key(store, key))
+                except (NotFoundError, FileNotFoundError):
+                    return
+                except Exception as exc:
+                    raise source_failure(self._failed(key, exc)) from exc
+                found[key] = ListedObject(int(meta["size"]), version_token(meta))
+
+        else:
+            return {}
 
         await gather_bounded(head, list(keys), limit)
         return {key: found[key] for key in keys if key in found}
