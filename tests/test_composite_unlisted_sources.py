@@ -186,10 +186,14 @@ def test_creating_a_composite_needs_list_permission(unlisted: Unlisted, tmp_path
     """A composite copies every column of its sources' tables, which only a listing
     finds: refused before anything is written, naming the permission and the remedy."""
     destination = tmp_path / "new.zarr"
+    unlisted.proxy.take()
     with pytest.raises(PermissionError) as refused:
         cv.create_composite(
             destination, unlisted.urls, source_storage_options=unlisted.sources(unlisted.unlisted)
         )
+    # refused once the documents show it is a CyteArc store: no shard is asked for
+    kinds = _kinds(unlisted.proxy.take())
+    assert kinds["LIST"] == 2 and kinds["HEAD"] == 0, kinds
     said = str(refused.value)
     assert said.startswith(f"source 'a' at {unlisted.urls['a']}: its listing was refused")
     assert "s3:ListBucket" in said

@@ -64,7 +64,6 @@ from ..format.tables import CATEGORICAL_ATTR, StoredColumn, read_stored_table
 from ..read.anndata_elements import features_frame
 from ..read.prefetch import MAX_IN_FLIGHT
 from ..read.sources import BoundSource
-from ..read.unlisted_sources import tables_need_listing
 from ..write.membership import MEMBERSHIP_ROLE
 from .anndata_columns import anndata_columns
 
@@ -149,8 +148,6 @@ async def _read_source(source: BoundSource) -> SourceTables:
     # through the documents and listing the source was verified from: the
     # tables' group documents, ids and member listing cost no request
     store = source.view if source.view is not None else source.store
-    if source.view is not None and source.view.listing_refused is not None:
-        raise tables_need_listing(source.name, source.location, source.view.listing_refused)
     cell_table, feature_table, assay_doc = await asyncio.gather(
         read_stored_table(store, paths.cell_data),
         read_stored_table(store, paths.feature_data),

@@ -52,7 +52,7 @@ from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader
 from .source_arrays import CountArrays, array_config
 from .source_failures import named_failures, refuse_replaced, replaced_sources
-from .unlisted_sources import pin_unlisted
+from .unlisted_sources import pin_unlisted, tables_need_listing
 
 __all__ = [
     "BoundSource",
@@ -281,8 +281,14 @@ def bind_sources(
         if isinstance(fetched, BaseException):
             refuse_replaced(spec, fetched)
             raise fetched  # the first failing source, in the order given
+        backend, found, *opened = fetched
+        if spec.tables and isinstance(found, PrefetchedStore) and found.listing_refused:
+            # a creation copies the tables, which only a listing finds: refused before
+            # its shards are pinned (a request each without the listing)
+            raise tables_need_listing(
+                spec.name, describe_location(spec.location), found.listing_refused
+            )
         with named_failures(spec), replaced_sources(spec):
-            backend, found, *opened = fetched
             if isinstance(found, AnnDataCounts):
                 bound.append(_anndata_bound(spec, backend, found, counters))
                 continue
