@@ -245,3 +245,17 @@ def test_through_s3fs_too(unlisted: Unlisted) -> None:
     np.testing.assert_array_equal(store.reader().read(), _expected(unlisted))
     assert _kinds(unlisted.proxy.take())["LIST"] == 0
     store.close()
+
+
+def test_verify_says_which_source_it_must_list(unlisted: Unlisted) -> None:
+    """``verify`` compares each source's shards with its shard table, from a listing:
+    refused naming the source, the permission and the option a shell user gives (the
+    backend's words named its bucket and --storage-options)."""
+    options = json.dumps(unlisted.sources(unlisted.unlisted))
+    said = run_main("verify", str(unlisted.composite), "--source-storage-options", options)
+    assert said.returncode == 2, said.stderr
+    assert f"source 'a' at {unlisted.urls['a']}: listing 'RNA/counts/c/' was refused (the " in (
+        said.stderr
+    )
+    assert "s3:ListBucket" in said.stderr
+    assert """as --source-storage-options '{"a": {...}}'""" in said.stderr

@@ -13,6 +13,7 @@ the source's assays and copies its tables), and says so.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from cli_harness import run_main
 from conftest import realistic_counts
 from loopback_proxy import LoopbackProxy
 from s3_server import S3Server
@@ -93,3 +95,13 @@ def test_mounting_needs_list_permission(source: dict[str, Any], tmp_path: Path) 
     assert "s3:ListBucket" in said
     assert "Mount it with credentials that may also list it" in said
     assert not target.exists()
+
+
+def test_verify_of_the_mount_says_what_it_must_list(source: dict[str, Any], tmp_path: Path) -> None:
+    target = tmp_path / "mine.zarr"
+    cv.mount_datastore(source["url"], target, source_storage_options=source["direct"]).close()
+    options = json.dumps(source["unlisted"])
+    said = run_main("verify", str(target), "--source-storage-options", options)
+    assert said.returncode == 2, said.stderr
+    assert f"the mount's source at {source['url']}: listing its root was refused" in said.stderr
+    assert "s3:ListBucket" in said.stderr and "--source-storage-options '{...}'" in said.stderr

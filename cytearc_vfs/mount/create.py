@@ -29,7 +29,7 @@ from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
 from ..read.prefetch import assay_documents, prefetched
-from ..remote.failures import names_backend_failures
+from ..remote.failures import is_http_location, names_backend_failures
 from ..remote.locations import Location, describe_location, open_location, reopenable_location
 from ..write.copying import copy_group
 from ..write.destinations import (
@@ -168,6 +168,8 @@ def mount_datastore(
     try:
         contents = read_contents(opened, where=where)
     except PermissionError as exc:
+        if is_http_location(where):
+            raise  # a web server's refusal has its own remedy (a server that lists)
         raise _listing_needed(where) from exc
     _refuse(contents, where)
     available = [p.assay for p in contents.assays if p.workspace == workspace]

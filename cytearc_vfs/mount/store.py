@@ -36,6 +36,7 @@ from ..read.remembered_reads import RememberedReads
 from ..read.sources import bound_from_verified
 from ..read.unlisted_sources import pin_unlisted
 from ..remote.cached_store import cached_source, source_cache_of
+from ..remote.failures import is_http_location
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
@@ -573,6 +574,8 @@ class MountStore(KeyCheckedStore):
             async for name in names:
                 yield name
         except PermissionError as exc:
+            if is_http_location(self._record.location):
+                raise  # a web server's refusal has its own remedy (a server that lists)
             raise source_listing_refused(self._record.location, prefix) from exc
 
 

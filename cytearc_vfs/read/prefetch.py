@@ -37,7 +37,6 @@ from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
 from ..format.source_store import contents_documents
 from ..format.store_keys import METADATA_DOCUMENTS
-from ..remote.failures import first_line
 from ..remote.object_versions import Listing
 from ..remote.pinned_store import pinned_store_of
 
@@ -153,9 +152,13 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         return self._refused
 
     def _refuse_listing(self, prefix: str) -> None:
-        if self._refused is not None:
-            what = repr(prefix) if prefix else "its root"
-            raise PermissionError(f"listing {what} was refused: {self._refused}")
+        if self._refused is None:
+            return
+        pinned = pinned_store_of(self._store)
+        if pinned is not None:  # names the source and the remedy
+            raise pinned.listing_refused_error(prefix)
+        what = repr(prefix) if prefix else "its root"
+        raise PermissionError(f"listing {what} was refused: {self._refused}")
 
     @property
     def wrapped(self) -> Store:
@@ -351,14 +354,8 @@ async def fetch_documents(
             key for key in contents_documents(listing) if key in listing and key not in documents
         ]
         await gather_all(*(fetch(key) for key in later))
-    refusal = None if pinned is None else pinned.listing_refused
-    refused = None if refusal is None else _refusal_text(refusal)
+    refused = None if pinned is None else pinned.refusal_reason()
     return PrefetchedStore(store, documents, listing, tokens, limit=gate, refused=refused)
-
-
-def _refusal_text(exc: BaseException) -> str:
-    """A refused listing in a few words: obstore's own run on over the request made."""
-    return "the server answered 403 Forbidden" if "403" in str(exc) else first_line(exc)
 
 
 def read_local(

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarr.abc.store import (
     ByteRequest,
@@ -54,7 +54,6 @@ from zarr.storage import FsspecStore, ObjectStore
 from ..errors import IdentityMismatchError, SourceGoneError, SourceUnavailableError, VfsError
 from ..format.chunk_keys import array_documents, is_chunk_key
 from ..format.gathering import gather_all, gather_bounded
-from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.object_keys import object_key, store_key
 from ..format.object_listing import is_http_store, list_recursive, list_unless_refused
 from ..format.option_names import source_label, source_options_example
@@ -68,20 +67,17 @@ from .s3fs_objects import (
     object_path,
     s3fs_filesystem,
 )
+from .source_read_wrapper import Batches, Ranges, SourceReadWrapper, check_byte_range
 from .timeouts import TIMEOUT_ENV, timeouts
 
 if TYPE_CHECKING:
     from obstore import GetOptions
 
 T = TypeVar("T")
-Ranges = Sequence[ByteRequest | None]
-#: What ``get_ranges`` yields: batches of (input index, bytes), one per fetch.
-Batches = AsyncIterator[Sequence[tuple[int, Buffer | None]]]
 
 __all__ = [
     "ObjectPins",
     "PinnedSourceStore",
-    "SourceReadWrapper",
     "pin_arrays",
     "pinned_store_of",
 ]
@@ -122,78 +118,6 @@ def _obstore_range(byte_range: ByteRequest | None) -> Any:
     if isinstance(byte_range, SuffixByteRequest):
         return {"suffix": byte_range.suffix}
     raise TypeError(f"unsupported byte range {byte_range!r}")
-
-
-def check_byte_range(byte_range: object) -> None:
-    """Refuse what is not a zarr byte request, in zarr's own words (its store contract checks them)."""
-    if byte_range is not None and not isinstance(
-        byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
-    ):
-        raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
-
-
-class SourceReadWrapper(KeyCheckedWrapperStore):
-    """A read path over a source store that every read must go through.
-
-    zarr's synchronous paths and the backend's own multi-range reads would go
-    around the wrapper, so both are routed through :meth:`get`; subclasses
-    change how ranges are fetched in :meth:`_get_ranges`. Every key is
-    checked first (:class:`~cytearc_vfs.format.key_checked.KeyCheckedWrapperStore`);
-    subclasses that override :meth:`get` check it themselves.
-    """
-
-    @property
-    def wrapped(self) -> Store:
-        """The store underneath."""
-        return self._store
-
-    @property
-    def _supports_sync_io(self) -> bool:
-        return False
-
-    async def getsize(self, key: str) -> int:
-        # the size of what this read path serves (its pins, its cache): read through it
-        return await Store.getsize(self, key)
-
-    def with_read_only(self, read_only: bool = False) -> Self:
-        """The same view; a writable form is refused (writes would go around the read path)."""
-        if not read_only:
-            raise NotImplementedError(
-                f"with_read_only is not implemented for the {type(self)} store type. A "
-                "source's read path is read-only (writes would go around its pins and "
-                "cache); open the source itself to write to it"
-            )
-        return self
-
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        # every key is checked before any is fetched
-        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
-        return list(await gather_all(*(self.get(key, prototype, rng) for key, rng in requests)))
-
-    async def get_ranges(
-        self,
-        key: str,
-        byte_ranges: Sequence[ByteRequest | None],
-        *,
-        prototype: BufferPrototype,
-        **options: Any,
-    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        self._check_key(key, "get_ranges")
-        # zarr passes max_concurrency, max_gap_bytes and max_coalesced_bytes
-        limits = {name: value for name, value in options.items() if value is not None}
-        async for batch in self._get_ranges(key, byte_ranges, prototype, limits):
-            yield batch
-
-    async def _get_ranges(
-        self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
-    ) -> Batches:
-        """Zarr's coalescer over :meth:`get` (what subclasses' reads must see)."""
-        async for batch in Store.get_ranges(self, key, byte_ranges, prototype=prototype, **limits):
-            yield batch
 
 
 class PinnedSourceStore(SourceReadWrapper):
@@ -357,6 +281,30 @@ class PinnedSourceStore(SourceReadWrapper):
         except Exception as exc:
             raise source_failure(self._failed(key, exc)) from exc
         return bytes(data), version_token(result.meta)
+
+    def refusal_reason(self, exc: BaseException | None = None) -> str | None:
+        """Why :meth:`list_objects` (or ``exc``'s listing) was refused, in a few words
+        (obstore's own run on over the request made), or ``None`` when it was not."""
+        exc = self.listing_refused if exc is None else exc
+        if exc is None:
+            return None
+        # the adapter's PermissionError carries the backend's answer as its cause
+        said = f"{exc} {exc.__cause__ or ''}"
+        if "403" in said or "AccessDenied" in said:
+            return "the server answered 403 Forbidden"
+        return first_line(exc)
+
+    def listing_refused_error(
+        self, prefix: str, exc: BaseException | None = None
+    ) -> PermissionError:
+        """The refusal of a listing of ``prefix`` (refused as ``exc``, or as the source's
+        whole listing was) that only a listing can answer: the source, why, the remedy."""
+        what = repr(prefix) if prefix else "its root"
+        return PermissionError(
+            f"{self._label()}: listing {what} was refused ({self.refusal_reason(exc)}): the "
+            "credentials given may read it but not list it (S3 without s3:ListBucket); "
+            f"what needs the listing needs ones that may, as {source_options_example(self._name)}"
+        )
 
     async def head_objects(self, keys: Sequence[str], *, limit: int) -> Listing:
         """The size and version of each of ``keys`` that exists, from a ``HEAD`` each, at
@@ -553,6 +501,25 @@ class PinnedSourceStore(SourceReadWrapper):
         except NotSupportedError:
             return None
         return data, version_token(result.meta)
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self._listed(self._store.list_prefix(prefix), prefix):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        async for name in self._listed(self._store.list_dir(prefix), prefix):
+            yield name
+
+    async def _listed(self, names: AsyncIterator[str], prefix: str) -> AsyncIterator[str]:
+        """``names``, a refused listing said as this source's (the backend's words name
+        the bucket and its own options, not the source and ``source_storage_options``)."""
+        try:
+            async for name in names:
+                yield name
+        except PermissionError as exc:
+            if is_http_location(self._where):
+                raise  # a web server's refusal has its own remedy (a server that lists)
+            raise self.listing_refused_error(prefix, exc) from exc
 
     async def _get_ranges(
         self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
