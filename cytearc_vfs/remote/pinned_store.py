@@ -503,11 +503,11 @@ class PinnedSourceStore(SourceReadWrapper):
         return data, version_token(result.meta)
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        async for key in self._listed(self._store.list_prefix(prefix), prefix):
+        async for key in self._listed(super().list_prefix(prefix), prefix):
             yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        async for name in self._listed(self._store.list_dir(prefix), prefix):
+        async for name in self._listed(super().list_dir(prefix), prefix):
             yield name
 
     async def _listed(self, names: AsyncIterator[str], prefix: str) -> AsyncIterator[str]:
