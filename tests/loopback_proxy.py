@@ -145,7 +145,12 @@ class LoopbackProxy:
                         self.close_connection = True
                         self.connection.shutdown(2)
                         return
-                    payload = b"<Error><Code>SlowDown</Code></Error>"
+                    # S3's own code for the status: a client (botocore) reads the code
+                    payload = (
+                        b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                        if fault[3] == 403
+                        else b"<Error><Code>SlowDown</Code></Error>"
+                    )
                     proxy._answered(seen)  # before the client can see the answer (below)
                     self.send_response(fault[3])
                     self.send_header("Content-Length", str(len(payload)))

@@ -226,7 +226,12 @@ async def tables_prefetched(store: Store, features: str = "var") -> PrefetchedSt
     with :data:`MAX_IN_FLIGHT` requests in flight, they cost a few round trips.
     """
     complete = (*_TABLE_PREFIXES, f"{features}/")
-    prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in complete))
+    try:
+        prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in complete))
+    except PermissionError:
+        # credentials that may read but not list (S3 without s3:ListBucket): the
+        # reader reads the tables by path, as a dataframe's column-order names them
+        return PrefetchedStore(store, {})
     # A key no store of the package takes (a column named 'CD4%2fCD8') is left
     # out: its column reads as absent, and is reported and not carried.
     listed = [key for keys in prefixes for key in keys if key_problem(key) is None]

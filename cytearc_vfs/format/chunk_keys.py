@@ -18,6 +18,7 @@ A remote source's wrappers see keys without their array's document:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..errors import RecordShapeError
 
-__all__ = ["ChunkKeys", "array_documents", "is_chunk_key"]
+__all__ = ["ChunkKeys", "array_documents", "grid_keys", "is_chunk_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,3 +215,43 @@ def array_documents(chunk_key: str) -> tuple[str, ...]:
         for array in _arrays_of_chunk(chunk_key)
         for name in ("zarr.json", ".zarray")
     )
+
+
+def grid_keys(path: str, document: Mapping[str, Any], *, where: str) -> list[str]:
+    """The key of every chunk object (every shard, for a sharded array) of the array at
+    ``path`` whose metadata ``document`` is (a v3 ``zarr.json`` or a v2 ``.zarray``),
+    stored or not: what a listing of the array would show at most, for a store that
+    may not be listed.
+
+    >>> grid_keys("X/data", {"zarr_format": 2, "shape": [5], "chunks": [2]}, where="a")
+    ['X/data/0', 'X/data/1', 'X/data/2']
+    >>> grid_keys("c", {"zarr_format": 3, "node_type": "array", "shape": [3, 2],
+    ...     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}}},
+    ...     where="a")
+    ['c/c/0/0', 'c/c/1/0']
+    """
+    keys = ChunkKeys.of_array(document, where=where)
+    shape = document.get("shape")
+    if document.get("zarr_format") == 2:
+        chunks = document.get("chunks")
+    else:
+        grid = document.get("chunk_grid")
+        configuration = grid.get("configuration") if isinstance(grid, Mapping) else None
+        regular = isinstance(grid, Mapping) and grid.get("name") == "regular"
+        chunks = configuration.get("chunk_shape") if regular and configuration else None
+    if (
+        not isinstance(shape, (list, tuple))
+        or not isinstance(chunks, (list, tuple))
+        or len(shape) != len(chunks)
+        or not all(isinstance(n, int) and n >= 0 for n in shape)
+        or not all(isinstance(n, int) and n > 0 for n in chunks)
+    ):
+        raise RecordShapeError(
+            f"{where}: the array {path!r} names no regular chunk grid (shape {shape!r}, "
+            f"chunks {chunks!r}), so its chunks cannot be found without listing it"
+        )
+    counts = [-(-size // chunk) for size, chunk in zip(shape, chunks, strict=True)]
+    return [
+        f"{path}/{keys.encode(coords)}"
+        for coords in itertools.product(*(range(count) for count in counts))
+    ]

@@ -15,7 +15,7 @@ from zarr.abc.store import Store
 
 from ..errors import IncompleteStoreError, RecordShapeError
 from .option_names import callers_form, switched_on
-from .paths import AssayPaths, join
+from .paths import AssayPaths, check_name, join
 from .records import PENDING_ASSAY_ATTR, PENDING_STORE_ATTR
 from .store_io import get_json, innermost_store, list_dir, missing_bucket
 from .store_keys import METADATA_DOCUMENTS
@@ -24,6 +24,7 @@ __all__ = [
     "DAMAGED_DOCUMENT_REMEDY",
     "StoreContents",
     "contents_documents",
+    "declared_contents",
     "json_object",
     "list_root_once",
     "node_attrs",
@@ -58,6 +59,9 @@ class StoreContents:
     """Attributes of the groups read on the way (top-level children, a workspace's
     assays), by path: a verification of the same store reads them from here instead
     of parsing their documents again."""
+    listed: bool = field(default=True, compare=False)
+    """Whether the store was listed; ``False`` when its listing was refused and only
+    the assays declared beside the one read were looked at (:func:`declared_contents`)."""
 
 
 #: What to do about a metadata document that is not a JSON object: no writer reads
@@ -193,8 +197,14 @@ class NothingStoredError(NoZarrGroupError, FileNotFoundError):
     and is a ``FileNotFoundError`` as a missing local path is."""
 
 
-def read_contents(store: Store, *, where: str) -> StoreContents:
-    """List the assays a store declares (root layout and workspaces)."""
+def read_contents(store: Store, *, where: str, unlisted: AssayPaths | None = None) -> StoreContents:
+    """List the assays a store declares (root layout and workspaces).
+
+    With ``unlisted`` (the assay a caller reads), a store whose listing is
+    refused (``PermissionError``: credentials that may read but not list) is
+    read by path instead (:func:`declared_contents`); without it, the refusal
+    is raised.
+    """
     root = json_object(store, "zarr.json", where=where)
     if root is None:
         if json_object(store, ".zgroup", where=where) is not None:
@@ -233,7 +243,13 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
     assays: list[AssayPaths] = []
     pending: list[AssayPaths] = []
     groups: dict[str, Mapping[str, Any]] = {}
-    for child in list_dir(store, ""):
+    try:
+        children = list_dir(store, "")
+    except PermissionError:
+        if unlisted is None:
+            raise
+        return declared_contents(store, root_attrs, unlisted, where=where)
+    for child in children:
         if child in METADATA_DOCUMENTS:  # the root's own document, not a child node
             continue
         kind, attrs = node_attrs(store, child, where=where)
@@ -260,3 +276,43 @@ def read_contents(store: Store, *, where: str) -> StoreContents:
                 elif PENDING_ASSAY_ATTR in attrs2:
                     pending.append(AssayPaths(grandchild, child))
     return StoreContents(root_attrs, tuple(assays), tuple(pending), 3, groups)
+
+
+def declared_contents(
+    store: Store, root_attrs: Mapping[str, Any], paths: AssayPaths, *, where: str
+) -> StoreContents:
+    """What :func:`read_contents` finds, read by path in a store that may not be listed.
+
+    The assays looked at are the ones declared where ``paths`` lives (the
+    names of ``assayTypes`` of the root, and of its workspace for a workspace
+    assay) and ``paths``'s own: each one's group document is read at its key.
+    A derived assay declares its type when it begins (its pending group is
+    discarded with the declaration), so a pending assay there is found as a
+    listing finds it. Assays of other workspaces cannot be found without a
+    listing: ``StoreContents.listed`` is false.
+    """
+    assays: list[AssayPaths] = []
+    pending: list[AssayPaths] = []
+    groups: dict[str, Mapping[str, Any]] = {}
+    declared = root_attrs
+    if paths.workspace is not None:
+        kind, declared = node_attrs(store, paths.workspace, where=where)
+        if kind == "group":
+            groups[paths.workspace] = declared
+    types = declared.get("assayTypes")
+    names = [name for name in types if isinstance(name, str)] if isinstance(types, dict) else []
+    for name in dict.fromkeys([*names, paths.assay]):
+        try:
+            check_name(name, what="assay name")
+        except ValueError:
+            continue  # no group can be stored under it: nothing to read
+        assay = AssayPaths(name, paths.workspace)
+        kind, attrs = node_attrs(store, assay.assay_group, where=where)
+        if kind != "group":
+            continue
+        groups[assay.assay_group] = attrs
+        if attrs.get("is_assay") is True:
+            assays.append(assay)
+        elif PENDING_ASSAY_ATTR in attrs:
+            pending.append(assay)
+    return StoreContents(root_attrs, tuple(assays), tuple(pending), 3, groups, listed=False)

@@ -19,12 +19,17 @@ import zarr
 from ..errors import UnsupportedSourceError
 from ..format.flags import check_flag
 from ..format.nodes import group_at
-from ..format.option_names import Placeholder, option_given, option_name
+from ..format.option_names import (
+    Placeholder,
+    option_given,
+    option_name,
+    source_options_example,
+)
 from ..format.paths import AssayPaths, check_name
 from ..format.records import parse_assay_types, requires_transpose
 from ..format.source_store import AssayInfo, StoreContents, read_contents, verify_assay
 from ..read.prefetch import assay_documents, prefetched
-from ..remote.failures import names_backend_failures
+from ..remote.failures import is_http_location, names_backend_failures
 from ..remote.locations import Location, describe_location, open_location, reopenable_location
 from ..write.copying import copy_group
 from ..write.destinations import (
@@ -160,7 +165,12 @@ def mount_datastore(
     # a Store object) is refused before the source is asked anything
     recorded_location = reopenable_location(source, what="the source")
     opened = open_location(source, read_only=True, storage_options=source_storage_options)
-    contents = read_contents(opened, where=where)
+    try:
+        contents = read_contents(opened, where=where)
+    except PermissionError as exc:
+        if is_http_location(where):
+            raise  # a web server's refusal has its own remedy (a server that lists)
+        raise _listing_needed(where) from exc
     _refuse(contents, where)
     available = [p.assay for p in contents.assays if p.workspace == workspace]
     if not available:
@@ -252,4 +262,17 @@ def mount_datastore(
         mode="r+",
         storage_options=storage_options,
         source_storage_options=source_storage_options,
+    )
+
+
+def _listing_needed(where: str) -> PermissionError:
+    """A mount's creation refused by a source that may be read but not listed: it copies
+    the source's tables and finds its assays, which only listings find."""
+    return PermissionError(
+        f"the source {where}: its listing was refused; mounting it finds its assays and "
+        "copies every column of its cell and feature tables, which only listings of the "
+        "source find (credentials that may read but not list, such as S3 without "
+        "s3:ListBucket, cannot). Mount it with credentials that may also list it, as "
+        f"{source_options_example(None)}: opening the mount afterwards and reading through "
+        "it needs read access only, except listing the source's artifacts"
     )

@@ -45,7 +45,7 @@ from ..remote.locations import local_path, open_location
 from ..remote.source_cache import SourceCache
 from .records import MATRIX_SOURCE_ATTR, MountRecord
 
-__all__ = ["VerifiedSource", "verify_mount_source"]
+__all__ = ["VerifiedSource", "source_listing_refused", "verify_mount_source"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +101,12 @@ def verify_mount_source(
                 source,
                 [key for p in paths for key in assay_documents(p)],
                 deferred=[join(p.assay_group, "state", "zarr.json") for p in paths],
+                # what the listing would have told absent, where it is refused
+                probes=[join(p.assay_group, "state", ".zgroup") for p in paths],
             )
         )
-        contents = read_contents(documents, where=source_where)
+        # a source that may be read but not listed is read by path (its root's record)
+        contents = read_contents(documents, where=source_where, unlisted=paths[0])
     except NoZarrGroupError as exc:
         # nothing is there (an object store has no directory to find missing first)
         raise source_failure(
@@ -186,4 +189,16 @@ def _opened(record: MountRecord, paths: list[AssayPaths]) -> OpenedSource | None
         [array for p in paths for array in (p.counts, p.counts_t)],
         label=f"the mount's source at {record.location}",
         reopen="reopen the mount, whose open compares its source with the fingerprints it recorded",
+    )
+
+
+def source_listing_refused(location: str, prefix: str) -> PermissionError:
+    """A mount's listing that must list its source too, refused by a source that may be
+    read but not listed: what needs the listing, the remedy, and what still works."""
+    return PermissionError(
+        f"mount of {location}: listing {prefix!r} lists the source's artifacts too, and the "
+        "source's listing was refused (credentials that may read but not list, such as S3 "
+        "without s3:ListBucket); pass credentials that may list it, as "
+        f"{source_options_example(None)}. Without them, the mount reads by path: its "
+        "counts, its tables, and a source artifact's arrays at their paths"
     )

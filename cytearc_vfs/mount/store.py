@@ -34,7 +34,9 @@ from ..read.prefetch import PrefetchedStore, assay_documents, prefetched
 from ..read.read_stats import ReadCounters
 from ..read.remembered_reads import RememberedReads
 from ..read.sources import bound_from_verified
+from ..read.unlisted_sources import pin_unlisted
 from ..remote.cached_store import cached_source, source_cache_of
+from ..remote.failures import is_http_location
 from ..remote.locations import Location, describe_location, open_location
 from ..remote.pinned_store import pin_arrays, pinned_store_of
 from ..remote.source_cache import CacheInfo, SourceCache
@@ -42,7 +44,7 @@ from .open_checks import type_change_refusal, verify_mount_tables
 from .owners import GroupOwners
 from .records import MATRIX_SOURCE_ATTR, MountRecord
 from .resolution import artifact_roots, listing_is_union, pinned_places, pinned_refusal, place_of
-from .source_checks import verify_mount_source
+from .source_checks import source_listing_refused, verify_mount_source
 
 __all__ = ["MountStore"]
 
@@ -147,6 +149,9 @@ class MountStore(KeyCheckedStore):
         pinned = pinned_store_of(mount._source)
         if documents.listing is not None and pinned is not None:
             pinned.pin_listed(documents.listing, arrays)
+        elif pinned is not None and pinned.listing_refused is not None:
+            for info in infos.values():  # a HEAD per shard, as the listing would have pinned
+                pin_unlisted(pinned, info)
         else:
             pin_arrays(mount._source, arrays)
         return mount
@@ -530,7 +535,7 @@ class MountStore(KeyCheckedStore):
             ):
                 continue
             scan = directory if directory.startswith(root + "/") or directory == root else root
-            async for key in self._source.list_prefix(scan):
+            async for key in self._source_listing(self._source.list_prefix(scan), scan):
                 # the prefix names a directory, as for a local target; memory://
                 # matches strings and would give a sibling's keys (pca2/ for pca)
                 outside = directory and not key.startswith(directory + "/")
@@ -544,7 +549,7 @@ class MountStore(KeyCheckedStore):
             async for name in self._target.list_dir(directory):
                 seen.add(name)
                 yield name
-            async for name in self._source.list_dir(directory):
+            async for name in self._source_listing(self._source.list_dir(directory), directory):
                 if name not in seen:
                     seen.add(name)
                     yield name
@@ -556,9 +561,22 @@ class MountStore(KeyCheckedStore):
             and place.group is not None
             and await self._owners.is_source(place.group)
         ):
-            store = self._source
+            async for name in self._source_listing(self._source.list_dir(directory), directory):
+                yield name
+            return
         async for name in store.list_dir(directory):
             yield name
+
+    async def _source_listing(self, names: AsyncIterator[str], prefix: str) -> AsyncIterator[str]:
+        """``names`` (a listing of the source), a refusal said as the mount's: the
+        source may be read but not listed (S3 without ``s3:ListBucket``)."""
+        try:
+            async for name in names:
+                yield name
+        except PermissionError as exc:
+            if is_http_location(self._record.location):
+                raise  # a web server's refusal has its own remedy (a server that lists)
+            raise source_listing_refused(self._record.location, prefix) from exc
 
 
 def open_verified(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import random
 from collections.abc import Mapping
@@ -32,10 +33,13 @@ from typing import Any
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
+from ..format.chunk_keys import grid_keys
 from ..format.fingerprints import combine
 from ..remote.locations import Location, local_path
+from ..remote.object_versions import Listing
 from ..remote.pinned_store import pinned_store_of
 from .local_chunk_files import file_version
+from .prefetch import MAX_IN_FLIGHT
 
 __all__ = [
     "GROUPS",
@@ -43,6 +47,7 @@ __all__ = [
     "listed_versions",
     "pin_element",
     "unchanged_locally",
+    "unlisted_keys",
     "watched_directories",
 ]
 
@@ -105,15 +110,31 @@ def _local_versions(root: Path, prefixes: list[str], documents: list[str]) -> di
 
 
 async def listed_versions(
-    backend: Store, location: Location, prefixes: list[str], documents: list[str]
+    backend: Store,
+    location: Location,
+    prefixes: list[str],
+    documents: list[str],
+    held: Mapping[str, bytes | None] | None = None,
 ) -> dict[str, list[Any]] | None:
     """``{key: [size, version]}`` of the objects under ``prefixes`` and the ``documents``
     that exist, from one listing (object storage) or a ``stat`` per local file;
-    ``None`` when the store reports no versions."""
+    ``None`` when the store reports no versions.
+
+    An object store whose listing is refused (credentials that may read but not
+    list) is asked by path instead, given the ``held`` documents: a ``HEAD`` of
+    each document and of every chunk key the grids of the arrays under
+    ``prefixes`` name (:func:`unlisted_keys`), at most
+    :data:`~.prefetch.MAX_IN_FLIGHT` at once. An object a listing would show
+    outside those keys cannot be seen: a record taken with a listing that holds
+    one then differs, and the open fails closed.
+    """
     wanted = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
     pinned = pinned_store_of(backend)
     if pinned is not None:
-        listing = await pinned.list_objects()
+        listing: Listing | None = await pinned.list_objects()
+        if listing is None and pinned.listing_refused is not None and held is not None:
+            keys = unlisted_keys(prefixes, documents, held)
+            listing = await pinned.head_objects(keys, limit=MAX_IN_FLIGHT)
         if listing is None:
             return None
         return {
@@ -125,6 +146,35 @@ async def listed_versions(
     if root is None:
         return None
     return await asyncio.to_thread(_local_versions, root, list(wanted), documents)
+
+
+def unlisted_keys(
+    prefixes: list[str], documents: list[str], held: Mapping[str, bytes | None]
+) -> list[str]:
+    """Every key a listing of ``prefixes`` and ``documents`` could show of an AnnData
+    source: the documents, and each chunk key of every array whose document under
+    ``prefixes`` is ``held`` (stored or not: an absent one is absent from the answer too).
+
+    >>> unlisted_keys(["X"], ["zarr.json", "X/.zarray"],
+    ...     {"X/.zarray": b'{"zarr_format": 2, "shape": [3, 2], "chunks": [2, 2]}'})
+    ['zarr.json', 'X/.zarray', 'X/0.0', 'X/1.0']
+    """
+    wanted = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
+    keys = list(documents)
+    for key in documents:
+        data = held.get(key)
+        if data is None or not key.startswith(wanted):
+            continue
+        path, _, name = key.rpartition("/")
+        try:
+            document = json.loads(data)
+        except ValueError:
+            continue  # damaged: refused by the element's own read, in its words
+        if not isinstance(document, dict):
+            continue
+        if name == ".zarray" or (name == "zarr.json" and document.get("node_type") == "array"):
+            keys += grid_keys(path, document, where=key)
+    return list(dict.fromkeys(keys))
 
 
 def _local_directories(root: Path, prefixes: list[str], absent: list[str]) -> dict[str, str]:

@@ -117,8 +117,10 @@ class PrefetchedStore(KeyCheckedWrapperStore):
         limit: asyncio.Semaphore | None = None,
         complete: tuple[str, ...] = (),
         directories: Mapping[str, list[str]] | None = None,
+        refused: str | None = None,
     ) -> None:
         super().__init__(store.with_read_only(True) if not store.read_only else store)
+        self._refused = refused
         self._documents = dict(documents)
         self._directories = dict(directories or {})
         self._listing = listing
@@ -135,7 +137,28 @@ class PrefetchedStore(KeyCheckedWrapperStore):
             limit=self._limit,
             complete=self._complete,
             directories=self._directories,
+            refused=self._refused,
         )
+
+    @property
+    def supports_listing(self) -> bool:
+        # a source whose listing was refused is read by path: its checks ask for
+        # the keys a listing would have shown (see fetch_documents)
+        return self._refused is None and self._store.supports_listing
+
+    @property
+    def listing_refused(self) -> str | None:
+        """Why the store could not be listed (its listing was refused), or ``None``."""
+        return self._refused
+
+    def _refuse_listing(self, prefix: str) -> None:
+        if self._refused is None:
+            return
+        pinned = pinned_store_of(self._store)
+        if pinned is not None:  # names the source and the remedy
+            raise pinned.listing_refused_error(prefix)
+        what = repr(prefix) if prefix else "its root"
+        raise PermissionError(f"listing {what} was refused: {self._refused}")
 
     @property
     def wrapped(self) -> Store:
@@ -208,6 +231,7 @@ class PrefetchedStore(KeyCheckedWrapperStore):
 
     async def list_prefix(self, prefix: str) -> Any:
         self._check_prefix(prefix, "list_prefix")
+        self._refuse_listing(prefix)
         if self._listing is None:
             async for key in self._store.list_prefix(prefix):
                 yield key
@@ -219,6 +243,7 @@ class PrefetchedStore(KeyCheckedWrapperStore):
 
     async def list_dir(self, prefix: str) -> Any:
         self._check_prefix(prefix, "list_dir")
+        self._refuse_listing(prefix)
         names = self.held_children(prefix)
         if names is None:
             async for name in self._store.list_dir(prefix):
@@ -237,6 +262,7 @@ async def fetch_documents(
     limit: asyncio.Semaphore | None = None,
     directories: Iterable[str] = (),
     groups: Iterable[str] = (),
+    probes: Iterable[str] = (),
 ) -> PrefetchedStore:
     """``store`` with ``keys`` (and what :func:`read_contents` will read) fetched.
 
@@ -258,6 +284,12 @@ async def fetch_documents(
     ``groups`` is listed too, and its members' ``zarr.json`` read (a table a
     creation reads next: its columns' documents, not known before the
     listing); other stores ignore ``directories`` and ``groups``.
+
+    Where the backend refuses the listing (credentials that may read but not
+    list: S3 without ``s3:ListBucket``), the ``deferred`` keys and the
+    ``probes`` (keys only a listing would have told absent, such as a v2
+    document) are fetched in the same round instead, and the view refuses
+    listings itself (``PermissionError``, no request): its reader reads by path.
     """
     wanted = list(dict.fromkeys(keys))
     later = list(dict.fromkeys(deferred))
@@ -301,6 +333,8 @@ async def fetch_documents(
 
     if seal is not None and pinned is not None:
         listing = await listed()
+        if listing is None and pinned.listing_refused is not None:
+            wanted += [key for key in [*later, *probes] if key not in wanted]
         if listing is not None:
             for key, (token, data) in seal.items():
                 entry = listing.get(key)
@@ -312,12 +346,16 @@ async def fetch_documents(
         await gather_all(*(fetch(key) for key in wanted))
     else:
         listing, *_ = await gather_all(listed(), *(fetch(key) for key in wanted))
+        if listing is None and pinned is not None and pinned.listing_refused is not None:
+            # the listing that would have told these absent was refused: asked by path
+            await gather_all(*(fetch(key) for key in [*later, *probes] if key not in documents))
     if listing is not None:
         later = [
             key for key in contents_documents(listing) if key in listing and key not in documents
         ]
         await gather_all(*(fetch(key) for key in later))
-    return PrefetchedStore(store, documents, listing, tokens, limit=gate)
+    refused = None if pinned is None else pinned.refusal_reason()
+    return PrefetchedStore(store, documents, listing, tokens, limit=gate, refused=refused)
 
 
 def read_local(
@@ -328,9 +366,11 @@ def read_local(
     limit: asyncio.Semaphore | None = None,
     directories: Iterable[str] = (),
     groups: Iterable[str] = (),
+    probes: Iterable[str] = (),
 ) -> PrefetchedStore:
     """What :func:`fetch_documents` returns for a local ``store``, read synchronously on
-    the calling thread (a worker: see :data:`LOCAL_READERS`)."""
+    the calling thread (a worker: see :data:`LOCAL_READERS`). ``probes`` are not read:
+    a local directory is listed."""
     read, children = _read_local(
         store,
         list(dict.fromkeys([*keys, *deferred])),

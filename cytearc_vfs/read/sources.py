@@ -52,6 +52,7 @@ from .read_stats import CountingStore, ReadCounters
 from .shard_reader import ShardedReader
 from .source_arrays import CountArrays, array_config
 from .source_failures import named_failures, refuse_replaced, replaced_sources
+from .unlisted_sources import pin_unlisted, tables_need_listing
 
 __all__ = [
     "BoundSource",
@@ -129,10 +130,13 @@ class BoundSource:
         )
 
 
-def refuse_unsupported(store: Any, *, where: str, name: str) -> StoreContents:
+def refuse_unsupported(
+    store: Any, *, where: str, name: str, unlisted: AssayPaths | None = None
+) -> StoreContents:
     """Refuse composites, mounts and stores with a pending assay as sources; what the
-    store declares otherwise."""
-    contents = read_contents(store, where=where)
+    store declares otherwise. With ``unlisted`` (the assay read), a store whose
+    listing is refused is read by path (:func:`~..format.store_contents.declared_contents`)."""
+    contents = read_contents(store, where=where, unlisted=unlisted)
     attrs = contents.root_attrs
     if "composite" in attrs:
         raise UnsupportedSourceError(
@@ -277,8 +281,14 @@ def bind_sources(
         if isinstance(fetched, BaseException):
             refuse_replaced(spec, fetched)
             raise fetched  # the first failing source, in the order given
+        backend, found, *opened = fetched
+        if spec.tables and isinstance(found, PrefetchedStore) and found.listing_refused:
+            # a creation copies the tables, which only a listing finds: refused before
+            # its shards are pinned (a request each without the listing)
+            raise tables_need_listing(
+                spec.name, describe_location(spec.location), found.listing_refused
+            )
         with named_failures(spec), replaced_sources(spec):
-            backend, found, *opened = fetched
             if isinstance(found, AnnDataCounts):
                 bound.append(_anndata_bound(spec, backend, found, counters))
                 continue
@@ -355,6 +365,8 @@ def _asked(spec: SourceSpec, paths: AssayPaths) -> dict[str, Any]:
         # what verification lists (read_contents, the state check)
         "directories": ["", paths.root, paths.assay_group],
         "groups": [paths.cell_data, paths.feature_data] if spec.tables else [],
+        # what the listing would have told absent, where it is refused
+        "probes": [join(paths.assay_group, "state", ".zgroup")],
     }
 
 
@@ -401,17 +413,18 @@ def _verify_bound(
     opened: OpenedSource | None = None,
 ) -> BoundSource:
     where = describe_location(spec.location)
-    contents = refuse_unsupported(view, where=where, name=spec.name)
+    paths = AssayPaths(spec.assay, spec.workspace)
+    contents = refuse_unsupported(view, where=where, name=spec.name, unlisted=paths)
     # each document is parsed once: the verification reuses what the contents parsed
-    info = verify_assay(
-        view, AssayPaths(spec.assay, spec.workspace), where=where, contents=contents
-    )
+    info = verify_assay(view, paths, where=where, contents=contents)
     # a remote source's shards are pinned as they are now; every later read of
     # one is checked against its pin
     arrays = [info.paths.counts, info.paths.counts_t][: 1 + info.has_counts_t]
     pinned = pinned_store_of(backend)
     if view.listing is not None and pinned is not None:
         pinned.pin_listed(view.listing, arrays)  # from the open's listing: no request
+    elif pinned is not None and pinned.listing_refused is not None:
+        pin_unlisted(pinned, info)  # a HEAD per shard, as the listing would have pinned
     else:
         pin_arrays(backend, arrays)
     _check_expected(spec, info, where=where)

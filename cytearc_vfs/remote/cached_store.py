@@ -31,14 +31,9 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore
 
 from ..format.chunk_keys import is_chunk_key
-from .pinned_store import (
-    Batches,
-    PinnedSourceStore,
-    Ranges,
-    SourceReadWrapper,
-    check_byte_range,
-)
+from .pinned_store import PinnedSourceStore
 from .source_cache import SourceCache
+from .source_read_wrapper import Batches, Ranges, SourceReadWrapper, check_byte_range
 
 __all__ = ["CachedSourceStore", "cached_source", "forget_failed", "source_cache_of"]
 

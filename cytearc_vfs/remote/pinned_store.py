@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarr.abc.store import (
     ByteRequest,
@@ -53,34 +53,31 @@ from zarr.storage import FsspecStore, ObjectStore
 
 from ..errors import IdentityMismatchError, SourceGoneError, SourceUnavailableError, VfsError
 from ..format.chunk_keys import array_documents, is_chunk_key
-from ..format.gathering import gather_all
-from ..format.key_checked import KeyCheckedWrapperStore
+from ..format.gathering import gather_all, gather_bounded
 from ..format.object_keys import object_key, store_key
-from ..format.object_listing import list_recursive, list_unless_refused
+from ..format.object_listing import is_http_store, list_recursive, list_unless_refused
 from ..format.option_names import source_label, source_options_example
-from .failures import failure_remedy, first_line, is_http_location, source_failure
+from .failures import failure_remedy, first_line, is_http_location, refused, source_failure
 from .object_versions import ListedObject, Listing, version_token
 from .s3fs_objects import (
     ObjectReplacedError,
     get_s3_object,
+    head_s3_object,
     list_s3_objects,
     object_path,
     s3fs_filesystem,
 )
+from .source_read_wrapper import Batches, Ranges, SourceReadWrapper, check_byte_range
 from .timeouts import TIMEOUT_ENV, timeouts
 
 if TYPE_CHECKING:
     from obstore import GetOptions
 
 T = TypeVar("T")
-Ranges = Sequence[ByteRequest | None]
-#: What ``get_ranges`` yields: batches of (input index, bytes), one per fetch.
-Batches = AsyncIterator[Sequence[tuple[int, Buffer | None]]]
 
 __all__ = [
     "ObjectPins",
     "PinnedSourceStore",
-    "SourceReadWrapper",
     "pin_arrays",
     "pinned_store_of",
 ]
@@ -123,78 +120,6 @@ def _obstore_range(byte_range: ByteRequest | None) -> Any:
     raise TypeError(f"unsupported byte range {byte_range!r}")
 
 
-def check_byte_range(byte_range: object) -> None:
-    """Refuse what is not a zarr byte request, in zarr's own words (its store contract checks them)."""
-    if byte_range is not None and not isinstance(
-        byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
-    ):
-        raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
-
-
-class SourceReadWrapper(KeyCheckedWrapperStore):
-    """A read path over a source store that every read must go through.
-
-    zarr's synchronous paths and the backend's own multi-range reads would go
-    around the wrapper, so both are routed through :meth:`get`; subclasses
-    change how ranges are fetched in :meth:`_get_ranges`. Every key is
-    checked first (:class:`~cytearc_vfs.format.key_checked.KeyCheckedWrapperStore`);
-    subclasses that override :meth:`get` check it themselves.
-    """
-
-    @property
-    def wrapped(self) -> Store:
-        """The store underneath."""
-        return self._store
-
-    @property
-    def _supports_sync_io(self) -> bool:
-        return False
-
-    async def getsize(self, key: str) -> int:
-        # the size of what this read path serves (its pins, its cache): read through it
-        return await Store.getsize(self, key)
-
-    def with_read_only(self, read_only: bool = False) -> Self:
-        """The same view; a writable form is refused (writes would go around the read path)."""
-        if not read_only:
-            raise NotImplementedError(
-                f"with_read_only is not implemented for the {type(self)} store type. A "
-                "source's read path is read-only (writes would go around its pins and "
-                "cache); open the source itself to write to it"
-            )
-        return self
-
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        # every key is checked before any is fetched
-        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
-        return list(await gather_all(*(self.get(key, prototype, rng) for key, rng in requests)))
-
-    async def get_ranges(
-        self,
-        key: str,
-        byte_ranges: Sequence[ByteRequest | None],
-        *,
-        prototype: BufferPrototype,
-        **options: Any,
-    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        self._check_key(key, "get_ranges")
-        # zarr passes max_concurrency, max_gap_bytes and max_coalesced_bytes
-        limits = {name: value for name, value in options.items() if value is not None}
-        async for batch in self._get_ranges(key, byte_ranges, prototype, limits):
-            yield batch
-
-    async def _get_ranges(
-        self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]
-    ) -> Batches:
-        """Zarr's coalescer over :meth:`get` (what subclasses' reads must see)."""
-        async for batch in Store.get_ranges(self, key, byte_ranges, prototype=prototype, **limits):
-            yield batch
-
-
 class PinnedSourceStore(SourceReadWrapper):
     """A read-only remote source store whose chunk objects are pinned.
 
@@ -217,6 +142,10 @@ class PinnedSourceStore(SourceReadWrapper):
         self._name = name
         self._where = where
         self.pins = ObjectPins() if pins is None else pins
+        self.listing_refused: BaseException | None = None
+        """The backend's refusal of :meth:`list_objects` (credentials that may read but
+        not list: S3 without ``s3:ListBucket``), or ``None``: the open then reads by
+        path what it would have listed, and pins shards with :meth:`pin_keys`."""
         # obstore's client stops at the total itself (its retry_timeout)
         self._limit = None if isinstance(store, ObjectStore) else timeouts().total
         # an FsspecStore over s3fs lists with ETags and reads with If-Match
@@ -286,16 +215,25 @@ class PinnedSourceStore(SourceReadWrapper):
         the count arrays' shard directories, instead of a ``Depth: 1`` walk
         of every directory of the store.
         """
+        if self.listing_refused is not None:
+            return None  # refused once: asked again, it is refused again
         if self._s3fs is not None:
             try:
                 return await self._bounded(self._list_s3fs(""))
             except Exception as exc:
+                if refused(exc):  # read access without list access: read by path
+                    self.listing_refused = exc
+                    return None
                 raise source_failure(self._failed("its listing", exc)) from exc
         if not isinstance(self._store, ObjectStore):
-            return None
+            return None  # refused once: asked again, it is refused again
         try:
             listed = await list_unless_refused(self._store, "")
         except Exception as exc:
+            if refused(exc) and not is_http_store(self._store):
+                # read access without list access: the open reads by path instead
+                self.listing_refused = exc
+                return None
             raise source_failure(self._failed("its listing", exc)) from exc
         if listed is None:
             return None
@@ -343,6 +281,81 @@ class PinnedSourceStore(SourceReadWrapper):
         except Exception as exc:
             raise source_failure(self._failed(key, exc)) from exc
         return bytes(data), version_token(result.meta)
+
+    def refusal_reason(self, exc: BaseException | None = None) -> str | None:
+        """Why :meth:`list_objects` (or ``exc``'s listing) was refused, in a few words
+        (obstore's own run on over the request made), or ``None`` when it was not."""
+        exc = self.listing_refused if exc is None else exc
+        if exc is None:
+            return None
+        # the adapter's PermissionError carries the backend's answer as its cause
+        said = f"{exc} {exc.__cause__ or ''}"
+        if "403" in said or "AccessDenied" in said:
+            return "the server answered 403 Forbidden"
+        return first_line(exc)
+
+    def listing_refused_error(
+        self, prefix: str, exc: BaseException | None = None
+    ) -> PermissionError:
+        """The refusal of a listing of ``prefix`` (refused as ``exc``, or as the source's
+        whole listing was) that only a listing can answer: the source, why, the remedy."""
+        what = repr(prefix) if prefix else "its root"
+        return PermissionError(
+            f"{self._label()}: listing {what} was refused ({self.refusal_reason(exc)}): the "
+            "credentials given may read it but not list it (S3 without s3:ListBucket); "
+            f"what needs the listing needs ones that may, as {source_options_example(self._name)}"
+        )
+
+    async def head_objects(self, keys: Sequence[str], *, limit: int) -> Listing:
+        """The size and version of each of ``keys`` that exists, from a ``HEAD`` each, at
+        most ``limit`` at once: what a listing tells of them, for a source whose listing
+        was refused (an absent key is left out, as a listing leaves it out)."""
+        found: dict[str, ListedObject] = {}
+        if self._s3fs is not None:
+            assert isinstance(self._store, FsspecStore)
+            root, fs = self._store.path, self._s3fs
+
+            async def head(key: str) -> None:
+                self._check_key(key, "exists")
+                try:
+                    listed = await self._bounded(head_s3_object(fs, object_path(root, key)))
+                except Exception as exc:
+                    raise source_failure(self._failed(key, exc)) from exc
+                if listed is not None:
+                    found[key] = listed
+
+        elif isinstance(self._store, ObjectStore):
+            import obstore
+            from obstore.exceptions import NotFoundError
+
+            store = self._store
+
+            async def head(key: str) -> None:
+                self._check_key(key, "exists")
+                try:
+                    meta = await obstore.head_async(store.store, object_key(store, key))
+                except (NotFoundError, FileNotFoundError):
+                    return
+                except Exception as exc:
+                    raise source_failure(self._failed(key, exc)) from exc
+                found[key] = ListedObject(int(meta["size"]), version_token(meta))
+
+        else:
+            return {}
+
+        await gather_bounded(head, list(keys), limit)
+        return {key: found[key] for key in keys if key in found}
+
+    async def pin_keys(self, keys: Sequence[str], *, limit: int) -> int:
+        """Pin each of ``keys`` (chunk objects) as a ``HEAD`` finds it (see
+        :meth:`head_objects`); returns how many were pinned. The same pins as
+        :meth:`pin_listing`, at a request per key instead of one per thousand."""
+        pinned = 0
+        for key, listed in (await self.head_objects(keys, limit=limit)).items():
+            if listed.token is not None:
+                self.pins.pin(key, listed.token)
+                pinned += 1
+        return pinned
 
     def pin_listed(self, listing: Listing, arrays: Iterable[str]) -> int:
         """Pin the chunk objects of ``arrays`` as ``listing`` shows them; returns how many.
@@ -488,6 +501,25 @@ class PinnedSourceStore(SourceReadWrapper):
         except NotSupportedError:
             return None
         return data, version_token(result.meta)
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        async for key in self._listed(super().list_prefix(prefix), prefix):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        async for name in self._listed(super().list_dir(prefix), prefix):
+            yield name
+
+    async def _listed(self, names: AsyncIterator[str], prefix: str) -> AsyncIterator[str]:
+        """``names``, a refused listing said as this source's (the backend's words name
+        the bucket and its own options, not the source and ``source_storage_options``)."""
+        try:
+            async for name in names:
+                yield name
+        except PermissionError as exc:
+            if is_http_location(self._where):
+                raise  # a web server's refusal has its own remedy (a server that lists)
+            raise self.listing_refused_error(prefix, exc) from exc
 
     async def _get_ranges(
         self, key: str, byte_ranges: Ranges, prototype: BufferPrototype, limits: dict[str, int]

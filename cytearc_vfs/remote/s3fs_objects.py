@@ -145,6 +145,23 @@ async def list_s3_objects(fs: Any, root: str, prefix: str = "") -> dict[str, Lis
     return found
 
 
+async def head_s3_object(fs: Any, path: str) -> ListedObject | None:
+    """The size and version of the object at ``path`` (``bucket/key``) from one
+    HeadObject, as :func:`list_s3_objects` lists them; ``None`` for an absent object
+    (for a source whose listing is refused). Other errors are s3fs's."""
+    bucket, key, version = fs.split_path(path)
+    request: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if version:
+        request["VersionId"] = version
+    try:
+        response = await fs._call_s3("head_object", **request)
+    except FileNotFoundError:
+        return None
+    return ListedObject(
+        int(response["ContentLength"]), version_token({"e_tag": response.get("ETag")})
+    )
+
+
 def range_header(byte_range: ByteRequest | None) -> str | None:
     """The ``Range`` header ``FsspecStore`` sends through s3fs for ``byte_range``
     (``None``: the whole object), so a pinned read answers the same bytes.
