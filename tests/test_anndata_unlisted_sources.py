@@ -134,3 +134,30 @@ def test_a_replaced_chunk_is_refused_without_list_permission(
     obstore.put(raw, key, value[:-1] + bytes([value[-1] ^ 1]))
     with pytest.raises(cv.IdentityMismatchError, match=r"source 'r3' at .*changed"):
         cv.open_store(location, source_storage_options=sources["unlisted"])
+
+
+def test_an_element_of_too_many_chunks_is_refused_before_its_heads(
+    sources: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HEADs that replace a refused listing are bounded.
+
+    A HEAD went to every chunk key the element's grids name, however many: an
+    element of 10^6 chunks cost 10^6 requests (a listing: a thousand), and a
+    damaged document naming 10^15 chunks built their keys until memory ran out.
+    Past ``MAX_UNLISTED_HEADS`` the open is refused before a HEAD is sent,
+    naming the count and the remedy (credentials that may list the source)."""
+    from cytearc_vfs.read import unlisted_sources
+
+    monkeypatch.setattr(unlisted_sources, "MAX_UNLISTED_HEADS", 3)
+    proxy = sources["proxy"]
+    proxy.take()
+    with pytest.raises(OSError) as refusal:  # a source that cannot be read so
+        cv.create_composite(
+            tmp_path / "c.zarr", sources["urls"], source_storage_options=sources["unlisted"]
+        )
+    said = str(refusal.value)
+    assert said.count("source 'r") == 1, said  # the source named once
+    assert "s3:ListBucket" in said and "source_storage_options=" in said, said
+    assert "more than 3" in said and "chunk objects" in said, said
+    assert not [r for r in proxy.take() if r.method == "HEAD"]
+    assert not (tmp_path / "c.zarr").exists()

@@ -259,3 +259,36 @@ def test_verify_says_which_source_it_must_list(unlisted: Unlisted) -> None:
     )
     assert "s3:ListBucket" in said.stderr
     assert """as --source-storage-options '{"a": {...}}'""" in said.stderr
+
+
+def test_too_many_shards_are_refused_before_their_heads(
+    unlisted: Unlisted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pins' HEADs are bounded: past ``MAX_UNLISTED_HEADS`` shards the open is
+    refused, naming the count and the remedy, before a HEAD is sent."""
+    from cytearc_vfs.read import unlisted_sources
+
+    monkeypatch.setattr(unlisted_sources, "MAX_UNLISTED_HEADS", 2)
+    unlisted.proxy.take()
+    with pytest.raises(
+        OSError, match=r"(?s)^source 'a'.*s3:ListBucket.*7 chunk objects.*more than 2"
+    ):
+        cv.open_store(
+            unlisted.composite, source_storage_options=unlisted.sources(unlisted.unlisted)
+        )
+    assert not [r for r in unlisted.proxy.take() if r.method == "HEAD"]
+
+
+def test_a_huge_grid_is_counted_not_listed() -> None:
+    """A document naming 10^15 chunks (damaged, or a huge array) is refused at once:
+    its keys are never built."""
+    from zarr.storage import MemoryStore
+
+    from cytearc_vfs.read.unlisted_sources import bounded_grid_keys
+    from cytearc_vfs.remote.pinned_store import PinnedSourceStore
+
+    pinned = PinnedSourceStore(MemoryStore(), name="a", where="s3://b/a.zarr")
+    pinned.listing_refused = PermissionError("403 Forbidden")
+    huge = {"zarr_format": 2, "shape": [10**15], "chunks": [1]}
+    with pytest.raises(PermissionError, match=r"1,000,000,000,000,000 chunk objects"):
+        bounded_grid_keys(pinned, [("X/data", huge, "X/data/.zarray")])

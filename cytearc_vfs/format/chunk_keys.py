@@ -19,6 +19,7 @@ A remote source's wrappers see keys without their array's document:
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..errors import RecordShapeError
 
-__all__ = ["ChunkKeys", "array_documents", "grid_keys", "is_chunk_key"]
+__all__ = ["ChunkKeys", "array_documents", "grid_keys", "grid_size", "is_chunk_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +218,21 @@ def array_documents(chunk_key: str) -> tuple[str, ...]:
     )
 
 
+def grid_size(path: str, document: Mapping[str, Any], *, where: str) -> int:
+    """How many keys :func:`grid_keys` names for the same array, counted without
+    naming them (a grid may be too large to name: a caller bounds it first).
+
+    >>> grid_size("X", {"zarr_format": 2, "shape": [10**15, 4], "chunks": [1, 2]}, where="a")
+    2000000000000000
+    """
+    return math.prod(_grid_counts(path, document, where=where))
+
+
 def grid_keys(path: str, document: Mapping[str, Any], *, where: str) -> list[str]:
     """The key of every chunk object (every shard, for a sharded array) of the array at
     ``path`` whose metadata ``document`` is (a v3 ``zarr.json`` or a v2 ``.zarray``),
     stored or not: what a listing of the array would show at most, for a store that
-    may not be listed.
+    may not be listed. As many keys as :func:`grid_size` counts: bound that first.
 
     >>> grid_keys("X/data", {"zarr_format": 2, "shape": [5], "chunks": [2]}, where="a")
     ['X/data/0', 'X/data/1', 'X/data/2']
@@ -231,6 +242,15 @@ def grid_keys(path: str, document: Mapping[str, Any], *, where: str) -> list[str
     ['c/c/0/0', 'c/c/1/0']
     """
     keys = ChunkKeys.of_array(document, where=where)
+    counts = _grid_counts(path, document, where=where)
+    return [
+        f"{path}/{keys.encode(coords)}"
+        for coords in itertools.product(*(range(count) for count in counts))
+    ]
+
+
+def _grid_counts(path: str, document: Mapping[str, Any], *, where: str) -> list[int]:
+    """Chunks along each dimension of the array ``document`` describes (regular grids only)."""
     shape = document.get("shape")
     if document.get("zarr_format") == 2:
         chunks = document.get("chunks")
@@ -250,8 +270,4 @@ def grid_keys(path: str, document: Mapping[str, Any], *, where: str) -> list[str
             f"{where}: the array {path!r} names no regular chunk grid (shape {shape!r}, "
             f"chunks {chunks!r}), so its chunks cannot be found without listing it"
         )
-    counts = [-(-size // chunk) for size, chunk in zip(shape, chunks, strict=True)]
-    return [
-        f"{path}/{keys.encode(coords)}"
-        for coords in itertools.product(*(range(count) for count in counts))
-    ]
+    return [-(-size // chunk) for size, chunk in zip(shape, chunks, strict=True)]

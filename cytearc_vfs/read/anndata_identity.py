@@ -33,13 +33,13 @@ from typing import Any
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
-from ..format.chunk_keys import grid_keys
 from ..format.fingerprints import combine
 from ..remote.locations import Location, local_path
 from ..remote.object_versions import Listing
-from ..remote.pinned_store import pinned_store_of
+from ..remote.pinned_store import PinnedSourceStore, pinned_store_of
 from .local_chunk_files import file_version
 from .prefetch import MAX_IN_FLIGHT
+from .unlisted_sources import bounded_grid_keys
 
 __all__ = [
     "GROUPS",
@@ -133,7 +133,7 @@ async def listed_versions(
     if pinned is not None:
         listing: Listing | None = await pinned.list_objects()
         if listing is None and pinned.listing_refused is not None and held is not None:
-            keys = unlisted_keys(prefixes, documents, held)
+            keys = unlisted_keys(pinned, prefixes, documents, held)
             listing = await pinned.head_objects(keys, limit=MAX_IN_FLIGHT)
         if listing is None:
             return None
@@ -149,18 +149,19 @@ async def listed_versions(
 
 
 def unlisted_keys(
-    prefixes: list[str], documents: list[str], held: Mapping[str, bytes | None]
+    pinned: PinnedSourceStore,
+    prefixes: list[str],
+    documents: list[str],
+    held: Mapping[str, bytes | None],
 ) -> list[str]:
-    """Every key a listing of ``prefixes`` and ``documents`` could show of an AnnData
-    source: the documents, and each chunk key of every array whose document under
-    ``prefixes`` is ``held`` (stored or not: an absent one is absent from the answer too).
-
-    >>> unlisted_keys(["X"], ["zarr.json", "X/.zarray"],
-    ...     {"X/.zarray": b'{"zarr_format": 2, "shape": [3, 2], "chunks": [2, 2]}'})
-    ['zarr.json', 'X/.zarray', 'X/0.0', 'X/1.0']
+    """Every key a listing of ``prefixes`` and ``documents`` could show of the AnnData
+    source ``pinned``: the documents, and each chunk key of every array whose document
+    under ``prefixes`` is ``held`` (stored or not: an absent one is absent from the
+    answer too). Refused past :data:`~.unlisted_sources.MAX_UNLISTED_HEADS` chunk keys
+    (:func:`~.unlisted_sources.bounded_grid_keys`), before any is named.
     """
     wanted = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
-    keys = list(documents)
+    arrays: list[tuple[str, Mapping[str, Any], str]] = []
     for key in documents:
         data = held.get(key)
         if data is None or not key.startswith(wanted):
@@ -173,8 +174,8 @@ def unlisted_keys(
         if not isinstance(document, dict):
             continue
         if name == ".zarray" or (name == "zarr.json" and document.get("node_type") == "array"):
-            keys += grid_keys(path, document, where=key)
-    return list(dict.fromkeys(keys))
+            arrays.append((path, document, key))
+    return list(dict.fromkeys([*documents, *bounded_grid_keys(pinned, arrays)]))
 
 
 def _local_directories(root: Path, prefixes: list[str], absent: list[str]) -> dict[str, str]:

@@ -295,15 +295,20 @@ class PinnedSourceStore(SourceReadWrapper):
         return first_line(exc)
 
     def listing_refused_error(
-        self, prefix: str, exc: BaseException | None = None
+        self,
+        prefix: str,
+        exc: BaseException | None = None,
+        *,
+        needs: str = "what needs the listing",
     ) -> PermissionError:
         """The refusal of a listing of ``prefix`` (refused as ``exc``, or as the source's
-        whole listing was) that only a listing can answer: the source, why, the remedy."""
+        whole listing was) that only a listing can answer (``needs`` says what): the
+        source, why, the remedy."""
         what = repr(prefix) if prefix else "its root"
         return PermissionError(
             f"{self._label()}: listing {what} was refused ({self.refusal_reason(exc)}): the "
             "credentials given may read it but not list it (S3 without s3:ListBucket); "
-            f"what needs the listing needs ones that may, as {source_options_example(self._name)}"
+            f"{needs} needs ones that may, as {source_options_example(self._name)}"
         )
 
     async def head_objects(self, keys: Sequence[str], *, limit: int) -> Listing:
