@@ -98,6 +98,10 @@ def sequential_rounds(seen: Sequence[Seen]) -> int:
     return max(chain, default=0)
 
 
+#: S3's answer to a request its policy refuses (botocore reads the code).
+_ACCESS_DENIED = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+
+
 class LoopbackProxy:
     """Forwards to ``upstream`` (``http://host:port``); see the module docstring."""
 
@@ -108,6 +112,9 @@ class LoopbackProxy:
         self.hang = False
         self.delay = 0.0
         self.rate = 0.0
+        #: Answer ``403 AccessDenied`` where the server answers ``404``: what S3 answers a
+        #: GetObject or HeadObject of an absent key to credentials without s3:ListBucket
+        self.absent_forbidden = False
         self._returned = 0
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -147,7 +154,7 @@ class LoopbackProxy:
                         return
                     # S3's own code for the status: a client (botocore) reads the code
                     payload = (
-                        b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                        _ACCESS_DENIED
                         if fault[3] == 403
                         else b"<Error><Code>SlowDown</Code></Error>"
                     )
@@ -183,18 +190,24 @@ class LoopbackProxy:
                         payload = payload[: len(payload) // 2]
                     if proxy.rate and self.command != "HEAD":
                         time.sleep(len(payload) / proxy.rate)  # the body's time on the wire
+                    status, reason = response.status, response.reason
+                    if proxy.absent_forbidden and status == 404:
+                        status, reason = 403, "Forbidden"
+                        payload = _ACCESS_DENIED if self.command != "HEAD" else b""
                     proxy._count(0 if self.command == "HEAD" else len(payload))
                     # answered now, before the client can see it: a request the client
                     # sends on seeing this answer always starts after this one ended
                     proxy._answered(seen)
-                    self.send_response(response.status, response.reason)
+                    self.send_response(status, reason)
                     for name, value in response.getheaders():
-                        if name.lower() not in _HOP_BY_HOP:
+                        if name.lower() not in _HOP_BY_HOP and (
+                            status == response.status or name.lower() != "content-length"
+                        ):
                             self.send_header(name, value)
                     # a HEAD answer has no body but the object's length
                     length = (
                         response.getheader("Content-Length", "0")
-                        if self.command == "HEAD"
+                        if self.command == "HEAD" and status == response.status
                         else str(len(payload))
                     )
                     self.send_header("Content-Length", length)
