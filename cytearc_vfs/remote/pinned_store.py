@@ -213,7 +213,9 @@ class PinnedSourceStore(SourceReadWrapper):
         refused request): the open then reads the documents it needs one by
         one, as it would read them anyway, and :meth:`pin_listing` walks only
         the count arrays' shard directories, instead of a ``Depth: 1`` walk
-        of every directory of the store.
+        of every directory of the store. ``None`` too when object storage
+        refuses the listing (credentials that may read but not list): the
+        refusal is kept in :attr:`listing_refused` and the open reads by path.
         """
         if self.listing_refused is not None:
             return None  # refused once: asked again, it is refused again
@@ -226,7 +228,7 @@ class PinnedSourceStore(SourceReadWrapper):
                     return None
                 raise source_failure(self._failed("its listing", exc)) from exc
         if not isinstance(self._store, ObjectStore):
-            return None  # refused once: asked again, it is refused again
+            return None  # no listing with versions (a plain HTTP or local backend)
         try:
             listed = await list_unless_refused(self._store, "")
         except Exception as exc:
