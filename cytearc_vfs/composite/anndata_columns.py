@@ -68,7 +68,9 @@ from ..format.tables import (
     column_values,
     fill_missing,
 )
+from ..read.anndata_tree import root_documents, walk_tree
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
+from ..remote.pinned_store import pinned_store_of
 from ..write.membership import split_membership
 
 __all__ = [
@@ -224,14 +226,21 @@ async def tables_prefetched(store: Store, features: str = "var") -> PrefetchedSt
     took some 300 sequential requests on object storage (15 s on the
     loopback S3 server). Listed under :data:`_TABLE_PREFIXES` and fetched
     with :data:`MAX_IN_FLIGHT` requests in flight, they cost a few round trips.
+
+    Where the listing is refused (credentials that may read but not list: S3
+    without ``s3:ListBucket``), the tables are fetched by path, a level at a
+    time (:func:`~..read.anndata_tree.walk_tree`: a dataframe's ``column-order``
+    names every column, a column's encoding its arrays, an array's grid its
+    chunks): a few more round trips, the same objects read.
     """
+    pinned = pinned_store_of(store)
+    if pinned is not None and pinned.listing_refused is not None:
+        return await _tables_by_path(store, features)  # refused once, refused again
     complete = (*_TABLE_PREFIXES, f"{features}/")
     try:
         prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in complete))
     except PermissionError:
-        # credentials that may read but not list (S3 without s3:ListBucket): the
-        # reader reads the tables by path, as a dataframe's column-order names them
-        return PrefetchedStore(store, {})
+        return await _tables_by_path(store, features)
     # A key no store of the package takes (a column named 'CD4%2fCD8') is left
     # out: its column reads as absent, and is reported and not carried.
     listed = [key for keys in prefixes for key in keys if key_problem(key) is None]
@@ -249,6 +258,18 @@ async def tables_prefetched(store: Store, features: str = "var") -> PrefetchedSt
     # a key under the prefixes that was not listed is absent (zarr and the element
     # layer probe for optional arrays, such as a nullable column's mask)
     return PrefetchedStore(store, dict(zip(keys, values, strict=True)), complete=complete)
+
+
+async def _tables_by_path(store: Store, features: str) -> PrefetchedStore:
+    """``store`` with the tables' objects fetched by path (see :func:`tables_prefetched`);
+    any other key, and one the walk could not name, is read from ``store`` as asked."""
+    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+    documents = await root_documents(store, gate)
+    raw = ("raw",) if features != "var" else ()
+    # uns/cytearc: the reader reads its assayMembership only
+    members = ("obs", *raw, features, "uns/cytearc/assayMembership")
+    await walk_tree(store, documents, {"": members}, listed=False, chunks=True, limit=gate)
+    return PrefetchedStore(store, documents)
 
 
 async def _listed(store: Store, prefix: str) -> list[str]:
