@@ -41,7 +41,7 @@ __all__ = [
     "ROOT_DOCUMENTS",
     "V2_NODE",
     "node_documents",
-    "root_documents",
+    "fetched",
     "walk_tree",
 ]
 
@@ -83,10 +83,14 @@ def node_documents(documents: Mapping[str, bytes | None]) -> tuple[str, ...] | N
     return None
 
 
-async def root_documents(store: Store, limit: asyncio.Semaphore) -> dict[str, bytes | None]:
-    """The :data:`ROOT_DOCUMENTS` of ``store`` (``None`` where absent), fetched at once."""
-    fetched = await asyncio.gather(*(_fetched(store, key, limit) for key in ROOT_DOCUMENTS))
-    return dict(zip(ROOT_DOCUMENTS, fetched, strict=True))
+async def fetched(
+    store: Store, keys: Iterable[str], limit: asyncio.Semaphore
+) -> dict[str, bytes | None]:
+    """``keys`` of ``store`` (``None`` where absent), fetched at once (at most ``limit``
+    in flight)."""
+    wanted = list(dict.fromkeys(keys))
+    found = await asyncio.gather(*(_fetched(store, key, limit) for key in wanted))
+    return dict(zip(wanted, found, strict=True))
 
 
 async def _fetched(store: Store, key: str, limit: asyncio.Semaphore) -> bytes | None:
@@ -108,7 +112,8 @@ async def walk_tree(
     """Fetch the tree below ``groups`` into ``documents`` (key: bytes, ``None`` where
     absent), a level at a time; returns the listing of each group listed.
 
-    ``documents`` holds the :data:`ROOT_DOCUMENTS` (they tell the format) and the
+    ``documents`` holds the root's documents (its ``zarr.json`` or ``.zgroup`` tell
+    the format: :func:`node_documents`) and the
     documents of each of ``groups`` (one that is no group is not walked), which
     maps a group to its members (``None``: the ones its documents name, or a
     listing shows; a member may be a path below it). ``listed``: list a group whose encoding names no members (else
@@ -122,9 +127,6 @@ async def walk_tree(
     if documented is None:
         return {}
     directories: dict[str, list[str]] = {}
-
-    async def fetch(key: str) -> None:
-        documents[key] = await _fetched(store, key, limit)
 
     async def list_group(group: str) -> None:
         async with limit:
@@ -150,7 +152,7 @@ async def walk_tree(
         members = [m for m in members if key_problem(f"{m}/zarr.json") is None]
         keys = [f"{member}/{name}" for member in members for name in documented]
         keys += _chunk_keys(documents, arrays) if chunks else []
-        await asyncio.gather(*(fetch(key) for key in dict.fromkeys(keys)))
+        documents.update(await fetched(store, keys, limit))
         if documented == V2_NODE:
             for member in members:
                 documents[f"{member}/zarr.json"] = None  # a v2 container's node has none

@@ -32,7 +32,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore
 
 from cytearc_vfs.format.store_io import innermost_store
-from cytearc_vfs.read.anndata_tree import node_documents, root_documents, walk_tree
+from cytearc_vfs.read.anndata_tree import ROOT_DOCUMENTS, fetched, node_documents, walk_tree
 from cytearc_vfs.read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
 
 __all__ = ["metadata_prefetched", "tables_prefetched"]
@@ -68,7 +68,7 @@ def metadata_prefetched(store: Store) -> Store:
 
 async def _walked(store: Store) -> Store:
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-    documents = await root_documents(store, gate)
+    documents = await fetched(store, ROOT_DOCUMENTS, gate)
     if node_documents(documents) is None:
         return store  # no group at the root: the caller says what is there
     directories = await walk_tree(store, documents, {"": None}, listed=True, limit=gate)
