@@ -44,12 +44,12 @@ def tables_prefetched(store: Store, features: str) -> Store:
     (:func:`cytearc_vfs.composite.anndata_columns.tables_prefetched`, what a
     composite's creation reads them through: by path, a level of the tables at a time,
     where the listings are refused); a local or in-memory store as it is."""
-    from cytearc_vfs.composite.anndata_columns import tables_prefetched as fetched
+    from cytearc_vfs.composite.anndata_columns import tables_prefetched as prefetched
 
     inner = innermost_store(store)
     if isinstance(inner, LocalStore | MemoryStore) or not store.supports_listing:
         return store
-    return sync(fetched(store, features))
+    return sync(prefetched(store, features))
 
 
 def metadata_prefetched(store: Store) -> Store:
