@@ -158,6 +158,8 @@ class LoopbackProxy:
                         if fault[3] == 403
                         else b"<Error><Code>SlowDown</Code></Error>"
                     )
+                    if fault[4:] == [True] and proxy.delay:
+                        time.sleep(proxy.delay)  # a refusal's round trip
                     proxy._answered(seen)  # before the client can see the answer (below)
                     self.send_response(fault[3])
                     self.send_header("Content-Length", str(len(payload)))
@@ -289,10 +291,14 @@ class LoopbackProxy:
             seen, self.seen = self.seen, []
         return seen
 
-    def fail(self, count: int, *, status: int = 503, match: str = "") -> None:
-        """Answer the next ``count`` requests whose path holds ``match`` with ``status``."""
+    def fail(
+        self, count: int, *, status: int = 503, match: str = "", delayed: bool = False
+    ) -> None:
+        """Answer the next ``count`` requests whose path holds ``match`` with ``status``;
+        ``delayed``: after :attr:`delay`, as a server's refusal takes a round trip (else at
+        once)."""
         with self._lock:
-            self._faults.append(["fail", count, match, status])
+            self._faults.append(["fail", count, match, status, delayed])
 
     def drop(self, count: int, *, match: str = "") -> None:
         """Close the connections of the next ``count`` requests whose path holds

@@ -54,7 +54,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
 
 from ..errors import UnsupportedSourceError
 from ..format.column_names import column_name_problem, free_column_name
@@ -68,7 +67,9 @@ from ..format.tables import (
     column_values,
     fill_missing,
 )
+from ..read.anndata_tree import fetched, walk_tree
 from ..read.prefetch import MAX_IN_FLIGHT, PrefetchedStore
+from ..remote.pinned_store import pinned_store_of
 from ..write.membership import split_membership
 
 __all__ = [
@@ -224,31 +225,55 @@ async def tables_prefetched(store: Store, features: str = "var") -> PrefetchedSt
     took some 300 sequential requests on object storage (15 s on the
     loopback S3 server). Listed under :data:`_TABLE_PREFIXES` and fetched
     with :data:`MAX_IN_FLIGHT` requests in flight, they cost a few round trips.
+
+    Where the listing is refused (credentials that may read but not list: S3
+    without ``s3:ListBucket``), the tables are fetched by path, a level at a
+    time (:func:`~..read.anndata_tree.walk_tree`: a dataframe's ``column-order``
+    names every column, a column's encoding its arrays, an array's grid its
+    chunks): a few more round trips, the same objects read.
     """
+    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+    pinned = pinned_store_of(store)
+    if pinned is not None and pinned.listing_refused is not None:
+        # refused once, refused again: not asked
+        root = await fetched(store, _ROOT_DOCUMENTS, gate)
+        return await _tables_by_path(store, features, root, gate)
     complete = (*_TABLE_PREFIXES, f"{features}/")
-    try:
-        prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in complete))
-    except PermissionError:
-        # credentials that may read but not list (S3 without s3:ListBucket): the
-        # reader reads the tables by path, as a dataframe's column-order names them
-        return PrefetchedStore(store, {})
+
+    async def listed() -> list[str] | None:
+        try:
+            prefixes = await asyncio.gather(*(_listed(store, prefix) for prefix in complete))
+        except PermissionError:
+            return None
+        return [key for keys in prefixes for key in keys]
+
+    # the root's documents beside the listings: where they are refused, the walk by
+    # path starts from them
+    keys, root = await asyncio.gather(listed(), fetched(store, _ROOT_DOCUMENTS, gate))
+    if keys is None:
+        return await _tables_by_path(store, features, root, gate)
     # A key no store of the package takes (a column named 'CD4%2fCD8') is left
     # out: its column reads as absent, and is reported and not carried.
-    listed = [key for keys in prefixes for key in keys if key_problem(key) is None]
+    wanted = [key for key in keys if key_problem(key) is None]
     # raw/var is reached through the raw group's documents
-    keys = [*_ROOT_DOCUMENTS, *(_RAW_DOCUMENTS if features != "var" else ()), *listed]
-    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-    prototype = default_buffer_prototype()
-
-    async def fetch(key: str) -> bytes | None:
-        async with gate:
-            buffer = await store.get(key, prototype)
-        return None if buffer is None else buffer.to_bytes()
-
-    values = await asyncio.gather(*(fetch(key) for key in keys))
+    raw = _RAW_DOCUMENTS if features != "var" else ()
+    documents = {**root, **await fetched(store, [*raw, *wanted], gate)}
     # a key under the prefixes that was not listed is absent (zarr and the element
     # layer probe for optional arrays, such as a nullable column's mask)
-    return PrefetchedStore(store, dict(zip(keys, values, strict=True)), complete=complete)
+    return PrefetchedStore(store, documents, complete=complete)
+
+
+async def _tables_by_path(
+    store: Store, features: str, root: dict[str, bytes | None], gate: asyncio.Semaphore
+) -> PrefetchedStore:
+    """``store`` with the tables' objects fetched by path from the ``root`` documents
+    (see :func:`tables_prefetched`); any other key, and one the walk could not name,
+    is read from ``store`` as asked."""
+    raw = ("raw",) if features != "var" else ()
+    # uns/cytearc: the reader reads its assayMembership only
+    members = ("obs", *raw, features, "uns/cytearc/assayMembership")
+    await walk_tree(store, root, {"": members}, listed=False, chunks=True, limit=gate)
+    return PrefetchedStore(store, root)
 
 
 async def _listed(store: Store, prefix: str) -> list[str]:
