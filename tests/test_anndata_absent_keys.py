@@ -180,3 +180,19 @@ def test_sparse_sources_open_with_absent_keys_answered_403(
     x = expected[:, list(reader.feature_ids)].X
     np.testing.assert_array_equal(reader.read(), x.toarray())
     store.close()
+
+
+def test_a_recorded_document_answered_403_is_refused(
+    sources: dict[str, Any], tmp_path: Path
+) -> None:
+    """A watched document the composite recorded present, now answered 403: refused
+    (a document read as absent would change how the source is read)."""
+    url = f"s3://{sources['bucket']}/d3.zarr"
+    location = tmp_path / "c.zarr"
+    cv.create_composite(location, {"d": url}, source_storage_options={"d": sources["direct"]})
+    sources["proxy"].fail(1_000_000, status=403, match="d3.zarr/obs/zarr.json")
+    with pytest.raises(cv.SourceUnavailableError) as refused:
+        cv.open_store(location, source_storage_options={"d": sources["unlisted"]})
+    said = str(refused.value)
+    assert "obs/zarr.json was answered 403 Forbidden" in said, said
+    assert "this metadata document was read there" in said

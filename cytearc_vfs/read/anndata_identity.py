@@ -208,7 +208,7 @@ def absent_or_refused(
         if key in documents:
             if held.get(key) is None:
                 continue
-            why = "its metadata document was read at this key"
+            why = "this metadata document was read there (recorded at creation, or read now)"
         elif recorded is not None and key not in recorded:
             continue
         elif recorded is not None:
