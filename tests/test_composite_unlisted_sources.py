@@ -294,18 +294,13 @@ def test_a_huge_grid_is_counted_not_listed() -> None:
         bounded_grid_keys(pinned, [("X/data", huge, "X/data/.zarray")])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=cv.SourceUnavailableError,
-    reason="known: S3 answers 403, not 404, for an absent key to credentials without "
-    "s3:ListBucket, and the open reads absent keys (the retired state group's "
-    "documents, absent shards' HEADs); see docs/remote.md",
-)
 def test_absent_keys_answered_403_as_s3_answers_them(unlisted: Unlisted) -> None:
     """What AWS S3 answers credentials that may read but not list: a listing, and also
     a GetObject or HeadObject of a key that does not exist, are ``403 AccessDenied``
     (only a caller allowed to list is told ``404``). The loopback server answers
-    ``404``; the proxy rewrites it as S3 would."""
+    ``404``; the proxy rewrites it as S3 would. The open failed on the retired state
+    group's absent documents ("may not read or list it"); a document answered 403 is
+    now absent (shards: ``tests/test_unlisted_absent_keys.py``)."""
     unlisted.proxy.absent_forbidden = True
     store = cv.open_store(
         unlisted.composite, source_storage_options=unlisted.sources(unlisted.unlisted)

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-__all__ = ["gather_all", "gather_bounded"]
+__all__ = ["first_failure", "gather_all", "gather_bounded"]
 
 
 async def gather_all(*awaitables: Awaitable[Any]) -> list[Any]:
@@ -73,3 +73,14 @@ async def gather_bounded[T, R](
 
     await gather_all(*(worker() for _ in range(min(limit, len(items)))))
     return results
+
+
+def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first failure of ``group`` that is not a cancellation (one level of nested
+    groups after another), or ``group`` itself when there is none: one error to name."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return first_failure(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group

@@ -151,7 +151,7 @@ class MountStore(KeyCheckedStore):
             pinned.pin_listed(documents.listing, arrays)
         elif pinned is not None and pinned.listing_refused is not None:
             for info in infos.values():  # a HEAD per shard, as the listing would have pinned
-                pin_unlisted(pinned, info)
+                pin_unlisted(pinned, info, documents)
         else:
             pin_arrays(mount._source, arrays)
         return mount

@@ -34,6 +34,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 
 from ..format.fingerprints import combine
+from ..remote.failures import source_failure
 from ..remote.locations import Location, local_path
 from ..remote.object_versions import Listing
 from ..remote.pinned_store import PinnedSourceStore, pinned_store_of
@@ -43,6 +44,7 @@ from .unlisted_sources import bounded_grid_keys
 
 __all__ = [
     "GROUPS",
+    "absent_or_refused",
     "fingerprints_of",
     "listed_versions",
     "pin_element",
@@ -115,6 +117,7 @@ async def listed_versions(
     prefixes: list[str],
     documents: list[str],
     held: Mapping[str, bytes | None] | None = None,
+    recorded: Mapping[str, Any] | None = None,
 ) -> dict[str, list[Any]] | None:
     """``{key: [size, version]}`` of the objects under ``prefixes`` and the ``documents``
     that exist, from one listing (object storage) or a ``stat`` per local file;
@@ -126,7 +129,10 @@ async def listed_versions(
     ``prefixes`` name (:func:`unlisted_keys`), at most
     :data:`~.prefetch.MAX_IN_FLIGHT` at once. An object a listing would show
     outside those keys cannot be seen: a record taken with a listing that holds
-    one then differs, and the open fails closed.
+    one then differs, and the open fails closed. A key answered ``403`` (S3's
+    answer to an absent key too) is absent only where ``held`` or ``recorded``
+    (the objects the composite recorded, at an open) prove it so:
+    :func:`absent_or_refused`.
     """
     wanted = tuple(prefix.rstrip("/") + "/" for prefix in prefixes)
     pinned = pinned_store_of(backend)
@@ -134,7 +140,9 @@ async def listed_versions(
         listing: Listing | None = await pinned.list_objects()
         if listing is None and pinned.listing_refused is not None and held is not None:
             keys = unlisted_keys(pinned, prefixes, documents, held)
-            listing = await pinned.head_objects(keys, limit=MAX_IN_FLIGHT)
+            forbidden: list[str] = []
+            listing = await pinned.head_objects(keys, limit=MAX_IN_FLIGHT, forbidden=forbidden)
+            absent_or_refused(pinned, forbidden, documents, held, recorded)
         if listing is None:
             return None
         return {
@@ -176,6 +184,39 @@ def unlisted_keys(
         if name == ".zarray" or (name == "zarr.json" and document.get("node_type") == "array"):
             arrays.append((path, document, key))
     return list(dict.fromkeys([*documents, *bounded_grid_keys(pinned, arrays)]))
+
+
+def absent_or_refused(
+    pinned: PinnedSourceStore,
+    keys: list[str],
+    documents: list[str],
+    held: Mapping[str, bytes | None],
+    recorded: Mapping[str, Any] | None,
+) -> None:
+    """Hold ``keys`` of an AnnData source, answered ``403`` to a ``HEAD`` once its listing
+    was refused, as absent where that is proved, or refuse the first that is not
+    (:class:`~..errors.SourceUnavailableError`, naming it and both remedies).
+
+    S3 answers ``403`` for a missing object to credentials that may not list. One of
+    the ``documents`` is absent when it was read as absent (``held`` holds ``None``:
+    at an open, recorded absent at creation); a chunk when the composite's record of
+    the source's objects (``recorded``, taken with a listing at creation) lacks it. A
+    document read, or a chunk recorded, is forbidden or replaced: never zeros. At
+    creation (no record) a chunk answered so is refused: nothing proves it absent.
+    """
+    for key in keys:
+        if key in documents:
+            if held.get(key) is None:
+                continue
+            why = "this metadata document was read there (recorded at creation, or read now)"
+        elif recorded is not None and key not in recorded:
+            continue
+        elif recorded is not None:
+            why = "the composite recorded this object present when it was created"
+        else:  # at creation: nothing recorded yet
+            why = "no record of this AnnData source's objects proves it absent"
+        raise source_failure(pinned.forbidden(key, why))
+    pinned.pins.mark_absent(key for key in keys if key not in documents)
 
 
 def _local_directories(root: Path, prefixes: list[str], absent: list[str]) -> dict[str, str]:

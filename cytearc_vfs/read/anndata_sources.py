@@ -329,7 +329,9 @@ async def bind_anndata(
             return await _open(
                 backend, held, dict(recorded), dict(recorded["fingerprints"]), name, where=where
             )
-        versions = await listed_versions(backend, location, prefixes, documents, held)
+        versions = await listed_versions(
+            backend, location, prefixes, documents, held, recorded["objects"]
+        )
         if (
             versions is not None
             and versions == recorded["objects"]
@@ -366,7 +368,10 @@ async def bind_anndata(
     # the directories before the files: a change between the two is seen at the next open
     absent = [key for key in documents if reader.fetched.get(key) is None]
     directories = await watched_directories(location, prefixes, absent)
-    versions = await listed_versions(backend, location, prefixes, documents, reader.fetched)
+    objects = None if recorded is None else recorded["objects"]
+    versions = await listed_versions(
+        backend, location, prefixes, documents, reader.fetched, objects
+    )
     if versions is not None:
         pin_element(backend, versions, layout.element.path)
     fingerprints = await fingerprints_of(backend, layout.prefixes(), versions, recorded)

@@ -37,6 +37,7 @@ from ..format.key_checked import KeyCheckedWrapperStore
 from ..format.paths import AssayPaths, join
 from ..format.source_store import contents_documents
 from ..format.store_keys import METADATA_DOCUMENTS
+from ..remote.failures import document_refused
 from ..remote.object_versions import Listing
 from ..remote.pinned_store import pinned_store_of
 
@@ -314,10 +315,22 @@ async def fetch_documents(
     documents: dict[str, bytes | None] = {}
     tokens: dict[str, str] = {}
 
+    undecided: dict[str, BaseException] = {}
+
     async def fetch(key: str) -> None:
         async with gate:
             if pinned is not None:
-                data, token = await pinned.get_versioned(key)
+                try:
+                    data, token = await pinned.get_versioned(key)
+                except OSError as exc:
+                    if pinned.listing_refused is not None or not document_refused(
+                        key, exc.__cause__ or exc
+                    ):
+                        raise
+                    # S3 answers 403 for an absent document to credentials that may
+                    # not list: absent if the listing in flight is refused too
+                    undecided[key] = exc
+                    return
             else:
                 buffer = await store.get(key, prototype)
                 data, token = (None if buffer is None else buffer.to_bytes()), None
@@ -349,6 +362,10 @@ async def fetch_documents(
         if listing is None and pinned is not None and pinned.listing_refused is not None:
             # the listing that would have told these absent was refused: asked by path
             await gather_all(*(fetch(key) for key in [*later, *probes] if key not in documents))
+    if undecided:
+        if pinned is None or pinned.listing_refused is None:
+            raise next(iter(undecided.values()))  # listed: the 403 is the document's own
+        documents.update(dict.fromkeys(undecided))
     if listing is not None:
         later = [
             key for key in contents_documents(listing) if key in listing and key not in documents

@@ -424,7 +424,7 @@ def _verify_bound(
     if view.listing is not None and pinned is not None:
         pinned.pin_listed(view.listing, arrays)  # from the open's listing: no request
     elif pinned is not None and pinned.listing_refused is not None:
-        pin_unlisted(pinned, info)  # a HEAD per shard, as the listing would have pinned
+        pin_unlisted(pinned, info, view)  # a HEAD per shard, as the listing would have pinned
     else:
         pin_arrays(backend, arrays)
     _check_expected(spec, info, where=where)

@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 from ..errors import VfsError
 from ..format.option_names import option_name
 from ..format.store_io import missing_bucket
+from ..format.store_keys import METADATA_DOCUMENTS
 from .password_masking import passwords_masked
 from .timeouts import TIMEOUT_ENV
 
@@ -35,7 +36,9 @@ __all__ = [
     "BackendOptionsError",
     "StoreAccessError",
     "failing_location",
+    "document_refused",
     "failure_remedy",
+    "forbidden_unlisted",
     "first_line",
     "is_backend_error",
     "is_http_location",
@@ -283,6 +286,31 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
         return "check that the server is running at that URL and serves the store there"
     # a destination's failure ends here too: "the source" named the wrong location
     return f"check that it is reachable, and pass its endpoint and credentials as {options}"
+
+
+def document_refused(key: str, exc: BaseException) -> bool:
+    """Whether ``exc``, a failed read of ``key``, is a ``403`` for a metadata document
+    other than the root's: what S3 answers for an absent key to credentials without
+    ``s3:ListBucket``, so such a document is absent when the source's listing was
+    refused too (a document holds no values; the root must be read for any open)."""
+    return key.rsplit("/", 1)[-1] in METADATA_DOCUMENTS and key != "zarr.json" and refused(exc)
+
+
+#: Why a key answered ``403`` is not taken as absent, when nothing proves it absent.
+UNPROVEN = "nothing the store records proves it absent"
+
+
+def forbidden_unlisted(label: str, key: str, why: str = UNPROVEN) -> str:
+    """The refusal of ``key`` of the source ``label`` answered ``403`` after the
+    source's listing was refused: S3 answers so for a missing object to credentials
+    without ``s3:ListBucket``, and ``why`` says why this one cannot be read as absent
+    (zeros). One line: the cause, the two readings, the two remedies."""
+    return (
+        f"{label}: {key} was answered 403 Forbidden; S3 answers 403 for a missing object "
+        f"to credentials without s3:ListBucket, but {why}, so it is forbidden or lost "
+        "(never read as zeros): grant s3:ListBucket (read-only) on the store's prefix, "
+        "or check that object's permissions"
+    )
 
 
 def source_failure(exc: OSError) -> OSError:

@@ -37,27 +37,33 @@ lasting ``503`` for minutes whatever botocore's per-attempt timeouts say.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarr.abc.store import (
     ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
     Store,
-    SuffixByteRequest,
 )
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import FsspecStore, ObjectStore
 
 from ..errors import IdentityMismatchError, SourceGoneError, SourceUnavailableError, VfsError
 from ..format.chunk_keys import array_documents, is_chunk_key
-from ..format.gathering import gather_all, gather_bounded
+from ..format.gathering import first_failure, gather_all, gather_bounded
 from ..format.object_keys import object_key, store_key
 from ..format.object_listing import is_http_store, list_recursive, list_unless_refused
 from ..format.option_names import source_label, source_options_example
-from .failures import failure_remedy, first_line, is_http_location, refused, source_failure
+from .failures import (
+    UNPROVEN,
+    document_refused,
+    failure_remedy,
+    first_line,
+    forbidden_unlisted,
+    is_http_location,
+    refused,
+    source_failure,
+)
+from .object_pins import ObjectPins
 from .object_versions import ListedObject, Listing, version_token
 from .s3fs_objects import (
     ObjectReplacedError,
@@ -67,7 +73,7 @@ from .s3fs_objects import (
     object_path,
     s3fs_filesystem,
 )
-from .source_read_wrapper import Batches, Ranges, SourceReadWrapper, check_byte_range
+from .source_read_wrapper import Batches, Ranges, SourceReadWrapper, check_byte_range, obstore_range
 from .timeouts import TIMEOUT_ENV, timeouts
 
 if TYPE_CHECKING:
@@ -81,43 +87,6 @@ __all__ = [
     "pin_arrays",
     "pinned_store_of",
 ]
-
-
-class ObjectPins:
-    """The version of each object an open store has read (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pins: dict[str, str] = {}
-        self.refused = False
-        """Whether a read found a pinned object replaced or deleted: the source is
-        no longer the one the open verified (set once, never cleared)."""
-
-    def get(self, key: str) -> str | None:
-        """The pinned version token of ``key``, or ``None``."""
-        with self._lock:
-            return self._pins.get(key)
-
-    def pin(self, key: str, token: str) -> str:
-        """Pin ``key`` to ``token`` unless it is pinned already; returns the pinned token."""
-        with self._lock:
-            return self._pins.setdefault(key, token)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._pins)
-
-
-def _obstore_range(byte_range: ByteRequest | None) -> Any:
-    if byte_range is None:
-        return None
-    if isinstance(byte_range, RangeByteRequest):
-        return (byte_range.start, byte_range.end)
-    if isinstance(byte_range, OffsetByteRequest):
-        return {"offset": byte_range.offset}
-    if isinstance(byte_range, SuffixByteRequest):
-        return {"suffix": byte_range.suffix}
-    raise TypeError(f"unsupported byte range {byte_range!r}")
 
 
 class PinnedSourceStore(SourceReadWrapper):
@@ -167,8 +136,9 @@ class PinnedSourceStore(SourceReadWrapper):
         return type(self)(store, name=self._name, where=self._where, pins=self.pins)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # a copy in another process pins what it reads there
-        return (_unpickle, (self._store, self._name, self._where))
+        # a copy in another process pins what it reads there; the shards the open
+        # proved absent travel (asked there, they would be answered 403 again)
+        return (_unpickle, (self._store, self._name, self._where, self.pins.proved_absent))
 
     def token(self, key: str) -> str | None:
         """The pinned version of ``key`` (``None`` before it is pinned)."""
@@ -268,6 +238,8 @@ class PinnedSourceStore(SourceReadWrapper):
             except FileNotFoundError:
                 return None, None
             except Exception as exc:
+                if self.forbidden_document(key, exc):
+                    return None, None
                 raise source_failure(self._failed(key, exc)) from exc
         if not isinstance(self._store, ObjectStore):
             buffer = await self.get(key, default_buffer_prototype())
@@ -281,8 +253,15 @@ class PinnedSourceStore(SourceReadWrapper):
         except (NotFoundError, FileNotFoundError):
             return None, None
         except Exception as exc:
+            if self.forbidden_document(key, exc):
+                return None, None
             raise source_failure(self._failed(key, exc)) from exc
         return bytes(data), version_token(result.meta)
+
+    def forbidden_document(self, key: str, exc: BaseException) -> bool:
+        """Whether ``exc`` is a document's ``403`` read as absent (the listing was refused
+        too: see :func:`.failures.document_refused`)."""
+        return self.listing_refused is not None and document_refused(key, exc)
 
     def refusal_reason(self, exc: BaseException | None = None) -> str | None:
         """Why :meth:`list_objects` (or ``exc``'s listing) was refused, in a few words
@@ -308,16 +287,26 @@ class PinnedSourceStore(SourceReadWrapper):
         source, why, the remedy."""
         what = repr(prefix) if prefix else "its root"
         return PermissionError(
-            f"{self._label()}: listing {what} was refused ({self.refusal_reason(exc)}): the "
+            f"{self.label()}: listing {what} was refused ({self.refusal_reason(exc)}): the "
             "credentials given may read it but not list it (S3 without s3:ListBucket); "
             f"{needs} needs ones that may, as {source_options_example(self._name)}"
         )
 
-    async def head_objects(self, keys: Sequence[str], *, limit: int) -> Listing:
+    async def head_objects(
+        self, keys: Sequence[str], *, limit: int, forbidden: list[str] | None = None
+    ) -> Listing:
         """The size and version of each of ``keys`` that exists, from a ``HEAD`` each, at
         most ``limit`` at once: what a listing tells of them, for a source whose listing
-        was refused (an absent key is left out, as a listing leaves it out)."""
+        was refused (an absent key is left out, as a listing leaves it out). A key
+        answered ``403`` (S3's answer to an absent key too) goes to ``forbidden`` if given."""
         found: dict[str, ListedObject] = {}
+
+        def forbid(key: str, exc: BaseException) -> bool:
+            if forbidden is None or self.listing_refused is None or not refused(exc):
+                return False
+            forbidden.append(key)
+            return True
+
         if self._s3fs is not None:
             assert isinstance(self._store, FsspecStore)
             root, fs = self._store.path, self._s3fs
@@ -327,6 +316,8 @@ class PinnedSourceStore(SourceReadWrapper):
                 try:
                     listed = await self._bounded(head_s3_object(fs, object_path(root, key)))
                 except Exception as exc:
+                    if forbid(key, exc):
+                        return
                     raise source_failure(self._failed(key, exc)) from exc
                 if listed is not None:
                     found[key] = listed
@@ -344,6 +335,8 @@ class PinnedSourceStore(SourceReadWrapper):
                 except (NotFoundError, FileNotFoundError):
                     return
                 except Exception as exc:
+                    if forbid(key, exc):
+                        return
                     raise source_failure(self._failed(key, exc)) from exc
                 found[key] = ListedObject(int(meta["size"]), version_token(meta))
 
@@ -353,12 +346,15 @@ class PinnedSourceStore(SourceReadWrapper):
         await gather_bounded(head, list(keys), limit)
         return {key: found[key] for key in keys if key in found}
 
-    async def pin_keys(self, keys: Sequence[str], *, limit: int) -> int:
+    async def pin_keys(
+        self, keys: Sequence[str], *, limit: int, forbidden: list[str] | None = None
+    ) -> int:
         """Pin each of ``keys`` (chunk objects) as a ``HEAD`` finds it (see
         :meth:`head_objects`); returns how many were pinned. The same pins as
         :meth:`pin_listing`, at a request per key instead of one per thousand."""
         pinned = 0
-        for key, listed in (await self.head_objects(keys, limit=limit)).items():
+        found = await self.head_objects(keys, limit=limit, forbidden=forbidden)
+        for key, listed in found.items():
             if listed.token is not None:
                 self.pins.pin(key, listed.token)
                 pinned += 1
@@ -379,13 +375,14 @@ class PinnedSourceStore(SourceReadWrapper):
 
     # ------------------------------------------------------------ messages
 
-    def _label(self) -> str:
+    def label(self) -> str:
+        """The source and its location, as messages name it."""
         return f"{source_label(self._name)} at {self._where}"
 
     def _replaced(self, key: str, pinned: str, found: str | None) -> IdentityMismatchError:
         self.pins.refused = True
         return IdentityMismatchError(
-            f"{self._label()}: {key} changed while this store was open (pinned as "
+            f"{self.label()}: {key} changed while this store was open (pinned as "
             f"{pinned}, now {found or 'a different version'}); the source was modified after "
             "the composite or mount was opened, so its counts would mix two versions. Restore "
             "the source and reopen, or recreate the composite (mount again) if the change is meant"
@@ -394,17 +391,24 @@ class PinnedSourceStore(SourceReadWrapper):
     def _deleted(self, key: str) -> SourceGoneError:
         self.pins.refused = True
         return SourceGoneError(
-            f"{self._label()}: {key} no longer exists; the source was deleted or moved after "
+            f"{self.label()}: {key} no longer exists; the source was deleted or moved after "
             "it was opened. Restore it at that location and reopen"
         )
 
+    def forbidden(self, key: str, why: str = UNPROVEN) -> SourceUnavailableError:
+        """The refusal of ``key``, answered ``403`` once the listing was refused, which
+        ``why`` says cannot be read as absent (see :func:`.failures.forbidden_unlisted`)."""
+        return SourceUnavailableError(forbidden_unlisted(self.label(), key, why))
+
     def _failed(self, key: str, exc: BaseException) -> SourceUnavailableError:
+        if self.listing_refused is not None and refused(exc):
+            return self.forbidden(key)  # a missing key too, for S3: "may not read" misled
         # one remedy, the one the failure points at
         remedy = failure_remedy(
             exc, http=is_http_location(self._where), options=source_options_example(self._name)
         )
         return SourceUnavailableError(
-            f"{self._label()}: reading {key} failed ({type(exc).__name__}: {first_line(exc)}); "
+            f"{self.label()}: reading {key} failed ({type(exc).__name__}: {first_line(exc)}); "
             + remedy
         )
 
@@ -415,17 +419,19 @@ class PinnedSourceStore(SourceReadWrapper):
     ) -> Buffer | None:
         self._check_key(key, "get")
         check_byte_range(byte_range)
+        if self.pins.absent(key):
+            return None  # proved absent at the open (its GET would be answered 403)
         try:
             if is_chunk_key(key) and (
                 isinstance(self._store, ObjectStore) or self._s3fs is not None
             ):
                 return await self._get_pinned(key, prototype, byte_range)
             buffer = await self._bounded(self._store.get(key, prototype, byte_range))
-        except (VfsError, OSError) as exc:
-            if isinstance(exc, VfsError) or getattr(exc, "cytearc_source", False):
-                raise
-            raise source_failure(self._failed(key, exc)) from exc
         except Exception as exc:
+            if isinstance(exc, VfsError) or getattr(exc, "cytearc_source", False):
+                raise  # said already
+            if self.forbidden_document(key, exc):
+                return None
             raise source_failure(self._failed(key, exc)) from exc
         if buffer is None and is_chunk_key(key):
             await self._check_absent(key)
@@ -491,7 +497,7 @@ class PinnedSourceStore(SourceReadWrapper):
 
         assert isinstance(self._store, ObjectStore)
         options: GetOptions = {}
-        requested = _obstore_range(byte_range)
+        requested = obstore_range(byte_range)
         if requested is not None:
             options["range"] = requested
         if if_match is not None:
@@ -537,7 +543,7 @@ class PinnedSourceStore(SourceReadWrapper):
                 yield batch
         except BaseExceptionGroup as group:
             # one failure, named, instead of a group callers must unpack
-            leaf = _first_failure(group)
+            leaf = first_failure(group)
             if isinstance(leaf, VfsError) or getattr(leaf, "cytearc_source", False):
                 raise leaf from None
             raise source_failure(self._failed(key, leaf)) from leaf
@@ -572,14 +578,5 @@ def pinned_store_of(store: Store) -> PinnedSourceStore | None:
     return store
 
 
-def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first_failure(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group
-
-
-def _unpickle(store: Store, name: str, where: str) -> PinnedSourceStore:
-    return PinnedSourceStore(store, name=name, where=where)
+def _unpickle(store: Store, name: str, where: str, absent: frozenset[str]) -> PinnedSourceStore:
+    return PinnedSourceStore(store, name=name, where=where, pins=ObjectPins(absent))

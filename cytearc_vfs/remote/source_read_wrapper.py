@@ -23,7 +23,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from ..format.gathering import gather_all
 from ..format.key_checked import KeyCheckedWrapperStore
 
-__all__ = ["Batches", "Ranges", "SourceReadWrapper", "check_byte_range"]
+__all__ = ["Batches", "Ranges", "SourceReadWrapper", "check_byte_range", "obstore_range"]
 
 Ranges = Sequence[ByteRequest | None]
 #: What ``get_ranges`` yields: batches of (input index, bytes), one per fetch.
@@ -36,6 +36,19 @@ def check_byte_range(byte_range: object) -> None:
         byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)
     ):
         raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
+
+
+def obstore_range(byte_range: ByteRequest | None) -> Any:
+    """``byte_range`` as obstore's ``get`` takes its ``range`` option (``None``: whole)."""
+    if byte_range is None:
+        return None
+    if isinstance(byte_range, RangeByteRequest):
+        return (byte_range.start, byte_range.end)
+    if isinstance(byte_range, OffsetByteRequest):
+        return {"offset": byte_range.offset}
+    if isinstance(byte_range, SuffixByteRequest):
+        return {"suffix": byte_range.suffix}
+    raise TypeError(f"unsupported byte range {byte_range!r}")
 
 
 class SourceReadWrapper(KeyCheckedWrapperStore):
