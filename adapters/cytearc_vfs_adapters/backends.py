@@ -38,6 +38,7 @@ from cytearc_vfs.remote.locations import absolute_path, register_backend
 from cytearc_vfs.remote.timeouts import timeouts
 
 from .obstore_options import client_from_url
+from .unlisted_reads import RefusedReads
 
 __all__ = [
     "forget_memory",
@@ -190,6 +191,31 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
         #: The URL it was opened from, which messages name (the client's own description,
         #: ``S3Store(bucket="b")``, is not what the caller wrote)
         self.url = url
+        #: What a refused read means when the credentials may not list (S3 answers 403 for
+        #: an absent key then); a web server's 403 is its refusal, as it came
+        self.refused_reads = (
+            None if is_http_store(self) else RefusedReads(str(self), self._read_unlisted)
+        )
+
+    async def _read_unlisted(self) -> bool:
+        """Whether these credentials may read the store's root group but not list the
+        store: the one case where S3 answers ``403`` for an absent key
+        (:mod:`.unlisted_reads`)."""
+        try:
+            async for _ in self.list_dir(""):
+                break
+        except PermissionError:
+            pass
+        else:
+            return False  # a 403 is then the object's own
+        for name in ("zarr.json", ".zgroup"):
+            try:
+                # the backend's own answer, not through refused_reads (which asks this)
+                if await super().exists(self._key(name, "exists")):
+                    return True
+            except Exception:  # refused too (or unreachable): not this root
+                continue
+        return False
 
     def _key(self, key: str, op: str = "get") -> str:
         return object_key(self, self._check_key(key, op))
@@ -227,7 +253,12 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
             byte_range = await self._suffix_as_range(key, byte_range.suffix)
             if byte_range is None:
                 return None
-        found: Buffer | None = await super().get(self._key(key), prototype, byte_range)
+        try:
+            found: Buffer | None = await super().get(self._key(key), prototype, byte_range)
+        except Exception as exc:
+            if self.refused_reads is not None and await self.refused_reads.absent(key, exc):
+                return None
+            raise
         return found
 
     @property
@@ -260,7 +291,12 @@ class SharedClientObjectStore(KeyCheckedStore, ObjectStore[Any]):
         return list(await super().get_partial_values(prototype, mapped))
 
     async def exists(self, key: str) -> bool:
-        return bool(await super().exists(self._key(key, "exists")))
+        try:
+            return bool(await super().exists(self._key(key, "exists")))
+        except Exception as exc:
+            if self.refused_reads is not None and await self.refused_reads.absent(key, exc):
+                return False
+            raise
 
     async def set(self, key: str, value: Buffer) -> None:
         from obstore.exceptions import PermissionDeniedError

@@ -281,7 +281,11 @@ def failure_remedy(exc: BaseException, *, http: bool, options: str) -> str:
             "Depth: 1, as `cytearc-vfs serve` and WsgiDAV do)"
         )
     if refused(exc):
-        return f"the credentials given may not read or list it: pass ones that may, as {options}"
+        return (
+            "the credentials given may not read or list it (S3 also answers 403 for a "
+            "missing object to credentials that may not list: check the path too): pass "
+            f"ones that may, as {options}"
+        )
     if http:
         return "check that the server is running at that URL and serves the store there"
     # a destination's failure ends here too: "the source" named the wrong location
