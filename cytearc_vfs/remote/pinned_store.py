@@ -401,8 +401,10 @@ class PinnedSourceStore(SourceReadWrapper):
         return SourceUnavailableError(forbidden_unlisted(self.label(), key, why))
 
     def _failed(self, key: str, exc: BaseException) -> SourceUnavailableError:
-        if self.listing_refused is not None and refused(exc):
-            return self.forbidden(key)  # a missing key too, for S3: "may not read" misled
+        if self.listing_refused is not None and refused(exc) and "/" in key:
+            # a missing key too, for S3: "may not read" misled. Not a root document: a
+            # source whose root cannot be read is not read at all (credentials, or path)
+            return self.forbidden(key)
         # one remedy, the one the failure points at
         remedy = failure_remedy(
             exc, http=is_http_location(self._where), options=source_options_example(self._name)
