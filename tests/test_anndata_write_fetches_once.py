@@ -189,8 +189,10 @@ def test_shards_too_large_to_keep_are_read_by_range(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A shard over ``KEPT_SHARD_BYTES`` decoded is not fetched whole: its index and inner
-    chunks are read by range as before (a band sharing it reads them again)."""
+    """A shard over ``KEPT_SHARD_BYTES`` decoded is not fetched whole: its inner chunks
+    are read by range as before (a band sharing it reads them again), its index once
+    (before: once for each band and pass reading part of the shard, 4 times for
+    ``X/c/0/0``)."""
     from cytearc_vfs_adapters.anndata import fetched_once
 
     local = _anndata_store(tmp_path / "x.zarr", 3, "dense")
@@ -201,8 +203,15 @@ def test_shards_too_large_to_keep_are_read_by_range(
     info = cv.write_counts(
         tmp_path / "out.zarr", url, source_storage_options=options, layout=_LAYOUT
     )
-    gets = _gets(s3_proxy.take())
+    seen = s3_proxy.take()
+    gets = _gets(seen)
     assert all(gets[key] > 1 for key in _chunks(local))
+    indexes = Counter(
+        s.path.split("/x.zarr/", 1)[1]
+        for s in seen
+        if s.method == "GET" and "/x.zarr/X/c/" in s.path and (s.range or "").startswith("bytes=-")
+    )
+    assert indexes == dict.fromkeys(_chunks(local), 1)
     same = cv.write_counts(tmp_path / "same.zarr", local, layout=_LAYOUT)
     assert info.dataset_fingerprint == same.dataset_fingerprint
     assert list(spill_dir.iterdir()) == []

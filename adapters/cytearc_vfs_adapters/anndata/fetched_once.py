@@ -15,7 +15,9 @@ whole object once and keeps it in a temporary directory; every later read,
 of any range, is served from there. An object found absent is remembered as
 absent. Memory holds one object per request in flight, as a whole-shard read
 does; the directory holds at most the element's stored (compressed) bytes and
-is removed with the element. Documents (``zarr.json``, ``.zarray``...) are
+is removed with the element (or when the write releases it). A shard too
+large to fetch whole (:data:`KEPT_SHARD_BYTES`) is read by range as zarr reads
+it, but its index is fetched once. Documents (``zarr.json``, ``.zarray``...) are
 not kept: they were read when the container opened.
 """
 
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, Store, SuffixByteRequest
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, StorePath, WrapperStore
@@ -51,9 +53,13 @@ class KeptObjects(WrapperStore[Store]):
     fetched whole once and kept in a temporary directory until this store is
     collected (or :meth:`discard`)."""
 
-    def __init__(self, store: Store, prefixes: Iterable[str]) -> None:
+    def __init__(self, store: Store, prefixes: Iterable[str], indexed: Iterable[str] = ()) -> None:
         super().__init__(store)
         self._prefixes = tuple(f"{prefix.strip('/')}/" for prefix in prefixes)
+        self._indexed = tuple(f"{prefix.strip('/')}/" for prefix in indexed)
+        #: the shard indexes (zarr's suffix reads) of shards too large to keep whole,
+        #: by key and length: 16 bytes an inner chunk, kept in memory
+        self._indexes: dict[tuple[str, int], bytes | None] = {}
         self._directory: str | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._kept: LocalStore | None = None
@@ -87,6 +93,7 @@ class KeptObjects(WrapperStore[Store]):
             self._finalizer()
         self._directory = self._finalizer = self._kept = None
         self._fetched.clear()
+        self._indexes.clear()
 
     def keeps(self, key: str) -> bool:
         """Whether ``key`` is one of the objects kept (a chunk under a prefix)."""
@@ -136,10 +143,28 @@ class KeptObjects(WrapperStore[Store]):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         if not self.keeps(key):
+            if isinstance(byte_range, SuffixByteRequest) and self._indexes_of(key):
+                return await self._shard_index(key, prototype, byte_range)
             return await self._store.get(key, prototype, byte_range)
         if not await self._present(key):
             return None
         return await self._read(key, prototype, byte_range)
+
+    def _indexes_of(self, key: str) -> bool:
+        return self._directory is not None and key.startswith(self._indexed)
+
+    async def _shard_index(
+        self, key: str, prototype: BufferPrototype, byte_range: SuffixByteRequest
+    ) -> Buffer | None:
+        """The index of a shard too large to keep, fetched once (each band and pass that
+        reads part of the shard asks for it)."""
+        name = (key, byte_range.suffix)
+        if name not in self._indexes:
+            found = await self._store.get(key, prototype, byte_range)
+            self._indexes[name] = None if found is None else found.to_bytes()
+            return found
+        index = self._indexes[name]
+        return None if index is None else prototype.buffer.from_bytes(index)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]

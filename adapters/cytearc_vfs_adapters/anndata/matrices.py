@@ -113,7 +113,7 @@ class MatrixElement:
         on, however many passes read it (:mod:`.fetched_once`): for an element on
         object storage read whole more than once, as ``write_counts`` reads it, until
         :meth:`release`. ``None`` for an element read in place (HDF5, a local
-        directory) or whose every array is in shards too large to keep."""
+        directory)."""
         kept: KeptObjects | None = getattr(self, "_kept", None)
         if kept is not None:
             kept.start()
@@ -122,9 +122,9 @@ class MatrixElement:
         if not all(keeps_fetched(array) for array in arrays.values()):
             return None
         whole = [array.store_path.path for array in arrays.values() if kept_whole(array)]
-        if not whole:
-            return None
-        kept = KeptObjects(next(iter(arrays.values())).store_path.store, whole)
+        # shards too large to keep whole: their indexes are kept
+        indexed = [array.store_path.path for array in arrays.values() if not kept_whole(array)]
+        kept = KeptObjects(next(iter(arrays.values())).store_path.store, whole, indexed)
         for name, array in arrays.items():
             setattr(self, name, kept_array(array, kept))
         self._kept = kept
