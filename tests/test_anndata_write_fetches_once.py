@@ -215,3 +215,27 @@ def test_shards_too_large_to_keep_are_read_by_range(
     same = cv.write_counts(tmp_path / "same.zarr", local, layout=_LAYOUT)
     assert info.dataset_fingerprint == same.dataset_fingerprint
     assert list(spill_dir.iterdir()) == []
+
+
+def test_an_opened_container_written_twice_fetches_each_chunk_once_a_write(
+    s3_server: S3Server, s3_proxy: Any, spill_dir: Path, tmp_path: Path
+) -> None:
+    """An opened container's matrix element is the same for both writes: the first
+    write's kept objects are removed when it ends, the second keeps its own."""
+    from cytearc_vfs_adapters.anndata import AnnDataContainer
+
+    local = _anndata_store(tmp_path / "x.zarr", 2, "csc")
+    url = _on_s3(s3_server, local)
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+    container = AnnDataContainer.open(url, storage_options=options)
+    written = []
+    for name in ("one", "two"):
+        s3_proxy.take()
+        written.append(cv.write_counts(tmp_path / f"{name}.zarr", container, layout=_LAYOUT))
+        gets = _gets(s3_proxy.take())
+        assert {key: gets[key] for key in _chunks(local)} == dict.fromkeys(_chunks(local), 1)
+        assert list(spill_dir.iterdir()) == []
+    assert written[0].dataset_fingerprint == written[1].dataset_fingerprint
+    # read after the writes, it reads the store again
+    band = container.matrix().row_band(0, 10)
+    assert band.shape == (10, _GENES)
