@@ -239,3 +239,37 @@ def test_an_opened_container_written_twice_fetches_each_chunk_once_a_write(
     # read after the writes, it reads the store again
     band = container.matrix().row_band(0, 10)
     assert band.shape == (10, _GENES)
+
+
+def test_a_full_temporary_directory_stops_the_keeping_not_the_write(
+    s3_server: S3Server,
+    s3_proxy: Any,
+    spill_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kept copies are a saving: a temporary directory without room (``ENOSPC`` on
+    the first copy) makes the write read its chunks from the store again, as before,
+    and the store written is the same."""
+    import errno
+
+    from cytearc_vfs_adapters.anndata import fetched_once
+
+    class FullDisk(zarr.storage.LocalStore):
+        async def set(self, key: str, value: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fetched_once, "LocalStore", FullDisk)
+    local = _anndata_store(tmp_path / "x.zarr", 3, "csr")
+    url = _on_s3(s3_server, local)
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+    s3_proxy.take()
+    info = cv.write_counts(
+        tmp_path / "out.zarr", url, source_storage_options=options, layout=_LAYOUT
+    )
+    gets = _gets(s3_proxy.take())
+    # nothing kept: some chunk read more than once, as without keeping
+    assert any(gets[key] > 1 for key in _chunks(local))
+    same = cv.write_counts(tmp_path / "same.zarr", local, layout=_LAYOUT)
+    assert info.dataset_fingerprint == same.dataset_fingerprint
+    assert list(spill_dir.iterdir()) == []

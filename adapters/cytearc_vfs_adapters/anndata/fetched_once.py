@@ -35,7 +35,9 @@ import zarr
 from zarr.abc.store import ByteRequest, Store, SuffixByteRequest
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.storage import LocalStore, MemoryStore, StorePath, WrapperStore
+from zarr.storage import LocalStore, MemoryStore, StorePath
+
+from cytearc_vfs.format.key_checked import KeyCheckedWrapperStore
 
 __all__ = ["KEPT_SHARD_BYTES", "KeptObjects", "kept_array", "kept_whole", "keeps_fetched"]
 
@@ -48,10 +50,12 @@ _DOCUMENTS = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
 KEPT_SHARD_BYTES = 16 << 20
 
 
-class KeptObjects(WrapperStore[Store]):
+class KeptObjects(KeyCheckedWrapperStore):
     """``store`` with every object under ``prefixes`` (chunk keys, not documents)
     fetched whole once and kept in a temporary directory until this store is
-    collected (or :meth:`discard`)."""
+    collected (or :meth:`discard`). Every key is checked before any I/O, as in every
+    store of the package; a temporary directory that runs out of room stops the keeping
+    (reads then go to the wrapped store, as without it), never the write."""
 
     def __init__(self, store: Store, prefixes: Iterable[str], indexed: Iterable[str] = ()) -> None:
         super().__init__(store)
@@ -108,7 +112,12 @@ class KeptObjects(WrapperStore[Store]):
         found = await self._store.get(key, default_buffer_prototype())
         self.fetches += 1
         if found is not None and kept is not None:
-            await kept.set(key, found)
+            try:
+                await kept.set(key, found)
+            except OSError:
+                # the temporary directory is full (or gone): keeping is a saving, not
+                # the write's business; the objects are read from the store from now on
+                self.discard()
         return found is not None
 
     async def _read(
@@ -142,6 +151,7 @@ class KeptObjects(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        self._check_key(key, "get")
         if not self.keeps(key):
             if isinstance(byte_range, SuffixByteRequest) and self._indexes_of(key):
                 return await self._shard_index(key, prototype, byte_range)
@@ -169,9 +179,9 @@ class KeptObjects(WrapperStore[Store]):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
-        return list(
-            await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in key_ranges))
-        )
+        # every key is checked before any is fetched
+        requests = [(self._check_key(key, "get_partial_values"), rng) for key, rng in key_ranges]
+        return list(await asyncio.gather(*(self.get(key, prototype, rng) for key, rng in requests)))
 
     async def get_ranges(
         self,
@@ -183,6 +193,7 @@ class KeptObjects(WrapperStore[Store]):
         max_gap_bytes: int | None = None,
         max_coalesced_bytes: int | None = None,
     ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
+        self._check_key(key, "get_ranges")
         # the sharding codec reads inner chunks here, not through get
         if not self.keeps(key):
             async for group in super().get_ranges(
