@@ -189,21 +189,12 @@ class KeptObjects(KeyCheckedWrapperStore):
         byte_ranges: Sequence[ByteRequest | None],
         *,
         prototype: BufferPrototype,
-        max_concurrency: int | None = None,
-        max_gap_bytes: int | None = None,
-        max_coalesced_bytes: int | None = None,
+        **options: Any,
     ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
         self._check_key(key, "get_ranges")
         # the sharding codec reads inner chunks here, not through get
         if not self.keeps(key):
-            async for group in super().get_ranges(
-                key,
-                byte_ranges,
-                prototype=prototype,
-                max_concurrency=max_concurrency,
-                max_gap_bytes=max_gap_bytes,
-                max_coalesced_bytes=max_coalesced_bytes,
-            ):
+            async for group in super().get_ranges(key, byte_ranges, prototype=prototype, **options):
                 yield group
             return
         if not await self._present(key):
