@@ -22,6 +22,7 @@ import obstore
 import pytest
 import zarr
 from conftest import realistic_counts
+from cytearc_vfs_adapters.anndata.fetched_once import KeptObjects
 from cytearc_vfs_adapters.anndata.remote_metadata import _WalkedMetadata
 from cytearc_vfs_adapters.anndata_output import anndata_view
 from cytearc_vfs_adapters.backends import SharedClientObjectStore
@@ -185,6 +186,8 @@ class World:
                 plain, {"zarr.json": b"{}"}, directories={"": ["zarr.json"]}
             ),
             "remembered": RememberedReads(plain),
+            # write_counts from remote AnnData: each matrix object fetched once
+            "kept-objects": KeptObjects(plain, ["g"]),
             "artifact-reads": ArtifactReads(plain, "g", "g", "plain.zarr"),
             "counting": CountingStore(plain, ReadCounters()),
             "checked-wrapper": KeyCheckedWrapperStore(plain),
@@ -228,6 +231,7 @@ STORE_NAMES = [
     "pinned-source",
     "anndata-view",
     "shared-client",
+    "kept-objects",
 ]
 
 

@@ -343,6 +343,9 @@ class CountInput(NamedTuple):
     cell_table: TableName = CELL_DATA
     #: How refusals name ``features``: an AnnData's as ``var`` (``raw/var`` beside ``raw/X``).
     feature_table: TableName = FEATURE_DATA
+    #: Called once the write is done with ``matrix`` (it succeeded or not): frees what
+    #: the adapter kept for the write's passes (an AnnData element's fetched chunks).
+    release: Callable[[], None] | None = None
 
 
 #: ``adapter(counts, layer, storage_options)``: the input it recognises, else ``None``;

@@ -212,104 +212,113 @@ def write_counts(
 
     refuse_a_reader_without_tables(counts, cells, features)
     source, found = as_count_source(counts, layer=layer, storage_options=source_storage_options)
-    cell_frame, cell_name = input_table(
-        found, cells, source.shape, "cells", make_unique=make_unique
-    )
-    # the import side of the membership rule: the name <assay>_I is reserved; an
-    # AnnData's declared column is restored, any other of that name (in its obs or
-    # in a cells= table, which declares nothing) is skipped with a warning
-    declared = found.membership if cells is None else None
-    frame_columns = [str(column) for column in cell_frame.columns]
-    cell_frame, membership = split_membership(cell_frame, declared, assay)
-    cell_frame = rename_metrics(cell_frame, assay)  # metrics of other counts: never the assay's
-    cell_table = prepare_table(cell_frame, table=cell_name, fill=fill_missing)
-    # the frame's Python strings (a megabyte per 20,000 generated ids) are not
-    # the write's to keep: the prepared table holds the ids as numpy text
-    del cell_frame
-    if membership is not None and declared is not None:
-        cell_table = cell_table.with_columns([membership], table=cell_name)
-        order = membership_in_place(
-            cell_table.column_order, frame_columns, declared[assay], membership[0]
+    try:
+        cell_frame, cell_name = input_table(
+            found, cells, source.shape, "cells", make_unique=make_unique
         )
-        cell_table = replace(cell_table, column_order=order)
-    feature_frame, feature_name = input_table(
-        found, features, source.shape, "features", make_unique=make_unique
-    )
-    feature_table = prepare_table(feature_frame, table=feature_name, fill=fill_missing)
-    del feature_frame  # as the cell frame: the prepared table holds the ids
+        # the import side of the membership rule: the name <assay>_I is reserved; an
+        # AnnData's declared column is restored, any other of that name (in its obs or
+        # in a cells= table, which declares nothing) is skipped with a warning
+        declared = found.membership if cells is None else None
+        frame_columns = [str(column) for column in cell_frame.columns]
+        cell_frame, membership = split_membership(cell_frame, declared, assay)
+        cell_frame = rename_metrics(cell_frame, assay)  # metrics of other counts: never the assay's
+        cell_table = prepare_table(cell_frame, table=cell_name, fill=fill_missing)
+        # the frame's Python strings (a megabyte per 20,000 generated ids) are not
+        # the write's to keep: the prepared table holds the ids as numpy text
+        del cell_frame
+        if membership is not None and declared is not None:
+            cell_table = cell_table.with_columns([membership], table=cell_name)
+            order = membership_in_place(
+                cell_table.column_order, frame_columns, declared[assay], membership[0]
+            )
+            cell_table = replace(cell_table, column_order=order)
+        feature_frame, feature_name = input_table(
+            found, features, source.shape, "features", make_unique=make_unique
+        )
+        feature_table = prepare_table(feature_frame, table=feature_name, fill=fill_missing)
+        del feature_frame  # as the cell frame: the prepared table holds the ids
 
-    # Everything that can refuse runs before the destination exists.
-    reserve_for_source(source, budget)
-    try:
-        value_range = scan_source(source, scan_bytes := max(1 << 20, min(budget // 4, 64 << 20)))
-    except DuplicateSumOverflowError as exc:
-        cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
-        raise exc.naming(str(cell), str(feature)) from None
-    dtype = resolve_count_dtype(value_range)
-    check_row_totals(source, dtype, value_range, cell_table.ids, scan_bytes)
-    # held beside the bands for the whole write: the write-behind's values (out of
-    # the budget), the tables and the count summaries (docs/writing.md, "Memory budget")
-    held = held_bytes(budget)
-    tables = _table_bytes(cell_table) + _table_bytes(feature_table)
-    # an input not in canonical CSR was copied into it (scanned above), and that copy
-    # is held until the write ends
-    reserved = row_bytes(*source.shape, tables) + getattr(source, "copied_bytes", 0)
-    layout_record = fitted_layout(
-        policy,
-        source.shape,
-        dtype,
-        value_range.nnz,
-        budget,
-        tables=tables,
-        reserved=reserved,
-        transpose=transpose,
-    )
-    root = create_destination(
-        destination,
-        overwrite=overwrite,
-        writer=current_writer("write_counts"),
-        storage_options=storage_options,
-        held_bytes=held,
-        checked=mode,
-    )
-    location = canonical_location(destination)
-    logger.info(
-        "writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination)
-    )
-
-    try:
-        info = _write_store(
-            root,
-            paths,
-            source,
-            cell_table,
-            feature_table,
-            resolved_type,
+        # Everything that can refuse runs before the destination exists.
+        reserve_for_source(source, budget)
+        try:
+            value_range = scan_source(
+                source, scan_bytes := max(1 << 20, min(budget // 4, 64 << 20))
+            )
+        except DuplicateSumOverflowError as exc:
+            cell, feature = cell_table.ids[exc.row], feature_table.ids[exc.column]
+            raise exc.naming(str(cell), str(feature)) from None
+        dtype = resolve_count_dtype(value_range)
+        check_row_totals(source, dtype, value_range, cell_table.ids, scan_bytes)
+        # held beside the bands for the whole write: the write-behind's values (out of
+        # the budget), the tables and the count summaries (docs/writing.md, "Memory budget")
+        held = held_bytes(budget)
+        tables = _table_bytes(cell_table) + _table_bytes(feature_table)
+        # an input not in canonical CSR was copied into it (scanned above), and that copy
+        # is held until the write ends
+        reserved = row_bytes(*source.shape, tables) + getattr(source, "copied_bytes", 0)
+        layout_record = fitted_layout(
+            policy,
+            source.shape,
             dtype,
-            layout_record,
             value_range.nnz,
-            budget - held - reserved,
-            progress,
+            budget,
+            tables=tables,
+            reserved=reserved,
+            transpose=transpose,
         )
-    except BaseException:
-        logger.warning("write to %s failed; the assay stays pending and will not open", location)
-        settle_destination(root)  # nothing of this write lands after it returns
-        raise
-    content, cells_fp, features_fp = info
-    return WriteInfo(
-        location=location,
-        assay=assay,
-        assay_type=resolved_type,
-        workspace=workspace,
-        shape=source.shape,
-        dtype=dtype,
-        layout=layout_record,
-        content_fingerprint=content,
-        counts_fingerprint=content,
-        dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),
-        seconds=time.perf_counter() - started,
-        not_imported=found.not_imported,
-    )
+        root = create_destination(
+            destination,
+            overwrite=overwrite,
+            writer=current_writer("write_counts"),
+            storage_options=storage_options,
+            held_bytes=held,
+            checked=mode,
+        )
+        location = canonical_location(destination)
+        logger.info(
+            "writing %s x %s %s counts to %s", *source.shape, dtype, describe_location(destination)
+        )
+
+        try:
+            info = _write_store(
+                root,
+                paths,
+                source,
+                cell_table,
+                feature_table,
+                resolved_type,
+                dtype,
+                layout_record,
+                value_range.nnz,
+                budget - held - reserved,
+                progress,
+            )
+        except BaseException:
+            logger.warning(
+                "write to %s failed; the assay stays pending and will not open", location
+            )
+            settle_destination(root)  # nothing of this write lands after it returns
+            raise
+        content, cells_fp, features_fp = info
+        return WriteInfo(
+            location=location,
+            assay=assay,
+            assay_type=resolved_type,
+            workspace=workspace,
+            shape=source.shape,
+            dtype=dtype,
+            layout=layout_record,
+            content_fingerprint=content,
+            counts_fingerprint=content,
+            dataset_fingerprint=dataset_fingerprint_of(content, cells_fp, features_fp),
+            seconds=time.perf_counter() - started,
+            not_imported=found.not_imported,
+        )
+    finally:
+        # what the input kept for the passes (an AnnData element's fetched chunks)
+        if found.release is not None:
+            found.release()
 
 
 def _write_store(

@@ -108,10 +108,20 @@ def count_input(
     )
     container.check_root()
     matrix = container.matrix(layer)
-    if isinstance(matrix, SparseMatrixElement):
-        matrix.check_stored_chunks()  # a partial copy is refused before anything is written
-    skipped: list[SkippedColumn] = []
-    obs, var = container.obs(skipped=skipped), container.features(layer, skipped=skipped)
+    # the checks, the value scan, the write pass and countsT's feature groups each read
+    # the matrix: on object storage each chunk object is fetched once for all of them,
+    # kept until the write releases it (or this refuses)
+    matrix.fetch_once()
+    try:
+        if isinstance(matrix, SparseMatrixElement):
+            matrix.check_stored_chunks()  # a partial copy is refused before anything is written
+        skipped: list[SkippedColumn] = []
+        obs, var = container.obs(skipped=skipped), container.features(layer, skipped=skipped)
+        left = not_imported_from_container(container.root, layer)
+        membership = membership_of(container)
+    except BaseException:
+        matrix.release()
+        raise
     for column in skipped:
         # one unreadable column (an awkward array, an unknown encoding) does not
         # cost the import: it is left out, and said so before anything is written
@@ -119,8 +129,16 @@ def count_input(
             f"{container.where}: column {column.path!r} cannot be read, it is not imported "
             f"(the counts and the other columns are): {column.reason}",
         )
-    left = not_imported_from_container(container.root, layer)
-    return CountInput(matrix, obs, var, membership_of(container), left, OBS, _features(layer))
+    return CountInput(
+        matrix,
+        obs,
+        var,
+        membership,
+        left,
+        OBS,
+        _features(layer),
+        release=matrix.release,
+    )
 
 
 def membership_of(container: AnnDataContainer) -> Mapping[str, Any] | None:

@@ -37,6 +37,7 @@ from cytearc_vfs.read.sparse_chunk_presence import (
 
 from .encodings import Encoding
 from .errors import DAMAGED_REMEDY, MalformedElementError
+from .fetched_once import KeptObjects, keeps_fetched, kept_array, kept_whole
 from .nodes import attribute, child, is_group, read_values
 from .transposed import TransposedSpill, least_spill_bytes, spill_entries
 
@@ -102,6 +103,39 @@ class MatrixElement:
     def row_band(self, start: int, stop: int) -> sp.csr_array:
         """Rows ``start:stop`` as CSR (as stored: duplicates and order not normalised)."""
         raise NotImplementedError
+
+    def _arrays(self) -> dict[str, Any]:
+        """The element's stored arrays by attribute name."""
+        raise NotImplementedError
+
+    def fetch_once(self) -> KeptObjects | None:
+        """Read every chunk object of the element from its store at most once from now
+        on, however many passes read it (:mod:`.fetched_once`): for an element on
+        object storage read whole more than once, as ``write_counts`` reads it, until
+        :meth:`release`. ``None`` for an element read in place (HDF5, a local
+        directory)."""
+        kept: KeptObjects | None = getattr(self, "_kept", None)
+        if kept is not None:
+            kept.start()
+            return kept
+        arrays = self._arrays()
+        if not all(keeps_fetched(array) for array in arrays.values()):
+            return None
+        whole = [array.store_path.path for array in arrays.values() if kept_whole(array)]
+        # shards too large to keep whole: their indexes are kept
+        indexed = [array.store_path.path for array in arrays.values() if not kept_whole(array)]
+        kept = KeptObjects(next(iter(arrays.values())).store_path.store, whole, indexed)
+        for name, array in arrays.items():
+            setattr(self, name, kept_array(array, kept))
+        self._kept = kept
+        return kept
+
+    def release(self) -> None:
+        """Remove what was kept for a write's passes: the objects :meth:`fetch_once`
+        kept (later reads fetch anew)."""
+        kept: KeptObjects | None = getattr(self, "_kept", None)
+        if kept is not None:
+            kept.discard()
 
     def column_band(self, start: int, stop: int) -> sp.csc_array:
         """Columns ``start:stop`` as CSC (as stored)."""
@@ -199,6 +233,9 @@ class SparseMatrixElement(MatrixElement):
     @property
     def nnz(self) -> int:
         return int(self._data.shape[0])
+
+    def _arrays(self) -> dict[str, Any]:
+        return {"_indptr": self._indptr, "_indices": self._indices, "_data": self._data}
 
     def _async_members(self) -> dict[str, AsyncArray[Any]] | None:
         """The member arrays as zarr's async arrays; ``None`` for HDF5 (no chunk files)."""
@@ -305,6 +342,15 @@ class SparseMatrixElement(MatrixElement):
         indptr, indices, data = self._transposed_copy().band(start, stop)
         return sp.csc_array((data, indices, indptr), shape=(self.shape[0], stop - start))
 
+    def release(self) -> None:
+        """Remove the kept objects and the transposed copy (a later row band of a CSC
+        builds it anew)."""
+        super().release()
+        with self._transpose_lock:
+            if self._transposed is not None:
+                self._transposed.close()
+                self._transposed = None
+
     def _transposed_copy(self) -> Any:
         with self._transpose_lock:
             if self._transposed is None:
@@ -329,6 +375,9 @@ class DenseMatrixElement(MatrixElement):
         self.dtype = np.dtype(array.dtype).newbyteorder("=")
         self.stats = BandStats()
         self._blocks: tuple[int, int] | None = None
+
+    def _arrays(self) -> dict[str, Any]:
+        return {"_array": self._array}
 
     def _dense(self, selection: tuple[slice, slice]) -> npt.NDArray[Any]:
         values = np.asarray(read_values(self._array, selection))
