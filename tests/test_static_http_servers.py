@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+import zarr
 from anndata_files import write_anndata_zarr
 from cli_harness import run_main
 from zarr.storage import FsspecStore
@@ -64,10 +65,19 @@ def _anndata_v3(path: Path) -> Path:
 
 
 def test_a_server_ignoring_byte_ranges_is_named_not_the_store_damaged(
-    tmp_path: Path, static_server: str
+    tmp_path: Path, static_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _anndata_v3(tmp_path / "a.zarr")
+    from cytearc_vfs_adapters.anndata import fetched_once
+
+    local = _anndata_v3(tmp_path / "a.zarr")
     store = FsspecStore.from_url(f"{static_server}/a.zarr", read_only=True)
+    # a write fetches each chunk object whole once (anndata/fetched_once.py): no byte
+    # range is asked, so such a server serves it
+    cv.write_counts(tmp_path / "whole.zarr", store)
+    written = zarr.open_array(cv.open_store(tmp_path / "whole.zarr"), path="RNA/counts")
+    np.testing.assert_array_equal(written[:], ad.read_zarr(local).X.toarray())
+    # a shard too large to fetch whole is read by range: the server is named
+    monkeypatch.setattr(fetched_once, "KEPT_SHARD_BYTES", 0)
     with pytest.raises(cv.SourceUnavailableError) as raised:
         cv.write_counts(tmp_path / "out.zarr", store)
     said = str(raised.value)
