@@ -21,6 +21,7 @@ each once, and the store written is the one a local copy writes.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import warnings
 from collections import Counter
@@ -273,3 +274,40 @@ def test_a_full_temporary_directory_stops_the_keeping_not_the_write(
     same = cv.write_counts(tmp_path / "same.zarr", local, layout=_LAYOUT)
     assert info.dataset_fingerprint == same.dataset_fingerprint
     assert list(spill_dir.iterdir()) == []
+
+
+def test_the_kept_objects_of_a_killed_write_are_swept_by_the_next(
+    s3_server: S3Server, s3_proxy: Any, spill_dir: Path, tmp_path: Path
+) -> None:
+    """The kept objects live in an owned source cache directory: one left by a process
+    that ended without its cleanup (killed mid-write) is removed when the next write
+    keeps objects, as the remote shard cache's are."""
+    import subprocess
+    import sys
+
+    from cytearc_vfs.remote.cache_owners import CACHE_PREFIX, OWNER_FILE
+
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import tempfile\n"
+            "from cytearc_vfs.remote.cache_owners import CACHE_PREFIX, write_owner\n"
+            "d = tempfile.mkdtemp(prefix=CACHE_PREFIX)\n"
+            "open(d + '/X', 'w').write('kept')\n"
+            "write_owner(d)\n"
+            "print(d)\n",
+        ],
+        env={**os.environ, "TMPDIR": str(spill_dir)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    orphan = Path(made.stdout.strip())
+    assert orphan.is_dir() and (orphan / OWNER_FILE).is_file()
+    local = _anndata_store(tmp_path / "x.zarr", 3, "csr")
+    url = _on_s3(s3_server, local)
+    options = {**s3_server.storage_options(), "endpoint": s3_proxy.endpoint}
+    cv.write_counts(tmp_path / "out.zarr", url, source_storage_options=options)
+    assert not orphan.exists()
+    assert not [p for p in spill_dir.iterdir() if p.name.startswith(CACHE_PREFIX)]

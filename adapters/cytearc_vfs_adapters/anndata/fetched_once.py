@@ -15,7 +15,9 @@ whole object once and keeps it in a temporary directory; every later read,
 of any range, is served from there. An object found absent is remembered as
 absent. Memory holds one object per request in flight, as a whole-shard read
 does; the directory holds at most the element's stored (compressed) bytes and
-is removed with the element (or when the write releases it). A shard too
+is removed with the element (or when the write releases it); it is a source
+cache directory with an owner record (:mod:`cytearc_vfs.remote.cache_owners`),
+so a process killed before its cleanup leaves it to the next sweep. A shard too
 large to fetch whole (:data:`KEPT_SHARD_BYTES`) is read by range as zarr reads
 it, but its index is fetched once. Documents (``zarr.json``, ``.zarray``...) are
 not kept: they were read when the container opened.
@@ -38,10 +40,10 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, StorePath
 
 from cytearc_vfs.format.key_checked import KeyCheckedWrapperStore
+from cytearc_vfs.format.store_keys import METADATA_DOCUMENTS
+from cytearc_vfs.remote.cache_owners import CACHE_PREFIX, sweep_orphans, write_owner
 
 __all__ = ["KEPT_SHARD_BYTES", "KeptObjects", "kept_array", "kept_whole", "keeps_fetched"]
-
-_DOCUMENTS = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
 
 #: The largest shard (decoded bytes) fetched whole to be kept: zarr itself fetches up
 #: to 16 MiB in one request when it merges the ranges of a shard's inner chunks. The
@@ -86,7 +88,11 @@ class KeptObjects(KeyCheckedWrapperStore):
     def start(self) -> None:
         """Keep the objects fetched from now on (again, after :meth:`discard`)."""
         if self._directory is None:
-            self._directory = tempfile.mkdtemp(prefix="cytearc-anndata-fetched-")
+            # a source cache directory as the remote shard cache's: owned, so that
+            # the next one swept removes it when this process was killed meanwhile
+            sweep_orphans()
+            self._directory = tempfile.mkdtemp(prefix=CACHE_PREFIX)
+            write_owner(self._directory)
             self._finalizer = weakref.finalize(self, shutil.rmtree, self._directory, True)
             self._kept = LocalStore(self._directory)
 
@@ -104,7 +110,7 @@ class KeptObjects(KeyCheckedWrapperStore):
         return (
             self._directory is not None
             and key.startswith(self._prefixes)
-            and not key.endswith(_DOCUMENTS)
+            and key.rsplit("/", 1)[-1] not in METADATA_DOCUMENTS
         )
 
     async def _fetch(self, key: str) -> bool:
